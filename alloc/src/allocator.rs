@@ -1,0 +1,387 @@
+//! The allocator: best fit with coalescing over regions from a memory source.
+
+use std::collections::BTreeMap;
+
+use crate::bins::{Bins, FreeKey};
+use crate::chunk::{AddressMap, Chunk, ChunkArena, ChunkId, NONE};
+use crate::config::{AllocatorConfig, FIRST_REGION, Growth};
+use crate::error::{Error, InvalidFreeReason, Result};
+use crate::history::{Event, EventKind, History};
+use crate::report::OomCause;
+use crate::size::round_size;
+use crate::source::MemorySource;
+use crate::stats::{Counters, TagTable};
+use crate::tag::Tag;
+
+/// A live allocation: where it is, how big, and what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    /// First byte; a multiple of 256.
+    pub addr: u64,
+    /// Bytes reserved for it: the request rounded up to 256, or more when a free chunk was
+    /// handed out whole.
+    pub size: u64,
+    /// Bytes the caller asked for.
+    pub requested: u64,
+    /// What it holds.
+    pub tag: Tag,
+}
+
+/// A best-fit-with-coalescing allocator over any address space (TensorFlow's BFC design).
+///
+/// It only does bookkeeping over `u64` addresses: regions come from a [`MemorySource`], and the
+/// allocator cuts them into chunks. For use from several threads, see
+/// [`SharedAllocator`](crate::SharedAllocator).
+///
+/// ```
+/// use headroom_alloc::{Allocator, AllocatorConfig, Tag, VirtualMemory};
+/// let mut alloc = Allocator::new(VirtualMemory::new(1 << 30), AllocatorConfig::default())?;
+/// let a = alloc.allocate(1000, Tag::ACTIVATIONS)?;
+/// assert_eq!(a.size, 1024);
+/// alloc.free(a.addr)?;
+/// assert_eq!(alloc.stats().in_use, 0);
+/// # Ok::<(), headroom_alloc::Error>(())
+/// ```
+pub struct Allocator {
+    pub(crate) source: Box<dyn MemorySource>,
+    pub(crate) config: AllocatorConfig,
+    /// The most bytes that may be reserved; a positive multiple of 256.
+    pub(crate) limit: u64,
+    pub(crate) chunks: ChunkArena,
+    /// The start of every chunk, free or in use, to its id.
+    pub(crate) by_addr: AddressMap,
+    /// Every free chunk, and nothing else.
+    pub(crate) bins: Bins,
+    /// Region base to region size; regions never overlap.
+    pub(crate) regions: BTreeMap<u64, u64>,
+    /// The size the next on-demand region starts from (doubled as needed).
+    pub(crate) next_region_size: u64,
+    pub(crate) counters: Counters,
+    pub(crate) tags: TagTable,
+    pub(crate) history: Option<History>,
+}
+
+impl std::fmt::Debug for Allocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocator")
+            .field("source", &self.source.name())
+            .field("limit", &self.limit)
+            .field("in_use", &self.counters.in_use)
+            .field("reserved", &self.counters.reserved)
+            .field("regions", &self.regions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Allocator {
+    /// An allocator over `source`. With [`Growth::Preallocate`] the whole limit is reserved now,
+    /// and a source that refuses it is an error.
+    pub fn new(source: impl MemorySource + 'static, config: AllocatorConfig) -> Result<Self> {
+        Self::from_boxed(Box::new(source), config)
+    }
+
+    /// Like [`new`](Self::new), for a source already boxed.
+    pub fn from_boxed(source: Box<dyn MemorySource>, config: AllocatorConfig) -> Result<Self> {
+        let limit = config.resolve_limit(source.capacity())?;
+        let history = (config.history_capacity > 0).then(|| History::new(config.history_capacity));
+        let mut allocator = Self {
+            source,
+            limit,
+            chunks: ChunkArena::default(),
+            by_addr: AddressMap::default(),
+            bins: Bins::default(),
+            regions: BTreeMap::new(),
+            next_region_size: limit.min(FIRST_REGION),
+            counters: Counters::default(),
+            tags: TagTable::default(),
+            history,
+            config,
+        };
+        if allocator.config.growth == Growth::Preallocate {
+            let base = allocator
+                .source
+                .reserve(limit)
+                .map_err(|err| Error::Source {
+                    source_name: allocator.source.name().to_owned(),
+                    op: "reserve",
+                    bytes: limit,
+                    message: err.message,
+                })?;
+            allocator.add_region(base, limit)?;
+        }
+        allocator.debug_validate();
+        Ok(allocator)
+    }
+
+    /// Allocates `size` bytes for `tag`. A zero-size request gets a unique 256-byte chunk.
+    ///
+    /// Takes the best-fitting free chunk; failing that, grows by a new region; failing that,
+    /// releases entirely free regions and tries again (if garbage collection is on). A failure
+    /// is [`Error::OutOfMemory`] with a report, and leaves the allocator as it was.
+    pub fn allocate(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
+        let result = self.allocate_unchecked(size, tag);
+        self.debug_validate();
+        result
+    }
+
+    fn allocate_unchecked(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
+        let rounded = match round_size(size) {
+            Some(rounded) if rounded <= self.limit => rounded,
+            rounded => return Err(self.out_of_memory(size, rounded, tag, OomCause::ExceedsLimit)),
+        };
+        if let Some(allocation) = self.take_best_fit(rounded, size, tag) {
+            return Ok(allocation);
+        }
+        let mut cause = match self.grow(rounded) {
+            Ok(()) => return self.take_after_growth(rounded, size, tag),
+            Err(cause) => cause,
+        };
+        if self.config.garbage_collection && self.release_free_regions() > 0 {
+            match self.grow(rounded) {
+                Ok(()) => return self.take_after_growth(rounded, size, tag),
+                Err(retry_cause) => cause = retry_cause,
+            }
+        }
+        Err(self.out_of_memory(size, Some(rounded), tag, cause))
+    }
+
+    /// After a successful `grow`, the new region alone fits the request.
+    fn take_after_growth(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<Allocation> {
+        self.take_best_fit(rounded, size, tag).ok_or_else(|| {
+            Error::Corrupted(format!(
+                "a region grown for {rounded} bytes did not fit the request"
+            ))
+        })
+    }
+
+    /// Hands out the best-fitting free chunk, split if the split rule says so.
+    fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<Allocation> {
+        let FreeKey { size, addr, id } = self.bins.take_best_fit(rounded)?;
+        let remainder = size - rounded;
+        if size >= rounded.saturating_mul(2) || remainder >= self.config.max_internal_fragmentation
+        {
+            self.split(id, rounded);
+        }
+        let chunk = &mut self.chunks[id];
+        chunk.in_use = true;
+        chunk.requested = requested;
+        chunk.tag = tag;
+        let size = chunk.size;
+
+        let counters = &mut self.counters;
+        counters.allocations += 1;
+        counters.in_use += size;
+        counters.peak_in_use = counters.peak_in_use.max(counters.in_use);
+        counters.requested_in_use += requested;
+        self.tags.add(tag, size);
+        let allocation = Allocation {
+            addr,
+            size,
+            requested,
+            tag,
+        };
+        self.record(EventKind::Alloc, addr, size, requested, Some(tag));
+        Some(allocation)
+    }
+
+    /// Cuts free chunk `id` (out of the bins) to `size` bytes; the rest becomes a free chunk.
+    fn split(&mut self, id: ChunkId, size: u64) {
+        let chunk = self.chunks[id];
+        let rest = Chunk {
+            addr: chunk.addr + size,
+            size: chunk.size - size,
+            requested: 0,
+            prev: id,
+            next: chunk.next,
+            tag: Tag::OTHER,
+            in_use: false,
+        };
+        let rest_id = self.chunks.insert(rest);
+        if rest.next != NONE {
+            self.chunks[rest.next].prev = rest_id;
+        }
+        let chunk = &mut self.chunks[id];
+        chunk.size = size;
+        chunk.next = rest_id;
+        self.by_addr.insert(rest.addr, rest_id);
+        self.bins.insert(FreeKey {
+            size: rest.size,
+            addr: rest.addr,
+            id: rest_id,
+        });
+    }
+
+    /// Frees the allocation starting at `addr` and merges it with free neighbours.
+    ///
+    /// An address that is not the start of a live allocation is [`Error::InvalidFree`], and
+    /// changes nothing.
+    pub fn free(&mut self, addr: u64) -> Result<Allocation> {
+        let result = self.free_unchecked(addr);
+        self.debug_validate();
+        result
+    }
+
+    fn free_unchecked(&mut self, addr: u64) -> Result<Allocation> {
+        let id = match self.by_addr.get(&addr) {
+            Some(&id) if self.chunks[id].in_use => id,
+            Some(_) => return Err(self.invalid_free(addr, InvalidFreeReason::DoubleFree)),
+            None => {
+                let reason = if self.region_containing(addr).is_some() {
+                    InvalidFreeReason::InteriorAddress
+                } else {
+                    InvalidFreeReason::UnknownAddress
+                };
+                return Err(self.invalid_free(addr, reason));
+            }
+        };
+        let chunk = &mut self.chunks[id];
+        chunk.in_use = false;
+        let freed = Allocation {
+            addr,
+            size: chunk.size,
+            requested: std::mem::take(&mut chunk.requested),
+            tag: chunk.tag,
+        };
+        self.counters.frees += 1;
+        self.counters.in_use -= freed.size;
+        self.counters.requested_in_use -= freed.requested;
+        self.tags.sub(freed.tag, freed.size);
+        self.record(
+            EventKind::Free,
+            addr,
+            freed.size,
+            freed.requested,
+            Some(freed.tag),
+        );
+        let merged = self.coalesce(id);
+        let chunk = &self.chunks[merged];
+        self.bins.insert(FreeKey {
+            size: chunk.size,
+            addr: chunk.addr,
+            id: merged,
+        });
+        Ok(freed)
+    }
+
+    /// Merges free chunk `id` (not in a bin) with its free neighbours, taking them out of their
+    /// bins; returns the merged chunk's id.
+    fn coalesce(&mut self, id: ChunkId) -> ChunkId {
+        let next = self.chunks[id].next;
+        if next != NONE && !self.chunks[next].in_use {
+            self.unbin(next);
+            self.merge_into_lower(id);
+        }
+        let prev = self.chunks[id].prev;
+        if prev != NONE && !self.chunks[prev].in_use {
+            self.unbin(prev);
+            self.merge_into_lower(prev);
+            return prev;
+        }
+        id
+    }
+
+    /// Takes free chunk `id` out of its bin.
+    fn unbin(&mut self, id: ChunkId) {
+        let chunk = &self.chunks[id];
+        self.bins.remove(FreeKey {
+            size: chunk.size,
+            addr: chunk.addr,
+            id,
+        });
+    }
+
+    /// Merges the chunk after `lower` into `lower`, unlinking and forgetting it.
+    fn merge_into_lower(&mut self, lower: ChunkId) {
+        let upper_id = self.chunks[lower].next;
+        let upper = self.chunks[upper_id];
+        let chunk = &mut self.chunks[lower];
+        chunk.size += upper.size;
+        chunk.next = upper.next;
+        if upper.next != NONE {
+            self.chunks[upper.next].prev = lower;
+        }
+        self.by_addr.remove(&upper.addr);
+        self.chunks.remove(upper_id);
+    }
+
+    fn invalid_free(&self, addr: u64, reason: InvalidFreeReason) -> Error {
+        Error::InvalidFree { addr, reason }
+    }
+
+    /// The region holding `addr`, as (base, size).
+    pub(crate) fn region_containing(&self, addr: u64) -> Option<(u64, u64)> {
+        let (&base, &size) = self.regions.range(..=addr).next_back()?;
+        (addr - base < size).then_some((base, size))
+    }
+
+    /// The live allocation starting at `addr`, if any.
+    pub fn allocation(&self, addr: u64) -> Option<Allocation> {
+        let chunk = &self.chunks[*self.by_addr.get(&addr)?];
+        chunk.in_use.then_some(Allocation {
+            addr,
+            size: chunk.size,
+            requested: chunk.requested,
+            tag: chunk.tag,
+        })
+    }
+
+    /// The limit in bytes this allocator resolved from its configuration.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The configuration it was made with.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// The memory source's name.
+    pub fn source_name(&self) -> &str {
+        self.source.name()
+    }
+
+    /// The history recorder, when recording is on.
+    pub fn history(&self) -> Option<&History> {
+        self.history.as_ref()
+    }
+
+    /// Starts recording the last `events` events (replacing any earlier recording); 0 stops.
+    pub fn record_history(&mut self, events: usize) {
+        self.config.history_capacity = events;
+        self.history = (events > 0).then(|| History::new(events));
+    }
+
+    /// Records an event if the recorder is on.
+    pub(crate) fn record(
+        &mut self,
+        kind: EventKind,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        tag: Option<Tag>,
+    ) {
+        if let Some(history) = &mut self.history {
+            history.push(Event {
+                time_ns: history.now_ns(),
+                kind,
+                addr,
+                size,
+                requested,
+                tag,
+                in_use: self.counters.in_use,
+                reserved: self.counters.reserved,
+                tag_live: tag.map_or(0, |tag| self.tags.live(tag)),
+            });
+        }
+    }
+
+    /// Checks every invariant after each public operation in tests and with feature `validate`.
+    #[inline]
+    pub(crate) fn debug_validate(&self) {
+        #[cfg(any(test, feature = "validate"))]
+        if let Err(err) = self.validate() {
+            // Only in test builds: a broken invariant must stop the test or fuzzer at once.
+            panic!("{err}");
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Free chunks sorted into power-of-two size classes, each ordered by (size, address).
+
+use crate::chunk::ChunkId;
+use crate::free_set::FreeSet;
+use crate::size::GRANULE;
+
+/// Number of bins: bin `i` holds free chunks of at least `256 << i` bytes, the last everything
+/// from 256 MiB up.
+pub const BIN_COUNT: usize = 21;
+
+/// The bin a free chunk of `size` bytes belongs in.
+///
+/// ```
+/// use headroom_alloc::bin_index;
+/// assert_eq!(bin_index(256), 0);
+/// assert_eq!(bin_index(511), 0);
+/// assert_eq!(bin_index(512), 1);
+/// assert_eq!(bin_index(1 << 40), 20);
+/// ```
+pub fn bin_index(size: u64) -> usize {
+    let granules = (size / GRANULE).max(1);
+    ((63 - granules.leading_zeros()) as usize).min(BIN_COUNT - 1)
+}
+
+/// The smallest chunk size bin `index` holds.
+pub fn bin_min_size(index: usize) -> u64 {
+    GRANULE << index
+}
+
+/// A free chunk's place in its bin; the derived order is (size, address), the best-fit order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct FreeKey {
+    pub size: u64,
+    pub addr: u64,
+    pub id: ChunkId,
+}
+
+/// The bins, with a bitmap of the non-empty ones so that a search skips empty bins in O(1).
+#[derive(Debug, Default)]
+pub(crate) struct Bins {
+    sets: [FreeSet; BIN_COUNT],
+    /// Bit `i` is set exactly when `sets[i]` is non-empty.
+    non_empty: u32,
+}
+
+impl Bins {
+    /// Files a free chunk in its bin.
+    pub fn insert(&mut self, key: FreeKey) {
+        let bin = bin_index(key.size);
+        self.sets[bin].insert(key);
+        self.non_empty |= 1 << bin;
+    }
+
+    /// Takes a free chunk out of its bin; returns whether it was there.
+    pub fn remove(&mut self, key: FreeKey) -> bool {
+        let bin = bin_index(key.size);
+        let removed = self.sets[bin].remove(&key);
+        self.mark(bin);
+        removed
+    }
+
+    /// Removes and returns the best fit for `size` bytes: the smallest free chunk of at least
+    /// `size`, the lowest address among equals.
+    pub fn take_best_fit(&mut self, size: u64) -> Option<FreeKey> {
+        let first_bin = bin_index(size);
+        let probe = FreeKey {
+            size,
+            addr: 0,
+            id: 0,
+        };
+        if let Some(found) = self.sets[first_bin].take_at_least(&probe) {
+            self.mark(first_bin);
+            return Some(found);
+        }
+        let higher = self.non_empty & !((2u32 << first_bin) - 1);
+        if higher == 0 {
+            return None;
+        }
+        // Every chunk of a higher bin fits; its smallest is the best fit.
+        let bin = higher.trailing_zeros() as usize;
+        let smallest = FreeKey {
+            size: 0,
+            addr: 0,
+            id: 0,
+        };
+        let found = self.sets[bin].take_at_least(&smallest);
+        self.mark(bin);
+        found
+    }
+
+    /// Brings bin `bin`'s bit in the bitmap up to date.
+    fn mark(&mut self, bin: usize) {
+        if self.sets[bin].is_empty() {
+            self.non_empty &= !(1 << bin);
+        } else {
+            self.non_empty |= 1 << bin;
+        }
+    }
+
+    /// True when `key` is filed in its bin.
+    pub fn contains(&self, key: FreeKey) -> bool {
+        self.sets[bin_index(key.size)].contains(&key)
+    }
+
+    /// The largest free chunk, if any.
+    pub fn largest(&self) -> Option<FreeKey> {
+        if self.non_empty == 0 {
+            return None;
+        }
+        let top = 31 - self.non_empty.leading_zeros() as usize;
+        self.sets[top].last().copied()
+    }
+
+    /// The free chunks of bin `index`, in best-fit order.
+    pub fn bin(&self, index: usize) -> impl Iterator<Item = &FreeKey> {
+        self.sets[index].iter()
+    }
+
+    /// True when bin `index` is marked non-empty in the bitmap.
+    pub fn marked_non_empty(&self, index: usize) -> bool {
+        self.non_empty & (1 << index) != 0
+    }
+
+    /// Number of free chunks over all bins.
+    pub fn len(&self) -> usize {
+        self.sets.iter().map(FreeSet::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(size: u64, addr: u64) -> FreeKey {
+        FreeKey { size, addr, id: 0 }
+    }
+
+    #[test]
+    fn bins_are_powers_of_two_from_256_bytes() {
+        for i in 0..BIN_COUNT {
+            assert_eq!(bin_index(bin_min_size(i)), i);
+            if i > 0 {
+                assert_eq!(bin_index(bin_min_size(i) - GRANULE), i - 1);
+            }
+        }
+        assert_eq!(bin_index(!255), BIN_COUNT - 1);
+    }
+
+    #[test]
+    fn best_fit_takes_the_smallest_then_the_lowest_address() {
+        let mut bins = Bins::default();
+        bins.insert(key(4096, 0x3000));
+        bins.insert(key(2048, 0x9000));
+        bins.insert(key(2048, 0x1000));
+        bins.insert(key(1 << 20, 0x10_0000));
+        assert_eq!(bins.take_best_fit(1024), Some(key(2048, 0x1000)));
+        assert_eq!(bins.take_best_fit(1024), Some(key(2048, 0x9000)));
+        assert_eq!(bins.take_best_fit(3000), Some(key(4096, 0x3000)));
+        assert_eq!(bins.largest(), Some(key(1 << 20, 0x10_0000)));
+        assert_eq!(bins.take_best_fit(2 << 20), None);
+        assert_eq!(bins.take_best_fit(256), Some(key(1 << 20, 0x10_0000)));
+        assert_eq!(bins.len(), 0);
+        assert_eq!(bins.largest(), None);
+    }
+}

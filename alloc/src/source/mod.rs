@@ -1,0 +1,61 @@
+//! Memory sources: where the allocator's large regions come from (TensorFlow's sub-allocators).
+//!
+//! The allocator asks a source for a few large regions and carves them up itself. A source for
+//! CUDA memory lives in headroom-kernels; this crate provides host memory, a virtual address space
+//! and a fault-injecting wrapper for tests.
+
+mod fault;
+mod host;
+mod virtual_memory;
+
+pub use fault::FaultInjecting;
+pub use host::HostMemory;
+pub use virtual_memory::VirtualMemory;
+
+/// Why a source refused or failed an operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SourceError {
+    /// The source's explanation, shown in OOM reports.
+    pub message: String,
+}
+
+impl SourceError {
+    /// A source error with this explanation.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+/// A provider of large, 256-byte-aligned regions of some address space.
+pub trait MemorySource: Send {
+    /// A short name for reports, such as `host`, `virtual` or `cuda:0`.
+    fn name(&self) -> &str;
+
+    /// Reserves a region of exactly `bytes` bytes (a positive multiple of 256) and returns its
+    /// base address, which must be a non-zero multiple of 256.
+    fn reserve(&mut self, bytes: u64) -> Result<u64, SourceError>;
+
+    /// Gives back a region previously returned by [`reserve`](Self::reserve).
+    fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError>;
+
+    /// The most bytes this source can hand out in total (a device's memory, say).
+    fn capacity(&self) -> u64;
+}
+
+impl<S: MemorySource + ?Sized> MemorySource for Box<S> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn reserve(&mut self, bytes: u64) -> Result<u64, SourceError> {
+        (**self).reserve(bytes)
+    }
+    fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError> {
+        (**self).release(base, bytes)
+    }
+    fn capacity(&self) -> u64 {
+        (**self).capacity()
+    }
+}

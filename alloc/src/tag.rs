@@ -1,0 +1,155 @@
+//! Tags say what an allocation holds, so that an OOM report can say what the memory is held by.
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::{Error, Result};
+
+/// What an allocation holds: weights, gradients, activations, ... or a user-named kind.
+///
+/// A `Tag` is a small `Copy` value. The built-in tags are constants; [`Tag::named`] interns any
+/// other name process-wide, so the same name always yields the same tag.
+///
+/// ```
+/// use headroom_alloc::Tag;
+/// let kv = Tag::named("kv-cache").unwrap();
+/// assert_eq!(kv, Tag::named("kv-cache").unwrap());
+/// assert_eq!(kv.name(), "kv-cache");
+/// assert_eq!(Tag::named("weights").unwrap(), Tag::WEIGHTS);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tag(u16);
+
+const BUILTIN_NAMES: [&str; 7] = [
+    "weights",
+    "gradients",
+    "activations",
+    "optimizer_state",
+    "workspace",
+    "data",
+    "other",
+];
+
+/// Named tags past the built-ins; bounded so that per-tag tables stay small.
+const MAX_NAMED: usize = 4096;
+
+/// The process-wide table of named tags; index `i` is tag `BUILTIN_NAMES.len() + i`.
+static NAMED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+impl Tag {
+    /// Model parameters.
+    pub const WEIGHTS: Tag = Tag(0);
+    /// Gradients of the parameters.
+    pub const GRADIENTS: Tag = Tag(1);
+    /// Activations saved for the backward pass.
+    pub const ACTIVATIONS: Tag = Tag(2);
+    /// Optimizer state (momenta, second moments).
+    pub const OPTIMIZER_STATE: Tag = Tag(3);
+    /// Scratch space of kernels.
+    pub const WORKSPACE: Tag = Tag(4);
+    /// Input batches and labels.
+    pub const DATA: Tag = Tag(5);
+    /// Anything else.
+    pub const OTHER: Tag = Tag(6);
+
+    /// The built-in tags, in index order.
+    pub const BUILTIN: [Tag; 7] = [
+        Tag::WEIGHTS,
+        Tag::GRADIENTS,
+        Tag::ACTIVATIONS,
+        Tag::OPTIMIZER_STATE,
+        Tag::WORKSPACE,
+        Tag::DATA,
+        Tag::OTHER,
+    ];
+
+    /// The tag with this name: a built-in one if the name is built in, otherwise an interned one.
+    ///
+    /// Fails only when more than 4096 distinct custom names have been interned in this process.
+    pub fn named(name: &str) -> Result<Tag> {
+        if let Some(index) = BUILTIN_NAMES.iter().position(|&n| n == name) {
+            return Ok(Tag(index as u16));
+        }
+        let mut named = NAMED.lock();
+        if let Some(index) = named.iter().position(|&n| n == name) {
+            return Ok(Tag((BUILTIN_NAMES.len() + index) as u16));
+        }
+        if named.len() >= MAX_NAMED {
+            return Err(Error::TooManyTags { max: MAX_NAMED });
+        }
+        // Leaked on purpose: tag names live for the whole process, like `tracing` metadata.
+        named.push(Box::leak(name.to_owned().into_boxed_str()));
+        Ok(Tag((BUILTIN_NAMES.len() + named.len() - 1) as u16))
+    }
+
+    /// The tag's name.
+    pub fn name(self) -> &'static str {
+        let index = usize::from(self.0);
+        match BUILTIN_NAMES.get(index) {
+            Some(name) => name,
+            // A `Tag` past the built-ins can only be made by `Tag::named`, which interned it.
+            None => NAMED.lock()[index - BUILTIN_NAMES.len()],
+        }
+    }
+
+    /// A dense index (built-ins first), for per-tag tables.
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+impl Default for Tag {
+    fn default() -> Self {
+        Tag::OTHER
+    }
+}
+
+impl std::fmt::Debug for Tag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tag({})", self.name())
+    }
+}
+
+impl std::fmt::Display for Tag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for Tag {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Tag {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let name = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        Tag::named(&name).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_names_round_trip() {
+        for tag in Tag::BUILTIN {
+            assert_eq!(Tag::named(tag.name()).unwrap(), tag);
+        }
+        assert_eq!(Tag::default(), Tag::OTHER);
+    }
+
+    #[test]
+    fn named_tags_are_interned_and_serialize_by_name() {
+        let a = Tag::named("tag-test-a").unwrap();
+        let b = Tag::named("tag-test-b").unwrap();
+        assert_ne!(a, b);
+        assert!(a.index() >= Tag::BUILTIN.len());
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(json, "\"tag-test-a\"");
+        let back: Tag = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, a);
+    }
+}

@@ -1,0 +1,119 @@
+//! Allocation traces: the JSON Lines format, replaying a trace, and generating realistic ones.
+//!
+//! A trace is one operation per line:
+//!
+//! ```text
+//! {"op":"alloc","id":7,"size":4096,"tag":"activations"}
+//! {"op":"free","id":7}
+//! ```
+
+mod generate;
+mod replay;
+mod rng;
+
+pub use generate::{LogNormalTrace, TransformerTrace};
+pub use replay::{OomEvent, ReplayReport, replay};
+pub use rng::SplitMix64;
+
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::tag::Tag;
+
+/// One operation of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum TraceOp {
+    /// Allocate `size` bytes under the caller's `id`.
+    Alloc {
+        /// The caller's name for this allocation, unique while it lives.
+        id: u64,
+        /// Bytes requested.
+        size: u64,
+        /// What it holds (`other` when absent).
+        #[serde(default)]
+        tag: Tag,
+    },
+    /// Free the allocation made under `id`.
+    Free {
+        /// The id given at allocation.
+        id: u64,
+    },
+}
+
+/// Reads a JSON Lines trace; blank lines are skipped, and a bad line is an error naming it.
+pub fn read_trace(reader: impl BufRead) -> Result<Vec<TraceOp>> {
+    let mut ops = Vec::new();
+    for (index, line) in reader.lines().enumerate() {
+        let line_number = index + 1;
+        let line = line.map_err(|err| Error::Trace {
+            line: line_number,
+            message: format!("cannot read: {err}"),
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let op = serde_json::from_str(&line).map_err(|err| Error::Trace {
+            line: line_number,
+            message: format!("{err} in {line:?}"),
+        })?;
+        ops.push(op);
+    }
+    Ok(ops)
+}
+
+/// Writes a trace as JSON Lines.
+pub fn write_trace(ops: &[TraceOp], mut out: impl Write) -> std::io::Result<()> {
+    for op in ops {
+        serde_json::to_writer(&mut out, op)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traces_round_trip_through_json_lines() {
+        let ops = vec![
+            TraceOp::Alloc {
+                id: 7,
+                size: 4096,
+                tag: Tag::ACTIVATIONS,
+            },
+            TraceOp::Free { id: 7 },
+        ];
+        let mut text = Vec::new();
+        write_trace(&ops, &mut text).unwrap();
+        assert_eq!(
+            String::from_utf8(text.clone()).unwrap(),
+            "{\"op\":\"alloc\",\"id\":7,\"size\":4096,\"tag\":\"activations\"}\n\
+             {\"op\":\"free\",\"id\":7}\n"
+        );
+        assert_eq!(read_trace(&text[..]).unwrap(), ops);
+    }
+
+    #[test]
+    fn bad_lines_are_reported_with_their_number() {
+        let text = "{\"op\":\"alloc\",\"id\":1,\"size\":10}\n\n{\"op\":\"resize\",\"id\":1}\n";
+        match read_trace(text.as_bytes()) {
+            Err(Error::Trace { line, message }) => {
+                assert_eq!(line, 3);
+                assert!(message.contains("resize"), "{message}");
+            }
+            other => panic!("expected a trace error, got {other:?}"),
+        }
+        let missing_tag = read_trace("{\"op\":\"alloc\",\"id\":1,\"size\":10}".as_bytes()).unwrap();
+        assert!(matches!(
+            missing_tag[0],
+            TraceOp::Alloc {
+                tag: Tag::OTHER,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,259 @@
+//! Replaying a trace against an allocator configuration.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use serde::Serialize;
+
+use super::TraceOp;
+use crate::allocator::Allocator;
+use crate::config::AllocatorConfig;
+use crate::error::{Error, Result};
+use crate::report::{OomReport, Verdict};
+use crate::size::format_bytes;
+use crate::source::VirtualMemory;
+use crate::stats::Stats;
+use crate::tag::Tag;
+
+/// OOMs listed one by one in the human report.
+const OOMS_LISTED: usize = 10;
+
+/// One failed allocation during a replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OomEvent {
+    /// One-based index of the operation in the trace.
+    pub op: usize,
+    /// Bytes requested.
+    pub requested: u64,
+    /// Its tag.
+    pub tag: Tag,
+    /// Fragmentation or capacity.
+    pub verdict: Verdict,
+}
+
+/// What a replay measured. Serializes to exactly the documented JSON keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    /// Operations in the trace.
+    pub ops: usize,
+    /// Successful allocations.
+    pub allocs: u64,
+    /// Frees performed (frees of failed allocations are skipped).
+    pub frees: u64,
+    /// Failed allocations.
+    pub ooms: u64,
+    /// Highest bytes in use.
+    pub peak_in_use: u64,
+    /// Highest bytes reserved.
+    pub peak_reserved: u64,
+    /// One-based index of the first failed operation.
+    pub first_oom_op: Option<usize>,
+    /// The first OOM's verdict.
+    pub first_oom_verdict: Option<Verdict>,
+    /// Fragmentation when the first OOM happened.
+    pub fragmentation_at_first_oom: Option<f64>,
+    /// Largest free block when the first OOM happened.
+    pub largest_free_at_first_oom: Option<u64>,
+    /// Every OOM with its verdict.
+    #[serde(skip)]
+    pub oom_events: Vec<OomEvent>,
+    /// The full report of the first OOM.
+    #[serde(skip)]
+    pub first_oom_report: Option<Box<OomReport>>,
+    /// Statistics at the end of the replay.
+    #[serde(skip)]
+    pub final_stats: Option<Stats>,
+}
+
+/// Replays `ops` on a fresh allocator over a virtual address space of `capacity` bytes.
+///
+/// A failed allocation is counted and skipped, and so is its later free. A trace that frees an
+/// id it never allocated, or reuses a live id, is an error naming the operation.
+///
+/// ```
+/// use headroom_alloc::{AllocatorConfig, Tag, trace::{TraceOp, replay}};
+/// let ops = [
+///     TraceOp::Alloc { id: 1, size: 3 << 20, tag: Tag::WEIGHTS },
+///     TraceOp::Alloc { id: 2, size: 3 << 20, tag: Tag::ACTIVATIONS },
+///     TraceOp::Free { id: 1 },
+///     TraceOp::Free { id: 2 },
+/// ];
+/// let report = replay(&ops, AllocatorConfig::default(), 4 << 20)?;
+/// assert_eq!((report.allocs, report.ooms, report.frees), (1, 1, 1));
+/// assert_eq!(report.first_oom_op, Some(2));
+/// # Ok::<(), headroom_alloc::Error>(())
+/// ```
+pub fn replay(ops: &[TraceOp], config: AllocatorConfig, capacity: u64) -> Result<ReplayReport> {
+    let mut allocator = Allocator::new(VirtualMemory::new(capacity), config)?;
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    let mut failed: HashSet<u64> = HashSet::new();
+    let mut report = ReplayReport {
+        ops: ops.len(),
+        allocs: 0,
+        frees: 0,
+        ooms: 0,
+        peak_in_use: 0,
+        peak_reserved: 0,
+        first_oom_op: None,
+        first_oom_verdict: None,
+        fragmentation_at_first_oom: None,
+        largest_free_at_first_oom: None,
+        oom_events: Vec::new(),
+        first_oom_report: None,
+        final_stats: None,
+    };
+    for (index, op) in ops.iter().enumerate() {
+        let op_number = index + 1;
+        let bad = |message: String| Error::Trace {
+            line: op_number,
+            message,
+        };
+        match *op {
+            TraceOp::Alloc { id, size, tag } => {
+                if live.contains_key(&id) {
+                    return Err(bad(format!("id {id} is allocated again while still live")));
+                }
+                failed.remove(&id);
+                match allocator.allocate(size, tag) {
+                    Ok(allocation) => {
+                        live.insert(id, allocation.addr);
+                        report.allocs += 1;
+                    }
+                    Err(Error::OutOfMemory(oom)) => {
+                        failed.insert(id);
+                        report.ooms += 1;
+                        report.oom_events.push(OomEvent {
+                            op: op_number,
+                            requested: size,
+                            tag,
+                            verdict: oom.verdict,
+                        });
+                        if report.first_oom_op.is_none() {
+                            report.first_oom_op = Some(op_number);
+                            report.first_oom_verdict = Some(oom.verdict);
+                            report.fragmentation_at_first_oom = Some(oom.fragmentation);
+                            report.largest_free_at_first_oom = Some(oom.largest_free);
+                            report.first_oom_report = Some(oom);
+                        }
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            TraceOp::Free { id } => match live.remove(&id) {
+                Some(addr) => {
+                    allocator.free(addr)?;
+                    report.frees += 1;
+                }
+                None if failed.remove(&id) => {}
+                None => return Err(bad(format!("free of id {id}, which is not live"))),
+            },
+        }
+    }
+    let stats = allocator.stats();
+    report.peak_in_use = stats.peak_in_use;
+    report.peak_reserved = stats.peak_reserved;
+    report.final_stats = Some(stats);
+    Ok(report)
+}
+
+impl fmt::Display for ReplayReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "replayed {} ops: {} allocs, {} frees, {} OOMs",
+            self.ops, self.allocs, self.frees, self.ooms
+        )?;
+        writeln!(
+            f,
+            "peak in use {} | peak reserved {}",
+            format_bytes(self.peak_in_use),
+            format_bytes(self.peak_reserved)
+        )?;
+        if let Some(stats) = &self.final_stats {
+            writeln!(
+                f,
+                "at the end: in use {} | reserved {} in {} regions | largest free {} | \
+                 fragmentation {:.1}%",
+                format_bytes(stats.in_use),
+                format_bytes(stats.reserved),
+                stats.regions,
+                format_bytes(stats.largest_free),
+                stats.fragmentation * 100.0
+            )?;
+            writeln!(f, "peak per tag:")?;
+            for usage in &stats.tags {
+                writeln!(
+                    f,
+                    "  {:<16} {:>12}",
+                    usage.tag.name(),
+                    format_bytes(usage.peak)
+                )?;
+            }
+        }
+        if self.oom_events.is_empty() {
+            return writeln!(f, "no OOM");
+        }
+        writeln!(f, "OOMs:")?;
+        for event in self.oom_events.iter().take(OOMS_LISTED) {
+            writeln!(
+                f,
+                "  op {:>8}: {:>12} for {:<16} {} OOM",
+                event.op,
+                format_bytes(event.requested),
+                event.tag.name(),
+                event.verdict
+            )?;
+        }
+        if self.oom_events.len() > OOMS_LISTED {
+            writeln!(f, "  ... and {} more", self.oom_events.len() - OOMS_LISTED)?;
+        }
+        if let Some(report) = &self.first_oom_report {
+            writeln!(f, "\nthe first OOM:\n{report}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(id: u64, size: u64) -> TraceOp {
+        TraceOp::Alloc {
+            id,
+            size,
+            tag: Tag::ACTIVATIONS,
+        }
+    }
+
+    #[test]
+    fn failed_allocations_and_their_frees_are_skipped() {
+        let ops = [
+            alloc(1, 1 << 20),
+            alloc(2, 8 << 20),
+            TraceOp::Free { id: 2 },
+            TraceOp::Free { id: 1 },
+        ];
+        let report = replay(&ops, AllocatorConfig::default(), 4 << 20).unwrap();
+        assert_eq!((report.allocs, report.frees, report.ooms), (1, 1, 1));
+        assert_eq!(report.first_oom_verdict, Some(Verdict::Capacity));
+        let json = serde_json::to_value(&report).unwrap();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys.len(), 10, "{keys:?}");
+    }
+
+    #[test]
+    fn inconsistent_traces_name_the_operation() {
+        let twice = [alloc(1, 256), alloc(1, 256)];
+        let err = replay(&twice, AllocatorConfig::default(), 1 << 20).unwrap_err();
+        assert!(matches!(err, Error::Trace { line: 2, .. }), "{err}");
+        let unknown = [alloc(1, 256), TraceOp::Free { id: 9 }];
+        let err = replay(&unknown, AllocatorConfig::default(), 1 << 20).unwrap_err();
+        assert!(matches!(err, Error::Trace { line: 2, .. }), "{err}");
+    }
+}

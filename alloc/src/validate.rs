@@ -1,0 +1,129 @@
+//! The invariant walker: every rule the allocator relies on, checked from scratch.
+
+use crate::allocator::Allocator;
+use crate::bins::{BIN_COUNT, FreeKey, bin_index};
+use crate::chunk::NONE;
+use crate::error::{Error, Result};
+use crate::size::GRANULE;
+
+impl Allocator {
+    /// Walks every region and chunk and checks every invariant: chunks tile their regions with
+    /// no overlap or gap, neighbour links agree, no two free chunks are adjacent, every free
+    /// chunk sits in exactly its bin and nothing else does, the address map is exact, and the
+    /// totals match the counters. O(chunks); run after every operation in tests.
+    pub fn validate(&self) -> Result<()> {
+        let fail = |message: String| Err(Error::Corrupted(message));
+        let mut in_use = 0u64;
+        let mut requested = 0u64;
+        let mut reserved = 0u64;
+        let mut chunk_count = 0usize;
+        let mut free_count = 0usize;
+        let mut previous_end = 0u64;
+        for (&base, &size) in &self.regions {
+            if base < previous_end {
+                return fail(format!("region {base:#x} overlaps the one before it"));
+            }
+            if base % GRANULE != 0 || size == 0 || size % GRANULE != 0 {
+                return fail(format!("region {base:#x}+{size} is not granule-aligned"));
+            }
+            previous_end = base + size;
+            reserved += size;
+            let Some(&first) = self.by_addr.get(&base) else {
+                return fail(format!("no chunk starts region {base:#x}"));
+            };
+            if self.chunks[first].prev != NONE {
+                return fail(format!(
+                    "the first chunk of region {base:#x} has a predecessor"
+                ));
+            }
+            let (mut id, mut prev, mut addr, mut prev_free) = (first, NONE, base, false);
+            while id != NONE {
+                let chunk = &self.chunks[id];
+                chunk_count += 1;
+                if chunk.addr != addr {
+                    return fail(format!(
+                        "chunk at {:#x} should start at {addr:#x}",
+                        chunk.addr
+                    ));
+                }
+                if chunk.prev != prev {
+                    return fail(format!("chunk at {addr:#x} has a wrong prev link"));
+                }
+                if chunk.size == 0 || chunk.size % GRANULE != 0 {
+                    return fail(format!("chunk at {addr:#x} has size {}", chunk.size));
+                }
+                if self.by_addr.get(&addr) != Some(&id) {
+                    return fail(format!("address map disagrees at {addr:#x}"));
+                }
+                if chunk.in_use {
+                    in_use += chunk.size;
+                    requested += chunk.requested;
+                    if chunk.requested > chunk.size {
+                        return fail(format!("chunk at {addr:#x} holds more than its size"));
+                    }
+                } else {
+                    free_count += 1;
+                    if prev_free {
+                        return fail(format!("free chunk at {addr:#x} follows a free chunk"));
+                    }
+                    let key = FreeKey {
+                        size: chunk.size,
+                        addr,
+                        id,
+                    };
+                    if !self.bins.contains(key) {
+                        return fail(format!("free chunk at {addr:#x} is not in its bin"));
+                    }
+                }
+                prev_free = !chunk.in_use;
+                addr += chunk.size;
+                prev = id;
+                id = chunk.next;
+            }
+            if addr != base + size {
+                return fail(format!("chunks of region {base:#x} end at {addr:#x}"));
+            }
+        }
+        for bin in 0..BIN_COUNT {
+            let mut count = 0;
+            for key in self.bins.bin(bin) {
+                count += 1;
+                if bin_index(key.size) != bin {
+                    return fail(format!("chunk at {:#x} sits in bin {bin}", key.addr));
+                }
+            }
+            if (count > 0) != self.bins.marked_non_empty(bin) {
+                return fail(format!("bin {bin} bitmap bit is wrong"));
+            }
+        }
+        if self.bins.len() != free_count {
+            return fail(format!(
+                "{} chunks in bins, {free_count} free",
+                self.bins.len()
+            ));
+        }
+        if self.chunks.len() != chunk_count || self.by_addr.len() != chunk_count {
+            return fail(format!(
+                "{chunk_count} chunks in regions, {} in the arena, {} in the address map",
+                self.chunks.len(),
+                self.by_addr.len()
+            ));
+        }
+        let c = &self.counters;
+        if (c.in_use, c.requested_in_use, c.reserved) != (in_use, requested, reserved) {
+            return fail(format!(
+                "counters say in use {} / requested {} / reserved {}, chunks say {in_use} / \
+                 {requested} / {reserved}",
+                c.in_use, c.requested_in_use, c.reserved
+            ));
+        }
+        if reserved > self.limit || c.peak_in_use < in_use || c.peak_reserved < reserved {
+            return fail("reserved passes the limit or a peak is below its value".into());
+        }
+        let tag_total: u64 = self.tags.used().iter().map(|usage| usage.live).sum();
+        if tag_total != in_use {
+            return fail(format!("tags hold {tag_total} bytes, chunks {in_use}"));
+        }
+        Ok(())
+    }
+}

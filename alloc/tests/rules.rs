@@ -1,0 +1,341 @@
+//! One test per rule of the allocator: split, coalescing, growth, garbage collection, limits,
+//! verdicts, tags and invalid frees.
+
+use headroom_alloc::{
+    Allocator, AllocatorConfig, Error, FaultInjecting, Growth, InvalidFreeReason, Limit, OomCause,
+    Tag, Verdict, VirtualMemory,
+};
+
+const MIB: u64 = 1 << 20;
+
+fn on_demand(limit: u64) -> Allocator {
+    let config = AllocatorConfig::default().with_limit_bytes(limit);
+    Allocator::new(VirtualMemory::new(limit), config).unwrap()
+}
+
+fn preallocated(limit: u64) -> Allocator {
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(limit)
+        .with_growth(Growth::Preallocate);
+    Allocator::new(VirtualMemory::new(limit), config).unwrap()
+}
+
+#[test]
+fn requests_are_rounded_to_256_bytes_and_zero_gets_a_unique_block() {
+    let mut alloc = on_demand(MIB);
+    let a = alloc.allocate(1, Tag::OTHER).unwrap();
+    let b = alloc.allocate(0, Tag::OTHER).unwrap();
+    let c = alloc.allocate(257, Tag::OTHER).unwrap();
+    assert_eq!((a.size, b.size, c.size), (256, 256, 512));
+    assert_ne!(a.addr, b.addr);
+    assert_eq!(b.requested, 0);
+    alloc.free(b.addr).unwrap();
+}
+
+#[test]
+fn a_chunk_at_least_twice_the_request_is_split() {
+    let mut alloc = preallocated(MIB);
+    let a = alloc.allocate(4096, Tag::OTHER).unwrap();
+    assert_eq!(a.size, 4096);
+    let stats = alloc.stats();
+    assert_eq!(stats.largest_free, MIB - 4096);
+}
+
+#[test]
+fn a_chunk_under_twice_the_request_is_handed_out_whole() {
+    let mut alloc = preallocated(MIB);
+    let a = alloc.allocate(3000, Tag::OTHER).unwrap(); // 3072 B
+    let guard = alloc.allocate(256, Tag::OTHER).unwrap();
+    alloc.free(a.addr).unwrap();
+    // A 2048-byte request in the free 3072-byte chunk: 3072 < 2 * 2048, remainder 1024 < cap.
+    let b = alloc.allocate(2048, Tag::OTHER).unwrap();
+    assert_eq!((b.addr, b.size, b.requested), (a.addr, 3072, 2048));
+    assert_eq!(alloc.stats().requested_in_use, 2048 + 256);
+    alloc.free(guard.addr).unwrap();
+}
+
+#[test]
+fn the_internal_fragmentation_cap_forces_a_split() {
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(MIB)
+        .with_growth(Growth::Preallocate)
+        .with_max_internal_fragmentation(1024);
+    let mut alloc = Allocator::new(VirtualMemory::new(MIB), config).unwrap();
+    let a = alloc.allocate(3000, Tag::OTHER).unwrap();
+    let _guard = alloc.allocate(256, Tag::OTHER).unwrap();
+    alloc.free(a.addr).unwrap();
+    // Remainder 1024 reaches the cap, so the 3072-byte chunk is split though 3072 < 2 * 2048.
+    let b = alloc.allocate(2048, Tag::OTHER).unwrap();
+    assert_eq!(b.size, 2048);
+}
+
+#[test]
+fn best_fit_prefers_the_smallest_block_then_the_lowest_address() {
+    let mut alloc = preallocated(MIB);
+    let blocks: Vec<_> = [4096, 256, 2048, 256, 2048, 256]
+        .iter()
+        .map(|&size| alloc.allocate(size, Tag::OTHER).unwrap())
+        .collect();
+    alloc.free(blocks[0].addr).unwrap(); // 4 KiB hole
+    alloc.free(blocks[4].addr).unwrap(); // 2 KiB hole, higher
+    alloc.free(blocks[2].addr).unwrap(); // 2 KiB hole, lower
+    let fit = alloc.allocate(1500, Tag::OTHER).unwrap();
+    assert_eq!(fit.addr, blocks[2].addr);
+    let next = alloc.allocate(1500, Tag::OTHER).unwrap();
+    assert_eq!(next.addr, blocks[4].addr);
+}
+
+#[test]
+fn a_freed_chunk_coalesces_with_both_neighbours() {
+    let mut alloc = preallocated(MIB);
+    let a = alloc.allocate(1024, Tag::OTHER).unwrap();
+    let b = alloc.allocate(1024, Tag::OTHER).unwrap();
+    let c = alloc.allocate(1024, Tag::OTHER).unwrap();
+    let _d = alloc.allocate(1024, Tag::OTHER).unwrap();
+    alloc.free(a.addr).unwrap();
+    alloc.free(c.addr).unwrap();
+    let chunks = || alloc.snapshot().regions[0].chunks.len();
+    assert_eq!(chunks(), 5); // a, b, c, d, tail
+    alloc.free(b.addr).unwrap();
+    let snapshot = alloc.snapshot();
+    let region = &snapshot.regions[0];
+    assert_eq!(region.chunks.len(), 3); // a+b+c, d, tail
+    assert_eq!(
+        (region.chunks[0].size, region.chunks[0].in_use),
+        (3072, false)
+    );
+    // The merged block serves a request of all three.
+    assert_eq!(alloc.allocate(3072, Tag::OTHER).unwrap().addr, a.addr);
+}
+
+#[test]
+fn on_demand_regions_start_at_2_mib_and_double() {
+    let mut alloc = on_demand(64 * MIB);
+    let mut sizes = Vec::new();
+    for _ in 0..4 {
+        let before = alloc.stats().regions;
+        // Fill what is free so that the next request must grow.
+        let largest = alloc.largest_free();
+        if largest > 0 {
+            alloc.allocate(largest, Tag::OTHER).unwrap();
+        }
+        alloc.allocate(256, Tag::OTHER).unwrap();
+        let snapshot = alloc.snapshot();
+        assert_eq!(snapshot.regions.len(), before + 1);
+        sizes.push(snapshot.regions.last().unwrap().size);
+    }
+    assert_eq!(sizes, [2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB]);
+}
+
+#[test]
+fn a_large_request_doubles_the_region_until_it_fits_and_the_limit_clamps_it() {
+    let mut alloc = on_demand(64 * MIB);
+    alloc.allocate(9 * MIB, Tag::OTHER).unwrap();
+    assert_eq!(alloc.reserved(), 16 * MIB);
+    // Next region would be 32 MiB; a 40 MiB request doubles it to 64, clamped to 48 MiB left.
+    alloc.allocate(40 * MIB, Tag::OTHER).unwrap();
+    assert_eq!(alloc.reserved(), 64 * MIB);
+}
+
+#[test]
+fn a_refusing_source_is_backed_off_to_90_percent() {
+    // The source refuses anything that would pass 3 MiB in total.
+    let source = FaultInjecting::new(VirtualMemory::new(64 * MIB)).fail_beyond(3 * MIB);
+    let config = AllocatorConfig::default().with_limit_bytes(64 * MIB);
+    let mut alloc = Allocator::new(source, config).unwrap();
+    alloc.allocate(2 * MIB, Tag::OTHER).unwrap(); // region 1: 2 MiB
+    // Region 2 asks 4 MiB, then steps down by 10% (rounded down to 256 B) until it fits in 1 MiB.
+    let mut expected = 4 * MIB;
+    while expected > MIB {
+        expected = (expected / 10 * 9) & !255;
+    }
+    let a = alloc.allocate(MIB / 2, Tag::OTHER).unwrap();
+    assert_eq!(alloc.snapshot().regions[1].size, expected);
+    assert_eq!(
+        a.size, expected,
+        "less than twice the request, so handed out whole"
+    );
+}
+
+#[test]
+fn a_refused_reserve_below_the_request_is_a_reported_oom() {
+    let source = FaultInjecting::new(VirtualMemory::new(64 * MIB)).fail_beyond(2 * MIB);
+    let config = AllocatorConfig::default().with_limit_bytes(64 * MIB);
+    let mut alloc = Allocator::new(source, config).unwrap();
+    alloc.allocate(MIB, Tag::WEIGHTS).unwrap();
+    let err = alloc.allocate(4 * MIB, Tag::ACTIVATIONS).unwrap_err();
+    let report = err.oom_report().unwrap();
+    assert!(
+        matches!(report.cause, OomCause::SourceRefused(_)),
+        "{:?}",
+        report.cause
+    );
+    assert_eq!(report.verdict, Verdict::Capacity);
+    assert!(err.to_string().contains("refused"), "{err}");
+}
+
+#[test]
+fn garbage_collection_releases_free_regions_and_retries() {
+    let run = |gc: bool| {
+        let config = AllocatorConfig::default()
+            .with_limit_bytes(8 * MIB)
+            .with_garbage_collection(gc);
+        let mut alloc = Allocator::new(VirtualMemory::new(8 * MIB), config).unwrap();
+        let a = alloc.allocate(2 * MIB, Tag::OTHER).unwrap(); // region 2 MiB
+        let b = alloc.allocate(4 * MIB, Tag::OTHER).unwrap(); // region 4 MiB
+        alloc.free(a.addr).unwrap();
+        // 6 MiB reserved, 2 free in region 1 and 2 MiB of headroom: a 3 MiB request fits only
+        // once the free 2 MiB region is given back.
+        let result = alloc.allocate(3 * MIB, Tag::OTHER);
+        (result.map(|_| ()), alloc.stats().regions_released, b)
+    };
+    let (with_gc, released, _) = run(true);
+    assert!(with_gc.is_ok());
+    assert_eq!(released, 1);
+    let (without_gc, _, _) = run(false);
+    let err = without_gc.unwrap_err();
+    assert_eq!(err.oom_report().unwrap().verdict, Verdict::Fragmentation);
+}
+
+#[test]
+fn release_cached_gives_back_only_entirely_free_regions() {
+    let mut alloc = on_demand(64 * MIB);
+    let a = alloc.allocate(MIB, Tag::OTHER).unwrap();
+    let _b = alloc.allocate(3 * MIB, Tag::OTHER).unwrap();
+    assert_eq!(alloc.reserved(), 6 * MIB);
+    alloc.free(a.addr).unwrap();
+    assert_eq!(alloc.release_cached(), 2 * MIB);
+    assert_eq!(alloc.reserved(), 4 * MIB);
+    assert_eq!(alloc.release_cached(), 0);
+}
+
+#[test]
+fn requests_above_the_limit_fail_at_once() {
+    let mut alloc = on_demand(4 * MIB);
+    for size in [4 * MIB + 1, u64::MAX, u64::MAX - 100] {
+        let err = alloc.allocate(size, Tag::DATA).unwrap_err();
+        let report = err.oom_report().unwrap();
+        assert_eq!(report.cause, OomCause::ExceedsLimit);
+        assert_eq!(report.verdict, Verdict::Capacity);
+        assert!(err.to_string().contains("larger than the limit"), "{err}");
+    }
+    assert_eq!(
+        alloc.reserved(),
+        0,
+        "nothing is reserved for an impossible request"
+    );
+    assert_eq!(alloc.stats().ooms, 3);
+    assert!(alloc.allocate(4 * MIB, Tag::DATA).is_ok());
+}
+
+#[test]
+fn fragmentation_and_capacity_ooms_are_told_apart() {
+    let mut alloc = preallocated(MIB);
+    let blocks: Vec<_> = (0..16)
+        .map(|_| alloc.allocate(MIB / 16, Tag::ACTIVATIONS).unwrap())
+        .collect();
+    for block in blocks.iter().step_by(2) {
+        alloc.free(block.addr).unwrap();
+    }
+    // Half the memory is free, in 64 KiB holes.
+    let err = alloc.allocate(MIB / 4, Tag::ACTIVATIONS).unwrap_err();
+    let report = err.oom_report().unwrap();
+    assert_eq!(report.verdict, Verdict::Fragmentation);
+    assert_eq!(report.free, MIB / 2);
+    assert_eq!(report.largest_free, MIB / 16);
+    assert!((report.fragmentation - 0.875).abs() < 1e-9);
+    let text = err.to_string();
+    for needle in [
+        "fragmentation OOM",
+        "fragmented",
+        "activations",
+        "bins:",
+        "[......+#####",
+        "largest live",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    let err = alloc.allocate(MIB * 3 / 4, Tag::ACTIVATIONS).unwrap_err();
+    let report = err.oom_report().unwrap();
+    assert_eq!(report.verdict, Verdict::Capacity);
+    assert!(err.to_string().contains("reduce the batch size"), "{err}");
+    // Blocks of 6.25 cells each, the even ones free: cells 0-5 free, 6 partly used, 7-11 used.
+    let map = &report.regions[0].map;
+    assert_eq!(map.len(), 100);
+    assert_eq!(
+        (&map[..6], &map[6..7], &map[7..12]),
+        ("......", "+", "#####")
+    );
+    assert_eq!(report.largest_live.len(), 8);
+}
+
+#[test]
+fn tags_keep_live_and_peak_bytes() {
+    let mut alloc = on_demand(64 * MIB);
+    let w = alloc.allocate(MIB, Tag::WEIGHTS).unwrap();
+    let a1 = alloc.allocate(2 * MIB, Tag::ACTIVATIONS).unwrap();
+    let a2 = alloc.allocate(MIB, Tag::ACTIVATIONS).unwrap();
+    alloc.free(a1.addr).unwrap();
+    let kv = Tag::named("kv-cache").unwrap();
+    alloc.allocate(512, kv).unwrap();
+    let stats = alloc.stats();
+    let usage = |tag| stats.tags.iter().find(|u| u.tag == tag).copied().unwrap();
+    assert_eq!(
+        (usage(Tag::WEIGHTS).live, usage(Tag::WEIGHTS).peak),
+        (MIB, MIB)
+    );
+    assert_eq!(usage(Tag::ACTIVATIONS).live, MIB);
+    assert_eq!(usage(Tag::ACTIVATIONS).peak, 3 * MIB);
+    assert_eq!(usage(Tag::ACTIVATIONS).live_allocations, 1);
+    assert_eq!(usage(kv).live, 512);
+    alloc.reset_peak();
+    let stats = alloc.stats();
+    let activations = stats
+        .tags
+        .iter()
+        .find(|u| u.tag == Tag::ACTIVATIONS)
+        .unwrap();
+    assert_eq!(activations.peak, MIB);
+    assert_eq!(stats.peak_in_use, stats.in_use);
+    alloc.free(a2.addr).unwrap();
+    alloc.free(w.addr).unwrap();
+}
+
+#[test]
+fn invalid_frees_are_typed_errors_that_change_nothing() {
+    let mut alloc = preallocated(MIB);
+    let a = alloc.allocate(1024, Tag::OTHER).unwrap();
+    let b = alloc.allocate(1024, Tag::OTHER).unwrap();
+    let before = alloc.snapshot();
+    let reason = |result: Result<_, Error>| match result {
+        Err(Error::InvalidFree { reason, .. }) => reason,
+        other => panic!("expected an invalid free, got {other:?}"),
+    };
+    assert_eq!(
+        reason(alloc.free(a.addr + 256)),
+        InvalidFreeReason::InteriorAddress
+    );
+    assert_eq!(reason(alloc.free(12345)), InvalidFreeReason::UnknownAddress);
+    assert_eq!(alloc.snapshot(), before);
+    alloc.free(b.addr).unwrap();
+    // b merged with the free tail, so its address is now a free chunk's start: a double free.
+    let err = alloc.free(b.addr).unwrap_err();
+    assert!(err.to_string().contains("double free"), "{err}");
+    alloc.free(a.addr).unwrap();
+    assert_eq!(reason(alloc.free(a.addr)), InvalidFreeReason::DoubleFree);
+    assert_eq!(alloc.stats().frees, 2);
+}
+
+#[test]
+fn limits_as_fractions_and_bad_configurations() {
+    let config = AllocatorConfig::default().with_limit(Limit::Fraction(0.25));
+    let alloc = Allocator::new(VirtualMemory::new(64 * MIB), config).unwrap();
+    assert_eq!(alloc.limit(), 16 * MIB);
+    let bad = AllocatorConfig::default().with_limit(Limit::Fraction(2.0));
+    let err = Allocator::new(VirtualMemory::new(MIB), bad).unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+    let refused = FaultInjecting::new(VirtualMemory::new(MIB)).fail_reserve_number(1);
+    let config = AllocatorConfig::default().with_growth(Growth::Preallocate);
+    let err = Allocator::new(refused, config).unwrap_err();
+    assert!(matches!(err, Error::Source { op: "reserve", .. }), "{err}");
+}

@@ -1,0 +1,52 @@
+//! Criterion benches of allocate + free: headroom-alloc against offset-allocator and first fit.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use headroom_benches::peers::{FirstFit, Headroom, OffsetAllocator, TraceAllocator};
+
+const CAPACITY: u64 = 1 << 30;
+
+/// One allocate + free of the same size: the fast path.
+fn pair<A: TraceAllocator>(c: &mut Criterion, mut allocator: A) {
+    let name = format!("alloc+free 4KiB/{}", allocator.name());
+    c.bench_function(&name, |b| {
+        b.iter(|| {
+            let handle = allocator.allocate(black_box(4096)).expect("roomy pool");
+            allocator.free(handle);
+        })
+    });
+}
+
+/// A ring of 256 live allocations of mixed sizes: each step frees the oldest and allocates anew,
+/// so free chunks of many sizes coexist and coalesce.
+fn ring<A: TraceAllocator>(c: &mut Criterion, mut allocator: A) {
+    let sizes: Vec<u64> = (0..256u64).map(|i| 256 + (i * 7919 % 61) * 1000).collect();
+    let mut live: Vec<A::Handle> = sizes
+        .iter()
+        .map(|&size| allocator.allocate(size).expect("roomy pool"))
+        .collect();
+    let mut step = 0usize;
+    let name = format!("alloc+free ring of 256 mixed/{}", allocator.name());
+    c.bench_function(&name, |b| {
+        b.iter(|| {
+            let slot = step % live.len();
+            allocator.free(live[slot]);
+            let size = sizes[(step * 31) % sizes.len()];
+            live[slot] = allocator.allocate(black_box(size)).expect("roomy pool");
+            step += 1;
+        })
+    });
+}
+
+fn benches(c: &mut Criterion) {
+    pair(c, Headroom::new(CAPACITY));
+    pair(c, OffsetAllocator::new(CAPACITY));
+    pair(c, FirstFit::new(CAPACITY));
+    ring(c, Headroom::new(CAPACITY));
+    ring(c, OffsetAllocator::new(CAPACITY));
+    ring(c, FirstFit::new(CAPACITY));
+}
+
+criterion_group!(alloc, benches);
+criterion_main!(alloc);

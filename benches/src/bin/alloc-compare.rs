@@ -1,0 +1,129 @@
+//! Runs the same traces through headroom-alloc, offset-allocator and a first-fit list in one
+//! process, and prints a table and one JSON line per (trace, allocator).
+//!
+//! `ns_per_op` is the median time of a whole replay divided by its allocations: nanoseconds per
+//! allocate + free pair. `peak_reserved_over_peak_in_use` divides the allocator's peak reserved
+//! bytes by the peak of live requested bytes. `max_fit_scale` is the largest scale of the trace's
+//! family (batch size for the transformer, size multiplier for log-normal) that replays without
+//! an OOM at the family's fixed capacity.
+
+use headroom_alloc::trace::{LogNormalTrace, TraceOp, TransformerTrace};
+use headroom_benches::harness::{CompactTrace, Replay, max_fit_scale, replay_median};
+use headroom_benches::peers::{FirstFit, Headroom, OffsetAllocator, TraceAllocator};
+
+/// One family of traces at a fixed capacity.
+struct Family {
+    name: &'static str,
+    capacity: u64,
+    /// Scales to report in the table.
+    scales: &'static [u64],
+    /// Scales tried by the fit search.
+    max_scale: u64,
+    trace_at: fn(u64) -> Vec<TraceOp>,
+    runs: usize,
+}
+
+fn transformer(batch: u64) -> Vec<TraceOp> {
+    TransformerTrace::default().with_batch(batch).generate()
+}
+
+fn lognormal(scale: u64) -> Vec<TraceOp> {
+    LogNormalTrace {
+        median_size: 16_384.0,
+        sigma: 1.5,
+        ..LogNormalTrace::default()
+    }
+    .with_scale(scale as f64)
+    .generate()
+}
+
+const FAMILIES: [Family; 2] = [
+    Family {
+        name: "transformer",
+        capacity: 1 << 30,
+        scales: &[4, 16, 32],
+        max_scale: 64,
+        trace_at: transformer,
+        runs: 101,
+    },
+    Family {
+        name: "lognormal",
+        capacity: 64 << 20,
+        scales: &[1, 4],
+        max_scale: 32,
+        trace_at: lognormal,
+        runs: 11,
+    },
+];
+
+struct Row {
+    trace: String,
+    allocator: &'static str,
+    replay: Replay,
+    allocs: usize,
+    max_fit_scale: u64,
+}
+
+fn measure<A: TraceAllocator>(family: &Family, make: impl Fn(u64) -> A, rows: &mut Vec<Row>) {
+    let fit = max_fit_scale(family.max_scale, family.trace_at, || make(family.capacity));
+    for &scale in family.scales {
+        let trace = CompactTrace::new(&(family.trace_at)(scale));
+        let replay = replay_median(&trace, family.runs, || make(family.capacity));
+        rows.push(Row {
+            trace: format!("{}-x{scale}", family.name),
+            allocator: make(family.capacity).name(),
+            replay,
+            allocs: trace.allocs(),
+            max_fit_scale: fit,
+        });
+    }
+}
+
+fn main() {
+    let mut rows = Vec::new();
+    for family in &FAMILIES {
+        measure(family, Headroom::new, &mut rows);
+        measure(family, OffsetAllocator::new, &mut rows);
+        measure(family, FirstFit::new, &mut rows);
+    }
+    rows.sort_by(|a, b| a.trace.cmp(&b.trace));
+    println!(
+        "{:<16} {:<18} {:>10} {:>10} {:>14} {:>6} {:>8}",
+        "trace", "allocator", "ns/pair", "vs offset", "reserved/live", "OOMs", "max fit"
+    );
+    for row in &rows {
+        let offset = rows
+            .iter()
+            .find(|other| other.trace == row.trace && other.allocator == "offset-allocator")
+            .map_or(f64::NAN, ns_per_op);
+        println!(
+            "{:<16} {:<18} {:>10.1} {:>10.2} {:>14.3} {:>6} {:>8}",
+            row.trace,
+            row.allocator,
+            ns_per_op(row),
+            ns_per_op(row) / offset,
+            ratio(row),
+            row.replay.ooms,
+            row.max_fit_scale
+        );
+    }
+    for row in &rows {
+        let line = serde_json::json!({
+            "trace": row.trace,
+            "allocator": row.allocator,
+            "ns_per_op": ns_per_op(row),
+            "peak_reserved_over_peak_in_use": ratio(row),
+            "ooms": row.replay.ooms,
+            "max_fit_scale": row.max_fit_scale,
+        });
+        println!("{line}");
+    }
+}
+
+fn ns_per_op(row: &Row) -> f64 {
+    row.replay.nanos as f64 / row.allocs.max(1) as f64
+}
+
+fn ratio(row: &Row) -> f64 {
+    row.replay.peak_reserved as f64 / row.replay.peak_live.max(1) as f64
+}

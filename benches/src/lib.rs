@@ -1,0 +1,5 @@
+//! Benchmarks of Headroom against its peers: the same traces through headroom-alloc,
+//! offset-allocator and a first-fit list, in one process.
+
+pub mod harness;
+pub mod peers;

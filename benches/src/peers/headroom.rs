@@ -1,0 +1,51 @@
+//! headroom-alloc over a virtual address space.
+
+use headroom_alloc::{Allocator, AllocatorConfig, Tag, VirtualMemory};
+
+use super::TraceAllocator;
+
+/// headroom-alloc with on-demand growth up to a fixed capacity.
+pub struct Headroom {
+    inner: Allocator,
+    name: &'static str,
+}
+
+impl Headroom {
+    /// An allocator with the default configuration over `capacity` bytes.
+    pub fn new(capacity: u64) -> Self {
+        Self::with_config(capacity, AllocatorConfig::default(), "headroom-alloc")
+    }
+
+    /// An allocator with `config` (its limit set to `capacity`) under a name for tables.
+    pub fn with_config(capacity: u64, config: AllocatorConfig, name: &'static str) -> Self {
+        let config = config.with_limit_bytes(capacity);
+        let inner = Allocator::new(VirtualMemory::new(capacity), config)
+            .unwrap_or_else(|err| panic!("a bench configuration is invalid: {err}"));
+        Self { inner, name }
+    }
+}
+
+impl TraceAllocator for Headroom {
+    type Handle = u64;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn allocate(&mut self, size: u64) -> Option<u64> {
+        self.inner
+            .allocate(size, Tag::OTHER)
+            .ok()
+            .map(|allocation| allocation.addr)
+    }
+
+    fn free(&mut self, addr: u64) {
+        if let Err(err) = self.inner.free(addr) {
+            panic!("the harness freed a bad address: {err}");
+        }
+    }
+
+    fn peak_reserved(&self) -> u64 {
+        self.inner.stats().peak_reserved
+    }
+}

@@ -1,0 +1,12 @@
+//! Drives the allocator with arbitrary scenarios and checks it against the shadow model;
+//! `validate()` runs after every operation (feature `validate`).
+#![no_main]
+
+use headroom_alloc::model::Scenario;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|scenario: Scenario| {
+    if let Err(disagreement) = scenario.run() {
+        panic!("{disagreement}\nscenario: {scenario:?}");
+    }
+});
