@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::address_map::AddressMap;
 use crate::bins::{Bins, FreeKey};
-use crate::chunk::{AddressMap, Chunk, ChunkArena, ChunkId, NONE};
+use crate::chunk::{Chunk, ChunkArena, ChunkId, NONE};
 use crate::config::{AllocatorConfig, FIRST_REGION, Growth};
 use crate::error::{Error, InvalidFreeReason, Result};
 use crate::history::{Event, EventKind, History};
@@ -156,11 +157,15 @@ impl Allocator {
 
     /// Hands out the best-fitting free chunk, split if the split rule says so.
     fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<Allocation> {
-        let FreeKey { size, addr, id } = self.bins.take_best_fit(rounded)?;
+        let found = self.bins.best_fit(rounded)?;
+        let FreeKey { size, addr, id } = found;
         let remainder = size - rounded;
         if size >= rounded.saturating_mul(2) || remainder >= self.config.max_internal_fragmentation
         {
-            self.split(id, rounded);
+            let rest = self.split(id, rounded);
+            self.bins.replace(found, rest);
+        } else {
+            self.bins.remove(found);
         }
         let chunk = &mut self.chunks[id];
         chunk.in_use = true;
@@ -174,18 +179,18 @@ impl Allocator {
         counters.peak_in_use = counters.peak_in_use.max(counters.in_use);
         counters.requested_in_use += requested;
         self.tags.add(tag, size);
-        let allocation = Allocation {
+        self.record(EventKind::Alloc, addr, size, requested, Some(tag));
+        Some(Allocation {
             addr,
             size,
             requested,
             tag,
-        };
-        self.record(EventKind::Alloc, addr, size, requested, Some(tag));
-        Some(allocation)
+        })
     }
 
-    /// Cuts free chunk `id` (out of the bins) to `size` bytes; the rest becomes a free chunk.
-    fn split(&mut self, id: ChunkId, size: u64) {
+    /// Cuts free chunk `id` to `size` bytes; the rest becomes a new free chunk, whose bin key is
+    /// returned for the caller to file.
+    fn split(&mut self, id: ChunkId, size: u64) -> FreeKey {
         let chunk = self.chunks[id];
         let rest = Chunk {
             addr: chunk.addr + size,
@@ -204,11 +209,11 @@ impl Allocator {
         chunk.size = size;
         chunk.next = rest_id;
         self.by_addr.insert(rest.addr, rest_id);
-        self.bins.insert(FreeKey {
+        FreeKey {
             size: rest.size,
             addr: rest.addr,
             id: rest_id,
-        });
+        }
     }
 
     /// Frees the allocation starting at `addr` and merges it with free neighbours.
@@ -222,8 +227,8 @@ impl Allocator {
     }
 
     fn free_unchecked(&mut self, addr: u64) -> Result<Allocation> {
-        let id = match self.by_addr.get(&addr) {
-            Some(&id) if self.chunks[id].in_use => id,
+        let id = match self.by_addr.get(addr) {
+            Some(id) if self.chunks[id].in_use => id,
             Some(_) => return Err(self.invalid_free(addr, InvalidFreeReason::DoubleFree)),
             None => {
                 let reason = if self.region_containing(addr).is_some() {
@@ -253,41 +258,48 @@ impl Allocator {
             freed.requested,
             Some(freed.tag),
         );
-        let merged = self.coalesce(id);
-        let chunk = &self.chunks[merged];
-        self.bins.insert(FreeKey {
-            size: chunk.size,
-            addr: chunk.addr,
-            id: merged,
-        });
+        self.coalesce(id);
         Ok(freed)
     }
 
-    /// Merges free chunk `id` (not in a bin) with its free neighbours, taking them out of their
-    /// bins; returns the merged chunk's id.
-    fn coalesce(&mut self, id: ChunkId) -> ChunkId {
-        let next = self.chunks[id].next;
-        if next != NONE && !self.chunks[next].in_use {
-            self.unbin(next);
-            self.merge_into_lower(id);
+    /// Files free chunk `id` (in no bin yet), merged with its free neighbours, whose bin entries
+    /// are replaced in place where possible.
+    fn coalesce(&mut self, id: ChunkId) {
+        let chunk = &self.chunks[id];
+        let (prev, next) = (chunk.prev, chunk.next);
+        let next_free = next != NONE && !self.chunks[next].in_use;
+        let prev_free = prev != NONE && !self.chunks[prev].in_use;
+        match (prev_free, next_free) {
+            (false, false) => self.bins.insert(self.key(id)),
+            (false, true) => {
+                let old = self.key(next);
+                self.merge_into_lower(id);
+                self.bins.replace(old, self.key(id));
+            }
+            (true, false) => {
+                let old = self.key(prev);
+                self.merge_into_lower(prev);
+                self.bins.replace(old, self.key(prev));
+            }
+            (true, true) => {
+                let (old_prev, old_next) = (self.key(prev), self.key(next));
+                self.bins.remove(old_next);
+                self.merge_into_lower(id);
+                self.merge_into_lower(prev);
+                self.bins.replace(old_prev, self.key(prev));
+            }
         }
-        let prev = self.chunks[id].prev;
-        if prev != NONE && !self.chunks[prev].in_use {
-            self.unbin(prev);
-            self.merge_into_lower(prev);
-            return prev;
-        }
-        id
     }
 
-    /// Takes free chunk `id` out of its bin.
-    fn unbin(&mut self, id: ChunkId) {
+    /// The bin key of chunk `id`.
+    #[inline]
+    fn key(&self, id: ChunkId) -> FreeKey {
         let chunk = &self.chunks[id];
-        self.bins.remove(FreeKey {
+        FreeKey {
             size: chunk.size,
             addr: chunk.addr,
             id,
-        });
+        }
     }
 
     /// Merges the chunk after `lower` into `lower`, unlinking and forgetting it.
@@ -300,7 +312,7 @@ impl Allocator {
         if upper.next != NONE {
             self.chunks[upper.next].prev = lower;
         }
-        self.by_addr.remove(&upper.addr);
+        self.by_addr.remove(upper.addr);
         self.chunks.remove(upper_id);
     }
 
@@ -316,7 +328,7 @@ impl Allocator {
 
     /// The live allocation starting at `addr`, if any.
     pub fn allocation(&self, addr: u64) -> Option<Allocation> {
-        let chunk = &self.chunks[*self.by_addr.get(&addr)?];
+        let chunk = &self.chunks[self.by_addr.get(addr)?];
         chunk.in_use.then_some(Allocation {
             addr,
             size: chunk.size,

@@ -17,6 +17,7 @@ pub const BIN_COUNT: usize = 21;
 /// assert_eq!(bin_index(512), 1);
 /// assert_eq!(bin_index(1 << 40), 20);
 /// ```
+#[inline]
 pub fn bin_index(size: u64) -> usize {
     let granules = (size / GRANULE).max(1);
     ((63 - granules.leading_zeros()) as usize).min(BIN_COUNT - 1)
@@ -45,6 +46,7 @@ pub(crate) struct Bins {
 
 impl Bins {
     /// Files a free chunk in its bin.
+    #[inline]
     pub fn insert(&mut self, key: FreeKey) {
         let bin = bin_index(key.size);
         self.sets[bin].insert(key);
@@ -52,6 +54,7 @@ impl Bins {
     }
 
     /// Takes a free chunk out of its bin; returns whether it was there.
+    #[inline]
     pub fn remove(&mut self, key: FreeKey) -> bool {
         let bin = bin_index(key.size);
         let removed = self.sets[bin].remove(&key);
@@ -59,17 +62,17 @@ impl Bins {
         removed
     }
 
-    /// Removes and returns the best fit for `size` bytes: the smallest free chunk of at least
-    /// `size`, the lowest address among equals.
-    pub fn take_best_fit(&mut self, size: u64) -> Option<FreeKey> {
+    /// The best fit for `size` bytes, left in place: the smallest free chunk of at least `size`,
+    /// the lowest address among equals.
+    #[inline]
+    pub fn best_fit(&self, size: u64) -> Option<FreeKey> {
         let first_bin = bin_index(size);
         let probe = FreeKey {
             size,
             addr: 0,
             id: 0,
         };
-        if let Some(found) = self.sets[first_bin].take_at_least(&probe) {
-            self.mark(first_bin);
+        if let Some(found) = self.sets[first_bin].first_at_least(&probe) {
             return Some(found);
         }
         let higher = self.non_empty & !((2u32 << first_bin) - 1);
@@ -77,18 +80,29 @@ impl Bins {
             return None;
         }
         // Every chunk of a higher bin fits; its smallest is the best fit.
-        let bin = higher.trailing_zeros() as usize;
         let smallest = FreeKey {
             size: 0,
             addr: 0,
             id: 0,
         };
-        let found = self.sets[bin].take_at_least(&smallest);
-        self.mark(bin);
-        found
+        self.sets[higher.trailing_zeros() as usize].first_at_least(&smallest)
+    }
+
+    /// Replaces filed chunk `old` by `new` (a split remainder or a merged chunk), in place when
+    /// both belong to the same bin and sort into the same slot.
+    #[inline]
+    pub fn replace(&mut self, old: FreeKey, new: FreeKey) {
+        let bin = bin_index(old.size);
+        if bin == bin_index(new.size) {
+            self.sets[bin].replace(&old, new);
+        } else {
+            self.remove(old);
+            self.insert(new);
+        }
     }
 
     /// Brings bin `bin`'s bit in the bitmap up to date.
+    #[inline]
     fn mark(&mut self, bin: usize) {
         if self.sets[bin].is_empty() {
             self.non_empty &= !(1 << bin);
@@ -135,6 +149,12 @@ mod tests {
         FreeKey { size, addr, id: 0 }
     }
 
+    fn take_best_fit(bins: &mut Bins, size: u64) -> Option<FreeKey> {
+        let found = bins.best_fit(size)?;
+        assert!(bins.remove(found));
+        Some(found)
+    }
+
     #[test]
     fn bins_are_powers_of_two_from_256_bytes() {
         for i in 0..BIN_COUNT {
@@ -153,13 +173,19 @@ mod tests {
         bins.insert(key(2048, 0x9000));
         bins.insert(key(2048, 0x1000));
         bins.insert(key(1 << 20, 0x10_0000));
-        assert_eq!(bins.take_best_fit(1024), Some(key(2048, 0x1000)));
-        assert_eq!(bins.take_best_fit(1024), Some(key(2048, 0x9000)));
-        assert_eq!(bins.take_best_fit(3000), Some(key(4096, 0x3000)));
+        assert_eq!(take_best_fit(&mut bins, 1024), Some(key(2048, 0x1000)));
+        assert_eq!(take_best_fit(&mut bins, 1024), Some(key(2048, 0x9000)));
+        assert_eq!(take_best_fit(&mut bins, 3000), Some(key(4096, 0x3000)));
         assert_eq!(bins.largest(), Some(key(1 << 20, 0x10_0000)));
-        assert_eq!(bins.take_best_fit(2 << 20), None);
-        assert_eq!(bins.take_best_fit(256), Some(key(1 << 20, 0x10_0000)));
+        assert_eq!(take_best_fit(&mut bins, 2 << 20), None);
+        assert_eq!(take_best_fit(&mut bins, 256), Some(key(1 << 20, 0x10_0000)));
         assert_eq!(bins.len(), 0);
+        bins.insert(key(4096, 0x3000));
+        bins.replace(key(4096, 0x3000), key(3840, 0x3100));
+        bins.replace(key(3840, 0x3100), key(1024, 0x3100)); // moves to a lower bin
+        assert_eq!(bins.largest(), Some(key(1024, 0x3100)));
+        assert!(!bins.marked_non_empty(bin_index(3840)));
+        assert!(bins.remove(key(1024, 0x3100)));
         assert_eq!(bins.largest(), None);
     }
 }

@@ -1,8 +1,5 @@
 //! Chunks: the pieces regions are cut into, kept in an index-linked arena.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use crate::tag::Tag;
 
 /// Index of a chunk in the [`ChunkArena`].
@@ -48,6 +45,7 @@ pub(crate) struct ChunkArena {
 
 impl ChunkArena {
     /// Stores `chunk` and returns its id.
+    #[inline]
     pub fn insert(&mut self, chunk: Chunk) -> ChunkId {
         match self.vacant.pop() {
             Some(id) => {
@@ -62,6 +60,7 @@ impl ChunkArena {
     }
 
     /// Marks `id` vacant; the caller has unlinked it.
+    #[inline]
     pub fn remove(&mut self, id: ChunkId) {
         self.vacant.push(id);
     }
@@ -74,37 +73,15 @@ impl ChunkArena {
 
 impl std::ops::Index<ChunkId> for ChunkArena {
     type Output = Chunk;
+    #[inline]
     fn index(&self, id: ChunkId) -> &Chunk {
         &self.slots[id as usize]
     }
 }
 
 impl std::ops::IndexMut<ChunkId> for ChunkArena {
+    #[inline]
     fn index_mut(&mut self, id: ChunkId) -> &mut Chunk {
         &mut self.slots[id as usize]
     }
 }
-
-/// A hasher for granule-aligned addresses: drop the always-zero low bits, multiply by a large odd
-/// constant (Fibonacci hashing), fold the high half down. Far cheaper than SipHash, and addresses
-/// are not attacker-chosen keys.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, addr: u64) {
-        let mixed = (addr >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = mixed ^ (mixed >> 29);
-    }
-}
-
-/// The start address of every chunk (free or in use) to its id: O(1) lookup for `free`.
-pub(crate) type AddressMap = HashMap<u64, ChunkId, BuildHasherDefault<AddressHasher>>;

@@ -29,6 +29,7 @@ impl Default for FreeSet {
 }
 
 impl FreeSet {
+    #[inline]
     pub fn insert(&mut self, key: FreeKey) {
         match self {
             Self::Small(keys) => {
@@ -46,6 +47,7 @@ impl FreeSet {
     }
 
     /// Removes `key`; returns whether it was present.
+    #[inline]
     pub fn remove(&mut self, key: &FreeKey) -> bool {
         match self {
             Self::Small(keys) => match keys.binary_search(key) {
@@ -65,21 +67,35 @@ impl FreeSet {
         }
     }
 
-    /// Removes and returns the smallest key not below `probe`.
-    pub fn take_at_least(&mut self, probe: &FreeKey) -> Option<FreeKey> {
+    /// Replaces `old`, which must be present, by `new`, which must belong to the same bin: in
+    /// place when `new` sorts into the same slot (the common case when a chunk is split or grows
+    /// by merging), otherwise by a removal and an insertion.
+    #[inline]
+    pub fn replace(&mut self, old: &FreeKey, new: FreeKey) {
+        if let Self::Small(keys) = self {
+            if let Ok(index) = keys.binary_search(old) {
+                let after_previous = index == 0 || keys[index - 1] < new;
+                let before_next = index + 1 == keys.len() || new < keys[index + 1];
+                if after_previous && before_next {
+                    keys[index] = new;
+                    return;
+                }
+            }
+        }
+        self.remove(old);
+        self.insert(new);
+    }
+
+    /// The smallest key not below `probe`.
+    #[inline]
+    pub fn first_at_least(&self, probe: &FreeKey) -> Option<FreeKey> {
         match self {
-            Self::Small(keys) => {
-                let index = keys.partition_point(|key| key < probe);
-                (index < keys.len()).then(|| keys.remove(index))
-            }
-            Self::Large(keys) => {
-                let found = *keys.range(probe..).next()?;
-                self.remove(&found);
-                Some(found)
-            }
+            Self::Small(keys) => keys.get(keys.partition_point(|key| key < probe)).copied(),
+            Self::Large(keys) => keys.range(probe..).next().copied(),
         }
     }
 
+    #[inline]
     pub fn contains(&self, key: &FreeKey) -> bool {
         match self {
             Self::Small(keys) => keys.binary_search(key).is_ok(),
@@ -87,6 +103,7 @@ impl FreeSet {
         }
     }
 
+    #[inline]
     pub fn last(&self) -> Option<&FreeKey> {
         match self {
             Self::Small(keys) => keys.last(),
@@ -94,6 +111,7 @@ impl FreeSet {
         }
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         match self {
             Self::Small(keys) => keys.len(),
@@ -101,6 +119,7 @@ impl FreeSet {
         }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -149,7 +168,30 @@ mod tests {
                     if let Some(found) = expected {
                         model.remove(&found);
                     }
-                    assert_eq!(set.take_at_least(&probe), expected);
+                    let found = set.first_at_least(&probe);
+                    assert_eq!(found, expected);
+                    if let Some(found) = found {
+                        assert!(set.remove(&found));
+                    }
+                }
+                3 if (state >> 4) % 2 == 0 => {
+                    // Replace a present key by one of the same bin, as a split or merge does.
+                    if let Some(&old) = model
+                        .iter()
+                        .nth((state >> 12) as usize % model.len().max(1))
+                    {
+                        let new = key(old.size + 256, old.addr.saturating_sub(256));
+                        if !model.contains(&new) {
+                            model.remove(&old);
+                            model.insert(new);
+                            set.replace(&old, new);
+                        }
+                    }
+                    let probe = key(k.size, 0);
+                    assert_eq!(
+                        set.first_at_least(&probe),
+                        model.range(probe..).next().copied()
+                    );
                 }
                 _ => assert_eq!(set.contains(&k), model.contains(&k)),
             }

@@ -98,8 +98,8 @@ impl Allocator {
             .iter()
             .filter(|&(base, _)| {
                 self.by_addr
-                    .get(base)
-                    .is_some_and(|&id| !self.chunks[id].in_use && self.chunks[id].is_whole_region())
+                    .get(*base)
+                    .is_some_and(|id| !self.chunks[id].in_use && self.chunks[id].is_whole_region())
             })
             .map(|(&base, &size)| (base, size))
             .collect();
@@ -114,7 +114,7 @@ impl Allocator {
                 );
                 continue;
             }
-            let id = self.by_addr.remove(&base).unwrap_or(NONE);
+            let id = self.by_addr.remove(base).unwrap_or(NONE);
             self.bins.remove(FreeKey {
                 size,
                 addr: base,

@@ -67,7 +67,7 @@ impl Allocator {
             .iter()
             .map(|(&base, &size)| {
                 let mut chunks = Vec::new();
-                let mut id = self.by_addr.get(&base).copied().unwrap_or(NONE);
+                let mut id = self.by_addr.get(base).unwrap_or(NONE);
                 while id != NONE {
                     let chunk = &self.chunks[id];
                     chunks.push(ChunkSnapshot {

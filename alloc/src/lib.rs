@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_code)]
 
+mod address_map;
 mod allocator;
 mod bins;
 mod chunk;

@@ -25,6 +25,7 @@ pub(crate) struct TagTable {
 
 impl TagTable {
     /// Counts `bytes` more under `tag`.
+    #[inline]
     pub fn add(&mut self, tag: Tag, bytes: u64) {
         let index = tag.index();
         if index >= self.rows.len() {
@@ -38,6 +39,7 @@ impl TagTable {
     }
 
     /// Counts `bytes` fewer under `tag`, which must hold at least that much.
+    #[inline]
     pub fn sub(&mut self, tag: Tag, bytes: u64) {
         if let Some(row) = self.rows.get_mut(tag.index()) {
             row.live -= bytes;

@@ -28,7 +28,7 @@ impl Allocator {
             }
             previous_end = base + size;
             reserved += size;
-            let Some(&first) = self.by_addr.get(&base) else {
+            let Some(first) = self.by_addr.get(base) else {
                 return fail(format!("no chunk starts region {base:#x}"));
             };
             if self.chunks[first].prev != NONE {
@@ -52,7 +52,7 @@ impl Allocator {
                 if chunk.size == 0 || chunk.size % GRANULE != 0 {
                     return fail(format!("chunk at {addr:#x} has size {}", chunk.size));
                 }
-                if self.by_addr.get(&addr) != Some(&id) {
+                if self.by_addr.get(addr) != Some(id) {
                     return fail(format!("address map disagrees at {addr:#x}"));
                 }
                 if chunk.in_use {

@@ -109,24 +109,51 @@ fn replay_on<A: TraceAllocator>(trace: &CompactTrace, allocator: &mut A) -> Repl
     }
 }
 
-/// Replays `trace` on a fresh allocator from `make`, then `runs` more times on the same, warm
-/// allocator (the steady state of a training loop). Returns the cold run's OOMs and peaks with
-/// the median time of the warm runs.
-pub fn replay_median<A: TraceAllocator>(
-    trace: &CompactTrace,
-    runs: usize,
-    make: impl Fn() -> A,
-) -> Replay {
-    let mut allocator = make();
+/// An allocator that has replayed a trace once (cold) and can replay it again, warm.
+pub struct Contender<'t> {
+    /// The allocator's name.
+    pub name: &'static str,
+    /// OOMs and peaks of the cold replay.
+    pub cold: Replay,
+    /// Replays the trace once more and returns the nanoseconds it took.
+    warm: Box<dyn FnMut() -> u128 + 't>,
+}
+
+/// Replays `trace` on `allocator` once, cold, and keeps it for warm replays.
+pub fn contender<'t, A: TraceAllocator + 't>(
+    trace: &'t CompactTrace,
+    mut allocator: A,
+) -> Contender<'t> {
+    let name = allocator.name();
     let cold = replay_on(trace, &mut allocator);
-    let mut times: Vec<u128> = (0..runs.max(1))
-        .map(|_| replay_on(trace, &mut allocator).nanos)
-        .collect();
-    times.sort_unstable();
-    Replay {
-        nanos: times[times.len() / 2],
-        ..cold
+    Contender {
+        name,
+        cold,
+        warm: Box::new(move || replay_on(trace, &mut allocator).nanos),
     }
+}
+
+/// Times `runs` warm replays of every contender, taking turns so that all of them see the same
+/// machine noise (the steady state of a training loop). Returns each one's cold OOMs and peaks
+/// with the median of its warm times.
+pub fn race(contenders: &mut [Contender<'_>], runs: usize) -> Vec<Replay> {
+    let mut times: Vec<Vec<u128>> = vec![Vec::with_capacity(runs); contenders.len()];
+    for _ in 0..runs.max(1) {
+        for (contender, times) in contenders.iter_mut().zip(&mut times) {
+            times.push((contender.warm)());
+        }
+    }
+    contenders
+        .iter()
+        .zip(times)
+        .map(|(contender, mut times)| {
+            times.sort_unstable();
+            Replay {
+                nanos: times[times.len() / 2],
+                ..contender.cold
+            }
+        })
+        .collect()
 }
 
 /// The largest scale in `1..=max_scale` such that the trace of every scale up to it replays with

@@ -1,15 +1,15 @@
 //! Runs the same traces through headroom-alloc, offset-allocator and a first-fit list in one
 //! process, and prints a table and one JSON line per (trace, allocator).
 //!
-//! `ns_per_op` is the median time of a whole replay divided by its allocations: nanoseconds per
-//! allocate + free pair. `peak_reserved_over_peak_in_use` divides the allocator's peak reserved
+//! `ns_per_op` is the median time of a whole warm replay (the allocators take turns, so they share
+//! the machine's noise) divided by its allocations: nanoseconds per allocate + free pair. `peak_reserved_over_peak_in_use` divides the allocator's peak reserved
 //! bytes by the peak of live requested bytes. `max_fit_scale` is the largest scale of the trace's
 //! family (batch size for the transformer, size multiplier for log-normal) that replays without
 //! an OOM at the family's fixed capacity.
 
 use headroom_alloc::trace::{LogNormalTrace, TraceOp, TransformerTrace};
-use headroom_benches::harness::{CompactTrace, Replay, max_fit_scale, replay_median};
-use headroom_benches::peers::{FirstFit, Headroom, OffsetAllocator, TraceAllocator};
+use headroom_benches::harness::{CompactTrace, Contender, Replay, contender, max_fit_scale, race};
+use headroom_benches::peers::{FirstFit, Headroom, OffsetAllocator};
 
 /// One family of traces at a fixed capacity.
 struct Family {
@@ -64,29 +64,48 @@ struct Row {
     max_fit_scale: u64,
 }
 
-fn measure<A: TraceAllocator>(family: &Family, make: impl Fn(u64) -> A, rows: &mut Vec<Row>) {
-    let fit = max_fit_scale(family.max_scale, family.trace_at, || make(family.capacity));
+/// The allocators compared, each over `capacity` bytes, as contenders on `trace`.
+fn contenders(trace: &CompactTrace, capacity: u64) -> Vec<Contender<'_>> {
+    vec![
+        contender(trace, Headroom::new(capacity)),
+        contender(trace, OffsetAllocator::new(capacity)),
+        contender(trace, FirstFit::new(capacity)),
+    ]
+}
+
+fn measure(family: &Family, rows: &mut Vec<Row>) {
+    let fits = [
+        max_fit_scale(family.max_scale, family.trace_at, || {
+            Headroom::new(family.capacity)
+        }),
+        max_fit_scale(family.max_scale, family.trace_at, || {
+            OffsetAllocator::new(family.capacity)
+        }),
+        max_fit_scale(family.max_scale, family.trace_at, || {
+            FirstFit::new(family.capacity)
+        }),
+    ];
     for &scale in family.scales {
         let trace = CompactTrace::new(&(family.trace_at)(scale));
-        let replay = replay_median(&trace, family.runs, || make(family.capacity));
-        rows.push(Row {
-            trace: format!("{}-x{scale}", family.name),
-            allocator: make(family.capacity).name(),
-            replay,
-            allocs: trace.allocs(),
-            max_fit_scale: fit,
-        });
+        let mut contenders = contenders(&trace, family.capacity);
+        let replays = race(&mut contenders, family.runs);
+        for ((contender, replay), fit) in contenders.iter().zip(replays).zip(fits) {
+            rows.push(Row {
+                trace: format!("{}-x{scale}", family.name),
+                allocator: contender.name,
+                replay,
+                allocs: trace.allocs(),
+                max_fit_scale: fit,
+            });
+        }
     }
 }
 
 fn main() {
     let mut rows = Vec::new();
     for family in &FAMILIES {
-        measure(family, Headroom::new, &mut rows);
-        measure(family, OffsetAllocator::new, &mut rows);
-        measure(family, FirstFit::new, &mut rows);
+        measure(family, &mut rows);
     }
-    rows.sort_by(|a, b| a.trace.cmp(&b.trace));
     println!(
         "{:<16} {:<18} {:>10} {:>10} {:>14} {:>6} {:>8}",
         "trace", "allocator", "ns/pair", "vs offset", "reserved/live", "OOMs", "max fit"
