@@ -57,9 +57,20 @@ pub struct Allocator {
     pub(crate) regions: BTreeMap<u64, u64>,
     /// The size the next on-demand region starts from (doubled as needed).
     pub(crate) next_region_size: u64,
+    /// Under [`Growth::Expandable`], the region that grows in place and its last chunk.
+    pub(crate) growable: Option<Growable>,
     pub(crate) counters: Counters,
     pub(crate) tags: TagTable,
     pub(crate) history: Option<History>,
+}
+
+/// The region an expandable allocator grows, and its last chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Growable {
+    /// The region's base address.
+    pub base: u64,
+    /// The chunk whose `next` is `NONE` in that region; kept up to date by split and merge.
+    pub tail: ChunkId,
 }
 
 impl std::fmt::Debug for Allocator {
@@ -93,6 +104,7 @@ impl Allocator {
             bins: Bins::default(),
             regions: BTreeMap::new(),
             next_region_size: limit.min(FIRST_REGION),
+            growable: None,
             counters: Counters::default(),
             tags: TagTable::default(),
             history,
@@ -204,6 +216,8 @@ impl Allocator {
         let rest_id = self.chunks.insert(rest);
         if rest.next != NONE {
             self.chunks[rest.next].prev = rest_id;
+        } else {
+            self.retail(id, rest_id);
         }
         let chunk = &mut self.chunks[id];
         chunk.size = size;
@@ -291,9 +305,20 @@ impl Allocator {
         }
     }
 
+    /// Records that the last chunk of a region changed from `old` to `new`, if that region is
+    /// the growable one.
+    #[inline]
+    pub(crate) fn retail(&mut self, old: ChunkId, new: ChunkId) {
+        if let Some(growable) = &mut self.growable {
+            if growable.tail == old {
+                growable.tail = new;
+            }
+        }
+    }
+
     /// The bin key of chunk `id`.
     #[inline]
-    fn key(&self, id: ChunkId) -> FreeKey {
+    pub(crate) fn key(&self, id: ChunkId) -> FreeKey {
         let chunk = &self.chunks[id];
         FreeKey {
             size: chunk.size,
@@ -311,6 +336,8 @@ impl Allocator {
         chunk.next = upper.next;
         if upper.next != NONE {
             self.chunks[upper.next].prev = lower;
+        } else {
+            self.retail(upper_id, lower);
         }
         self.by_addr.remove(upper.addr);
         self.chunks.remove(upper_id);

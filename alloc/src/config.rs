@@ -8,6 +8,9 @@ use crate::size::GRANULE;
 /// The first region an on-demand allocator reserves is at most this large.
 pub const FIRST_REGION: u64 = 2 << 20;
 
+/// The granule in which an expandable region grows and shrinks (a CUDA physical page).
+pub const EXPANSION_STEP: u64 = 2 << 20;
+
 /// The default cap on bytes wasted by handing out a chunk whole (TensorFlow's default).
 pub const DEFAULT_MAX_INTERNAL_FRAGMENTATION: u64 = 128 << 20;
 
@@ -20,6 +23,11 @@ pub enum Growth {
     /// Regions reserved as needed: the first `min(limit, 2 MiB)`, each next one double the last
     /// until it covers the request, backing off to 90% while the source refuses (memory growth).
     OnDemand,
+    /// One region that grows in place, in steps of [`EXPANSION_STEP`], just enough to serve each
+    /// request, and gives its free tail back on `release_cached` (PyTorch's expandable
+    /// segments). Needs a source that [can resize](crate::MemorySource::can_resize); with one that
+    /// cannot, each growth reserves a new region of the request rounded up to the step.
+    Expandable,
 }
 
 impl std::str::FromStr for Growth {
@@ -28,8 +36,9 @@ impl std::str::FromStr for Growth {
         match text {
             "preallocate" => Ok(Self::Preallocate),
             "on-demand" | "ondemand" | "growth" => Ok(Self::OnDemand),
+            "expandable" => Ok(Self::Expandable),
             other => Err(Error::InvalidConfig(format!(
-                "unknown growth policy {other:?}: use `on-demand` or `preallocate`"
+                "unknown growth policy {other:?}: use `on-demand`, `preallocate` or `expandable`"
             ))),
         }
     }
@@ -83,6 +92,17 @@ impl Default for AllocatorConfig {
 }
 
 impl AllocatorConfig {
+    /// PyTorch's `expandable_segments:True`: one region that grows in place
+    /// ([`Growth::Expandable`]), and chunks split whenever anything would be left over
+    /// (`max_internal_fragmentation` of one granule), so that reserved memory tracks what is in
+    /// use as closely as 2 MiB steps allow. Costs more time than the default on workloads of many
+    /// small, short-lived sizes, where free chunks multiply.
+    pub fn expandable_segments() -> Self {
+        Self::default()
+            .with_growth(Growth::Expandable)
+            .with_max_internal_fragmentation(GRANULE)
+    }
+
     /// Sets the limit.
     pub fn with_limit(mut self, limit: Limit) -> Self {
         self.limit = limit;
@@ -173,6 +193,7 @@ mod tests {
             "preallocate".parse::<Growth>().unwrap(),
             Growth::Preallocate
         );
+        assert_eq!("expandable".parse::<Growth>().unwrap(), Growth::Expandable);
         assert!("sometimes".parse::<Growth>().is_err());
     }
 }

@@ -1,9 +1,9 @@
 //! Reserving regions from the source and giving free ones back.
 
-use crate::allocator::Allocator;
+use crate::allocator::{Allocator, Growable};
 use crate::bins::FreeKey;
 use crate::chunk::{Chunk, NONE};
-use crate::config::Growth;
+use crate::config::{EXPANSION_STEP, Growth};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
 use crate::report::OomCause;
@@ -11,21 +11,35 @@ use crate::size::GRANULE;
 use crate::tag::Tag;
 
 impl Allocator {
-    /// Reserves a new region that can hold `rounded` bytes, following the growth policy.
+    /// Makes room for a request of `rounded` bytes, following the growth policy.
     pub(crate) fn grow(&mut self, rounded: u64) -> std::result::Result<(), OomCause> {
         let headroom = self.limit - self.counters.reserved;
+        match self.config.growth {
+            Growth::Expandable => self.grow_expandable(rounded, headroom),
+            Growth::Preallocate => self.grow_by_region(rounded, headroom, false),
+            Growth::OnDemand => self.grow_by_region(rounded, headroom, true),
+        }
+    }
+
+    /// Reserves a new region that can hold `rounded` bytes: the whole headroom when preallocating,
+    /// else the next doubling size (backing off to 90% while the source refuses).
+    fn grow_by_region(
+        &mut self,
+        rounded: u64,
+        headroom: u64,
+        on_demand: bool,
+    ) -> std::result::Result<(), OomCause> {
         if rounded > headroom {
             return Err(OomCause::LimitReached);
         }
-        let mut size = match self.config.growth {
-            Growth::Preallocate => headroom,
-            Growth::OnDemand => {
-                let mut size = self.next_region_size.max(GRANULE);
-                while size < rounded {
-                    size = size.saturating_mul(2);
-                }
-                size.min(headroom)
+        let mut size = if on_demand {
+            let mut size = self.next_region_size.max(GRANULE);
+            while size < rounded {
+                size = size.saturating_mul(2);
             }
+            size.min(headroom)
+        } else {
+            headroom
         };
         loop {
             match self.source.reserve(size) {
@@ -37,13 +51,84 @@ impl Allocator {
                 }
                 Err(refusal) => {
                     let smaller = (size / 10 * 9) & !(GRANULE - 1);
-                    if smaller < rounded || self.config.growth == Growth::Preallocate {
+                    if smaller < rounded || !on_demand {
                         return Err(OomCause::SourceRefused(refusal.message));
                     }
                     size = smaller;
                 }
             }
         }
+    }
+
+    /// Grows the expandable region at its end by just enough steps that its free tail holds
+    /// `rounded` bytes; without one (or with a source that cannot resize), reserves a region of
+    /// `rounded` bytes rounded up to the step.
+    fn grow_expandable(
+        &mut self,
+        rounded: u64,
+        headroom: u64,
+    ) -> std::result::Result<(), OomCause> {
+        let resizable = self.source.can_resize();
+        let Some(Growable { base, tail }) = self.growable.filter(|_| resizable) else {
+            let size = rounded
+                .div_ceil(EXPANSION_STEP)
+                .saturating_mul(EXPANSION_STEP);
+            return self.grow_by_region(rounded, headroom.min(size), false);
+        };
+        let tail_chunk = self.chunks[tail];
+        let free_tail = if tail_chunk.in_use {
+            0
+        } else {
+            tail_chunk.size
+        };
+        let needed = rounded - free_tail;
+        if needed > headroom {
+            return Err(OomCause::LimitReached);
+        }
+        let extra = needed
+            .div_ceil(EXPANSION_STEP)
+            .saturating_mul(EXPANSION_STEP)
+            .min(headroom);
+        let size = self.regions[&base];
+        self.source
+            .extend(base, size, extra)
+            .map_err(|refusal| OomCause::SourceRefused(refusal.message))?;
+        self.regions.insert(base, size + extra);
+        if tail_chunk.in_use {
+            let id = self.chunks.insert(Chunk {
+                addr: base + size,
+                size: extra,
+                requested: 0,
+                prev: tail,
+                next: NONE,
+                tag: Tag::OTHER,
+                in_use: false,
+            });
+            self.chunks[tail].next = id;
+            self.by_addr.insert(base + size, id);
+            self.bins.insert(self.key(id));
+            self.retail(tail, id);
+        } else {
+            let old = self.key(tail);
+            self.chunks[tail].size += extra;
+            self.bins.replace(old, self.key(tail));
+        }
+        self.count_reserved(base + size, extra);
+        Ok(())
+    }
+
+    /// Counts `bytes` newly reserved at `addr` (a new region or a region's new end).
+    fn count_reserved(&mut self, addr: u64, bytes: u64) {
+        let counters = &mut self.counters;
+        counters.reserved += bytes;
+        counters.peak_reserved = counters.peak_reserved.max(counters.reserved);
+        self.record(EventKind::RegionReserve, addr, bytes, 0, None);
+    }
+
+    /// Counts `bytes` given back at `addr` (a whole region or a region's end).
+    fn count_released(&mut self, addr: u64, bytes: u64) {
+        self.counters.reserved -= bytes;
+        self.record(EventKind::RegionRelease, addr, bytes, 0, None);
     }
 
     /// Takes a region the source handed out into the allocator as one free chunk.
@@ -83,11 +168,11 @@ impl Allocator {
             id,
         });
         self.regions.insert(base, size);
-        let counters = &mut self.counters;
-        counters.reserved += size;
-        counters.peak_reserved = counters.peak_reserved.max(counters.reserved);
-        counters.regions_reserved += 1;
-        self.record(EventKind::RegionReserve, base, size, 0, None);
+        self.counters.regions_reserved += 1;
+        if self.config.growth == Growth::Expandable {
+            self.growable = Some(Growable { base, tail: id });
+        }
+        self.count_reserved(base, size);
         Ok(())
     }
 
@@ -122,12 +207,51 @@ impl Allocator {
             });
             self.chunks.remove(id);
             self.regions.remove(&base);
-            self.counters.reserved -= size;
             self.counters.regions_released += 1;
+            if self.growable.is_some_and(|growable| growable.base == base) {
+                self.growable = None;
+            }
             released += size;
-            self.record(EventKind::RegionRelease, base, size, 0, None);
+            self.count_released(base, size);
         }
-        released
+        released + self.shrink_growable()
+    }
+
+    /// Gives back whole steps of the expandable region's free tail; returns the bytes released.
+    fn shrink_growable(&mut self) -> u64 {
+        let Some(Growable { base, tail }) = self.growable else {
+            return 0;
+        };
+        let tail_chunk = self.chunks[tail];
+        let cut = tail_chunk.size / EXPANSION_STEP * EXPANSION_STEP;
+        // A wholly free region was released above, so a free tail always has a predecessor.
+        if tail_chunk.in_use || cut == 0 || tail_chunk.prev == NONE {
+            return 0;
+        }
+        let size = self.regions[&base];
+        if let Err(err) = self.source.shrink(base, size, cut) {
+            tracing::warn!(
+                source = self.source.name(),
+                base,
+                cut,
+                "cannot shrink: {err}"
+            );
+            return 0;
+        }
+        self.regions.insert(base, size - cut);
+        let old = self.key(tail);
+        if cut == tail_chunk.size {
+            self.bins.remove(old);
+            self.by_addr.remove(tail_chunk.addr);
+            self.chunks.remove(tail);
+            self.chunks[tail_chunk.prev].next = NONE;
+            self.retail(tail, tail_chunk.prev);
+        } else {
+            self.chunks[tail].size -= cut;
+            self.bins.replace(old, self.key(tail));
+        }
+        self.count_released(base + size - cut, cut);
+        cut
     }
 
     /// Gives every entirely free region back to the source (`torch.cuda.empty_cache()`);

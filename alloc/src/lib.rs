@@ -25,7 +25,8 @@ mod validate;
 pub use allocator::{Allocation, Allocator};
 pub use bins::{BIN_COUNT, bin_index, bin_min_size};
 pub use config::{
-    AllocatorConfig, DEFAULT_MAX_INTERNAL_FRAGMENTATION, FIRST_REGION, Growth, Limit,
+    AllocatorConfig, DEFAULT_MAX_INTERNAL_FRAGMENTATION, EXPANSION_STEP, FIRST_REGION, Growth,
+    Limit,
 };
 pub use error::{Error, InvalidFreeReason, Result};
 pub use history::{Event, EventKind, History};

@@ -51,8 +51,8 @@ pub enum Action {
 pub struct Scenario {
     /// Limit in MiB is `limit_mib % 64 + 1`.
     pub limit_mib: u8,
-    /// Preallocate the whole limit instead of growing on demand.
-    pub preallocate: bool,
+    /// Growth policy: on demand, preallocate or expandable, by `growth % 3`.
+    pub growth: u8,
     /// Turn off garbage collection.
     pub no_garbage_collection: bool,
     /// The internal-fragmentation cap is `1 << (frag_shift % 28 + 8)` bytes.
@@ -77,6 +77,11 @@ pub struct RunSummary {
 }
 
 impl Scenario {
+    /// The growth policy `growth` selects.
+    pub fn growth_policy(&self) -> Growth {
+        [Growth::OnDemand, Growth::Preallocate, Growth::Expandable][usize::from(self.growth % 3)]
+    }
+
     /// Runs every action on a real allocator and the shadow model; the error names the first
     /// disagreement.
     pub fn run(&self) -> Result<RunSummary, String> {
@@ -87,18 +92,16 @@ impl Scenario {
         }
         let config = AllocatorConfig::default()
             .with_limit_bytes(limit)
-            .with_growth(if self.preallocate {
-                Growth::Preallocate
-            } else {
-                Growth::OnDemand
-            })
+            .with_growth(self.growth_policy())
             .with_garbage_collection(!self.no_garbage_collection)
             .with_max_internal_fragmentation(1 << (self.frag_shift % 28 + 8))
             .with_history(64);
         let mut alloc = match Allocator::new(source, config) {
             Ok(alloc) => alloc,
             // Only a refused preallocation may fail construction.
-            Err(Error::Source { .. }) if self.preallocate && self.fail_reserve == 1 => {
+            Err(Error::Source { .. })
+                if self.growth_policy() == Growth::Preallocate && self.fail_reserve == 1 =>
+            {
                 return Ok(RunSummary::default());
             }
             Err(err) => return Err(format!("construction failed: {err}")),

@@ -109,6 +109,18 @@ impl Allocator {
                 self.by_addr.len()
             ));
         }
+        if let Some(growable) = self.growable {
+            let Some(&size) = self.regions.get(&growable.base) else {
+                return fail(format!("growable region {:#x} is not held", growable.base));
+            };
+            let tail = &self.chunks[growable.tail];
+            if tail.next != NONE || tail.addr + tail.size != growable.base + size {
+                return fail(format!(
+                    "growable region {:#x} has a wrong tail",
+                    growable.base
+                ));
+            }
+        }
         let c = &self.counters;
         if (c.in_use, c.requested_in_use, c.reserved) != (in_use, requested, reserved) {
             return fail(format!(

@@ -38,10 +38,10 @@ fn a_long_scenario_exercises_every_outcome() {
             _ => Action::ResetPeak,
         });
     }
-    for (preallocate, fail_reserve) in [(false, 0), (true, 0), (false, 3)] {
+    for (growth, fail_reserve) in [(0, 0), (1, 0), (2, 0), (0, 3), (2, 5)] {
         let scenario = Scenario {
             limit_mib: 3,
-            preallocate,
+            growth,
             no_garbage_collection: false,
             frag_shift: 12,
             fail_reserve,

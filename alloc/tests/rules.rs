@@ -2,8 +2,8 @@
 //! verdicts, tags and invalid frees.
 
 use headroom_alloc::{
-    Allocator, AllocatorConfig, Error, FaultInjecting, Growth, InvalidFreeReason, Limit, OomCause,
-    Tag, Verdict, VirtualMemory,
+    Allocator, AllocatorConfig, Error, FaultInjecting, Growth, HostMemory, InvalidFreeReason,
+    Limit, OomCause, Tag, Verdict, VirtualMemory,
 };
 
 const MIB: u64 = 1 << 20;
@@ -338,4 +338,75 @@ fn limits_as_fractions_and_bad_configurations() {
     let config = AllocatorConfig::default().with_growth(Growth::Preallocate);
     let err = Allocator::new(refused, config).unwrap_err();
     assert!(matches!(err, Error::Source { op: "reserve", .. }), "{err}");
+}
+
+fn expandable(limit: u64) -> Allocator {
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(limit)
+        .with_growth(Growth::Expandable);
+    Allocator::new(VirtualMemory::new(limit), config).unwrap()
+}
+
+#[test]
+fn an_expandable_region_grows_in_place_by_just_enough_steps() {
+    let mut alloc = expandable(64 * MIB);
+    let a = alloc.allocate(MIB, Tag::WEIGHTS).unwrap();
+    assert_eq!(alloc.reserved(), 2 * MIB);
+    // 1 MiB is free at the tail; 3 MiB more needs 2 MiB more, one step.
+    let b = alloc.allocate(3 * MIB, Tag::ACTIVATIONS).unwrap();
+    assert_eq!(
+        b.addr,
+        a.addr + MIB,
+        "the free tail was extended, not left behind"
+    );
+    assert_eq!(alloc.reserved(), 4 * MIB);
+    // With the tail in use, 6 MiB more adds a new chunk of three steps.
+    let c = alloc.allocate(6 * MIB, Tag::ACTIVATIONS).unwrap();
+    assert_eq!(c.addr, b.addr + 3 * MIB);
+    let stats = alloc.stats();
+    assert_eq!(
+        (stats.reserved, stats.regions, stats.free),
+        (10 * MIB, 1, 0)
+    );
+}
+
+#[test]
+fn release_cached_gives_back_the_free_tail_of_an_expandable_region() {
+    let mut alloc = expandable(64 * MIB);
+    let a = alloc.allocate(MIB, Tag::WEIGHTS).unwrap();
+    let b = alloc.allocate(7 * MIB, Tag::ACTIVATIONS).unwrap();
+    assert_eq!(alloc.reserved(), 8 * MIB);
+    alloc.free(b.addr).unwrap();
+    // 7 MiB free at the tail: three whole steps go back, 1 MiB stays.
+    assert_eq!(alloc.release_cached(), 6 * MIB);
+    assert_eq!(alloc.reserved(), 2 * MIB);
+    assert_eq!(alloc.largest_free(), MIB);
+    // The region grows again from there.
+    alloc.allocate(4 * MIB, Tag::ACTIVATIONS).unwrap();
+    assert_eq!(alloc.reserved(), 6 * MIB);
+    alloc.free(a.addr).unwrap();
+}
+
+#[test]
+fn expandable_growth_over_a_fixed_source_reserves_step_rounded_regions() {
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(64 * MIB)
+        .with_growth(Growth::Expandable);
+    let mut alloc = Allocator::new(HostMemory::new(64 * MIB), config).unwrap();
+    alloc.allocate(MIB, Tag::WEIGHTS).unwrap();
+    alloc.allocate(3 * MIB, Tag::WEIGHTS).unwrap();
+    let mut sizes: Vec<u64> = alloc.snapshot().regions.iter().map(|r| r.size).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [2 * MIB, 4 * MIB]);
+}
+
+#[test]
+fn an_expandable_region_stops_at_the_limit() {
+    let mut alloc = expandable(5 * MIB);
+    alloc.allocate(4 * MIB, Tag::WEIGHTS).unwrap();
+    // Needs one more step but only 1 MiB of headroom is left: it grows by that and fits.
+    alloc.allocate(MIB, Tag::WEIGHTS).unwrap();
+    assert_eq!(alloc.reserved(), 5 * MIB);
+    let err = alloc.allocate(256, Tag::WEIGHTS).unwrap_err();
+    assert_eq!(err.oom_report().unwrap().verdict, Verdict::Capacity);
 }

@@ -34,6 +34,9 @@ enum Command {
         /// When regions are reserved.
         #[arg(long, value_enum, default_value_t = GrowthArg::OnDemand)]
         growth: GrowthArg,
+        /// Split a free chunk whenever the remainder is at least this large (default 128MiB).
+        #[arg(long, value_parser = parse_size)]
+        max_internal_fragmentation: Option<u64>,
         /// Print one JSON object instead of the human report.
         #[arg(long)]
         json: bool,
@@ -61,6 +64,7 @@ enum Builtin {
 enum GrowthArg {
     OnDemand,
     Preallocate,
+    Expandable,
 }
 
 fn builtin_trace(builtin: Builtin, scale: u64) -> Vec<TraceOp> {
@@ -79,6 +83,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             builtin,
             limit,
             growth,
+            max_internal_fragmentation,
             json,
         } => {
             let ops = match &trace {
@@ -94,10 +99,14 @@ fn run(cli: Cli) -> Result<(), Error> {
             let growth = match growth {
                 GrowthArg::OnDemand => Growth::OnDemand,
                 GrowthArg::Preallocate => Growth::Preallocate,
+                GrowthArg::Expandable => Growth::Expandable,
             };
-            let config = AllocatorConfig::default()
+            let mut config = AllocatorConfig::default()
                 .with_limit_bytes(limit)
                 .with_growth(growth);
+            if let Some(bytes) = max_internal_fragmentation {
+                config = config.with_max_internal_fragmentation(bytes);
+            }
             let report = replay(&ops, config, limit)?;
             if json {
                 let line = serde_json::to_string(&report).map_err(|err| Error::Trace {

@@ -66,6 +66,44 @@ impl<S: MemorySource> MemorySource for FaultInjecting<S> {
     }
 
     fn reserve(&mut self, bytes: u64) -> Result<u64, SourceError> {
+        self.admit(bytes)?;
+        let base = self.inner.reserve(bytes)?;
+        self.reserved += bytes;
+        Ok(base)
+    }
+
+    fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError> {
+        self.inner.release(base, bytes)?;
+        self.reserved = self.reserved.saturating_sub(bytes);
+        Ok(())
+    }
+
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+
+    fn can_resize(&self) -> bool {
+        self.inner.can_resize()
+    }
+
+    /// Counts as a reserve of `extra` bytes for the armed faults.
+    fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
+        self.admit(extra)?;
+        self.inner.extend(base, size, extra)?;
+        self.reserved += extra;
+        Ok(())
+    }
+
+    fn shrink(&mut self, base: u64, size: u64, bytes: u64) -> Result<(), SourceError> {
+        self.inner.shrink(base, size, bytes)?;
+        self.reserved = self.reserved.saturating_sub(bytes);
+        Ok(())
+    }
+}
+
+impl<S: MemorySource> FaultInjecting<S> {
+    /// Counts an attempt to take `bytes` more and refuses it if a fault is armed for it.
+    fn admit(&mut self, bytes: u64) -> Result<(), SourceError> {
         self.attempts += 1;
         if self.fail_numbers.contains(&self.attempts) {
             return Err(SourceError::new(format!(
@@ -80,18 +118,6 @@ impl<S: MemorySource> MemorySource for FaultInjecting<S> {
                 )));
             }
         }
-        let base = self.inner.reserve(bytes)?;
-        self.reserved += bytes;
-        Ok(base)
-    }
-
-    fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError> {
-        self.inner.release(base, bytes)?;
-        self.reserved = self.reserved.saturating_sub(bytes);
         Ok(())
-    }
-
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
     }
 }

@@ -43,6 +43,33 @@ pub trait MemorySource: Send {
 
     /// The most bytes this source can hand out in total (a device's memory, say).
     fn capacity(&self) -> u64;
+
+    /// Whether regions can grow and shrink in place ([`extend`](Self::extend),
+    /// [`shrink`](Self::shrink)), as with CUDA's virtual memory management or PyTorch's
+    /// expandable segments. Sources that cannot keep the default.
+    fn can_resize(&self) -> bool {
+        false
+    }
+
+    /// Grows the region at `base`, now `size` bytes, by `extra` bytes (a positive multiple of
+    /// 256) at its end, keeping its addresses.
+    fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
+        let _ = (base, size, extra);
+        Err(SourceError::new(format!(
+            "`{}` cannot grow a region in place",
+            self.name()
+        )))
+    }
+
+    /// Gives back the last `bytes` (a multiple of 256 below `size`) of the region at `base`,
+    /// now `size` bytes.
+    fn shrink(&mut self, base: u64, size: u64, bytes: u64) -> Result<(), SourceError> {
+        let _ = (base, size, bytes);
+        Err(SourceError::new(format!(
+            "`{}` cannot shrink a region in place",
+            self.name()
+        )))
+    }
 }
 
 impl<S: MemorySource + ?Sized> MemorySource for Box<S> {
@@ -57,5 +84,14 @@ impl<S: MemorySource + ?Sized> MemorySource for Box<S> {
     }
     fn capacity(&self) -> u64 {
         (**self).capacity()
+    }
+    fn can_resize(&self) -> bool {
+        (**self).can_resize()
+    }
+    fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
+        (**self).extend(base, size, extra)
+    }
+    fn shrink(&mut self, base: u64, size: u64, bytes: u64) -> Result<(), SourceError> {
+        (**self).shrink(base, size, bytes)
     }
 }

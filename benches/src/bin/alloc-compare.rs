@@ -68,23 +68,25 @@ struct Row {
 fn contenders(trace: &CompactTrace, capacity: u64) -> Vec<Contender<'_>> {
     vec![
         contender(trace, Headroom::new(capacity)),
+        contender(trace, Headroom::expandable(capacity)),
         contender(trace, OffsetAllocator::new(capacity)),
         contender(trace, FirstFit::new(capacity)),
     ]
 }
 
+/// Each allocator's `max_fit_scale` on `family`, in the order of [`contenders`].
+fn fits(family: &Family) -> [u64; 4] {
+    let (max, trace_at, capacity) = (family.max_scale, family.trace_at, family.capacity);
+    [
+        max_fit_scale(max, trace_at, || Headroom::new(capacity)),
+        max_fit_scale(max, trace_at, || Headroom::expandable(capacity)),
+        max_fit_scale(max, trace_at, || OffsetAllocator::new(capacity)),
+        max_fit_scale(max, trace_at, || FirstFit::new(capacity)),
+    ]
+}
+
 fn measure(family: &Family, rows: &mut Vec<Row>) {
-    let fits = [
-        max_fit_scale(family.max_scale, family.trace_at, || {
-            Headroom::new(family.capacity)
-        }),
-        max_fit_scale(family.max_scale, family.trace_at, || {
-            OffsetAllocator::new(family.capacity)
-        }),
-        max_fit_scale(family.max_scale, family.trace_at, || {
-            FirstFit::new(family.capacity)
-        }),
-    ];
+    let fits = fits(family);
     for &scale in family.scales {
         let trace = CompactTrace::new(&(family.trace_at)(scale));
         let mut contenders = contenders(&trace, family.capacity);

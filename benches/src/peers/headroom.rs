@@ -4,16 +4,25 @@ use headroom_alloc::{Allocator, AllocatorConfig, Tag, VirtualMemory};
 
 use super::TraceAllocator;
 
-/// headroom-alloc with on-demand growth up to a fixed capacity.
+/// headroom-alloc up to a fixed capacity.
 pub struct Headroom {
     inner: Allocator,
     name: &'static str,
 }
 
 impl Headroom {
-    /// An allocator with the default configuration over `capacity` bytes.
+    /// An allocator with the default configuration (on-demand growth) over `capacity` bytes.
     pub fn new(capacity: u64) -> Self {
         Self::with_config(capacity, AllocatorConfig::default(), "headroom-alloc")
+    }
+
+    /// An allocator with [`AllocatorConfig::expandable_segments`] over `capacity` bytes.
+    pub fn expandable(capacity: u64) -> Self {
+        Self::with_config(
+            capacity,
+            AllocatorConfig::expandable_segments(),
+            "headroom-expand",
+        )
     }
 
     /// An allocator with `config` (its limit set to `capacity`) under a name for tables.
