@@ -11,7 +11,8 @@ const MIN_SLOTS: usize = 64;
 /// An open-addressing hash table from chunk start addresses to chunk ids, built for this one job:
 /// keys are non-zero multiples of 256, so the table hashes with a single multiply (Fibonacci
 /// hashing of `addr >> 8`), probes linearly, keeps its load at most one half, and deletes by
-/// shifting the probe run back (no tombstones), so lookups stay short however long it runs.
+/// shifting the probe run back (no tombstones), so lookups stay short however long it runs. Like
+/// `std`'s maps it never shrinks: its size follows the most chunks ever held at once.
 #[derive(Debug, Clone)]
 pub(crate) struct AddressMap {
     /// `slots.len()` is a power of two, at least `MIN_SLOTS`; a slot's key is `EMPTY` or unique.
@@ -106,9 +107,6 @@ impl AddressMap {
             }
         }
         self.slots[hole] = (EMPTY, 0);
-        if self.slots.len() > MIN_SLOTS && self.len * 8 < self.slots.len() {
-            self.resize(self.slots.len() / 2);
-        }
         Some(id)
     }
 
@@ -133,7 +131,7 @@ mod tests {
     use std::collections::HashMap;
 
     #[test]
-    fn agrees_with_a_hash_map_through_growth_and_shrinking() {
+    fn agrees_with_a_hash_map_through_growth_and_removal() {
         let mut map = AddressMap::default();
         let mut model = HashMap::new();
         let mut state = 7u64;

@@ -170,14 +170,14 @@ impl Allocator {
     /// Hands out the best-fitting free chunk, split if the split rule says so.
     fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<Allocation> {
         let found = self.bins.best_fit(rounded)?;
-        let FreeKey { size, addr, id } = found;
+        let FreeKey { size, addr, id } = found.key();
         let remainder = size - rounded;
         if size >= rounded.saturating_mul(2) || remainder >= self.config.max_internal_fragmentation
         {
             let rest = self.split(id, rounded);
-            self.bins.replace(found, rest);
+            self.bins.replace_found(found, rest);
         } else {
-            self.bins.remove(found);
+            self.bins.take(found);
         }
         let chunk = &mut self.chunks[id];
         chunk.in_use = true;
@@ -190,6 +190,7 @@ impl Allocator {
         counters.in_use += size;
         counters.peak_in_use = counters.peak_in_use.max(counters.in_use);
         counters.requested_in_use += requested;
+        counters.packed_in_use += rounded;
         self.tags.add(tag, size);
         self.record(EventKind::Alloc, addr, size, requested, Some(tag));
         Some(Allocation {
@@ -264,6 +265,8 @@ impl Allocator {
         self.counters.frees += 1;
         self.counters.in_use -= freed.size;
         self.counters.requested_in_use -= freed.requested;
+        // The request was rounded without overflow when it was allocated.
+        self.counters.packed_in_use -= round_size(freed.requested).unwrap_or(0);
         self.tags.sub(freed.tag, freed.size);
         self.record(
             EventKind::Free,

@@ -1,7 +1,7 @@
 //! Free chunks sorted into power-of-two size classes, each ordered by (size, address).
 
 use crate::chunk::ChunkId;
-use crate::free_set::FreeSet;
+use crate::free_set::{FreeSet, Slot};
 use crate::size::GRANULE;
 
 /// Number of bins: bin `i` holds free chunks of at least `256 << i` bytes, the last everything
@@ -36,6 +36,20 @@ pub(crate) struct FreeKey {
     pub id: ChunkId,
 }
 
+/// A free chunk found by a best-fit search, with where it sits; valid until the bins change.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found {
+    bin: usize,
+    slot: Slot,
+}
+
+impl Found {
+    /// The chunk's key.
+    pub fn key(&self) -> FreeKey {
+        self.slot.key
+    }
+}
+
 /// The bins, with a bitmap of the non-empty ones so that a search skips empty bins in O(1).
 #[derive(Debug, Default)]
 pub(crate) struct Bins {
@@ -65,15 +79,18 @@ impl Bins {
     /// The best fit for `size` bytes, left in place: the smallest free chunk of at least `size`,
     /// the lowest address among equals.
     #[inline]
-    pub fn best_fit(&self, size: u64) -> Option<FreeKey> {
+    pub fn best_fit(&self, size: u64) -> Option<Found> {
         let first_bin = bin_index(size);
         let probe = FreeKey {
             size,
             addr: 0,
             id: 0,
         };
-        if let Some(found) = self.sets[first_bin].first_at_least(&probe) {
-            return Some(found);
+        if let Some(slot) = self.sets[first_bin].first_at_least(&probe) {
+            return Some(Found {
+                bin: first_bin,
+                slot,
+            });
         }
         let higher = self.non_empty & !((2u32 << first_bin) - 1);
         if higher == 0 {
@@ -85,7 +102,27 @@ impl Bins {
             addr: 0,
             id: 0,
         };
-        self.sets[higher.trailing_zeros() as usize].first_at_least(&smallest)
+        let bin = higher.trailing_zeros() as usize;
+        let slot = self.sets[bin].first_at_least(&smallest)?;
+        Some(Found { bin, slot })
+    }
+
+    /// Takes a chunk found by [`best_fit`](Self::best_fit) out of its bin.
+    #[inline]
+    pub fn take(&mut self, found: Found) {
+        self.sets[found.bin].remove_at(found.slot);
+        self.mark(found.bin);
+    }
+
+    /// Replaces a chunk found by [`best_fit`](Self::best_fit) by `new` (its split remainder).
+    #[inline]
+    pub fn replace_found(&mut self, found: Found, new: FreeKey) {
+        if bin_index(new.size) == found.bin {
+            self.sets[found.bin].replace_at(found.slot, new);
+        } else {
+            self.take(found);
+            self.insert(new);
+        }
     }
 
     /// Replaces filed chunk `old` by `new` (a split remainder or a merged chunk), in place when
@@ -151,8 +188,8 @@ mod tests {
 
     fn take_best_fit(bins: &mut Bins, size: u64) -> Option<FreeKey> {
         let found = bins.best_fit(size)?;
-        assert!(bins.remove(found));
-        Some(found)
+        bins.take(found);
+        Some(found.key())
     }
 
     #[test]

@@ -22,6 +22,15 @@ pub(crate) enum FreeSet {
     Large(BTreeSet<FreeKey>),
 }
 
+/// A key in a set and, in a small set, its index: valid until the set next changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// The key.
+    pub key: FreeKey,
+    /// Its index in a `Small` set.
+    index: Option<usize>,
+}
+
 impl Default for FreeSet {
     fn default() -> Self {
         Self::Small(Vec::new())
@@ -72,26 +81,62 @@ impl FreeSet {
     /// by merging), otherwise by a removal and an insertion.
     #[inline]
     pub fn replace(&mut self, old: &FreeKey, new: FreeKey) {
-        if let Self::Small(keys) = self {
-            if let Ok(index) = keys.binary_search(old) {
-                let after_previous = index == 0 || keys[index - 1] < new;
-                let before_next = index + 1 == keys.len() || new < keys[index + 1];
-                if after_previous && before_next {
-                    keys[index] = new;
-                    return;
-                }
+        let slot = match self {
+            Self::Small(keys) => keys.binary_search(old).ok(),
+            Self::Large(_) => None,
+        };
+        self.replace_at(
+            Slot {
+                key: *old,
+                index: slot,
+            },
+            new,
+        );
+    }
+
+    /// Like [`replace`](Self::replace), for a key found by [`first_at_least`](Self::first_at_least).
+    #[inline]
+    pub fn replace_at(&mut self, slot: Slot, new: FreeKey) {
+        if let (Self::Small(keys), Some(index)) = (&mut *self, slot.index) {
+            let after_previous = index == 0 || keys[index - 1] < new;
+            let before_next = index + 1 == keys.len() || new < keys[index + 1];
+            if after_previous && before_next {
+                keys[index] = new;
+                return;
             }
         }
-        self.remove(old);
+        self.remove_at(slot);
         self.insert(new);
     }
 
-    /// The smallest key not below `probe`.
+    /// Removes a key found by [`first_at_least`](Self::first_at_least).
     #[inline]
-    pub fn first_at_least(&self, probe: &FreeKey) -> Option<FreeKey> {
+    pub fn remove_at(&mut self, slot: Slot) {
+        match (&mut *self, slot.index) {
+            (Self::Small(keys), Some(index)) => {
+                keys.remove(index);
+            }
+            _ => {
+                self.remove(&slot.key);
+            }
+        }
+    }
+
+    /// The smallest key not below `probe`, with where it sits.
+    #[inline]
+    pub fn first_at_least(&self, probe: &FreeKey) -> Option<Slot> {
         match self {
-            Self::Small(keys) => keys.get(keys.partition_point(|key| key < probe)).copied(),
-            Self::Large(keys) => keys.range(probe..).next().copied(),
+            Self::Small(keys) => {
+                let index = keys.partition_point(|key| key < probe);
+                keys.get(index).map(|&key| Slot {
+                    key,
+                    index: Some(index),
+                })
+            }
+            Self::Large(keys) => keys
+                .range(probe..)
+                .next()
+                .map(|&key| Slot { key, index: None }),
         }
     }
 
@@ -169,9 +214,9 @@ mod tests {
                         model.remove(&found);
                     }
                     let found = set.first_at_least(&probe);
-                    assert_eq!(found, expected);
+                    assert_eq!(found.map(|slot| slot.key), expected);
                     if let Some(found) = found {
-                        assert!(set.remove(&found));
+                        set.remove_at(found);
                     }
                 }
                 3 if (state >> 4) % 2 == 0 => {
@@ -188,10 +233,17 @@ mod tests {
                         }
                     }
                     let probe = key(k.size, 0);
-                    assert_eq!(
-                        set.first_at_least(&probe),
-                        model.range(probe..).next().copied()
-                    );
+                    let first = set.first_at_least(&probe).map(|slot| slot.key);
+                    assert_eq!(first, model.range(probe..).next().copied());
+                    if let Some(slot) = set.first_at_least(&probe) {
+                        // Rekeying the found slot in place keeps the order.
+                        let new = key(slot.key.size, slot.key.addr + 1);
+                        if !model.contains(&new) {
+                            model.remove(&slot.key);
+                            model.insert(new);
+                            set.replace_at(slot, new);
+                        }
+                    }
                 }
                 _ => assert_eq!(set.contains(&k), model.contains(&k)),
             }

@@ -24,6 +24,7 @@ impl Allocator {
             in_use: c.in_use,
             peak_in_use: c.peak_in_use,
             requested_in_use: c.requested_in_use,
+            internal_fragmentation: c.in_use - c.packed_in_use,
             reserved: c.reserved,
             peak_reserved: c.peak_reserved,
             limit: self.limit,
@@ -117,11 +118,11 @@ impl Allocator {
         cause: OomCause,
     ) -> OomReport {
         let stats = self.stats();
-        let growable = match cause {
-            OomCause::SourceRefused(_) => 0,
-            _ => self.limit - stats.reserved,
+        let usable = match cause {
+            OomCause::SourceRefused(_) => stats.reserved,
+            _ => self.limit,
         };
-        let available_if_packed = stats.free + growable;
+        let available_if_packed = usable - self.counters.packed_in_use;
         let verdict = match (&cause, rounded) {
             (OomCause::ExceedsLimit, _) | (_, None) => Verdict::Capacity,
             (_, Some(rounded)) if rounded > available_if_packed => Verdict::Capacity,
@@ -137,6 +138,7 @@ impl Allocator {
             in_use: stats.in_use,
             reserved: stats.reserved,
             free: stats.free,
+            internal_fragmentation: stats.internal_fragmentation,
             largest_free: stats.largest_free,
             fragmentation: stats.fragmentation,
             available_if_packed,

@@ -205,8 +205,12 @@ impl Shadow {
             }
             Err(Error::OutOfMemory(report)) => {
                 summary.ooms += 1;
-                let in_use: u64 = self.live.values().map(|&(size, _, _)| size).sum();
-                let packed_room = alloc.limit() - in_use;
+                let packed: u64 = self
+                    .live
+                    .values()
+                    .map(|&(_, requested, _)| round_size(requested).unwrap_or(u64::MAX))
+                    .sum();
+                let packed_room = alloc.limit() - packed;
                 if report.cause != OomCause::ExceedsLimit && report.largest_free >= rounded {
                     return Err(format!(
                         "OOM although a {} block was free",

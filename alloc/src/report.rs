@@ -76,12 +76,15 @@ pub struct OomReport {
     pub reserved: u64,
     /// Bytes reserved but not handed out.
     pub free: u64,
+    /// Padding inside chunks handed out whole (part of `in_use`).
+    pub internal_fragmentation: u64,
     /// The largest free chunk.
     pub largest_free: u64,
     /// `(free - largest_free) / free`.
     pub fragmentation: f64,
-    /// Bytes that could serve the request if memory were perfectly packed: `free`, plus what
-    /// could still be reserved under the limit unless the source refused.
+    /// Bytes that could serve the request if every live allocation were packed at its request
+    /// rounded to 256, with no padding and no holes: the limit (or, when the source refused to
+    /// grow, what is reserved) less those packed sizes.
     pub available_if_packed: u64,
     /// Fragmentation or capacity.
     pub verdict: Verdict,
@@ -108,12 +111,15 @@ impl OomReport {
                 format_bytes(self.limit)
             ),
             (_, Verdict::Fragmentation) => format!(
-                "{} is free in total but no free block is {} long: memory is fragmented. Allocate \
-                 long-lived tensors (weights, optimizer state) before short-lived ones, keep \
-                 tensor sizes uniform, release cached regions between phases, or preallocate one \
-                 region for the whole limit.",
+                "{} would be free if memory were packed, but no free block is {} long: {} is \
+                 held in holes between allocations and {} is padding inside chunks handed out \
+                 whole. Allocate long-lived tensors (weights, optimizer state) before short-lived \
+                 ones, keep tensor sizes uniform, lower max_internal_fragmentation, use expandable \
+                 growth, or release cached regions between phases.",
                 format_bytes(self.available_if_packed),
-                format_bytes(rounded)
+                format_bytes(rounded),
+                format_bytes(self.free),
+                format_bytes(self.internal_fragmentation)
             ),
             (OomCause::SourceRefused(message), Verdict::Capacity) => format!(
                 "The memory source refused to grow ({message}); other processes may hold the \
@@ -149,10 +155,11 @@ impl fmt::Display for OomReport {
         writeln!(f, "verdict: {} OOM. {}", self.verdict, self.advice())?;
         writeln!(
             f,
-            "limit {} | in use {} | reserved {} | free {} | largest free block {} | \
-             fragmentation {:.1}%",
+            "limit {} | in use {} ({} of it padding) | reserved {} | free {} | \
+             largest free block {} | fragmentation {:.1}%",
             format_bytes(self.limit),
             format_bytes(self.in_use),
+            format_bytes(self.internal_fragmentation),
             format_bytes(self.reserved),
             format_bytes(self.free),
             format_bytes(self.largest_free),

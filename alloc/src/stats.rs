@@ -80,6 +80,9 @@ pub(crate) struct Counters {
     pub peak_in_use: u64,
     /// Sum of the sizes the user asked for, over chunks in use.
     pub requested_in_use: u64,
+    /// Sum of those sizes each rounded up to the granule: `in_use` if every live allocation
+    /// were packed without padding.
+    pub packed_in_use: u64,
     /// Sum of the sizes of all regions.
     pub reserved: u64,
     pub peak_reserved: u64,
@@ -102,6 +105,8 @@ pub struct Stats {
     pub peak_in_use: u64,
     /// Bytes the callers asked for, over live allocations.
     pub requested_in_use: u64,
+    /// Padding inside chunks handed out whole: `in_use` less every live request rounded to 256.
+    pub internal_fragmentation: u64,
     /// Bytes reserved from the memory source.
     pub reserved: u64,
     /// Highest `reserved` since creation or the last reset of peaks.

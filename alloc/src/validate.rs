@@ -4,7 +4,7 @@ use crate::allocator::Allocator;
 use crate::bins::{BIN_COUNT, FreeKey, bin_index};
 use crate::chunk::NONE;
 use crate::error::{Error, Result};
-use crate::size::GRANULE;
+use crate::size::{GRANULE, round_size};
 
 impl Allocator {
     /// Walks every region and chunk and checks every invariant: chunks tile their regions with
@@ -15,6 +15,7 @@ impl Allocator {
         let fail = |message: String| Err(Error::Corrupted(message));
         let mut in_use = 0u64;
         let mut requested = 0u64;
+        let mut packed = 0u64;
         let mut reserved = 0u64;
         let mut chunk_count = 0usize;
         let mut free_count = 0usize;
@@ -58,6 +59,7 @@ impl Allocator {
                 if chunk.in_use {
                     in_use += chunk.size;
                     requested += chunk.requested;
+                    packed += round_size(chunk.requested).unwrap_or(u64::MAX);
                     if chunk.requested > chunk.size {
                         return fail(format!("chunk at {addr:#x} holds more than its size"));
                     }
@@ -122,6 +124,12 @@ impl Allocator {
             }
         }
         let c = &self.counters;
+        if c.packed_in_use != packed {
+            return fail(format!(
+                "packed counter {} disagrees with {packed}",
+                c.packed_in_use
+            ));
+        }
         if (c.in_use, c.requested_in_use, c.reserved) != (in_use, requested, reserved) {
             return fail(format!(
                 "counters say in use {} / requested {} / reserved {}, chunks say {in_use} / \

@@ -87,3 +87,17 @@ fn host_memory_blocks_are_real_writable_memory() {
     assert_eq!(alloc.stats().in_use, 0);
     assert_eq!(alloc.release_cached(), 2 << 20);
 }
+
+#[test]
+fn handles_and_blocks_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<SharedAllocator>();
+    send::<headroom_alloc::Block>();
+    send::<Allocator>();
+    let alloc = shared(1 << 20);
+    let block = alloc.allocate(1024, Tag::WORKSPACE).unwrap();
+    // A block made on one thread is freed by dropping it on another.
+    thread::spawn(move || drop(block)).join().unwrap();
+    assert_eq!(alloc.stats().frees, 1);
+}

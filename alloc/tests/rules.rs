@@ -8,16 +8,24 @@ use headroom_alloc::{
 
 const MIB: u64 = 1 << 20;
 
-fn on_demand(limit: u64) -> Allocator {
-    let config = AllocatorConfig::default().with_limit_bytes(limit);
+/// An allocator with `growth` over a virtual space of exactly `limit` bytes.
+fn growing(limit: u64, growth: Growth) -> Allocator {
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(limit)
+        .with_growth(growth);
     Allocator::new(VirtualMemory::new(limit), config).unwrap()
 }
 
+fn on_demand(limit: u64) -> Allocator {
+    growing(limit, Growth::OnDemand)
+}
+
 fn preallocated(limit: u64) -> Allocator {
-    let config = AllocatorConfig::default()
-        .with_limit_bytes(limit)
-        .with_growth(Growth::Preallocate);
-    Allocator::new(VirtualMemory::new(limit), config).unwrap()
+    growing(limit, Growth::Preallocate)
+}
+
+fn expandable(limit: u64) -> Allocator {
+    growing(limit, Growth::Expandable)
 }
 
 #[test]
@@ -50,7 +58,12 @@ fn a_chunk_under_twice_the_request_is_handed_out_whole() {
     // A 2048-byte request in the free 3072-byte chunk: 3072 < 2 * 2048, remainder 1024 < cap.
     let b = alloc.allocate(2048, Tag::OTHER).unwrap();
     assert_eq!((b.addr, b.size, b.requested), (a.addr, 3072, 2048));
-    assert_eq!(alloc.stats().requested_in_use, 2048 + 256);
+    let stats = alloc.stats();
+    assert_eq!(stats.requested_in_use, 2048 + 256);
+    assert_eq!(
+        stats.internal_fragmentation, 1024,
+        "the unsplit remainder is padding"
+    );
     alloc.free(guard.addr).unwrap();
 }
 
@@ -247,7 +260,7 @@ fn fragmentation_and_capacity_ooms_are_told_apart() {
     let text = err.to_string();
     for needle in [
         "fragmentation OOM",
-        "fragmented",
+        "held in holes",
         "activations",
         "bins:",
         "[......+#####",
@@ -338,13 +351,6 @@ fn limits_as_fractions_and_bad_configurations() {
     let config = AllocatorConfig::default().with_growth(Growth::Preallocate);
     let err = Allocator::new(refused, config).unwrap_err();
     assert!(matches!(err, Error::Source { op: "reserve", .. }), "{err}");
-}
-
-fn expandable(limit: u64) -> Allocator {
-    let config = AllocatorConfig::default()
-        .with_limit_bytes(limit)
-        .with_growth(Growth::Expandable);
-    Allocator::new(VirtualMemory::new(limit), config).unwrap()
 }
 
 #[test]
