@@ -244,14 +244,17 @@ impl Allocator {
     fn free_unchecked(&mut self, addr: u64) -> Result<Allocation> {
         let id = match self.by_addr.get(addr) {
             Some(id) if self.chunks[id].in_use => id,
-            Some(_) => return Err(self.invalid_free(addr, InvalidFreeReason::DoubleFree)),
+            Some(_) => {
+                let reason = InvalidFreeReason::DoubleFree;
+                return Err(Error::InvalidFree { addr, reason });
+            }
             None => {
                 let reason = if self.region_containing(addr).is_some() {
                     InvalidFreeReason::InteriorAddress
                 } else {
                     InvalidFreeReason::UnknownAddress
                 };
-                return Err(self.invalid_free(addr, reason));
+                return Err(Error::InvalidFree { addr, reason });
             }
         };
         let chunk = &mut self.chunks[id];
@@ -344,10 +347,6 @@ impl Allocator {
         }
         self.by_addr.remove(upper.addr);
         self.chunks.remove(upper_id);
-    }
-
-    fn invalid_free(&self, addr: u64, reason: InvalidFreeReason) -> Error {
-        Error::InvalidFree { addr, reason }
     }
 
     /// The region holding `addr`, as (base, size).

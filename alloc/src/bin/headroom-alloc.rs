@@ -108,15 +108,19 @@ fn run(cli: Cli) -> Result<(), Error> {
                 config = config.with_max_internal_fragmentation(bytes);
             }
             let report = replay(&ops, config, limit)?;
-            if json {
-                let line = serde_json::to_string(&report).map_err(|err| Error::Trace {
-                    line: 0,
-                    message: err.to_string(),
-                })?;
-                println!("{line}");
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            let written = if json {
+                serde_json::to_writer(&mut out, &report)
+                    .map_err(std::io::Error::from)
+                    .and_then(|()| writeln!(out))
             } else {
-                print!("{report}");
-            }
+                write!(out, "{report}")
+            };
+            written.map_err(|source| Error::Io {
+                path: "standard output".into(),
+                source,
+            })?;
         }
         Command::Generate { builtin, scale } => {
             let stdout = std::io::stdout();
