@@ -62,6 +62,8 @@ pub struct Allocator {
     pub(crate) counters: Counters,
     pub(crate) tags: TagTable,
     pub(crate) history: Option<History>,
+    /// Successful allocations left before an injected OOM (`Some(0)`: the next one fails).
+    pub(crate) injected_oom: Option<u64>,
 }
 
 /// The region an expandable allocator grows, and its last chunk.
@@ -108,6 +110,7 @@ impl Allocator {
             counters: Counters::default(),
             tags: TagTable::default(),
             history,
+            injected_oom: None,
             config,
         };
         if allocator.config.growth == Growth::Preallocate {
@@ -133,11 +136,35 @@ impl Allocator {
     /// is [`Error::OutOfMemory`] with a report, and leaves the allocator as it was.
     pub fn allocate(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
         let result = self.allocate_unchecked(size, tag);
+        if let (Ok(_), Some(left)) = (&result, &mut self.injected_oom) {
+            *left -= 1;
+        }
         self.debug_validate();
         result
     }
 
+    /// Makes an allocation fail on purpose, to test recovery from OOM: after `successes` more
+    /// successful allocations, the next one returns [`Error::OutOfMemory`] with cause
+    /// [`OomCause::Injected`] and a report of the real state, and changes nothing. One shot.
+    ///
+    /// ```
+    /// use headroom_alloc::{Allocator, AllocatorConfig, Tag, VirtualMemory};
+    /// let mut alloc = Allocator::new(VirtualMemory::new(1 << 20), AllocatorConfig::default())?;
+    /// alloc.inject_oom(1);
+    /// assert!(alloc.allocate(256, Tag::OTHER).is_ok());
+    /// assert!(alloc.allocate(256, Tag::OTHER).unwrap_err().is_out_of_memory());
+    /// assert!(alloc.allocate(256, Tag::OTHER).is_ok());
+    /// # Ok::<(), headroom_alloc::Error>(())
+    /// ```
+    pub fn inject_oom(&mut self, successes: u64) {
+        self.injected_oom = Some(successes);
+    }
+
     fn allocate_unchecked(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
+        if self.injected_oom == Some(0) {
+            self.injected_oom = None;
+            return Err(self.out_of_memory(size, round_size(size), tag, OomCause::Injected));
+        }
         let rounded = match round_size(size) {
             Some(rounded) if rounded <= self.limit => rounded,
             rounded => return Err(self.out_of_memory(size, rounded, tag, OomCause::ExceedsLimit)),

@@ -38,6 +38,8 @@ pub enum OomCause {
     LimitReached,
     /// The memory source refused to reserve more, with its explanation.
     SourceRefused(String),
+    /// A test armed this failure with [`Allocator::inject_oom`](crate::Allocator::inject_oom).
+    Injected,
 }
 
 /// One region's occupancy, drawn as a fixed-width map.
@@ -105,6 +107,10 @@ impl OomReport {
     pub fn advice(&self) -> String {
         let rounded = self.rounded.unwrap_or(u64::MAX);
         match (&self.cause, self.verdict) {
+            (OomCause::Injected, _) => {
+                "This OOM was injected on purpose (Allocator::inject_oom), to test recovery."
+                    .to_owned()
+            }
             (OomCause::ExceedsLimit, _) => format!(
                 "The request alone is larger than the limit of {}: split the tensor, shrink the \
                  batch or the model, or raise the limit.",

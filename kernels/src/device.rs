@@ -1,0 +1,244 @@
+//! Devices: a compute backend plus the allocator every one of its bytes comes from.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use headroom_alloc::{
+    Allocator, AllocatorConfig, FaultInjecting, HostMemory, MemorySource, SharedAllocator, Tag,
+    VirtualMemory,
+};
+use parking_lot::Mutex;
+
+use crate::backend::Backend;
+use crate::buffer::Buffer;
+use crate::cpu::CpuBackend;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::meta::{MetaBackend, PlanningMemory};
+
+/// What kind of device this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// The host: real memory and arithmetic.
+    Cpu,
+    /// Allocations only, no data: plans the memory of another device's run.
+    Meta,
+    /// An NVIDIA GPU, by ordinal.
+    Cuda(u32),
+}
+
+/// How much memory a device has and how its allocator manages it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceConfig {
+    /// The device's memory in bytes: the source's capacity, and the allocator's limit unless
+    /// `allocator.limit` says less.
+    pub memory: u64,
+    /// The allocator's configuration (limit, growth policy, ...).
+    pub allocator: AllocatorConfig,
+}
+
+impl DeviceConfig {
+    /// A device with `memory` bytes and the default allocator configuration.
+    pub fn new(memory: u64) -> Self {
+        Self {
+            memory,
+            allocator: AllocatorConfig::default(),
+        }
+    }
+
+    /// Replaces the allocator configuration.
+    pub fn with_allocator(mut self, allocator: AllocatorConfig) -> Self {
+        self.allocator = allocator;
+        self
+    }
+}
+
+/// A memory source whose addresses are real, readable and writable host memory. Sealed: the CPU
+/// backend reads and writes through these addresses.
+pub trait HostSource: MemorySource + sealed::Sealed {}
+impl HostSource for HostMemory {}
+impl HostSource for FaultInjecting<HostMemory> {}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for headroom_alloc::HostMemory {}
+    impl Sealed for headroom_alloc::FaultInjecting<headroom_alloc::HostMemory> {}
+}
+
+/// A handle to a device: cheap to clone, shared by every buffer made on it.
+///
+/// ```
+/// use headroom_kernels::{Device, DeviceConfig, DType};
+/// let cpu = Device::cpu(DeviceConfig::new(64 << 20))?;
+/// let buffer = cpu.alloc(DType::F32, 1000, "example")?;
+/// assert_eq!(cpu.allocator().stats().in_use, 4096);
+/// drop(buffer);
+/// assert_eq!(cpu.allocator().stats().in_use, 0);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Device(Arc<Inner>);
+
+struct Inner {
+    kind: DeviceKind,
+    backend: Box<dyn Backend>,
+    allocator: SharedAllocator,
+    /// The tag new buffers are made with.
+    tag: Mutex<Tag>,
+    /// Distinguishes devices in messages.
+    id: u64,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+impl Device {
+    /// A CPU device over `config.memory` bytes of real host memory.
+    pub fn cpu(config: DeviceConfig) -> Result<Device> {
+        Self::cpu_over(HostMemory::new(config.memory), config.allocator)
+    }
+
+    /// A CPU device over a given host source (a fault-injecting one, in tests).
+    pub fn cpu_over(source: impl HostSource + 'static, config: AllocatorConfig) -> Result<Device> {
+        Self::assemble(
+            DeviceKind::Cpu,
+            Box::new(CpuBackend),
+            Box::new(source),
+            config,
+        )
+    }
+
+    /// A meta device that plans the memory of a CPU device with the same configuration: the
+    /// same allocations, sizes and peak, with no data and no arithmetic.
+    pub fn meta(config: DeviceConfig) -> Result<Device> {
+        let source = PlanningMemory::new(VirtualMemory::new(config.memory), false);
+        Self::assemble(
+            DeviceKind::Meta,
+            Box::new(MetaBackend),
+            Box::new(source),
+            config.allocator,
+        )
+    }
+
+    /// Puts a device together from its parts (used by every constructor and by other backends).
+    pub(crate) fn assemble(
+        kind: DeviceKind,
+        backend: Box<dyn Backend>,
+        source: Box<dyn MemorySource>,
+        config: AllocatorConfig,
+    ) -> Result<Device> {
+        let allocator = Allocator::from_boxed(source, config)
+            .map_err(|err| Error::from_alloc("device", err))?;
+        Ok(Device(Arc::new(Inner {
+            kind,
+            backend,
+            allocator: SharedAllocator::new(allocator),
+            tag: Mutex::new(Tag::ACTIVATIONS),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        })))
+    }
+
+    /// What kind of device this is.
+    pub fn kind(&self) -> DeviceKind {
+        self.0.kind
+    }
+
+    /// The allocator: its stats, snapshots, history and OOM reports describe this device.
+    pub fn allocator(&self) -> &SharedAllocator {
+        &self.0.allocator
+    }
+
+    /// True when both handles name the same device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The tag new buffers get (activations unless a [`TagScope`] says otherwise).
+    pub fn tag(&self) -> Tag {
+        *self.0.tag.lock()
+    }
+
+    /// Tags every buffer made on this device with `tag` until the scope is dropped.
+    ///
+    /// ```
+    /// use headroom_alloc::Tag;
+    /// use headroom_kernels::{Device, DeviceConfig, DType};
+    /// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+    /// {
+    ///     let _scope = cpu.scoped_tag(Tag::GRADIENTS);
+    ///     assert_eq!(cpu.alloc(DType::F32, 10, "example")?.tag(), Tag::GRADIENTS);
+    /// }
+    /// assert_eq!(cpu.tag(), Tag::ACTIVATIONS);
+    /// # Ok::<(), headroom_kernels::Error>(())
+    /// ```
+    pub fn scoped_tag(&self, tag: Tag) -> TagScope<'_> {
+        let previous = std::mem::replace(&mut *self.0.tag.lock(), tag);
+        TagScope {
+            device: self,
+            previous,
+        }
+    }
+
+    /// Allocates room for `len` elements of `dtype`, for `op`, under the current tag. The
+    /// contents are unspecified (but always valid bits for the dtype).
+    pub fn alloc(&self, dtype: DType, len: usize, op: &'static str) -> Result<Buffer> {
+        let bytes = (len as u64)
+            .checked_mul(dtype.size() as u64)
+            .ok_or_else(|| Error::Argument {
+                op,
+                detail: format!("{len} elements of {dtype} overflow a byte count"),
+            })?;
+        let block = self
+            .0
+            .allocator
+            .allocate(bytes, self.tag())
+            .map_err(|err| Error::from_alloc(op, err))?;
+        Ok(Buffer::new(self.clone(), block, dtype, len))
+    }
+
+    /// The backend that runs kernels on this device.
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        &*self.0.backend
+    }
+
+    /// Fails with [`Error::Device`] unless `other` is this device.
+    pub(crate) fn check_same(&self, other: &Device, op: &'static str) -> Result<()> {
+        if self.same(other) {
+            Ok(())
+        } else {
+            Err(Error::Device {
+                op,
+                left: self.to_string(),
+                right: other.to_string(),
+            })
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.kind {
+            DeviceKind::Cpu => write!(f, "cpu#{}", self.0.id),
+            DeviceKind::Meta => write!(f, "meta#{}", self.0.id),
+            DeviceKind::Cuda(ordinal) => write!(f, "cuda:{ordinal}#{}", self.0.id),
+        }
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({self})")
+    }
+}
+
+/// Restores a device's previous tag when dropped.
+#[must_use = "the tag applies only while the scope lives"]
+pub struct TagScope<'d> {
+    device: &'d Device,
+    previous: Tag,
+}
+
+impl Drop for TagScope<'_> {
+    fn drop(&mut self) {
+        *self.device.0.tag.lock() = self.previous;
+    }
+}

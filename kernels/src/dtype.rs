@@ -1,0 +1,260 @@
+//! Element types: what a buffer holds, and how float kernels compute on it.
+
+use half::{bf16, f16};
+
+/// The type of a buffer's elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 64-bit float, for reference and gradient checks.
+    F64,
+    /// IEEE half precision; computed in f32, stored in 16 bits.
+    F16,
+    /// bfloat16; computed in f32, stored in 16 bits.
+    BF16,
+    /// 32-bit unsigned integer (token ids, class labels).
+    U32,
+    /// 32-bit signed integer.
+    I32,
+}
+
+impl DType {
+    /// Every dtype.
+    pub const ALL: [DType; 6] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::U32,
+        DType::I32,
+    ];
+
+    /// The float dtypes.
+    pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F64 => 8,
+            DType::F32 | DType::U32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+
+    /// True for the float dtypes.
+    pub fn is_float(self) -> bool {
+        Self::FLOATS.contains(&self)
+    }
+
+    /// The dtype's name, as in PyTorch (`f32`, `bf16`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::U32 => "u32",
+            DType::I32 => "i32",
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Rust type that can be stored in a buffer.
+pub trait Element: bytemuck::Pod + Send + Sync + 'static {
+    /// Its dtype.
+    const DTYPE: DType;
+    /// Converts to f64 (exact for every dtype but the widest integers).
+    fn to_f64(self) -> f64;
+    /// Converts from f64, rounding to nearest (saturating for integers).
+    fn from_f64(value: f64) -> Self;
+}
+
+/// The arithmetic float kernels compute in: f32 for f32 and the half types, f64 for f64.
+pub trait Compute: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static
+where
+    Self: std::ops::Add<Output = Self>
+        + std::ops::Sub<Output = Self>
+        + std::ops::Mul<Output = Self>
+        + std::ops::Div<Output = Self>
+        + std::ops::Neg<Output = Self>,
+{
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// The lowest value (negative infinity).
+    const NEG_INFINITY: Self;
+    /// Converts from f64.
+    fn of(value: f64) -> Self;
+    /// Converts to f64.
+    fn f64(self) -> f64;
+    /// e^self.
+    fn exp(self) -> Self;
+    /// Natural logarithm.
+    fn ln(self) -> Self;
+    /// Hyperbolic tangent.
+    fn tanh(self) -> Self;
+    /// Square root.
+    fn sqrt(self) -> Self;
+    /// self^p.
+    fn powf(self, p: Self) -> Self;
+    /// The larger of two values (NaN-propagating).
+    fn max(self, other: Self) -> Self;
+}
+
+macro_rules! compute {
+    ($t:ty) => {
+        impl Compute for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            #[inline]
+            fn of(value: f64) -> Self {
+                value as $t
+            }
+            #[inline]
+            fn f64(self) -> f64 {
+                self as f64
+            }
+            #[inline]
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            #[inline]
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
+            #[inline]
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            #[inline]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            #[inline]
+            fn powf(self, p: Self) -> Self {
+                <$t>::powf(self, p)
+            }
+            #[inline]
+            fn max(self, other: Self) -> Self {
+                if self.is_nan() || self > other {
+                    self
+                } else {
+                    other
+                }
+            }
+        }
+    };
+}
+compute!(f32);
+compute!(f64);
+
+/// A float element type, with the type its kernels compute in.
+pub trait Float: Element {
+    /// The compute type.
+    type C: Compute;
+    /// Widens to the compute type.
+    fn load(self) -> Self::C;
+    /// Narrows from the compute type, rounding to nearest.
+    fn store(value: Self::C) -> Self;
+}
+
+macro_rules! element {
+    ($t:ty, $dtype:expr, $to:expr, $from:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $dtype;
+            #[inline]
+            fn to_f64(self) -> f64 {
+                let to: fn($t) -> f64 = $to;
+                to(self)
+            }
+            #[inline]
+            fn from_f64(value: f64) -> Self {
+                let from: fn(f64) -> $t = $from;
+                from(value)
+            }
+        }
+    };
+}
+element!(f32, DType::F32, |x| x as f64, |v| v as f32);
+element!(f64, DType::F64, |x| x, |v| v);
+element!(f16, DType::F16, |x| x.to_f64(), f16::from_f64);
+element!(bf16, DType::BF16, |x| x.to_f64(), bf16::from_f64);
+element!(u32, DType::U32, |x| x as f64, |v| v.round() as u32);
+element!(i32, DType::I32, |x| x as f64, |v| v.round() as i32);
+
+impl Float for f32 {
+    type C = f32;
+    #[inline]
+    fn load(self) -> f32 {
+        self
+    }
+    #[inline]
+    fn store(value: f32) -> Self {
+        value
+    }
+}
+
+impl Float for f64 {
+    type C = f64;
+    #[inline]
+    fn load(self) -> f64 {
+        self
+    }
+    #[inline]
+    fn store(value: f64) -> Self {
+        value
+    }
+}
+
+impl Float for f16 {
+    type C = f32;
+    #[inline]
+    fn load(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline]
+    fn store(value: f32) -> Self {
+        f16::from_f32(value)
+    }
+}
+
+impl Float for bf16 {
+    type C = f32;
+    #[inline]
+    fn load(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline]
+    fn store(value: f32) -> Self {
+        bf16::from_f32(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_names_and_conversions() {
+        assert_eq!(DType::BF16.size(), 2);
+        assert_eq!(DType::F64.to_string(), "f64");
+        assert!(DType::F16.is_float() && !DType::U32.is_float());
+        assert_eq!(bf16::from_f64(1.5).to_f64(), 1.5);
+        assert_eq!(u32::from_f64(2.6), 3);
+        assert_eq!(u32::from_f64(-1.0), 0, "integer conversion saturates");
+        assert_eq!(
+            <f16 as Float>::store(f16::from_f32(0.5).load() * 2.0),
+            f16::ONE
+        );
+        assert!(<f32 as Compute>::max(f32::NAN, 1.0).is_nan());
+    }
+}

@@ -1,0 +1,117 @@
+//! The crate's one error type.
+
+use headroom_alloc::OomReport;
+
+use crate::dtype::DType;
+use crate::shape::Shape;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a kernel call. Every variant names the op.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The device ran out of memory; the allocator's report says why and what to do.
+    #[error("{op}: {report}")]
+    OutOfMemory {
+        /// The op that asked for memory.
+        op: &'static str,
+        /// The allocator's report.
+        report: Box<OomReport>,
+    },
+
+    /// Operand shapes do not fit together.
+    #[error("{op}: shapes do not fit: {detail}")]
+    Shape {
+        /// The op.
+        op: &'static str,
+        /// The shapes involved and the rule they break.
+        detail: String,
+    },
+
+    /// An operand has a dtype the op does not take.
+    #[error("{op}: expected {expected}, got {got}")]
+    DType {
+        /// The op.
+        op: &'static str,
+        /// What the op wanted (a dtype or a family such as "a float dtype").
+        expected: String,
+        /// What it got.
+        got: DType,
+    },
+
+    /// Operands live on different devices.
+    #[error("{op}: operands live on different devices ({left} and {right})")]
+    Device {
+        /// The op.
+        op: &'static str,
+        /// One device.
+        left: String,
+        /// The other.
+        right: String,
+    },
+
+    /// A host buffer has the wrong length for the operand.
+    #[error("{op}: host data holds {got} elements, the shape {shape} needs {expected}")]
+    HostLength {
+        /// The op.
+        op: &'static str,
+        /// The operand's shape.
+        shape: Shape,
+        /// Elements needed.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+
+    /// The op reads data, and this device holds none (the meta device plans memory only).
+    #[error("{op}: the {device} device holds no data to read")]
+    NoData {
+        /// The op.
+        op: &'static str,
+        /// The device.
+        device: String,
+    },
+
+    /// An argument is out of its range (an axis past the rank, a probability outside [0, 1)...).
+    #[error("{op}: {detail}")]
+    Argument {
+        /// The op.
+        op: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+
+    /// The allocator refused for a reason other than memory (a bad configuration, say).
+    #[error("{op}: {source}")]
+    Alloc {
+        /// The op.
+        op: &'static str,
+        /// The allocator's error.
+        #[source]
+        source: headroom_alloc::Error,
+    },
+}
+
+impl Error {
+    /// Wraps an allocator error, keeping an OOM report intact.
+    pub fn from_alloc(op: &'static str, err: headroom_alloc::Error) -> Self {
+        match err {
+            headroom_alloc::Error::OutOfMemory(report) => Self::OutOfMemory { op, report },
+            source => Self::Alloc { op, source },
+        }
+    }
+
+    /// The OOM report, when this is an out-of-memory.
+    pub fn oom_report(&self) -> Option<&OomReport> {
+        match self {
+            Self::OutOfMemory { report, .. } => Some(report),
+            _ => None,
+        }
+    }
+
+    /// True when this is an out-of-memory (the caller may retry with less).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Self::OutOfMemory { .. })
+    }
+}

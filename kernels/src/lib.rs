@@ -1,0 +1,20 @@
+#![doc = include_str!("../README.md")]
+
+mod backend;
+mod buffer;
+mod cpu;
+mod device;
+mod dtype;
+mod error;
+mod meta;
+pub mod ops;
+mod shape;
+
+pub use backend::{Backend, DataKernels, ElementwiseKernels, GemmKernels, ReduceKernels};
+pub use buffer::{Array, Buffer};
+pub use cpu::CpuBackend;
+pub use device::{Device, DeviceConfig, DeviceKind, HostSource, TagScope};
+pub use dtype::{Compute, DType, Element, Float};
+pub use error::{Error, Result};
+pub use meta::{MetaBackend, PlanningMemory};
+pub use shape::Shape;

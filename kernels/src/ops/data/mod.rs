@@ -1,0 +1,124 @@
+//! Creating arrays, moving data between host and device, copying and casting.
+
+mod cpu;
+
+use crate::buffer::Array;
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::shape::Shape;
+
+impl Array {
+    /// An array of `shape` and `dtype` with every element `value`.
+    ///
+    /// ```
+    /// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+    /// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+    /// let a = Array::full(&cpu, [2, 2], DType::BF16, 1.5)?;
+    /// assert_eq!(a.to_f64()?, [1.5; 4]);
+    /// # Ok::<(), headroom_kernels::Error>(())
+    /// ```
+    pub fn full(
+        device: &Device,
+        shape: impl Into<Shape>,
+        dtype: DType,
+        value: f64,
+    ) -> Result<Array> {
+        let mut out = Array::uninit(device, shape.into(), dtype, "full")?;
+        device.backend().fill(out.buffer_mut(), value)?;
+        Ok(out)
+    }
+
+    /// An array of zeros.
+    pub fn zeros(device: &Device, shape: impl Into<Shape>, dtype: DType) -> Result<Array> {
+        Self::full(device, shape, dtype, 0.0)
+    }
+
+    /// Uploads host data of `T`'s dtype.
+    pub fn from_host<T: Element>(
+        device: &Device,
+        shape: impl Into<Shape>,
+        data: &[T],
+    ) -> Result<Array> {
+        let shape = shape.into();
+        if shape.checked_numel() != Some(data.len()) {
+            return Err(Error::HostLength {
+                op: "from_host",
+                expected: shape.numel(),
+                got: data.len(),
+                shape,
+            });
+        }
+        let mut out = Array::uninit(device, shape, T::DTYPE, "from_host")?;
+        device
+            .backend()
+            .write(out.buffer_mut(), bytemuck::cast_slice(data))?;
+        Ok(out)
+    }
+
+    /// Uploads f64 host data, converted to `dtype` (rounded to nearest).
+    pub fn from_f64(
+        device: &Device,
+        shape: impl Into<Shape>,
+        dtype: DType,
+        data: &[f64],
+    ) -> Result<Array> {
+        crate::cpu::with_element!(dtype, |T| {
+            let converted: Vec<T> = data.iter().map(|&v| T::from_f64(v)).collect();
+            Self::from_host(device, shape, &converted)
+        })
+    }
+
+    /// Downloads the elements; `T` must be the array's dtype.
+    pub fn to_host<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType {
+                op: "to_host",
+                expected: T::DTYPE.to_string(),
+                got: self.dtype(),
+            });
+        }
+        let mut out = vec![T::zeroed(); self.numel()];
+        self.device()
+            .backend()
+            .read(self.buffer(), bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
+    }
+
+    /// Downloads the elements converted to f64, whatever the dtype.
+    pub fn to_f64(&self) -> Result<Vec<f64>> {
+        crate::cpu::with_element!(self.dtype(), |T| {
+            Ok(self.to_host::<T>()?.into_iter().map(T::to_f64).collect())
+        })
+    }
+
+    /// A copy in new memory.
+    pub fn try_clone(&self) -> Result<Array> {
+        let mut out = Array::uninit(self.device(), self.shape().clone(), self.dtype(), "copy")?;
+        self.device()
+            .backend()
+            .copy(self.buffer(), out.buffer_mut())?;
+        Ok(out)
+    }
+
+    /// The elements converted to `dtype` (rounded to nearest; saturating into integers).
+    pub fn cast(&self, dtype: DType) -> Result<Array> {
+        let mut out = Array::uninit(self.device(), self.shape().clone(), dtype, "cast")?;
+        self.device()
+            .backend()
+            .cast(self.buffer(), out.buffer_mut())?;
+        Ok(out)
+    }
+}
+
+/// Copies `src` into `dst` in place (same shape, dtype and device).
+pub fn copy_into(src: &Array, dst: &mut Array) -> Result<()> {
+    src.check_peer(dst, "copy_into")?;
+    if src.shape() != dst.shape() {
+        return Err(Error::Shape {
+            op: "copy_into",
+            detail: format!("source {} and destination {}", src.shape(), dst.shape()),
+        });
+    }
+    src.device().backend().copy(src.buffer(), dst.buffer_mut())
+}

@@ -1,0 +1,161 @@
+//! CPU kernels for elementwise ops.
+
+use rayon::prelude::*;
+
+use super::{BinaryOp, UnaryOp};
+use crate::backend::ElementwiseKernels;
+use crate::buffer::Buffer;
+use crate::cpu::{CHUNK, CpuBackend, with_float};
+use crate::dtype::Float;
+use crate::error::Result;
+use crate::shape::Shape;
+
+/// Calls `$run` with a closure applying `$op`, one match arm per variant, so that each closure
+/// sees a constant variant: the per-element `match` folds away and the loop vectorizes.
+macro_rules! unswitch {
+    ($op:expr, $c:ty, $ty:ident, [$($unit:ident),*], [$($param:ident),*], |$f:ident| $call:expr) => {
+        match $op {
+            $( $ty::$unit => {
+                let $f = move |x: $c, y: $c| $ty::$unit.apply2(x, y);
+                $call
+            } )*
+            $( $ty::$param(p) => {
+                let $f = move |x: $c, y: $c| $ty::$param(p).apply2(x, y);
+                $call
+            } )*
+        }
+    };
+}
+
+/// One signature for both op kinds, so that `unswitch!` serves both (a unary op ignores `y`).
+trait Apply2 {
+    fn apply2<C: crate::dtype::Compute>(self, x: C, y: C) -> C;
+}
+
+impl Apply2 for UnaryOp {
+    #[inline(always)]
+    fn apply2<C: crate::dtype::Compute>(self, x: C, _: C) -> C {
+        self.apply(x)
+    }
+}
+
+impl Apply2 for BinaryOp {
+    #[inline(always)]
+    fn apply2<C: crate::dtype::Compute>(self, x: C, y: C) -> C {
+        self.apply(x, y)
+    }
+}
+
+impl ElementwiseKernels for CpuBackend {
+    fn unary(&self, op: UnaryOp, x: &Buffer, out: &mut Buffer) -> Result<()> {
+        with_float!(x.dtype(), op.name(), |T| {
+            let x = x.host::<T>(op.name())?;
+            let out = out.host_mut::<T>(op.name())?;
+            unswitch!(
+                op,
+                <T as Float>::C,
+                UnaryOp,
+                [Neg, Relu, Gelu, Exp, Log, Tanh, Sqrt],
+                [Scale, Powf],
+                |f| map_unary::<T>(x, out, f)
+            );
+            Ok(())
+        })
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        (a, a_strides): (&Buffer, &[usize]),
+        (b, b_strides): (&Buffer, &[usize]),
+        out: &mut Buffer,
+        shape: &Shape,
+    ) -> Result<()> {
+        with_float!(a.dtype(), op.name(), |T| {
+            let (a, b) = (a.host::<T>(op.name())?, b.host::<T>(op.name())?);
+            let out = out.host_mut::<T>(op.name())?;
+            unswitch!(
+                op,
+                <T as Float>::C,
+                BinaryOp,
+                [
+                    Add,
+                    Sub,
+                    Mul,
+                    Div,
+                    ReluBackward,
+                    GeluBackward,
+                    TanhBackward,
+                    SqrtBackward
+                ],
+                [PowfBackward],
+                |f| binary_strided::<T>(f, (a, a_strides), (b, b_strides), out, shape)
+            );
+            Ok(())
+        })
+    }
+}
+
+/// `out[i] = f(x[i])`, in parallel chunks.
+fn map_unary<T: Float>(x: &[T], out: &mut [T], f: impl Fn(T::C, T::C) -> T::C + Sync) {
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(out, x)| {
+            for (o, &v) in out.iter_mut().zip(x) {
+                let v = v.load();
+                *o = T::store(f(v, v));
+            }
+        });
+}
+
+/// `out = op(a, b)` over `shape`, reading `a` and `b` through broadcast strides.
+fn binary_strided<T: Float>(
+    f: impl Fn(T::C, T::C) -> T::C + Sync,
+    (a, a_strides): (&[T], &[usize]),
+    (b, b_strides): (&[T], &[usize]),
+    out: &mut [T],
+    shape: &Shape,
+) {
+    let contiguous = shape.strides();
+    if a_strides == contiguous.as_slice() && b_strides == contiguous.as_slice() {
+        out.par_chunks_mut(CHUNK)
+            .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
+            .for_each(|(out, (a, b))| {
+                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                    *o = T::store(f(x.load(), y.load()));
+                }
+            });
+        return;
+    }
+    // Walk rows of the last dimension; each row's start offsets come from unravelling its index.
+    let dims = shape.dims();
+    let rank = dims.len();
+    let row = dims.last().copied().unwrap_or(1);
+    if row == 0 || out.is_empty() {
+        return;
+    }
+    let (a_step, b_step) = (
+        a_strides.last().copied().unwrap_or(0),
+        b_strides.last().copied().unwrap_or(0),
+    );
+    let rows_per_task = (CHUNK / row).max(1);
+    out.par_chunks_mut(row * rows_per_task)
+        .enumerate()
+        .for_each(|(task, rows)| {
+            for (r, out_row) in rows.chunks_mut(row).enumerate() {
+                let mut index = task * rows_per_task + r;
+                let (mut a_at, mut b_at) = (0, 0);
+                for axis in (0..rank.saturating_sub(1)).rev() {
+                    let i = index % dims[axis];
+                    index /= dims[axis];
+                    a_at += i * a_strides[axis];
+                    b_at += i * b_strides[axis];
+                }
+                for (j, o) in out_row.iter_mut().enumerate() {
+                    let x = a[a_at + j * a_step].load();
+                    let y = b[b_at + j * b_step].load();
+                    *o = T::store(f(x, y));
+                }
+            }
+        });
+}

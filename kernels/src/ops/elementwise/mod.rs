@@ -1,0 +1,246 @@
+//! Elementwise arithmetic: unary functions, binary operations with NumPy broadcasting, and the
+//! derivatives their backward rules need.
+
+mod cpu;
+
+use crate::buffer::Array;
+use crate::dtype::Compute;
+use crate::error::Result;
+
+/// `sqrt(2 / pi)`, for the tanh form of GELU.
+const GELU_K: f64 = 0.797_884_560_802_865_4;
+/// The cubic coefficient of the tanh form of GELU.
+const GELU_C: f64 = 0.044_715;
+
+/// A function of one element.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UnaryOp {
+    /// `-x`.
+    Neg,
+    /// `max(x, 0)`.
+    Relu,
+    /// GELU, tanh form: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    Gelu,
+    /// `e^x`.
+    Exp,
+    /// `ln x`.
+    Log,
+    /// `tanh x`.
+    Tanh,
+    /// `sqrt x`.
+    Sqrt,
+    /// `s x`.
+    Scale(f64),
+    /// `x^p`.
+    Powf(f64),
+}
+
+impl UnaryOp {
+    /// Applies the function in compute precision.
+    #[inline]
+    pub fn apply<C: Compute>(self, x: C) -> C {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Relu => {
+                if x > C::ZERO {
+                    x
+                } else {
+                    C::ZERO
+                }
+            }
+            UnaryOp::Gelu => {
+                let u = C::of(GELU_K) * (x + C::of(GELU_C) * x * x * x);
+                C::of(0.5) * x * (C::ONE + u.tanh())
+            }
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Scale(s) => C::of(s) * x,
+            UnaryOp::Powf(p) => x.powf(C::of(p)),
+        }
+    }
+
+    /// The op's name, for errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Scale(_) => "scale",
+            UnaryOp::Powf(_) => "powf",
+        }
+    }
+}
+
+/// A function of two elements. The `*Backward` ops take the forward input (or output, as
+/// named) first and the upstream gradient `dy` second, and return the input's gradient.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BinaryOp {
+    /// `a + b`.
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b`.
+    Mul,
+    /// `a / b`.
+    Div,
+    /// `dy * (x > 0)`, from the input `x`.
+    ReluBackward,
+    /// `dy * gelu'(x)`, from the input `x`.
+    GeluBackward,
+    /// `dy * (1 - y^2)`, from the output `y = tanh x`.
+    TanhBackward,
+    /// `dy / (2 y)`, from the output `y = sqrt x`.
+    SqrtBackward,
+    /// `dy * p x^(p - 1)`, from the input `x`.
+    PowfBackward(f64),
+}
+
+impl BinaryOp {
+    /// Applies the function in compute precision.
+    #[inline]
+    pub fn apply<C: Compute>(self, a: C, b: C) -> C {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::ReluBackward => {
+                if a > C::ZERO {
+                    b
+                } else {
+                    C::ZERO
+                }
+            }
+            BinaryOp::GeluBackward => {
+                let (k, c) = (C::of(GELU_K), C::of(GELU_C));
+                let t = (k * (a + c * a * a * a)).tanh();
+                let du = k * (C::ONE + C::of(3.0) * c * a * a);
+                b * (C::of(0.5) * (C::ONE + t) + C::of(0.5) * a * (C::ONE - t * t) * du)
+            }
+            BinaryOp::TanhBackward => b * (C::ONE - a * a),
+            BinaryOp::SqrtBackward => b / (C::of(2.0) * a),
+            BinaryOp::PowfBackward(p) => b * C::of(p) * a.powf(C::of(p - 1.0)),
+        }
+    }
+
+    /// The op's name, for errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::ReluBackward => "relu_backward",
+            BinaryOp::GeluBackward => "gelu_backward",
+            BinaryOp::TanhBackward => "tanh_backward",
+            BinaryOp::SqrtBackward => "sqrt_backward",
+            BinaryOp::PowfBackward(_) => "powf_backward",
+        }
+    }
+}
+
+/// `op(x)` elementwise, into a new array of the same shape and dtype.
+pub fn unary(op: UnaryOp, x: &Array) -> Result<Array> {
+    x.check_float(op.name())?;
+    let mut out = Array::uninit(x.device(), x.shape().clone(), x.dtype(), op.name())?;
+    x.device()
+        .backend()
+        .unary(op, x.buffer(), out.buffer_mut())?;
+    Ok(out)
+}
+
+/// `op(a, b)` elementwise with NumPy broadcasting, into a new array.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::elementwise::add};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let a = Array::from_f64(&cpu, [2, 3], DType::F32, &[1., 2., 3., 4., 5., 6.])?;
+/// let bias = Array::from_f64(&cpu, [3], DType::F32, &[10., 20., 30.])?;
+/// assert_eq!(add(&a, &bias)?.to_f64()?, [11., 22., 33., 14., 25., 36.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
+    a.check_float(op.name())?;
+    a.check_peer(b, op.name())?;
+    let shape = a.shape().broadcast(b.shape(), op.name())?;
+    let a_strides = a.shape().broadcast_strides(&shape);
+    let b_strides = b.shape().broadcast_strides(&shape);
+    let mut out = Array::uninit(a.device(), shape.clone(), a.dtype(), op.name())?;
+    a.device().backend().binary(
+        op,
+        (a.buffer(), &a_strides),
+        (b.buffer(), &b_strides),
+        out.buffer_mut(),
+        &shape,
+    )?;
+    Ok(out)
+}
+
+macro_rules! unary_fns {
+    ($($(#[$doc:meta])* $name:ident => $op:expr;)*) => {
+        $( $(#[$doc])* pub fn $name(x: &Array) -> Result<Array> { unary($op, x) } )*
+    };
+}
+
+unary_fns! {
+    /// `-x`.
+    neg => UnaryOp::Neg;
+    /// `max(x, 0)`.
+    relu => UnaryOp::Relu;
+    /// GELU (tanh form).
+    gelu => UnaryOp::Gelu;
+    /// `e^x`.
+    exp => UnaryOp::Exp;
+    /// `ln x`.
+    log => UnaryOp::Log;
+    /// `tanh x`.
+    tanh => UnaryOp::Tanh;
+    /// `sqrt x`.
+    sqrt => UnaryOp::Sqrt;
+}
+
+/// `s x`.
+pub fn scale(x: &Array, s: f64) -> Result<Array> {
+    unary(UnaryOp::Scale(s), x)
+}
+
+/// `x^p`.
+pub fn powf(x: &Array, p: f64) -> Result<Array> {
+    unary(UnaryOp::Powf(p), x)
+}
+
+macro_rules! binary_fns {
+    ($($(#[$doc:meta])* $name:ident($a:ident, $b:ident) => $op:expr;)*) => {
+        $( $(#[$doc])* pub fn $name($a: &Array, $b: &Array) -> Result<Array> { binary($op, $a, $b) } )*
+    };
+}
+
+binary_fns! {
+    /// `a + b`, broadcasting.
+    add(a, b) => BinaryOp::Add;
+    /// `a - b`, broadcasting.
+    sub(a, b) => BinaryOp::Sub;
+    /// `a * b`, broadcasting.
+    mul(a, b) => BinaryOp::Mul;
+    /// `a / b`, broadcasting.
+    div(a, b) => BinaryOp::Div;
+    /// The gradient of `relu` at `x` for upstream gradient `dy`.
+    relu_backward(x, dy) => BinaryOp::ReluBackward;
+    /// The gradient of `gelu` at `x` for upstream gradient `dy`.
+    gelu_backward(x, dy) => BinaryOp::GeluBackward;
+    /// The gradient of `tanh` from its output `y`, for upstream gradient `dy`.
+    tanh_backward(y, dy) => BinaryOp::TanhBackward;
+    /// The gradient of `sqrt` from its output `y`, for upstream gradient `dy`.
+    sqrt_backward(y, dy) => BinaryOp::SqrtBackward;
+}
+
+/// The gradient of `powf(x, p)` at `x`, for upstream gradient `dy`.
+pub fn powf_backward(x: &Array, dy: &Array, p: f64) -> Result<Array> {
+    binary(BinaryOp::PowfBackward(p), x, dy)
+}

@@ -1,0 +1,91 @@
+//! CPU GEMM through the `gemm` crate.
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use super::GemmSpec;
+use crate::backend::GemmKernels;
+use crate::buffer::Buffer;
+use crate::cpu::CpuBackend;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+
+/// Below this many multiply-adds per product, batches run in parallel instead of each product.
+const SMALL_PRODUCT: usize = 1 << 18;
+
+impl GemmKernels for CpuBackend {
+    fn gemm(&self, spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()> {
+        match a.dtype() {
+            DType::F32 => gemm_typed::<f32>(spec, a, b, out),
+            DType::F64 => gemm_typed::<f64>(spec, a, b, out),
+            other => Err(Error::DType {
+                op: "gemm",
+                expected: "f32 or f64".into(),
+                got: other,
+            }),
+        }
+    }
+}
+
+fn gemm_typed<T: Element + Default>(
+    spec: &GemmSpec,
+    a: &Buffer,
+    b: &Buffer,
+    out: &mut Buffer,
+) -> Result<()> {
+    let (a, b) = (a.host::<T>("gemm")?, b.host::<T>("gemm")?);
+    let out = out.host_mut::<T>("gemm")?;
+    let &GemmSpec { m, n, k, .. } = spec;
+    if out.is_empty() {
+        return Ok(());
+    }
+    if k == 0 {
+        out.fill(T::from_f64(0.0));
+        return Ok(());
+    }
+    let one = T::from_f64(1.0);
+    let product = |c: &mut [T], index: usize, parallelism: Parallelism| {
+        let a = &a[index * spec.a_batch_stride..][..m * k];
+        let b = &b[index * spec.b_batch_stride..][..k * n];
+        // Row and column strides of op(a) [m, k] and op(b) [k, n] in their row-major storage.
+        let (a_rs, a_cs) = if spec.trans_a { (1, m) } else { (k, 1) };
+        let (b_rs, b_cs) = if spec.trans_b { (1, k) } else { (n, 1) };
+        // SAFETY: `a` holds `m * k` elements and `b` `k * n` (sliced above, so in bounds); the
+        // strides address exactly those elements; `c` holds `m * n` elements written with row
+        // stride `n`; `c` is a distinct allocation from `a` and `b`, so nothing aliases; with
+        // `read_dst` false, `c`'s previous contents are neither read nor required.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                a_cs as isize,
+                a_rs as isize,
+                b.as_ptr(),
+                b_cs as isize,
+                b_rs as isize,
+                T::from_f64(0.0),
+                one,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+    };
+    if spec.batch > 1 && m * n * k < SMALL_PRODUCT {
+        out.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(index, c)| product(c, index, Parallelism::None));
+    } else {
+        for (index, c) in out.chunks_mut(m * n).enumerate() {
+            product(c, index, Parallelism::Rayon(0));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! Shared test machinery: devices, seeded random inputs, f64 references and tolerances.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use headroom_alloc::AllocatorConfig;
+use headroom_alloc::trace::SplitMix64;
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Shape};
+
+/// Every backend present: the CPU always; CUDA when built with it and a GPU is there.
+pub fn devices() -> Vec<Device> {
+    let config = DeviceConfig::new(256 << 20).with_allocator(AllocatorConfig::default());
+    eprintln!("backends: cpu (cuda skipped: headroom-kernels has no `cuda` feature yet)");
+    vec![Device::cpu(config).expect("a CPU device")]
+}
+
+/// A generator seeded from `HEADROOM_SEED` or the clock, printed so that a failure can be
+/// replayed; each call gets a distinct stream.
+pub fn rng() -> SplitMix64 {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::var("HEADROOM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    let seed = base.wrapping_add(CALLS.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37));
+    eprintln!("seed {seed} (replay with HEADROOM_SEED={seed})");
+    SplitMix64::new(seed)
+}
+
+/// Random values in `[lo, hi)`, never exactly zero.
+pub fn values(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let v = lo + (hi - lo) * rng.next_f64();
+            if v == 0.0 { 0.5 } else { v }
+        })
+        .collect()
+}
+
+/// A random array of `dtype`, and its values as stored (already rounded to the dtype).
+pub fn random(
+    device: &Device,
+    rng: &mut SplitMix64,
+    shape: &[usize],
+    dtype: DType,
+    lo: f64,
+    hi: f64,
+) -> (Array, Vec<f64>) {
+    let data = values(rng, Shape::new(shape).numel(), lo, hi);
+    let array = Array::from_f64(device, Shape::new(shape), dtype, &data).unwrap();
+    let stored = array.to_f64().unwrap();
+    (array, stored)
+}
+
+/// Relative tolerance of a dtype's results.
+pub fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 1e-12,
+        DType::F32 => 1e-5,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1e-2,
+        _ => 0.0,
+    }
+}
+
+/// Asserts `got` matches `want` within `rtol` relative to `scale[i]` (the magnitude the result
+/// is computed from; `|want|` for most ops), with an absolute floor of `rtol`.
+pub fn assert_close_scaled(what: &str, got: &[f64], want: &[f64], scale: &[f64], rtol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    for (i, ((&g, &w), &s)) in got.iter().zip(want).zip(scale).enumerate() {
+        let bound = rtol * s.abs().max(1.0);
+        assert!(
+            (g - w).abs() <= bound || (g.is_nan() && w.is_nan()),
+            "{what}: element {i} is {g}, want {w} (tolerance {bound})"
+        );
+    }
+}
+
+/// Asserts `got` matches `want` within `rtol` relative to `|want|` (floor 1).
+pub fn assert_close(what: &str, got: &[f64], want: &[f64], rtol: f64) {
+    assert_close_scaled(what, got, want, want, rtol);
+}

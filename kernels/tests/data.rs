@@ -1,0 +1,106 @@
+//! Creating, uploading, downloading, copying and casting, in every dtype.
+
+mod common;
+
+use common::{assert_close, devices, random, rng};
+use half::{bf16, f16};
+use headroom_kernels::ops::data::copy_into;
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Error};
+
+#[test]
+fn host_round_trips_are_exact_in_every_dtype() {
+    for device in devices() {
+        let a = Array::from_host(&device, [2, 3], &[1.5f32, -2.0, 3.25, 0.0, 7.0, -1.0]).unwrap();
+        assert_eq!(
+            a.to_host::<f32>().unwrap(),
+            [1.5, -2.0, 3.25, 0.0, 7.0, -1.0]
+        );
+        let ids = Array::from_host(&device, [4], &[0u32, 7, 65_535, u32::MAX]).unwrap();
+        assert_eq!(ids.to_host::<u32>().unwrap(), [0, 7, 65_535, u32::MAX]);
+        let h = Array::from_host(&device, [2], &[f16::from_f32(0.5), f16::MAX]).unwrap();
+        assert_eq!(h.to_host::<f16>().unwrap(), [f16::from_f32(0.5), f16::MAX]);
+        let b = Array::from_host(&device, [1], &[bf16::from_f32(-3.0)]).unwrap();
+        assert_eq!(b.to_f64().unwrap(), [-3.0]);
+        let scalar = Array::full(&device, [], DType::I32, -4.0).unwrap();
+        assert_eq!(scalar.to_host::<i32>().unwrap(), [-4]);
+        let empty = Array::zeros(&device, [0, 3], DType::F64).unwrap();
+        assert!(empty.to_f64().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn casts_between_every_pair_of_dtypes_round_to_nearest() {
+    let mut rng = rng();
+    for device in devices() {
+        for from in DType::ALL {
+            for to in DType::ALL {
+                // Integers are exact in every dtype up to 256; floats keep two decimals or so.
+                let (x, xs) = random(&device, &mut rng, &[5, 7], from, 0.0, 200.0);
+                let got = x.cast(to).unwrap();
+                assert_eq!(got.dtype(), to);
+                let want: Vec<f64> = xs
+                    .iter()
+                    .map(|&v| {
+                        Array::from_f64(&device, [1], to, &[v])
+                            .unwrap()
+                            .to_f64()
+                            .unwrap()[0]
+                    })
+                    .collect();
+                assert_eq!(got.to_f64().unwrap(), want, "{from} -> {to}");
+            }
+        }
+    }
+}
+
+#[test]
+fn copies_are_independent_and_copy_into_checks_shapes() {
+    let mut rng = rng();
+    for device in devices() {
+        let (x, xs) = random(&device, &mut rng, &[3, 4], DType::F32, -1.0, 1.0);
+        let y = x.try_clone().unwrap();
+        assert_ne!(x.buffer().addr(), y.buffer().addr());
+        assert_close("clone", &y.to_f64().unwrap(), &xs, 0.0);
+        let mut z = Array::zeros(&device, [3, 4], DType::F32).unwrap();
+        copy_into(&x, &mut z).unwrap();
+        assert_eq!(z.to_f64().unwrap(), xs);
+        let mut wrong = Array::zeros(&device, [4, 3], DType::F32).unwrap();
+        assert!(matches!(
+            copy_into(&x, &mut wrong),
+            Err(Error::Shape {
+                op: "copy_into",
+                ..
+            })
+        ));
+        let reshaped = z.reshape([12]).unwrap();
+        assert_eq!(reshaped.shape().dims(), [12]);
+        assert!(reshaped.reshape([5]).is_err());
+    }
+}
+
+#[test]
+fn bad_host_data_and_meta_reads_are_typed_errors() {
+    let device = &devices()[0];
+    let err = Array::from_host(device, [2, 2], &[1.0f32; 3]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::HostLength {
+                expected: 4,
+                got: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let a = Array::zeros(device, [2], DType::F32).unwrap();
+    assert!(matches!(
+        a.to_host::<f64>(),
+        Err(Error::DType { op: "to_host", .. })
+    ));
+    let meta = Device::meta(DeviceConfig::new(1 << 20)).unwrap();
+    let planned = Array::zeros(&meta, [4], DType::F32).unwrap();
+    assert_eq!(meta.allocator().stats().in_use, 256);
+    let err = planned.to_f64().unwrap_err();
+    assert!(matches!(err, Error::NoData { op: "read", .. }), "{err}");
+}

@@ -1,0 +1,100 @@
+//! Matrix products against an f64 reference: transposes, batches, shared weights, odd sizes.
+
+mod common;
+
+use common::{assert_close_scaled, devices, random, rng, tolerance};
+use headroom_kernels::ops::gemm::matmul;
+use headroom_kernels::{Array, DType, Error};
+
+/// Reads element (row, col) of `op(x)` for matrix `index` of a batch stored row-major.
+fn element(
+    x: &[f64],
+    rows: usize,
+    cols: usize,
+    index: usize,
+    trans: bool,
+    r: usize,
+    c: usize,
+) -> f64 {
+    let base = index * rows * cols;
+    if trans {
+        x[base + c * cols + r]
+    } else {
+        x[base + r * cols + c]
+    }
+}
+
+#[test]
+fn products_match_the_f64_reference_in_every_float_dtype() {
+    // (batch of a, batch of b, m, k, n); a batch of [] is a plain matrix.
+    type Case<'a> = (&'a [usize], &'a [usize], usize, usize, usize);
+    let cases: [Case; 7] = [
+        (&[], &[], 1, 1, 1),
+        (&[], &[], 3, 5, 7),
+        (&[], &[], 17, 1, 9),
+        (&[], &[], 33, 65, 31),
+        (&[2], &[2], 4, 6, 5),
+        (&[2, 3], &[], 5, 7, 3),
+        (&[], &[4], 6, 2, 3),
+    ];
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            for (a_batch, b_batch, m, k, n) in cases {
+                for (trans_a, trans_b) in
+                    [(false, false), (true, false), (false, true), (true, true)]
+                {
+                    let a_mat = if trans_a { [k, m] } else { [m, k] };
+                    let b_mat = if trans_b { [n, k] } else { [k, n] };
+                    let a_shape = [a_batch, &a_mat[..]].concat();
+                    let b_shape = [b_batch, &b_mat[..]].concat();
+                    let (a, av) = random(&device, &mut rng, &a_shape, dtype, -1.0, 1.0);
+                    let (b, bv) = random(&device, &mut rng, &b_shape, dtype, -1.0, 1.0);
+                    let got = matmul(&a, &b, trans_a, trans_b).unwrap();
+                    let batch_dims = if a_batch.is_empty() { b_batch } else { a_batch };
+                    let batch: usize = batch_dims.iter().product();
+                    assert_eq!(
+                        got.shape().dims(),
+                        [batch_dims, &[m, n][..]].concat().as_slice()
+                    );
+                    let (mut want, mut scale) = (Vec::new(), Vec::new());
+                    for index in 0..batch {
+                        let ai = if a_batch.is_empty() { 0 } else { index };
+                        let bi = if b_batch.is_empty() { 0 } else { index };
+                        for r in 0..m {
+                            for c in 0..n {
+                                let terms = (0..k).map(|l| {
+                                    element(&av, a_mat[0], a_mat[1], ai, trans_a, r, l)
+                                        * element(&bv, b_mat[0], b_mat[1], bi, trans_b, l, c)
+                                });
+                                let terms: Vec<f64> = terms.collect();
+                                want.push(terms.iter().sum());
+                                scale.push(terms.iter().map(|t| t.abs()).sum());
+                            }
+                        }
+                    }
+                    let what = format!("{dtype} a{a_shape:?} b{b_shape:?} t=({trans_a},{trans_b})");
+                    let rtol = tolerance(dtype) * if dtype == DType::F32 { 4.0 } else { 1.0 };
+                    assert_close_scaled(&what, &got.to_f64().unwrap(), &want, &scale, rtol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn mismatched_products_are_shape_errors() {
+    let device = &devices()[0];
+    let a = Array::zeros(device, [3, 4], DType::F32).unwrap();
+    let b = Array::zeros(device, [5, 2], DType::F32).unwrap();
+    let err = matmul(&a, &b, false, false).unwrap_err();
+    assert!(
+        matches!(err, Error::Shape { op: "matmul", .. }) && err.to_string().contains("[3, 4]"),
+        "{err}"
+    );
+    let v = Array::zeros(device, [4], DType::F32).unwrap();
+    assert!(matmul(&a, &v, false, false).is_err());
+    let batched = Array::zeros(device, [2, 4, 2], DType::F32).unwrap();
+    let other = Array::zeros(device, [3, 3, 4], DType::F32).unwrap();
+    assert!(matmul(&other, &batched, false, false).is_err());
+}

@@ -1,0 +1,74 @@
+//! Reductions against f64 references.
+
+mod common;
+
+use common::{assert_close_scaled, devices, random, rng, tolerance};
+use headroom_kernels::DType;
+use headroom_kernels::ops::reduce::{ReduceOp, reduce};
+
+#[test]
+fn reductions_over_every_axis_match_the_f64_reference() {
+    let shapes: [&[usize]; 5] = [&[1], &[9], &[3, 5], &[2, 1, 7], &[4, 3, 1, 5]];
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            for shape in shapes {
+                for axis in 0..shape.len() {
+                    let (x, xs) = random(&device, &mut rng, shape, dtype, -2.0, 2.0);
+                    let outer: usize = shape[..axis].iter().product();
+                    let inner: usize = shape[axis + 1..].iter().product();
+                    let len = shape[axis];
+                    let item = |o: usize, a: usize, i: usize| xs[(o * len + a) * inner + i];
+                    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+                        let mut want = Vec::new();
+                        let mut scale = Vec::new();
+                        for o in 0..outer {
+                            for i in 0..inner {
+                                let column: Vec<f64> = (0..len).map(|a| item(o, a, i)).collect();
+                                let magnitude: f64 = column.iter().map(|v| v.abs()).sum();
+                                want.push(match op {
+                                    ReduceOp::Sum => column.iter().sum(),
+                                    ReduceOp::Mean => column.iter().sum::<f64>() / len as f64,
+                                    ReduceOp::Max => {
+                                        column.iter().cloned().fold(f64::MIN, f64::max)
+                                    }
+                                });
+                                scale.push(magnitude);
+                            }
+                        }
+                        for keep_dim in [false, true] {
+                            let got = reduce(op, &x, axis, keep_dim).unwrap();
+                            let mut dims = shape.to_vec();
+                            if keep_dim {
+                                dims[axis] = 1;
+                            } else {
+                                dims.remove(axis);
+                            }
+                            assert_eq!(got.shape().dims(), dims.as_slice());
+                            let what = format!("{op:?} {dtype} {shape:?} axis {axis}");
+                            assert_close_scaled(
+                                &what,
+                                &got.to_f64().unwrap(),
+                                &want,
+                                &scale,
+                                tolerance(dtype),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_axis_past_the_rank_is_an_argument_error() {
+    let device = &devices()[0];
+    let mut rng = rng();
+    let (x, _) = random(device, &mut rng, &[2, 3], DType::F32, -1.0, 1.0);
+    let err = reduce(ReduceOp::Sum, &x, 2, false).unwrap_err();
+    assert!(
+        err.to_string().contains("axis 2") && err.to_string().contains("sum"),
+        "{err}"
+    );
+}
