@@ -158,7 +158,11 @@ impl fmt::Display for OomReport {
             rounded,
             self.tag
         )?;
-        writeln!(f, "verdict: {} OOM. {}", self.verdict, self.advice())?;
+        match self.cause {
+            // Nothing ran out: the state below is what the request failed in, not why.
+            OomCause::Injected => writeln!(f, "verdict: none. {}", self.advice())?,
+            _ => writeln!(f, "verdict: {} OOM. {}", self.verdict, self.advice())?,
+        }
         writeln!(
             f,
             "limit {} | in use {} ({} of it padding) | reserved {} | free {} | \

@@ -101,3 +101,29 @@ fn snapshots_serialize_and_tile_every_region() {
     let back: MemorySnapshot = serde_json::from_str(&json).unwrap();
     assert_eq!(back, snapshot);
 }
+
+#[test]
+fn an_injected_oom_fails_once_changes_nothing_and_says_it_was_injected() {
+    use headroom_alloc::{Error, OomCause};
+    let mut alloc =
+        Allocator::new(VirtualMemory::new(8 << 20), AllocatorConfig::default()).unwrap();
+    let kept = alloc.allocate(1000, Tag::WEIGHTS).unwrap();
+    let before = alloc.stats();
+    alloc.inject_oom(1);
+    let second = alloc.allocate(1000, Tag::ACTIVATIONS).unwrap();
+    let err = alloc.allocate(1000, Tag::ACTIVATIONS).unwrap_err();
+    let Error::OutOfMemory(report) = &err else {
+        panic!("expected an OOM, got {err}")
+    };
+    assert_eq!(report.cause, OomCause::Injected);
+    let text = report.to_string();
+    assert!(
+        text.contains("verdict: none. This OOM was injected"),
+        "{text}"
+    );
+    alloc.free(second.addr).unwrap();
+    assert_eq!(alloc.stats().in_use, before.in_use);
+    alloc.allocate(1000, Tag::ACTIVATIONS).unwrap();
+    alloc.free(kept.addr).unwrap();
+    alloc.validate().unwrap();
+}

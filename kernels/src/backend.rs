@@ -1,10 +1,30 @@
 //! What a backend must run, split by op category (as burn does). Ops allocate their outputs in
 //! the op layer, the same way for every backend; a backend only computes into them.
+//!
+//! # Asynchronous backends
+//!
+//! A kernel call may return before its work is done: a GPU backend queues it on the device's one
+//! stream and returns. Everything else is built so that this is safe:
+//!
+//! - Work on one stream runs in the order it was queued, so a kernel always sees the results of
+//!   the kernels queued before it.
+//! - A buffer's bytes go back to the allocator when it drops, possibly while queued kernels still
+//!   use them. The allocator may hand them to the next op at once: that op's kernels queue behind
+//!   the ones still reading the old contents, so they cannot overwrite them early (the stream
+//!   order that PyTorch's caching allocator relies on too).
+//! - [`DataKernels::read`] returns only once the bytes are on the host, so it waits for the
+//!   stream; [`DataKernels::synchronize`] waits without reading. An error of queued work may
+//!   surface at either.
 
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::ops::elementwise::{BinaryOp, UnaryOp};
 use crate::ops::gemm::GemmSpec;
+pub use crate::ops::index::IndexKernels;
+pub use crate::ops::layout::LayoutKernels;
+pub use crate::ops::norm::NormKernels;
+pub use crate::ops::optim::OptimKernels;
+pub use crate::ops::random::RandomKernels;
 use crate::ops::reduce::{ReduceOp, ReduceSpec};
 use crate::shape::Shape;
 
@@ -20,6 +40,11 @@ pub trait DataKernels {
     fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
     /// Converts every element of `src` into `dst`'s dtype (same length).
     fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
+    /// Waits until every kernel queued so far has finished; a synchronous backend has nothing
+    /// to wait for.
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Elementwise arithmetic, with broadcasting for two operands.
@@ -54,11 +79,31 @@ pub trait GemmKernels {
 
 /// A compute backend: every category of kernel.
 pub trait Backend:
-    DataKernels + ElementwiseKernels + ReduceKernels + GemmKernels + Send + Sync
+    DataKernels
+    + ElementwiseKernels
+    + ReduceKernels
+    + GemmKernels
+    + NormKernels
+    + IndexKernels
+    + LayoutKernels
+    + RandomKernels
+    + OptimKernels
+    + Send
+    + Sync
 {
 }
 
 impl<T> Backend for T where
-    T: DataKernels + ElementwiseKernels + ReduceKernels + GemmKernels + Send + Sync
+    T: DataKernels
+        + ElementwiseKernels
+        + ReduceKernels
+        + GemmKernels
+        + NormKernels
+        + IndexKernels
+        + LayoutKernels
+        + RandomKernels
+        + OptimKernels
+        + Send
+        + Sync
 {
 }

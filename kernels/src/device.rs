@@ -195,6 +195,13 @@ impl Device {
         Ok(Buffer::new(self.clone(), block, dtype, len))
     }
 
+    /// Waits until every kernel queued on this device has finished (a no-op on the CPU, whose
+    /// kernels return when done, and on the meta device, which runs none). Time a GPU op with
+    /// it, or use it to surface the errors of queued work.
+    pub fn synchronize(&self) -> Result<()> {
+        self.backend().synchronize()
+    }
+
     /// The backend that runs kernels on this device.
     pub(crate) fn backend(&self) -> &dyn Backend {
         &*self.0.backend

@@ -110,7 +110,7 @@ where
 }
 
 macro_rules! compute {
-    ($t:ty) => {
+    ($t:ty, $exp:path, $tanh:path) => {
         impl Compute for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -125,7 +125,7 @@ macro_rules! compute {
             }
             #[inline]
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $exp(self)
             }
             #[inline]
             fn ln(self) -> Self {
@@ -133,7 +133,7 @@ macro_rules! compute {
             }
             #[inline]
             fn tanh(self) -> Self {
-                <$t>::tanh(self)
+                $tanh(self)
             }
             #[inline]
             fn sqrt(self) -> Self {
@@ -154,8 +154,14 @@ macro_rules! compute {
         }
     };
 }
-compute!(f32);
-compute!(f64);
+// f32 (the compute type of f32, f16 and bf16) gets exp and tanh that vectorize; f64 keeps the
+// standard library's, as the reference precision.
+compute!(
+    f32,
+    crate::vector_math::exp_f32,
+    crate::vector_math::tanh_f32
+);
+compute!(f64, f64::exp, f64::tanh);
 
 /// A float element type, with the type its kernels compute in.
 pub trait Float: Element {

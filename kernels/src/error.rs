@@ -102,6 +102,22 @@ impl Error {
         }
     }
 
+    /// The same error, named after `outer`: for a composite op whose inner step failed, so that
+    /// the message names the op the caller called.
+    pub(crate) fn in_op(mut self, outer: &'static str) -> Self {
+        match &mut self {
+            Self::OutOfMemory { op, .. }
+            | Self::Shape { op, .. }
+            | Self::DType { op, .. }
+            | Self::Device { op, .. }
+            | Self::HostLength { op, .. }
+            | Self::NoData { op, .. }
+            | Self::Argument { op, .. }
+            | Self::Alloc { op, .. } => *op = outer,
+        }
+        self
+    }
+
     /// The OOM report, when this is an out-of-memory.
     pub fn oom_report(&self) -> Option<&OomReport> {
         match self {

@@ -9,8 +9,12 @@ mod error;
 mod meta;
 pub mod ops;
 mod shape;
+mod vector_math;
 
-pub use backend::{Backend, DataKernels, ElementwiseKernels, GemmKernels, ReduceKernels};
+pub use backend::{
+    Backend, DataKernels, ElementwiseKernels, GemmKernels, IndexKernels, LayoutKernels,
+    NormKernels, OptimKernels, RandomKernels, ReduceKernels,
+};
 pub use buffer::{Array, Buffer};
 pub use cpu::CpuBackend;
 pub use device::{Device, DeviceConfig, DeviceKind, HostSource, TagScope};

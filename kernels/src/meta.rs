@@ -48,66 +48,7 @@ impl MemorySource for PlanningMemory {
 }
 
 /// Runs no kernel: every op's allocations happen in the op layer, identically for every backend,
-/// so a meta run allocates exactly what a real run would.
+/// so a meta run allocates exactly what a real run would. Each op's (empty) meta kernels live
+/// beside it (`ops/<op>/meta.rs`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MetaBackend;
-
-mod kernels {
-    use super::MetaBackend;
-    use crate::backend::{DataKernels, ElementwiseKernels, GemmKernels, ReduceKernels};
-    use crate::buffer::Buffer;
-    use crate::error::{Error, Result};
-    use crate::ops::elementwise::{BinaryOp, UnaryOp};
-    use crate::ops::gemm::GemmSpec;
-    use crate::ops::reduce::{ReduceOp, ReduceSpec};
-    use crate::shape::Shape;
-
-    impl DataKernels for MetaBackend {
-        fn fill(&self, _: &mut Buffer, _: f64) -> Result<()> {
-            Ok(())
-        }
-        fn write(&self, _: &mut Buffer, _: &[u8]) -> Result<()> {
-            Ok(())
-        }
-        fn read(&self, src: &Buffer, _: &mut [u8]) -> Result<()> {
-            Err(Error::NoData {
-                op: "read",
-                device: src.device().to_string(),
-            })
-        }
-        fn copy(&self, _: &Buffer, _: &mut Buffer) -> Result<()> {
-            Ok(())
-        }
-        fn cast(&self, _: &Buffer, _: &mut Buffer) -> Result<()> {
-            Ok(())
-        }
-    }
-
-    impl ElementwiseKernels for MetaBackend {
-        fn unary(&self, _: UnaryOp, _: &Buffer, _: &mut Buffer) -> Result<()> {
-            Ok(())
-        }
-        fn binary(
-            &self,
-            _: BinaryOp,
-            _: (&Buffer, &[usize]),
-            _: (&Buffer, &[usize]),
-            _: &mut Buffer,
-            _: &Shape,
-        ) -> Result<()> {
-            Ok(())
-        }
-    }
-
-    impl ReduceKernels for MetaBackend {
-        fn reduce(&self, _: ReduceOp, _: ReduceSpec, _: &Buffer, _: &mut Buffer) -> Result<()> {
-            Ok(())
-        }
-    }
-
-    impl GemmKernels for MetaBackend {
-        fn gemm(&self, _: &GemmSpec, _: &Buffer, _: &Buffer, _: &mut Buffer) -> Result<()> {
-            Ok(())
-        }
-    }
-}

@@ -1,11 +1,16 @@
-//! Memory behaviour: the meta backend plans exactly what the CPU allocates, and every op fails
-//! cleanly, with the allocator's report, at each allocation it makes.
+//! Memory behaviour of every op, in one place: the meta backend plans exactly what the CPU
+//! allocates (sizes, order, tags, peak), and every op fails cleanly, with the allocator's report,
+//! at each allocation it makes.
 
 mod common;
 
 use common::{random, rng};
+use headroom_alloc::trace::SplitMix64;
 use headroom_alloc::{AllocatorConfig, EventKind, FaultInjecting, HostMemory, OomCause, Tag};
-use headroom_kernels::ops::{elementwise as ew, gemm, reduce};
+use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
+use headroom_kernels::ops::optim::{AdamW, adamw_step};
+use headroom_kernels::ops::reduce::{self, ReduceOp};
+use headroom_kernels::ops::{gemm, index, layout, norm, random as rand};
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result};
 
 fn config() -> DeviceConfig {
@@ -14,8 +19,8 @@ fn config() -> DeviceConfig {
 
 /// A little program touching every op family; returns what it keeps alive.
 fn program(device: &Device) -> Result<Vec<Array>> {
-    let data: Vec<f64> = (0..96).map(|i| (i as f64 * 0.37).sin() + 1.5).collect();
-    let x = Array::from_f64(device, [8, 12], DType::F32, &data)?;
+    let data: Vec<f64> = (0..600).map(|i| (i as f64 * 0.37).sin() + 1.5).collect();
+    let x = Array::from_f64(device, [8, 12], DType::F32, &data[..96])?;
     let w = Array::from_f64(device, [12, 6], DType::BF16, &data[..72])?;
     let bias = Array::full(device, [6], DType::F32, 0.25)?;
     let xh = x.cast(DType::BF16)?;
@@ -27,9 +32,49 @@ fn program(device: &Device) -> Result<Vec<Array>> {
         ew::gelu_backward(&h, &g)?
     };
     let s = reduce::sum(&g, 1)?;
-    let m = reduce::reduce(reduce::ReduceOp::Max, &x, 0, true)?;
+    let m = reduce::reduce(ReduceOp::Max, &x, 0, true)?;
     drop(xh);
-    Ok(vec![w, grads, s, m, ew::exp(&ew::scale(&x, 0.1)?)?])
+    let probs = norm::softmax(&g)?;
+    let dprobs = norm::log_softmax_backward(&norm::log_softmax(&g)?, &probs)?;
+    let gamma = Array::full(device, [6], DType::F32, 1.5)?;
+    let ln = norm::layer_norm(&h, &gamma, &bias, 1e-5)?;
+    let ln_grads = norm::layer_norm_backward(&h, &gamma, &ln.mean, &ln.rstd, &dprobs)?;
+    let ids = Array::from_host(device, [2, 4], &[0u32, 5, 11, 2, 2, 7, 1, 0])?;
+    let emb = index::embedding(&x.try_clone()?.reshape([12, 8])?, &ids)?;
+    let demb = index::embedding_backward(&ids, &emb, 12)?;
+    let targets = Array::from_host(device, [8], &[0u32, 1, 2, 3, 4, 5, 0, 1])?;
+    let loss = index::cross_entropy(&h, &targets)?;
+    let dlogits = index::cross_entropy_backward(&h, &targets, 0.125)?;
+    let scores = Array::from_f64(device, [2, 5, 5], DType::F16, &data[..50])?;
+    let masked = index::causal_mask(&scores, f64::NEG_INFINITY)?;
+    let moved = layout::permute(&emb, &[2, 0, 1])?;
+    let dropped = rand::dropout(&moved, 0.25, 9)?;
+    let mut param = Array::from_f64(device, [8, 6], DType::F32, &data[..48])?;
+    let (mut m1, mut m2) = {
+        let _scope = device.scoped_tag(Tag::OPTIMIZER_STATE);
+        (
+            Array::zeros(device, [8, 6], DType::F32)?,
+            Array::zeros(device, [8, 6], DType::F32)?,
+        )
+    };
+    adamw_step(&AdamW::default(), 1, &mut param, &dlogits, &mut m1, &mut m2)?;
+    Ok(vec![
+        w,
+        grads,
+        s,
+        m,
+        ew::exp(&ew::scale(&x, 0.1)?)?,
+        ln.y,
+        ln_grads.dx,
+        ln_grads.dgamma,
+        demb,
+        loss,
+        masked,
+        dropped,
+        param,
+        m1,
+        m2,
+    ])
 }
 
 /// The allocation events of a device: (kind, size, requested, tag).
@@ -53,24 +98,25 @@ fn meta_plans_exactly_the_allocations_and_peak_of_the_cpu() {
     let kept_meta = program(&meta).unwrap();
     let (cpu_events, meta_events) = (events(&cpu), events(&meta));
     assert!(
-        cpu_events.len() > 20,
+        cpu_events.len() > 60,
         "the program allocates: {}",
         cpu_events.len()
     );
     assert_eq!(cpu_events, meta_events);
+    for (c, m) in kept_cpu.iter().zip(&kept_meta) {
+        assert_eq!((c.shape(), c.dtype()), (m.shape(), m.dtype()));
+    }
     let (cpu_stats, meta_stats) = (cpu.allocator().stats(), meta.allocator().stats());
     assert_eq!(cpu_stats.peak_in_use, meta_stats.peak_in_use);
     assert_eq!(cpu_stats.peak_reserved, meta_stats.peak_reserved);
     assert_eq!(cpu_stats.tags, meta_stats.tags);
-    let gradients = cpu_stats
-        .tags
-        .iter()
-        .find(|t| t.tag == Tag::GRADIENTS)
-        .unwrap();
+    let live = |tag| cpu_stats.tags.iter().find(|t| t.tag == tag).unwrap().live;
     assert_eq!(
-        gradients.live, 256,
+        live(Tag::GRADIENTS),
+        256,
         "8 x 6 f32 gradients take one 256-byte granule"
     );
+    assert_eq!(live(Tag::OPTIMIZER_STATE), 512, "two 8 x 6 f32 moments");
     assert!(
         cpu_stats
             .tags
@@ -82,88 +128,233 @@ fn meta_plans_exactly_the_allocations_and_peak_of_the_cpu() {
     assert_eq!(meta.allocator().stats().in_use, 0);
 }
 
-type Op = fn(&[Array]) -> Result<Array>;
-/// The shape and dtype of one input.
-type Input = (&'static [usize], DType);
+/// One input of an op under test.
+#[derive(Clone, Copy)]
+enum Input {
+    /// Random floats in [0.5, 1.5) of this shape and dtype.
+    Float(&'static [usize], DType),
+    /// Random U32 ids below a bound, of this shape.
+    Ids(&'static [usize], u32),
+}
 
-/// Every op family, each with the inputs it is run on.
-fn ops() -> Vec<(&'static str, Op, Vec<Input>)> {
-    vec![
-        (
-            "full",
-            |_| Array::full(&device_of_thread(), [3, 3], DType::F32, 1.0),
-            vec![],
-        ),
-        (
-            "cast",
-            |x| x[0].cast(DType::F16),
-            vec![(&[4, 5], DType::F32)],
-        ),
-        ("clone", |x| x[0].try_clone(), vec![(&[4, 5], DType::BF16)]),
-        ("gelu", |x| ew::gelu(&x[0]), vec![(&[4, 5], DType::F32)]),
-        (
-            "add",
-            |x| ew::add(&x[0], &x[1]),
-            vec![(&[4, 5], DType::F64), (&[5], DType::F64)],
-        ),
-        (
-            "sum",
-            |x| reduce::sum(&x[0], 0),
-            vec![(&[4, 5], DType::F32)],
-        ),
-        (
+impl Input {
+    fn make(self, device: &Device, rng: &mut SplitMix64) -> Array {
+        match self {
+            Input::Float(shape, dtype) => random(device, rng, shape, dtype, 0.5, 1.5).0,
+            Input::Ids(shape, bound) => {
+                let n = shape.iter().product();
+                let ids: Vec<u32> = (0..n)
+                    .map(|_| (rng.next_u64() % bound as u64) as u32)
+                    .collect();
+                Array::from_host(device, shape, &ids).unwrap()
+            }
+        }
+    }
+}
+
+/// Runs an op on a device and inputs, returning its outputs.
+type Run = Box<dyn Fn(&Device, &[Array]) -> Result<Vec<Array>>>;
+
+/// An op under test: its name (what its errors start with), what it runs, its inputs.
+struct Case {
+    name: &'static str,
+    run: Run,
+    inputs: Vec<Input>,
+}
+
+fn case(
+    name: &'static str,
+    inputs: &[Input],
+    run: impl Fn(&Device, &[Array]) -> Result<Vec<Array>> + 'static,
+) -> Case {
+    Case {
+        name,
+        run: Box::new(run),
+        inputs: inputs.to_vec(),
+    }
+}
+
+/// Every op of every family, each on inputs that make it allocate all it can.
+fn cases() -> Vec<Case> {
+    use Input::{Float, Ids};
+    let f32s: &[Input] = &[Float(&[4, 5], DType::F32)];
+    let pair: &[Input] = &[Float(&[4, 5], DType::F32), Float(&[4, 5], DType::F32)];
+    let mut cases = vec![
+        case("full", &[], |d, _| {
+            Ok(vec![Array::full(d, [3, 3], DType::F32, 1.0)?])
+        }),
+        case("from_host", &[], |d, _| {
+            Ok(vec![Array::from_f64(d, [2], DType::BF16, &[1.0, 2.0])?])
+        }),
+        case("cast", f32s, |_, x| Ok(vec![x[0].cast(DType::F16)?])),
+        case("copy", &[Float(&[4, 5], DType::BF16)], |_, x| {
+            Ok(vec![x[0].try_clone()?])
+        }),
+        case("sum", f32s, |_, x| Ok(vec![reduce::sum(&x[0], 0)?])),
+        case("mean", &[Float(&[4, 5], DType::F16)], |_, x| {
+            Ok(vec![reduce::mean(&x[0], 1)?])
+        }),
+        case("max", f32s, |_, x| Ok(vec![reduce::max(&x[0], 1)?])),
+        case("matmul", pair, |_, x| {
+            Ok(vec![gemm::matmul(&x[0], &x[1], false, true)?])
+        }),
+        case(
             "matmul",
-            |x| gemm::matmul(&x[0], &x[1], false, true),
-            vec![(&[4, 5], DType::F32), (&[3, 5], DType::F32)],
+            &[Float(&[2, 5, 4], DType::BF16), Float(&[5, 3], DType::BF16)],
+            |_, x| Ok(vec![gemm::matmul(&x[0], &x[1], true, false)?]),
         ),
-        (
-            "matmul bf16",
-            |x| gemm::matmul(&x[0], &x[1], true, false),
-            vec![(&[5, 4], DType::BF16), (&[5, 3], DType::BF16)],
+        case("permute", &[Float(&[2, 3, 4], DType::F64)], |_, x| {
+            Ok(vec![layout::permute(&x[0], &[2, 0, 1])?])
+        }),
+        case("transpose", &[Ids(&[4, 5], 7)], |_, x| {
+            Ok(vec![layout::transpose(&x[0], 0, 1)?])
+        }),
+        case("dropout", &[Float(&[4, 5], DType::F16)], |_, x| {
+            Ok(vec![rand::dropout(&x[0], 0.5, 3)?])
+        }),
+        case("dropout", f32s, |_, x| {
+            Ok(vec![rand::dropout_backward(&x[0], 0.5, 3)?])
+        }),
+        case("softmax", f32s, |_, x| Ok(vec![norm::softmax(&x[0])?])),
+        case("log_softmax", f32s, |_, x| {
+            Ok(vec![norm::log_softmax(&x[0])?])
+        }),
+        case("softmax_backward", pair, |_, x| {
+            Ok(vec![norm::softmax_backward(&x[0], &x[1])?])
+        }),
+        case("log_softmax_backward", pair, |_, x| {
+            Ok(vec![norm::log_softmax_backward(&x[0], &x[1])?])
+        }),
+        case(
+            "layer_norm",
+            &[
+                Float(&[2, 3, 8], DType::BF16),
+                Float(&[8], DType::BF16),
+                Float(&[8], DType::BF16),
+            ],
+            |_, x| {
+                let out = norm::layer_norm(&x[0], &x[1], &x[2], 1e-5)?;
+                Ok(vec![out.y, out.mean, out.rstd])
+            },
         ),
-    ]
-}
-
-thread_local! {
-    static DEVICE: std::cell::RefCell<Option<Device>> = const { std::cell::RefCell::new(None) };
-}
-
-/// The device the current test made (for ops that take no input array).
-fn device_of_thread() -> Device {
-    DEVICE.with(|d| d.borrow().clone().expect("a device was set"))
+        case(
+            "layer_norm_backward",
+            &[
+                Float(&[2, 3, 8], DType::F16),
+                Float(&[8], DType::F16),
+                Float(&[2, 3], DType::F32),
+                Float(&[2, 3], DType::F32),
+                Float(&[2, 3, 8], DType::F16),
+            ],
+            |_, x| {
+                let g = norm::layer_norm_backward(&x[0], &x[1], &x[2], &x[3], &x[4])?;
+                Ok(vec![g.dx, g.dgamma, g.dbeta])
+            },
+        ),
+        case(
+            "embedding",
+            &[Float(&[9, 4], DType::F16), Ids(&[3, 2], 9)],
+            |_, x| Ok(vec![index::embedding(&x[0], &x[1])?]),
+        ),
+        case(
+            "embedding_backward",
+            &[Ids(&[3, 2], 9), Float(&[3, 2, 4], DType::F32)],
+            |_, x| Ok(vec![index::embedding_backward(&x[0], &x[1], 9)?]),
+        ),
+        case(
+            "cross_entropy",
+            &[Float(&[5, 6], DType::BF16), Ids(&[5], 6)],
+            |_, x| Ok(vec![index::cross_entropy(&x[0], &x[1])?]),
+        ),
+        case(
+            "cross_entropy_backward",
+            &[Float(&[5, 6], DType::BF16), Ids(&[5], 6)],
+            |_, x| Ok(vec![index::cross_entropy_backward(&x[0], &x[1], 1.0)?]),
+        ),
+        case("causal_mask", &[Float(&[2, 3, 3], DType::F64)], |_, x| {
+            Ok(vec![index::causal_mask(&x[0], f64::NEG_INFINITY)?])
+        }),
+    ];
+    let unary = [
+        UnaryOp::Neg,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Tanh,
+        UnaryOp::Sqrt,
+        UnaryOp::Scale(0.5),
+        UnaryOp::Powf(1.5),
+    ];
+    for op in unary {
+        cases.push(case(op.name(), f32s, move |_, x| {
+            Ok(vec![ew::unary(op, &x[0])?])
+        }));
+    }
+    let binary = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::ReluBackward,
+        BinaryOp::GeluBackward,
+        BinaryOp::TanhBackward,
+        BinaryOp::SqrtBackward,
+        BinaryOp::PowfBackward(1.5),
+    ];
+    for op in binary {
+        // Broadcasting too: [4, 5] with [5].
+        let inputs: &[Input] = &[Float(&[4, 5], DType::F32), Float(&[5], DType::F32)];
+        cases.push(case(op.name(), inputs, move |_, x| {
+            Ok(vec![ew::binary(op, &x[0], &x[1])?])
+        }));
+    }
+    cases
 }
 
 #[test]
 fn every_op_fails_cleanly_at_each_allocation_it_makes() {
     let mut rng = rng();
-    for (name, op, inputs) in ops() {
+    for Case { name, run, inputs } in cases() {
         let device = Device::cpu(config()).unwrap();
-        DEVICE.with(|d| *d.borrow_mut() = Some(device.clone()));
-        let inputs: Vec<Array> = inputs
-            .iter()
-            .map(|&(shape, dtype)| random(&device, &mut rng, shape, dtype, 0.5, 1.5).0)
-            .collect();
+        let inputs: Vec<Array> = inputs.iter().map(|i| i.make(&device, &mut rng)).collect();
         let before = device.allocator().stats().allocations;
-        drop(op(&inputs).unwrap());
+        drop(run(&device, &inputs).unwrap());
         let allocations = device.allocator().stats().allocations - before;
         assert!(allocations >= 1, "{name} allocates");
         for k in 0..allocations {
             let in_use = device.allocator().stats().in_use;
             device.allocator().with(|alloc| alloc.inject_oom(k));
-            let err = op(&inputs).expect_err(name);
+            let err = run(&device, &inputs).expect_err(name);
             let report = err.oom_report().unwrap_or_else(|| panic!("{name}: {err}"));
             assert_eq!(report.cause, OomCause::Injected, "{name}");
-            assert!(err.to_string().contains("out of memory"), "{name}: {err}");
+            let text = err.to_string();
+            assert!(text.starts_with(name), "{name}: {text}");
+            assert!(text.contains("out of memory"), "{name}: {text}");
             assert_eq!(
                 device.allocator().stats().in_use,
                 in_use,
-                "{name} leaked at {k}"
+                "{name} leaked at allocation {k}"
             );
             device.allocator().with(|alloc| alloc.validate()).unwrap();
         }
         // And it still works afterwards.
-        op(&inputs).unwrap();
+        run(&device, &inputs).unwrap();
     }
+}
+
+#[test]
+fn the_fused_optimizer_step_allocates_nothing_so_it_cannot_run_out() {
+    let device = Device::cpu(config()).unwrap();
+    let mut rng = rng();
+    let [mut param, grad, mut m, mut v] =
+        [(); 4].map(|_| random(&device, &mut rng, &[7, 3], DType::BF16, 0.5, 1.5).0);
+    let before = device.allocator().stats();
+    device.allocator().with(|alloc| alloc.inject_oom(0));
+    adamw_step(&AdamW::default(), 3, &mut param, &grad, &mut m, &mut v).unwrap();
+    let after = device.allocator().stats();
+    assert_eq!(after.allocations, before.allocations);
+    assert_eq!(after.in_use, before.in_use);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Creating arrays, moving data between host and device, copying and casting.
 
 mod cpu;
+mod meta;
 
 use crate::buffer::Array;
 use crate::device::Device;

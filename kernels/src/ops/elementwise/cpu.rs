@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use super::{BinaryOp, UnaryOp};
 use crate::backend::ElementwiseKernels;
 use crate::buffer::Buffer;
-use crate::cpu::{CHUNK, CpuBackend, with_float};
+use crate::cpu::{CHUNK, CpuBackend, par_rows, with_float};
 use crate::dtype::Float;
 use crate::error::Result;
 use crate::shape::Shape;
@@ -100,12 +100,45 @@ impl ElementwiseKernels for CpuBackend {
 fn map_unary<T: Float>(x: &[T], out: &mut [T], f: impl Fn(T::C, T::C) -> T::C + Sync) {
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
-        .for_each(|(out, x)| {
-            for (o, &v) in out.iter_mut().zip(x) {
-                let v = v.load();
-                *o = T::store(f(v, v));
-            }
-        });
+        .for_each(|(out, x)| zip_with_best_isa(out, x, x, &f));
+}
+
+/// `out[i] = f(a[i], b[i])` over equal-length slices: the loop every contiguous kernel runs.
+#[inline(always)]
+fn zip_with<T: Float, F: Fn(T::C, T::C) -> T::C>(out: &mut [T], a: &[T], b: &[T], f: &F) {
+    // Equal lengths up front let the compiler drop bounds checks and vectorize.
+    let (a, b) = (&a[..out.len()], &b[..out.len()]);
+    for i in 0..out.len() {
+        out[i] = T::store(f(a[i].load(), b[i].load()));
+    }
+}
+
+/// [`zip_with`] compiled for AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn zip_with_avx2<T: Float, F: Fn(T::C, T::C) -> T::C>(
+    out: &mut [T],
+    a: &[T],
+    b: &[T],
+    f: &F,
+) {
+    zip_with(out, a, b, f);
+}
+
+/// [`zip_with`] in the widest instruction set this CPU has (detected at run time, since builds
+/// target the baseline).
+#[inline(always)]
+fn zip_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(out: &mut [T], a: &[T], b: &[T], f: &F) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        unsafe { zip_with_avx2(out, a, b, f) };
+        return;
+    }
+    zip_with(out, a, b, f);
 }
 
 /// `out = op(a, b)` over `shape`, reading `a` and `b` through broadcast strides.
@@ -120,42 +153,23 @@ fn binary_strided<T: Float>(
     if a_strides == contiguous.as_slice() && b_strides == contiguous.as_slice() {
         out.par_chunks_mut(CHUNK)
             .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
-            .for_each(|(out, (a, b))| {
-                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                    *o = T::store(f(x.load(), y.load()));
-                }
-            });
-        return;
-    }
-    // Walk rows of the last dimension; each row's start offsets come from unravelling its index.
-    let dims = shape.dims();
-    let rank = dims.len();
-    let row = dims.last().copied().unwrap_or(1);
-    if row == 0 || out.is_empty() {
+            .for_each(|(out, (a, b))| zip_with_best_isa(out, a, b, &f));
         return;
     }
     let (a_step, b_step) = (
         a_strides.last().copied().unwrap_or(0),
         b_strides.last().copied().unwrap_or(0),
     );
-    let rows_per_task = (CHUNK / row).max(1);
-    out.par_chunks_mut(row * rows_per_task)
-        .enumerate()
-        .for_each(|(task, rows)| {
-            for (r, out_row) in rows.chunks_mut(row).enumerate() {
-                let mut index = task * rows_per_task + r;
-                let (mut a_at, mut b_at) = (0, 0);
-                for axis in (0..rank.saturating_sub(1)).rev() {
-                    let i = index % dims[axis];
-                    index /= dims[axis];
-                    a_at += i * a_strides[axis];
-                    b_at += i * b_strides[axis];
-                }
-                for (j, o) in out_row.iter_mut().enumerate() {
-                    let x = a[a_at + j * a_step].load();
-                    let y = b[b_at + j * b_step].load();
-                    *o = T::store(f(x, y));
-                }
+    par_rows(
+        out,
+        shape.dims(),
+        [a_strides, b_strides],
+        |out_row, [a_at, b_at]| {
+            for (j, o) in out_row.iter_mut().enumerate() {
+                let x = a[a_at + j * a_step].load();
+                let y = b[b_at + j * b_step].load();
+                *o = T::store(f(x, y));
             }
-        });
+        },
+    );
 }

@@ -2,6 +2,7 @@
 //! derivatives their backward rules need.
 
 mod cpu;
+mod meta;
 
 use crate::buffer::Array;
 use crate::dtype::Compute;
@@ -11,6 +12,14 @@ use crate::error::Result;
 const GELU_K: f64 = 0.797_884_560_802_865_4;
 /// The cubic coefficient of the tanh form of GELU.
 const GELU_C: f64 = 0.044_715;
+
+/// `sigmoid(2u)` for GELU's `u = sqrt(2/pi) (x + 0.044715 x^3)`, which equals
+/// `(1 + tanh u) / 2`; saturates to exactly 0 or 1 far from 0.
+#[inline(always)]
+fn gelu_sigmoid<C: Compute>(x: C) -> C {
+    let u = C::of(GELU_K) * (x + C::of(GELU_C) * x * x * x);
+    C::ONE / (C::ONE + (C::of(-2.0) * u).exp())
+}
 
 /// A function of one element.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,8 +45,9 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
-    /// Applies the function in compute precision.
-    #[inline]
+    /// Applies the function in compute precision. Always inlined, so that a kernel calling it
+    /// with a constant op keeps only that op's arm.
+    #[inline(always)]
     pub fn apply<C: Compute>(self, x: C) -> C {
         match self {
             UnaryOp::Neg => -x,
@@ -49,8 +59,8 @@ impl UnaryOp {
                 }
             }
             UnaryOp::Gelu => {
-                let u = C::of(GELU_K) * (x + C::of(GELU_C) * x * x * x);
-                C::of(0.5) * x * (C::ONE + u.tanh())
+                // 0.5 x (1 + tanh u) = x sigmoid(2u): one exp and one division, no tanh.
+                x * gelu_sigmoid(x)
             }
             UnaryOp::Exp => x.exp(),
             UnaryOp::Log => x.ln(),
@@ -102,8 +112,9 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
-    /// Applies the function in compute precision.
-    #[inline]
+    /// Applies the function in compute precision. Always inlined, so that a kernel calling it
+    /// with a constant op keeps only that op's arm.
+    #[inline(always)]
     pub fn apply<C: Compute>(self, a: C, b: C) -> C {
         match self {
             BinaryOp::Add => a + b,
@@ -118,10 +129,10 @@ impl BinaryOp {
                 }
             }
             BinaryOp::GeluBackward => {
-                let (k, c) = (C::of(GELU_K), C::of(GELU_C));
-                let t = (k * (a + c * a * a * a)).tanh();
-                let du = k * (C::ONE + C::of(3.0) * c * a * a);
-                b * (C::of(0.5) * (C::ONE + t) + C::of(0.5) * a * (C::ONE - t * t) * du)
+                // d/dx [x s] with s = sigmoid(2u): s + 2 x s (1 - s) u'.
+                let s = gelu_sigmoid(a);
+                let du = C::of(GELU_K) * (C::ONE + C::of(3.0 * GELU_C) * a * a);
+                b * (s + C::of(2.0) * a * s * (C::ONE - s) * du)
             }
             BinaryOp::TanhBackward => b * (C::ONE - a * a),
             BinaryOp::SqrtBackward => b / (C::of(2.0) * a),

@@ -2,6 +2,7 @@
 //! f32 through workspace casts.
 
 mod cpu;
+mod meta;
 
 use headroom_alloc::Tag;
 
@@ -125,7 +126,8 @@ pub fn matmul(a: &Array, b: &Array, trans_a: bool, trans_b: bool) -> Result<Arra
         _ => {
             // Half types: widen to f32 workspace, multiply, narrow into the output.
             let _workspace = device.scoped_tag(Tag::WORKSPACE);
-            let (a32, b32) = (a.cast(DType::F32)?, b.cast(DType::F32)?);
+            let widen = |x: &Array| x.cast(DType::F32).map_err(|err| err.in_op(OP));
+            let (a32, b32) = (widen(a)?, widen(b)?);
             let mut out32 = Array::uninit(device, out_shape, DType::F32, OP)?;
             device
                 .backend()

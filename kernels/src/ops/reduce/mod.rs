@@ -1,6 +1,7 @@
 //! Reductions over one axis: sum, mean and max.
 
 mod cpu;
+mod meta;
 
 use crate::buffer::Array;
 use crate::error::Result;

@@ -1,0 +1,196 @@
+//! CPU kernels: embedding gather and scatter-add, fused cross-entropy, causal masking.
+
+use rayon::prelude::*;
+
+use super::{CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels};
+use crate::buffer::Buffer;
+use crate::cpu::{CpuBackend, with_float};
+use crate::dtype::{Compute, Element, Float};
+use crate::error::{Error, Result};
+
+/// Fails with [`Error::Argument`] naming the first index `>= limit`, its position and the limit.
+fn check_range(op: &'static str, what: &str, indices: &[u32], limit: usize) -> Result<()> {
+    match indices.iter().position(|&i| i as usize >= limit) {
+        None => Ok(()),
+        Some(p) => Err(Error::Argument {
+            op,
+            detail: format!(
+                "{what} {} at position {p} is out of range for {limit} {}",
+                indices[p],
+                if what == "id" { "rows" } else { "classes" }
+            ),
+        }),
+    }
+}
+
+impl IndexKernels for CpuBackend {
+    fn embedding(
+        &self,
+        spec: EmbeddingSpec,
+        table: &Buffer,
+        ids: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "embedding";
+        let ids = ids.host::<u32>(OP)?;
+        check_range(OP, "id", ids, spec.vocab)?;
+        with_float!(table.dtype(), OP, |T| {
+            let table = table.host::<T>(OP)?;
+            let out = out.host_mut::<T>(OP)?;
+            let dim = spec.dim;
+            if dim > 0 {
+                out.par_chunks_mut(dim).zip(ids).for_each(|(row, &id)| {
+                    let start = id as usize * dim;
+                    row.copy_from_slice(&table[start..start + dim]);
+                });
+            }
+            Ok(())
+        })
+    }
+
+    fn embedding_backward(
+        &self,
+        spec: EmbeddingSpec,
+        ids: &Buffer,
+        dy: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "embedding_backward";
+        let ids = ids.host::<u32>(OP)?;
+        check_range(OP, "id", ids, spec.vocab)?;
+        // The positions of each id, in order (a counting sort), so that each table row is summed
+        // by one task in a fixed order: deterministic, and no two tasks write one row.
+        let mut starts = vec![0usize; spec.vocab + 1];
+        for &id in ids {
+            starts[id as usize + 1] += 1;
+        }
+        for v in 0..spec.vocab {
+            starts[v + 1] += starts[v];
+        }
+        let mut next = starts.clone();
+        let mut positions = vec![0usize; ids.len()];
+        for (p, &id) in ids.iter().enumerate() {
+            positions[next[id as usize]] = p;
+            next[id as usize] += 1;
+        }
+        with_float!(dy.dtype(), OP, |T| {
+            let dy = dy.host::<T>(OP)?;
+            let out = out.host_mut::<T>(OP)?;
+            let dim = spec.dim;
+            if dim > 0 {
+                out.par_chunks_mut(dim).enumerate().for_each(|(v, row)| {
+                    let mut acc = vec![<T as Float>::C::ZERO; dim];
+                    for &p in &positions[starts[v]..starts[v + 1]] {
+                        for (a, &g) in acc.iter_mut().zip(&dy[p * dim..(p + 1) * dim]) {
+                            *a += g.load();
+                        }
+                    }
+                    for (o, a) in row.iter_mut().zip(acc) {
+                        *o = T::store(a);
+                    }
+                });
+            }
+            Ok(())
+        })
+    }
+
+    fn cross_entropy(
+        &self,
+        spec: CrossEntropySpec,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "cross_entropy";
+        let targets = targets.host::<u32>(OP)?;
+        check_range(OP, "target", targets, spec.classes)?;
+        let losses: Vec<f64> = with_float!(logits.dtype(), OP, |T| {
+            let logits = logits.host::<T>(OP)?;
+            Ok(logits
+                .par_chunks(spec.classes)
+                .zip(targets)
+                .map(|(row, &t)| {
+                    let (max, sum) = max_and_sum_exp::<T>(row);
+                    // (max - x_t) + ln(sum): no cancellation between two large logits' sums.
+                    ((max - row[t as usize].load()) + sum.ln()).f64()
+                })
+                .collect())
+        })?;
+        // Summed in order, so the result does not depend on the thread count.
+        let loss = losses.iter().sum::<f64>() / spec.rows as f64;
+        with_float!(out.dtype(), OP, |O| {
+            out.host_mut::<O>(OP)?.fill(O::from_f64(loss));
+            Ok(())
+        })
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        spec: CrossEntropySpec,
+        dloss: f64,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "cross_entropy_backward";
+        let targets = targets.host::<u32>(OP)?;
+        check_range(OP, "target", targets, spec.classes)?;
+        with_float!(logits.dtype(), OP, |T| {
+            let logits = logits.host::<T>(OP)?;
+            let out = out.host_mut::<T>(OP)?;
+            let scale = <T as Float>::C::of(dloss / spec.rows as f64);
+            out.par_chunks_mut(spec.classes)
+                .zip(logits.par_chunks(spec.classes))
+                .zip(targets)
+                .for_each(|((dx, row), &t)| {
+                    let (max, sum) = max_and_sum_exp::<T>(row);
+                    for (j, (d, &x)) in dx.iter_mut().zip(row).enumerate() {
+                        let p = (x.load() - max).exp() / sum;
+                        let p = if j == t as usize {
+                            p - <T as Float>::C::ONE
+                        } else {
+                            p
+                        };
+                        *d = T::store(p * scale);
+                    }
+                });
+            Ok(())
+        })
+    }
+
+    fn causal_mask(
+        &self,
+        spec: CausalMaskSpec,
+        fill: f64,
+        x: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "causal_mask";
+        with_float!(x.dtype(), OP, |T| {
+            let x = x.host::<T>(OP)?;
+            let out = out.host_mut::<T>(OP)?;
+            let size = spec.size;
+            let fill = T::store(<T as Float>::C::of(fill));
+            if size > 0 {
+                out.par_chunks_mut(size)
+                    .zip(x.par_chunks(size))
+                    .enumerate()
+                    .for_each(|(r, (o, x))| {
+                        let i = r % size;
+                        o[..=i].copy_from_slice(&x[..=i]);
+                        o[i + 1..].fill(fill);
+                    });
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The largest element of a row and `sum_j exp(row[j] - max)`, in the compute type.
+fn max_and_sum_exp<T: Float>(row: &[T]) -> (T::C, T::C) {
+    let max = row.iter().fold(T::C::NEG_INFINITY, |m, &x| m.max(x.load()));
+    let sum = row
+        .iter()
+        .fold(T::C::ZERO, |s, &x| s + (x.load() - max).exp());
+    (max, sum)
+}

@@ -1,0 +1,261 @@
+//! Embedding gather and scatter-add, fused cross-entropy, causal masking.
+//!
+//! Index operands (token ids, class targets) are [`DType::U32`] arrays. An index out of its
+//! range is an [`Error::Argument`] found by the kernel (the meta device holds no data, so it
+//! cannot check index values); the output allocated for the call is then dropped.
+
+mod cpu;
+mod meta;
+
+use crate::buffer::{Array, Buffer};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::Shape;
+
+/// The geometry of an embedding lookup or its gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmbeddingSpec {
+    /// Rows of the table (valid ids are `0..vocab`).
+    pub vocab: usize,
+    /// Length of one table row.
+    pub dim: usize,
+}
+
+/// The geometry of a cross-entropy: `rows` rows of `classes` logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrossEntropySpec {
+    /// Number of rows (examples); at least 1.
+    pub rows: usize,
+    /// Number of classes per row (valid targets are `0..classes`).
+    pub classes: usize,
+}
+
+/// The geometry of a causal mask: `matrices` square matrices of side `size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CausalMaskSpec {
+    /// Product of the leading (batch) dimensions.
+    pub matrices: usize,
+    /// The side `T` of each `[T, T]` matrix.
+    pub size: usize,
+}
+
+/// The kernels of this family that a backend runs.
+pub trait IndexKernels {
+    /// `out[p, :] = table[ids[p], :]` for every position `p` of `ids` (U32); `table` is
+    /// `[vocab, dim]` and `out` `[ids.len(), dim]`, both of the same float dtype. Fails with
+    /// [`Error::Argument`] when an id is `>= vocab`.
+    fn embedding(
+        &self,
+        spec: EmbeddingSpec,
+        table: &Buffer,
+        ids: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+
+    /// Zeroes `out` (`[vocab, dim]`) and adds row `p` of `dy` (`[ids.len(), dim]`) into row
+    /// `ids[p]` for every `p`, deterministically (repeated ids accumulate in position order).
+    /// Fails with [`Error::Argument`] when an id is `>= vocab`.
+    fn embedding_backward(
+        &self,
+        spec: EmbeddingSpec,
+        ids: &Buffer,
+        dy: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+
+    /// Writes into the one element of `out` (f32, or f64 for f64 logits) the mean over rows of
+    /// `logsumexp(logits[i]) - logits[i, targets[i]]`. Fails with [`Error::Argument`] when a
+    /// target is `>= classes`.
+    fn cross_entropy(
+        &self,
+        spec: CrossEntropySpec,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+
+    /// `out[i, j] = (softmax(logits[i])[j] - (j == targets[i])) * dloss / rows`, in the logits'
+    /// dtype. Fails with [`Error::Argument`] when a target is `>= classes`.
+    fn cross_entropy_backward(
+        &self,
+        spec: CrossEntropySpec,
+        dloss: f64,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+
+    /// Copies `x` into `out` (same float dtype, `[matrices, size, size]`), with every element
+    /// `(i, j)` where `j > i` set to `fill`.
+    fn causal_mask(
+        &self,
+        spec: CausalMaskSpec,
+        fill: f64,
+        x: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+}
+
+/// Fails with [`Error::DType`] unless `a` holds indices (U32).
+fn check_indices(a: &Array, op: &'static str) -> Result<()> {
+    if a.dtype() == DType::U32 {
+        Ok(())
+    } else {
+        Err(Error::DType {
+            op,
+            expected: DType::U32.to_string(),
+            got: a.dtype(),
+        })
+    }
+}
+
+/// Looks up rows of `table` (`[V, D]`, float) by `ids` (any shape, U32); the result has shape
+/// `ids.shape + [D]`. An id `>= V` is an [`Error::Argument`].
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::index::embedding;
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let table = Array::from_f64(&cpu, [3, 2], DType::F32, &[0., 1., 2., 3., 4., 5.])?;
+/// let ids = Array::from_host(&cpu, [2], &[2u32, 0])?;
+/// assert_eq!(embedding(&table, &ids)?.to_f64()?, [4., 5., 0., 1.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn embedding(table: &Array, ids: &Array) -> Result<Array> {
+    const OP: &str = "embedding";
+    table.check_float(OP)?;
+    check_indices(ids, OP)?;
+    table.device().check_same(ids.device(), OP)?;
+    let &[vocab, dim] = table.shape().dims() else {
+        return Err(Error::Shape {
+            op: OP,
+            detail: format!("the table {} must be [vocab, dim]", table.shape()),
+        });
+    };
+    let mut dims = ids.shape().dims().to_vec();
+    dims.push(dim);
+    let mut out = Array::uninit(table.device(), Shape::new(&dims), table.dtype(), OP)?;
+    let spec = EmbeddingSpec { vocab, dim };
+    table
+        .device()
+        .backend()
+        .embedding(spec, table.buffer(), ids.buffer(), out.buffer_mut())?;
+    Ok(out)
+}
+
+/// The gradient of [`embedding`] with respect to its table: the rows of `dy`
+/// (`ids.shape + [D]`, float) summed into a zeroed `[vocab, D]` table of `dy`'s dtype at the
+/// rows their ids name (repeated ids accumulate). An id `>= vocab` is an [`Error::Argument`].
+pub fn embedding_backward(ids: &Array, dy: &Array, vocab: usize) -> Result<Array> {
+    const OP: &str = "embedding_backward";
+    check_indices(ids, OP)?;
+    dy.check_float(OP)?;
+    ids.device().check_same(dy.device(), OP)?;
+    let (ids_dims, dy_dims) = (ids.shape().dims(), dy.shape().dims());
+    let dim = match dy_dims.split_last() {
+        Some((&dim, lead)) if lead == ids_dims => dim,
+        _ => {
+            return Err(Error::Shape {
+                op: OP,
+                detail: format!(
+                    "dy {} must be the ids' shape {} and one more dimension",
+                    dy.shape(),
+                    ids.shape()
+                ),
+            });
+        }
+    };
+    let mut out = Array::uninit(dy.device(), Shape::new(&[vocab, dim]), dy.dtype(), OP)?;
+    let spec = EmbeddingSpec { vocab, dim };
+    dy.device()
+        .backend()
+        .embedding_backward(spec, ids.buffer(), dy.buffer(), out.buffer_mut())?;
+    Ok(out)
+}
+
+/// Checks the operands of a cross-entropy and returns their geometry.
+fn cross_entropy_spec(
+    logits: &Array,
+    targets: &Array,
+    op: &'static str,
+) -> Result<CrossEntropySpec> {
+    logits.check_float(op)?;
+    check_indices(targets, op)?;
+    logits.device().check_same(targets.device(), op)?;
+    match (logits.shape().dims(), targets.shape().dims()) {
+        (&[rows, classes], &[n]) if n == rows && rows > 0 => Ok(CrossEntropySpec { rows, classes }),
+        _ => Err(Error::Shape {
+            op,
+            detail: format!(
+                "logits {} must be [N, C] with N >= 1 and targets {} must be [N]",
+                logits.shape(),
+                targets.shape()
+            ),
+        }),
+    }
+}
+
+/// The mean cross-entropy of `logits` (`[N, C]`, float) against class `targets` (`[N]`, U32):
+/// `mean_i(logsumexp(logits[i]) - logits[i, targets[i]])`, computed stably. The result is a
+/// scalar (shape `[]`) of f64 for f64 logits, f32 otherwise. A target `>= C` is an
+/// [`Error::Argument`].
+pub fn cross_entropy(logits: &Array, targets: &Array) -> Result<Array> {
+    const OP: &str = "cross_entropy";
+    let spec = cross_entropy_spec(logits, targets, OP)?;
+    let dtype = if logits.dtype() == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let mut out = Array::uninit(logits.device(), Shape::new(&[]), dtype, OP)?;
+    logits.device().backend().cross_entropy(
+        spec,
+        logits.buffer(),
+        targets.buffer(),
+        out.buffer_mut(),
+    )?;
+    Ok(out)
+}
+
+/// The gradient of [`cross_entropy`] with respect to `logits`, scaled by the loss' gradient
+/// `dloss`: `(softmax(logits[i]) - onehot(targets[i])) * dloss / N`, in the logits' dtype.
+pub fn cross_entropy_backward(logits: &Array, targets: &Array, dloss: f64) -> Result<Array> {
+    const OP: &str = "cross_entropy_backward";
+    let spec = cross_entropy_spec(logits, targets, OP)?;
+    let mut out = Array::uninit(logits.device(), logits.shape().clone(), logits.dtype(), OP)?;
+    logits.device().backend().cross_entropy_backward(
+        spec,
+        dloss,
+        logits.buffer(),
+        targets.buffer(),
+        out.buffer_mut(),
+    )?;
+    Ok(out)
+}
+
+/// A copy of `scores` (`[..., T, T]`, float) with every element `(i, j)` where `j > i` (the
+/// future, in attention) set to `fill`: `f64::NEG_INFINITY` before a softmax, 0 on gradients.
+pub fn causal_mask(scores: &Array, fill: f64) -> Result<Array> {
+    const OP: &str = "causal_mask";
+    scores.check_float(OP)?;
+    let dims = scores.shape().dims();
+    let size = match dims {
+        &[.., rows, cols] if rows == cols => rows,
+        _ => {
+            return Err(Error::Shape {
+                op: OP,
+                detail: format!("scores {} must end in two equal dimensions", scores.shape()),
+            });
+        }
+    };
+    let spec = CausalMaskSpec {
+        matrices: dims[..dims.len() - 2].iter().product(),
+        size,
+    };
+    let mut out = Array::uninit(scores.device(), scores.shape().clone(), scores.dtype(), OP)?;
+    scores
+        .device()
+        .backend()
+        .causal_mask(spec, fill, scores.buffer(), out.buffer_mut())?;
+    Ok(out)
+}

@@ -1,0 +1,328 @@
+//! CPU kernels: softmax, log-softmax and layer normalization, forward and backward.
+//!
+//! Every kernel runs one task per group of rows. Sums over a row accumulate in f64; the
+//! per-element arithmetic runs in the compute type (f32 for the half types).
+
+use rayon::prelude::*;
+
+use super::{NormKernels, RowSpec, SoftmaxKind};
+use crate::buffer::Buffer;
+use crate::cpu::{CHUNK, CpuBackend, with_float};
+use crate::dtype::{Compute, DType, Element, Float};
+use crate::error::{Error, Result};
+
+/// How many partial sums of `dgamma` and `dbeta` the layer-norm backward makes at most: the
+/// rows are cut into this many blocks (fewer when there are fewer rows), whatever the number of
+/// threads, and the blocks' sums are added in block order, so the result is deterministic.
+const MAX_PARTIALS: usize = 64;
+
+/// Runs `$body` with `$t` bound to the Rust type of a float `$dtype` and `$s` to the type of
+/// its layer-norm statistics (f64 for f64, f32 otherwise), or fails naming `$op`.
+macro_rules! with_float_and_stats {
+    ($dtype:expr, $op:expr, |$t:ident, $s:ident| $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                type $s = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                type $s = f64;
+                $body
+            }
+            DType::F16 => {
+                type $t = half::f16;
+                type $s = f32;
+                $body
+            }
+            DType::BF16 => {
+                type $t = half::bf16;
+                type $s = f32;
+                $body
+            }
+            other => Err(Error::DType {
+                op: $op,
+                expected: "a float dtype".into(),
+                got: other,
+            }),
+        }
+    };
+}
+
+/// Rows per parallel task at least, so that short rows are not scheduled one by one.
+fn min_rows(len: usize) -> usize {
+    (CHUNK / len.max(1)).max(1)
+}
+
+impl NormKernels for CpuBackend {
+    fn softmax(&self, kind: SoftmaxKind, spec: RowSpec, x: &Buffer, y: &mut Buffer) -> Result<()> {
+        let op = kind.name();
+        with_float!(x.dtype(), op, |T| {
+            let x = x.host::<T>(op)?;
+            let y = y.host_mut::<T>(op)?;
+            softmax_rows::<T>(kind, spec, x, y);
+            Ok(())
+        })
+    }
+
+    fn softmax_backward(
+        &self,
+        kind: SoftmaxKind,
+        spec: RowSpec,
+        y: &Buffer,
+        dy: &Buffer,
+        dx: &mut Buffer,
+    ) -> Result<()> {
+        let op = kind.backward_name();
+        with_float!(y.dtype(), op, |T| {
+            let y = y.host::<T>(op)?;
+            let dy = dy.host::<T>(op)?;
+            let dx = dx.host_mut::<T>(op)?;
+            softmax_backward_rows::<T>(kind, spec, y, dy, dx);
+            Ok(())
+        })
+    }
+
+    fn layer_norm(
+        &self,
+        spec: RowSpec,
+        eps: f64,
+        x: &Buffer,
+        gamma: &Buffer,
+        beta: &Buffer,
+        y: &mut Buffer,
+        mean: &mut Buffer,
+        rstd: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "layer_norm";
+        with_float_and_stats!(x.dtype(), OP, |T, S| {
+            let x = x.host::<T>(OP)?;
+            let gamma = gamma.host::<T>(OP)?;
+            let beta = beta.host::<T>(OP)?;
+            let y = y.host_mut::<T>(OP)?;
+            let mean = mean.host_mut::<S>(OP)?;
+            let rstd = rstd.host_mut::<S>(OP)?;
+            layer_norm_rows::<T, S>(spec, eps, x, (gamma, beta), y, mean, rstd);
+            Ok(())
+        })
+    }
+
+    fn layer_norm_backward(
+        &self,
+        spec: RowSpec,
+        x: &Buffer,
+        gamma: &Buffer,
+        mean: &Buffer,
+        rstd: &Buffer,
+        dy: &Buffer,
+        dx: &mut Buffer,
+        dgamma: &mut Buffer,
+        dbeta: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "layer_norm_backward";
+        with_float_and_stats!(x.dtype(), OP, |T, S| {
+            let inputs = BackwardInputs {
+                x: x.host::<T>(OP)?,
+                gamma: gamma.host::<T>(OP)?,
+                mean: mean.host::<S>(OP)?,
+                rstd: rstd.host::<S>(OP)?,
+                dy: dy.host::<T>(OP)?,
+            };
+            let dx = dx.host_mut::<T>(OP)?;
+            let dgamma = dgamma.host_mut::<T>(OP)?;
+            let dbeta = dbeta.host_mut::<T>(OP)?;
+            layer_norm_backward_rows::<T, S>(spec, &inputs, dx, dgamma, dbeta);
+            Ok(())
+        })
+    }
+}
+
+/// The largest element of a row (NaN-propagating) and `sum_j exp(row[j] - max)` in f64.
+fn max_and_sum_exp<T: Float>(row: &[T]) -> (T::C, f64) {
+    let max = row.iter().fold(T::C::NEG_INFINITY, |m, &v| m.max(v.load()));
+    let sum = row.iter().map(|&v| (v.load() - max).exp().f64()).sum();
+    (max, sum)
+}
+
+fn softmax_rows<T: Float>(kind: SoftmaxKind, spec: RowSpec, x: &[T], y: &mut [T]) {
+    if spec.len == 0 || y.is_empty() {
+        return;
+    }
+    y.par_chunks_mut(spec.len)
+        .zip(x.par_chunks(spec.len))
+        .with_min_len(min_rows(spec.len))
+        .for_each(|(y, x)| {
+            let (max, sum) = max_and_sum_exp(x);
+            match kind {
+                SoftmaxKind::Softmax => {
+                    let inv = T::C::of(1.0 / sum);
+                    for (o, &v) in y.iter_mut().zip(x) {
+                        *o = T::store((v.load() - max).exp() * inv);
+                    }
+                }
+                SoftmaxKind::LogSoftmax => {
+                    let log_sum = T::C::of(sum.ln());
+                    for (o, &v) in y.iter_mut().zip(x) {
+                        *o = T::store(v.load() - max - log_sum);
+                    }
+                }
+            }
+        });
+}
+
+fn softmax_backward_rows<T: Float>(
+    kind: SoftmaxKind,
+    spec: RowSpec,
+    y: &[T],
+    dy: &[T],
+    dx: &mut [T],
+) {
+    if spec.len == 0 || dx.is_empty() {
+        return;
+    }
+    dx.par_chunks_mut(spec.len)
+        .zip(y.par_chunks(spec.len).zip(dy.par_chunks(spec.len)))
+        .with_min_len(min_rows(spec.len))
+        .for_each(|(dx, (y, dy))| match kind {
+            SoftmaxKind::Softmax => {
+                let dot: f64 = y
+                    .iter()
+                    .zip(dy)
+                    .map(|(&y, &d)| y.load().f64() * d.load().f64())
+                    .sum();
+                let dot = T::C::of(dot);
+                for ((o, &y), &d) in dx.iter_mut().zip(y).zip(dy) {
+                    *o = T::store(y.load() * (d.load() - dot));
+                }
+            }
+            SoftmaxKind::LogSoftmax => {
+                let sum = T::C::of(dy.iter().map(|&d| d.load().f64()).sum());
+                for ((o, &y), &d) in dx.iter_mut().zip(y).zip(dy) {
+                    *o = T::store(d.load() - y.load().exp() * sum);
+                }
+            }
+        });
+}
+
+fn layer_norm_rows<T: Float, S: Element>(
+    spec: RowSpec,
+    eps: f64,
+    x: &[T],
+    (gamma, beta): (&[T], &[T]),
+    y: &mut [T],
+    mean: &mut [S],
+    rstd: &mut [S],
+) {
+    let len = spec.len;
+    if len == 0 {
+        // Empty rows: mean 0 and variance 0, by convention.
+        mean.fill(S::from_f64(0.0));
+        rstd.fill(S::from_f64(1.0 / eps.sqrt()));
+        return;
+    }
+    let n = len as f64;
+    y.par_chunks_mut(len)
+        .zip(x.par_chunks(len))
+        .zip(mean.par_iter_mut().zip(rstd.par_iter_mut()))
+        .with_min_len(min_rows(len))
+        .for_each(|((y, x), (mean_out, rstd_out))| {
+            let mean = x.iter().map(|&v| v.load().f64()).sum::<f64>() / n;
+            let var = x
+                .iter()
+                .map(|&v| {
+                    let d = v.load().f64() - mean;
+                    d * d
+                })
+                .sum::<f64>()
+                / n;
+            let rstd = 1.0 / (var + eps).sqrt();
+            *mean_out = S::from_f64(mean);
+            *rstd_out = S::from_f64(rstd);
+            let (m, r) = (T::C::of(mean), T::C::of(rstd));
+            for ((o, &v), (&g, &b)) in y.iter_mut().zip(x).zip(gamma.iter().zip(beta)) {
+                *o = T::store((v.load() - m) * r * g.load() + b.load());
+            }
+        });
+}
+
+/// What the layer-norm backward reads.
+struct BackwardInputs<'a, T, S> {
+    x: &'a [T],
+    gamma: &'a [T],
+    mean: &'a [S],
+    rstd: &'a [S],
+    dy: &'a [T],
+}
+
+fn layer_norm_backward_rows<T: Float, S: Element>(
+    spec: RowSpec,
+    inputs: &BackwardInputs<'_, T, S>,
+    dx: &mut [T],
+    dgamma: &mut [T],
+    dbeta: &mut [T],
+) {
+    let RowSpec { rows, len } = spec;
+    if len == 0 {
+        return;
+    }
+    let block = rows.div_ceil(MAX_PARTIALS).max(1);
+    // Each block of rows writes its `dx` rows and returns its partial `[dgamma | dbeta]`.
+    let partials: Vec<Vec<f64>> = dx
+        .par_chunks_mut(block * len)
+        .enumerate()
+        .map(|(b, dx)| {
+            let mut acc = vec![0f64; 2 * len];
+            for (r, dx) in dx.chunks_mut(len).enumerate() {
+                backward_row(inputs, b * block + r, len, dx, &mut acc);
+            }
+            acc
+        })
+        .collect();
+    let mut total = vec![0f64; 2 * len];
+    for partial in &partials {
+        for (t, &p) in total.iter_mut().zip(partial) {
+            *t += p;
+        }
+    }
+    let (dg, db) = total.split_at(len);
+    for (o, &v) in dgamma.iter_mut().zip(dg) {
+        *o = T::store(T::C::of(v));
+    }
+    for (o, &v) in dbeta.iter_mut().zip(db) {
+        *o = T::store(T::C::of(v));
+    }
+}
+
+/// The backward pass of one row: writes its `dx` and adds its `dy * xhat` and `dy` into
+/// `acc` (`[dgamma | dbeta]`, f64).
+fn backward_row<T: Float, S: Element>(
+    inputs: &BackwardInputs<'_, T, S>,
+    row: usize,
+    len: usize,
+    dx: &mut [T],
+    acc: &mut [f64],
+) {
+    let span = row * len..(row + 1) * len;
+    let (x, dy) = (&inputs.x[span.clone()], &inputs.dy[span]);
+    let (mean, rstd) = (inputs.mean[row].to_f64(), inputs.rstd[row].to_f64());
+    let (dg, db) = acc.split_at_mut(len);
+    let (mut sum_g, mut sum_gx) = (0f64, 0f64);
+    for j in 0..len {
+        let xhat = (x[j].load().f64() - mean) * rstd;
+        let d = dy[j].load().f64();
+        let g = d * inputs.gamma[j].load().f64();
+        sum_g += g;
+        sum_gx += g * xhat;
+        dg[j] += d * xhat;
+        db[j] += d;
+    }
+    let n = len as f64;
+    let (m, r) = (T::C::of(mean), T::C::of(rstd));
+    let (mean_g, mean_gx) = (T::C::of(sum_g / n), T::C::of(sum_gx / n));
+    for ((o, (&v, &d)), &g) in dx.iter_mut().zip(x.iter().zip(dy)).zip(inputs.gamma) {
+        let xhat = (v.load() - m) * r;
+        let g = d.load() * g.load();
+        *o = T::store(r * (g - mean_g - xhat * mean_gx));
+    }
+}

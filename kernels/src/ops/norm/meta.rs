@@ -1,0 +1,52 @@
+//! Meta kernels: nothing to compute.
+
+use super::{NormKernels, RowSpec, SoftmaxKind};
+use crate::buffer::Buffer;
+use crate::error::Result;
+use crate::meta::MetaBackend;
+
+impl NormKernels for MetaBackend {
+    fn softmax(&self, _: SoftmaxKind, _: RowSpec, _: &Buffer, _: &mut Buffer) -> Result<()> {
+        Ok(())
+    }
+
+    fn softmax_backward(
+        &self,
+        _: SoftmaxKind,
+        _: RowSpec,
+        _: &Buffer,
+        _: &Buffer,
+        _: &mut Buffer,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn layer_norm(
+        &self,
+        _: RowSpec,
+        _: f64,
+        _: &Buffer,
+        _: &Buffer,
+        _: &Buffer,
+        _: &mut Buffer,
+        _: &mut Buffer,
+        _: &mut Buffer,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn layer_norm_backward(
+        &self,
+        _: RowSpec,
+        _: &Buffer,
+        _: &Buffer,
+        _: &Buffer,
+        _: &Buffer,
+        _: &Buffer,
+        _: &mut Buffer,
+        _: &mut Buffer,
+        _: &mut Buffer,
+    ) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,339 @@
+//! Softmax, log-softmax and layer normalization, forward and backward, all over the last axis.
+//!
+//! Every op sees its operand as `rows` rows of `len` contiguous elements (`len` is the last
+//! dimension, `rows` the product of the others). Half types compute in f32 and store in half;
+//! sums over a row (and over rows, for the parameter gradients) accumulate in f64.
+//!
+//! Layer normalization keeps per-row statistics for its backward pass: the mean and the
+//! reciprocal standard deviation, of dtype [`DType::F32`] ([`DType::F64`] for F64 inputs).
+
+mod cpu;
+mod meta;
+
+use crate::buffer::{Array, Buffer};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::Shape;
+
+/// An operand seen as `rows` rows of `len` contiguous elements (normalized over each row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowSpec {
+    /// Product of every dimension but the last.
+    pub rows: usize,
+    /// The last dimension.
+    pub len: usize,
+}
+
+/// Which of the two softmax functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoftmaxKind {
+    /// `y = exp(x - max) / sum(exp(x - max))`.
+    Softmax,
+    /// `y = x - max - ln(sum(exp(x - max)))`.
+    LogSoftmax,
+}
+
+impl SoftmaxKind {
+    /// The forward op's name, for errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            SoftmaxKind::Softmax => "softmax",
+            SoftmaxKind::LogSoftmax => "log_softmax",
+        }
+    }
+
+    /// The backward op's name, for errors.
+    pub fn backward_name(self) -> &'static str {
+        match self {
+            SoftmaxKind::Softmax => "softmax_backward",
+            SoftmaxKind::LogSoftmax => "log_softmax_backward",
+        }
+    }
+}
+
+/// The kernels of this family that a backend runs. Every buffer is contiguous and row-major;
+/// the op layer has checked lengths, dtypes and devices before calling.
+pub trait NormKernels {
+    /// Writes softmax or log-softmax of each row of `x` (`[rows, len]`, float) into `y` (same
+    /// dtype and length), subtracting the row maximum first so that large inputs do not
+    /// overflow.
+    fn softmax(&self, kind: SoftmaxKind, spec: RowSpec, x: &Buffer, y: &mut Buffer) -> Result<()>;
+
+    /// The gradient of [`NormKernels::softmax`] from its output `y` and the upstream gradient
+    /// `dy` (both `[rows, len]`, same float dtype), into `dx`: `y * (dy - sum(dy * y))` for
+    /// softmax, `dy - exp(y) * sum(dy)` for log-softmax, sums over each row.
+    fn softmax_backward(
+        &self,
+        kind: SoftmaxKind,
+        spec: RowSpec,
+        y: &Buffer,
+        dy: &Buffer,
+        dx: &mut Buffer,
+    ) -> Result<()>;
+
+    /// Layer normalization of each row of `x` (`[rows, len]`):
+    /// `y = (x - mean) * rstd * gamma + beta` with `rstd = 1 / sqrt(var + eps)` (biased
+    /// variance). `gamma` and `beta` are `[len]` of `x`'s dtype; `mean` and `rstd` (`[rows]`,
+    /// the stats dtype, see [`stats_dtype`]) receive each row's statistics.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm(
+        &self,
+        spec: RowSpec,
+        eps: f64,
+        x: &Buffer,
+        gamma: &Buffer,
+        beta: &Buffer,
+        y: &mut Buffer,
+        mean: &mut Buffer,
+        rstd: &mut Buffer,
+    ) -> Result<()>;
+
+    /// The gradients of [`NormKernels::layer_norm`] from its input `x`, `gamma`, the saved
+    /// `mean` and `rstd`, and the upstream `dy` (`x`'s shape): `dx` (`x`'s shape), and
+    /// `dgamma`, `dbeta` (`[len]`), summed over every row in a fixed order (deterministic).
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm_backward(
+        &self,
+        spec: RowSpec,
+        x: &Buffer,
+        gamma: &Buffer,
+        mean: &Buffer,
+        rstd: &Buffer,
+        dy: &Buffer,
+        dx: &mut Buffer,
+        dgamma: &mut Buffer,
+        dbeta: &mut Buffer,
+    ) -> Result<()>;
+}
+
+/// The output of [`layer_norm`]: the result and the statistics its backward pass needs.
+#[derive(Debug)]
+pub struct LayerNorm {
+    /// The normalized, scaled and shifted input (its shape and dtype).
+    pub y: Array,
+    /// Each row's mean: the input's shape without the last axis, dtype [`stats_dtype`].
+    pub mean: Array,
+    /// Each row's `1 / sqrt(var + eps)`: shaped and typed as `mean`.
+    pub rstd: Array,
+}
+
+/// The gradients computed by [`layer_norm_backward`].
+#[derive(Debug)]
+pub struct LayerNormGrads {
+    /// The gradient of the input (its shape and dtype).
+    pub dx: Array,
+    /// The gradient of `gamma` (`[d]`).
+    pub dgamma: Array,
+    /// The gradient of `beta` (`[d]`).
+    pub dbeta: Array,
+}
+
+/// The dtype of layer normalization statistics for inputs of `dtype`: F64 for F64, F32
+/// otherwise.
+pub fn stats_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// The rows of `x` (float, rank >= 1), or an error naming `op`.
+fn rows_of(x: &Array, op: &'static str) -> Result<RowSpec> {
+    x.check_float(op)?;
+    let dims = x.shape().dims();
+    let Some((&len, rest)) = dims.split_last() else {
+        return Err(Error::Shape {
+            op,
+            detail: format!("the input must have rank >= 1, got shape {}", x.shape()),
+        });
+    };
+    Ok(RowSpec {
+        rows: rest.iter().product(),
+        len,
+    })
+}
+
+/// Fails unless `other` (called `what`) has `shape`, and `x`'s dtype and device.
+fn check_operand(
+    x: &Array,
+    other: &Array,
+    what: &str,
+    shape: &Shape,
+    op: &'static str,
+) -> Result<()> {
+    x.check_peer(other, op)?;
+    if other.shape() != shape {
+        return Err(Error::Shape {
+            op,
+            detail: format!(
+                "{what} has shape {}, the input {} needs {shape}",
+                other.shape(),
+                x.shape()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Fails unless the statistic `stat` (called `what`) has `shape`, `dtype` and `x`'s device.
+fn check_stat(x: &Array, stat: &Array, what: &str, shape: &Shape, op: &'static str) -> Result<()> {
+    x.device().check_same(stat.device(), op)?;
+    let dtype = stats_dtype(x.dtype());
+    if stat.dtype() != dtype {
+        return Err(Error::DType {
+            op,
+            expected: format!("{dtype} for {what}"),
+            got: stat.dtype(),
+        });
+    }
+    if stat.shape() != shape {
+        return Err(Error::Shape {
+            op,
+            detail: format!(
+                "{what} has shape {}, the input {} needs {shape}",
+                stat.shape(),
+                x.shape()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The shape of the per-row statistics of `x`: its shape without the last axis.
+fn stats_shape(x: &Array) -> Shape {
+    let dims = x.shape().dims();
+    Shape::new(&dims[..dims.len().saturating_sub(1)])
+}
+
+fn softmax_forward(kind: SoftmaxKind, x: &Array) -> Result<Array> {
+    let op = kind.name();
+    let spec = rows_of(x, op)?;
+    let mut y = Array::uninit(x.device(), x.shape().clone(), x.dtype(), op)?;
+    x.device()
+        .backend()
+        .softmax(kind, spec, x.buffer(), y.buffer_mut())?;
+    Ok(y)
+}
+
+fn softmax_grad(kind: SoftmaxKind, y: &Array, dy: &Array) -> Result<Array> {
+    let op = kind.backward_name();
+    let spec = rows_of(y, op)?;
+    check_operand(y, dy, "dy", y.shape(), op)?;
+    let mut dx = Array::uninit(y.device(), y.shape().clone(), y.dtype(), op)?;
+    y.device()
+        .backend()
+        .softmax_backward(kind, spec, y.buffer(), dy.buffer(), dx.buffer_mut())?;
+    Ok(dx)
+}
+
+/// Softmax over the last axis, numerically stable.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::norm::softmax;
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::from_f64(&cpu, [1, 2], DType::F64, &[1000., 1000.])?;
+/// assert_eq!(softmax(&x)?.to_f64()?, [0.5, 0.5]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn softmax(x: &Array) -> Result<Array> {
+    softmax_forward(SoftmaxKind::Softmax, x)
+}
+
+/// Log-softmax over the last axis: `x - max - ln(sum(exp(x - max)))`.
+pub fn log_softmax(x: &Array) -> Result<Array> {
+    softmax_forward(SoftmaxKind::LogSoftmax, x)
+}
+
+/// The gradient of [`softmax`] from its output `y` and the upstream gradient `dy` (same shape,
+/// dtype and device): `y * (dy - sum(dy * y))`, the sum over the last axis.
+pub fn softmax_backward(y: &Array, dy: &Array) -> Result<Array> {
+    softmax_grad(SoftmaxKind::Softmax, y, dy)
+}
+
+/// The gradient of [`log_softmax`] from its output `y` and the upstream gradient `dy` (same
+/// shape, dtype and device): `dy - exp(y) * sum(dy)`, the sum over the last axis.
+pub fn log_softmax_backward(y: &Array, dy: &Array) -> Result<Array> {
+    softmax_grad(SoftmaxKind::LogSoftmax, y, dy)
+}
+
+/// Layer normalization over the last axis (of length `d`): `gamma` and `beta` are `[d]` of
+/// `x`'s dtype; `eps` (finite, >= 0) is added to the biased variance.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::norm::layer_norm;
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::from_f64(&cpu, [1, 2], DType::F64, &[1., 3.])?;
+/// let gamma = Array::full(&cpu, [2], DType::F64, 1.0)?;
+/// let beta = Array::full(&cpu, [2], DType::F64, 0.0)?;
+/// let out = layer_norm(&x, &gamma, &beta, 0.0)?;
+/// assert_eq!(out.y.to_f64()?, [-1., 1.]);
+/// assert_eq!(out.mean.to_f64()?, [2.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn layer_norm(x: &Array, gamma: &Array, beta: &Array, eps: f64) -> Result<LayerNorm> {
+    const OP: &str = "layer_norm";
+    let spec = rows_of(x, OP)?;
+    let param = Shape::new(&[spec.len]);
+    check_operand(x, gamma, "gamma", &param, OP)?;
+    check_operand(x, beta, "beta", &param, OP)?;
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::Argument {
+            op: OP,
+            detail: format!("eps must be finite and >= 0, got {eps}"),
+        });
+    }
+    let device = x.device();
+    let stats = stats_shape(x);
+    let mut y = Array::uninit(device, x.shape().clone(), x.dtype(), OP)?;
+    let mut mean = Array::uninit(device, stats.clone(), stats_dtype(x.dtype()), OP)?;
+    let mut rstd = Array::uninit(device, stats, stats_dtype(x.dtype()), OP)?;
+    device.backend().layer_norm(
+        spec,
+        eps,
+        x.buffer(),
+        gamma.buffer(),
+        beta.buffer(),
+        y.buffer_mut(),
+        mean.buffer_mut(),
+        rstd.buffer_mut(),
+    )?;
+    Ok(LayerNorm { y, mean, rstd })
+}
+
+/// The gradients of [`layer_norm`] from its input `x`, `gamma`, the saved `mean` and `rstd`
+/// (as [`layer_norm`] returned them) and the upstream gradient `dy` (`x`'s shape and dtype).
+pub fn layer_norm_backward(
+    x: &Array,
+    gamma: &Array,
+    mean: &Array,
+    rstd: &Array,
+    dy: &Array,
+) -> Result<LayerNormGrads> {
+    const OP: &str = "layer_norm_backward";
+    let spec = rows_of(x, OP)?;
+    let param = Shape::new(&[spec.len]);
+    check_operand(x, gamma, "gamma", &param, OP)?;
+    check_operand(x, dy, "dy", x.shape(), OP)?;
+    let stats = stats_shape(x);
+    check_stat(x, mean, "mean", &stats, OP)?;
+    check_stat(x, rstd, "rstd", &stats, OP)?;
+    let device = x.device();
+    let mut dx = Array::uninit(device, x.shape().clone(), x.dtype(), OP)?;
+    let mut dgamma = Array::uninit(device, param.clone(), x.dtype(), OP)?;
+    let mut dbeta = Array::uninit(device, param, x.dtype(), OP)?;
+    device.backend().layer_norm_backward(
+        spec,
+        x.buffer(),
+        gamma.buffer(),
+        mean.buffer(),
+        rstd.buffer(),
+        dy.buffer(),
+        dx.buffer_mut(),
+        dgamma.buffer_mut(),
+        dbeta.buffer_mut(),
+    )?;
+    Ok(LayerNormGrads { dx, dgamma, dbeta })
+}

@@ -1,0 +1,52 @@
+//! CPU kernels: fused optimizer updates.
+
+use rayon::prelude::*;
+
+use super::{AdamW, OptimKernels};
+use crate::buffer::Buffer;
+use crate::cpu::{CHUNK, CpuBackend, with_float};
+use crate::dtype::{Compute, Float};
+use crate::error::Result;
+
+impl OptimKernels for CpuBackend {
+    fn adamw(
+        &self,
+        config: &AdamW,
+        step: u64,
+        param: &mut Buffer,
+        grad: &Buffer,
+        m: &mut Buffer,
+        v: &mut Buffer,
+    ) -> Result<()> {
+        with_float!(param.dtype(), "adamw", |T| {
+            type C = <T as Float>::C;
+            let c = |x: f64| C::of(x);
+            let t = step as i32;
+            let (b1, b2) = (c(config.beta1), c(config.beta2));
+            let decay = c(1.0 - config.lr * config.weight_decay);
+            let step_size = c(config.lr / (1.0 - config.beta1.powi(t)));
+            let root_correction = c((1.0 - config.beta2.powi(t)).sqrt());
+            let eps = c(config.eps);
+            let grad = grad.host::<T>("adamw")?;
+            let m = m.host_mut::<T>("adamw")?;
+            let v = v.host_mut::<T>("adamw")?;
+            param
+                .host_mut::<T>("adamw")?
+                .par_chunks_mut(CHUNK)
+                .zip(grad.par_chunks(CHUNK))
+                .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
+                .for_each(|((p, g), (m, v))| {
+                    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m).zip(v) {
+                        let g = g.load();
+                        let m_new = b1 * m.load() + (C::ONE - b1) * g;
+                        let v_new = b2 * v.load() + (C::ONE - b2) * g * g;
+                        let denom = v_new.sqrt() / root_correction + eps;
+                        *p = T::store(p.load() * decay - step_size * m_new / denom);
+                        *m = T::store(m_new);
+                        *v = T::store(v_new);
+                    }
+                });
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,72 @@
+//! Dropout from a seeded counter-based generator: the mask is a pure function of (seed, element
+//! index), so the backward pass regenerates it instead of storing it, and every backend draws
+//! the same mask.
+
+mod cpu;
+mod meta;
+
+use crate::buffer::{Array, Buffer};
+use crate::error::{Error, Result};
+
+/// The kernels of this family that a backend runs.
+pub trait RandomKernels {
+    /// `out[i] = x[i] / (1 - p)` where [`keeps`]`(seed, i, p)`, else 0; float dtypes.
+    fn dropout(&self, x: &Buffer, out: &mut Buffer, p: f64, seed: u64) -> Result<()>;
+}
+
+/// A uniform draw in [0, 1) for element `index` under `seed` (SplitMix64's finalizer over the
+/// pair): statistically independent across indices and seeds, reproducible everywhere.
+#[inline]
+pub fn uniform(seed: u64, index: u64) -> f64 {
+    let mut z = seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Whether dropout with probability `p` keeps element `index` under `seed`.
+#[inline]
+pub fn keeps(seed: u64, index: u64, p: f64) -> bool {
+    uniform(seed, index) >= p
+}
+
+fn check_probability(p: f64, op: &'static str) -> Result<()> {
+    if (0.0..1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(Error::Argument {
+            op,
+            detail: format!("dropout probability {p} is outside [0, 1)"),
+        })
+    }
+}
+
+/// Inverted dropout: each element is zeroed with probability `p` and the rest scaled by
+/// `1 / (1 - p)`, with the mask drawn from `seed`.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::random::dropout};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::full(&cpu, [1000], DType::F32, 1.0)?;
+/// let y = dropout(&x, 0.25, 42)?.to_f64()?;
+/// assert!(y.iter().all(|&v| v == 0.0 || (v - 4.0 / 3.0).abs() < 1e-6));
+/// assert_eq!(y, dropout(&x, 0.25, 42)?.to_f64()?); // same seed, same mask
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn dropout(x: &Array, p: f64, seed: u64) -> Result<Array> {
+    x.check_float("dropout")?;
+    check_probability(p, "dropout")?;
+    let mut out = Array::uninit(x.device(), x.shape().clone(), x.dtype(), "dropout")?;
+    x.device()
+        .backend()
+        .dropout(x.buffer(), out.buffer_mut(), p, seed)?;
+    Ok(out)
+}
+
+/// The gradient of [`dropout`] with the same `p` and `seed`: the same mask and scale applied to
+/// the upstream gradient.
+pub fn dropout_backward(dy: &Array, p: f64, seed: u64) -> Result<Array> {
+    dropout(dy, p, seed)
+}
