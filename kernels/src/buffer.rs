@@ -1,5 +1,7 @@
 //! Buffers (device memory that returns to the allocator on drop) and arrays (a buffer and a shape).
 
+use std::sync::Arc;
+
 use headroom_alloc::{Block, Tag};
 
 use crate::device::{Device, DeviceKind};
@@ -100,10 +102,13 @@ impl Buffer {
     }
 }
 
-/// A contiguous, row-major array: a buffer and its shape.
-#[derive(Debug)]
+/// A contiguous, row-major array: a shared buffer and its shape. Cloning shares the buffer (use
+/// [`Array::deep_copy`] for new memory); the bytes return to the allocator when the last handle
+/// drops. In-place writes ([`Array::buffer_mut`]) need the only handle, so no other handle ever
+/// sees its data change.
+#[derive(Debug, Clone)]
 pub struct Array {
-    buffer: Buffer,
+    buffer: Arc<Buffer>,
     shape: Shape,
 }
 
@@ -116,7 +121,10 @@ impl Array {
                 detail: format!("shape {shape} does not hold {} elements", buffer.len()),
             });
         }
-        Ok(Self { buffer, shape })
+        Ok(Self {
+            buffer: Arc::new(buffer),
+            shape,
+        })
     }
 
     /// Allocates an array of `shape` and `dtype` on `device`, contents unspecified.
@@ -130,7 +138,7 @@ impl Array {
             op,
             detail: format!("{shape} has more elements than a usize holds"),
         })?;
-        let buffer = device.alloc(dtype, len, op)?;
+        let buffer = Arc::new(device.alloc(dtype, len, op)?);
         Ok(Self { buffer, shape })
     }
 
@@ -159,14 +167,30 @@ impl Array {
         &self.buffer
     }
 
-    /// The buffer, mutably (for kernels writing in place).
-    pub fn buffer_mut(&mut self) -> &mut Buffer {
-        &mut self.buffer
+    /// The buffer, mutably, for `op` to write in place: fails with [`Error::Shared`] while another
+    /// handle (a clone, a reshaped view) shares it.
+    pub fn buffer_mut(&mut self, op: &'static str) -> Result<&mut Buffer> {
+        Arc::get_mut(&mut self.buffer).ok_or(Error::Shared { op })
     }
 
-    /// The same data under another shape with as many elements (no copy).
-    pub fn reshape(self, shape: impl Into<Shape>) -> Result<Self> {
-        Self::new(self.buffer, shape.into())
+    /// True when another handle shares this array's buffer.
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.buffer) > 1
+    }
+
+    /// The same data under another shape with as many elements: a view sharing the buffer.
+    pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Self> {
+        let shape = shape.into();
+        if shape.checked_numel() != Some(self.numel()) {
+            return Err(Error::Shape {
+                op: "reshape",
+                detail: format!("{} into {shape}: element counts differ", self.shape),
+            });
+        }
+        Ok(Self {
+            buffer: Arc::clone(&self.buffer),
+            shape,
+        })
     }
 
     /// Fails with [`Error::DType`] unless the dtype is a float one.

@@ -82,6 +82,13 @@ pub enum Error {
         detail: String,
     },
 
+    /// An in-place write to an array whose buffer another handle shares.
+    #[error("{op}: the array is shared with another handle; writing in place needs the only one")]
+    Shared {
+        /// The op.
+        op: &'static str,
+    },
+
     /// The allocator refused for a reason other than memory (a bad configuration, say).
     #[error("{op}: {source}")]
     Alloc {
@@ -113,6 +120,7 @@ impl Error {
             | Self::HostLength { op, .. }
             | Self::NoData { op, .. }
             | Self::Argument { op, .. }
+            | Self::Shared { op }
             | Self::Alloc { op, .. } => *op = outer,
         }
         self

@@ -58,7 +58,7 @@ fn copies_are_independent_and_copy_into_checks_shapes() {
     let mut rng = rng();
     for device in devices() {
         let (x, xs) = random(&device, &mut rng, &[3, 4], DType::F32, -1.0, 1.0);
-        let y = x.try_clone().unwrap();
+        let y = x.deep_copy().unwrap();
         assert_ne!(x.buffer().addr(), y.buffer().addr());
         assert_close("clone", &y.to_f64().unwrap(), &xs, 0.0);
         let mut z = Array::zeros(&device, [3, 4], DType::F32).unwrap();
@@ -75,6 +75,37 @@ fn copies_are_independent_and_copy_into_checks_shapes() {
         let reshaped = z.reshape([12]).unwrap();
         assert_eq!(reshaped.shape().dims(), [12]);
         assert!(reshaped.reshape([5]).is_err());
+    }
+}
+
+#[test]
+fn clones_and_views_share_memory_and_refuse_in_place_writes() {
+    let mut rng = rng();
+    for device in devices() {
+        let (x, xs) = random(&device, &mut rng, &[3, 4], DType::F32, -1.0, 1.0);
+        let in_use = device.allocator().stats().in_use;
+        let mut view = x.reshape([2, 6]).unwrap();
+        let shared = x.clone();
+        assert_eq!(device.allocator().stats().in_use, in_use, "no new memory");
+        assert_eq!(view.buffer().addr(), x.buffer().addr());
+        assert_eq!(view.to_f64().unwrap(), xs);
+        assert!(view.is_shared());
+        let err = copy_into(
+            &Array::zeros(&device, [2, 6], DType::F32).unwrap(),
+            &mut view,
+        );
+        assert!(matches!(err, Err(Error::Shared { op: "copy_into" })));
+        assert_eq!(x.to_f64().unwrap(), xs, "nothing was written");
+        drop((x, shared));
+        assert!(!view.is_shared());
+        copy_into(
+            &Array::zeros(&device, [2, 6], DType::F32).unwrap(),
+            &mut view,
+        )
+        .unwrap();
+        assert_eq!(view.to_f64().unwrap(), [0.0; 12]);
+        drop(view);
+        assert_eq!(device.allocator().stats().in_use, in_use - 256);
     }
 }
 

@@ -3,9 +3,10 @@
 
 mod common;
 
-use common::{assert_close, devices, random, rng, tolerance};
+use common::{assert_close, broadcast_at, devices, random, rng, tolerance};
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
-use headroom_kernels::{Array, DType, Shape};
+use headroom_kernels::ops::reduce;
+use headroom_kernels::{Array, DType};
 
 const GELU_K: f64 = 0.797_884_560_802_865_4;
 
@@ -86,25 +87,38 @@ fn binary_cases() -> Vec<BinaryCase> {
             0.1,
             3.0,
         ),
+        (
+            BinaryOp::Equal,
+            |a, b| if a == b { 1.0 } else { 0.0 },
+            -2.0,
+            2.0,
+        ),
     ]
+}
+
+#[test]
+fn equal_marks_the_maximum_of_each_row() {
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            let (x, xs) = random(&device, &mut rng, &[4, 7], dtype, -2.0, 2.0);
+            let max = reduce::reduce(reduce::ReduceOp::Max, &x, 1, true).unwrap();
+            let mask = ew::equal(&x, &max).unwrap().to_f64().unwrap();
+            for (row, marks) in xs.chunks(7).zip(mask.chunks(7)) {
+                let top = row.iter().cloned().fold(f64::MIN, f64::max);
+                let want: Vec<f64> = row.iter().map(|&v| f64::from(v == top)).collect();
+                assert_eq!(marks, want, "{dtype}");
+            }
+            let same = ew::equal(&x, &x).unwrap().to_f64().unwrap();
+            assert!(same.iter().all(|&v| v == 1.0));
+        }
+    }
 }
 
 /// d gelu / dx, differentiated by hand (and checked against finite differences below).
 fn gelu_derivative(x: f64) -> f64 {
     let t = (GELU_K * (x + 0.044_715 * x.powi(3))).tanh();
     0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * 0.044_715 * x * x)
-}
-
-/// Reads `values` of `shape` at a multi-index of the broadcast output.
-fn at(values: &[f64], shape: &Shape, out: &Shape, index: usize) -> f64 {
-    let strides = shape.broadcast_strides(out);
-    let mut rest = index;
-    let mut offset = 0;
-    for (axis, &dim) in out.dims().iter().enumerate().rev() {
-        offset += (rest % dim) * strides[axis];
-        rest /= dim;
-    }
-    values[offset]
 }
 
 #[test]
@@ -129,7 +143,10 @@ fn binary_ops_broadcast_and_match_the_f64_reference() {
                     let out = got.shape().clone();
                     let want: Vec<f64> = (0..out.numel())
                         .map(|i| {
-                            reference(at(&av, a.shape(), &out, i), at(&bv, b.shape(), &out, i))
+                            reference(
+                                broadcast_at(&av, a.shape(), &out, i),
+                                broadcast_at(&bv, b.shape(), &out, i),
+                            )
                         })
                         .collect();
                     let what = format!("{op:?} {dtype} {a_shape:?} with {b_shape:?}");

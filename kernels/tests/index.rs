@@ -6,7 +6,7 @@ mod common;
 use common::{assert_close, assert_close_scaled, devices, random, rng, tolerance};
 use headroom_alloc::trace::SplitMix64;
 use headroom_kernels::ops::index::{
-    causal_mask, cross_entropy, cross_entropy_backward, embedding, embedding_backward,
+    causal_mask, cross_entropy, cross_entropy_backward, embedding, embedding_backward, loss_dtype,
 };
 use headroom_kernels::{Array, DType, Device, Error};
 
@@ -37,13 +37,32 @@ fn row_loss(row: &[f64], target: usize) -> f64 {
     max + sum.ln() - row[target]
 }
 
-/// The f64 reference mean loss.
+/// The target value that marks an ignored row in these tests.
+const IGNORE: u32 = 1_000_000;
+
+/// The f64 reference mean loss over the rows not ignored.
 fn reference_loss(logits: &[f64], targets: &[u32], classes: usize) -> f64 {
-    let rows = targets.len();
-    (0..rows)
-        .map(|i| row_loss(&logits[i * classes..(i + 1) * classes], targets[i] as usize))
+    let counted: Vec<usize> = (0..targets.len())
+        .filter(|&i| targets[i] != IGNORE)
+        .collect();
+    counted
+        .iter()
+        .map(|&i| row_loss(&logits[i * classes..(i + 1) * classes], targets[i] as usize))
         .sum::<f64>()
-        / rows as f64
+        / counted.len().max(1) as f64
+}
+
+/// `ids` with every third row (from the second) ignored, uploaded.
+fn with_ignored_rows(device: &Device, ids: &[u32]) -> (Array, Vec<u32>) {
+    let ids: Vec<u32> = (0..ids.len())
+        .map(|i| if i % 3 == 1 { IGNORE } else { ids[i] })
+        .collect();
+    (Array::from_host(device, [ids.len()], &ids).unwrap(), ids)
+}
+
+/// The loss gradient `value` as the one-element array that the backward pass takes.
+fn dloss(device: &Device, logits: DType, value: f64) -> Array {
+    Array::from_f64(device, [], loss_dtype(logits), &[value]).unwrap()
 }
 
 #[test]
@@ -144,19 +163,18 @@ fn cross_entropy_matches_the_reference() {
             for (rows, classes) in cases {
                 let (logits, ls) = random(&device, &mut rng, &[rows, classes], dtype, -4.0, 4.0);
                 let (targets, ts) = random_ids(&device, &mut rng, &[rows], classes);
-                let loss = cross_entropy(&logits, &targets).unwrap();
-                assert_eq!(loss.shape().dims(), [] as [usize; 0]);
-                let out_dtype = if dtype == DType::F64 {
-                    DType::F64
-                } else {
-                    DType::F32
-                };
-                assert_eq!(loss.dtype(), out_dtype);
-                let want = reference_loss(&ls, &ts, classes);
-                // Computed in f32 for the half types, from their exactly stored values.
-                let rtol = tolerance(out_dtype) * 4.0;
-                let what = format!("{dtype} {rows}x{classes}");
-                assert_close(&what, &loss.to_f64().unwrap(), &[want], rtol);
+                let ignoring = with_ignored_rows(&device, &ts);
+                for (ignore, (targets, ts)) in [(None, (targets, ts)), (Some(IGNORE), ignoring)] {
+                    let loss = cross_entropy(&logits, &targets, ignore).unwrap();
+                    assert_eq!(loss.shape().dims(), [] as [usize; 0]);
+                    let out_dtype = loss_dtype(dtype);
+                    assert_eq!(loss.dtype(), out_dtype);
+                    let want = reference_loss(&ls, &ts, classes);
+                    // Computed in f32 for the half types, from their exactly stored values.
+                    let rtol = tolerance(out_dtype) * 4.0;
+                    let what = format!("{dtype} {rows}x{classes} ignoring {ignore:?}");
+                    assert_close(&what, &loss.to_f64().unwrap(), &[want], rtol);
+                }
             }
         }
     }
@@ -171,12 +189,16 @@ fn cross_entropy_is_stable_for_large_logits() {
                 let (rows, classes) = (5, 11);
                 let (logits, ls) = random(&device, &mut rng, &[rows, classes], dtype, lo, hi);
                 let (targets, ts) = random_ids(&device, &mut rng, &[rows], classes);
-                let got = cross_entropy(&logits, &targets).unwrap().to_f64().unwrap();
+                let got = cross_entropy(&logits, &targets, None)
+                    .unwrap()
+                    .to_f64()
+                    .unwrap();
                 let want = reference_loss(&ls, &ts, classes);
                 assert!(got[0].is_finite(), "{dtype} around {lo}: {}", got[0]);
                 let what = format!("{dtype} logits in [{lo}, {hi})");
                 assert_close(&what, &got, &[want], tolerance(DType::F32) * 10.0);
-                let grad = cross_entropy_backward(&logits, &targets, 1.0).unwrap();
+                let one = dloss(&device, dtype, 1.0);
+                let grad = cross_entropy_backward(&logits, &targets, &one, None).unwrap();
                 assert!(grad.to_f64().unwrap().iter().all(|g| g.is_finite()));
             }
         }
@@ -190,25 +212,35 @@ fn cross_entropy_backward_matches_the_reference_and_rows_sum_to_zero() {
     for device in devices() {
         for dtype in DType::FLOATS {
             for (rows, classes) in cases {
-                for dloss in [1.0, 2.5, -0.75] {
+                for (value, ignore) in [(1.0, None), (2.5, Some(IGNORE)), (-0.75, None)] {
                     let (logits, ls) =
                         random(&device, &mut rng, &[rows, classes], dtype, -4.0, 4.0);
                     let (targets, ts) = random_ids(&device, &mut rng, &[rows], classes);
-                    let got = cross_entropy_backward(&logits, &targets, dloss).unwrap();
+                    let (targets, ts) = match ignore {
+                        Some(_) => with_ignored_rows(&device, &ts),
+                        None => (targets, ts),
+                    };
+                    let counted = ts.iter().filter(|&&t| t != IGNORE).count().max(1);
+                    let dy = dloss(&device, dtype, value);
+                    let got = cross_entropy_backward(&logits, &targets, &dy, ignore).unwrap();
                     assert_eq!(got.shape().dims(), [rows, classes]);
                     assert_eq!(got.dtype(), dtype);
                     let got = got.to_f64().unwrap();
                     let mut want = Vec::new();
                     for i in 0..rows {
+                        if ts[i] == IGNORE {
+                            want.extend(std::iter::repeat_n(0.0, classes));
+                            continue;
+                        }
                         let row = &ls[i * classes..(i + 1) * classes];
                         let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                         let sum: f64 = row.iter().map(|&x| (x - max).exp()).sum();
                         for (j, &x) in row.iter().enumerate() {
                             let onehot = if j == ts[i] as usize { 1.0 } else { 0.0 };
-                            want.push(((x - max).exp() / sum - onehot) * dloss / rows as f64);
+                            want.push(((x - max).exp() / sum - onehot) * value / counted as f64);
                         }
                     }
-                    let what = format!("{dtype} {rows}x{classes} dloss {dloss}");
+                    let what = format!("{dtype} {rows}x{classes} dloss {value} {ignore:?}");
                     let rtol = tolerance(dtype) * 2.0;
                     assert_close(&what, &got, &want, rtol);
                     for (i, row) in got.chunks(classes).enumerate() {
@@ -229,22 +261,23 @@ fn cross_entropy_backward_matches_the_reference_and_rows_sum_to_zero() {
 fn cross_entropy_backward_matches_finite_differences_in_f64() {
     let device = &devices()[0];
     let mut rng = rng();
-    let (rows, classes, h, dloss) = (3, 5, 1e-6, 1.7);
+    let (rows, classes, h, value) = (3, 5, 1e-6, 1.7);
     let (logits, ls) = random(device, &mut rng, &[rows, classes], DType::F64, -2.0, 2.0);
     let (targets, _) = random_ids(device, &mut rng, &[rows], classes);
-    let grad = cross_entropy_backward(&logits, &targets, dloss)
+    let dy = dloss(device, DType::F64, value);
+    let grad = cross_entropy_backward(&logits, &targets, &dy, None)
         .unwrap()
         .to_f64()
         .unwrap();
     let loss_at = |values: &[f64]| -> f64 {
         let x = Array::from_f64(device, [rows, classes], DType::F64, values).unwrap();
-        cross_entropy(&x, &targets).unwrap().to_f64().unwrap()[0]
+        cross_entropy(&x, &targets, None).unwrap().to_f64().unwrap()[0]
     };
     for k in 0..rows * classes {
         let (mut plus, mut minus) = (ls.clone(), ls.clone());
         plus[k] += h;
         minus[k] -= h;
-        let numeric = (loss_at(&plus) - loss_at(&minus)) / (2.0 * h) * dloss;
+        let numeric = (loss_at(&plus) - loss_at(&minus)) / (2.0 * h) * value;
         assert!(
             (grad[k] - numeric).abs() <= 1e-8,
             "element {k}: analytic {}, numeric {numeric}",
@@ -315,9 +348,13 @@ fn out_of_range_indices_are_argument_errors_that_leak_nothing() {
     assert_fails!(d; embedding(&table, &ids) => Argument("embedding", id5));
     assert_fails!(d; embedding_backward(&ids, &dy, 5) => Argument("embedding_backward", id5));
     assert_fails!(d; embedding_backward(&ids, &dy, 4) => Argument("embedding_backward", id4));
-    assert_fails!(d; cross_entropy(&logits, &targets) => Argument("cross_entropy", t9));
+    assert_fails!(d; cross_entropy(&logits, &targets, None) => Argument("cross_entropy", t9));
+    assert_fails!(d; cross_entropy(&logits, &targets, Some(3)) => Argument("cross_entropy", t9));
     let op = "cross_entropy_backward";
-    assert_fails!(d; cross_entropy_backward(&logits, &targets, 1.0) => Argument(op, t9));
+    let one = dloss(d, DType::F16, 1.0);
+    assert_fails!(d; cross_entropy_backward(&logits, &targets, &one, None) => Argument(op, t9));
+    // Ignoring the out-of-range target makes the same call fine.
+    cross_entropy(&logits, &targets, Some(9)).unwrap();
     // The device still works.
     let grad = embedding_backward(&ids, &dy, 6).unwrap();
     assert_eq!(grad.shape().dims(), [6, 3]);
@@ -351,15 +388,20 @@ fn mismatched_operands_are_typed_errors_that_leak_nothing() {
     assert_fails!(d; embedding_backward(&ids, &vector, 5) => Shape(op));
     assert_fails!(d; embedding_backward(&far_ids, &dy, 5) => Device(op));
     let op = "cross_entropy";
-    assert_fails!(d; cross_entropy(&logits, &long_ids) => Shape(op, "[4, 5]", "[5]"));
-    assert_fails!(d; cross_entropy(&vector, &ids) => Shape(op));
-    assert_fails!(d; cross_entropy(&empty, &no_ids) => Shape(op));
-    assert_fails!(d; cross_entropy(&logits, &float_ids) => DType(op));
-    assert_fails!(d; cross_entropy(&int_table, &ids) => DType(op));
-    assert_fails!(d; cross_entropy(&logits, &far_ids) => Device(op));
+    assert_fails!(d; cross_entropy(&logits, &long_ids, None) => Shape(op, "[4, 5]", "[5]"));
+    assert_fails!(d; cross_entropy(&vector, &ids, None) => Shape(op));
+    assert_fails!(d; cross_entropy(&empty, &no_ids, None) => Shape(op));
+    assert_fails!(d; cross_entropy(&logits, &float_ids, None) => DType(op));
+    assert_fails!(d; cross_entropy(&int_table, &ids, None) => DType(op));
+    assert_fails!(d; cross_entropy(&logits, &far_ids, None) => Device(op));
     let op = "cross_entropy_backward";
-    assert_fails!(d; cross_entropy_backward(&logits, &long_ids, 1.0) => Shape(op));
-    assert_fails!(d; cross_entropy_backward(&logits, &float_ids, 1.0) => DType(op));
+    let one = dloss(d, logits.dtype(), 1.0);
+    let f64_one = dloss(d, DType::F64, 1.0);
+    let pair = Array::full(d, [2], loss_dtype(logits.dtype()), 1.0).unwrap();
+    assert_fails!(d; cross_entropy_backward(&logits, &long_ids, &one, None) => Shape(op));
+    assert_fails!(d; cross_entropy_backward(&logits, &float_ids, &one, None) => DType(op));
+    assert_fails!(d; cross_entropy_backward(&logits, &ids, &f64_one, None) => Argument(op, "dloss"));
+    assert_fails!(d; cross_entropy_backward(&logits, &ids, &pair, None) => Argument(op, "[2]"));
     let op = "causal_mask";
     assert_fails!(d; causal_mask(&oblong, 0.0) => Shape(op, "[2, 3, 4]"));
     assert_fails!(d; causal_mask(&vector, 0.0) => Shape(op));

@@ -1,9 +1,9 @@
-//! Permutations and transposes against a reference, in every dtype.
+//! Permutations, transposes and broadcasts against a reference, in every dtype.
 
 mod common;
 
-use common::{devices, random, rng};
-use headroom_kernels::ops::layout::{permute, transpose};
+use common::{broadcast_at, devices, random, rng};
+use headroom_kernels::ops::layout::{broadcast_to, permute, transpose};
 use headroom_kernels::{DType, Error, Shape};
 
 /// The reference: element at output multi-index `o` is the input at `o` un-permuted.
@@ -72,4 +72,45 @@ fn bad_permutations_are_argument_errors() {
         );
     }
     assert!(transpose(&x, 0, 2).is_err());
+}
+
+#[test]
+fn broadcasts_repeat_every_element_in_every_dtype() {
+    let cases: [(&[usize], &[usize]); 6] = [
+        (&[1], &[4]),
+        (&[3], &[2, 3]),
+        (&[2, 1], &[2, 5]),
+        (&[1, 3, 1], &[2, 3, 4]),
+        (&[], &[2, 2]),
+        (&[2, 3], &[2, 3]),
+    ];
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::ALL {
+            for (shape, to) in cases {
+                let (x, xs) = random(&device, &mut rng, shape, dtype, 1.0, 100.0);
+                let got = broadcast_to(&x, to).unwrap();
+                assert_eq!(got.shape().dims(), to);
+                let out = Shape::new(to);
+                let want: Vec<f64> = (0..out.numel())
+                    .map(|i| broadcast_at(&xs, x.shape(), &out, i))
+                    .collect();
+                assert_eq!(got.to_f64().unwrap(), want, "{dtype} {shape:?} to {to:?}");
+            }
+        }
+        let (x, _) = random(&device, &mut rng, &[2, 3], DType::F32, -1.0, 1.0);
+        for to in [&[3][..], &[2, 2], &[4, 3], &[3, 2]] {
+            let err = broadcast_to(&x, to).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Shape {
+                        op: "broadcast_to",
+                        ..
+                    }
+                ),
+                "{to:?}: {err}"
+            );
+        }
+    }
 }

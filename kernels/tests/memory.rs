@@ -40,14 +40,17 @@ fn program(device: &Device) -> Result<Vec<Array>> {
     let ln = norm::layer_norm(&h, &gamma, &bias, 1e-5)?;
     let ln_grads = norm::layer_norm_backward(&h, &gamma, &ln.mean, &ln.rstd, &dprobs)?;
     let ids = Array::from_host(device, [2, 4], &[0u32, 5, 11, 2, 2, 7, 1, 0])?;
-    let emb = index::embedding(&x.try_clone()?.reshape([12, 8])?, &ids)?;
+    let emb = index::embedding(&x.deep_copy()?.reshape([12, 8])?, &ids)?;
     let demb = index::embedding_backward(&ids, &emb, 12)?;
     let targets = Array::from_host(device, [8], &[0u32, 1, 2, 3, 4, 5, 0, 1])?;
-    let loss = index::cross_entropy(&h, &targets)?;
-    let dlogits = index::cross_entropy_backward(&h, &targets, 0.125)?;
+    let loss = index::cross_entropy(&h, &targets, Some(5))?;
+    let dloss = Array::full(device, [], DType::F32, 0.125)?;
+    let dlogits = index::cross_entropy_backward(&h, &targets, &dloss, Some(5))?;
     let scores = Array::from_f64(device, [2, 5, 5], DType::F16, &data[..50])?;
     let masked = index::causal_mask(&scores, f64::NEG_INFINITY)?;
     let moved = layout::permute(&emb, &[2, 0, 1])?;
+    let spread = layout::broadcast_to(&bias, [3, 8, 6])?;
+    let folded = reduce::sum_to(&spread, [8, 1])?;
     let dropped = rand::dropout(&moved, 0.25, 9)?;
     let mut param = Array::from_f64(device, [8, 6], DType::F32, &data[..48])?;
     let (mut m1, mut m2) = {
@@ -74,6 +77,7 @@ fn program(device: &Device) -> Result<Vec<Array>> {
         param,
         m1,
         m2,
+        folded,
     ])
 }
 
@@ -188,7 +192,7 @@ fn cases() -> Vec<Case> {
         }),
         case("cast", f32s, |_, x| Ok(vec![x[0].cast(DType::F16)?])),
         case("copy", &[Float(&[4, 5], DType::BF16)], |_, x| {
-            Ok(vec![x[0].try_clone()?])
+            Ok(vec![x[0].deep_copy()?])
         }),
         case("sum", f32s, |_, x| Ok(vec![reduce::sum(&x[0], 0)?])),
         case("mean", &[Float(&[4, 5], DType::F16)], |_, x| {
@@ -208,6 +212,12 @@ fn cases() -> Vec<Case> {
         }),
         case("transpose", &[Ids(&[4, 5], 7)], |_, x| {
             Ok(vec![layout::transpose(&x[0], 0, 1)?])
+        }),
+        case("broadcast_to", &[Float(&[4, 1], DType::BF16)], |_, x| {
+            Ok(vec![layout::broadcast_to(&x[0], [3, 4, 5])?])
+        }),
+        case("sum_to", &[Float(&[2, 3, 4, 5], DType::F32)], |_, x| {
+            Ok(vec![reduce::sum_to(&x[0], [3, 1, 5])?])
         }),
         case("dropout", &[Float(&[4, 5], DType::F16)], |_, x| {
             Ok(vec![rand::dropout(&x[0], 0.5, 3)?])
@@ -264,12 +274,20 @@ fn cases() -> Vec<Case> {
         case(
             "cross_entropy",
             &[Float(&[5, 6], DType::BF16), Ids(&[5], 6)],
-            |_, x| Ok(vec![index::cross_entropy(&x[0], &x[1])?]),
+            |_, x| Ok(vec![index::cross_entropy(&x[0], &x[1], None)?]),
         ),
         case(
             "cross_entropy_backward",
-            &[Float(&[5, 6], DType::BF16), Ids(&[5], 6)],
-            |_, x| Ok(vec![index::cross_entropy_backward(&x[0], &x[1], 1.0)?]),
+            &[
+                Float(&[5, 6], DType::BF16),
+                Ids(&[5], 6),
+                Float(&[], DType::F32),
+            ],
+            |_, x| {
+                Ok(vec![index::cross_entropy_backward(
+                    &x[0], &x[1], &x[2], None,
+                )?])
+            },
         ),
         case("causal_mask", &[Float(&[2, 3, 3], DType::F64)], |_, x| {
             Ok(vec![index::causal_mask(&x[0], f64::NEG_INFINITY)?])
@@ -301,6 +319,7 @@ fn cases() -> Vec<Case> {
         BinaryOp::TanhBackward,
         BinaryOp::SqrtBackward,
         BinaryOp::PowfBackward(1.5),
+        BinaryOp::Equal,
     ];
     for op in binary {
         // Broadcasting too: [4, 5] with [5].

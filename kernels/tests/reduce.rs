@@ -2,9 +2,9 @@
 
 mod common;
 
-use common::{assert_close_scaled, devices, random, rng, tolerance};
-use headroom_kernels::DType;
-use headroom_kernels::ops::reduce::{ReduceOp, reduce};
+use common::{assert_close_scaled, broadcast_at, devices, random, rng, tolerance};
+use headroom_kernels::ops::reduce::{ReduceOp, reduce, sum_to};
+use headroom_kernels::{DType, Error, Shape};
 
 #[test]
 fn reductions_over_every_axis_match_the_f64_reference() {
@@ -71,4 +71,53 @@ fn an_axis_past_the_rank_is_an_argument_error() {
         err.to_string().contains("axis 2") && err.to_string().contains("sum"),
         "{err}"
     );
+}
+
+#[test]
+fn sums_to_a_broadcastable_shape_match_the_f64_reference() {
+    let targets: [&[usize]; 8] = [
+        &[4],
+        &[3, 1],
+        &[1, 3, 1],
+        &[2, 1, 4],
+        &[],
+        &[2, 3, 4],
+        &[1],
+        &[2, 3, 1],
+    ];
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            let (x, xs) = random(&device, &mut rng, &[2, 3, 4], dtype, -2.0, 2.0);
+            for to in targets {
+                let got = sum_to(&x, to).unwrap();
+                assert_eq!(got.shape().dims(), to);
+                // Each element of x adds into the element of the result it broadcasts from.
+                let target = Shape::new(to);
+                let mut want = vec![0.0; target.numel()];
+                let mut scale = vec![0.0; target.numel()];
+                let index: Vec<f64> = (0..target.numel()).map(|i| i as f64).collect();
+                for (i, &v) in xs.iter().enumerate() {
+                    let j = broadcast_at(&index, &target, x.shape(), i) as usize;
+                    want[j] += v;
+                    scale[j] += v.abs();
+                }
+                let what = format!("{dtype} [2, 3, 4] to {to:?}");
+                assert_close_scaled(
+                    &what,
+                    &got.to_f64().unwrap(),
+                    &want,
+                    &scale,
+                    tolerance(dtype),
+                );
+            }
+            for bad in [&[3][..], &[2, 2, 3, 4], &[2, 4]] {
+                let err = sum_to(&x, bad).unwrap_err();
+                assert!(
+                    matches!(err, Error::Shape { op: "sum_to", .. }),
+                    "{bad:?}: {err}"
+                );
+            }
+        }
+    }
 }

@@ -49,7 +49,7 @@ fn main() -> Result<()> {
     // (name, operands read, the op)
     type Op<'a> = Box<dyn Fn() -> Result<Array> + 'a>;
     let ops: Vec<(&str, f64, Op)> = vec![
-        ("copy", 1.0, Box::new(|| a.try_clone())),
+        ("copy", 1.0, Box::new(|| a.deep_copy())),
         ("add", 2.0, Box::new(|| ew::add(&a, &b))),
         ("mul", 2.0, Box::new(|| ew::mul(&a, &b))),
         ("scale", 1.0, Box::new(|| ew::scale(&a, 0.5))),

@@ -84,3 +84,16 @@ pub fn assert_close_scaled(what: &str, got: &[f64], want: &[f64], scale: &[f64],
 pub fn assert_close(what: &str, got: &[f64], want: &[f64], rtol: f64) {
     assert_close_scaled(what, got, want, want, rtol);
 }
+
+/// The element of `values` (of `shape`) that index `index` of `out`, a shape `shape` broadcasts
+/// to, reads.
+pub fn broadcast_at(values: &[f64], shape: &Shape, out: &Shape, index: usize) -> f64 {
+    let strides = shape.broadcast_strides(out);
+    let mut rest = index;
+    let mut offset = 0;
+    for (axis, &dim) in out.dims().iter().enumerate().rev() {
+        offset += (rest % dim) * strides[axis];
+        rest /= dim;
+    }
+    values[offset]
+}

@@ -26,7 +26,7 @@ impl Array {
         value: f64,
     ) -> Result<Array> {
         let mut out = Array::uninit(device, shape.into(), dtype, "full")?;
-        device.backend().fill(out.buffer_mut(), value)?;
+        device.backend().fill(out.buffer_mut("full")?, value)?;
         Ok(out)
     }
 
@@ -53,7 +53,7 @@ impl Array {
         let mut out = Array::uninit(device, shape, T::DTYPE, "from_host")?;
         device
             .backend()
-            .write(out.buffer_mut(), bytemuck::cast_slice(data))?;
+            .write(out.buffer_mut("from_host")?, bytemuck::cast_slice(data))?;
         Ok(out)
     }
 
@@ -93,12 +93,12 @@ impl Array {
         })
     }
 
-    /// A copy in new memory.
-    pub fn try_clone(&self) -> Result<Array> {
+    /// A copy in new memory (`clone` shares the buffer instead).
+    pub fn deep_copy(&self) -> Result<Array> {
         let mut out = Array::uninit(self.device(), self.shape().clone(), self.dtype(), "copy")?;
         self.device()
             .backend()
-            .copy(self.buffer(), out.buffer_mut())?;
+            .copy(self.buffer(), out.buffer_mut("copy")?)?;
         Ok(out)
     }
 
@@ -107,7 +107,7 @@ impl Array {
         let mut out = Array::uninit(self.device(), self.shape().clone(), dtype, "cast")?;
         self.device()
             .backend()
-            .cast(self.buffer(), out.buffer_mut())?;
+            .cast(self.buffer(), out.buffer_mut("cast")?)?;
         Ok(out)
     }
 }
@@ -121,5 +121,7 @@ pub fn copy_into(src: &Array, dst: &mut Array) -> Result<()> {
             detail: format!("source {} and destination {}", src.shape(), dst.shape()),
         });
     }
-    src.device().backend().copy(src.buffer(), dst.buffer_mut())
+    src.device()
+        .backend()
+        .copy(src.buffer(), dst.buffer_mut("copy_into")?)
 }

@@ -86,7 +86,8 @@ impl ElementwiseKernels for CpuBackend {
                     ReluBackward,
                     GeluBackward,
                     TanhBackward,
-                    SqrtBackward
+                    SqrtBackward,
+                    Equal
                 ],
                 [PowfBackward],
                 |f| binary_strided::<T>(f, (a, a_strides), (b, b_strides), out, shape)

@@ -109,6 +109,9 @@ pub enum BinaryOp {
     SqrtBackward,
     /// `dy * p x^(p - 1)`, from the input `x`.
     PowfBackward(f64),
+    /// 1 where `a == b`, 0 elsewhere: a mask (the gradient of a maximum flows where the input
+    /// equals it); it has no gradient of its own.
+    Equal,
 }
 
 impl BinaryOp {
@@ -137,6 +140,13 @@ impl BinaryOp {
             BinaryOp::TanhBackward => b * (C::ONE - a * a),
             BinaryOp::SqrtBackward => b / (C::of(2.0) * a),
             BinaryOp::PowfBackward(p) => b * C::of(p) * a.powf(C::of(p - 1.0)),
+            BinaryOp::Equal => {
+                if a == b {
+                    C::ONE
+                } else {
+                    C::ZERO
+                }
+            }
         }
     }
 
@@ -152,6 +162,7 @@ impl BinaryOp {
             BinaryOp::TanhBackward => "tanh_backward",
             BinaryOp::SqrtBackward => "sqrt_backward",
             BinaryOp::PowfBackward(_) => "powf_backward",
+            BinaryOp::Equal => "equal",
         }
     }
 }
@@ -162,7 +173,7 @@ pub fn unary(op: UnaryOp, x: &Array) -> Result<Array> {
     let mut out = Array::uninit(x.device(), x.shape().clone(), x.dtype(), op.name())?;
     x.device()
         .backend()
-        .unary(op, x.buffer(), out.buffer_mut())?;
+        .unary(op, x.buffer(), out.buffer_mut(op.name())?)?;
     Ok(out)
 }
 
@@ -187,7 +198,7 @@ pub fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
         op,
         (a.buffer(), &a_strides),
         (b.buffer(), &b_strides),
-        out.buffer_mut(),
+        out.buffer_mut(op.name())?,
         &shape,
     )?;
     Ok(out)
@@ -249,6 +260,8 @@ binary_fns! {
     tanh_backward(y, dy) => BinaryOp::TanhBackward;
     /// The gradient of `sqrt` from its output `y`, for upstream gradient `dy`.
     sqrt_backward(y, dy) => BinaryOp::SqrtBackward;
+    /// 1 where `a == b`, 0 elsewhere.
+    equal(a, b) => BinaryOp::Equal;
 }
 
 /// The gradient of `powf(x, p)` at `x`, for upstream gradient `dy`.

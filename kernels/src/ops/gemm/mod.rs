@@ -121,7 +121,7 @@ pub fn matmul(a: &Array, b: &Array, trans_a: bool, trans_b: bool) -> Result<Arra
         DType::F32 | DType::F64 => {
             device
                 .backend()
-                .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut())?;
+                .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(OP)?)?;
         }
         _ => {
             // Half types: widen to f32 workspace, multiply, narrow into the output.
@@ -131,8 +131,8 @@ pub fn matmul(a: &Array, b: &Array, trans_a: bool, trans_b: bool) -> Result<Arra
             let mut out32 = Array::uninit(device, out_shape, DType::F32, OP)?;
             device
                 .backend()
-                .gemm(&spec, a32.buffer(), b32.buffer(), out32.buffer_mut())?;
-            device.backend().cast(out32.buffer(), out.buffer_mut())?;
+                .gemm(&spec, a32.buffer(), b32.buffer(), out32.buffer_mut(OP)?)?;
+            device.backend().cast(out32.buffer(), out.buffer_mut(OP)?)?;
         }
     }
     Ok(out)

@@ -8,9 +8,19 @@ use crate::cpu::{CpuBackend, with_float};
 use crate::dtype::{Compute, Element, Float};
 use crate::error::{Error, Result};
 
-/// Fails with [`Error::Argument`] naming the first index `>= limit`, its position and the limit.
-fn check_range(op: &'static str, what: &str, indices: &[u32], limit: usize) -> Result<()> {
-    match indices.iter().position(|&i| i as usize >= limit) {
+/// Fails with [`Error::Argument`] naming the first index `>= limit` (other than `ignore`), its
+/// position and the limit.
+fn check_range(
+    op: &'static str,
+    what: &str,
+    indices: &[u32],
+    limit: usize,
+    ignore: Option<u32>,
+) -> Result<()> {
+    match indices
+        .iter()
+        .position(|&i| i as usize >= limit && Some(i) != ignore)
+    {
         None => Ok(()),
         Some(p) => Err(Error::Argument {
             op,
@@ -23,6 +33,11 @@ fn check_range(op: &'static str, what: &str, indices: &[u32], limit: usize) -> R
     }
 }
 
+/// Rows whose target is not the ignored one.
+fn counted_rows(targets: &[u32], ignore: Option<u32>) -> usize {
+    targets.iter().filter(|&&t| Some(t) != ignore).count()
+}
+
 impl IndexKernels for CpuBackend {
     fn embedding(
         &self,
@@ -33,7 +48,7 @@ impl IndexKernels for CpuBackend {
     ) -> Result<()> {
         const OP: &str = "embedding";
         let ids = ids.host::<u32>(OP)?;
-        check_range(OP, "id", ids, spec.vocab)?;
+        check_range(OP, "id", ids, spec.vocab, None)?;
         with_float!(table.dtype(), OP, |T| {
             let table = table.host::<T>(OP)?;
             let out = out.host_mut::<T>(OP)?;
@@ -57,7 +72,7 @@ impl IndexKernels for CpuBackend {
     ) -> Result<()> {
         const OP: &str = "embedding_backward";
         let ids = ids.host::<u32>(OP)?;
-        check_range(OP, "id", ids, spec.vocab)?;
+        check_range(OP, "id", ids, spec.vocab, None)?;
         // The positions of each id, in order (a counting sort), so that each table row is summed
         // by one task in a fixed order: deterministic, and no two tasks write one row.
         let mut starts = vec![0usize; spec.vocab + 1];
@@ -103,13 +118,16 @@ impl IndexKernels for CpuBackend {
     ) -> Result<()> {
         const OP: &str = "cross_entropy";
         let targets = targets.host::<u32>(OP)?;
-        check_range(OP, "target", targets, spec.classes)?;
+        check_range(OP, "target", targets, spec.classes, spec.ignore)?;
         let losses: Vec<f64> = with_float!(logits.dtype(), OP, |T| {
             let logits = logits.host::<T>(OP)?;
             Ok(logits
                 .par_chunks(spec.classes)
                 .zip(targets)
                 .map(|(row, &t)| {
+                    if Some(t) == spec.ignore {
+                        return 0.0;
+                    }
                     let (max, sum) = max_and_sum_exp::<T>(row);
                     // (max - x_t) + ln(sum): no cancellation between two large logits' sums.
                     ((max - row[t as usize].load()) + sum.ln()).f64()
@@ -117,7 +135,12 @@ impl IndexKernels for CpuBackend {
                 .collect())
         })?;
         // Summed in order, so the result does not depend on the thread count.
-        let loss = losses.iter().sum::<f64>() / spec.rows as f64;
+        let counted = counted_rows(targets, spec.ignore);
+        let loss = if counted == 0 {
+            0.0
+        } else {
+            losses.iter().sum::<f64>() / counted as f64
+        };
         with_float!(out.dtype(), OP, |O| {
             out.host_mut::<O>(OP)?.fill(O::from_f64(loss));
             Ok(())
@@ -127,22 +150,28 @@ impl IndexKernels for CpuBackend {
     fn cross_entropy_backward(
         &self,
         spec: CrossEntropySpec,
-        dloss: f64,
+        dloss: &Buffer,
         logits: &Buffer,
         targets: &Buffer,
         out: &mut Buffer,
     ) -> Result<()> {
         const OP: &str = "cross_entropy_backward";
         let targets = targets.host::<u32>(OP)?;
-        check_range(OP, "target", targets, spec.classes)?;
+        check_range(OP, "target", targets, spec.classes, spec.ignore)?;
+        let dloss = with_float!(dloss.dtype(), OP, |L| Ok(dloss.host::<L>(OP)?[0].to_f64()))?;
+        let counted = counted_rows(targets, spec.ignore).max(1);
         with_float!(logits.dtype(), OP, |T| {
             let logits = logits.host::<T>(OP)?;
             let out = out.host_mut::<T>(OP)?;
-            let scale = <T as Float>::C::of(dloss / spec.rows as f64);
+            let scale = <T as Float>::C::of(dloss / counted as f64);
             out.par_chunks_mut(spec.classes)
                 .zip(logits.par_chunks(spec.classes))
                 .zip(targets)
                 .for_each(|((dx, row), &t)| {
+                    if Some(t) == spec.ignore {
+                        dx.fill(T::store(<T as Float>::C::ZERO));
+                        return;
+                    }
                     let (max, sum) = max_and_sum_exp::<T>(row);
                     for (j, (d, &x)) in dx.iter_mut().zip(row).enumerate() {
                         let p = (x.load() - max).exp() / sum;

@@ -33,7 +33,7 @@ impl IndexKernels for MetaBackend {
     fn cross_entropy_backward(
         &self,
         _: CrossEntropySpec,
-        _: f64,
+        _: &Buffer,
         _: &Buffer,
         _: &Buffer,
         _: &mut Buffer,

@@ -28,6 +28,9 @@ pub struct CrossEntropySpec {
     pub rows: usize,
     /// Number of classes per row (valid targets are `0..classes`).
     pub classes: usize,
+    /// Rows whose target is this value count for nothing: no loss, no gradient, and not in the
+    /// mean's denominator (PyTorch's `ignore_index`).
+    pub ignore: Option<u32>,
 }
 
 /// The geometry of a causal mask: `matrices` square matrices of side `size`.
@@ -74,12 +77,14 @@ pub trait IndexKernels {
         out: &mut Buffer,
     ) -> Result<()>;
 
-    /// `out[i, j] = (softmax(logits[i])[j] - (j == targets[i])) * dloss / rows`, in the logits'
-    /// dtype. Fails with [`Error::Argument`] when a target is `>= classes`.
+    /// `out[i, j] = (softmax(logits[i])[j] - (j == targets[i])) * dloss / counted`, in the
+    /// logits' dtype, where `dloss` is a one-element buffer of the loss' dtype and `counted` the
+    /// rows not ignored; ignored rows get zeros. Fails with [`Error::Argument`] when a target is
+    /// `>= classes` and not the ignored one.
     fn cross_entropy_backward(
         &self,
         spec: CrossEntropySpec,
-        dloss: f64,
+        dloss: &Buffer,
         logits: &Buffer,
         targets: &Buffer,
         out: &mut Buffer,
@@ -139,7 +144,7 @@ pub fn embedding(table: &Array, ids: &Array) -> Result<Array> {
     table
         .device()
         .backend()
-        .embedding(spec, table.buffer(), ids.buffer(), out.buffer_mut())?;
+        .embedding(spec, table.buffer(), ids.buffer(), out.buffer_mut(OP)?)?;
     Ok(out)
 }
 
@@ -167,9 +172,12 @@ pub fn embedding_backward(ids: &Array, dy: &Array, vocab: usize) -> Result<Array
     };
     let mut out = Array::uninit(dy.device(), Shape::new(&[vocab, dim]), dy.dtype(), OP)?;
     let spec = EmbeddingSpec { vocab, dim };
-    dy.device()
-        .backend()
-        .embedding_backward(spec, ids.buffer(), dy.buffer(), out.buffer_mut())?;
+    dy.device().backend().embedding_backward(
+        spec,
+        ids.buffer(),
+        dy.buffer(),
+        out.buffer_mut(OP)?,
+    )?;
     Ok(out)
 }
 
@@ -177,13 +185,18 @@ pub fn embedding_backward(ids: &Array, dy: &Array, vocab: usize) -> Result<Array
 fn cross_entropy_spec(
     logits: &Array,
     targets: &Array,
+    ignore: Option<u32>,
     op: &'static str,
 ) -> Result<CrossEntropySpec> {
     logits.check_float(op)?;
     check_indices(targets, op)?;
     logits.device().check_same(targets.device(), op)?;
     match (logits.shape().dims(), targets.shape().dims()) {
-        (&[rows, classes], &[n]) if n == rows && rows > 0 => Ok(CrossEntropySpec { rows, classes }),
+        (&[rows, classes], &[n]) if n == rows && rows > 0 => Ok(CrossEntropySpec {
+            rows,
+            classes,
+            ignore,
+        }),
         _ => Err(Error::Shape {
             op,
             detail: format!(
@@ -195,40 +208,74 @@ fn cross_entropy_spec(
     }
 }
 
-/// The mean cross-entropy of `logits` (`[N, C]`, float) against class `targets` (`[N]`, U32):
-/// `mean_i(logsumexp(logits[i]) - logits[i, targets[i]])`, computed stably. The result is a
-/// scalar (shape `[]`) of f64 for f64 logits, f32 otherwise. A target `>= C` is an
-/// [`Error::Argument`].
-pub fn cross_entropy(logits: &Array, targets: &Array) -> Result<Array> {
-    const OP: &str = "cross_entropy";
-    let spec = cross_entropy_spec(logits, targets, OP)?;
-    let dtype = if logits.dtype() == DType::F64 {
+/// The dtype of a cross-entropy of logits of `dtype`: f64 for f64, f32 otherwise.
+pub fn loss_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
         DType::F64
     } else {
         DType::F32
-    };
+    }
+}
+
+/// The mean cross-entropy of `logits` (`[N, C]`, float) against class `targets` (`[N]`, U32):
+/// `mean_i(logsumexp(logits[i]) - logits[i, targets[i]])` over the rows whose target is not
+/// `ignore` (0 when every row is ignored), computed stably. The result is a scalar (shape `[]`)
+/// of [`loss_dtype`]. A target `>= C` other than `ignore` is an [`Error::Argument`].
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::index::cross_entropy};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let logits = Array::from_f64(&cpu, [2, 2], DType::F32, &[0., 0., 5., -5.])?;
+/// let targets = Array::from_host(&cpu, [2], &[1u32, 99])?;
+/// let loss = cross_entropy(&logits, &targets, Some(99))?; // the second row is ignored
+/// assert!((loss.to_f64()?[0] - 2f64.ln()).abs() < 1e-6);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn cross_entropy(logits: &Array, targets: &Array, ignore: Option<u32>) -> Result<Array> {
+    const OP: &str = "cross_entropy";
+    let spec = cross_entropy_spec(logits, targets, ignore, OP)?;
+    let dtype = loss_dtype(logits.dtype());
     let mut out = Array::uninit(logits.device(), Shape::new(&[]), dtype, OP)?;
     logits.device().backend().cross_entropy(
         spec,
         logits.buffer(),
         targets.buffer(),
-        out.buffer_mut(),
+        out.buffer_mut(OP)?,
     )?;
     Ok(out)
 }
 
 /// The gradient of [`cross_entropy`] with respect to `logits`, scaled by the loss' gradient
-/// `dloss`: `(softmax(logits[i]) - onehot(targets[i])) * dloss / N`, in the logits' dtype.
-pub fn cross_entropy_backward(logits: &Array, targets: &Array, dloss: f64) -> Result<Array> {
+/// `dloss` (a one-element array of the loss' dtype, on the logits' device, so that no value
+/// crosses to the host): `(softmax(logits[i]) - onehot(targets[i])) * dloss / counted`, in the
+/// logits' dtype; rows whose target is `ignore` get zeros.
+pub fn cross_entropy_backward(
+    logits: &Array,
+    targets: &Array,
+    dloss: &Array,
+    ignore: Option<u32>,
+) -> Result<Array> {
     const OP: &str = "cross_entropy_backward";
-    let spec = cross_entropy_spec(logits, targets, OP)?;
+    let spec = cross_entropy_spec(logits, targets, ignore, OP)?;
+    logits.device().check_same(dloss.device(), OP)?;
+    if dloss.numel() != 1 || dloss.dtype() != loss_dtype(logits.dtype()) {
+        return Err(Error::Argument {
+            op: OP,
+            detail: format!(
+                "dloss must be one element of {}, got {} of {}",
+                loss_dtype(logits.dtype()),
+                dloss.shape(),
+                dloss.dtype()
+            ),
+        });
+    }
     let mut out = Array::uninit(logits.device(), logits.shape().clone(), logits.dtype(), OP)?;
     logits.device().backend().cross_entropy_backward(
         spec,
-        dloss,
+        dloss.buffer(),
         logits.buffer(),
         targets.buffer(),
-        out.buffer_mut(),
+        out.buffer_mut(OP)?,
     )?;
     Ok(out)
 }
@@ -256,6 +303,6 @@ pub fn causal_mask(scores: &Array, fill: f64) -> Result<Array> {
     scores
         .device()
         .backend()
-        .causal_mask(spec, fill, scores.buffer(), out.buffer_mut())?;
+        .causal_mask(spec, fill, scores.buffer(), out.buffer_mut(OP)?)?;
     Ok(out)
 }

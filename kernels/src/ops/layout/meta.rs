@@ -4,10 +4,9 @@ use super::LayoutKernels;
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
-use crate::shape::Shape;
 
 impl LayoutKernels for MetaBackend {
-    fn permute(&self, _: &Buffer, _: &Shape, _: &[usize], _: &mut Buffer) -> Result<()> {
+    fn gather_strided(&self, _: &Buffer, _: &[usize], _: &[usize], _: &mut Buffer) -> Result<()> {
         Ok(())
     }
 }

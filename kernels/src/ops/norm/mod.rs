@@ -212,7 +212,7 @@ fn softmax_forward(kind: SoftmaxKind, x: &Array) -> Result<Array> {
     let mut y = Array::uninit(x.device(), x.shape().clone(), x.dtype(), op)?;
     x.device()
         .backend()
-        .softmax(kind, spec, x.buffer(), y.buffer_mut())?;
+        .softmax(kind, spec, x.buffer(), y.buffer_mut(op)?)?;
     Ok(y)
 }
 
@@ -221,9 +221,13 @@ fn softmax_grad(kind: SoftmaxKind, y: &Array, dy: &Array) -> Result<Array> {
     let spec = rows_of(y, op)?;
     check_operand(y, dy, "dy", y.shape(), op)?;
     let mut dx = Array::uninit(y.device(), y.shape().clone(), y.dtype(), op)?;
-    y.device()
-        .backend()
-        .softmax_backward(kind, spec, y.buffer(), dy.buffer(), dx.buffer_mut())?;
+    y.device().backend().softmax_backward(
+        kind,
+        spec,
+        y.buffer(),
+        dy.buffer(),
+        dx.buffer_mut(op)?,
+    )?;
     Ok(dx)
 }
 
@@ -296,9 +300,9 @@ pub fn layer_norm(x: &Array, gamma: &Array, beta: &Array, eps: f64) -> Result<La
         x.buffer(),
         gamma.buffer(),
         beta.buffer(),
-        y.buffer_mut(),
-        mean.buffer_mut(),
-        rstd.buffer_mut(),
+        y.buffer_mut(OP)?,
+        mean.buffer_mut(OP)?,
+        rstd.buffer_mut(OP)?,
     )?;
     Ok(LayerNorm { y, mean, rstd })
 }
@@ -331,9 +335,9 @@ pub fn layer_norm_backward(
         mean.buffer(),
         rstd.buffer(),
         dy.buffer(),
-        dx.buffer_mut(),
-        dgamma.buffer_mut(),
-        dbeta.buffer_mut(),
+        dx.buffer_mut(OP)?,
+        dgamma.buffer_mut(OP)?,
+        dbeta.buffer_mut(OP)?,
     )?;
     Ok(LayerNormGrads { dx, dgamma, dbeta })
 }

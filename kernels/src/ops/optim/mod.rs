@@ -95,9 +95,9 @@ pub fn adamw_step(
     device.backend().adamw(
         config,
         step,
-        param.buffer_mut(),
+        param.buffer_mut(OP)?,
         grad.buffer(),
-        m.buffer_mut(),
-        v.buffer_mut(),
+        m.buffer_mut(OP)?,
+        v.buffer_mut(OP)?,
     )
 }

@@ -61,7 +61,7 @@ pub fn dropout(x: &Array, p: f64, seed: u64) -> Result<Array> {
     let mut out = Array::uninit(x.device(), x.shape().clone(), x.dtype(), "dropout")?;
     x.device()
         .backend()
-        .dropout(x.buffer(), out.buffer_mut(), p, seed)?;
+        .dropout(x.buffer(), out.buffer_mut("dropout")?, p, seed)?;
     Ok(out)
 }
 
