@@ -1,10 +1,11 @@
-//! Permutations, transposes and broadcasts against a reference, in every dtype.
+//! Permutations, transposes, broadcasts, slices and concatenation against a reference, in every
+//! dtype.
 
 mod common;
 
 use common::{broadcast_at, devices, random, rng};
-use headroom_kernels::ops::layout::{broadcast_to, permute, transpose};
-use headroom_kernels::{DType, Error, Shape};
+use headroom_kernels::ops::layout::{broadcast_to, concat, narrow, permute, split, transpose};
+use headroom_kernels::{Array, DType, Error, Shape};
 
 /// The reference: element at output multi-index `o` is the input at `o` un-permuted.
 fn permuted(values: &[f64], shape: &[usize], axes: &[usize]) -> Vec<f64> {
@@ -113,4 +114,82 @@ fn broadcasts_repeat_every_element_in_every_dtype() {
             );
         }
     }
+}
+
+#[test]
+fn slices_pick_and_concatenation_restores_every_element() {
+    let cases: [(&[usize], usize, &[usize]); 5] = [
+        (&[7], 0, &[3, 4]),
+        (&[2, 6], 1, &[1, 2, 3]),
+        (&[4, 3, 5], 0, &[2, 2]),
+        (&[2, 3, 5], 1, &[3]),
+        (&[2, 1, 9], 2, &[4, 0, 5]),
+    ];
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::ALL {
+            for (shape, axis, sizes) in cases {
+                let (x, xs) = random(&device, &mut rng, shape, dtype, 1.0, 100.0);
+                let pieces = split(&x, axis, sizes).unwrap();
+                let inner: usize = shape[axis + 1..].iter().product();
+                let mut start = 0;
+                for (piece, &len) in pieces.iter().zip(sizes) {
+                    let mut dims = shape.to_vec();
+                    dims[axis] = len;
+                    assert_eq!(piece.shape().dims(), dims.as_slice());
+                    // Reference: each outer row keeps elements start..start+len of the axis.
+                    let want: Vec<f64> = xs
+                        .chunks(shape[axis] * inner)
+                        .flat_map(|row| row[start * inner..(start + len) * inner].to_vec())
+                        .collect();
+                    assert_eq!(
+                        piece.to_f64().unwrap(),
+                        want,
+                        "{dtype} {shape:?} axis {axis}"
+                    );
+                    let alone = narrow(&x, axis, start, len).unwrap();
+                    assert_eq!(alone.to_f64().unwrap(), want);
+                    start += len;
+                }
+                let refs: Vec<&Array> = pieces.iter().collect();
+                let joined = concat(&refs, axis).unwrap();
+                assert_eq!(joined.shape(), x.shape());
+                assert_eq!(joined.to_f64().unwrap(), xs, "{dtype} {shape:?} round trip");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_slices_and_concatenations_are_typed_errors() {
+    let device = &devices()[0];
+    let mut rng = rng();
+    let (x, _) = random(device, &mut rng, &[2, 3], DType::F32, -1.0, 1.0);
+    let (y, _) = random(device, &mut rng, &[3, 3], DType::F32, -1.0, 1.0);
+    let (h, _) = random(device, &mut rng, &[2, 3], DType::BF16, -1.0, 1.0);
+    assert!(matches!(
+        narrow(&x, 1, 2, 2),
+        Err(Error::Argument { op: "narrow", .. })
+    ));
+    assert!(matches!(
+        narrow(&x, 2, 0, 1),
+        Err(Error::Argument { op: "narrow", .. })
+    ));
+    assert!(matches!(
+        split(&x, 1, &[1, 1]),
+        Err(Error::Argument { op: "split", .. })
+    ));
+    assert!(matches!(
+        concat(&[&x, &y], 1),
+        Err(Error::Shape { op: "concat", .. })
+    ));
+    assert!(matches!(
+        concat(&[&x, &h], 0),
+        Err(Error::DType { op: "concat", .. })
+    ));
+    assert!(matches!(
+        concat(&[], 0),
+        Err(Error::Argument { op: "concat", .. })
+    ));
+    assert_eq!(concat(&[&x, &y], 0).unwrap().shape().dims(), [5, 3]);
 }

@@ -51,6 +51,8 @@ fn program(device: &Device) -> Result<Vec<Array>> {
     let moved = layout::permute(&emb, &[2, 0, 1])?;
     let spread = layout::broadcast_to(&bias, [3, 8, 6])?;
     let folded = reduce::sum_to(&spread, [8, 1])?;
+    let halves = layout::split(&folded, 0, &[3, 5])?;
+    let whole = layout::concat(&[&halves[1], &halves[0]], 0)?;
     let dropped = rand::dropout(&moved, 0.25, 9)?;
     let mut param = Array::from_f64(device, [8, 6], DType::F32, &data[..48])?;
     let (mut m1, mut m2) = {
@@ -77,7 +79,7 @@ fn program(device: &Device) -> Result<Vec<Array>> {
         param,
         m1,
         m2,
-        folded,
+        whole,
     ])
 }
 
@@ -216,6 +218,14 @@ fn cases() -> Vec<Case> {
         case("broadcast_to", &[Float(&[4, 1], DType::BF16)], |_, x| {
             Ok(vec![layout::broadcast_to(&x[0], [3, 4, 5])?])
         }),
+        case("split", &[Float(&[4, 6], DType::F16)], |_, x| {
+            layout::split(&x[0], 1, &[1, 2, 3])
+        }),
+        case(
+            "concat",
+            &[Float(&[4, 2], DType::F32), Float(&[4, 3], DType::F32)],
+            |_, x| Ok(vec![layout::concat(&[&x[0], &x[1]], 1)?]),
+        ),
         case("sum_to", &[Float(&[2, 3, 4, 5], DType::F32)], |_, x| {
             Ok(vec![reduce::sum_to(&x[0], [3, 1, 5])?])
         }),

@@ -1,5 +1,5 @@
-//! Layout changes into contiguous memory: permutations, transposes and broadcasts, all one
-//! strided gather.
+//! Layout changes into contiguous memory: permutations, transposes, broadcasts and slices (one
+//! strided gather), and concatenation.
 
 mod cpu;
 mod meta;
@@ -10,24 +10,42 @@ use crate::shape::Shape;
 
 /// The kernels of this family that a backend runs.
 pub trait LayoutKernels {
-    /// Fills `out`, contiguous of shape `dims`, from `x` (same dtype, any): the element at index
-    /// `(i_0, ..., i_n)` of `out` is `x[sum(i_d * strides[d])]`. A permutation reorders `x`'s
-    /// strides; a broadcast gives stride 0 to the axes it repeats.
-    fn gather_strided(
+    /// Fills `out`, contiguous of shape `view.dims`, from `x` (same dtype, any): the element at
+    /// index `(i_0, ..., i_n)` of `out` is `x[view.offset + sum(i_d * view.strides[d])]`. A
+    /// permutation reorders `x`'s strides, a broadcast gives stride 0 to the axes it repeats, a
+    /// slice starts at an offset.
+    fn gather_strided(&self, x: &Buffer, view: Strided<'_>, out: &mut Buffer) -> Result<()>;
+
+    /// Concatenates `pieces` (one dtype) into `out` along an axis: every piece and `out` are
+    /// seen as `outer` rows, piece `p`'s rows `widths[p]` elements long and `out`'s rows their
+    /// sum, and row `r` of `out` is row `r` of every piece, in order.
+    fn concat(
         &self,
-        x: &Buffer,
-        dims: &[usize],
-        strides: &[usize],
+        pieces: &[&Buffer],
+        widths: &[usize],
+        outer: usize,
         out: &mut Buffer,
     ) -> Result<()>;
 }
 
-/// Runs the strided gather of `x` into a new contiguous array of shape `dims`.
-fn gather(x: &Array, dims: &[usize], strides: &[usize], op: &'static str) -> Result<Array> {
-    let mut out = Array::uninit(x.device(), Shape::new(dims), x.dtype(), op)?;
+/// Where the elements of a contiguous array of shape `dims` sit in another buffer: element
+/// `(i_0, ..., i_n)` at `offset + sum(i_d * strides[d])`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Strided<'a> {
+    /// Position of element `(0, ..., 0)`.
+    pub offset: usize,
+    /// The dimensions walked.
+    pub dims: &'a [usize],
+    /// The step in the buffer for each dimension.
+    pub strides: &'a [usize],
+}
+
+/// Runs the strided gather of `x` into a new contiguous array.
+fn gather(x: &Array, view: Strided<'_>, op: &'static str) -> Result<Array> {
+    let mut out = Array::uninit(x.device(), Shape::new(view.dims), x.dtype(), op)?;
     x.device()
         .backend()
-        .gather_strided(x.buffer(), dims, strides, out.buffer_mut(op)?)?;
+        .gather_strided(x.buffer(), view, out.buffer_mut(op)?)?;
     Ok(out)
 }
 
@@ -62,7 +80,12 @@ pub fn permute(x: &Array, axes: &[usize]) -> Result<Array> {
     let in_strides = x.shape().strides();
     let dims: Vec<usize> = axes.iter().map(|&a| x.shape().dims()[a]).collect();
     let strides: Vec<usize> = axes.iter().map(|&a| in_strides[a]).collect();
-    gather(x, &dims, &strides, OP)
+    let view = Strided {
+        offset: 0,
+        dims: &dims,
+        strides: &strides,
+    };
+    gather(x, view, OP)
 }
 
 /// `x` with axes `a` and `b` swapped, in new contiguous memory.
@@ -99,5 +122,126 @@ pub fn broadcast_to(x: &Array, shape: impl Into<Shape>) -> Result<Array> {
             detail: format!("{} does not broadcast to {shape}", x.shape()),
         });
     }
-    gather(x, shape.dims(), &x.shape().broadcast_strides(&shape), OP)
+    let strides = x.shape().broadcast_strides(&shape);
+    let view = Strided {
+        offset: 0,
+        dims: shape.dims(),
+        strides: &strides,
+    };
+    gather(x, view, OP)
+}
+
+/// The elements `start..start + len` of `x` along `axis`, in new contiguous memory
+/// (`torch.narrow(...).contiguous()`).
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::layout::narrow};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::from_f64(&cpu, [2, 3], DType::F32, &[1., 2., 3., 4., 5., 6.])?;
+/// assert_eq!(narrow(&x, 1, 1, 2)?.to_f64()?, [2., 3., 5., 6.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn narrow(x: &Array, axis: usize, start: usize, len: usize) -> Result<Array> {
+    const OP: &str = "narrow";
+    let length = x.shape().dim(axis, OP)?;
+    if start.checked_add(len).is_none_or(|end| end > length) {
+        return Err(Error::Argument {
+            op: OP,
+            detail: format!(
+                "elements {start}..{} of axis {axis} of {}, which has {length}",
+                start.saturating_add(len),
+                x.shape()
+            ),
+        });
+    }
+    let strides = x.shape().strides();
+    let mut dims = x.shape().dims().to_vec();
+    dims[axis] = len;
+    let view = Strided {
+        offset: start * strides[axis],
+        dims: &dims,
+        strides: &strides,
+    };
+    gather(x, view, OP)
+}
+
+/// `x` cut along `axis` into consecutive pieces of the given `sizes` (which sum to the axis'
+/// length), each in new contiguous memory (`torch.split` then `contiguous`).
+pub fn split(x: &Array, axis: usize, sizes: &[usize]) -> Result<Vec<Array>> {
+    const OP: &str = "split";
+    let length = x.shape().dim(axis, OP)?;
+    if sizes.iter().sum::<usize>() != length {
+        return Err(Error::Argument {
+            op: OP,
+            detail: format!(
+                "sizes {sizes:?} do not add up to axis {axis} of {}",
+                x.shape()
+            ),
+        });
+    }
+    let mut start = 0;
+    sizes
+        .iter()
+        .map(|&len| {
+            let piece = narrow(x, axis, start, len).map_err(|err| err.in_op(OP));
+            start += len;
+            piece
+        })
+        .collect()
+}
+
+/// `pieces` (one dtype and device, equal shapes but along `axis`) joined along `axis`
+/// (`torch.cat`).
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::layout::concat};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let a = Array::from_f64(&cpu, [2, 1], DType::F32, &[1., 2.])?;
+/// let b = Array::from_f64(&cpu, [2, 2], DType::F32, &[3., 4., 5., 6.])?;
+/// assert_eq!(concat(&[&a, &b], 1)?.to_f64()?, [1., 3., 4., 2., 5., 6.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn concat(pieces: &[&Array], axis: usize) -> Result<Array> {
+    const OP: &str = "concat";
+    let Some(first) = pieces.first() else {
+        return Err(Error::Argument {
+            op: OP,
+            detail: "nothing to concatenate".into(),
+        });
+    };
+    first.shape().dim(axis, OP)?;
+    let dims = first.shape().dims();
+    let mut total = 0;
+    for piece in pieces {
+        first.check_peer(piece, OP)?;
+        let other = piece.shape().dims();
+        let fits =
+            other.len() == dims.len() && (0..dims.len()).all(|d| d == axis || other[d] == dims[d]);
+        if !fits {
+            return Err(Error::Shape {
+                op: OP,
+                detail: format!(
+                    "{} and {} differ outside axis {axis}",
+                    first.shape(),
+                    piece.shape()
+                ),
+            });
+        }
+        total += other[axis];
+    }
+    let inner: usize = dims[axis + 1..].iter().product();
+    let outer: usize = dims[..axis].iter().product();
+    let mut out_dims = dims.to_vec();
+    out_dims[axis] = total;
+    let mut out = Array::uninit(first.device(), Shape::new(&out_dims), first.dtype(), OP)?;
+    let buffers: Vec<&Buffer> = pieces.iter().map(|p| p.buffer()).collect();
+    let widths: Vec<usize> = pieces
+        .iter()
+        .map(|p| p.shape().dims()[axis] * inner)
+        .collect();
+    first
+        .device()
+        .backend()
+        .concat(&buffers, &widths, outer, out.buffer_mut(OP)?)?;
+    Ok(out)
 }
