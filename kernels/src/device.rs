@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use headroom_alloc::{
     Allocator, AllocatorConfig, FaultInjecting, HostMemory, MemorySource, SharedAllocator, Tag,
@@ -87,6 +88,20 @@ struct Inner {
     tag: Mutex<Tag>,
     /// Distinguishes devices in messages.
     id: u64,
+    /// Nanoseconds spent in kernel calls and allocations, and how many there were.
+    busy_ns: AtomicU64,
+    calls: AtomicU64,
+}
+
+/// Time a device spent in its kernels and allocations, and how many calls that was: what a
+/// layer above can subtract from its own time to find its overhead. For an asynchronous backend
+/// this is the time to queue the work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelTime {
+    /// Kernel calls and allocations.
+    pub calls: u64,
+    /// Time spent in them.
+    pub busy: Duration,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
@@ -134,6 +149,8 @@ impl Device {
             allocator: SharedAllocator::new(allocator),
             tag: Mutex::new(Tag::ACTIVATIONS),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            busy_ns: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
         })))
     }
 
@@ -178,9 +195,18 @@ impl Device {
         }
     }
 
+    /// Time spent in kernels and allocations on this device so far.
+    pub fn kernel_time(&self) -> KernelTime {
+        KernelTime {
+            calls: self.0.calls.load(Ordering::Relaxed),
+            busy: Duration::from_nanos(self.0.busy_ns.load(Ordering::Relaxed)),
+        }
+    }
+
     /// Allocates room for `len` elements of `dtype`, for `op`, under the current tag. The
     /// contents are unspecified (but always valid bits for the dtype).
     pub fn alloc(&self, dtype: DType, len: usize, op: &'static str) -> Result<Buffer> {
+        let _timer = Timer::start(&self.0);
         let bytes = (len as u64)
             .checked_mul(dtype.size() as u64)
             .ok_or_else(|| Error::Argument {
@@ -202,9 +228,13 @@ impl Device {
         self.backend().synchronize()
     }
 
-    /// The backend that runs kernels on this device.
-    pub(crate) fn backend(&self) -> &dyn Backend {
-        &*self.0.backend
+    /// The backend that runs kernels on this device, timed until the returned handle drops
+    /// (at the end of the statement that calls a kernel through it).
+    pub(crate) fn backend(&self) -> TimedBackend<'_> {
+        TimedBackend {
+            device: &self.0,
+            _timer: Timer::start(&self.0),
+        }
     }
 
     /// Fails with [`Error::Device`] unless `other` is this device.
@@ -234,6 +264,42 @@ impl std::fmt::Display for Device {
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Device({self})")
+    }
+}
+
+/// Adds the time from its start to its drop to a device's kernel time.
+struct Timer<'d> {
+    device: &'d Inner,
+    start: Instant,
+}
+
+impl<'d> Timer<'d> {
+    fn start(device: &'d Inner) -> Self {
+        Self {
+            device,
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Timer<'_> {
+    fn drop(&mut self) {
+        let nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.device.busy_ns.fetch_add(nanos, Ordering::Relaxed);
+        self.device.calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A device's backend, timed while this handle lives.
+pub(crate) struct TimedBackend<'d> {
+    device: &'d Inner,
+    _timer: Timer<'d>,
+}
+
+impl std::ops::Deref for TimedBackend<'_> {
+    type Target = dyn Backend;
+    fn deref(&self) -> &Self::Target {
+        &*self.device.backend
     }
 }
 

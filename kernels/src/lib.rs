@@ -17,7 +17,7 @@ pub use backend::{
 };
 pub use buffer::{Array, Buffer};
 pub use cpu::CpuBackend;
-pub use device::{Device, DeviceConfig, DeviceKind, HostSource, TagScope};
+pub use device::{Device, DeviceConfig, DeviceKind, HostSource, KernelTime, TagScope};
 pub use dtype::{Compute, DType, Element, Float};
 pub use error::{Error, Result};
 pub use meta::{MetaBackend, PlanningMemory};

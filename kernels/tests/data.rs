@@ -135,3 +135,16 @@ fn bad_host_data_and_meta_reads_are_typed_errors() {
     let err = planned.to_f64().unwrap_err();
     assert!(matches!(err, Error::NoData { op: "read", .. }), "{err}");
 }
+
+#[test]
+fn kernel_time_counts_every_kernel_call_and_allocation() {
+    for device in devices() {
+        let before = device.kernel_time();
+        let a = Array::full(&device, [64, 64], DType::F32, 0.5).unwrap(); // allocate, fill
+        let b = headroom_kernels::ops::gemm::matmul(&a, &a, false, false).unwrap(); // allocate, gemm
+        let after = device.kernel_time();
+        assert_eq!(after.calls - before.calls, 4);
+        assert!(after.busy > before.busy);
+        drop((a, b));
+    }
+}

@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+
+mod context;
+mod error;
+mod gradients;
+mod ops;
+mod tape;
+mod tensor;
+
+pub use context::{AutocastGuard, RecordingGuard, autocast, autocast_dtype, no_grad};
+pub use error::{Error, Result};
+pub use gradients::Gradients;
+pub use tape::Tape;
+pub use tensor::{Tensor, TensorId};

@@ -1,0 +1,92 @@
+//! Matrix products, batched, with transpose flags.
+
+use headroom_kernels::ops::gemm;
+use headroom_kernels::{Array, Shape};
+
+use super::{reduce_to, rule};
+use crate::error::Result;
+use crate::tape::begin;
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// `self @ other` over the last two axes, batched over the leading ones (equal, or absent
+    /// on one side: a matrix shared across the batch). Under autocast both run in its dtype.
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        self.matmul_t(other, false, false)
+    }
+
+    /// A linear layer with PyTorch's layout: `self @ weight^T + bias`, for `weight` of shape
+    /// `[out, in]` and `bias` of `[out]`. Under autocast the bias joins the product's dtype
+    /// too, so that the output (and whatever the next layer saves) stays in the half type.
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let y = self.matmul_t(weight, false, true)?;
+        match bias {
+            Some(bias) => y.add(&bias.for_matmul()?),
+            None => Ok(y),
+        }
+    }
+
+    /// `op(self) @ op(other)`, where `op` transposes the last two axes when its flag is set:
+    /// `x.matmul_t(w, false, true)` is `x @ w^T`, a linear layer with PyTorch's weight layout.
+    /// Keeps each operand only if the other needs a gradient.
+    pub fn matmul_t(&self, other: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
+        let (a, b) = (self.for_matmul()?, other.for_matmul()?);
+        let y = Tensor::output(gemm::matmul(a.array(), b.array(), trans_a, trans_b)?);
+        if let Some(rec) = begin(&[&a, &b]) {
+            let keep_b = rec.tracks(0).then(|| b.array().clone());
+            let keep_a = rec.tracks(1).then(|| a.array().clone());
+            let (sa, sb) = (a.shape().clone(), b.shape().clone());
+            let backward = rule(move |g, needs| {
+                let da = match (needs[0], keep_b) {
+                    (true, Some(b)) => Some(grad_a(&sa, &b, g, trans_a, trans_b)?),
+                    _ => None,
+                };
+                let db = match (needs[1], keep_a) {
+                    (true, Some(a)) => Some(grad_b(&a, &sb, g, trans_a, trans_b)?),
+                    _ => None,
+                };
+                Ok(vec![da, db])
+            });
+            rec.finish("matmul", &[&y], backward);
+        }
+        Ok(y)
+    }
+}
+
+/// The gradient of `a` (of shape `a_shape`) in `c = op(a) op(b)`, from `g = dc`:
+/// `g op(b)^T`, or its transpose when `a` enters transposed; summed over the batch when `a` is
+/// shared across it.
+fn grad_a(a_shape: &Shape, b: &Array, g: &Array, ta: bool, tb: bool) -> Result<Array> {
+    let full = if ta {
+        gemm::matmul(b, g, tb, true)?
+    } else {
+        gemm::matmul(g, b, false, !tb)?
+    };
+    reduce_to(&full, a_shape)
+}
+
+/// The gradient of `b` (of shape `b_shape`) in `c = op(a) op(b)`, from `g = dc`:
+/// `op(a)^T g`, or its transpose when `b` enters transposed. A matrix shared across a batch of
+/// untransposed `a` takes the batch as extra rows of one product (no per-batch partial sums).
+fn grad_b(a: &Array, b_shape: &Shape, g: &Array, ta: bool, tb: bool) -> Result<Array> {
+    let batched = a.shape().rank() > 2;
+    if b_shape.rank() == 2 && batched && !ta {
+        let (k, n) = (
+            a.shape().dims()[a.shape().rank() - 1],
+            g.shape().dims()[g.shape().rank() - 1],
+        );
+        let rows = a.numel() / k.max(1);
+        let (a, g) = (a.reshape([rows, k])?, g.reshape([rows, n])?);
+        return Ok(if tb {
+            gemm::matmul(&g, &a, true, false)?
+        } else {
+            gemm::matmul(&a, &g, true, false)?
+        });
+    }
+    let full = if tb {
+        gemm::matmul(g, a, true, ta)?
+    } else {
+        gemm::matmul(a, g, !ta, false)?
+    };
+    reduce_to(&full, b_shape)
+}

@@ -1,0 +1,62 @@
+//! The differentiable ops, as methods on [`Tensor`], one file per family. Each runs its kernels,
+//! then, if a tape records and tracks an input, records a backward rule that keeps only what
+//! the rule needs: a sum keeps shapes, a product keeps its operands, an exponential its output.
+
+mod cast;
+mod index;
+mod layout;
+mod matmul;
+mod norm;
+mod pointwise;
+mod random;
+mod reduce;
+
+use headroom_kernels::ops::reduce::sum_to;
+use headroom_kernels::{Array, DType, Shape};
+
+use crate::error::Result;
+use crate::tape::{Backward, InputGrads};
+use crate::tensor::Tensor;
+
+/// A backward rule for an op with one output.
+fn rule(f: impl FnOnce(&Array, &[bool]) -> Result<InputGrads> + Send + 'static) -> Backward {
+    Backward::One(Box::new(f))
+}
+
+/// A backward rule for an op with several outputs.
+fn rule_many(
+    f: impl FnOnce(&[Option<Array>], &[bool]) -> Result<InputGrads> + Send + 'static,
+) -> Backward {
+    Backward::Many(Box::new(f))
+}
+
+/// `f()` when `needed`, else `None`.
+fn when(needed: bool, f: impl FnOnce() -> Result<Array>) -> Result<Option<Array>> {
+    needed.then(f).transpose()
+}
+
+/// `g` summed down to `shape` (the gradient of an operand broadcast to `g`'s shape); `g` itself
+/// (shared, not copied) when the shapes agree.
+fn reduce_to(g: &Array, shape: &Shape) -> Result<Array> {
+    if g.shape() == shape {
+        Ok(g.clone())
+    } else {
+        Ok(sum_to(g, shape.clone())?)
+    }
+}
+
+/// The dtype two float operands meet in: the wider, and f32 between the two half types
+/// (PyTorch's promotion).
+fn promoted(a: DType, b: DType) -> DType {
+    match (a, b) {
+        _ if a == b => a,
+        (DType::F64, _) | (_, DType::F64) => DType::F64,
+        _ => DType::F32,
+    }
+}
+
+/// `a` and `b` cast (recorded) to the dtype they meet in.
+fn promote(a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor)> {
+    let dtype = promoted(a.dtype(), b.dtype());
+    Ok((a.cast(dtype)?, b.cast(dtype)?))
+}

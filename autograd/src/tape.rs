@@ -1,0 +1,341 @@
+//! The tape: the ops run on tracked tensors, in the order they ran, each with what its backward
+//! rule needs (a Wengert list, as `tf.GradientTape` keeps). Gradients run the list backwards.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use headroom_alloc::Tag;
+use headroom_kernels::ops::elementwise as ew;
+use headroom_kernels::{Array, DType, Shape};
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::context::{RecordingGuard, recording_tape, set_recording};
+use crate::error::{Error, Result};
+use crate::gradients::Gradients;
+use crate::tensor::{Tensor, TensorId};
+
+/// Index of a tracked value on a tape.
+pub(crate) type SlotId = usize;
+
+/// The gradients of an op's inputs, one per input (`None` where none is needed).
+pub(crate) type InputGrads = Vec<Option<Array>>;
+
+/// The rule of an op with one output: from that output's gradient and, per input, whether it
+/// needs a gradient.
+pub(crate) type OneRule = Box<dyn FnOnce(&Array, &[bool]) -> Result<InputGrads> + Send>;
+
+/// The rule of an op with several outputs: from each output's gradient (`None` where none
+/// flowed) and, per input, whether it needs a gradient.
+pub(crate) type ManyRule = Box<dyn FnOnce(&[Option<Array>], &[bool]) -> Result<InputGrads> + Send>;
+
+/// An op's backward rule, run once; it returns one entry per input.
+pub(crate) enum Backward {
+    /// For an op with one output.
+    One(OneRule),
+    /// For an op with several outputs.
+    Many(ManyRule),
+}
+
+/// One recorded op.
+struct Node {
+    op: &'static str,
+    /// The slot of each input the tape tracks (`None` for constants).
+    inputs: SmallVec<[Option<SlotId>; 4]>,
+    /// The slots of its outputs.
+    outputs: SmallVec<[SlotId; 1]>,
+    /// Owns everything saved for the backward pass; running it (or dropping the node) releases
+    /// those tensors.
+    backward: Backward,
+}
+
+/// What a gradient for a tracked value must look like.
+struct Slot {
+    shape: Shape,
+    dtype: DType,
+}
+
+#[derive(Default)]
+struct State {
+    /// Recorded ops, in the order they ran.
+    nodes: Vec<Node>,
+    /// One per tracked value: leaves (variables and watched tensors) and op outputs.
+    slots: Vec<Slot>,
+    /// The slot of each tracked tensor.
+    ids: HashMap<TensorId, SlotId>,
+    /// Set once gradients were computed: the nodes are gone.
+    used: bool,
+}
+
+impl State {
+    /// The slot of `tensor`, registering it as a leaf when it is a variable (or `watch`ed).
+    fn slot(&mut self, tensor: &Tensor, watch: bool) -> Option<SlotId> {
+        if let Some(&slot) = self.ids.get(&tensor.id()) {
+            return Some(slot);
+        }
+        (watch || tensor.is_variable()).then(|| self.push(tensor))
+    }
+
+    fn push(&mut self, tensor: &Tensor) -> SlotId {
+        let slot = self.slots.len();
+        self.slots.push(Slot {
+            shape: tensor.shape().clone(),
+            dtype: tensor.dtype(),
+        });
+        self.ids.insert(tensor.id(), slot);
+        slot
+    }
+}
+
+/// Records the ops run on tracked tensors while it is recording, and turns them into gradients
+/// once: running the backward rules in reverse releases each saved tensor as soon as the last
+/// rule that needs it has run, and each intermediate gradient as soon as it has been passed on.
+/// Dropping the tape releases everything it still holds. Cheap to clone (a shared handle).
+///
+/// ```
+/// use headroom_autograd::{Tape, Tensor};
+/// use headroom_kernels::{Array, DType, Device, DeviceConfig};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Tensor::new(Array::from_f64(&cpu, [1, 2], DType::F64, &[1., 2.])?);
+/// let w = Tensor::variable(Array::from_f64(&cpu, [2, 1], DType::F64, &[3., 4.])?);
+/// let tape = Tape::new();
+/// let y = tape.record(|| x.matmul(&w)?.tanh()?.sum_all())?;
+/// let grads = tape.gradient(&y, &[&w])?;
+/// let dw = grads.get(&w).unwrap().to_f64()?; // x^T (1 - tanh^2(x w))
+/// let t = 11f64.tanh();
+/// assert!((dw[0] - (1. - t * t)).abs() < 1e-12 && (dw[1] - 2. * (1. - t * t)).abs() < 1e-12);
+/// # Ok::<(), headroom_autograd::Error>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Tape(Arc<Mutex<State>>);
+
+impl std::fmt::Debug for Tape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.0.lock();
+        f.debug_struct("Tape")
+            .field("ops", &state.nodes.len())
+            .field("tracked", &state.slots.len())
+            .field("used", &state.used)
+            .finish()
+    }
+}
+
+impl Tape {
+    /// An empty tape, not recording yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records on this thread until the guard drops (and restores whatever recorded before).
+    pub fn start(&self) -> RecordingGuard {
+        set_recording(Some(self.clone()))
+    }
+
+    /// Runs `f` while this tape records.
+    pub fn record<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let _recording = self.start();
+        f()
+    }
+
+    /// Tracks `tensor` (a constant, say an input) so that gradients can be asked for it.
+    pub fn watch(&self, tensor: &Tensor) {
+        self.0.lock().slot(tensor, true);
+    }
+
+    /// True when this tape tracks `tensor` (a watched leaf, a used variable, or an op output).
+    pub fn tracks(&self, tensor: &Tensor) -> bool {
+        self.0.lock().ids.contains_key(&tensor.id())
+    }
+
+    /// Number of ops recorded and not yet run backwards.
+    pub fn len(&self) -> usize {
+        self.0.lock().nodes.len()
+    }
+
+    /// True when no op is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The gradients of `target` (seeded with ones) with respect to each of `sources`. A source
+    /// the target does not depend on gets none ([`Gradients::get_or_zeros`] makes zeros). One
+    /// call per tape: the pass releases what the tape saved.
+    pub fn gradient(&self, target: &Tensor, sources: &[&Tensor]) -> Result<Gradients> {
+        let seed = {
+            let _tag = target.device().scoped_tag(Tag::GRADIENTS);
+            Array::full(target.device(), target.shape().clone(), target.dtype(), 1.0)?
+        };
+        self.gradient_with(target, seed, sources)
+    }
+
+    /// As [`Tape::gradient`], with the target's gradient given (`seed`, of its shape and dtype):
+    /// a weight, or a loss scale.
+    pub fn gradient_with(
+        &self,
+        target: &Tensor,
+        seed: Array,
+        sources: &[&Tensor],
+    ) -> Result<Gradients> {
+        if seed.shape() != target.shape() || seed.dtype() != target.dtype() {
+            return Err(Error::Argument {
+                op: "gradient",
+                detail: format!(
+                    "the seed is {} of {}, the target {} of {}",
+                    seed.shape(),
+                    seed.dtype(),
+                    target.shape(),
+                    target.dtype()
+                ),
+            });
+        }
+        let (nodes, slots, ids) = {
+            let mut state = self.0.lock();
+            if state.used {
+                return Err(Error::TapeUsed);
+            }
+            state.used = true;
+            (
+                std::mem::take(&mut state.nodes),
+                std::mem::take(&mut state.slots),
+                std::mem::take(&mut state.ids),
+            )
+        };
+        let target_slot = *ids.get(&target.id()).ok_or(Error::NotRecorded)?;
+        let _tag = target.device().scoped_tag(Tag::GRADIENTS);
+        let source_slots: Vec<Option<SlotId>> =
+            sources.iter().map(|s| ids.get(&s.id()).copied()).collect();
+        // A slot needs a gradient if it is a source or an op made it from one that does.
+        let mut is_source = vec![false; slots.len()];
+        for &slot in source_slots.iter().flatten() {
+            is_source[slot] = true;
+        }
+        let mut needed = is_source.clone();
+        for node in &nodes {
+            if node.inputs.iter().flatten().any(|&s| needed[s]) {
+                for &out in &node.outputs {
+                    needed[out] = true;
+                }
+            }
+        }
+        let mut grads: Vec<Option<Array>> = Vec::new();
+        grads.resize_with(slots.len(), || None);
+        grads[target_slot] = Some(seed);
+        for node in nodes.into_iter().rev() {
+            let Node {
+                op,
+                inputs,
+                outputs,
+                backward,
+            } = node;
+            let needs: SmallVec<[bool; 4]> = inputs
+                .iter()
+                .map(|s| s.is_some_and(|s| needed[s]))
+                .collect();
+            if !needs.contains(&true) {
+                continue; // dropping the node releases what it saved
+            }
+            // A source's gradient stays where it is; every other one is passed on and dropped.
+            let mut upstream: SmallVec<[Option<Array>; 1]> = outputs
+                .iter()
+                .map(|&s| {
+                    if is_source[s] {
+                        grads[s].clone()
+                    } else {
+                        grads[s].take()
+                    }
+                })
+                .collect();
+            let input_grads = match backward {
+                Backward::One(rule) => match upstream.pop().flatten() {
+                    Some(g) => rule(&g, &needs)?,
+                    None => continue,
+                },
+                Backward::Many(rule) => {
+                    if upstream.iter().all(Option::is_none) {
+                        continue;
+                    }
+                    rule(&upstream, &needs)?
+                }
+            };
+            drop(upstream);
+            for (slot, grad) in inputs.iter().zip(input_grads) {
+                let (Some(slot), Some(grad)) = (*slot, grad) else {
+                    continue;
+                };
+                if !needed[slot] {
+                    continue;
+                }
+                let want = &slots[slot];
+                if grad.shape() != &want.shape || grad.dtype() != want.dtype {
+                    return Err(Error::Argument {
+                        op,
+                        detail: format!(
+                            "the backward rule gave a gradient of {} {} for an input of {} {}",
+                            grad.shape(),
+                            grad.dtype(),
+                            want.shape,
+                            want.dtype
+                        ),
+                    });
+                }
+                grads[slot] = Some(match grads[slot].take() {
+                    None => grad,
+                    Some(previous) => ew::add(&previous, &grad)?,
+                });
+            }
+        }
+        let mut found = HashMap::new();
+        for (source, slot) in sources.iter().zip(source_slots) {
+            if let Some(grad) = slot.and_then(|s| grads[s].clone()) {
+                found.insert(source.id(), grad);
+            }
+        }
+        Ok(Gradients::new(found))
+    }
+
+    fn state(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.0.lock()
+    }
+}
+
+/// An op about to be recorded on the tape recording on this thread.
+pub(crate) struct Recording {
+    tape: Tape,
+    inputs: SmallVec<[Option<SlotId>; 4]>,
+}
+
+/// Starts recording an op on `inputs`: `None` when no tape records or the tape tracks none of
+/// them (variables count as tracked), so that the op saves nothing.
+pub(crate) fn begin(inputs: &[&Tensor]) -> Option<Recording> {
+    let tape = recording_tape()?;
+    let slots: SmallVec<[Option<SlotId>; 4]> = {
+        let mut state = tape.state();
+        if state.used {
+            return None;
+        }
+        inputs.iter().map(|t| state.slot(t, false)).collect()
+    };
+    slots.iter().any(Option::is_some).then_some(Recording {
+        tape,
+        inputs: slots,
+    })
+}
+
+impl Recording {
+    /// True when input `i` is tracked (so the backward rule may need to produce its gradient).
+    pub(crate) fn tracks(&self, i: usize) -> bool {
+        self.inputs.get(i).is_some_and(Option::is_some)
+    }
+
+    /// Records the op: its outputs become tracked, and `backward` keeps what it saved.
+    pub(crate) fn finish(self, op: &'static str, outputs: &[&Tensor], backward: Backward) {
+        let mut state = self.tape.state();
+        let outputs = outputs.iter().map(|t| state.push(t)).collect();
+        state.nodes.push(Node {
+            op,
+            inputs: self.inputs,
+            outputs,
+            backward,
+        });
+    }
+}

@@ -1,0 +1,178 @@
+//! Every backward rule against central finite differences: in f64 tightly and in f32 more
+//! loosely, on random inputs with broadcasting and 1-sized dimensions.
+
+mod common;
+
+use common::{Input, gradcheck_f64_f32, input, ranged};
+use headroom_autograd::{Result, Tensor};
+use headroom_kernels::ops::reduce::ReduceOp;
+
+/// Checks `f` on `inputs`.
+fn check(name: &str, inputs: &[Input], f: impl Fn(&[Tensor]) -> Result<Tensor>) {
+    gradcheck_f64_f32(name, inputs, &f);
+}
+
+#[test]
+fn arithmetic_with_broadcasting() {
+    let pairs: [(&'static [usize], &'static [usize]); 5] = [
+        (&[3, 4], &[4]),
+        (&[2, 1, 3], &[4, 1]),
+        (&[1], &[5]),
+        (&[3, 1], &[1, 4]),
+        (&[2, 3], &[2, 3]),
+    ];
+    for (a, b) in pairs {
+        check("add", &[input(a), input(b)], |x| x[0].add(&x[1]));
+        check("sub", &[input(a), input(b)], |x| x[0].sub(&x[1]));
+        check("mul", &[input(a), input(b)], |x| x[0].mul(&x[1]));
+        check("div", &[input(a), ranged(b, 0.5, 2.0)], |x| x[0].div(&x[1]));
+    }
+    // A tensor used twice: its gradients add up.
+    check("x * x + x", &[input(&[2, 3])], |x| {
+        x[0].mul(&x[0])?.add(&x[0])
+    });
+}
+
+#[test]
+fn functions_of_one_tensor() {
+    let shape: &'static [usize] = &[2, 1, 5];
+    check("neg", &[input(shape)], |x| x[0].neg());
+    check("scale", &[input(shape)], |x| x[0].scale(-1.5));
+    check("exp", &[input(shape)], |x| x[0].exp());
+    check("log", &[ranged(shape, 0.5, 3.0)], |x| x[0].log());
+    check("sqrt", &[ranged(shape, 0.5, 3.0)], |x| x[0].sqrt());
+    check("powf", &[ranged(shape, 0.5, 3.0)], |x| x[0].powf(1.7));
+    check("relu", &[input(shape)], |x| x[0].relu());
+    check("gelu", &[ranged(shape, -3.0, 3.0)], |x| x[0].gelu());
+    check("tanh", &[input(shape)], |x| x[0].tanh());
+}
+
+#[test]
+fn matrix_products_batched_shared_and_transposed() {
+    let cases: [(&'static [usize], &'static [usize], bool, bool); 9] = [
+        (&[3, 4], &[4, 5], false, false),
+        (&[1, 4], &[4, 1], false, false),
+        (&[2, 3, 4], &[2, 4, 5], false, false),
+        (&[2, 3, 4], &[4, 5], false, false),
+        (&[3, 4], &[2, 4, 5], false, false),
+        (&[4, 3], &[4, 5], true, false),
+        (&[3, 4], &[5, 4], false, true),
+        (&[2, 4, 3], &[5, 4], true, true),
+        (&[2, 4, 3], &[4, 5], true, false),
+    ];
+    for (a, b, ta, tb) in cases {
+        let name = format!("matmul {a:?} {b:?} {ta} {tb}");
+        check(&name, &[input(a), input(b)], |x| {
+            x[0].matmul_t(&x[1], ta, tb)
+        });
+    }
+}
+
+#[test]
+fn reductions_over_axes_and_everything() {
+    let x: &'static [usize] = &[2, 3, 4];
+    for axis in 0..3 {
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+            for keep in [false, true] {
+                let name = format!("{op:?} axis {axis} keep {keep}");
+                check(&name, &[input(x)], |t| t[0].reduce(op, axis, keep));
+            }
+        }
+    }
+    check("sum_all", &[input(&[3, 1, 2])], |t| t[0].sum_all());
+    check("mean_all", &[input(&[3, 1, 2])], |t| t[0].mean_all());
+}
+
+#[test]
+fn softmax_log_softmax_and_layer_norm() {
+    check("softmax", &[input(&[3, 5])], |x| x[0].softmax());
+    check("softmax of one", &[input(&[2, 1])], |x| x[0].softmax());
+    check("log_softmax", &[input(&[2, 1, 4])], |x| x[0].log_softmax());
+    check(
+        "layer_norm",
+        &[input(&[3, 6]), input(&[6]), input(&[6])],
+        |x| x[0].layer_norm(&x[1], &x[2], 1e-5),
+    );
+    check(
+        "layer_norm batched",
+        &[input(&[2, 2, 5]), input(&[5]), input(&[5])],
+        |x| x[0].layer_norm(&x[1], &x[2], 1e-5),
+    );
+}
+
+#[test]
+fn embedding_cross_entropy_and_causal_mask() {
+    let device = common::shared_device();
+    let ids = Tensor::from_host(&device, [2, 3], &[4u32, 0, 4, 1, 1, 2]).unwrap();
+    check("embedding", &[input(&[5, 3])], |x| x[0].embedding(&ids));
+    let targets = Tensor::from_host(&device, [4], &[2u32, 99, 0, 4]).unwrap();
+    check("cross_entropy", &[input(&[4, 5])], |x| {
+        x[0].cross_entropy(&targets, Some(99))
+    });
+    check("causal_mask then softmax", &[input(&[2, 3, 3])], |x| {
+        x[0].causal_mask(f64::NEG_INFINITY)?.softmax()
+    });
+    check("causal_mask", &[input(&[1, 4, 4])], |x| {
+        x[0].causal_mask(-3.0)
+    });
+}
+
+#[test]
+fn dropout_regenerates_its_mask() {
+    check("dropout", &[input(&[4, 6])], |x| x[0].dropout(0.3, 7));
+}
+
+#[test]
+fn layout_ops() {
+    check("reshape", &[input(&[2, 6])], |x| x[0].reshape([3, 4]));
+    check("permute", &[input(&[2, 3, 4])], |x| {
+        x[0].permute(&[2, 0, 1])
+    });
+    check("transpose", &[input(&[2, 3, 4])], |x| x[0].transpose(0, 2));
+    check("broadcast_to", &[input(&[3, 1])], |x| {
+        x[0].broadcast_to([2, 3, 4])
+    });
+    check("split, one piece unused", &[input(&[4, 6])], |x| {
+        let pieces = x[0].split(1, &[1, 2, 3])?;
+        Tensor::concat(&[&pieces[2], &pieces[0]], 1)
+    });
+    check("concat", &[input(&[2, 3]), input(&[1, 3])], |x| {
+        Tensor::concat(&[&x[0], &x[1]], 0)
+    });
+    check("narrow", &[input(&[3, 5])], |x| x[0].narrow(1, 1, 3));
+}
+
+#[test]
+fn a_causal_attention_head() {
+    // softmax(mask(q k^T / sqrt(d))) v with q, k, v from one input through three weights.
+    check(
+        "attention",
+        &[
+            input(&[2, 4, 3]),
+            input(&[3, 3]),
+            input(&[3, 3]),
+            input(&[3, 3]),
+        ],
+        |x| {
+            let q = x[0].matmul(&x[1])?;
+            let k = x[0].matmul(&x[2])?;
+            let v = x[0].matmul(&x[3])?;
+            let scores = q.matmul_t(&k, false, true)?.scale(1.0 / 3f64.sqrt())?;
+            scores.causal_mask(f64::NEG_INFINITY)?.softmax()?.matmul(&v)
+        },
+    );
+}
+
+#[test]
+fn linear_layers() {
+    check(
+        "linear",
+        &[input(&[3, 4]), input(&[5, 4]), input(&[5])],
+        |x| x[0].linear(&x[1], Some(&x[2])),
+    );
+    check(
+        "linear batched, no bias",
+        &[input(&[2, 3, 4]), input(&[5, 4])],
+        |x| x[0].linear(&x[1], None),
+    );
+}
