@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod check;
 mod context;
 mod error;
 mod gradients;

@@ -72,7 +72,12 @@ fn matrix_products_batched_shared_and_transposed() {
 fn reductions_over_axes_and_everything() {
     let x: &'static [usize] = &[2, 3, 4];
     for axis in 0..3 {
-        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::SumSquares,
+        ] {
             for keep in [false, true] {
                 let name = format!("{op:?} axis {axis} keep {keep}");
                 check(&name, &[input(x)], |t| t[0].reduce(op, axis, keep));

@@ -8,7 +8,7 @@ use common::{random, rng};
 use headroom_alloc::trace::SplitMix64;
 use headroom_alloc::{AllocatorConfig, EventKind, FaultInjecting, HostMemory, OomCause, Tag};
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
-use headroom_kernels::ops::optim::{AdamW, adamw_step};
+use headroom_kernels::ops::optim::{AdamW, Sgd, Update, adamw_step, sgd_step};
 use headroom_kernels::ops::reduce::{self, ReduceOp};
 use headroom_kernels::ops::{gemm, index, layout, norm, random as rand};
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result};
@@ -62,7 +62,14 @@ fn program(device: &Device) -> Result<Vec<Array>> {
             Array::zeros(device, [8, 6], DType::F32)?,
         )
     };
-    adamw_step(&AdamW::default(), 1, &mut param, &dlogits, &mut m1, &mut m2)?;
+    adamw_step(
+        &AdamW::default(),
+        Update::new(1),
+        &mut param,
+        &dlogits,
+        &mut m1,
+        &mut m2,
+    )?;
     Ok(vec![
         w,
         grads,
@@ -373,14 +380,27 @@ fn every_op_fails_cleanly_at_each_allocation_it_makes() {
 }
 
 #[test]
-fn the_fused_optimizer_step_allocates_nothing_so_it_cannot_run_out() {
+fn the_fused_optimizer_steps_allocate_nothing_so_they_cannot_run_out() {
     let device = Device::cpu(config()).unwrap();
     let mut rng = rng();
     let [mut param, grad, mut m, mut v] =
         [(); 4].map(|_| random(&device, &mut rng, &[7, 3], DType::BF16, 0.5, 1.5).0);
     let before = device.allocator().stats();
     device.allocator().with(|alloc| alloc.inject_oom(0));
-    adamw_step(&AdamW::default(), 3, &mut param, &grad, &mut m, &mut v).unwrap();
+    adamw_step(
+        &AdamW::default(),
+        Update::new(3),
+        &mut param,
+        &grad,
+        &mut m,
+        &mut v,
+    )
+    .unwrap();
+    let sgd = Sgd {
+        momentum: 0.9,
+        ..Sgd::default()
+    };
+    sgd_step(&sgd, Update::new(2), &mut param, &grad, Some(&mut m)).unwrap();
     let after = device.allocator().stats();
     assert_eq!(after.allocations, before.allocations);
     assert_eq!(after.in_use, before.in_use);

@@ -19,19 +19,28 @@ fn reductions_over_every_axis_match_the_f64_reference() {
                     let inner: usize = shape[axis + 1..].iter().product();
                     let len = shape[axis];
                     let item = |o: usize, a: usize, i: usize| xs[(o * len + a) * inner + i];
-                    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+                    for op in [
+                        ReduceOp::Sum,
+                        ReduceOp::Mean,
+                        ReduceOp::Max,
+                        ReduceOp::SumSquares,
+                    ] {
                         let mut want = Vec::new();
                         let mut scale = Vec::new();
                         for o in 0..outer {
                             for i in 0..inner {
                                 let column: Vec<f64> = (0..len).map(|a| item(o, a, i)).collect();
-                                let magnitude: f64 = column.iter().map(|v| v.abs()).sum();
+                                let magnitude: f64 = match op {
+                                    ReduceOp::SumSquares => column.iter().map(|v| v * v).sum(),
+                                    _ => column.iter().map(|v| v.abs()).sum(),
+                                };
                                 want.push(match op {
                                     ReduceOp::Sum => column.iter().sum(),
                                     ReduceOp::Mean => column.iter().sum::<f64>() / len as f64,
                                     ReduceOp::Max => {
                                         column.iter().cloned().fold(f64::MIN, f64::max)
                                     }
+                                    ReduceOp::SumSquares => column.iter().map(|v| v * v).sum(),
                                 });
                                 scale.push(magnitude);
                             }

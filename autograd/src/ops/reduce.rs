@@ -46,10 +46,11 @@ impl Tensor {
             let mut kept = in_shape.dims().to_vec();
             kept[axis] = 1;
             let kept = Shape::new(&kept);
-            // Only a maximum keeps anything: its input and output, to find where it was.
+            // A maximum keeps its input and output, to find where it was; a sum of squares its input.
             let saved = match op {
                 ReduceOp::Sum => Saved::Sum,
                 ReduceOp::Mean => Saved::Mean,
+                ReduceOp::SumSquares => Saved::SumSquares(x.array().clone()),
                 ReduceOp::Max => Saved::Max(x.array().clone(), y.array().reshape(kept.clone())?),
             };
             let backward = rule(move |g, _| {
@@ -61,6 +62,7 @@ impl Tensor {
                         broadcast_to(&ew::scale(&g, 1.0 / n)?, in_shape)?
                     }
                     Saved::Max(x, y) => max_grad(&x, &y, &g, axis)?,
+                    Saved::SumSquares(x) => ew::mul(&ew::scale(&x, 2.0)?, &g)?,
                 };
                 Ok(vec![Some(dx)])
             });
@@ -74,6 +76,8 @@ impl Tensor {
 enum Saved {
     Sum,
     Mean,
+    /// The input.
+    SumSquares(Array),
     /// The input, and the output with the reduced axis kept.
     Max(Array, Array),
 }

@@ -4,7 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use headroom_alloc::trace::SplitMix64;
-use headroom_autograd::{Result, Tape, Tensor};
+use headroom_autograd::check::{Function, gradcheck};
+use headroom_autograd::{Result, Tensor};
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Shape};
 
 /// A CPU device of its own, with room for every test here.
@@ -68,86 +69,35 @@ pub fn ranged(shape: &'static [usize], lo: f64, hi: f64) -> Input {
     Input { shape, lo, hi }
 }
 
-/// The function under test: from its inputs to one tensor.
-pub type Function<'a> = &'a dyn Fn(&[Tensor]) -> Result<Tensor>;
-
-/// `sum(f(inputs) * weights)` with fixed random `weights`, so that every output element
-/// contributes with its own factor.
-fn weighted_loss(f: Function<'_>, inputs: &[Tensor], weights: &[f64]) -> Result<Tensor> {
-    let y = f(inputs)?;
-    let w = Tensor::from_f64(y.device(), y.shape().clone(), y.dtype(), weights)?;
-    y.mul(&w)?.sum_all()
-}
-
-/// Checks the gradients the tape computes for `f` in `dtype` against central finite
-/// differences of `f` in f64, at the same (rounded) points: every element within `rtol` of
-/// its numeric value, relative to the larger of its magnitude and a tenth of the largest
-/// magnitude of that input's gradient.
-pub fn gradcheck(name: &str, inputs: &[Input], dtype: DType, rtol: f64, f: Function<'_>) {
+/// Checks the gradients the tape computes for `f` in `dtype`, at random points drawn from
+/// `inputs`, against central finite differences in f64 ([`gradcheck`]), within `rtol`.
+pub fn check_gradients(name: &str, inputs: &[Input], dtype: DType, rtol: f64, f: Function<'_>) {
     let device = shared_device();
     let mut rng = rng();
-    let data: Vec<Vec<f64>> = inputs
+    let tensors: Vec<Tensor> = inputs
         .iter()
-        .map(|i| values(&mut rng, Shape::new(i.shape).numel(), i.lo, i.hi))
+        .map(|i| {
+            let v = values(&mut rng, Shape::new(i.shape).numel(), i.lo, i.hi);
+            Tensor::new(Array::from_f64(&device, i.shape, dtype, &v).unwrap())
+        })
         .collect();
-    let variables: Vec<Tensor> = inputs
-        .iter()
-        .zip(&data)
-        .map(|(i, d)| Tensor::variable(Array::from_f64(&device, i.shape, dtype, d).unwrap()))
-        .collect();
-    // The points as stored, so the numeric side differentiates at the same place.
-    let points: Vec<Vec<f64>> = variables.iter().map(|v| v.to_f64().unwrap()).collect();
-    let out_len = f(&variables).unwrap().numel();
-    let weights = values(&mut rng, out_len, -1.0, 1.0);
-    let tape = Tape::new();
-    let loss = tape
-        .record(|| weighted_loss(f, &variables, &weights))
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let sources: Vec<&Tensor> = variables.iter().collect();
-    let grads = tape
-        .gradient(&loss, &sources)
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let loss_at = |k: usize, values: &[f64]| -> f64 {
-        let tensors: Vec<Tensor> = inputs
-            .iter()
-            .enumerate()
-            .map(|(j, i)| {
-                let v = if j == k { values } else { &points[j] };
-                Tensor::from_f64(&device, i.shape, DType::F64, v).unwrap()
-            })
-            .collect();
-        weighted_loss(f, &tensors, &weights)
-            .unwrap()
-            .to_f64()
-            .unwrap()[0]
-    };
-    for (k, variable) in variables.iter().enumerate() {
-        let analytic = grads.get_or_zeros(variable).unwrap().to_f64().unwrap();
-        assert_eq!(grads.get_or_zeros(variable).unwrap().dtype(), dtype);
-        let numeric: Vec<f64> = (0..points[k].len())
-            .map(|e| {
-                let h = 1e-6 * points[k][e].abs().max(1.0);
-                let (mut plus, mut minus) = (points[k].clone(), points[k].clone());
-                plus[e] += h;
-                minus[e] -= h;
-                (loss_at(k, &plus) - loss_at(k, &minus)) / (2.0 * h)
-            })
-            .collect();
-        let largest = numeric.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        for (e, (a, n)) in analytic.iter().zip(&numeric).enumerate() {
-            let bound = rtol * n.abs().max(0.1 * largest).max(1e-9);
-            assert!(
-                (a - n).abs() <= bound,
-                "{name} in {dtype}: input {k} element {e}: analytic {a}, numeric {n} (bound {bound})"
-            );
-        }
+    let report = gradcheck(f, &tensors, rng.next_u64()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for (t, grad) in tensors.iter().zip(&report.analytic) {
+        assert_eq!(
+            grad.len(),
+            t.numel(),
+            "{name}: one gradient element per input element"
+        );
+    }
+    if let Some(mismatch) = report.first_mismatch(rtol) {
+        panic!("{name} in {dtype}: {mismatch}");
     }
 }
 
-/// Runs [`gradcheck`] in f64 (tight) and in f32 (looser).
+/// Runs [`check_gradients`] in f64 (tight) and in f32 (looser).
 pub fn gradcheck_f64_f32(name: &str, inputs: &[Input], f: Function<'_>) {
-    gradcheck(name, inputs, DType::F64, 1e-6, f);
-    gradcheck(name, inputs, DType::F32, 5e-3, f);
+    check_gradients(name, inputs, DType::F64, 1e-6, f);
+    check_gradients(name, inputs, DType::F32, 5e-3, f);
 }
 
 /// A plain MLP for the memory tests: linear layers (weights `[out, in]`, ReLU between them),

@@ -1,6 +1,6 @@
 //! Meta kernels: nothing to compute.
 
-use super::{AdamW, OptimKernels};
+use super::{AdamW, OptimKernels, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
@@ -9,11 +9,22 @@ impl OptimKernels for MetaBackend {
     fn adamw(
         &self,
         _: &AdamW,
-        _: u64,
+        _: Update,
         _: &mut Buffer,
         _: &Buffer,
         _: &mut Buffer,
         _: &mut Buffer,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn sgd(
+        &self,
+        _: &Sgd,
+        _: Update,
+        _: &mut Buffer,
+        _: &Buffer,
+        _: Option<&mut Buffer>,
     ) -> Result<()> {
         Ok(())
     }

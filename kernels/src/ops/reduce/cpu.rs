@@ -29,11 +29,13 @@ fn reduce_into<T: Float>(op: ReduceOp, spec: ReduceSpec, x: &[T], out: &mut [T])
     out.par_chunks_mut(inner).enumerate().for_each(|(o, out)| {
         let block = &x[o * axis * inner..(o + 1) * axis * inner];
         match op {
-            ReduceOp::Sum | ReduceOp::Mean => {
+            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::SumSquares => {
                 let mut acc = vec![0f64; inner];
+                let square = op == ReduceOp::SumSquares;
                 for row in block.chunks_exact(inner) {
                     for (a, &v) in acc.iter_mut().zip(row) {
-                        *a += v.load().f64();
+                        let v = v.load().f64();
+                        *a += if square { v * v } else { v };
                     }
                 }
                 let divisor = if op == ReduceOp::Mean {

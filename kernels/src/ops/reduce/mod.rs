@@ -16,6 +16,8 @@ pub enum ReduceOp {
     Mean,
     /// The largest element (NaN wins).
     Max,
+    /// The sum of squares (accumulated in f64): a squared norm, as for clipping gradients.
+    SumSquares,
 }
 
 impl ReduceOp {
@@ -25,6 +27,7 @@ impl ReduceOp {
             ReduceOp::Sum => "sum",
             ReduceOp::Mean => "mean",
             ReduceOp::Max => "max",
+            ReduceOp::SumSquares => "sum_squares",
         }
     }
 }
