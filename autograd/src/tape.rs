@@ -131,8 +131,9 @@ impl Tape {
         set_recording(Some(self.clone()))
     }
 
-    /// Runs `f` while this tape records.
-    pub fn record<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    /// Runs `f` while this tape records (its error type is the caller's: a layer above can
+    /// record its own ops).
+    pub fn record<T, E>(&self, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
         let _recording = self.start();
         f()
     }

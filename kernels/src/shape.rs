@@ -108,6 +108,12 @@ impl From<&[usize]> for Shape {
     }
 }
 
+impl From<Vec<usize>> for Shape {
+    fn from(dims: Vec<usize>) -> Self {
+        Self::new(&dims)
+    }
+}
+
 impl<const N: usize> From<[usize; N]> for Shape {
     fn from(dims: [usize; N]) -> Self {
         Self::new(&dims)

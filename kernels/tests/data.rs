@@ -148,3 +148,28 @@ fn kernel_time_counts_every_kernel_call_and_allocation() {
         drop((a, b));
     }
 }
+
+#[test]
+fn raw_bytes_round_trip_in_every_dtype_and_lengths_are_checked() {
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::ALL {
+            let (x, xs) = random(&device, &mut rng, &[3, 5], dtype, 1.0, 100.0);
+            let bytes = x.to_bytes().unwrap();
+            assert_eq!(bytes.len(), 15 * dtype.size());
+            let back = Array::from_bytes(&device, [3, 5], dtype, &bytes).unwrap();
+            assert_eq!(back.to_f64().unwrap(), xs);
+            let err = Array::from_bytes(&device, [3, 5], dtype, &bytes[1..]).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Argument {
+                        op: "from_bytes",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+    }
+}

@@ -5,7 +5,7 @@ use headroom_kernels::ops::layout;
 use headroom_kernels::{Array, Shape};
 
 use super::{reduce_to, rule, rule_many};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::tape::begin;
 use crate::tensor::Tensor;
 
@@ -117,27 +117,28 @@ impl Tensor {
         Ok(y)
     }
 
-    /// Elements `start..start + len` along `axis` (a copy).
+    /// Elements `start..start + len` along `axis` (a copy; the tensor itself when that is all
+    /// of it). The gradient is zero outside the slice.
     pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor> {
-        let length = self
-            .shape()
-            .dims()
-            .get(axis)
-            .copied()
-            .ok_or(Error::Argument {
-                op: "narrow",
-                detail: format!("axis {axis} of {}", self.shape()),
-            })?;
-        let rest = length
-            .checked_sub(start.saturating_add(len))
-            .ok_or(Error::Argument {
-                op: "narrow",
-                detail: format!(
-                    "elements {start}..{} of an axis of {length}",
-                    start.saturating_add(len)
-                ),
-            })?;
-        let mut pieces = self.split(axis, &[start, len, rest])?;
-        Ok(pieces.swap_remove(1))
+        let length = self.dims().get(axis).copied();
+        if start == 0 && Some(len) == length {
+            return Ok(self.clone());
+        }
+        let y = Tensor::output(layout::narrow(self.array(), axis, start, len)?);
+        if let Some(rec) = begin(&[self]) {
+            let (shape, dtype, device) =
+                (self.shape().clone(), self.dtype(), self.device().clone());
+            let backward = rule(move |g, _| {
+                let mut before = shape.dims().to_vec();
+                let mut after = before.clone();
+                before[axis] = start;
+                after[axis] = shape.dims()[axis] - start - len;
+                let before = Array::zeros(&device, before, dtype)?;
+                let after = Array::zeros(&device, after, dtype)?;
+                Ok(vec![Some(layout::concat(&[&before, g, &after], axis)?)])
+            });
+            rec.finish("narrow", &[&y], backward);
+        }
+        Ok(y)
     }
 }

@@ -86,6 +86,42 @@ impl Array {
         Ok(out)
     }
 
+    /// Uploads the raw little-endian bytes of `shape` elements of `dtype` (a file's contents,
+    /// say); the length must match exactly.
+    pub fn from_bytes(
+        device: &Device,
+        shape: impl Into<Shape>,
+        dtype: DType,
+        bytes: &[u8],
+    ) -> Result<Array> {
+        let shape = shape.into();
+        let expected = shape
+            .checked_numel()
+            .and_then(|n| n.checked_mul(dtype.size()));
+        if expected != Some(bytes.len()) {
+            return Err(Error::Argument {
+                op: "from_bytes",
+                detail: format!(
+                    "{} bytes for {shape} of {dtype}, which needs {}",
+                    bytes.len(),
+                    expected.map_or_else(|| "more than a usize".into(), |n| n.to_string())
+                ),
+            });
+        }
+        let mut out = Array::uninit(device, shape, dtype, "from_bytes")?;
+        device
+            .backend()
+            .write(out.buffer_mut("from_bytes")?, bytes)?;
+        Ok(out)
+    }
+
+    /// Downloads the raw little-endian bytes of the elements.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.buffer().bytes()];
+        self.device().backend().read(self.buffer(), &mut out)?;
+        Ok(out)
+    }
+
     /// Downloads the elements converted to f64, whatever the dtype.
     pub fn to_f64(&self) -> Result<Vec<f64>> {
         crate::cpu::with_element!(self.dtype(), |T| {

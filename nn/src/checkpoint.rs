@@ -1,0 +1,292 @@
+//! Checkpoints in the safetensors format: parameters under their state-dict names, optimizer
+//! state under `optimizer.{parameter}.{buffer}`, and string metadata. A PyTorch user opens one
+//! with `safetensors.torch.load_file`.
+//!
+//! Saving writes a temporary file beside the target, syncs it, renames it over the target and
+//! syncs the directory, so a crash leaves the old checkpoint or the new one, never half of one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use headroom_alloc::Tag;
+use headroom_kernels::{Array, DType, Device, Shape};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use crate::error::{Error, Result};
+use crate::module::Module;
+use crate::optim::Optimizer;
+
+/// Prefix of optimizer state entries.
+const OPTIMIZER: &str = "optimizer.";
+/// Metadata key of the optimizer's step count.
+const OPTIMIZER_STEPS: &str = "optimizer.steps";
+
+fn st_dtype(dtype: DType) -> Dtype {
+    match dtype {
+        DType::F32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::U32 => Dtype::U32,
+        DType::I32 => Dtype::I32,
+    }
+}
+
+fn our_dtype(dtype: Dtype) -> Option<DType> {
+    Some(match dtype {
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::U32 => DType::U32,
+        Dtype::I32 => DType::I32,
+        _ => return None,
+    })
+}
+
+/// Saves `model`'s parameters, `optimizer`'s state (if given) and `metadata` to `path`,
+/// atomically.
+///
+/// ```
+/// use headroom_nn::{Activation, Initializer, Module, checkpoint, mlp};
+/// use headroom_kernels::{Device, DeviceConfig, DType};
+/// let cpu = Device::cpu(DeviceConfig::new(16 << 20))?;
+/// let model = mlp(&mut Initializer::new(&cpu, DType::F32, 0), &[4, 8, 3], Activation::Relu)?;
+/// let path = std::env::temp_dir().join(format!("headroom-doc-{}.safetensors", std::process::id()));
+/// checkpoint::save(&path, &model, None, &Default::default())?;
+/// let mut other = mlp(&mut Initializer::new(&cpu, DType::F32, 1), &[4, 8, 3], Activation::Relu)?;
+/// checkpoint::load(&path, &cpu)?.restore_model(&mut other)?;
+/// assert_eq!(other.parameters()[0].to_f64()?, model.parameters()[0].to_f64()?);
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), headroom_nn::Error>(())
+/// ```
+pub fn save(
+    path: &Path,
+    model: &dyn Module,
+    optimizer: Option<&dyn Optimizer>,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
+    let mut entries: Vec<(String, Array)> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(name, t)| (name, t.into_array()))
+        .collect();
+    let mut info: HashMap<String, String> = metadata.clone().into_iter().collect();
+    if let Some(optimizer) = optimizer {
+        let (state, steps) = optimizer.state();
+        entries.extend(
+            state
+                .into_iter()
+                .map(|(n, a)| (format!("{OPTIMIZER}{n}"), a)),
+        );
+        info.insert(OPTIMIZER_STEPS.into(), steps.to_string());
+    }
+    let host: Vec<(String, Array, Vec<u8>)> = entries
+        .into_iter()
+        .map(|(name, array)| {
+            let bytes = array.to_bytes()?;
+            Ok((name, array, bytes))
+        })
+        .collect::<Result<_>>()?;
+    let views = host
+        .iter()
+        .map(|(name, array, bytes)| {
+            let dims = array.shape().dims().to_vec();
+            let view = TensorView::new(st_dtype(array.dtype()), dims, bytes).map_err(|err| {
+                Error::Checkpoint {
+                    path: path.to_owned(),
+                    key: name.clone(),
+                    detail: err.to_string(),
+                }
+            })?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let buffer = safetensors::tensor::serialize(views, Some(info)).map_err(|err| {
+        Error::CorruptCheckpoint {
+            path: path.to_owned(),
+            detail: err.to_string(),
+        }
+    })?;
+    write_atomically(path, &buffer)
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it, renames it to `path` and syncs
+/// the directory.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(format!(".tmp-{}", std::process::id()));
+    let temporary = path.with_file_name(name);
+    let written = (|| {
+        let mut file = File::create(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if let Err(err) = written {
+        std::fs::remove_file(&temporary).ok();
+        return Err(io(err));
+    }
+    let directory = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    // Makes the rename itself durable; some platforms cannot open a directory, which only
+    // weakens durability, not atomicity.
+    if let Ok(dir) = File::open(&directory) {
+        dir.sync_all().ok();
+    }
+    Ok(())
+}
+
+/// One entry of a checkpoint: where its bytes lie in the file, and what they hold.
+#[derive(Debug)]
+struct Entry {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    bytes: std::ops::Range<usize>,
+}
+
+/// A checkpoint read and checked: every entry's header parsed and its bytes in range.
+#[derive(Debug)]
+pub struct Checkpoint {
+    path: PathBuf,
+    device: Device,
+    bytes: Vec<u8>,
+    entries: HashMap<String, Entry>,
+    metadata: BTreeMap<String, String>,
+}
+
+/// Reads the checkpoint at `path`, for restoring onto `device`. A file that is not a complete
+/// safetensors file (truncated, corrupt, another format) is [`Error::CorruptCheckpoint`].
+pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let corrupt = |err: safetensors::SafeTensorError| Error::CorruptCheckpoint {
+        path: path.to_owned(),
+        detail: err.to_string(),
+    };
+    let (header_len, header) = SafeTensors::read_metadata(&bytes).map_err(corrupt)?;
+    // Parsing the whole file checks every entry's offsets against its length.
+    SafeTensors::deserialize(&bytes).map_err(corrupt)?;
+    let data_start = 8 + header_len;
+    let entries = header
+        .tensors()
+        .into_iter()
+        .map(|(name, info)| {
+            let (start, end) = info.data_offsets;
+            let entry = Entry {
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                bytes: data_start + start..data_start + end,
+            };
+            (name, entry)
+        })
+        .collect();
+    let metadata = header
+        .metadata()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    Ok(Checkpoint {
+        path: path.to_owned(),
+        device: device.clone(),
+        bytes,
+        entries,
+        metadata,
+    })
+}
+
+impl Checkpoint {
+    /// The string metadata saved with it.
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
+    /// The names of every entry, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.entries.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    fn error(&self, key: &str, detail: impl Into<String>) -> Error {
+        Error::Checkpoint {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            detail: detail.into(),
+        }
+    }
+
+    /// The entry `key` as a new array on the device, tagged `tag`; it must have `shape` and
+    /// `dtype` when they are given.
+    pub fn array(&self, key: &str, expect: Option<(&Shape, DType)>, tag: Tag) -> Result<Array> {
+        let entry = self
+            .entries
+            .get(key)
+            .ok_or_else(|| self.error(key, "missing"))?;
+        let dtype = our_dtype(entry.dtype)
+            .ok_or_else(|| self.error(key, format!("unsupported dtype {:?}", entry.dtype)))?;
+        let shape = Shape::new(&entry.shape);
+        if let Some((want_shape, want_dtype)) = expect {
+            if &shape != want_shape || dtype != want_dtype {
+                return Err(self.error(
+                    key,
+                    format!(
+                        "holds {shape} of {dtype}, the model needs {want_shape} of {want_dtype}"
+                    ),
+                ));
+            }
+        }
+        let _tag = self.device.scoped_tag(tag);
+        let bytes = self
+            .bytes
+            .get(entry.bytes.clone())
+            .ok_or_else(|| self.error(key, "truncated"))?;
+        Ok(Array::from_bytes(&self.device, shape, dtype, bytes)?)
+    }
+
+    /// Replaces every parameter of `model` with the entry of its name, which must match its
+    /// shape and dtype. Nothing changes unless every parameter is found and fits.
+    pub fn restore_model(&self, model: &mut dyn Module) -> Result<()> {
+        let mut loaded = Vec::new();
+        model.visit(&mut |name, t| {
+            loaded.push(self.array(name, Some((t.shape(), t.dtype())), Tag::WEIGHTS));
+        });
+        let mut loaded = loaded.into_iter().collect::<Result<Vec<_>>>()?.into_iter();
+        model.visit_mut(&mut |name, t| {
+            let array = loaded
+                .next()
+                .ok_or_else(|| self.error(name, "the model changed while restoring"))?;
+            *t.array_mut() = array;
+            Ok(())
+        })
+    }
+
+    /// Replaces `optimizer`'s state with the saved one.
+    pub fn restore_optimizer(&self, optimizer: &mut dyn Optimizer) -> Result<()> {
+        let steps = self
+            .metadata
+            .get(OPTIMIZER_STEPS)
+            .ok_or_else(|| {
+                self.error(
+                    OPTIMIZER_STEPS,
+                    "missing: the checkpoint holds no optimizer",
+                )
+            })?
+            .parse::<u64>()
+            .map_err(|err| self.error(OPTIMIZER_STEPS, err.to_string()))?;
+        let load =
+            |name: &str| self.array(&format!("{OPTIMIZER}{name}"), None, Tag::OPTIMIZER_STATE);
+        optimizer.load_state(&load, steps)
+    }
+}

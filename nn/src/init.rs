@@ -1,0 +1,96 @@
+//! Seeded parameter initialization: the same seed gives the same weights, bit for bit.
+
+use headroom_alloc::Tag;
+use headroom_autograd::Tensor;
+use headroom_kernels::ops::random::uniform;
+use headroom_kernels::{Array, DType, Device, Shape};
+
+use crate::error::Result;
+
+/// How a parameter's values are drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Init {
+    /// Every value the same.
+    Constant(f64),
+    /// Normal with mean 0 and this standard deviation (GPT-2 uses 0.02).
+    Normal(f64),
+    /// Uniform in `[-bound, bound]`; PyTorch's default for Linear layers is
+    /// `1 / sqrt(fan_in)` (Kaiming-uniform with `a = sqrt(5)`), weights and biases alike.
+    Uniform(f64),
+}
+
+/// Makes the parameters of a model on one device and dtype, each from its own stream of a
+/// seeded counter-based generator, tagged as weights.
+///
+/// ```
+/// use headroom_nn::{Init, Initializer};
+/// use headroom_kernels::{Device, DeviceConfig, DType};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let mut a = Initializer::new(&cpu, DType::F32, 42);
+/// let mut b = Initializer::new(&cpu, DType::F32, 42);
+/// let x = a.param([4, 4], Init::Normal(0.02))?;
+/// assert_eq!(x.to_f64()?, b.param([4, 4], Init::Normal(0.02))?.to_f64()?);
+/// # Ok::<(), headroom_nn::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Initializer {
+    device: Device,
+    dtype: DType,
+    seed: u64,
+    streams: u64,
+}
+
+impl Initializer {
+    /// Parameters of `dtype` on `device`, drawn from `seed`.
+    pub fn new(device: &Device, dtype: DType, seed: u64) -> Self {
+        Self {
+            device: device.clone(),
+            dtype,
+            seed,
+            streams: 0,
+        }
+    }
+
+    /// The device parameters go to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The dtype of the parameters.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// A new seed, for a generator of one's own (dropout masks, say).
+    pub fn next_seed(&mut self) -> u64 {
+        let stream = self.streams;
+        self.streams += 1;
+        // A hash of (seed, stream) drawn from the top of the index space, which parameters'
+        // own draws (counted from 0) never reach: neighbouring streams are unrelated.
+        uniform(self.seed, u64::MAX - stream).to_bits()
+    }
+
+    /// A new parameter (a variable tagged as weights) of `shape`, drawn by `init`.
+    pub fn param(&mut self, shape: impl Into<Shape>, init: Init) -> Result<Tensor> {
+        let shape = shape.into();
+        let seed = self.next_seed();
+        let n = shape.numel() as u64;
+        let values: Vec<f64> = match init {
+            Init::Constant(c) => vec![c; n as usize],
+            Init::Uniform(bound) => (0..n)
+                .map(|i| bound * (2.0 * uniform(seed, i) - 1.0))
+                .collect(),
+            Init::Normal(std) => (0..n).map(|i| std * standard_normal(seed, i)).collect(),
+        };
+        let _weights = self.device.scoped_tag(Tag::WEIGHTS);
+        let array = Array::from_f64(&self.device, shape, self.dtype, &values)?;
+        Ok(Tensor::variable(array))
+    }
+}
+
+/// The `i`-th standard normal draw of stream `seed` (Box-Muller on two uniforms).
+fn standard_normal(seed: u64, i: u64) -> f64 {
+    let u1 = uniform(seed, 2 * i).max(f64::MIN_POSITIVE);
+    let u2 = uniform(seed, 2 * i + 1);
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}

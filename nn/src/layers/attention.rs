@@ -1,0 +1,104 @@
+//! Multi-head causal self-attention.
+
+use headroom_autograd::Tensor;
+
+use crate::error::{Error, Result};
+use crate::init::{Init, Initializer};
+use crate::layers::activation::{Dropout, DropoutCounter};
+use crate::layers::linear::Linear;
+use crate::module::{Module, visit_child, visit_child_mut};
+
+/// Causal self-attention over `[B, T, C]`: one fused projection to queries, keys and values
+/// (`qkv`, `[3C, C]`), `heads` heads of `C / heads` features, scores masked to the past and
+/// scaled by `1 / sqrt(C / heads)`, and an output projection (`proj`).
+#[derive(Debug, Clone)]
+pub struct CausalSelfAttention {
+    /// Queries, keys and values, `C -> 3C`.
+    pub qkv: Linear,
+    /// Output, `C -> C`.
+    pub proj: Linear,
+    heads: usize,
+    attention_dropout: Dropout,
+    residual_dropout: Dropout,
+}
+
+impl CausalSelfAttention {
+    /// Attention over `width` features in `heads` heads (which must divide it), GPT-2's
+    /// initialization (weights normal with std 0.02, the output projection's scaled by
+    /// `proj_std`), dropout `p` on the attention weights and the output.
+    pub fn new(
+        init: &mut Initializer,
+        width: usize,
+        heads: usize,
+        proj_std: f64,
+        dropout: (f64, &DropoutCounter),
+    ) -> Result<Self> {
+        if heads == 0 || width % heads != 0 {
+            return Err(Error::config(
+                "attention",
+                format!("{heads} heads do not divide a width of {width}"),
+            ));
+        }
+        let normal = |std| (Init::Normal(std), Init::Constant(0.0));
+        let (w, b) = normal(0.02);
+        let qkv = Linear::with_init(init, width, 3 * width, true, w, b)?;
+        let (w, b) = normal(proj_std);
+        let proj = Linear::with_init(init, width, width, true, w, b)?;
+        let (p, counter) = dropout;
+        Ok(Self {
+            qkv,
+            proj,
+            heads,
+            attention_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
+            residual_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
+        })
+    }
+
+    /// Number of heads.
+    pub fn heads(&self) -> usize {
+        self.heads
+    }
+}
+
+impl Module for CausalSelfAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let &[b, t, c] = x.dims() else {
+            return Err(Error::config(
+                "attention input",
+                format!("shape {}: expected [batch, time, width]", x.shape()),
+            ));
+        };
+        let (h, d) = (self.heads, c / self.heads);
+        let qkv = self.qkv.forward(x)?.split(2, &[c, c, c])?;
+        // [B, T, C] -> [B, H, T, D]
+        let heads =
+            |m: &Tensor| -> Result<Tensor> { Ok(m.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?) };
+        let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
+        drop(qkv);
+        let scores = q
+            .matmul_t(&k, false, true)?
+            .scale(1.0 / (d as f64).sqrt())?;
+        let weights = scores.causal_mask(f64::NEG_INFINITY)?.softmax()?;
+        let weights = self.attention_dropout.forward(&weights)?;
+        let y = weights
+            .matmul(&v)?
+            .permute(&[0, 2, 1, 3])?
+            .reshape([b, t, c])?;
+        self.residual_dropout.forward(&self.proj.forward(&y)?)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child(&self.qkv, "qkv", f);
+        visit_child(&self.proj, "proj", f);
+    }
+
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
+        visit_child_mut(&mut self.qkv, "qkv", f)?;
+        visit_child_mut(&mut self.proj, "proj", f)
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.attention_dropout.set_training(training);
+        self.residual_dropout.set_training(training);
+    }
+}

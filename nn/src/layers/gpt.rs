@@ -1,0 +1,176 @@
+//! A GPT: token and position embeddings, pre-norm blocks, a final norm and a vocabulary head.
+
+use headroom_autograd::Tensor;
+
+use crate::error::{Error, Result};
+use crate::init::{Init, Initializer};
+use crate::layers::activation::{Dropout, DropoutCounter};
+use crate::layers::block::Block;
+use crate::layers::embedding::Embedding;
+use crate::layers::layer_norm::LayerNorm;
+use crate::layers::linear::Linear;
+use crate::module::{Module, visit_child, visit_child_mut};
+
+/// A GPT's shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GptConfig {
+    /// Number of distinct tokens.
+    pub vocab: usize,
+    /// Longest sequence (positions).
+    pub context: usize,
+    /// Features per position.
+    pub width: usize,
+    /// Attention heads (they divide the width).
+    pub heads: usize,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Dropout on embeddings, attention weights and residual branches.
+    pub dropout: f64,
+}
+
+impl GptConfig {
+    /// Checks that the numbers make a model.
+    pub fn validate(&self) -> Result<()> {
+        let fail = |detail: String| Err(Error::config("gpt", detail));
+        if self.vocab == 0 || self.context == 0 || self.width == 0 || self.layers == 0 {
+            return fail(format!(
+                "vocab {}, context {}, width {} and layers {} must all be at least 1",
+                self.vocab, self.context, self.width, self.layers
+            ));
+        }
+        if self.heads == 0 || self.width % self.heads != 0 {
+            return fail(format!(
+                "{} heads do not divide a width of {}",
+                self.heads, self.width
+            ));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return fail(format!("dropout {} outside [0, 1)", self.dropout));
+        }
+        Ok(())
+    }
+}
+
+/// A decoder-only transformer. `forward` maps token ids (`[B, T]`, U32, `T <= context`) to
+/// logits (`[B, T, vocab]`). Parameters: `tok_emb.weight`, `pos_emb.weight`,
+/// `blocks.{i}.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias}`, `ln_f.{weight,bias}`,
+/// `head.weight`.
+///
+/// ```
+/// use headroom_nn::{Gpt, GptConfig, Initializer, Module};
+/// use headroom_autograd::Tensor;
+/// use headroom_kernels::{Device, DeviceConfig, DType};
+/// let cpu = Device::cpu(DeviceConfig::new(64 << 20))?;
+/// let config = GptConfig { vocab: 16, context: 8, width: 32, heads: 4, layers: 2, dropout: 0.0 };
+/// let gpt = Gpt::new(&mut Initializer::new(&cpu, DType::F32, 1), config)?;
+/// let ids = Tensor::from_host(&cpu, [2, 5], &[1u32, 2, 3, 4, 5, 6, 7, 8, 9, 10])?;
+/// assert_eq!(gpt.forward(&ids)?.dims(), [2, 5, 16]);
+/// # Ok::<(), headroom_nn::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Gpt {
+    config: GptConfig,
+    /// `[vocab, width]`.
+    pub tok_emb: Embedding,
+    /// `[context, width]`.
+    pub pos_emb: Embedding,
+    /// The blocks.
+    pub blocks: Vec<Block>,
+    /// The final normalization.
+    pub ln_f: LayerNorm,
+    /// `width -> vocab`, no bias.
+    pub head: Linear,
+    dropout: Dropout,
+    counter: DropoutCounter,
+}
+
+impl Gpt {
+    /// A GPT of `config`, initialized as GPT-2: normal weights with std 0.02 (the projections
+    /// into the residual stream `0.02 / sqrt(2 * layers)`), zero biases.
+    pub fn new(init: &mut Initializer, config: GptConfig) -> Result<Self> {
+        config.validate()?;
+        let counter = DropoutCounter::default();
+        let c = config.width;
+        let tok_emb = Embedding::new(init, config.vocab, c, Init::Normal(0.02))?;
+        let pos_emb = Embedding::new(init, config.context, c, Init::Normal(0.02))?;
+        let proj_std = 0.02 / ((2 * config.layers) as f64).sqrt();
+        let blocks = (0..config.layers)
+            .map(|_| Block::new(init, c, config.heads, proj_std, (config.dropout, &counter)))
+            .collect::<Result<Vec<_>>>()?;
+        let ln_f = LayerNorm::new(init, c)?;
+        let zero = Init::Constant(0.0);
+        let head = Linear::with_init(init, c, config.vocab, false, Init::Normal(0.02), zero)?;
+        let dropout = Dropout::new(config.dropout, init.next_seed(), counter.clone())?;
+        Ok(Self {
+            config,
+            tok_emb,
+            pos_emb,
+            blocks,
+            ln_f,
+            head,
+            dropout,
+            counter,
+        })
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &GptConfig {
+        &self.config
+    }
+
+    /// The dropout masks drawn so far (saved with a checkpoint so a resumed run draws the same).
+    pub fn dropout_counter(&self) -> &DropoutCounter {
+        &self.counter
+    }
+}
+
+impl Module for Gpt {
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let &[_, t] = ids.dims() else {
+            return Err(Error::config(
+                "gpt input",
+                format!("ids of shape {}: expected [batch, time]", ids.shape()),
+            ));
+        };
+        if t == 0 || t > self.config.context {
+            return Err(Error::config(
+                "gpt input",
+                format!("{t} positions for a context of {}", self.config.context),
+            ));
+        }
+        let positions = self.pos_emb.weight.narrow(0, 0, t)?;
+        let mut x = self.tok_emb.forward(ids)?.add(&positions)?;
+        x = self.dropout.forward(&x)?;
+        for block in &self.blocks {
+            x = block.forward(&x)?;
+        }
+        self.head.forward(&self.ln_f.forward(&x)?)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child(&self.tok_emb, "tok_emb", f);
+        visit_child(&self.pos_emb, "pos_emb", f);
+        for (i, block) in self.blocks.iter().enumerate() {
+            visit_child(block, &format!("blocks.{i}"), f);
+        }
+        visit_child(&self.ln_f, "ln_f", f);
+        visit_child(&self.head, "head", f);
+    }
+
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
+        visit_child_mut(&mut self.tok_emb, "tok_emb", f)?;
+        visit_child_mut(&mut self.pos_emb, "pos_emb", f)?;
+        for (i, block) in self.blocks.iter_mut().enumerate() {
+            visit_child_mut(block, &format!("blocks.{i}"), f)?;
+        }
+        visit_child_mut(&mut self.ln_f, "ln_f", f)?;
+        visit_child_mut(&mut self.head, "head", f)
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.dropout.set_training(training);
+        for block in &mut self.blocks {
+            block.set_training(training);
+        }
+    }
+}

@@ -1,0 +1,24 @@
+#![doc = include_str!("../README.md")]
+
+mod accounting;
+pub mod checkpoint;
+mod error;
+mod init;
+pub mod layers;
+pub mod loss;
+mod module;
+pub mod optim;
+
+pub use accounting::{TrainingMemory, training_memory};
+pub use error::{Error, Result};
+pub use init::{Init, Initializer};
+pub use layers::activation::{Activation, Dropout, DropoutCounter};
+pub use layers::attention::CausalSelfAttention;
+pub use layers::block::{Block, BlockMlp};
+pub use layers::embedding::Embedding;
+pub use layers::gpt::{Gpt, GptConfig};
+pub use layers::layer_norm::LayerNorm;
+pub use layers::linear::Linear;
+pub use layers::sequential::{Sequential, mlp};
+pub use module::Module;
+pub use optim::{AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm};

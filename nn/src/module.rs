@@ -1,0 +1,70 @@
+//! The `Module` trait: a forward pass and a visitor over named parameters, so that optimizers,
+//! checkpoints and trainers need no per-model code.
+
+use headroom_autograd::Tensor;
+
+use crate::error::Result;
+
+/// A layer or a model.
+///
+/// Parameters are named like PyTorch state-dict keys (`blocks.0.attn.qkv.weight`), relative
+/// to the module; containers prefix their children's names. Both visitors walk the parameters
+/// in the same fixed order.
+pub trait Module: Send + Sync {
+    /// The output for `x`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor>;
+
+    /// Calls `f` with each parameter's name and tensor.
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor));
+
+    /// Calls `f` with each parameter's name and tensor, mutably (to update or replace it), and
+    /// stops at the first error.
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()>;
+
+    /// Switches training behaviour (dropout) on or off; on by default.
+    fn set_training(&mut self, _training: bool) {}
+
+    /// Every parameter with its name, in visiting order.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        self.visit(&mut |name, t| out.push((name.to_owned(), t.clone())));
+        out
+    }
+
+    /// Every parameter (shared handles), in visiting order.
+    fn parameters(&self) -> Vec<Tensor> {
+        let mut out = Vec::new();
+        self.visit(&mut |_, t| out.push(t.clone()));
+        out
+    }
+
+    /// Number of scalar parameters.
+    fn parameter_count(&self) -> usize {
+        let mut count = 0;
+        self.visit(&mut |_, t| count += t.numel());
+        count
+    }
+}
+
+/// `prefix.name`, or `name` alone under an empty prefix.
+pub(crate) fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// Visits `child`'s parameters under `prefix`.
+pub(crate) fn visit_child(child: &dyn Module, prefix: &str, f: &mut dyn FnMut(&str, &Tensor)) {
+    child.visit(&mut |name, t| f(&join(prefix, name), t));
+}
+
+/// Visits `child`'s parameters mutably under `prefix`.
+pub(crate) fn visit_child_mut(
+    child: &mut dyn Module,
+    prefix: &str,
+    f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
+) -> Result<()> {
+    child.visit_mut(&mut |name, t| f(&join(prefix, name), t))
+}

@@ -1,0 +1,62 @@
+//! Gradient clipping by global norm, without touching the gradients' memory.
+
+use headroom_autograd::Gradients;
+use headroom_kernels::ops::reduce::{ReduceOp, reduce};
+
+use crate::error::Result;
+use crate::module::Module;
+
+/// The global norm of a model's gradients and the factor that clips it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradNorm {
+    /// `sqrt(sum of every gradient element squared)` (after the scale), infinite or NaN when a
+    /// gradient holds an infinity or a NaN.
+    pub norm: f64,
+    /// What to multiply every gradient by: `min(1, max_norm / (norm + 1e-6))` (1 when the norm
+    /// is not finite: there is nothing sensible to clip to).
+    pub factor: f64,
+}
+
+impl GradNorm {
+    /// True when every gradient element is finite.
+    pub fn is_finite(&self) -> bool {
+        self.norm.is_finite()
+    }
+}
+
+/// The global L2 norm of the gradients `grads` holds for `model`'s parameters, each multiplied
+/// by `grad_scale` first, and the factor that brings it down to `max_norm`
+/// (`torch.nn.utils.clip_grad_norm_`). Pass `grad_scale * factor` to the optimizer's step.
+pub fn clip_grad_norm(
+    model: &dyn Module,
+    grads: &Gradients,
+    grad_scale: f64,
+    max_norm: f64,
+) -> Result<GradNorm> {
+    let mut squares = 0.0f64;
+    let mut failure = None;
+    model.visit(&mut |_, param| {
+        if failure.is_some() {
+            return;
+        }
+        let Some(grad) = grads.get(param) else {
+            return;
+        };
+        let flat = grad.reshape([grad.numel()]);
+        let sum = flat.and_then(|g| reduce(ReduceOp::SumSquares, &g, 0, false)?.to_f64());
+        match sum {
+            Ok(sum) => squares += sum[0],
+            Err(err) => failure = Some(err),
+        }
+    });
+    if let Some(err) = failure {
+        return Err(err.into());
+    }
+    let norm = squares.sqrt() * grad_scale.abs();
+    let factor = if norm.is_finite() {
+        (max_norm / (norm + 1e-6)).min(1.0)
+    } else {
+        1.0
+    };
+    Ok(GradNorm { norm, factor })
+}

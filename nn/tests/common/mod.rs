@@ -1,0 +1,165 @@
+//! Shared test machinery: devices, seeds, and gradient checks of a layer's parameters.
+#![allow(dead_code)]
+
+use headroom_autograd::Tensor;
+use headroom_autograd::check::gradcheck;
+use headroom_kernels::{Device, DeviceConfig};
+use headroom_nn::Module;
+
+/// A CPU device of its own.
+pub fn device() -> Device {
+    Device::cpu(DeviceConfig::new(512 << 20)).expect("a CPU device")
+}
+
+/// A seed from `HEADROOM_SEED` or the clock, printed so that a failure can be replayed.
+pub fn seed() -> u64 {
+    let seed = std::env::var("HEADROOM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    eprintln!("seed {seed} (replay with HEADROOM_SEED={seed})");
+    seed
+}
+
+/// `layer` with its parameters replaced, in visiting order, by `params` (which keep their
+/// identities, so a gradient check can watch them).
+pub fn with_params<L: Module + Clone>(layer: &L, params: &[Tensor]) -> L {
+    let mut copy = layer.clone();
+    let mut next = params.iter();
+    copy.visit_mut(&mut |_, t| {
+        *t = next.next().expect("one tensor per parameter").clone();
+        Ok(())
+    })
+    .unwrap();
+    copy
+}
+
+/// Checks the gradients of `layer`'s output for `input` with respect to the input (unless it
+/// holds ids) and every parameter, against finite differences in f64.
+pub fn check_layer<L: Module + Clone>(name: &str, layer: &L, input: &Tensor, rtol: f64) {
+    let differentiable = input.dtype().is_float();
+    let mut tensors = vec![input.clone()];
+    tensors.extend(layer.parameters());
+    let f = |t: &[Tensor]| -> headroom_autograd::Result<Tensor> {
+        let copy = with_params(layer, &t[1..]);
+        copy.forward(&t[0]).map_err(|e| match e {
+            headroom_nn::Error::Autograd(e) => e,
+            other => panic!("{name}: {other}"),
+        })
+    };
+    let report = if differentiable {
+        gradcheck(&f, &tensors, seed())
+    } else {
+        // Ids are not differentiable: check the parameters only, with the ids fixed.
+        let params = tensors[1..].to_vec();
+        let g = |p: &[Tensor]| {
+            with_params(layer, p).forward(input).map_err(|e| match e {
+                headroom_nn::Error::Autograd(e) => e,
+                other => panic!("{name}: {other}"),
+            })
+        };
+        gradcheck(&g, &params, seed())
+    }
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
+    if let Some(m) = report.first_mismatch(rtol) {
+        panic!("{name}: {m}");
+    }
+}
+
+/// A seeded classification task: points in `[-1, 1]^dim`, labelled by the arg-max of a random
+/// two-layer teacher network (so the classes are not linearly separable), keeping only points
+/// whose top two teacher scores differ by at least `MARGIN` (a fifth of their typical spread, so that the task is learnable to
+/// the last percent from a few thousand points).
+pub struct TeacherTask {
+    pub dim: usize,
+    pub classes: usize,
+    teacher: (Vec<f64>, Vec<f64>),
+    hidden: usize,
+}
+
+impl TeacherTask {
+    pub fn new(dim: usize, classes: usize, seed: u64) -> Self {
+        let hidden = 16;
+        let draw = |s: u64, n: usize| -> Vec<f64> {
+            (0..n as u64)
+                .map(|i| 2.0 * headroom_kernels::ops::random::uniform(s, i) - 1.0)
+                .collect()
+        };
+        Self {
+            dim,
+            classes,
+            teacher: (draw(seed, dim * hidden), draw(seed + 1, hidden * classes)),
+            hidden,
+        }
+    }
+
+    /// `n` points drawn from `seed` and their labels.
+    pub fn sample(&self, n: usize, seed: u64) -> (Vec<f64>, Vec<u32>) {
+        let x: Vec<f64> = (0..(n * self.dim) as u64)
+            .map(|i| 2.0 * headroom_kernels::ops::random::uniform(seed, i) - 1.0)
+            .collect();
+        let (w1, w2) = &self.teacher;
+        let labels = x
+            .chunks(self.dim)
+            .map(|p| {
+                let h: Vec<f64> = (0..self.hidden)
+                    .map(|j| {
+                        (0..self.dim)
+                            .map(|k| p[k] * w1[k * self.hidden + j])
+                            .sum::<f64>()
+                            .tanh()
+                    })
+                    .collect();
+                let scores: Vec<f64> = (0..self.classes)
+                    .map(|c| {
+                        (0..self.hidden)
+                            .map(|j| h[j] * w2[j * self.classes + c])
+                            .sum()
+                    })
+                    .collect();
+                (0..self.classes)
+                    .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
+                    .unwrap() as u32
+            })
+            .collect();
+        (x, labels)
+    }
+}
+
+/// Token of the separator in the copy task.
+pub const SEPARATOR: u32 = 10;
+/// Target value of positions the copy task does not score.
+pub const IGNORED: u32 = u32::MAX;
+
+/// A batch of the copy task: `digits` random digits, a separator, the same digits again. The
+/// model reads every token but the last and is scored on predicting the copied digits.
+pub fn copy_batch(batch: usize, digits: usize, seed: u64) -> (Vec<u32>, Vec<u32>) {
+    let t = 2 * digits + 1;
+    let mut ids = Vec::with_capacity(batch * (t - 1));
+    let mut targets = Vec::with_capacity(batch * (t - 1));
+    for b in 0..batch {
+        let d: Vec<u32> = (0..digits)
+            .map(|i| {
+                (headroom_kernels::ops::random::uniform(seed, (b * digits + i) as u64) * 10.0)
+                    as u32
+            })
+            .collect();
+        let mut sequence = d.clone();
+        sequence.push(SEPARATOR);
+        sequence.extend(&d);
+        ids.extend(&sequence[..t - 1]);
+        // Position p predicts sequence[p + 1]; only the copied digits count.
+        targets.extend((0..t - 1).map(|p| {
+            if p >= digits {
+                sequence[p + 1]
+            } else {
+                IGNORED
+            }
+        }));
+    }
+    (ids, targets)
+}
