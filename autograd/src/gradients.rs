@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use headroom_alloc::Tag;
 use headroom_kernels::Array;
+use headroom_kernels::ops::elementwise::{add, add_into};
 
 use crate::error::Result;
 use crate::tensor::{Tensor, TensorId};
@@ -44,6 +45,61 @@ impl Gradients {
                 )?)
             }
         }
+    }
+
+    /// Adds `other`'s gradients into these, in place (gradient accumulation over
+    /// micro-batches): a tensor new here takes `other`'s array as it is, one present in both is
+    /// summed into the array already here, in place when no other handle shares it. Accumulating with
+    /// gradients of a different shape or dtype is an error, and then nothing changes.
+    ///
+    /// ```
+    /// use headroom_autograd::{Gradients, Tape, Tensor};
+    /// use headroom_kernels::{Array, DType, Device, DeviceConfig};
+    /// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+    /// let w = Tensor::variable(Array::full(&cpu, [2], DType::F32, 3.0)?);
+    /// let mut total = Gradients::default();
+    /// for _ in 0..2 {
+    ///     let tape = Tape::new();
+    ///     let loss = tape.record(|| w.mul(&w)?.sum_all())?;
+    ///     total.accumulate(tape.gradient(&loss, &[&w])?)?;
+    /// }
+    /// assert_eq!(total.get(&w).unwrap().to_f64()?, [12., 12.]);
+    /// # Ok::<(), headroom_autograd::Error>(())
+    /// ```
+    pub fn accumulate(&mut self, other: Gradients) -> Result<()> {
+        for (id, grad) in &other.map {
+            if let Some(mine) = self.map.get(id) {
+                if mine.shape() != grad.shape() || mine.dtype() != grad.dtype() {
+                    return Err(crate::Error::Argument {
+                        op: "accumulate",
+                        detail: format!(
+                            "a gradient of {} {} into one of {} {}",
+                            grad.shape(),
+                            grad.dtype(),
+                            mine.shape(),
+                            mine.dtype()
+                        ),
+                    });
+                }
+            }
+        }
+        for (id, grad) in other.map {
+            match self.map.get_mut(&id) {
+                // Two sources can share one gradient array (both operands of an addition);
+                // summing into a shared one would change the other, so it gets its own.
+                Some(mine) if mine.is_shared() => *mine = add(mine, &grad)?,
+                Some(mine) => add_into(mine, &grad)?,
+                None => {
+                    self.map.insert(id, grad);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of gradient data held.
+    pub fn bytes(&self) -> u64 {
+        self.map.values().map(|g| g.buffer().bytes() as u64).sum()
     }
 
     /// Number of gradients held.

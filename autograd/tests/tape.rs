@@ -128,3 +128,19 @@ fn kernel_errors_name_the_op_and_record_nothing() {
     );
     assert!(tape.is_empty());
 }
+
+#[test]
+fn accumulating_gradients_sums_them_even_when_two_sources_share_one_array() {
+    let (a, b) = (variable(&[1.0, 2.0]), variable(&[3.0, 4.0]));
+    let mut total = headroom_autograd::Gradients::default();
+    for _ in 0..3 {
+        let tape = Tape::new();
+        // d(sum(a + b))/da and /db are the same array of ones.
+        let f = tape.record(|| a.add(&b)?.sum_all()).unwrap();
+        total
+            .accumulate(tape.gradient(&f, &[&a, &b]).unwrap())
+            .unwrap();
+    }
+    assert_eq!(total.get(&a).unwrap().to_f64().unwrap(), [3.0, 3.0]);
+    assert_eq!(total.get(&b).unwrap().to_f64().unwrap(), [3.0, 3.0]);
+}

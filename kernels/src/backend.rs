@@ -61,6 +61,9 @@ pub trait ElementwiseKernels {
         out: &mut Buffer,
         shape: &Shape,
     ) -> Result<()>;
+
+    /// `acc[i] += x[i]`, in place; float dtypes, same dtype and length.
+    fn accumulate(&self, acc: &mut Buffer, x: &Buffer) -> Result<()>;
 }
 
 /// Reductions over one axis.

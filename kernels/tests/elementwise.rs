@@ -239,3 +239,34 @@ fn bad_operands_are_typed_errors_naming_the_op() {
         "{err}"
     );
 }
+
+#[test]
+fn add_into_accumulates_in_place_without_allocating() {
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            let (mut acc, a) = random(&device, &mut rng, &[3, 7], dtype, -1.0, 1.0);
+            let (x, xs) = random(&device, &mut rng, &[3, 7], dtype, -1.0, 1.0);
+            let addr = acc.buffer().addr();
+            let allocations = device.allocator().stats().allocations;
+            ew::add_into(&mut acc, &x).unwrap();
+            assert_eq!(device.allocator().stats().allocations, allocations);
+            assert_eq!(acc.buffer().addr(), addr);
+            let want: Vec<f64> = a.iter().zip(&xs).map(|(p, q)| p + q).collect();
+            assert_close(
+                &format!("add_into {dtype}"),
+                &acc.to_f64().unwrap(),
+                &want,
+                tolerance(dtype),
+            );
+            let shared = acc.clone();
+            assert!(
+                ew::add_into(&mut acc, &x).is_err(),
+                "a shared accumulator is refused"
+            );
+            drop(shared);
+            let (wrong, _) = random(&device, &mut rng, &[7, 3], dtype, -1.0, 1.0);
+            assert!(ew::add_into(&mut acc, &wrong).is_err());
+        }
+    }
+}

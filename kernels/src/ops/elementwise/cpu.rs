@@ -95,6 +95,21 @@ impl ElementwiseKernels for CpuBackend {
             Ok(())
         })
     }
+
+    fn accumulate(&self, acc: &mut Buffer, x: &Buffer) -> Result<()> {
+        with_float!(acc.dtype(), "add_into", |T| {
+            let x = x.host::<T>("add_into")?;
+            acc.host_mut::<T>("add_into")?
+                .par_chunks_mut(CHUNK)
+                .zip(x.par_chunks(CHUNK))
+                .for_each(|(acc, x)| {
+                    for (a, &v) in acc.iter_mut().zip(x) {
+                        *a = T::store(a.load() + v.load());
+                    }
+                });
+            Ok(())
+        })
+    }
 }
 
 /// `out[i] = f(x[i])`, in parallel chunks.

@@ -268,3 +268,28 @@ binary_fns! {
 pub fn powf_backward(x: &Array, dy: &Array, p: f64) -> Result<Array> {
     binary(BinaryOp::PowfBackward(p), x, dy)
 }
+
+/// `acc += x`, in place (same shape, dtype and device; `acc` must be the only handle to its
+/// buffer): accumulates gradients without allocating, so it cannot run out of memory.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::elementwise::add_into};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let mut acc = Array::full(&cpu, [3], DType::F32, 1.0)?;
+/// add_into(&mut acc, &Array::full(&cpu, [3], DType::F32, 0.5)?)?;
+/// assert_eq!(acc.to_f64()?, [1.5, 1.5, 1.5]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn add_into(acc: &mut Array, x: &Array) -> Result<()> {
+    const OP: &str = "add_into";
+    acc.check_float(OP)?;
+    acc.check_peer(x, OP)?;
+    if acc.shape() != x.shape() {
+        return Err(crate::error::Error::Shape {
+            op: OP,
+            detail: format!("accumulator {} against {}", acc.shape(), x.shape()),
+        });
+    }
+    let device = acc.device().clone();
+    device.backend().accumulate(acc.buffer_mut(OP)?, x.buffer())
+}
