@@ -5,6 +5,8 @@ mod address_map;
 mod allocator;
 mod bins;
 mod chunk;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod config;
 mod error;
 mod free_set;

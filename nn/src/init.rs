@@ -3,7 +3,7 @@
 use headroom_alloc::Tag;
 use headroom_autograd::Tensor;
 use headroom_kernels::ops::random::uniform;
-use headroom_kernels::{Array, DType, Device, Shape};
+use headroom_kernels::{Array, DType, Device, DeviceKind, Shape};
 
 use crate::error::Result;
 
@@ -74,6 +74,15 @@ impl Initializer {
     pub fn param(&mut self, shape: impl Into<Shape>, init: Init) -> Result<Tensor> {
         let shape = shape.into();
         let seed = self.next_seed();
+        let _weights = self.device.scoped_tag(Tag::WEIGHTS);
+        if self.device.kind() == DeviceKind::Meta {
+            // A planning device holds no values: the allocation is all that counts.
+            return Ok(Tensor::variable(Array::zeros(
+                &self.device,
+                shape,
+                self.dtype,
+            )?));
+        }
         let n = shape.numel() as u64;
         let values: Vec<f64> = match init {
             Init::Constant(c) => vec![c; n as usize],
@@ -82,7 +91,6 @@ impl Initializer {
                 .collect(),
             Init::Normal(std) => (0..n).map(|i| std * standard_normal(seed, i)).collect(),
         };
-        let _weights = self.device.scoped_tag(Tag::WEIGHTS);
         let array = Array::from_f64(&self.device, shape, self.dtype, &values)?;
         Ok(Tensor::variable(array))
     }

@@ -1,6 +1,7 @@
 //! Gradient clipping by global norm, without touching the gradients' memory.
 
 use headroom_autograd::Gradients;
+use headroom_kernels::DeviceKind;
 use headroom_kernels::ops::reduce::{ReduceOp, reduce};
 
 use crate::error::Result;
@@ -27,6 +28,7 @@ impl GradNorm {
 /// The global L2 norm of the gradients `grads` holds for `model`'s parameters, each multiplied
 /// by `grad_scale` first, and the factor that brings it down to `max_norm`
 /// (`torch.nn.utils.clip_grad_norm_`). Pass `grad_scale * factor` to the optimizer's step.
+/// On a meta device (planning) it allocates what it would and reports a norm of 0.
 pub fn clip_grad_norm(
     model: &dyn Module,
     grads: &Gradients,
@@ -43,9 +45,14 @@ pub fn clip_grad_norm(
             return;
         };
         let flat = grad.reshape([grad.numel()]);
-        let sum = flat.and_then(|g| reduce(ReduceOp::SumSquares, &g, 0, false)?.to_f64());
-        match sum {
-            Ok(sum) => squares += sum[0],
+        let sum = flat.and_then(|g| reduce(ReduceOp::SumSquares, &g, 0, false));
+        // A planning device makes the same allocations and holds no values to read.
+        let value = sum.and_then(|s| match s.device().kind() {
+            DeviceKind::Meta => Ok(0.0),
+            _ => Ok(s.to_f64()?[0]),
+        });
+        match value {
+            Ok(value) => squares += value,
             Err(err) => failure = Some(err),
         }
     });

@@ -1,0 +1,129 @@
+//! The command-line subcommands of `headroom-alloc`, as clap argument groups that other tools
+//! (the `headroom` CLI) embed as they are.
+
+use std::fs::File;
+use std::io::{BufReader, Write};
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::trace::{LogNormalTrace, TraceOp, TransformerTrace, read_trace, replay, write_trace};
+use crate::{AllocatorConfig, Error, Growth, Result, parse_size};
+
+/// Replay a JSON Lines trace (or a built-in one) and report peaks, OOMs and fragmentation.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// The trace file; without it, the built-in trace given by --builtin.
+    pub trace: Option<PathBuf>,
+    /// Built-in trace to replay when no file is given.
+    #[arg(long, value_enum, default_value_t = Builtin::Transformer)]
+    pub builtin: Builtin,
+    /// The memory limit (and capacity of the virtual address space), e.g. 64MiB.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub limit: u64,
+    /// When regions are reserved.
+    #[arg(long, value_enum, default_value_t = GrowthArg::OnDemand)]
+    pub growth: GrowthArg,
+    /// Split a free chunk whenever the remainder is at least this large (default 128MiB).
+    #[arg(long, value_parser = parse_size)]
+    pub max_internal_fragmentation: Option<u64>,
+    /// Print one JSON object instead of the human report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Write a built-in trace as JSON Lines.
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// Which trace.
+    #[arg(value_enum)]
+    pub builtin: Builtin,
+    /// Batch size of the transformer trace, or the size scale of the log-normal one.
+    #[arg(long, default_value_t = 8)]
+    pub scale: u64,
+}
+
+/// The built-in traces.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Builtin {
+    /// Training steps of a small GPT (batch 8).
+    Transformer,
+    /// 20 000 log-normal sizes with exponential lifetimes.
+    Lognormal,
+}
+
+/// Growth policies, as command-line values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GrowthArg {
+    /// Reserve regions as requests need them.
+    OnDemand,
+    /// Reserve the whole limit up front.
+    Preallocate,
+    /// One region that grows and shrinks in place.
+    Expandable,
+}
+
+impl From<GrowthArg> for Growth {
+    fn from(growth: GrowthArg) -> Self {
+        match growth {
+            GrowthArg::OnDemand => Growth::OnDemand,
+            GrowthArg::Preallocate => Growth::Preallocate,
+            GrowthArg::Expandable => Growth::Expandable,
+        }
+    }
+}
+
+fn builtin_trace(builtin: Builtin, scale: u64) -> Vec<TraceOp> {
+    match builtin {
+        Builtin::Transformer => TransformerTrace::default().with_batch(scale).generate(),
+        Builtin::Lognormal => LogNormalTrace::default()
+            .with_scale(scale as f64)
+            .generate(),
+    }
+}
+
+fn output_error(source: std::io::Error) -> Error {
+    Error::Io {
+        path: "standard output".into(),
+        source,
+    }
+}
+
+impl ReplayArgs {
+    /// Replays the trace and writes the report to `out`.
+    pub fn run(&self, mut out: impl Write) -> Result<()> {
+        let ops = match &self.trace {
+            Some(path) => {
+                let io_error = |source| Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                };
+                read_trace(BufReader::new(File::open(path).map_err(io_error)?))?
+            }
+            None => builtin_trace(self.builtin, 8),
+        };
+        let mut config = AllocatorConfig::default()
+            .with_limit_bytes(self.limit)
+            .with_growth(self.growth.into());
+        if let Some(bytes) = self.max_internal_fragmentation {
+            config = config.with_max_internal_fragmentation(bytes);
+        }
+        let report = replay(&ops, config, self.limit)?;
+        if self.json {
+            serde_json::to_writer(&mut out, &report)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
+        } else {
+            write!(out, "{report}")
+        }
+        .map_err(output_error)
+    }
+}
+
+impl GenerateArgs {
+    /// Writes the trace to `out`.
+    pub fn run(&self, mut out: impl Write) -> Result<()> {
+        write_trace(&builtin_trace(self.builtin, self.scale), &mut out).map_err(output_error)?;
+        out.flush().map_err(output_error)
+    }
+}
