@@ -49,7 +49,8 @@ impl Gradients {
 
     /// Adds `other`'s gradients into these, in place (gradient accumulation over
     /// micro-batches): a tensor new here takes `other`'s array as it is, one present in both is
-    /// summed into the array already here, in place when no other handle shares it. Accumulating with
+    /// summed into the array already here, in place when no other handle shares it. A failure
+    /// (gradients of another shape or dtype, or no memory for a sum) changes nothing. Accumulating with
     /// gradients of a different shape or dtype is an error, and then nothing changes.
     ///
     /// ```
@@ -83,11 +84,26 @@ impl Gradients {
                 }
             }
         }
-        for (id, grad) in other.map {
-            match self.map.get_mut(&id) {
+        // Sums that need new memory (into a shared array) first: if one runs out, nothing has
+        // changed yet.
+        let mut fresh = Vec::new();
+        for (id, grad) in &other.map {
+            if let Some(mine) = self.map.get(id).filter(|m| m.is_shared()) {
                 // Two sources can share one gradient array (both operands of an addition);
-                // summing into a shared one would change the other, so it gets its own.
-                Some(mine) if mine.is_shared() => *mine = add(mine, &grad)?,
+                // summing into it in place would change the other.
+                fresh.push((*id, add(mine, grad)?));
+            }
+        }
+        let summed: Vec<TensorId> = fresh.iter().map(|(id, _)| *id).collect();
+        for (id, sum) in fresh {
+            self.map.insert(id, sum);
+        }
+        // The rest sum in place (no allocation, so nothing can run out).
+        for (id, grad) in other.map {
+            if summed.contains(&id) {
+                continue;
+            }
+            match self.map.get_mut(&id) {
                 Some(mine) => add_into(mine, &grad)?,
                 None => {
                     self.map.insert(id, grad);

@@ -1,0 +1,359 @@
+//! A run's configuration: read from TOML, overridden by command-line flags, validated before
+//! anything is built.
+
+mod overrides;
+pub mod validate;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use overrides::Overrides;
+
+/// Steps of a run that names neither steps nor epochs.
+pub const DEFAULT_STEPS: u64 = 1500;
+
+/// The memory limit of a run that names neither a limit nor a fraction: small enough that the
+/// default GPT's batch does not fit in one micro-batch, so the planner's choice matters.
+pub const DEFAULT_LIMIT: &str = "24MiB";
+
+/// Everything a run needs. Every field has a default: the default run trains a small GPT on
+/// the addition task under a memory limit small enough for the planner's choice to matter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Seeds the weights, the data order and the dropout masks.
+    pub seed: u64,
+    /// Optimizer steps to run; without `steps` or `epochs`, [`DEFAULT_STEPS`].
+    pub steps: Option<u64>,
+    /// Epochs to run, instead of steps.
+    pub epochs: Option<u64>,
+    /// Where the run writes metrics, plots, traces and checkpoints.
+    pub run_dir: PathBuf,
+    /// Evaluate the held-out metric every this many steps (0: only at the end).
+    pub eval_every: u64,
+    /// The model.
+    pub model: ModelConfig,
+    /// The data.
+    pub data: DataConfig,
+    /// Batching.
+    pub batch: BatchConfig,
+    /// The optimizer and its schedule.
+    pub optimizer: OptimizerConfig,
+    /// Mixed precision.
+    pub precision: PrecisionConfig,
+    /// The memory budget.
+    pub memory: MemoryConfig,
+    /// Checkpoints.
+    pub checkpoint: CheckpointConfig,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            steps: None,
+            epochs: None,
+            run_dir: PathBuf::from("runs/latest"),
+            eval_every: 500,
+            model: ModelConfig::default(),
+            data: DataConfig::default(),
+            batch: BatchConfig::default(),
+            optimizer: OptimizerConfig::default(),
+            precision: PrecisionConfig::default(),
+            memory: MemoryConfig::default(),
+            checkpoint: CheckpointConfig::default(),
+        }
+    }
+}
+
+/// Which model, and its sizes. The vocabulary, context, input width and classes come from the
+/// data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// `gpt` or `mlp`.
+    pub kind: ModelKind,
+    /// GPT: features per position.
+    pub width: usize,
+    /// GPT: attention heads.
+    pub heads: usize,
+    /// GPT: transformer blocks.
+    pub layers: usize,
+    /// GPT: dropout.
+    pub dropout: f64,
+    /// MLP: hidden layer sizes.
+    pub hidden: Vec<usize>,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            kind: ModelKind::Gpt,
+            width: 128,
+            heads: 4,
+            layers: 2,
+            dropout: 0.0,
+            hidden: vec![256, 256],
+        }
+    }
+}
+
+/// The kinds of model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// A decoder-only transformer over token sequences.
+    Gpt,
+    /// A multi-layer perceptron over feature vectors.
+    Mlp,
+}
+
+/// Where samples come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    /// `addition`, `text`, `idx` or `csv`.
+    pub kind: DataKind,
+    /// Addition: the most digits of an operand.
+    pub digits: u32,
+    /// Addition: training problems per epoch.
+    pub train_size: usize,
+    /// Held-out samples for the metric.
+    pub eval_size: usize,
+    /// Text or CSV: the file.
+    pub path: Option<PathBuf>,
+    /// IDX: the training images and labels, and optionally the test ones.
+    pub images: Option<PathBuf>,
+    /// IDX: training labels.
+    pub labels: Option<PathBuf>,
+    /// IDX: test images (otherwise the last `eval_size` training images are held out).
+    pub test_images: Option<PathBuf>,
+    /// IDX: test labels.
+    pub test_labels: Option<PathBuf>,
+    /// Text: characters per sample.
+    pub context: usize,
+    /// Batches prepared ahead by the loader's thread.
+    pub prefetch: usize,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            kind: DataKind::Addition,
+            digits: 4,
+            train_size: 200_000,
+            eval_size: 1000,
+            path: None,
+            images: None,
+            labels: None,
+            test_images: None,
+            test_labels: None,
+            context: 64,
+            prefetch: 4,
+        }
+    }
+}
+
+/// The built-in datasets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataKind {
+    /// `123+4567=` with the reversed sum as target (GPT).
+    Addition,
+    /// A character-level text file (GPT).
+    Text,
+    /// IDX files, the MNIST format (MLP).
+    Idx,
+    /// A CSV file of features with the class in the last column (MLP).
+    Csv,
+}
+
+/// The effective batch and how it is split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Samples per optimizer step.
+    pub size: usize,
+    /// The first micro-batch size; none: the planner picks it.
+    pub micro: Option<usize>,
+    /// Clean steps before trying a micro-batch twice as large.
+    pub grow_after: u64,
+    /// Fraction of the limit the planner keeps free.
+    pub margin: f64,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            size: 128,
+            micro: None,
+            grow_after: 100,
+            margin: 0.1,
+        }
+    }
+}
+
+/// The optimizer, clipping and the learning-rate schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OptimizerConfig {
+    /// `adamw` or `sgd`.
+    pub kind: OptimizerKind,
+    /// The peak learning rate.
+    pub lr: f64,
+    /// Weight decay (decoupled for AdamW, L2 for SGD).
+    pub weight_decay: f64,
+    /// AdamW's first-moment decay.
+    pub beta1: f64,
+    /// AdamW's second-moment decay.
+    pub beta2: f64,
+    /// AdamW's epsilon.
+    pub eps: f64,
+    /// SGD's momentum.
+    pub momentum: f64,
+    /// Largest global gradient norm (0: no clipping).
+    pub clip: f64,
+    /// `constant` or `warmup-cosine`.
+    pub schedule: ScheduleKind,
+    /// Warmup steps.
+    pub warmup: u64,
+    /// The last learning rate of the cosine, as a fraction of `lr`.
+    pub min_lr_ratio: f64,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        Self {
+            kind: OptimizerKind::Adamw,
+            lr: 3e-3,
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            momentum: 0.9,
+            clip: 1.0,
+            schedule: ScheduleKind::WarmupCosine,
+            warmup: 50,
+            min_lr_ratio: 0.1,
+        }
+    }
+}
+
+/// The optimizers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerKind {
+    /// AdamW.
+    Adamw,
+    /// SGD with momentum.
+    Sgd,
+}
+
+/// The schedules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScheduleKind {
+    /// The same rate throughout.
+    Constant,
+    /// Linear warmup, then cosine decay to `min_lr_ratio * lr`.
+    WarmupCosine,
+}
+
+/// Mixed precision and loss scaling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrecisionConfig {
+    /// `f32`, `bf16` or `f16` for matrix products (weights stay f32).
+    pub dtype: PrecisionKind,
+    /// f16: the first loss scale.
+    pub loss_scale: f64,
+    /// f16: clean steps before the scale grows.
+    pub growth_interval: u64,
+    /// f16: the growth factor.
+    pub growth_factor: f64,
+    /// f16: the factor on an overflow.
+    pub backoff_factor: f64,
+}
+
+impl Default for PrecisionConfig {
+    fn default() -> Self {
+        Self {
+            dtype: PrecisionKind::F32,
+            loss_scale: 65536.0,
+            growth_interval: 2000,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+        }
+    }
+}
+
+/// The precisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrecisionKind {
+    /// Everything in f32.
+    F32,
+    /// Products in bf16 (no loss scaling needed).
+    Bf16,
+    /// Products in f16, with dynamic loss scaling.
+    F16,
+}
+
+/// How much memory the run may use, and how it is reserved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// The device's memory (on the CPU, the simulated device), e.g. `8GiB`.
+    pub device: String,
+    /// The most the run may use, e.g. `48MiB` (TensorFlow's `memory_limit`); without a limit
+    /// or a fraction, [`DEFAULT_LIMIT`].
+    pub limit: Option<String>,
+    /// Or a fraction of the device's memory (PyTorch's memory fraction).
+    pub fraction: Option<f64>,
+    /// Reserve the whole limit up front instead of growing on demand.
+    pub preallocate: bool,
+    /// Allocator events kept for the run's trace.
+    pub history: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            device: "8GiB".into(),
+            limit: None,
+            fraction: None,
+            preallocate: false,
+            history: 200_000,
+        }
+    }
+}
+
+/// When checkpoints are written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Every this many steps (0: only at the end).
+    pub every: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self { every: 500 }
+    }
+}
+
+impl TrainConfig {
+    /// Reads a TOML file; every setting it leaves out keeps its default.
+    pub fn from_toml_file(path: &std::path::Path) -> crate::Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
+        toml::from_str(&text).map_err(|err| crate::Error::Config {
+            problems: vec![format!("{}: {err}", path.display())],
+        })
+    }
+
+    /// The configuration as TOML (written into the run directory).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|err| format!("# not representable: {err}\n"))
+    }
+}

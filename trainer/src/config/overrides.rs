@@ -1,0 +1,133 @@
+//! Command-line flags that override the configuration file.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{DataKind, ModelKind, PrecisionKind, TrainConfig};
+
+/// Flags that override the configuration (file or defaults), setting by setting.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Overrides {
+    /// Optimizer steps to run.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Epochs to run (instead of steps).
+    #[arg(long)]
+    pub epochs: Option<u64>,
+    /// Samples per optimizer step (the effective batch).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// The first micro-batch size (otherwise the planner picks it).
+    #[arg(long)]
+    pub micro_batch: Option<usize>,
+    /// The peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Precision of matrix products: f32, bf16 or f16.
+    #[arg(long, value_parser = parse_precision)]
+    pub precision: Option<PrecisionKind>,
+    /// The most memory the run may use, e.g. 2GiB.
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// Or a fraction of the device's memory, e.g. 0.8.
+    #[arg(long, conflicts_with = "memory_limit")]
+    pub memory_fraction: Option<f64>,
+    /// The device's memory (on the CPU, the simulated device), e.g. 8GiB.
+    #[arg(long)]
+    pub device_memory: Option<String>,
+    /// Reserve memory as it is needed (the default).
+    #[arg(long, conflicts_with = "preallocate")]
+    pub allow_growth: bool,
+    /// Reserve the whole limit up front.
+    #[arg(long)]
+    pub preallocate: bool,
+    /// The seed of weights, data order and dropout.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// The run directory.
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// The model: gpt or mlp.
+    #[arg(long, value_parser = parse_model)]
+    pub model: Option<ModelKind>,
+    /// The data: addition, text, idx or csv.
+    #[arg(long, value_parser = parse_data)]
+    pub data: Option<DataKind>,
+    /// The data file (text or csv).
+    #[arg(long)]
+    pub data_path: Option<PathBuf>,
+    /// Write a checkpoint every this many steps.
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Evaluate every this many steps.
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+}
+
+fn parse_kebab<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    T::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(text))
+        .map_err(|err| err.to_string())
+}
+
+fn parse_precision(text: &str) -> Result<PrecisionKind, String> {
+    parse_kebab(text)
+}
+
+fn parse_model(text: &str) -> Result<ModelKind, String> {
+    parse_kebab(text)
+}
+
+fn parse_data(text: &str) -> Result<DataKind, String> {
+    parse_kebab(text)
+}
+
+impl Overrides {
+    /// Applies every flag given to `config`.
+    pub fn apply(&self, config: &mut TrainConfig) {
+        if let Some(steps) = self.steps {
+            config.steps = Some(steps);
+            config.epochs = None;
+        }
+        if let Some(epochs) = self.epochs {
+            config.epochs = Some(epochs);
+            config.steps = None;
+        }
+        set(&mut config.batch.size, self.batch_size);
+        if self.micro_batch.is_some() {
+            config.batch.micro = self.micro_batch;
+        }
+        set(&mut config.optimizer.lr, self.lr);
+        set(&mut config.precision.dtype, self.precision);
+        if let Some(limit) = &self.memory_limit {
+            config.memory.limit = Some(limit.clone());
+            config.memory.fraction = None;
+        }
+        if let Some(fraction) = self.memory_fraction {
+            config.memory.fraction = Some(fraction);
+            config.memory.limit = None;
+        }
+        set(&mut config.memory.device, self.device_memory.clone());
+        if self.allow_growth {
+            config.memory.preallocate = false;
+        }
+        if self.preallocate {
+            config.memory.preallocate = true;
+        }
+        set(&mut config.seed, self.seed);
+        set(&mut config.run_dir, self.run_dir.clone());
+        set(&mut config.model.kind, self.model);
+        set(&mut config.data.kind, self.data);
+        if self.data_path.is_some() {
+            config.data.path = self.data_path.clone();
+        }
+        set(&mut config.checkpoint.every, self.checkpoint_every);
+        set(&mut config.eval_every, self.eval_every);
+    }
+}
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *field = value;
+    }
+}

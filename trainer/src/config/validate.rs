@@ -1,0 +1,231 @@
+//! Checks a configuration as a whole before anything is built, listing every problem.
+
+use headroom_alloc::{Growth, parse_size};
+
+use super::{DataKind, MemoryConfig, ModelKind, PrecisionKind, TrainConfig};
+use crate::error::{Error, Result};
+
+/// A memory budget in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// The (simulated) device's memory.
+    pub device: u64,
+    /// What the run may use.
+    pub limit: u64,
+    /// How regions are reserved.
+    pub growth: Growth,
+}
+
+impl MemoryConfig {
+    /// The budget in bytes, or the problems with the settings.
+    pub fn budget(&self) -> Result<Budget> {
+        let mut problems = Vec::new();
+        let device = parse_size(&self.device)
+            .map_err(|err| problems.push(format!("memory.device: {err}")))
+            .unwrap_or(0);
+        let limit = match (&self.limit, self.fraction) {
+            (Some(_), Some(_)) => {
+                problems.push("memory: give a limit or a fraction, not both".into());
+                0
+            }
+            (Some(text), None) => parse_size(text)
+                .map_err(|err| problems.push(format!("memory.limit: {err}")))
+                .unwrap_or(0),
+            (None, Some(f)) if f > 0.0 && f <= 1.0 => (device as f64 * f) as u64,
+            (None, Some(f)) => {
+                problems.push(format!("memory.fraction: {f} is not in (0, 1]"));
+                0
+            }
+            (None, None) => parse_size(super::DEFAULT_LIMIT).unwrap_or(device),
+        };
+        if device > 0 && limit > device {
+            problems.push(format!(
+                "memory.limit: {} exceeds the device's {}",
+                headroom_alloc::format_bytes(limit),
+                headroom_alloc::format_bytes(device)
+            ));
+        }
+        if problems.is_empty() && limit == 0 {
+            problems.push("memory.limit: a limit of 0 bytes".into());
+        }
+        if !problems.is_empty() {
+            return Err(Error::Config { problems });
+        }
+        Ok(Budget {
+            device,
+            limit,
+            growth: if self.preallocate {
+                Growth::Preallocate
+            } else {
+                Growth::OnDemand
+            },
+        })
+    }
+}
+
+impl TrainConfig {
+    /// Checks every setting and how they fit together.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, problem: String| {
+            if !ok {
+                problems.push(problem);
+            }
+        };
+        match (self.steps, self.epochs) {
+            (Some(_), Some(_)) => check(false, "give `steps` or `epochs`, not both".into()),
+            (Some(0), _) => check(false, "steps: 0 steps".into()),
+            (_, Some(0)) => check(false, "epochs: 0 epochs".into()),
+            _ => {}
+        }
+        let m = &self.model;
+        match m.kind {
+            ModelKind::Gpt => {
+                check(
+                    m.width > 0 && m.layers > 0,
+                    format!(
+                        "model: width {} and layers {} must be at least 1",
+                        m.width, m.layers
+                    ),
+                );
+                check(
+                    m.heads > 0 && m.width % m.heads.max(1) == 0,
+                    format!(
+                        "model.heads: {} heads do not divide a width of {}",
+                        m.heads, m.width
+                    ),
+                );
+                check(
+                    (0.0..1.0).contains(&m.dropout),
+                    format!("model.dropout: {} is not in [0, 1)", m.dropout),
+                );
+                check(
+                    matches!(self.data.kind, DataKind::Addition | DataKind::Text),
+                    format!(
+                        "data.kind: a GPT reads token sequences (addition or text), not {:?}",
+                        self.data.kind
+                    ),
+                );
+            }
+            ModelKind::Mlp => {
+                check(
+                    m.hidden.iter().all(|&h| h > 0),
+                    format!("model.hidden: {:?} has an empty layer", m.hidden),
+                );
+                check(
+                    matches!(self.data.kind, DataKind::Idx | DataKind::Csv),
+                    format!(
+                        "data.kind: an MLP reads feature vectors (idx or csv), not {:?}",
+                        self.data.kind
+                    ),
+                );
+            }
+        }
+        let d = &self.data;
+        match d.kind {
+            DataKind::Addition => check(
+                (1..=9).contains(&d.digits) && d.train_size > 0,
+                format!(
+                    "data: addition needs 1 to 9 digits and some training problems, got {} digits and {}",
+                    d.digits, d.train_size
+                ),
+            ),
+            DataKind::Text => {
+                check(d.path.is_some(), "data.path: the text file to read".into());
+                check(
+                    d.context >= 2,
+                    format!("data.context: {} characters per sample", d.context),
+                );
+            }
+            DataKind::Csv => check(d.path.is_some(), "data.path: the CSV file to read".into()),
+            DataKind::Idx => check(
+                d.images.is_some() && d.labels.is_some(),
+                "data.images and data.labels: the IDX files to read".into(),
+            ),
+        }
+        check(
+            d.prefetch > 0,
+            "data.prefetch: at least one batch ahead".into(),
+        );
+        let b = &self.batch;
+        check(b.size > 0, "batch.size: 0 samples per step".into());
+        if let Some(micro) = b.micro {
+            check(
+                micro > 0 && micro <= b.size,
+                format!(
+                    "batch.micro: {micro} is not between 1 and the batch size {}",
+                    b.size
+                ),
+            );
+        }
+        check(
+            (0.0..0.9).contains(&b.margin),
+            format!("batch.margin: {} is not in [0, 0.9)", b.margin),
+        );
+        check(
+            b.grow_after > 0,
+            "batch.grow_after: at least 1 clean step".into(),
+        );
+        let o = &self.optimizer;
+        check(
+            o.lr.is_finite() && o.lr > 0.0,
+            format!("optimizer.lr: {} is not a positive number", o.lr),
+        );
+        check(
+            o.weight_decay >= 0.0,
+            format!("optimizer.weight_decay: {} is negative", o.weight_decay),
+        );
+        check(
+            (0.0..1.0).contains(&o.beta1) && (0.0..1.0).contains(&o.beta2),
+            format!(
+                "optimizer: betas ({}, {}) must be in [0, 1)",
+                o.beta1, o.beta2
+            ),
+        );
+        check(
+            o.eps > 0.0,
+            format!("optimizer.eps: {} is not positive", o.eps),
+        );
+        check(
+            (0.0..1.0).contains(&o.momentum),
+            format!("optimizer.momentum: {} is not in [0, 1)", o.momentum),
+        );
+        check(
+            o.clip >= 0.0,
+            format!("optimizer.clip: {} is negative", o.clip),
+        );
+        check(
+            (0.0..=1.0).contains(&o.min_lr_ratio),
+            format!(
+                "optimizer.min_lr_ratio: {} is not in [0, 1]",
+                o.min_lr_ratio
+            ),
+        );
+        let p = &self.precision;
+        if p.dtype == PrecisionKind::F16 {
+            check(
+                p.loss_scale >= 1.0,
+                format!("precision.loss_scale: {} is below 1", p.loss_scale),
+            );
+            check(
+                p.growth_factor > 1.0 && p.backoff_factor > 0.0 && p.backoff_factor < 1.0,
+                format!(
+                    "precision: growth factor {} must exceed 1 and backoff factor {} be in (0, 1)",
+                    p.growth_factor, p.backoff_factor
+                ),
+            );
+            check(
+                p.growth_interval > 0,
+                "precision.growth_interval: at least 1 step".into(),
+            );
+        }
+        if let Err(Error::Config { problems: memory }) = self.memory.budget() {
+            problems.extend(memory);
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Config { problems })
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The loader: each epoch a seeded shuffle of every sample, cut into batches in order, prepared
+//! by a background thread a bounded number of batches ahead.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use headroom_kernels::ops::random::uniform;
+use serde::{Deserialize, Serialize};
+
+use super::{Dataset, HostBatch};
+
+/// Where a batch sits in the data: its epoch and its number within the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct Position {
+    /// The epoch, from 0.
+    pub epoch: u64,
+    /// The batch within the epoch, from 0.
+    pub batch: u64,
+}
+
+/// The order of a dataset's samples in `epoch`: a Fisher-Yates shuffle drawn from
+/// `(seed, epoch)`, the same on every run and every resume.
+pub fn epoch_order(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let stream = uniform(seed, u64::MAX - epoch).to_bits();
+    let mut order: Vec<usize> = (0..len).collect();
+    for i in (1..len).rev() {
+        let j = (uniform(stream, i as u64) * (i + 1) as f64) as usize;
+        order.swap(i, j.min(i));
+    }
+    order
+}
+
+/// Batches of a dataset, from a position on, prepared ahead by a thread.
+pub struct Loader {
+    receiver: Receiver<(Position, HostBatch)>,
+    worker: Option<JoinHandle<()>>,
+    batches_per_epoch: u64,
+}
+
+impl Loader {
+    /// Batches of `batch_size` samples (the last of an epoch may be smaller) of `dataset`,
+    /// shuffled by `seed`, from `start` on, `prefetch` ahead; the epochs never end.
+    pub fn new(
+        dataset: Arc<dyn Dataset>,
+        batch_size: usize,
+        seed: u64,
+        prefetch: usize,
+        start: Position,
+    ) -> Self {
+        let batch_size = batch_size.max(1);
+        let batches_per_epoch = dataset.len().div_ceil(batch_size) as u64;
+        let (sender, receiver) = sync_channel(prefetch.max(1));
+        let worker = std::thread::Builder::new()
+            .name("headroom-loader".into())
+            .spawn(move || produce(&*dataset, batch_size, seed, start, &sender))
+            .ok();
+        Self {
+            receiver,
+            worker,
+            batches_per_epoch,
+        }
+    }
+
+    /// Batches in one epoch.
+    pub fn batches_per_epoch(&self) -> u64 {
+        self.batches_per_epoch
+    }
+
+    /// The next batch and its position (none if the loader's thread could not start).
+    pub fn next_batch(&mut self) -> Option<(Position, HostBatch)> {
+        self.receiver.recv().ok()
+    }
+}
+
+fn produce(
+    dataset: &dyn Dataset,
+    batch_size: usize,
+    seed: u64,
+    start: Position,
+    sender: &SyncSender<(Position, HostBatch)>,
+) {
+    if dataset.is_empty() {
+        return;
+    }
+    let mut position = start;
+    loop {
+        let order = epoch_order(dataset.len(), seed, position.epoch);
+        let chunks: Vec<&[usize]> = order.chunks(batch_size).collect();
+        for (number, chunk) in chunks.iter().enumerate().skip(position.batch as usize) {
+            let at = Position {
+                epoch: position.epoch,
+                batch: number as u64,
+            };
+            if sender
+                .send((at, HostBatch::collect(dataset, chunk)))
+                .is_err()
+            {
+                return; // the trainer is done
+            }
+        }
+        position = Position {
+            epoch: position.epoch + 1,
+            batch: 0,
+        };
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        // Unblock the producer (its sends fail once the receiver is gone), then wait for it.
+        let (_, receiver) = sync_channel(1);
+        drop(std::mem::replace(&mut self.receiver, receiver));
+        if let Some(worker) = self.worker.take() {
+            worker.join().ok();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{Addition, Dataset};
+
+    #[test]
+    fn every_sample_comes_once_per_epoch_in_a_seeded_order_and_resumes_in_place() {
+        let data: Arc<dyn Dataset> = Arc::new(Addition::new(3, 103, 1, false));
+        let mut loader = Loader::new(data.clone(), 10, 7, 2, Position::default());
+        assert_eq!(loader.batches_per_epoch(), 11);
+        let mut seen = Vec::new();
+        let mut positions = Vec::new();
+        for _ in 0..11 {
+            let (position, batch) = loader.next_batch().unwrap();
+            positions.push(position);
+            seen.extend(batch.indices);
+        }
+        let mut sorted = seen.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..103).collect::<Vec<_>>(), "each sample once");
+        assert_eq!(
+            positions[10],
+            Position {
+                epoch: 0,
+                batch: 10
+            }
+        );
+        let (next, second_epoch) = loader.next_batch().unwrap();
+        assert_eq!(next, Position { epoch: 1, batch: 0 });
+        assert_ne!(second_epoch.indices, seen[..10], "each epoch its own order");
+        drop(loader);
+        let mut resumed = Loader::new(data, 10, 7, 2, Position { epoch: 0, batch: 4 });
+        let (at, batch) = resumed.next_batch().unwrap();
+        assert_eq!(at, Position { epoch: 0, batch: 4 });
+        assert_eq!(batch.indices, seen[40..50]);
+    }
+}

@@ -1,0 +1,65 @@
+//! What to tell a user when not even one sample fits.
+
+use headroom_alloc::{OomReport, Tag, format_bytes};
+use headroom_nn::{Module, Optimizer, training_memory};
+
+/// Per tag, what the model, its gradients and its optimizer state need against the limit, what
+/// the activations held when memory ran out, and what to do. `one_sample` is the peak of a
+/// step with one sample when known (the planner measures it on an unlimited meta device).
+pub fn diagnose(
+    model: &dyn Module,
+    optimizer: &dyn Optimizer,
+    report: &OomReport,
+    one_sample: Option<u64>,
+) -> String {
+    let memory = training_memory(model, Some(optimizer));
+    let live = |tag: Tag| {
+        report
+            .tags
+            .iter()
+            .find(|t| t.tag == tag)
+            .map_or(0, |t| t.live)
+    };
+    let fixed = memory.total();
+    let limit = report.limit;
+    let mut text = format!(
+        "not even a micro-batch of one sample fits in the {} limit\n\
+         \x20 weights           {:>12}\n\
+         \x20 gradients         {:>12}  (one per weight, during the step)\n\
+         \x20 optimizer state   {:>12}\n\
+         \x20 together          {:>12}  of the {} limit\n\
+         \x20 activations held  {:>12}  when the last allocation ({} for {}) failed\n",
+        format_bytes(limit),
+        format_bytes(memory.parameters),
+        format_bytes(memory.gradients),
+        format_bytes(memory.optimizer_state),
+        format_bytes(fixed),
+        format_bytes(limit),
+        format_bytes(live(Tag::ACTIVATIONS)),
+        format_bytes(report.requested),
+        report.tag,
+    );
+    let raise = match one_sample {
+        Some(peak) => format!(
+            "one sample's step peaks at {}: raise --memory-limit to at least that (plus the \
+             planner's margin)",
+            format_bytes(peak)
+        ),
+        None => "raise --memory-limit (`headroom plan` measures what one sample needs)".into(),
+    };
+    let suggestion = if fixed >= limit {
+        format!(
+            "the model, its gradients and its optimizer state alone exceed the limit; {raise}, \
+             or make the model smaller"
+        )
+    } else {
+        format!(
+            "{} is left for activations, too little for one sample; {raise}, run the products \
+             in --precision bf16, shorten the sequences, or make the model narrower",
+            format_bytes(limit - fixed),
+        )
+    };
+    text.push_str("suggestion: ");
+    text.push_str(&suggestion);
+    text
+}

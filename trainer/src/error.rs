@@ -1,0 +1,96 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+use headroom_alloc::OomReport;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that stops a run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration cannot describe a run; every problem found is listed.
+    #[error("invalid configuration:\n  {}", .problems.join("\n  "))]
+    Config {
+        /// One line per problem, naming the setting.
+        problems: Vec<String>,
+    },
+
+    /// A data file is missing, unreadable or malformed.
+    #[error("{path}: {detail}")]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with a line or offset where there is one.
+        detail: String,
+    },
+
+    /// Reading or writing a file of the run failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Not even a micro-batch of one sample fits: the diagnosis says what holds the memory.
+    #[error("{diagnosis}")]
+    DoesNotFit {
+        /// Per tag, against the limit, with a suggestion.
+        diagnosis: String,
+        /// The allocator's report of the last failure.
+        report: Box<OomReport>,
+    },
+
+    /// A model, optimizer or checkpoint error, or an out-of-memory the trainer could not absorb.
+    #[error(transparent)]
+    Nn(#[from] headroom_nn::Error),
+
+    /// The allocator refused a configuration or a replay failed.
+    #[error(transparent)]
+    Alloc(#[from] headroom_alloc::Error),
+}
+
+impl From<headroom_autograd::Error> for Error {
+    fn from(err: headroom_autograd::Error) -> Self {
+        Self::Nn(err.into())
+    }
+}
+
+impl From<headroom_kernels::Error> for Error {
+    fn from(err: headroom_kernels::Error) -> Self {
+        Self::Nn(err.into())
+    }
+}
+
+impl Error {
+    /// The allocator's report, when this is an out-of-memory.
+    pub fn oom_report(&self) -> Option<&OomReport> {
+        match self {
+            Self::Nn(err) => err.oom_report(),
+            Self::DoesNotFit { report, .. } => Some(report),
+            _ => None,
+        }
+    }
+
+    /// True when this is an out-of-memory the caller could retry with less.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Self::Nn(err) if err.is_out_of_memory())
+    }
+
+    /// A configuration error with one problem.
+    pub(crate) fn config(problem: impl Into<String>) -> Self {
+        Self::Config {
+            problems: vec![problem.into()],
+        }
+    }
+
+    /// An I/O error on `path`.
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io { path, source }
+    }
+}

@@ -1,0 +1,89 @@
+//! The model a run trains: a GPT over token sequences or an MLP over feature vectors, with
+//! f32 master weights, its inputs' shape taken from the data.
+
+use headroom_autograd::Tensor;
+use headroom_kernels::{DType, Device};
+use headroom_nn::loss::cross_entropy;
+use headroom_nn::{
+    Activation, DropoutCounter, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
+};
+
+use crate::config::{ModelConfig, ModelKind};
+use crate::data::{DataShape, IGNORE};
+use crate::error::{Error, Result};
+
+/// A GPT or an MLP.
+pub enum TrainModel {
+    /// Over token sequences.
+    Gpt(Box<Gpt>),
+    /// Over feature vectors.
+    Mlp(Sequential),
+}
+
+impl TrainModel {
+    /// The model `config` describes for data of `shape`, on `device`, its weights from `seed`.
+    pub fn build(
+        config: &ModelConfig,
+        shape: DataShape,
+        device: &Device,
+        seed: u64,
+    ) -> Result<Self> {
+        let mut init = Initializer::new(device, DType::F32, seed);
+        match (config.kind, shape) {
+            (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
+                let gpt = GptConfig {
+                    vocab,
+                    context: len,
+                    width: config.width,
+                    heads: config.heads,
+                    layers: config.layers,
+                    dropout: config.dropout,
+                };
+                Ok(Self::Gpt(Box::new(Gpt::new(&mut init, gpt)?)))
+            }
+            (ModelKind::Mlp, DataShape::Features { dim, classes }) => {
+                let mut sizes = vec![dim];
+                sizes.extend(&config.hidden);
+                sizes.push(classes.max(2));
+                Ok(Self::Mlp(mlp(&mut init, &sizes, Activation::Relu)?))
+            }
+            (kind, shape) => Err(Error::config(format!(
+                "model.kind: a {kind:?} model cannot read data of shape {shape:?}"
+            ))),
+        }
+    }
+
+    /// The model as a module (its parameters, for optimizers and checkpoints).
+    pub fn module(&self) -> &dyn Module {
+        match self {
+            Self::Gpt(m) => m.as_ref(),
+            Self::Mlp(m) => m,
+        }
+    }
+
+    /// The model as a module, mutably.
+    pub fn module_mut(&mut self) -> &mut dyn Module {
+        match self {
+            Self::Gpt(m) => m.as_mut(),
+            Self::Mlp(m) => m,
+        }
+    }
+
+    /// The logits for `inputs` (`[B, T, vocab]` or `[B, classes]`).
+    pub fn logits(&self, inputs: &Tensor) -> Result<Tensor> {
+        Ok(self.module().forward(inputs)?)
+    }
+
+    /// The mean cross-entropy over the scored targets.
+    pub fn loss(&self, inputs: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        Ok(cross_entropy(&self.logits(inputs)?, targets, Some(IGNORE))?)
+    }
+
+    /// The counter of dropout masks drawn (GPT), saved with checkpoints.
+    pub fn dropout_counter(&self) -> Option<&DropoutCounter> {
+        match self {
+            Self::Gpt(m) => Some(m.dropout_counter()),
+            Self::Mlp(_) => None,
+        }
+    }
+}

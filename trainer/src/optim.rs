@@ -1,0 +1,44 @@
+//! The optimizer and learning-rate schedule a configuration describes.
+
+use headroom_nn::{AdamW, AdamWConfig, LrSchedule, Module, Optimizer, Sgd, SgdConfig};
+
+use crate::config::{OptimizerConfig, OptimizerKind, ScheduleKind};
+use crate::error::Result;
+
+/// The optimizer for `model`, its state allocated now.
+pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<Box<dyn Optimizer>> {
+    Ok(match config.kind {
+        OptimizerKind::Adamw => Box::new(AdamW::new(
+            model,
+            AdamWConfig {
+                lr: config.lr,
+                beta1: config.beta1,
+                beta2: config.beta2,
+                eps: config.eps,
+                weight_decay: config.weight_decay,
+            },
+        )?),
+        OptimizerKind::Sgd => Box::new(Sgd::new(
+            model,
+            SgdConfig {
+                lr: config.lr,
+                momentum: config.momentum,
+                weight_decay: config.weight_decay,
+                ..SgdConfig::default()
+            },
+        )?),
+    })
+}
+
+/// The learning-rate schedule over `total` steps.
+pub fn schedule(config: &OptimizerConfig, total: u64) -> LrSchedule {
+    match config.schedule {
+        ScheduleKind::Constant => LrSchedule::Constant(config.lr),
+        ScheduleKind::WarmupCosine => LrSchedule::WarmupCosine {
+            peak: config.lr,
+            min: config.lr * config.min_lr_ratio,
+            warmup: config.warmup.min(total),
+            total,
+        },
+    }
+}

@@ -1,0 +1,236 @@
+//! One optimizer step over an effective batch, in micro-batches that adapt to memory.
+//!
+//! Each micro-batch's loss is weighted by its share of the batch's scored targets, so the
+//! accumulated gradient is the full batch's. An out-of-memory anywhere in a micro-batch's
+//! forward or backward pass drops that micro-batch (its tape, activations and gradients), keeps
+//! what earlier micro-batches accumulated, halves the size and redoes only the samples not yet
+//! done. An out-of-memory around the optimizer update releases cached memory and retries once.
+
+use headroom_alloc::{OomReport, Tag};
+use headroom_autograd::{Gradients, Tape};
+use headroom_kernels::{Array, Device, DeviceKind};
+use headroom_nn::{Optimizer, clip_grad_norm};
+use serde::Serialize;
+
+use crate::config::PrecisionKind;
+use crate::data::HostBatch;
+use crate::diagnosis::diagnose;
+use crate::error::{Error, Result};
+use crate::micro::MicroBatcher;
+use crate::model::TrainModel;
+use crate::precision::{LossScaler, ScaleChange};
+
+/// Where in a step memory ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// A micro-batch's forward or backward pass, or the accumulation of its gradients.
+    MicroBatch,
+    /// Clipping and the optimizer update.
+    Optimizer,
+}
+
+/// An out-of-memory the step absorbed.
+#[derive(Debug, Clone)]
+pub struct Oom {
+    /// The micro-batch size that did not fit (or the batch, for the optimizer phase).
+    pub micro: usize,
+    /// Where.
+    pub phase: Phase,
+    /// The allocator's report.
+    pub report: Box<OomReport>,
+}
+
+/// What a step did.
+#[derive(Debug, Clone)]
+pub struct StepReport {
+    /// The batch's mean loss.
+    pub loss: f64,
+    /// Samples in the batch.
+    pub samples: usize,
+    /// Scored targets in the batch (tokens, for a GPT).
+    pub scored: usize,
+    /// The micro-batch sizes that completed, in order.
+    pub micro_sizes: Vec<usize>,
+    /// The dataset indices of the samples trained on, in the order their micro-batches
+    /// completed: each sample of the batch exactly once, whatever failed in between.
+    pub indices: Vec<usize>,
+    /// Out-of-memory failures absorbed.
+    pub ooms: Vec<Oom>,
+    /// The gradients overflowed (f16): the update was skipped.
+    pub skipped: bool,
+    /// The gradients' global norm (after unscaling).
+    pub grad_norm: f64,
+    /// What the loss scaler did.
+    pub scale_change: ScaleChange,
+}
+
+/// What a step works on.
+pub struct StepContext<'a> {
+    /// The device.
+    pub device: &'a Device,
+    /// The model.
+    pub model: &'a mut TrainModel,
+    /// The optimizer (its learning rate already set for this step).
+    pub optimizer: &'a mut dyn Optimizer,
+    /// The loss scaler.
+    pub scaler: &'a mut LossScaler,
+    /// The precision of the products.
+    pub precision: PrecisionKind,
+    /// The largest gradient norm (0: no clipping).
+    pub clip: f64,
+}
+
+/// How the batch is cut.
+pub enum Sizes<'a> {
+    /// By the adaptive micro-batcher, which also learns from the step.
+    Adaptive(&'a mut MicroBatcher),
+    /// Exactly these sizes, in order (they must add up to the batch); an out-of-memory fails.
+    Fixed(&'a [usize]),
+}
+
+/// Runs step number `step` on `batch`.
+pub fn train_step(
+    ctx: &mut StepContext<'_>,
+    batch: &HostBatch,
+    step: u64,
+    mut sizes: Sizes<'_>,
+) -> Result<StepReport> {
+    if let Sizes::Fixed(fixed) = &sizes {
+        if fixed.iter().sum::<usize>() != batch.len() || fixed.contains(&0) {
+            return Err(Error::config(format!(
+                "micro-batch sizes {fixed:?} do not cut a batch of {}",
+                batch.len()
+            )));
+        }
+    }
+    let scored = batch.scored().max(1);
+    let mut total = Gradients::default();
+    let (mut loss, mut done, mut micro_sizes, mut ooms) = (0.0, 0, Vec::new(), Vec::new());
+    let mut indices = Vec::with_capacity(batch.len());
+    while done < batch.len() {
+        let size = match &sizes {
+            Sizes::Adaptive(micro) => micro.size(),
+            Sizes::Fixed(fixed) => fixed[micro_sizes.len()],
+        }
+        .min(batch.len() - done);
+        let slice = batch.slice(done, done + size);
+        let weight = slice.scored() as f64 / scored as f64;
+        // A failed attempt must not advance the dropout masks, so that the retry draws what a
+        // run cut this way from the start would.
+        let dropout_calls = ctx.model.dropout_counter().map(|c| c.get());
+        let outcome = micro_batch(ctx, &slice, weight).and_then(|(grads, value)| {
+            total.accumulate(grads)?;
+            Ok(value)
+        });
+        match outcome {
+            Ok(value) => {
+                loss += value;
+                done += size;
+                micro_sizes.push(size);
+                indices.extend(&slice.indices);
+            }
+            Err(err) if err.is_out_of_memory() => {
+                let Some(report) = err.oom_report().cloned().map(Box::new) else {
+                    return Err(err);
+                };
+                if let (Some(counter), Some(calls)) = (ctx.model.dropout_counter(), dropout_calls) {
+                    counter.set(calls);
+                }
+                let Sizes::Adaptive(micro) = &mut sizes else {
+                    return Err(err);
+                };
+                tracing::warn!(
+                    step,
+                    micro = size,
+                    "out of memory in a micro-batch; retrying smaller"
+                );
+                if !micro.shrink(step, size) {
+                    let diagnosis = diagnose(ctx.model.module(), &*ctx.optimizer, &report, None);
+                    return Err(Error::DoesNotFit { diagnosis, report });
+                }
+                ooms.push(Oom {
+                    micro: size,
+                    phase: Phase::MicroBatch,
+                    report,
+                });
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    let (finite, grad_norm) = match update(ctx, &total) {
+        Err(err) if err.is_out_of_memory() => {
+            let Some(report) = err.oom_report().cloned().map(Box::new) else {
+                return Err(err);
+            };
+            tracing::warn!(
+                step,
+                "out of memory in the optimizer step; releasing cached memory and retrying"
+            );
+            ooms.push(Oom {
+                micro: batch.len(),
+                phase: Phase::Optimizer,
+                report,
+            });
+            ctx.device.allocator().release_cached();
+            update(ctx, &total)?
+        }
+        other => other?,
+    };
+    drop(total);
+    let scale_change = ctx.scaler.update(finite);
+    if let Sizes::Adaptive(micro) = &mut sizes {
+        micro.finished(step, ooms.is_empty());
+    }
+    Ok(StepReport {
+        loss,
+        samples: batch.len(),
+        scored: batch.scored(),
+        micro_sizes,
+        indices,
+        ooms,
+        skipped: !finite,
+        grad_norm,
+        scale_change,
+    })
+}
+
+/// The forward and backward pass of one micro-batch: its gradients, with the loss scaled by
+/// `weight` (and the loss scale), and its weighted loss.
+fn micro_batch(ctx: &StepContext<'_>, slice: &HostBatch, weight: f64) -> Result<(Gradients, f64)> {
+    let (inputs, targets) = slice.to_device(ctx.device)?;
+    let params = ctx.model.module().parameters();
+    let tape = Tape::new();
+    let loss = {
+        let _policy = ctx.precision.autocast();
+        tape.record(|| ctx.model.loss(&inputs, &targets))?
+    };
+    let seed = {
+        let _tag = ctx.device.scoped_tag(Tag::GRADIENTS);
+        Array::full(ctx.device, [], loss.dtype(), weight * ctx.scaler.scale)?
+    };
+    let grads = tape.gradient_with(&loss, seed, &params.iter().collect::<Vec<_>>())?;
+    let value = match ctx.device.kind() {
+        DeviceKind::Meta => 0.0,
+        _ => loss.to_f64()?[0] * weight,
+    };
+    Ok((grads, value))
+}
+
+/// Unscales, measures and clips the gradients, and updates the weights unless they overflowed.
+/// Returns whether they were finite, and their norm.
+fn update(ctx: &mut StepContext<'_>, grads: &Gradients) -> Result<(bool, f64)> {
+    let unscale = 1.0 / ctx.scaler.scale;
+    let max_norm = if ctx.clip > 0.0 {
+        ctx.clip
+    } else {
+        f64::INFINITY
+    };
+    let norm = clip_grad_norm(ctx.model.module(), grads, unscale, max_norm)?;
+    if !norm.is_finite() {
+        return Ok((false, norm.norm));
+    }
+    ctx.optimizer
+        .step(ctx.model.module_mut(), grads, unscale * norm.factor)?;
+    Ok((true, norm.norm))
+}

@@ -1,0 +1,175 @@
+//! The `headroom` command line: bad configurations and data files give clear errors and a
+//! failing exit, never a panic; plan, report and replay do their jobs.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{TempDir, small_config};
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .env("HEADROOM_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// Asserts the command failed cleanly and its error mentions every one of `words`.
+fn fails_with(output: &Output, words: &[&str]) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "expected a failure: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for word in words {
+        assert!(stderr.contains(word), "`{word}` not in: {stderr}");
+    }
+}
+
+#[test]
+fn bad_configurations_list_every_problem() {
+    let dir = TempDir::new("cli-config");
+    let file = dir.0.join("bad.toml");
+    std::fs::write(&file, "steps = 10\n[model]\nwidht = 64\n").unwrap();
+    let path = file.to_str().unwrap();
+    fails_with(
+        &headroom(&["train", "--config", path]),
+        &["bad.toml", "unknown field `widht`"],
+    );
+    std::fs::write(
+        &file,
+        "[batch]\nsize = 0\n[optimizer]\nlr = -1.0\n[model]\nheads = 3\n",
+    )
+    .unwrap();
+    fails_with(
+        &headroom(&["train", "--config", path]),
+        &["batch.size", "optimizer.lr", "model.heads"],
+    );
+    fails_with(
+        &headroom(&["train", "--memory-limit", "lots"]),
+        &["memory.limit", "lots"],
+    );
+    fails_with(
+        &headroom(&["train", "--memory-limit", "1TiB"]),
+        &["exceeds the device"],
+    );
+    fails_with(&headroom(&["plan", "--model", "mlp"]), &["data.kind"]);
+}
+
+#[test]
+fn missing_and_corrupt_data_files_are_named() {
+    let dir = TempDir::new("cli-data");
+    let missing = dir.0.join("nowhere.txt");
+    let output = headroom(&[
+        "train",
+        "--data",
+        "text",
+        "--data-path",
+        missing.to_str().unwrap(),
+    ]);
+    fails_with(&output, &["nowhere.txt"]);
+    let (images, labels) = (dir.0.join("images.idx"), dir.0.join("labels.idx"));
+    std::fs::write(&images, b"this is not an idx file").unwrap();
+    std::fs::write(&labels, [0u8, 0, 8, 1, 0, 0, 0, 1, 3]).unwrap();
+    let config = dir.0.join("idx.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[model]\nkind = \"mlp\"\n[data]\nkind = \"idx\"\nimages = {:?}\nlabels = {:?}\n",
+            images, labels
+        ),
+    )
+    .unwrap();
+    fails_with(
+        &headroom(&["train", "--config", config.to_str().unwrap()]),
+        &["images.idx", "magic"],
+    );
+    let csv = dir.0.join("rows.csv");
+    std::fs::write(&csv, "1,2,0\n3,4\n").unwrap();
+    let output = headroom(&[
+        "train",
+        "--model",
+        "mlp",
+        "--data",
+        "csv",
+        "--data-path",
+        csv.to_str().unwrap(),
+    ]);
+    fails_with(&output, &["rows.csv", "line 2"]);
+}
+
+#[test]
+fn resuming_without_a_checkpoint_and_a_model_that_cannot_fit_are_explained() {
+    let dir = TempDir::new("cli-fit");
+    let run = dir.0.to_str().unwrap();
+    fails_with(
+        &headroom(&["train", "--resume", "--run-dir", run]),
+        &["--resume", "no checkpoint"],
+    );
+    let output = headroom(&["plan", "--memory-limit", "2MiB"]);
+    fails_with(
+        &output,
+        &["weights", "optimizer state", "suggestion", "--memory-limit"],
+    );
+}
+
+#[test]
+fn plan_report_and_replay_print_their_tables() {
+    let dir = TempDir::new("cli-report");
+    let output = headroom(&["plan"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("predicted peak") && stdout.contains("chosen: micro-batches of"),
+        "{stdout}"
+    );
+
+    let mut config = small_config(&dir);
+    config.steps = Some(5);
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, config.to_toml()).unwrap();
+    let trained = headroom(&["train", "--quiet", "--config", file.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&trained.stdout);
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    assert!(
+        stdout.contains("== summary") && stdout.contains("held-out exact match"),
+        "{stdout}"
+    );
+    for file in [
+        "metrics.jsonl",
+        "summary.json",
+        "loss.svg",
+        "memory.svg",
+        "checkpoint.safetensors",
+        "config.toml",
+    ] {
+        assert!(dir.0.join(file).exists(), "{file}");
+    }
+    std::fs::remove_file(dir.0.join("loss.svg")).unwrap();
+    let report = headroom(&["report", dir.0.to_str().unwrap()]);
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    assert!(String::from_utf8_lossy(&report.stdout).contains("5 steps recorded"));
+    assert!(
+        dir.0.join("loss.svg").exists(),
+        "the report redraws the plots"
+    );
+    fails_with(
+        &headroom(&["report", dir.0.join("nothing").to_str().unwrap()]),
+        &["summary.json"],
+    );
+
+    let replay = headroom(&["replay", "--limit", "512MiB"]);
+    assert!(replay.status.success());
+    assert!(String::from_utf8_lossy(&replay.stdout).contains("peak"));
+}

@@ -1,0 +1,62 @@
+//! Configuration: TOML with defaults, flags over the file, validation up front.
+
+use headroom_trainer::config::{Overrides, PrecisionKind, TrainConfig};
+
+#[test]
+fn a_file_sets_what_it_names_and_flags_override_it() {
+    let text = "seed = 7\nsteps = 20\n[batch]\nsize = 64\n[memory]\nlimit = \"32MiB\"\n";
+    let mut config: TrainConfig = toml::from_str(text).unwrap();
+    assert_eq!(
+        (config.seed, config.steps, config.batch.size),
+        (7, Some(20), 64)
+    );
+    assert_eq!(
+        config.model,
+        TrainConfig::default().model,
+        "the rest keeps its defaults"
+    );
+    let flags = Overrides {
+        batch_size: Some(32),
+        precision: Some(PrecisionKind::Bf16),
+        memory_fraction: Some(0.5),
+        epochs: Some(2),
+        ..Overrides::default()
+    };
+    flags.apply(&mut config);
+    assert_eq!(config.batch.size, 32);
+    assert_eq!(config.precision.dtype, PrecisionKind::Bf16);
+    assert_eq!((config.steps, config.epochs), (None, Some(2)));
+    assert_eq!(
+        (config.memory.limit.as_deref(), config.memory.fraction),
+        (None, Some(0.5))
+    );
+    config.validate().unwrap();
+    let budget = config.memory.budget().unwrap();
+    assert_eq!(budget.limit, 4 << 30, "half of the default 8 GiB device");
+    let round_trip: TrainConfig = toml::from_str(&config.to_toml()).unwrap();
+    assert_eq!(round_trip, config);
+}
+
+#[test]
+fn validation_lists_every_problem_by_setting() {
+    let mut config = TrainConfig::default();
+    config.batch.size = 4;
+    config.batch.micro = Some(8);
+    config.model.dropout = 1.5;
+    config.precision.dtype = PrecisionKind::F16;
+    config.precision.backoff_factor = 2.0;
+    config.memory.fraction = Some(0.5);
+    config.memory.limit = Some("1GiB".into());
+    config.steps = Some(10);
+    config.epochs = Some(1);
+    let err = config.validate().unwrap_err().to_string();
+    for setting in [
+        "batch.micro",
+        "model.dropout",
+        "precision",
+        "memory: give a limit or a fraction",
+        "`steps` or `epochs`",
+    ] {
+        assert!(err.contains(setting), "`{setting}` not in {err}");
+    }
+}
