@@ -64,6 +64,9 @@ pub trait ElementwiseKernels {
 
     /// `acc[i] += x[i]`, in place; float dtypes, same dtype and length.
     fn accumulate(&self, acc: &mut Buffer, x: &Buffer) -> Result<()>;
+
+    /// `b[i] = op(a[i], b[i])`, in place; float dtypes, same dtype and length.
+    fn binary_assign(&self, op: BinaryOp, a: &Buffer, b: &mut Buffer) -> Result<()>;
 }
 
 /// Reductions over one axis.

@@ -270,3 +270,38 @@ fn add_into_accumulates_in_place_without_allocating() {
         }
     }
 }
+
+#[test]
+fn binary_into_writes_what_binary_returns_into_its_second_operand() {
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            for (op, _, lo, hi) in binary_cases() {
+                let (a, _) = random(&device, &mut rng, &[3, 5], dtype, lo, hi);
+                let (b, _) = random(&device, &mut rng, &[3, 5], dtype, -1.0, 1.0);
+                let want = ew::binary(op, &a, &b).unwrap().to_bytes().unwrap();
+                let mut b = b.deep_copy().unwrap();
+                let allocations = device.allocator().stats().allocations;
+                ew::binary_into(op, &a, &mut b).unwrap();
+                assert_eq!(
+                    device.allocator().stats().allocations,
+                    allocations,
+                    "{op:?}"
+                );
+                assert_eq!(b.to_bytes().unwrap(), want, "{op:?} {dtype}");
+                let shared = b.clone();
+                assert!(
+                    ew::binary_into(op, &a, &mut b).is_err(),
+                    "a shared operand is refused"
+                );
+                drop(shared);
+            }
+        }
+        let (a, _) = random(&device, &mut rng, &[3, 5], DType::F32, -1.0, 1.0);
+        let (mut b, _) = random(&device, &mut rng, &[5], DType::F32, -1.0, 1.0);
+        assert!(
+            ew::binary_into(BinaryOp::Add, &a, &mut b).is_err(),
+            "no broadcasting"
+        );
+    }
+}

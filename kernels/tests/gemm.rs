@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_close_scaled, devices, random, rng, tolerance};
+use common::{assert_close, assert_close_scaled, devices, random, rng, tolerance};
 use headroom_kernels::ops::gemm::matmul;
 use headroom_kernels::{Array, DType, Error};
 
@@ -97,4 +97,35 @@ fn mismatched_products_are_shape_errors() {
     let batched = Array::zeros(device, [2, 4, 2], DType::F32).unwrap();
     let other = Array::zeros(device, [3, 3, 4], DType::F32).unwrap();
     assert!(matmul(&other, &batched, false, false).is_err());
+}
+
+#[test]
+fn a_bias_is_added_to_every_row_in_every_float_dtype() {
+    use headroom_kernels::ops::gemm::matmul_bias;
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            let (x, _) = random(&device, &mut rng, &[2, 3, 4], dtype, -1.0, 1.0);
+            let (w, _) = random(&device, &mut rng, &[5, 4], dtype, -1.0, 1.0);
+            let (b, bs) = random(&device, &mut rng, &[5], dtype, -1.0, 1.0);
+            let plain = matmul(&x, &w, false, true).unwrap().to_f64().unwrap();
+            let fused = matmul_bias(&x, &w, &b, false, true)
+                .unwrap()
+                .to_f64()
+                .unwrap();
+            let want: Vec<f64> = plain
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v + bs[i % 5])
+                .collect();
+            assert_close(
+                &format!("matmul_bias {dtype}"),
+                &fused,
+                &want,
+                4.0 * tolerance(dtype),
+            );
+            let (wrong, _) = random(&device, &mut rng, &[4], dtype, -1.0, 1.0);
+            assert!(matmul_bias(&x, &w, &wrong, false, true).is_err());
+        }
+    }
 }

@@ -216,6 +216,15 @@ fn cases() -> Vec<Case> {
             &[Float(&[2, 5, 4], DType::BF16), Float(&[5, 3], DType::BF16)],
             |_, x| Ok(vec![gemm::matmul(&x[0], &x[1], true, false)?]),
         ),
+        case(
+            "matmul_bias",
+            &[
+                Float(&[3, 4], DType::BF16),
+                Float(&[5, 4], DType::BF16),
+                Float(&[5], DType::BF16),
+            ],
+            |_, x| Ok(vec![gemm::matmul_bias(&x[0], &x[1], &x[2], false, true)?]),
+        ),
         case("permute", &[Float(&[2, 3, 4], DType::F64)], |_, x| {
             Ok(vec![layout::permute(&x[0], &[2, 0, 1])?])
         }),
@@ -243,6 +252,9 @@ fn cases() -> Vec<Case> {
             Ok(vec![rand::dropout_backward(&x[0], 0.5, 3)?])
         }),
         case("softmax", f32s, |_, x| Ok(vec![norm::softmax(&x[0])?])),
+        case("softmax", &[Float(&[2, 4, 4], DType::BF16)], |_, x| {
+            Ok(vec![norm::attention_softmax(&x[0], 0.5, true)?])
+        }),
         case("log_softmax", f32s, |_, x| {
             Ok(vec![norm::log_softmax(&x[0])?])
         }),

@@ -557,3 +557,46 @@ fn bad_operands_give_typed_errors_naming_the_op() {
     // Nothing was allocated on the way to any of these errors.
     assert_eq!(device.allocator().stats().in_use, in_use);
 }
+
+#[test]
+fn attention_softmax_equals_scale_mask_softmax_and_its_gradient_too() {
+    use headroom_kernels::ops::elementwise::scale;
+    use headroom_kernels::ops::index::causal_mask;
+    use headroom_kernels::ops::norm::{attention_softmax, attention_softmax_backward};
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            for causal in [false, true] {
+                let (x, _) = random(&device, &mut rng, &[2, 3, 5, 5], dtype, -3.0, 3.0);
+                let (dy, _) = random(&device, &mut rng, &[2, 3, 5, 5], dtype, -1.0, 1.0);
+                let fused = attention_softmax(&x, 0.4, causal).unwrap();
+                let scaled = scale(&x, 0.4).unwrap();
+                let masked = if causal {
+                    causal_mask(&scaled, f64::NEG_INFINITY).unwrap()
+                } else {
+                    scaled
+                };
+                let want = softmax(&masked).unwrap();
+                let what = format!("{dtype} causal {causal}");
+                let tol = 2.0 * tolerance(dtype);
+                assert_close(
+                    &what,
+                    &fused.to_f64().unwrap(),
+                    &want.to_f64().unwrap(),
+                    tol,
+                );
+                let grad = attention_softmax_backward(&fused, &dy, 0.4, causal).unwrap();
+                let mut want = softmax_backward(&want, &dy).unwrap();
+                if causal {
+                    want = causal_mask(&want, 0.0).unwrap();
+                }
+                let want = scale(&want, 0.4).unwrap();
+                assert_close(&what, &grad.to_f64().unwrap(), &want.to_f64().unwrap(), tol);
+            }
+        }
+        let (oblong, _) = random(&device, &mut rng, &[2, 3, 4], DType::F32, -1.0, 1.0);
+        assert!(attention_softmax(&oblong, 1.0, true).is_err());
+        assert!(attention_softmax(&oblong, 1.0, false).is_ok());
+        assert!(attention_softmax(&oblong, f64::NAN, false).is_err());
+    }
+}

@@ -96,6 +96,35 @@ impl ElementwiseKernels for CpuBackend {
         })
     }
 
+    fn binary_assign(&self, op: BinaryOp, a: &Buffer, b: &mut Buffer) -> Result<()> {
+        with_float!(a.dtype(), op.name(), |T| {
+            let a = a.host::<T>(op.name())?;
+            let b = b.host_mut::<T>(op.name())?;
+            unswitch!(
+                op,
+                <T as Float>::C,
+                BinaryOp,
+                [
+                    Add,
+                    Sub,
+                    Mul,
+                    Div,
+                    ReluBackward,
+                    GeluBackward,
+                    TanhBackward,
+                    SqrtBackward,
+                    Equal
+                ],
+                [PowfBackward],
+                |f| b
+                    .par_chunks_mut(CHUNK)
+                    .zip(a.par_chunks(CHUNK))
+                    .for_each(|(b, a)| assign_with_best_isa(b, a, &f))
+            );
+            Ok(())
+        })
+    }
+
     fn accumulate(&self, acc: &mut Buffer, x: &Buffer) -> Result<()> {
         with_float!(acc.dtype(), "add_into", |T| {
             let x = x.host::<T>("add_into")?;
@@ -142,6 +171,37 @@ unsafe fn zip_with_avx2<T: Float, F: Fn(T::C, T::C) -> T::C>(
     f: &F,
 ) {
     zip_with(out, a, b, f);
+}
+
+/// `b[i] = f(a[i], b[i])` over equal-length slices.
+#[inline(always)]
+fn assign_with<T: Float, F: Fn(T::C, T::C) -> T::C>(b: &mut [T], a: &[T], f: &F) {
+    let a = &a[..b.len()];
+    for i in 0..b.len() {
+        b[i] = T::store(f(a[i].load(), b[i].load()));
+    }
+}
+
+/// [`assign_with`] compiled for AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn assign_with_avx2<T: Float, F: Fn(T::C, T::C) -> T::C>(b: &mut [T], a: &[T], f: &F) {
+    assign_with(b, a, f);
+}
+
+/// [`assign_with`] in the widest instruction set this CPU has.
+#[inline(always)]
+fn assign_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(b: &mut [T], a: &[T], f: &F) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        unsafe { assign_with_avx2(b, a, f) };
+        return;
+    }
+    assign_with(b, a, f);
 }
 
 /// [`zip_with`] in the widest instruction set this CPU has (detected at run time, since builds

@@ -24,4 +24,7 @@ impl ElementwiseKernels for MetaBackend {
     fn accumulate(&self, _: &mut Buffer, _: &Buffer) -> Result<()> {
         Ok(())
     }
+    fn binary_assign(&self, _: BinaryOp, _: &Buffer, _: &mut Buffer) -> Result<()> {
+        Ok(())
+    }
 }

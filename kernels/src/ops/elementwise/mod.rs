@@ -293,3 +293,33 @@ pub fn add_into(acc: &mut Array, x: &Array) -> Result<()> {
     let device = acc.device().clone();
     device.backend().accumulate(acc.buffer_mut(OP)?, x.buffer())
 }
+
+/// `b = op(a, b)` elementwise, in place (same shape, dtype and device, no broadcasting; `b`
+/// must be the only handle to its buffer): a backward rule turning an upstream gradient it owns
+/// into its input's gradient without a second array.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::elementwise::{BinaryOp, binary_into};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::from_f64(&cpu, [3], DType::F32, &[-1., 0.5, 2.])?;
+/// let mut dy = Array::full(&cpu, [3], DType::F32, 3.0)?;
+/// binary_into(BinaryOp::ReluBackward, &x, &mut dy)?;
+/// assert_eq!(dy.to_f64()?, [0., 3., 3.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn binary_into(op: BinaryOp, a: &Array, b: &mut Array) -> Result<()> {
+    let name = op.name();
+    a.check_float(name)?;
+    a.check_peer(b, name)?;
+    if a.shape() != b.shape() {
+        return Err(crate::error::Error::Shape {
+            op: name,
+            detail: format!("{} into {} in place", a.shape(), b.shape()),
+        });
+    }
+    let device = a.device().clone();
+    device
+        .backend()
+        .binary_assign(op, a.buffer(), b.buffer_mut(name)?)
+}

@@ -40,7 +40,9 @@ fn gemm_typed<T: Element + Default>(
         return Ok(());
     }
     if k == 0 {
-        out.fill(T::from_f64(0.0));
+        if !spec.accumulate {
+            out.fill(T::from_f64(0.0));
+        }
         return Ok(());
     }
     let one = T::from_f64(1.0);
@@ -53,7 +55,8 @@ fn gemm_typed<T: Element + Default>(
         // SAFETY: `a` holds `m * k` elements and `b` `k * n` (sliced above, so in bounds); the
         // strides address exactly those elements; `c` holds `m * n` elements written with row
         // stride `n`; `c` is a distinct allocation from `a` and `b`, so nothing aliases; with
-        // `read_dst` false, `c`'s previous contents are neither read nor required.
+        // `read_dst` false, `c`'s previous contents are neither read nor required, and with it
+        // true they are initialized values of `T`.
         unsafe {
             gemm::gemm(
                 m,
@@ -62,14 +65,18 @@ fn gemm_typed<T: Element + Default>(
                 c.as_mut_ptr(),
                 1,
                 n as isize,
-                false,
+                spec.accumulate,
                 a.as_ptr(),
                 a_cs as isize,
                 a_rs as isize,
                 b.as_ptr(),
                 b_cs as isize,
                 b_rs as isize,
-                T::from_f64(0.0),
+                if spec.accumulate {
+                    one
+                } else {
+                    T::from_f64(0.0)
+                },
                 one,
                 false,
                 false,

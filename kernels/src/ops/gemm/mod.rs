@@ -30,6 +30,8 @@ pub struct GemmSpec {
     pub a_batch_stride: usize,
     /// Elements between consecutive matrices of `b` (0: one matrix for every batch).
     pub b_batch_stride: usize,
+    /// Add the product to what `out` holds (`out += op(a) op(b)`) instead of overwriting it.
+    pub accumulate: bool,
 }
 
 impl GemmSpec {
@@ -63,9 +65,43 @@ fn matrix_dims<'s>(shape: &'s Shape, name: &str) -> Result<(&'s [usize], usize, 
 /// # Ok::<(), headroom_kernels::Error>(())
 /// ```
 pub fn matmul(a: &Array, b: &Array, trans_a: bool, trans_b: bool) -> Result<Array> {
-    const OP: &str = "matmul";
-    a.check_float(OP)?;
-    a.check_peer(b, OP)?;
+    product(a, b, None, trans_a, trans_b, "matmul")
+}
+
+/// `op(a) @ op(b) + bias`, the bias (`[n]`, the output's last dimension, of the operands'
+/// dtype) added to every row by the GEMM itself: the output starts as the bias and the product
+/// accumulates into it (`torch.addmm`), with no second pass and no second array.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::gemm::matmul_bias};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::from_f64(&cpu, [2, 2], DType::F32, &[1., 2., 3., 4.])?;
+/// let w = Array::from_f64(&cpu, [1, 2], DType::F32, &[1., 1.])?; // [out, in]
+/// let b = Array::from_f64(&cpu, [1], DType::F32, &[0.5])?;
+/// assert_eq!(matmul_bias(&x, &w, &b, false, true)?.to_f64()?, [3.5, 7.5]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn matmul_bias(
+    a: &Array,
+    b: &Array,
+    bias: &Array,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Array> {
+    product(a, b, Some(bias), trans_a, trans_b, "matmul_bias")
+}
+
+/// The product behind [`matmul`] and [`matmul_bias`], errors named `op`.
+fn product(
+    a: &Array,
+    b: &Array,
+    bias: Option<&Array>,
+    trans_a: bool,
+    trans_b: bool,
+    op: &'static str,
+) -> Result<Array> {
+    a.check_float(op)?;
+    a.check_peer(b, op)?;
     let (a_batch, a_rows, a_cols) = matrix_dims(a.shape(), "a")?;
     let (b_batch, b_rows, b_cols) = matrix_dims(b.shape(), "b")?;
     let (m, k) = if trans_a {
@@ -80,7 +116,7 @@ pub fn matmul(a: &Array, b: &Array, trans_a: bool, trans_b: bool) -> Result<Arra
     };
     if k != k2 {
         return Err(Error::Shape {
-            op: OP,
+            op,
             detail: format!(
                 "inner dimensions differ: {} (a{}) against {} (b{})",
                 a.shape(),
@@ -96,7 +132,7 @@ pub fn matmul(a: &Array, b: &Array, trans_a: bool, trans_b: bool) -> Result<Arra
         ([], y) => y,
         _ => {
             return Err(Error::Shape {
-                op: OP,
+                op,
                 detail: format!("batch dimensions of {} and {} differ", a.shape(), b.shape()),
             });
         }
@@ -111,29 +147,63 @@ pub fn matmul(a: &Array, b: &Array, trans_a: bool, trans_b: bool) -> Result<Arra
         trans_b,
         a_batch_stride: if a_batch.is_empty() { 0 } else { m * k },
         b_batch_stride: if b_batch.is_empty() { 0 } else { k * n },
+        accumulate: bias.is_some(),
     };
+    if let Some(bias) = bias {
+        a.check_peer(bias, op)?;
+        if bias.shape().dims() != [n] {
+            return Err(Error::Shape {
+                op,
+                detail: format!("bias {} for an output of {n} columns", bias.shape()),
+            });
+        }
+    }
     let mut out_dims = batch_dims.to_vec();
     out_dims.extend([m, n]);
     let out_shape = Shape::new(&out_dims);
     let device = a.device();
-    let mut out = Array::uninit(device, out_shape.clone(), a.dtype(), OP)?;
+    let mut out = Array::uninit(device, out_shape.clone(), a.dtype(), op)?;
     match a.dtype() {
         DType::F32 | DType::F64 => {
+            if let Some(bias) = bias {
+                fill_rows(bias, &mut out, op)?;
+            }
             device
                 .backend()
-                .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(OP)?)?;
+                .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(op)?)?;
         }
         _ => {
             // Half types: widen to f32 workspace, multiply, narrow into the output.
             let _workspace = device.scoped_tag(Tag::WORKSPACE);
-            let widen = |x: &Array| x.cast(DType::F32).map_err(|err| err.in_op(OP));
+            let widen = |x: &Array| x.cast(DType::F32).map_err(|err| err.in_op(op));
             let (a32, b32) = (widen(a)?, widen(b)?);
-            let mut out32 = Array::uninit(device, out_shape, DType::F32, OP)?;
+            let mut out32 = Array::uninit(device, out_shape, DType::F32, op)?;
+            if let Some(bias) = bias {
+                fill_rows(&widen(bias)?, &mut out32, op)?;
+            }
             device
                 .backend()
-                .gemm(&spec, a32.buffer(), b32.buffer(), out32.buffer_mut(OP)?)?;
-            device.backend().cast(out32.buffer(), out.buffer_mut(OP)?)?;
+                .gemm(&spec, a32.buffer(), b32.buffer(), out32.buffer_mut(op)?)?;
+            device.backend().cast(out32.buffer(), out.buffer_mut(op)?)?;
         }
     }
     Ok(out)
+}
+
+/// Writes `row` (`[n]`) into every row of `out` (`[..., n]`, its dtype).
+fn fill_rows(row: &Array, out: &mut Array, op: &'static str) -> Result<()> {
+    let dims = out.shape().dims().to_vec();
+    let mut strides = vec![0; dims.len()];
+    if let Some(last) = strides.last_mut() {
+        *last = 1;
+    }
+    let view = crate::ops::layout::Strided {
+        offset: 0,
+        dims: &dims,
+        strides: &strides,
+    };
+    let device = out.device().clone();
+    device
+        .backend()
+        .gather_strided(row.buffer(), view, out.buffer_mut(op)?)
 }

@@ -1,18 +1,18 @@
 //! Meta kernels: nothing to compute.
 
-use super::{NormKernels, RowSpec, SoftmaxKind};
+use super::{NormKernels, RowSpec, SoftmaxSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 
 impl NormKernels for MetaBackend {
-    fn softmax(&self, _: SoftmaxKind, _: RowSpec, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn softmax(&self, _: SoftmaxSpec, _: RowSpec, _: &Buffer, _: &mut Buffer) -> Result<()> {
         Ok(())
     }
 
     fn softmax_backward(
         &self,
-        _: SoftmaxKind,
+        _: SoftmaxSpec,
         _: RowSpec,
         _: &Buffer,
         _: &Buffer,

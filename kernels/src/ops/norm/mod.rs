@@ -51,20 +51,52 @@ impl SoftmaxKind {
     }
 }
 
+/// A softmax as the kernels run it: which one, a factor its input is scaled by first, and
+/// whether rows are masked causally (row `i` of each square matrix sees only columns `0..=i`,
+/// as attention over the past does; masked outputs are 0 for softmax, -infinity for
+/// log-softmax, and their gradients 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SoftmaxSpec {
+    /// Softmax or log-softmax.
+    pub kind: SoftmaxKind,
+    /// The input's factor (1 for a plain softmax).
+    pub scale: f64,
+    /// Mask above the diagonal (rows must be as long as the matrices are tall).
+    pub causal: bool,
+}
+
+impl SoftmaxSpec {
+    /// A plain softmax or log-softmax.
+    pub fn plain(kind: SoftmaxKind) -> Self {
+        Self {
+            kind,
+            scale: 1.0,
+            causal: false,
+        }
+    }
+}
+
 /// The kernels of this family that a backend runs. Every buffer is contiguous and row-major;
 /// the op layer has checked lengths, dtypes and devices before calling.
 pub trait NormKernels {
-    /// Writes softmax or log-softmax of each row of `x` (`[rows, len]`, float) into `y` (same
-    /// dtype and length), subtracting the row maximum first so that large inputs do not
-    /// overflow.
-    fn softmax(&self, kind: SoftmaxKind, spec: RowSpec, x: &Buffer, y: &mut Buffer) -> Result<()>;
+    /// Writes softmax or log-softmax of each row of `x` (`[rows, len]`, float), scaled and
+    /// masked as `softmax` says, into `y` (same dtype and length), subtracting the row maximum
+    /// first so that large inputs do not overflow.
+    fn softmax(
+        &self,
+        softmax: SoftmaxSpec,
+        spec: RowSpec,
+        x: &Buffer,
+        y: &mut Buffer,
+    ) -> Result<()>;
 
-    /// The gradient of [`NormKernels::softmax`] from its output `y` and the upstream gradient
-    /// `dy` (both `[rows, len]`, same float dtype), into `dx`: `y * (dy - sum(dy * y))` for
-    /// softmax, `dy - exp(y) * sum(dy)` for log-softmax, sums over each row.
+    /// The gradient of [`NormKernels::softmax`] with respect to its input, from its output `y`
+    /// and the upstream gradient `dy` (both `[rows, len]`, same float dtype), into `dx`:
+    /// `scale * y * (dy - sum(dy * y))` for softmax, `scale * (dy - exp(y) * sum(dy))` for
+    /// log-softmax, sums over each row's unmasked columns, 0 where masked.
     fn softmax_backward(
         &self,
-        kind: SoftmaxKind,
+        softmax: SoftmaxSpec,
         spec: RowSpec,
         y: &Buffer,
         dy: &Buffer,
@@ -206,23 +238,44 @@ fn stats_shape(x: &Array) -> Shape {
     Shape::new(&dims[..dims.len().saturating_sub(1)])
 }
 
-fn softmax_forward(kind: SoftmaxKind, x: &Array) -> Result<Array> {
-    let op = kind.name();
+/// Fails unless a causal softmax's rows are as long as its matrices are tall.
+fn check_causal(x: &Array, softmax: SoftmaxSpec, op: &'static str) -> Result<()> {
+    let dims = x.shape().dims();
+    let square = matches!(dims, [.., rows, cols] if rows == cols);
+    if softmax.causal && !square {
+        return Err(Error::Shape {
+            op,
+            detail: format!("a causal softmax needs square matrices, got {}", x.shape()),
+        });
+    }
+    if !softmax.scale.is_finite() {
+        return Err(Error::Argument {
+            op,
+            detail: format!("scale {} is not finite", softmax.scale),
+        });
+    }
+    Ok(())
+}
+
+fn softmax_forward(softmax: SoftmaxSpec, x: &Array) -> Result<Array> {
+    let op = softmax.kind.name();
     let spec = rows_of(x, op)?;
+    check_causal(x, softmax, op)?;
     let mut y = Array::uninit(x.device(), x.shape().clone(), x.dtype(), op)?;
     x.device()
         .backend()
-        .softmax(kind, spec, x.buffer(), y.buffer_mut(op)?)?;
+        .softmax(softmax, spec, x.buffer(), y.buffer_mut(op)?)?;
     Ok(y)
 }
 
-fn softmax_grad(kind: SoftmaxKind, y: &Array, dy: &Array) -> Result<Array> {
-    let op = kind.backward_name();
+fn softmax_grad(softmax: SoftmaxSpec, y: &Array, dy: &Array) -> Result<Array> {
+    let op = softmax.kind.backward_name();
     let spec = rows_of(y, op)?;
     check_operand(y, dy, "dy", y.shape(), op)?;
+    check_causal(y, softmax, op)?;
     let mut dx = Array::uninit(y.device(), y.shape().clone(), y.dtype(), op)?;
     y.device().backend().softmax_backward(
-        kind,
+        softmax,
         spec,
         y.buffer(),
         dy.buffer(),
@@ -242,24 +295,62 @@ fn softmax_grad(kind: SoftmaxKind, y: &Array, dy: &Array) -> Result<Array> {
 /// # Ok::<(), headroom_kernels::Error>(())
 /// ```
 pub fn softmax(x: &Array) -> Result<Array> {
-    softmax_forward(SoftmaxKind::Softmax, x)
+    softmax_forward(SoftmaxSpec::plain(SoftmaxKind::Softmax), x)
 }
 
 /// Log-softmax over the last axis: `x - max - ln(sum(exp(x - max)))`.
 pub fn log_softmax(x: &Array) -> Result<Array> {
-    softmax_forward(SoftmaxKind::LogSoftmax, x)
+    softmax_forward(SoftmaxSpec::plain(SoftmaxKind::LogSoftmax), x)
 }
 
 /// The gradient of [`softmax`] from its output `y` and the upstream gradient `dy` (same shape,
 /// dtype and device): `y * (dy - sum(dy * y))`, the sum over the last axis.
 pub fn softmax_backward(y: &Array, dy: &Array) -> Result<Array> {
-    softmax_grad(SoftmaxKind::Softmax, y, dy)
+    softmax_grad(SoftmaxSpec::plain(SoftmaxKind::Softmax), y, dy)
 }
 
 /// The gradient of [`log_softmax`] from its output `y` and the upstream gradient `dy` (same
 /// shape, dtype and device): `dy - exp(y) * sum(dy)`, the sum over the last axis.
 pub fn log_softmax_backward(y: &Array, dy: &Array) -> Result<Array> {
-    softmax_grad(SoftmaxKind::LogSoftmax, y, dy)
+    softmax_grad(SoftmaxSpec::plain(SoftmaxKind::LogSoftmax), y, dy)
+}
+
+/// Attention weights in one pass: `softmax(mask(scale * scores))` over the last axis, the mask
+/// (when `causal`) hiding every column after the row's own, as a decoder's attention does. The
+/// same as scaling, [`crate::ops::index::causal_mask`]ing with -infinity and [`softmax`], without
+/// the two intermediate arrays.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::norm::attention_softmax;
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let scores = Array::from_f64(&cpu, [2, 2], DType::F64, &[1., 5., 2., 2.])?;
+/// assert_eq!(attention_softmax(&scores, 0.5, true)?.to_f64()?, [1., 0., 0.5, 0.5]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn attention_softmax(scores: &Array, scale: f64, causal: bool) -> Result<Array> {
+    let spec = SoftmaxSpec {
+        kind: SoftmaxKind::Softmax,
+        scale,
+        causal,
+    };
+    softmax_forward(spec, scores)
+}
+
+/// The gradient of [`attention_softmax`] with respect to its scores, from its output `y` and
+/// the upstream gradient `dy`: `scale * y * (dy - sum(dy * y))`, 0 where masked.
+pub fn attention_softmax_backward(
+    y: &Array,
+    dy: &Array,
+    scale: f64,
+    causal: bool,
+) -> Result<Array> {
+    let spec = SoftmaxSpec {
+        kind: SoftmaxKind::Softmax,
+        scale,
+        causal,
+    };
+    softmax_grad(spec, y, dy)
 }
 
 /// Layer normalization over the last axis (of length `d`): `gamma` and `beta` are `[d]` of
