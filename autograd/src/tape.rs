@@ -21,9 +21,10 @@ pub(crate) type SlotId = usize;
 /// The gradients of an op's inputs, one per input (`None` where none is needed).
 pub(crate) type InputGrads = Vec<Option<Array>>;
 
-/// The rule of an op with one output: from that output's gradient and, per input, whether it
-/// needs a gradient.
-pub(crate) type OneRule = Box<dyn FnOnce(&Array, &[bool]) -> Result<InputGrads> + Send>;
+/// The rule of an op with one output: from that output's gradient (owned, so that a rule may
+/// turn it into its input's gradient in place when nothing else shares it) and, per input,
+/// whether it needs a gradient.
+pub(crate) type OneRule = Box<dyn FnOnce(Array, &[bool]) -> Result<InputGrads> + Send>;
 
 /// The rule of an op with several outputs: from each output's gradient (`None` where none
 /// flowed) and, per input, whether it needs a gradient.
@@ -248,7 +249,7 @@ impl Tape {
                 .collect();
             let input_grads = match backward {
                 Backward::One(rule) => match upstream.pop().flatten() {
-                    Some(g) => rule(&g, &needs)?,
+                    Some(g) => rule(g, &needs)?,
                     None => continue,
                 },
                 Backward::Many(rule) => {

@@ -122,3 +122,21 @@ fn ops_that_do_not_need_their_inputs_keep_nothing() {
     assert_eq!(device.allocator().stats().in_use, before + rounded(4));
     drop((y, tape));
 }
+
+#[test]
+fn elementwise_gradients_reuse_the_upstream_gradients_memory() {
+    let device = device();
+    let w = Tensor::variable(
+        headroom_kernels::Array::full(&device, [512, 512], DType::F32, 0.5).unwrap(),
+    );
+    let tape = Tape::new();
+    let y = tape
+        .record(|| w.relu()?.gelu()?.tanh()?.exp()?.sum_all())
+        .unwrap();
+    let before = device.allocator().stats().allocations;
+    let grads = tape.gradient(&y, &[&w]).unwrap();
+    // The seed and the broadcast of the sum's gradient; exp, tanh, gelu and relu then work in
+    // that one array, which becomes w's gradient.
+    assert_eq!(device.allocator().stats().allocations - before, 2);
+    assert_eq!(grads.get(&w).unwrap().shape().dims(), [512, 512]);
+}

@@ -3,7 +3,7 @@
 use headroom_kernels::ops::gemm;
 use headroom_kernels::{Array, Shape};
 
-use super::{reduce_to, rule};
+use super::{reduce_to, rule, when};
 use crate::error::Result;
 use crate::tape::begin;
 use crate::tensor::Tensor;
@@ -19,11 +19,38 @@ impl Tensor {
     /// `[out, in]` and `bias` of `[out]`. Under autocast the bias joins the product's dtype
     /// too, so that the output (and whatever the next layer saves) stays in the half type.
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        let y = self.matmul_t(weight, false, true)?;
-        match bias {
-            Some(bias) => y.add(&bias.for_matmul()?),
-            None => Ok(y),
+        let Some(bias) = bias else {
+            return self.matmul_t(weight, false, true);
+        };
+        let (x, w, b) = (self.for_matmul()?, weight.for_matmul()?, bias.for_matmul()?);
+        // One GEMM that starts from the bias (torch.addmm): no second pass, no second array.
+        let y = Tensor::output(gemm::matmul_bias(
+            x.array(),
+            w.array(),
+            b.array(),
+            false,
+            true,
+        )?);
+        if let Some(rec) = begin(&[&x, &w, &b]) {
+            let keep_w = rec.tracks(0).then(|| w.array().clone());
+            let keep_x = rec.tracks(1).then(|| x.array().clone());
+            let (sx, sw, sb) = (x.shape().clone(), w.shape().clone(), b.shape().clone());
+            let backward = rule(move |g, needs| {
+                // The weight's gradient first, so that the saved input is released before the
+                // input's gradient (as large) is allocated.
+                let dw = match (needs[1], keep_x) {
+                    (true, Some(x)) => Some(grad_b(&x, &sw, g, false, true)?),
+                    _ => None,
+                };
+                let dx = match (needs[0], keep_w) {
+                    (true, Some(w)) => Some(grad_a(&sx, &w, g, false, true)?),
+                    _ => None,
+                };
+                Ok(vec![dx, dw, when(needs[2], || reduce_to(g, &sb))?])
+            });
+            rec.finish("linear", &[&y], backward);
         }
+        Ok(y)
     }
 
     /// `op(self) @ op(other)`, where `op` transposes the last two axes when its flag is set:
@@ -37,12 +64,14 @@ impl Tensor {
             let keep_a = rec.tracks(1).then(|| a.array().clone());
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let backward = rule(move |g, needs| {
-                let da = match (needs[0], keep_b) {
-                    (true, Some(b)) => Some(grad_a(&sa, &b, g, trans_a, trans_b)?),
-                    _ => None,
-                };
+                // One gradient, then release what only it needed, then the other: the saved
+                // operands go as early as they can.
                 let db = match (needs[1], keep_a) {
                     (true, Some(a)) => Some(grad_b(&a, &sb, g, trans_a, trans_b)?),
+                    _ => None,
+                };
+                let da = match (needs[0], keep_b) {
+                    (true, Some(b)) => Some(grad_a(&sa, &b, g, trans_a, trans_b)?),
                     _ => None,
                 };
                 Ok(vec![da, db])

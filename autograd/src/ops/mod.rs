@@ -11,6 +11,7 @@ mod pointwise;
 mod random;
 mod reduce;
 
+use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 use headroom_kernels::ops::reduce::sum_to;
 use headroom_kernels::{Array, DType, Shape};
 
@@ -20,7 +21,22 @@ use crate::tensor::Tensor;
 
 /// A backward rule for an op with one output.
 fn rule(f: impl FnOnce(&Array, &[bool]) -> Result<InputGrads> + Send + 'static) -> Backward {
-    Backward::One(Box::new(f))
+    Backward::One(Box::new(move |g: Array, needs: &[bool]| f(&g, needs)))
+}
+
+/// A backward rule for an elementwise op whose input gradient is `op(saved, g)`: computed in
+/// the upstream gradient's own buffer when nothing else holds it (no second array at the
+/// moment gradients are largest), in a new one otherwise.
+fn rule_in_place(op: BinaryOp, saved: Array) -> Backward {
+    Backward::One(Box::new(move |mut g: Array, _: &[bool]| {
+        let dx = if g.is_shared() {
+            ew::binary(op, &saved, &g)?
+        } else {
+            ew::binary_into(op, &saved, &mut g)?;
+            g
+        };
+        Ok(vec![Some(dx)])
+    }))
 }
 
 /// A backward rule for an op with several outputs.

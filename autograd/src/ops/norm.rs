@@ -39,6 +39,27 @@ impl Tensor {
         Ok(y)
     }
 
+    /// Attention weights in one pass: `softmax(mask(scale * self))` over the last axis, the mask
+    /// (when `causal`) hiding the columns after each row's own. Keeps only its output; runs in
+    /// f32 under autocast.
+    pub fn attention_softmax(&self, scale: f64, causal: bool) -> Result<Tensor> {
+        let x = self.for_f32_op()?;
+        let y = Tensor::output(norm::attention_softmax(x.array(), scale, causal)?);
+        if let Some(rec) = begin(&[&x]) {
+            let out = y.array().clone();
+            rec.finish(
+                "attention_softmax",
+                &[&y],
+                rule(move |g, _| {
+                    Ok(vec![Some(norm::attention_softmax_backward(
+                        &out, g, scale, causal,
+                    )?)])
+                }),
+            );
+        }
+        Ok(y)
+    }
+
     /// Layer normalization over the last axis (of length `d`) with scale `gamma` and shift
     /// `beta` (`[d]`); `eps` is added to the variance. Keeps its input, `gamma` and the per-row
     /// mean and reciprocal deviation.

@@ -1,9 +1,9 @@
 //! Elementwise ops: arithmetic with broadcasting (operands of different float dtypes meet in
 //! the wider one), and functions of one tensor.
 
-use headroom_kernels::ops::elementwise as ew;
+use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 
-use super::{promote, reduce_to, rule, when};
+use super::{promote, reduce_to, rule, rule_in_place, when};
 use crate::error::Result;
 use crate::tape::begin;
 use crate::tensor::Tensor;
@@ -117,11 +117,7 @@ impl Tensor {
         let y = Tensor::output(ew::exp(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let out = y.array().clone();
-            rec.finish(
-                "exp",
-                &[&y],
-                rule(move |g, _| Ok(vec![Some(ew::mul(g, &out)?)])),
-            );
+            rec.finish("exp", &[&y], rule_in_place(BinaryOp::Mul, out));
         }
         Ok(y)
     }
@@ -145,11 +141,7 @@ impl Tensor {
         let y = Tensor::output(ew::sqrt(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let out = y.array().clone();
-            rec.finish(
-                "sqrt",
-                &[&y],
-                rule(move |g, _| Ok(vec![Some(ew::sqrt_backward(&out, g)?)])),
-            );
+            rec.finish("sqrt", &[&y], rule_in_place(BinaryOp::SqrtBackward, out));
         }
         Ok(y)
     }
@@ -159,11 +151,7 @@ impl Tensor {
         let y = Tensor::output(ew::powf(self.array(), p)?);
         if let Some(rec) = begin(&[self]) {
             let x = self.array().clone();
-            rec.finish(
-                "powf",
-                &[&y],
-                rule(move |g, _| Ok(vec![Some(ew::powf_backward(&x, g, p)?)])),
-            );
+            rec.finish("powf", &[&y], rule_in_place(BinaryOp::PowfBackward(p), x));
         }
         Ok(y)
     }
@@ -173,11 +161,7 @@ impl Tensor {
         let y = Tensor::output(ew::relu(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let out = y.array().clone();
-            rec.finish(
-                "relu",
-                &[&y],
-                rule(move |g, _| Ok(vec![Some(ew::relu_backward(&out, g)?)])),
-            );
+            rec.finish("relu", &[&y], rule_in_place(BinaryOp::ReluBackward, out));
         }
         Ok(y)
     }
@@ -187,11 +171,7 @@ impl Tensor {
         let y = Tensor::output(ew::gelu(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let x = self.array().clone();
-            rec.finish(
-                "gelu",
-                &[&y],
-                rule(move |g, _| Ok(vec![Some(ew::gelu_backward(&x, g)?)])),
-            );
+            rec.finish("gelu", &[&y], rule_in_place(BinaryOp::GeluBackward, x));
         }
         Ok(y)
     }
@@ -201,11 +181,7 @@ impl Tensor {
         let y = Tensor::output(ew::tanh(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let out = y.array().clone();
-            rec.finish(
-                "tanh",
-                &[&y],
-                rule(move |g, _| Ok(vec![Some(ew::tanh_backward(&out, g)?)])),
-            );
+            rec.finish("tanh", &[&y], rule_in_place(BinaryOp::TanhBackward, out));
         }
         Ok(y)
     }
