@@ -38,12 +38,16 @@ pub struct Plan {
     pub target: u64,
 }
 
-/// The device configuration of a run's budget, with `history` events recorded.
+/// The device configuration of a run's budget, with `history` events recorded. Free chunks
+/// are split whenever anything would be left over (as PyTorch's allocator does for large
+/// blocks), instead of handing out up to twice the request: on a training step's mix of sizes
+/// that lowers the peak by several percent and costs no measurable time.
 pub fn device_config(budget: &Budget, history: usize) -> DeviceConfig {
     DeviceConfig::new(budget.device).with_allocator(
         AllocatorConfig::default()
             .with_limit_bytes(budget.limit)
             .with_growth(budget.growth)
+            .with_max_internal_fragmentation(headroom_alloc::GRANULE)
             .with_history(history),
     )
 }

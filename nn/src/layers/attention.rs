@@ -75,10 +75,10 @@ impl Module for CausalSelfAttention {
             |m: &Tensor| -> Result<Tensor> { Ok(m.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?) };
         let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
         drop(qkv);
-        let scores = q
+        // Scale, causal mask and softmax in one pass that keeps only the weights for backward.
+        let weights = q
             .matmul_t(&k, false, true)?
-            .scale(1.0 / (d as f64).sqrt())?;
-        let weights = scores.causal_mask(f64::NEG_INFINITY)?.softmax()?;
+            .attention_softmax(1.0 / (d as f64).sqrt(), true)?;
         let weights = self.attention_dropout.forward(&weights)?;
         let y = weights
             .matmul(&v)?
