@@ -40,6 +40,16 @@ pub trait DataKernels {
     fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
     /// Converts every element of `src` into `dst`'s dtype (same length).
     fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
+    /// Converts the `len` elements of `src` from index `src_at` into `dst`'s dtype, at
+    /// `dst[dst_at..]`; a range past either buffer's end is an argument error.
+    fn cast_range(
+        &self,
+        src: &Buffer,
+        src_at: usize,
+        dst: &mut Buffer,
+        dst_at: usize,
+        len: usize,
+    ) -> Result<()>;
     /// Waits until every kernel queued so far has finished; a synchronous backend has nothing
     /// to wait for.
     fn synchronize(&self) -> Result<()> {

@@ -3,8 +3,9 @@
 mod common;
 
 use common::{assert_close, assert_close_scaled, devices, random, rng, tolerance};
-use headroom_kernels::ops::gemm::matmul;
-use headroom_kernels::{Array, DType, Error};
+use headroom_alloc::trace::SplitMix64;
+use headroom_kernels::ops::gemm::{matmul, matmul_bias};
+use headroom_kernels::{Array, DType, Device, Error};
 
 /// Reads element (row, col) of `op(x)` for matrix `index` of a batch stored row-major.
 fn element(
@@ -24,10 +25,66 @@ fn element(
     }
 }
 
+/// (batch of a, batch of b, m, k, n); a batch of [] is a plain matrix.
+type Case<'a> = (&'a [usize], &'a [usize], usize, usize, usize);
+
+/// Checks `matmul` (and, given a bias, `matmul_bias`) for one case in every transpose against
+/// the f64 reference.
+fn check_products(
+    device: &Device,
+    rng: &mut SplitMix64,
+    dtype: DType,
+    case: Case,
+    with_bias: bool,
+) {
+    let (a_batch, b_batch, m, k, n) = case;
+    for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a_mat = if trans_a { [k, m] } else { [m, k] };
+        let b_mat = if trans_b { [n, k] } else { [k, n] };
+        let a_shape = [a_batch, &a_mat[..]].concat();
+        let b_shape = [b_batch, &b_mat[..]].concat();
+        let (a, av) = random(device, rng, &a_shape, dtype, -1.0, 1.0);
+        let (b, bv) = random(device, rng, &b_shape, dtype, -1.0, 1.0);
+        let (bias, bias_values) = random(device, rng, &[n], dtype, -1.0, 1.0);
+        let got = if with_bias {
+            matmul_bias(&a, &b, &bias, trans_a, trans_b).unwrap()
+        } else {
+            matmul(&a, &b, trans_a, trans_b).unwrap()
+        };
+        let batch_dims = if a_batch.is_empty() { b_batch } else { a_batch };
+        let batch: usize = batch_dims.iter().product();
+        assert_eq!(
+            got.shape().dims(),
+            [batch_dims, &[m, n][..]].concat().as_slice()
+        );
+        let (mut want, mut scale) = (Vec::new(), Vec::new());
+        for index in 0..batch {
+            let ai = if a_batch.is_empty() { 0 } else { index };
+            let bi = if b_batch.is_empty() { 0 } else { index };
+            for r in 0..m {
+                for (c, bias) in bias_values.iter().enumerate() {
+                    let mut terms: Vec<f64> = (0..k)
+                        .map(|l| {
+                            element(&av, a_mat[0], a_mat[1], ai, trans_a, r, l)
+                                * element(&bv, b_mat[0], b_mat[1], bi, trans_b, l, c)
+                        })
+                        .collect();
+                    if with_bias {
+                        terms.push(*bias);
+                    }
+                    want.push(terms.iter().sum());
+                    scale.push(terms.iter().map(|t| t.abs()).sum());
+                }
+            }
+        }
+        let what = format!("{dtype} a{a_shape:?} b{b_shape:?} t=({trans_a},{trans_b})");
+        let rtol = tolerance(dtype) * if dtype == DType::F32 { 4.0 } else { 1.0 };
+        assert_close_scaled(&what, &got.to_f64().unwrap(), &want, &scale, rtol);
+    }
+}
+
 #[test]
 fn products_match_the_f64_reference_in_every_float_dtype() {
-    // (batch of a, batch of b, m, k, n); a batch of [] is a plain matrix.
-    type Case<'a> = (&'a [usize], &'a [usize], usize, usize, usize);
     let cases: [Case; 7] = [
         (&[], &[], 1, 1, 1),
         (&[], &[], 3, 5, 7),
@@ -40,43 +97,27 @@ fn products_match_the_f64_reference_in_every_float_dtype() {
     let mut rng = rng();
     for device in devices() {
         for dtype in DType::FLOATS {
-            for (a_batch, b_batch, m, k, n) in cases {
-                for (trans_a, trans_b) in
-                    [(false, false), (true, false), (false, true), (true, true)]
-                {
-                    let a_mat = if trans_a { [k, m] } else { [m, k] };
-                    let b_mat = if trans_b { [n, k] } else { [k, n] };
-                    let a_shape = [a_batch, &a_mat[..]].concat();
-                    let b_shape = [b_batch, &b_mat[..]].concat();
-                    let (a, av) = random(&device, &mut rng, &a_shape, dtype, -1.0, 1.0);
-                    let (b, bv) = random(&device, &mut rng, &b_shape, dtype, -1.0, 1.0);
-                    let got = matmul(&a, &b, trans_a, trans_b).unwrap();
-                    let batch_dims = if a_batch.is_empty() { b_batch } else { a_batch };
-                    let batch: usize = batch_dims.iter().product();
-                    assert_eq!(
-                        got.shape().dims(),
-                        [batch_dims, &[m, n][..]].concat().as_slice()
-                    );
-                    let (mut want, mut scale) = (Vec::new(), Vec::new());
-                    for index in 0..batch {
-                        let ai = if a_batch.is_empty() { 0 } else { index };
-                        let bi = if b_batch.is_empty() { 0 } else { index };
-                        for r in 0..m {
-                            for c in 0..n {
-                                let terms = (0..k).map(|l| {
-                                    element(&av, a_mat[0], a_mat[1], ai, trans_a, r, l)
-                                        * element(&bv, b_mat[0], b_mat[1], bi, trans_b, l, c)
-                                });
-                                let terms: Vec<f64> = terms.collect();
-                                want.push(terms.iter().sum());
-                                scale.push(terms.iter().map(|t| t.abs()).sum());
-                            }
-                        }
-                    }
-                    let what = format!("{dtype} a{a_shape:?} b{b_shape:?} t=({trans_a},{trans_b})");
-                    let rtol = tolerance(dtype) * if dtype == DType::F32 { 4.0 } else { 1.0 };
-                    assert_close_scaled(&what, &got.to_f64().unwrap(), &want, &scale, rtol);
-                }
+            for case in cases {
+                check_products(&device, &mut rng, dtype, case, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn half_products_larger_than_a_workspace_panel_match_the_reference() {
+    // Half types are widened to f32 a panel (2^18 elements) at a time: these span several
+    // panels of rows, of the inner dimension and of the batch, with and without a bias.
+    let cases: [Case; 3] = [
+        (&[], &[], 700, 300, 200),
+        (&[], &[], 200, 1100, 300),
+        (&[45], &[45], 64, 64, 64),
+    ];
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in [DType::BF16, DType::F16] {
+            for (i, case) in cases.into_iter().enumerate() {
+                check_products(&device, &mut rng, dtype, case, i % 2 == 0);
             }
         }
     }
@@ -101,7 +142,6 @@ fn mismatched_products_are_shape_errors() {
 
 #[test]
 fn a_bias_is_added_to_every_row_in_every_float_dtype() {
-    use headroom_kernels::ops::gemm::matmul_bias;
     let mut rng = rng();
     for device in devices() {
         for dtype in DType::FLOATS {

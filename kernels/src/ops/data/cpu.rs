@@ -32,6 +32,30 @@ fn check_len(op: &'static str, a: &Buffer, b: &Buffer) -> Result<()> {
     }
 }
 
+/// Fails unless `len` elements from `src_at` and from `dst_at` lie inside their buffers.
+pub(crate) fn check_range(
+    src: &Buffer,
+    src_at: usize,
+    dst: &Buffer,
+    dst_at: usize,
+    len: usize,
+) -> Result<()> {
+    let fits =
+        |at: usize, buffer: &Buffer| at.checked_add(len).is_some_and(|end| end <= buffer.len());
+    if fits(src_at, src) && fits(dst_at, dst) {
+        Ok(())
+    } else {
+        Err(Error::Argument {
+            op: "cast",
+            detail: format!(
+                "{len} elements from {src_at} of {} into {dst_at} of {}",
+                src.len(),
+                dst.len()
+            ),
+        })
+    }
+}
+
 impl DataKernels for CpuBackend {
     fn fill(&self, out: &mut Buffer, value: f64) -> Result<()> {
         with_element!(out.dtype(), |T| {
@@ -74,10 +98,22 @@ impl DataKernels for CpuBackend {
 
     fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
         check_len("cast", src, dst)?;
+        self.cast_range(src, 0, dst, 0, src.len())
+    }
+
+    fn cast_range(
+        &self,
+        src: &Buffer,
+        src_at: usize,
+        dst: &mut Buffer,
+        dst_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        check_range(src, src_at, dst, dst_at, len)?;
         with_element!(src.dtype(), |S| {
-            let from = src.host::<S>("cast")?;
+            let from = &src.host::<S>("cast")?[src_at..src_at + len];
             with_element!(dst.dtype(), |D| {
-                dst.host_mut::<D>("cast")?
+                dst.host_mut::<D>("cast")?[dst_at..dst_at + len]
                     .par_chunks_mut(CHUNK)
                     .zip(from.par_chunks(CHUNK))
                     .for_each(|(to, from)| {

@@ -24,4 +24,15 @@ impl DataKernels for MetaBackend {
     fn cast(&self, _: &Buffer, _: &mut Buffer) -> Result<()> {
         Ok(())
     }
+    fn cast_range(
+        &self,
+        src: &Buffer,
+        src_at: usize,
+        dst: &mut Buffer,
+        dst_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        // Nothing to convert, but a bad range fails here as it would on a real device.
+        super::cpu::check_range(src, src_at, dst, dst_at, len)
+    }
 }

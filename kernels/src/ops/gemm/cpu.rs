@@ -10,8 +10,9 @@ use crate::cpu::CpuBackend;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-/// Below this many multiply-adds per product, batches run in parallel instead of each product.
-const SMALL_PRODUCT: usize = 1 << 18;
+/// Up to this many multiply-adds per product (a 128-cube), batches run in parallel instead of
+/// each product: for small products the gemm crate's own threading costs more than it gains.
+const SMALL_PRODUCT: usize = 1 << 21;
 
 impl GemmKernels for CpuBackend {
     fn gemm(&self, spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()> {
@@ -85,7 +86,7 @@ fn gemm_typed<T: Element + Default>(
             );
         }
     };
-    if spec.batch > 1 && m * n * k < SMALL_PRODUCT {
+    if spec.batch > 1 && m * n * k <= SMALL_PRODUCT {
         out.par_chunks_mut(m * n)
             .enumerate()
             .for_each(|(index, c)| product(c, index, Parallelism::None));

@@ -1,10 +1,9 @@
 //! Matrix products: `op(a) @ op(b)`, batched, with optional transposes; half types accumulate in
-//! f32 through workspace casts.
+//! f32 through workspace casts a panel at a time.
 
 mod cpu;
+mod half;
 mod meta;
-
-use headroom_alloc::Tag;
 
 use crate::buffer::Array;
 use crate::dtype::DType;
@@ -138,14 +137,21 @@ fn product(
         }
     };
     let batch: usize = batch_dims.iter().product();
+    // A batch of untransposed `a` against one shared matrix is one taller product: the batch's
+    // rows are contiguous in `a` and in the output alike (a linear layer over [B, T, C]).
+    let (batch, rows) = if b_batch.is_empty() && !trans_a {
+        (1, batch * m)
+    } else {
+        (batch, m)
+    };
     let spec = GemmSpec {
         batch,
-        m,
+        m: rows,
         n,
         k,
         trans_a,
         trans_b,
-        a_batch_stride: if a_batch.is_empty() { 0 } else { m * k },
+        a_batch_stride: if a_batch.is_empty() { 0 } else { rows * k },
         b_batch_stride: if b_batch.is_empty() { 0 } else { k * n },
         accumulate: bias.is_some(),
     };
@@ -172,26 +178,13 @@ fn product(
                 .backend()
                 .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(op)?)?;
         }
-        _ => {
-            // Half types: widen to f32 workspace, multiply, narrow into the output.
-            let _workspace = device.scoped_tag(Tag::WORKSPACE);
-            let widen = |x: &Array| x.cast(DType::F32).map_err(|err| err.in_op(op));
-            let (a32, b32) = (widen(a)?, widen(b)?);
-            let mut out32 = Array::uninit(device, out_shape, DType::F32, op)?;
-            if let Some(bias) = bias {
-                fill_rows(&widen(bias)?, &mut out32, op)?;
-            }
-            device
-                .backend()
-                .gemm(&spec, a32.buffer(), b32.buffer(), out32.buffer_mut(op)?)?;
-            device.backend().cast(out32.buffer(), out.buffer_mut(op)?)?;
-        }
+        _ => half::product(&spec, a, b, bias, &mut out, op)?,
     }
     Ok(out)
 }
 
 /// Writes `row` (`[n]`) into every row of `out` (`[..., n]`, its dtype).
-fn fill_rows(row: &Array, out: &mut Array, op: &'static str) -> Result<()> {
+pub(super) fn fill_rows(row: &Array, out: &mut Array, op: &'static str) -> Result<()> {
     let dims = out.shape().dims().to_vec();
     let mut strides = vec![0; dims.len()];
     if let Some(last) = strides.last_mut() {
