@@ -124,3 +124,65 @@ fn autocast_shrinks_what_a_forward_pass_saves() {
         "bf16 saved {bf16_saved}, f32 {f32_saved}"
     );
 }
+
+#[test]
+fn attention_weights_are_kept_in_the_half_type_of_their_product() {
+    let device = device();
+    let scores = Tensor::variable(Array::full(&device, [2, 3, 3], DType::BF16, 0.5).unwrap());
+    let tape = Tape::new();
+    let weights = tape
+        .record(|| {
+            let _bf16 = autocast(DType::BF16);
+            scores.attention_softmax(0.5, true)
+        })
+        .unwrap();
+    assert_eq!(weights.dtype(), DType::BF16, "the next product's operand");
+    // Causal rows of equal scores: 1, then 1/2 1/2, then thirds (exact in f32, rounded once).
+    let got = weights.array().to_f64().unwrap();
+    let want = [
+        1.0,
+        0.0,
+        0.0,
+        0.5,
+        0.5,
+        0.0,
+        1.0 / 3.0,
+        1.0 / 3.0,
+        1.0 / 3.0,
+    ];
+    assert!(
+        got[..9].iter().zip(want).all(|(g, w)| (g - w).abs() < 4e-3),
+        "{got:?}"
+    );
+    let total = tape.record(|| weights.sum(2)?.sum(1)?.sum(0)).unwrap();
+    let grads = tape.gradient(&total, &[&scores]);
+    let grad = grads.unwrap().get(&scores).unwrap().clone();
+    assert_eq!(grad.dtype(), DType::BF16);
+    // Every row of weights sums to one whatever the scores: the gradient vanishes.
+    assert!(grad.to_f64().unwrap().iter().all(|g| g.abs() < 1e-2));
+}
+
+#[test]
+fn a_half_tensor_added_to_an_f32_one_is_widened_into_the_sum() {
+    let device = device();
+    let stream = Tensor::variable(Array::full(&device, [64, 64], DType::F32, 1.0).unwrap());
+    let branch = Tensor::variable(Array::full(&device, [64, 64], DType::BF16, 0.5).unwrap());
+    let tape = Tape::new();
+    let before = device.allocator().stats().in_use;
+    device.allocator().with(|a| a.reset_peak());
+    let sum = tape.record(|| branch.add(&stream)).unwrap();
+    assert_eq!(sum.dtype(), DType::F32);
+    assert!(sum.array().to_f64().unwrap().iter().all(|&v| v == 1.5));
+    assert_eq!(
+        device.allocator().stats().peak_in_use - before,
+        64 * 64 * 4,
+        "one f32 array at most: no separate widened copy of the bf16 operand"
+    );
+    let loss = tape.record(|| sum.sum(1)?.sum(0)).unwrap();
+    let grads = tape.gradient(&loss, &[&stream, &branch]).unwrap();
+    for (param, dtype) in [(&stream, DType::F32), (&branch, DType::BF16)] {
+        let g = grads.get(param).unwrap();
+        assert_eq!(g.dtype(), dtype, "each gradient in its operand's dtype");
+        assert!(g.to_f64().unwrap().iter().all(|&v| v == 1.0));
+    }
+}

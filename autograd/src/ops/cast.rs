@@ -28,8 +28,10 @@ impl Tensor {
     }
 
     /// This tensor as a matrix product's operand: cast to the autocast dtype when a policy
-    /// applies and it holds f32 (or the other half type).
-    pub(crate) fn for_matmul(&self) -> Result<Tensor> {
+    /// applies and it holds f32 (or the other half type), itself otherwise. Products cast their
+    /// operands anyway; a model casts early to release the wider tensor sooner (a norm's f32
+    /// output that only feeds a sublayer's first product).
+    pub fn for_matmul(&self) -> Result<Tensor> {
         match autocast_dtype() {
             Some(half) if self.dtype() != DType::F64 => self.cast(half),
             _ => Ok(self.clone()),

@@ -4,6 +4,7 @@
 use headroom_kernels::ops::norm;
 
 use super::{promoted, rule};
+use crate::context::autocast_dtype;
 use crate::error::Result;
 use crate::tape::begin;
 use crate::tensor::Tensor;
@@ -40,10 +41,17 @@ impl Tensor {
     }
 
     /// Attention weights in one pass: `softmax(mask(scale * self))` over the last axis, the mask
-    /// (when `causal`) hiding the columns after each row's own. Keeps only its output; runs in
-    /// f32 under autocast.
+    /// (when `causal`) hiding the columns after each row's own. Keeps only its output.
+    ///
+    /// It computes in f32 whatever it stores. Under autocast it stores in its input's half type:
+    /// its output is the operand of the next product (the weights applied to the values), which
+    /// would be cast to that type anyway, so the weights are kept once, in half, as fused
+    /// attention kernels keep them, not once in f32 and again in half.
     pub fn attention_softmax(&self, scale: f64, causal: bool) -> Result<Tensor> {
-        let x = self.for_f32_op()?;
+        let x = match autocast_dtype() {
+            Some(_) => self.for_matmul()?,
+            None => self.clone(),
+        };
         let y = Tensor::output(norm::attention_softmax(x.array(), scale, causal)?);
         if let Some(rec) = begin(&[&x]) {
             let out = y.array().clone();

@@ -3,7 +3,7 @@
 
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 
-use super::{promote, reduce_to, rule, rule_in_place, when};
+use super::{promote, promoted, reduce_to, rule, rule_in_place, when};
 use crate::error::Result;
 use crate::tape::begin;
 use crate::tensor::Tensor;
@@ -11,6 +11,16 @@ use crate::tensor::Tensor;
 impl Tensor {
     /// `self + other`, broadcasting (NumPy's rules).
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
+        // Mixed dtypes of one shape: widen the narrower operand into the sum itself.
+        let wider = promoted(self.dtype(), other.dtype());
+        if self.shape() == other.shape() && self.dtype() != other.dtype() {
+            if wider == self.dtype() {
+                return other.widening_add(self);
+            }
+            if wider == other.dtype() {
+                return self.widening_add(other);
+            }
+        }
         let (a, b) = promote(self, other)?;
         let y = Tensor::output(ew::add(a.array(), b.array())?);
         if let Some(rec) = begin(&[&a, &b]) {
@@ -19,6 +29,26 @@ impl Tensor {
                 Ok(vec![
                     when(needs[0], || reduce_to(g, &sa))?,
                     when(needs[1], || reduce_to(g, &sb))?,
+                ])
+            });
+            rec.finish("add", &[&y], backward);
+        }
+        Ok(y)
+    }
+
+    /// `wide + self` for `self` of a narrower dtype and the same shape (a residual stream in
+    /// f32 plus a layer's bf16 output): the widened copy of `self` becomes the sum, in place,
+    /// so the op holds one new array where a cast and an add would hold two.
+    fn widening_add(&self, wide: &Tensor) -> Result<Tensor> {
+        let mut sum = self.array().cast(wide.dtype())?;
+        ew::binary_into(BinaryOp::Add, wide.array(), &mut sum)?;
+        let y = Tensor::output(sum);
+        if let Some(rec) = begin(&[self, wide]) {
+            let narrow = self.dtype();
+            let backward = rule(move |g, needs| {
+                Ok(vec![
+                    when(needs[0], || Ok(g.cast(narrow)?))?,
+                    when(needs[1], || Ok(g.clone()))?,
                 ])
             });
             rec.finish("add", &[&y], backward);

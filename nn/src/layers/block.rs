@@ -87,8 +87,12 @@ impl Block {
 
 impl Module for Block {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.add(&self.attn.forward(&self.ln1.forward(x)?)?)?;
-        Ok(x.add(&self.mlp.forward(&self.ln2.forward(&x)?)?)?)
+        // Each norm's output only feeds its sublayer's first product: cast for it right away
+        // (under autocast), so the f32 output is not held through the whole sublayer.
+        let h = self.ln1.forward(x)?.for_matmul()?;
+        let x = x.add(&self.attn.forward(&h)?)?;
+        let h = self.ln2.forward(&x)?.for_matmul()?;
+        Ok(x.add(&self.mlp.forward(&h)?)?)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {

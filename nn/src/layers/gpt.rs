@@ -144,7 +144,9 @@ impl Module for Gpt {
         for block in &self.blocks {
             x = block.forward(&x)?;
         }
-        self.head.forward(&self.ln_f.forward(&x)?)
+        let h = self.ln_f.forward(&x)?.for_matmul()?;
+        drop(x);
+        self.head.forward(&h)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
