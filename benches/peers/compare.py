@@ -3,6 +3,7 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
 
     python3 benches/peers/compare.py gemm [--rounds 3]
     python3 benches/peers/compare.py elementwise
+    python3 benches/peers/compare.py train
 
 Both sides print one JSON line per result; lines are matched on the bench's key fields, and each
 side's figure is the median over the rounds. Alternating the two evens out a shared machine's
@@ -18,14 +19,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# name: (bench binary, peer script, key fields, figure, higher is better)
+# name: (bench binary, peer script, key fields, figures compared)
 BENCHES = {
-    "gemm": ("gemm-compare", "torch_gemm.py", ("op", "dtype", "shape"), "gflops"),
-    "elementwise": (
-        "elementwise-bandwidth",
-        "torch_elementwise.py",
-        ("op", "dtype"),
-        "gbps",
+    "gemm": ("gemm-compare", "torch_gemm.py", ("op", "dtype", "shape"), ("gflops",)),
+    "elementwise": ("elementwise-bandwidth", "torch_elementwise.py", ("op", "dtype"), ("gbps",)),
+    "train": (
+        "train-compare",
+        "torch_train.py",
+        ("model", "precision"),
+        ("samples_per_s", "peak_bytes"),
     ),
 }
 
@@ -40,7 +42,7 @@ def main() -> None:
     parser.add_argument("bench", choices=sorted(BENCHES))
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    binary, script, keys, figure = BENCHES[args.bench]
+    binary, script, keys, figures = BENCHES[args.bench]
     subprocess.run(
         ["cargo", "build", "--release", "-q", "-p", "headroom-benches", "--bin", binary],
         cwd=ROOT,
@@ -50,7 +52,7 @@ def main() -> None:
         "headroom": [str(ROOT / "target" / "release" / binary)],
         "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script)],
     }
-    results: dict[str, dict[tuple, list[float]]] = {side: {} for side in sides}
+    results: dict[str, dict[tuple, list[dict]]] = {side: {} for side in sides}
     order: list[tuple] = []
     for _ in range(args.rounds):
         for side, command in sides.items():
@@ -58,14 +60,22 @@ def main() -> None:
                 key = tuple(str(line[k]) for k in keys)
                 if key not in order:
                     order.append(key)
-                results[side].setdefault(key, []).append(float(line[figure]))
+                results[side].setdefault(key, []).append(line)
     width = max(len(" ".join(key)) for key in order)
-    print(f"{'':<{width}} {'headroom':>10} {'pytorch':>10} {'ratio':>7}   ({figure}, median of {args.rounds})")
+    header = "".join(f" {f + ' ours':>22} {'pytorch':>14} {'ratio':>7}" for f in figures)
+    print(f"{'':<{width}}{header}   (median of {args.rounds} rounds)")
     for key in order:
-        ours, theirs = (statistics.median(results[s].get(key, [float("nan")])) for s in sides)
-        ratio = ours / theirs if theirs else float("nan")
-        print(f"{' '.join(key):<{width}} {ours:>10.3f} {theirs:>10.3f} {ratio:>7.2f}")
-        record = dict(zip(keys, key)) | {"headroom": ours, "pytorch": theirs, "ratio": round(ratio, 3)}
+        record = dict(zip(keys, key))
+        row = f"{' '.join(key):<{width}}"
+        for figure in figures:
+            ours, theirs = (
+                statistics.median(float(l[figure]) for l in results[s].get(key, [{figure: "nan"}]))
+                for s in sides
+            )
+            ratio = ours / theirs if theirs else float("nan")
+            row += f" {ours:>22.2f} {theirs:>14.2f} {ratio:>7.3f}"
+            record |= {f"{figure}_headroom": ours, f"{figure}_pytorch": theirs, f"{figure}_ratio": round(ratio, 3)}
+        print(row)
         print(json.dumps(record, separators=(",", ":")))
 
 

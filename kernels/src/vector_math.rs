@@ -71,6 +71,29 @@ pub fn tanh_f32(x: f32) -> f32 {
     }
 }
 
+/// tanh x for f32 as one rational function, `x P(x^2) / Q(x^2)` on [-9, 9] (a least-squares
+/// fit made for this crate), clamped to [-1, 1]: within 4e-7 of tanh everywhere, so a few units
+/// in the last place near ±1 and relatively less accurate than [`tanh_f32`] in between, but
+/// about twice as fast (no exp, one division). For GELU, whose result is already an
+/// approximation of the erf form.
+#[inline(always)]
+pub fn tanh_rational_f32(x: f32) -> f32 {
+    let x = x.clamp(-9.0, 9.0);
+    let z = x * x;
+    let mut p = -8.638_424e-14_f32;
+    p = p * z + 5.327_525e-11;
+    p = p * z - 2.030_918_4e-8;
+    p = p * z + 1.117_075_6e-5;
+    p = p * z + 3.105_252_5e-3;
+    p = p * z + 1.308_507_6e-1;
+    p = p * z + 1.0;
+    let mut q = 2.548_203_3e-4_f32;
+    q = q * z + 2.450_005_3e-2;
+    q = q * z + 4.641_84e-1;
+    q = q * z + 1.0;
+    (x * p / q).clamp(-1.0, 1.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +128,26 @@ mod tests {
             (tiny - (-100f64).exp()).abs() < 1e-44,
             "subnormal results are kept: {tiny}"
         );
+    }
+
+    #[test]
+    fn the_rational_tanh_is_within_4e7_everywhere() {
+        let steps = 400_000;
+        let worst = (0..=steps)
+            .map(|i| {
+                let x = -12.0 + 24.0 * i as f32 / steps as f32;
+                (tanh_rational_f32(x) as f64 - (x as f64).tanh()).abs()
+            })
+            .fold(0.0, f64::max);
+        assert!(worst < 4e-7, "worst absolute error {worst}");
+        let near_zero = worst_relative(tanh_rational_f32, f64::tanh, -1e-3, 1e-3);
+        assert!(
+            near_zero < 2.0 * f32::EPSILON as f64,
+            "near zero: {near_zero}"
+        );
+        assert!(tanh_rational_f32(f32::NAN).is_nan());
+        assert_eq!(tanh_rational_f32(f32::INFINITY), 1.0);
+        assert_eq!(tanh_rational_f32(f32::NEG_INFINITY), -1.0);
     }
 
     #[test]

@@ -1,6 +1,5 @@
-//! Define a small GPT, teach it to reverse three digits, and save it as safetensors.
-//!
-//! cargo run --release -p headroom-nn --example 01-gpt
+//! Define a small GPT, teach it to reverse three digits, and save it as safetensors:
+//! `cargo run --release -p headroom-nn --example 01-gpt`.
 
 use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::ops::random::uniform;
@@ -37,13 +36,8 @@ fn main() -> headroom_nn::Result<()> {
         dropout: 0.0,
     };
     let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 0), config)?;
-    let mut adamw = AdamW::new(
-        &gpt,
-        AdamWConfig {
-            lr: 3e-3,
-            ..Default::default()
-        },
-    )?;
+    let mut adamw = AdamW::new(&gpt, AdamWConfig::default())?;
+    adamw.set_lr(3e-3);
     for step in 0..300 {
         let (ids, targets) = batch(32, step);
         let ids = Tensor::from_host(&device, [32, 6], &ids)?;
@@ -59,10 +53,7 @@ fn main() -> headroom_nn::Result<()> {
     }
     let path = std::env::temp_dir().join("headroom-gpt.safetensors");
     checkpoint::save(&path, &gpt, Some(&adamw), &Default::default())?;
-    println!(
-        "saved {} parameters to {}",
-        gpt.parameter_count(),
-        path.display()
-    );
+    let count = gpt.parameter_count();
+    println!("saved {count} parameters to {}", path.display());
     Ok(())
 }

@@ -13,12 +13,11 @@ const GELU_K: f64 = 0.797_884_560_802_865_4;
 /// The cubic coefficient of the tanh form of GELU.
 const GELU_C: f64 = 0.044_715;
 
-/// `sigmoid(2u)` for GELU's `u = sqrt(2/pi) (x + 0.044715 x^3)`, which equals
-/// `(1 + tanh u) / 2`; saturates to exactly 0 or 1 far from 0.
+/// `tanh u` for GELU's `u = sqrt(2/pi) (x + 0.044715 x^3)`, through the rational tanh (the
+/// tanh form is itself an approximation of GELU's erf form, to about 1e-3).
 #[inline(always)]
-fn gelu_sigmoid<C: Compute>(x: C) -> C {
-    let u = C::of(GELU_K) * (x + C::of(GELU_C) * x * x * x);
-    C::ONE / (C::ONE + (C::of(-2.0) * u).exp())
+fn gelu_tanh<C: Compute>(x: C) -> C {
+    (C::of(GELU_K) * (x + C::of(GELU_C) * x * x * x)).tanh_approx()
 }
 
 /// A function of one element.
@@ -58,10 +57,7 @@ impl UnaryOp {
                     C::ZERO
                 }
             }
-            UnaryOp::Gelu => {
-                // 0.5 x (1 + tanh u) = x sigmoid(2u): one exp and one division, no tanh.
-                x * gelu_sigmoid(x)
-            }
+            UnaryOp::Gelu => C::of(0.5) * x * (C::ONE + gelu_tanh(x)),
             UnaryOp::Exp => x.exp(),
             UnaryOp::Log => x.ln(),
             UnaryOp::Tanh => x.tanh(),
@@ -132,10 +128,10 @@ impl BinaryOp {
                 }
             }
             BinaryOp::GeluBackward => {
-                // d/dx [x s] with s = sigmoid(2u): s + 2 x s (1 - s) u'.
-                let s = gelu_sigmoid(a);
+                // d/dx [x (1 + t) / 2] with t = tanh u: (1 + t) / 2 + x (1 - t^2) u' / 2.
+                let t = gelu_tanh(a);
                 let du = C::of(GELU_K) * (C::ONE + C::of(3.0 * GELU_C) * a * a);
-                b * (s + C::of(2.0) * a * s * (C::ONE - s) * du)
+                C::of(0.5) * b * (C::ONE + t + a * (C::ONE - t * t) * du)
             }
             BinaryOp::TanhBackward => b * (C::ONE - a * a),
             BinaryOp::SqrtBackward => b / (C::of(2.0) * a),

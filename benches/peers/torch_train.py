@@ -1,0 +1,124 @@
+"""Training-step throughput and peak memory of PyTorch on the CPU, for the models and settings of
+`cargo run --release -p headroom-benches --bin train-compare`: an MLP 784-1024-1024-10 on a batch
+of 256 and a GPT (4 layers, width 256, 4 heads, context 64, vocabulary 64) on a batch of 32, one
+forward, backward and AdamW step each, in f32 and under bf16 autocast.
+
+Prints one JSON line per result with the keys model, precision, samples_per_s, tokens_per_s,
+peak_bytes. The peak comes from PyTorch's memory profiler (`export_memory_timeline`) over two
+steps, run apart from the timed ones: every tensor byte alive at once, parameters and optimizer
+state included, as Headroom's allocator counts them.
+"""
+
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+STEPS = 10
+WARMUP = 3
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.fc_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, 2)
+        heads = lambda m: m.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        q, k, v = heads(q), heads(k), heads(v)
+        scores = (q @ k.transpose(-2, -1)) / (c // self.heads) ** 0.5
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+        weights = scores.masked_fill(mask, float("-inf")).softmax(-1)
+        y = (weights @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab=64, context=64, width=256, heads=4, layers=4):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab, width)
+        self.pos_emb = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        x = self.tok_emb(ids) + self.pos_emb.weight[:t]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def cases():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    yield "mlp", mlp, torch.randn(256, 784), torch.randint(0, 10, (256,)), 256, 256
+    gpt = Gpt()
+    ids = torch.randint(0, 64, (32, 64))
+    yield "gpt", gpt, ids, torch.randint(0, 64, (32, 64)), 32, 32 * 64
+
+
+def step(model, optimizer, inputs, targets, precision):
+    optimizer.zero_grad(set_to_none=True)
+    policy = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    with policy:
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+    loss.backward()
+    optimizer.step()
+
+
+def peak_bytes(model, inputs, targets, precision):
+    optimizer = torch.optim.AdamW(model.parameters())
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        for _ in range(2):
+            step(model, optimizer, inputs, targets, precision)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "timeline.json")
+        prof.export_memory_timeline(path, device="cpu")
+        with open(path) as f:
+            _, sizes = json.load(f)
+    return max(sum(row) for row in sizes)
+
+
+def main():
+    torch.set_num_threads(os.cpu_count() or 1)
+    for name, model, inputs, targets, samples, tokens in cases():
+        for precision in ["f32", "bf16"]:
+            optimizer = torch.optim.AdamW(model.parameters())
+            times = []
+            for i in range(WARMUP + STEPS):
+                start = time.perf_counter()
+                step(model, optimizer, inputs, targets, precision)
+                if i >= WARMUP:
+                    times.append(time.perf_counter() - start)
+            seconds = statistics.median(times)
+            line = {
+                "model": name,
+                "precision": precision,
+                "samples_per_s": round(samples / seconds, 2),
+                "tokens_per_s": round(tokens / seconds, 2),
+                "peak_bytes": peak_bytes(model, inputs, targets, precision),
+            }
+            print(json.dumps(line, separators=(",", ":")), flush=True)
+
+
+if __name__ == "__main__":
+    main()
