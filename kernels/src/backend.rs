@@ -72,9 +72,6 @@ pub trait ElementwiseKernels {
         shape: &Shape,
     ) -> Result<()>;
 
-    /// `acc[i] += x[i]`, in place; float dtypes, same dtype and length.
-    fn accumulate(&self, acc: &mut Buffer, x: &Buffer) -> Result<()>;
-
     /// `b[i] = op(a[i], b[i])`, in place; float dtypes, same dtype and length.
     fn binary_assign(&self, op: BinaryOp, a: &Buffer, b: &mut Buffer) -> Result<()>;
 }

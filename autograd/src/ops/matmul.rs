@@ -5,7 +5,7 @@ use headroom_kernels::{Array, Shape};
 
 use super::{reduce_to, rule, when};
 use crate::error::Result;
-use crate::tape::begin;
+use crate::tape::{Recording, begin};
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -32,20 +32,10 @@ impl Tensor {
             true,
         )?);
         if let Some(rec) = begin(&[&x, &w, &b]) {
-            let keep_w = rec.tracks(0).then(|| w.array().clone());
-            let keep_x = rec.tracks(1).then(|| x.array().clone());
-            let (sx, sw, sb) = (x.shape().clone(), w.shape().clone(), b.shape().clone());
+            let saved = Saved::keep(&rec, &x, &w);
+            let sb = b.shape().clone();
             let backward = rule(move |g, needs| {
-                // The weight's gradient first, so that the saved input is released before the
-                // input's gradient (as large) is allocated.
-                let dw = match (needs[1], keep_x) {
-                    (true, Some(x)) => Some(grad_b(&x, &sw, g, false, true)?),
-                    _ => None,
-                };
-                let dx = match (needs[0], keep_w) {
-                    (true, Some(w)) => Some(grad_a(&sx, &w, g, false, true)?),
-                    _ => None,
-                };
+                let [dx, dw] = saved.grads(g, needs, false, true)?;
                 Ok(vec![dx, dw, when(needs[2], || reduce_to(g, &sb))?])
             });
             rec.finish("linear", &[&y], backward);
@@ -60,25 +50,47 @@ impl Tensor {
         let (a, b) = (self.for_matmul()?, other.for_matmul()?);
         let y = Tensor::output(gemm::matmul(a.array(), b.array(), trans_a, trans_b)?);
         if let Some(rec) = begin(&[&a, &b]) {
-            let keep_b = rec.tracks(0).then(|| b.array().clone());
-            let keep_a = rec.tracks(1).then(|| a.array().clone());
-            let (sa, sb) = (a.shape().clone(), b.shape().clone());
-            let backward = rule(move |g, needs| {
-                // One gradient, then release what only it needed, then the other: the saved
-                // operands go as early as they can.
-                let db = match (needs[1], keep_a) {
-                    (true, Some(a)) => Some(grad_b(&a, &sb, g, trans_a, trans_b)?),
-                    _ => None,
-                };
-                let da = match (needs[0], keep_b) {
-                    (true, Some(b)) => Some(grad_a(&sa, &b, g, trans_a, trans_b)?),
-                    _ => None,
-                };
-                Ok(vec![da, db])
-            });
+            let saved = Saved::keep(&rec, &a, &b);
+            let backward =
+                rule(move |g, needs| Ok(Vec::from(saved.grads(g, needs, trans_a, trans_b)?)));
             rec.finish("matmul", &[&y], backward);
         }
         Ok(y)
+    }
+}
+
+/// What a product `op(a) op(b)` keeps for its backward rule: each operand only if the other
+/// needs a gradient, and both shapes.
+struct Saved {
+    a: Option<Array>,
+    b: Option<Array>,
+    a_shape: Shape,
+    b_shape: Shape,
+}
+
+impl Saved {
+    fn keep(rec: &Recording, a: &Tensor, b: &Tensor) -> Self {
+        Self {
+            a: rec.tracks(1).then(|| a.array().clone()),
+            b: rec.tracks(0).then(|| b.array().clone()),
+            a_shape: a.shape().clone(),
+            b_shape: b.shape().clone(),
+        }
+    }
+
+    /// The gradients of `a` and `b` from `g`, as `needs` asks. `b`'s first, then `a`'s: the
+    /// saved `a` (often an activation as large as `a`'s gradient) is released before `a`'s
+    /// gradient is allocated.
+    fn grads(self, g: &Array, needs: &[bool], ta: bool, tb: bool) -> Result<[Option<Array>; 2]> {
+        let db = match (needs[1], self.a) {
+            (true, Some(a)) => Some(grad_b(&a, &self.b_shape, g, ta, tb)?),
+            _ => None,
+        };
+        let da = match (needs[0], self.b) {
+            (true, Some(b)) => Some(grad_a(&self.a_shape, &b, g, ta, tb)?),
+            _ => None,
+        };
+        Ok([da, db])
     }
 }
 

@@ -4,7 +4,6 @@
 use headroom_kernels::ops::norm;
 
 use super::{promoted, rule};
-use crate::context::autocast_dtype;
 use crate::error::Result;
 use crate::tape::begin;
 use crate::tensor::Tensor;
@@ -48,10 +47,7 @@ impl Tensor {
     /// would be cast to that type anyway, so the weights are kept once, in half, as fused
     /// attention kernels keep them, not once in f32 and again in half.
     pub fn attention_softmax(&self, scale: f64, causal: bool) -> Result<Tensor> {
-        let x = match autocast_dtype() {
-            Some(_) => self.for_matmul()?,
-            None => self.clone(),
-        };
+        let x = self.for_matmul()?;
         let y = Tensor::output(norm::attention_softmax(x.array(), scale, causal)?);
         if let Some(rec) = begin(&[&x]) {
             let out = y.array().clone();

@@ -27,6 +27,30 @@ macro_rules! unswitch {
     };
 }
 
+/// [`unswitch!`] over every [`BinaryOp`], listed once for all the binary kernels.
+macro_rules! unswitch_binary {
+    ($op:expr, $c:ty, |$f:ident| $call:expr) => {
+        unswitch!(
+            $op,
+            $c,
+            BinaryOp,
+            [
+                Add,
+                Sub,
+                Mul,
+                Div,
+                ReluBackward,
+                GeluBackward,
+                TanhBackward,
+                SqrtBackward,
+                Equal
+            ],
+            [PowfBackward],
+            |$f| $call
+        )
+    };
+}
+
 /// One signature for both op kinds, so that `unswitch!` serves both (a unary op ignores `y`).
 trait Apply2 {
     fn apply2<C: crate::dtype::Compute>(self, x: C, y: C) -> C;
@@ -74,24 +98,13 @@ impl ElementwiseKernels for CpuBackend {
         with_float!(a.dtype(), op.name(), |T| {
             let (a, b) = (a.host::<T>(op.name())?, b.host::<T>(op.name())?);
             let out = out.host_mut::<T>(op.name())?;
-            unswitch!(
-                op,
-                <T as Float>::C,
-                BinaryOp,
-                [
-                    Add,
-                    Sub,
-                    Mul,
-                    Div,
-                    ReluBackward,
-                    GeluBackward,
-                    TanhBackward,
-                    SqrtBackward,
-                    Equal
-                ],
-                [PowfBackward],
-                |f| binary_strided::<T>(f, (a, a_strides), (b, b_strides), out, shape)
-            );
+            unswitch_binary!(op, <T as Float>::C, |f| binary_strided::<T>(
+                f,
+                (a, a_strides),
+                (b, b_strides),
+                out,
+                shape
+            ));
             Ok(())
         })
     }
@@ -100,42 +113,10 @@ impl ElementwiseKernels for CpuBackend {
         with_float!(a.dtype(), op.name(), |T| {
             let a = a.host::<T>(op.name())?;
             let b = b.host_mut::<T>(op.name())?;
-            unswitch!(
-                op,
-                <T as Float>::C,
-                BinaryOp,
-                [
-                    Add,
-                    Sub,
-                    Mul,
-                    Div,
-                    ReluBackward,
-                    GeluBackward,
-                    TanhBackward,
-                    SqrtBackward,
-                    Equal
-                ],
-                [PowfBackward],
-                |f| b
-                    .par_chunks_mut(CHUNK)
-                    .zip(a.par_chunks(CHUNK))
-                    .for_each(|(b, a)| assign_with_best_isa(b, a, &f))
-            );
-            Ok(())
-        })
-    }
-
-    fn accumulate(&self, acc: &mut Buffer, x: &Buffer) -> Result<()> {
-        with_float!(acc.dtype(), "add_into", |T| {
-            let x = x.host::<T>("add_into")?;
-            acc.host_mut::<T>("add_into")?
+            unswitch_binary!(op, <T as Float>::C, |f| b
                 .par_chunks_mut(CHUNK)
-                .zip(x.par_chunks(CHUNK))
-                .for_each(|(acc, x)| {
-                    for (a, &v) in acc.iter_mut().zip(x) {
-                        *a = T::store(a.load() + v.load());
-                    }
-                });
+                .zip(a.par_chunks(CHUNK))
+                .for_each(|(b, a)| assign_with_best_isa(b, a, &f)));
             Ok(())
         })
     }

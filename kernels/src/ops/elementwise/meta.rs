@@ -21,9 +21,6 @@ impl ElementwiseKernels for MetaBackend {
     ) -> Result<()> {
         Ok(())
     }
-    fn accumulate(&self, _: &mut Buffer, _: &Buffer) -> Result<()> {
-        Ok(())
-    }
     fn binary_assign(&self, _: BinaryOp, _: &Buffer, _: &mut Buffer) -> Result<()> {
         Ok(())
     }

@@ -287,7 +287,10 @@ pub fn add_into(acc: &mut Array, x: &Array) -> Result<()> {
         });
     }
     let device = acc.device().clone();
-    device.backend().accumulate(acc.buffer_mut(OP)?, x.buffer())
+    // `x + acc`, bit for bit `acc + x`: float addition commutes.
+    device
+        .backend()
+        .binary_assign(BinaryOp::Add, x.buffer(), acc.buffer_mut(OP)?)
 }
 
 /// `b = op(a, b)` elementwise, in place (same shape, dtype and device, no broadcasting; `b`

@@ -63,6 +63,20 @@ fn narrow(wide: &Array, out: &mut Array, at: usize, op: &'static str) -> Result<
         .cast_range(wide.buffer(), 0, out.buffer_mut(op)?, at, wide.numel())
 }
 
+/// `out32 (+)= op(a32) op(b32)` on f32 panels, laid out as `panel` says.
+fn multiply(
+    panel: &GemmSpec,
+    a32: &Array,
+    b32: &Array,
+    out32: &mut Array,
+    op: &'static str,
+) -> Result<()> {
+    let device = out32.device().clone();
+    device
+        .backend()
+        .gemm(panel, a32.buffer(), b32.buffer(), out32.buffer_mut(op)?)
+}
+
 /// An f32 output panel of `shape`, starting as the bias or unspecified.
 fn output_panel(
     like: &Array,
@@ -100,9 +114,7 @@ fn by_row_panels(
             b_batch_stride: 0,
             ..*spec
         };
-        a.device()
-            .backend()
-            .gemm(&panel, a32.buffer(), b32.buffer(), out32.buffer_mut(op)?)?;
+        multiply(&panel, &a32, &b32, &mut out32, op)?;
         narrow(&out32, out, first * n, op)?;
     }
     Ok(())
@@ -132,9 +144,7 @@ fn by_depth_panels(
             accumulate: bias.is_some() || first > 0,
             ..*spec
         };
-        a.device()
-            .backend()
-            .gemm(&panel, a32.buffer(), b32.buffer(), out32.buffer_mut(op)?)?;
+        multiply(&panel, &a32, &b32, &mut out32, op)?;
     }
     narrow(&out32, out, 0, op)
 }
@@ -173,9 +183,7 @@ fn by_batch_panels(
             batch: group,
             ..*spec
         };
-        a.device()
-            .backend()
-            .gemm(&panel, a32.buffer(), b32.buffer(), out32.buffer_mut(op)?)?;
+        multiply(&panel, &a32, &b32, &mut out32, op)?;
         narrow(&out32, out, first * m * n, op)?;
     }
     Ok(())
