@@ -4,6 +4,7 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py gemm [--rounds 3]
     python3 benches/peers/compare.py elementwise
     python3 benches/peers/compare.py train
+    python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
 
 Both sides print one JSON line per result; lines are matched on the bench's key fields, and each
 side's figure is the median over the rounds. Alternating the two evens out a shared machine's
@@ -29,6 +30,7 @@ BENCHES = {
         ("model", "precision"),
         ("samples_per_s", "peak_bytes"),
     ),
+    "cuda": ("cuda-compare", "torch_cuda.py", ("op", "dtype", "shape"), ("value",)),
 }
 
 
@@ -41,15 +43,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bench", choices=sorted(BENCHES))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--binary", help="a bench binary built elsewhere (no cargo here)")
     args = parser.parse_args()
     binary, script, keys, figures = BENCHES[args.bench]
-    subprocess.run(
-        ["cargo", "build", "--release", "-q", "-p", "headroom-benches", "--bin", binary],
-        cwd=ROOT,
-        check=True,
-    )
+    if args.binary is None:
+        features = ["--features", "cuda"] if args.bench == "cuda" else []
+        subprocess.run(
+            ["cargo", "build", "--release", "-q", "-p", "headroom-benches", "--bin", binary, *features],
+            cwd=ROOT,
+            check=True,
+        )
     sides = {
-        "headroom": [str(ROOT / "target" / "release" / binary)],
+        "headroom": [args.binary or str(ROOT / "target" / "release" / binary)],
         "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script)],
     }
     results: dict[str, dict[tuple, list[dict]]] = {side: {} for side in sides}

@@ -86,8 +86,15 @@ pub trait ReduceKernels {
 /// Matrix products.
 pub trait GemmKernels {
     /// `out[b] = op(a[b]) * op(b[b])` for every batch `b`, f32 or f64, accumulating in the
-    /// operands' precision (half types are cast to f32 by the op layer).
+    /// operands' precision; half types too when [`gemm_half`](Self::gemm_half) says so
+    /// (otherwise the op layer widens them to f32 panel by panel).
     fn gemm(&self, spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()>;
+
+    /// Whether [`gemm`](Self::gemm) takes f16 and bf16 operands itself, accumulating in f32
+    /// (as cuBLAS does on tensor cores).
+    fn gemm_half(&self) -> bool {
+        false
+    }
 }
 
 /// A compute backend: every category of kernel.

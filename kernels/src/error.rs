@@ -98,6 +98,36 @@ pub enum Error {
         #[source]
         source: headroom_alloc::Error,
     },
+
+    /// No CUDA driver could be loaded, or it reports no usable device: asking for a CUDA device
+    /// on a machine without one.
+    #[error("no CUDA driver found: {detail}")]
+    NoCudaDriver {
+        /// What was looked for and what to check.
+        detail: String,
+    },
+
+    /// A CUDA library that the backend loads at run time (cuBLAS, NVRTC) is missing.
+    #[error("{library} not found: {detail}")]
+    NoCudaLibrary {
+        /// The library.
+        library: &'static str,
+        /// What was looked for and what to check.
+        detail: String,
+    },
+
+    /// A call into the CUDA driver, cuBLAS or NVRTC failed.
+    #[error("{op}: {call} failed with {name}: {detail}")]
+    Cuda {
+        /// The op.
+        op: &'static str,
+        /// The library function that failed, such as `cuMemcpyDtoHAsync`.
+        call: &'static str,
+        /// The library's name for the error, such as `CUDA_ERROR_ILLEGAL_ADDRESS`.
+        name: String,
+        /// The library's description of it (the compiler's log for NVRTC).
+        detail: String,
+    },
 }
 
 impl Error {
@@ -121,7 +151,9 @@ impl Error {
             | Self::NoData { op, .. }
             | Self::Argument { op, .. }
             | Self::Shared { op }
-            | Self::Alloc { op, .. } => *op = outer,
+            | Self::Alloc { op, .. }
+            | Self::Cuda { op, .. } => *op = outer,
+            Self::NoCudaDriver { .. } | Self::NoCudaLibrary { .. } => {}
         }
         self
     }

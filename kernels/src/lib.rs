@@ -3,6 +3,8 @@
 mod backend;
 mod buffer;
 mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod device;
 mod dtype;
 mod error;

@@ -7,11 +7,31 @@ use headroom_alloc::AllocatorConfig;
 use headroom_alloc::trace::SplitMix64;
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Shape};
 
-/// Every backend present: the CPU always; CUDA when built with it and a GPU is there.
+/// Every backend present: the CPU always; CUDA when built with it and a GPU is there (each
+/// test says which ran, and why CUDA was skipped).
 pub fn devices() -> Vec<Device> {
     let config = DeviceConfig::new(256 << 20).with_allocator(AllocatorConfig::default());
-    eprintln!("backends: cpu (cuda skipped: headroom-kernels has no `cuda` feature yet)");
-    vec![Device::cpu(config).expect("a CPU device")]
+    let mut devices = vec![Device::cpu(config).expect("a CPU device")];
+    match cuda() {
+        Ok(device) => devices.push(device),
+        Err(why) => eprintln!("cuda skipped: {why}"),
+    }
+    let names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+    eprintln!("backends: {}", names.join(", "));
+    devices
+}
+
+/// CUDA device 0 under a 256 MiB limit, or why there is none.
+#[cfg(feature = "cuda")]
+pub fn cuda() -> Result<Device, String> {
+    let config = AllocatorConfig::default().with_limit_bytes(256 << 20);
+    Device::cuda(0, config).map_err(|err| err.to_string())
+}
+
+/// CUDA device 0 under a 256 MiB limit, or why there is none.
+#[cfg(not(feature = "cuda"))]
+pub fn cuda() -> Result<Device, String> {
+    Err("headroom-kernels was built without the `cuda` feature".into())
 }
 
 /// A generator seeded from `HEADROOM_SEED` or the clock, printed so that a failure can be

@@ -2,59 +2,12 @@
 
 use rayon::prelude::*;
 
+use super::{check_bytes, check_len, check_range};
 use crate::backend::DataKernels;
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_element};
 use crate::dtype::Element;
-use crate::error::{Error, Result};
-
-/// Fails unless a host byte slice matches the buffer's size.
-fn check_bytes(op: &'static str, buffer: &Buffer, bytes: usize) -> Result<()> {
-    if bytes == buffer.bytes() {
-        Ok(())
-    } else {
-        Err(Error::Argument {
-            op,
-            detail: format!("{bytes} host bytes for a buffer of {}", buffer.bytes()),
-        })
-    }
-}
-
-/// Fails unless two buffers hold as many elements.
-fn check_len(op: &'static str, a: &Buffer, b: &Buffer) -> Result<()> {
-    if a.len() == b.len() {
-        Ok(())
-    } else {
-        Err(Error::Argument {
-            op,
-            detail: format!("{} elements into {}", a.len(), b.len()),
-        })
-    }
-}
-
-/// Fails unless `len` elements from `src_at` and from `dst_at` lie inside their buffers.
-pub(crate) fn check_range(
-    src: &Buffer,
-    src_at: usize,
-    dst: &Buffer,
-    dst_at: usize,
-    len: usize,
-) -> Result<()> {
-    let fits =
-        |at: usize, buffer: &Buffer| at.checked_add(len).is_some_and(|end| end <= buffer.len());
-    if fits(src_at, src) && fits(dst_at, dst) {
-        Ok(())
-    } else {
-        Err(Error::Argument {
-            op: "cast",
-            detail: format!(
-                "{len} elements from {src_at} of {} into {dst_at} of {}",
-                src.len(),
-                dst.len()
-            ),
-        })
-    }
-}
+use crate::error::Result;
 
 impl DataKernels for CpuBackend {
     fn fill(&self, out: &mut Buffer, value: f64) -> Result<()> {

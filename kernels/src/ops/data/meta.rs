@@ -33,6 +33,6 @@ impl DataKernels for MetaBackend {
         len: usize,
     ) -> Result<()> {
         // Nothing to convert, but a bad range fails here as it would on a real device.
-        super::cpu::check_range(src, src_at, dst, dst_at, len)
+        super::check_range(src, src_at, dst, dst_at, len)
     }
 }

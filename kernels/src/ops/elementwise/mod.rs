@@ -2,6 +2,8 @@
 //! derivatives their backward rules need.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod meta;
 
 use crate::buffer::Array;

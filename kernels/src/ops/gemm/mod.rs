@@ -2,6 +2,8 @@
 //! f32 through workspace casts a panel at a time.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod half;
 mod meta;
 
@@ -169,16 +171,16 @@ fn product(
     let out_shape = Shape::new(&out_dims);
     let device = a.device();
     let mut out = Array::uninit(device, out_shape.clone(), a.dtype(), op)?;
-    match a.dtype() {
-        DType::F32 | DType::F64 => {
-            if let Some(bias) = bias {
-                fill_rows(bias, &mut out, op)?;
-            }
-            device
-                .backend()
-                .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(op)?)?;
+    let native = matches!(a.dtype(), DType::F32 | DType::F64) || device.backend().gemm_half();
+    if native {
+        if let Some(bias) = bias {
+            fill_rows(bias, &mut out, op)?;
         }
-        _ => half::product(&spec, a, b, bias, &mut out, op)?,
+        device
+            .backend()
+            .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(op)?)?;
+    } else {
+        half::product(&spec, a, b, bias, &mut out, op)?;
     }
     Ok(out)
 }

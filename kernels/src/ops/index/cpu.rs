@@ -2,41 +2,14 @@
 
 use rayon::prelude::*;
 
-use super::{CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels};
+use super::{
+    CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels, check_range, counted_rows,
+    positions_by_id,
+};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
 use crate::dtype::{Compute, Element, Float};
-use crate::error::{Error, Result};
-
-/// Fails with [`Error::Argument`] naming the first index `>= limit` (other than `ignore`), its
-/// position and the limit.
-fn check_range(
-    op: &'static str,
-    what: &str,
-    indices: &[u32],
-    limit: usize,
-    ignore: Option<u32>,
-) -> Result<()> {
-    match indices
-        .iter()
-        .position(|&i| i as usize >= limit && Some(i) != ignore)
-    {
-        None => Ok(()),
-        Some(p) => Err(Error::Argument {
-            op,
-            detail: format!(
-                "{what} {} at position {p} is out of range for {limit} {}",
-                indices[p],
-                if what == "id" { "rows" } else { "classes" }
-            ),
-        }),
-    }
-}
-
-/// Rows whose target is not the ignored one.
-fn counted_rows(targets: &[u32], ignore: Option<u32>) -> usize {
-    targets.iter().filter(|&&t| Some(t) != ignore).count()
-}
+use crate::error::Result;
 
 impl IndexKernels for CpuBackend {
     fn embedding(
@@ -73,21 +46,7 @@ impl IndexKernels for CpuBackend {
         const OP: &str = "embedding_backward";
         let ids = ids.host::<u32>(OP)?;
         check_range(OP, "id", ids, spec.vocab, None)?;
-        // The positions of each id, in order (a counting sort), so that each table row is summed
-        // by one task in a fixed order: deterministic, and no two tasks write one row.
-        let mut starts = vec![0usize; spec.vocab + 1];
-        for &id in ids {
-            starts[id as usize + 1] += 1;
-        }
-        for v in 0..spec.vocab {
-            starts[v + 1] += starts[v];
-        }
-        let mut next = starts.clone();
-        let mut positions = vec![0usize; ids.len()];
-        for (p, &id) in ids.iter().enumerate() {
-            positions[next[id as usize]] = p;
-            next[id as usize] += 1;
-        }
+        let (starts, positions) = positions_by_id(ids, spec.vocab);
         with_float!(dy.dtype(), OP, |T| {
             let dy = dy.host::<T>(OP)?;
             let out = out.host_mut::<T>(OP)?;
@@ -95,7 +54,8 @@ impl IndexKernels for CpuBackend {
             if dim > 0 {
                 out.par_chunks_mut(dim).enumerate().for_each(|(v, row)| {
                     let mut acc = vec![<T as Float>::C::ZERO; dim];
-                    for &p in &positions[starts[v]..starts[v + 1]] {
+                    for &p in &positions[starts[v] as usize..starts[v + 1] as usize] {
+                        let p = p as usize;
                         for (a, &g) in acc.iter_mut().zip(&dy[p * dim..(p + 1) * dim]) {
                             *a += g.load();
                         }

@@ -5,6 +5,8 @@
 //! cannot check index values); the output allocated for the call is then dropped.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod meta;
 
 use crate::buffer::{Array, Buffer};
@@ -305,4 +307,55 @@ pub fn causal_mask(scores: &Array, fill: f64) -> Result<Array> {
         .backend()
         .causal_mask(spec, fill, scores.buffer(), out.buffer_mut(OP)?)?;
     Ok(out)
+}
+
+/// Fails with [`Error::Argument`] naming the first index `>= limit` (other than `ignore`), its
+/// position and the limit.
+pub(super) fn check_range(
+    op: &'static str,
+    what: &str,
+    indices: &[u32],
+    limit: usize,
+    ignore: Option<u32>,
+) -> Result<()> {
+    match indices
+        .iter()
+        .position(|&i| i as usize >= limit && Some(i) != ignore)
+    {
+        None => Ok(()),
+        Some(p) => Err(Error::Argument {
+            op,
+            detail: format!(
+                "{what} {} at position {p} is out of range for {limit} {}",
+                indices[p],
+                if what == "id" { "rows" } else { "classes" }
+            ),
+        }),
+    }
+}
+
+/// Rows whose target is not the ignored one.
+pub(super) fn counted_rows(targets: &[u32], ignore: Option<u32>) -> usize {
+    targets.iter().filter(|&&t| Some(t) != ignore).count()
+}
+
+/// The positions of each id, grouped by id in order (a counting sort): the positions of id `v`
+/// are `positions[starts[v]..starts[v + 1]]`. Each table row of an embedding's gradient is
+/// then summed by one task in a fixed order: deterministic, and no two tasks write one row.
+/// Every id must be below `vocab` (checked first).
+pub(super) fn positions_by_id(ids: &[u32], vocab: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut starts = vec![0u32; vocab + 1];
+    for &id in ids {
+        starts[id as usize + 1] += 1;
+    }
+    for v in 0..vocab {
+        starts[v + 1] += starts[v];
+    }
+    let mut next = starts.clone();
+    let mut positions = vec![0u32; ids.len()];
+    for (p, &id) in ids.iter().enumerate() {
+        positions[next[id as usize] as usize] = p as u32;
+        next[id as usize] += 1;
+    }
+    (starts, positions)
 }

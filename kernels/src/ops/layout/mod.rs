@@ -2,6 +2,8 @@
 //! strided gather), and concatenation.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod meta;
 
 use crate::buffer::{Array, Buffer};

@@ -8,6 +8,8 @@
 //! reciprocal standard deviation, of dtype [`DType::F32`] ([`DType::F64`] for F64 inputs).
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod meta;
 
 use crate::buffer::{Array, Buffer};

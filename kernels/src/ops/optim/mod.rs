@@ -2,6 +2,8 @@
 //! nothing (an optimizer step can never run out of memory).
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod meta;
 
 use crate::buffer::{Array, Buffer};

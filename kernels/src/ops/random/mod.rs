@@ -3,6 +3,8 @@
 //! the same mask.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod meta;
 
 use crate::buffer::{Array, Buffer};

@@ -1,6 +1,8 @@
 //! Reductions over one axis: sum, mean and max.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod meta;
 
 use crate::buffer::Array;

@@ -1,0 +1,65 @@
+"""PyTorch on the GPU, for the cases of `cuda-compare`: GEMM throughput by dtype, copy bandwidth,
+and elementwise and softmax bandwidth. Prints one JSON line per case with the keys
+op, dtype, shape, value, unit, as `cuda-compare` does. See README.md beside this file.
+"""
+
+import json
+import statistics
+import time
+
+import torch
+
+RUNS = 10
+
+
+def timed(work) -> float:
+    for _ in range(3):
+        work()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        work()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def emit(op: str, dtype: str, shape: str, value: float, unit: str) -> None:
+    line = {"op": op, "dtype": dtype, "shape": shape, "value": round(value, 3), "unit": unit}
+    print(json.dumps(line, separators=(",", ":")))
+
+
+def main() -> None:
+    cuda = torch.device("cuda")
+    for size in (4096, 8192):
+        for name, dtype, tf32 in (
+            ("bf16", torch.bfloat16, False),
+            ("f16", torch.float16, False),
+            ("tf32", torch.float32, True),
+            ("f32", torch.float32, False),
+        ):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            a = torch.randn(size, size, device=cuda).to(dtype)
+            b = torch.randn(size, size, device=cuda).to(dtype)
+            seconds = timed(lambda: torch.matmul(a, b))
+            emit("gemm", name, f"{size}x{size}x{size}", 2 * size**3 / seconds / 1e12, "TFLOP/s")
+            del a, b
+    n = 1 << 28
+    x = torch.zeros(n, device=cuda)
+    y = torch.zeros(n, device=cuda)
+    nbytes = 4 * n
+    emit("copy", "f32", str(n), 2 * nbytes / timed(lambda: x.clone()) / 1e9, "GB/s")
+    emit("exp", "f32", str(n), 2 * nbytes / timed(lambda: torch.exp(x)) / 1e9, "GB/s")
+    gelu = lambda: torch.nn.functional.gelu(x, approximate="tanh")  # noqa: E731
+    emit("gelu", "f32", str(n), 2 * nbytes / timed(gelu) / 1e9, "GB/s")
+    emit("add", "f32", str(n), 3 * nbytes / timed(lambda: x + y) / 1e9, "GB/s")
+    for length in (1024, 4096):
+        rows = n // length
+        xs = x.view(rows, length)
+        seconds = timed(lambda: torch.softmax(xs, dim=-1))
+        emit("softmax", "f32", f"{rows}x{length}", 2 * nbytes / seconds / 1e9, "GB/s")
+
+
+if __name__ == "__main__":
+    main()

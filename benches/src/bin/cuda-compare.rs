@@ -1,0 +1,191 @@
+//! The CUDA backend on a GPU: GEMM throughput by dtype, elementwise and softmax bandwidth as a
+//! share of the device's copy bandwidth, and the allocator's alloc + free against the driver's
+//! cuMemAlloc + cuMemFree of the same sizes. Prints a table, then one JSON line per result with
+//! the keys `op, dtype, shape, value, unit` (and `of_copy` or `speedup` where they apply);
+//! `benches/peers/torch_cuda.py` prints the same keys for PyTorch.
+
+use std::time::Instant;
+
+use headroom_alloc::{AllocatorConfig, Limit};
+use headroom_kernels::cuda::CudaOptions;
+use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
+use headroom_kernels::ops::{gemm::matmul, norm::softmax};
+use headroom_kernels::{Array, DType, Device, Result};
+
+/// Timed runs per case after warm-ups; the median is reported.
+const RUNS: usize = 10;
+
+/// Median seconds of `RUNS` runs of `work`, each waited for on the device.
+fn time(device: &Device, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..3 {
+        work()?;
+    }
+    device.synchronize()?;
+    let mut times = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        work()?;
+        device.synchronize()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[RUNS / 2])
+}
+
+fn line(op: &str, dtype: &str, shape: &str, value: f64, unit: &str, extra: &str) -> String {
+    println!("{op:<16} {dtype:<10} {shape:>20} {value:>12.2} {unit:<8} {extra}");
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(",{extra}")
+    };
+    format!(
+        "{{\"op\":\"{op}\",\"dtype\":\"{dtype}\",\"shape\":\"{shape}\",\"value\":{value:.3},\"unit\":\"{unit}\"{extra}}}"
+    )
+}
+
+fn gemms(lines: &mut Vec<String>) -> Result<()> {
+    let plain = Device::cuda(0, AllocatorConfig::default())?;
+    let tf32 = Device::cuda_with(
+        0,
+        AllocatorConfig::default(),
+        CudaOptions {
+            tf32: true,
+            ..CudaOptions::default()
+        },
+    )?;
+    for size in [4096, 8192] {
+        for (device, dtype, name) in [
+            (&plain, DType::BF16, "bf16"),
+            (&plain, DType::F16, "f16"),
+            (&tf32, DType::F32, "tf32"),
+            (&plain, DType::F32, "f32"),
+        ] {
+            let data: Vec<f64> = (0..size * size)
+                .map(|i| ((i % 97) as f64 - 48.0) / 64.0)
+                .collect();
+            let a = Array::from_f64(device, [size, size], dtype, &data)?;
+            let b = Array::from_f64(device, [size, size], dtype, &data)?;
+            let seconds = time(device, || matmul(&a, &b, false, false).map(drop))?;
+            let tflops = 2.0 * (size as f64).powi(3) / seconds / 1e12;
+            let shape = format!("{size}x{size}x{size}");
+            lines.push(line("gemm", name, &shape, tflops, "TFLOP/s", ""));
+        }
+    }
+    Ok(())
+}
+
+fn bandwidth(lines: &mut Vec<String>) -> Result<()> {
+    let device = Device::cuda(
+        0,
+        AllocatorConfig::default().with_limit(Limit::Fraction(0.9)),
+    )?;
+    let n = 1usize << 28;
+    let x = Array::zeros(&device, [n], DType::F32)?;
+    let y = Array::zeros(&device, [n], DType::F32)?;
+    let bytes = (n * 4) as f64;
+    // Bytes moved, read and written, per second.
+    let gbps = |moved: f64, seconds: f64| moved / seconds / 1e9;
+    let copy = gbps(2.0 * bytes, time(&device, || x.deep_copy().map(drop))?);
+    lines.push(line("copy", "f32", &n.to_string(), copy, "GB/s", ""));
+    let share = |value: f64| format!("\"of_copy\":{:.3}", value / copy);
+    for (name, op) in [("exp", UnaryOp::Exp), ("gelu", UnaryOp::Gelu)] {
+        let v = gbps(2.0 * bytes, time(&device, || ew::unary(op, &x).map(drop))?);
+        lines.push(line(name, "f32", &n.to_string(), v, "GB/s", &share(v)));
+    }
+    for (name, op) in [
+        ("add", BinaryOp::Add),
+        ("gelu_backward", BinaryOp::GeluBackward),
+    ] {
+        let v = gbps(
+            3.0 * bytes,
+            time(&device, || ew::binary(op, &x, &y).map(drop))?,
+        );
+        lines.push(line(name, "f32", &n.to_string(), v, "GB/s", &share(v)));
+    }
+    for len in [1024usize, 4096] {
+        let rows = n / len;
+        let xs = x.reshape([rows, len])?;
+        let v = gbps(2.0 * bytes, time(&device, || softmax(&xs).map(drop))?);
+        lines.push(line(
+            "softmax",
+            "f32",
+            &format!("{rows}x{len}"),
+            v,
+            "GB/s",
+            &share(v),
+        ));
+    }
+    Ok(())
+}
+
+/// Sizes an allocation-heavy step asks for: activations, weights, small temporaries.
+const SIZES: [usize; 8] = [
+    256,
+    4 << 10,
+    64 << 10,
+    1 << 20,
+    3 << 20,
+    16 << 20,
+    512,
+    48 << 10,
+];
+
+fn allocations(lines: &mut Vec<String>) -> Result<()> {
+    use cudarc::driver::{CudaContext, result};
+    let device = Device::cuda(0, AllocatorConfig::default())?;
+    let rounds = 200;
+    let start = Instant::now();
+    for _ in 0..rounds {
+        let held: Vec<_> = SIZES
+            .iter()
+            .map(|&bytes| device.alloc(DType::F32, bytes / 4, "bench"))
+            .collect::<Result<_>>()?;
+        drop(held);
+    }
+    let ours = start.elapsed().as_secs_f64() / (rounds * SIZES.len()) as f64;
+    let context = CudaContext::new(0).expect("a CUDA context");
+    context.bind_to_thread().expect("the context bound");
+    let start = Instant::now();
+    for _ in 0..rounds {
+        let held: Vec<u64> = SIZES
+            .iter()
+            // SAFETY: plain cuMemAlloc with the context current; each pointer is freed below.
+            .map(|&bytes| unsafe { result::malloc_sync(bytes) }.expect("cuMemAlloc"))
+            .collect();
+        for ptr in held {
+            // SAFETY: `ptr` came from cuMemAlloc above and nothing uses it.
+            unsafe { result::free_sync(ptr) }.expect("cuMemFree");
+        }
+    }
+    let driver = start.elapsed().as_secs_f64() / (rounds * SIZES.len()) as f64;
+    let extra = format!(
+        "\"driver_ns\":{:.1},\"speedup\":{:.1}",
+        driver * 1e9,
+        driver / ours
+    );
+    lines.push(line(
+        "alloc_free",
+        "bytes",
+        "8 sizes",
+        ours * 1e9,
+        "ns",
+        &extra,
+    ));
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    println!(
+        "{:<16} {:<10} {:>20} {:>12} unit",
+        "op", "dtype", "shape", "value"
+    );
+    let mut lines = Vec::new();
+    gemms(&mut lines)?;
+    bandwidth(&mut lines)?;
+    allocations(&mut lines)?;
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}

@@ -1,0 +1,402 @@
+//! The CUDA backend's state (context, stream, cuBLAS handle, compiled modules) and how its
+//! kernels are launched.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    result,
+};
+use headroom_alloc::{AllocatorConfig, Tag};
+use parking_lot::Mutex;
+
+use super::compile::{Family, compile};
+use super::driver::{CudaOptions, driver_error, require_libraries};
+use super::memory::CudaMemory;
+use crate::buffer::Buffer;
+use crate::device::{Device, DeviceKind};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Threads per block of every kernel.
+pub(crate) const BLOCK: u32 = 256;
+
+/// Runs kernels on one CUDA device, all queued on its one stream.
+pub(crate) struct CudaBackend {
+    context: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// cuBLAS handle bound to the stream; a handle serves one call at a time.
+    pub(crate) blas: Mutex<CudaBlas>,
+    pub(crate) options: CudaOptions,
+    /// `compute_XY` of the device, what NVRTC compiles for.
+    arch: String,
+    /// (major, minor) compute capability.
+    pub(crate) capability: (i32, i32),
+    multiprocessors: u32,
+    modules: Mutex<HashMap<Family, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+impl Device {
+    /// The CUDA device `ordinal`, its memory managed by an allocator with `config` (whose
+    /// fraction limit applies to the device's total memory), products under default
+    /// [`CudaOptions`]. Fails with [`Error::NoCudaDriver`] on a machine without a driver or
+    /// device, [`Error::NoCudaLibrary`] without cuBLAS or NVRTC, and [`Error::Cuda`] for a
+    /// missing ordinal.
+    pub fn cuda(ordinal: u32, config: AllocatorConfig) -> Result<Device> {
+        Self::cuda_with(ordinal, config, CudaOptions::default())
+    }
+
+    /// [`Device::cuda`] with chosen [`CudaOptions`].
+    pub fn cuda_with(
+        ordinal: u32,
+        config: AllocatorConfig,
+        options: CudaOptions,
+    ) -> Result<Device> {
+        require_libraries()?;
+        let count = super::driver::device_count()?;
+        if count == 0 {
+            return Err(Error::NoCudaDriver {
+                detail: "the driver loaded but reports no CUDA device".into(),
+            });
+        }
+        if ordinal as usize >= count {
+            return Err(Error::Argument {
+                op: "cuda",
+                detail: format!("device {ordinal} asked for, the driver reports {count}"),
+            });
+        }
+        let context = CudaContext::new(ordinal as usize)
+            .map_err(|err| driver_error("cuda", "cuDevicePrimaryCtxRetain", err))?;
+        let stream = context
+            .new_stream()
+            .map_err(|err| driver_error("cuda", "cuStreamCreate", err))?;
+        let memory = CudaMemory::new(Arc::clone(&context), Arc::clone(&stream))?;
+        let backend = CudaBackend::new(context, stream, options)?;
+        Self::assemble(
+            DeviceKind::Cuda(ordinal),
+            Box::new(backend),
+            Box::new(memory),
+            config,
+        )
+    }
+}
+
+impl CudaBackend {
+    fn new(
+        context: Arc<CudaContext>,
+        stream: Arc<CudaStream>,
+        options: CudaOptions,
+    ) -> Result<Self> {
+        let capability = context
+            .compute_capability()
+            .map_err(|err| driver_error("cuda", "cuDeviceGetAttribute", err))?;
+        let multiprocessors = context
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|err| driver_error("cuda", "cuDeviceGetAttribute", err))?;
+        let blas = CudaBlas::new(Arc::clone(&stream)).map_err(|err| Error::Cuda {
+            op: "cuda",
+            call: "cublasCreate",
+            name: format!("{:?}", err.0),
+            detail: err.to_string(),
+        })?;
+        Ok(Self {
+            context,
+            stream,
+            blas: Mutex::new(blas),
+            options,
+            arch: format!("compute_{}{}", capability.0, capability.1),
+            capability,
+            multiprocessors: u32::try_from(multiprocessors).unwrap_or(1).max(1),
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Makes the device's context current on this thread, for raw driver calls.
+    pub(crate) fn bind(&self, op: &'static str) -> Result<()> {
+        self.context
+            .bind_to_thread()
+            .map_err(|err| driver_error(op, "cuCtxSetCurrent", err))
+    }
+
+    /// The kernel `name` of `family`, compiling and loading the family the first time.
+    fn kernel(&self, family: Family, name: &str) -> Result<CudaFunction> {
+        if let Some(function) = self.functions.lock().get(name) {
+            return Ok(function.clone());
+        }
+        let module = self.module(family)?;
+        let function = module
+            .load_function(name)
+            .map_err(|err| driver_error(family.file(), "cuModuleGetFunction", err))?;
+        self.functions
+            .lock()
+            .insert(name.to_owned(), function.clone());
+        Ok(function)
+    }
+
+    fn module(&self, family: Family) -> Result<Arc<CudaModule>> {
+        let mut modules = self.modules.lock();
+        if let Some(module) = modules.get(&family) {
+            return Ok(Arc::clone(module));
+        }
+        let ptx = compile(family, &self.arch)?;
+        let module = self
+            .context
+            .load_module(ptx)
+            .map_err(|err| driver_error(family.file(), "cuModuleLoadData", err))?;
+        modules.insert(family, Arc::clone(&module));
+        Ok(module)
+    }
+
+    /// A one-dimensional grid of [`BLOCK`]-thread blocks for a grid-stride loop over `n` items:
+    /// enough blocks to fill the device several times over, no more than the items need.
+    pub(crate) fn grid(&self, n: u64) -> LaunchConfig {
+        let wanted = n.div_ceil(u64::from(BLOCK)).max(1);
+        let most = u64::from(self.multiprocessors) * 16;
+        LaunchConfig {
+            grid_dim: (wanted.min(most) as u32, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Queues kernel `name` of `family` on the stream with `args`, for `op`.
+    pub(crate) fn launch(
+        &self,
+        op: &'static str,
+        family: Family,
+        name: &str,
+        config: LaunchConfig,
+        args: &[Arg],
+    ) -> Result<()> {
+        let function = self.kernel(family, name)?;
+        let mut builder = self.stream.launch_builder(&function);
+        for arg in args {
+            match arg {
+                Arg::U64(v) => builder.arg(v),
+                Arg::U32(v) => builder.arg(v),
+                Arg::I32(v) => builder.arg(v),
+                Arg::F64(v) => builder.arg(v),
+                Arg::Walk(v) => builder.arg(v.as_ref()),
+            };
+        }
+        // SAFETY: every kernel's parameter list is written in its `.cu` file next to the Rust
+        // call that passes `args`, in the same order and of the same C types (pointers as u64
+        // device addresses of live buffers borrowed for this call; u64 sizes; doubles; ints;
+        // `Walk` as its `#[repr(C)]` mirror). The kernels index only below the sizes passed,
+        // which the op layer checked against the buffers' lengths. Work on the one stream runs
+        // in order, so the buffers' memory is not reused under it (see the module docs).
+        unsafe { builder.launch(config) }
+            .map(drop)
+            .map_err(|err| driver_error(op, "cuLaunchKernel", err))
+    }
+
+    /// Queues a copy of `bytes` bytes from device address `src` to `dst`.
+    pub(crate) fn copy_device(
+        &self,
+        op: &'static str,
+        src: u64,
+        dst: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.bind(op)?;
+        // SAFETY: both ranges lie inside live buffers of this device (checked by the caller),
+        // the context is current, and the copy is ordered on the device's stream.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
+            .map_err(|err| driver_error(op, "cuMemcpyDtoDAsync", err))
+    }
+
+    /// Copies host bytes to device address `dst`; returns once the host bytes may be reused.
+    pub(crate) fn copy_to_device(&self, op: &'static str, bytes: &[u8], dst: u64) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.bind(op)?;
+        // SAFETY: `dst` starts a live buffer of at least `bytes.len()` bytes (checked by the
+        // caller). From pageable host memory the driver stages the bytes before it returns, so
+        // `bytes` may be dropped right after.
+        unsafe { result::memcpy_htod_async(dst, bytes, self.stream.cu_stream()) }
+            .map_err(|err| driver_error(op, "cuMemcpyHtoDAsync", err))
+    }
+
+    /// Copies device bytes from `src` into host bytes, waiting until they have arrived.
+    pub(crate) fn copy_to_host(&self, op: &'static str, src: u64, bytes: &mut [u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.bind(op)?;
+        // SAFETY: `src` starts a live buffer of at least `bytes.len()` bytes (checked by the
+        // caller); the stream is synchronised before `bytes` is used or released.
+        unsafe { result::memcpy_dtoh_async(bytes, src, self.stream.cu_stream()) }
+            .map_err(|err| driver_error(op, "cuMemcpyDtoHAsync", err))?;
+        self.wait(op)
+    }
+
+    /// Waits for everything queued on the stream.
+    pub(crate) fn wait(&self, op: &'static str) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|err| driver_error(op, "cuStreamSynchronize", err))
+    }
+
+    /// Scratch memory for `op` from the buffers' device allocator, tagged as workspace.
+    pub(crate) fn workspace(
+        device: &Device,
+        dtype: DType,
+        len: usize,
+        op: &'static str,
+    ) -> Result<Buffer> {
+        let _tag = device.scoped_tag(Tag::WORKSPACE);
+        device.alloc(dtype, len, op)
+    }
+
+    /// Reads a whole u32 buffer back to the host (ids, to check them and group them).
+    pub(crate) fn read_u32(&self, op: &'static str, ids: &Buffer) -> Result<Vec<u32>> {
+        let mut host = vec![0u32; ids.len()];
+        self.copy_to_host(op, ids.addr(), bytemuck::cast_slice_mut(&mut host))?;
+        Ok(host)
+    }
+}
+
+/// One kernel argument, of the C type its kernel declares.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    /// A pointer (a device address) or a `u64` size.
+    U64(u64),
+    /// An `unsigned int`.
+    U32(u32),
+    /// An `int`.
+    I32(i32),
+    /// A `double`.
+    F64(f64),
+    /// A [`Walk`] by value.
+    Walk(Box<Walk>),
+}
+
+impl From<u64> for Arg {
+    fn from(v: u64) -> Self {
+        Arg::U64(v)
+    }
+}
+
+impl From<usize> for Arg {
+    fn from(v: usize) -> Self {
+        Arg::U64(v as u64)
+    }
+}
+
+impl From<u32> for Arg {
+    fn from(v: u32) -> Self {
+        Arg::U32(v)
+    }
+}
+
+impl From<i32> for Arg {
+    fn from(v: i32) -> Self {
+        Arg::I32(v)
+    }
+}
+
+impl From<bool> for Arg {
+    fn from(v: bool) -> Self {
+        Arg::I32(i32::from(v))
+    }
+}
+
+impl From<f64> for Arg {
+    fn from(v: f64) -> Self {
+        Arg::F64(v)
+    }
+}
+
+impl From<&Buffer> for Arg {
+    fn from(buffer: &Buffer) -> Self {
+        Arg::U64(buffer.addr())
+    }
+}
+
+impl From<&mut Buffer> for Arg {
+    fn from(buffer: &mut Buffer) -> Self {
+        Arg::U64(buffer.addr())
+    }
+}
+
+impl From<Walk> for Arg {
+    fn from(walk: Walk) -> Self {
+        Arg::Walk(Box::new(walk))
+    }
+}
+
+/// The most dimensions a strided kernel walks (`MAX_DIMS` in `prelude.cuh`).
+pub(crate) const MAX_DIMS: usize = 8;
+
+/// The walk of one operand through an array's dimensions: `struct Walk` of `prelude.cuh`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Walk {
+    dims: [u64; MAX_DIMS],
+    strides: [u64; MAX_DIMS],
+    rank: u32,
+}
+
+// SAFETY: `Walk` is `#[repr(C)]` plain data laid out as the C struct the kernels declare (two
+// arrays of eight u64, then a u32, padded to 8 bytes), so passing its bytes by value is sound.
+unsafe impl DeviceRepr for Walk {}
+
+impl Walk {
+    /// The walk through `dims` with `strides` (one per dimension), or an argument error for
+    /// `op` beyond [`MAX_DIMS`] dimensions.
+    pub(crate) fn new(dims: &[usize], strides: &[usize], op: &'static str) -> Result<Self> {
+        if dims.len() > MAX_DIMS || strides.len() != dims.len() {
+            return Err(Error::Argument {
+                op,
+                detail: format!(
+                    "CUDA kernels walk at most {MAX_DIMS} dimensions; got {} dimensions and {} strides",
+                    dims.len(),
+                    strides.len()
+                ),
+            });
+        }
+        let mut walk = Walk {
+            dims: [1; MAX_DIMS],
+            strides: [0; MAX_DIMS],
+            rank: dims.len() as u32,
+        };
+        for (axis, (&d, &s)) in dims.iter().zip(strides).enumerate() {
+            walk.dims[axis] = d as u64;
+            walk.strides[axis] = s as u64;
+        }
+        Ok(walk)
+    }
+}
+
+/// The name of kernel `kernel` for a float `dtype` (`unary_f32`), or a dtype error for `op`.
+pub(crate) fn float_kernel(kernel: &str, dtype: DType, op: &'static str) -> Result<String> {
+    if dtype.is_float() {
+        Ok(format!("{kernel}_{dtype}"))
+    } else {
+        Err(Error::DType {
+            op,
+            expected: "a float dtype".into(),
+            got: dtype,
+        })
+    }
+}
+
+impl CudaBackend {
+    /// The thread group per row (a warp for rows up to 1024 elements, else the block) and a grid
+    /// over `rows` rows of `len` elements, for the row kernels of `norm.cu` and `index.cu`.
+    pub(crate) fn row_grid(&self, rows: usize, len: usize) -> (u32, LaunchConfig) {
+        let group = if len <= 1024 { 32 } else { BLOCK };
+        let rows_per_block = u64::from(BLOCK / group);
+        let blocks = (rows as u64).div_ceil(rows_per_block);
+        (group, self.grid(blocks * u64::from(BLOCK)))
+    }
+}

@@ -1,0 +1,107 @@
+//! The CUDA C sources of the kernels, one file per op family, and their compilation by NVRTC.
+
+use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
+
+use super::driver::require_nvrtc;
+use crate::error::{Error, Result};
+
+/// What every family's source starts with: storage types, conversions, reductions.
+const PRELUDE: &str = include_str!("prelude.cuh");
+
+/// A family of kernels: one `.cu` file, compiled and loaded as one module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Fills and casts (`data.cu`).
+    Data,
+    /// Unary and binary maps (`elementwise.cu`).
+    Elementwise,
+    /// Reductions over one axis (`reduce.cu`).
+    Reduce,
+    /// Softmax and layer normalization (`norm.cu`).
+    Norm,
+    /// Embedding, cross-entropy and the causal mask (`index.cu`).
+    Index,
+    /// Strided gathers and concatenation (`layout.cu`).
+    Layout,
+    /// Optimizer updates (`optim.cu`).
+    Optim,
+    /// Dropout (`random.cu`).
+    Random,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 8] = [
+        Family::Data,
+        Family::Elementwise,
+        Family::Reduce,
+        Family::Norm,
+        Family::Index,
+        Family::Layout,
+        Family::Optim,
+        Family::Random,
+    ];
+
+    /// The source file's name.
+    pub fn file(self) -> &'static str {
+        match self {
+            Family::Data => "data.cu",
+            Family::Elementwise => "elementwise.cu",
+            Family::Reduce => "reduce.cu",
+            Family::Norm => "norm.cu",
+            Family::Index => "index.cu",
+            Family::Layout => "layout.cu",
+            Family::Optim => "optim.cu",
+            Family::Random => "random.cu",
+        }
+    }
+
+    /// The file's own source, without the prelude.
+    fn body(self) -> &'static str {
+        match self {
+            Family::Data => include_str!("data.cu"),
+            Family::Elementwise => include_str!("elementwise.cu"),
+            Family::Reduce => include_str!("reduce.cu"),
+            Family::Norm => include_str!("norm.cu"),
+            Family::Index => include_str!("index.cu"),
+            Family::Layout => include_str!("layout.cu"),
+            Family::Optim => include_str!("optim.cu"),
+            Family::Random => include_str!("random.cu"),
+        }
+    }
+
+    /// The whole source NVRTC compiles: the prelude, then the file.
+    pub fn source(self) -> String {
+        format!("{PRELUDE}\n{}", self.body())
+    }
+}
+
+/// Compiles a family to PTX for a virtual architecture such as `compute_90`, with NVRTC loaded
+/// at run time. A kernel that does not compile fails with [`Error::Cuda`] carrying NVRTC's log.
+pub fn compile_ptx(family: Family, arch: &str) -> Result<String> {
+    Ok(compile(family, arch)?.to_src())
+}
+
+/// [`compile_ptx`], as the module the driver loads.
+pub(crate) fn compile(family: Family, arch: &str) -> Result<Ptx> {
+    require_nvrtc()?;
+    let options = CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
+        name: Some(family.file().into()),
+        ..Default::default()
+    };
+    compile_ptx_with_opts(family.source(), options).map_err(|err| {
+        let (name, detail) = match err {
+            CompileError::CompileError { nvrtc, log, .. } => {
+                (format!("{nvrtc:?}"), log.to_string_lossy().into_owned())
+            }
+            other => (format!("{other:?}"), other.to_string()),
+        };
+        Error::Cuda {
+            op: family.file(),
+            call: "nvrtcCompileProgram",
+            name,
+            detail,
+        }
+    })
+}

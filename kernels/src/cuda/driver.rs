@@ -1,0 +1,97 @@
+//! Finding the CUDA libraries, and turning their failures into typed errors.
+
+use cudarc::driver::DriverError;
+
+use crate::error::{Error, Result};
+
+/// How a CUDA device runs its products.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// Let f32 products run on tensor cores in TF32 (10-bit mantissa inputs, f32 accumulation):
+    /// several times faster, with about 1e-3 relative error. Off by default, as PyTorch's
+    /// `torch.backends.cuda.matmul.allow_tf32` is.
+    pub tf32: bool,
+    /// Bytes of cuBLAS workspace each product takes from the allocator (tagged as workspace),
+    /// or `None` for cuBLAS's own recommendation (32 MiB on Hopper and later, 4 MiB before).
+    pub gemm_workspace: Option<u64>,
+}
+
+/// Fails unless the driver library can be loaded: cudarc panics when it cannot find one, so this
+/// is checked before its first call.
+pub(crate) fn require_driver() -> Result<()> {
+    // SAFETY: this only tries to open the shared library by its usual names and closes it again;
+    // it runs no code of the library beyond its loader's initialisers.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::NoCudaDriver {
+            detail: "libcuda could not be loaded: install the NVIDIA driver, or add the folder \
+                     holding libcuda.so to LD_LIBRARY_PATH"
+                .into(),
+        })
+    }
+}
+
+/// Fails unless cuBLAS and NVRTC can be loaded too.
+pub(crate) fn require_libraries() -> Result<()> {
+    require_driver()?;
+    // SAFETY: as in `require_driver`.
+    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+        return Err(missing_library("cuBLAS", "libcublas.so"));
+    }
+    require_nvrtc()
+}
+
+/// Fails unless NVRTC, the run-time CUDA compiler, can be loaded.
+pub(crate) fn require_nvrtc() -> Result<()> {
+    // SAFETY: as in `require_driver`.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(missing_library("NVRTC", "libnvrtc.so"))
+    }
+}
+
+fn missing_library(library: &'static str, file: &str) -> Error {
+    Error::NoCudaLibrary {
+        library,
+        detail: format!(
+            "{file} could not be loaded: install the CUDA toolkit 13 (or the `nvidia-cublas` and \
+             `nvidia-cuda-nvrtc` Python packages) and add its library folder to LD_LIBRARY_PATH"
+        ),
+    }
+}
+
+/// The number of CUDA devices, or why there are none to count.
+pub fn device_count() -> Result<usize> {
+    require_driver()?;
+    cudarc::driver::result::init().map_err(|err| driver_error("device_count", "cuInit", err))?;
+    let count = cudarc::driver::result::device::get_count()
+        .map_err(|err| driver_error("device_count", "cuDeviceGetCount", err))?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// True when a CUDA device can be opened: the driver loads and reports at least one.
+pub fn is_available() -> bool {
+    device_count().is_ok_and(|count| count > 0)
+}
+
+/// The driver's name for an error (`CUDA_ERROR_OUT_OF_MEMORY`) and its description of it.
+pub(crate) fn describe(err: DriverError) -> (String, String) {
+    let text = |s: std::result::Result<&std::ffi::CStr, DriverError>| {
+        s.map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("CUresult {}", err.0 as i32))
+    };
+    (text(err.error_name()), text(err.error_string()))
+}
+
+/// A driver error as [`Error::Cuda`], with the driver's name and description of it.
+pub(crate) fn driver_error(op: &'static str, call: &'static str, err: DriverError) -> Error {
+    let (name, detail) = describe(err);
+    Error::Cuda {
+        op,
+        call,
+        name,
+        detail,
+    }
+}

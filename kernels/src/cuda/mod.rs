@@ -1,0 +1,37 @@
+//! The CUDA backend (feature `cuda`): NVIDIA GPU memory managed by headroom-alloc, GEMMs through
+//! cuBLAS, and every other op as a CUDA C kernel of this folder compiled by NVRTC.
+//!
+//! Nothing CUDA is needed to build or test the crate: [cudarc] loads the driver, cuBLAS and NVRTC
+//! when a CUDA device is first asked for, and a machine without them gets
+//! [`Error::NoCudaDriver`](crate::Error::NoCudaDriver) or
+//! [`Error::NoCudaLibrary`](crate::Error::NoCudaLibrary), never a panic.
+//!
+//! # One stream per device, and when memory is free
+//!
+//! Each CUDA device queues all of its work, kernels, cuBLAS calls and copies, on one stream of
+//! its own, so work runs in the order it was asked for. A buffer's bytes go back to the
+//! allocator as soon as the buffer drops, even while kernels queued before still use them: any
+//! later user of those bytes is itself queued behind those kernels on the same stream, so it
+//! cannot touch them early. This is the stream order PyTorch's caching allocator relies on, and
+//! it costs nothing: no event per free and no synchronisation. Two things do wait for the
+//! stream: host reads (the bytes must have arrived), and giving a whole region back to the driver
+//! ([`CudaMemory`] synchronises the stream before `cuMemFree`, which would otherwise free memory
+//! that queued kernels may still touch).
+//!
+//! # Kernels
+//!
+//! Each op family is one `.cu` file here ([`Family`]), preceded by `prelude.cuh`. A device
+//! compiles a family with NVRTC for its own architecture the first time one of its kernels runs,
+//! and keeps the module for its lifetime. Index ops (embedding, cross-entropy) read their ids
+//! back to the host to check them against their range, as the CPU backend does, so they wait for
+//! the stream.
+
+mod backend;
+mod compile;
+mod driver;
+mod memory;
+
+pub(crate) use backend::{Arg, BLOCK, CudaBackend, Walk, float_kernel};
+pub use compile::{Family, compile_ptx};
+pub use driver::{CudaOptions, device_count, is_available};
+pub use memory::CudaMemory;

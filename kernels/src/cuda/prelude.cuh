@@ -1,0 +1,133 @@
+// Shared by every kernel family (prepended to each .cu file before NVRTC compiles it): storage
+// types, their loads and stores in compute precision, math overloads, and deterministic
+// reductions within a group of threads.
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+// The half types travel as their bits; arithmetic happens in f32.
+struct f16 { u16 bits; };
+struct bf16 { u16 bits; };
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float bf16_to_f32(u16 b) {
+    return __uint_as_float(((u32)b) << 16);
+}
+
+// Round to nearest even; a NaN stays a (quiet) NaN.
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+
+// Io<T>: the compute type C of a storage type T, and the conversions between them.
+template <typename T> struct Io;
+template <> struct Io<float> {
+    typedef float C;
+    static __device__ __forceinline__ float load(float v) { return v; }
+    static __device__ __forceinline__ float store(float v) { return v; }
+};
+template <> struct Io<double> {
+    typedef double C;
+    static __device__ __forceinline__ double load(double v) { return v; }
+    static __device__ __forceinline__ double store(double v) { return v; }
+};
+template <> struct Io<f16> {
+    typedef float C;
+    static __device__ __forceinline__ float load(f16 v) { return f16_to_f32(v.bits); }
+    static __device__ __forceinline__ f16 store(float v) { f16 r; r.bits = f32_to_f16(v); return r; }
+};
+template <> struct Io<bf16> {
+    typedef float C;
+    static __device__ __forceinline__ float load(bf16 v) { return bf16_to_f32(v.bits); }
+    static __device__ __forceinline__ bf16 store(float v) { bf16 r; r.bits = f32_to_bf16(v); return r; }
+};
+
+// Math in either compute precision.
+__device__ __forceinline__ float m_exp(float x) { return expf(x); }
+__device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_log(float x) { return logf(x); }
+__device__ __forceinline__ double m_log(double x) { return log(x); }
+__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float m_pow(float x, float p) { return powf(x, p); }
+__device__ __forceinline__ double m_pow(double x, double p) { return pow(x, p); }
+__device__ __forceinline__ float m_max(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double m_max(double a, double b) { return fmax(a, b); }
+template <typename C> __device__ __forceinline__ C neg_infinity() { return (C)(-1.0 / 0.0); }
+
+// The first element this thread handles and the step of a grid-stride loop.
+__device__ __forceinline__ u64 thread_index() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 grid_stride() { return (u64)gridDim.x * blockDim.x; }
+
+// Sixteen bytes of elements, for vectorised loads and stores (buffers are 256-byte aligned).
+template <typename T> struct __align__(16) Pack { T v[16 / sizeof(T)]; };
+
+// The most dimensions a strided kernel walks, and one operand's walk through them.
+#define MAX_DIMS 8
+struct Walk {
+    u64 dims[MAX_DIMS];
+    u64 strides[MAX_DIMS];
+    u32 rank;
+};
+
+// The offset of contiguous element `index` of a `walk.dims` array in an operand with
+// `walk.strides`.
+__device__ __forceinline__ u64 walk_offset(const Walk& walk, const u64* strides, u64 index) {
+    u64 offset = 0;
+    for (int axis = (int)walk.rank - 1; axis >= 0; --axis) {
+        u64 i = index % walk.dims[axis];
+        index /= walk.dims[axis];
+        offset += i * strides[axis];
+    }
+    return offset;
+}
+
+struct SumOp { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; } };
+struct MaxOp { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return m_max(a, b); } };
+
+// Reduces `v` over a group of GROUP consecutive threads (32: one warp; a multiple of 32 up to
+// the block: through `scratch`, 32 values) in a fixed order, so that results never depend on
+// timing; every thread of the group gets the result.
+template <int GROUP, typename C, typename Op>
+__device__ __forceinline__ C group_reduce(C v, Op op, C* scratch) {
+    for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    if (GROUP == 32) return v;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    C total = scratch[0];
+    for (int w = 1; w < GROUP / 32; ++w) total = op(total, scratch[w]);
+    return total;
+}
+
+// Instantiates M(suffix, type) for every float storage type.
+#define FOR_FLOATS(M) M(f32, float) M(f64, double) M(f16, f16) M(bf16, bf16)
+
+// Loops `r` over the rows of this group of GROUP threads (32: a warp, eight rows to a block of
+// 256; 256: the block), `lane` being this thread's place in the group.
+#define ROWS_OF(GROUP) \
+    const u64 lane = threadIdx.x % GROUP, rows_per_block = blockDim.x / GROUP; \
+    for (u64 r = blockIdx.x * rows_per_block + threadIdx.x / GROUP; r < rows; r += gridDim.x * rows_per_block)
+
+// Room for group_reduce's 32 partial results, of compute type C.
+#define SCRATCH(C) \
+    __shared__ __align__(8) unsigned char scratch_bytes[32 * sizeof(double)]; \
+    C* scratch = (C*)scratch_bytes;

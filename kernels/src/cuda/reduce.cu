@@ -1,0 +1,72 @@
+// Reductions of [outer, axis, inner] over the middle axis. Sums accumulate in f64 and every
+// combine happens in a fixed order (no atomics), so results are the same from run to run.
+
+enum Reduce { R_SUM, R_MEAN, R_MAX, R_SUM_SQUARES };
+
+struct Acc {
+    double sum;
+    double max;
+};
+
+template <typename T>
+__device__ __forceinline__ void accumulate(Acc& acc, int op, T value) {
+    const double v = Io<T>::load(value);
+    if (op == R_MAX) acc.max = fmax(acc.max, v);
+    else acc.sum += op == R_SUM_SQUARES ? v * v : v;
+}
+
+template <typename T>
+__device__ __forceinline__ T finish(const Acc& acc, int op, u64 axis) {
+    typedef typename Io<T>::C C;
+    if (op == R_MAX) return Io<T>::store((C)acc.max);
+    return Io<T>::store((C)(op == R_MEAN ? acc.sum / (double)axis : acc.sum));
+}
+
+// inner == 1: a block of 256 threads per output, striding along the contiguous axis.
+template <typename T>
+__device__ void reduce_rows(int op, const T* x, T* out, u64 outer, u64 axis) {
+    __shared__ double scratch[32];
+    for (u64 o = blockIdx.x; o < outer; o += gridDim.x) {
+        Acc acc = {0.0, -1.0 / 0.0};
+        for (u64 a = threadIdx.x; a < axis; a += blockDim.x) accumulate(acc, op, x[o * axis + a]);
+        acc.sum = group_reduce<256>(acc.sum, SumOp(), scratch);
+        acc.max = group_reduce<256>(acc.max, MaxOp(), scratch);
+        if (threadIdx.x == 0) out[o] = finish<T>(acc, op, axis);
+    }
+}
+
+// inner > 1: blocks of 32 x 8 threads; the 32 take neighbouring inner positions (coalesced),
+// the 8 split the axis, and one thread combines their 8 partial results in order.
+template <typename T>
+__device__ void reduce_columns(int op, const T* x, T* out, u64 outer, u64 axis, u64 inner) {
+    __shared__ double sums[8][33];
+    __shared__ double maxes[8][33];
+    const u64 column_blocks = (inner + 31) / 32;
+    for (u64 b = blockIdx.x; b < outer * column_blocks; b += gridDim.x) {
+        const u64 o = b / column_blocks, j = (b % column_blocks) * 32 + threadIdx.x;
+        Acc acc = {0.0, -1.0 / 0.0};
+        if (j < inner)
+            for (u64 a = threadIdx.y; a < axis; a += 8) accumulate(acc, op, x[(o * axis + a) * inner + j]);
+        sums[threadIdx.y][threadIdx.x] = acc.sum;
+        maxes[threadIdx.y][threadIdx.x] = acc.max;
+        __syncthreads();
+        if (threadIdx.y == 0 && j < inner) {
+            for (int y = 1; y < 8; ++y) {
+                acc.sum += sums[y][threadIdx.x];
+                acc.max = fmax(acc.max, maxes[y][threadIdx.x]);
+            }
+            out[o * inner + j] = finish<T>(acc, op, axis);
+        }
+        __syncthreads();
+    }
+}
+
+#define REDUCE(name, T) \
+    extern "C" __global__ void reduce_rows_##name(int op, const T* x, T* out, u64 outer, u64 axis) { \
+        reduce_rows<T>(op, x, out, outer, axis); \
+    } \
+    extern "C" __global__ void reduce_columns_##name(int op, const T* x, T* out, u64 outer, u64 axis, \
+                                                     u64 inner) { \
+        reduce_columns<T>(op, x, out, outer, axis, inner); \
+    }
+FOR_FLOATS(REDUCE)

@@ -1,0 +1,76 @@
+//! CUDA kernels: fill, host transfers, copies and casts.
+
+use super::{check_bytes, check_len, check_range};
+use crate::backend::DataKernels;
+use crate::buffer::Buffer;
+use crate::cuda::{CudaBackend, Family};
+use crate::error::Result;
+
+impl DataKernels for CudaBackend {
+    fn fill(&self, out: &mut Buffer, value: f64) -> Result<()> {
+        let n = out.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let name = format!("fill_{}", out.dtype());
+        self.launch(
+            "fill",
+            Family::Data,
+            &name,
+            self.grid(n as u64),
+            &[out.into(), n.into(), value.into()],
+        )
+    }
+
+    fn write(&self, out: &mut Buffer, bytes: &[u8]) -> Result<()> {
+        check_bytes("write", out, bytes.len())?;
+        self.copy_to_device("write", bytes, out.addr())
+    }
+
+    fn read(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()> {
+        check_bytes("read", src, bytes.len())?;
+        self.copy_to_host("read", src.addr(), bytes)
+    }
+
+    fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
+        check_len("copy", src, dst)?;
+        self.cast_range(src, 0, dst, 0, src.len())
+    }
+
+    fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
+        check_len("cast", src, dst)?;
+        self.cast_range(src, 0, dst, 0, src.len())
+    }
+
+    fn cast_range(
+        &self,
+        src: &Buffer,
+        src_at: usize,
+        dst: &mut Buffer,
+        dst_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        check_range(src, src_at, dst, dst_at, len)?;
+        let (from, to) = (src.dtype(), dst.dtype());
+        let src_addr = src.addr() + (src_at * from.size()) as u64;
+        let dst_addr = dst.addr() + (dst_at * to.size()) as u64;
+        if from == to {
+            return self.copy_device("cast", src_addr, dst_addr, len * from.size());
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let name = format!("cast_{from}_{to}");
+        self.launch(
+            "cast",
+            Family::Data,
+            &name,
+            self.grid(len as u64),
+            &[src_addr.into(), dst_addr.into(), len.into()],
+        )
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.wait("synchronize")
+    }
+}

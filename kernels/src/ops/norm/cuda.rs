@@ -1,0 +1,164 @@
+//! CUDA kernels: softmax and layer normalization over the last axis (`norm.cu`).
+
+use cudarc::driver::LaunchConfig;
+
+use super::{NormKernels, RowSpec, SoftmaxKind, SoftmaxSpec};
+use crate::buffer::Buffer;
+use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
+use crate::dtype::DType;
+use crate::error::Result;
+
+/// Row slices whose partial parameter gradients are summed in order.
+const SLICES: usize = 128;
+
+impl NormKernels for CudaBackend {
+    fn softmax(
+        &self,
+        softmax: SoftmaxSpec,
+        spec: RowSpec,
+        x: &Buffer,
+        y: &mut Buffer,
+    ) -> Result<()> {
+        let op = softmax.kind.name();
+        float_kernel("softmax", x.dtype(), op)?;
+        if y.is_empty() || spec.len == 0 {
+            return Ok(());
+        }
+        let (group, grid) = self.row_grid(spec.rows, spec.len);
+        let name = float_kernel(&format!("softmax_{group}"), x.dtype(), op)?;
+        let args = [
+            (softmax.kind == SoftmaxKind::LogSoftmax).into(),
+            softmax.scale.into(),
+            softmax.causal.into(),
+            x.into(),
+            y.into(),
+            spec.rows.into(),
+            spec.len.into(),
+        ];
+        self.launch(op, Family::Norm, &name, grid, &args)
+    }
+
+    fn softmax_backward(
+        &self,
+        softmax: SoftmaxSpec,
+        spec: RowSpec,
+        y: &Buffer,
+        dy: &Buffer,
+        dx: &mut Buffer,
+    ) -> Result<()> {
+        let op = softmax.kind.backward_name();
+        float_kernel("softmax_backward", y.dtype(), op)?;
+        if dx.is_empty() || spec.len == 0 {
+            return Ok(());
+        }
+        let (group, grid) = self.row_grid(spec.rows, spec.len);
+        let name = float_kernel(&format!("softmax_backward_{group}"), y.dtype(), op)?;
+        let args = [
+            (softmax.kind == SoftmaxKind::LogSoftmax).into(),
+            softmax.scale.into(),
+            softmax.causal.into(),
+            y.into(),
+            dy.into(),
+            dx.into(),
+            spec.rows.into(),
+            spec.len.into(),
+        ];
+        self.launch(op, Family::Norm, &name, grid, &args)
+    }
+
+    fn layer_norm(
+        &self,
+        spec: RowSpec,
+        eps: f64,
+        x: &Buffer,
+        gamma: &Buffer,
+        beta: &Buffer,
+        y: &mut Buffer,
+        mean: &mut Buffer,
+        rstd: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "layer_norm";
+        float_kernel(OP, x.dtype(), OP)?;
+        if spec.rows == 0 {
+            return Ok(());
+        }
+        let (group, grid) = self.row_grid(spec.rows, spec.len);
+        let name = float_kernel(&format!("layer_norm_{group}"), x.dtype(), OP)?;
+        let args: [Arg; 9] = [
+            eps.into(),
+            x.into(),
+            gamma.into(),
+            beta.into(),
+            y.into(),
+            mean.into(),
+            rstd.into(),
+            spec.rows.into(),
+            spec.len.into(),
+        ];
+        self.launch(OP, Family::Norm, &name, grid, &args)
+    }
+
+    fn layer_norm_backward(
+        &self,
+        spec: RowSpec,
+        x: &Buffer,
+        gamma: &Buffer,
+        mean: &Buffer,
+        rstd: &Buffer,
+        dy: &Buffer,
+        dx: &mut Buffer,
+        dgamma: &mut Buffer,
+        dbeta: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "layer_norm_backward";
+        let dtype = x.dtype();
+        float_kernel(OP, dtype, OP)?;
+        let RowSpec { rows, len } = spec;
+        if len == 0 {
+            return Ok(());
+        }
+        if rows > 0 {
+            let (group, grid) = self.row_grid(rows, len);
+            let name = float_kernel(&format!("layer_norm_dx_{group}"), dtype, OP)?;
+            let args: [Arg; 8] = [
+                x.into(),
+                gamma.into(),
+                mean.into(),
+                rstd.into(),
+                dy.into(),
+                dx.into(),
+                rows.into(),
+                len.into(),
+            ];
+            self.launch(OP, Family::Norm, &name, grid, &args)?;
+        }
+        // dgamma and dbeta: per-slice partial sums in f64, then summed in slice order.
+        let slices = rows.clamp(1, SLICES);
+        let partial = CudaBackend::workspace(x.device(), DType::F64, 2 * slices * len, OP)?;
+        let grid = LaunchConfig {
+            grid_dim: (len.div_ceil(BLOCK as usize) as u32, slices as u32, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let name = float_kernel("layer_norm_dparams_partial", dtype, OP)?;
+        let args: [Arg; 7] = [
+            x.into(),
+            mean.into(),
+            rstd.into(),
+            dy.into(),
+            (&partial).into(),
+            rows.into(),
+            len.into(),
+        ];
+        self.launch(OP, Family::Norm, &name, grid, &args)?;
+        let name = float_kernel("layer_norm_dparams_sum", dtype, OP)?;
+        let args = [
+            (&partial).into(),
+            slices.into(),
+            dgamma.into(),
+            dbeta.into(),
+            len.into(),
+        ];
+        self.launch(OP, Family::Norm, &name, self.grid(len as u64), &args)
+    }
+}

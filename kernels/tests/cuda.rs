@@ -1,0 +1,167 @@
+//! The CUDA backend's own checks. Without a GPU, asking for one must be a typed error and every
+//! kernel must still compile (NVRTC needs no GPU); with one, device memory must behave as the
+//! allocator promises. The op suites of the other test files run on CUDA too (`devices()`).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use headroom_alloc::{AllocatorConfig, Growth};
+use headroom_kernels::cuda::{Family, compile_ptx, is_available};
+use headroom_kernels::{Array, DType, Device, Error};
+
+/// Architectures every kernel must compile for: the oldest CUDA 13 supports (Turing) and Hopper.
+const ARCHES: [&str; 2] = ["compute_75", "compute_90"];
+
+/// The kernels the Rust side launches, per family (dtype suffixes added below).
+fn kernels(family: Family) -> Vec<String> {
+    let floats = ["f32", "f64", "f16", "bf16"];
+    let every = ["f32", "f64", "f16", "bf16", "u32", "i32"];
+    let per_float = |stems: &[&str]| -> Vec<String> {
+        stems
+            .iter()
+            .flat_map(|s| floats.iter().map(move |d| format!("{s}_{d}")))
+            .collect()
+    };
+    match family {
+        Family::Data => every
+            .iter()
+            .flat_map(|s| every.iter().map(move |d| format!("cast_{s}_{d}")))
+            .chain(every.iter().map(|d| format!("fill_{d}")))
+            .collect(),
+        Family::Elementwise => per_float(&["unary", "binary", "binary_assign", "binary_strided"]),
+        Family::Reduce => per_float(&["reduce_rows", "reduce_columns"]),
+        Family::Norm => per_float(&[
+            "softmax_32",
+            "softmax_256",
+            "softmax_backward_32",
+            "softmax_backward_256",
+            "layer_norm_32",
+            "layer_norm_256",
+            "layer_norm_dx_32",
+            "layer_norm_dx_256",
+            "layer_norm_dparams_partial",
+            "layer_norm_dparams_sum",
+        ]),
+        Family::Index => {
+            let mut names = per_float(&[
+                "cross_entropy_32",
+                "cross_entropy_256",
+                "mean_loss",
+                "embedding",
+                "embedding_backward",
+                "causal_mask",
+            ]);
+            for group in [32, 256] {
+                for logits in floats {
+                    for dloss in floats {
+                        names.push(format!("cross_entropy_backward_{group}_{logits}_{dloss}"));
+                    }
+                }
+            }
+            names
+        }
+        Family::Layout => ["gather", "concat_piece"]
+            .iter()
+            .flat_map(|s| [2, 4, 8].map(|b| format!("{s}_{b}")))
+            .collect(),
+        Family::Optim => per_float(&["adamw", "sgd"]),
+        Family::Random => per_float(&["dropout"]),
+    }
+}
+
+#[test]
+fn every_kernel_family_compiles_to_ptx_with_every_kernel_the_backend_launches() {
+    let required = std::env::var_os("HEADROOM_REQUIRE_NVRTC").is_some();
+    for family in Family::ALL {
+        for arch in ARCHES {
+            let ptx = match compile_ptx(family, arch) {
+                Ok(ptx) => ptx,
+                Err(Error::NoCudaLibrary { detail, .. }) if !required => {
+                    eprintln!("skipped: NVRTC is not installed here ({detail})");
+                    return;
+                }
+                Err(err) => panic!("{} for {arch}: {err}", family.file()),
+            };
+            for name in kernels(family) {
+                assert!(
+                    ptx.contains(&format!(".entry {name}(")),
+                    "{} for {arch} has no kernel `{name}`",
+                    family.file()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn asking_for_a_cuda_device_is_a_device_or_a_typed_error_never_a_panic() {
+    match Device::cuda(0, AllocatorConfig::default()) {
+        Ok(device) => {
+            assert!(is_available());
+            assert_eq!(device.to_string().split('#').next(), Some("cuda:0"));
+        }
+        Err(err @ (Error::NoCudaDriver { .. } | Error::NoCudaLibrary { .. })) => {
+            assert!(!is_available());
+            let message = err.to_string();
+            assert!(message.contains("not found") || message.contains("no CUDA driver found"));
+            eprintln!("skipped the GPU half: {message}");
+        }
+        Err(other) => panic!("an unexpected error: {other}"),
+    }
+    if let Err(err) = Device::cuda(u32::MAX, AllocatorConfig::default()) {
+        assert!(!err.to_string().is_empty());
+    } else {
+        panic!("device u32::MAX exists");
+    }
+}
+
+#[test]
+fn device_memory_under_a_limit_reports_an_oom_and_recovers() {
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(64 << 20)
+        .with_growth(Growth::OnDemand);
+    let device = match Device::cuda(0, config) {
+        Ok(device) => device,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let mut held = Vec::new();
+    let err = loop {
+        match Array::zeros(&device, [1 << 20], DType::F32) {
+            Ok(array) => held.push(array),
+            Err(err) => break err,
+        }
+        assert!(
+            held.len() <= 16,
+            "a 64 MiB limit held more than 16 arrays of 4 MiB"
+        );
+    };
+    assert!(err.is_out_of_memory(), "{err}");
+    let report = err.oom_report().expect("an OOM report");
+    assert!(report.source.starts_with("cuda:0"), "{}", report.source);
+    assert!(
+        held.len() >= 14,
+        "only {} arrays of 4 MiB under 64 MiB",
+        held.len()
+    );
+    // Freeing some makes room again, and the data written there reads back.
+    held.truncate(held.len() / 2);
+    let values: Vec<f64> = (0..1 << 20).map(|i| (i % 977) as f64).collect();
+    let array =
+        Array::from_f64(&device, [1 << 20], DType::F32, &values).expect("room after freeing");
+    assert_eq!(array.to_f64().unwrap(), values);
+    device.synchronize().unwrap();
+}
+
+#[test]
+fn an_allocation_beyond_the_device_is_a_refusal_reported_as_an_oom() {
+    let device = match Device::cuda(0, AllocatorConfig::default()) {
+        Ok(device) => device,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let total = device.allocator().stats().limit;
+    let err = Array::zeros(&device, [(total / 2) as usize + 1], DType::F32).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    // The device still works after the refusal.
+    let small = Array::from_f64(&device, [3], DType::F32, &[1.0, 2.0, 3.0]).unwrap();
+    assert_eq!(small.to_f64().unwrap(), [1.0, 2.0, 3.0]);
+}

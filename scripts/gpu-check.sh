@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks on a GPU, in two halves, so that the machine with the GPU needs no
+# Rust toolchain:
+#
+#   bash scripts/gpu-check.sh build   # here: build the CUDA test and bench binaries into .gpu-check/
+#   bash scripts/gpu-check.sh run     # there, with .gpu-check/ copied beside the sources: run them
+#
+# `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
+# f64 reference; device memory under a limit, OOM reported and recovered), then the GPU benches
+# beside PyTorch (`benches/peers/compare.py cuda`). Results land in .gpu-check/results/ (or
+# $OUT when set).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=.gpu-check
+
+build() {
+    mkdir -p "$DIR"
+    local exclude
+    exclude=$(git rev-parse --git-path info/exclude)
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
+    rm -f "$DIR"/*
+    cargo test -p headroom-kernels --features cuda --release --no-run --message-format=json \
+        | python3 -c '
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["profile"]["test"]:
+        print(msg["executable"])' \
+        | while read -r exe; do cp "$exe" "$DIR/"; done
+    cargo build -p headroom-benches --features cuda --release --bin cuda-compare
+    cp target/release/cuda-compare "$DIR/"
+    # Without symbols the binaries travel in well under the device tool's 64 MiB.
+    strip --strip-all "$DIR"/*
+    du -sh "$DIR"
+}
+
+# Folders holding libcuda, libcublas and libnvrtc: the toolkit's, and those of pip's nvidia-*
+# packages (PyTorch's).
+library_path() {
+    local dirs=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64)
+    dirs+=($(python3 -c '
+import glob, os, sys
+for base in sys.path:
+    for lib in glob.glob(os.path.join(base, "nvidia", "**", "lib"), recursive=True):
+        print(lib)' 2>/dev/null || true))
+    local IFS=:
+    echo "${dirs[*]}"
+}
+
+run() {
+    local results=${OUT:-$DIR/results}
+    mkdir -p "$results"
+    export LD_LIBRARY_PATH="$(library_path):${LD_LIBRARY_PATH:-}"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$results/gpu.txt"
+    local failed=0
+    for exe in "$DIR"/*-*; do
+        [ -x "$exe" ] || continue
+        echo "== $(basename "$exe")"
+        "$exe" --test-threads=1 2>&1 | tee -a "$results/tests.log" | grep -E "^test result|FAILED|panicked|skipped" || failed=1
+        [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+    done
+    echo "== benches"
+    "$DIR/cuda-compare" | tee "$results/cuda-compare.txt"
+    python3 benches/peers/compare.py cuda --binary "$DIR/cuda-compare" --rounds 1 | tee "$results/compare.txt"
+    exit "$failed"
+}
+
+case "${1:-}" in
+    build) build ;;
+    run) run ;;
+    *) echo "usage: $0 build|run" >&2; exit 2 ;;
+esac
