@@ -1,20 +1,6 @@
 // Ops that index by integer ids: embedding lookups and their gradient, cross-entropy against
 // class targets, and the causal mask. The host has checked every id against its range.
 
-// The most and the sum of exp(x - most) over a row, on every thread of the group.
-template <int GROUP, typename T>
-__device__ __forceinline__ void max_and_sum_exp(const T* row, u64 len, u64 lane, typename Io<T>::C* scratch,
-                                                typename Io<T>::C& max, typename Io<T>::C& sum) {
-    typedef Io<T> io;
-    typedef typename io::C C;
-    max = neg_infinity<C>();
-    for (u64 j = lane; j < len; j += GROUP) max = m_max(max, io::load(row[j]));
-    max = group_reduce<GROUP>(max, MaxOp(), scratch);
-    sum = 0;
-    for (u64 j = lane; j < len; j += GROUP) sum += m_exp(io::load(row[j]) - max);
-    sum = group_reduce<GROUP>(sum, SumOp(), scratch);
-}
-
 // losses[r] = the row's loss (0 for an ignored target).
 template <int GROUP, typename T>
 __device__ void cross_entropy_rows(const T* logits, const u32* targets, u32 ignore, int has_ignore,
@@ -30,7 +16,7 @@ __device__ void cross_entropy_rows(const T* logits, const u32* targets, u32 igno
         }
         const T* row = logits + r * classes;
         C max, sum;
-        max_and_sum_exp<GROUP, T>(row, classes, lane, scratch, max, sum);
+        max_and_sum_exp<GROUP, T>(row, classes, (C)1, lane, scratch, max, sum);
         if (lane == 0) losses[r] = (double)((max - io::load(row[t])) + m_log(sum));
     }
 }
@@ -51,7 +37,7 @@ __device__ void cross_entropy_backward_rows(const L* dloss, double counted, cons
             continue;
         }
         C max, sum;
-        max_and_sum_exp<GROUP, T>(row, classes, lane, scratch, max, sum);
+        max_and_sum_exp<GROUP, T>(row, classes, (C)1, lane, scratch, max, sum);
         for (u64 j = lane; j < classes; j += GROUP) {
             C p = m_exp(io::load(row[j]) - max) / sum;
             if (j == t) p -= (C)1;

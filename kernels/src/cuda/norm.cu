@@ -15,12 +15,8 @@ __device__ void softmax_rows(int log, double scale, int causal, const T* x, T* y
         const T* xr = x + r * len;
         T* yr = y + r * len;
         const u64 seen = causal ? r % len + 1 : len;
-        C max = neg_infinity<C>();
-        for (u64 j = lane; j < seen; j += GROUP) max = m_max(max, s * io::load(xr[j]));
-        max = group_reduce<GROUP>(max, MaxOp(), scratch);
-        C sum = 0;
-        for (u64 j = lane; j < seen; j += GROUP) sum += m_exp(s * io::load(xr[j]) - max);
-        sum = group_reduce<GROUP>(sum, SumOp(), scratch);
+        C max, sum;
+        max_and_sum_exp<GROUP, T>(xr, seen, s, lane, scratch, max, sum);
         if (log) {
             const C log_sum = m_log(sum);
             for (u64 j = lane; j < seen; j += GROUP) yr[j] = io::store(s * io::load(xr[j]) - max - log_sum);

@@ -118,6 +118,21 @@ __device__ __forceinline__ C group_reduce(C v, Op op, C* scratch) {
     return total;
 }
 
+// The most of `scale x` and the sum of exp(scale x - most) over the first `len` elements of a
+// row, on every thread of its group (softmax and cross-entropy both start so).
+template <int GROUP, typename T>
+__device__ __forceinline__ void max_and_sum_exp(const T* row, u64 len, typename Io<T>::C scale, u64 lane,
+                                                typename Io<T>::C* scratch, typename Io<T>::C& max,
+                                                typename Io<T>::C& sum) {
+    typedef Io<T> io;
+    max = neg_infinity<typename io::C>();
+    for (u64 j = lane; j < len; j += GROUP) max = m_max(max, scale * io::load(row[j]));
+    max = group_reduce<GROUP>(max, MaxOp(), scratch);
+    sum = 0;
+    for (u64 j = lane; j < len; j += GROUP) sum += m_exp(scale * io::load(row[j]) - max);
+    sum = group_reduce<GROUP>(sum, SumOp(), scratch);
+}
+
 // Instantiates M(suffix, type) for every float storage type.
 #define FOR_FLOATS(M) M(f32, float) M(f64, double) M(f16, f16) M(bf16, bf16)
 
