@@ -19,7 +19,8 @@ build() {
     exclude=$(git rev-parse --git-path info/exclude)
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
-    rm -f "$DIR"/*
+    rm -rf "$DIR/tests" "$DIR/cuda-compare"
+    mkdir -p "$DIR/tests"
     cargo test -p headroom-kernels --features cuda --release --no-run --message-format=json \
         | python3 -c '
 import json, sys
@@ -27,11 +28,11 @@ for line in sys.stdin:
     msg = json.loads(line)
     if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["profile"]["test"]:
         print(msg["executable"])' \
-        | while read -r exe; do cp "$exe" "$DIR/"; done
+        | while read -r exe; do cp "$exe" "$DIR/tests/"; done
     cargo build -p headroom-benches --features cuda --release --bin cuda-compare
     cp target/release/cuda-compare "$DIR/"
     # Without symbols the binaries travel in well under the device tool's 64 MiB.
-    strip --strip-all "$DIR"/*
+    strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare"
     du -sh "$DIR"
 }
 
@@ -52,9 +53,11 @@ run() {
     local results=${OUT:-$DIR/results}
     mkdir -p "$results"
     export LD_LIBRARY_PATH="$(library_path):${LD_LIBRARY_PATH:-}"
+    # A test that finds no GPU or no NVRTC fails here instead of passing on the CPU alone.
+    export HEADROOM_REQUIRE_CUDA=1 HEADROOM_REQUIRE_NVRTC=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$results/gpu.txt"
     local failed=0
-    for exe in "$DIR"/*-*; do
+    for exe in "$DIR"/tests/*; do
         [ -x "$exe" ] || continue
         echo "== $(basename "$exe")"
         "$exe" --test-threads=1 2>&1 | tee -a "$results/tests.log" | grep -E "^test result|FAILED|panicked|skipped" || failed=1

@@ -143,6 +143,30 @@ impl Allocator {
         result
     }
 
+    /// Allocates `size` bytes for `tag` if a free chunk or a new region can hold them; otherwise
+    /// returns `None` and changes nothing: no cached region is released and no out-of-memory
+    /// is counted or recorded. For optional scratch memory, such as a GEMM library's
+    /// workspace, whose absence only slows the caller down. [`inject_oom`](Self::inject_oom)
+    /// does not count these.
+    ///
+    /// ```
+    /// use headroom_alloc::{Allocator, AllocatorConfig, Tag, VirtualMemory};
+    /// let mut alloc = Allocator::new(VirtualMemory::new(1 << 20), AllocatorConfig::default())?;
+    /// assert!(alloc.try_allocate(4096, Tag::WORKSPACE).is_some());
+    /// assert!(alloc.try_allocate(2 << 20, Tag::WORKSPACE).is_none());
+    /// assert_eq!(alloc.stats().ooms, 0);
+    /// # Ok::<(), headroom_alloc::Error>(())
+    /// ```
+    pub fn try_allocate(&mut self, size: u64, tag: Tag) -> Option<Allocation> {
+        let rounded = round_size(size).filter(|&rounded| rounded <= self.limit)?;
+        let allocation = self.take_best_fit(rounded, size, tag).or_else(|| {
+            self.grow(rounded).ok()?;
+            self.take_best_fit(rounded, size, tag)
+        });
+        self.debug_validate();
+        allocation
+    }
+
     /// Makes an allocation fail on purpose, to test recovery from OOM: after `successes` more
     /// successful allocations, the next one returns [`Error::OutOfMemory`] with cause
     /// [`OomCause::Injected`] and a report of the real state, and changes nothing. One shot.

@@ -46,6 +46,16 @@ impl SharedAllocator {
         })
     }
 
+    /// [`Allocator::try_allocate`] as a [`Block`]: `None` when it does not fit without
+    /// releasing cached regions, and no out-of-memory is counted.
+    pub fn try_allocate(&self, size: u64, tag: Tag) -> Option<Block> {
+        let allocation = self.inner.lock().try_allocate(size, tag)?;
+        Some(Block {
+            owner: self.clone(),
+            allocation,
+        })
+    }
+
     /// Allocates without a guard; the caller must [`free_raw`](Self::free_raw) the address.
     pub fn allocate_raw(&self, size: u64, tag: Tag) -> Result<Allocation> {
         self.inner.lock().allocate(size, tag)

@@ -211,6 +211,33 @@ fn garbage_collection_releases_free_regions_and_retries() {
 }
 
 #[test]
+fn an_optional_allocation_takes_free_chunks_and_growth_but_never_collects_or_counts_an_oom() {
+    let config = AllocatorConfig::default().with_limit_bytes(8 * MIB);
+    let mut alloc = Allocator::new(VirtualMemory::new(8 * MIB), config).unwrap();
+    let a = alloc.allocate(2 * MIB, Tag::OTHER).unwrap(); // region 2 MiB
+    let _b = alloc.allocate(4 * MIB, Tag::OTHER).unwrap(); // region 4 MiB
+    alloc.free(a.addr).unwrap();
+    // A free chunk holds it.
+    let scratch = alloc.try_allocate(MIB, Tag::WORKSPACE).unwrap();
+    assert_eq!(scratch.tag, Tag::WORKSPACE);
+    alloc.free(scratch.addr).unwrap();
+    // 3 MiB fits only once the free 2 MiB region is given back: `allocate` would do that,
+    // `try_allocate` leaves the cache and the counters alone.
+    assert!(alloc.try_allocate(3 * MIB, Tag::WORKSPACE).is_none());
+    let stats = alloc.stats();
+    assert_eq!((stats.ooms, stats.regions_released), (0, 0));
+    assert_eq!(alloc.reserved(), 6 * MIB);
+    // The free 2 MiB, then a new region in the 2 MiB of headroom; past the limit, nothing.
+    assert!(alloc.try_allocate(2 * MIB, Tag::WORKSPACE).is_some());
+    assert!(alloc.try_allocate(2 * MIB, Tag::WORKSPACE).is_some());
+    assert_eq!(alloc.reserved(), 8 * MIB);
+    assert!(alloc.try_allocate(256, Tag::WORKSPACE).is_none());
+    assert!(alloc.try_allocate(16 * MIB, Tag::WORKSPACE).is_none());
+    assert_eq!(alloc.stats().ooms, 0);
+    alloc.validate().unwrap();
+}
+
+#[test]
 fn release_cached_gives_back_only_entirely_free_regions() {
     let mut alloc = on_demand(64 * MIB);
     let a = alloc.allocate(MIB, Tag::OTHER).unwrap();

@@ -221,6 +221,16 @@ impl Device {
         Ok(Buffer::new(self.clone(), block, dtype, len))
     }
 
+    /// [`alloc`](Self::alloc) for optional scratch memory under the current tag: `None` when it
+    /// does not fit without releasing cached regions, and then no out-of-memory is counted or
+    /// reported.
+    pub(crate) fn try_alloc(&self, dtype: DType, len: usize) -> Option<Buffer> {
+        let _timer = Timer::start(&self.0);
+        let bytes = (len as u64).checked_mul(dtype.size() as u64)?;
+        let block = self.0.allocator.try_allocate(bytes, self.tag())?;
+        Some(Buffer::new(self.clone(), block, dtype, len))
+    }
+
     /// Waits until every kernel queued on this device has finished (a no-op on the CPU, whose
     /// kernels return when done, and on the meta device, which runs none). Time a GPU op with
     /// it, or use it to surface the errors of queued work.

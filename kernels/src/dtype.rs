@@ -199,8 +199,12 @@ macro_rules! element {
 }
 element!(f32, DType::F32, |x| x as f64, |v| v as f32);
 element!(f64, DType::F64, |x| x, |v| v);
-element!(f16, DType::F16, |x| x.to_f64(), f16::from_f64);
-element!(bf16, DType::BF16, |x| x.to_f64(), bf16::from_f64);
+// Half types round from f64 through f32, as PyTorch does and the CUDA kernels do, so that every
+// backend stores the same bits (half's own from_f64 rounds bf16 from a truncated value).
+element!(f16, DType::F16, |x| x.to_f64(), |v| f16::from_f32(v as f32));
+element!(bf16, DType::BF16, |x| x.to_f64(), |v| bf16::from_f32(
+    v as f32
+));
 element!(u32, DType::U32, |x| x as f64, |v| v.round() as u32);
 element!(i32, DType::I32, |x| x as f64, |v| v.round() as i32);
 
@@ -262,6 +266,13 @@ mod tests {
         assert_eq!(DType::F64.to_string(), "f64");
         assert!(DType::F16.is_float() && !DType::U32.is_float());
         assert_eq!(bf16::from_f64(1.5).to_f64(), 1.5);
+        // Just above a tie in f32: rounds up, from every source width.
+        let above_tie = f32::from_bits(0x3F80_8001);
+        assert_eq!(
+            <bf16 as Element>::from_f64(above_tie as f64).to_bits(),
+            0x3F81
+        );
+        assert_eq!(bf16::from_f32(above_tie).to_bits(), 0x3F81);
         assert_eq!(u32::from_f64(2.6), 3);
         assert_eq!(u32::from_f64(-1.0), 0, "integer conversion saturates");
         assert_eq!(

@@ -116,6 +116,20 @@ pub enum Error {
         detail: String,
     },
 
+    /// A kernel launch whose arguments do not match the kernel's parameters as compiled: a bug
+    /// in the backend, caught before the GPU reads the wrong bytes.
+    #[error(
+        "{op}: kernel `{kernel}` was launched with arguments that do not match its parameters: {detail}"
+    )]
+    KernelArguments {
+        /// The op.
+        op: &'static str,
+        /// The kernel's name.
+        kernel: String,
+        /// Where the arguments and the parameters part.
+        detail: String,
+    },
+
     /// A call into the CUDA driver, cuBLAS or NVRTC failed.
     #[error("{op}: {call} failed with {name}: {detail}")]
     Cuda {
@@ -152,6 +166,7 @@ impl Error {
             | Self::Argument { op, .. }
             | Self::Shared { op }
             | Self::Alloc { op, .. }
+            | Self::KernelArguments { op, .. }
             | Self::Cuda { op, .. } => *op = outer,
             Self::NoCudaDriver { .. } | Self::NoCudaLibrary { .. } => {}
         }

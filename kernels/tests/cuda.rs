@@ -6,7 +6,7 @@
 mod common;
 
 use headroom_alloc::{AllocatorConfig, Growth};
-use headroom_kernels::cuda::{Family, compile_ptx, is_available};
+use headroom_kernels::cuda::{Family, check_machine_code, compile_ptx, is_available};
 use headroom_kernels::{Array, DType, Device, Error};
 
 /// Architectures every kernel must compile for: the oldest CUDA 13 supports (Turing) and Hopper.
@@ -94,6 +94,22 @@ fn every_kernel_family_compiles_to_ptx_with_every_kernel_the_backend_launches() 
 }
 
 #[test]
+fn every_kernel_assembles_for_turing_and_hopper_without_spilling_registers() {
+    let required = std::env::var_os("HEADROOM_REQUIRE_NVRTC").is_some();
+    for family in Family::ALL {
+        for arch in ["sm_75", "sm_90"] {
+            match check_machine_code(family, arch) {
+                Ok(()) => {}
+                Err(Error::NoCudaLibrary { detail, .. }) if !required => {
+                    return eprintln!("skipped: NVRTC is not installed here ({detail})");
+                }
+                Err(err) => panic!("{} for {arch}: {err}", family.file()),
+            }
+        }
+    }
+}
+
+#[test]
 fn asking_for_a_cuda_device_is_a_device_or_a_typed_error_never_a_panic() {
     match Device::cuda(0, AllocatorConfig::default()) {
         Ok(device) => {
@@ -104,7 +120,7 @@ fn asking_for_a_cuda_device_is_a_device_or_a_typed_error_never_a_panic() {
             assert!(!is_available());
             let message = err.to_string();
             assert!(message.contains("not found") || message.contains("no CUDA driver found"));
-            eprintln!("skipped the GPU half: {message}");
+            common::cuda_skipped(&message);
         }
         Err(other) => panic!("an unexpected error: {other}"),
     }
@@ -122,7 +138,7 @@ fn device_memory_under_a_limit_reports_an_oom_and_recovers() {
         .with_growth(Growth::OnDemand);
     let device = match Device::cuda(0, config) {
         Ok(device) => device,
-        Err(why) => return eprintln!("skipped: {why}"),
+        Err(why) => return common::cuda_skipped(&why.to_string()),
     };
     let mut held = Vec::new();
     let err = loop {
@@ -156,7 +172,7 @@ fn device_memory_under_a_limit_reports_an_oom_and_recovers() {
 fn an_allocation_beyond_the_device_is_a_refusal_reported_as_an_oom() {
     let device = match Device::cuda(0, AllocatorConfig::default()) {
         Ok(device) => device,
-        Err(why) => return eprintln!("skipped: {why}"),
+        Err(why) => return common::cuda_skipped(&why.to_string()),
     };
     let total = device.allocator().stats().limit;
     let err = Array::zeros(&device, [(total / 2) as usize + 1], DType::F32).unwrap_err();
@@ -164,4 +180,31 @@ fn an_allocation_beyond_the_device_is_a_refusal_reported_as_an_oom() {
     // The device still works after the refusal.
     let small = Array::from_f64(&device, [3], DType::F32, &[1.0, 2.0, 3.0]).unwrap();
     assert_eq!(small.to_f64().unwrap(), [1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn a_product_too_tight_for_the_preferred_workspace_runs_with_a_small_one_and_no_oom() {
+    // 8 MiB holds the operands but not cuBLAS's preferred 32 (Hopper) or 4 MiB workspace
+    // beside regions already cut for them.
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(8 << 20)
+        .with_growth(Growth::OnDemand);
+    let device = match Device::cuda(0, config) {
+        Ok(device) => device,
+        Err(why) => return common::cuda_skipped(&why.to_string()),
+    };
+    let n = 512;
+    let a_values: Vec<f64> = (0..n * n).map(|i| ((i % 7) as f64 - 3.0) / 4.0).collect();
+    let b_values: Vec<f64> = (0..n * n).map(|i| ((i % 5) as f64 - 2.0) / 2.0).collect();
+    let a = Array::from_f64(&device, [n, n], DType::F32, &a_values).unwrap();
+    let b = Array::from_f64(&device, [n, n], DType::F32, &b_values).unwrap();
+    let product = headroom_kernels::ops::gemm::matmul(&a, &b, false, false).unwrap();
+    let got = product.to_f64().unwrap();
+    for (row, col) in [(0, 0), (17, 300), (511, 511)] {
+        let want: f64 = (0..n)
+            .map(|k| a_values[row * n + k] * b_values[k * n + col])
+            .sum();
+        assert_eq!(got[row * n + col], want, "({row}, {col})");
+    }
+    assert_eq!(device.allocator().stats().ooms, 0);
 }

@@ -156,7 +156,19 @@ fn embedding_backward_accumulates_repeated_ids_like_the_reference() {
 
 #[test]
 fn cross_entropy_matches_the_reference() {
-    let cases = [(1, 1), (1, 5), (4, 1), (3, 7), (17, 33), (2, 1000)];
+    // The last three: rows past 1024 classes (a thread block per row on CUDA), and more rows than
+    // one pass of a GPU's grid covers, short and long.
+    let cases = [
+        (1, 1),
+        (1, 5),
+        (4, 1),
+        (3, 7),
+        (17, 33),
+        (2, 1000),
+        (3, 1500),
+        (20000, 3),
+        (2200, 1100),
+    ];
     let mut rng = rng();
     for device in devices() {
         for dtype in DType::FLOATS {
@@ -207,7 +219,15 @@ fn cross_entropy_is_stable_for_large_logits() {
 
 #[test]
 fn cross_entropy_backward_matches_the_reference_and_rows_sum_to_zero() {
-    let cases = [(1, 1), (1, 5), (4, 1), (3, 7), (17, 33), (2, 300)];
+    let cases = [
+        (1, 1),
+        (1, 5),
+        (4, 1),
+        (3, 7),
+        (17, 33),
+        (2, 300),
+        (3, 1500),
+    ];
     let mut rng = rng();
     for device in devices() {
         for dtype in DType::FLOATS {

@@ -11,8 +11,10 @@ use headroom_kernels::ops::norm::{
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result, Shape};
 
 /// Shapes every op is checked on: single elements, one row, rows of length 1, batches, more
-/// rows than the layer-norm backward has partial sums (64), and a long row.
-const SHAPES: [&[usize]; 8] = [
+/// rows than the layer-norm backward has partial sums (64), a long row, rows past 1024 (a
+/// thread block per row on CUDA, a warp per row below), and more rows than one pass of a GPU's
+/// grid covers, with short rows and with long ones.
+const SHAPES: [&[usize]; 11] = [
     &[1],
     &[7],
     &[3, 5],
@@ -21,6 +23,9 @@ const SHAPES: [&[usize]; 8] = [
     &[130, 7],
     &[2, 300],
     &[1, 1, 1],
+    &[3, 1500],
+    &[20000, 3],
+    &[2200, 1030],
 ];
 
 const EPS: f64 = 1e-5;

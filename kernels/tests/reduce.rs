@@ -4,11 +4,20 @@ mod common;
 
 use common::{assert_close_scaled, broadcast_at, devices, random, rng, tolerance};
 use headroom_kernels::ops::reduce::{ReduceOp, reduce, sum_to};
-use headroom_kernels::{DType, Error, Shape};
+use headroom_kernels::{Array, DType, Error, Shape};
 
 #[test]
 fn reductions_over_every_axis_match_the_f64_reference() {
-    let shapes: [&[usize]; 5] = [&[1], &[9], &[3, 5], &[2, 1, 7], &[4, 3, 1, 5]];
+    // The last two reach past one block of threads per output and per column.
+    let shapes: [&[usize]; 7] = [
+        &[1],
+        &[9],
+        &[3, 5],
+        &[2, 1, 7],
+        &[4, 3, 1, 5],
+        &[2, 3000],
+        &[3, 700, 40],
+    ];
     let mut rng = rng();
     for device in devices() {
         for dtype in DType::FLOATS {
@@ -66,6 +75,33 @@ fn reductions_over_every_axis_match_the_f64_reference() {
                     }
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn a_nan_wins_the_max_of_its_row_and_its_column() {
+    let nan = f64::NAN;
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            let x =
+                Array::from_f64(&device, [2, 3], dtype, &[1.0, nan, 3.0, 4.0, 5.0, 6.0]).unwrap();
+            let rows = reduce(ReduceOp::Max, &x, 1, false)
+                .unwrap()
+                .to_f64()
+                .unwrap();
+            assert!(
+                rows[0].is_nan() && rows[1] == 6.0,
+                "{device} {dtype} rows: {rows:?}"
+            );
+            let columns = reduce(ReduceOp::Max, &x, 0, false)
+                .unwrap()
+                .to_f64()
+                .unwrap();
+            assert!(
+                columns[0] == 4.0 && columns[1].is_nan() && columns[2] == 6.0,
+                "{device} {dtype} columns: {columns:?}"
+            );
         }
     }
 }

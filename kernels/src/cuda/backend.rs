@@ -7,15 +7,16 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-    result,
+    CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg, result,
 };
 use headroom_alloc::{AllocatorConfig, Tag};
 use parking_lot::Mutex;
 
+use super::args::Arg;
 use super::compile::{Family, compile};
 use super::driver::{CudaOptions, driver_error, require_libraries};
 use super::memory::CudaMemory;
+use super::signature::{Param, check_arguments, signatures};
 use crate::buffer::Buffer;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
@@ -36,8 +37,21 @@ pub(crate) struct CudaBackend {
     /// (major, minor) compute capability.
     pub(crate) capability: (i32, i32),
     multiprocessors: u32,
-    modules: Mutex<HashMap<Family, Arc<CudaModule>>>,
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    modules: Mutex<HashMap<Family, Arc<Module>>>,
+    functions: Mutex<HashMap<String, Kernel>>,
+}
+
+/// A loaded family and the parameter lists of its kernels.
+struct Module {
+    module: Arc<CudaModule>,
+    signatures: HashMap<String, Vec<Param>>,
+}
+
+/// A loaded kernel and its parameter list.
+#[derive(Clone)]
+struct Kernel {
+    function: CudaFunction,
+    params: Arc<[Param]>,
 }
 
 impl Device {
@@ -124,30 +138,43 @@ impl CudaBackend {
     }
 
     /// The kernel `name` of `family`, compiling and loading the family the first time.
-    fn kernel(&self, family: Family, name: &str) -> Result<CudaFunction> {
-        if let Some(function) = self.functions.lock().get(name) {
-            return Ok(function.clone());
+    fn kernel(&self, family: Family, name: &str) -> Result<Kernel> {
+        if let Some(kernel) = self.functions.lock().get(name) {
+            return Ok(kernel.clone());
         }
         let module = self.module(family)?;
+        let params = module.signatures.get(name).ok_or_else(|| Error::Cuda {
+            op: family.file(),
+            call: "cuModuleGetFunction",
+            name: "CUDA_ERROR_NOT_FOUND".into(),
+            detail: format!("{} has no kernel named `{name}`", family.file()),
+        })?;
         let function = module
+            .module
             .load_function(name)
             .map_err(|err| driver_error(family.file(), "cuModuleGetFunction", err))?;
+        let kernel = Kernel {
+            function,
+            params: params.as_slice().into(),
+        };
         self.functions
             .lock()
-            .insert(name.to_owned(), function.clone());
-        Ok(function)
+            .insert(name.to_owned(), kernel.clone());
+        Ok(kernel)
     }
 
-    fn module(&self, family: Family) -> Result<Arc<CudaModule>> {
+    fn module(&self, family: Family) -> Result<Arc<Module>> {
         let mut modules = self.modules.lock();
         if let Some(module) = modules.get(&family) {
             return Ok(Arc::clone(module));
         }
         let ptx = compile(family, &self.arch)?;
+        let signatures = signatures(&ptx.to_src());
         let module = self
             .context
             .load_module(ptx)
             .map_err(|err| driver_error(family.file(), "cuModuleLoadData", err))?;
+        let module = Arc::new(Module { module, signatures });
         modules.insert(family, Arc::clone(&module));
         Ok(module)
     }
@@ -173,8 +200,13 @@ impl CudaBackend {
         config: LaunchConfig,
         args: &[Arg],
     ) -> Result<()> {
-        let function = self.kernel(family, name)?;
-        let mut builder = self.stream.launch_builder(&function);
+        let kernel = self.kernel(family, name)?;
+        check_arguments(&kernel.params, args).map_err(|detail| Error::KernelArguments {
+            op,
+            kernel: name.to_owned(),
+            detail,
+        })?;
+        let mut builder = self.stream.launch_builder(&kernel.function);
         for arg in args {
             match arg {
                 Arg::U64(v) => builder.arg(v),
@@ -184,10 +216,9 @@ impl CudaBackend {
                 Arg::Walk(v) => builder.arg(v.as_ref()),
             };
         }
-        // SAFETY: every kernel's parameter list is written in its `.cu` file next to the Rust
-        // call that passes `args`, in the same order and of the same C types (pointers as u64
-        // device addresses of live buffers borrowed for this call; u64 sizes; doubles; ints;
-        // `Walk` as its `#[repr(C)]` mirror). The kernels index only below the sizes passed,
+        // SAFETY: `args` match the kernel's parameter list as its PTX declares it, in number,
+        // size and kind (checked above): pointers as u64 device addresses of live buffers
+        // borrowed for this call, u64 sizes, doubles, ints, `Walk` as its `#[repr(C)]` mirror. The kernels index only below the sizes passed,
         // which the op layer checked against the buffers' lengths. Work on the one stream runs
         // in order, so the buffers' memory is not reused under it (see the module docs).
         unsafe { builder.launch(config) }
@@ -265,115 +296,15 @@ impl CudaBackend {
     }
 }
 
-/// One kernel argument, of the C type its kernel declares.
-#[derive(Debug, Clone)]
-pub(crate) enum Arg {
-    /// A pointer (a device address) or a `u64` size.
-    U64(u64),
-    /// An `unsigned int`.
-    U32(u32),
-    /// An `int`.
-    I32(i32),
-    /// A `double`.
-    F64(f64),
-    /// A [`Walk`] by value.
-    Walk(Box<Walk>),
-}
-
-impl From<u64> for Arg {
-    fn from(v: u64) -> Self {
-        Arg::U64(v)
-    }
-}
-
-impl From<usize> for Arg {
-    fn from(v: usize) -> Self {
-        Arg::U64(v as u64)
-    }
-}
-
-impl From<u32> for Arg {
-    fn from(v: u32) -> Self {
-        Arg::U32(v)
-    }
-}
-
-impl From<i32> for Arg {
-    fn from(v: i32) -> Self {
-        Arg::I32(v)
-    }
-}
-
-impl From<bool> for Arg {
-    fn from(v: bool) -> Self {
-        Arg::I32(i32::from(v))
-    }
-}
-
-impl From<f64> for Arg {
-    fn from(v: f64) -> Self {
-        Arg::F64(v)
-    }
-}
-
-impl From<&Buffer> for Arg {
-    fn from(buffer: &Buffer) -> Self {
-        Arg::U64(buffer.addr())
-    }
-}
-
-impl From<&mut Buffer> for Arg {
-    fn from(buffer: &mut Buffer) -> Self {
-        Arg::U64(buffer.addr())
-    }
-}
-
-impl From<Walk> for Arg {
-    fn from(walk: Walk) -> Self {
-        Arg::Walk(Box::new(walk))
-    }
-}
-
-/// The most dimensions a strided kernel walks (`MAX_DIMS` in `prelude.cuh`).
-pub(crate) const MAX_DIMS: usize = 8;
-
-/// The walk of one operand through an array's dimensions: `struct Walk` of `prelude.cuh`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Walk {
-    dims: [u64; MAX_DIMS],
-    strides: [u64; MAX_DIMS],
-    rank: u32,
-}
-
-// SAFETY: `Walk` is `#[repr(C)]` plain data laid out as the C struct the kernels declare (two
-// arrays of eight u64, then a u32, padded to 8 bytes), so passing its bytes by value is sound.
-unsafe impl DeviceRepr for Walk {}
-
-impl Walk {
-    /// The walk through `dims` with `strides` (one per dimension), or an argument error for
-    /// `op` beyond [`MAX_DIMS`] dimensions.
-    pub(crate) fn new(dims: &[usize], strides: &[usize], op: &'static str) -> Result<Self> {
-        if dims.len() > MAX_DIMS || strides.len() != dims.len() {
-            return Err(Error::Argument {
-                op,
-                detail: format!(
-                    "CUDA kernels walk at most {MAX_DIMS} dimensions; got {} dimensions and {} strides",
-                    dims.len(),
-                    strides.len()
-                ),
-            });
+impl Drop for CudaBackend {
+    /// Lets queued work finish with the device's context current before the cuBLAS handle and
+    /// the modules go (cuBLAS's teardown acts on the current context; a module must outlive the
+    /// kernels queued from it).
+    fn drop(&mut self) {
+        if self.context.bind_to_thread().is_ok() {
+            // An error of earlier work has no one left to report to.
+            let _ = self.stream.synchronize();
         }
-        let mut walk = Walk {
-            dims: [1; MAX_DIMS],
-            strides: [0; MAX_DIMS],
-            rank: dims.len() as u32,
-        };
-        for (axis, (&d, &s)) in dims.iter().zip(strides).enumerate() {
-            walk.dims[axis] = d as u64;
-            walk.strides[axis] = s as u64;
-        }
-        Ok(walk)
     }
 }
 

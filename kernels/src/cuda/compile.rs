@@ -82,11 +82,30 @@ pub fn compile_ptx(family: Family, arch: &str) -> Result<String> {
     Ok(compile(family, arch)?.to_src())
 }
 
+/// Compiles a family to machine code for a real architecture such as `sm_90`, as the driver
+/// does when it loads the PTX, and fails on any warning of the assembler and on any use of
+/// local memory (registers spilled, arrays on the stack): every kernel must fit the registers
+/// of that architecture. A check for tests and CI; the backend itself loads PTX.
+pub fn check_machine_code(family: Family, arch: &str) -> Result<()> {
+    let strict = [
+        "--ptxas-options=--warn-on-spills",
+        "--ptxas-options=--warn-on-local-memory-usage",
+        "--ptxas-options=--warning-as-error",
+    ];
+    compile_with(family, arch, &strict).map(drop)
+}
+
 /// [`compile_ptx`], as the module the driver loads.
 pub(crate) fn compile(family: Family, arch: &str) -> Result<Ptx> {
+    compile_with(family, arch, &[])
+}
+
+fn compile_with(family: Family, arch: &str, extra: &[&str]) -> Result<Ptx> {
     require_nvrtc()?;
+    let mut options = vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()];
+    options.extend(extra.iter().map(|option| option.to_string()));
     let options = CompileOptions {
-        options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
+        options,
         name: Some(family.file().into()),
         ..Default::default()
     };

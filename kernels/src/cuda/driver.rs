@@ -1,6 +1,7 @@
 //! Finding the CUDA libraries, and turning their failures into typed errors.
 
 use cudarc::driver::DriverError;
+use cudarc::driver::sys::cudaError_enum;
 
 use crate::error::{Error, Result};
 
@@ -13,6 +14,8 @@ pub struct CudaOptions {
     pub tf32: bool,
     /// Bytes of cuBLAS workspace each product takes from the allocator (tagged as workspace),
     /// or `None` for cuBLAS's own recommendation (32 MiB on Hopper and later, 4 MiB before).
+    /// A product whose workspace would not fit without evicting cached memory takes 16 KiB
+    /// instead (the least with which no cuBLAS routine fails) and runs, more slowly.
     pub gemm_workspace: Option<u64>,
 }
 
@@ -65,7 +68,18 @@ fn missing_library(library: &'static str, file: &str) -> Error {
 /// The number of CUDA devices, or why there are none to count.
 pub fn device_count() -> Result<usize> {
     require_driver()?;
-    cudarc::driver::result::init().map_err(|err| driver_error("device_count", "cuInit", err))?;
+    match cudarc::driver::result::init() {
+        Ok(()) => {}
+        Err(err) if err.0 == cudaError_enum::CUDA_ERROR_NO_DEVICE => return Ok(0),
+        // A stub library, a driver older than the bindings, a mismatched kernel module: a
+        // driver was found but cannot run anything.
+        Err(err) => {
+            let (name, detail) = describe(err);
+            return Err(Error::NoCudaDriver {
+                detail: format!("the driver loaded but cuInit failed with {name}: {detail}"),
+            });
+        }
+    }
     let count = cudarc::driver::result::device::get_count()
         .map_err(|err| driver_error("device_count", "cuDeviceGetCount", err))?;
     Ok(usize::try_from(count).unwrap_or(0))

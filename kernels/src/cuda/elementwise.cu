@@ -26,7 +26,8 @@ template <int OP, typename C> __device__ __forceinline__ C unary_apply(C x, C p)
     }
 }
 
-template <int OP, typename C> __device__ __forceinline__ C binary_apply(C a, C b, C p) {
+// `p` is the op's scalar and `pm1` is p - 1, both rounded from f64 as on the CPU.
+template <int OP, typename C> __device__ __forceinline__ C binary_apply(C a, C b, C p, C pm1) {
     switch (OP) {
         case B_ADD: return a + b;
         case B_SUB: return a - b;
@@ -40,7 +41,7 @@ template <int OP, typename C> __device__ __forceinline__ C binary_apply(C a, C b
         }
         case B_TANH_BW: return b * ((C)1 - a * a);
         case B_SQRT_BW: return b / ((C)2 * a);
-        case B_POWF_BW: return b * p * m_pow(a, p - (C)1);
+        case B_POWF_BW: return b * p * m_pow(a, pm1);
         default: return a == b ? (C)1 : (C)0;
     }
 }
@@ -68,8 +69,8 @@ template <int OP, typename C> struct UnaryFn {
     __device__ __forceinline__ C operator()(C x, C) const { return unary_apply<OP>(x, p); }
 };
 template <int OP, typename C> struct BinaryFn {
-    C p;
-    __device__ __forceinline__ C operator()(C a, C b) const { return binary_apply<OP>(a, b, p); }
+    C p, pm1;
+    __device__ __forceinline__ C operator()(C a, C b) const { return binary_apply<OP>(a, b, p, pm1); }
 };
 // b[i] = op(a[i], b[i]) runs zip_map(a, b, b): the same function, operands in order.
 
@@ -89,26 +90,28 @@ __device__ void unary_any(int op, typename Io<T>::C p, const T* x, T* y, u64 n) 
     CALL(B_TANH_BW) CALL(B_SQRT_BW) CALL(B_POWF_BW) CALL(B_EQUAL)
 
 template <typename T>
-__device__ void binary_any(int op, typename Io<T>::C p, const T* a, const T* b, T* out, u64 n) {
+__device__ void binary_any(int op, double p, const T* a, const T* b, T* out, u64 n) {
     typedef typename Io<T>::C C;
-#define BINARY_CASE(code) case code: { BinaryFn<code, C> f = {p}; zip_map(a, b, out, n, f); break; }
+#define BINARY_CASE(code) case code: { BinaryFn<code, C> f = {(C)p, (C)(p - 1.0)}; zip_map(a, b, out, n, f); break; }
     switch (op) { BINARY_CASES(BINARY_CASE) }
 #undef BINARY_CASE
 }
 
 template <int OP, typename T>
-__device__ void binary_walk(typename Io<T>::C p, const T* a, const T* b, T* out, u64 n,
-                            const Walk& wa, const Walk& wb) {
+__device__ void binary_walk(double p, const T* a, const T* b, T* out, u64 n, const Walk& wa,
+                            const Walk& wb) {
     typedef Io<T> io;
+    typedef typename io::C C;
+    const C pc = (C)p, pm1 = (C)(p - 1.0);
     for (u64 i = thread_index(); i < n; i += grid_stride()) {
         T x = a[walk_offset(wa, wa.strides, i)];
         T y = b[walk_offset(wa, wb.strides, i)];
-        out[i] = io::store(binary_apply<OP>(io::load(x), io::load(y), p));
+        out[i] = io::store(binary_apply<OP>(io::load(x), io::load(y), pc, pm1));
     }
 }
 
 template <typename T>
-__device__ void binary_strided_any(int op, typename Io<T>::C p, const T* a, const T* b, T* out,
+__device__ void binary_strided_any(int op, double p, const T* a, const T* b, T* out,
                                    u64 n, const Walk& wa, const Walk& wb) {
 #define STRIDED_CASE(code) case code: binary_walk<code, T>(p, a, b, out, n, wa, wb); break;
     switch (op) { BINARY_CASES(STRIDED_CASE) }
@@ -120,13 +123,13 @@ __device__ void binary_strided_any(int op, typename Io<T>::C p, const T* a, cons
         unary_any<T>(op, (typename Io<T>::C)p, x, y, n); \
     } \
     extern "C" __global__ void binary_##name(int op, double p, const T* a, const T* b, T* out, u64 n) { \
-        binary_any<T>(op, (typename Io<T>::C)p, a, b, out, n); \
+        binary_any<T>(op, p, a, b, out, n); \
     } \
     extern "C" __global__ void binary_assign_##name(int op, double p, const T* a, T* b, u64 n) { \
-        binary_any<T>(op, (typename Io<T>::C)p, a, b, b, n); \
+        binary_any<T>(op, p, a, b, b, n); \
     } \
     extern "C" __global__ void binary_strided_##name(int op, double p, const T* a, const T* b, T* out, \
                                                      u64 n, Walk wa, Walk wb) { \
-        binary_strided_any<T>(op, (typename Io<T>::C)p, a, b, out, n, wa, wb); \
+        binary_strided_any<T>(op, p, a, b, out, n, wa, wb); \
     }
 FOR_FLOATS(ELEMENTWISE)

@@ -2,6 +2,7 @@
 //! `cuMemAlloc` (TensorFlow's GPU sub-allocator does the same), and a driver out-of-memory
 //! becomes a refusal that the allocator's growth back-off and garbage collection handle.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use cudarc::driver::sys::cudaError_enum;
@@ -21,6 +22,8 @@ pub struct CudaMemory {
     stream: Arc<CudaStream>,
     name: String,
     total: u64,
+    /// Bases of the regions reserved and not yet released, freed when the source drops.
+    regions: HashSet<u64>,
 }
 
 impl CudaMemory {
@@ -34,6 +37,7 @@ impl CudaMemory {
             context,
             stream,
             total: total as u64,
+            regions: HashSet::new(),
         })
     }
 
@@ -78,7 +82,10 @@ impl MemorySource for CudaMemory {
         // SAFETY: cuMemAlloc with the device's context current; the region it returns is owned
         // by this source until `release` gives it back. Its base is aligned to at least 256
         // bytes, as `MemorySource` requires.
-        unsafe { result::malloc_sync(size) }.map_err(|err| self.refusal("cuMemAlloc", bytes, err))
+        let base = unsafe { result::malloc_sync(size) }
+            .map_err(|err| self.refusal("cuMemAlloc", bytes, err))?;
+        self.regions.insert(base);
+        Ok(base)
     }
 
     fn release(&mut self, base: u64, bytes: u64) -> std::result::Result<(), SourceError> {
@@ -87,10 +94,29 @@ impl MemorySource for CudaMemory {
             .map_err(|err| self.refusal("cuStreamSynchronize", bytes, err))?;
         // SAFETY: `base` came from `reserve` (the allocator gives back only its own regions,
         // each once), and the stream is drained, so no queued kernel still touches the region.
-        unsafe { result::free_sync(base) }.map_err(|err| self.refusal("cuMemFree", bytes, err))
+        unsafe { result::free_sync(base) }.map_err(|err| self.refusal("cuMemFree", bytes, err))?;
+        self.regions.remove(&base);
+        Ok(())
     }
 
     fn capacity(&self) -> u64 {
         self.total
+    }
+}
+
+impl Drop for CudaMemory {
+    /// Gives every region still held back to the driver: the allocator that owned them is
+    /// going, and every buffer holds its device, so none of them is in use.
+    fn drop(&mut self) {
+        if self.regions.is_empty() || self.context.bind_to_thread().is_err() {
+            return;
+        }
+        // Errors here have no one to go to; the process keeps running either way.
+        let _ = self.stream.synchronize();
+        for base in self.regions.drain() {
+            // SAFETY: each base came from `reserve` and was not released; the stream is drained
+            // and no buffer outlives the device, so nothing touches the region any more.
+            let _ = unsafe { result::free_sync(base) };
+        }
     }
 }

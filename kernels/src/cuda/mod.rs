@@ -26,12 +26,15 @@
 //! back to the host to check them against their range, as the CPU backend does, so they wait for
 //! the stream.
 
+mod args;
 mod backend;
 mod compile;
 mod driver;
 mod memory;
+mod signature;
 
-pub(crate) use backend::{Arg, BLOCK, CudaBackend, Walk, float_kernel};
-pub use compile::{Family, compile_ptx};
+pub(crate) use args::{Arg, Walk};
+pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
+pub use compile::{Family, check_machine_code, compile_ptx};
 pub use driver::{CudaOptions, device_count, is_available};
 pub use memory::CudaMemory;

@@ -68,8 +68,9 @@ __device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float m_pow(float x, float p) { return powf(x, p); }
 __device__ __forceinline__ double m_pow(double x, double p) { return pow(x, p); }
-__device__ __forceinline__ float m_max(float a, float b) { return fmaxf(a, b); }
-__device__ __forceinline__ double m_max(double a, double b) { return fmax(a, b); }
+// The larger of two, NaN winning as on the CPU (fmax would drop it).
+__device__ __forceinline__ float m_max(float a, float b) { return a != a || a > b ? a : b; }
+__device__ __forceinline__ double m_max(double a, double b) { return a != a || a > b ? a : b; }
 template <typename C> __device__ __forceinline__ C neg_infinity() { return (C)(-1.0 / 0.0); }
 
 // The first element this thread handles and the step of a grid-stride loop.
@@ -102,11 +103,12 @@ __device__ __forceinline__ u64 walk_offset(const Walk& walk, const u64* strides,
 struct SumOp { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; } };
 struct MaxOp { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return m_max(a, b); } };
 
-// Reduces `v` over a group of GROUP consecutive threads (32: one warp; a multiple of 32 up to
-// the block: through `scratch`, 32 values) in a fixed order, so that results never depend on
-// timing; every thread of the group gets the result.
+// Reduces `v` over a group of GROUP threads (32: one warp; 256: the whole block, through
+// `scratch`, 8 values) in a fixed order, so that results never depend on timing; every thread of
+// the group gets the result.
 template <int GROUP, typename C, typename Op>
 __device__ __forceinline__ C group_reduce(C v, Op op, C* scratch) {
+    static_assert(GROUP == 32 || GROUP == 256, "a group is one warp or the whole 256-thread block");
     for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
     if (GROUP == 32) return v;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

@@ -11,7 +11,7 @@ struct Acc {
 template <typename T>
 __device__ __forceinline__ void accumulate(Acc& acc, int op, T value) {
     const double v = Io<T>::load(value);
-    if (op == R_MAX) acc.max = fmax(acc.max, v);
+    if (op == R_MAX) acc.max = m_max(acc.max, v);
     else acc.sum += op == R_SUM_SQUARES ? v * v : v;
 }
 
@@ -53,7 +53,7 @@ __device__ void reduce_columns(int op, const T* x, T* out, u64 outer, u64 axis, 
         if (threadIdx.y == 0 && j < inner) {
             for (int y = 1; y < 8; ++y) {
                 acc.sum += sums[y][threadIdx.x];
-                acc.max = fmax(acc.max, maxes[y][threadIdx.x]);
+                acc.max = m_max(acc.max, maxes[y][threadIdx.x]);
             }
             out[o * inner + j] = finish<T>(acc, op, axis);
         }

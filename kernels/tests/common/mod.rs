@@ -14,11 +14,21 @@ pub fn devices() -> Vec<Device> {
     let mut devices = vec![Device::cpu(config).expect("a CPU device")];
     match cuda() {
         Ok(device) => devices.push(device),
-        Err(why) => eprintln!("cuda skipped: {why}"),
+        Err(why) => cuda_skipped(&why),
     }
     let names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
     eprintln!("backends: {}", names.join(", "));
     devices
+}
+
+/// Says why a CUDA check did not run; fails instead where `HEADROOM_REQUIRE_CUDA` is set (as
+/// `scripts/gpu-check.sh run` sets it), so that a run on a GPU machine cannot pass on the CPU
+/// alone.
+pub fn cuda_skipped(why: &str) {
+    if std::env::var_os("HEADROOM_REQUIRE_CUDA").is_some() {
+        panic!("HEADROOM_REQUIRE_CUDA is set, and CUDA did not run: {why}");
+    }
+    eprintln!("cuda skipped: {why}");
 }
 
 /// CUDA device 0 under a 256 MiB limit, or why there is none.

@@ -4,7 +4,7 @@ use super::{check_bytes, check_len, check_range};
 use crate::backend::DataKernels;
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 impl DataKernels for CudaBackend {
     fn fill(&self, out: &mut Buffer, value: f64) -> Result<()> {
@@ -34,7 +34,14 @@ impl DataKernels for CudaBackend {
 
     fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
         check_len("copy", src, dst)?;
-        self.cast_range(src, 0, dst, 0, src.len())
+        if src.dtype() != dst.dtype() {
+            return Err(Error::DType {
+                op: "copy",
+                expected: src.dtype().to_string(),
+                got: dst.dtype(),
+            });
+        }
+        self.copy_device("copy", src.addr(), dst.addr(), src.bytes())
     }
 
     fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {

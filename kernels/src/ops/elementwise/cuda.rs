@@ -89,7 +89,7 @@ impl ElementwiseKernels for CudaBackend {
                 &args,
             );
         }
-        let dims = shape.dims();
+        let [wa, wb] = Walk::merged(shape.dims(), [a_strides, b_strides], op.name())?;
         let args = [
             code.into(),
             p.into(),
@@ -97,8 +97,8 @@ impl ElementwiseKernels for CudaBackend {
             b.into(),
             out.into(),
             n.into(),
-            Walk::new(dims, a_strides, op.name())?.into(),
-            Walk::new(dims, b_strides, op.name())?.into(),
+            wa.into(),
+            wb.into(),
         ];
         let name = float_kernel("binary_strided", a.dtype(), op.name())?;
         self.launch(

@@ -12,6 +12,7 @@ use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasGemmStridedBatchedEx, cublasOperation_t,
     cublasSetWorkspace_v2, cublasStatus_t, cudaDataType,
 };
+use headroom_alloc::Tag;
 
 use super::GemmSpec;
 use crate::backend::{DataKernels, GemmKernels};
@@ -21,6 +22,9 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 const OP: &str = "gemm";
+
+/// The least workspace with which no cuBLAS routine fails.
+const MIN_WORKSPACE: usize = 16 << 10;
 
 /// cuBLAS's recommended workspace: 32 MiB from Hopper on, 4 MiB before.
 fn default_workspace(capability: (i32, i32)) -> u64 {
@@ -126,15 +130,22 @@ impl GemmKernels for CudaBackend {
             .options
             .gemm_workspace
             .unwrap_or_else(|| default_workspace(self.capability));
-        // Without room for the workspace, cuBLAS runs with none (slower algorithms only).
-        let workspace =
-            CudaBackend::workspace(out.device(), DType::F32, (bytes / 4) as usize, OP).ok();
-        let (workspace_ptr, workspace_bytes) =
-            workspace.as_ref().map_or((0, 0), |w| (w.addr(), w.bytes()));
+        // The preferred workspace if it fits without evicting cached memory; else the least
+        // with which no cuBLAS routine fails (16 KiB, cuBLAS documents), and an out-of-memory
+        // only if even that does not fit.
+        let device = out.device();
+        let workspace = {
+            let _tag = device.scoped_tag(Tag::WORKSPACE);
+            device.try_alloc(DType::U32, bytes.div_ceil(4) as usize)
+        };
+        let workspace = match workspace {
+            Some(workspace) => workspace,
+            None => CudaBackend::workspace(device, DType::U32, MIN_WORKSPACE / 4, OP)?,
+        };
         self.bind(OP)?;
         let blas = self.blas.lock();
         // SAFETY: the handle is bound to this device's stream and used under its lock. The
-        // workspace, when there is one, is a live buffer of `workspace_bytes` on this device; it
+        // workspace is a live buffer of `workspace.bytes()` on this device; it
         // returns to the allocator after the call is queued, which the stream order makes safe
         // (module docs of `cuda`). The operand pointers are live buffers the op layer sized for
         // `spec` (a: batch x m x k, b: batch x k x n, or one shared matrix with stride 0; out:
@@ -145,8 +156,8 @@ impl GemmKernels for CudaBackend {
                 "cublasSetWorkspace",
                 cublasSetWorkspace_v2(
                     *blas.handle(),
-                    workspace_ptr as *mut c_void,
-                    workspace_bytes,
+                    workspace.addr() as *mut c_void,
+                    workspace.bytes(),
                 ),
             )?;
             check(

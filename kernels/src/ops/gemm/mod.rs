@@ -140,8 +140,12 @@ fn product(
     };
     let batch: usize = batch_dims.iter().product();
     // A batch of untransposed `a` against one shared matrix is one taller product: the batch's
-    // rows are contiguous in `a` and in the output alike (a linear layer over [B, T, C]).
-    let (batch, rows) = if b_batch.is_empty() && !trans_a {
+    // rows are contiguous in `a` and in the output alike (a linear layer over [B, T, C]), as
+    // long as the rows stay within the 32-bit dimensions GPU libraries take.
+    let tall = batch
+        .checked_mul(m)
+        .is_some_and(|rows| rows <= i32::MAX as usize);
+    let (batch, rows) = if b_batch.is_empty() && !trans_a && tall {
         (1, batch * m)
     } else {
         (batch, m)

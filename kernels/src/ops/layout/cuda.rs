@@ -14,7 +14,7 @@ impl LayoutKernels for CudaBackend {
         }
         let size = x.dtype().size();
         let start = x.addr() + (view.offset.min(x.len()) * size) as u64;
-        let walk = Walk::new(view.dims, view.strides, OP)?;
+        let [walk] = Walk::merged(view.dims, [view.strides], OP)?;
         let name = format!("gather_{size}");
         let args = [start.into(), out.into(), n.into(), walk.into()];
         self.launch(OP, Family::Layout, &name, self.grid(n as u64), &args)

@@ -11,6 +11,9 @@ use crate::error::Result;
 /// Row slices whose partial parameter gradients are summed in order.
 const SLICES: usize = 128;
 
+/// The most workspace the partial sums take: fewer slices for very long rows.
+const PARTIAL_BYTES: usize = 16 << 20;
+
 impl NormKernels for CudaBackend {
     fn softmax(
         &self,
@@ -133,7 +136,10 @@ impl NormKernels for CudaBackend {
             self.launch(OP, Family::Norm, &name, grid, &args)?;
         }
         // dgamma and dbeta: per-slice partial sums in f64, then summed in slice order.
-        let slices = rows.clamp(1, SLICES);
+        let per_slice = 2 * len * size_of::<f64>();
+        let slices = rows
+            .clamp(1, SLICES)
+            .min((PARTIAL_BYTES / per_slice).max(1));
         let partial = CudaBackend::workspace(x.device(), DType::F64, 2 * slices * len, OP)?;
         let grid = LaunchConfig {
             grid_dim: (len.div_ceil(BLOCK as usize) as u32, slices as u32, 1),
