@@ -7,6 +7,7 @@ use crate::bins::{Bins, FreeKey};
 use crate::chunk::{Chunk, ChunkArena, ChunkId, NONE};
 use crate::config::{AllocatorConfig, FIRST_REGION, Growth};
 use crate::error::{Error, InvalidFreeReason, Result};
+use crate::growth::GrowFailure;
 use crate::history::{Event, EventKind, History};
 use crate::report::OomCause;
 use crate::size::round_size;
@@ -198,12 +199,14 @@ impl Allocator {
         }
         let mut cause = match self.grow(rounded) {
             Ok(()) => return self.take_after_growth(rounded, size, tag),
-            Err(cause) => cause,
+            Err(GrowFailure::Oom(cause)) => cause,
+            Err(GrowFailure::Fault(err)) => return Err(err),
         };
         if self.config.garbage_collection && self.release_free_regions() > 0 {
             match self.grow(rounded) {
                 Ok(()) => return self.take_after_growth(rounded, size, tag),
-                Err(retry_cause) => cause = retry_cause,
+                Err(GrowFailure::Oom(retry_cause)) => cause = retry_cause,
+                Err(GrowFailure::Fault(err)) => return Err(err),
             }
         }
         Err(self.out_of_memory(size, Some(rounded), tag, cause))

@@ -36,7 +36,8 @@ pub enum Error {
         reason: String,
     },
 
-    /// The memory source failed outside an allocation (preallocation, release).
+    /// The memory source failed: a refused preallocation or release, or a failure that more
+    /// memory would not cure ([`SourceError::fault`](crate::SourceError::fault)) while growing.
     #[error("memory source `{source_name}` failed to {op} {bytes} bytes: {message}")]
     Source {
         /// The name of the memory source.

@@ -8,11 +8,26 @@ use crate::error::{Error, Result};
 use crate::history::EventKind;
 use crate::report::OomCause;
 use crate::size::GRANULE;
+use crate::source::SourceError;
 use crate::tag::Tag;
+
+/// Why the allocator could not grow.
+pub(crate) enum GrowFailure {
+    /// Out of memory, for this reason.
+    Oom(OomCause),
+    /// The source failed for a reason other than memory: an error, not an out-of-memory.
+    Fault(Error),
+}
+
+impl From<OomCause> for GrowFailure {
+    fn from(cause: OomCause) -> Self {
+        GrowFailure::Oom(cause)
+    }
+}
 
 impl Allocator {
     /// Makes room for a request of `rounded` bytes, following the growth policy.
-    pub(crate) fn grow(&mut self, rounded: u64) -> std::result::Result<(), OomCause> {
+    pub(crate) fn grow(&mut self, rounded: u64) -> std::result::Result<(), GrowFailure> {
         let headroom = self.limit - self.counters.reserved;
         match self.config.growth {
             Growth::Expandable => self.grow_expandable(rounded, headroom),
@@ -28,9 +43,9 @@ impl Allocator {
         rounded: u64,
         headroom: u64,
         on_demand: bool,
-    ) -> std::result::Result<(), OomCause> {
+    ) -> std::result::Result<(), GrowFailure> {
         if rounded > headroom {
-            return Err(OomCause::LimitReached);
+            return Err(OomCause::LimitReached.into());
         }
         let mut size = if on_demand {
             let mut size = self.next_region_size.max(GRANULE);
@@ -49,10 +64,13 @@ impl Allocator {
                     self.next_region_size = size.saturating_mul(2);
                     return Ok(());
                 }
+                Err(failure) if failure.fault => {
+                    return Err(self.source_fault("reserve", size, failure));
+                }
                 Err(refusal) => {
                     let smaller = (size / 10 * 9) & !(GRANULE - 1);
                     if smaller < rounded || !on_demand {
-                        return Err(OomCause::SourceRefused(refusal.message));
+                        return Err(OomCause::SourceRefused(refusal.message).into());
                     }
                     size = smaller;
                 }
@@ -67,7 +85,7 @@ impl Allocator {
         &mut self,
         rounded: u64,
         headroom: u64,
-    ) -> std::result::Result<(), OomCause> {
+    ) -> std::result::Result<(), GrowFailure> {
         let resizable = self.source.can_resize();
         let Some(Growable { base, tail }) = self.growable.filter(|_| resizable) else {
             let size = rounded
@@ -83,16 +101,20 @@ impl Allocator {
         };
         let needed = rounded - free_tail;
         if needed > headroom {
-            return Err(OomCause::LimitReached);
+            return Err(OomCause::LimitReached.into());
         }
         let extra = needed
             .div_ceil(EXPANSION_STEP)
             .saturating_mul(EXPANSION_STEP)
             .min(headroom);
         let size = self.regions[&base];
-        self.source
-            .extend(base, size, extra)
-            .map_err(|refusal| OomCause::SourceRefused(refusal.message))?;
+        match self.source.extend(base, size, extra) {
+            Ok(()) => {}
+            Err(failure) if failure.fault => {
+                return Err(self.source_fault("extend", extra, failure));
+            }
+            Err(refusal) => return Err(OomCause::SourceRefused(refusal.message).into()),
+        }
         self.regions.insert(base, size + extra);
         if tail_chunk.in_use {
             let id = self.chunks.insert(Chunk {
@@ -115,6 +137,16 @@ impl Allocator {
         }
         self.count_reserved(base + size, extra);
         Ok(())
+    }
+
+    /// A source's failure to `op` `bytes` bytes, as the error the allocation fails with.
+    fn source_fault(&self, op: &'static str, bytes: u64, failure: SourceError) -> GrowFailure {
+        GrowFailure::Fault(Error::Source {
+            source_name: self.source.name().to_owned(),
+            op,
+            bytes,
+            message: failure.message,
+        })
     }
 
     /// Counts `bytes` newly reserved at `addr` (a new region or a region's new end).

@@ -1,9 +1,12 @@
 //! One test per rule of the allocator: split, coalescing, growth, garbage collection, limits,
 //! verdicts, tags and invalid frees.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use headroom_alloc::{
     Allocator, AllocatorConfig, Error, FaultInjecting, Growth, HostMemory, InvalidFreeReason,
-    Limit, OomCause, Tag, Verdict, VirtualMemory,
+    Limit, MemorySource, OomCause, SourceError, Tag, Verdict, VirtualMemory,
 };
 
 const MIB: u64 = 1 << 20;
@@ -185,6 +188,59 @@ fn a_refused_reserve_below_the_request_is_a_reported_oom() {
     );
     assert_eq!(report.verdict, Verdict::Capacity);
     assert!(err.to_string().contains("refused"), "{err}");
+}
+
+/// A virtual space that fails every reserve after the first `healthy` with a fault (as a
+/// device in an error state does), counting the attempts.
+struct Broken {
+    inner: VirtualMemory,
+    healthy: usize,
+    attempts: Arc<AtomicUsize>,
+}
+
+impl MemorySource for Broken {
+    fn name(&self) -> &str {
+        "broken"
+    }
+    fn reserve(&mut self, bytes: u64) -> Result<u64, SourceError> {
+        let attempt = 1 + self.attempts.fetch_add(1, Ordering::Relaxed);
+        if attempt > self.healthy {
+            return Err(SourceError::fault("the device is in an error state"));
+        }
+        self.inner.reserve(bytes)
+    }
+    fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError> {
+        self.inner.release(base, bytes)
+    }
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+}
+
+#[test]
+fn a_source_fault_is_an_error_at_once_not_an_oom() {
+    let attempts = Arc::default();
+    let source = Broken {
+        inner: VirtualMemory::new(64 * MIB),
+        healthy: 1,
+        attempts: Arc::clone(&attempts),
+    };
+    let mut alloc = Allocator::new(source, AllocatorConfig::default()).unwrap();
+    let first = alloc.allocate(MIB, Tag::OTHER).unwrap();
+    alloc.free(first.addr).unwrap();
+    // The free 2 MiB region is collected and growth retried only for an out-of-memory; a fault
+    // ends the allocation at the first failed reserve.
+    match alloc.allocate(8 * MIB, Tag::OTHER) {
+        Err(Error::Source { op, message, .. }) => {
+            assert_eq!(op, "reserve");
+            assert!(message.contains("error state"), "{message}");
+        }
+        other => panic!("expected a source error, got {other:?}"),
+    }
+    let stats = alloc.stats();
+    assert_eq!((stats.ooms, stats.regions_released), (0, 0));
+    assert_eq!(attempts.load(Ordering::Relaxed), 2, "no back-off");
+    alloc.validate().unwrap();
 }
 
 #[test]

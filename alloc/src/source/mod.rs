@@ -18,13 +18,27 @@ pub use virtual_memory::VirtualMemory;
 pub struct SourceError {
     /// The source's explanation, shown in OOM reports.
     pub message: String,
+    /// True when the source failed for a reason other than a lack of memory (a device in an
+    /// error state, say): the allocator then fails with [`Error::Source`](crate::Error::Source)
+    /// at once, instead of backing off and reporting an out-of-memory.
+    pub fault: bool,
 }
 
 impl SourceError {
-    /// A source error with this explanation.
+    /// A refusal for lack of memory, with this explanation: the allocator backs off, collects
+    /// free regions and, failing that, reports an out-of-memory.
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            fault: false,
+        }
+    }
+
+    /// A failure that more memory would not cure, with this explanation.
+    pub fn fault(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            fault: true,
         }
     }
 }

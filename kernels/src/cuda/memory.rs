@@ -1,6 +1,7 @@
 //! Device memory as a [`MemorySource`]: the regions the allocator carves up come from
 //! `cuMemAlloc` (TensorFlow's GPU sub-allocator does the same), and a driver out-of-memory
-//! becomes a refusal that the allocator's growth back-off and garbage collection handle.
+//! becomes a refusal that the allocator's growth back-off and garbage collection handle; any
+//! other driver error is a fault, which fails the allocation at once.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -48,6 +49,7 @@ impl CudaMemory {
         Ok((free as u64, total as u64))
     }
 
+    /// A driver error of `call` for `bytes` bytes: a refusal for an out-of-memory, else a fault.
     fn refusal(&self, call: &str, bytes: u64, err: DriverError) -> SourceError {
         let (name, _) = describe(err);
         let free = match self.free_and_total() {
@@ -60,7 +62,9 @@ impl CudaMemory {
                 self.name
             ))
         } else {
-            SourceError::new(format!(
+            // A device in an error state (a faulted kernel), a lost context: more memory would
+            // not help, so the allocation fails at once and not as an out-of-memory.
+            SourceError::fault(format!(
                 "{call} of {bytes} bytes on {} failed: {name}",
                 self.name
             ))
