@@ -15,7 +15,7 @@ use crate::buffer::Buffer;
 use crate::cpu::CpuBackend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::meta::{MetaBackend, PlanningMemory};
+use crate::meta::{MetaBackend, PlanTarget, PlanningMemory};
 
 /// What kind of device this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -125,10 +125,28 @@ impl Device {
     /// A meta device that plans the memory of a CPU device with the same configuration: the
     /// same allocations, sizes and peak, with no data and no arithmetic.
     pub fn meta(config: DeviceConfig) -> Result<Device> {
+        Self::meta_for(PlanTarget::Cpu, config)
+    }
+
+    /// A meta device that plans the memory of a `target` device with the same configuration
+    /// (for CUDA, `config.memory` is the GPU's memory): the same allocations, sizes and peak,
+    /// with no data and no arithmetic.
+    ///
+    /// ```
+    /// use headroom_kernels::{Array, DType, Device, DeviceConfig, PlanTarget};
+    /// let h100 = Device::meta_for(PlanTarget::cuda(9), DeviceConfig::new(80 << 30))?;
+    /// let a = Array::zeros(&h100, [4096, 4096], DType::BF16)?;
+    /// let b = Array::zeros(&h100, [4096, 4096], DType::BF16)?;
+    /// headroom_kernels::ops::gemm::matmul(&a, &b, false, false)?;
+    /// // Two operands and the product, 32 MiB each, and cuBLAS's 32 MiB workspace.
+    /// assert_eq!(h100.allocator().stats().peak_in_use, 4 * (32 << 20));
+    /// # Ok::<(), headroom_kernels::Error>(())
+    /// ```
+    pub fn meta_for(target: PlanTarget, config: DeviceConfig) -> Result<Device> {
         let source = PlanningMemory::new(VirtualMemory::new(config.memory), false);
         Self::assemble(
             DeviceKind::Meta,
-            Box::new(MetaBackend),
+            Box::new(MetaBackend { target }),
             Box::new(source),
             config.allocator,
         )
@@ -219,6 +237,17 @@ impl Device {
             .allocate(bytes, self.tag())
             .map_err(|err| Error::from_alloc(op, err))?;
         Ok(Buffer::new(self.clone(), block, dtype, len))
+    }
+
+    /// [`alloc`](Self::alloc) under the workspace tag: a kernel's scratch memory.
+    pub(crate) fn alloc_workspace(
+        &self,
+        dtype: DType,
+        len: usize,
+        op: &'static str,
+    ) -> Result<Buffer> {
+        let _tag = self.scoped_tag(Tag::WORKSPACE);
+        self.alloc(dtype, len, op)
     }
 
     /// [`alloc`](Self::alloc) for optional scratch memory under the current tag: `None` when it

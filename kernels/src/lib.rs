@@ -22,5 +22,5 @@ pub use cpu::CpuBackend;
 pub use device::{Device, DeviceConfig, DeviceKind, HostSource, KernelTime, TagScope};
 pub use dtype::{Compute, DType, Element, Float};
 pub use error::{Error, Result};
-pub use meta::{MetaBackend, PlanningMemory};
+pub use meta::{MetaBackend, PlanTarget, PlanningMemory};
 pub use shape::Shape;

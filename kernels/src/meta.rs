@@ -47,8 +47,46 @@ impl MemorySource for PlanningMemory {
     }
 }
 
-/// Runs no kernel: every op's allocations happen in the op layer, identically for every backend,
-/// so a meta run allocates exactly what a real run would. Each op's (empty) meta kernels live
-/// beside it (`ops/<op>/meta.rs`).
+/// The backend whose run a meta device plans. The op layer allocates alike for every backend;
+/// what differs is the scratch memory each backend's kernels take from the allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlanTarget {
+    /// The CPU backend: half-precision products widen panels to f32 in workspace memory.
+    #[default]
+    Cpu,
+    /// The CUDA backend: half-precision products run in cuBLAS, each product takes a cuBLAS
+    /// workspace of `gemm_workspace` bytes (16 KiB when that does not fit), and some kernels
+    /// take scratch buffers (layer-norm partial sums, cross-entropy row losses, an embedding
+    /// gradient's grouping of positions by id). Plans a GPU run on a machine without one.
+    Cuda {
+        /// cuBLAS's workspace per product: 32 MiB from Hopper on, 4 MiB before, or what
+        /// `CudaOptions::gemm_workspace` sets.
+        gemm_workspace: u64,
+    },
+}
+
+impl PlanTarget {
+    /// A CUDA device of compute capability `major`.x with cuBLAS's recommended workspace.
+    pub fn cuda(major: u32) -> Self {
+        PlanTarget::Cuda {
+            gemm_workspace: if major >= 9 { 32 << 20 } else { 4 << 20 },
+        }
+    }
+}
+
+/// Runs no kernel: every op's allocations happen in the op layer, identically for every
+/// backend, and the meta kernels take the scratch memory their [`PlanTarget`]'s kernels would,
+/// so a meta run allocates exactly what a real run would. Each op's meta kernels live beside it
+/// (`ops/<op>/meta.rs`).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MetaBackend;
+pub struct MetaBackend {
+    /// The backend planned for.
+    pub target: PlanTarget,
+}
+
+impl MetaBackend {
+    /// True when planning for the CUDA backend.
+    pub(crate) fn plans_cuda(&self) -> bool {
+        matches!(self.target, PlanTarget::Cuda { .. })
+    }
+}

@@ -1,6 +1,6 @@
 //! Memory behaviour of every op, in one place: the meta backend plans exactly what the CPU
-//! allocates (sizes, order, tags, peak), and every op fails cleanly, with the allocator's report,
-//! at each allocation it makes.
+//! allocates (sizes, order, tags, peak), and what the CUDA backend does when planning for it,
+//! and every op fails cleanly, with the allocator's report, at each allocation it makes.
 
 mod common;
 
@@ -11,7 +11,7 @@ use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
 use headroom_kernels::ops::optim::{AdamW, Sgd, Update, adamw_step, sgd_step};
 use headroom_kernels::ops::reduce::{self, ReduceOp};
 use headroom_kernels::ops::{gemm, index, layout, norm, random as rand};
-use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, PlanTarget, Result};
 
 fn config() -> DeviceConfig {
     DeviceConfig::new(64 << 20).with_allocator(AllocatorConfig::default().with_history(10_000))
@@ -90,8 +90,11 @@ fn program(device: &Device) -> Result<Vec<Array>> {
     ])
 }
 
-/// The allocation events of a device: (kind, size, requested, tag).
-fn events(device: &Device) -> Vec<(EventKind, u64, u64, Option<Tag>)> {
+/// One allocation event: (kind, size, requested, tag).
+type AllocEvent = (EventKind, u64, u64, Option<Tag>);
+
+/// The allocation events of a device.
+fn events(device: &Device) -> Vec<AllocEvent> {
     device.allocator().with(|alloc| {
         alloc
             .history()
@@ -139,6 +142,86 @@ fn meta_plans_exactly_the_allocations_and_peak_of_the_cpu() {
     drop((kept_cpu, kept_meta));
     assert_eq!(cpu.allocator().stats().in_use, 0);
     assert_eq!(meta.allocator().stats().in_use, 0);
+}
+
+/// cuBLAS's workspace per product in the CUDA plans below.
+const GEMM_WORKSPACE: u64 = 1 << 20;
+
+/// The bytes requested by the allocations of `events` under the workspace tag, and the rest.
+fn split_workspace(events: Vec<AllocEvent>) -> (Vec<u64>, Vec<AllocEvent>) {
+    let (workspace, rest): (Vec<_>, Vec<_>) = events
+        .into_iter()
+        .partition(|&(_, _, _, tag)| tag == Some(Tag::WORKSPACE));
+    let allocs = workspace
+        .iter()
+        .filter(|e| e.0 == EventKind::Alloc)
+        .map(|e| e.2)
+        .collect();
+    (allocs, rest)
+}
+
+#[test]
+fn a_plan_for_cuda_takes_the_cuda_kernels_scratch_instead_of_the_cpus_panels() {
+    let cpu_plan = Device::meta(config()).unwrap();
+    let target = PlanTarget::Cuda {
+        gemm_workspace: GEMM_WORKSPACE,
+    };
+    let cuda_plan = Device::meta_for(target, config()).unwrap();
+    program(&cpu_plan).unwrap();
+    program(&cuda_plan).unwrap();
+    let (cpu_scratch, cpu_rest) = split_workspace(events(&cpu_plan));
+    let (cuda_scratch, cuda_rest) = split_workspace(events(&cuda_plan));
+    // Everything the op layer allocates is the same; only the kernels' scratch differs.
+    assert_eq!(cpu_rest, cuda_rest);
+    assert!(!cpu_scratch.is_empty(), "the CPU widens bf16 panels to f32");
+    assert_eq!(
+        cuda_scratch,
+        [
+            GEMM_WORKSPACE, // the one product's cuBLAS workspace
+            768,            // layer-norm partial sums: 8 slices x 2 x 6 f64
+            13 * 4,         // embedding gradient: where each of 12 ids' positions start
+            8 * 4,          // and the 8 positions grouped by id
+            8 * 8,          // cross-entropy: 8 row losses in f64
+        ]
+    );
+    // Under a limit too tight for cuBLAS's preferred workspace, a product plans 16 KiB, as the
+    // CUDA backend falls back to, and no out-of-memory.
+    let tight = PlanTarget::Cuda {
+        gemm_workspace: 1 << 30,
+    };
+    let plan = Device::meta_for(tight, config()).unwrap();
+    program(&plan).unwrap();
+    let (scratch, _) = split_workspace(events(&plan));
+    assert_eq!(scratch[0], 16 << 10);
+    assert_eq!(plan.allocator().stats().ooms, 0);
+}
+
+/// On a GPU: the plan for CUDA makes the very allocations a CUDA run makes, in order.
+#[cfg(feature = "cuda")]
+#[test]
+fn a_plan_for_cuda_matches_a_cuda_run_allocation_for_allocation() {
+    use headroom_kernels::cuda::CudaOptions;
+    let options = CudaOptions {
+        gemm_workspace: Some(GEMM_WORKSPACE),
+        ..CudaOptions::default()
+    };
+    let allocator = config().allocator.with_limit_bytes(config().memory);
+    let gpu = match Device::cuda_with(0, allocator, options) {
+        Ok(device) => device,
+        Err(why) => return common::cuda_skipped(&why.to_string()),
+    };
+    let target = PlanTarget::Cuda {
+        gemm_workspace: GEMM_WORKSPACE,
+    };
+    let plan = Device::meta_for(target, config()).unwrap();
+    let kept_gpu = program(&gpu).unwrap();
+    let kept_plan = program(&plan).unwrap();
+    assert_eq!(events(&gpu), events(&plan));
+    let (gpu_stats, plan_stats) = (gpu.allocator().stats(), plan.allocator().stats());
+    assert_eq!(gpu_stats.peak_in_use, plan_stats.peak_in_use);
+    assert_eq!(gpu_stats.peak_reserved, plan_stats.peak_reserved);
+    assert_eq!(gpu_stats.tags, plan_stats.tags);
+    drop((kept_gpu, kept_plan));
 }
 
 /// One input of an op under test.

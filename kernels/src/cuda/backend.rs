@@ -9,7 +9,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg, result,
 };
-use headroom_alloc::{AllocatorConfig, Tag};
+use headroom_alloc::AllocatorConfig;
 use parking_lot::Mutex;
 
 use super::args::Arg;
@@ -275,17 +275,6 @@ impl CudaBackend {
         self.stream
             .synchronize()
             .map_err(|err| driver_error(op, "cuStreamSynchronize", err))
-    }
-
-    /// Scratch memory for `op` from the buffers' device allocator, tagged as workspace.
-    pub(crate) fn workspace(
-        device: &Device,
-        dtype: DType,
-        len: usize,
-        op: &'static str,
-    ) -> Result<Buffer> {
-        let _tag = device.scoped_tag(Tag::WORKSPACE);
-        device.alloc(dtype, len, op)
     }
 
     /// Reads a whole u32 buffer back to the host (ids, to check them and group them).

@@ -12,9 +12,8 @@ use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasGemmStridedBatchedEx, cublasOperation_t,
     cublasSetWorkspace_v2, cublasStatus_t, cudaDataType,
 };
-use headroom_alloc::Tag;
 
-use super::GemmSpec;
+use super::{GemmSpec, blas_workspace};
 use crate::backend::{DataKernels, GemmKernels};
 use crate::buffer::Buffer;
 use crate::cuda::CudaBackend;
@@ -22,9 +21,6 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 const OP: &str = "gemm";
-
-/// The least workspace with which no cuBLAS routine fails.
-const MIN_WORKSPACE: usize = 16 << 10;
 
 /// cuBLAS's recommended workspace: 32 MiB from Hopper on, 4 MiB before.
 fn default_workspace(capability: (i32, i32)) -> u64 {
@@ -130,18 +126,7 @@ impl GemmKernels for CudaBackend {
             .options
             .gemm_workspace
             .unwrap_or_else(|| default_workspace(self.capability));
-        // The preferred workspace if it fits without evicting cached memory; else the least
-        // with which no cuBLAS routine fails (16 KiB, cuBLAS documents), and an out-of-memory
-        // only if even that does not fit.
-        let device = out.device();
-        let workspace = {
-            let _tag = device.scoped_tag(Tag::WORKSPACE);
-            device.try_alloc(DType::U32, bytes.div_ceil(4) as usize)
-        };
-        let workspace = match workspace {
-            Some(workspace) => workspace,
-            None => CudaBackend::workspace(device, DType::U32, MIN_WORKSPACE / 4, OP)?,
-        };
+        let workspace = blas_workspace(out.device(), bytes, OP)?;
         self.bind(OP)?;
         let blas = self.blas.lock();
         // SAFETY: the handle is bound to this device's stream and used under its lock. The

@@ -7,7 +7,10 @@ mod cuda;
 mod half;
 mod meta;
 
-use crate::buffer::Array;
+use headroom_alloc::Tag;
+
+use crate::buffer::{Array, Buffer};
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
@@ -205,4 +208,20 @@ pub(super) fn fill_rows(row: &Array, out: &mut Array, op: &'static str) -> Resul
     device
         .backend()
         .gather_strided(row.buffer(), view, out.buffer_mut(op)?)
+}
+
+/// The least cuBLAS workspace with which no cuBLAS routine fails (cuBLAS documents 16 KiB).
+const MIN_BLAS_WORKSPACE: u64 = 16 << 10;
+
+/// The cuBLAS workspace of one product on `device`, under the workspace tag: `preferred` bytes
+/// if they fit without evicting cached memory, else [`MIN_BLAS_WORKSPACE`], and an
+/// out-of-memory only if even that does not fit. The CUDA backend runs its products with it;
+/// a meta device planning for CUDA takes the same.
+pub(crate) fn blas_workspace(device: &Device, preferred: u64, op: &'static str) -> Result<Buffer> {
+    let _tag = device.scoped_tag(Tag::WORKSPACE);
+    let words = |bytes: u64| bytes.div_ceil(4) as usize;
+    match device.try_alloc(DType::U32, words(preferred)) {
+        Some(workspace) => Ok(workspace),
+        None => device.alloc(DType::U32, words(MIN_BLAS_WORKSPACE), op),
+    }
 }

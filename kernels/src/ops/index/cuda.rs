@@ -16,7 +16,9 @@ use crate::error::{Error, Result};
 impl CudaBackend {
     /// A u32 workspace buffer on `like`'s device holding `values`.
     fn upload_u32(&self, like: &Buffer, values: &[u32], op: &'static str) -> Result<Buffer> {
-        let buffer = CudaBackend::workspace(like.device(), DType::U32, values.len().max(1), op)?;
+        let buffer = like
+            .device()
+            .alloc_workspace(DType::U32, values.len().max(1), op)?;
         self.copy_to_device(op, bytemuck::cast_slice(values), buffer.addr())?;
         Ok(buffer)
     }
@@ -105,7 +107,9 @@ impl IndexKernels for CudaBackend {
         const OP: &str = "cross_entropy";
         let counted = self.checked_targets(spec, targets, OP)?;
         float_kernel("cross_entropy", logits.dtype(), OP)?;
-        let losses = CudaBackend::workspace(logits.device(), DType::F64, spec.rows.max(1), OP)?;
+        let losses = logits
+            .device()
+            .alloc_workspace(DType::F64, spec.rows.max(1), OP)?;
         let (ignore, has_ignore) = (spec.ignore.unwrap_or(0), spec.ignore.is_some());
         if spec.rows > 0 {
             let (group, grid) = self.row_grid(spec.rows, spec.classes);

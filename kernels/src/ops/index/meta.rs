@@ -1,7 +1,9 @@
-//! Meta kernels: nothing to compute (and no data to check indices against).
+//! Meta kernels: nothing to compute (and no data to check indices against); planning for CUDA,
+//! the scratch buffers the CUDA kernels take.
 
 use super::{CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels};
 use crate::buffer::Buffer;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 
@@ -12,21 +14,34 @@ impl IndexKernels for MetaBackend {
 
     fn embedding_backward(
         &self,
-        _: EmbeddingSpec,
+        spec: EmbeddingSpec,
+        ids: &Buffer,
         _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
+        out: &mut Buffer,
     ) -> Result<()> {
+        // On CUDA the positions grouped by id go up to the device: the starts of each id's run
+        // (vocab + 1) and the positions themselves, together.
+        if self.plans_cuda() && !out.is_empty() {
+            let device = ids.device();
+            let op = "embedding_backward";
+            let _starts = device.alloc_workspace(DType::U32, spec.vocab + 1, op)?;
+            device.alloc_workspace(DType::U32, ids.len().max(1), op)?;
+        }
         Ok(())
     }
 
     fn cross_entropy(
         &self,
-        _: CrossEntropySpec,
-        _: &Buffer,
+        spec: CrossEntropySpec,
+        logits: &Buffer,
         _: &Buffer,
         _: &mut Buffer,
     ) -> Result<()> {
+        // On CUDA each row's loss goes to an f64 buffer before the ordered mean.
+        if self.plans_cuda() {
+            let device = logits.device();
+            device.alloc_workspace(DType::F64, spec.rows.max(1), "cross_entropy")?;
+        }
         Ok(())
     }
 

@@ -2,17 +2,11 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::{NormKernels, RowSpec, SoftmaxKind, SoftmaxSpec};
+use super::{NormKernels, RowSpec, SoftmaxKind, SoftmaxSpec, parameter_partials};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
-
-/// Row slices whose partial parameter gradients are summed in order.
-const SLICES: usize = 128;
-
-/// The most workspace the partial sums take: fewer slices for very long rows.
-const PARTIAL_BYTES: usize = 16 << 20;
 
 impl NormKernels for CudaBackend {
     fn softmax(
@@ -136,11 +130,8 @@ impl NormKernels for CudaBackend {
             self.launch(OP, Family::Norm, &name, grid, &args)?;
         }
         // dgamma and dbeta: per-slice partial sums in f64, then summed in slice order.
-        let per_slice = 2 * len * size_of::<f64>();
-        let slices = rows
-            .clamp(1, SLICES)
-            .min((PARTIAL_BYTES / per_slice).max(1));
-        let partial = CudaBackend::workspace(x.device(), DType::F64, 2 * slices * len, OP)?;
+        let (slices, partials) = parameter_partials(rows, len);
+        let partial = x.device().alloc_workspace(DType::F64, partials, OP)?;
         let grid = LaunchConfig {
             grid_dim: (len.div_ceil(BLOCK as usize) as u32, slices as u32, 1),
             block_dim: (BLOCK, 1, 1),

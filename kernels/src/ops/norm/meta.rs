@@ -1,7 +1,9 @@
-//! Meta kernels: nothing to compute.
+//! Meta kernels: nothing to compute; planning for CUDA, the partial sums of the layer-norm
+//! parameter gradients.
 
-use super::{NormKernels, RowSpec, SoftmaxSpec};
+use super::{NormKernels, RowSpec, SoftmaxSpec, parameter_partials};
 use crate::buffer::Buffer;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 
@@ -37,8 +39,8 @@ impl NormKernels for MetaBackend {
 
     fn layer_norm_backward(
         &self,
-        _: RowSpec,
-        _: &Buffer,
+        spec: RowSpec,
+        x: &Buffer,
         _: &Buffer,
         _: &Buffer,
         _: &Buffer,
@@ -47,6 +49,11 @@ impl NormKernels for MetaBackend {
         _: &mut Buffer,
         _: &mut Buffer,
     ) -> Result<()> {
+        if self.plans_cuda() && spec.len > 0 {
+            let (_, partials) = parameter_partials(spec.rows, spec.len);
+            x.device()
+                .alloc_workspace(DType::F64, partials, "layer_norm_backward")?;
+        }
         Ok(())
     }
 }

@@ -434,3 +434,15 @@ pub fn layer_norm_backward(
     )?;
     Ok(LayerNormGrads { dx, dgamma, dbeta })
 }
+
+/// How the CUDA backend sums layer-norm parameter gradients: per row slice (at most 128, fewer
+/// for rows so long that the partial sums would pass 16 MiB), then the slices' partial sums in
+/// order. Returns the slices and the f64 elements of the partial sums' workspace, which a meta
+/// device planning for CUDA takes too.
+pub(crate) fn parameter_partials(rows: usize, len: usize) -> (usize, usize) {
+    const SLICES: usize = 128;
+    const MOST_BYTES: usize = 16 << 20;
+    let per_slice = (2 * len * size_of::<f64>()).max(1);
+    let slices = rows.clamp(1, SLICES).min((MOST_BYTES / per_slice).max(1));
+    (slices, 2 * slices * len)
+}
