@@ -225,6 +225,12 @@ impl Device {
     /// contents are unspecified (but always valid bits for the dtype).
     pub fn alloc(&self, dtype: DType, len: usize, op: &'static str) -> Result<Buffer> {
         let _timer = Timer::start(&self.0);
+        self.alloc_untimed(dtype, len, op)
+    }
+
+    /// [`alloc`](Self::alloc) without counting a call: for the scratch memory of a kernel,
+    /// whose call is already being timed.
+    fn alloc_untimed(&self, dtype: DType, len: usize, op: &'static str) -> Result<Buffer> {
         let bytes = (len as u64)
             .checked_mul(dtype.size() as u64)
             .ok_or_else(|| Error::Argument {
@@ -239,7 +245,8 @@ impl Device {
         Ok(Buffer::new(self.clone(), block, dtype, len))
     }
 
-    /// [`alloc`](Self::alloc) under the workspace tag: a kernel's scratch memory.
+    /// [`alloc`](Self::alloc) under the workspace tag, for a kernel's scratch memory (not
+    /// counted as a call of its own: the kernel's call is).
     pub(crate) fn alloc_workspace(
         &self,
         dtype: DType,
@@ -247,16 +254,15 @@ impl Device {
         op: &'static str,
     ) -> Result<Buffer> {
         let _tag = self.scoped_tag(Tag::WORKSPACE);
-        self.alloc(dtype, len, op)
+        self.alloc_untimed(dtype, len, op)
     }
 
-    /// [`alloc`](Self::alloc) for optional scratch memory under the current tag: `None` when it
+    /// [`alloc_workspace`](Self::alloc_workspace) for optional scratch memory: `None` when it
     /// does not fit without releasing cached regions, and then no out-of-memory is counted or
     /// reported.
-    pub(crate) fn try_alloc(&self, dtype: DType, len: usize) -> Option<Buffer> {
-        let _timer = Timer::start(&self.0);
+    pub(crate) fn try_alloc_workspace(&self, dtype: DType, len: usize) -> Option<Buffer> {
         let bytes = (len as u64).checked_mul(dtype.size() as u64)?;
-        let block = self.0.allocator.try_allocate(bytes, self.tag())?;
+        let block = self.0.allocator.try_allocate(bytes, Tag::WORKSPACE)?;
         Some(Buffer::new(self.clone(), block, dtype, len))
     }
 

@@ -100,7 +100,9 @@ fn ref_layer_norm(
         for ((v, g), b) in row.iter().zip(gamma).zip(beta) {
             let xhat = (v - mean) * rstd;
             y.push(xhat * g + b);
-            scale.push((xhat * g).abs() + b.abs());
+            // The kernels form x - mean in the compute type, whose rounding of x and of the
+            // mean the deviation's reciprocal then scales up (rows of nearly equal values).
+            scale.push((v.abs() + mean.abs()) * rstd * g.abs() + b.abs());
         }
         means.push(mean);
         rstds.push(rstd);

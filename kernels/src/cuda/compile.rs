@@ -1,6 +1,10 @@
 //! The CUDA C sources of the kernels, one file per op family, and their compilation by NVRTC.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
+use parking_lot::Mutex;
 
 use super::driver::require_nvrtc;
 use crate::error::{Error, Result};
@@ -9,7 +13,7 @@ use crate::error::{Error, Result};
 const PRELUDE: &str = include_str!("prelude.cuh");
 
 /// A family of kernels: one `.cu` file, compiled and loaded as one module.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
     /// Fills and casts (`data.cu`).
     Data,
@@ -95,9 +99,17 @@ pub fn check_machine_code(family: Family, arch: &str) -> Result<()> {
     compile_with(family, arch, &strict).map(drop)
 }
 
-/// [`compile_ptx`], as the module the driver loads.
+/// [`compile_ptx`], as the module the driver loads. Each family is compiled once per
+/// architecture in a process: every device of that architecture loads the same PTX.
 pub(crate) fn compile(family: Family, arch: &str) -> Result<Ptx> {
-    compile_with(family, arch, &[])
+    static COMPILED: Mutex<BTreeMap<(Family, String), Arc<str>>> = Mutex::new(BTreeMap::new());
+    let key = (family, arch.to_owned());
+    if let Some(ptx) = COMPILED.lock().get(&key) {
+        return Ok(Ptx::from_src(ptx.as_ref()));
+    }
+    let ptx: Arc<str> = compile_with(family, arch, &[])?.to_src().into();
+    COMPILED.lock().insert(key, Arc::clone(&ptx));
+    Ok(Ptx::from_src(ptx.as_ref()))
 }
 
 fn compile_with(family: Family, arch: &str, extra: &[&str]) -> Result<Ptx> {

@@ -10,16 +10,25 @@ typedef unsigned short u16;
 struct f16 { u16 bits; };
 struct bf16 { u16 bits; };
 
+// Host builds (tools/cuda-emulator) have no PTX; they convert in software, rounding alike.
 __device__ __forceinline__ float f16_to_f32(u16 h) {
+#ifdef HEADROOM_HOST_EMULATION
+    return host_f16_to_f32(h);
+#else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
+#endif
 }
 
 __device__ __forceinline__ u16 f32_to_f16(float f) {
+#ifdef HEADROOM_HOST_EMULATION
+    return host_f32_to_f16(f);
+#else
     u16 h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
+#endif
 }
 
 __device__ __forceinline__ float bf16_to_f32(u16 b) {

@@ -7,8 +7,6 @@ mod cuda;
 mod half;
 mod meta;
 
-use headroom_alloc::Tag;
-
 use crate::buffer::{Array, Buffer};
 use crate::device::Device;
 use crate::dtype::DType;
@@ -218,10 +216,9 @@ const MIN_BLAS_WORKSPACE: u64 = 16 << 10;
 /// out-of-memory only if even that does not fit. The CUDA backend runs its products with it;
 /// a meta device planning for CUDA takes the same.
 pub(crate) fn blas_workspace(device: &Device, preferred: u64, op: &'static str) -> Result<Buffer> {
-    let _tag = device.scoped_tag(Tag::WORKSPACE);
     let words = |bytes: u64| bytes.div_ceil(4) as usize;
-    match device.try_alloc(DType::U32, words(preferred)) {
+    match device.try_alloc_workspace(DType::U32, words(preferred)) {
         Some(workspace) => Ok(workspace),
-        None => device.alloc(DType::U32, words(MIN_BLAS_WORKSPACE), op),
+        None => device.alloc_workspace(DType::U32, words(MIN_BLAS_WORKSPACE), op),
     }
 }

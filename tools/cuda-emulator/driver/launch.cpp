@@ -1,0 +1,54 @@
+// cuLaunchKernel: checks the launch as the driver does, then runs the whole grid before
+// returning (the stream is in order, and nothing else can run meanwhile).
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "grid.h"
+#include "module.h"
+#include "state.h"
+
+namespace {
+
+bool within(const unsigned (&limit)[3], unsigned x, unsigned y, unsigned z) {
+    return x <= limit[0] && y <= limit[1] && z <= limit[2];
+}
+
+// The driver's refusals of a shape: an empty dimension, a dimension above its limit, more than
+// 1024 threads in a block.
+bool is_valid_shape(dim3 grid, dim3 block) {
+    using namespace emu::limits;
+    if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z) return false;
+    if (!within(kMaxGridDim, grid.x, grid.y, grid.z)) return false;
+    if (!within(kMaxBlockDim, block.x, block.y, block.z)) return false;
+    return 1ull * block.x * block.y * block.z <= kMaxThreadsPerBlock;
+}
+
+// Set CUDA_EMULATOR_TRACE=1 to print every launch.
+bool tracing() {
+    static const bool trace = std::getenv("CUDA_EMULATOR_TRACE") != nullptr;
+    return trace;
+}
+
+}  // namespace
+
+CU_API CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, unsigned int grid_y,
+                               unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                               unsigned int block_z, unsigned int shared_bytes, CUstream stream,
+                               void** params, void** extra) {
+    if (CUresult r = emu::check_context()) return r;
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    if (!emu::is_live_function(function) || !emu::is_valid_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    const dim3 grid{grid_x, grid_y, grid_z}, block{block_x, block_y, block_z};
+    if (!is_valid_shape(grid, block) || shared_bytes > emu::limits::kSharedMemoryPerBlock)
+        return CUDA_ERROR_INVALID_VALUE;
+    const emu::Kernel& kernel = *function->kernel;
+    if (extra)
+        return emu::complain(CUDA_ERROR_NOT_SUPPORTED, "cuLaunchKernel: arguments through `extra` are not emulated");
+    if (kernel.param_count > 0 && !params) return CUDA_ERROR_INVALID_VALUE;
+    if (tracing())
+        std::fprintf(stderr, "cuda-emulator: launch %s grid (%u, %u, %u) block (%u, %u, %u)\n",
+                     kernel.name, grid_x, grid_y, grid_z, block_x, block_y, block_z);
+    emu::run_grid(kernel.name, kernel.body, params, grid, block);
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,166 @@
+// Device memory: host memory, 256-byte aligned as cuMemAlloc's, within a fixed emulated total.
+// A device pointer is the host address, so kernels and cuBLAS read it directly. Every copy is
+// checked to lie inside one live allocation, as the driver checks (beyond what it checks, the
+// emulator also reports a device-to-device copy whose ranges overlap).
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "state.h"
+
+namespace {
+
+constexpr size_t kAlignment = 256;
+// Fresh allocations are filled with 0xff bytes, a NaN in every float dtype, so that a kernel
+// reading memory nothing wrote gives NaNs instead of the zeros fresh pages would hold.
+constexpr unsigned char kPoison = 0xff;
+
+std::map<CUdeviceptr, size_t> allocations;  // base -> bytes, under the driver lock
+size_t allocated = 0;
+
+// True when [address, address + bytes) lies inside one live allocation.
+bool is_device_range(CUdeviceptr address, size_t bytes) {
+    auto next = allocations.upper_bound(address);
+    if (next == allocations.begin()) return false;
+    const auto& [base, size] = *std::prev(next);
+    return address - base <= size && bytes <= size - (address - base);
+}
+
+CUresult allocate(CUdeviceptr* pointer, size_t bytes) {
+    if (CUresult r = emu::check_context()) return r;
+    if (!pointer || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    if (rounded > emu::limits::kTotalMemory - allocated) return CUDA_ERROR_OUT_OF_MEMORY;
+    void* memory = std::aligned_alloc(kAlignment, rounded);
+    if (!memory) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::memset(memory, kPoison, rounded);
+    *pointer = reinterpret_cast<CUdeviceptr>(memory);
+    allocations.emplace(*pointer, bytes);
+    allocated += rounded;
+    return CUDA_SUCCESS;
+}
+
+CUresult release(CUdeviceptr pointer) {
+    if (CUresult r = emu::check_context()) return r;
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    const auto found = allocations.find(pointer);
+    if (found == allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+    allocated -= (found->second + kAlignment - 1) / kAlignment * kAlignment;
+    allocations.erase(found);
+    std::free(reinterpret_cast<void*>(pointer));
+    return CUDA_SUCCESS;
+}
+
+CUresult check_copy(CUstream stream) {
+    if (CUresult r = emu::check_context()) return r;
+    return emu::is_valid_stream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+void* host(CUdeviceptr pointer) { return reinterpret_cast<void*>(pointer); }
+
+CUresult copy_to_device(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) {
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    if (CUresult r = check_copy(stream)) return r;
+    if (!src || !is_device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(host(dst), src, bytes);
+    return CUDA_SUCCESS;
+}
+
+CUresult copy_to_host(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    if (CUresult r = check_copy(stream)) return r;
+    if (!dst || !is_device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(dst, host(src), bytes);
+    return CUDA_SUCCESS;
+}
+
+CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    if (CUresult r = check_copy(stream)) return r;
+    if (!is_device_range(dst, bytes) || !is_device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    if (dst != src && dst < src + bytes && src < dst + bytes)
+        emu::complain(CUDA_SUCCESS, "cuMemcpyDtoD of %zu bytes between overlapping ranges %#llx "
+                      "and %#llx: undefined on a GPU", bytes, src, dst);
+    std::memmove(host(dst), host(src), bytes);
+    return CUDA_SUCCESS;
+}
+
+template <typename T>
+CUresult fill(CUdeviceptr dst, T value, size_t count, CUstream stream) {
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    if (CUresult r = check_copy(stream)) return r;
+    if (dst % sizeof(T) != 0 || !is_device_range(dst, count * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;
+    T* out = static_cast<T*>(host(dst));
+    for (size_t i = 0; i < count; ++i) out[i] = value;
+    return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CU_API CUresult cuMemAlloc_v2(CUdeviceptr* pointer, size_t bytes) { return allocate(pointer, bytes); }
+CU_API CUresult cuMemFree_v2(CUdeviceptr pointer) { return release(pointer); }
+
+CU_API CUresult cuMemAllocAsync(CUdeviceptr* pointer, size_t bytes, CUstream) {
+    return allocate(pointer, bytes);
+}
+
+CU_API CUresult cuMemFreeAsync(CUdeviceptr pointer, CUstream) { return release(pointer); }
+
+CU_API CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+    if (CUresult r = emu::check_context()) return r;
+    if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    *total = emu::limits::kTotalMemory;
+    *free = emu::limits::kTotalMemory - allocated;
+    return CUDA_SUCCESS;
+}
+
+CU_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) {
+    return copy_to_device(dst, src, bytes, stream);
+}
+
+CU_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
+    return copy_to_device(dst, src, bytes, nullptr);
+}
+
+CU_API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    return copy_to_host(dst, src, bytes, stream);
+}
+
+CU_API CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
+    return copy_to_host(dst, src, bytes, nullptr);
+}
+
+CU_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    return copy_on_device(dst, src, bytes, stream);
+}
+
+CU_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+    return copy_on_device(dst, src, bytes, nullptr);
+}
+
+CU_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream) {
+    return fill<unsigned char>(dst, value, count, stream);
+}
+
+CU_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
+    return fill<unsigned char>(dst, value, count, nullptr);
+}
+
+CU_API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream) {
+    return fill<unsigned int>(dst, value, count, stream);
+}
+
+CU_API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t count) {
+    return fill<unsigned int>(dst, value, count, nullptr);
+}
+
+// Not a CUDA call: lets the emulated cuBLAS check that the matrices it is given lie in device
+// memory, which the real one would find out as an illegal address, or not at all.
+CU_API CUresult cuEmulatorCheckRange(CUdeviceptr address, size_t bytes) {
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    return is_device_range(address, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}

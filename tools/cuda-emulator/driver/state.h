@@ -1,0 +1,30 @@
+// State the driver's entry points share: the lock, the current context, live handles.
+#pragma once
+
+#include <mutex>
+
+#include "cuda_api.h"
+
+struct EmuContext {
+    int retains = 0;  // primary context references (cuDevicePrimaryCtxRetain)
+};
+
+namespace emu {
+
+// Held by every call that touches device memory or runs a kernel: the tests run on several OS
+// threads, kernels write memory other threads copy, and the block scheduler is a singleton.
+std::mutex& driver_lock();
+
+// CUDA_SUCCESS, or why no driver call can be made on this thread: cuInit not called, or no
+// live context current.
+CUresult check_context();
+
+// True for null (the legacy default stream), the special default-stream handles and live
+// streams. Call under the driver lock.
+bool is_valid_stream(CUstream stream);
+
+// Prints a diagnosis of a misuse the real driver would not report clearly, then returns `result`.
+CUresult complain(CUresult result, const char* format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+}  // namespace emu
