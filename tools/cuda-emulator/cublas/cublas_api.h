@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "../runtime/complain.h"
+
 #define CUBLAS_API extern "C" __attribute__((visibility("default")))
 
 typedef struct EmuBlasHandle* cublasHandle_t;
@@ -68,7 +70,6 @@ namespace emu_blas {
 bool is_live(cublasHandle_t handle);
 
 // Prints a diagnosis of a call a GPU would get wrong silently or fault on, then returns `status`.
-cublasStatus_t complain(cublasStatus_t status, const char* format, ...)
-    __attribute__((format(printf, 2, 3)));
+using emu_report::complain;
 
 }  // namespace emu_blas

@@ -1,8 +1,6 @@
 // Handles and their settings, and the status strings.
 
-#include <cstdarg>
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <unordered_set>
 
@@ -20,16 +18,6 @@ namespace emu_blas {
 bool is_live(cublasHandle_t handle) {
     std::lock_guard<std::mutex> guard(handles_lock);
     return handles.count(handle) > 0;
-}
-
-cublasStatus_t complain(cublasStatus_t status, const char* format, ...) {
-    char message[512];
-    va_list args;
-    va_start(args, format);
-    std::vsnprintf(message, sizeof message, format, args);
-    va_end(args);
-    std::fprintf(stderr, "cuda-emulator: %s\n", message);
-    return status;
 }
 
 }  // namespace emu_blas

@@ -1,7 +1,6 @@
 // Initialisation, the one emulated device, and its primary context.
 
 #include <atomic>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 
@@ -58,16 +57,6 @@ CUresult check_context() {
     // A primary context released by all who retained it has been reset.
     if (current->retains == 0) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     return CUDA_SUCCESS;
-}
-
-CUresult complain(CUresult result, const char* format, ...) {
-    char message[512];
-    va_list args;
-    va_start(args, format);
-    std::vsnprintf(message, sizeof message, format, args);
-    va_end(args);
-    std::fprintf(stderr, "cuda-emulator: %s\n", message);
-    return result;
 }
 
 }  // namespace emu

@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "../runtime/complain.h"
 #include "cuda_api.h"
 
 struct EmuContext {
@@ -24,7 +25,6 @@ CUresult check_context();
 bool is_valid_stream(CUstream stream);
 
 // Prints a diagnosis of a misuse the real driver would not report clearly, then returns `result`.
-CUresult complain(CUresult result, const char* format, ...)
-    __attribute__((format(printf, 2, 3)));
+using emu_report::complain;
 
 }  // namespace emu
