@@ -63,17 +63,19 @@ fn check_products(
             let bi = if b_batch.is_empty() { 0 } else { index };
             for r in 0..m {
                 for (c, bias) in bias_values.iter().enumerate() {
-                    let mut terms: Vec<f64> = (0..k)
-                        .map(|l| {
-                            element(&av, a_mat[0], a_mat[1], ai, trans_a, r, l)
-                                * element(&bv, b_mat[0], b_mat[1], bi, trans_b, l, c)
-                        })
-                        .collect();
-                    if with_bias {
-                        terms.push(*bias);
+                    let (mut sum, mut magnitude) = (0.0, 0.0);
+                    for l in 0..k {
+                        let term = element(&av, a_mat[0], a_mat[1], ai, trans_a, r, l)
+                            * element(&bv, b_mat[0], b_mat[1], bi, trans_b, l, c);
+                        sum += term;
+                        magnitude += term.abs();
                     }
-                    want.push(terms.iter().sum());
-                    scale.push(terms.iter().map(|t| t.abs()).sum());
+                    if with_bias {
+                        sum += bias;
+                        magnitude += bias.abs();
+                    }
+                    want.push(sum);
+                    scale.push(magnitude);
                 }
             }
         }
