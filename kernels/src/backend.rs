@@ -39,7 +39,10 @@ pub trait DataKernels {
     /// Copies `src` into `dst` (same dtype and length).
     fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
     /// Converts every element of `src` into `dst`'s dtype (same length).
-    fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
+    fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
+        crate::ops::data::check_len("cast", src, dst)?;
+        self.cast_range(src, 0, dst, 0, src.len())
+    }
     /// Converts the `len` elements of `src` from index `src_at` into `dst`'s dtype, at
     /// `dst[dst_at..]`; a range past either buffer's end is an argument error.
     fn cast_range(

@@ -225,12 +225,18 @@ impl Device {
     /// contents are unspecified (but always valid bits for the dtype).
     pub fn alloc(&self, dtype: DType, len: usize, op: &'static str) -> Result<Buffer> {
         let _timer = Timer::start(&self.0);
-        self.alloc_untimed(dtype, len, op)
+        self.alloc_untimed(dtype, len, self.tag(), op)
     }
 
-    /// [`alloc`](Self::alloc) without counting a call: for the scratch memory of a kernel,
-    /// whose call is already being timed.
-    fn alloc_untimed(&self, dtype: DType, len: usize, op: &'static str) -> Result<Buffer> {
+    /// [`alloc`](Self::alloc) under `tag`, without counting a call: for the scratch memory of
+    /// a kernel, whose call is already being timed.
+    fn alloc_untimed(
+        &self,
+        dtype: DType,
+        len: usize,
+        tag: Tag,
+        op: &'static str,
+    ) -> Result<Buffer> {
         let bytes = (len as u64)
             .checked_mul(dtype.size() as u64)
             .ok_or_else(|| Error::Argument {
@@ -240,7 +246,7 @@ impl Device {
         let block = self
             .0
             .allocator
-            .allocate(bytes, self.tag())
+            .allocate(bytes, tag)
             .map_err(|err| Error::from_alloc(op, err))?;
         Ok(Buffer::new(self.clone(), block, dtype, len))
     }
@@ -253,8 +259,7 @@ impl Device {
         len: usize,
         op: &'static str,
     ) -> Result<Buffer> {
-        let _tag = self.scoped_tag(Tag::WORKSPACE);
-        self.alloc_untimed(dtype, len, op)
+        self.alloc_untimed(dtype, len, Tag::WORKSPACE, op)
     }
 
     /// [`alloc_workspace`](Self::alloc_workspace) for optional scratch memory: `None` when it

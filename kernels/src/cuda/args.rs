@@ -127,17 +127,22 @@ impl Walk {
                 continue;
             }
             let step = |k: usize| strides[k][axis] as u64;
-            let joins = !kept_dims.is_empty()
-                && (0..K).all(|k| kept[k].last() == Some(&(step(k) * d as u64)));
-            if joins {
-                *kept_dims.last_mut().expect("not empty") *= d as u64;
-                for (k, list) in kept.iter_mut().enumerate() {
-                    *list.last_mut().expect("not empty") = step(k);
+            // The dimension kept last and this one walk as one where every operand's stride
+            // there is this one's stride times this one's size.
+            let joins = (0..K).all(|k| kept[k].last() == Some(&(step(k) * d as u64)));
+            match kept_dims.last_mut() {
+                Some(last) if joins => {
+                    *last *= d as u64;
+                    for (k, list) in kept.iter_mut().enumerate() {
+                        list.pop();
+                        list.push(step(k));
+                    }
                 }
-            } else {
-                kept_dims.push(d as u64);
-                for (k, list) in kept.iter_mut().enumerate() {
-                    list.push(step(k));
+                _ => {
+                    kept_dims.push(d as u64);
+                    for (k, list) in kept.iter_mut().enumerate() {
+                        list.push(step(k));
+                    }
                 }
             }
         }

@@ -21,6 +21,7 @@ use crate::buffer::Buffer;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::gemm::preferred_blas_workspace;
 
 /// Threads per block of every kernel.
 pub(crate) const BLOCK: u32 = 256;
@@ -34,8 +35,9 @@ pub(crate) struct CudaBackend {
     pub(crate) options: CudaOptions,
     /// `compute_XY` of the device, what NVRTC compiles for.
     arch: String,
-    /// (major, minor) compute capability.
-    pub(crate) capability: (i32, i32),
+    /// Bytes of cuBLAS workspace each product asks for: the options', else cuBLAS's
+    /// recommendation for this device.
+    pub(crate) gemm_workspace: u64,
     multiprocessors: u32,
     modules: Mutex<HashMap<Family, Arc<Module>>>,
     functions: Mutex<HashMap<String, Kernel>>,
@@ -123,7 +125,9 @@ impl CudaBackend {
             blas: Mutex::new(blas),
             options,
             arch: format!("compute_{}{}", capability.0, capability.1),
-            capability,
+            gemm_workspace: options.gemm_workspace.unwrap_or_else(|| {
+                preferred_blas_workspace(u32::try_from(capability.0).unwrap_or(0))
+            }),
             multiprocessors: u32::try_from(multiprocessors).unwrap_or(1).max(1),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),

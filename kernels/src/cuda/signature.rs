@@ -50,12 +50,13 @@ impl Param {
 
     /// True when `arg` is passed as this parameter expects.
     fn accepts(self, arg: &Arg) -> bool {
-        matches!(
-            (self, arg),
+        match (self, arg) {
             (Param::Int32, Arg::U32(_) | Arg::I32(_))
-                | (Param::Int64, Arg::U64(_))
-                | (Param::Float64, Arg::F64(_))
-        ) || matches!((self, arg), (Param::Bytes(n), Arg::Walk(_)) if n == size_of::<Walk>())
+            | (Param::Int64, Arg::U64(_))
+            | (Param::Float64, Arg::F64(_)) => true,
+            (Param::Bytes(n), Arg::Walk(_)) => n == size_of::<Walk>(),
+            _ => false,
+        }
     }
 }
 

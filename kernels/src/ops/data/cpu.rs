@@ -49,11 +49,6 @@ impl DataKernels for CpuBackend {
         })
     }
 
-    fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
-        check_len("cast", src, dst)?;
-        self.cast_range(src, 0, dst, 0, src.len())
-    }
-
     fn cast_range(
         &self,
         src: &Buffer,

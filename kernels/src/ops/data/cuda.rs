@@ -44,11 +44,6 @@ impl DataKernels for CudaBackend {
         self.copy_device("copy", src.addr(), dst.addr(), src.bytes())
     }
 
-    fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
-        check_len("cast", src, dst)?;
-        self.cast_range(src, 0, dst, 0, src.len())
-    }
-
     fn cast_range(
         &self,
         src: &Buffer,

@@ -177,7 +177,7 @@ pub(super) fn check_bytes(op: &'static str, buffer: &Buffer, bytes: usize) -> Re
 }
 
 /// Fails unless two buffers hold as many elements.
-pub(super) fn check_len(op: &'static str, a: &Buffer, b: &Buffer) -> Result<()> {
+pub(crate) fn check_len(op: &'static str, a: &Buffer, b: &Buffer) -> Result<()> {
     if a.len() == b.len() {
         Ok(())
     } else {

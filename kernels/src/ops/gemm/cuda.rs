@@ -22,11 +22,6 @@ use crate::error::{Error, Result};
 
 const OP: &str = "gemm";
 
-/// cuBLAS's recommended workspace: 32 MiB from Hopper on, 4 MiB before.
-fn default_workspace(capability: (i32, i32)) -> u64 {
-    if capability.0 >= 9 { 32 << 20 } else { 4 << 20 }
-}
-
 fn check(call: &'static str, status: cublasStatus_t) -> Result<()> {
     if status == cublasStatus_t::CUBLAS_STATUS_SUCCESS {
         Ok(())
@@ -122,11 +117,7 @@ impl GemmKernels for CudaBackend {
                 std::ptr::from_ref(&beta32).cast(),
             )
         };
-        let bytes = self
-            .options
-            .gemm_workspace
-            .unwrap_or_else(|| default_workspace(self.capability));
-        let workspace = blas_workspace(out.device(), bytes, OP)?;
+        let workspace = blas_workspace(out.device(), self.gemm_workspace, OP)?;
         self.bind(OP)?;
         let blas = self.blas.lock();
         // SAFETY: the handle is bound to this device's stream and used under its lock. The

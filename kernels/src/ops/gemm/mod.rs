@@ -208,6 +208,12 @@ pub(super) fn fill_rows(row: &Array, out: &mut Array, op: &'static str) -> Resul
         .gather_strided(row.buffer(), view, out.buffer_mut(op)?)
 }
 
+/// cuBLAS's recommended workspace on a device of compute capability `major`.x: 32 MiB from
+/// Hopper on, 4 MiB before.
+pub(crate) fn preferred_blas_workspace(major: u32) -> u64 {
+    if major >= 9 { 32 << 20 } else { 4 << 20 }
+}
+
 /// The least cuBLAS workspace with which no cuBLAS routine fails (cuBLAS documents 16 KiB).
 const MIN_BLAS_WORKSPACE: u64 = 16 << 10;
 

@@ -84,8 +84,7 @@ impl IndexKernels for CudaBackend {
         let (starts, positions) = positions_by_id(&host, spec.vocab);
         let starts = self.upload_u32(ids, &starts, OP)?;
         let positions = self.upload_u32(ids, &positions, OP)?;
-        let mut grid = self.grid(spec.vocab as u64 * u64::from(BLOCK));
-        grid.grid_dim.0 = grid.grid_dim.0.min(spec.vocab as u32).max(1);
+        let grid = self.grid(spec.vocab as u64 * u64::from(BLOCK));
         let args = [
             (&starts).into(),
             (&positions).into(),

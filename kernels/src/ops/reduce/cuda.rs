@@ -27,8 +27,7 @@ impl ReduceKernels for CudaBackend {
         if inner == 1 {
             // A block per output, striding along the contiguous axis.
             let name = float_kernel("reduce_rows", x.dtype(), op.name())?;
-            let mut grid = self.grid(outer as u64 * u64::from(BLOCK));
-            grid.grid_dim.0 = grid.grid_dim.0.min(outer as u32).max(1);
+            let grid = self.grid(outer as u64 * u64::from(BLOCK));
             let args = [
                 code(op).into(),
                 x.into(),
