@@ -5,6 +5,8 @@
 #
 #   bash scripts/cuda-emulated-check.sh [--asan] [cargo test arguments...]
 #
+# Then it runs the GPU bench (`cuda-compare --smoke`) on the emulation.
+#
 # What it checks: the backend's Rust side (contexts, streams, memory and its OOM handling,
 # module loading, argument checks, error paths), every launch (its shape and its arguments,
 # read with the kernels' exact C parameter types), the kernels' logic (the same .cu sources,
@@ -43,4 +45,8 @@ if [ -n "$sanitize" ]; then
     # Leak checks would report the test harness's own allocations.
     export LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0
 fi
-exec cargo test -p headroom-kernels --features cuda "$@"
+cargo test -p headroom-kernels --features cuda "$@"
+
+# The GPU bench at sizes the emulation runs in seconds: its figures mean nothing here, but every
+# case it measures on a GPU runs, so a bench that would fail there fails here first.
+cargo run -q -p headroom-benches --features cuda --bin cuda-compare -- --smoke

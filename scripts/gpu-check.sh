@@ -9,6 +9,9 @@
 # f64 reference; device memory under a limit, OOM reported and recovered), then the GPU benches
 # beside PyTorch (`benches/peers/compare.py cuda`). Results land in .gpu-check/results/ (or
 # $OUT when set).
+#
+# Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
+# sizes, on the CPU emulation of the driver and cuBLAS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=.gpu-check

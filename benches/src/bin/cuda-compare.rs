@@ -3,6 +3,10 @@
 //! cuMemAlloc + cuMemFree of the same sizes. Prints a table, then one JSON line per result with
 //! the keys `op, dtype, shape, value, unit` (and `of_copy` or `speedup` where they apply);
 //! `benches/peers/torch_cuda.py` prints the same keys for PyTorch.
+//!
+//! `cuda-compare --smoke` runs every case at a small size: figures that mean nothing, from a run
+//! quick enough for the CPU emulation of the driver (`tools/cuda-emulator`), to check that the
+//! bench runs before GPU time is spent on it.
 
 use std::time::Instant;
 
@@ -15,6 +19,30 @@ use headroom_kernels::{Array, DType, Device, Result};
 
 /// Timed runs per case after warm-ups; the median is reported.
 const RUNS: usize = 10;
+
+/// The sizes of a run.
+struct Scale {
+    /// Square GEMM sizes.
+    gemm: &'static [usize],
+    /// f32 elements of the bandwidth cases' arrays.
+    elements: usize,
+    /// Timed alloc + free rounds.
+    alloc_rounds: usize,
+}
+
+/// The sizes the figures are measured at.
+const FULL: Scale = Scale {
+    gemm: &[4096, 8192],
+    elements: 1 << 28,
+    alloc_rounds: 200,
+};
+
+/// `--smoke`: every case, small.
+const SMOKE: Scale = Scale {
+    gemm: &[96],
+    elements: 1 << 14,
+    alloc_rounds: 4,
+};
 
 /// Median seconds of `RUNS` runs of `work`, each waited for on the device.
 fn time(device: &Device, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -45,7 +73,7 @@ fn line(op: &str, dtype: &str, shape: &str, value: f64, unit: &str, extra: &str)
     )
 }
 
-fn gemms(lines: &mut Vec<String>) -> Result<()> {
+fn gemms(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
     let plain = Device::cuda(0, AllocatorConfig::default())?;
     let tf32 = Device::cuda_with(
         0,
@@ -58,7 +86,7 @@ fn gemms(lines: &mut Vec<String>) -> Result<()> {
     // Uniform in [-1, 1), as the peer's operands are: tensor cores draw power, and so run at
     // clocks, that depend on the data.
     let mut rng = SplitMix64::new(8192);
-    for size in [4096, 8192] {
+    for &size in scale.gemm {
         for (device, dtype, name) in [
             (&plain, DType::BF16, "bf16"),
             (&plain, DType::F16, "f16"),
@@ -81,12 +109,12 @@ fn gemms(lines: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
-fn bandwidth(lines: &mut Vec<String>) -> Result<()> {
+fn bandwidth(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
     let device = Device::cuda(
         0,
         AllocatorConfig::default().with_limit(Limit::Fraction(0.9)),
     )?;
-    let n = 1usize << 28;
+    let n = scale.elements;
     let x = Array::zeros(&device, [n], DType::F32)?;
     let y = Array::zeros(&device, [n], DType::F32)?;
     let bytes = (n * 4) as f64;
@@ -137,10 +165,10 @@ const SIZES: [usize; 8] = [
     48 << 10,
 ];
 
-fn allocations(lines: &mut Vec<String>) -> Result<()> {
+fn allocations(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
     use cudarc::driver::{CudaContext, result};
     let device = Device::cuda(0, AllocatorConfig::default())?;
-    let rounds = 200;
+    let rounds = scale.alloc_rounds;
     let ours_round = || -> Result<()> {
         let held: Vec<_> = SIZES
             .iter()
@@ -193,14 +221,23 @@ fn allocations(lines: &mut Vec<String>) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let scale = match args.as_slice() {
+        [] => &FULL,
+        [flag] if flag == "--smoke" => &SMOKE,
+        _ => {
+            eprintln!("usage: cuda-compare [--smoke]");
+            std::process::exit(2);
+        }
+    };
     println!(
         "{:<16} {:<10} {:>20} {:>12} unit",
         "op", "dtype", "shape", "value"
     );
     let mut lines = Vec::new();
-    gemms(&mut lines)?;
-    bandwidth(&mut lines)?;
-    allocations(&mut lines)?;
+    gemms(scale, &mut lines)?;
+    bandwidth(scale, &mut lines)?;
+    allocations(scale, &mut lines)?;
     for line in lines {
         println!("{line}");
     }
