@@ -5,7 +5,8 @@
 #
 #   bash scripts/cuda-emulated-check.sh [--asan] [cargo test arguments...]
 #
-# Then it runs the GPU bench (`cuda-compare --smoke`) on the emulation.
+# Then it runs the trainer's GPU tests and the GPU bench (`cuda-compare --smoke`) on the
+# emulation.
 #
 # What it checks: the backend's Rust side (contexts, streams, memory and its OOM handling,
 # module loading, argument checks, error paths), every launch (its shape and its arguments,
@@ -46,6 +47,9 @@ if [ -n "$sanitize" ]; then
     export LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0
 fi
 cargo test -p headroom-kernels --features cuda "$@"
+
+# Training on the emulated GPU: the planner's peak, an OOM recovered mid-step, the CPU's losses.
+cargo test -p headroom-trainer --features cuda --test cuda
 
 # The GPU bench at sizes the emulation runs in seconds: its figures mean nothing here, but every
 # case it measures on a GPU runs, so a bench that would fail there fails here first.

@@ -6,7 +6,9 @@
 #   bash scripts/gpu-check.sh run     # there, with .gpu-check/ copied beside the sources: run them
 #
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
-# f64 reference; device memory under a limit, OOM reported and recovered), then the GPU benches
+# f64 reference; device memory under a limit, OOM reported and recovered) and the trainer's
+# GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
+# GPU benches
 # beside PyTorch (`benches/peers/compare.py cuda`). Results land in .gpu-check/results/ (or
 # $OUT when set).
 #
@@ -24,8 +26,12 @@ build() {
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
     rm -rf "$DIR/tests" "$DIR/cuda-compare"
     mkdir -p "$DIR/tests"
-    cargo test -p headroom-kernels --features cuda --release --no-run --message-format=json \
-        | python3 -c '
+    # Every headroom-kernels test binary, and the trainer's GPU run.
+    {
+        cargo test -p headroom-kernels --features cuda --release --no-run --message-format=json
+        cargo test -p headroom-trainer --features cuda --release --no-run --message-format=json \
+            --test cuda
+    } | python3 -c '
 import json, sys
 for line in sys.stdin:
     msg = json.loads(line)

@@ -425,6 +425,12 @@ impl Allocator {
         self.limit
     }
 
+    /// The most bytes its source can hand out in total (a device's memory, say), which a
+    /// fractional limit is a fraction of.
+    pub fn capacity(&self) -> u64 {
+        self.source.capacity()
+    }
+
     /// The configuration it was made with.
     pub fn config(&self) -> &AllocatorConfig {
         &self.config

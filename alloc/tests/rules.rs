@@ -426,7 +426,7 @@ fn invalid_frees_are_typed_errors_that_change_nothing() {
 fn limits_as_fractions_and_bad_configurations() {
     let config = AllocatorConfig::default().with_limit(Limit::Fraction(0.25));
     let alloc = Allocator::new(VirtualMemory::new(64 * MIB), config).unwrap();
-    assert_eq!(alloc.limit(), 16 * MIB);
+    assert_eq!((alloc.limit(), alloc.capacity()), (16 * MIB, 64 * MIB));
     let bad = AllocatorConfig::default().with_limit(Limit::Fraction(2.0));
     let err = Allocator::new(VirtualMemory::new(MIB), bad).unwrap_err();
     assert!(matches!(err, Error::InvalidConfig(_)), "{err}");

@@ -82,6 +82,8 @@ pub struct Device(Arc<Inner>);
 
 struct Inner {
     kind: DeviceKind,
+    /// What a meta device planning for this one mirrors.
+    plan_target: PlanTarget,
     backend: Box<dyn Backend>,
     allocator: SharedAllocator,
     /// The tag new buffers are made with.
@@ -116,6 +118,7 @@ impl Device {
     pub fn cpu_over(source: impl HostSource + 'static, config: AllocatorConfig) -> Result<Device> {
         Self::assemble(
             DeviceKind::Cpu,
+            PlanTarget::Cpu,
             Box::new(CpuBackend),
             Box::new(source),
             config,
@@ -146,6 +149,7 @@ impl Device {
         let source = PlanningMemory::new(VirtualMemory::new(config.memory), false);
         Self::assemble(
             DeviceKind::Meta,
+            target,
             Box::new(MetaBackend { target }),
             Box::new(source),
             config.allocator,
@@ -155,6 +159,7 @@ impl Device {
     /// Puts a device together from its parts (used by every constructor and by other backends).
     pub(crate) fn assemble(
         kind: DeviceKind,
+        plan_target: PlanTarget,
         backend: Box<dyn Backend>,
         source: Box<dyn MemorySource>,
         config: AllocatorConfig,
@@ -163,6 +168,7 @@ impl Device {
             .map_err(|err| Error::from_alloc("device", err))?;
         Ok(Device(Arc::new(Inner {
             kind,
+            plan_target,
             backend,
             allocator: SharedAllocator::new(allocator),
             tag: Mutex::new(Tag::ACTIVATIONS),
@@ -175,6 +181,21 @@ impl Device {
     /// What kind of device this is.
     pub fn kind(&self) -> DeviceKind {
         self.0.kind
+    }
+
+    /// What [`Device::meta_for`] takes to plan this device's memory: a meta device made with
+    /// it allocates exactly what this device would (a meta device answers with its own).
+    ///
+    /// ```
+    /// use headroom_kernels::{Device, DeviceConfig, PlanTarget};
+    /// let cpu = Device::cpu(DeviceConfig::new(1 << 30))?;
+    /// assert_eq!(cpu.plan_target(), PlanTarget::Cpu);
+    /// let planner = Device::meta_for(cpu.plan_target(), DeviceConfig::new(1 << 30))?;
+    /// assert_eq!(planner.plan_target(), PlanTarget::Cpu);
+    /// # Ok::<(), headroom_kernels::Error>(())
+    /// ```
+    pub fn plan_target(&self) -> PlanTarget {
+        self.0.plan_target
     }
 
     /// The allocator: its stats, snapshots, history and OOM reports describe this device.

@@ -6,8 +6,10 @@
 mod common;
 
 use headroom_alloc::{AllocatorConfig, Growth};
-use headroom_kernels::cuda::{Family, check_machine_code, compile_ptx, is_available};
-use headroom_kernels::{Array, DType, Device, Error};
+use headroom_kernels::cuda::{
+    Family, check_machine_code, compile_ptx, device_memory, is_available,
+};
+use headroom_kernels::{Array, DType, Device, Error, PlanTarget};
 
 /// Architectures every kernel must compile for: the oldest CUDA 13 supports (Turing) and Hopper.
 const ARCHES: [&str; 2] = ["compute_75", "compute_90"];
@@ -119,15 +121,21 @@ fn asking_for_a_cuda_device_is_a_device_or_a_typed_error_never_a_panic() {
         Ok(device) => {
             assert!(is_available());
             assert_eq!(device.to_string().split('#').next(), Some("cuda:0"));
+            // The memory a budget is checked against before opening is the device's capacity.
+            let capacity = device.allocator().with(|a| a.capacity());
+            assert_eq!(device_memory(0).unwrap(), capacity);
+            assert!(matches!(device.plan_target(), PlanTarget::Cuda { .. }));
         }
         Err(err @ (Error::NoCudaDriver { .. } | Error::NoCudaLibrary { .. })) => {
             assert!(!is_available());
+            assert!(device_memory(0).is_err());
             let message = err.to_string();
             assert!(message.contains("not found") || message.contains("no CUDA driver found"));
             common::cuda_skipped(&message);
         }
         Err(other) => panic!("an unexpected error: {other}"),
     }
+    assert!(device_memory(u32::MAX).is_err());
     if let Err(err) = Device::cuda(u32::MAX, AllocatorConfig::default()) {
         assert!(!err.to_string().is_empty());
     } else {

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod data;
+pub mod device;
 mod diagnosis;
 mod error;
 mod eval;

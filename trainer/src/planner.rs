@@ -3,7 +3,7 @@
 //! with a safety margin.
 
 use headroom_alloc::{AllocatorConfig, OomReport};
-use headroom_kernels::{Device, DeviceConfig};
+use headroom_kernels::{Device, DeviceConfig, PlanTarget};
 
 use crate::config::{TrainConfig, validate::Budget};
 use crate::data::{HostBatch, Task};
@@ -58,27 +58,34 @@ enum Outcome {
     OutOfMemory(Box<OomReport>, String),
 }
 
-/// Runs one step with micro-batches of `micro` on a meta device of `budget`.
-fn probe(config: &TrainConfig, task: &Task, budget: &Budget, micro: usize) -> Result<Outcome> {
-    let device = Device::meta(device_config(budget, 0))?;
+/// Runs one step with micro-batches of `micro` on a meta device of `budget` that allocates
+/// as `target` does.
+fn probe(
+    config: &TrainConfig,
+    task: &Task,
+    (budget, target): (&Budget, PlanTarget),
+    micro: usize,
+) -> Result<Outcome> {
+    let device = Device::meta_for(target, device_config(budget, 0))?;
     let oom = |err: Error, model: Option<(&TrainModel, &dyn headroom_nn::Optimizer)>| match (
         err.oom_report().cloned(),
         model,
     ) {
         (Some(report), Some((m, o))) => {
-            let diagnosis = diagnose(m.module(), o, &report, one_sample(config, task, budget));
+            let one = one_sample(config, task, (budget, target));
+            let diagnosis = diagnose(m.module(), o, &report, one);
             Ok(Outcome::OutOfMemory(Box::new(report), diagnosis))
         }
         (Some(report), None) => {
             // The model did not even get built: measure it on a meta device without a limit.
-            let roomy = Device::meta(DeviceConfig::new(1 << 50))?;
+            let roomy = Device::meta_for(target, DeviceConfig::new(1 << 50))?;
             let model = TrainModel::build(&config.model, task.train.shape(), &roomy, config.seed)?;
             let optimizer = build_optimizer(&config.optimizer, model.module())?;
             let diagnosis = diagnose(
                 model.module(),
                 &*optimizer,
                 &report,
-                one_sample(config, task, budget),
+                one_sample(config, task, (budget, target)),
             );
             Ok(Outcome::OutOfMemory(Box::new(report), diagnosis))
         }
@@ -113,7 +120,11 @@ fn probe(config: &TrainConfig, task: &Task, budget: &Budget, micro: usize) -> Re
 
 /// The peak of a step with one sample on a meta device without a limit (none if even that
 /// fails, which only an impossible model would).
-fn one_sample(config: &TrainConfig, task: &Task, budget: &Budget) -> Option<u64> {
+fn one_sample(
+    config: &TrainConfig,
+    task: &Task,
+    (budget, target): (&Budget, PlanTarget),
+) -> Option<u64> {
     if budget.limit >= 1 << 50 {
         return None;
     }
@@ -122,19 +133,25 @@ fn one_sample(config: &TrainConfig, task: &Task, budget: &Budget) -> Option<u64>
         limit: 1 << 50,
         growth: budget.growth,
     };
-    match probe(config, task, &unlimited, 1) {
+    match probe(config, task, (&unlimited, target), 1) {
         Ok(Outcome::Peak(peak)) => Some(peak),
         _ => None,
     }
 }
 
-/// Finds the largest micro-batch size whose step fits `budget` with the configured margin.
-pub fn plan(config: &TrainConfig, task: &Task, budget: &Budget) -> Result<Plan> {
+/// Finds the largest micro-batch size whose step fits `budget` with the configured margin, on
+/// meta devices that allocate as `plan_target` does (a device's [`Device::plan_target`]).
+pub fn plan(
+    config: &TrainConfig,
+    task: &Task,
+    budget: &Budget,
+    plan_target: PlanTarget,
+) -> Result<Plan> {
     let target = (budget.limit as f64 * (1.0 - config.batch.margin)) as u64;
     let mut probes = Vec::new();
     let mut last_failure = None;
     let mut run = |micro: usize, probes: &mut Vec<Probe>| -> Result<bool> {
-        let (peak, fits) = match probe(config, task, budget, micro)? {
+        let (peak, fits) = match probe(config, task, (budget, plan_target), micro)? {
             Outcome::Peak(peak) => (Some(peak), peak <= target),
             Outcome::OutOfMemory(report, diagnosis) => {
                 last_failure = Some((report, diagnosis));

@@ -11,12 +11,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{TrainConfig, validate::Budget};
 use crate::data::{Loader, Position, Task};
+use crate::device;
 use crate::error::{Error, Result};
 use crate::eval::evaluate;
 use crate::micro::MicroBatcher;
 use crate::model::TrainModel;
 use crate::optim::{build_optimizer, schedule};
-use crate::planner::{Plan, device_config, plan};
+use crate::planner::{Plan, plan};
 use crate::precision::LossScaler;
 use crate::record::{StepRecord, Summary, TagBytes, append, read_all, tag_bytes};
 use crate::state::{TrainerState, checkpoint_path, restore, save};
@@ -83,7 +84,7 @@ impl Trainer {
     }
 
     fn build(config: TrainConfig, task: Task, resume: bool) -> Result<Self> {
-        let budget = config.memory.budget()?;
+        let budget = device::budget(&config)?;
         let path = checkpoint_path(&config.run_dir);
         if resume && !path.exists() {
             return Err(Error::config(format!(
@@ -91,8 +92,9 @@ impl Trainer {
                 path.display()
             )));
         }
+        let device = device::open(&config, &budget)?;
         let plan = match (config.batch.micro, resume) {
-            (None, false) => Some(plan(&config, &task, &budget)?),
+            (None, false) => Some(plan(&config, &task, &budget, device.plan_target())?),
             _ => None,
         };
         let start = plan
@@ -100,7 +102,6 @@ impl Trainer {
             .map(|p| p.micro)
             .or(config.batch.micro)
             .unwrap_or(config.batch.size);
-        let device = Device::cpu(device_config(&budget, config.memory.history))?;
         let mut model = TrainModel::build(&config.model, task.train.shape(), &device, config.seed)?;
         let mut optimizer = build_optimizer(&config.optimizer, model.module())?;
         let mut state = TrainerState {

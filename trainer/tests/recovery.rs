@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TempDir, small_config, weights};
+use common::{TempDir, assert_recovers_like, small_config, tight_limit, weights};
 use headroom_alloc::OomCause;
 use headroom_trainer::{Phase, Trainer};
 
@@ -70,48 +70,8 @@ fn an_oom_at_every_allocation_of_a_step_is_recovered_exactly() {
 #[test]
 fn a_first_micro_batch_that_cannot_fit_shrinks_and_trains_like_an_unconstrained_run() {
     let dir = TempDir::new("small-limit");
-    let mut roomy = small_config(&dir);
-    roomy.steps = Some(6);
-    roomy.batch.size = 32;
-    roomy.batch.micro = Some(32);
-    // A limit between the peaks of micro-batches of 4 and of 32.
-    let peak_with = |micro: usize| {
-        let mut config = roomy.clone();
-        config.batch.micro = Some(micro);
-        let mut trainer = Trainer::new(config).unwrap();
-        trainer.train_step().unwrap();
-        trainer.device().allocator().stats().peak_in_use
-    };
-    let (low, high) = (peak_with(4), peak_with(32));
-    assert!(low < high, "{low} against {high}");
-    let limit = (low + high) / 2;
-    let mut tight = roomy.clone();
-    tight.memory.limit = Some(format!("{limit}B"));
+    let (roomy, tight, limit) = tight_limit(&dir, 6);
     let mut free = Trainer::new(roomy).unwrap();
     let mut constrained = Trainer::new(tight).unwrap();
-    let mut recovered = 0;
-    for _ in 0..6 {
-        let a = free.train_step().unwrap();
-        let b = constrained.train_step().unwrap();
-        recovered += b.ooms.len();
-        assert!(
-            (a.loss - b.loss).abs() <= 1e-4 * a.loss.abs().max(1.0),
-            "{} against {}",
-            a.loss,
-            b.loss
-        );
-        let peak = constrained.device().allocator().stats().peak_in_use;
-        assert!(peak <= limit, "peak {peak} above the limit {limit}");
-    }
-    assert!(recovered > 0, "the limit forced smaller micro-batches");
-    assert!(
-        constrained.micro_batch() < 32,
-        "converged to {}",
-        constrained.micro_batch()
-    );
-    let (w1, w2) = (weights(&free), weights(&constrained));
-    for (a, b) in w1.iter().flatten().zip(w2.iter().flatten()) {
-        let (a, b) = (f64::from_bits(*a), f64::from_bits(*b));
-        assert!((a - b).abs() <= 1e-4 * a.abs().max(1e-2), "{a} against {b}");
-    }
+    assert_recovers_like(&mut free, &mut constrained, 6, limit, 1e-4);
 }

@@ -14,13 +14,14 @@ use parking_lot::Mutex;
 
 use super::args::Arg;
 use super::compile::{Family, compile};
-use super::driver::{CudaOptions, driver_error, require_libraries};
+use super::driver::{CudaOptions, driver_error, require_device, require_libraries};
 use super::memory::CudaMemory;
 use super::signature::{Param, check_arguments, signatures};
 use crate::buffer::Buffer;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::meta::PlanTarget;
 use crate::ops::gemm::preferred_blas_workspace;
 
 /// Threads per block of every kernel.
@@ -73,18 +74,7 @@ impl Device {
         options: CudaOptions,
     ) -> Result<Device> {
         require_libraries()?;
-        let count = super::driver::device_count()?;
-        if count == 0 {
-            return Err(Error::NoCudaDriver {
-                detail: "the driver loaded but reports no CUDA device".into(),
-            });
-        }
-        if ordinal as usize >= count {
-            return Err(Error::Argument {
-                op: "cuda",
-                detail: format!("device {ordinal} asked for, the driver reports {count}"),
-            });
-        }
+        require_device("cuda", ordinal)?;
         let context = CudaContext::new(ordinal as usize)
             .map_err(|err| driver_error("cuda", "cuDevicePrimaryCtxRetain", err))?;
         let stream = context
@@ -92,8 +82,12 @@ impl Device {
             .map_err(|err| driver_error("cuda", "cuStreamCreate", err))?;
         let memory = CudaMemory::new(Arc::clone(&context), Arc::clone(&stream))?;
         let backend = CudaBackend::new(context, stream, options)?;
+        let plan_target = PlanTarget::Cuda {
+            gemm_workspace: backend.gemm_workspace,
+        };
         Self::assemble(
             DeviceKind::Cuda(ordinal),
+            plan_target,
             Box::new(backend),
             Box::new(memory),
             config,

@@ -85,6 +85,37 @@ pub fn device_count() -> Result<usize> {
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
+/// Checks that the driver reports a device `ordinal`, for `op`: [`Error::NoCudaDriver`] when
+/// it reports none at all, [`Error::Argument`] when it reports fewer.
+pub(crate) fn require_device(op: &'static str, ordinal: u32) -> Result<()> {
+    let count = device_count()?;
+    if count == 0 {
+        return Err(Error::NoCudaDriver {
+            detail: "the driver loaded but reports no CUDA device".into(),
+        });
+    }
+    if ordinal as usize >= count {
+        return Err(Error::Argument {
+            op,
+            detail: format!("device {ordinal} asked for, the driver reports {count}"),
+        });
+    }
+    Ok(())
+}
+
+/// The total memory of CUDA device `ordinal` in bytes (`cuDeviceTotalMem`): what an allocator
+/// limit given as a fraction is a fraction of on [`Device::cuda`](crate::Device::cuda), and
+/// what a run's memory budget is checked against before the device is opened.
+pub fn device_memory(ordinal: u32) -> Result<u64> {
+    require_device("device_memory", ordinal)?;
+    let device = cudarc::driver::result::device::get(ordinal as i32)
+        .map_err(|err| driver_error("device_memory", "cuDeviceGet", err))?;
+    // SAFETY: `device` is a handle the driver just returned for an ordinal it reports.
+    let bytes = unsafe { cudarc::driver::result::device::total_mem(device) }
+        .map_err(|err| driver_error("device_memory", "cuDeviceTotalMem", err))?;
+    Ok(bytes as u64)
+}
+
 /// True when a CUDA device can be opened: the driver loads and reports at least one.
 pub fn is_available() -> bool {
     device_count().is_ok_and(|count| count > 0)

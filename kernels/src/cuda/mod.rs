@@ -36,5 +36,5 @@ mod signature;
 pub(crate) use args::{Arg, Walk};
 pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
 pub use compile::{Family, check_machine_code, compile_ptx};
-pub use driver::{CudaOptions, device_count, is_available};
+pub use driver::{CudaOptions, device_count, device_memory, is_available};
 pub use memory::CudaMemory;

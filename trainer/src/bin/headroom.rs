@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use headroom_alloc::cli::ReplayArgs;
 use headroom_trainer::config::{Overrides, TrainConfig};
 use headroom_trainer::data::Task;
-use headroom_trainer::{Error, Result, Summary, Trainer, plan, read_all};
+use headroom_trainer::{Error, Result, Summary, Trainer, device, plan, read_all};
 use tracing_subscriber::EnvFilter;
 
 /// Training that survives out-of-memory.
@@ -97,9 +97,11 @@ fn train(args: &TrainArgs) -> Result<()> {
 
 fn plan_only(args: &RunArgs) -> Result<()> {
     let config = args.config()?;
-    let budget = config.memory.budget()?;
+    let budget = device::budget(&config)?;
     let task = Task::from_config(&config.data, config.seed)?;
-    println!("{}", plan(&config, &task, &budget)?);
+    // A GPU is opened to learn what its kernels allocate (cuBLAS's workspace depends on it).
+    let target = device::open(&config, &budget)?.plan_target();
+    println!("{}", plan(&config, &task, &budget, target)?);
     Ok(())
 }
 

@@ -22,6 +22,8 @@ pub const DEFAULT_LIMIT: &str = "24MiB";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
+    /// The device to train on: `cpu` (the default), or `cuda` / `cuda:N` (the `cuda` feature).
+    pub device: String,
     /// Seeds the weights, the data order and the dropout masks.
     pub seed: u64,
     /// Optimizer steps to run; without `steps` or `epochs`, [`DEFAULT_STEPS`].
@@ -51,6 +53,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
+            device: "cpu".into(),
             seed: 0,
             steps: None,
             epochs: None,
@@ -304,10 +307,11 @@ pub enum PrecisionKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryConfig {
-    /// The device's memory (on the CPU, the simulated device), e.g. `8GiB`.
+    /// The simulated device's memory on the CPU, e.g. `8GiB` (a GPU's is what its driver
+    /// reports).
     pub device: String,
     /// The most the run may use, e.g. `48MiB` (TensorFlow's `memory_limit`); without a limit
-    /// or a fraction, [`DEFAULT_LIMIT`].
+    /// or a fraction, [`DEFAULT_LIMIT`] on the CPU and the whole device on a GPU.
     pub limit: Option<String>,
     /// Or a fraction of the device's memory (PyTorch's memory fraction).
     pub fraction: Option<f64>,

@@ -33,7 +33,10 @@ pub struct Overrides {
     /// Or a fraction of the device's memory, e.g. 0.8.
     #[arg(long, conflicts_with = "memory_limit")]
     pub memory_fraction: Option<f64>,
-    /// The device's memory (on the CPU, the simulated device), e.g. 8GiB.
+    /// The device to train on: cpu, cuda or cuda:N.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// The simulated device's memory on the CPU, e.g. 8GiB.
     #[arg(long)]
     pub device_memory: Option<String>,
     /// Reserve memory as it is needed (the default).
@@ -107,6 +110,7 @@ impl Overrides {
             config.memory.fraction = Some(fraction);
             config.memory.limit = None;
         }
+        set(&mut config.device, self.device.clone());
         set(&mut config.memory.device, self.device_memory.clone());
         if self.allow_growth {
             config.memory.preallocate = false;

@@ -17,12 +17,24 @@ pub struct Budget {
 }
 
 impl MemoryConfig {
-    /// The budget in bytes, or the problems with the settings.
+    /// The budget in bytes on the CPU's simulated device of [`device`](Self::device) bytes,
+    /// or the problems with the settings.
     pub fn budget(&self) -> Result<Budget> {
         let mut problems = Vec::new();
         let device = parse_size(&self.device)
             .map_err(|err| problems.push(format!("memory.device: {err}")))
             .unwrap_or(0);
+        let default = parse_size(super::DEFAULT_LIMIT).unwrap_or(device);
+        self.resolve(device, default, problems)
+    }
+
+    /// The budget in bytes on a GPU of `capacity` bytes, whose whole memory is the default
+    /// limit, or the problems with the settings.
+    pub fn budget_on(&self, capacity: u64) -> Result<Budget> {
+        self.resolve(capacity, capacity, Vec::new())
+    }
+
+    fn resolve(&self, device: u64, default: u64, mut problems: Vec<String>) -> Result<Budget> {
         let limit = match (&self.limit, self.fraction) {
             (Some(_), Some(_)) => {
                 problems.push("memory: give a limit or a fraction, not both".into());
@@ -36,7 +48,7 @@ impl MemoryConfig {
                 problems.push(format!("memory.fraction: {f} is not in (0, 1]"));
                 0
             }
-            (None, None) => parse_size(super::DEFAULT_LIMIT).unwrap_or(device),
+            (None, None) => default,
         };
         if device > 0 && limit > device {
             problems.push(format!(
@@ -72,6 +84,9 @@ impl TrainConfig {
                 problems.push(problem);
             }
         };
+        if let Err(problem) = self.device.parse::<crate::device::DeviceChoice>() {
+            check(false, problem);
+        }
         match (self.steps, self.epochs) {
             (Some(_), Some(_)) => check(false, "give `steps` or `epochs`, not both".into()),
             (Some(0), _) => check(false, "steps: 0 steps".into()),

@@ -61,3 +61,70 @@ pub fn weights(trainer: &Trainer) -> Vec<Vec<u64>> {
         .map(|p| p.to_f64().unwrap().into_iter().map(f64::to_bits).collect())
         .collect()
 }
+
+/// The peak bytes in use of the first step of `config` with micro-batches of `micro`.
+fn step_peak(config: &TrainConfig, micro: usize) -> u64 {
+    let mut config = config.clone();
+    config.batch.micro = Some(micro);
+    let mut trainer = Trainer::new(config).unwrap();
+    trainer.train_step().unwrap();
+    trainer.device().allocator().stats().peak_in_use
+}
+
+/// A batch of 32 that starts in one micro-batch, for `steps` steps: the configuration without a
+/// tight limit, the same under a limit between the (CPU) peaks of micro-batches of 4 and of 32,
+/// and that limit.
+pub fn tight_limit(dir: &TempDir, steps: u64) -> (TrainConfig, TrainConfig, u64) {
+    let mut roomy = small_config(dir);
+    roomy.steps = Some(steps);
+    roomy.batch.size = 32;
+    roomy.batch.micro = Some(32);
+    let (low, high) = (step_peak(&roomy, 4), step_peak(&roomy, 32));
+    assert!(low < high, "{low} against {high}");
+    let limit = (low + high) / 2;
+    let mut tight = roomy.clone();
+    tight.memory.limit = Some(format!("{limit}B"));
+    (roomy, tight, limit)
+}
+
+/// Runs `free` and `constrained` side by side for `steps` steps, and asserts that the
+/// constrained run ran out of memory and recovered, never went above `limit`, settled on
+/// smaller micro-batches, and trained on the same samples to the free run's losses and weights
+/// within `tolerance` (relative; absolute for weights below 1e-2).
+pub fn assert_recovers_like(
+    free: &mut Trainer,
+    constrained: &mut Trainer,
+    steps: u64,
+    limit: u64,
+    tolerance: f64,
+) {
+    let mut recovered = 0;
+    for _ in 0..steps {
+        let a = free.train_step().unwrap();
+        let b = constrained.train_step().unwrap();
+        recovered += b.ooms.len();
+        let (mut seen, mut batch) = (b.indices.clone(), a.indices.clone());
+        seen.sort_unstable();
+        batch.sort_unstable();
+        assert_eq!(seen, batch, "every sample once, in spite of the OOM");
+        assert!(
+            (a.loss - b.loss).abs() <= tolerance * a.loss.abs().max(1.0),
+            "{} against {}",
+            a.loss,
+            b.loss
+        );
+        let peak = constrained.device().allocator().stats().peak_in_use;
+        assert!(peak <= limit, "peak {peak} above the limit {limit}");
+    }
+    assert!(recovered > 0, "the limit forced smaller micro-batches");
+    let micro = constrained.micro_batch();
+    assert!(micro < free.micro_batch(), "converged to {micro}");
+    let (wa, wb) = (weights(free), weights(constrained));
+    for (x, y) in wa.iter().flatten().zip(wb.iter().flatten()) {
+        let (x, y) = (f64::from_bits(*x), f64::from_bits(*y));
+        assert!(
+            (x - y).abs() <= tolerance * x.abs().max(1e-2),
+            "{x} against {y}"
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! The device a run trains on: the CPU, over a simulated device of `memory.device` bytes, or a
+//! CUDA GPU (the `cuda` feature), its allocator configured by the run's memory budget.
+
+use std::fmt;
+use std::str::FromStr;
+
+use headroom_kernels::Device;
+
+use crate::config::TrainConfig;
+use crate::config::validate::Budget;
+use crate::error::{Error, Result};
+use crate::planner::device_config;
+
+/// Which device a run trains on, as the configuration's `device` names it: `cpu`, `cuda`
+/// (the first GPU) or `cuda:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The CPU backend.
+    Cpu,
+    /// The CUDA GPU of this ordinal.
+    Cuda(u32),
+}
+
+impl FromStr for DeviceChoice {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        match text {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda(0)),
+            _ => text
+                .strip_prefix("cuda:")
+                .and_then(|ordinal| ordinal.parse().ok())
+                .map(Self::Cuda)
+                .ok_or_else(|| format!("device: `{text}` is not cpu, cuda or cuda:N")),
+        }
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Cpu => f.write_str("cpu"),
+            Self::Cuda(ordinal) => write!(f, "cuda:{ordinal}"),
+        }
+    }
+}
+
+/// The memory budget of `config` on the device it names: on the CPU, of the simulated device;
+/// on a GPU, of the memory its driver reports (asked without opening the device).
+pub fn budget(config: &TrainConfig) -> Result<Budget> {
+    match choice(config)? {
+        DeviceChoice::Cpu => config.memory.budget(),
+        DeviceChoice::Cuda(ordinal) => config.memory.budget_on(gpu_memory(ordinal)?),
+    }
+}
+
+/// Opens the device `config` names, its allocator limited to `budget` (from [`budget`]).
+pub fn open(config: &TrainConfig, budget: &Budget) -> Result<Device> {
+    let device_config = device_config(budget, config.memory.history);
+    match choice(config)? {
+        DeviceChoice::Cpu => Ok(Device::cpu(device_config)?),
+        DeviceChoice::Cuda(ordinal) => open_gpu(ordinal, device_config),
+    }
+}
+
+fn choice(config: &TrainConfig) -> Result<DeviceChoice> {
+    config.device.parse().map_err(Error::config)
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_memory(ordinal: u32) -> Result<u64> {
+    Ok(headroom_kernels::cuda::device_memory(ordinal)?)
+}
+
+#[cfg(feature = "cuda")]
+fn open_gpu(ordinal: u32, config: headroom_kernels::DeviceConfig) -> Result<Device> {
+    Ok(Device::cuda(ordinal, config.allocator)?)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_memory(ordinal: u32) -> Result<u64> {
+    Err(no_cuda(ordinal))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_gpu(ordinal: u32, _config: headroom_kernels::DeviceConfig) -> Result<Device> {
+    Err(no_cuda(ordinal))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn no_cuda(ordinal: u32) -> Error {
+    Error::config(format!(
+        "device: cuda:{ordinal} asked for, but headroom-trainer was built without its `cuda` \
+         feature (cargo build --release -p headroom-trainer --features cuda)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_named_as_pytorch_names_them() {
+        assert_eq!("cpu".parse(), Ok(DeviceChoice::Cpu));
+        assert_eq!("cuda".parse(), Ok(DeviceChoice::Cuda(0)));
+        assert_eq!("cuda:3".parse(), Ok(DeviceChoice::Cuda(3)));
+        assert_eq!(DeviceChoice::Cuda(3).to_string(), "cuda:3");
+        for bad in ["gpu", "cuda:", "cuda:-1", "cuda:x", "CPU", ""] {
+            let err = bad.parse::<DeviceChoice>().unwrap_err();
+            assert!(err.contains(&format!("`{bad}`")), "{err}");
+        }
+    }
+}
