@@ -5,8 +5,8 @@
 #
 #   bash scripts/cuda-emulated-check.sh [--asan] [cargo test arguments...]
 #
-# Then it runs the trainer's GPU tests and the GPU bench (`cuda-compare --smoke`) on the
-# emulation.
+# It runs the test suites of headroom-kernels, headroom-trainer and headroom-benches with the
+# `cuda` feature: every op on cpu and cuda, training on cuda, the GPU bench at smoke sizes.
 #
 # What it checks: the backend's Rust side (contexts, streams, memory and its OOM handling,
 # module loading, argument checks, error paths), every launch (its shape and its arguments,
@@ -46,11 +46,9 @@ if [ -n "$sanitize" ]; then
     # Leak checks would report the test harness's own allocations.
     export LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0
 fi
-cargo test -p headroom-kernels --features cuda "$@"
-
-# Training on the emulated GPU: the planner's peak, an OOM recovered mid-step, the CPU's losses.
-cargo test -p headroom-trainer --features cuda --test cuda
-
-# The GPU bench at sizes the emulation runs in seconds: its figures mean nothing here, but every
-# case it measures on a GPU runs, so a bench that would fail there fails here first.
-cargo run -q -p headroom-benches --features cuda --bin cuda-compare -- --smoke
+# The CUDA test suites of headroom-kernels, of the trainer (training on cuda:0: the planner's
+# peak, an OOM recovered mid-step, the CPU's losses) and of the benches (`cuda-compare --smoke`:
+# every GPU bench case runs). One invocation, so that the crates build once; .ci/run's NVRTC
+# step names the same packages and features for the same reason.
+exec cargo test -p headroom-kernels -p headroom-trainer -p headroom-benches \
+    --features headroom-trainer/cuda,headroom-benches/cuda "$@"

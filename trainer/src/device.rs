@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use headroom_kernels::Device;
+use headroom_kernels::{Device, PlanTarget};
 
 use crate::config::TrainConfig;
 use crate::config::validate::Budget;
@@ -61,6 +61,16 @@ pub fn open(config: &TrainConfig, budget: &Budget) -> Result<Device> {
     match choice(config)? {
         DeviceChoice::Cpu => Ok(Device::cpu(device_config)?),
         DeviceChoice::Cuda(ordinal) => open_gpu(ordinal, device_config),
+    }
+}
+
+/// What the planner's meta devices allocate as, for the device `config` names: the CPU's
+/// kernels, or the CUDA backend's on that GPU (opened to learn its compute capability, on which
+/// cuBLAS's workspace depends).
+pub fn plan_target(config: &TrainConfig, budget: &Budget) -> Result<PlanTarget> {
+    match choice(config)? {
+        DeviceChoice::Cpu => Ok(PlanTarget::Cpu),
+        DeviceChoice::Cuda(_) => Ok(open(config, budget)?.plan_target()),
     }
 }
 

@@ -99,8 +99,7 @@ fn plan_only(args: &RunArgs) -> Result<()> {
     let config = args.config()?;
     let budget = device::budget(&config)?;
     let task = Task::from_config(&config.data, config.seed)?;
-    // A GPU is opened to learn what its kernels allocate (cuBLAS's workspace depends on it).
-    let target = device::open(&config, &budget)?.plan_target();
+    let target = device::plan_target(&config, &budget)?;
     println!("{}", plan(&config, &task, &budget, target)?);
     Ok(())
 }

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 /// A memory budget in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
-    /// The (simulated) device's memory.
+    /// The device's memory: the simulated device's on the CPU, a GPU's as its driver reports.
     pub device: u64,
     /// What the run may use.
     pub limit: u64,
