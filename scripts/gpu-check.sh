@@ -9,11 +9,13 @@
 # f64 reference; device memory under a limit, OOM reported and recovered) and the trainer's
 # GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
 # GPU benches
-# beside PyTorch (`benches/peers/compare.py cuda`). Results land in .gpu-check/results/ (or
-# $OUT when set).
+# beside PyTorch (`benches/peers/compare.py cuda`, which checks the backend's targets). Results
+# land in .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a
+# target was missed.
 #
 # Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
-# sizes, on the CPU emulation of the driver and cuBLAS.
+# sizes, on the CPU emulation of the driver and cuBLAS. `run --smoke`, with that emulation on
+# LD_LIBRARY_PATH, is a dry run of `run` itself: the bench at smoke sizes, PyTorch on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=.gpu-check
@@ -59,12 +61,20 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results}
+    local results=${OUT:-$DIR/results} smoke=() peer=()
+    case "${1:-}" in
+        "") ;;
+        --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
+        *) usage ;;
+    esac
     mkdir -p "$results"
-    export LD_LIBRARY_PATH="$(library_path):${LD_LIBRARY_PATH:-}"
+    # Appended: a dry run's emulated driver stays first.
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(library_path)"
     # A test that finds no GPU or no NVRTC fails here instead of passing on the CPU alone.
     export HEADROOM_REQUIRE_CUDA=1 HEADROOM_REQUIRE_NVRTC=1
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$results/gpu.txt"
+    if [ ${#smoke[@]} -eq 0 ]; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$results/gpu.txt"
+    fi
     local failed=0
     for exe in "$DIR"/tests/*; do
         [ -x "$exe" ] || continue
@@ -73,13 +83,19 @@ run() {
         [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
     done
     echo "== benches"
-    "$DIR/cuda-compare" | tee "$results/cuda-compare.txt"
-    python3 benches/peers/compare.py cuda --binary "$DIR/cuda-compare" --rounds 1 | tee "$results/compare.txt"
+    "$DIR/cuda-compare" "${smoke[@]}" | tee "$results/cuda-compare.txt" || failed=1
+    python3 benches/peers/compare.py cuda --binary "$DIR/cuda-compare" --rounds 1 "${smoke[@]}" "${peer[@]}" \
+        | tee "$results/compare.txt" || failed=1
     exit "$failed"
+}
+
+usage() {
+    echo "usage: $0 build | run [--smoke]" >&2
+    exit 2
 }
 
 case "${1:-}" in
     build) build ;;
-    run) run ;;
-    *) echo "usage: $0 build|run" >&2; exit 2 ;;
+    run) run "${@:2}" ;;
+    *) usage ;;
 esac

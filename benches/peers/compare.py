@@ -5,10 +5,13 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py elementwise
     python3 benches/peers/compare.py train
     python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
+    python3 benches/peers/compare.py cuda --binary BIN --smoke --peer-device cpu (a dry run)
 
 Both sides print one JSON line per result; lines are matched on the bench's key fields, and each
 side's figure is the median over the rounds. Alternating the two evens out a shared machine's
-slow and fast phases.
+slow and fast phases. For `cuda`, the figures are then checked against the GPU backend's
+targets, and the exit status is 1 when one is missed (not with --smoke, whose figures mean
+nothing: its targets are printed, not checked).
 """
 
 import argparse
@@ -33,18 +36,76 @@ BENCHES = {
     "cuda": ("cuda-compare", "torch_cuda.py", ("op", "dtype", "shape"), ("value",)),
 }
 
+# The GPU backend's targets: bf16 GEMM at 8192 against torch.matmul, every elementwise and
+# softmax case against the device's copy bandwidth, alloc + free against the driver's.
+GEMM_TARGET = (("gemm", "bf16", "8192x8192x8192"), 0.80)
+OF_COPY_TARGET = 0.70
+ALLOC_SPEEDUP_TARGET = 100.0
+
+Key = tuple[str, ...]
+Lines = dict[Key, list[dict]]
+
 
 def json_lines(command: list[str]) -> list[dict]:
     out = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def main() -> None:
+def median_of(lines: list[dict], figure: str) -> float | None:
+    """The median of `figure` over the lines that have it, or None when none has."""
+    values = [float(line[figure]) for line in lines if figure in line]
+    return round(statistics.median(values), 3) if values else None
+
+
+def side_by_side(sides: dict[str, Lines], keys: tuple[str, ...], figures: tuple[str, ...]) -> list[dict]:
+    """One record per key seen on either side: its key fields, and per figure each side's
+    median and the ratio Headroom / PyTorch (None where a side has no such result)."""
+    order: list[Key] = []
+    for lines in sides.values():
+        order += [key for key in lines if key not in order]
+    records = []
+    for key in order:
+        record: dict = dict(zip(keys, key))
+        for figure in figures:
+            ours, theirs = (median_of(sides[side].get(key, []), figure) for side in ("headroom", "pytorch"))
+            ratio = round(ours / theirs, 3) if ours is not None and theirs else None
+            record |= {f"{figure}_headroom": ours, f"{figure}_pytorch": theirs, f"{figure}_ratio": ratio}
+        records.append(record)
+    return records
+
+
+def cuda_targets(ours: Lines, records: list[dict]) -> list[dict]:
+    """The GPU backend's targets, each with the figure measured (None when it is missing) and
+    whether it was met."""
+    gemm_key, gemm_least = GEMM_TARGET
+    gemm = next((r["value_ratio"] for r in records if (r["op"], r["dtype"], r["shape"]) == gemm_key), None)
+    checks = [(f"{' '.join(gemm_key)} / torch.matmul", gemm, gemm_least)]
+    for key, lines in ours.items():
+        of_copy = median_of(lines, "of_copy")
+        if of_copy is not None:
+            checks.append((f"{' '.join(key)} / copy bandwidth", of_copy, OF_COPY_TARGET))
+    alloc = next((median_of(lines, "speedup") for key, lines in ours.items() if key[0] == "alloc_free"), None)
+    checks.append(("alloc_free 8 sizes / cuMemAlloc+cuMemFree", alloc, ALLOC_SPEEDUP_TARGET))
+    return [
+        {"target": what, "value": value, "least": least, "met": value is not None and value >= least}
+        for what, value, least in checks
+    ]
+
+
+def show(value: float | None, width: int, decimals: int = 2) -> str:
+    return f"{value:>{width}.{decimals}f}" if value is not None else f"{'-':>{width}}"
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bench", choices=sorted(BENCHES))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--binary", help="a bench binary built elsewhere (no cargo here)")
+    parser.add_argument("--smoke", action="store_true", help="cuda: both sides at small sizes")
+    parser.add_argument("--peer-device", help="cuda: PyTorch's device (cpu for a dry run)")
     args = parser.parse_args()
+    if (args.smoke or args.peer_device) and args.bench != "cuda":
+        parser.error("--smoke and --peer-device apply to the cuda bench only")
     binary, script, keys, figures = BENCHES[args.bench]
     if args.binary is None:
         features = ["--features", "cuda"] if args.bench == "cuda" else []
@@ -53,36 +114,38 @@ def main() -> None:
             cwd=ROOT,
             check=True,
         )
-    sides = {
-        "headroom": [args.binary or str(ROOT / "target" / "release" / binary)],
-        "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script)],
+    smoke = ["--smoke"] if args.smoke else []
+    peer_device = ["--device", args.peer_device] if args.peer_device else []
+    commands = {
+        "headroom": [args.binary or str(ROOT / "target" / "release" / binary), *smoke],
+        "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script), *smoke, *peer_device],
     }
-    results: dict[str, dict[tuple, list[dict]]] = {side: {} for side in sides}
-    order: list[tuple] = []
+    sides: dict[str, Lines] = {side: {} for side in commands}
     for _ in range(args.rounds):
-        for side, command in sides.items():
+        for side, command in commands.items():
             for line in json_lines(command):
-                key = tuple(str(line[k]) for k in keys)
-                if key not in order:
-                    order.append(key)
-                results[side].setdefault(key, []).append(line)
-    width = max(len(" ".join(key)) for key in order)
+                sides[side].setdefault(tuple(str(line[k]) for k in keys), []).append(line)
+    records = side_by_side(sides, keys, figures)
+    width = max(len(" ".join(str(r[k]) for k in keys)) for r in records)
     header = "".join(f" {f + ' ours':>22} {'pytorch':>14} {'ratio':>7}" for f in figures)
     print(f"{'':<{width}}{header}   (median of {args.rounds} rounds)")
-    for key in order:
-        record = dict(zip(keys, key))
-        row = f"{' '.join(key):<{width}}"
-        for figure in figures:
-            ours, theirs = (
-                statistics.median(float(l[figure]) for l in results[s].get(key, [{figure: "nan"}]))
-                for s in sides
-            )
-            ratio = ours / theirs if theirs else float("nan")
-            row += f" {ours:>22.2f} {theirs:>14.2f} {ratio:>7.3f}"
-            record |= {f"{figure}_headroom": ours, f"{figure}_pytorch": theirs, f"{figure}_ratio": round(ratio, 3)}
+    for record in records:
+        row = f"{' '.join(str(record[k]) for k in keys):<{width}}"
+        for f in figures:
+            ours, theirs, ratio = (record[f"{f}_{part}"] for part in ("headroom", "pytorch", "ratio"))
+            row += f" {show(ours, 22)} {show(theirs, 14)} {show(ratio, 7)}"
         print(row)
         print(json.dumps(record, separators=(",", ":")))
+    if args.bench != "cuda":
+        return 0
+    print("\ntargets" + (" (--smoke: not checked)" if args.smoke else ""))
+    checks = cuda_targets(sides["headroom"], records)
+    for check in checks:
+        verdict = "met" if check["met"] else "MISSED"
+        print(f"  {check['target']:<48} {show(check['value'], 9, 3)}  at least {check['least']:<6} {verdict}")
+        print(json.dumps(check, separators=(",", ":")))
+    return 0 if args.smoke or all(check["met"] for check in checks) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,8 +1,15 @@
 """PyTorch on the GPU, for the cases of `cuda-compare`: GEMM throughput by dtype, copy bandwidth,
 and elementwise and softmax bandwidth. Prints one JSON line per case with the keys
 op, dtype, shape, value, unit, as `cuda-compare` does. See README.md beside this file.
+
+    python3 benches/peers/torch_cuda.py                          # the sizes the figures use
+    python3 benches/peers/torch_cuda.py --smoke --device cpu     # every case, small, no GPU
+
+`--smoke` uses the sizes of `cuda-compare --smoke`, so that the two sides' lines match;
+`--device cpu` lets the comparison run through without a GPU (its figures mean nothing).
 """
 
+import argparse
 import json
 import statistics
 import time
@@ -11,16 +18,24 @@ import torch
 
 RUNS = 10
 
+# (square GEMM sizes, f32 elements of the bandwidth cases), as in cuda-compare.
+FULL = ((4096, 8192), 1 << 28)
+SMOKE = ((96,), 1 << 14)
 
-def timed(work) -> float:
+
+def timed(device: torch.device, work) -> float:
+    def wait() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     for _ in range(3):
         work()
-    torch.cuda.synchronize()
+    wait()
     times = []
     for _ in range(RUNS):
         start = time.perf_counter()
         work()
-        torch.cuda.synchronize()
+        wait()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -31,9 +46,14 @@ def emit(op: str, dtype: str, shape: str, value: float, unit: str) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="every case at a small size")
+    parser.add_argument("--device", default="cuda", help="cuda (the default), cuda:N or cpu")
+    args = parser.parse_args()
+    sizes, n = SMOKE if args.smoke else FULL
+    device = torch.device(args.device)
     torch.manual_seed(8192)
-    cuda = torch.device("cuda")
-    for size in (4096, 8192):
+    for size in sizes:
         for name, dtype, tf32 in (
             ("bf16", torch.bfloat16, False),
             ("f16", torch.float16, False),
@@ -42,24 +62,23 @@ def main() -> None:
         ):
             torch.backends.cuda.matmul.allow_tf32 = tf32
             # Uniform in [-1, 1), as cuda-compare's operands are.
-            a = (torch.rand(size, size, device=cuda) * 2 - 1).to(dtype)
-            b = (torch.rand(size, size, device=cuda) * 2 - 1).to(dtype)
-            seconds = timed(lambda: torch.matmul(a, b))
+            a = (torch.rand(size, size, device=device) * 2 - 1).to(dtype)
+            b = (torch.rand(size, size, device=device) * 2 - 1).to(dtype)
+            seconds = timed(device, lambda: torch.matmul(a, b))
             emit("gemm", name, f"{size}x{size}x{size}", 2 * size**3 / seconds / 1e12, "TFLOP/s")
             del a, b
-    n = 1 << 28
-    x = torch.zeros(n, device=cuda)
-    y = torch.zeros(n, device=cuda)
+    x = torch.zeros(n, device=device)
+    y = torch.zeros(n, device=device)
     nbytes = 4 * n
-    emit("copy", "f32", str(n), 2 * nbytes / timed(lambda: x.clone()) / 1e9, "GB/s")
-    emit("exp", "f32", str(n), 2 * nbytes / timed(lambda: torch.exp(x)) / 1e9, "GB/s")
+    emit("copy", "f32", str(n), 2 * nbytes / timed(device, lambda: x.clone()) / 1e9, "GB/s")
+    emit("exp", "f32", str(n), 2 * nbytes / timed(device, lambda: torch.exp(x)) / 1e9, "GB/s")
     gelu = lambda: torch.nn.functional.gelu(x, approximate="tanh")  # noqa: E731
-    emit("gelu", "f32", str(n), 2 * nbytes / timed(gelu) / 1e9, "GB/s")
-    emit("add", "f32", str(n), 3 * nbytes / timed(lambda: x + y) / 1e9, "GB/s")
+    emit("gelu", "f32", str(n), 2 * nbytes / timed(device, gelu) / 1e9, "GB/s")
+    emit("add", "f32", str(n), 3 * nbytes / timed(device, lambda: x + y) / 1e9, "GB/s")
     for length in (1024, 4096):
         rows = n // length
         xs = x.view(rows, length)
-        seconds = timed(lambda: torch.softmax(xs, dim=-1))
+        seconds = timed(device, lambda: torch.softmax(xs, dim=-1))
         emit("softmax", "f32", f"{rows}x{length}", 2 * nbytes / seconds / 1e9, "GB/s")
 
 
