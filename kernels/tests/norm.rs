@@ -14,7 +14,9 @@ use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result, Shape}
 /// rows than the layer-norm backward has partial sums (64), a long row, rows past 1024 (a
 /// thread block per row on CUDA, a warp per row below), and more rows than one pass of a GPU's
 /// grid covers, with short rows and with long ones.
-const SHAPES: [&[usize]; 11] = [
+/// Rows short and long: on CUDA, up to 1024 elements a warp holds a row in registers, up to
+/// 8192 a block does, and longer rows are read three times.
+const SHAPES: [&[usize]; 12] = [
     &[1],
     &[7],
     &[3, 5],
@@ -26,6 +28,7 @@ const SHAPES: [&[usize]; 11] = [
     &[3, 1500],
     &[20000, 3],
     &[2200, 1030],
+    &[2, 9000],
 ];
 
 const EPS: f64 = 1e-5;
@@ -573,9 +576,11 @@ fn attention_softmax_equals_scale_mask_softmax_and_its_gradient_too() {
     let mut rng = rng();
     for device in devices() {
         for dtype in DType::FLOATS {
-            for causal in [false, true] {
-                let (x, _) = random(&device, &mut rng, &[2, 3, 5, 5], dtype, -3.0, 3.0);
-                let (dy, _) = random(&device, &mut rng, &[2, 3, 5, 5], dtype, -1.0, 1.0);
+            // Square matrices whose rows a warp holds, and a block.
+            let shapes: [&[usize]; 2] = [&[2, 3, 5, 5], &[1, 1040, 1040]];
+            for (shape, causal) in shapes.into_iter().flat_map(|s| [(s, false), (s, true)]) {
+                let (x, _) = random(&device, &mut rng, shape, dtype, -3.0, 3.0);
+                let (dy, _) = random(&device, &mut rng, shape, dtype, -1.0, 1.0);
                 let fused = attention_softmax(&x, 0.4, causal).unwrap();
                 let scaled = scale(&x, 0.4).unwrap();
                 let masked = if causal {
@@ -584,7 +589,7 @@ fn attention_softmax_equals_scale_mask_softmax_and_its_gradient_too() {
                     scaled
                 };
                 let want = softmax(&masked).unwrap();
-                let what = format!("{dtype} causal {causal}");
+                let what = format!("{dtype} {shape:?} causal {causal}");
                 let tol = 2.0 * tolerance(dtype);
                 assert_close(
                     &what,

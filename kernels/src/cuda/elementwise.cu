@@ -46,17 +46,19 @@ template <int OP, typename C> __device__ __forceinline__ C binary_apply(C a, C b
     }
 }
 
-// out[i] = f(a[i], b[i]) over n elements, sixteen bytes at a time.
+// out[i] = f(a[i], b[i]) over n elements, sixteen bytes at a time. When a and b are the same
+// array (a unary map, or x * x) each pack is loaded once.
 template <typename T, typename F>
 __device__ __forceinline__ void zip_map(const T* a, const T* b, T* out, u64 n, F f) {
     typedef Io<T> io;
     const int N = 16 / sizeof(T);
     const u64 packs = n / N, start = thread_index(), step = grid_stride();
+    const bool same = a == b;
     const Pack<T>* pa = (const Pack<T>*)a;
     const Pack<T>* pb = (const Pack<T>*)b;
     Pack<T>* po = (Pack<T>*)out;
     for (u64 i = start; i < packs; i += step) {
-        Pack<T> x = pa[i], y = pb[i], r;
+        Pack<T> x = pa[i], y = same ? x : pb[i], r;
 #pragma unroll
         for (int k = 0; k < N; ++k) r.v[k] = io::store(f(io::load(x.v[k]), io::load(y.v[k])));
         po[i] = r;

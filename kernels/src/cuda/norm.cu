@@ -5,6 +5,49 @@
 // fixed order; layer normalization's statistics and every backward sum accumulate in f64, and
 // the parameter gradients sum per-slice partial results in order (no atomics).
 
+// Elements of a row each thread of its group keeps in registers: softmax reads a row of up to
+// GROUP * ROW_CACHE elements once (1024 for a warp, 8192 for a block), and longer ones three
+// times (for the most, for the sum, for the output).
+#define ROW_CACHE 32
+
+// One row held in registers: `v[k]` is `scale x[lane + k GROUP]`, minus infinity past `seen`.
+// Elements are addressed from this thread's first with constant offsets, so that the addresses
+// take no registers of their own.
+template <int GROUP, typename T>
+__device__ __forceinline__ void softmax_row_cached(int log, typename Io<T>::C s, const T* xr, T* yr, u64 seen,
+                                                   u64 len, u64 lane, typename Io<T>::C* scratch) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    const T* x = xr + lane;
+    T* y = yr + lane;
+    // Elements of this thread's stride before `seen`, and before the row's end.
+    const u64 mine = seen > lane ? seen - lane : 0, all = len > lane ? len - lane : 0;
+    C v[ROW_CACHE];
+    C max = neg_infinity<C>();
+#pragma unroll
+    for (int k = 0; k < ROW_CACHE; ++k) {
+        v[k] = k * GROUP < mine ? s * io::load(x[k * GROUP]) : neg_infinity<C>();
+        max = m_max(max, v[k]);
+    }
+    max = group_reduce<GROUP>(max, MaxOp(), scratch);
+    // Softmax keeps each exponential for the output.
+    C sum = 0;
+#pragma unroll
+    for (int k = 0; k < ROW_CACHE; ++k) {
+        if (k * GROUP >= mine) continue;
+        const C e = m_exp(v[k] - max);
+        sum += e;
+        if (!log) v[k] = e;
+    }
+    sum = group_reduce<GROUP>(sum, SumOp(), scratch);
+    const C log_sum = log ? m_log(sum) : (C)0, inv = (C)1 / sum;
+#pragma unroll
+    for (int k = 0; k < ROW_CACHE; ++k) {
+        if (k * GROUP < mine) y[k * GROUP] = io::store(log ? v[k] - max - log_sum : v[k] * inv);
+        else if (k * GROUP < all) y[k * GROUP] = io::store(log ? neg_infinity<C>() : (C)0);
+    }
+}
+
 template <int GROUP, typename T>
 __device__ void softmax_rows(int log, double scale, int causal, const T* x, T* y, u64 rows, u64 len) {
     typedef Io<T> io;
@@ -15,6 +58,10 @@ __device__ void softmax_rows(int log, double scale, int causal, const T* x, T* y
         const T* xr = x + r * len;
         T* yr = y + r * len;
         const u64 seen = causal ? r % len + 1 : len;
+        if (len <= (u64)GROUP * ROW_CACHE) {
+            softmax_row_cached<GROUP, T>(log, s, xr, yr, seen, len, lane, scratch);
+            continue;
+        }
         C max, sum;
         max_and_sum_exp<GROUP, T>(xr, seen, s, lane, scratch, max, sum);
         if (log) {
