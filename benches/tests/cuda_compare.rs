@@ -59,7 +59,8 @@ fn the_smoke_run_prints_every_case_with_the_keys_the_comparison_reads() {
             "gelu_backward",
             "softmax",
             "softmax",
-            "alloc_free"
+            "alloc_free",
+            "buffer_alloc_free"
         ]
     );
     for line in &lines {
@@ -70,7 +71,9 @@ fn the_smoke_run_prints_every_case_with_the_keys_the_comparison_reads() {
         assert!(value > 0.0 && value.is_finite(), "{line}");
         match line["op"].as_str() {
             Some("gemm" | "copy") => {}
-            Some("alloc_free") => assert!(line["speedup"].as_f64().is_some_and(|s| s > 0.0)),
+            Some("alloc_free" | "buffer_alloc_free") => {
+                assert!(line["speedup"].as_f64().is_some_and(|s| s > 0.0))
+            }
             _ => assert!(line["of_copy"].as_f64().is_some_and(|s| s > 0.0), "{line}"),
         }
     }

@@ -1,6 +1,6 @@
 //! The CUDA backend on a GPU: GEMM throughput by dtype, elementwise and softmax bandwidth as a
-//! share of the device's copy bandwidth, and the allocator's alloc + free against the driver's
-//! cuMemAlloc + cuMemFree of the same sizes. Prints a table, then one JSON line per result with
+//! share of the device's copy bandwidth, and alloc + free through the device's allocator (and
+//! as device buffers) against the driver's cuMemAlloc + cuMemFree of the same sizes. Prints a table, then one JSON line per result with
 //! the keys `op, dtype, shape, value, unit` (and `of_copy` or `speedup` where they apply);
 //! `benches/peers/torch_cuda.py` prints the same keys for PyTorch.
 //!
@@ -11,11 +11,11 @@
 use std::time::Instant;
 
 use headroom_alloc::trace::SplitMix64;
-use headroom_alloc::{AllocatorConfig, Limit};
+use headroom_alloc::{AllocatorConfig, Limit, Tag};
 use headroom_kernels::cuda::CudaOptions;
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
 use headroom_kernels::ops::{gemm::matmul, norm::softmax};
-use headroom_kernels::{Array, DType, Device, Result};
+use headroom_kernels::{Array, DType, Device, Error, Result};
 
 /// Timed runs per case after warm-ups; the median is reported.
 const RUNS: usize = 10;
@@ -34,7 +34,7 @@ struct Scale {
 const FULL: Scale = Scale {
     gemm: &[4096, 8192],
     elements: 1 << 28,
-    alloc_rounds: 200,
+    alloc_rounds: 2000,
 };
 
 /// `--smoke`: every case, small.
@@ -62,7 +62,7 @@ fn time(device: &Device, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
 }
 
 fn line(op: &str, dtype: &str, shape: &str, value: f64, unit: &str, extra: &str) -> String {
-    println!("{op:<16} {dtype:<10} {shape:>20} {value:>12.2} {unit:<8} {extra}");
+    println!("{op:<18} {dtype:<10} {shape:>20} {value:>12.2} {unit:<8} {extra}");
     let extra = if extra.is_empty() {
         String::new()
     } else {
@@ -165,29 +165,46 @@ const SIZES: [usize; 8] = [
     48 << 10,
 ];
 
+/// Seconds per alloc + free pair of `round`, which allocates [`SIZES`] and frees them, after
+/// one untimed round (an allocator's first reserves its regions, the driver's first maps its
+/// own pools).
+fn per_pair(rounds: usize, mut round: impl FnMut() -> Result<()>) -> Result<f64> {
+    round()?;
+    let start = Instant::now();
+    for _ in 0..rounds {
+        round()?;
+    }
+    Ok(start.elapsed().as_secs_f64() / (rounds * SIZES.len()) as f64)
+}
+
+/// The device allocator's alloc + free (the target: at least 100 times the driver's), and a
+/// device buffer's (the allocator, plus the buffer's tag and the device's call timing), each
+/// against cuMemAlloc + cuMemFree of the same sizes.
 fn allocations(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
     use cudarc::driver::{CudaContext, result};
     let device = Device::cuda(0, AllocatorConfig::default())?;
+    let allocator = device.allocator();
     let rounds = scale.alloc_rounds;
-    let ours_round = || -> Result<()> {
+    let ours = per_pair(rounds, || {
+        let held: Vec<_> = SIZES
+            .iter()
+            .map(|&bytes| allocator.allocate(bytes as u64, Tag::ACTIVATIONS))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|err| Error::from_alloc("bench", err))?;
+        drop(held);
+        Ok(())
+    })?;
+    let buffers = per_pair(rounds, || {
         let held: Vec<_> = SIZES
             .iter()
             .map(|&bytes| device.alloc(DType::F32, bytes / 4, "bench"))
             .collect::<Result<_>>()?;
         drop(held);
         Ok(())
-    };
-    // One untimed round each: the allocator's first reserves its regions from the driver, and
-    // the driver's first maps its own pools.
-    ours_round()?;
-    let start = Instant::now();
-    for _ in 0..rounds {
-        ours_round()?;
-    }
-    let ours = start.elapsed().as_secs_f64() / (rounds * SIZES.len()) as f64;
+    })?;
     let context = CudaContext::new(0).expect("a CUDA context");
     context.bind_to_thread().expect("the context bound");
-    let driver_round = || {
+    let driver = per_pair(rounds, || {
         let held: Vec<u64> = SIZES
             .iter()
             // SAFETY: plain cuMemAlloc with the context current; each pointer is freed below.
@@ -197,26 +214,16 @@ fn allocations(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
             // SAFETY: `ptr` came from cuMemAlloc above and nothing uses it.
             unsafe { result::free_sync(ptr) }.expect("cuMemFree");
         }
-    };
-    driver_round();
-    let start = Instant::now();
-    for _ in 0..rounds {
-        driver_round();
+        Ok(())
+    })?;
+    for (op, seconds) in [("alloc_free", ours), ("buffer_alloc_free", buffers)] {
+        let extra = format!(
+            "\"driver_ns\":{:.1},\"speedup\":{:.1}",
+            driver * 1e9,
+            driver / seconds
+        );
+        lines.push(line(op, "bytes", "8 sizes", seconds * 1e9, "ns", &extra));
     }
-    let driver = start.elapsed().as_secs_f64() / (rounds * SIZES.len()) as f64;
-    let extra = format!(
-        "\"driver_ns\":{:.1},\"speedup\":{:.1}",
-        driver * 1e9,
-        driver / ours
-    );
-    lines.push(line(
-        "alloc_free",
-        "bytes",
-        "8 sizes",
-        ours * 1e9,
-        "ns",
-        &extra,
-    ));
     Ok(())
 }
 
@@ -231,7 +238,7 @@ fn main() -> Result<()> {
         }
     };
     println!(
-        "{:<16} {:<10} {:>20} {:>12} unit",
+        "{:<18} {:<10} {:>20} {:>12} unit",
         "op", "dtype", "shape", "value"
     );
     let mut lines = Vec::new();
