@@ -8,10 +8,10 @@
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered) and the trainer's
 # GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
-# GPU benches
-# beside PyTorch (`benches/peers/compare.py cuda`, which checks the backend's targets). Results
-# land in .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a
-# target was missed.
+# GPU bench alone (its whole table, kept should PyTorch fail) and beside PyTorch
+# (`benches/peers/compare.py cuda`, which checks the backend's targets). Results land in
+# .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a target
+# was missed.
 #
 # Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
 # sizes, on the CPU emulation of the driver and cuBLAS. `run --smoke`, with that emulation on

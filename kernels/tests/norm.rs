@@ -12,10 +12,9 @@ use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result, Shape}
 
 /// Shapes every op is checked on: single elements, one row, rows of length 1, batches, more
 /// rows than the layer-norm backward has partial sums (64), a long row, rows past 1024 (a
-/// thread block per row on CUDA, a warp per row below), and more rows than one pass of a GPU's
-/// grid covers, with short rows and with long ones.
-/// Rows short and long: on CUDA, up to 1024 elements a warp holds a row in registers, up to
-/// 8192 a block does, and longer rows are read three times.
+/// thread block per row on CUDA, a warp per row below), more rows than one pass of a GPU's
+/// grid covers, with short rows and with long ones, and rows past 8192 (which CUDA's softmax
+/// reads three times instead of holding in registers).
 const SHAPES: [&[usize]; 12] = [
     &[1],
     &[7],

@@ -1,8 +1,9 @@
 //! The CUDA backend on a GPU: GEMM throughput by dtype, elementwise and softmax bandwidth as a
 //! share of the device's copy bandwidth, and alloc + free through the device's allocator (and
-//! as device buffers) against the driver's cuMemAlloc + cuMemFree of the same sizes. Prints a table, then one JSON line per result with
-//! the keys `op, dtype, shape, value, unit` (and `of_copy` or `speedup` where they apply);
-//! `benches/peers/torch_cuda.py` prints the same keys for PyTorch.
+//! as device buffers) against the driver's cuMemAlloc + cuMemFree of the same sizes. Prints a
+//! table, then one JSON line per result with the keys `op, dtype, shape, value, unit` (and
+//! `of_copy` or `speedup` where they apply); `benches/peers/torch_cuda.py` prints the same keys
+//! for PyTorch.
 //!
 //! `cuda-compare --smoke` runs every case at a small size: figures that mean nothing, from a run
 //! quick enough for the CPU emulation of the driver (`tools/cuda-emulator`), to check that the
