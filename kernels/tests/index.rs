@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, assert_close_scaled, devices, random, rng, tolerance};
+use common::{assert_close, assert_close_scaled, devices, masked_values, random, rng, tolerance};
 use headroom_alloc::trace::SplitMix64;
 use headroom_kernels::ops::index::{
     causal_mask, cross_entropy, cross_entropy_backward, embedding, embedding_backward, loss_dtype,
@@ -189,6 +189,47 @@ fn cross_entropy_matches_the_reference() {
                     let rtol = tolerance(out_dtype) * 4.0;
                     let what = format!("{dtype} {rows}x{classes} ignoring {ignore:?}");
                     assert_close(&what, &loss.to_f64().unwrap(), &[want], rtol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_gives_masked_classes_nothing() {
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            // Rows a warp reads, rows a block reads, long and longer.
+            for classes in [11, 300, 3000, 9000] {
+                let rows = 3;
+                let data = masked_values(&mut rng, rows, classes, -4.0, 4.0);
+                let logits = Array::from_f64(&device, [rows, classes], dtype, &data).unwrap();
+                let ls = logits.to_f64().unwrap();
+                // Each row's target is one of its unmasked classes.
+                let ts: Vec<u32> = (0..rows)
+                    .map(|r| {
+                        let open: Vec<usize> = (0..classes)
+                            .filter(|&j| ls[r * classes + j].is_finite())
+                            .collect();
+                        open[(rng.next_u64() % open.len() as u64) as usize] as u32
+                    })
+                    .collect();
+                let targets = Array::from_host(&device, [rows], &ts).unwrap();
+                let what = format!("{dtype} {rows}x{classes} masked");
+                let loss = cross_entropy(&logits, &targets, None).unwrap();
+                let rtol = tolerance(loss_dtype(dtype)) * 4.0;
+                let want = reference_loss(&ls, &ts, classes);
+                assert_close(&what, &loss.to_f64().unwrap(), &[want], rtol);
+                let dy = dloss(&device, dtype, 1.0);
+                let grad = cross_entropy_backward(&logits, &targets, &dy, None).unwrap();
+                let grad = grad.to_f64().unwrap();
+                for (i, &g) in grad.iter().enumerate() {
+                    if ls[i] == f64::NEG_INFINITY {
+                        assert_eq!(g, 0.0, "{what}: gradient of masked class {i}");
+                    } else {
+                        assert!(g.is_finite(), "{what}: gradient {i} is {g}");
+                    }
                 }
             }
         }

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{assert_close, assert_close_scaled, devices, random, rng, tolerance, values};
+use common::{
+    assert_close, assert_close_scaled, devices, masked_values, random, rng, tolerance, values,
+};
 use headroom_kernels::ops::norm::{
     layer_norm, layer_norm_backward, log_softmax, log_softmax_backward, softmax, softmax_backward,
     stats_dtype,
@@ -12,9 +14,9 @@ use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result, Shape}
 
 /// Shapes every op is checked on: single elements, one row, rows of length 1, batches, more
 /// rows than the layer-norm backward has partial sums (64), a long row, rows past 1024 (a
-/// thread block per row on CUDA, a warp per row below), more rows than one pass of a GPU's
-/// grid covers, with short rows and with long ones, and rows past 8192 (which CUDA's softmax
-/// reads three times instead of holding in registers).
+/// thread block per row on CUDA, a warp per row below, held in registers up to 8192 forward and
+/// 4096 backward), more rows than one pass of a GPU's grid covers, with short rows and with long
+/// ones, and rows past 8192 (which CUDA reads again for each pass instead of holding them).
 const SHAPES: [&[usize]; 12] = [
     &[1],
     &[7],
@@ -177,6 +179,38 @@ fn softmax_and_log_softmax_match_the_f64_reference() {
                     &ref_log_softmax(&xs, len),
                     tolerance(dtype),
                 );
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_gives_masked_elements_nothing() {
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            // Rows a warp holds, a block holds, and rows past that (read twice on CUDA).
+            for len in [11, 300, 3000, 9000] {
+                let rows = 3;
+                let data = masked_values(&mut rng, rows, len, -3.0, 3.0);
+                let x = Array::from_f64(&device, [rows, len], dtype, &data).unwrap();
+                let xs = x.to_f64().unwrap();
+                let what = format!("{dtype} {rows}x{len} masked");
+                let y = softmax(&x).unwrap().to_f64().unwrap();
+                assert_close(&what, &y, &ref_softmax(&xs, len), tolerance(dtype));
+                let ly = log_softmax(&x).unwrap().to_f64().unwrap();
+                let want = ref_log_softmax(&xs, len);
+                for (i, (&got, &want)) in ly.iter().zip(&want).enumerate() {
+                    if xs[i] == f64::NEG_INFINITY {
+                        assert_eq!(got, f64::NEG_INFINITY, "{what}: log_softmax element {i}");
+                    } else {
+                        let bound = tolerance(dtype) * xs[i].abs().max(1.0) * 4.0;
+                        assert!(
+                            (got - want).abs() <= bound,
+                            "{what}: log_softmax element {i} is {got}, want {want}"
+                        );
+                    }
+                }
             }
         }
     }

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg, result,
@@ -13,6 +12,7 @@ use headroom_alloc::AllocatorConfig;
 use parking_lot::Mutex;
 
 use super::args::Arg;
+use super::blas::BlasHandle;
 use super::compile::{Family, compile};
 use super::driver::{CudaOptions, driver_error, require_device, require_libraries};
 use super::memory::CudaMemory;
@@ -32,7 +32,7 @@ pub(crate) struct CudaBackend {
     context: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     /// cuBLAS handle bound to the stream; a handle serves one call at a time.
-    pub(crate) blas: Mutex<CudaBlas>,
+    pub(crate) blas: Mutex<BlasHandle>,
     pub(crate) options: CudaOptions,
     /// `compute_XY` of the device, what NVRTC compiles for.
     arch: String,
@@ -107,12 +107,10 @@ impl CudaBackend {
         let multiprocessors = context
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|err| driver_error("cuda", "cuDeviceGetAttribute", err))?;
-        let blas = CudaBlas::new(Arc::clone(&stream)).map_err(|err| Error::Cuda {
-            op: "cuda",
-            call: "cublasCreate",
-            name: format!("{:?}", err.0),
-            detail: err.to_string(),
-        })?;
+        context
+            .bind_to_thread()
+            .map_err(|err| driver_error("cuda", "cuCtxSetCurrent", err))?;
+        let blas = BlasHandle::new(Arc::clone(&stream))?;
         Ok(Self {
             context,
             stream,
@@ -309,10 +307,16 @@ pub(crate) fn float_kernel(kernel: &str, dtype: DType, op: &'static str) -> Resu
 }
 
 impl CudaBackend {
-    /// The thread group per row (a warp for rows up to 1024 elements, else the block) and a grid
-    /// over `rows` rows of `len` elements, for the row kernels of `norm.cu` and `index.cu`.
-    pub(crate) fn row_grid(&self, rows: usize, len: usize) -> (u32, LaunchConfig) {
-        let group = if len <= 1024 { 32 } else { BLOCK };
+    /// The thread group per row and a grid over `rows` rows of `len` elements, for the row
+    /// kernels of `norm.cu` and `index.cu`: a warp for rows up to `warp_row_max` elements (the
+    /// longest a warp holds in registers, for a kernel that does), else the whole block.
+    pub(crate) fn row_grid(
+        &self,
+        rows: usize,
+        len: usize,
+        warp_row_max: usize,
+    ) -> (u32, LaunchConfig) {
+        let group = if len <= warp_row_max { 32 } else { BLOCK };
         let rows_per_block = u64::from(BLOCK / group);
         let blocks = (rows as u64).div_ceil(rows_per_block);
         (group, self.grid(blocks * u64::from(BLOCK)))

@@ -28,6 +28,7 @@
 
 mod args;
 mod backend;
+mod blas;
 mod compile;
 mod driver;
 mod memory;

@@ -1,32 +1,34 @@
 // Softmax, log-softmax and layer normalization over the last axis, forward and backward.
 //
 // A row belongs to a group of GROUP threads: a warp (GROUP 32, eight rows to a block of 256) for
-// rows up to 1024 elements, the whole block (GROUP 256) for longer ones. Row sums reduce in a
+// rows it can hold in registers (below), the whole block (GROUP 256) for longer ones. Row sums reduce in a
 // fixed order; layer normalization's statistics and every backward sum accumulate in f64, and
 // the parameter gradients sum per-slice partial results in order (no atomics).
 
-// Elements of a row each thread of its group keeps in registers: softmax reads a row of up to
-// GROUP * ROW_CACHE elements once (1024 for a warp, 8192 for a block), and longer ones three
-// times (for the most, for the sum, for the output).
+// Elements of a row each thread of its group keeps in registers. The forward passes hold
+// ROW_CACHE elements of x, so that they read a row of up to GROUP * ROW_CACHE elements once (1024
+// for a warp, 8192 for a block); the backward passes hold BACKWARD_CACHE elements of each of
+// their two rows (512 for a warp, 4096 for a block). Longer rows are read again for each pass:
+// softmax twice (the most and sum together, then the output), layer normalization three times,
+// the backward passes twice. The launch picks the group by the same bounds (`row_grid`).
 #define ROW_CACHE 32
+#define BACKWARD_CACHE 16
 
-// One row held in registers: `v[k]` is `scale x[lane + k GROUP]`, minus infinity past `seen`.
-// Elements are addressed from this thread's first with constant offsets, so that the addresses
-// take no registers of their own.
+// Softmax of one row held in registers: `v[k]` is `scale x[lane + k GROUP]`, minus infinity
+// past `seen`.
 template <int GROUP, typename T>
 __device__ __forceinline__ void softmax_row_cached(int log, typename Io<T>::C s, const T* xr, T* yr, u64 seen,
                                                    u64 len, u64 lane, typename Io<T>::C* scratch) {
     typedef Io<T> io;
     typedef typename io::C C;
-    const T* x = xr + lane;
     T* y = yr + lane;
-    // Elements of this thread's stride before `seen`, and before the row's end.
-    const u64 mine = seen > lane ? seen - lane : 0, all = len > lane ? len - lane : 0;
+    const int mine = (int)stride_share(seen, lane), all = (int)stride_share(len, lane);
     C v[ROW_CACHE];
+    cache_row<GROUP>(xr + lane, mine, neg_infinity<C>(), v);
     C max = neg_infinity<C>();
 #pragma unroll
     for (int k = 0; k < ROW_CACHE; ++k) {
-        v[k] = k * GROUP < mine ? s * io::load(x[k * GROUP]) : neg_infinity<C>();
+        if (k * GROUP < mine) v[k] *= s;
         max = m_max(max, v[k]);
     }
     max = group_reduce<GROUP>(max, MaxOp(), scratch);
@@ -76,6 +78,39 @@ __device__ void softmax_rows(int log, double scale, int causal, const T* x, T* y
     }
 }
 
+// The gradient of (log-)softmax: dx = s (dy - exp(y) sum(dy)) for log-softmax, s y (dy - sum(y dy))
+// for softmax, over the first `seen` elements of a row; 0 past them.
+template <typename C>
+__device__ __forceinline__ C softmax_grad(int log, C s, C y, C dy, C total) {
+    return log ? s * (dy - m_exp(y) * total) : s * y * (dy - total);
+}
+
+// The row's sum that the gradient subtracts: sum(dy) for log-softmax, sum(y dy) for softmax.
+__device__ __forceinline__ double softmax_grad_term(int log, double y, double dy) { return log ? dy : y * dy; }
+
+template <int GROUP, typename T>
+__device__ __forceinline__ void softmax_backward_row_cached(int log, typename Io<T>::C s, const T* yr,
+                                                            const T* dyr, T* dxr, u64 seen, u64 len, u64 lane,
+                                                            double* scratch) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    const int mine = (int)stride_share(seen, lane), all = (int)stride_share(len, lane);
+    C yv[BACKWARD_CACHE], dv[BACKWARD_CACHE];
+    cache_row<GROUP>(yr + lane, mine, (C)0, yv);
+    cache_row<GROUP>(dyr + lane, mine, (C)0, dv);
+    double acc = 0;
+#pragma unroll
+    for (int k = 0; k < BACKWARD_CACHE; ++k)
+        if (k * GROUP < mine) acc += softmax_grad_term(log, (double)yv[k], (double)dv[k]);
+    const C total = (C)group_reduce<GROUP>(acc, SumOp(), scratch);
+    T* dx = dxr + lane;
+#pragma unroll
+    for (int k = 0; k < BACKWARD_CACHE; ++k) {
+        if (k * GROUP < mine) dx[k * GROUP] = io::store(softmax_grad(log, s, yv[k], dv[k], total));
+        else if (k * GROUP < all) dx[k * GROUP] = io::store((C)0);
+    }
+}
+
 template <int GROUP, typename T>
 __device__ void softmax_backward_rows(int log, double scale, int causal, const T* y, const T* dy, T* dx,
                                       u64 rows, u64 len) {
@@ -88,16 +123,54 @@ __device__ void softmax_backward_rows(int log, double scale, int causal, const T
         const T* dyr = dy + r * len;
         T* dxr = dx + r * len;
         const u64 seen = causal ? r % len + 1 : len;
+        if (len <= (u64)GROUP * BACKWARD_CACHE) {
+            softmax_backward_row_cached<GROUP, T>(log, s, yr, dyr, dxr, seen, len, lane, scratch);
+            continue;
+        }
         double acc = 0;
         for (u64 j = lane; j < seen; j += GROUP)
-            acc += log ? (double)io::load(dyr[j]) : (double)io::load(yr[j]) * (double)io::load(dyr[j]);
+            acc += softmax_grad_term(log, (double)io::load(yr[j]), (double)io::load(dyr[j]));
         const C total = (C)group_reduce<GROUP>(acc, SumOp(), scratch);
-        for (u64 j = lane; j < seen; j += GROUP) {
-            const C yv = io::load(yr[j]), d = io::load(dyr[j]);
-            dxr[j] = io::store(log ? s * (d - m_exp(yv) * total) : s * yv * (d - total));
-        }
+        for (u64 j = lane; j < seen; j += GROUP)
+            dxr[j] = io::store(softmax_grad(log, s, io::load(yr[j]), io::load(dyr[j]), total));
         for (u64 j = seen + lane; j < len; j += GROUP) dxr[j] = io::store((C)0);
     }
+}
+
+// The reciprocal standard deviation of a row of `len` elements whose squared deviations from its
+// mean sum to `squares`.
+__device__ __forceinline__ double rstd_of(double squares, u64 len, double eps) {
+    return 1.0 / sqrt((len ? squares / (double)len : 0.0) + eps);
+}
+
+// Layer normalization of one row held in registers; its mean and rstd go to `mean`, `rstd`.
+template <int GROUP, typename T>
+__device__ __forceinline__ void layer_norm_row_cached(double eps, const T* xr, const T* gamma, const T* beta,
+                                                      T* yr, u64 len, u64 lane, double* scratch, double& mean,
+                                                      double& rstd) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    const int mine = (int)stride_share(len, lane);
+    C v[ROW_CACHE];
+    cache_row<GROUP>(xr + lane, mine, (C)0, v);
+    double sum = 0;
+#pragma unroll
+    for (int k = 0; k < ROW_CACHE; ++k)
+        if (k * GROUP < mine) sum += (double)v[k];
+    mean = len ? group_reduce<GROUP>(sum, SumOp(), scratch) / (double)len : 0.0;
+    double squares = 0;
+#pragma unroll
+    for (int k = 0; k < ROW_CACHE; ++k) {
+        const double d = (double)v[k] - mean;
+        if (k * GROUP < mine) squares += d * d;
+    }
+    rstd = rstd_of(group_reduce<GROUP>(squares, SumOp(), scratch), len, eps);
+    const C m = (C)mean, rs = (C)rstd;
+    const T *g = gamma + lane, *b = beta + lane;
+    T* y = yr + lane;
+#pragma unroll
+    for (int k = 0; k < ROW_CACHE; ++k)
+        if (k * GROUP < mine) y[k * GROUP] = io::store((v[k] - m) * rs * io::load(g[k * GROUP]) + io::load(b[k * GROUP]));
 }
 
 template <int GROUP, typename T, typename S>
@@ -109,23 +182,60 @@ __device__ void layer_norm_rows(double eps, const T* x, const T* gamma, const T*
     ROWS_OF(GROUP) {
         const T* xr = x + r * len;
         T* yr = y + r * len;
-        double sum = 0;
-        for (u64 j = lane; j < len; j += GROUP) sum += (double)io::load(xr[j]);
-        const double mean = len ? group_reduce<GROUP>(sum, SumOp(), scratch) / (double)len : 0.0;
-        double squares = 0;
-        for (u64 j = lane; j < len; j += GROUP) {
-            const double d = (double)io::load(xr[j]) - mean;
-            squares += d * d;
+        double mean, rstd;
+        if (len <= (u64)GROUP * ROW_CACHE) {
+            layer_norm_row_cached<GROUP, T>(eps, xr, gamma, beta, yr, len, lane, scratch, mean, rstd);
+        } else {
+            double sum = 0;
+            for (u64 j = lane; j < len; j += GROUP) sum += (double)io::load(xr[j]);
+            mean = group_reduce<GROUP>(sum, SumOp(), scratch) / (double)len;
+            double squares = 0;
+            for (u64 j = lane; j < len; j += GROUP) {
+                const double d = (double)io::load(xr[j]) - mean;
+                squares += d * d;
+            }
+            rstd = rstd_of(group_reduce<GROUP>(squares, SumOp(), scratch), len, eps);
+            const C m = (C)mean, rs = (C)rstd;
+            for (u64 j = lane; j < len; j += GROUP)
+                yr[j] = io::store((io::load(xr[j]) - m) * rs * io::load(gamma[j]) + io::load(beta[j]));
         }
-        const double var = len ? group_reduce<GROUP>(squares, SumOp(), scratch) / (double)len : 0.0;
-        const double rstd = 1.0 / sqrt(var + eps);
         if (lane == 0) {
             mean_out[r] = (S)mean;
             rstd_out[r] = (S)rstd;
         }
-        const C m = (C)mean, rs = (C)rstd;
-        for (u64 j = lane; j < len; j += GROUP)
-            yr[j] = io::store((io::load(xr[j]) - m) * rs * io::load(gamma[j]) + io::load(beta[j]));
+    }
+}
+
+// The input gradient of layer normalization: with g = dy gamma and xhat = (x - mean) rstd,
+// dx = rstd (g - mean(g) - xhat mean(g xhat)).
+template <int GROUP, typename T>
+__device__ __forceinline__ void layer_norm_dx_row_cached(const T* xr, const T* gamma, double mu, double rs,
+                                                         const T* dyr, T* dxr, u64 len, u64 lane,
+                                                         double* scratch) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    const int mine = (int)stride_share(len, lane);
+    C xv[BACKWARD_CACHE], dv[BACKWARD_CACHE];
+    cache_row<GROUP>(xr + lane, mine, (C)0, xv);
+    cache_row<GROUP>(dyr + lane, mine, (C)0, dv);
+    const T* gm = gamma + lane;
+    double sum_g = 0, sum_gx = 0;
+#pragma unroll
+    for (int k = 0; k < BACKWARD_CACHE; ++k) {
+        if (k * GROUP >= mine) continue;
+        const double g = (double)dv[k] * (double)io::load(gm[k * GROUP]);
+        sum_g += g;
+        sum_gx += g * ((double)xv[k] - mu) * rs;
+    }
+    sum_g = group_reduce<GROUP>(sum_g, SumOp(), scratch);
+    sum_gx = group_reduce<GROUP>(sum_gx, SumOp(), scratch);
+    const C m = (C)mu, rc = (C)rs, mean_g = (C)(sum_g / (double)len), mean_gx = (C)(sum_gx / (double)len);
+    T* dx = dxr + lane;
+#pragma unroll
+    for (int k = 0; k < BACKWARD_CACHE; ++k) {
+        if (k * GROUP >= mine) continue;
+        const C xhat = (xv[k] - m) * rc, g = dv[k] * io::load(gm[k * GROUP]);
+        dx[k * GROUP] = io::store(rc * (g - mean_g - xhat * mean_gx));
     }
 }
 
@@ -140,6 +250,10 @@ __device__ void layer_norm_dx_rows(const T* x, const T* gamma, const S* mean, co
         const T* dyr = dy + r * len;
         T* dxr = dx + r * len;
         const double mu = (double)mean[r], rs = (double)rstd[r];
+        if (len <= (u64)GROUP * BACKWARD_CACHE) {
+            layer_norm_dx_row_cached<GROUP, T>(xr, gamma, mu, rs, dyr, dxr, len, lane, scratch);
+            continue;
+        }
         double sum_g = 0, sum_gx = 0;
         for (u64 j = lane; j < len; j += GROUP) {
             const double g = (double)io::load(dyr[j]) * (double)io::load(gamma[j]);

@@ -129,19 +129,69 @@ __device__ __forceinline__ C group_reduce(C v, Op op, C* scratch) {
     return total;
 }
 
+// Folds the running (most, sum of exp(value - most)) of other values into `max` and `sum`. A
+// side that has seen nothing (most minus infinity) adds nothing.
+template <typename C>
+__device__ __forceinline__ void merge_exp_sums(C& max, C& sum, C other_max, C other_sum) {
+    const C most = m_max(max, other_max);
+    if (most == neg_infinity<C>()) return;  // neither side has seen anything: sum stays 0
+    sum = sum * m_exp(max - most) + other_sum * m_exp(other_max - most);
+    max = most;
+}
+
 // The most of `scale x` and the sum of exp(scale x - most) over the first `len` elements of a
-// row, on every thread of its group (softmax and cross-entropy both start so).
+// row, on every thread of its group (softmax and cross-entropy both start so), reading the row
+// once: each thread keeps its sum relative to the most it has seen so far, rescaling it when a
+// larger value comes (Milakov and Gimelshein's online normalizer), and the group merges those
+// pairs in a fixed order.
 template <int GROUP, typename T>
 __device__ __forceinline__ void max_and_sum_exp(const T* row, u64 len, typename Io<T>::C scale, u64 lane,
                                                 typename Io<T>::C* scratch, typename Io<T>::C& max,
                                                 typename Io<T>::C& sum) {
+    static_assert(GROUP == 32 || GROUP == 256, "a group is one warp or the whole 256-thread block");
     typedef Io<T> io;
-    max = neg_infinity<typename io::C>();
-    for (u64 j = lane; j < len; j += GROUP) max = m_max(max, scale * io::load(row[j]));
-    max = group_reduce<GROUP>(max, MaxOp(), scratch);
+    typedef typename io::C C;
+    max = neg_infinity<C>();
     sum = 0;
-    for (u64 j = lane; j < len; j += GROUP) sum += m_exp(scale * io::load(row[j]) - max);
-    sum = group_reduce<GROUP>(sum, SumOp(), scratch);
+    for (u64 j = lane; j < len; j += GROUP) {
+        const C v = scale * io::load(row[j]);
+        if (v > max) {
+            sum = sum * m_exp(max - v) + (C)1;
+            max = v;
+        } else if (v != neg_infinity<C>()) {
+            sum += m_exp(v - max);  // NaN stays NaN
+        }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+        const C other_max = __shfl_xor_sync(0xffffffffu, max, offset);
+        const C other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
+        merge_exp_sums(max, sum, other_max, other_sum);
+    }
+    if (GROUP == 32) return;
+    const int warp_lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = GROUP / 32;
+    __syncthreads();
+    if (warp_lane == 0) {
+        scratch[warp] = max;
+        scratch[warps + warp] = sum;
+    }
+    __syncthreads();
+    max = scratch[0];
+    sum = scratch[warps];
+    for (int w = 1; w < warps; ++w) merge_exp_sums(max, sum, scratch[w], scratch[warps + w]);
+}
+
+// The bound on `k GROUP` for the elements `lane + k GROUP` of a row's first `seen` that fall to the
+// thread at `lane` of a group striding over it (a cached row's fits an int: it is at most
+// GROUP N).
+__device__ __forceinline__ u64 stride_share(u64 seen, u64 lane) { return seen > lane ? seen - lane : 0; }
+
+// Loads this thread's elements of a row into registers: `v[k]` is `x[k GROUP]` (`x` pointing at
+// the thread's first element) where `k GROUP < mine`, `fill` past it. The elements are
+// addressed from `x` with constant offsets, so that their addresses take no registers.
+template <int GROUP, int N, typename T>
+__device__ __forceinline__ void cache_row(const T* x, int mine, typename Io<T>::C fill, typename Io<T>::C (&v)[N]) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] = k * GROUP < mine ? Io<T>::load(x[k * GROUP]) : fill;
 }
 
 // Instantiates M(suffix, type) for every float storage type.

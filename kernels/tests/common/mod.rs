@@ -71,6 +71,21 @@ pub fn values(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
         .collect()
 }
 
+/// Random values in `[lo, hi)` for `rows` rows of `len`, minus infinity where a mask leaves
+/// nothing (attention masks, masked vocabularies): every third element, and the last quarter
+/// of each run of 32 and of 256 lanes, so that on a GPU some threads of a warp, and of a block,
+/// see nothing but masked elements. Element 1 of each row is never masked.
+pub fn masked_values(rng: &mut SplitMix64, rows: usize, len: usize, lo: f64, hi: f64) -> Vec<f64> {
+    let mut data = values(rng, rows * len, lo, hi);
+    for (i, v) in data.iter_mut().enumerate() {
+        let j = i % len;
+        if j % 3 == 0 || j % 32 >= 24 || j % 256 >= 192 {
+            *v = f64::NEG_INFINITY;
+        }
+    }
+    data
+}
+
 /// A random array of `dtype`, and its values as stored (already rounded to the dtype).
 pub fn random(
     device: &Device,

@@ -131,7 +131,7 @@ impl GemmKernels for CudaBackend {
             check(
                 "cublasSetWorkspace",
                 cublasSetWorkspace_v2(
-                    *blas.handle(),
+                    blas.raw(),
                     workspace.addr() as *mut c_void,
                     workspace.bytes(),
                 ),
@@ -139,7 +139,7 @@ impl GemmKernels for CudaBackend {
             check(
                 "cublasGemmStridedBatchedEx",
                 cublasGemmStridedBatchedEx(
-                    *blas.handle(),
+                    blas.raw(),
                     op_b,
                     op_a,
                     n_,

@@ -13,6 +13,9 @@ use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
+/// The longest row of logits a warp reads (`index.cu`); longer rows take a whole block each.
+const WARP_ROW: usize = 1024;
+
 impl CudaBackend {
     /// A u32 workspace buffer on `like`'s device holding `values`.
     fn upload_u32(&self, like: &Buffer, values: &[u32], op: &'static str) -> Result<Buffer> {
@@ -111,7 +114,7 @@ impl IndexKernels for CudaBackend {
             .alloc_workspace(DType::F64, spec.rows.max(1), OP)?;
         let (ignore, has_ignore) = (spec.ignore.unwrap_or(0), spec.ignore.is_some());
         if spec.rows > 0 {
-            let (group, grid) = self.row_grid(spec.rows, spec.classes);
+            let (group, grid) = self.row_grid(spec.rows, spec.classes, WARP_ROW);
             let name = float_kernel(&format!("cross_entropy_{group}"), logits.dtype(), OP)?;
             let args: [Arg; 7] = [
                 logits.into(),
@@ -155,7 +158,7 @@ impl IndexKernels for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
-        let (group, grid) = self.row_grid(spec.rows, spec.classes);
+        let (group, grid) = self.row_grid(spec.rows, spec.classes, WARP_ROW);
         let name = format!(
             "cross_entropy_backward_{group}_{}_{}",
             logits.dtype(),

@@ -8,6 +8,13 @@ use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
 
+/// The longest row a warp of a forward kernel holds in registers (`norm.cu`: 32 threads of
+/// `ROW_CACHE` elements); longer rows take a whole block each.
+const FORWARD_WARP_ROW: usize = 32 * 32;
+
+/// The same for the backward kernels, which hold two rows (32 threads of `BACKWARD_CACHE`).
+const BACKWARD_WARP_ROW: usize = 32 * 16;
+
 impl NormKernels for CudaBackend {
     fn softmax(
         &self,
@@ -21,7 +28,7 @@ impl NormKernels for CudaBackend {
         if y.is_empty() || spec.len == 0 {
             return Ok(());
         }
-        let (group, grid) = self.row_grid(spec.rows, spec.len);
+        let (group, grid) = self.row_grid(spec.rows, spec.len, FORWARD_WARP_ROW);
         let name = float_kernel(&format!("softmax_{group}"), x.dtype(), op)?;
         let args = [
             (softmax.kind == SoftmaxKind::LogSoftmax).into(),
@@ -48,7 +55,7 @@ impl NormKernels for CudaBackend {
         if dx.is_empty() || spec.len == 0 {
             return Ok(());
         }
-        let (group, grid) = self.row_grid(spec.rows, spec.len);
+        let (group, grid) = self.row_grid(spec.rows, spec.len, BACKWARD_WARP_ROW);
         let name = float_kernel(&format!("softmax_backward_{group}"), y.dtype(), op)?;
         let args = [
             (softmax.kind == SoftmaxKind::LogSoftmax).into(),
@@ -79,7 +86,7 @@ impl NormKernels for CudaBackend {
         if spec.rows == 0 {
             return Ok(());
         }
-        let (group, grid) = self.row_grid(spec.rows, spec.len);
+        let (group, grid) = self.row_grid(spec.rows, spec.len, FORWARD_WARP_ROW);
         let name = float_kernel(&format!("layer_norm_{group}"), x.dtype(), OP)?;
         let args: [Arg; 9] = [
             eps.into(),
@@ -115,7 +122,7 @@ impl NormKernels for CudaBackend {
             return Ok(());
         }
         if rows > 0 {
-            let (group, grid) = self.row_grid(rows, len);
+            let (group, grid) = self.row_grid(rows, len, BACKWARD_WARP_ROW);
             let name = float_kernel(&format!("layer_norm_dx_{group}"), dtype, OP)?;
             let args: [Arg; 8] = [
                 x.into(),
