@@ -42,13 +42,21 @@ nvrtc_lib=$(python3 -c "import importlib.metadata as m; print(m.distribution('nv
 # The emulator's folder comes first: NVRTC's folder may hold a real libcublas too.
 export LD_LIBRARY_PATH="$PWD/$out:$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export HEADROOM_REQUIRE_CUDA=1 HEADROOM_REQUIRE_NVRTC=1
-if [ -n "$sanitize" ]; then
-    # Leak checks would report the test harness's own allocations.
-    export LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0
-fi
 # The CUDA test suites of headroom-kernels, of the trainer (training on cuda:0: the planner's
 # peak, an OOM recovered mid-step, the CPU's losses) and of the benches (`cuda-compare --smoke`:
 # every GPU bench case runs). One invocation, so that the crates build once; .ci/run's NVRTC
 # step names the same packages and features for the same reason.
-exec cargo test -p headroom-kernels -p headroom-trainer -p headroom-benches \
-    --features headroom-trainer/cuda,headroom-benches/cuda "$@"
+suites=(-p headroom-kernels -p headroom-trainer -p headroom-benches
+    --features headroom-trainer/cuda,headroom-benches/cuda)
+if [ -n "$sanitize" ]; then
+    # Built before the sanitizer's runtime is preloaded: rustc crashes under it.
+    build_args=()
+    for arg in "$@"; do
+        [ "$arg" = "--" ] && break
+        build_args+=("$arg")
+    done
+    cargo test "${suites[@]}" ${build_args[@]+"${build_args[@]}"} --no-run
+    # Leak checks would report the test harness's own allocations.
+    export LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0
+fi
+exec cargo test "${suites[@]}" "$@"
