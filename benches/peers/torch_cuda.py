@@ -1,5 +1,5 @@
 """PyTorch on the GPU, for the cases of `cuda-compare`: GEMM throughput by dtype, copy bandwidth,
-and elementwise and softmax bandwidth. Prints one JSON line per case with the keys
+and elementwise, softmax and layer-norm bandwidth. Prints one JSON line per case with the keys
 op, dtype, shape, value, unit, as `cuda-compare` does. See README.md beside this file.
 
     python3 benches/peers/torch_cuda.py                          # the sizes the figures use
@@ -77,9 +77,16 @@ def main() -> None:
     emit("add", "f32", str(n), 3 * nbytes / timed(device, lambda: x + y) / 1e9, "GB/s")
     for length in (1024, 4096):
         rows = n // length
-        xs = x.view(rows, length)
-        seconds = timed(device, lambda: torch.softmax(xs, dim=-1))
-        emit("softmax", "f32", f"{rows}x{length}", 2 * nbytes / seconds / 1e9, "GB/s")
+        shape = f"{rows}x{length}"
+        xs, dys = x.view(rows, length), y.view(rows, length)
+        gamma, beta = torch.ones(length, device=device), torch.zeros(length, device=device)
+        softmax = lambda: torch.softmax(xs, dim=-1)  # noqa: E731
+        emit("softmax", "f32", shape, 2 * nbytes / timed(device, softmax) / 1e9, "GB/s")
+        # What autograd runs for softmax's gradient, from the output and the upstream gradient.
+        backward = lambda: torch.ops.aten._softmax_backward_data(dys, xs, -1, torch.float32)  # noqa: E731
+        emit("softmax_backward", "f32", shape, 3 * nbytes / timed(device, backward) / 1e9, "GB/s")
+        norm = lambda: torch.nn.functional.layer_norm(xs, (length,), gamma, beta, 1e-5)  # noqa: E731
+        emit("layer_norm", "f32", shape, 2 * nbytes / timed(device, norm) / 1e9, "GB/s")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,11 @@ fn the_smoke_run_prints_every_case_with_the_keys_the_comparison_reads() {
             "add",
             "gelu_backward",
             "softmax",
+            "softmax_backward",
+            "layer_norm",
             "softmax",
+            "softmax_backward",
+            "layer_norm",
             "alloc_free",
             "buffer_alloc_free"
         ]

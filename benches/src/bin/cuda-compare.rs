@@ -1,5 +1,5 @@
-//! The CUDA backend on a GPU: GEMM throughput by dtype, elementwise and softmax bandwidth as a
-//! share of the device's copy bandwidth, and alloc + free through the device's allocator (and
+//! The CUDA backend on a GPU: GEMM throughput by dtype, elementwise, softmax and layer-norm
+//! bandwidth as a share of the device's copy bandwidth, and alloc + free through the device's allocator (and
 //! as device buffers) against the driver's cuMemAlloc + cuMemFree of the same sizes. Prints a
 //! table, then one JSON line per result with the keys `op, dtype, shape, value, unit` (and
 //! `of_copy` or `speedup` where they apply); `benches/peers/torch_cuda.py` prints the same keys
@@ -15,7 +15,8 @@ use headroom_alloc::trace::SplitMix64;
 use headroom_alloc::{AllocatorConfig, Limit, Tag};
 use headroom_kernels::cuda::CudaOptions;
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
-use headroom_kernels::ops::{gemm::matmul, norm::softmax};
+use headroom_kernels::ops::gemm::matmul;
+use headroom_kernels::ops::norm::{layer_norm, softmax, softmax_backward};
 use headroom_kernels::{Array, DType, Device, Error, Result};
 
 /// Timed runs per case after warm-ups; the median is reported.
@@ -138,18 +139,27 @@ fn bandwidth(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
         );
         lines.push(line(name, "f32", &n.to_string(), v, "GB/s", &share(v)));
     }
+    // Row ops at two lengths, both short enough for each kernel to hold a row in registers:
+    // bytes of the rows read and written (layer normalization's per-row statistics and its
+    // shared gamma and beta add under 0.1%).
     for len in [1024usize, 4096] {
         let rows = n / len;
-        let xs = x.reshape([rows, len])?;
-        let v = gbps(2.0 * bytes, time(&device, || softmax(&xs).map(drop))?);
-        lines.push(line(
-            "softmax",
-            "f32",
-            &format!("{rows}x{len}"),
-            v,
-            "GB/s",
-            &share(v),
-        ));
+        let shape = format!("{rows}x{len}");
+        let (xs, dys) = (x.reshape([rows, len])?, y.reshape([rows, len])?);
+        let gamma = Array::full(&device, [len], DType::F32, 1.0)?;
+        let beta = Array::zeros(&device, [len], DType::F32)?;
+        let mut row_case = |name: &str, arrays: f64, op: &dyn Fn() -> Result<()>| {
+            let v = gbps(arrays * bytes, time(&device, op)?);
+            lines.push(line(name, "f32", &shape, v, "GB/s", &share(v)));
+            Ok::<_, Error>(())
+        };
+        row_case("softmax", 2.0, &|| softmax(&xs).map(drop))?;
+        row_case("softmax_backward", 3.0, &|| {
+            softmax_backward(&xs, &dys).map(drop)
+        })?;
+        row_case("layer_norm", 2.0, &|| {
+            layer_norm(&xs, &gamma, &beta, 1e-5).map(drop)
+        })?;
     }
     Ok(())
 }
