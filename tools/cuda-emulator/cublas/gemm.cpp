@@ -1,4 +1,5 @@
-// cublasGemmStridedBatchedEx as the cuBLAS documentation specifies it: column-major operands,
+// cublasGemmStridedBatchedEx, and cublasGemmEx (its single product), as the cuBLAS documentation
+// specifies them: column-major operands,
 // op N, T or C (C is T for real types), leading dimensions at least the stored rows, batch
 // strides in elements (0 shares one matrix), alpha and beta of the scale type through host or
 // device pointers, the documented combinations of data and compute types, and C not read when
@@ -31,7 +32,7 @@ bool is_algo(int algo) { return algo == -1 || (algo >= 0 && algo <= 23) || (algo
 
 // The type combinations of cublasGemmEx's table this emulator runs, and how: false when the
 // combination is not one cuBLAS supports (or is one it does not emulate, said on stderr).
-bool choose_precision(int compute, int a, int b, int c, int math_mode, Product& p) {
+bool choose_precision(const char* routine, int compute, int a, int b, int c, int math_mode, Product& p) {
     if (a != b) return false;
     const bool all_f32 = a == CUDA_R_32F && c == CUDA_R_32F;
     p.in_f64 = false;
@@ -55,7 +56,7 @@ bool choose_precision(int compute, int a, int b, int c, int math_mode, Product& 
             return a == CUDA_R_64F && c == CUDA_R_64F;
         case CUBLAS_COMPUTE_16F:
         case CUBLAS_COMPUTE_16F_PEDANTIC:
-            complain(CUBLAS_STATUS_NOT_SUPPORTED, "cublasGemmStridedBatchedEx: CUBLAS_COMPUTE_16F is not emulated");
+            complain(CUBLAS_STATUS_NOT_SUPPORTED, "%s: CUBLAS_COMPUTE_16F is not emulated", routine);
             return false;
         default: return false;
     }
@@ -81,13 +82,13 @@ cublasStatus_t check_memory(const Product& p) {
     const Span c = span(p.c, p.batches);
     if (cuEmulatorCheckRange(c.first, c.last - c.first) != 0)
         return complain(CUBLAS_STATUS_EXECUTION_FAILED,
-                        "cublasGemmStridedBatchedEx: C (%d x %d, ldc %d, stride %lld, %d batches) "
-                        "reaches outside device memory", p.c.rows, p.c.cols, p.c.ld, p.c.stride, p.batches);
+                        "%s: C (%d x %d, ldc %d, stride %lld, %d batches) "
+                        "reaches outside device memory", p.routine, p.c.rows, p.c.cols, p.c.ld, p.c.stride, p.batches);
     const long long c_elements = (long long)(p.n - 1) * p.c.ld + p.m;
     if (p.batches > 1 && std::llabs(p.c.stride) < c_elements)
         return complain(CUBLAS_STATUS_EXECUTION_FAILED,
-                        "cublasGemmStridedBatchedEx: strideC %lld makes the %d batches of C (%lld "
-                        "elements each) overlap: their writes would race", p.c.stride, p.batches, c_elements);
+                        "%s: strideC %lld makes the %d batches of C (%lld "
+                        "elements each) overlap: their writes would race", p.routine, p.c.stride, p.batches, c_elements);
     if (p.k == 0) return CUBLAS_STATUS_SUCCESS;  // A and B are not read
     const Matrix* inputs[] = {&p.a, &p.b};
     for (const Matrix* input : inputs) {
@@ -95,28 +96,28 @@ cublasStatus_t check_memory(const Product& p) {
         const Span s = span(*input, p.batches);
         if (cuEmulatorCheckRange(s.first, s.last - s.first) != 0)
             return complain(CUBLAS_STATUS_EXECUTION_FAILED,
-                            "cublasGemmStridedBatchedEx: %c (%d x %d stored, ld %d, stride %lld, %d "
+                            "%s: %c (%d x %d stored, ld %d, stride %lld, %d "
                             "batches) reaches outside device memory",
-                            name, input->rows, input->cols, input->ld, input->stride, p.batches);
+                            p.routine, name, input->rows, input->cols, input->ld, input->stride, p.batches);
         if (overlap(s, c))
             return complain(CUBLAS_STATUS_EXECUTION_FAILED,
-                            "cublasGemmStridedBatchedEx: C overlaps %c, which it would overwrite "
-                            "while it is read", name);
+                            "%s: C overlaps %c, which it would overwrite "
+                            "while it is read", p.routine, name);
     }
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t check_workspace(const EmuBlasHandle& handle) {
+cublasStatus_t check_workspace(const char* routine, const EmuBlasHandle& handle) {
     if (!handle.workspace_set) return CUBLAS_STATUS_SUCCESS;
     if (handle.workspace_bytes < kMinWorkspace)
         return complain(CUBLAS_STATUS_ALLOC_FAILED,
-                        "cublasGemmStridedBatchedEx: a workspace of %zu bytes is below the %zu "
+                        "%s: a workspace of %zu bytes is below the %zu "
                         "that cuBLAS documents as enough for every routine",
-                        handle.workspace_bytes, kMinWorkspace);
+                        routine, handle.workspace_bytes, kMinWorkspace);
     if (cuEmulatorCheckRange(reinterpret_cast<uintptr_t>(handle.workspace), handle.workspace_bytes) != 0)
         return complain(CUBLAS_STATUS_EXECUTION_FAILED,
-                        "cublasGemmStridedBatchedEx: the workspace set on the handle is not live "
-                        "device memory");
+                        "%s: the workspace set on the handle is not live "
+                        "device memory", routine);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -131,13 +132,11 @@ double read_scale(const void* scale, bool in_f64) {
     return v;
 }
 
-}  // namespace
-
-CUBLAS_API cublasStatus_t cublasGemmStridedBatchedEx(
-    cublasHandle_t handle, int transa, int transb, int m, int n, int k, const void* alpha,
-    const void* A, int Atype, int lda, long long strideA, const void* B, int Btype, int ldb,
-    long long strideB, const void* beta, void* C, int Ctype, int ldc, long long strideC,
-    int batchCount, int computeType, int algo) {
+// Both routines' checks and product; `routine` names the caller in refusals.
+cublasStatus_t gemm(const char* routine, cublasHandle_t handle, int transa, int transb, int m, int n, int k,
+                    const void* alpha, const void* A, int Atype, int lda, long long strideA, const void* B,
+                    int Btype, int ldb, long long strideB, const void* beta, void* C, int Ctype, int ldc,
+                    long long strideC, int batchCount, int computeType, int algo) {
     if (!emu_blas::is_live(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (m < 0 || n < 0 || k < 0 || batchCount < 0 || !is_op(transa) || !is_op(transb))
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -146,10 +145,11 @@ CUBLAS_API cublasStatus_t cublasGemmStridedBatchedEx(
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     Product p;
-    if (!choose_precision(computeType, Atype, Btype, Ctype, handle->math_mode, p) || !is_algo(algo))
+    p.routine = routine;
+    if (!choose_precision(routine, computeType, Atype, Btype, Ctype, handle->math_mode, p) || !is_algo(algo))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
-    if (cublasStatus_t s = check_workspace(*handle)) return s;
+    if (cublasStatus_t s = check_workspace(routine, *handle)) return s;
     p.trans_a = trans_a;
     p.trans_b = trans_b;
     p.m = m;
@@ -164,4 +164,23 @@ CUBLAS_API cublasStatus_t cublasGemmStridedBatchedEx(
     if (cublasStatus_t s = check_memory(p)) return s;
     emu_blas::multiply(p);
     return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+CUBLAS_API cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, int transa, int transb, int m, int n, int k, const void* alpha,
+    const void* A, int Atype, int lda, long long strideA, const void* B, int Btype, int ldb,
+    long long strideB, const void* beta, void* C, int Ctype, int ldc, long long strideC,
+    int batchCount, int computeType, int algo) {
+    return gemm("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B,
+                Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
+}
+
+CUBLAS_API cublasStatus_t cublasGemmEx(cublasHandle_t handle, int transa, int transb, int m, int n, int k,
+                                       const void* alpha, const void* A, int Atype, int lda, const void* B,
+                                       int Btype, int ldb, const void* beta, void* C, int Ctype, int ldc,
+                                       int computeType, int algo) {
+    return gemm("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta,
+                C, Ctype, ldc, 0, 1, computeType, algo);
 }

@@ -1,4 +1,5 @@
-// A batched product as cublasGemmStridedBatchedEx describes it, once its arguments are checked.
+// A batched product as cublasGemmStridedBatchedEx describes it (cublasGemmEx's is one batch), once
+// its arguments are checked.
 #pragma once
 
 #include "cublas_api.h"
@@ -30,6 +31,7 @@ struct Product {
     Rounding rounding;
     bool in_f64;         // accumulate and scale in f64 (CUBLAS_COMPUTE_64F), else in f32
     double alpha, beta;  // read in the scale type
+    const char* routine; // the cuBLAS routine called, for refusals
 };
 
 // Runs the product, accumulating in order along k. C is not read when beta is 0.

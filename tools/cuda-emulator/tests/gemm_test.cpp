@@ -1,4 +1,4 @@
-// cublasGemmStridedBatchedEx of the emulated libcublas against the definition in the cuBLAS
+// cublasGemmStridedBatchedEx and cublasGemmEx of the emulated libcublas against the definition in the cuBLAS
 // documentation, written out independently here: column-major matrices, element (i, j) of a
 // matrix with leading dimension ld at i + j * ld, op(X) = X or X^T, batch b at b * stride.
 
@@ -24,6 +24,8 @@ CUBLAS_API cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, int, int, i
                                                      const void*, int, int, long long, const void*, int, int,
                                                      long long, const void*, void*, int, int, long long, int,
                                                      int, int);
+CUBLAS_API cublasStatus_t cublasGemmEx(cublasHandle_t, int, int, int, int, int, const void*, const void*, int, int,
+                                       const void*, int, int, const void*, void*, int, int, int, int);
 
 namespace {
 
@@ -69,6 +71,7 @@ struct Case {
     long long stride_a_factor;  // 0: one A shared by every batch
     int type, compute;
     double beta;
+    bool single = false;  // through cublasGemmEx (one batch)
 };
 
 void run_case(cublasHandle_t handle, const Case& c) {
@@ -88,10 +91,13 @@ void run_case(cublasHandle_t handle, const Case& c) {
     const double alpha64 = 1.5, beta64 = c.beta;
     const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
     const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
-    const cublasStatus_t status = cublasGemmStridedBatchedEx(
-        handle, c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, c.tb ? CUBLAS_OP_T : CUBLAS_OP_N, c.m, c.n, c.k, alpha,
-        a.data, c.type, lda, sa, b.data, c.type, ldb, sb, beta, out.data, c.type, ldc, sc, c.batches,
-        c.compute, -1);
+    const int op_a = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasStatus_t status =
+        c.single ? cublasGemmEx(handle, op_a, op_b, c.m, c.n, c.k, alpha, a.data, c.type, lda, b.data, c.type, ldb,
+                                beta, out.data, c.type, ldc, c.compute, -1)
+                 : cublasGemmStridedBatchedEx(handle, op_a, op_b, c.m, c.n, c.k, alpha, a.data, c.type, lda, sa,
+                                              b.data, c.type, ldb, sb, beta, out.data, c.type, ldc, sc, c.batches,
+                                              c.compute, -1);
     CHECK(status == CUBLAS_STATUS_SUCCESS, "status %d", status);
     for (int batch = 0; batch < c.batches; ++batch) {
         for (int j = 0; j < c.n; ++j) {
@@ -126,8 +132,11 @@ void test_products(cublasHandle_t handle) {
         for (int ta = 0; ta < 2; ++ta)
             for (int tb = 0; tb < 2; ++tb)
                 for (long long shared_a = 0; shared_a < 2; ++shared_a)
-                    for (double beta : {0.0, 1.0})
+                    for (double beta : {0.0, 1.0}) {
                         run_case(handle, {ta == 1, tb == 1, 3, 4, 5, 3, shared_a, type, compute, beta});
+                        if (shared_a == 1)
+                            run_case(handle, {ta == 1, tb == 1, 3, 4, 5, 1, 1, type, compute, beta, true});
+                    }
 }
 
 void test_tf32_rounds_inputs(cublasHandle_t handle) {
@@ -168,6 +177,10 @@ void test_documented_refusals(cublasHandle_t handle) {
                                      a.data, CUDA_R_32F, 2, 0, &zero, c.data, CUDA_R_32F, 4, 0, 1,
                                      CUBLAS_COMPUTE_32F, -1) == CUBLAS_STATUS_EXECUTION_FAILED,
           "host memory as A");
+    CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 4, 2, 2, &one, host.data(), CUDA_R_32F, 4, a.data,
+                       CUDA_R_32F, 2, &zero, c.data, CUDA_R_32F, 4, CUBLAS_COMPUTE_32F, -1) ==
+              CUBLAS_STATUS_EXECUTION_FAILED,
+          "host memory as A of cublasGemmEx");
 }
 
 }  // namespace

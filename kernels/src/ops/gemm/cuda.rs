@@ -2,15 +2,17 @@
 //! and f16 and bf16 with f32 accumulation, each product's workspace taken from the allocator.
 //!
 //! cuBLAS is column-major; a row-major `C = op(A) op(B)` is the column-major
-//! `C^T = op(B)^T op(A)^T`, so the operands are passed swapped, with no copy.
+//! `C^T = op(B)^T op(A)^T`, so the operands are passed swapped, with no copy. A single product
+//! goes through `cublasGemmEx`, as `torch.matmul`'s does, batches through
+//! `cublasGemmStridedBatchedEx` (one call per batch of any size).
 //!
 //! [`CudaOptions::tf32`]: crate::cuda::CudaOptions::tf32
 
 use std::ffi::c_void;
 
 use cudarc::cublas::sys::{
-    cublasComputeType_t, cublasGemmAlgo_t, cublasGemmStridedBatchedEx, cublasOperation_t,
-    cublasSetWorkspace_v2, cublasStatus_t, cudaDataType,
+    cublasComputeType_t, cublasGemmAlgo_t, cublasGemmEx, cublasGemmStridedBatchedEx,
+    cublasOperation_t, cublasSetWorkspace_v2, cublasStatus_t, cudaDataType,
 };
 
 use super::{GemmSpec, blas_workspace};
@@ -117,53 +119,67 @@ impl GemmKernels for CudaBackend {
                 std::ptr::from_ref(&beta32).cast(),
             )
         };
+        let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
+        let (a, b, c) = (
+            a.addr() as *const c_void,
+            b.addr() as *const c_void,
+            out.addr() as *mut c_void,
+        );
         let workspace = blas_workspace(out.device(), self.gemm_workspace, OP)?;
         self.bind(OP)?;
         let blas = self.blas.lock();
+        let handle = blas.raw();
         // SAFETY: the handle is bound to this device's stream and used under its lock. The
         // workspace is a live buffer of `workspace.bytes()` on this device; it
         // returns to the allocator after the call is queued, which the stream order makes safe
         // (module docs of `cuda`). The operand pointers are live buffers the op layer sized for
         // `spec` (a: batch x m x k, b: batch x k x n, or one shared matrix with stride 0; out:
-        // batch x m x n), the leading dimensions follow from the row-major layout, and the
-        // scalars live on the stack until the call returns (host pointer mode).
+        // batch x m x n; a single product reads one of each), the leading dimensions follow
+        // from the row-major layout, and the scalars live on the stack until the call returns
+        // (host pointer mode).
         unsafe {
             check(
                 "cublasSetWorkspace",
-                cublasSetWorkspace_v2(
-                    blas.raw(),
-                    workspace.addr() as *mut c_void,
-                    workspace.bytes(),
-                ),
+                cublasSetWorkspace_v2(handle, workspace.addr() as *mut c_void, workspace.bytes()),
             )?;
-            check(
-                "cublasGemmStridedBatchedEx",
-                cublasGemmStridedBatchedEx(
-                    blas.raw(),
-                    op_b,
-                    op_a,
-                    n_,
-                    m_,
-                    k_,
-                    alpha,
-                    b.addr() as *const c_void,
-                    data,
-                    ld_b,
-                    spec.b_batch_stride as i64,
-                    a.addr() as *const c_void,
-                    data,
-                    ld_a,
-                    spec.a_batch_stride as i64,
-                    beta,
-                    out.addr() as *mut c_void,
-                    data,
-                    n_,
-                    (m * n) as i64,
-                    batch_,
-                    compute,
-                    cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                ),
-            )
+            if batch == 1 {
+                check(
+                    "cublasGemmEx",
+                    cublasGemmEx(
+                        handle, op_b, op_a, n_, m_, k_, alpha, b, data, ld_b, a, data, ld_a, beta,
+                        c, data, n_, compute, algo,
+                    ),
+                )
+            } else {
+                check(
+                    "cublasGemmStridedBatchedEx",
+                    cublasGemmStridedBatchedEx(
+                        handle,
+                        op_b,
+                        op_a,
+                        n_,
+                        m_,
+                        k_,
+                        alpha,
+                        b,
+                        data,
+                        ld_b,
+                        spec.b_batch_stride as i64,
+                        a,
+                        data,
+                        ld_a,
+                        spec.a_batch_stride as i64,
+                        beta,
+                        c,
+                        data,
+                        n_,
+                        (m * n) as i64,
+                        batch_,
+                        compute,
+                        algo,
+                    ),
+                )
+            }
         }
     }
 
