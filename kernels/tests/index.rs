@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, assert_close_scaled, devices, masked_values, random, rng, tolerance};
+use common::{assert_close, assert_close_scaled, devices, masked, random, rng, tolerance};
 use headroom_alloc::trace::SplitMix64;
 use headroom_kernels::ops::index::{
     causal_mask, cross_entropy, cross_entropy_backward, embedding, embedding_backward, loss_dtype,
@@ -203,9 +203,7 @@ fn cross_entropy_gives_masked_classes_nothing() {
             // Rows a warp reads, rows a block reads, long and longer.
             for classes in [11, 300, 3000, 9000] {
                 let rows = 3;
-                let data = masked_values(&mut rng, rows, classes, -4.0, 4.0);
-                let logits = Array::from_f64(&device, [rows, classes], dtype, &data).unwrap();
-                let ls = logits.to_f64().unwrap();
+                let (logits, ls) = masked(&device, &mut rng, [rows, classes], dtype, -4.0, 4.0);
                 // Each row's target is one of its unmasked classes.
                 let ts: Vec<u32> = (0..rows)
                     .map(|r| {

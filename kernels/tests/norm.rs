@@ -3,9 +3,7 @@
 
 mod common;
 
-use common::{
-    assert_close, assert_close_scaled, devices, masked_values, random, rng, tolerance, values,
-};
+use common::{assert_close, assert_close_scaled, devices, masked, random, rng, tolerance, values};
 use headroom_kernels::ops::norm::{
     layer_norm, layer_norm_backward, log_softmax, log_softmax_backward, softmax, softmax_backward,
     stats_dtype,
@@ -192,9 +190,7 @@ fn softmax_gives_masked_elements_nothing() {
             // Rows a warp holds, a block holds, and rows past that (read twice on CUDA).
             for len in [11, 300, 3000, 9000] {
                 let rows = 3;
-                let data = masked_values(&mut rng, rows, len, -3.0, 3.0);
-                let x = Array::from_f64(&device, [rows, len], dtype, &data).unwrap();
-                let xs = x.to_f64().unwrap();
+                let (x, xs) = masked(&device, &mut rng, [rows, len], dtype, -3.0, 3.0);
                 let what = format!("{dtype} {rows}x{len} masked");
                 let y = softmax(&x).unwrap().to_f64().unwrap();
                 assert_close(&what, &y, &ref_softmax(&xs, len), tolerance(dtype));

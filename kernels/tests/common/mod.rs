@@ -71,11 +71,19 @@ pub fn values(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
         .collect()
 }
 
-/// Random values in `[lo, hi)` for `rows` rows of `len`, minus infinity where a mask leaves
-/// nothing (attention masks, masked vocabularies): every third element, and the last quarter
-/// of each run of 32 and of 256 lanes, so that on a GPU some threads of a warp, and of a block,
-/// see nothing but masked elements. Element 1 of each row is never masked.
-pub fn masked_values(rng: &mut SplitMix64, rows: usize, len: usize, lo: f64, hi: f64) -> Vec<f64> {
+/// A random `[rows, len]` array of `dtype` in `[lo, hi)`, and its values as stored, minus
+/// infinity where a mask leaves nothing (attention masks, masked vocabularies): every third
+/// element, and the last quarter of each run of 32 and of 256 lanes, so that on a GPU some
+/// threads of a warp, and of a block, see nothing but masked elements. Element 1 of each row is
+/// never masked.
+pub fn masked(
+    device: &Device,
+    rng: &mut SplitMix64,
+    [rows, len]: [usize; 2],
+    dtype: DType,
+    lo: f64,
+    hi: f64,
+) -> (Array, Vec<f64>) {
     let mut data = values(rng, rows * len, lo, hi);
     for (i, v) in data.iter_mut().enumerate() {
         let j = i % len;
@@ -83,7 +91,9 @@ pub fn masked_values(rng: &mut SplitMix64, rows: usize, len: usize, lo: f64, hi:
             *v = f64::NEG_INFINITY;
         }
     }
-    data
+    let array = Array::from_f64(device, [rows, len], dtype, &data).unwrap();
+    let stored = array.to_f64().unwrap();
+    (array, stored)
 }
 
 /// A random array of `dtype`, and its values as stored (already rounded to the dtype).
