@@ -146,7 +146,8 @@ impl Device {
     /// # Ok::<(), headroom_kernels::Error>(())
     /// ```
     pub fn meta_for(target: PlanTarget, config: DeviceConfig) -> Result<Device> {
-        let source = PlanningMemory::new(VirtualMemory::new(config.memory), false);
+        let source =
+            PlanningMemory::new(VirtualMemory::new(config.memory), target.resizes_regions());
         Self::assemble(
             DeviceKind::Meta,
             target,

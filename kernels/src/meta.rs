@@ -72,6 +72,14 @@ impl PlanTarget {
             gemm_workspace: crate::ops::gemm::preferred_blas_workspace(major),
         }
     }
+
+    /// Whether the target's memory grows regions in place under
+    /// [`Growth::Expandable`](headroom_alloc::Growth::Expandable): a CUDA device maps memory
+    /// into a region's reserved addresses (every GPU CUDA 13 supports can); the CPU's host
+    /// memory cannot, so its expandable allocator reserves a region per step.
+    pub fn resizes_regions(self) -> bool {
+        matches!(self, PlanTarget::Cuda { .. })
+    }
 }
 
 /// Runs no kernel: every op's allocations happen in the op layer, identically for every

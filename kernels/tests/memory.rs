@@ -196,32 +196,59 @@ fn a_plan_for_cuda_takes_the_cuda_kernels_scratch_instead_of_the_cpus_panels() {
     assert_eq!(plan.allocator().stats().ooms, 0);
 }
 
-/// On a GPU: the plan for CUDA makes the very allocations a CUDA run makes, in order.
+/// Grows a device's memory by a few megabytes, frees some of it and gives what it can back.
+#[cfg(feature = "cuda")]
+fn grow_and_trim(device: &Device) -> Result<Vec<Array>> {
+    let mib = |n: usize| Array::zeros(device, [n << 18], DType::F32);
+    let mut kept = vec![mib(1)?, mib(2)?, mib(3)?, mib(4)?];
+    kept.remove(1);
+    device.allocator().release_cached();
+    kept.push(mib(5)?);
+    kept.remove(3);
+    device.allocator().release_cached();
+    Ok(kept)
+}
+
+/// On a GPU: the plan for CUDA makes the very allocations a CUDA run makes, in order, and
+/// reserves as it does, whether regions are allocated whole or grow in place.
 #[cfg(feature = "cuda")]
 #[test]
 fn a_plan_for_cuda_matches_a_cuda_run_allocation_for_allocation() {
+    use headroom_alloc::Growth;
     use headroom_kernels::cuda::CudaOptions;
     let options = CudaOptions {
         gemm_workspace: Some(GEMM_WORKSPACE),
         ..CudaOptions::default()
     };
-    let allocator = config().allocator.with_limit_bytes(config().memory);
-    let gpu = match Device::cuda_with(0, allocator, options) {
-        Ok(device) => device,
-        Err(why) => return common::cuda_skipped(&why.to_string()),
-    };
-    let target = PlanTarget::Cuda {
-        gemm_workspace: GEMM_WORKSPACE,
-    };
-    let plan = Device::meta_for(target, config()).unwrap();
-    let kept_gpu = program(&gpu).unwrap();
-    let kept_plan = program(&plan).unwrap();
-    assert_eq!(events(&gpu), events(&plan));
-    let (gpu_stats, plan_stats) = (gpu.allocator().stats(), plan.allocator().stats());
-    assert_eq!(gpu_stats.peak_in_use, plan_stats.peak_in_use);
-    assert_eq!(gpu_stats.peak_reserved, plan_stats.peak_reserved);
-    assert_eq!(gpu_stats.tags, plan_stats.tags);
-    drop((kept_gpu, kept_plan));
+    for growth in [Growth::OnDemand, Growth::Expandable] {
+        let config = DeviceConfig {
+            allocator: config().allocator.with_growth(growth),
+            ..config()
+        };
+        let allocator = config.allocator.clone().with_limit_bytes(config.memory);
+        let gpu = match Device::cuda_with(0, allocator, options) {
+            Ok(device) => device,
+            Err(why) => return common::cuda_skipped(&why.to_string()),
+        };
+        let target = PlanTarget::Cuda {
+            gemm_workspace: GEMM_WORKSPACE,
+        };
+        let plan = Device::meta_for(target, config).unwrap();
+        let kept_gpu = (program(&gpu).unwrap(), grow_and_trim(&gpu).unwrap());
+        let kept_plan = (program(&plan).unwrap(), grow_and_trim(&plan).unwrap());
+        assert_eq!(events(&gpu), events(&plan), "{growth:?}");
+        let (gpu_stats, plan_stats) = (gpu.allocator().stats(), plan.allocator().stats());
+        assert_eq!(gpu_stats.peak_in_use, plan_stats.peak_in_use, "{growth:?}");
+        assert_eq!(gpu_stats.tags, plan_stats.tags, "{growth:?}");
+        let reserving = |s: &headroom_alloc::Stats| {
+            (s.peak_reserved, s.reserved, s.regions, s.regions_reserved)
+        };
+        assert_eq!(reserving(&gpu_stats), reserving(&plan_stats), "{growth:?}");
+        if growth == Growth::Expandable {
+            assert_eq!(gpu_stats.regions, 1, "the GPU's region grew in place");
+        }
+        drop((kept_gpu, kept_plan));
+    }
 }
 
 /// One input of an op under test.

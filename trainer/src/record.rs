@@ -131,6 +131,10 @@ pub struct Summary {
     pub peak_by_tag: Vec<TagBytes>,
     /// The highest bytes in use.
     pub peak: u64,
+    /// The most bytes reserved from the device at once in this process: what is in use, the
+    /// allocator's cache and its fragments (0 in summaries written before it was recorded).
+    #[serde(default)]
+    pub peak_reserved: u64,
     /// The limit.
     pub limit: u64,
 }
@@ -173,9 +177,14 @@ impl fmt::Display for Summary {
                 format_bytes(measured)
             )?;
         }
+        let reserved = if self.peak_reserved > 0 {
+            format!(" (at most {} reserved)", format_bytes(self.peak_reserved))
+        } else {
+            String::new()
+        };
         writeln!(
             f,
-            "peak memory {} of the {} limit, by tag:",
+            "peak memory {} of the {} limit{reserved}, by tag:",
             format_bytes(self.peak),
             format_bytes(self.limit)
         )?;

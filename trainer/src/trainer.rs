@@ -455,6 +455,7 @@ impl Trainer {
             first_step_peak: self.tally.first_step_peak,
             peak_by_tag,
             peak: self.tally.peak,
+            peak_reserved: self.device.allocator().stats().peak_reserved,
             limit: self.budget.limit,
         }
     }

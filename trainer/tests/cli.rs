@@ -53,6 +53,14 @@ fn bad_configurations_list_every_problem() {
         &["exceeds the device"],
     );
     fails_with(&headroom(&["plan", "--model", "mlp"]), &["data.kind"]);
+    fails_with(
+        &headroom(&["train", "--expandable-segments"]),
+        &["memory.expandable_segments", "cuda"],
+    );
+    fails_with(
+        &headroom(&["train", "--expandable-segments", "--preallocate"]),
+        &["--expandable-segments", "--preallocate"],
+    );
 }
 
 #[test]
@@ -142,6 +150,13 @@ fn plan_report_and_replay_print_their_tables() {
         stdout.contains("== summary") && stdout.contains("held-out exact match"),
         "{stdout}"
     );
+    let summary: headroom_trainer::Summary =
+        serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap();
+    assert!(
+        summary.peak_reserved >= summary.peak && summary.peak_reserved <= summary.limit,
+        "{summary:?}"
+    );
+    assert!(stdout.contains(" reserved), by tag:"), "{stdout}");
     for file in [
         "metrics.jsonl",
         "summary.json",

@@ -1,5 +1,6 @@
 //! Configuration: TOML with defaults, flags over the file, validation up front.
 
+use headroom_alloc::Growth;
 use headroom_trainer::config::{Overrides, PrecisionKind, TrainConfig};
 
 #[test]
@@ -59,4 +60,41 @@ fn validation_lists_every_problem_by_setting() {
     ] {
         assert!(err.contains(setting), "`{setting}` not in {err}");
     }
+}
+
+#[test]
+fn expandable_segments_need_a_gpu_and_exclude_preallocation() {
+    let mut config = TrainConfig::default();
+    config.memory.expandable_segments = true;
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("memory.expandable_segments"), "{err}");
+    config.device = "cuda:1".into();
+    config.validate().unwrap();
+    let budget = config.memory.budget_on(1 << 30).unwrap();
+    assert_eq!(budget.growth, Growth::Expandable);
+    config.memory.preallocate = true;
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("choose one"), "{err}");
+
+    // A flag picks one policy over the file's.
+    let text = "device = \"cuda\"\n[memory]\nexpandable_segments = true\n";
+    let mut config: TrainConfig = toml::from_str(text).unwrap();
+    let preallocate = Overrides {
+        preallocate: true,
+        ..Overrides::default()
+    };
+    preallocate.apply(&mut config);
+    assert!(config.memory.preallocate && !config.memory.expandable_segments);
+    let expandable = Overrides {
+        expandable_segments: true,
+        ..Overrides::default()
+    };
+    expandable.apply(&mut config);
+    assert!(!config.memory.preallocate && config.memory.expandable_segments);
+    let on_demand = Overrides {
+        allow_growth: true,
+        ..Overrides::default()
+    };
+    on_demand.apply(&mut config);
+    assert_eq!(config.memory.budget().unwrap().growth, Growth::OnDemand);
 }

@@ -38,22 +38,28 @@ fn on_gpu(config: &TrainConfig) -> Option<Trainer> {
 
 #[test]
 fn the_planned_peak_is_the_peak_on_the_gpu() {
-    let dir = TempDir::new("cuda-plan");
-    let mut config = small_config(&dir);
-    config.batch.size = 32;
-    config.batch.micro = None;
-    let Some(mut gpu) = on_gpu(&config) else {
-        return;
-    };
-    assert_eq!(gpu.device().kind(), DeviceKind::Cuda(0));
-    assert!(matches!(
-        gpu.device().plan_target(),
-        PlanTarget::Cuda { .. }
-    ));
-    let plan = gpu.plan().expect("a planned run").clone();
-    gpu.train_step().unwrap();
-    let measured = gpu.device().allocator().stats().peak_in_use;
-    assert_eq!(measured, plan.predicted_peak, "{plan}");
+    for expandable_segments in [false, true] {
+        let dir = TempDir::new("cuda-plan");
+        let mut config = small_config(&dir);
+        config.batch.size = 32;
+        config.batch.micro = None;
+        config.memory.expandable_segments = expandable_segments;
+        let Some(mut gpu) = on_gpu(&config) else {
+            return;
+        };
+        assert_eq!(gpu.device().kind(), DeviceKind::Cuda(0));
+        assert!(matches!(
+            gpu.device().plan_target(),
+            PlanTarget::Cuda { .. }
+        ));
+        let plan = gpu.plan().expect("a planned run").clone();
+        gpu.train_step().unwrap();
+        let stats = gpu.device().allocator().stats();
+        assert_eq!(stats.peak_in_use, plan.predicted_peak, "{plan}");
+        if expandable_segments {
+            assert_eq!(stats.regions, 1, "one region, grown in place");
+        }
+    }
 }
 
 #[test]

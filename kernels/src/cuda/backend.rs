@@ -8,7 +8,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg, result,
 };
-use headroom_alloc::AllocatorConfig;
+use headroom_alloc::{AllocatorConfig, Growth};
 use parking_lot::Mutex;
 
 use super::args::Arg;
@@ -60,7 +60,9 @@ struct Kernel {
 impl Device {
     /// The CUDA device `ordinal`, its memory managed by an allocator with `config` (whose
     /// fraction limit applies to the device's total memory), products under default
-    /// [`CudaOptions`]. Fails with [`Error::NoCudaDriver`] on a machine without a driver or
+    /// [`CudaOptions`]. Under [`Growth::Expandable`] the allocator's one region grows and
+    /// shrinks in place through the driver's virtual memory management, as PyTorch's expandable
+    /// segments do. Fails with [`Error::NoCudaDriver`] on a machine without a driver or
     /// device, [`Error::NoCudaLibrary`] without cuBLAS or NVRTC, and [`Error::Cuda`] for a
     /// missing ordinal.
     pub fn cuda(ordinal: u32, config: AllocatorConfig) -> Result<Device> {
@@ -80,7 +82,8 @@ impl Device {
         let stream = context
             .new_stream()
             .map_err(|err| driver_error("cuda", "cuStreamCreate", err))?;
-        let memory = CudaMemory::new(Arc::clone(&context), Arc::clone(&stream))?;
+        let expandable = config.growth == Growth::Expandable;
+        let memory = CudaMemory::new(Arc::clone(&context), Arc::clone(&stream), expandable)?;
         let backend = CudaBackend::new(context, stream, options)?;
         let plan_target = PlanTarget::Cuda {
             gemm_workspace: backend.gemm_workspace,

@@ -116,6 +116,20 @@ pub fn device_memory(ordinal: u32) -> Result<u64> {
     Ok(bytes as u64)
 }
 
+/// Bytes free on CUDA device `ordinal` and its total, as the driver reports them
+/// (`cuMemGetInfo`, what `torch.cuda.mem_get_info` returns): free memory counts what every
+/// process holds, this one's allocator included. Opens the device's primary context if no
+/// device holds it yet, which takes a moment on a GPU.
+pub fn memory_info(ordinal: u32) -> Result<(u64, u64)> {
+    require_device("memory_info", ordinal)?;
+    let context = cudarc::driver::CudaContext::new(ordinal as usize)
+        .map_err(|err| driver_error("memory_info", "cuDevicePrimaryCtxRetain", err))?;
+    let (free, total) = context
+        .mem_get_info()
+        .map_err(|err| driver_error("memory_info", "cuMemGetInfo", err))?;
+    Ok((free as u64, total as u64))
+}
+
 /// True when a CUDA device can be opened: the driver loads and reports at least one.
 pub fn is_available() -> bool {
     device_count().is_ok_and(|count| count > 0)

@@ -14,9 +14,10 @@
 //! later user of those bytes is itself queued behind those kernels on the same stream, so it
 //! cannot touch them early. This is the stream order PyTorch's caching allocator relies on, and
 //! it costs nothing: no event per free and no synchronisation. Two things do wait for the
-//! stream: host reads (the bytes must have arrived), and giving a whole region back to the driver
-//! ([`CudaMemory`] synchronises the stream before `cuMemFree`, which would otherwise free memory
-//! that queued kernels may still touch).
+//! stream: host reads (the bytes must have arrived), and giving memory back to the driver
+//! ([`CudaMemory`] synchronises the stream before `cuMemFree` of a region, or `cuMemUnmap` of an
+//! expandable region's pages, either of which would otherwise free memory that queued kernels
+//! may still touch).
 //!
 //! # Kernels
 //!
@@ -33,9 +34,10 @@ mod compile;
 mod driver;
 mod memory;
 mod signature;
+mod virtual_memory;
 
 pub(crate) use args::{Arg, Walk};
 pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
 pub use compile::{Family, check_machine_code, compile_ptx};
-pub use driver::{CudaOptions, device_count, device_memory, is_available};
+pub use driver::{CudaOptions, device_count, device_memory, is_available, memory_info};
 pub use memory::CudaMemory;

@@ -51,7 +51,44 @@ enum CUdevice_attribute {
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
     CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
+};
+
+// Virtual memory management: the structures as cuda.h 13.0 lays them out.
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+enum {
+    CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+    CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
+    CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+    CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+    CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1,
+};
+
+struct CUmemLocation {
+    int type;
+    int id;
+};
+
+struct CUmemAllocationProp {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void* win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+};
+
+struct CUmemAccessDesc {
+    CUmemLocation location;
+    int flags;
 };
 
 // The emulated device's limits, those of an H100 where a kernel could notice them.
@@ -65,4 +102,6 @@ constexpr unsigned kSharedMemoryPerBlock = 48 << 10;
 constexpr int kMultiprocessors = 2;
 // Device memory as the driver reports it; allocations beyond it fail as out of memory.
 constexpr size_t kTotalMemory = size_t(8) << 30;
+// The size and alignment unit of physical allocations and their mappings (an H100's).
+constexpr size_t kGranularity = size_t(2) << 20;
 }  // namespace emu::limits

@@ -1,7 +1,8 @@
 // Device memory: host memory, 256-byte aligned as cuMemAlloc's, within a fixed emulated total.
 // A device pointer is the host address, so kernels and cuBLAS read it directly. Every copy is
-// checked to lie inside one live allocation, as the driver checks (beyond what it checks, the
-// emulator also reports a device-to-device copy whose ranges overlap).
+// checked to lie inside one live allocation, or in mapped virtual memory (virtual_memory.cpp),
+// as the driver checks (beyond what it checks, the emulator also reports a device-to-device
+// copy whose ranges overlap).
 
 #include <cstdint>
 #include <cstdlib>
@@ -13,19 +14,18 @@
 namespace {
 
 constexpr size_t kAlignment = 256;
-// Fresh allocations are filled with 0xff bytes, a NaN in every float dtype, so that a kernel
-// reading memory nothing wrote gives NaNs instead of the zeros fresh pages would hold.
-constexpr unsigned char kPoison = 0xff;
 
 std::map<CUdeviceptr, size_t> allocations;  // base -> bytes, under the driver lock
-size_t allocated = 0;
+size_t in_use = 0;  // bytes of allocations and physical handles, under the driver lock
 
-// True when [address, address + bytes) lies inside one live allocation.
+// True when [address, address + bytes) lies inside one live allocation or mapped range.
 bool is_device_range(CUdeviceptr address, size_t bytes) {
     auto next = allocations.upper_bound(address);
-    if (next == allocations.begin()) return false;
-    const auto& [base, size] = *std::prev(next);
-    return address - base <= size && bytes <= size - (address - base);
+    if (next != allocations.begin()) {
+        const auto& [base, size] = *std::prev(next);
+        if (address - base <= size && bytes <= size - (address - base)) return true;
+    }
+    return emu::is_mapped_range(address, bytes);
 }
 
 CUresult allocate(CUdeviceptr* pointer, size_t bytes) {
@@ -33,13 +33,15 @@ CUresult allocate(CUdeviceptr* pointer, size_t bytes) {
     if (!pointer || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     std::lock_guard<std::mutex> guard(emu::driver_lock());
-    if (rounded > emu::limits::kTotalMemory - allocated) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!emu::take_memory(rounded)) return CUDA_ERROR_OUT_OF_MEMORY;
     void* memory = std::aligned_alloc(kAlignment, rounded);
-    if (!memory) return CUDA_ERROR_OUT_OF_MEMORY;
-    std::memset(memory, kPoison, rounded);
+    if (!memory) {
+        emu::give_memory(rounded);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    std::memset(memory, emu::kPoison, rounded);
     *pointer = reinterpret_cast<CUdeviceptr>(memory);
     allocations.emplace(*pointer, bytes);
-    allocated += rounded;
     return CUDA_SUCCESS;
 }
 
@@ -48,7 +50,7 @@ CUresult release(CUdeviceptr pointer) {
     std::lock_guard<std::mutex> guard(emu::driver_lock());
     const auto found = allocations.find(pointer);
     if (found == allocations.end()) return CUDA_ERROR_INVALID_VALUE;
-    allocated -= (found->second + kAlignment - 1) / kAlignment * kAlignment;
+    emu::give_memory((found->second + kAlignment - 1) / kAlignment * kAlignment);
     allocations.erase(found);
     std::free(reinterpret_cast<void*>(pointer));
     return CUDA_SUCCESS;
@@ -100,6 +102,20 @@ CUresult fill(CUdeviceptr dst, T value, size_t count, CUstream stream) {
 
 }  // namespace
 
+namespace emu {
+
+bool take_memory(size_t bytes) {
+    if (bytes > limits::kTotalMemory - in_use) return false;
+    in_use += bytes;
+    return true;
+}
+
+void give_memory(size_t bytes) { in_use -= bytes; }
+
+size_t memory_in_use() { return in_use; }
+
+}  // namespace emu
+
 CU_API CUresult cuMemAlloc_v2(CUdeviceptr* pointer, size_t bytes) { return allocate(pointer, bytes); }
 CU_API CUresult cuMemFree_v2(CUdeviceptr pointer) { return release(pointer); }
 
@@ -114,7 +130,7 @@ CU_API CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
     if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
     std::lock_guard<std::mutex> guard(emu::driver_lock());
     *total = emu::limits::kTotalMemory;
-    *free = emu::limits::kTotalMemory - allocated;
+    *free = emu::limits::kTotalMemory - emu::memory_in_use();
     return CUDA_SUCCESS;
 }
 

@@ -317,6 +317,10 @@ pub struct MemoryConfig {
     pub fraction: Option<f64>,
     /// Reserve the whole limit up front instead of growing on demand.
     pub preallocate: bool,
+    /// On a GPU, one region that grows and shrinks in place a page at a time instead of
+    /// regions reserved whole (PyTorch's `expandable_segments:True`): memory freed anywhere in
+    /// it coalesces, so a run fragments less.
+    pub expandable_segments: bool,
     /// Allocator events kept for the run's trace.
     pub history: usize,
 }
@@ -328,6 +332,7 @@ impl Default for MemoryConfig {
             limit: None,
             fraction: None,
             preallocate: false,
+            expandable_segments: false,
             history: 200_000,
         }
     }

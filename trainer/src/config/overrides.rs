@@ -40,11 +40,14 @@ pub struct Overrides {
     #[arg(long)]
     pub device_memory: Option<String>,
     /// Reserve memory as it is needed (the default).
-    #[arg(long, conflicts_with = "preallocate")]
+    #[arg(long, conflicts_with_all = ["preallocate", "expandable_segments"])]
     pub allow_growth: bool,
     /// Reserve the whole limit up front.
     #[arg(long)]
     pub preallocate: bool,
+    /// On a GPU, grow one region in place a page at a time (PyTorch's expandable segments).
+    #[arg(long, conflicts_with = "preallocate")]
+    pub expandable_segments: bool,
     /// The seed of weights, data order and dropout.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -114,9 +117,15 @@ impl Overrides {
         set(&mut config.memory.device, self.device_memory.clone());
         if self.allow_growth {
             config.memory.preallocate = false;
+            config.memory.expandable_segments = false;
         }
         if self.preallocate {
             config.memory.preallocate = true;
+            config.memory.expandable_segments = false;
+        }
+        if self.expandable_segments {
+            config.memory.expandable_segments = true;
+            config.memory.preallocate = false;
         }
         set(&mut config.seed, self.seed);
         set(&mut config.run_dir, self.run_dir.clone());

@@ -60,6 +60,13 @@ impl MemoryConfig {
         if problems.is_empty() && limit == 0 {
             problems.push("memory.limit: a limit of 0 bytes".into());
         }
+        if self.preallocate && self.expandable_segments {
+            problems.push(
+                "memory: preallocate reserves the limit whole, expandable_segments grows a region \
+                 in place; choose one"
+                    .into(),
+            );
+        }
         if !problems.is_empty() {
             return Err(Error::Config { problems });
         }
@@ -68,6 +75,8 @@ impl MemoryConfig {
             limit,
             growth: if self.preallocate {
                 Growth::Preallocate
+            } else if self.expandable_segments {
+                Growth::Expandable
             } else {
                 Growth::OnDemand
             },
@@ -84,8 +93,14 @@ impl TrainConfig {
                 problems.push(problem);
             }
         };
-        if let Err(problem) = self.device.parse::<crate::device::DeviceChoice>() {
-            check(false, problem);
+        match self.device.parse::<crate::device::DeviceChoice>() {
+            Err(problem) => check(false, problem),
+            Ok(device) => check(
+                !self.memory.expandable_segments || device != crate::device::DeviceChoice::Cpu,
+                "memory.expandable_segments: the CPU's memory cannot grow a region in place; \
+                 it needs device = \"cuda\""
+                    .into(),
+            ),
         }
         match (self.steps, self.epochs) {
             (Some(_), Some(_)) => check(false, "give `steps` or `epochs`, not both".into()),
