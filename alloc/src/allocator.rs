@@ -10,7 +10,7 @@ use crate::error::{Error, InvalidFreeReason, Result};
 use crate::growth::GrowFailure;
 use crate::history::{Event, EventKind, History};
 use crate::report::OomCause;
-use crate::size::round_size;
+use crate::size::{GRANULE, round_size};
 use crate::source::MemorySource;
 use crate::stats::{Counters, TagTable};
 use crate::tag::Tag;
@@ -89,8 +89,10 @@ impl std::fmt::Debug for Allocator {
 }
 
 impl Allocator {
-    /// An allocator over `source`. With [`Growth::Preallocate`] the whole limit is reserved now,
-    /// and a source that refuses it is an error.
+    /// An allocator over `source`. With [`Growth::Preallocate`] the whole limit is reserved now
+    /// or, where the source refuses that much (a GPU whose context and other processes hold
+    /// some), as much as it gives, 10% less at a time as TensorFlow backs off; a source that
+    /// gives nothing is an error.
     pub fn new(source: impl MemorySource + 'static, config: AllocatorConfig) -> Result<Self> {
         Self::from_boxed(Box::new(source), config)
     }
@@ -115,16 +117,23 @@ impl Allocator {
             config,
         };
         if allocator.config.growth == Growth::Preallocate {
-            let base = allocator
-                .source
-                .reserve(limit)
-                .map_err(|err| Error::Source {
-                    source_name: allocator.source.name().to_owned(),
-                    op: "reserve",
-                    bytes: limit,
-                    message: err.message,
-                })?;
-            allocator.add_region(base, limit)?;
+            let (base, size) = match allocator.reserve_backing_off(limit, GRANULE) {
+                Ok(region) => region,
+                Err(GrowFailure::Fault(err)) => return Err(err),
+                Err(GrowFailure::Oom(cause)) => {
+                    let message = match cause {
+                        OomCause::SourceRefused(message) => message,
+                        other => format!("{other:?}"),
+                    };
+                    return Err(Error::Source {
+                        source_name: allocator.source.name().to_owned(),
+                        op: "reserve",
+                        bytes: limit,
+                        message,
+                    });
+                }
+            };
+            allocator.add_region(base, size)?;
         }
         allocator.debug_validate();
         Ok(allocator)

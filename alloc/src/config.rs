@@ -18,7 +18,9 @@ pub const DEFAULT_MAX_INTERNAL_FRAGMENTATION: u64 = 128 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Growth {
-    /// One region of the whole limit, reserved when the allocator is made (TensorFlow's default).
+    /// One region of the whole limit, reserved when the allocator is made (TensorFlow's default),
+    /// or of as much as the source gives, backing off 10% at a time while it refuses, as
+    /// TensorFlow does; the rest, if ever needed, is reserved the same way.
     Preallocate,
     /// Regions reserved as needed: the first `min(limit, 2 MiB)`, each next one double the last
     /// until it covers the request, backing off to 90% while the source refuses (memory growth).

@@ -37,7 +37,7 @@ impl Allocator {
     }
 
     /// Reserves a new region that can hold `rounded` bytes: the whole headroom when preallocating,
-    /// else the next doubling size (backing off to 90% while the source refuses).
+    /// else the next doubling size; either backs off while the source refuses.
     fn grow_by_region(
         &mut self,
         rounded: u64,
@@ -47,7 +47,7 @@ impl Allocator {
         if rounded > headroom {
             return Err(OomCause::LimitReached.into());
         }
-        let mut size = if on_demand {
+        let size = if on_demand {
             let mut size = self.next_region_size.max(GRANULE);
             while size < rounded {
                 size = size.saturating_mul(2);
@@ -56,20 +56,30 @@ impl Allocator {
         } else {
             headroom
         };
+        let (base, size) = self.reserve_backing_off(size, rounded)?;
+        self.add_region(base, size)
+            .map_err(|err| OomCause::SourceRefused(err.to_string()))?;
+        self.next_region_size = size.saturating_mul(2);
+        Ok(())
+    }
+
+    /// Reserves a region of `size` bytes or, while the source refuses for lack of memory, 10%
+    /// less at a time (TensorFlow's back-off: a GPU holds less than its total free), down to
+    /// `at_least`; returns its base and size. A fault ends the attempt at once.
+    pub(crate) fn reserve_backing_off(
+        &mut self,
+        mut size: u64,
+        at_least: u64,
+    ) -> std::result::Result<(u64, u64), GrowFailure> {
         loop {
             match self.source.reserve(size) {
-                Ok(base) => {
-                    self.add_region(base, size)
-                        .map_err(|err| OomCause::SourceRefused(err.to_string()))?;
-                    self.next_region_size = size.saturating_mul(2);
-                    return Ok(());
-                }
+                Ok(base) => return Ok((base, size)),
                 Err(failure) if failure.fault => {
                     return Err(self.source_fault("reserve", size, failure));
                 }
                 Err(refusal) => {
                     let smaller = (size / 10 * 9) & !(GRANULE - 1);
-                    if smaller < rounded || !on_demand {
+                    if smaller < at_least.max(GRANULE) {
                         return Err(OomCause::SourceRefused(refusal.message).into());
                     }
                     size = smaller;

@@ -430,10 +430,37 @@ fn limits_as_fractions_and_bad_configurations() {
     let bad = AllocatorConfig::default().with_limit(Limit::Fraction(2.0));
     let err = Allocator::new(VirtualMemory::new(MIB), bad).unwrap_err();
     assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
-    let refused = FaultInjecting::new(VirtualMemory::new(MIB)).fail_reserve_number(1);
+    let nothing = FaultInjecting::new(VirtualMemory::new(MIB)).fail_beyond(0);
     let config = AllocatorConfig::default().with_growth(Growth::Preallocate);
-    let err = Allocator::new(refused, config).unwrap_err();
+    let err = Allocator::new(nothing, config).unwrap_err();
     assert!(matches!(err, Error::Source { op: "reserve", .. }), "{err}");
+}
+
+#[test]
+fn a_preallocation_the_source_refuses_backs_off_and_the_rest_follows_on_demand() {
+    // A device of 64 MiB whose free memory is 50 MiB (a GPU's context and other processes hold
+    // the rest): the whole device as the limit cannot be reserved at once.
+    let source = FaultInjecting::new(VirtualMemory::new(64 * MIB)).fail_beyond(50 * MIB);
+    let config = AllocatorConfig::default().with_growth(Growth::Preallocate);
+    let mut alloc = Allocator::new(source, config).unwrap();
+    // 64 MiB, then 10% less at a time (rounded down to 256 B) until it fits in 50 MiB.
+    let mut expected = 64 * MIB;
+    while expected > 50 * MIB {
+        expected = (expected / 10 * 9) & !255;
+    }
+    assert_eq!((alloc.reserved(), alloc.limit()), (expected, 64 * MIB));
+    let whole = alloc.allocate(expected, Tag::WEIGHTS).unwrap();
+    // Past the first region, the rest of the limit is asked for, and backed off from, again.
+    let more = alloc.allocate(MIB, Tag::ACTIVATIONS).unwrap();
+    assert_eq!(alloc.stats().regions, 2);
+    assert!(alloc.reserved() <= 50 * MIB, "{}", alloc.reserved());
+    let err = alloc.allocate(4 * MIB, Tag::ACTIVATIONS).unwrap_err();
+    assert!(matches!(
+        err.oom_report().unwrap().cause,
+        OomCause::SourceRefused(_)
+    ));
+    alloc.free(whole.addr).unwrap();
+    alloc.free(more.addr).unwrap();
 }
 
 #[test]
