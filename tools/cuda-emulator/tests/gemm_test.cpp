@@ -8,13 +8,11 @@
 #include <vector>
 
 #include "check.h"
+#include "context.h"
 #include "cublas_api.h"
 #include "cuda_api.h"
 #include "half.h"
 
-CU_API CUresult cuInit(unsigned int);
-CU_API CUresult cuDevicePrimaryCtxRetain(CUcontext*, CUdevice);
-CU_API CUresult cuCtxSetCurrent(CUcontext);
 CU_API CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
 CU_API CUresult cuMemFree_v2(CUdeviceptr);
 CUBLAS_API cublasStatus_t cublasCreate_v2(cublasHandle_t*);
@@ -186,10 +184,7 @@ void test_documented_refusals(cublasHandle_t handle) {
 }  // namespace
 
 int main() {
-    CUcontext context;
-    cuInit(0);
-    cuDevicePrimaryCtxRetain(&context, 0);
-    cuCtxSetCurrent(context);
+    open_device();
     cublasHandle_t handle;
     cublasCreate_v2(&handle);
     test_products(handle);

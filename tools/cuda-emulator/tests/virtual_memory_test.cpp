@@ -6,11 +6,9 @@
 #include <vector>
 
 #include "check.h"
+#include "context.h"
 #include "cuda_api.h"
 
-CU_API CUresult cuInit(unsigned int);
-CU_API CUresult cuDevicePrimaryCtxRetain(CUcontext*, CUdevice);
-CU_API CUresult cuCtxSetCurrent(CUcontext);
 CU_API CUresult cuMemGetInfo_v2(size_t*, size_t*);
 CU_API CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void*, size_t);
 CU_API CUresult cuMemcpyDtoH_v2(void*, CUdeviceptr, size_t);
@@ -146,10 +144,7 @@ void test_documented_refusals(size_t page) {
 }  // namespace
 
 int main() {
-    CUcontext context;
-    cuInit(0);
-    cuDevicePrimaryCtxRetain(&context, 0);
-    cuCtxSetCurrent(context);
+    open_device();
     const CUmemAllocationProp prop = pinned();
     size_t page = 0;
     CHECK(cuMemGetAllocationGranularity(&page, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS,
