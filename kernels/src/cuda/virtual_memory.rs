@@ -56,7 +56,8 @@ impl Pages {
         }
         .result()
         .map_err(|err| ("cuMemGetAllocationGranularity", err))?;
-        Ok(Some(Self {
+        // No driver answers 0; one that did could not page a region.
+        Ok((size > 0).then_some(Self {
             device,
             size: size as u64,
         }))
