@@ -56,13 +56,12 @@ bool is_emulated_kind(const CUmemAllocationProp* prop) {
            prop->requestedHandleTypes == 0;
 }
 
-// The reservation [address, address + bytes) lies in, if it lies in one.
-const std::pair<const CUdeviceptr, size_t>* reservation_of(CUdeviceptr address, size_t bytes) {
+// True when [address, address + bytes) lies inside one reservation.
+bool is_reserved(CUdeviceptr address, size_t bytes) {
     auto next = reservations.upper_bound(address);
-    if (next == reservations.begin()) return nullptr;
-    const auto& found = *std::prev(next);
-    const auto& [base, size] = found;
-    return address - base <= size && bytes <= size - (address - base) ? &found : nullptr;
+    if (next == reservations.begin()) return false;
+    const auto& [base, size] = *std::prev(next);
+    return address - base <= size && bytes <= size - (address - base);
 }
 
 bool overlaps_a_mapping(CUdeviceptr address, size_t bytes) {
@@ -219,7 +218,7 @@ CU_API CUresult cuMemMap(CUdeviceptr pointer, size_t bytes, size_t offset,
     if (found->second.mapped)
         return emu::complain(CUDA_ERROR_NOT_SUPPORTED, "cuMemMap: handle %llu is mapped already "
                              "(the emulator maps a handle once at a time)", handle);
-    if (!reservation_of(pointer, bytes))
+    if (!is_reserved(pointer, bytes))
         return emu::complain(CUDA_ERROR_INVALID_VALUE, "cuMemMap(%#llx, %zu): not inside one "
                              "address reservation", pointer, bytes);
     if (overlaps_a_mapping(pointer, bytes))
