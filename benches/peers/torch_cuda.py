@@ -1,5 +1,5 @@
 """PyTorch on the GPU, for the cases of `cuda-compare`: GEMM throughput by dtype, copy bandwidth,
-and elementwise, softmax and layer-norm bandwidth. Prints one JSON line per case with the keys
+elementwise, softmax and layer-norm bandwidth, and the gradient of an embedding. Prints one JSON line per case with the keys
 op, dtype, shape, value, unit, as `cuda-compare` does. See README.md beside this file.
 
     python3 benches/peers/torch_cuda.py                          # the sizes the figures use
@@ -15,12 +15,14 @@ import statistics
 import time
 
 import torch
+from torch_embedding import draw
 
 RUNS = 10
 
-# (square GEMM sizes, f32 elements of the bandwidth cases), as in cuda-compare.
-FULL = ((4096, 8192), 1 << 28)
-SMOKE = ((96,), 1 << 14)
+# (square GEMM sizes, f32 elements of the bandwidth cases, the embedding gradient's positions, row
+# length and large vocabulary), as in cuda-compare.
+FULL = ((4096, 8192), 1 << 28, (8 * 2048, 768, 50257))
+SMOKE = ((96,), 1 << 14, (256, 8, 1000))
 
 
 def timed(device: torch.device, work) -> float:
@@ -50,7 +52,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="every case at a small size")
     parser.add_argument("--device", default="cuda", help="cuda (the default), cuda:N or cpu")
     args = parser.parse_args()
-    sizes, n = SMOKE if args.smoke else FULL
+    sizes, n, (positions, dim, large) = SMOKE if args.smoke else FULL
     device = torch.device(args.device)
     torch.manual_seed(8192)
     for size in sizes:
@@ -87,6 +89,14 @@ def main() -> None:
         emit("softmax_backward", "f32", shape, 3 * nbytes / timed(device, backward) / 1e9, "GB/s")
         norm = lambda: torch.nn.functional.layer_norm(xs, (length,), gamma, beta, 1e-5)  # noqa: E731
         emit("layer_norm", "f32", shape, 2 * nbytes / timed(device, norm) / 1e9, "GB/s")
+    # The embedding's gradient, as autograd runs it for torch.nn.functional.embedding.
+    dy = torch.arange(positions * dim, dtype=torch.float32).remainder(1000).div(1000).sub(0.5)
+    dy = dy.view(positions, dim).to(device)
+    for spread, vocab in (("uniform", large), ("zipf", large), ("one-id", large), ("skewed", 16)):
+        ids = draw(spread, positions, vocab).to(device)
+        backward = lambda: torch.ops.aten.embedding_dense_backward(dy, ids, vocab, -1, False)  # noqa: E731
+        gbps = (positions + vocab) * dim * 4 / timed(device, backward) / 1e9
+        emit("embedding_backward", "f32", f"{positions}x{dim} into {vocab} {spread}", gbps, "GB/s")
 
 
 if __name__ == "__main__":

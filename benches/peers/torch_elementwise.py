@@ -8,23 +8,12 @@ tensor per call would time the kernel's page faults instead. See README.md besid
 
 import json
 import os
-import statistics
-import time
 
 import torch
+from timing import median_seconds
 
 ELEMENTS = 16 << 20
 RUNS = 7
-
-
-def median_seconds(f) -> float:
-    f()
-    times = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -33,7 +22,7 @@ def main() -> None:
     b = a.clone()
     out = torch.empty_like(a)
     nbytes = ELEMENTS * 4
-    copy_gbps = 2 * nbytes / median_seconds(lambda: out.copy_(a)) / 1e9
+    copy_gbps = 2 * nbytes / median_seconds(lambda: out.copy_(a), RUNS) / 1e9
     aten = torch.ops.aten
     ops = [
         ("copy", 1, lambda: out.copy_(a)),
@@ -50,7 +39,7 @@ def main() -> None:
         ),
     ]
     for name, reads, f in ops:
-        gbps = (reads + 1) * nbytes / median_seconds(f) / 1e9
+        gbps = (reads + 1) * nbytes / median_seconds(f, RUNS) / 1e9
         line = {
             "op": name,
             "dtype": "f32",

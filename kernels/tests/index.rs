@@ -30,6 +30,21 @@ fn dirty(device: &Device, dtype: DType, n: usize) {
     drop(Array::full(device, [n.max(1)], dtype, 7.25).unwrap());
 }
 
+/// The f64 reference of an embedding's gradient: rows of `gs` (`[ids.len(), dim]`) summed
+/// into a `[vocab, dim]` table at their ids; and the sums of their magnitudes, the scale of
+/// each element's rounding error.
+fn scatter_reference(ids: &[u32], gs: &[f64], vocab: usize, dim: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut want = vec![0.0; vocab * dim];
+    let mut scale = vec![0.0; vocab * dim];
+    for (p, &id) in ids.iter().enumerate() {
+        for k in 0..dim {
+            want[id as usize * dim + k] += gs[p * dim + k];
+            scale[id as usize * dim + k] += gs[p * dim + k].abs();
+        }
+    }
+    (want, scale)
+}
+
 /// The f64 reference loss of one row of logits.
 fn row_loss(row: &[f64], target: usize) -> f64 {
     let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -117,14 +132,7 @@ fn embedding_backward_accumulates_repeated_ids_like_the_reference() {
                 let mut dy_shape = ids_shape.to_vec();
                 dy_shape.push(dim);
                 let (dy, gs) = random(&device, &mut rng, &dy_shape, dtype, -2.0, 2.0);
-                let mut want = vec![0.0; vocab * dim];
-                let mut scale = vec![0.0; vocab * dim];
-                for (p, &id) in is.iter().enumerate() {
-                    for k in 0..dim {
-                        want[id as usize * dim + k] += gs[p * dim + k];
-                        scale[id as usize * dim + k] += gs[p * dim + k].abs();
-                    }
-                }
+                let (want, scale) = scatter_reference(&is, &gs, vocab, dim);
                 dirty(&device, dtype, vocab * dim);
                 let got = embedding_backward(&ids, &dy, vocab).unwrap();
                 assert_eq!(got.shape().dims(), [vocab, dim]);
@@ -152,6 +160,55 @@ fn embedding_backward_accumulates_repeated_ids_like_the_reference() {
     .unwrap();
     let got = embedding_backward(&ids, &dy, 3).unwrap().to_f64().unwrap();
     assert_eq!(got, [0., 0., 16., 20., 0., 0.]);
+}
+
+#[test]
+fn embedding_backward_of_a_frequent_id_is_exact_and_the_same_everywhere() {
+    // (vocab, dim, positions, share of them naming id 2): one id nearly everywhere (cut into
+    // many pieces, alongside short runs), and one id everywhere.
+    let cases = [(9, 37, 3000, 0.8), (3, 5, 2000, 1.0)];
+    let mut rng = rng();
+    for (vocab, dim, n, share) in cases {
+        let is: Vec<u32> = (0..n)
+            .map(|_| {
+                let draw = rng.next_u64();
+                if (draw % 1000) as f64 / 1000.0 < share {
+                    2
+                } else {
+                    ((draw >> 32) % vocab as u64) as u32
+                }
+            })
+            .collect();
+        let gs = common::values(&mut rng, n * dim, -2.0, 2.0);
+        let (want, scale) = scatter_reference(&is, &gs, vocab, dim);
+        for dtype in DType::FLOATS {
+            let what = format!("{dtype} vocab {vocab} dim {dim}, {n} positions");
+            let mut results = Vec::new();
+            for device in devices() {
+                let ids = Array::from_host(&device, [n], &is).unwrap();
+                let dy = Array::from_f64(&device, [n, dim], dtype, &gs).unwrap();
+                let got = embedding_backward(&ids, &dy, vocab)
+                    .unwrap()
+                    .to_f64()
+                    .unwrap();
+                assert_close_scaled(&what, &got, &want, &scale, tolerance(dtype));
+                results.push((device.to_string(), got));
+                if device.to_string() == "cpu" {
+                    // The sums' order is fixed by the input, not by the threads running them.
+                    let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build();
+                    let alone = one_thread
+                        .unwrap()
+                        .install(|| embedding_backward(&ids, &dy, vocab))
+                        .unwrap();
+                    let alone = alone.to_f64().unwrap();
+                    assert_eq!(alone, results[0].1, "{what}: one thread against the pool");
+                }
+            }
+            for (device, got) in &results[1..] {
+                assert_eq!(got, &results[0].1, "{what}: {device} against the CPU");
+            }
+        }
+    }
 }
 
 /// `(rows, classes)` every cross-entropy check runs: single rows and classes, a batch, a row

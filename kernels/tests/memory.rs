@@ -179,8 +179,8 @@ fn a_plan_for_cuda_takes_the_cuda_kernels_scratch_instead_of_the_cpus_panels() {
         [
             GEMM_WORKSPACE, // the one product's cuBLAS workspace
             768,            // layer-norm partial sums: 8 slices x 2 x 6 f64
-            13 * 4,         // embedding gradient: where each of 12 ids' positions start
-            8 * 4,          // and the 8 positions grouped by id
+            13 * 2 * 4,     // embedding gradient: where each of 12 ids' positions and pieces start
+            8 * 4,          // and the 8 positions grouped by id (too few to cut into pieces)
             8 * 8,          // cross-entropy: 8 row losses in f64
         ]
     );
@@ -409,6 +409,12 @@ fn cases() -> Vec<Case> {
             "embedding_backward",
             &[Ids(&[3, 2], 9), Float(&[3, 2, 4], DType::F32)],
             |_, x| Ok(vec![index::embedding_backward(&x[0], &x[1], 9)?]),
+        ),
+        // Enough positions for long runs to be cut into pieces, with their partial rows.
+        case(
+            "embedding_backward",
+            &[Ids(&[40, 2], 2), Float(&[40, 2, 4], DType::BF16)],
+            |_, x| Ok(vec![index::embedding_backward(&x[0], &x[1], 2)?]),
         ),
         case(
             "cross_entropy",

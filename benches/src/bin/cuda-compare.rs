@@ -1,5 +1,6 @@
 //! The CUDA backend on a GPU: GEMM throughput by dtype, elementwise, softmax and layer-norm
-//! bandwidth as a share of the device's copy bandwidth, and alloc + free through the device's allocator (and
+//! bandwidth as a share of the device's copy bandwidth, the gradient of an embedding for
+//! spread and skewed ids, and alloc + free through the device's allocator (and
 //! as device buffers) against the driver's cuMemAlloc + cuMemFree of the same sizes. Prints a
 //! table, then one JSON line per result with the keys `op, dtype, shape, value, unit` (and
 //! `of_copy` or `speedup` where they apply); `benches/peers/torch_cuda.py` prints the same keys
@@ -13,9 +14,11 @@ use std::time::Instant;
 
 use headroom_alloc::trace::SplitMix64;
 use headroom_alloc::{AllocatorConfig, Limit, Tag};
+use headroom_benches::token_ids::IdSpread;
 use headroom_kernels::cuda::CudaOptions;
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
 use headroom_kernels::ops::gemm::matmul;
+use headroom_kernels::ops::index::embedding_backward;
 use headroom_kernels::ops::norm::{layer_norm, softmax, softmax_backward};
 use headroom_kernels::{Array, DType, Device, Error, Result};
 
@@ -30,6 +33,8 @@ struct Scale {
     elements: usize,
     /// Timed alloc + free rounds.
     alloc_rounds: usize,
+    /// The embedding gradient's positions, row length and large vocabulary.
+    embedding: (usize, usize, usize),
 }
 
 /// The sizes the figures are measured at.
@@ -37,6 +42,7 @@ const FULL: Scale = Scale {
     gemm: &[4096, 8192],
     elements: 1 << 28,
     alloc_rounds: 2000,
+    embedding: (8 * 2048, 768, 50257),
 };
 
 /// `--smoke`: every case, small.
@@ -44,6 +50,7 @@ const SMOKE: Scale = Scale {
     gemm: &[96],
     elements: 1 << 14,
     alloc_rounds: 4,
+    embedding: (256, 8, 1000),
 };
 
 /// Median seconds of `RUNS` runs of `work`, each waited for on the device.
@@ -64,7 +71,7 @@ fn time(device: &Device, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
 }
 
 fn line(op: &str, dtype: &str, shape: &str, value: f64, unit: &str, extra: &str) -> String {
-    println!("{op:<18} {dtype:<10} {shape:>20} {value:>12.2} {unit:<8} {extra}");
+    println!("{op:<18} {dtype:<10} {shape:>30} {value:>12.2} {unit:<8} {extra}");
     let extra = if extra.is_empty() {
         String::new()
     } else {
@@ -164,6 +171,31 @@ fn bandwidth(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
+/// The gradient of an embedding (`dy` read, the table written, in GB/s) for the ids of
+/// `embedding-backward`: spread over a large vocabulary (GPT-2's), and one id taking 90% of the
+/// positions of a 16-row table; compared with PyTorch's, there being no target.
+fn embeddings(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
+    let device = Device::cuda(0, AllocatorConfig::default())?;
+    let (positions, dim, large) = scale.embedding;
+    let values: Vec<f64> = (0..positions * dim)
+        .map(|i| (i % 1000) as f64 / 1000.0 - 0.5)
+        .collect();
+    let dy = Array::from_f64(&device, [positions, dim], DType::F32, &values)?;
+    for (spread, vocab) in [
+        (IdSpread::Uniform, large),
+        (IdSpread::Zipf, large),
+        (IdSpread::OneId, large),
+        (IdSpread::Skewed, 16),
+    ] {
+        let ids = Array::from_host(&device, [positions], &spread.draw(positions, vocab))?;
+        let seconds = time(&device, || embedding_backward(&ids, &dy, vocab).map(drop))?;
+        let gbps = ((positions + vocab) * dim * 4) as f64 / seconds / 1e9;
+        let shape = format!("{positions}x{dim} into {vocab} {}", spread.name());
+        lines.push(line("embedding_backward", "f32", &shape, gbps, "GB/s", ""));
+    }
+    Ok(())
+}
+
 /// Sizes an allocation-heavy step asks for: activations, weights, small temporaries.
 const SIZES: [usize; 8] = [
     256,
@@ -249,12 +281,13 @@ fn main() -> Result<()> {
         }
     };
     println!(
-        "{:<18} {:<10} {:>20} {:>12} unit",
+        "{:<18} {:<10} {:>30} {:>12} unit",
         "op", "dtype", "shape", "value"
     );
     let mut lines = Vec::new();
     gemms(scale, &mut lines)?;
     bandwidth(scale, &mut lines)?;
+    embeddings(scale, &mut lines)?;
     allocations(scale, &mut lines)?;
     for line in lines {
         println!("{line}");

@@ -2,29 +2,14 @@
 //! bandwidth, measured in the same run with a parallel copy of host memory. Prints a table, then
 //! one JSON line per op with the keys `op, dtype, elements, gbps, fraction_of_copy`.
 
-use std::time::Instant;
-
+use headroom_benches::timing::{host_copy_gbps, median_seconds};
 use headroom_kernels::ops::elementwise as ew;
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Result};
-use rayon::prelude::*;
 
 /// Elements per operand: 64 MiB of f32, far past every cache.
 const ELEMENTS: usize = 16 << 20;
 /// Runs per op after a warm-up; the median is reported.
 const RUNS: usize = 7;
-
-/// Median seconds of `RUNS` calls of `f`.
-fn median_seconds(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    f()?;
-    let mut times = Vec::with_capacity(RUNS);
-    for _ in 0..RUNS {
-        let start = Instant::now();
-        f()?;
-        times.push(start.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[RUNS / 2])
-}
 
 fn main() -> Result<()> {
     let device = Device::cpu(DeviceConfig::new(2 << 30))?;
@@ -33,18 +18,8 @@ fn main() -> Result<()> {
         .collect();
     let a = Array::from_host(&device, [ELEMENTS], &data)?;
     let b = Array::from_host(&device, [ELEMENTS], &data)?;
-
-    // The machine's bandwidth: a parallel copy between two host vectors (read + write).
-    let mut target = vec![0f32; ELEMENTS];
-    let copy_seconds = median_seconds(|| {
-        target
-            .par_chunks_mut(1 << 16)
-            .zip(data.par_chunks(1 << 16))
-            .for_each(|(t, s)| t.copy_from_slice(s));
-        Ok(())
-    })?;
+    let copy_gbps = host_copy_gbps(ELEMENTS, RUNS);
     let bytes = (ELEMENTS * 4) as f64;
-    let copy_gbps = 2.0 * bytes / copy_seconds / 1e9;
 
     // (name, operands read, the op)
     type Op<'a> = Box<dyn Fn() -> Result<Array> + 'a>;
@@ -62,7 +37,7 @@ fn main() -> Result<()> {
     println!("{:<14} {:>10} {:>10} {:>10}", "op", "ms", "GB/s", "of copy");
     let mut lines = Vec::new();
     for (name, reads, op) in &ops {
-        let seconds = median_seconds(|| op().map(drop))?;
+        let seconds = median_seconds(RUNS, || op().map(drop))?;
         let gbps = (reads + 1.0) * bytes / seconds / 1e9;
         let fraction = gbps / copy_gbps;
         println!(

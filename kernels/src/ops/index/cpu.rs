@@ -2,9 +2,9 @@
 
 use rayon::prelude::*;
 
+use super::grouping::IdGroups;
 use super::{
     CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels, check_range, counted_rows,
-    positions_by_id,
 };
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
@@ -46,25 +46,51 @@ impl IndexKernels for CpuBackend {
         const OP: &str = "embedding_backward";
         let ids = ids.host::<u32>(OP)?;
         check_range(OP, "id", ids, spec.vocab, None)?;
-        let (starts, positions) = positions_by_id(ids, spec.vocab);
+        let groups = IdGroups::new(ids, spec.vocab, OP)?;
         with_float!(dy.dtype(), OP, |T| {
             let dy = dy.host::<T>(OP)?;
             let out = out.host_mut::<T>(OP)?;
             let dim = spec.dim;
-            if dim > 0 {
-                out.par_chunks_mut(dim).enumerate().for_each(|(v, row)| {
-                    let mut acc = vec![<T as Float>::C::ZERO; dim];
-                    for &p in &positions[starts[v] as usize..starts[v + 1] as usize] {
-                        let p = p as usize;
-                        for (a, &g) in acc.iter_mut().zip(&dy[p * dim..(p + 1) * dim]) {
-                            *a += g.load();
+            if dim == 0 {
+                return Ok(());
+            }
+            let zero = <T as Float>::C::ZERO;
+            // Adds the rows of `dy` at `positions` into `acc`, in order.
+            let add_rows = |positions: &[u32], acc: &mut [<T as Float>::C]| {
+                for &p in positions {
+                    let p = p as usize;
+                    for (a, &g) in acc.iter_mut().zip(&dy[p * dim..(p + 1) * dim]) {
+                        *a += g.load();
+                    }
+                }
+            };
+            let mut partials = vec![zero; groups.piece_count() * dim];
+            partials
+                .par_chunks_mut(dim)
+                .enumerate()
+                .for_each(|(k, acc)| add_rows(groups.piece(k), acc));
+            out.par_chunks_mut(dim).enumerate().for_each_init(
+                || vec![zero; dim],
+                |acc, (v, row)| {
+                    let (run, pieces) = (groups.run(v), groups.pieces_of(v));
+                    if run.is_empty() {
+                        row.fill(T::store(zero));
+                        return;
+                    }
+                    acc.fill(zero);
+                    if pieces.is_empty() {
+                        add_rows(run, acc);
+                    }
+                    for partial in partials[pieces.start * dim..pieces.end * dim].chunks(dim) {
+                        for (a, &p) in acc.iter_mut().zip(partial) {
+                            *a += p;
                         }
                     }
-                    for (o, a) in row.iter_mut().zip(acc) {
+                    for (o, &a) in row.iter_mut().zip(acc.iter()) {
                         *o = T::store(a);
                     }
-                });
-            }
+                },
+            );
             Ok(())
         })
     }

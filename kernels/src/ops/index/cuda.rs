@@ -4,26 +4,23 @@
 
 use cudarc::driver::LaunchConfig;
 
+use super::grouping::{GradScratch, IdGroups};
 use super::{
     CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels, check_range, counted_rows,
-    positions_by_id,
 };
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The longest row of logits a warp reads (`index.cu`); longer rows take a whole block each.
 const WARP_ROW: usize = 1024;
 
 impl CudaBackend {
-    /// A u32 workspace buffer on `like`'s device holding `values`.
-    fn upload_u32(&self, like: &Buffer, values: &[u32], op: &'static str) -> Result<Buffer> {
-        let buffer = like
-            .device()
-            .alloc_workspace(DType::U32, values.len().max(1), op)?;
-        self.copy_to_device(op, bytemuck::cast_slice(values), buffer.addr())?;
-        Ok(buffer)
+    /// Copies `values` to the start of the u32 buffer `to`, which holds at least as many.
+    fn upload_u32(&self, op: &'static str, values: &[u32], to: &Buffer) -> Result<()> {
+        debug_assert!(values.len() <= to.len(), "{op}: scratch too small");
+        self.copy_to_device(op, bytemuck::cast_slice(values), to.addr())
     }
 
     /// Reads the targets, checks them, and returns how many rows count (not ignored).
@@ -78,25 +75,47 @@ impl IndexKernels for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
-        if u32::try_from(host.len()).is_err() {
-            return Err(Error::Argument {
-                op: OP,
-                detail: format!("{} ids; the CUDA kernel counts them in 32 bits", host.len()),
-            });
+        let groups = IdGroups::new(&host, spec.vocab, OP)?;
+        let scratch = GradScratch::alloc(
+            dy.device(),
+            spec.vocab,
+            spec.dim,
+            host.len(),
+            dy.dtype(),
+            OP,
+        )?;
+        self.upload_u32(OP, groups.rows(), &scratch.rows)?;
+        self.upload_u32(OP, groups.positions(), &scratch.positions)?;
+        // Without room for pieces no run is long enough to cut; the partials are never read.
+        let mut partials = 0u64;
+        if let Some((bounds, sums)) = &scratch.pieces {
+            partials = sums.addr();
+            let count = groups.piece_count();
+            if count > 0 {
+                self.upload_u32(OP, groups.pieces(), bounds)?;
+                let args = [
+                    (&scratch.positions).into(),
+                    bounds.into(),
+                    dy.into(),
+                    sums.into(),
+                    count.into(),
+                    spec.dim.into(),
+                ];
+                let pieces = float_kernel("embedding_pieces", dy.dtype(), OP)?;
+                let grid = self.grid((count * spec.dim) as u64);
+                self.launch(OP, Family::Index, &pieces, grid, &args)?;
+            }
         }
-        let (starts, positions) = positions_by_id(&host, spec.vocab);
-        let starts = self.upload_u32(ids, &starts, OP)?;
-        let positions = self.upload_u32(ids, &positions, OP)?;
-        let grid = self.grid(spec.vocab as u64 * u64::from(BLOCK));
         let args = [
-            (&starts).into(),
-            (&positions).into(),
+            (&scratch.rows).into(),
+            (&scratch.positions).into(),
+            partials.into(),
             dy.into(),
             out.into(),
             spec.vocab.into(),
             spec.dim.into(),
         ];
-        self.launch(OP, Family::Index, &name, grid, &args)
+        self.launch(OP, Family::Index, &name, self.grid(out.len() as u64), &args)
     }
 
     fn cross_entropy(

@@ -1,6 +1,7 @@
 //! Meta kernels: nothing to compute (and no data to check indices against); planning for CUDA,
 //! the scratch buffers the CUDA kernels take.
 
+use super::grouping::GradScratch;
 use super::{CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels};
 use crate::buffer::Buffer;
 use crate::dtype::DType;
@@ -16,16 +17,21 @@ impl IndexKernels for MetaBackend {
         &self,
         spec: EmbeddingSpec,
         ids: &Buffer,
-        _: &Buffer,
+        dy: &Buffer,
         out: &mut Buffer,
     ) -> Result<()> {
-        // On CUDA the positions grouped by id go up to the device: the starts of each id's run
-        // (vocab + 1) and the positions themselves, together.
+        // On CUDA the positions grouped by id go up to the device, with room for the partial
+        // rows of long runs: their sizes follow from the geometry alone.
         if self.plans_cuda() && !out.is_empty() {
-            let device = ids.device();
             let op = "embedding_backward";
-            let _starts = device.alloc_workspace(DType::U32, spec.vocab + 1, op)?;
-            device.alloc_workspace(DType::U32, ids.len().max(1), op)?;
+            GradScratch::alloc(
+                ids.device(),
+                spec.vocab,
+                spec.dim,
+                ids.len(),
+                dy.dtype(),
+                op,
+            )?;
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod grouping;
 mod meta;
 
 use crate::buffer::{Array, Buffer};
@@ -58,8 +59,10 @@ pub trait IndexKernels {
     ) -> Result<()>;
 
     /// Zeroes `out` (`[vocab, dim]`) and adds row `p` of `dy` (`[ids.len(), dim]`) into row
-    /// `ids[p]` for every `p`, deterministically (repeated ids accumulate in position order).
-    /// Fails with [`Error::Argument`] when an id is `>= vocab`.
+    /// `ids[p]` for every `p`, deterministically: repeated ids accumulate in position order, a
+    /// run too long for one task piece by piece (see `grouping`), in an order the ids alone
+    /// fix. Fails with [`Error::Argument`] when an id is `>= vocab`, or when there are more ids
+    /// than 32 bits count.
     fn embedding_backward(
         &self,
         spec: EmbeddingSpec,
@@ -337,25 +340,4 @@ pub(super) fn check_range(
 /// Rows whose target is not the ignored one.
 pub(super) fn counted_rows(targets: &[u32], ignore: Option<u32>) -> usize {
     targets.iter().filter(|&&t| Some(t) != ignore).count()
-}
-
-/// The positions of each id, grouped by id in order (a counting sort): the positions of id `v`
-/// are `positions[starts[v]..starts[v + 1]]`. Each table row of an embedding's gradient is
-/// then summed by one task in a fixed order: deterministic, and no two tasks write one row.
-/// Every id must be below `vocab` (checked first).
-pub(super) fn positions_by_id(ids: &[u32], vocab: usize) -> (Vec<u32>, Vec<u32>) {
-    let mut starts = vec![0u32; vocab + 1];
-    for &id in ids {
-        starts[id as usize + 1] += 1;
-    }
-    for v in 0..vocab {
-        starts[v + 1] += starts[v];
-    }
-    let mut next = starts.clone();
-    let mut positions = vec![0u32; ids.len()];
-    for (p, &id) in ids.iter().enumerate() {
-        positions[next[id as usize] as usize] = p as u32;
-        next[id as usize] += 1;
-    }
-    (starts, positions)
 }
