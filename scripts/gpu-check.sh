@@ -5,6 +5,9 @@
 #   bash scripts/gpu-check.sh build   # here: build the CUDA test and bench binaries into .gpu-check/
 #   bash scripts/gpu-check.sh run     # there, with .gpu-check/ copied beside the sources: run them
 #
+# `run tests` and `run benches` run either half alone (for a machine that limits how long one
+# command may take: the tests, then the benches, in two calls).
+#
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered) and the trainer's
 # GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
@@ -61,12 +64,15 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=()
-    case "${1:-}" in
-        "") ;;
-        --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
-        *) usage ;;
-    esac
+    local results=${OUT:-$DIR/results} smoke=() peer=() tests=1 benches=1
+    for arg in "$@"; do
+        case "$arg" in
+            --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
+            tests) benches=0 ;;
+            benches) tests=0 ;;
+            *) usage ;;
+        esac
+    done
     mkdir -p "$results"
     # Appended: a dry run's emulated driver stays first.
     export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(library_path)"
@@ -76,21 +82,25 @@ run() {
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$results/gpu.txt"
     fi
     local failed=0
-    for exe in "$DIR"/tests/*; do
-        [ -x "$exe" ] || continue
-        echo "== $(basename "$exe")"
-        "$exe" --test-threads=1 2>&1 | tee -a "$results/tests.log" | grep -E "^test result|FAILED|panicked|skipped" || failed=1
-        [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
-    done
-    echo "== benches"
-    "$DIR/cuda-compare" "${smoke[@]}" | tee "$results/cuda-compare.txt" || failed=1
-    python3 benches/peers/compare.py cuda --binary "$DIR/cuda-compare" --rounds 1 "${smoke[@]}" "${peer[@]}" \
-        | tee "$results/compare.txt" || failed=1
+    if [ "$tests" -eq 1 ]; then
+        for exe in "$DIR"/tests/*; do
+            [ -x "$exe" ] || continue
+            echo "== $(basename "$exe")"
+            "$exe" --test-threads=1 2>&1 | tee -a "$results/tests.log" | grep -E "^test result|FAILED|panicked|skipped" || failed=1
+            [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+        done
+    fi
+    if [ "$benches" -eq 1 ]; then
+        echo "== benches"
+        "$DIR/cuda-compare" "${smoke[@]}" | tee "$results/cuda-compare.txt" || failed=1
+        python3 benches/peers/compare.py cuda --binary "$DIR/cuda-compare" --rounds 1 "${smoke[@]}" "${peer[@]}" \
+            | tee "$results/compare.txt" || failed=1
+    fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke]" >&2
+    echo "usage: $0 build | run [--smoke] [tests | benches]" >&2
     exit 2
 }
 
