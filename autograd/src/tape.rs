@@ -282,7 +282,7 @@ impl Tape {
                 }
                 grads[slot] = Some(match grads[slot].take() {
                     None => grad,
-                    Some(previous) => ew::add(&previous, &grad)?,
+                    Some(previous) => sum_gradients(previous, grad)?,
                 });
             }
         }
@@ -297,6 +297,23 @@ impl Tape {
 
     fn state(&self) -> parking_lot::MutexGuard<'_, State> {
         self.0.lock()
+    }
+}
+
+/// `a + b` for two gradients of one tensor (same shape and dtype), summed in place into
+/// whichever of the two no other handle shares, as PyTorch's engine sums into a buffer it owns:
+/// a tensor used several times then costs no memory beyond its gradients. Only when both are
+/// shared (two inputs given one array, as `x + x` gives) is the sum a new array.
+fn sum_gradients(mut a: Array, mut b: Array) -> Result<Array> {
+    if !a.is_shared() {
+        ew::add_into(&mut a, &b)?;
+        Ok(a)
+    } else if !b.is_shared() {
+        // Float addition commutes: `b + a` is bit for bit `a + b`.
+        ew::add_into(&mut b, &a)?;
+        Ok(b)
+    } else {
+        Ok(ew::add(&a, &b)?)
     }
 }
 

@@ -31,6 +31,11 @@ fn arithmetic_with_broadcasting() {
     check("x * x + x", &[input(&[2, 3])], |x| {
         x[0].mul(&x[0])?.add(&x[0])
     });
+    // Each addition hands one gradient array to both its inputs, so summing must not write
+    // into an array another gradient still holds.
+    check("x + x + x", &[input(&[2, 3])], |x| {
+        x[0].add(&x[0])?.add(&x[0])
+    });
 }
 
 #[test]

@@ -140,3 +140,44 @@ fn elementwise_gradients_reuse_the_upstream_gradients_memory() {
     assert_eq!(device.allocator().stats().allocations - before, 2);
     assert_eq!(grads.get(&w).unwrap().shape().dims(), [512, 512]);
 }
+
+#[test]
+fn a_tensor_used_twice_sums_its_gradients_in_place() {
+    let device = device();
+    let w = Tensor::variable(
+        headroom_kernels::Array::full(&device, [512, 512], DType::F32, 0.5).unwrap(),
+    );
+    let branch_gradient = |relu: bool| {
+        let tape = Tape::new();
+        let y = tape
+            .record(|| if relu { w.relu() } else { w.gelu() }?.sum_all())
+            .unwrap();
+        let grads = tape.gradient(&y, &[&w]).unwrap();
+        grads.get(&w).unwrap().to_f64().unwrap()
+    };
+    let (from_relu, from_gelu) = (branch_gradient(true), branch_gradient(false));
+
+    let tape = Tape::new();
+    let y = tape
+        .record(|| w.relu()?.sum_all()?.add(&w.gelu()?.sum_all()?))
+        .unwrap();
+    let before = device.allocator().stats();
+    device.allocator().with(|a| a.reset_peak());
+    let grads = tape.gradient(&y, &[&w]).unwrap();
+    let after = device.allocator().stats();
+    // The seed and each branch's broadcast of its sum's gradient (relu and gelu work in place
+    // there); the second branch's gradient is then added into the first, not into a third array.
+    assert_eq!(after.allocations - before.allocations, 3);
+    // Two w-sized gradients at most, and a few scalars (the seed, the sums' gradients).
+    let grad = rounded(512 * 512 * 4);
+    assert!(
+        after.peak_in_use <= before.in_use + 2 * grad + 4 * rounded(4),
+        "peak {} above two gradients over {}",
+        after.peak_in_use,
+        before.in_use
+    );
+    let got = grads.get(&w).unwrap().to_f64().unwrap();
+    for ((g, r), e) in got.iter().zip(&from_relu).zip(&from_gelu) {
+        assert_eq!(*g as f32, (r + e) as f32);
+    }
+}
