@@ -52,6 +52,21 @@ fn an_mlp_step_fails_cleanly_at_every_allocation() {
 }
 
 #[test]
+fn a_recomputed_mlp_step_fails_cleanly_at_every_allocation_including_the_recomputation() {
+    let device = device();
+    let mlp = Mlp::new(&device, &[12, 16, 16, 16, 5], DType::F32, 5);
+    let (x, targets) = batch(&device, 6, 12, 5, 6);
+    let params = mlp.variables();
+    let run = || {
+        step(
+            || mlp.recomputed_forward(&x)?.cross_entropy(&targets, None),
+            &params,
+        )
+    };
+    fails_cleanly_everywhere(&device, "recomputed mlp", &run);
+}
+
+#[test]
 fn a_transformer_step_fails_cleanly_at_every_allocation_in_f32_and_under_autocast() {
     let device = device();
     let model = TinyTransformer::new(&device, 11, 8, 8, 2);

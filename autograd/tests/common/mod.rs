@@ -139,6 +139,31 @@ impl Mlp {
         Ok(h)
     }
 
+    /// Logits for `x`, every two layers (linear, ReLU, linear, ReLU) one recomputed segment.
+    pub fn recomputed_forward(&self, x: &Tensor) -> Result<Tensor> {
+        let layers = self.params.len();
+        let mut h = x.clone();
+        for first in (0..layers).step_by(2) {
+            let params = self.params[first..(first + 2).min(layers)].to_vec();
+            let variables: Vec<&Tensor> = params.iter().flat_map(|(w, b)| [w, b]).collect();
+            let segment = {
+                let params = params.clone();
+                move |x: &[Tensor]| {
+                    let mut h = x[0].clone();
+                    for (k, (w, b)) in params.iter().enumerate() {
+                        h = h.linear(w, Some(b))?;
+                        if first + k + 1 < layers {
+                            h = h.relu()?;
+                        }
+                    }
+                    Ok(h)
+                }
+            };
+            h = headroom_autograd::recompute(&[&h], &variables, segment)?;
+        }
+        Ok(h)
+    }
+
     /// Every parameter.
     pub fn variables(&self) -> Vec<&Tensor> {
         self.params.iter().flat_map(|(w, b)| [w, b]).collect()

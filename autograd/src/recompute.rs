@@ -1,0 +1,86 @@
+//! Activation recomputation (gradient checkpointing): a segment of the forward pass that keeps
+//! nothing for the backward pass but its inputs, and runs again when its gradient is needed.
+
+use headroom_kernels::DType;
+
+use crate::context::{autocast, autocast_dtype, no_grad};
+use crate::error::Result;
+use crate::tape::{Backward, Tape, begin};
+use crate::tensor::Tensor;
+
+/// Runs `f` on `inputs` without keeping what its ops would save for the backward pass, and
+/// records it on the recording tape as one op whose backward rule runs `f` again, on the same
+/// inputs under the same autocast policy, to differentiate it (`torch.utils.checkpoint`,
+/// `tf.recompute_grad`). Memory for time: the activations inside the segment live only while
+/// the segment runs, forwards and then backwards, at the cost of a second forward pass.
+///
+/// `variables` are the tensors `f` reads besides its inputs and needs gradients for (a layer's
+/// parameters: `Module::parameters`); a tensor `f` reads that is not listed gets no gradient
+/// through the segment. `f` must compute the same function both times: a layer that draws
+/// random numbers (dropout) must draw the same ones again. Without a recording tape, or when
+/// the tape tracks none of the inputs and variables, this is `f(inputs)`.
+///
+/// ```
+/// use headroom_autograd::{Tape, Tensor, recompute};
+/// use headroom_kernels::{Array, DType, Device, DeviceConfig};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Tensor::new(Array::from_f64(&cpu, [1, 2], DType::F64, &[1., 2.])?);
+/// let w = Tensor::variable(Array::from_f64(&cpu, [2, 2], DType::F64, &[1., 0., 0., 3.])?);
+/// let tape = Tape::new();
+/// let segment = {
+///     let w = w.clone();
+///     move |x: &[Tensor]| x[0].matmul(&w)?.tanh()
+/// };
+/// let y = tape.record(|| recompute(&[&x], &[&w], segment)?.sum_all())?;
+/// let dw = tape.gradient(&y, &[&w])?.remove(&w).unwrap().to_f64()?;
+/// let (a, b) = (1f64.tanh(), 6f64.tanh()); // d/dw of tanh(x w): x^T (1 - tanh^2)
+/// assert!((dw[0] - (1. - a * a)).abs() < 1e-12 && (dw[3] - 2. * (1. - b * b)).abs() < 1e-12);
+/// # Ok::<(), headroom_autograd::Error>(())
+/// ```
+pub fn recompute<F>(inputs: &[&Tensor], variables: &[&Tensor], f: F) -> Result<Tensor>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor> + Send + 'static,
+{
+    let owned: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+    let operands: Vec<&Tensor> = inputs.iter().chain(variables).copied().collect();
+    let Some(recording) = begin(&operands) else {
+        return f(&owned);
+    };
+    let output = {
+        let _nothing_saved = no_grad();
+        f(&owned)?
+    };
+    let policy = autocast_dtype();
+    let variables: Vec<Tensor> = variables.iter().map(|&t| t.clone()).collect();
+    let rule = move |dy, needs: &[bool]| {
+        // (`gradient_with` checks that `dy` fits what the segment gives when run again.)
+        // The policy of the forward pass: off is any dtype but the half ones.
+        let _policy = autocast(policy.unwrap_or(DType::F32));
+        let tape = Tape::new();
+        // Fresh handles on the same arrays, so that the inner tape tracks exactly these.
+        let inputs: Vec<Tensor> = owned
+            .iter()
+            .map(|t| Tensor::new(t.array().clone()))
+            .collect();
+        let sources: Vec<&Tensor> = inputs.iter().chain(&variables).collect();
+        for (source, &need) in sources.iter().zip(needs) {
+            if need {
+                tape.watch(source);
+            }
+        }
+        let again = tape.record(|| f(&inputs))?;
+        let wanted: Vec<&Tensor> = sources
+            .iter()
+            .zip(needs)
+            .filter_map(|(&source, &need)| need.then_some(source))
+            .collect();
+        let mut grads = tape.gradient_with(&again, dy, &wanted)?;
+        Ok(sources
+            .iter()
+            .zip(needs)
+            .map(|(source, &need)| if need { grads.remove(source) } else { None })
+            .collect())
+    };
+    recording.finish("recompute", &[&output], Backward::One(Box::new(rule)));
+    Ok(output)
+}
