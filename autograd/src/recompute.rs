@@ -1,7 +1,8 @@
 //! Activation recomputation (gradient checkpointing): a segment of the forward pass that keeps
 //! nothing for the backward pass but its inputs, and runs again when its gradient is needed.
 
-use headroom_kernels::DType;
+use headroom_alloc::Tag;
+use headroom_kernels::{Array, DType};
 
 use crate::context::{autocast, autocast_dtype, no_grad};
 use crate::error::Result;
@@ -50,9 +51,14 @@ where
         let _nothing_saved = no_grad();
         f(&owned)?
     };
+    if owned.iter().any(|input| input.id() == output.id()) {
+        // The segment handed an input back (an identity, such as dropout in evaluation): its
+        // gradient is the output's, with nothing to record.
+        return Ok(output);
+    }
     let policy = autocast_dtype();
     let variables: Vec<Tensor> = variables.iter().map(|&t| t.clone()).collect();
-    let rule = move |dy, needs: &[bool]| {
+    let rule = move |dy: Array, needs: &[bool]| {
         // (`gradient_with` checks that `dy` fits what the segment gives when run again.)
         // The policy of the forward pass: off is any dtype but the half ones.
         let _policy = autocast(policy.unwrap_or(DType::F32));
@@ -68,7 +74,12 @@ where
                 tape.watch(source);
             }
         }
-        let again = tape.record(|| f(&inputs))?;
+        // What the segment allocates again is activations, as in the forward pass (the
+        // gradient pass tags its own allocations as gradients).
+        let again = {
+            let _activations = dy.device().scoped_tag(Tag::ACTIVATIONS);
+            tape.record(|| f(&inputs))?
+        };
         let wanted: Vec<&Tensor> = sources
             .iter()
             .zip(needs)

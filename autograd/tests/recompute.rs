@@ -127,4 +127,12 @@ fn without_a_recording_tape_a_segment_is_a_plain_call() {
         .record(|| recompute(&[&x], &[], |x| x[0].scale(2.0)))
         .unwrap();
     assert!(tape.is_empty() && !tape.tracks(&y));
+    // A segment that hands its input back records nothing: the gradient flows straight on.
+    let w = &mlp.params[0].0;
+    let tape = Tape::new();
+    let y = tape
+        .record(|| recompute(&[w], &[], |x| Ok(x[0].clone()))?.sum_all())
+        .unwrap();
+    let grad = tape.gradient(&y, &[w]).unwrap().remove(w).unwrap();
+    assert!(grad.to_f64().unwrap().iter().all(|&g| g == 1.0));
 }

@@ -1,7 +1,8 @@
 """Training-step throughput and peak memory of PyTorch on the CPU, for the models and settings of
 `cargo run --release -p headroom-benches --bin train-compare`: an MLP 784-1024-1024-10 on a batch
 of 256 and a GPT (4 layers, width 256, 4 heads, context 64, vocabulary 64) on a batch of 32, one
-forward, backward and AdamW step each, in f32 and under bf16 autocast.
+forward, backward and AdamW step each, in f32 and under bf16 autocast; and the GPT with each
+block recomputed in the backward pass (`gpt-recompute`, torch.utils.checkpoint).
 
 Prints one JSON line per result with the keys model, precision, samples_per_s, tokens_per_s,
 peak_bytes. The peak comes from PyTorch's memory profiler (`export_memory_timeline`) over two
@@ -20,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
+from torch.utils.checkpoint import checkpoint
 
 STEPS = 10
 WARMUP = 3
@@ -50,8 +52,9 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab=64, context=64, width=256, heads=4, layers=4):
+    def __init__(self, vocab=64, context=64, width=256, heads=4, layers=4, recompute=False):
         super().__init__()
+        self.recompute = recompute
         self.tok_emb = nn.Embedding(vocab, width)
         self.pos_emb = nn.Embedding(context, width)
         self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
@@ -62,7 +65,7 @@ class Gpt(nn.Module):
         t = ids.shape[1]
         x = self.tok_emb(ids) + self.pos_emb.weight[:t]
         for block in self.blocks:
-            x = block(x)
+            x = checkpoint(block, x, use_reentrant=False) if self.recompute else block(x)
         return self.head(self.ln_f(x))
 
 
@@ -73,6 +76,9 @@ def cases():
     gpt = Gpt()
     ids = torch.randint(0, 64, (32, 64))
     yield "gpt", gpt, ids, torch.randint(0, 64, (32, 64)), 32, 32 * 64
+    # Each block recomputed in the backward pass (torch.utils.checkpoint).
+    gpt = Gpt(recompute=True)
+    yield "gpt-recompute", gpt, ids, torch.randint(0, 64, (32, 64)), 32, 32 * 64
 
 
 def step(model, optimizer, inputs, targets, precision):

@@ -8,6 +8,7 @@ pub mod layers;
 pub mod loss;
 mod module;
 pub mod optim;
+mod recompute;
 
 pub use accounting::{TrainingMemory, training_memory};
 pub use error::{Error, Result};
@@ -22,3 +23,4 @@ pub use layers::linear::Linear;
 pub use layers::sequential::{Sequential, mlp};
 pub use module::Module;
 pub use optim::{AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm};
+pub use recompute::recomputed;

@@ -39,7 +39,9 @@ impl TrainModel {
                     layers: config.layers,
                     dropout: config.dropout,
                 };
-                Ok(Self::Gpt(Box::new(Gpt::new(&mut init, gpt)?)))
+                let mut gpt = Gpt::new(&mut init, gpt)?;
+                gpt.set_recompute(config.recompute);
+                Ok(Self::Gpt(Box::new(gpt)))
             }
             (ModelKind::Mlp, DataShape::Features { dim, classes }) => {
                 let mut sizes = vec![dim];

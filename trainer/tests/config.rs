@@ -1,7 +1,7 @@
 //! Configuration: TOML with defaults, flags over the file, validation up front.
 
 use headroom_alloc::Growth;
-use headroom_trainer::config::{Overrides, PrecisionKind, TrainConfig};
+use headroom_trainer::config::{DataKind, ModelKind, Overrides, PrecisionKind, TrainConfig};
 
 #[test]
 fn a_file_sets_what_it_names_and_flags_override_it() {
@@ -97,4 +97,24 @@ fn expandable_segments_need_a_gpu_and_exclude_preallocation() {
     };
     on_demand.apply(&mut config);
     assert_eq!(config.memory.budget().unwrap().growth, Growth::OnDemand);
+}
+
+#[test]
+fn recomputation_is_a_gpt_setting_from_the_file_or_the_flag() {
+    let mut config: TrainConfig = toml::from_str("[model]\nrecompute = true\n").unwrap();
+    assert!(config.model.recompute);
+    config.validate().unwrap();
+    let mut flagged = TrainConfig::default();
+    let recompute = Overrides {
+        recompute: true,
+        ..Overrides::default()
+    };
+    recompute.apply(&mut flagged);
+    assert_eq!(flagged.model, config.model);
+    // An MLP has no blocks to run again.
+    config.model.kind = ModelKind::Mlp;
+    config.data.kind = DataKind::Csv;
+    config.data.path = Some("points.csv".into());
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("model.recompute"), "{err}");
 }

@@ -42,3 +42,41 @@ fn the_predicted_peak_is_the_measured_one_and_the_choice_is_the_largest_that_fit
     assert_eq!(measured, plan.predicted_peak, "{plan}");
     assert_eq!(tight.micro_batch(), plan.micro);
 }
+
+#[test]
+fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the_same() {
+    let dir = TempDir::new("plan-recompute");
+    let mut config = small_config(&dir);
+    config.model.layers = 3;
+    config.batch.size = 64;
+    config.batch.micro = None;
+    config.data.train_size = 256;
+    let roomy = Trainer::new(config.clone()).unwrap();
+    let whole = roomy.plan().unwrap().predicted_peak;
+    config.memory.limit = Some(format!("{}B", whole * 3 / 4));
+
+    let mut plans = Vec::new();
+    let mut losses = Vec::new();
+    for recompute in [false, true] {
+        let mut config = config.clone();
+        config.model.recompute = recompute;
+        let mut trainer = Trainer::new(config).unwrap();
+        let plan = trainer.plan().unwrap().clone();
+        let loss = trainer.train_step().unwrap().loss;
+        let measured = trainer.device().allocator().stats().peak_in_use;
+        assert_eq!(
+            measured, plan.predicted_peak,
+            "recompute {recompute}: {plan}"
+        );
+        plans.push(plan);
+        losses.push(loss);
+    }
+    assert!(
+        plans[1].micro > plans[0].micro,
+        "recomputed: {}, plain: {}",
+        plans[1],
+        plans[0]
+    );
+    // The same step in other micro-batches: equal to float tolerance.
+    assert!((losses[0] - losses[1]).abs() < 1e-4, "{losses:?}");
+}

@@ -2,7 +2,8 @@
 //! (`benches/peers/torch_train.py`, the same models and settings). One full step each: forward,
 //! backward and an AdamW update, with the products in f32 or bf16 (autocast). Prints a table,
 //! then one JSON line per result with the keys
-//! `model, precision, samples_per_s, tokens_per_s, peak_bytes`.
+//! `model, precision, samples_per_s, tokens_per_s, peak_bytes`. `gpt-recompute` is the GPT with
+//! each block recomputed in the backward pass (activation checkpointing).
 
 use std::time::Instant;
 
@@ -48,6 +49,15 @@ fn mlp_case(device: &Device) -> headroom_nn::Result<Case> {
 }
 
 fn gpt_case(device: &Device) -> headroom_nn::Result<Case> {
+    gpt_case_with(device, false)
+}
+
+/// The GPT with each block recomputed in the backward pass (`Gpt::set_recompute`).
+fn gpt_recompute_case(device: &Device) -> headroom_nn::Result<Case> {
+    gpt_case_with(device, true)
+}
+
+fn gpt_case_with(device: &Device, recompute: bool) -> headroom_nn::Result<Case> {
     let config = GptConfig {
         vocab: 64,
         context: 64,
@@ -56,7 +66,8 @@ fn gpt_case(device: &Device) -> headroom_nn::Result<Case> {
         layers: 4,
         dropout: 0.0,
     };
-    let model = Gpt::new(&mut Initializer::new(device, DType::F32, 1), config)?;
+    let mut model = Gpt::new(&mut Initializer::new(device, DType::F32, 1), config)?;
+    model.set_recompute(recompute);
     let ids: Vec<u32> = (0..32 * 64)
         .map(|i| (uniform(4, i) * 64.0) as u32)
         .collect();
@@ -64,7 +75,7 @@ fn gpt_case(device: &Device) -> headroom_nn::Result<Case> {
         .map(|i| (uniform(5, i) * 64.0) as u32)
         .collect();
     Ok(Case {
-        name: "gpt",
+        name: if recompute { "gpt-recompute" } else { "gpt" },
         model: Box::new(model),
         inputs: Tensor::from_host(device, [32, 64], &ids)?,
         targets: Tensor::from_host(device, [32, 64], &next)?,
@@ -116,17 +127,22 @@ fn main() -> headroom_nn::Result<()> {
             detail: e.to_string(),
         })?;
     pool.install(|| {
-        println!("{:<6} {:<6} {:>12} {:>12} {:>14}", "model", "dtype", "samples/s", "tokens/s", "peak");
+        println!("{:<13} {:<6} {:>12} {:>12} {:>14}", "model", "dtype", "samples/s", "tokens/s", "peak");
         let mut lines = Vec::new();
         // Arguments, if any, pick models and precisions by name: `train-compare gpt f32`.
         let picked: Vec<String> = std::env::args().skip(1).collect();
-        let keep = |name: &str, among: [&str; 2]| {
+        let keep = |name: &str, among: &[&str]| {
             let asked: Vec<&String> = picked.iter().filter(|p| among.contains(&p.as_str())).collect();
             asked.is_empty() || asked.iter().any(|p| *p == name)
         };
-        for (model, make) in [("mlp", mlp_case as MakeCase), ("gpt", gpt_case)] {
+        let models = [
+            ("mlp", mlp_case as MakeCase),
+            ("gpt", gpt_case),
+            ("gpt-recompute", gpt_recompute_case),
+        ];
+        for (model, make) in models {
             for (name, precision) in [("f32", None), ("bf16", Some(DType::BF16))] {
-                if !keep(model, ["mlp", "gpt"]) || !keep(name, ["f32", "bf16"]) {
+                if !keep(model, &["mlp", "gpt", "gpt-recompute"]) || !keep(name, &["f32", "bf16"]) {
                     continue;
                 }
                 // As the trainer configures it: chunks split whenever anything would be left.
@@ -136,7 +152,7 @@ fn main() -> headroom_nn::Result<()> {
                 let (seconds, peak) = time(&device, &mut case, precision)?;
                 let (samples, tokens) = (case.samples as f64 / seconds, case.tokens as f64 / seconds);
                 println!(
-                    "{:<6} {name:<6} {samples:>12.1} {tokens:>12.1} {:>14}",
+                    "{:<13} {name:<6} {samples:>12.1} {tokens:>12.1} {:>14}",
                     case.name,
                     headroom_alloc::format_bytes(peak)
                 );

@@ -48,6 +48,9 @@ pub struct Overrides {
     /// On a GPU, grow one region in place a page at a time (PyTorch's expandable segments).
     #[arg(long, conflicts_with = "preallocate")]
     pub expandable_segments: bool,
+    /// Run each GPT block again in the backward pass instead of keeping its activations.
+    #[arg(long)]
+    pub recompute: bool,
     /// The seed of weights, data order and dropout.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -126,6 +129,9 @@ impl Overrides {
         if self.expandable_segments {
             config.memory.expandable_segments = true;
             config.memory.preallocate = false;
+        }
+        if self.recompute {
+            config.model.recompute = true;
         }
         set(&mut config.seed, self.seed);
         set(&mut config.run_dir, self.run_dir.clone());

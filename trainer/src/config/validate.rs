@@ -139,6 +139,11 @@ impl TrainConfig {
             }
             ModelKind::Mlp => {
                 check(
+                    !m.recompute,
+                    "model.recompute: recomputation runs a GPT's blocks again; an MLP has none"
+                        .into(),
+                );
+                check(
                     m.hidden.iter().all(|&h| h > 0),
                     format!("model.hidden: {:?} has an empty layer", m.hidden),
                 );

@@ -1,0 +1,59 @@
+//! Modules run as recomputed segments (gradient checkpointing), with their dropout masks drawn
+//! again the same.
+
+use headroom_autograd::Tensor;
+
+use crate::error::{Error, Result};
+use crate::layers::activation::DropoutCounter;
+use crate::module::Module;
+
+/// `module.forward(x)` as one recomputed segment ([`headroom_autograd::recompute`]): it keeps
+/// only `x` for the backward pass, which runs the module again. `counter` is the dropout
+/// counter the module's dropout layers draw from: the recomputation rewinds it to where the
+/// forward pass started, so that it draws the same masks, and then puts it back.
+///
+/// ```
+/// use headroom_autograd::{Tape, Tensor};
+/// use headroom_kernels::{Device, DeviceConfig, DType};
+/// use headroom_nn::{Block, DropoutCounter, Initializer, Module, recomputed};
+/// let cpu = Device::cpu(DeviceConfig::new(64 << 20))?;
+/// let counter = DropoutCounter::default();
+/// let block = Block::new(&mut Initializer::new(&cpu, DType::F32, 1), 16, 2, 0.02, (0.1, &counter))?;
+/// let x = Tensor::from_f64(&cpu, [2, 3, 16], DType::F32, &[0.5; 96])?;
+/// let tape = Tape::new();
+/// let y = tape.record(|| Ok::<_, headroom_nn::Error>(recomputed(&block, &counter, &x)?.sum_all()?))?;
+/// let grads = tape.gradient(&y, &block.parameters().iter().collect::<Vec<_>>())?;
+/// assert_eq!(grads.len(), block.parameters().len());
+/// # Ok::<(), headroom_nn::Error>(())
+/// ```
+pub fn recomputed<M>(module: &M, counter: &DropoutCounter, x: &Tensor) -> Result<Tensor>
+where
+    M: Module + Clone + 'static,
+{
+    let parameters = module.parameters();
+    let variables: Vec<&Tensor> = parameters.iter().collect();
+    let (module, counter) = (module.clone(), counter.clone());
+    let start = counter.get();
+    let segment = move |inputs: &[Tensor]| {
+        // The forward pass finds the counter at `start` and leaves it past its masks; the
+        // recomputation, later, draws from `start` again and puts the counter back.
+        let resume = counter.get();
+        counter.set(start);
+        let out = module.forward(&inputs[0]);
+        counter.set(resume.max(counter.get()));
+        out.map_err(into_autograd)
+    };
+    Ok(headroom_autograd::recompute(&[x], &variables, segment)?)
+}
+
+/// An error of a module's forward pass as the tape carries it: an op's error as it is (an
+/// out-of-memory keeps its report), any other as an argument error of the segment.
+fn into_autograd(err: Error) -> headroom_autograd::Error {
+    match err {
+        Error::Autograd(err) => err,
+        other => headroom_autograd::Error::Argument {
+            op: "recompute",
+            detail: other.to_string(),
+        },
+    }
+}

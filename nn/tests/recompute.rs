@@ -1,0 +1,80 @@
+//! A GPT whose blocks are recomputed segments: the same losses and gradients as the plain
+//! model, bit for bit, dropout masks included, with less kept from the forward pass.
+
+mod common;
+
+use common::device;
+use headroom_alloc::Tag;
+use headroom_autograd::{Tape, Tensor, autocast};
+use headroom_kernels::DType;
+use headroom_nn::{Gpt, GptConfig, Initializer, Module};
+
+/// One step's loss, gradients (in parameter order) and the activation bytes the forward pass
+/// left for the backward pass.
+fn step(gpt: &Gpt, ids: &Tensor, targets: &Tensor) -> (Vec<f64>, Vec<Vec<f64>>, u64) {
+    let device = ids.device().clone();
+    let activations = || {
+        let tags = device.allocator().stats().tags;
+        tags.iter()
+            .find(|usage| usage.tag == Tag::ACTIVATIONS)
+            .map_or(0, |usage| usage.live)
+    };
+    let before = activations();
+    let tape = Tape::new();
+    let loss = tape
+        .record(|| {
+            let logits = gpt.forward(ids)?;
+            let [b, t, v] = logits.dims()[..] else {
+                unreachable!("logits are [B, T, vocab]")
+            };
+            Ok::<_, headroom_nn::Error>(logits.reshape([b * t, v])?.cross_entropy(targets, None)?)
+        })
+        .unwrap();
+    let kept = activations() - before;
+    let parameters = gpt.parameters();
+    let sources: Vec<&Tensor> = parameters.iter().collect();
+    let grads = tape.gradient(&loss, &sources).unwrap();
+    let grads = sources
+        .iter()
+        .map(|p| grads.get(p).unwrap().to_f64().unwrap())
+        .collect();
+    (loss.to_f64().unwrap(), grads, kept)
+}
+
+#[test]
+fn recomputed_blocks_give_the_same_step_bit_for_bit_with_dropout_and_keep_less() {
+    let device = device();
+    let config = GptConfig {
+        vocab: 11,
+        context: 16,
+        width: 32,
+        heads: 4,
+        layers: 3,
+        dropout: 0.1,
+    };
+    let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 5), config).unwrap();
+    let ids: Vec<u32> = (0..4 * 16).map(|i| (i * 7 % 11) as u32).collect();
+    let targets: Vec<u32> = ids.iter().map(|&i| (i + 1) % 11).collect();
+    let ids = Tensor::from_host(&device, [4, 16], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [64], &targets).unwrap();
+    for policy in [None, Some(DType::BF16)] {
+        let _policy = policy.map(autocast);
+        let start = gpt.dropout_counter().get();
+        gpt.set_recompute(false);
+        let (plain_loss, plain_grads, plain_kept) = step(&gpt, &ids, &targets);
+        let drawn = gpt.dropout_counter().get() - start;
+        assert!(drawn > 0, "dropout drew masks");
+
+        gpt.dropout_counter().set(start);
+        gpt.set_recompute(true);
+        let (loss, grads, kept) = step(&gpt, &ids, &targets);
+        assert_eq!(loss, plain_loss, "{policy:?}");
+        assert!(grads == plain_grads, "{policy:?}: the gradients differ");
+        // The recomputation draws its masks again without moving the counter on.
+        assert_eq!(gpt.dropout_counter().get() - start, drawn, "{policy:?}");
+        assert!(
+            3 * kept < plain_kept,
+            "{policy:?}: kept {kept} bytes recomputed, {plain_kept} plainly"
+        );
+    }
+}
