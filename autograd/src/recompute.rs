@@ -59,7 +59,6 @@ where
     let policy = autocast_dtype();
     let variables: Vec<Tensor> = variables.iter().map(|&t| t.clone()).collect();
     let rule = move |dy: Array, needs: &[bool]| {
-        // (`gradient_with` checks that `dy` fits what the segment gives when run again.)
         // The policy of the forward pass: off is any dtype but the half ones.
         let _policy = autocast(policy.unwrap_or(DType::F32));
         let tape = Tape::new();
@@ -85,6 +84,7 @@ where
             .zip(needs)
             .filter_map(|(&source, &need)| need.then_some(source))
             .collect();
+        // (This checks that `dy` fits what the segment gave when run again.)
         let mut grads = tape.gradient_with(&again, dy, &wanted)?;
         Ok(sources
             .iter()
