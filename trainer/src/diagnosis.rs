@@ -1,18 +1,20 @@
 //! What to tell a user when not even one sample fits.
 
 use headroom_alloc::{OomReport, Tag, format_bytes};
-use headroom_nn::{Module, Optimizer, training_memory};
+use headroom_nn::{Optimizer, training_memory};
+
+use crate::model::TrainModel;
 
 /// Per tag, what the model, its gradients and its optimizer state need against the limit, what
 /// the activations held when memory ran out, and what to do. `one_sample` is the peak of a
 /// step with one sample when known (the planner measures it on an unlimited meta device).
 pub fn diagnose(
-    model: &dyn Module,
+    model: &TrainModel,
     optimizer: &dyn Optimizer,
     report: &OomReport,
     one_sample: Option<u64>,
 ) -> String {
-    let memory = training_memory(model, Some(optimizer));
+    let memory = training_memory(model.module(), Some(optimizer));
     let live = |tag: Tag| {
         report
             .tags
@@ -53,9 +55,14 @@ pub fn diagnose(
              or make the model smaller"
         )
     } else {
+        let recompute = if model.could_recompute() {
+            "recompute the blocks in the backward pass (--recompute), "
+        } else {
+            ""
+        };
         format!(
             "{} is left for activations, too little for one sample; {raise}, run the products \
-             in --precision bf16, shorten the sequences, or make the model narrower",
+             in --precision bf16, {recompute}shorten the sequences, or make the model narrower",
             format_bytes(limit - fixed),
         )
     };

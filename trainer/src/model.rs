@@ -55,6 +55,12 @@ impl TrainModel {
         }
     }
 
+    /// True for a GPT whose blocks keep their activations: one that `model.recompute` would
+    /// make lighter.
+    pub fn could_recompute(&self) -> bool {
+        matches!(self, Self::Gpt(gpt) if !gpt.recomputes())
+    }
+
     /// The model as a module (its parameters, for optimizers and checkpoints).
     pub fn module(&self) -> &dyn Module {
         match self {

@@ -73,7 +73,7 @@ fn probe(
     ) {
         (Some(report), Some((m, o))) => {
             let one = one_sample(config, task, (budget, target));
-            let diagnosis = diagnose(m.module(), o, &report, one);
+            let diagnosis = diagnose(m, o, &report, one);
             Ok(Outcome::OutOfMemory(Box::new(report), diagnosis))
         }
         (Some(report), None) => {
@@ -82,7 +82,7 @@ fn probe(
             let model = TrainModel::build(&config.model, task.train.shape(), &roomy, config.seed)?;
             let optimizer = build_optimizer(&config.optimizer, model.module())?;
             let diagnosis = diagnose(
-                model.module(),
+                &model,
                 &*optimizer,
                 &report,
                 one_sample(config, task, (budget, target)),

@@ -146,7 +146,7 @@ pub fn train_step(
                     "out of memory in a micro-batch; retrying smaller"
                 );
                 if !micro.shrink(step, size) {
-                    let diagnosis = diagnose(ctx.model.module(), &*ctx.optimizer, &report, None);
+                    let diagnosis = diagnose(ctx.model, &*ctx.optimizer, &report, None);
                     return Err(Error::DoesNotFit { diagnosis, report });
                 }
                 ooms.push(Oom {

@@ -118,6 +118,16 @@ fn resuming_without_a_checkpoint_and_a_model_that_cannot_fit_are_explained() {
         &output,
         &["weights", "optimizer state", "suggestion", "--memory-limit"],
     );
+    // Room for the model but not for one sample's activations: the cures for activations,
+    // recomputation among them until it is on.
+    let output = headroom(&["plan", "--memory-limit", "6400KiB"]);
+    fails_with(
+        &output,
+        &["left for activations", "--precision bf16", "--recompute"],
+    );
+    let output = headroom(&["plan", "--memory-limit", "6400KiB", "--recompute"]);
+    fails_with(&output, &["left for activations", "--precision bf16"]);
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("(--recompute)"));
 }
 
 #[test]
