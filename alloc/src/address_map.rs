@@ -143,7 +143,7 @@ mod tests {
             let addr = ((state >> 33) % 3000 + 1) * 256;
             let growing = (step / 10_000) % 2 == 0;
             match (state >> 20) % 3 {
-                0 if growing || (state >> 10) % 4 == 0 => {
+                0 if growing || (state >> 10).is_multiple_of(4) => {
                     map.insert(addr, step);
                     model.insert(addr, step);
                 }

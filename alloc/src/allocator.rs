@@ -378,10 +378,10 @@ impl Allocator {
     /// the growable one.
     #[inline]
     pub(crate) fn retail(&mut self, old: ChunkId, new: ChunkId) {
-        if let Some(growable) = &mut self.growable {
-            if growable.tail == old {
-                growable.tail = new;
-            }
+        if let Some(growable) = &mut self.growable
+            && growable.tail == old
+        {
+            growable.tail = new;
         }
     }
 

@@ -219,7 +219,7 @@ mod tests {
                         set.remove_at(found);
                     }
                 }
-                3 if (state >> 4) % 2 == 0 => {
+                3 if (state >> 4).is_multiple_of(2) => {
                     // Replace a present key by one of the same bin, as a split or merge does.
                     if let Some(&old) = model
                         .iter()

@@ -181,7 +181,7 @@ impl Allocator {
             .range(..end.unwrap_or(u64::MAX))
             .next_back()
             .is_some_and(|(&other, &other_size)| other + other_size > base);
-        if base == 0 || base % GRANULE != 0 || end.is_none() || overlaps {
+        if base == 0 || !base.is_multiple_of(GRANULE) || end.is_none() || overlaps {
             // Give it back: the allocator cannot use it.
             let _ = self.source.release(base, size);
             return Err(Error::Source {

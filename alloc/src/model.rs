@@ -186,10 +186,10 @@ impl Shadow {
                     return Err(format!("bad allocation {a:?} for {requested}"));
                 }
                 let below = self.live.range(..a.addr + a.size).next_back();
-                if let Some((&addr, &(size, _, _))) = below {
-                    if addr + size > a.addr {
-                        return Err(format!("{a:?} overlaps live {addr:#x}+{size}"));
-                    }
+                if let Some((&addr, &(size, _, _))) = below
+                    && addr + size > a.addr
+                {
+                    return Err(format!("{a:?} overlaps live {addr:#x}+{size}"));
                 }
                 self.live.insert(a.addr, (a.size, requested, tag));
                 self.freed.retain(|&addr| addr != a.addr);

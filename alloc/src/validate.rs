@@ -50,7 +50,7 @@ impl Allocator {
                 if chunk.prev != prev {
                     return fail(format!("chunk at {addr:#x} has a wrong prev link"));
                 }
-                if chunk.size == 0 || chunk.size % GRANULE != 0 {
+                if chunk.size == 0 || !chunk.size.is_multiple_of(GRANULE) {
                     return fail(format!("chunk at {addr:#x} has size {}", chunk.size));
                 }
                 if self.by_addr.get(addr) != Some(id) {

@@ -11,11 +11,10 @@ proptest! {
     #[test]
     fn random_scenarios_agree_with_the_shadow_model(bytes in prop::collection::vec(any::<u8>(), 0..4096)) {
         let mut input = Unstructured::new(&bytes);
-        if let Ok(scenario) = Scenario::arbitrary(&mut input) {
-            if let Err(disagreement) = scenario.run() {
+        if let Ok(scenario) = Scenario::arbitrary(&mut input)
+            && let Err(disagreement) = scenario.run() {
                 prop_assert!(false, "{disagreement}\nscenario: {scenario:?}");
             }
-        }
     }
 }
 

@@ -69,19 +69,19 @@ impl Gradients {
     /// ```
     pub fn accumulate(&mut self, other: Gradients) -> Result<()> {
         for (id, grad) in &other.map {
-            if let Some(mine) = self.map.get(id) {
-                if mine.shape() != grad.shape() || mine.dtype() != grad.dtype() {
-                    return Err(crate::Error::Argument {
-                        op: "accumulate",
-                        detail: format!(
-                            "a gradient of {} {} into one of {} {}",
-                            grad.shape(),
-                            grad.dtype(),
-                            mine.shape(),
-                            mine.dtype()
-                        ),
-                    });
-                }
+            if let Some(mine) = self.map.get(id)
+                && (mine.shape() != grad.shape() || mine.dtype() != grad.dtype())
+            {
+                return Err(crate::Error::Argument {
+                    op: "accumulate",
+                    detail: format!(
+                        "a gradient of {} {} into one of {} {}",
+                        grad.shape(),
+                        grad.dtype(),
+                        mine.shape(),
+                        mine.dtype()
+                    ),
+                });
             }
         }
         // Sums that need new memory (into a shared array) first: if one runs out, nothing has

@@ -237,15 +237,13 @@ impl Checkpoint {
         let dtype = our_dtype(entry.dtype)
             .ok_or_else(|| self.error(key, format!("unsupported dtype {:?}", entry.dtype)))?;
         let shape = Shape::new(&entry.shape);
-        if let Some((want_shape, want_dtype)) = expect {
-            if &shape != want_shape || dtype != want_dtype {
-                return Err(self.error(
-                    key,
-                    format!(
-                        "holds {shape} of {dtype}, the model needs {want_shape} of {want_dtype}"
-                    ),
-                ));
-            }
+        if let Some((want_shape, want_dtype)) = expect
+            && (&shape != want_shape || dtype != want_dtype)
+        {
+            return Err(self.error(
+                key,
+                format!("holds {shape} of {dtype}, the model needs {want_shape} of {want_dtype}"),
+            ));
         }
         let _tag = self.device.scoped_tag(tag);
         let bytes = self

@@ -100,7 +100,7 @@ fn probe(
     let indices: Vec<usize> = (0..config.batch.size.min(task.train.len())).collect();
     let batch = HostBatch::collect(&*task.train, &indices);
     let mut sizes = vec![micro; batch.len() / micro];
-    if batch.len() % micro > 0 {
+    if !batch.len().is_multiple_of(micro) {
         sizes.push(batch.len() % micro);
     }
     let mut scaler = LossScaler::new(&config.precision);

@@ -96,13 +96,13 @@ pub fn train_step(
     step: u64,
     mut sizes: Sizes<'_>,
 ) -> Result<StepReport> {
-    if let Sizes::Fixed(fixed) = &sizes {
-        if fixed.iter().sum::<usize>() != batch.len() || fixed.contains(&0) {
-            return Err(Error::config(format!(
-                "micro-batch sizes {fixed:?} do not cut a batch of {}",
-                batch.len()
-            )));
-        }
+    if let Sizes::Fixed(fixed) = &sizes
+        && (fixed.iter().sum::<usize>() != batch.len() || fixed.contains(&0))
+    {
+        return Err(Error::config(format!(
+            "micro-batch sizes {fixed:?} do not cut a batch of {}",
+            batch.len()
+        )));
     }
     let scored = batch.scored().max(1);
     let mut total = Gradients::default();

@@ -324,7 +324,7 @@ impl Trainer {
             let report = self.train_step()?;
             let seconds = step_started.elapsed().as_secs_f64();
             let metric = if self.config.eval_every > 0
-                && self.step % self.config.eval_every == 0
+                && self.step.is_multiple_of(self.config.eval_every)
                 && self.step < self.total_steps
             {
                 let m = self.evaluate()?;
@@ -349,7 +349,9 @@ impl Trainer {
                 headroom_alloc::format_bytes(record.peak),
                 headroom_alloc::format_bytes(record.limit),
             ));
-            if self.config.checkpoint.every > 0 && self.step % self.config.checkpoint.every == 0 {
+            if self.config.checkpoint.every > 0
+                && self.step.is_multiple_of(self.config.checkpoint.every)
+            {
                 self.save_checkpoint()?;
                 tracing::info!(step = self.step, "checkpoint written");
             }

@@ -111,12 +111,12 @@ impl<S: MemorySource> FaultInjecting<S> {
                 self.attempts
             )));
         }
-        if let Some(threshold) = self.threshold {
-            if self.reserved.saturating_add(bytes) > threshold {
-                return Err(SourceError::new(format!(
-                    "injected fault: {bytes} more bytes would pass the threshold of {threshold}"
-                )));
-            }
+        if let Some(threshold) = self.threshold
+            && self.reserved.saturating_add(bytes) > threshold
+        {
+            return Err(SourceError::new(format!(
+                "injected fault: {bytes} more bytes would pass the threshold of {threshold}"
+            )));
         }
         Ok(())
     }

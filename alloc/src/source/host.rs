@@ -53,7 +53,7 @@ impl MemorySource for HostMemory {
     }
 
     fn reserve(&mut self, bytes: u64) -> Result<u64, SourceError> {
-        if bytes == 0 || bytes % ALIGN as u64 != 0 {
+        if bytes == 0 || !bytes.is_multiple_of(ALIGN as u64) {
             return Err(SourceError::new(format!(
                 "region size {bytes} is not a positive multiple of {ALIGN}"
             )));

@@ -53,7 +53,7 @@ impl VirtualMemory {
     }
 
     fn check_granular(bytes: u64) -> Result<(), SourceError> {
-        if bytes == 0 || bytes % 256 != 0 {
+        if bytes == 0 || !bytes.is_multiple_of(256) {
             return Err(SourceError::new(format!(
                 "size {bytes} is not a positive multiple of 256"
             )));

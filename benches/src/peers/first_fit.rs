@@ -52,12 +52,12 @@ impl TraceAllocator for FirstFit {
         if let Some(next_length) = self.free.remove(&(start + length)) {
             length += next_length;
         }
-        if let Some((&prev, &prev_length)) = self.free.range(..start).next_back() {
-            if prev + prev_length == start {
-                self.free.remove(&prev);
-                start = prev;
-                length += prev_length;
-            }
+        if let Some((&prev, &prev_length)) = self.free.range(..start).next_back()
+            && prev + prev_length == start
+        {
+            self.free.remove(&prev);
+            start = prev;
+            length += prev_length;
         }
         self.free.insert(start, length);
     }

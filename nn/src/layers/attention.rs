@@ -33,7 +33,7 @@ impl CausalSelfAttention {
         proj_std: f64,
         dropout: (f64, &DropoutCounter),
     ) -> Result<Self> {
-        if heads == 0 || width % heads != 0 {
+        if heads == 0 || !width.is_multiple_of(heads) {
             return Err(Error::config(
                 "attention",
                 format!("{heads} heads do not divide a width of {width}"),

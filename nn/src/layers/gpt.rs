@@ -39,7 +39,7 @@ impl GptConfig {
                 self.vocab, self.context, self.width, self.layers
             ));
         }
-        if self.heads == 0 || self.width % self.heads != 0 {
+        if self.heads == 0 || !self.width.is_multiple_of(self.heads) {
             return fail(format!(
                 "{} heads do not divide a width of {}",
                 self.heads, self.width

@@ -119,7 +119,7 @@ impl TrainConfig {
                     ),
                 );
                 check(
-                    m.heads > 0 && m.width % m.heads.max(1) == 0,
+                    m.heads > 0 && m.width.is_multiple_of(m.heads.max(1)),
                     format!(
                         "model.heads: {} heads do not divide a width of {}",
                         m.heads, m.width

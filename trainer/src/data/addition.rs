@@ -105,7 +105,7 @@ impl Addition {
 
 /// Whether a problem belongs to the held-out set.
 fn is_held_out(a: u64, b: u64) -> bool {
-    (uniform(0x5EED, a.wrapping_mul(1_000_003) ^ b).to_bits() >> 11) % HELD_OUT_ONE_IN == 0
+    (uniform(0x5EED, a.wrapping_mul(1_000_003) ^ b).to_bits() >> 11).is_multiple_of(HELD_OUT_ONE_IN)
 }
 
 impl Dataset for Addition {

@@ -26,10 +26,10 @@ pub fn read_csv(path: &Path) -> Result<FeatureTable> {
             .map(|f| f.trim().parse::<f64>().ok())
             .collect()
     };
-    if let Some((_, first)) = rows.peek() {
-        if parse(first).is_none() {
-            rows.next(); // a header
-        }
+    if let Some((_, first)) = rows.peek()
+        && parse(first).is_none()
+    {
+        rows.next(); // a header
     }
     let (mut values, mut labels, mut dim) = (Vec::new(), Vec::new(), None);
     for (number, line) in rows {
