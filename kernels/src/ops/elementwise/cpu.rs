@@ -2,6 +2,7 @@
 
 use rayon::prelude::*;
 
+use super::isa::{assign_with_best_isa, zip_with_best_isa};
 use super::{BinaryOp, UnaryOp};
 use crate::backend::ElementwiseKernels;
 use crate::buffer::Buffer;
@@ -127,75 +128,6 @@ fn map_unary<T: Float>(x: &[T], out: &mut [T], f: impl Fn(T::C, T::C) -> T::C + 
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
         .for_each(|(out, x)| zip_with_best_isa(out, x, x, &f));
-}
-
-/// `out[i] = f(a[i], b[i])` over equal-length slices: the loop every contiguous kernel runs.
-#[inline(always)]
-fn zip_with<T: Float, F: Fn(T::C, T::C) -> T::C>(out: &mut [T], a: &[T], b: &[T], f: &F) {
-    // Equal lengths up front let the compiler drop bounds checks and vectorize.
-    let (a, b) = (&a[..out.len()], &b[..out.len()]);
-    for i in 0..out.len() {
-        out[i] = T::store(f(a[i].load(), b[i].load()));
-    }
-}
-
-/// [`zip_with`] compiled for AVX2 and FMA.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn zip_with_avx2<T: Float, F: Fn(T::C, T::C) -> T::C>(
-    out: &mut [T],
-    a: &[T],
-    b: &[T],
-    f: &F,
-) {
-    zip_with(out, a, b, f);
-}
-
-/// `b[i] = f(a[i], b[i])` over equal-length slices.
-#[inline(always)]
-fn assign_with<T: Float, F: Fn(T::C, T::C) -> T::C>(b: &mut [T], a: &[T], f: &F) {
-    let a = &a[..b.len()];
-    for i in 0..b.len() {
-        b[i] = T::store(f(a[i].load(), b[i].load()));
-    }
-}
-
-/// [`assign_with`] compiled for AVX2 and FMA.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn assign_with_avx2<T: Float, F: Fn(T::C, T::C) -> T::C>(b: &mut [T], a: &[T], f: &F) {
-    assign_with(b, a, f);
-}
-
-/// [`assign_with`] in the widest instruction set this CPU has.
-#[inline(always)]
-fn assign_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(b: &mut [T], a: &[T], f: &F) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
-        unsafe { assign_with_avx2(b, a, f) };
-        return;
-    }
-    assign_with(b, a, f);
-}
-
-/// [`zip_with`] in the widest instruction set this CPU has (detected at run time, since builds
-/// target the baseline).
-#[inline(always)]
-fn zip_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(out: &mut [T], a: &[T], b: &[T], f: &F) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
-        unsafe { zip_with_avx2(out, a, b, f) };
-        return;
-    }
-    zip_with(out, a, b, f);
 }
 
 /// `out = op(a, b)` over `shape`, reading `a` and `b` through broadcast strides.

@@ -4,6 +4,7 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod isa;
 mod meta;
 
 use crate::buffer::Array;
