@@ -42,6 +42,11 @@ fn program(device: &Device) -> Result<Vec<Array>> {
     let ids = Array::from_host(device, [2, 4], &[0u32, 5, 11, 2, 2, 7, 1, 0])?;
     let emb = index::embedding(&x.deep_copy()?.reshape([12, 8])?, &ids)?;
     let demb = index::embedding_backward(&ids, &emb, 12)?;
+    // 80 positions of two ids: runs long enough to be cut into pieces on CUDA.
+    let frequent: Vec<u32> = (0..80).map(|p| u32::from(p % 5 == 0)).collect();
+    let frequent = Array::from_host(device, [80], &frequent)?;
+    let dy = Array::from_f64(device, [80, 1], DType::F32, &data[..80])?;
+    let dfrequent = index::embedding_backward(&frequent, &dy, 2)?;
     let targets = Array::from_host(device, [8], &[0u32, 1, 2, 3, 4, 5, 0, 1])?;
     let loss = index::cross_entropy(&h, &targets, Some(5))?;
     let dloss = Array::full(device, [], DType::F32, 0.125)?;
@@ -80,6 +85,7 @@ fn program(device: &Device) -> Result<Vec<Array>> {
         ln_grads.dx,
         ln_grads.dgamma,
         demb,
+        dfrequent,
         loss,
         masked,
         dropped,
@@ -181,6 +187,10 @@ fn a_plan_for_cuda_takes_the_cuda_kernels_scratch_instead_of_the_cpus_panels() {
             768,            // layer-norm partial sums: 8 slices x 2 x 6 f64
             13 * 2 * 4,     // embedding gradient: where each of 12 ids' positions and pieces start
             8 * 4,          // and the 8 positions grouped by id (too few to cut into pieces)
+            3 * 2 * 4,      // 80 positions of 2 ids: where each id's positions and pieces start,
+            80 * 4,         // the positions grouped by id,
+            4 * 2 * 4,      // room for the most pieces 80 positions make (4), their bounds
+            4 * 4,          // and their partial rows (1 f32 each)
             8 * 8,          // cross-entropy: 8 row losses in f64
         ]
     );
