@@ -144,6 +144,21 @@ fn plan_report_and_replay_print_their_tables() {
         stdout.contains("predicted peak") && stdout.contains("chosen: micro-batches of"),
         "{stdout}"
     );
+    // The default run needs two micro-batches a step; the plan says what recomputing would fit.
+    let micro = |line: &str| -> usize {
+        let (_, rest) = line
+            .split_once("micro-batches of ")
+            .expect("a micro-batch size");
+        rest.split(' ').next().unwrap().parse().unwrap()
+    };
+    let chosen = stdout.lines().find(|l| l.starts_with("chosen:")).unwrap();
+    let recomputing = stdout
+        .lines()
+        .find(|l| l.starts_with("with --recompute"))
+        .unwrap_or_else(|| panic!("no recomputation line in {stdout}"));
+    assert!(micro(recomputing) > micro(chosen), "{stdout}");
+    let roomy = headroom(&["plan", "--memory-limit", "64MiB"]);
+    assert!(!String::from_utf8_lossy(&roomy.stdout).contains("--recompute"));
 
     let mut config = small_config(&dir);
     config.steps = Some(5);

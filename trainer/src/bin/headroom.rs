@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use headroom_alloc::cli::ReplayArgs;
-use headroom_trainer::config::{Overrides, TrainConfig};
+use headroom_trainer::config::{ModelKind, Overrides, TrainConfig};
 use headroom_trainer::data::Task;
 use headroom_trainer::{Error, Result, Summary, Trainer, device, plan, read_all};
 use tracing_subscriber::EnvFilter;
@@ -100,7 +100,22 @@ fn plan_only(args: &RunArgs) -> Result<()> {
     let budget = device::budget(&config)?;
     let task = Task::from_config(&config.data, config.seed)?;
     let target = device::plan_target(&config, &budget)?;
-    println!("{}", plan(&config, &task, &budget, target)?);
+    let chosen = plan(&config, &task, &budget, target)?;
+    println!("{chosen}");
+    // A GPT that needs several micro-batches per step: what recomputing its blocks would fit.
+    let batch = config.batch.size.min(task.train.len());
+    if config.model.kind == ModelKind::Gpt && !config.model.recompute && chosen.micro < batch {
+        let mut recomputing = config.clone();
+        recomputing.model.recompute = true;
+        if let Ok(alternative) = plan(&recomputing, &task, &budget, target) {
+            println!(
+                "with --recompute (each block run again in the backward pass): micro-batches of {} \
+                 (predicted peak {})",
+                alternative.micro,
+                headroom_alloc::format_bytes(alternative.predicted_peak)
+            );
+        }
+    }
     Ok(())
 }
 
