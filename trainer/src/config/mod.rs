@@ -87,7 +87,8 @@ pub struct ModelConfig {
     pub dropout: f64,
     /// GPT: run each block again in the backward pass instead of keeping its activations
     /// (activation checkpointing, `torch.utils.checkpoint`): less memory per sample, so larger
-    /// micro-batches under a limit, for about a third more compute per step.
+    /// micro-batches under a limit, for a second forward pass of each block (about a fifth less
+    /// throughput on the training bench's GPT).
     pub recompute: bool,
     /// MLP: hidden layer sizes.
     pub hidden: Vec<usize>,

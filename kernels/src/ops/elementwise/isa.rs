@@ -88,7 +88,7 @@ pub(super) fn assign_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if has_avx2() {
         // SAFETY: the CPU supports AVX2 and FMA, checked just above.
         unsafe { assign_with_avx2(b, a, f) };
         return;
@@ -112,7 +112,7 @@ pub(super) fn zip_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if has_avx2() {
         // SAFETY: the CPU supports AVX2 and FMA, checked just above.
         unsafe { zip_with_avx2(out, a, b, f) };
         return;
@@ -120,13 +120,18 @@ pub(super) fn zip_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(
     zip_with(out, a, b, f);
 }
 
-/// True when the CPU has AVX-512F besides AVX2 and FMA (detected once, then cached by `std`).
+/// True when the CPU has AVX2 and FMA (detected once, then cached by `std`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn has_avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// True when the CPU has AVX-512F besides AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn has_avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
+    std::arch::is_x86_feature_detected!("avx512f") && has_avx2()
 }
 
 #[cfg(test)]
@@ -175,9 +180,7 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             {
                 let mut checked = 0;
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
+                if has_avx2() {
                     let mut got = vec![0f32; x.len()];
                     // SAFETY: the CPU supports AVX2 and FMA, checked just above.
                     unsafe { zip_with_avx2(&mut got, &x, &y, &op) };

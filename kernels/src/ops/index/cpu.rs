@@ -80,10 +80,11 @@ impl IndexKernels for CpuBackend {
                     acc.fill(zero);
                     if pieces.is_empty() {
                         add_rows(run, acc);
-                    }
-                    for partial in partials[pieces.start * dim..pieces.end * dim].chunks(dim) {
-                        for (a, &p) in acc.iter_mut().zip(partial) {
-                            *a += p;
+                    } else {
+                        for partial in partials[pieces.start * dim..pieces.end * dim].chunks(dim) {
+                            for (a, &p) in acc.iter_mut().zip(partial) {
+                                *a += p;
+                            }
                         }
                     }
                     for (o, &a) in row.iter_mut().zip(acc.iter()) {
