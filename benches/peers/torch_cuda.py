@@ -15,7 +15,7 @@ import statistics
 import time
 
 import torch
-from torch_embedding import draw
+from torch_embedding import cases as embedding_cases, draw
 
 RUNS = 10
 
@@ -92,7 +92,7 @@ def main() -> None:
     # The embedding's gradient, as autograd runs it for torch.nn.functional.embedding.
     dy = torch.arange(positions * dim, dtype=torch.float32).remainder(1000).div(1000).sub(0.5)
     dy = dy.view(positions, dim).to(device)
-    for spread, vocab in (("uniform", large), ("zipf", large), ("one-id", large), ("skewed", 16)):
+    for spread, vocab in embedding_cases(large):
         ids = draw(spread, positions, vocab).to(device)
         backward = lambda: torch.ops.aten.embedding_dense_backward(dy, ids, vocab, -1, False)  # noqa: E731
         gbps = (positions + vocab) * dim * 4 / timed(device, backward) / 1e9

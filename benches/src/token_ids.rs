@@ -3,6 +3,22 @@
 
 use headroom_alloc::trace::SplitMix64;
 
+/// The rows of the small table the skewed spread is benched on (a character or digit
+/// vocabulary).
+pub const SMALL_TABLE: usize = 16;
+
+/// The embedding benches' cases, `(spread, vocabulary)`: uniform, Zipf and one id over a
+/// `large` vocabulary (GPT-2's 50257 at full size), and the skewed spread over
+/// [`SMALL_TABLE`] rows. `benches/peers/torch_embedding.py` lists the same.
+pub fn embedding_cases(large: usize) -> [(IdSpread, usize); 4] {
+    [
+        (IdSpread::Uniform, large),
+        (IdSpread::Zipf, large),
+        (IdSpread::OneId, large),
+        (IdSpread::Skewed, SMALL_TABLE),
+    ]
+}
+
 /// How a bench's ids are spread over the vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdSpread {

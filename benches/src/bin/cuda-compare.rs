@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use headroom_alloc::trace::SplitMix64;
 use headroom_alloc::{AllocatorConfig, Limit, Tag};
-use headroom_benches::token_ids::IdSpread;
+use headroom_benches::token_ids::embedding_cases;
 use headroom_kernels::cuda::CudaOptions;
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
 use headroom_kernels::ops::gemm::matmul;
@@ -181,12 +181,7 @@ fn embeddings(scale: &Scale, lines: &mut Vec<String>) -> Result<()> {
         .map(|i| (i % 1000) as f64 / 1000.0 - 0.5)
         .collect();
     let dy = Array::from_f64(&device, [positions, dim], DType::F32, &values)?;
-    for (spread, vocab) in [
-        (IdSpread::Uniform, large),
-        (IdSpread::Zipf, large),
-        (IdSpread::OneId, large),
-        (IdSpread::Skewed, 16),
-    ] {
+    for (spread, vocab) in embedding_cases(large) {
         let ids = Array::from_host(&device, [positions], &spread.draw(positions, vocab))?;
         let seconds = time(&device, || embedding_backward(&ids, &dy, vocab).map(drop))?;
         let gbps = ((positions + vocab) * dim * 4) as f64 / seconds / 1e9;

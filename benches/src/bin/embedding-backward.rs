@@ -14,7 +14,7 @@
 //! the same run.
 
 use headroom_benches::timing::{host_copy_gbps, median_seconds};
-use headroom_benches::token_ids::IdSpread;
+use headroom_benches::token_ids::{SMALL_TABLE, embedding_cases};
 use headroom_kernels::ops::index::embedding_backward;
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Result};
 
@@ -46,14 +46,13 @@ fn main() -> Result<()> {
         "GB/s",
         "of copy"
     );
-    let cases = [
-        ("gpt2", IdSpread::Uniform, GPT2_VOCAB),
-        ("gpt2", IdSpread::Zipf, GPT2_VOCAB),
-        ("gpt2", IdSpread::OneId, GPT2_VOCAB),
-        ("small", IdSpread::Skewed, 16),
-    ];
     let mut lines = Vec::new();
-    for (table, spread, vocab) in cases {
+    for (spread, vocab) in embedding_cases(GPT2_VOCAB) {
+        let table = if vocab == SMALL_TABLE {
+            "small"
+        } else {
+            "gpt2"
+        };
         let case = format!("{table}-{}", spread.name());
         let ids = Array::from_host(&device, [POSITIONS], &spread.draw(POSITIONS, vocab))?;
         let run = || median_seconds(RUNS, || embedding_backward(&ids, &dy, vocab).map(drop));
