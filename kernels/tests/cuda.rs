@@ -32,18 +32,24 @@ fn kernels(family: Family) -> Vec<String> {
             .collect(),
         Family::Elementwise => per_float(&["unary", "binary", "binary_assign", "binary_strided"]),
         Family::Reduce => per_float(&["reduce_rows", "reduce_columns"]),
-        Family::Norm => per_float(&[
-            "softmax_32",
-            "softmax_256",
-            "softmax_backward_32",
-            "softmax_backward_256",
-            "layer_norm_32",
-            "layer_norm_256",
-            "layer_norm_dx_32",
-            "layer_norm_dx_256",
-            "layer_norm_dparams_partial",
-            "layer_norm_dparams_sum",
-        ]),
+        Family::Norm => {
+            // Each row kernel per thread group and register cache (`norm.cu`).
+            let mut stems = vec![
+                "layer_norm_dparams_partial".to_string(),
+                "layer_norm_dparams_sum".to_string(),
+            ];
+            for group in [32, 256] {
+                for (kernel, caches) in [
+                    ("softmax", [8, 16, 32]),
+                    ("layer_norm", [8, 16, 32]),
+                    ("softmax_backward", [4, 8, 16]),
+                    ("layer_norm_dx", [4, 8, 16]),
+                ] {
+                    stems.extend(caches.map(|cache| format!("{kernel}_{group}x{cache}")));
+                }
+            }
+            per_float(&stems.iter().map(String::as_str).collect::<Vec<_>>())
+        }
         Family::Index => {
             let mut names = per_float(&[
                 "cross_entropy_32",

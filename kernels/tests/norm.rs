@@ -11,20 +11,27 @@ use headroom_kernels::ops::norm::{
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result, Shape};
 
 /// Shapes every op is checked on: single elements, one row, rows of length 1, batches, more
-/// rows than the layer-norm backward has partial sums (64), a long row, rows past 1024 (a
-/// thread block per row on CUDA, a warp per row below, held in registers up to 8192 forward and
-/// 4096 backward), more rows than one pass of a GPU's grid covers, with short rows and with long
-/// ones, and rows past 8192 (which CUDA reads again for each pass instead of holding them).
-const SHAPES: [&[usize]; 12] = [
+/// rows than the layer-norm backward has partial sums (64), rows past 1024 (a thread block per
+/// row on CUDA, a warp per row below), more rows than one pass of a GPU's grid covers, with short
+/// rows and with long ones, and rows past 8192 (which CUDA reads again for each pass instead of
+/// holding them in registers). CUDA instantiates its row kernels for three register caches per
+/// thread, forward (8, 16, 32: rows up to 256, 512, 1024 for a warp, 2048, 4096, 8192 for a
+/// block) and backward (4, 8, 16: half those); the lengths take each, and rows of whole 16-byte
+/// packs (multiples of 8: loaded as packs by softmax) and of odd lengths.
+const SHAPES: [&[usize]; 16] = [
     &[1],
     &[7],
     &[3, 5],
     &[2, 1, 9],
     &[4, 1],
     &[130, 7],
+    &[2, 200],
     &[2, 300],
     &[1, 1, 1],
+    &[2, 1000],
     &[3, 1500],
+    &[2, 3000],
+    &[2, 6000],
     &[20000, 3],
     &[2200, 1030],
     &[2, 9000],
@@ -187,8 +194,9 @@ fn softmax_gives_masked_elements_nothing() {
     let mut rng = rng();
     for device in devices() {
         for dtype in DType::FLOATS {
-            // Rows a warp holds, a block holds, and rows past that (read twice on CUDA).
-            for len in [11, 300, 3000, 9000] {
+            // Rows a warp holds, a block holds (with each register cache, in packs and not), and
+            // rows past that (read twice on CUDA).
+            for len in [11, 200, 300, 1000, 1500, 3000, 6000, 9000] {
                 let rows = 3;
                 let (x, xs) = masked(&device, &mut rng, [rows, len], dtype, -3.0, 3.0);
                 let what = format!("{dtype} {rows}x{len} masked");
@@ -605,8 +613,9 @@ fn attention_softmax_equals_scale_mask_softmax_and_its_gradient_too() {
     let mut rng = rng();
     for device in devices() {
         for dtype in DType::FLOATS {
-            // Square matrices whose rows a warp holds, and a block.
-            let shapes: [&[usize]; 2] = [&[2, 3, 5, 5], &[1, 1040, 1040]];
+            // Square matrices whose rows a warp holds, and a block; of odd lengths, and of whole
+            // 16-byte packs.
+            let shapes: [&[usize]; 3] = [&[2, 3, 5, 5], &[1, 64, 64], &[1, 1040, 1040]];
             for (shape, causal) in shapes.into_iter().flat_map(|s| [(s, false), (s, true)]) {
                 let (x, _) = random(&device, &mut rng, shape, dtype, -3.0, 3.0);
                 let (dy, _) = random(&device, &mut rng, shape, dtype, -1.0, 1.0);

@@ -14,18 +14,19 @@ import re
 import subprocess
 import sys
 
-KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?(\w+)\s*\(')
+KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
 
 
 def kernel_names(family, source_dir):
     # The source exactly as the backend hands it to NVRTC: the prelude, a newline, the file.
+    # Launch bounds (register hints, which the host ignores as cuda_shim.h does) are dropped.
     with open(os.path.join(source_dir, "prelude.cuh")) as f:
         prelude = f.read()
     with open(os.path.join(source_dir, family + ".cu")) as f:
         body = f.read()
     cxx = os.environ.get("CXX", "g++")
     preprocessed = subprocess.run(
-        [cxx, "-E", "-P", "-x", "c++", "-std=c++17", "-"],
+        [cxx, "-E", "-P", "-x", "c++", "-std=c++17", "-D__launch_bounds__(...)=", "-"],
         input=prelude + "\n" + body,
         capture_output=True,
         text=True,

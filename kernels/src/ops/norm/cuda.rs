@@ -8,12 +8,35 @@ use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
 
-/// The longest row a warp of a forward kernel holds in registers (`norm.cu`: 32 threads of
-/// `ROW_CACHE` elements); longer rows take a whole block each.
-const FORWARD_WARP_ROW: usize = 32 * 32;
+/// The row caches the forward kernels are instantiated for (`norm.cu`: each thread keeps N
+/// elements of its row in registers).
+const FORWARD_CACHES: [usize; 3] = [8, 16, 32];
 
-/// The same for the backward kernels, which hold two rows (32 threads of `BACKWARD_CACHE`).
-const BACKWARD_WARP_ROW: usize = 32 * 16;
+/// The same for the backward kernels, which keep N elements of each of two rows.
+const BACKWARD_CACHES: [usize; 3] = [4, 8, 16];
+
+impl CudaBackend {
+    /// The name and grid of row kernel `kernel` (`softmax_256x16_f32`) over `spec`'s rows: a
+    /// warp per row when the largest of `caches` lets one hold it, else a block; and the least
+    /// cache whose group holds the row (the smallest where none does: the row is read again per
+    /// pass either way, and the smallest takes the fewest registers).
+    fn row_kernel(
+        &self,
+        kernel: &str,
+        dtype: DType,
+        op: &'static str,
+        spec: RowSpec,
+        caches: [usize; 3],
+    ) -> Result<(String, LaunchConfig)> {
+        let (group, grid) = self.row_grid(spec.rows, spec.len, 32 * caches[2]);
+        let cache = caches
+            .into_iter()
+            .find(|&cache| group as usize * cache >= spec.len)
+            .unwrap_or(caches[0]);
+        let name = float_kernel(&format!("{kernel}_{group}x{cache}"), dtype, op)?;
+        Ok((name, grid))
+    }
+}
 
 impl NormKernels for CudaBackend {
     fn softmax(
@@ -28,8 +51,7 @@ impl NormKernels for CudaBackend {
         if y.is_empty() || spec.len == 0 {
             return Ok(());
         }
-        let (group, grid) = self.row_grid(spec.rows, spec.len, FORWARD_WARP_ROW);
-        let name = float_kernel(&format!("softmax_{group}"), x.dtype(), op)?;
+        let (name, grid) = self.row_kernel("softmax", x.dtype(), op, spec, FORWARD_CACHES)?;
         let args = [
             (softmax.kind == SoftmaxKind::LogSoftmax).into(),
             softmax.scale.into(),
@@ -55,8 +77,8 @@ impl NormKernels for CudaBackend {
         if dx.is_empty() || spec.len == 0 {
             return Ok(());
         }
-        let (group, grid) = self.row_grid(spec.rows, spec.len, BACKWARD_WARP_ROW);
-        let name = float_kernel(&format!("softmax_backward_{group}"), y.dtype(), op)?;
+        let (name, grid) =
+            self.row_kernel("softmax_backward", y.dtype(), op, spec, BACKWARD_CACHES)?;
         let args = [
             (softmax.kind == SoftmaxKind::LogSoftmax).into(),
             softmax.scale.into(),
@@ -86,8 +108,7 @@ impl NormKernels for CudaBackend {
         if spec.rows == 0 {
             return Ok(());
         }
-        let (group, grid) = self.row_grid(spec.rows, spec.len, FORWARD_WARP_ROW);
-        let name = float_kernel(&format!("layer_norm_{group}"), x.dtype(), OP)?;
+        let (name, grid) = self.row_kernel(OP, x.dtype(), OP, spec, FORWARD_CACHES)?;
         let args: [Arg; 9] = [
             eps.into(),
             x.into(),
@@ -122,8 +143,8 @@ impl NormKernels for CudaBackend {
             return Ok(());
         }
         if rows > 0 {
-            let (group, grid) = self.row_grid(rows, len, BACKWARD_WARP_ROW);
-            let name = float_kernel(&format!("layer_norm_dx_{group}"), dtype, OP)?;
+            let (name, grid) =
+                self.row_kernel("layer_norm_dx", dtype, OP, spec, BACKWARD_CACHES)?;
             let args: [Arg; 8] = [
                 x.into(),
                 gamma.into(),
