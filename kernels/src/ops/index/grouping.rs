@@ -61,33 +61,38 @@ impl IdGroups {
                 detail: format!("{} ids; positions are counted in 32 bits", ids.len()),
             });
         }
-        let mut starts = vec![0u32; vocab + 1];
+        // Counts, then the end of each id's run, in place at rows[2 v]; the scatter, walking the
+        // positions backwards, moves each back to its run's start, and fills each run in
+        // increasing order.
+        let mut rows = vec![0u32; 2 * (vocab + 1)];
         for &id in ids {
-            starts[id as usize + 1] += 1;
+            rows[2 * id as usize] += 1;
         }
+        let mut end = 0;
         for v in 0..vocab {
-            starts[v + 1] += starts[v];
+            end += rows[2 * v];
+            rows[2 * v] = end;
         }
-        let mut next = starts.clone();
         let mut positions = vec![0u32; ids.len()];
-        for (p, &id) in (0u32..).zip(ids) {
-            positions[next[id as usize] as usize] = p;
-            next[id as usize] += 1;
+        for (p, &id) in (0..ids.len() as u32).zip(ids).rev() {
+            let cursor = &mut rows[2 * id as usize];
+            *cursor -= 1;
+            positions[*cursor as usize] = p;
         }
+        rows[2 * vocab] = end;
 
         let len = piece_len(ids.len());
-        let mut rows = Vec::with_capacity(2 * (vocab + 1));
         let mut pieces = Vec::new();
         for v in 0..vocab {
-            let (start, end) = (starts[v] as usize, starts[v + 1] as usize);
-            rows.extend([starts[v], (pieces.len() / 2) as u32]);
+            let (start, end) = (rows[2 * v] as usize, rows[2 * v + 2] as usize);
+            rows[2 * v + 1] = (pieces.len() / 2) as u32;
             if end - start > len {
                 for piece in (start..end).step_by(len) {
                     pieces.extend([piece as u32, (piece + len).min(end) as u32]);
                 }
             }
         }
-        rows.extend([starts[vocab], (pieces.len() / 2) as u32]);
+        rows[2 * vocab + 1] = (pieces.len() / 2) as u32;
         Ok(IdGroups {
             rows,
             positions,
