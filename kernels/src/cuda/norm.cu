@@ -39,6 +39,30 @@ __device__ __forceinline__ bool packs_fit(const T* x, const T* y, u64 len) {
     return sizeof(typename Io<T>::C) == 4 && len % (16 / sizeof(T)) == 0 && ((u64)x | (u64)y) % 16 == 0;
 }
 
+// The most of a row held in registers, `v` (minus infinity where a thread holds no element; the
+// slots from `k GROUP >= mine` on hold none and are skipped), and what the output needs:
+// `log_sum`, the log of the sum of exp(v - max), for log-softmax; `inv`, its inverse, for
+// softmax, which keeps each exponential in `v`.
+template <int GROUP, int N, typename C>
+__device__ __forceinline__ void softmax_held(int log, C (&v)[N], int mine, C* scratch, C& max, C& log_sum,
+                                             C& inv) {
+    max = neg_infinity<C>();
+#pragma unroll
+    for (int k = 0; k < N; ++k) max = m_max(max, v[k]);
+    max = group_reduce<GROUP>(max, MaxOp(), scratch);
+    C sum = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        if (k * GROUP >= mine) continue;
+        const C e = m_exp(v[k] - max);
+        sum += e;
+        if (!log) v[k] = e;
+    }
+    sum = group_reduce<GROUP>(sum, SumOp(), scratch);
+    log_sum = log ? m_log(sum) : (C)0;
+    inv = (C)1 / sum;
+}
+
 // Softmax of one row held in registers: `v[k]` is `scale x[lane + k GROUP]`, minus infinity
 // past `seen`.
 template <int GROUP, int N, typename T>
@@ -50,24 +74,11 @@ __device__ __forceinline__ void softmax_row_cached(int log, typename Io<T>::C s,
     const int mine = (int)stride_share(seen, lane), all = (int)stride_share(len, lane);
     C v[N];
     cache_row<GROUP>(xr + lane, mine, neg_infinity<C>(), v);
-    C max = neg_infinity<C>();
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
+    for (int k = 0; k < N; ++k)
         if (k * GROUP < mine) v[k] *= s;
-        max = m_max(max, v[k]);
-    }
-    max = group_reduce<GROUP>(max, MaxOp(), scratch);
-    // Softmax keeps each exponential for the output.
-    C sum = 0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        if (k * GROUP >= mine) continue;
-        const C e = m_exp(v[k] - max);
-        sum += e;
-        if (!log) v[k] = e;
-    }
-    sum = group_reduce<GROUP>(sum, SumOp(), scratch);
-    const C log_sum = log ? m_log(sum) : (C)0, inv = (C)1 / sum;
+    C max, log_sum, inv;
+    softmax_held<GROUP>(log, v, mine, scratch, max, log_sum, inv);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
         if (k * GROUP < mine) y[k * GROUP] = io::store(log ? v[k] - max - log_sum : v[k] * inv);
@@ -98,19 +109,8 @@ __device__ __forceinline__ void softmax_row_packed(int log, typename Io<T>::C s,
         for (int i = 0; i < W; ++i)
             v[p * W + i] = q < packs && q * W + i < seen ? s * io::load(pack.v[i]) : neg_infinity<C>();
     }
-    C max = neg_infinity<C>();
-#pragma unroll
-    for (int k = 0; k < N; ++k) max = m_max(max, v[k]);
-    max = group_reduce<GROUP>(max, MaxOp(), scratch);
-    C sum = 0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const C e = m_exp(v[k] - max);
-        sum += e;
-        if (!log) v[k] = e;
-    }
-    sum = group_reduce<GROUP>(sum, SumOp(), scratch);
-    const C log_sum = log ? m_log(sum) : (C)0, inv = (C)1 / sum;
+    C max, log_sum, inv;
+    softmax_held<GROUP>(log, v, GROUP * N, scratch, max, log_sum, inv);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
         const u64 q = (u64)p * GROUP + lane;
