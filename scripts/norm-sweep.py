@@ -4,8 +4,8 @@ softmax's backward pass) over row lengths, as a share of the device's copy bandw
     python3 scripts/norm-sweep.py            # on a machine with a GPU and CuPy
 
 It compiles norm.cu as the backend does (NVRTC, the prelude first), launches each kernel as
-`kernels/src/ops/norm/cuda.rs` does (a warp or a block per row, the least register cache that
-holds the row), and times it with CUDA events: the median of 20 runs over 1 GiB of f32 rows,
+`kernels/src/ops/norm/cuda.rs` does (in the first shape of its list that holds the row: threads
+to a row, elements each keeps in registers), and times it with CUDA events: the median of 20 runs over 1 GiB of f32 rows,
 after 3 untimed ones. Each output is first filled with NaN and checked against a float64
 reference. Prints a table, then one JSON line per result. `cuda-compare` checks the backend's
 targets at rows of 1024 and 4096; this shows the lengths between and past them.
@@ -20,15 +20,20 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = ROOT / "kernels" / "src" / "cuda"
-LENGTHS = (256, 768, 1000, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288)
+LENGTHS = (256, 768, 1000, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576)
 ELEMENTS = 1 << 28
 BLOCK = 256
 
-# kernel: (register caches as in ops/norm/cuda.rs, arrays moved: read and written)
+# The shapes of ops/norm/cuda.rs: (group, cache) in the order preferred, then the one for rows
+# longer than all hold.
+FORWARD = ([(32, 8), (32, 16), (32, 32), (256, 8), (256, 16), (512, 16), (512, 32)], (512, 8))
+BACKWARD = ([(32, 4), (32, 8), (32, 16), (256, 4), (256, 8), (256, 16), (512, 16)], (512, 4))
+
+# kernel: (shapes, arrays moved: read and written)
 KERNELS = {
-    "softmax": ((8, 16, 32), 2),
-    "layer_norm": ((8, 16, 32), 2),
-    "softmax_backward": ((4, 8, 16), 3),
+    "softmax": (FORWARD, 2),
+    "layer_norm": (FORWARD, 2),
+    "softmax_backward": (BACKWARD, 3),
 }
 
 
@@ -47,14 +52,14 @@ def timed(run) -> float:
 
 
 def launch(module, kernel: str, rows: int, length: int, args: tuple):
-    caches, _ = KERNELS[kernel]
-    group = 32 if length <= 32 * caches[-1] else BLOCK
-    cache = next((c for c in caches if group * c >= length), caches[0])
+    (held, streaming), _ = KERNELS[kernel]
+    group, cache = next(((g, c) for g, c in held if g * c >= length), streaming)
     function = module.get_function(f"{kernel}_{group}x{cache}_f32")
     multiprocessors = cp.cuda.Device().attributes["MultiProcessorCount"]
-    per_block = BLOCK // group
-    blocks = min((rows + per_block - 1) // per_block, multiprocessors * 16)
-    return lambda: function((blocks,), (BLOCK,), args)
+    threads = max(group, BLOCK)
+    per_block = threads // group
+    blocks = min((rows + per_block - 1) // per_block, multiprocessors * 16 * BLOCK // threads)
+    return lambda: function((blocks,), (threads,), args)
 
 
 def relative_error(got, want) -> float:

@@ -33,19 +33,38 @@ fn kernels(family: Family) -> Vec<String> {
         Family::Elementwise => per_float(&["unary", "binary", "binary_assign", "binary_strided"]),
         Family::Reduce => per_float(&["reduce_rows", "reduce_columns"]),
         Family::Norm => {
-            // Each row kernel per thread group and register cache (`norm.cu`).
+            // Each row kernel in each shape it is built in (`norm.cu`): threads to a row, and
+            // elements each keeps.
+            let forward = [
+                (32, 8),
+                (32, 16),
+                (32, 32),
+                (256, 8),
+                (256, 16),
+                (512, 8),
+                (512, 16),
+                (512, 32),
+            ];
+            let backward = [
+                (32, 4),
+                (32, 8),
+                (32, 16),
+                (256, 4),
+                (256, 8),
+                (256, 16),
+                (512, 4),
+                (512, 16),
+            ];
             let mut stems = vec![
                 "layer_norm_dparams_partial".to_string(),
                 "layer_norm_dparams_sum".to_string(),
             ];
-            for group in [32, 256] {
-                for (kernel, caches) in [
-                    ("softmax", [8, 16, 32]),
-                    ("layer_norm", [8, 16, 32]),
-                    ("softmax_backward", [4, 8, 16]),
-                    ("layer_norm_dx", [4, 8, 16]),
-                ] {
-                    stems.extend(caches.map(|cache| format!("{kernel}_{group}x{cache}")));
+            for (kernels, shapes) in [
+                (["softmax", "layer_norm"], forward),
+                (["softmax_backward", "layer_norm_dx"], backward),
+            ] {
+                for kernel in kernels {
+                    stems.extend(shapes.map(|(group, cache)| format!("{kernel}_{group}x{cache}")));
                 }
             }
             per_float(&stems.iter().map(String::as_str).collect::<Vec<_>>())

@@ -13,12 +13,13 @@ use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result, Shape}
 /// Shapes every op is checked on: single elements, one row, rows of length 1, batches, more
 /// rows than the layer-norm backward has partial sums (64), rows past 1024 (a thread block per
 /// row on CUDA, a warp per row below), more rows than one pass of a GPU's grid covers, with short
-/// rows and with long ones, and rows past 8192 (which CUDA reads again for each pass instead of
-/// holding them in registers). CUDA instantiates its row kernels for three register caches per
-/// thread, forward (8, 16, 32: rows up to 256, 512, 1024 for a warp, 2048, 4096, 8192 for a
-/// block) and backward (4, 8, 16: half those); the lengths take each, and rows of whole 16-byte
-/// packs (multiples of 8: loaded as packs by softmax) and of odd lengths.
-const SHAPES: [&[usize]; 16] = [
+/// rows and with long ones. CUDA builds its row kernels in several shapes (threads to a row,
+/// elements each keeps in registers; `ops/norm/cuda.rs`): the lengths take each, forward (rows
+/// up to 256, 512, 1024 for a warp, 2048, 4096 for a block of 256, 8192, 16384 for one of 512)
+/// and backward (128, 256, 512; 1024, 2048, 4096; 8192), and rows past them all (read again for
+/// each pass), of whole 16-byte packs (multiples of 8: loaded as packs by softmax) and of odd
+/// lengths.
+const SHAPES: [&[usize]; 17] = [
     &[1],
     &[7],
     &[3, 5],
@@ -35,6 +36,7 @@ const SHAPES: [&[usize]; 16] = [
     &[20000, 3],
     &[2200, 1030],
     &[2, 9000],
+    &[2, 17000],
 ];
 
 const EPS: f64 = 1e-5;
@@ -196,7 +198,7 @@ fn softmax_gives_masked_elements_nothing() {
         for dtype in DType::FLOATS {
             // Rows a warp holds, a block holds (with each register cache, in packs and not), and
             // rows past that (read twice on CUDA).
-            for len in [11, 200, 300, 1000, 1500, 3000, 6000, 9000] {
+            for len in [11, 200, 300, 1000, 1500, 3000, 6000, 9000, 17000] {
                 let rows = 3;
                 let (x, xs) = masked(&device, &mut rng, [rows, len], dtype, -3.0, 3.0);
                 let what = format!("{dtype} {rows}x{len} masked");

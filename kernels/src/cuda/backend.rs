@@ -311,8 +311,8 @@ pub(crate) fn float_kernel(kernel: &str, dtype: DType, op: &'static str) -> Resu
 
 impl CudaBackend {
     /// The thread group per row and a grid over `rows` rows of `len` elements, for the row
-    /// kernels of `norm.cu` and `index.cu`: a warp for rows up to `warp_row_max` elements (the
-    /// longest a warp holds in registers, for a kernel that does), else the whole block.
+    /// kernels of `index.cu`: a warp for rows up to `warp_row_max` elements (the longest a warp
+    /// holds in registers, for a kernel that does), else the whole block.
     pub(crate) fn row_grid(
         &self,
         rows: usize,
@@ -320,8 +320,20 @@ impl CudaBackend {
         warp_row_max: usize,
     ) -> (u32, LaunchConfig) {
         let group = if len <= warp_row_max { 32 } else { BLOCK };
-        let rows_per_block = u64::from(BLOCK / group);
-        let blocks = (rows as u64).div_ceil(rows_per_block);
-        (group, self.grid(blocks * u64::from(BLOCK)))
+        (group, self.group_grid(rows, group))
+    }
+
+    /// A grid over `rows` rows with `group` threads to a row (a warp, or a whole block of
+    /// `group` threads, at least [`BLOCK`]), in blocks of `max(group, BLOCK)` threads: enough
+    /// to fill the device several times over, no more than the rows need.
+    pub(crate) fn group_grid(&self, rows: usize, group: u32) -> LaunchConfig {
+        let threads = group.max(BLOCK);
+        let blocks = (rows as u64).div_ceil(u64::from(threads / group)).max(1);
+        let most = u64::from(self.multiprocessors) * 16 * u64::from(BLOCK) / u64::from(threads);
+        LaunchConfig {
+            grid_dim: (blocks.min(most) as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        }
     }
 }

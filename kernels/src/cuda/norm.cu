@@ -1,19 +1,18 @@
 // Softmax, log-softmax and layer normalization over the last axis, forward and backward.
 //
 // A row belongs to a group of GROUP threads: a warp (GROUP 32, eight rows to a block of 256) or
-// the whole block (GROUP 256). Row sums reduce in a fixed order; layer normalization's
+// a whole block (GROUP 256 or 512). Row sums reduce in a fixed order; layer normalization's
 // statistics and every backward sum accumulate in f64, and the parameter gradients sum
 // per-slice partial results in order (no atomics).
 //
 // Each thread of a group keeps N elements of its row in registers (of each of the two rows, in
 // the backward passes), so that a row of up to GROUP * N elements is read once. Every row
-// kernel is instantiated for several N (`_GxN_` in its name: the forward ones for N 8, 16 and
-// 32, the backward ones for 4, 8 and 16), and the launch picks the least N that holds the row
-// (`ops/norm/cuda.rs`): a thread never carries registers, or runs predicated loads, for
-// elements its row does not have, and the fewer registers let more rows be in flight, which is
-// what these kernels wait on. Longer rows take the smallest N and are read again for each
-// pass: softmax twice (the most and sum together, then the output), layer normalization three
-// times, the backward passes twice.
+// kernel is built in several shapes (`_GxN_` in its name), and the launch takes the first of
+// its list that holds the row (`ops/norm/cuda.rs`): a thread never carries registers, or runs
+// predicated loads, for elements its row does not have, and the fewer registers let more rows
+// be in flight, which is what these kernels wait on. Rows longer than every shape holds are
+// read again for each pass: softmax twice (the most and sum together, then the output), layer
+// normalization three times, the backward passes twice.
 
 // Blocks of 256 threads a kernel keeping `words` 32-bit registers of row elements per thread
 // asks to keep resident on a multiprocessor (`__launch_bounds__`), so that the compiler fits its
@@ -30,6 +29,13 @@
 // The same for a kernel of storage type T keeping N elements of each of `rows` rows. f64
 // arithmetic is left to the compiler: its exponentials and sums take registers of their own.
 #define ROW_BLOCKS(N, T, rows) (sizeof(typename Io<T>::C) == 4 ? WORD_BLOCKS((rows) * (N)) : 1)
+
+// The launch bounds of a row kernel of group G: its blocks' threads (a warp's rows share blocks
+// of 256), and ROW_BLOCKS's count of 256 threads in blocks of that size.
+#define BLOCK_THREADS(G) ((G) > 256 ? (G) : 256)
+#define ROW_BOUNDS(G, N, T, rows) \
+    __launch_bounds__(BLOCK_THREADS(G), ROW_BLOCKS(N, T, rows) * 256 / BLOCK_THREADS(G) > 1 \
+                                            ? ROW_BLOCKS(N, T, rows) * 256 / BLOCK_THREADS(G) : 1)
 
 // Whether softmax reads and writes a row 16 bytes at a time, `Pack<T>` (`softmax_row_packed`):
 // when its length is a whole number of packs and the arrays are 16-byte aligned, and for f32
@@ -379,11 +385,11 @@ __device__ void layer_norm_dparams_sum(const double* partial, u64 slices, T* dga
 
 // The forward kernels of group G and cache N: `softmax_GxN_f32` and so on.
 #define FORWARD(G, N, name, T, S) \
-    extern "C" __global__ void __launch_bounds__(256, ROW_BLOCKS(N, T, 1)) \
+    extern "C" __global__ void ROW_BOUNDS(G, N, T, 1) \
         softmax_##G##x##N##_##name(int log, double scale, int causal, const T* x, T* y, u64 rows, u64 len) { \
         softmax_rows<G, N, T>(log, scale, causal, x, y, rows, len); \
     } \
-    extern "C" __global__ void __launch_bounds__(256, ROW_BLOCKS(N, T, 1)) \
+    extern "C" __global__ void ROW_BOUNDS(G, N, T, 1) \
         layer_norm_##G##x##N##_##name(double eps, const T* x, const T* gamma, const T* beta, T* y, S* mean, \
                                       S* rstd, u64 rows, u64 len) { \
         layer_norm_rows<G, N, T, S>(eps, x, gamma, beta, y, mean, rstd, rows, len); \
@@ -392,24 +398,28 @@ __device__ void layer_norm_dparams_sum(const double* partial, u64 slices, T* dga
 // The backward kernels of group G and cache N, which hold N elements of each of two rows (the
 // layer-norm gradient's f64 sums counted as a third).
 #define BACKWARD(G, N, name, T, S) \
-    extern "C" __global__ void __launch_bounds__(256, ROW_BLOCKS(N, T, 2)) \
+    extern "C" __global__ void ROW_BOUNDS(G, N, T, 2) \
         softmax_backward_##G##x##N##_##name(int log, double scale, int causal, const T* y, const T* dy, T* dx, \
                                             u64 rows, u64 len) { \
         softmax_backward_rows<G, N, T>(log, scale, causal, y, dy, dx, rows, len); \
     } \
-    extern "C" __global__ void __launch_bounds__(256, ROW_BLOCKS(N, T, 3)) \
+    extern "C" __global__ void ROW_BOUNDS(G, N, T, 3) \
         layer_norm_dx_##G##x##N##_##name(const T* x, const T* gamma, const S* mean, const S* rstd, const T* dy, \
                                          T* dx, u64 rows, u64 len) { \
         layer_norm_dx_rows<G, N, T, S>(x, gamma, mean, rstd, dy, dx, rows, len); \
     }
 
-#define NORM_GROUP(G, name, T, S) \
-    FORWARD(G, 8, name, T, S) FORWARD(G, 16, name, T, S) FORWARD(G, 32, name, T, S) \
-    BACKWARD(G, 4, name, T, S) BACKWARD(G, 8, name, T, S) BACKWARD(G, 16, name, T, S)
+// The shapes each is built in, as `ops/norm/cuda.rs` lists them.
+#define NORM_SHAPES(name, T, S) \
+    FORWARD(32, 8, name, T, S) FORWARD(32, 16, name, T, S) FORWARD(32, 32, name, T, S) \
+    FORWARD(256, 8, name, T, S) FORWARD(256, 16, name, T, S) \
+    FORWARD(512, 8, name, T, S) FORWARD(512, 16, name, T, S) FORWARD(512, 32, name, T, S) \
+    BACKWARD(32, 4, name, T, S) BACKWARD(32, 8, name, T, S) BACKWARD(32, 16, name, T, S) \
+    BACKWARD(256, 4, name, T, S) BACKWARD(256, 8, name, T, S) BACKWARD(256, 16, name, T, S) \
+    BACKWARD(512, 4, name, T, S) BACKWARD(512, 16, name, T, S)
 
 #define NORM(name, T, S) \
-    NORM_GROUP(32, name, T, S) \
-    NORM_GROUP(256, name, T, S) \
+    NORM_SHAPES(name, T, S) \
     extern "C" __global__ void layer_norm_dparams_partial_##name(const T* x, const S* mean, const S* rstd, \
                                                                  const T* dy, double* partial, u64 rows, u64 len) { \
         layer_norm_dparams_partial<T, S>(x, mean, rstd, dy, partial, rows, len); \

@@ -112,12 +112,12 @@ __device__ __forceinline__ u64 walk_offset(const Walk& walk, const u64* strides,
 struct SumOp { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; } };
 struct MaxOp { template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return m_max(a, b); } };
 
-// Reduces `v` over a group of GROUP threads (32: one warp; 256: the whole block, through
-// `scratch`, 8 values) in a fixed order, so that results never depend on timing; every thread of
+// Reduces `v` over a group of GROUP threads (32: one warp; 256 or 512: the whole block, through
+// `scratch`, a value per warp) in a fixed order, so that results never depend on timing; every thread of
 // the group gets the result.
 template <int GROUP, typename C, typename Op>
 __device__ __forceinline__ C group_reduce(C v, Op op, C* scratch) {
-    static_assert(GROUP == 32 || GROUP == 256, "a group is one warp or the whole 256-thread block");
+    static_assert(GROUP == 32 || GROUP == 256 || GROUP == 512, "a group is one warp or a whole block");
     for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
     if (GROUP == 32) return v;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -148,7 +148,7 @@ template <int GROUP, typename T>
 __device__ __forceinline__ void max_and_sum_exp(const T* row, u64 len, typename Io<T>::C scale, u64 lane,
                                                 typename Io<T>::C* scratch, typename Io<T>::C& max,
                                                 typename Io<T>::C& sum) {
-    static_assert(GROUP == 32 || GROUP == 256, "a group is one warp or the whole 256-thread block");
+    static_assert(GROUP == 32 || GROUP == 256 || GROUP == 512, "a group is one warp or a whole block");
     typedef Io<T> io;
     typedef typename io::C C;
     max = neg_infinity<C>();
@@ -198,12 +198,13 @@ __device__ __forceinline__ void cache_row(const T* x, int mine, typename Io<T>::
 #define FOR_FLOATS(M) M(f32, float) M(f64, double) M(f16, f16) M(bf16, bf16)
 
 // Loops `r` over the rows of this group of GROUP threads (32: a warp, eight rows to a block of
-// 256; 256: the block), `lane` being this thread's place in the group.
+// 256; 256 or 512: the block), `lane` being this thread's place in the group.
 #define ROWS_OF(GROUP) \
     const u64 lane = threadIdx.x % GROUP, rows_per_block = blockDim.x / GROUP; \
     for (u64 r = blockIdx.x * rows_per_block + threadIdx.x / GROUP; r < rows; r += gridDim.x * rows_per_block)
 
-// Room for group_reduce's 32 partial results, of compute type C.
+// Room for the partial results of group_reduce (one per warp) and max_and_sum_exp (two per
+// warp): 32 of compute type C, enough for blocks of up to 512 threads.
 #define SCRATCH(C) \
     __shared__ __align__(8) unsigned char scratch_bytes[32 * sizeof(double)]; \
     C* scratch = (C*)scratch_bytes;

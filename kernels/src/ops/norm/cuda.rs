@@ -8,33 +8,66 @@ use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
 
-/// The row caches the forward kernels are instantiated for (`norm.cu`: each thread keeps N
-/// elements of its row in registers).
-const FORWARD_CACHES: [usize; 3] = [8, 16, 32];
+/// A shape a row kernel is built in (`norm.cu`, `_GxN_` in its name): `G` threads to a row,
+/// each keeping `N` of its elements in registers.
+type RowShape = (u32, usize);
 
-/// The same for the backward kernels, which keep N elements of each of two rows.
-const BACKWARD_CACHES: [usize; 3] = [4, 8, 16];
+/// The shapes a family of row kernels is built in.
+struct RowShapes {
+    /// Those that hold a row of up to `G * N` elements, in the order they are preferred: the
+    /// first that holds a row takes it (the fewest registers, a warp before a block).
+    held: [RowShape; 7],
+    /// The one for rows longer than every shape holds, read again for each pass: the fewest
+    /// registers.
+    streaming: RowShape,
+}
+
+/// The forward kernels (softmax, layer normalization).
+const FORWARD: RowShapes = RowShapes {
+    held: [
+        (32, 8),
+        (32, 16),
+        (32, 32),
+        (256, 8),
+        (256, 16),
+        (512, 16),
+        (512, 32),
+    ],
+    streaming: (512, 8),
+};
+
+/// The backward kernels, which keep `N` elements of each of two rows.
+const BACKWARD: RowShapes = RowShapes {
+    held: [
+        (32, 4),
+        (32, 8),
+        (32, 16),
+        (256, 4),
+        (256, 8),
+        (256, 16),
+        (512, 16),
+    ],
+    streaming: (512, 4),
+};
 
 impl CudaBackend {
-    /// The name and grid of row kernel `kernel` (`softmax_256x16_f32`) over `spec`'s rows: a
-    /// warp per row when the largest of `caches` lets one hold it, else a block; and the least
-    /// cache whose group holds the row (the smallest where none does: the row is read again per
-    /// pass either way, and the smallest takes the fewest registers).
+    /// The name and grid of row kernel `kernel` (`softmax_256x16_f32`) over `spec`'s rows, in
+    /// the first of `shapes` that holds a row, else in its streaming shape.
     fn row_kernel(
         &self,
         kernel: &str,
         dtype: DType,
         op: &'static str,
         spec: RowSpec,
-        caches: [usize; 3],
+        shapes: &RowShapes,
     ) -> Result<(String, LaunchConfig)> {
-        let (group, grid) = self.row_grid(spec.rows, spec.len, 32 * caches[2]);
-        let cache = caches
+        let (group, cache) = shapes
+            .held
             .into_iter()
-            .find(|&cache| group as usize * cache >= spec.len)
-            .unwrap_or(caches[0]);
+            .find(|&(group, cache)| group as usize * cache >= spec.len)
+            .unwrap_or(shapes.streaming);
         let name = float_kernel(&format!("{kernel}_{group}x{cache}"), dtype, op)?;
-        Ok((name, grid))
+        Ok((name, self.group_grid(spec.rows, group)))
     }
 }
 
@@ -51,7 +84,7 @@ impl NormKernels for CudaBackend {
         if y.is_empty() || spec.len == 0 {
             return Ok(());
         }
-        let (name, grid) = self.row_kernel("softmax", x.dtype(), op, spec, FORWARD_CACHES)?;
+        let (name, grid) = self.row_kernel("softmax", x.dtype(), op, spec, &FORWARD)?;
         let args = [
             (softmax.kind == SoftmaxKind::LogSoftmax).into(),
             softmax.scale.into(),
@@ -77,8 +110,7 @@ impl NormKernels for CudaBackend {
         if dx.is_empty() || spec.len == 0 {
             return Ok(());
         }
-        let (name, grid) =
-            self.row_kernel("softmax_backward", y.dtype(), op, spec, BACKWARD_CACHES)?;
+        let (name, grid) = self.row_kernel("softmax_backward", y.dtype(), op, spec, &BACKWARD)?;
         let args = [
             (softmax.kind == SoftmaxKind::LogSoftmax).into(),
             softmax.scale.into(),
@@ -108,7 +140,7 @@ impl NormKernels for CudaBackend {
         if spec.rows == 0 {
             return Ok(());
         }
-        let (name, grid) = self.row_kernel(OP, x.dtype(), OP, spec, FORWARD_CACHES)?;
+        let (name, grid) = self.row_kernel(OP, x.dtype(), OP, spec, &FORWARD)?;
         let args: [Arg; 9] = [
             eps.into(),
             x.into(),
@@ -143,8 +175,7 @@ impl NormKernels for CudaBackend {
             return Ok(());
         }
         if rows > 0 {
-            let (name, grid) =
-                self.row_kernel("layer_norm_dx", dtype, OP, spec, BACKWARD_CACHES)?;
+            let (name, grid) = self.row_kernel("layer_norm_dx", dtype, OP, spec, &BACKWARD)?;
             let args: [Arg; 8] = [
                 x.into(),
                 gamma.into(),
