@@ -7,7 +7,7 @@ mod common;
 
 use headroom_alloc::{AllocatorConfig, Growth};
 use headroom_kernels::cuda::{
-    Family, check_machine_code, compile_ptx, device_memory, is_available,
+    Family, check_machine_code, compile_ptx, device_memory, is_available, norm_row_kernels,
 };
 use headroom_kernels::{Array, DType, Device, Error, PlanTarget};
 
@@ -33,40 +33,9 @@ fn kernels(family: Family) -> Vec<String> {
         Family::Elementwise => per_float(&["unary", "binary", "binary_assign", "binary_strided"]),
         Family::Reduce => per_float(&["reduce_rows", "reduce_columns"]),
         Family::Norm => {
-            // Each row kernel in each shape it is built in (`norm.cu`): threads to a row, and
-            // elements each keeps.
-            let forward = [
-                (32, 8),
-                (32, 16),
-                (32, 32),
-                (256, 8),
-                (256, 16),
-                (512, 8),
-                (512, 16),
-                (512, 32),
-            ];
-            let backward = [
-                (32, 4),
-                (32, 8),
-                (32, 16),
-                (256, 4),
-                (256, 8),
-                (256, 16),
-                (512, 4),
-                (512, 16),
-            ];
-            let mut stems = vec![
-                "layer_norm_dparams_partial".to_string(),
-                "layer_norm_dparams_sum".to_string(),
-            ];
-            for (kernels, shapes) in [
-                (["softmax", "layer_norm"], forward),
-                (["softmax_backward", "layer_norm_dx"], backward),
-            ] {
-                for kernel in kernels {
-                    stems.extend(shapes.map(|(group, cache)| format!("{kernel}_{group}x{cache}")));
-                }
-            }
+            let mut stems = norm_row_kernels();
+            stems
+                .extend(["layer_norm_dparams_partial", "layer_norm_dparams_sum"].map(String::from));
             per_float(&stems.iter().map(String::as_str).collect::<Vec<_>>())
         }
         Family::Index => {

@@ -41,3 +41,9 @@ pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
 pub use compile::{Family, check_machine_code, compile_ptx};
 pub use driver::{CudaOptions, device_count, device_memory, is_available, memory_info};
 pub use memory::CudaMemory;
+
+/// Every row kernel of `norm.cu` the backend may launch, without its dtype suffix
+/// (`softmax_256x16`), for checks that each is in the compiled module.
+pub fn norm_row_kernels() -> Vec<String> {
+    crate::ops::norm::row_kernel_stems()
+}

@@ -50,6 +50,27 @@ const BACKWARD: RowShapes = RowShapes {
     streaming: (512, 4),
 };
 
+/// The name of row kernel `kernel` in `shape`, without its dtype: `softmax_256x16`.
+fn stem(kernel: &str, (group, cache): RowShape) -> String {
+    format!("{kernel}_{group}x{cache}")
+}
+
+/// Every row kernel the backend may launch, without its dtype (`crate::cuda::norm_row_kernels`).
+pub(crate) fn row_kernel_stems() -> Vec<String> {
+    let families = [
+        (["softmax", "layer_norm"], &FORWARD),
+        (["softmax_backward", "layer_norm_dx"], &BACKWARD),
+    ];
+    let mut stems = Vec::new();
+    for (kernels, shapes) in families {
+        for kernel in kernels {
+            let every = shapes.held.into_iter().chain([shapes.streaming]);
+            stems.extend(every.map(|shape| stem(kernel, shape)));
+        }
+    }
+    stems
+}
+
 impl CudaBackend {
     /// The name and grid of row kernel `kernel` (`softmax_256x16_f32`) over `spec`'s rows, in
     /// the first of `shapes` that holds a row, else in its streaming shape.
@@ -61,13 +82,13 @@ impl CudaBackend {
         spec: RowSpec,
         shapes: &RowShapes,
     ) -> Result<(String, LaunchConfig)> {
-        let (group, cache) = shapes
+        let shape = shapes
             .held
             .into_iter()
             .find(|&(group, cache)| group as usize * cache >= spec.len)
             .unwrap_or(shapes.streaming);
-        let name = float_kernel(&format!("{kernel}_{group}x{cache}"), dtype, op)?;
-        Ok((name, self.group_grid(spec.rows, group)))
+        let name = float_kernel(&stem(kernel, shape), dtype, op)?;
+        Ok((name, self.group_grid(spec.rows, shape.0)))
     }
 }
 

@@ -12,6 +12,9 @@ mod cpu;
 mod cuda;
 mod meta;
 
+#[cfg(feature = "cuda")]
+pub(crate) use cuda::row_kernel_stems;
+
 use crate::buffer::{Array, Buffer};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
