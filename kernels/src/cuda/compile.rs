@@ -7,6 +7,7 @@ use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 use parking_lot::Mutex;
 
 use super::driver::require_nvrtc;
+use super::ptx_cache;
 use crate::error::{Error, Result};
 
 /// What every family's source starts with: storage types, conversions, reductions.
@@ -100,24 +101,64 @@ pub fn check_machine_code(family: Family, arch: &str) -> Result<()> {
 }
 
 /// [`compile_ptx`], as the module the driver loads. Each family is compiled once per
-/// architecture in a process: every device of that architecture loads the same PTX.
+/// architecture in a process (every device of that architecture loads the same PTX), and once
+/// per machine where the PTX cache on disk is on (`ptx_cache`).
 pub(crate) fn compile(family: Family, arch: &str) -> Result<Ptx> {
     static COMPILED: Mutex<BTreeMap<(Family, String), Arc<str>>> = Mutex::new(BTreeMap::new());
     let key = (family, arch.to_owned());
     if let Some(ptx) = COMPILED.lock().get(&key) {
         return Ok(Ptx::from_src(ptx.as_ref()));
     }
-    let ptx: Arc<str> = compile_with(family, arch, &[])?.to_src().into();
+    let ptx: Arc<str> = cached_or_compiled(family, arch)?.into();
     COMPILED.lock().insert(key, Arc::clone(&ptx));
     Ok(Ptx::from_src(ptx.as_ref()))
 }
 
-fn compile_with(family: Family, arch: &str, extra: &[&str]) -> Result<Ptx> {
+/// The family's PTX for `arch` from the cache on disk, or compiled (and then cached).
+fn cached_or_compiled(family: Family, arch: &str) -> Result<String> {
+    let Some(folder) = ptx_cache::folder(|name| std::env::var_os(name)) else {
+        return Ok(compile_with(family, arch, &[])?.to_src());
+    };
     require_nvrtc()?;
+    let entry = ptx_cache::entry(
+        &folder,
+        family.file(),
+        &family.source(),
+        &options(arch, &[]),
+        nvrtc_version(),
+    );
+    if let Some(ptx) = ptx_cache::load(&entry) {
+        return Ok(ptx);
+    }
+    let ptx = compile_with(family, arch, &[])?.to_src();
+    ptx_cache::store(&entry, &ptx);
+    Ok(ptx)
+}
+
+/// NVRTC's version, `(0, 0)` where it does not say.
+fn nvrtc_version() -> (i32, i32) {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loaded (`require_nvrtc`); the call writes two ints through pointers to
+    // these locals and keeps neither.
+    let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if status == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        (major, minor)
+    } else {
+        (0, 0)
+    }
+}
+
+/// NVRTC's options for `arch`, then `extra`.
+fn options(arch: &str, extra: &[&str]) -> Vec<String> {
     let mut options = vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()];
     options.extend(extra.iter().map(|option| option.to_string()));
+    options
+}
+
+fn compile_with(family: Family, arch: &str, extra: &[&str]) -> Result<Ptx> {
+    require_nvrtc()?;
     let options = CompileOptions {
-        options,
+        options: options(arch, extra),
         name: Some(family.file().into()),
         ..Default::default()
     };

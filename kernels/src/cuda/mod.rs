@@ -33,6 +33,7 @@ mod blas;
 mod compile;
 mod driver;
 mod memory;
+mod ptx_cache;
 mod signature;
 mod virtual_memory;
 
