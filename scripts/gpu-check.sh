@@ -12,7 +12,8 @@
 # f64 reference; device memory under a limit, OOM reported and recovered) and the trainer's
 # GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
 # GPU bench alone (its whole table, kept should PyTorch fail) and beside PyTorch
-# (`benches/peers/compare.py cuda`, which checks the backend's targets). Results land in
+# (`benches/peers/compare.py cuda`, which checks the backend's targets), and where CuPy is
+# installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`). Results land in
 # .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a target
 # was missed.
 #
@@ -95,6 +96,10 @@ run() {
         "$DIR/cuda-compare" "${smoke[@]}" | tee "$results/cuda-compare.txt" || failed=1
         python3 benches/peers/compare.py cuda --binary "$DIR/cuda-compare" --rounds 1 "${smoke[@]}" "${peer[@]}" \
             | tee "$results/compare.txt" || failed=1
+        # The norm kernels over row lengths (no targets), where CuPy is there to run them.
+        if [ ${#smoke[@]} -eq 0 ] && python3 -c "import cupy" 2>/dev/null; then
+            python3 scripts/norm-sweep.py | tee "$results/norm-sweep.txt" || failed=1
+        fi
     fi
     exit "$failed"
 }
