@@ -97,7 +97,7 @@ pub fn check_machine_code(family: Family, arch: &str) -> Result<()> {
         "--ptxas-options=--warn-on-local-memory-usage",
         "--ptxas-options=--warning-as-error",
     ];
-    compile_with(family, arch, &strict).map(drop)
+    compile_with(family, &family.source(), options(arch, &strict)).map(drop)
 }
 
 /// [`compile_ptx`], as the module the driver loads. Each family is compiled once per
@@ -116,21 +116,16 @@ pub(crate) fn compile(family: Family, arch: &str) -> Result<Ptx> {
 
 /// The family's PTX for `arch` from the cache on disk, or compiled (and then cached).
 fn cached_or_compiled(family: Family, arch: &str) -> Result<String> {
+    let (source, options) = (family.source(), options(arch, &[]));
     let Some(folder) = ptx_cache::folder(|name| std::env::var_os(name)) else {
-        return Ok(compile_with(family, arch, &[])?.to_src());
+        return Ok(compile_with(family, &source, options)?.to_src());
     };
     require_nvrtc()?;
-    let entry = ptx_cache::entry(
-        &folder,
-        family.file(),
-        &family.source(),
-        &options(arch, &[]),
-        nvrtc_version(),
-    );
+    let entry = ptx_cache::entry(&folder, family.file(), &source, &options, nvrtc_version());
     if let Some(ptx) = ptx_cache::load(&entry) {
         return Ok(ptx);
     }
-    let ptx = compile_with(family, arch, &[])?.to_src();
+    let ptx = compile_with(family, &source, options)?.to_src();
     ptx_cache::store(&entry, &ptx);
     Ok(ptx)
 }
@@ -155,14 +150,15 @@ fn options(arch: &str, extra: &[&str]) -> Vec<String> {
     options
 }
 
-fn compile_with(family: Family, arch: &str, extra: &[&str]) -> Result<Ptx> {
+/// NVRTC's PTX of `source`, the family's whole source, with `options`.
+fn compile_with(family: Family, source: &str, options: Vec<String>) -> Result<Ptx> {
     require_nvrtc()?;
     let options = CompileOptions {
-        options: options(arch, extra),
+        options,
         name: Some(family.file().into()),
         ..Default::default()
     };
-    compile_ptx_with_opts(family.source(), options).map_err(|err| {
+    compile_ptx_with_opts(source, options).map_err(|err| {
         let (name, detail) = match err {
             CompileError::CompileError { nvrtc, log, .. } => {
                 (format!("{nvrtc:?}"), log.to_string_lossy().into_owned())

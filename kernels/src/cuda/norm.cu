@@ -134,12 +134,13 @@ __device__ void softmax_rows(int log, double scale, int causal, const T* x, T* y
     typedef typename io::C C;
     SCRATCH(C)
     const C s = (C)scale;
+    const bool packed = packs_fit(x, y, len);
     ROWS_OF(GROUP) {
         const T* xr = x + r * len;
         T* yr = y + r * len;
         const u64 seen = causal ? r % len + 1 : len;
         if (len <= (u64)GROUP * N) {
-            if (packs_fit(x, y, len)) softmax_row_packed<GROUP, N, T>(log, s, xr, yr, seen, len, lane, scratch);
+            if (packed) softmax_row_packed<GROUP, N, T>(log, s, xr, yr, seen, len, lane, scratch);
             else softmax_row_cached<GROUP, N, T>(log, s, xr, yr, seen, len, lane, scratch);
             continue;
         }
