@@ -14,6 +14,7 @@ use crate::size::{GRANULE, round_size};
 use crate::source::MemorySource;
 use crate::stats::{Counters, TagTable};
 use crate::tag::Tag;
+use crate::trace::TraceWriter;
 
 /// A live allocation: where it is, how big, and what it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,8 @@ pub struct Allocator {
     pub(crate) history: Option<History>,
     /// Successful allocations left before an injected OOM (`Some(0)`: the next one fails).
     pub(crate) injected_oom: Option<u64>,
+    /// Where every allocation and free is streamed, when tracing is on.
+    pub(crate) trace: Option<TraceWriter>,
 }
 
 /// The region an expandable allocator grows, and its last chunk.
@@ -114,6 +117,7 @@ impl Allocator {
             tags: TagTable::default(),
             history,
             injected_oom: None,
+            trace: None,
             config,
         };
         if allocator.config.growth == Growth::Preallocate {
@@ -149,6 +153,15 @@ impl Allocator {
         if let (Ok(_), Some(left)) = (&result, &mut self.injected_oom) {
             *left -= 1;
         }
+        if let Some(trace) = &mut self.trace {
+            match &result {
+                Ok(allocation) => trace.alloc(Some(allocation.addr), size, tag),
+                Err(Error::OutOfMemory(report)) if report.cause != OomCause::Injected => {
+                    trace.alloc(None, size, tag);
+                }
+                Err(_) => {}
+            }
+        }
         self.debug_validate();
         result
     }
@@ -173,6 +186,9 @@ impl Allocator {
             self.grow(rounded).ok()?;
             self.take_best_fit(rounded, size, tag)
         });
+        if let (Some(trace), Some(allocation)) = (&mut self.trace, &allocation) {
+            trace.alloc(Some(allocation.addr), size, tag);
+        }
         self.debug_validate();
         allocation
     }
@@ -235,8 +251,11 @@ impl Allocator {
         let found = self.bins.best_fit(rounded)?;
         let FreeKey { size, addr, id } = found.key();
         let remainder = size - rounded;
-        if size >= rounded.saturating_mul(2) || remainder >= self.config.max_internal_fragmentation
-        {
+        // Never split off an empty remainder: a zero-size chunk would share its address with the
+        // next chunk (with `max_internal_fragmentation` 0, an exact fit meets the cap).
+        let worth_splitting = size >= rounded.saturating_mul(2)
+            || remainder >= self.config.max_internal_fragmentation;
+        if remainder > 0 && worth_splitting {
             let rest = self.split(id, rounded);
             self.bins.replace_found(found, rest);
         } else {
@@ -300,6 +319,9 @@ impl Allocator {
     /// changes nothing.
     pub fn free(&mut self, addr: u64) -> Result<Allocation> {
         let result = self.free_unchecked(addr);
+        if let (Some(trace), Ok(_)) = (&mut self.trace, &result) {
+            trace.free(addr);
+        }
         self.debug_validate();
         result
     }
@@ -459,6 +481,36 @@ impl Allocator {
     pub fn record_history(&mut self, events: usize) {
         self.config.history_capacity = events;
         self.history = (events > 0).then(|| History::new(events));
+    }
+
+    /// Streams every allocation and free from now on to `writer` as a replayable JSON Lines
+    /// trace ([`TraceWriter`] says what is written and what it costs); `None` stops. Returns
+    /// the writer streamed to until now, for the caller to [`finish`](TraceWriter::finish).
+    ///
+    /// ```
+    /// use headroom_alloc::{Allocator, AllocatorConfig, Tag, VirtualMemory};
+    /// use headroom_alloc::trace::{TraceOp, TraceWriter, read_trace};
+    /// let path = std::env::temp_dir().join(format!("trace-{}.jsonl", std::process::id()));
+    /// let mut alloc = Allocator::new(VirtualMemory::new(1 << 20), AllocatorConfig::default())?;
+    /// alloc.stream_trace(Some(TraceWriter::create(&path)?));
+    /// let a = alloc.allocate(1000, Tag::ACTIVATIONS)?;
+    /// alloc.free(a.addr)?;
+    /// alloc.stream_trace(None).unwrap().finish().expect("the trace is written");
+    /// let ops = read_trace(std::io::BufReader::new(std::fs::File::open(&path).unwrap()))?;
+    /// assert_eq!(ops, [
+    ///     TraceOp::Alloc { id: 0, size: 1000, tag: Tag::ACTIVATIONS },
+    ///     TraceOp::Free { id: 0 },
+    /// ]);
+    /// # std::fs::remove_file(path).unwrap();
+    /// # Ok::<(), headroom_alloc::Error>(())
+    /// ```
+    pub fn stream_trace(&mut self, writer: Option<TraceWriter>) -> Option<TraceWriter> {
+        std::mem::replace(&mut self.trace, writer)
+    }
+
+    /// Flushes the trace being streamed, if any; fails with its first write error.
+    pub fn flush_trace(&mut self) -> std::io::Result<()> {
+        self.trace.as_mut().map_or(Ok(()), TraceWriter::flush)
     }
 
     /// Records an event if the recorder is on.

@@ -1,24 +1,30 @@
 //! The command-line subcommands of `headroom-alloc`, as clap argument groups that other tools
 //! (the `headroom` CLI) embed as they are.
 
-use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use serde::Serialize;
 
-use crate::trace::{LogNormalTrace, TraceOp, TransformerTrace, read_trace, replay, write_trace};
+use crate::trace::{
+    LogNormalTrace, TraceOp, TransformerTrace, find_limit, read_trace_file, replay, write_trace,
+};
 use crate::{AllocatorConfig, Error, Growth, Result, parse_size};
 
-/// Replay a JSON Lines trace (or a built-in one) and report peaks, OOMs and fragmentation.
+/// Replay a JSON Lines trace (or a built-in one) and report peaks, OOMs and fragmentation, or
+/// find the smallest limit it fits in.
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
-    /// The trace file; without it, the built-in trace given by --builtin.
+    /// The trace file; without it, the built-in trace given by --builtin. A tool that embeds
+    /// these arguments may set it before calling `run` (to resolve a run directory to its trace,
+    /// say).
     pub trace: Option<PathBuf>,
     /// Built-in trace to replay when no file is given.
     #[arg(long, value_enum, default_value_t = Builtin::Transformer)]
     pub builtin: Builtin,
-    /// The memory limit (and capacity of the virtual address space), e.g. 64MiB.
+    /// The memory limit (and capacity of the virtual address space), e.g. 64MiB; ignored by
+    /// --find-limit.
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     pub limit: u64,
     /// When regions are reserved.
@@ -27,6 +33,10 @@ pub struct ReplayArgs {
     /// Split a free chunk whenever the remainder is at least this large (default 128MiB).
     #[arg(long, value_parser = parse_size)]
     pub max_internal_fragmentation: Option<u64>,
+    /// Instead of replaying at --limit, find the smallest limit (a multiple of 256 bytes) at
+    /// which the whole trace replays without an OOM, and say what fails one granule below it.
+    #[arg(long)]
+    pub find_limit: bool,
     /// Print one JSON object instead of the human report.
     #[arg(long)]
     pub json: bool,
@@ -90,27 +100,51 @@ fn output_error(source: std::io::Error) -> Error {
 }
 
 impl ReplayArgs {
-    /// Replays the trace and writes the report to `out`.
-    pub fn run(&self, mut out: impl Write) -> Result<()> {
-        let ops = match &self.trace {
-            Some(path) => {
-                let io_error = |source| Error::Io {
-                    path: path.display().to_string(),
-                    source,
-                };
-                read_trace(BufReader::new(File::open(path).map_err(io_error)?))?
-            }
-            None => builtin_trace(self.builtin, 8),
-        };
-        let mut config = AllocatorConfig::default()
+    /// The operations to replay, each with its number: its line in the trace file, or its
+    /// one-based index in the built-in trace. Errors name the file.
+    pub fn load_trace(&self) -> Result<Vec<(usize, TraceOp)>> {
+        match &self.trace {
+            Some(path) => read_trace_file(path),
+            None => Ok((1..).zip(builtin_trace(self.builtin, 8)).collect()),
+        }
+    }
+
+    /// The allocator configuration these arguments describe.
+    pub fn allocator_config(&self) -> AllocatorConfig {
+        let config = AllocatorConfig::default()
             .with_limit_bytes(self.limit)
             .with_growth(self.growth.into());
-        if let Some(bytes) = self.max_internal_fragmentation {
-            config = config.with_max_internal_fragmentation(bytes);
+        match self.max_internal_fragmentation {
+            Some(bytes) => config.with_max_internal_fragmentation(bytes),
+            None => config,
         }
-        let report = replay(&ops, config, self.limit)?;
+    }
+
+    /// Replays the trace (or searches for its smallest limit) and writes the report to `out`.
+    pub fn run(&self, out: impl Write) -> Result<()> {
+        let ops = self.load_trace()?;
+        let config = self.allocator_config();
+        let in_file = |err: Error| match &self.trace {
+            Some(path) => err.in_trace_file(path),
+            None => err,
+        };
+        if self.find_limit {
+            let search = find_limit(&ops, config).map_err(in_file)?;
+            self.write_report(&search, out)
+        } else {
+            let report = replay(&ops, config, self.limit).map_err(in_file)?;
+            self.write_report(&report, out)
+        }
+    }
+
+    /// Writes `report` as one JSON object with --json, else as text.
+    fn write_report(
+        &self,
+        report: &(impl Serialize + std::fmt::Display),
+        mut out: impl Write,
+    ) -> Result<()> {
         if self.json {
-            serde_json::to_writer(&mut out, &report)
+            serde_json::to_writer(&mut out, report)
                 .map_err(std::io::Error::from)
                 .and_then(|()| writeln!(out))
         } else {

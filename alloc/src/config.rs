@@ -75,7 +75,8 @@ pub struct AllocatorConfig {
     /// On failure, release regions that are entirely free and retry before reporting an OOM.
     pub garbage_collection: bool,
     /// A free chunk is split when the remainder is at least this large, even if it is less than
-    /// the request (otherwise it is split only when it is at least twice the request).
+    /// the request (otherwise it is split only when it is at least twice the request). An exact
+    /// fit leaves no remainder and is never split, so 0 acts as one granule does.
     pub max_internal_fragmentation: u64,
     /// Events kept by the history recorder; 0 turns recording off.
     pub history_capacity: usize,

@@ -58,9 +58,11 @@ pub enum Error {
     },
 
     /// A trace could not be read or is inconsistent.
-    #[error("trace line {line}: {message}")]
+    #[error("trace {}line {line}: {message}", path.as_ref().map_or(String::new(), |path| format!("{path} ")))]
     Trace {
-        /// One-based line number in the trace.
+        /// The trace file, when the trace came from one.
+        path: Option<String>,
+        /// One-based line number in the trace file, or index of the operation in a list.
         line: usize,
         /// What was wrong with the line.
         message: String,
@@ -110,6 +112,22 @@ impl Error {
         match self {
             Self::OutOfMemory(report) => Some(report),
             _ => None,
+        }
+    }
+
+    /// This error, naming the trace file `path` if it is an [`Error::Trace`] that names none.
+    pub fn in_trace_file(self, path: &std::path::Path) -> Self {
+        match self {
+            Self::Trace {
+                path: None,
+                line,
+                message,
+            } => Self::Trace {
+                path: Some(path.display().to_string()),
+                line,
+                message,
+            },
+            other => other,
         }
     }
 

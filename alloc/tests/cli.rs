@@ -131,3 +131,99 @@ fn generated_traces_replay() {
     assert_eq!(value["allocs"], 20_000);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn zero_slack_replays_an_exact_fit() {
+    let trace = concat!(
+        "{\"op\":\"alloc\",\"id\":1,\"size\":256}\n",
+        "{\"op\":\"alloc\",\"id\":2,\"size\":256}\n",
+        "{\"op\":\"free\",\"id\":1}\n",
+        "{\"op\":\"alloc\",\"id\":3,\"size\":256}\n",
+        "{\"op\":\"free\",\"id\":2}\n",
+    );
+    let path = write_temp("exact.jsonl", trace);
+    let out = headroom_alloc(&[
+        "replay",
+        path.to_str().unwrap(),
+        "--max-internal-fragmentation",
+        "0",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (value["allocs"].as_u64(), value["frees"].as_u64()),
+        (Some(3), Some(2))
+    );
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn replay_errors_name_the_file_and_its_line() {
+    let trace = concat!(
+        "{\"op\":\"alloc\",\"id\":1,\"size\":256}\n",
+        "\n",
+        "\n",
+        "{\"op\":\"alloc\",\"id\":2,\"size\":1073741824}\n",
+        "{\"op\":\"free\",\"id\":7}\n",
+    );
+    let path = write_temp("unknown-id.jsonl", trace);
+    let out = headroom_alloc(&["replay", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    let expected = format!("trace {} line 5: free of id 7", path.display());
+    assert!(err.contains(&expected), "{err}");
+    // OOMs are named by line too: the 1 GiB request on line 4.
+    std::fs::write(&path, &trace[..trace.rfind("{\"op\":\"free\"").unwrap()]).unwrap();
+    let out = headroom_alloc(&["replay", path.to_str().unwrap(), "--json"]);
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["first_oom_op"], 4);
+    let bad = headroom_alloc(&["replay", path.to_str().unwrap(), "--find-limit"]);
+    assert!(bad.status.success());
+    std::fs::write(&path, "\n{\"op\":\"free\"}\n").unwrap();
+    let out = headroom_alloc(&["replay", path.to_str().unwrap(), "--find-limit"]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(&format!("trace {} line 2:", path.display())),
+        "{err}"
+    );
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn find_limit_gives_the_smallest_limit_that_fits() {
+    let out = headroom_alloc(&["replay", "--find-limit", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let limit = value["limit"].as_u64().unwrap();
+    assert_eq!(limit % 256, 0);
+    assert!(limit >= value["packed_peak"].as_u64().unwrap());
+    assert!(value["peak_in_use"].as_u64().unwrap() <= limit);
+    let verdict = value["below"]["verdict"].as_str().unwrap();
+    assert!(["capacity", "fragmentation"].contains(&verdict), "{value}");
+    let at = |limit: u64| {
+        let out = headroom_alloc(&["replay", "--limit", &limit.to_string(), "--json"]);
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (
+            value["ooms"].as_u64().unwrap(),
+            value["first_oom_verdict"].clone(),
+        )
+    };
+    assert_eq!(at(limit).0, 0);
+    let (ooms, first_verdict) = at(limit - 256);
+    assert!(ooms > 0);
+    assert_eq!(first_verdict, verdict);
+
+    let human = headroom_alloc(&["replay", "--find-limit", "--growth", "preallocate"]);
+    let text = String::from_utf8(human.stdout).unwrap();
+    assert!(text.contains("smallest limit without an OOM:"), "{text}");
+    assert!(text.contains("one granule below"), "{text}");
+}

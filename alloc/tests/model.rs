@@ -3,18 +3,30 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use headroom_alloc::model::{Action, Scenario};
+use headroom_alloc::{AllocatorConfig, GRANULE, Growth};
 use proptest::prelude::*;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
+    /// The configuration is drawn from `setup` as the fuzz target draws it, and each action from
+    /// its own 8 bytes (uniform bytes would end the fuzz target's action list after about one
+    /// action, where a fuzzer learns to go on).
     #[test]
-    fn random_scenarios_agree_with_the_shadow_model(bytes in prop::collection::vec(any::<u8>(), 0..4096)) {
-        let mut input = Unstructured::new(&bytes);
-        if let Ok(scenario) = Scenario::arbitrary(&mut input)
-            && let Err(disagreement) = scenario.run() {
+    fn random_scenarios_agree_with_the_shadow_model(
+        setup in prop::collection::vec(any::<u8>(), 0..32),
+        actions in prop::collection::vec(prop::collection::vec(any::<u8>(), 8), 0..400),
+    ) {
+        if let Ok(mut scenario) = Scenario::arbitrary_take_rest(Unstructured::new(&setup)) {
+            scenario.actions.extend(
+                actions
+                    .iter()
+                    .filter_map(|bytes| Action::arbitrary(&mut Unstructured::new(bytes)).ok()),
+            );
+            if let Err(disagreement) = scenario.run() {
                 prop_assert!(false, "{disagreement}\nscenario: {scenario:?}");
             }
+        }
     }
 }
 
@@ -37,19 +49,51 @@ fn a_long_scenario_exercises_every_outcome() {
             _ => Action::ResetPeak,
         });
     }
-    for (growth, fail_reserve) in [(0, 0), (1, 0), (2, 0), (0, 3), (2, 5)] {
+    // The configuration the scenario had when it was drawn from five small integers: a 4 MiB
+    // limit over a 4 MiB source, a 1 MiB internal-fragmentation cap, 64 events of history.
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(4 << 20)
+        .with_max_internal_fragmentation(1 << 20)
+        .with_history(64);
+    let run = |config: AllocatorConfig, fail_reserve: u8| {
         let scenario = Scenario {
-            limit_mib: 3,
-            growth,
-            no_garbage_collection: false,
-            frag_shift: 12,
+            capacity: 4 << 20,
+            config,
             fail_reserve,
             actions: actions.clone(),
         };
-        let summary = scenario.run().unwrap_or_else(|err| panic!("{err}"));
-        assert!(summary.allocs > 100, "{summary:?}");
-        assert!(summary.ooms > 10, "{summary:?}");
-        assert!(summary.frees > 100, "{summary:?}");
-        assert!(summary.refused_frees > 100, "{summary:?}");
+        scenario.run().unwrap_or_else(|err| panic!("{err}"))
+    };
+    use Growth::{Expandable, OnDemand, Preallocate};
+    for (growth, fail_reserve) in [
+        (OnDemand, 0),
+        (Preallocate, 0),
+        (Expandable, 0),
+        (OnDemand, 3),
+        (Expandable, 5),
+    ] {
+        for slack in [1 << 20, 0] {
+            let config = config
+                .clone()
+                .with_growth(growth)
+                .with_max_internal_fragmentation(slack);
+            let summary = run(config, fail_reserve);
+            assert!(summary.allocs > 100, "{summary:?}");
+            assert!(summary.ooms > 10, "{summary:?}");
+            assert!(summary.frees > 100, "{summary:?}");
+            assert!(summary.refused_frees > 100, "{summary:?}");
+        }
+        // A one-granule limit: every request above 256 bytes exceeds it, the few below fit one
+        // at a time.
+        let tiny = config.clone().with_growth(growth).with_limit_bytes(GRANULE);
+        for slack in [0, GRANULE] {
+            let summary = run(
+                tiny.clone().with_max_internal_fragmentation(slack),
+                fail_reserve,
+            );
+            assert_eq!(summary.actions, 3000, "{summary:?}");
+            assert!(summary.ooms > 1000, "{summary:?}");
+            assert!(summary.refused_frees > 100, "{summary:?}");
+        }
     }
 }

@@ -127,3 +127,43 @@ fn an_injected_oom_fails_once_changes_nothing_and_says_it_was_injected() {
     alloc.free(kept.addr).unwrap();
     alloc.validate().unwrap();
 }
+
+#[test]
+fn a_full_history_keeps_every_oom_and_says_what_it_dropped() {
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(1 << 20)
+        .with_history(3);
+    let mut alloc = Allocator::new(VirtualMemory::new(1 << 20), config).unwrap();
+    for round in 0..5 {
+        alloc.allocate(2 << 20, Tag::ACTIVATIONS).unwrap_err();
+        for _ in 0..=round {
+            let a = alloc.allocate(1000, Tag::WEIGHTS).unwrap();
+            alloc.free(a.addr).unwrap();
+        }
+    }
+    let history = alloc.history().unwrap();
+    let kinds: Vec<EventKind> = history.events().map(|e| e.kind).collect();
+    // Five OOMs (four of them evicted from the ring and kept aside), then the last three events.
+    use EventKind::*;
+    assert_eq!(kinds, [Oom, Oom, Oom, Oom, Oom, Free, Alloc, Free]);
+    let events: Vec<_> = history.events().collect();
+    assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    // One region reserve, 15 allocations and 15 frees, 5 OOMs: 36 events, 8 kept.
+    assert_eq!(history.dropped(), 28);
+    let until = history.dropped_until_ns().unwrap();
+    assert!(until <= events[5].time_ns);
+
+    let mut trace = Vec::new();
+    history.write_chrome_trace(&mut trace).unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&trace).unwrap();
+    assert_eq!(value["otherData"]["dropped_events"], 28);
+    assert_eq!(value["otherData"]["dropped_until_ns"], until);
+    assert_eq!(value["traceEvents"][0]["name"], "28 earlier events dropped");
+    let ooms = value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "out of memory")
+        .count();
+    assert_eq!(ooms, 5);
+}

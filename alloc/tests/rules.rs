@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use headroom_alloc::trace::{TraceOp, replay};
 use headroom_alloc::{
     Allocator, AllocatorConfig, Error, FaultInjecting, Growth, HostMemory, InvalidFreeReason,
     Limit, MemorySource, OomCause, SourceError, Tag, Verdict, VirtualMemory,
@@ -83,6 +84,39 @@ fn the_internal_fragmentation_cap_forces_a_split() {
     // Remainder 1024 reaches the cap, so the 3072-byte chunk is split though 3072 < 2 * 2048.
     let b = alloc.allocate(2048, Tag::OTHER).unwrap();
     assert_eq!(b.size, 2048);
+}
+
+#[test]
+fn zero_slack_never_splits_off_an_empty_chunk() {
+    // With a cap of 0 an exact fit (remainder 0) met the cap and split off a zero-size chunk at
+    // the next chunk's address: freeing that next allocation then failed as a "double free".
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(MIB)
+        .with_max_internal_fragmentation(0);
+    let alloc_op = |id| TraceOp::Alloc {
+        id,
+        size: 256,
+        tag: Tag::OTHER,
+    };
+    let ops = [
+        alloc_op(1),
+        alloc_op(2),
+        TraceOp::Free { id: 1 },
+        alloc_op(3), // takes 1's chunk exactly
+        TraceOp::Free { id: 2 },
+    ];
+    let report = replay(&ops, config.clone(), MIB).unwrap();
+    assert_eq!((report.allocs, report.frees, report.ooms), (3, 2, 0));
+
+    // A request that fills a whole preallocated region is an exact fit too.
+    let config = config.with_growth(Growth::Preallocate);
+    let mut alloc = Allocator::new(VirtualMemory::new(MIB), config).unwrap();
+    let whole = alloc.allocate(MIB, Tag::OTHER).unwrap();
+    assert_eq!(whole.size, MIB);
+    alloc.validate().unwrap();
+    assert_eq!(alloc.snapshot().regions[0].chunks.len(), 1);
+    alloc.free(whole.addr).unwrap();
+    alloc.validate().unwrap();
 }
 
 #[test]

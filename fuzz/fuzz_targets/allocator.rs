@@ -1,5 +1,6 @@
-//! Drives the allocator with arbitrary scenarios and checks it against the shadow model;
-//! `validate()` runs after every operation (feature `validate`).
+//! Drives the allocator with arbitrary scenarios (a whole configuration, edges first, and a list
+//! of actions) and checks it against the shadow model, construction included; `validate()` runs
+//! after every operation (feature `validate`).
 #![no_main]
 
 use headroom_alloc::model::Scenario;

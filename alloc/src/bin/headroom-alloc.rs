@@ -16,7 +16,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay a JSON Lines trace (or a built-in one) and report peaks, OOMs and fragmentation.
+    /// Replay a JSON Lines trace (or a built-in one) and report peaks, OOMs and fragmentation,
+    /// or find the smallest limit it fits in (--find-limit).
     Replay(ReplayArgs),
     /// Write a built-in trace as JSON Lines to standard output.
     Generate(GenerateArgs),

@@ -1,4 +1,5 @@
-//! Allocation traces: the JSON Lines format, replaying a trace, and generating realistic ones.
+//! Allocation traces: the JSON Lines format, streaming one from a running allocator, replaying a
+//! trace, finding the smallest limit it fits in, and generating realistic ones.
 //!
 //! A trace is one operation per line:
 //!
@@ -8,14 +9,20 @@
 //! ```
 
 mod generate;
+mod limit;
 mod replay;
 mod rng;
+mod writer;
 
 pub use generate::{LogNormalTrace, TransformerTrace};
+pub use limit::{FailureBelow, LimitSearch, MAX_SEARCHED_LIMIT, find_limit};
 pub use replay::{OomEvent, ReplayReport, replay};
 pub use rng::SplitMix64;
+pub use writer::TraceWriter;
 
-use std::io::{BufRead, Write};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -43,12 +50,51 @@ pub enum TraceOp {
     },
 }
 
+/// An operation of a trace with the number that a replay's errors and OOMs name it by: its line
+/// in the file it was read from, or its one-based index in a list.
+pub trait NumberedOp {
+    /// The operation.
+    fn op(&self) -> TraceOp;
+    /// Its number, given its zero-based `index` in the list being replayed.
+    fn number(&self, index: usize) -> usize;
+}
+
+/// A bare operation is known by its one-based index.
+impl NumberedOp for TraceOp {
+    fn op(&self) -> TraceOp {
+        *self
+    }
+    fn number(&self, index: usize) -> usize {
+        index + 1
+    }
+}
+
+/// An operation read from a file, known by its line ([`read_trace_lines`]).
+impl NumberedOp for (usize, TraceOp) {
+    fn op(&self) -> TraceOp {
+        self.1
+    }
+    fn number(&self, _index: usize) -> usize {
+        self.0
+    }
+}
+
 /// Reads a JSON Lines trace; blank lines are skipped, and a bad line is an error naming it.
 pub fn read_trace(reader: impl BufRead) -> Result<Vec<TraceOp>> {
+    Ok(read_trace_lines(reader)?
+        .into_iter()
+        .map(|(_, op)| op)
+        .collect())
+}
+
+/// Reads a JSON Lines trace, keeping the one-based line number of each operation, so that a
+/// replay names lines of the file (blank lines make them differ from operation indices).
+pub fn read_trace_lines(reader: impl BufRead) -> Result<Vec<(usize, TraceOp)>> {
     let mut ops = Vec::new();
     for (index, line) in reader.lines().enumerate() {
         let line_number = index + 1;
         let line = line.map_err(|err| Error::Trace {
+            path: None,
             line: line_number,
             message: format!("cannot read: {err}"),
         })?;
@@ -56,12 +102,22 @@ pub fn read_trace(reader: impl BufRead) -> Result<Vec<TraceOp>> {
             continue;
         }
         let op = serde_json::from_str(&line).map_err(|err| Error::Trace {
+            path: None,
             line: line_number,
             message: format!("{err} in {line:?}"),
         })?;
-        ops.push(op);
+        ops.push((line_number, op));
     }
     Ok(ops)
+}
+
+/// Reads the trace file at `path` with [`read_trace_lines`]; its errors name the file.
+pub fn read_trace_file(path: &Path) -> Result<Vec<(usize, TraceOp)>> {
+    let file = File::open(path).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    read_trace_lines(BufReader::new(file)).map_err(|err| err.in_trace_file(path))
 }
 
 /// Writes a trace as JSON Lines.
@@ -101,7 +157,7 @@ mod tests {
     fn bad_lines_are_reported_with_their_number() {
         let text = "{\"op\":\"alloc\",\"id\":1,\"size\":10}\n\n{\"op\":\"resize\",\"id\":1}\n";
         match read_trace(text.as_bytes()) {
-            Err(Error::Trace { line, message }) => {
+            Err(Error::Trace { line, message, .. }) => {
                 assert_eq!(line, 3);
                 assert!(message.contains("resize"), "{message}");
             }

@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::TraceOp;
+use super::{NumberedOp, TraceOp};
 use crate::allocator::Allocator;
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
@@ -21,7 +21,8 @@ const OOMS_LISTED: usize = 10;
 /// One failed allocation during a replay.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OomEvent {
-    /// One-based index of the operation in the trace.
+    /// The operation's number: its line in the trace file for operations read with
+    /// [`read_trace_lines`](super::read_trace_lines), else its one-based index in the trace.
     pub op: usize,
     /// Bytes requested.
     pub requested: u64,
@@ -46,7 +47,8 @@ pub struct ReplayReport {
     pub peak_in_use: u64,
     /// Highest bytes reserved.
     pub peak_reserved: u64,
-    /// One-based index of the first failed operation.
+    /// The number of the first failed operation (its line in the trace file, or its one-based
+    /// index; see [`OomEvent::op`]).
     pub first_oom_op: Option<usize>,
     /// The first OOM's verdict.
     pub first_oom_verdict: Option<Verdict>,
@@ -68,7 +70,9 @@ pub struct ReplayReport {
 /// Replays `ops` on a fresh allocator over a virtual address space of `capacity` bytes.
 ///
 /// A failed allocation is counted and skipped, and so is its later free. A trace that frees an
-/// id it never allocated, or reuses a live id, is an error naming the operation.
+/// id it never allocated, or reuses a live id, is an error naming the operation by its number:
+/// its line, for operations read with [`read_trace_lines`](super::read_trace_lines), else its
+/// one-based index.
 ///
 /// ```
 /// use headroom_alloc::{AllocatorConfig, Tag, trace::{TraceOp, replay}};
@@ -83,7 +87,11 @@ pub struct ReplayReport {
 /// assert_eq!(report.first_oom_op, Some(2));
 /// # Ok::<(), headroom_alloc::Error>(())
 /// ```
-pub fn replay(ops: &[TraceOp], config: AllocatorConfig, capacity: u64) -> Result<ReplayReport> {
+pub fn replay<O: NumberedOp>(
+    ops: &[O],
+    config: AllocatorConfig,
+    capacity: u64,
+) -> Result<ReplayReport> {
     let mut allocator = Allocator::new(VirtualMemory::new(capacity), config)?;
     let mut live: HashMap<u64, u64> = HashMap::new();
     let mut failed: HashSet<u64> = HashSet::new();
@@ -102,13 +110,14 @@ pub fn replay(ops: &[TraceOp], config: AllocatorConfig, capacity: u64) -> Result
         first_oom_report: None,
         final_stats: None,
     };
-    for (index, op) in ops.iter().enumerate() {
-        let op_number = index + 1;
+    for (index, numbered) in ops.iter().enumerate() {
+        let op_number = numbered.number(index);
         let bad = |message: String| Error::Trace {
+            path: None,
             line: op_number,
             message,
         };
-        match *op {
+        match numbered.op() {
             TraceOp::Alloc { id, size, tag } => {
                 if live.contains_key(&id) {
                     return Err(bad(format!("id {id} is allocated again while still live")));
@@ -255,5 +264,30 @@ mod tests {
         let unknown = [alloc(1, 256), TraceOp::Free { id: 9 }];
         let err = replay(&unknown, AllocatorConfig::default(), 1 << 20).unwrap_err();
         assert!(matches!(err, Error::Trace { line: 2, .. }), "{err}");
+    }
+
+    #[test]
+    fn errors_and_ooms_name_the_line_of_the_file() {
+        let text = "\n{\"op\":\"alloc\",\"id\":1,\"size\":256}\n\n\
+                    {\"op\":\"alloc\",\"id\":2,\"size\":4194304}\n\n{\"op\":\"free\",\"id\":9}\n";
+        let ops = crate::trace::read_trace_lines(text.as_bytes()).unwrap();
+        assert_eq!(
+            ops.iter().map(|&(line, _)| line).collect::<Vec<_>>(),
+            [2, 4, 6]
+        );
+        let err = replay(&ops, AllocatorConfig::default(), 1 << 20).unwrap_err();
+        assert!(matches!(err, Error::Trace { line: 6, .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "trace line 6: free of id 9, which is not live"
+        );
+        let named = err.in_trace_file(std::path::Path::new("run/trace.jsonl"));
+        assert_eq!(
+            named.to_string(),
+            "trace run/trace.jsonl line 6: free of id 9, which is not live"
+        );
+        let report = replay(&ops[..2], AllocatorConfig::default(), 1 << 20).unwrap();
+        assert_eq!(report.first_oom_op, Some(4));
+        assert_eq!(report.oom_events[0].op, 4);
     }
 }
