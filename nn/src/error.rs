@@ -23,12 +23,14 @@ pub enum Error {
         detail: String,
     },
 
-    /// A checkpoint entry is missing or does not fit the model or optimizer.
+    /// A checkpoint entry is missing, does not fit the model or optimizer, or does not match the
+    /// checksum saved with it; or the checkpoint's checksum metadata is malformed.
     #[error("checkpoint {path}: `{key}`: {detail}")]
     Checkpoint {
         /// The file.
         path: PathBuf,
-        /// The entry (a parameter name, an optimizer state name, a metadata key).
+        /// The entry (a parameter name, an optimizer state name, a metadata key such as
+        /// `headroom.crc32.metadata` when the metadata does not match its checksum).
         key: String,
         /// What is wrong with it.
         detail: String,

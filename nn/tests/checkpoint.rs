@@ -331,3 +331,298 @@ fn saving_replaces_the_file_whole_and_leaves_no_temporary_behind() {
     let err = checkpoint::save(&nowhere, &first, None, &BTreeMap::new()).unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
 }
+
+/// A GPT and its AdamW state after two steps, saved to `path` with a trainer-like JSON state.
+fn save_trained_gpt(device: &Device, path: &TempPath) -> (Gpt, AdamW) {
+    let mut gpt = Gpt::new(&mut Initializer::new(device, DType::F32, 9), CONFIG).unwrap();
+    let mut adamw = AdamW::new(&gpt, AdamWConfig::default()).unwrap();
+    for step in 0..2 {
+        train_step(device, &mut gpt, &mut adamw, step);
+    }
+    let meta = BTreeMap::from([(
+        "headroom.trainer".to_owned(),
+        r#"{"step":2,"dropout_calls":1234}"#.to_owned(),
+    )]);
+    checkpoint::save(&path.0, &gpt, Some(&adamw), &meta).unwrap();
+    (gpt, adamw)
+}
+
+/// Where `name`'s data lies in the safetensors file `file`.
+fn data_range(file: &[u8], name: &str) -> std::ops::Range<usize> {
+    let (header_len, header) = safetensors::SafeTensors::read_metadata(file).unwrap();
+    let (start, end) = header.info(name).unwrap().data_offsets;
+    8 + header_len + start..8 + header_len + end
+}
+
+/// Rewrites the checkpoint at `path` with the same tensors and its metadata changed by `edit`,
+/// as another tool would (no checksums of its own).
+fn rewrite(path: &TempPath, edit: impl FnOnce(&mut std::collections::HashMap<String, String>)) {
+    let file = std::fs::read(&path.0).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&file).unwrap();
+    let mut metadata = header.metadata().clone().unwrap_or_default();
+    edit(&mut metadata);
+    let tensors = safetensors::SafeTensors::deserialize(&file)
+        .unwrap()
+        .tensors();
+    let bytes = safetensors::tensor::serialize(tensors, Some(metadata)).unwrap();
+    std::fs::write(&path.0, bytes).unwrap();
+}
+
+#[test]
+fn a_flipped_byte_in_any_tensor_is_caught_on_load_naming_the_tensor() {
+    let device = device();
+    let path = TempPath::new("flipped");
+    let (gpt, _) = save_trained_gpt(&device, &path);
+    let whole = std::fs::read(&path.0).unwrap();
+    let saved = checkpoint::load(&path.0, &device).unwrap();
+    for name in [
+        "blocks.1.attn.qkv.weight",
+        "optimizer.blocks.0.mlp.fc.weight.exp_avg",
+        "ln_f.bias",
+    ] {
+        assert!(saved.names().contains(&name.to_owned()), "{name}");
+        let range = data_range(&whole, name);
+        for at in [range.start, range.start + range.len() / 2, range.end - 1] {
+            let mut flipped = whole.clone();
+            flipped[at] ^= 0x01;
+            std::fs::write(&path.0, &flipped).unwrap();
+            let err = checkpoint::load(&path.0, &device).unwrap_err();
+            assert!(
+                matches!(&err, Error::Checkpoint { key, .. } if key == name),
+                "byte {at} of {name}: {err}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains(name)
+                    && message.contains("does not match the checksum saved with it")
+                    && message.contains("corrupted"),
+                "{message}"
+            );
+        }
+    }
+    // The untouched file still loads and restores.
+    std::fs::write(&path.0, &whole).unwrap();
+    let mut other = Gpt::new(&mut Initializer::new(&device, DType::F32, 2), CONFIG).unwrap();
+    let mut other_adamw = AdamW::new(&other, AdamWConfig::default()).unwrap();
+    let saved = checkpoint::load(&path.0, &device).unwrap();
+    saved.restore_model(&mut other).unwrap();
+    saved.restore_optimizer(&mut other_adamw).unwrap();
+    assert_eq!(bytes(&other), bytes(&gpt));
+}
+
+#[test]
+fn a_flipped_byte_in_the_metadata_is_caught_naming_the_metadata_checksum() {
+    let device = device();
+    let path = TempPath::new("flipped-metadata");
+    save_trained_gpt(&device, &path);
+    let saved = checkpoint::load(&path.0, &device).unwrap();
+    // The checksums are checked and left out; the caller's keys are as saved.
+    assert_eq!(
+        saved.metadata().keys().collect::<Vec<_>>(),
+        ["headroom.trainer", "optimizer.steps"]
+    );
+    assert_eq!(
+        saved.metadata()["headroom.trainer"],
+        r#"{"step":2,"dropout_calls":1234}"#
+    );
+    let whole = std::fs::read(&path.0).unwrap();
+    // A digit of the trainer's state, changed so that the header stays valid JSON.
+    let at = whole.windows(4).position(|w| w == b"1234").unwrap() + 3;
+    let mut flipped = whole.clone();
+    flipped[at] = b'5';
+    std::fs::write(&path.0, &flipped).unwrap();
+    let err = checkpoint::load(&path.0, &device).unwrap_err();
+    assert!(
+        matches!(&err, Error::Checkpoint { key, .. } if key == checkpoint::METADATA_CHECKSUM),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("headroom.trainer") && message.contains("does not match"),
+        "{message}"
+    );
+}
+
+#[test]
+fn checkpoints_without_checksums_still_load() {
+    let device = device();
+    let path = TempPath::new("no-checksums");
+    let (gpt, adamw) = save_trained_gpt(&device, &path);
+    rewrite(&path, |metadata| {
+        metadata.remove(checkpoint::TENSOR_CHECKSUMS);
+        metadata.remove(checkpoint::METADATA_CHECKSUM);
+    });
+    let mut other = Gpt::new(&mut Initializer::new(&device, DType::F32, 2), CONFIG).unwrap();
+    let mut other_adamw = AdamW::new(&other, AdamWConfig::default()).unwrap();
+    let saved = checkpoint::load(&path.0, &device).unwrap();
+    saved.restore_model(&mut other).unwrap();
+    saved.restore_optimizer(&mut other_adamw).unwrap();
+    assert_eq!(bytes(&other), bytes(&gpt));
+    assert_eq!(other_adamw.steps(), adamw.steps());
+    assert_eq!(saved.metadata()["optimizer.steps"], "2");
+
+    // A file written by safetensors alone, without metadata.
+    let plain = TempPath::new("plain");
+    let arrays: Vec<_> = gpt
+        .named_parameters()
+        .into_iter()
+        .map(|(name, t)| {
+            (
+                name,
+                t.array().to_bytes().unwrap(),
+                t.shape().dims().to_vec(),
+            )
+        })
+        .collect();
+    let views = arrays.iter().map(|(name, bytes, dims)| {
+        let view =
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, dims.clone(), bytes);
+        (name.clone(), view.unwrap())
+    });
+    let file = safetensors::tensor::serialize(views, None).unwrap();
+    std::fs::write(&plain.0, file).unwrap();
+    let mut third = Gpt::new(&mut Initializer::new(&device, DType::F32, 3), CONFIG).unwrap();
+    let saved = checkpoint::load(&plain.0, &device).unwrap();
+    assert!(saved.metadata().is_empty());
+    saved.restore_model(&mut third).unwrap();
+    assert_eq!(bytes(&third), bytes(&gpt));
+}
+
+#[test]
+fn malformed_checksum_metadata_is_an_error_naming_the_key() {
+    let device = device();
+    let path = TempPath::new("malformed");
+    let (gpt, adamw) = save_trained_gpt(&device, &path);
+    let whole = std::fs::read(&path.0).unwrap();
+    let (tensors, metadata) = (checkpoint::TENSOR_CHECKSUMS, checkpoint::METADATA_CHECKSUM);
+    type Edit = fn(&mut std::collections::HashMap<String, String>);
+    let cases: [(Edit, &str, &str); 7] = [
+        (
+            |m| drop(m.insert(checkpoint::TENSOR_CHECKSUMS.into(), "not json".into())),
+            tensors,
+            "not a JSON object",
+        ),
+        (
+            |m| drop(m.insert(checkpoint::TENSOR_CHECKSUMS.into(), "[1, 2]".into())),
+            tensors,
+            "not a JSON object",
+        ),
+        (
+            |m| {
+                let json = &m[checkpoint::TENSOR_CHECKSUMS];
+                let json = json.replacen('{', r#"{"no.such.tensor":"00000000","#, 1);
+                m.insert(checkpoint::TENSOR_CHECKSUMS.into(), json);
+            },
+            tensors,
+            "no.such.tensor",
+        ),
+        (
+            |m| {
+                let json = &m[checkpoint::TENSOR_CHECKSUMS];
+                let json = json.replacen(r#""head.weight":""#, r#""head.weight":"xyz"#, 1);
+                m.insert(checkpoint::TENSOR_CHECKSUMS.into(), json);
+            },
+            tensors,
+            "head.weight",
+        ),
+        (
+            |m| drop(m.insert(checkpoint::TENSOR_CHECKSUMS.into(), "{}".into())),
+            "blocks.0.attn.proj.bias",
+            "no checksum saved",
+        ),
+        (
+            |m| drop(m.insert(checkpoint::METADATA_CHECKSUM.into(), "12345".into())),
+            metadata,
+            "12345",
+        ),
+        (
+            |m| drop(m.remove(checkpoint::METADATA_CHECKSUM)),
+            metadata,
+            "missing",
+        ),
+    ];
+    for (edit, key, says) in cases {
+        std::fs::write(&path.0, &whole).unwrap();
+        rewrite(&path, edit);
+        let err = checkpoint::load(&path.0, &device).unwrap_err();
+        assert!(
+            matches!(&err, Error::Checkpoint { key: k, .. } if k == key),
+            "{key}: {err}"
+        );
+        assert!(err.to_string().contains(says), "{says}: {err}");
+    }
+    // The keys are reserved.
+    let reserved = BTreeMap::from([(tensors.to_owned(), "{}".to_owned())]);
+    let err = checkpoint::save(&path.0, &gpt, Some(&adamw), &reserved).unwrap_err();
+    assert!(
+        matches!(&err, Error::Checkpoint { key, .. } if key == tensors),
+        "{err}"
+    );
+}
+
+#[test]
+fn stale_temporaries_of_this_path_are_removed_and_nothing_else() {
+    let device = device();
+    let dir =
+        std::env::temp_dir().join(format!("headroom-stale-{}-{}", std::process::id(), seed()));
+    struct RemoveDir(PathBuf);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            std::fs::remove_dir_all(&self.0).ok();
+        }
+    }
+    let _guard = RemoveDir(dir.clone());
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.safetensors");
+    let model = mlp(
+        &mut Initializer::new(&device, DType::F32, 5),
+        &[4, 8, 3],
+        Activation::Relu,
+    )
+    .unwrap();
+    checkpoint::save(&path, &model, None, &BTreeMap::new()).unwrap();
+    let other_pid = u64::from(std::process::id()) + 1;
+    let stale = [
+        format!("model.safetensors.tmp-{other_pid}"),
+        "model.safetensors.tmp-1".to_owned(),
+    ];
+    let kept = [
+        format!("model.safetensors.tmp-{}", std::process::id()),
+        "model.safetensors.tmp-".to_owned(),
+        "model.safetensors.tmp-12a".to_owned(),
+        "model.safetensors.tmp-123.bak".to_owned(),
+        "model.safetensors.tmp".to_owned(),
+        "other.safetensors.tmp-123".to_owned(),
+        "xmodel.safetensors.tmp-123".to_owned(),
+        "model.tmp-123".to_owned(),
+    ];
+    for name in stale.iter().chain(&kept) {
+        std::fs::write(dir.join(name), b"half a checkpoint").unwrap();
+    }
+    std::fs::create_dir(dir.join("model.safetensors.tmp-77")).unwrap();
+
+    let removed = checkpoint::remove_stale_temporaries(&path).unwrap();
+    let mut expected: Vec<PathBuf> = stale.iter().map(|n| dir.join(n)).collect();
+    expected.sort();
+    assert_eq!(removed, expected);
+    for name in &stale {
+        assert!(!dir.join(name).exists(), "{name}");
+    }
+    for name in &kept {
+        assert!(dir.join(name).exists(), "{name}");
+    }
+    assert!(dir.join("model.safetensors.tmp-77").is_dir());
+    checkpoint::load(&path, &device).unwrap();
+    assert!(
+        checkpoint::remove_stale_temporaries(&path)
+            .unwrap()
+            .is_empty()
+    );
+
+    let missing = dir.join("no-such-directory").join("model.safetensors");
+    assert!(
+        checkpoint::remove_stale_temporaries(&missing)
+            .unwrap()
+            .is_empty()
+    );
+}
