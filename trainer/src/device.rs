@@ -4,12 +4,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-use headroom_kernels::{Device, PlanTarget};
+use headroom_alloc::AllocatorConfig;
+use headroom_kernels::{Device, DeviceConfig, PlanTarget};
 
 use crate::config::TrainConfig;
 use crate::config::validate::Budget;
 use crate::error::{Error, Result};
-use crate::planner::device_config;
 
 /// Which device a run trains on, as the configuration's `device` names it: `cpu`, `cuda`
 /// (the first GPU) or `cuda:N`.
@@ -44,6 +44,20 @@ impl fmt::Display for DeviceChoice {
             Self::Cuda(ordinal) => write!(f, "cuda:{ordinal}"),
         }
     }
+}
+
+/// The device configuration of a run's budget, with `history` events recorded. Free chunks
+/// are split whenever anything would be left over (as PyTorch's allocator does for large
+/// blocks), instead of handing out up to twice the request: on a training step's mix of sizes
+/// that lowers the peak by several percent and costs no measurable time.
+pub fn device_config(budget: &Budget, history: usize) -> DeviceConfig {
+    DeviceConfig::new(budget.device).with_allocator(
+        AllocatorConfig::default()
+            .with_limit_bytes(budget.limit)
+            .with_growth(budget.growth)
+            .with_max_internal_fragmentation(headroom_alloc::GRANULE)
+            .with_history(history),
+    )
 }
 
 /// The memory budget of `config` on the device it names: on the CPU, of the simulated device;

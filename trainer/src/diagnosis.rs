@@ -1,9 +1,20 @@
-//! What to tell a user when not even one sample fits.
+//! What to tell a user when a run cannot fit its limit: not even one sample, or not even the
+//! model with its gradients and optimizer state.
 
 use headroom_alloc::{OomReport, Tag, format_bytes};
 use headroom_nn::{Optimizer, training_memory};
 
 use crate::model::TrainModel;
+
+/// What could not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// A micro-batch of one sample ran out of memory.
+    OneSample,
+    /// Building the model or its optimizer, restoring a checkpoint, or the optimizer update
+    /// ran out of memory.
+    TrainingState,
+}
 
 /// Per tag, what the model, its gradients and its optimizer state need against the limit, what
 /// the activations held when memory ran out, and what to do. `one_sample` is the peak of a
@@ -12,6 +23,7 @@ pub fn diagnose(
     model: &TrainModel,
     optimizer: &dyn Optimizer,
     report: &OomReport,
+    failure: Failure,
     one_sample: Option<u64>,
 ) -> String {
     let memory = training_memory(model.module(), Some(optimizer));
@@ -24,8 +36,12 @@ pub fn diagnose(
     };
     let fixed = memory.total();
     let limit = report.limit;
+    let headline = match failure {
+        Failure::OneSample => "not even a micro-batch of one sample fits",
+        Failure::TrainingState => "the model, its gradients and its optimizer state do not fit",
+    };
     let mut text = format!(
-        "not even a micro-batch of one sample fits in the {} limit\n\
+        "{headline} in the {} limit\n\
          \x20 weights           {:>12}\n\
          \x20 gradients         {:>12}  (one per weight, during the step)\n\
          \x20 optimizer state   {:>12}\n\

@@ -45,6 +45,23 @@ pub enum Error {
         report: Box<OomReport>,
     },
 
+    /// The loss stayed NaN or infinite: the run stopped.
+    #[error(
+        "the loss was NaN or infinite for {steps} steps in a row, up to step {step}: the run \
+         diverged and stopped there (lower optimizer.lr, clip the gradients with \
+         optimizer.clip, or train in bf16 or f32); its metrics, plots and summary are in {}, \
+         and its last checkpoint holds the weights from before",
+        run_dir.display()
+    )]
+    Diverged {
+        /// The step it stopped at.
+        step: u64,
+        /// Steps in a row whose loss was not finite.
+        steps: u64,
+        /// Where the run's artifacts are.
+        run_dir: PathBuf,
+    },
+
     /// A model, optimizer or checkpoint error, or an out-of-memory the trainer could not absorb.
     #[error(transparent)]
     Nn(#[from] headroom_nn::Error),

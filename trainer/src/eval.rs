@@ -16,14 +16,14 @@ struct Tally {
     count: f64,
 }
 
-/// The task's metric on its held-out samples.
+/// The task's metric on its held-out samples; none when it has none.
 pub fn evaluate(
     model: &TrainModel,
     task: &Task,
     device: &Device,
     precision: PrecisionKind,
     chunk: usize,
-) -> Result<f64> {
+) -> Result<Option<f64>> {
     let _off = no_grad();
     let _policy = precision.autocast();
     let mut chunk = chunk.max(1);
@@ -43,11 +43,7 @@ pub fn evaluate(
             Err(err) => return Err(err),
         }
     }
-    Ok(if tally.count > 0.0 {
-        tally.hits / tally.count
-    } else {
-        0.0
-    })
+    Ok((tally.count > 0.0).then(|| tally.hits / tally.count))
 }
 
 /// The metric's numerator and denominator over one chunk.

@@ -1,31 +1,42 @@
 #![doc = include_str!("../README.md")]
 
+mod atomic_file;
 pub mod config;
 pub mod data;
 pub mod device;
 mod diagnosis;
 mod error;
 mod eval;
+mod float_json;
+mod metrics;
 mod micro;
 mod model;
 mod optim;
 mod planner;
 mod plots;
 mod precision;
+mod probe;
 mod record;
+mod resume;
+pub mod run_dir;
 mod state;
 mod step;
+mod totals;
 mod trainer;
 
-pub use diagnosis::diagnose;
+pub use device::device_config;
+pub use diagnosis::{Failure, diagnose};
 pub use error::{Error, Result};
 pub use eval::evaluate;
+pub use metrics::{METRICS_FILE, read_all};
 pub use micro::{Change, MicroBatcher, SizeChange};
 pub use model::TrainModel;
-pub use planner::{Plan, Probe, device_config, plan};
+pub use planner::{Plan, Probe, plan};
 pub use plots::{loss_curve, memory_timeline};
 pub use precision::{LossScaler, ScaleChange};
-pub use record::{StepRecord, Summary, TagBytes, read_all};
+pub use record::{OomRecord, StepRecord, Summary, TagBytes};
+pub use run_dir::Start;
 pub use state::{TrainerState, checkpoint_path};
 pub use step::{Oom, Phase, StepReport};
+pub use totals::Totals;
 pub use trainer::Trainer;

@@ -1,5 +1,7 @@
-//! The micro-batch size: halved on out-of-memory, doubled again after a run of clean steps
-//! (never above the effective batch), waiting twice as long after each growth that failed.
+//! The micro-batch size: halved on out-of-memory; after a run of clean steps, grown to the
+//! largest size up to twice the current one (never above the effective batch) that the caller
+//! predicts fits, and held where it predicts nothing larger does; waiting twice as long after
+//! each growth that failed all the same.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +39,10 @@ pub struct MicroBatcher {
     clean: u64,
     /// The largest size that has completed a step.
     proven: usize,
+    /// The smallest size predicted not to fit: no growth reaches it. Not saved: a resumed run
+    /// predicts again, under what may be another limit.
+    #[serde(skip)]
+    ceiling: Option<usize>,
     /// Every change, in order.
     pub history: Vec<SizeChange>,
 }
@@ -51,6 +57,7 @@ impl MicroBatcher {
             wait: wait.max(1),
             clean: 0,
             proven: 0,
+            ceiling: None,
             history: vec![SizeChange {
                 step: 0,
                 size,
@@ -84,17 +91,65 @@ impl MicroBatcher {
         true
     }
 
-    /// `step` completed (`clean` when no micro-batch of it ran out of memory); after enough
-    /// clean steps, try twice the size.
-    pub fn finished(&mut self, step: u64, clean: bool) {
+    /// Checks the invariants a deserialized micro-batcher must hold: a size between 1 and the
+    /// effective batch, and a history that starts somewhere.
+    pub fn check(&self) -> Result<(), String> {
+        if self.size == 0 || self.size > self.max {
+            return Err(format!(
+                "size {} is not between 1 and the batch of {}",
+                self.size, self.max
+            ));
+        }
+        if self.wait == 0 || self.history.is_empty() {
+            return Err("a wait of 0 steps or an empty history".into());
+        }
+        Ok(())
+    }
+
+    /// The largest micro-batch size, the effective batch.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Sets the effective batch to `max` (a resumed run may change it), clamping the size.
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max.max(1);
+        self.size = self.size.clamp(1, self.max);
+        self.ceiling = None;
+    }
+
+    /// `step` completed (`clean` when no micro-batch of it ran out of memory). After enough
+    /// clean steps the size grows to the largest one up to twice itself that `fits` accepts
+    /// (`fits` is asked of sizes above the current one, largest first, then by bisection, so it
+    /// must be monotone); when it accepts none, the size holds and no growth is tried again.
+    pub fn finished(&mut self, step: u64, clean: bool, fits: &mut dyn FnMut(usize) -> bool) {
         self.proven = self.proven.max(self.size);
         if !clean {
             return;
         }
         self.clean += 1;
-        if self.clean >= self.wait && self.size < self.max {
-            self.size = (self.size * 2).min(self.max);
-            self.clean = 0;
+        let limit = self.ceiling.unwrap_or(usize::MAX).min(self.max + 1);
+        if self.clean < self.wait || self.size + 1 >= limit {
+            return;
+        }
+        self.clean = 0;
+        let mut fail = (self.size * 2).min(limit - 1);
+        let mut good = self.size;
+        if fits(fail) {
+            good = fail;
+        } else {
+            while fail - good > 1 {
+                let mid = good + (fail - good) / 2;
+                if fits(mid) {
+                    good = mid;
+                } else {
+                    fail = mid;
+                }
+            }
+            self.ceiling = Some(fail);
+        }
+        if good > self.size {
+            self.size = good;
             self.history.push(SizeChange {
                 step: step + 1,
                 size: self.size,
@@ -113,18 +168,18 @@ mod tests {
         let mut micro = MicroBatcher::new(64, 64, 2);
         assert!(micro.shrink(0, 64));
         assert_eq!(micro.size(), 32);
-        micro.finished(0, false);
-        micro.finished(1, true);
+        micro.finished(0, false, &mut |_| true);
+        micro.finished(1, true, &mut |_| true);
         assert_eq!(micro.size(), 32);
-        micro.finished(2, true);
+        micro.finished(2, true, &mut |_| true);
         assert_eq!(micro.size(), 64, "doubled after 2 clean steps");
         assert!(micro.shrink(3, 64));
         assert_eq!(micro.size(), 32);
         for step in 4..7 {
-            micro.finished(step, true);
+            micro.finished(step, true, &mut |_| true);
             assert_eq!(micro.size(), 32, "waits 4 clean steps now");
         }
-        micro.finished(7, true);
+        micro.finished(7, true, &mut |_| true);
         assert_eq!(micro.size(), 64);
         let mut one = MicroBatcher::new(1, 8, 1);
         assert!(!one.shrink(0, 1), "nothing below one sample");
@@ -139,5 +194,41 @@ mod tests {
                 Change::Grow
             ]
         );
+    }
+
+    #[test]
+    fn grows_only_to_a_size_predicted_to_fit_and_holds_where_none_is() {
+        // Sizes up to 45 fit: from 16, the first growth reaches 32, the next stops at 45.
+        let asked = std::cell::Cell::new(0);
+        let mut micro = MicroBatcher::new(16, 128, 1);
+        let mut fits = |size: usize| {
+            asked.set(asked.get() + 1);
+            size <= 45
+        };
+        micro.finished(0, true, &mut fits);
+        assert_eq!(micro.size(), 32);
+        micro.finished(1, true, &mut fits);
+        assert_eq!(micro.size(), 45, "the largest size predicted to fit");
+        let asked_so_far = asked.get();
+        for step in 2..10 {
+            micro.finished(step, true, &mut fits);
+        }
+        assert_eq!(micro.size(), 45);
+        assert_eq!(
+            asked.get(),
+            asked_so_far,
+            "no size at the ceiling is asked again"
+        );
+        // Nothing above the start fits: the size holds, with no growth in the history.
+        let mut held = MicroBatcher::new(62, 128, 1);
+        for step in 0..5 {
+            held.finished(step, true, &mut |size| size <= 62);
+        }
+        assert_eq!(held.size(), 62);
+        assert_eq!(held.history.len(), 1);
+        // A resumed run with a larger batch predicts again.
+        held.set_max(256);
+        held.finished(5, true, &mut |size| size <= 100);
+        assert_eq!(held.size(), 100);
     }
 }

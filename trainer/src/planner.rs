@@ -1,18 +1,19 @@
-//! The planner: one training step on the meta device (allocations only, no arithmetic) for
-//! candidate micro-batch sizes, searched by bisection for the largest whose peak fits the limit
-//! with a safety margin.
+//! The planner: the largest micro-batch size whose step, probed on the meta device, peaks
+//! within the limit less a safety margin, found by bisection.
+//!
+//! The margin leaves room for what the allocator does not see (a GPU's context, another
+//! process). When the default margin is all that stands between the limit and one sample's
+//! step, the planner halves it (down to none) until that step fits, and says so; a margin the
+//! user set is never shrunk, and the error then names it as what does not fit.
 
-use headroom_alloc::{AllocatorConfig, OomReport};
-use headroom_kernels::{Device, DeviceConfig, PlanTarget};
+use headroom_alloc::format_bytes;
+use headroom_kernels::PlanTarget;
 
-use crate::config::{TrainConfig, validate::Budget};
-use crate::data::{HostBatch, Task};
-use crate::diagnosis::diagnose;
+use crate::config::{DEFAULT_MARGIN, TrainConfig, validate::Budget};
+use crate::data::Task;
+use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
-use crate::model::TrainModel;
-use crate::optim::build_optimizer;
-use crate::precision::LossScaler;
-use crate::step::{Sizes, StepContext, train_step};
+use crate::probe::{Probed, Prober};
 
 /// One probe: a micro-batch size and the peak memory of a step with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -36,176 +37,122 @@ pub struct Plan {
     pub predicted_peak: u64,
     /// The most a step may use: the limit less the margin.
     pub target: u64,
+    /// The margin the target leaves, as a fraction of the limit: the configured one, or the
+    /// default shrunk so that one sample fits.
+    #[serde(default)]
+    pub margin: f64,
+    /// True when the default margin had to shrink for one sample to fit.
+    #[serde(default)]
+    pub margin_shrunk: bool,
 }
 
-/// The device configuration of a run's budget, with `history` events recorded. Free chunks
-/// are split whenever anything would be left over (as PyTorch's allocator does for large
-/// blocks), instead of handing out up to twice the request: on a training step's mix of sizes
-/// that lowers the peak by several percent and costs no measurable time.
-pub fn device_config(budget: &Budget, history: usize) -> DeviceConfig {
-    DeviceConfig::new(budget.device).with_allocator(
-        AllocatorConfig::default()
-            .with_limit_bytes(budget.limit)
-            .with_growth(budget.growth)
-            .with_max_internal_fragmentation(headroom_alloc::GRANULE)
-            .with_history(history),
-    )
-}
-
-/// A step's outcome on the meta device.
-enum Outcome {
-    Peak(u64),
-    OutOfMemory(Box<OomReport>, String),
-}
-
-/// Runs one step with micro-batches of `micro` on a meta device of `budget` that allocates
-/// as `target` does.
-fn probe(
-    config: &TrainConfig,
-    task: &Task,
-    (budget, target): (&Budget, PlanTarget),
-    micro: usize,
-) -> Result<Outcome> {
-    let device = Device::meta_for(target, device_config(budget, 0))?;
-    let oom = |err: Error, model: Option<(&TrainModel, &dyn headroom_nn::Optimizer)>| match (
-        err.oom_report().cloned(),
-        model,
-    ) {
-        (Some(report), Some((m, o))) => {
-            let one = one_sample(config, task, (budget, target));
-            let diagnosis = diagnose(m, o, &report, one);
-            Ok(Outcome::OutOfMemory(Box::new(report), diagnosis))
-        }
-        (Some(report), None) => {
-            // The model did not even get built: measure it on a meta device without a limit.
-            let roomy = Device::meta_for(target, DeviceConfig::new(1 << 50))?;
-            let model = TrainModel::build(&config.model, task.train.shape(), &roomy, config.seed)?;
-            let optimizer = build_optimizer(&config.optimizer, model.module())?;
-            let diagnosis = diagnose(
-                &model,
-                &*optimizer,
-                &report,
-                one_sample(config, task, (budget, target)),
-            );
-            Ok(Outcome::OutOfMemory(Box::new(report), diagnosis))
-        }
-        (None, _) => Err(err),
-    };
-    let built = TrainModel::build(&config.model, task.train.shape(), &device, config.seed)
-        .and_then(|model| Ok((build_optimizer(&config.optimizer, model.module())?, model)));
-    let (mut optimizer, mut model) = match built {
-        Ok(parts) => parts,
-        Err(err) => return oom(err, None),
-    };
-    let indices: Vec<usize> = (0..config.batch.size.min(task.train.len())).collect();
-    let batch = HostBatch::collect(&*task.train, &indices);
-    let mut sizes = vec![micro; batch.len() / micro];
-    if !batch.len().is_multiple_of(micro) {
-        sizes.push(batch.len() % micro);
-    }
-    let mut scaler = LossScaler::new(&config.precision);
-    let mut ctx = StepContext {
-        device: &device,
-        model: &mut model,
-        optimizer: &mut *optimizer,
-        scaler: &mut scaler,
-        precision: config.precision.dtype,
-        clip: config.optimizer.clip,
-    };
-    match train_step(&mut ctx, &batch, 0, Sizes::Fixed(&sizes)) {
-        Ok(_) => Ok(Outcome::Peak(device.allocator().stats().peak_in_use)),
-        Err(err) => oom(err, Some((&model, &*optimizer))),
-    }
-}
-
-/// The peak of a step with one sample on a meta device without a limit (none if even that
-/// fails, which only an impossible model would).
-fn one_sample(
-    config: &TrainConfig,
-    task: &Task,
-    (budget, target): (&Budget, PlanTarget),
-) -> Option<u64> {
-    if budget.limit >= 1 << 50 {
-        return None;
-    }
-    let unlimited = Budget {
-        device: 1 << 50,
-        limit: 1 << 50,
-        growth: budget.growth,
-    };
-    match probe(config, task, (&unlimited, target), 1) {
-        Ok(Outcome::Peak(peak)) => Some(peak),
-        _ => None,
-    }
+/// The bytes a step may use under `limit` with `margin` kept free.
+pub fn target_bytes(limit: u64, margin: f64) -> u64 {
+    (limit as f64 * (1.0 - margin)) as u64
 }
 
 /// Finds the largest micro-batch size whose step fits `budget` with the configured margin, on
-/// meta devices that allocate as `plan_target` does (a device's [`Device::plan_target`]).
+/// meta devices that allocate as `plan_target` does (a device's
+/// [`Device::plan_target`](headroom_kernels::Device::plan_target)).
 pub fn plan(
     config: &TrainConfig,
     task: &Task,
     budget: &Budget,
     plan_target: PlanTarget,
 ) -> Result<Plan> {
-    let target = (budget.limit as f64 * (1.0 - config.batch.margin)) as u64;
-    let mut probes = Vec::new();
-    let mut last_failure = None;
-    let mut run = |micro: usize, probes: &mut Vec<Probe>| -> Result<bool> {
-        let (peak, fits) = match probe(config, task, (budget, plan_target), micro)? {
-            Outcome::Peak(peak) => (Some(peak), peak <= target),
-            Outcome::OutOfMemory(report, diagnosis) => {
-                last_failure = Some((report, diagnosis));
-                (None, false)
-            }
-        };
-        probes.push(Probe { micro, peak, fits });
-        Ok(fits)
-    };
+    let mut prober = Prober::new(config, task, *budget, plan_target);
+    let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
     let max = config.batch.size.min(task.train.len()).max(1);
-    let mut fits = 0;
-    if run(max, &mut probes)? {
-        fits = max;
-    } else {
-        let mut fails = max;
-        while fails - fits > 1 {
-            let mid = (fits + fails) / 2;
-            if run(mid, &mut probes)? {
-                fits = mid;
-            } else {
-                fails = mid;
-            }
+    let micro = largest_fitting(&mut prober, max, target_bytes(budget.limit, margin))?;
+    if micro > 0 {
+        return Ok(answer(&prober, micro, budget.limit, margin, false));
+    }
+    // Nothing fits: the bisection ended on one sample, whose outcome says why.
+    let one = match prober.probe(1)?.clone() {
+        Probed::OutOfMemory(report) => {
+            let diagnosis = prober.explain(&report, Failure::OneSample)?;
+            return Err(Error::DoesNotFit { diagnosis, report });
+        }
+        Probed::Peak(peak) => peak,
+    };
+    if config.batch.margin.is_some() {
+        return Err(Error::config(format!(
+            "batch.margin: one sample's step peaks at {}, within the {} limit but above the {} \
+             that a margin of {margin} leaves; lower batch.margin, or leave it unset for the \
+             planner to shrink it",
+            format_bytes(one),
+            format_bytes(budget.limit),
+            format_bytes(target_bytes(budget.limit, margin))
+        )));
+    }
+    let shrunk = std::iter::successors(Some(margin / 2.0), |m| Some(m / 2.0))
+        .take(3)
+        .chain([0.0])
+        .find(|&m| target_bytes(budget.limit, m) >= one)
+        .unwrap_or(0.0);
+    tracing::warn!(
+        "one sample's step peaks at {}, above the {} that the default margin of {margin} leaves \
+         under the {} limit; planning with a margin of {shrunk} instead (batch.margin sets it)",
+        format_bytes(one),
+        format_bytes(target_bytes(budget.limit, margin)),
+        format_bytes(budget.limit)
+    );
+    let micro = largest_fitting(&mut prober, max, target_bytes(budget.limit, shrunk))?.max(1);
+    Ok(answer(&prober, micro, budget.limit, shrunk, true))
+}
+
+/// The largest size in `1..=max` whose step fits `target`, by bisection (0 if none does).
+fn largest_fitting(prober: &mut Prober, max: usize, target: u64) -> Result<usize> {
+    if prober.fits(max, target)? {
+        return Ok(max);
+    }
+    let (mut fits, mut fails) = (0, max);
+    while fails - fits > 1 {
+        let mid = (fits + fails) / 2;
+        if prober.fits(mid, target)? {
+            fits = mid;
+        } else {
+            fails = mid;
         }
     }
-    if fits == 0 {
-        let (report, diagnosis) = match last_failure {
-            Some(failure) => failure,
-            None => {
-                let peak = probes.first().and_then(|p| p.peak).unwrap_or(0);
-                return Err(Error::config(format!(
-                    "memory.limit: one sample's step peaks at {}, above the {} the margin leaves",
-                    headroom_alloc::format_bytes(peak),
-                    headroom_alloc::format_bytes(target)
-                )));
+    Ok(fits)
+}
+
+/// The plan of `micro` under `limit` with `margin`, its probes read from `prober`.
+fn answer(prober: &Prober, micro: usize, limit: u64, margin: f64, margin_shrunk: bool) -> Plan {
+    let target = target_bytes(limit, margin);
+    let probes: Vec<Probe> = prober
+        .seen()
+        .iter()
+        .map(|(size, outcome)| {
+            let peak = match outcome {
+                Probed::Peak(peak) => Some(*peak),
+                Probed::OutOfMemory(_) => None,
+            };
+            Probe {
+                micro: *size,
+                peak,
+                fits: peak.is_some_and(|p| p <= target),
             }
-        };
-        return Err(Error::DoesNotFit { diagnosis, report });
-    }
+        })
+        .collect();
     let predicted_peak = probes
         .iter()
-        .find(|p| p.micro == fits)
+        .find(|p| p.micro == micro)
         .and_then(|p| p.peak)
         .unwrap_or(0);
-    Ok(Plan {
+    Plan {
         probes,
-        micro: fits,
+        micro,
         predicted_peak,
         target,
-    })
+        margin,
+        margin_shrunk,
+    }
 }
 
 impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use headroom_alloc::format_bytes;
         writeln!(
             f,
             "{:>12} {:>14} {:>6}",
@@ -221,6 +168,13 @@ impl std::fmt::Display for Plan {
                 p.micro,
                 peak,
                 if p.fits { "yes" } else { "no" }
+            )?;
+        }
+        if self.margin_shrunk {
+            writeln!(
+                f,
+                "the default margin left no room for one sample: shrunk to {}",
+                self.margin
             )?;
         }
         write!(

@@ -1,15 +1,15 @@
-//! What a run writes down: one record per step (`metrics.jsonl`), and a summary at the end.
+//! What a run writes down: one record per step (a line of `metrics.jsonl`), and a summary of
+//! the whole run at its end (`summary.json`). Floats that may be NaN or infinite (a skipped
+//! f16 step, a diverging run) are written so that they read back.
 
 use std::fmt;
-use std::io::{BufRead, Write};
-use std::path::Path;
 
-use headroom_alloc::{Stats, format_bytes};
+use headroom_alloc::{Stats, Verdict, format_bytes};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
 use crate::micro::SizeChange;
 use crate::planner::Plan;
+use crate::step::{Oom, Phase};
 
 /// Live and peak bytes of one tag during a step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,6 +22,36 @@ pub struct TagBytes {
     pub peak: u64,
 }
 
+/// An out-of-memory a step absorbed, as its record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomRecord {
+    /// Where in the step.
+    pub phase: Phase,
+    /// The micro-batch size that did not fit (the batch, for the optimizer phase).
+    pub micro: usize,
+    /// Fragmentation or capacity.
+    pub verdict: Verdict,
+    /// Bytes the failed allocation asked for.
+    pub requested: u64,
+    /// What it was for.
+    pub tag: String,
+    /// The largest free block when it failed.
+    pub largest_free: u64,
+}
+
+impl From<&Oom> for OomRecord {
+    fn from(oom: &Oom) -> Self {
+        Self {
+            phase: oom.phase,
+            micro: oom.micro,
+            verdict: oom.report.verdict,
+            requested: oom.report.requested,
+            tag: oom.report.tag.name().to_owned(),
+            largest_free: oom.report.largest_free,
+        }
+    }
+}
+
 /// One line of `metrics.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
@@ -29,23 +59,29 @@ pub struct StepRecord {
     pub step: u64,
     /// The epoch its batch came from.
     pub epoch: u64,
-    /// The batch's mean loss.
+    /// The batch's mean loss (NaN or infinite when the step diverged).
+    #[serde(with = "crate::float_json")]
     pub loss: f64,
     /// The learning rate used.
+    #[serde(with = "crate::float_json")]
     pub lr: f64,
     /// Micro-batch sizes that completed.
     pub micro_sizes: Vec<usize>,
-    /// Out-of-memory failures absorbed.
-    pub ooms: usize,
+    /// Out-of-memory failures absorbed, in order.
+    pub ooms: Vec<OomRecord>,
     /// Skipped for overflowing gradients.
     pub skipped: bool,
-    /// The gradients' global norm.
+    /// The gradients' global norm (infinite or NaN when they overflowed).
+    #[serde(with = "crate::float_json")]
     pub grad_norm: f64,
     /// The loss scale (1 without scaling).
+    #[serde(with = "crate::float_json")]
     pub loss_scale: f64,
     /// Samples per second over the step.
+    #[serde(with = "crate::float_json")]
     pub samples_per_s: f64,
     /// Scored tokens (or samples) per second.
+    #[serde(with = "crate::float_json")]
     pub tokens_per_s: f64,
     /// Bytes in use at the end of the step.
     pub in_use: u64,
@@ -56,8 +92,10 @@ pub struct StepRecord {
     /// Per tag.
     pub tags: Vec<TagBytes>,
     /// The held-out metric, when evaluated after this step.
+    #[serde(with = "crate::float_json::option")]
     pub metric: Option<f64>,
-    /// Seconds since the run (or its resumption) started.
+    /// Seconds the run has trained, over every process that worked on it.
+    #[serde(with = "crate::float_json")]
     pub elapsed_s: f64,
 }
 
@@ -75,49 +113,24 @@ pub fn tag_bytes(stats: &Stats) -> Vec<TagBytes> {
         .collect()
 }
 
-/// Appends `record` to `metrics.jsonl` in `dir`.
-pub fn append(dir: &Path, record: &StepRecord) -> Result<()> {
-    let path = dir.join("metrics.jsonl");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(Error::io(&path))?;
-    let line = serde_json::to_string(record).map_err(|e| Error::io(&path)(e.into()))?;
-    writeln!(file, "{line}").map_err(Error::io(&path))
-}
-
-/// Every record of a run directory, in order.
-pub fn read_all(dir: &Path) -> Result<Vec<StepRecord>> {
-    let path = dir.join("metrics.jsonl");
-    let file = std::fs::File::open(&path).map_err(Error::io(&path))?;
-    std::io::BufReader::new(file)
-        .lines()
-        .enumerate()
-        .map(|(i, line)| {
-            let line = line.map_err(Error::io(&path))?;
-            serde_json::from_str(&line).map_err(|err| Error::Data {
-                path: path.clone(),
-                detail: format!("line {}: {err}", i + 1),
-            })
-        })
-        .collect()
-}
-
-/// What a run did, for the end of its output and `summary.json`.
+/// What a run did, over every process that worked on it, for the end of its output and
+/// `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// The metric's name.
     pub metric_name: String,
-    /// The final held-out metric.
+    /// The final held-out metric; none without held-out samples.
+    #[serde(with = "crate::float_json::option")]
     pub metric: Option<f64>,
     /// Steps done.
     pub steps: u64,
-    /// Samples trained on in this process.
+    /// Samples trained on.
     pub samples: u64,
-    /// Seconds this process trained.
+    /// Seconds spent training.
+    #[serde(with = "crate::float_json")]
     pub elapsed_s: f64,
     /// The last step's loss.
+    #[serde(with = "crate::float_json")]
     pub final_loss: f64,
     /// Out-of-memory failures absorbed.
     pub ooms_recovered: usize,
@@ -131,27 +144,61 @@ pub struct Summary {
     pub peak_by_tag: Vec<TagBytes>,
     /// The highest bytes in use.
     pub peak: u64,
-    /// The most bytes reserved from the device at once in this process: what is in use, the
-    /// allocator's cache and its fragments (0 in summaries written before it was recorded).
+    /// The most bytes reserved from the device at once: what is in use, the allocator's cache
+    /// and its fragments (0 in summaries written before it was recorded).
     #[serde(default)]
     pub peak_reserved: u64,
     /// The limit.
     pub limit: u64,
+    /// Processes that worked on the run: 1, and one more for each resume.
+    #[serde(default)]
+    pub processes: u64,
+    /// The step at which the run stopped because its loss stayed NaN or infinite.
+    #[serde(default)]
+    pub diverged_at: Option<u64>,
+    /// Allocator events the last process's history ring dropped (the oldest ones), and the
+    /// second of the process up to which they reach; the trace file holds every allocation.
+    #[serde(default)]
+    pub history_dropped: u64,
+    /// See `history_dropped`.
+    #[serde(default, with = "crate::float_json::option")]
+    pub history_dropped_until_s: Option<f64>,
 }
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "== summary")?;
+        if let Some(step) = self.diverged_at {
+            writeln!(
+                f,
+                "stopped at step {step}: the loss was not finite (NaN or infinite) for the last \
+                 steps"
+            )?;
+        }
         match self.metric {
             Some(m) if self.metric_name == "loss" => {
                 writeln!(f, "held-out {}: {m:.4}", self.metric_name)?
             }
             Some(m) => writeln!(f, "held-out {}: {:.2}%", self.metric_name, m * 100.0)?,
-            None => writeln!(f, "held-out {}: not evaluated", self.metric_name)?,
+            None => writeln!(
+                f,
+                "held-out {}: not evaluated ({})",
+                self.metric_name,
+                if self.diverged_at.is_some() {
+                    "the run diverged"
+                } else {
+                    "no held-out samples"
+                }
+            )?,
         }
+        let processes = if self.processes > 1 {
+            format!(", over {} processes", self.processes)
+        } else {
+            String::new()
+        };
         writeln!(
             f,
-            "steps {} | samples {} | final loss {:.4} | time {:.1} s ({:.0} samples/s)",
+            "steps {} | samples {} | final loss {:.4} | time {:.1} s ({:.0} samples/s{processes})",
             self.steps,
             self.samples,
             self.final_loss,
@@ -190,6 +237,17 @@ impl fmt::Display for Summary {
         )?;
         for t in &self.peak_by_tag {
             writeln!(f, "  {:<16} {:>12}", t.tag, format_bytes(t.peak))?;
+        }
+        if self.history_dropped > 0 {
+            writeln!(
+                f,
+                "memory-trace.json: the allocator's history kept its newest events; {} older ones \
+                 (up to {:.1} s into the last process) were dropped, except out-of-memory events \
+                 (memory.history sets how many are kept; the allocations-*.jsonl trace holds them \
+                 all)",
+                self.history_dropped,
+                self.history_dropped_until_s.unwrap_or(0.0)
+            )?;
         }
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! Checkpoints of a run: the weights and optimizer state (safetensors, through headroom-nn),
-//! and the trainer's own state as JSON metadata: step, data position, micro-batch and
-//! loss-scaler state, and the dropout counter.
+//! the trainer's own state as JSON metadata (step, data position, micro-batch and loss-scaler
+//! state, the dropout counter, the run's totals) and the run's configuration as TOML, which a
+//! resumed run is checked against. A state that could not have been saved (a micro-batch of 0,
+//! more steps than samples drawn) is refused, naming the field.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,14 +11,19 @@ use headroom_kernels::Device;
 use headroom_nn::{Optimizer, checkpoint};
 use serde::{Deserialize, Serialize};
 
+use crate::config::TrainConfig;
 use crate::data::Position;
 use crate::error::{Error, Result};
 use crate::micro::MicroBatcher;
 use crate::model::TrainModel;
 use crate::precision::LossScaler;
+use crate::totals::Totals;
 
 /// The metadata key of the trainer's state.
 const KEY: &str = "headroom.trainer";
+
+/// The metadata key of the run's configuration.
+const CONFIG_KEY: &str = "headroom.config";
 
 /// The file a run directory's checkpoint lives in.
 pub fn checkpoint_path(run_dir: &Path) -> PathBuf {
@@ -39,6 +46,34 @@ pub struct TrainerState {
     pub dropout_calls: u64,
     /// The planner's prediction, kept for the summary.
     pub predicted_peak: Option<u64>,
+    /// What the run has done up to `step`.
+    pub totals: Totals,
+}
+
+impl TrainerState {
+    /// Checks that the state could have been saved by a run over `samples` training samples;
+    /// the error names the first field that could not.
+    pub fn check(&self, samples: usize) -> std::result::Result<(), String> {
+        self.micro.check().map_err(|e| format!("micro: {e}"))?;
+        let samples = samples as u64;
+        if self.next.offset >= samples.max(1) {
+            return Err(format!(
+                "next.offset: sample {} of an epoch of {samples}",
+                self.next.offset
+            ));
+        }
+        let drawn = self.next.epoch.saturating_mul(samples) + self.next.offset;
+        if self.step > self.totals.samples || self.totals.samples > drawn {
+            return Err(format!(
+                "step: {} steps over {} samples, with {drawn} samples drawn from the data",
+                self.step, self.totals.samples
+            ));
+        }
+        if !(self.scaler.scale.is_finite() && self.scaler.scale >= 1.0) {
+            return Err(format!("scaler.scale: {}", self.scaler.scale));
+        }
+        Ok(())
+    }
 }
 
 /// Writes the checkpoint atomically.
@@ -47,9 +82,13 @@ pub fn save(
     model: &TrainModel,
     optimizer: &dyn Optimizer,
     state: &TrainerState,
+    config: &TrainConfig,
 ) -> Result<()> {
     let json = serde_json::to_string(state).map_err(|e| Error::io(path)(e.into()))?;
-    let metadata = BTreeMap::from([(KEY.to_owned(), json)]);
+    let metadata = BTreeMap::from([
+        (KEY.to_owned(), json),
+        (CONFIG_KEY.to_owned(), config.to_toml()),
+    ]);
     Ok(checkpoint::save(
         path,
         model.module(),
@@ -58,13 +97,20 @@ pub fn save(
     )?)
 }
 
-/// Restores the weights and optimizer state from `path` and returns the trainer's state.
-pub fn restore(
-    path: &Path,
-    device: &Device,
-    model: &mut TrainModel,
-    optimizer: &mut dyn Optimizer,
-) -> Result<TrainerState> {
+/// The state and configuration a checkpoint holds, read and checked before anything is
+/// restored from it.
+pub struct Saved {
+    checkpoint: checkpoint::Checkpoint,
+    /// The trainer's state.
+    pub state: TrainerState,
+    /// The configuration of the run that saved it (none in checkpoints written before it was
+    /// saved).
+    pub config: Option<TrainConfig>,
+}
+
+/// Reads the checkpoint at `path` for a device, and checks its trainer state against a run
+/// over `samples` training samples.
+pub fn load(path: &Path, device: &Device, samples: usize) -> Result<Saved> {
     let saved = checkpoint::load(path, device)?;
     let json = saved
         .metadata()
@@ -80,10 +126,38 @@ pub fn restore(
             key: KEY.into(),
             detail: err.to_string(),
         })?;
-    saved.restore_model(model.module_mut())?;
-    saved.restore_optimizer(optimizer)?;
-    if let Some(counter) = model.dropout_counter() {
-        counter.set(state.dropout_calls);
+    state
+        .check(samples)
+        .map_err(|detail| headroom_nn::Error::Checkpoint {
+            path: path.to_owned(),
+            key: KEY.into(),
+            detail: format!("{detail}: not a state a run saves"),
+        })?;
+    let config = match saved.metadata().get(CONFIG_KEY) {
+        None => None,
+        Some(text) => Some(
+            toml::from_str(text).map_err(|err| headroom_nn::Error::Checkpoint {
+                path: path.to_owned(),
+                key: CONFIG_KEY.into(),
+                detail: err.to_string(),
+            })?,
+        ),
+    };
+    Ok(Saved {
+        checkpoint: saved,
+        state,
+        config,
+    })
+}
+
+impl Saved {
+    /// Restores the weights, the optimizer state and the dropout counter.
+    pub fn restore(&self, model: &mut TrainModel, optimizer: &mut dyn Optimizer) -> Result<()> {
+        self.checkpoint.restore_model(model.module_mut())?;
+        self.checkpoint.restore_optimizer(optimizer)?;
+        if let Some(counter) = model.dropout_counter() {
+            counter.set(self.state.dropout_calls);
+        }
+        Ok(())
     }
-    Ok(state)
 }

@@ -5,23 +5,26 @@
 //! forward or backward pass drops that micro-batch (its tape, activations and gradients), keeps
 //! what earlier micro-batches accumulated, halves the size and redoes only the samples not yet
 //! done. An out-of-memory around the optimizer update releases cached memory and retries once.
+//! Each absorbed out-of-memory is logged with its verdict (fragmentation or capacity), the
+//! request and the largest free block. Growing the micro-batch again is the caller's decision
+//! ([`MicroBatcher::finished`]), made after the step.
 
-use headroom_alloc::{OomReport, Tag};
+use headroom_alloc::{OomReport, Tag, format_bytes};
 use headroom_autograd::{Gradients, Tape};
 use headroom_kernels::{Array, Device, DeviceKind};
 use headroom_nn::{Optimizer, clip_grad_norm};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::PrecisionKind;
 use crate::data::HostBatch;
-use crate::diagnosis::diagnose;
+use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
 use crate::micro::MicroBatcher;
 use crate::model::TrainModel;
 use crate::precision::{LossScaler, ScaleChange};
 
 /// Where in a step memory ran out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
     /// A micro-batch's forward or backward pass, or the accumulation of its gradients.
@@ -140,15 +143,22 @@ pub fn train_step(
                 let Sizes::Adaptive(micro) = &mut sizes else {
                     return Err(err);
                 };
-                tracing::warn!(
-                    step,
-                    micro = size,
-                    "out of memory in a micro-batch; retrying smaller"
-                );
                 if !micro.shrink(step, size) {
-                    let diagnosis = diagnose(ctx.model, &*ctx.optimizer, &report, None);
+                    let diagnosis = diagnose(
+                        ctx.model,
+                        &*ctx.optimizer,
+                        &report,
+                        Failure::OneSample,
+                        None,
+                    );
                     return Err(Error::DoesNotFit { diagnosis, report });
                 }
+                tracing::warn!(
+                    "step {}: {} in a micro-batch of {size}; retrying in micro-batches of {}",
+                    step + 1,
+                    describe(&report),
+                    micro.size()
+                );
                 ooms.push(Oom {
                     micro: size,
                     phase: Phase::MicroBatch,
@@ -164,8 +174,9 @@ pub fn train_step(
                 return Err(err);
             };
             tracing::warn!(
-                step,
-                "out of memory in the optimizer step; releasing cached memory and retrying"
+                "step {}: {} in the optimizer update; releasing cached memory and retrying",
+                step + 1,
+                describe(&report)
             );
             ooms.push(Oom {
                 micro: batch.len(),
@@ -173,15 +184,27 @@ pub fn train_step(
                 report,
             });
             ctx.device.allocator().release_cached();
-            update(ctx, &total)?
+            match update(ctx, &total) {
+                Err(err) if matches!(sizes, Sizes::Adaptive(_)) && err.is_out_of_memory() => {
+                    let Some(report) = err.oom_report().cloned().map(Box::new) else {
+                        return Err(err);
+                    };
+                    let diagnosis = diagnose(
+                        ctx.model,
+                        &*ctx.optimizer,
+                        &report,
+                        Failure::TrainingState,
+                        None,
+                    );
+                    return Err(Error::DoesNotFit { diagnosis, report });
+                }
+                other => other?,
+            }
         }
         other => other?,
     };
     drop(total);
     let scale_change = ctx.scaler.update(finite);
-    if let Sizes::Adaptive(micro) = &mut sizes {
-        micro.finished(step, ooms.is_empty());
-    }
     Ok(StepReport {
         loss,
         samples: batch.len(),
@@ -233,4 +256,15 @@ fn update(ctx: &mut StepContext<'_>, grads: &Gradients) -> Result<(bool, f64)> {
     ctx.optimizer
         .step(ctx.model.module_mut(), grads, unscale * norm.factor)?;
     Ok((true, norm.norm))
+}
+
+/// An out-of-memory in a few words: its verdict, the request and the largest free block.
+pub fn describe(report: &OomReport) -> String {
+    format!(
+        "{} out of memory ({} requested for {}, largest free block {})",
+        report.verdict,
+        format_bytes(report.requested),
+        report.tag,
+        format_bytes(report.largest_free)
+    )
 }

@@ -1,31 +1,43 @@
-//! The trainer: builds the run a configuration describes (planning its micro-batch size on the
-//! meta device), then trains it step by step, evaluating, checkpointing and writing down what
-//! happened.
+//! The trainer: builds the run a configuration describes (claiming its directory, planning its
+//! micro-batch size on the meta device, or restoring its checkpoint), then trains it step by
+//! step. [`run`](Trainer::run), in `trainer/run.rs`, adds what a whole run does around the
+//! steps: evaluation, metrics, checkpoints and the artifacts.
 
+mod run;
+
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use headroom_alloc::trace::TraceWriter;
 use headroom_kernels::Device;
 use headroom_nn::{LrSchedule, Optimizer};
-use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::config::{TrainConfig, validate::Budget};
+use crate::config::{DEFAULT_MARGIN, TrainConfig, validate::Budget};
 use crate::data::{Loader, Position, Task};
 use crate::device;
+use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
 use crate::eval::evaluate;
 use crate::micro::MicroBatcher;
 use crate::model::TrainModel;
 use crate::optim::{build_optimizer, schedule};
-use crate::planner::{Plan, plan};
+use crate::planner::{Plan, plan, target_bytes};
 use crate::precision::LossScaler;
-use crate::record::{StepRecord, Summary, TagBytes, append, read_all, tag_bytes};
-use crate::state::{TrainerState, checkpoint_path, restore, save};
+use crate::probe::Prober;
+use crate::record::{OomRecord, StepRecord, tag_bytes};
+use crate::resume;
+use crate::run_dir::{self, Start};
+use crate::state::{self, TrainerState, checkpoint_path};
 use crate::step::{Sizes, StepContext, StepReport, train_step};
+use crate::totals::Totals;
 
 /// A run: its model, optimizer, data and memory, and where it stands.
 pub struct Trainer {
     config: TrainConfig,
+    run_dir: PathBuf,
+    /// The step of the checkpoint this process resumed from.
+    resumed_from: Option<u64>,
     budget: Budget,
     device: Device,
     task: Task,
@@ -33,7 +45,6 @@ pub struct Trainer {
     optimizer: Box<dyn Optimizer>,
     schedule: LrSchedule,
     total_steps: u64,
-    batches_per_epoch: u64,
     micro: MicroBatcher,
     scaler: LossScaler,
     step: u64,
@@ -41,110 +52,150 @@ pub struct Trainer {
     loader: Option<Loader>,
     plan: Option<Plan>,
     predicted_peak: Option<u64>,
+    /// Asked before the micro-batch grows: does the larger size fit `growth_target`?
+    growth: Prober,
+    growth_target: u64,
     pool: Arc<rayon::ThreadPool>,
-    tally: Tally,
-}
-
-/// What the run has done in this process.
-#[derive(Default)]
-struct Tally {
-    first_step_peak: Option<u64>,
-    ooms: usize,
-    samples: u64,
-    peak: u64,
-    peak_by_tag: Vec<TagBytes>,
-    last_loss: f64,
+    totals: Totals,
+    /// The last step's record, until [`run`](Self::run) writes it down.
+    last: Option<StepRecord>,
+    /// The file this process streams its allocations to.
+    trace: Option<PathBuf>,
+    /// The held-out metric at the end of the run.
     metric: Option<f64>,
-    seconds: f64,
 }
 
 impl Trainer {
     /// A new run of `config`: validated, its data read, its micro-batch size planned (unless
-    /// the configuration fixes it), its model and optimizer built.
+    /// the configuration fixes it), its model and optimizer built. Its run directory must not
+    /// hold a checkpoint (see [`overwrite`](Self::overwrite)).
     pub fn new(config: TrainConfig) -> Result<Self> {
-        Self::open(config, false)
+        Self::start(config, Start::New, None)
     }
 
-    /// The run of `config` continued from the checkpoint in its run directory.
+    /// The run of `config` continued from the checkpoint in its run directory (without one,
+    /// the newest run in `runs/`). The checkpoint's run must have had the same seed, model,
+    /// data, optimizer and precision; what may change is logged.
     pub fn resume(config: TrainConfig) -> Result<Self> {
-        Self::open(config, true)
+        Self::start(config, Start::Resume, None)
+    }
+
+    /// A new run of `config` that replaces the run in its directory, checkpoint included.
+    pub fn overwrite(config: TrainConfig) -> Result<Self> {
+        Self::start(config, Start::Overwrite, None)
     }
 
     /// A new run of `config` on a task of the caller's (its own datasets and metric) instead
     /// of the one `config.data` describes.
     pub fn with_task(config: TrainConfig, task: Task) -> Result<Self> {
-        config.validate()?;
-        Self::build(config, task, false)
+        Self::start(config, Start::New, Some(task))
     }
 
-    fn open(config: TrainConfig, resume: bool) -> Result<Self> {
+    /// A run of `config` that starts as `start`, on `task` or the one `config.data` describes.
+    /// A run that fails to start leaves its directory as it found it (and one it made for
+    /// itself is removed).
+    pub fn start(config: TrainConfig, start: Start, task: Option<Task>) -> Result<Self> {
         config.validate()?;
-        let task = Task::from_config(&config.data, config.seed)?;
-        Self::build(config, task, resume)
-    }
-
-    fn build(config: TrainConfig, task: Task, resume: bool) -> Result<Self> {
-        let budget = device::budget(&config)?;
-        let path = checkpoint_path(&config.run_dir);
-        if resume && !path.exists() {
-            return Err(Error::config(format!(
-                "--resume: no checkpoint at {}",
-                path.display()
-            )));
+        let task = match task {
+            Some(task) => task,
+            None => Task::from_config(&config.data, config.seed)?,
+        };
+        let total_steps = total_steps(&config, task.train.len())?;
+        let (run_dir, made) = run_dir::resolve(config.run_dir.as_deref(), start)?;
+        let built = Self::build(config, task, start, run_dir.clone(), total_steps);
+        match (&built, made) {
+            (Ok(_), true) => run_dir::point_latest(&run_dir),
+            (Err(_), true) => {
+                std::fs::remove_dir_all(&run_dir).ok();
+            }
+            _ => {}
         }
+        built
+    }
+
+    fn build(
+        mut config: TrainConfig,
+        task: Task,
+        start: Start,
+        run_dir: PathBuf,
+        total_steps: u64,
+    ) -> Result<Self> {
+        run_dir::claim(&run_dir, start)?;
+        config.run_dir = Some(run_dir.clone());
+        let budget = device::budget(&config)?;
         let device = device::open(&config, &budget)?;
-        let plan = match (config.batch.micro, resume) {
-            (None, false) => Some(plan(&config, &task, &budget, device.plan_target())?),
+        let trace = stream_allocations(&config, &run_dir, &device)?;
+        let saved = match start {
+            Start::Resume => Some(resumable(&config, &run_dir, &device, &task)?),
             _ => None,
         };
-        let start = plan
-            .as_ref()
-            .map(|p| p.micro)
-            .or(config.batch.micro)
-            .unwrap_or(config.batch.size);
-        let mut model = TrainModel::build(&config.model, task.train.shape(), &device, config.seed)?;
-        let mut optimizer = build_optimizer(&config.optimizer, model.module())?;
-        let mut state = TrainerState {
-            step: 0,
-            next: Position::default(),
-            micro: MicroBatcher::new(start, config.batch.size, config.batch.grow_after),
-            scaler: LossScaler::new(&config.precision),
-            dropout_calls: 0,
-            predicted_peak: plan.as_ref().map(|p| p.predicted_peak),
+        let plan = match (config.batch.micro, &saved) {
+            (None, None) => Some(plan(&config, &task, &budget, device.plan_target())?),
+            _ => None,
         };
-        if resume {
-            state = restore(&path, &device, &mut model, &mut *optimizer)?;
-            tracing::info!(step = state.step, "resumed from {}", path.display());
+        let prober = Prober::new(&config, &task, budget, device.plan_target());
+        let (model, optimizer) = build_model(&config, &task, &device, saved.as_ref())
+            .or_else(|err| explain_if_out_of_memory(err, &prober))?;
+        if start != Start::Resume {
+            run_dir::clear_earlier_run(&run_dir, trace.as_deref())?;
         }
-        let batches_per_epoch = task.train.len().div_ceil(config.batch.size) as u64;
-        let total_steps = match (config.steps, config.epochs) {
-            (Some(steps), _) => steps,
-            (None, Some(epochs)) => epochs * batches_per_epoch,
-            (None, None) => crate::config::DEFAULT_STEPS,
+        let batch = config.batch.size;
+        let mut state = match saved {
+            Some(saved) => saved.state,
+            None => {
+                let micro = plan.as_ref().map(|p| p.micro).or(config.batch.micro);
+                TrainerState {
+                    step: 0,
+                    next: Position::default(),
+                    micro: MicroBatcher::new(
+                        micro.unwrap_or(batch),
+                        batch,
+                        config.batch.grow_after,
+                    ),
+                    scaler: LossScaler::new(&config.precision),
+                    dropout_calls: 0,
+                    predicted_peak: plan.as_ref().map(|p| p.predicted_peak),
+                    totals: Totals::default(),
+                }
+            }
         };
+        if state.micro.max() != batch {
+            state.micro.set_max(batch);
+        }
+        state.totals.processes += 1;
+        let growth_target = plan.as_ref().map_or_else(
+            || target_bytes(budget.limit, config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
+            |p| p.target,
+        );
         let pool = rayon::ThreadPoolBuilder::new()
             .thread_name(|i| format!("headroom-{i}"))
             .build()
             .map_err(|e| Error::io("the thread pool")(std::io::Error::other(e)))?;
         Ok(Self {
             schedule: schedule(&config.optimizer, total_steps),
+            resumed_from: (start == Start::Resume).then_some(state.step),
             micro: state.micro,
             scaler: state.scaler,
             predicted_peak: state.predicted_peak,
             step: state.step,
             next: state.next,
+            totals: state.totals,
             loader: None,
+            growth: prober,
+            growth_target,
             pool: Arc::new(pool),
-            tally: Tally::default(),
+            last: None,
+            metric: None,
             config,
+            run_dir,
             budget,
             device,
             task,
             model,
             optimizer,
             total_steps,
-            batches_per_epoch,
             plan,
+            trace,
         })
     }
 
@@ -161,6 +212,16 @@ impl Trainer {
     /// The task.
     pub fn task(&self) -> &Task {
         &self.task
+    }
+
+    /// The run's directory.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// The configuration, its run directory resolved.
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
     }
 
     /// Steps done.
@@ -204,6 +265,16 @@ impl Trainer {
         self.next
     }
 
+    /// What the run has done so far, over every process that worked on it.
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// The file this process streams its allocations to, when it does.
+    pub fn trace_path(&self) -> Option<&Path> {
+        self.trace.as_deref()
+    }
+
     /// Runs `f` inside the trainer's thread pool, so that kernels do not hand their work to
     /// another thread for every call.
     fn in_pool<R: Send>(&mut self, f: impl FnOnce(&mut Self) -> R + Send) -> R {
@@ -211,7 +282,8 @@ impl Trainer {
         pool.install(|| f(self))
     }
 
-    /// One optimizer step on the next batch, micro-batches adapting to memory.
+    /// One optimizer step on the next batch, micro-batches adapting to memory: after a run of
+    /// clean steps the size grows, but only to a size the planner predicts fits.
     pub fn train_step(&mut self) -> Result<StepReport> {
         self.in_pool(|t| t.step_with(None))
     }
@@ -223,6 +295,7 @@ impl Trainer {
     }
 
     fn step_with(&mut self, fixed: Option<&[usize]>) -> Result<StepReport> {
+        let started = Instant::now();
         let next = self.next;
         let loader = self.loader.get_or_insert_with(|| {
             Loader::new(
@@ -236,7 +309,8 @@ impl Trainer {
         let (position, batch) = loader
             .next_batch()
             .ok_or_else(|| Error::config("data: the loader produced no batch (no samples?)"))?;
-        self.optimizer.set_lr(self.schedule.at(self.step));
+        let lr = self.schedule.at(self.step);
+        self.optimizer.set_lr(lr);
         self.device.allocator().with(|a| a.reset_peak());
         let sizes = match fixed {
             Some(sizes) => Sizes::Fixed(sizes),
@@ -251,23 +325,62 @@ impl Trainer {
             clip: self.config.optimizer.clip,
         };
         let report = train_step(&mut ctx, &batch, self.step, sizes)?;
+        if fixed.is_none() {
+            let (prober, target) = (&mut self.growth, self.growth_target);
+            let mut fits = |size: usize| {
+                prober.fits(size, target).unwrap_or_else(|err| {
+                    tracing::warn!("no growth to micro-batches of {size}: {err}");
+                    false
+                })
+            };
+            self.micro
+                .finished(self.step, report.ooms.is_empty(), &mut fits);
+        }
         self.step += 1;
-        self.next = if position.batch + 1 >= self.batches_per_epoch {
-            Position {
-                epoch: position.epoch + 1,
-                batch: 0,
-            }
-        } else {
-            Position {
-                epoch: position.epoch,
-                batch: position.batch + 1,
-            }
-        };
+        self.next = position.after(batch.len(), self.task.train.len());
+        let seconds = started.elapsed().as_secs_f64();
+        self.note(&report, position.epoch, lr, seconds);
         Ok(report)
     }
 
-    /// The held-out metric now.
-    pub fn evaluate(&mut self) -> Result<f64> {
+    /// Adds a step to the totals and keeps its record for [`run`](Self::run) to write down.
+    fn note(&mut self, report: &StepReport, epoch: u64, lr: f64, seconds: f64) {
+        let stats = self.device.allocator().stats();
+        self.totals.seconds += seconds;
+        let record = StepRecord {
+            step: self.step,
+            epoch,
+            loss: report.loss,
+            lr,
+            micro_sizes: report.micro_sizes.clone(),
+            ooms: report.ooms.iter().map(OomRecord::from).collect(),
+            skipped: report.skipped,
+            grad_norm: report.grad_norm,
+            loss_scale: self.scaler.scale,
+            samples_per_s: report.samples as f64 / seconds.max(1e-9),
+            tokens_per_s: report.scored as f64 / seconds.max(1e-9),
+            in_use: stats.in_use,
+            peak: stats.peak_in_use,
+            limit: self.budget.limit,
+            tags: tag_bytes(&stats),
+            metric: None,
+            elapsed_s: self.totals.seconds,
+        };
+        if self.totals.first_step_peak.is_none()
+            && let Some(predicted) = self.predicted_peak
+        {
+            tracing::info!(
+                "first step: measured peak {} beside the planner's {}",
+                headroom_alloc::format_bytes(stats.peak_in_use),
+                headroom_alloc::format_bytes(predicted)
+            );
+        }
+        self.totals.add(&record, stats.peak_reserved);
+        self.last = Some(record);
+    }
+
+    /// The held-out metric now; none when the task holds no held-out samples.
+    pub fn evaluate(&mut self) -> Result<Option<f64>> {
         self.in_pool(|t| {
             evaluate(
                 &t.model,
@@ -288,177 +401,99 @@ impl Trainer {
             scaler: self.scaler.clone(),
             dropout_calls: self.model.dropout_counter().map_or(0, |c| c.get()),
             predicted_peak: self.predicted_peak,
+            totals: self.totals.clone(),
         };
-        save(
-            &checkpoint_path(&self.config.run_dir),
+        state::save(
+            &checkpoint_path(&self.run_dir),
             &self.model,
             &*self.optimizer,
             &state,
+            &self.config,
         )
     }
+}
 
-    /// Trains to the end: every step recorded in `metrics.jsonl`, the metric evaluated and a
-    /// checkpoint written on schedule and at the end, then the plots, the allocator's trace
-    /// and the summary.
-    pub fn run(&mut self, progress: bool) -> Result<Summary> {
-        let dir = self.config.run_dir.clone();
-        std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
-        let config_path = dir.join("config.toml");
-        std::fs::write(&config_path, self.config.to_toml()).map_err(Error::io(&config_path))?;
-        let bar = if progress {
-            ProgressBar::new(self.total_steps)
-        } else {
-            ProgressBar::hidden()
-        };
-        bar.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:28}] {pos}/{len} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        bar.set_position(self.step);
-        let started = Instant::now();
-        while self.step < self.total_steps {
-            let step_started = Instant::now();
-            let position = self.next;
-            let lr = self.schedule.at(self.step);
-            let report = self.train_step()?;
-            let seconds = step_started.elapsed().as_secs_f64();
-            let metric = if self.config.eval_every > 0
-                && self.step.is_multiple_of(self.config.eval_every)
-                && self.step < self.total_steps
-            {
-                let m = self.evaluate()?;
-                tracing::info!(
-                    step = self.step,
-                    "held-out {}: {m:.4}",
-                    self.task.metric.name()
-                );
-                Some(m)
-            } else {
-                None
-            };
-            let record = self.record(&report, position.epoch, lr, seconds, started, metric);
-            append(&dir, &record)?;
-            bar.set_position(self.step);
-            bar.set_message(format!(
-                "loss {:.4} | {:.0} tok/s | micro {} | mem {} (peak {}) of {}",
-                record.loss,
-                record.tokens_per_s,
-                self.micro.size(),
-                headroom_alloc::format_bytes(record.in_use),
-                headroom_alloc::format_bytes(record.peak),
-                headroom_alloc::format_bytes(record.limit),
-            ));
-            if self.config.checkpoint.every > 0
-                && self.step.is_multiple_of(self.config.checkpoint.every)
-            {
-                self.save_checkpoint()?;
-                tracing::info!(step = self.step, "checkpoint written");
+/// Streams the device's allocations to the next trace file of `dir`, when the configuration
+/// asks for it; returns that file.
+fn stream_allocations(
+    config: &TrainConfig,
+    dir: &Path,
+    device: &Device,
+) -> Result<Option<PathBuf>> {
+    if !config.memory.trace {
+        return Ok(None);
+    }
+    let path = run_dir::next_trace(dir)?;
+    let file = std::fs::File::create(&path).map_err(Error::io(&path))?;
+    device
+        .allocator()
+        .with(|a| a.stream_trace(Some(TraceWriter::new(file))));
+    Ok(Some(path))
+}
+
+/// The checkpoint in `dir`, read and checked: its state, and its run's configuration against
+/// `config` (what changed is logged; what may not change is an error).
+fn resumable(
+    config: &TrainConfig,
+    dir: &Path,
+    device: &Device,
+    task: &Task,
+) -> Result<state::Saved> {
+    let path = checkpoint_path(dir);
+    let saved = state::load(&path, device, task.train.len())?;
+    match &saved.config {
+        Some(before) => {
+            for change in resume::changes(before, config)? {
+                tracing::info!("resuming with a change: {change}");
             }
         }
-        bar.finish_and_clear();
-        self.tally.seconds = started.elapsed().as_secs_f64();
-        self.tally.metric = Some(self.evaluate()?);
-        self.save_checkpoint()?;
-        self.write_artifacts()?;
-        let summary = self.summary();
-        let path = dir.join("summary.json");
-        let json =
-            serde_json::to_string_pretty(&summary).map_err(|e| Error::io(&path)(e.into()))?;
-        std::fs::write(&path, json).map_err(Error::io(&path))?;
-        Ok(summary)
+        None => tracing::warn!(
+            "{} holds no configuration: the resumed run's settings cannot be checked against it",
+            path.display()
+        ),
     }
+    tracing::info!(step = saved.state.step, "resumed from {}", path.display());
+    Ok(saved)
+}
 
-    /// Builds a step's record and adds it to the tally.
-    fn record(
-        &mut self,
-        report: &StepReport,
-        epoch: u64,
-        lr: f64,
-        seconds: f64,
-        started: Instant,
-        metric: Option<f64>,
-    ) -> StepRecord {
-        let stats = self.device.allocator().stats();
-        let tags = tag_bytes(&stats);
-        let tally = &mut self.tally;
-        if tally.first_step_peak.is_none() {
-            tally.first_step_peak = Some(stats.peak_in_use);
-            if let Some(predicted) = self.predicted_peak {
-                tracing::info!(
-                    "first step: measured peak {} beside the planner's {}",
-                    headroom_alloc::format_bytes(stats.peak_in_use),
-                    headroom_alloc::format_bytes(predicted)
-                );
-            }
-        }
-        tally.ooms += report.ooms.len();
-        tally.samples += report.samples as u64;
-        tally.peak = tally.peak.max(stats.peak_in_use);
-        tally.last_loss = report.loss;
-        for t in &tags {
-            match tally.peak_by_tag.iter_mut().find(|p| p.tag == t.tag) {
-                Some(p) => p.peak = p.peak.max(t.peak),
-                None => tally.peak_by_tag.push(t.clone()),
-            }
-        }
-        StepRecord {
-            step: self.step,
-            epoch,
-            loss: report.loss,
-            lr,
-            micro_sizes: report.micro_sizes.clone(),
-            ooms: report.ooms.len(),
-            skipped: report.skipped,
-            grad_norm: report.grad_norm,
-            loss_scale: self.scaler.scale,
-            samples_per_s: report.samples as f64 / seconds.max(1e-9),
-            tokens_per_s: report.scored as f64 / seconds.max(1e-9),
-            in_use: stats.in_use,
-            peak: stats.peak_in_use,
-            limit: self.budget.limit,
-            tags,
-            metric,
-            elapsed_s: started.elapsed().as_secs_f64(),
-        }
+/// The model and its optimizer on `device`, restored from `saved` when resuming.
+fn build_model(
+    config: &TrainConfig,
+    task: &Task,
+    device: &Device,
+    saved: Option<&state::Saved>,
+) -> Result<(TrainModel, Box<dyn Optimizer>)> {
+    let mut model = TrainModel::build(&config.model, task.train.shape(), device, config.seed)?;
+    let mut optimizer = build_optimizer(&config.optimizer, model.module())?;
+    if let Some(saved) = saved {
+        saved.restore(&mut model, &mut *optimizer)?;
     }
+    Ok((model, optimizer))
+}
 
-    /// The plots and the allocator's trace, in the run directory.
-    fn write_artifacts(&self) -> Result<()> {
-        let dir = &self.config.run_dir;
-        let records = read_all(dir)?;
-        crate::plots::loss_curve(&records, &dir.join("loss.svg"))?;
-        crate::plots::memory_timeline(&records, &dir.join("memory.svg"))?;
-        let trace = dir.join("memory-trace.json");
-        let file = std::fs::File::create(&trace).map_err(Error::io(&trace))?;
-        self.device
-            .allocator()
-            .with(|a| match a.history() {
-                Some(history) => history.write_chrome_trace(std::io::BufWriter::new(file)),
-                None => Ok(()),
-            })
-            .map_err(Error::io(&trace))
+/// An out-of-memory while building the model is the limit being too small for the training
+/// state: the planner's diagnosis, instead of the allocator's report alone.
+fn explain_if_out_of_memory<T>(err: Error, prober: &Prober) -> Result<T> {
+    match err.oom_report() {
+        Some(report) => Err(Error::DoesNotFit {
+            diagnosis: prober.explain(report, Failure::TrainingState)?,
+            report: Box::new(report.clone()),
+        }),
+        None => Err(err),
     }
+}
 
-    /// What the run did.
-    pub fn summary(&self) -> Summary {
-        let mut peak_by_tag = self.tally.peak_by_tag.clone();
-        peak_by_tag.sort_by_key(|t| std::cmp::Reverse(t.peak));
-        Summary {
-            metric_name: self.task.metric.name().to_owned(),
-            metric: self.tally.metric,
-            steps: self.step,
-            samples: self.tally.samples,
-            elapsed_s: self.tally.seconds,
-            final_loss: self.tally.last_loss,
-            ooms_recovered: self.tally.ooms,
-            micro_history: self.micro.history.clone(),
-            plan: self.plan.clone(),
-            first_step_peak: self.tally.first_step_peak,
-            peak_by_tag,
-            peak: self.tally.peak,
-            peak_reserved: self.device.allocator().stats().peak_reserved,
-            limit: self.budget.limit,
-        }
+/// The steps `config` asks for, over a training set of `samples`.
+fn total_steps(config: &TrainConfig, samples: usize) -> Result<u64> {
+    let batches_per_epoch = samples.div_ceil(config.batch.size.max(1)) as u64;
+    match (config.steps, config.epochs) {
+        (Some(steps), _) => Ok(steps),
+        (None, Some(epochs)) => epochs.checked_mul(batches_per_epoch).ok_or_else(|| {
+            Error::config(format!(
+                "epochs: {epochs} epochs of {batches_per_epoch} batches are more steps than a \
+                 run can count"
+            ))
+        }),
+        (None, None) => Ok(crate::config::DEFAULT_STEPS),
     }
 }

@@ -213,3 +213,142 @@ fn plan_report_and_replay_print_their_tables() {
     assert!(replay.status.success());
     assert!(String::from_utf8_lossy(&replay.stdout).contains("peak"));
 }
+
+#[test]
+fn impossible_sizes_and_mismatched_files_are_named() {
+    fails_with(
+        &headroom(&["plan", "--device-memory", "0"]),
+        &["memory.device", "0 bytes"],
+    );
+    let dir = TempDir::new("cli-idx");
+    let huge = u64::MAX.to_string();
+    let run_dir = dir.0.join("run");
+    fails_with(
+        &headroom(&[
+            "train",
+            "--epochs",
+            &huge,
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+        ]),
+        &["epochs", "more steps than a run can count"],
+    );
+    assert!(!run_dir.exists(), "refused before anything was made");
+    let idx = |dims: &[u32], data: &[u8]| {
+        let mut bytes = vec![0, 0, 8, dims.len() as u8];
+        for d in dims {
+            bytes.extend(d.to_be_bytes());
+        }
+        bytes.extend(data);
+        bytes
+    };
+    let file = |name: &str| dir.0.join(name);
+    std::fs::write(file("train-images"), idx(&[2, 2, 2], &[0; 8])).unwrap();
+    std::fs::write(file("train-labels"), idx(&[2], &[0, 1])).unwrap();
+    std::fs::write(file("test-images"), idx(&[1, 3, 3], &[0; 9])).unwrap();
+    std::fs::write(file("test-labels"), idx(&[1], &[1])).unwrap();
+    let config = file("idx.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[model]\nkind = \"mlp\"\n[data]\nkind = \"idx\"\nimages = {:?}\nlabels = {:?}\n\
+             test_images = {:?}\ntest_labels = {:?}\n",
+            file("train-images"),
+            file("train-labels"),
+            file("test-images"),
+            file("test-labels")
+        ),
+    )
+    .unwrap();
+    let output = headroom(&["plan", "--config", config.to_str().unwrap()]);
+    fails_with(&output, &["test-images:", "9 features", "4"]);
+}
+
+#[test]
+fn logs_are_plain_when_piped_a_closed_pipe_is_no_error_and_the_log_variable_is_documented() {
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["plan", "--memory-limit", "16MiB"])
+        .env("HEADROOM_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in a pipe: {stderr:?}"
+    );
+    // A reader that closes its end at once, as `head` does after its lines.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["replay", "--limit", "512MiB"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("Broken pipe") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    let help = headroom(&["--help"]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("HEADROOM_LOG"));
+}
+
+#[test]
+fn replay_takes_a_run_directory_and_replays_its_latest_trace() {
+    let dir = TempDir::new("cli-replay-run");
+    let mut config = small_config(&dir);
+    config.memory.trace = true;
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, config.to_toml()).unwrap();
+    let trained = headroom(&["train", "--quiet", "--config", file.to_str().unwrap()]);
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    let summary: headroom_trainer::Summary =
+        serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap();
+    let replayed = headroom(&[
+        "replay",
+        dir.0.to_str().unwrap(),
+        "--limit",
+        "64MiB",
+        "--max-internal-fragmentation",
+        "256",
+        "--json",
+    ]);
+    assert!(
+        replayed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(report["peak_in_use"], summary.peak, "{report}");
+    assert_eq!(report["ooms"], 0);
+    let empty = TempDir::new("cli-replay-empty");
+    fails_with(
+        &headroom(&["replay", empty.0.to_str().unwrap()]),
+        &["no allocation trace"],
+    );
+}
+
+#[test]
+fn a_recovered_oom_is_logged_with_its_verdict_request_and_largest_free_block() {
+    let dir = TempDir::new("cli-oom-log");
+    let (_, tight, _) = common::tight_limit(&dir, 2);
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, tight.to_toml()).unwrap();
+    let output = headroom(&["train", "--quiet", "--config", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("step 1: capacity out of memory (")
+            && stderr.contains("requested for")
+            && stderr.contains("largest free block")
+            && stderr.contains("in a micro-batch of 32; retrying in micro-batches of 16"),
+        "{stderr}"
+    );
+}

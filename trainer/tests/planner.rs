@@ -80,3 +80,105 @@ fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the
     // The same step in other micro-batches: equal to float tolerance.
     assert!((losses[0] - losses[1]).abs() < 1e-4, "{losses:?}");
 }
+
+/// The peak of a step of `config` with one sample per micro-batch, on a roomy limit.
+fn one_sample_peak(config: &headroom_trainer::config::TrainConfig) -> u64 {
+    let mut config = config.clone();
+    config.batch.micro = Some(1);
+    config.memory.limit = Some("64MiB".into());
+    let mut trainer = Trainer::new(config).unwrap();
+    trainer.train_step().unwrap();
+    trainer.device().allocator().stats().peak_in_use
+}
+
+#[test]
+fn the_default_margin_shrinks_when_it_alone_keeps_one_sample_out_and_a_set_one_is_named() {
+    let dir = TempDir::new("plan-margin");
+    let mut config = small_config(&dir);
+    config.batch.micro = None;
+    let one = one_sample_peak(&config);
+    // The smallest limit that one sample's step fits (near its peak; a tight limit lays the
+    // allocations out otherwise): not with a tenth of it kept free.
+    let trainer = (one / 256..)
+        .take(64)
+        .find_map(|granules| {
+            config.memory.limit = Some(format!("{}B", granules * 256));
+            Trainer::new(config.clone()).ok()
+        })
+        .expect("a limit near one sample's peak fits it");
+    let limit = trainer.plan().unwrap().target as f64 / (1.0 - trainer.plan().unwrap().margin);
+    assert!(
+        limit * 0.9 < one as f64,
+        "{limit} leaves room for one sample with the margin"
+    );
+    let plan = trainer.plan().unwrap();
+    assert!(plan.margin_shrunk && plan.margin < 0.1, "{plan}");
+    assert!(
+        plan.micro >= 1 && plan.predicted_peak <= plan.target,
+        "{plan}"
+    );
+    assert!(plan.to_string().contains("shrunk"), "{plan}");
+    drop(trainer);
+    config.batch.margin = Some(0.1);
+    let err = Trainer::new(config).err().unwrap().to_string();
+    assert!(
+        err.contains("batch.margin") && !err.contains("not even a micro-batch"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_micro_batch_grows_only_to_what_the_planner_predicts_fits() {
+    let dir = TempDir::new("plan-growth");
+    let (_, mut tight, _) = common::tight_limit(&dir, 8);
+    tight.batch.micro = None;
+    tight.batch.grow_after = 1;
+    let mut trainer = Trainer::new(tight).unwrap();
+    let planned = trainer.plan().unwrap().micro;
+    assert!(planned < 32, "the batch does not fit at once");
+    for _ in 0..8 {
+        let report = trainer.train_step().unwrap();
+        assert!(
+            report.ooms.is_empty(),
+            "a growth the planner foresaw failing"
+        );
+    }
+    assert_eq!(trainer.micro_batch(), planned);
+    // Where a larger size does fit, it grows there.
+    let roomy_dir = TempDir::new("plan-growth-roomy");
+    let mut roomy = small_config(&roomy_dir);
+    roomy.batch.micro = Some(2);
+    roomy.batch.grow_after = 1;
+    let mut trainer = Trainer::new(roomy).unwrap();
+    for _ in 0..3 {
+        trainer.train_step().unwrap();
+    }
+    assert_eq!(trainer.micro_batch(), 8, "2, 4, then the whole batch");
+}
+
+#[test]
+fn a_limit_below_the_training_state_gets_the_diagnosis_with_a_fixed_micro_batch_or_a_resume() {
+    let dir = TempDir::new("plan-state");
+    let config = small_config(&dir);
+    Trainer::new(config.clone()).unwrap().run(false).unwrap();
+    let mut tiny = config.clone();
+    tiny.memory.limit = Some("16KiB".into());
+    for err in [
+        Trainer::resume(tiny.clone()).err().unwrap(),
+        Trainer::overwrite(tiny).err().unwrap(),
+    ] {
+        let text = err.to_string();
+        assert!(
+            matches!(err, headroom_trainer::Error::DoesNotFit { .. }),
+            "{text}"
+        );
+        for words in ["do not fit", "optimizer state", "suggestion"] {
+            assert!(text.contains(words), "`{words}` not in {text}");
+        }
+        assert!(!text.contains("reduce the batch"), "{text}");
+    }
+    assert!(
+        headroom_trainer::checkpoint_path(&dir.0).exists(),
+        "an overwrite that could not start destroyed nothing"
+    );
+}

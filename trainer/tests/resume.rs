@@ -6,9 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TempDir, small_config, weights};
-use headroom_kernels::{Device, DeviceConfig};
-use headroom_nn::checkpoint;
+use common::{TempDir, assert_same_checkpoints, small_config, weights};
 use headroom_trainer::{Trainer, checkpoint_path};
 
 #[test]
@@ -37,6 +35,8 @@ fn a_resumed_run_continues_the_same_trajectory_bit_for_bit() {
         schedule.push(resumed.train_step().unwrap().micro_sizes);
     }
     // A run never stopped, cutting its batches the same way (an OOM changes how, not what).
+    let straight_dir = TempDir::new("resume-straight");
+    config.run_dir = Some(straight_dir.0.clone());
     let mut straight = Trainer::new(config).unwrap();
     for sizes in &schedule {
         straight.train_step_with(sizes).unwrap();
@@ -45,22 +45,6 @@ fn a_resumed_run_continues_the_same_trajectory_bit_for_bit() {
         weights(&resumed) == weights(&straight),
         "the weights differ"
     );
-}
-
-/// The weights of the checkpoint in `dir`, by name, as raw bytes.
-fn checkpoint_weights(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
-    let device = Device::cpu(DeviceConfig::new(64 << 20)).unwrap();
-    let saved = checkpoint::load(&checkpoint_path(dir), &device).unwrap();
-    saved
-        .names()
-        .into_iter()
-        .map(|name| {
-            let array = saved
-                .array(&name, None, headroom_alloc::Tag::WEIGHTS)
-                .unwrap();
-            (name, array.to_bytes().unwrap())
-        })
-        .collect()
 }
 
 #[test]
@@ -119,13 +103,5 @@ fn a_killed_run_resumed_from_its_checkpoint_ends_with_the_same_weights() {
         "{}",
         String::from_utf8_lossy(&resumed.stderr)
     );
-    let (a, b) = (
-        checkpoint_weights(&straight_dir.0),
-        checkpoint_weights(&killed_dir.0),
-    );
-    assert_eq!(a.len(), b.len());
-    for ((name_a, bytes_a), (name_b, bytes_b)) in a.iter().zip(&b) {
-        assert_eq!(name_a, name_b);
-        assert!(bytes_a == bytes_b, "{name_a} differs");
-    }
+    assert_same_checkpoints(&straight_dir.0, &killed_dir.0);
 }

@@ -1,6 +1,8 @@
 //! `headroom`: train with memory as a first-class resource, plan a run's memory, replay
 //! allocation traces, and report on finished runs.
 
+use std::fmt::Display;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -8,12 +10,19 @@ use clap::{Args, Parser, Subcommand};
 use headroom_alloc::cli::ReplayArgs;
 use headroom_trainer::config::{ModelKind, Overrides, TrainConfig};
 use headroom_trainer::data::Task;
-use headroom_trainer::{Error, Result, Summary, Trainer, device, plan, read_all};
+use headroom_trainer::run_dir::latest_trace;
+use headroom_trainer::{Error, Result, Start, Summary, Trainer, device, plan, read_all};
 use tracing_subscriber::EnvFilter;
+
+/// What `--help` says of the log.
+const LOG_HELP: &str = "\
+Logging: warnings and progress go to standard error, at the `info` level (`warn` with --quiet).
+HEADROOM_LOG sets the level or a filter, as RUST_LOG does (e.g. HEADROOM_LOG=debug); colours
+are used only when standard error is a terminal, and NO_COLOR turns them off.";
 
 /// Training that survives out-of-memory.
 #[derive(Parser)]
-#[command(name = "headroom", version)]
+#[command(name = "headroom", version, after_help = LOG_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,7 +34,8 @@ enum Command {
     Train(TrainArgs),
     /// Plan the micro-batch size on the meta device and print the table, without training.
     Plan(RunArgs),
-    /// Replay an allocation trace through the allocator.
+    /// Replay an allocation trace through the allocator: a trace file, a run directory (its
+    /// latest trace), or a built-in trace.
     Replay(ReplayArgs),
     /// Print the summary of a finished run and redraw its plots.
     Report {
@@ -48,9 +58,14 @@ struct RunArgs {
 struct TrainArgs {
     #[command(flatten)]
     run: RunArgs,
-    /// Continue the run from the checkpoint in its run directory.
-    #[arg(long)]
+    /// Continue the run from the checkpoint in its run directory (without --run-dir, the
+    /// newest run, runs/latest).
+    #[arg(long, conflicts_with = "overwrite")]
     resume: bool,
+    /// Start a new run in the run directory even though it holds a checkpoint, replacing
+    /// that run.
+    #[arg(long)]
+    overwrite: bool,
     /// No progress bar and only warnings in the log.
     #[arg(long)]
     quiet: bool,
@@ -68,31 +83,41 @@ impl RunArgs {
     }
 }
 
+/// Writes `text` and a newline to standard output.
+fn say(text: impl Display) -> Result<()> {
+    writeln!(std::io::stdout().lock(), "{text}").map_err(|source| Error::Io {
+        path: "standard output".into(),
+        source,
+    })
+}
+
 fn train(args: &TrainArgs) -> Result<()> {
     let config = args.run.config()?;
-    let mut trainer = if args.resume {
-        Trainer::resume(config.clone())?
-    } else {
-        Trainer::new(config.clone())?
+    let start = match (args.resume, args.overwrite) {
+        (true, _) => Start::Resume,
+        (false, true) => Start::Overwrite,
+        (false, false) => Start::New,
     };
+    let mut trainer = Trainer::start(config, start, None)?;
     if let Some(plan) = trainer.plan() {
-        println!("{plan}");
+        say(plan)?;
     }
-    println!(
+    let run_dir = trainer.run_dir().to_owned();
+    say(format_args!(
         "training {} steps from step {}, micro-batches of {} (batch {}), into {}",
         trainer.total_steps(),
         trainer.steps_done(),
         trainer.micro_batch(),
-        config.batch.size,
-        config.run_dir.display()
-    );
+        trainer.config().batch.size,
+        run_dir.display()
+    ))?;
     let summary = trainer.run(!args.quiet)?;
-    print!("{summary}");
-    println!(
-        "run directory: {} (metrics.jsonl, loss.svg, memory.svg, memory-trace.json)",
-        config.run_dir.display()
-    );
-    Ok(())
+    say(format_args!(
+        "{summary}run directory: {}",
+        run_dir.display()
+    ))?;
+    say("  metrics.jsonl, summary.json, loss.svg, memory.svg, memory-trace.json (Perfetto),")?;
+    say("  allocations-*.jsonl (for `headroom replay`), checkpoint.safetensors")
 }
 
 fn plan_only(args: &RunArgs) -> Result<()> {
@@ -101,19 +126,19 @@ fn plan_only(args: &RunArgs) -> Result<()> {
     let task = Task::from_config(&config.data, config.seed)?;
     let target = device::plan_target(&config, &budget)?;
     let chosen = plan(&config, &task, &budget, target)?;
-    println!("{chosen}");
+    say(&chosen)?;
     // A GPT that needs several micro-batches per step: what recomputing its blocks would fit.
     let batch = config.batch.size.min(task.train.len());
     if config.model.kind == ModelKind::Gpt && !config.model.recompute && chosen.micro < batch {
         let mut recomputing = config.clone();
         recomputing.model.recompute = true;
         if let Ok(alternative) = plan(&recomputing, &task, &budget, target) {
-            println!(
+            say(format_args!(
                 "with --recompute (each block run again in the backward pass): micro-batches of {} \
                  (predicted peak {})",
                 alternative.micro,
                 headroom_alloc::format_bytes(alternative.predicted_peak)
-            );
+            ))?;
         }
     }
     Ok(())
@@ -129,16 +154,49 @@ fn report(run_dir: &Path) -> Result<()> {
         path: path.clone(),
         detail: err.to_string(),
     })?;
-    print!("{summary}");
     let records = read_all(run_dir)?;
-    headroom_trainer::loss_curve(&records, &run_dir.join("loss.svg"))?;
-    headroom_trainer::memory_timeline(&records, &run_dir.join("memory.svg"))?;
-    println!(
-        "{} steps recorded; plots redrawn in {}",
+    headroom_trainer::loss_curve(
+        &records,
+        &summary.metric_name,
+        summary.metric,
+        &run_dir.join("loss.svg"),
+    )?;
+    headroom_trainer::memory_timeline(
+        &records,
+        &summary.micro_history,
+        &run_dir.join("memory.svg"),
+    )?;
+    say(format_args!(
+        "{summary}{} steps recorded; plots redrawn in {}",
         records.len(),
         run_dir.display()
-    );
-    Ok(())
+    ))
+}
+
+/// Replays a trace; a run directory stands for its latest allocation trace.
+fn replay(args: &ReplayArgs) -> Result<()> {
+    let mut args = args.clone();
+    if let Some(dir) = args.trace.as_ref().filter(|path| path.is_dir()) {
+        let trace = latest_trace(dir)?.ok_or_else(|| Error::Data {
+            path: dir.clone(),
+            detail: "holds no allocation trace (allocations-<n>.jsonl): was it trained with \
+                     memory.trace = false?"
+                .into(),
+        })?;
+        args.trace = Some(trace);
+    }
+    args.run(std::io::stdout().lock()).map_err(Error::from)
+}
+
+/// True when `err` is standard output closed by its reader (`headroom plan | head`): not a
+/// failure of the command.
+fn is_broken_pipe(err: &Error) -> bool {
+    let io = match err {
+        Error::Io { source, .. } => Some(source),
+        Error::Alloc(headroom_alloc::Error::Io { source, .. }) => Some(source),
+        _ => None,
+    };
+    io.is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn main() -> ExitCode {
@@ -146,19 +204,22 @@ fn main() -> ExitCode {
     let quiet = matches!(&cli.command, Command::Train(args) if args.quiet);
     let filter = EnvFilter::try_from_env("HEADROOM_LOG")
         .unwrap_or_else(|_| EnvFilter::new(if quiet { "warn" } else { "info" }));
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_target(false)
         .init();
     let result = match &cli.command {
         Command::Train(args) => train(args),
         Command::Plan(args) => plan_only(args),
-        Command::Replay(args) => args.run(std::io::stdout().lock()).map_err(Error::from),
+        Command::Replay(args) => replay(args),
         Command::Report { run_dir } => report(run_dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("headroom: {err}");
             ExitCode::FAILURE

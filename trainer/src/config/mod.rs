@@ -13,6 +13,9 @@ pub use overrides::Overrides;
 /// Steps of a run that names neither steps nor epochs.
 pub const DEFAULT_STEPS: u64 = 1500;
 
+/// The fraction of the limit the planner keeps free when the configuration sets none.
+pub const DEFAULT_MARGIN: f64 = 0.1;
+
 /// The memory limit of a run that names neither a limit nor a fraction: small enough that the
 /// default GPT's batch does not fit in one micro-batch, so the planner's choice matters.
 pub const DEFAULT_LIMIT: &str = "24MiB";
@@ -30,10 +33,14 @@ pub struct TrainConfig {
     pub steps: Option<u64>,
     /// Epochs to run, instead of steps.
     pub epochs: Option<u64>,
-    /// Where the run writes metrics, plots, traces and checkpoints.
-    pub run_dir: PathBuf,
+    /// The run's own directory: its metrics, plots, traces and checkpoint. Without one, a new
+    /// directory `runs/<date-time>` (UTC), with `runs/latest` naming the newest.
+    pub run_dir: Option<PathBuf>,
     /// Evaluate the held-out metric every this many steps (0: only at the end).
     pub eval_every: u64,
+    /// Stop the run when its loss has been NaN or infinite for this many consecutive steps
+    /// (0: never). A step skipped by the loss scaler with a finite loss does not count.
+    pub max_nonfinite_steps: u64,
     /// The model.
     pub model: ModelConfig,
     /// The data.
@@ -57,8 +64,9 @@ impl Default for TrainConfig {
             seed: 0,
             steps: None,
             epochs: None,
-            run_dir: PathBuf::from("runs/latest"),
+            run_dir: None,
             eval_every: 500,
+            max_nonfinite_steps: 10,
             model: ModelConfig::default(),
             data: DataConfig::default(),
             batch: BatchConfig::default(),
@@ -140,6 +148,9 @@ pub struct DataConfig {
     pub test_images: Option<PathBuf>,
     /// IDX: test labels.
     pub test_labels: Option<PathBuf>,
+    /// CSV: whether the first row is a header. Unset, it is one only when none of its cells is
+    /// a number, and a first row with some cells numeric and some not is an error.
+    pub header: Option<bool>,
     /// Text: characters per sample.
     pub context: usize,
     /// Batches prepared ahead by the loader's thread.
@@ -158,6 +169,7 @@ impl Default for DataConfig {
             labels: None,
             test_images: None,
             test_labels: None,
+            header: None,
             context: 64,
             prefetch: 4,
         }
@@ -188,8 +200,9 @@ pub struct BatchConfig {
     pub micro: Option<usize>,
     /// Clean steps before trying a micro-batch twice as large.
     pub grow_after: u64,
-    /// Fraction of the limit the planner keeps free.
-    pub margin: f64,
+    /// Fraction of the limit the planner keeps free. Unset, [`DEFAULT_MARGIN`], which the
+    /// planner shrinks when it is all that stands between the limit and one sample's step.
+    pub margin: Option<f64>,
 }
 
 impl Default for BatchConfig {
@@ -198,7 +211,7 @@ impl Default for BatchConfig {
             size: 128,
             micro: None,
             grow_after: 100,
-            margin: 0.1,
+            margin: None,
         }
     }
 }
@@ -327,8 +340,12 @@ pub struct MemoryConfig {
     /// regions reserved whole (PyTorch's `expandable_segments:True`): memory freed anywhere in
     /// it coalesces, so a run fragments less.
     pub expandable_segments: bool,
-    /// Allocator events kept for the run's trace.
+    /// Allocator events kept for the run's Perfetto trace (`memory-trace.json`): the newest
+    /// ones, and every out-of-memory.
     pub history: usize,
+    /// Stream every allocation and free to `allocations-<n>.jsonl` in the run directory (one
+    /// file per start of a process), for `headroom replay RUN_DIR`.
+    pub trace: bool,
 }
 
 impl Default for MemoryConfig {
@@ -340,6 +357,7 @@ impl Default for MemoryConfig {
             preallocate: false,
             expandable_segments: false,
             history: 200_000,
+            trace: true,
         }
     }
 }

@@ -134,7 +134,9 @@ impl Overrides {
             config.model.recompute = true;
         }
         set(&mut config.seed, self.seed);
-        set(&mut config.run_dir, self.run_dir.clone());
+        if self.run_dir.is_some() {
+            config.run_dir = self.run_dir.clone();
+        }
         set(&mut config.model.kind, self.model);
         set(&mut config.data.kind, self.data);
         if self.data_path.is_some() {

@@ -1,6 +1,6 @@
 //! Checks a configuration as a whole before anything is built, listing every problem.
 
-use headroom_alloc::{Growth, parse_size};
+use headroom_alloc::{GRANULE, Growth, parse_size};
 
 use super::{DataKind, MemoryConfig, ModelKind, PrecisionKind, TrainConfig};
 use crate::error::{Error, Result};
@@ -21,9 +21,18 @@ impl MemoryConfig {
     /// or the problems with the settings.
     pub fn budget(&self) -> Result<Budget> {
         let mut problems = Vec::new();
-        let device = parse_size(&self.device)
-            .map_err(|err| problems.push(format!("memory.device: {err}")))
-            .unwrap_or(0);
+        let device = match parse_size(&self.device) {
+            Ok(0) => {
+                problems
+                    .push("memory.device: a device of 0 bytes has no memory to train in".into());
+                0
+            }
+            Ok(bytes) => bytes,
+            Err(err) => {
+                problems.push(format!("memory.device: {err}"));
+                0
+            }
+        };
         let default = parse_size(super::DEFAULT_LIMIT).unwrap_or(device);
         self.resolve(device, default, problems)
     }
@@ -57,8 +66,11 @@ impl MemoryConfig {
                 headroom_alloc::format_bytes(device)
             ));
         }
-        if problems.is_empty() && limit == 0 {
-            problems.push("memory.limit: a limit of 0 bytes".into());
+        if problems.is_empty() && limit < GRANULE {
+            problems.push(format!(
+                "memory.limit: {limit} bytes is less than the allocator's smallest block of \
+                 {GRANULE} bytes"
+            ));
         }
         if self.preallocate && self.expandable_segments {
             problems.push(
@@ -193,10 +205,12 @@ impl TrainConfig {
                 ),
             );
         }
-        check(
-            (0.0..0.9).contains(&b.margin),
-            format!("batch.margin: {} is not in [0, 0.9)", b.margin),
-        );
+        if let Some(margin) = b.margin {
+            check(
+                (0.0..0.9).contains(&margin),
+                format!("batch.margin: {margin} is not in [0, 0.9)"),
+            );
+        }
         check(
             b.grow_after > 0,
             "batch.grow_after: at least 1 clean step".into(),

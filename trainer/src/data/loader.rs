@@ -10,13 +10,32 @@ use serde::{Deserialize, Serialize};
 
 use super::{Dataset, HostBatch};
 
-/// Where a batch sits in the data: its epoch and its number within the epoch.
+/// Where a batch starts in the data: its epoch, and how many samples of the epoch's order came
+/// before it (so a run may change its batch size and keep its place).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct Position {
     /// The epoch, from 0.
     pub epoch: u64,
-    /// The batch within the epoch, from 0.
-    pub batch: u64,
+    /// Samples of the epoch drawn before the batch.
+    pub offset: u64,
+}
+
+impl Position {
+    /// The position after a batch of `samples` from here, in an epoch of `len` samples.
+    pub fn after(self, samples: usize, len: usize) -> Self {
+        let offset = self.offset + samples as u64;
+        if offset >= len as u64 {
+            Self {
+                epoch: self.epoch + 1,
+                offset: 0,
+            }
+        } else {
+            Self {
+                epoch: self.epoch,
+                offset,
+            }
+        }
+    }
 }
 
 /// The order of a dataset's samples in `epoch`: a Fisher-Yates shuffle drawn from
@@ -83,26 +102,23 @@ fn produce(
     if dataset.is_empty() {
         return;
     }
+    let len = dataset.len();
     let mut position = start;
+    let mut order = epoch_order(len, seed, position.epoch);
     loop {
-        let order = epoch_order(dataset.len(), seed, position.epoch);
-        let chunks: Vec<&[usize]> = order.chunks(batch_size).collect();
-        for (number, chunk) in chunks.iter().enumerate().skip(position.batch as usize) {
-            let at = Position {
-                epoch: position.epoch,
-                batch: number as u64,
-            };
-            if sender
-                .send((at, HostBatch::collect(dataset, chunk)))
-                .is_err()
-            {
-                return; // the trainer is done
-            }
+        let start = (position.offset as usize).min(len);
+        let chunk = &order[start..(start + batch_size).min(len)];
+        if sender
+            .send((position, HostBatch::collect(dataset, chunk)))
+            .is_err()
+        {
+            return; // the trainer is done
         }
-        position = Position {
-            epoch: position.epoch + 1,
-            batch: 0,
-        };
+        let next = position.after(chunk.len(), len);
+        if next.epoch != position.epoch {
+            order = epoch_order(len, seed, next.epoch);
+        }
+        position = next;
     }
 }
 
@@ -141,16 +157,42 @@ mod tests {
             positions[10],
             Position {
                 epoch: 0,
-                batch: 10
+                offset: 100
             }
         );
         let (next, second_epoch) = loader.next_batch().unwrap();
-        assert_eq!(next, Position { epoch: 1, batch: 0 });
+        assert_eq!(
+            next,
+            Position {
+                epoch: 1,
+                offset: 0
+            }
+        );
         assert_ne!(second_epoch.indices, seen[..10], "each epoch its own order");
         drop(loader);
-        let mut resumed = Loader::new(data, 10, 7, 2, Position { epoch: 0, batch: 4 });
+        let at_40 = Position {
+            epoch: 0,
+            offset: 40,
+        };
+        let mut resumed = Loader::new(data.clone(), 10, 7, 2, at_40);
         let (at, batch) = resumed.next_batch().unwrap();
-        assert_eq!(at, Position { epoch: 0, batch: 4 });
+        assert_eq!(at, at_40);
         assert_eq!(batch.indices, seen[40..50]);
+        // Resumed with another batch size: the epoch goes on where it was, each sample once.
+        let mut larger = Loader::new(data, 25, 7, 2, at_40);
+        let mut rest = Vec::new();
+        for _ in 0..3 {
+            let (at, batch) = larger.next_batch().unwrap();
+            assert_eq!(at.epoch, 0);
+            rest.extend(batch.indices);
+        }
+        assert_eq!(rest, seen[40..]);
+        assert_eq!(
+            larger.next_batch().unwrap().0,
+            Position {
+                epoch: 1,
+                offset: 0
+            }
+        );
     }
 }

@@ -141,7 +141,7 @@ impl Task {
             }
             DataKind::Csv => {
                 let path = need(&config.path, "path")?;
-                let all = read_csv(&path)?;
+                let all = read_csv(&path, config.header)?;
                 Self::features(all, None, config.eval_size, &path)
             }
             DataKind::Idx => {
@@ -149,7 +149,7 @@ impl Task {
                 let labels = need(&config.labels, "labels")?;
                 let train = read_idx(&images, &labels)?;
                 let test = match (&config.test_images, &config.test_labels) {
-                    (Some(i), Some(l)) => Some(read_idx(i, l)?),
+                    (Some(i), Some(l)) => Some((read_idx(i, l)?, i.clone())),
                     (None, None) => None,
                     _ => {
                         return Err(Error::config(
@@ -162,22 +162,25 @@ impl Task {
         }
     }
 
-    /// A classification task from feature tables; without a test table, the last `held_out`
-    /// rows of the training one are held out.
+    /// A classification task from feature tables read from `path` (and a test table with its
+    /// own file); without a test table, the last `held_out` rows of the training one are held
+    /// out.
     fn features(
         train: FeatureTable,
-        test: Option<FeatureTable>,
+        test: Option<(FeatureTable, std::path::PathBuf)>,
         held_out: usize,
         path: &Path,
     ) -> Result<Self> {
         let (train, eval) = match test {
-            Some(test) => {
+            Some((test, test_path)) => {
                 if test.dim != train.dim {
                     return Err(Error::Data {
-                        path: path.to_owned(),
+                        path: test_path,
                         detail: format!(
-                            "test samples have {} features, training ones {}",
-                            test.dim, train.dim
+                            "its samples have {} features, those of the training set ({}) {}",
+                            test.dim,
+                            path.display(),
+                            train.dim
                         ),
                     });
                 }
@@ -211,7 +214,7 @@ impl FeatureTable {
     /// The last `held_out` samples as a second table.
     fn split_off(mut self, held_out: usize, path: &Path) -> Result<(Self, Self)> {
         let n = self.labels.len();
-        if held_out == 0 || held_out >= n {
+        if held_out >= n {
             return Err(Error::Data {
                 path: path.to_owned(),
                 detail: format!(

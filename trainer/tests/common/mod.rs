@@ -29,7 +29,7 @@ impl Drop for TempDir {
 /// A one-block GPT on two-digit addition, batches of 8 in one micro-batch, a roomy limit.
 pub fn small_config(dir: &TempDir) -> TrainConfig {
     let mut config = TrainConfig {
-        run_dir: dir.0.clone(),
+        run_dir: Some(dir.0.clone()),
         steps: Some(3),
         eval_every: 0,
         ..TrainConfig::default()
@@ -48,7 +48,36 @@ pub fn small_config(dir: &TempDir) -> TrainConfig {
     config.batch.micro = Some(8);
     config.memory.limit = Some("64MiB".into());
     config.memory.history = 0;
+    config.memory.trace = false;
     config
+}
+
+/// Every entry of the checkpoint in `dir` (weights and optimizer state), by name, as bytes.
+pub fn checkpoint_bytes(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let device =
+        headroom_kernels::Device::cpu(headroom_kernels::DeviceConfig::new(64 << 20)).unwrap();
+    let path = headroom_trainer::checkpoint_path(dir);
+    let saved = headroom_nn::checkpoint::load(&path, &device).unwrap();
+    saved
+        .names()
+        .into_iter()
+        .map(|name| {
+            let array = saved
+                .array(&name, None, headroom_alloc::Tag::WEIGHTS)
+                .unwrap();
+            (name, array.to_bytes().unwrap())
+        })
+        .collect()
+}
+
+/// Asserts that the checkpoints in `a` and `b` hold the same entries, bit for bit.
+pub fn assert_same_checkpoints(a: &std::path::Path, b: &std::path::Path) {
+    let (a, b) = (checkpoint_bytes(a), checkpoint_bytes(b));
+    assert_eq!(a.len(), b.len());
+    for ((name_a, bytes_a), (name_b, bytes_b)) in a.iter().zip(&b) {
+        assert_eq!(name_a, name_b);
+        assert!(bytes_a == bytes_b, "{name_a} differs");
+    }
 }
 
 /// Every parameter's values, as bits.

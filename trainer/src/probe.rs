@@ -1,0 +1,150 @@
+//! Probes: one training step with a given micro-batch size on a meta device (allocations only,
+//! no arithmetic) under a run's budget, and what it peaks at or the out-of-memory it meets.
+//! The planner searches with them, the trainer asks them before it grows a micro-batch, and a
+//! step that cannot fit is explained with them.
+
+use std::collections::BTreeMap;
+
+use headroom_alloc::OomReport;
+use headroom_kernels::{Device, DeviceConfig, PlanTarget};
+
+use crate::config::{TrainConfig, validate::Budget};
+use crate::data::{HostBatch, Task};
+use crate::device::device_config;
+use crate::diagnosis::{Failure, diagnose};
+use crate::error::{Error, Result};
+use crate::model::TrainModel;
+use crate::optim::build_optimizer;
+use crate::precision::LossScaler;
+use crate::step::{Sizes, StepContext, train_step};
+
+/// Bytes of a meta device that nothing a step allocates can exhaust.
+const UNLIMITED: u64 = 1 << 50;
+
+/// What one probe found.
+#[derive(Debug, Clone)]
+pub enum Probed {
+    /// The step ran; its peak bytes in use.
+    Peak(u64),
+    /// The step ran out of memory: the allocator's report.
+    OutOfMemory(Box<OomReport>),
+}
+
+/// Runs probes of one configuration under one budget, remembering each size's outcome.
+pub struct Prober {
+    config: TrainConfig,
+    task: Task,
+    budget: Budget,
+    target: PlanTarget,
+    /// Every size probed, in the order first probed, with its outcome.
+    seen: Vec<(usize, Probed)>,
+    /// `seen`'s index of each size.
+    index: BTreeMap<usize, usize>,
+}
+
+impl Prober {
+    /// Probes of `config` on `task` under `budget`, on meta devices that allocate as `target`.
+    pub fn new(config: &TrainConfig, task: &Task, budget: Budget, target: PlanTarget) -> Self {
+        Self {
+            config: config.clone(),
+            task: task.clone(),
+            budget,
+            target,
+            seen: Vec::new(),
+            index: BTreeMap::new(),
+        }
+    }
+
+    /// The outcome of a step in micro-batches of `micro` (probed once, then remembered).
+    pub fn probe(&mut self, micro: usize) -> Result<&Probed> {
+        let at = match self.index.get(&micro) {
+            Some(&at) => at,
+            None => {
+                let outcome = self.run(micro, &self.budget)?;
+                self.seen.push((micro, outcome));
+                self.index.insert(micro, self.seen.len() - 1);
+                self.seen.len() - 1
+            }
+        };
+        Ok(&self.seen[at].1)
+    }
+
+    /// True when a step in micro-batches of `micro` peaks at or below `target` bytes.
+    pub fn fits(&mut self, micro: usize, target: u64) -> Result<bool> {
+        Ok(matches!(self.probe(micro)?, Probed::Peak(peak) if *peak <= target))
+    }
+
+    /// Every size probed so far, in the order first probed.
+    pub fn seen(&self) -> &[(usize, Probed)] {
+        &self.seen
+    }
+
+    /// The diagnosis of `report`, an out-of-memory that `failure` describes: what the model,
+    /// its gradients and its optimizer state need against the limit, and one sample's peak
+    /// without a limit.
+    pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
+        let roomy = Device::meta_for(self.target, DeviceConfig::new(UNLIMITED))?;
+        let model = TrainModel::build(
+            &self.config.model,
+            self.task.train.shape(),
+            &roomy,
+            self.config.seed,
+        )?;
+        let optimizer = build_optimizer(&self.config.optimizer, model.module())?;
+        let one_sample = self.one_sample_unlimited();
+        Ok(diagnose(&model, &*optimizer, report, failure, one_sample))
+    }
+
+    /// The peak of a step with one sample without a limit (none if even that fails).
+    fn one_sample_unlimited(&self) -> Option<u64> {
+        let unlimited = Budget {
+            device: UNLIMITED,
+            limit: UNLIMITED,
+            growth: self.budget.growth,
+        };
+        match self.run(1, &unlimited) {
+            Ok(Probed::Peak(peak)) => Some(peak),
+            _ => None,
+        }
+    }
+
+    /// One step with micro-batches of `micro` on a fresh meta device of `budget`.
+    fn run(&self, micro: usize, budget: &Budget) -> Result<Probed> {
+        let config = &self.config;
+        let device = Device::meta_for(self.target, device_config(budget, 0))?;
+        let built = TrainModel::build(&config.model, self.task.train.shape(), &device, config.seed)
+            .and_then(|model| Ok((build_optimizer(&config.optimizer, model.module())?, model)));
+        let (mut optimizer, mut model) = match built {
+            Ok(parts) => parts,
+            Err(err) => return out_of_memory(err),
+        };
+        let indices: Vec<usize> = (0..config.batch.size.min(self.task.train.len())).collect();
+        let batch = HostBatch::collect(&*self.task.train, &indices);
+        let micro = micro.max(1);
+        let mut sizes = vec![micro; batch.len() / micro];
+        if !batch.len().is_multiple_of(micro) {
+            sizes.push(batch.len() % micro);
+        }
+        let mut scaler = LossScaler::new(&config.precision);
+        let mut ctx = StepContext {
+            device: &device,
+            model: &mut model,
+            optimizer: &mut *optimizer,
+            scaler: &mut scaler,
+            precision: config.precision.dtype,
+            clip: config.optimizer.clip,
+        };
+        match train_step(&mut ctx, &batch, 0, Sizes::Fixed(&sizes)) {
+            Ok(_) => Ok(Probed::Peak(device.allocator().stats().peak_in_use)),
+            Err(err) => out_of_memory(err),
+        }
+    }
+}
+
+/// An out-of-memory as a probe's outcome; any other error as it is.
+fn out_of_memory(err: Error) -> Result<Probed> {
+    match err.oom_report() {
+        Some(report) => Ok(Probed::OutOfMemory(Box::new(report.clone()))),
+        None => Err(err),
+    }
+}

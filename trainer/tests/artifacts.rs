@@ -1,0 +1,170 @@
+//! What a run leaves in its directory: metrics that read back whatever the loss did, a run
+//! that diverges stopped with every artifact written, recovered out-of-memory failures
+//! explained in the records and marked on the plots, the allocator's history honest about
+//! what it dropped, and an allocation trace that replays the run.
+
+mod common;
+
+use std::process::Command;
+
+use common::{TempDir, small_config, tight_limit};
+use headroom_alloc::Verdict;
+use headroom_alloc::trace::{read_trace, replay};
+use headroom_trainer::config::PrecisionKind;
+use headroom_trainer::{Error, Summary, Trainer, device_config, read_all};
+
+fn summary_in(dir: &TempDir) -> Summary {
+    serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn skipped_f16_steps_with_infinite_gradients_end_the_run_normally_with_every_artifact() {
+    let dir = TempDir::new("f16-skips");
+    let mut config = small_config(&dir);
+    config.steps = Some(4);
+    config.precision.dtype = PrecisionKind::F16;
+    // A scale no f16 gradient survives: every step overflows and is skipped.
+    config.precision.loss_scale = 1e30;
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, config.to_toml()).unwrap();
+    let headroom = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(args)
+            .env("HEADROOM_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let trained = headroom(&["train", "--quiet", "--config", file.to_str().unwrap()]);
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    let records = read_all(&dir.0).unwrap();
+    assert_eq!(records.len(), 4);
+    assert!(
+        records
+            .iter()
+            .all(|r| r.skipped && !r.grad_norm.is_finite())
+    );
+    for file in [
+        "summary.json",
+        "loss.svg",
+        "memory.svg",
+        "checkpoint.safetensors",
+    ] {
+        assert!(dir.0.join(file).exists(), "{file}");
+    }
+    let report = headroom(&["report", dir.0.to_str().unwrap()]);
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+}
+
+#[test]
+fn a_run_whose_loss_stays_nan_stops_naming_the_step_and_keeps_its_last_good_checkpoint() {
+    let dir = TempDir::new("diverge");
+    let mut config = small_config(&dir);
+    config.steps = Some(40);
+    config.checkpoint.every = 1;
+    config.max_nonfinite_steps = 3;
+    // A learning rate that blows the weights up, with nothing to clip the gradients.
+    config.optimizer.lr = 1e30;
+    config.optimizer.clip = 0.0;
+    config.optimizer.schedule = headroom_trainer::config::ScheduleKind::Constant;
+    let err = Trainer::new(config.clone())
+        .unwrap()
+        .run(false)
+        .unwrap_err();
+    let Error::Diverged { step, steps, .. } = err else {
+        panic!("expected a divergence, got {err}");
+    };
+    assert_eq!(steps, 3);
+    assert!(
+        err.to_string().contains(&format!("up to step {step}")),
+        "{err}"
+    );
+    let records = read_all(&dir.0).unwrap();
+    assert_eq!(records.len() as u64, step);
+    assert!(
+        records[records.len() - 3..]
+            .iter()
+            .all(|r| !r.loss.is_finite())
+    );
+    let summary = summary_in(&dir);
+    assert_eq!(summary.diverged_at, Some(step));
+    for file in ["loss.svg", "memory.svg"] {
+        assert!(dir.0.join(file).exists(), "{file}");
+    }
+    // The checkpoint holds the last step whose loss was finite: it resumes and its weights
+    // are numbers.
+    config.max_nonfinite_steps = 0;
+    config.steps = Some(step);
+    let resumed = Trainer::resume(config).unwrap();
+    let last_finite = records.iter().rposition(|r| r.loss.is_finite()).unwrap() as u64 + 1;
+    assert_eq!(resumed.steps_done(), last_finite);
+    for p in resumed.model().module().parameters() {
+        assert!(p.to_f64().unwrap().iter().all(|x| x.is_finite()));
+    }
+}
+
+#[test]
+fn without_held_out_samples_there_is_no_metric() {
+    let dir = TempDir::new("no-eval");
+    let mut config = small_config(&dir);
+    config.data.eval_size = 0;
+    let summary = Trainer::new(config).unwrap().run(false).unwrap();
+    assert_eq!(summary.metric, None);
+    assert!(summary.to_string().contains("not evaluated"), "{summary}");
+}
+
+#[test]
+fn recovered_ooms_are_recorded_with_their_verdict_and_marked_on_the_memory_plot() {
+    let dir = TempDir::new("oom-records");
+    let (_, mut tight, _) = tight_limit(&dir, 3);
+    tight.memory.history = 200;
+    tight.memory.trace = true;
+    let summary = Trainer::new(tight.clone()).unwrap().run(false).unwrap();
+    let records = read_all(&dir.0).unwrap();
+    let oom = &records[0].ooms[0];
+    assert_eq!((oom.micro, oom.verdict), (32, Verdict::Capacity));
+    assert!(
+        oom.requested > 0 && oom.largest_free < oom.requested,
+        "{oom:?}"
+    );
+    let svg = std::fs::read_to_string(dir.0.join("memory.svg")).unwrap();
+    assert!(
+        svg.contains("out of memory, recovered (capacity)"),
+        "no OOM mark"
+    );
+    assert!(svg.contains("micro 16"), "no micro-batch change mark");
+    let loss = std::fs::read_to_string(dir.0.join("loss.svg")).unwrap();
+    assert!(loss.contains("log scale") && loss.contains("held-out exact match"));
+
+    // The history kept 200 events of about a thousand, and says so; the OOMs are among them.
+    assert!(summary.history_dropped > 200, "{}", summary.history_dropped);
+    assert!(summary.to_string().contains("were dropped"), "{summary}");
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.0.join("memory-trace.json")).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let ooms = events
+        .iter()
+        .filter(|e| e["name"] == "out of memory")
+        .count();
+    assert_eq!(ooms, summary.ooms_recovered, "every OOM kept");
+    assert!(
+        trace.to_string().contains("dropped"),
+        "the trace says what it dropped"
+    );
+
+    // The allocation trace replays the run: the same peak, and the same OOMs, under its limit.
+    let path = dir.0.join("allocations-1.jsonl");
+    let ops = read_trace(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    let budget = headroom_trainer::device::budget(&tight).unwrap();
+    let config = device_config(&budget, 0).allocator;
+    let replayed = replay(&ops, config, budget.device).unwrap();
+    assert_eq!(replayed.peak_in_use, summary.peak);
+    assert_eq!(replayed.ooms as usize, summary.ooms_recovered);
+}

@@ -1,0 +1,144 @@
+//! A run killed with SIGKILL at random moments, checkpoints included, and resumed each time,
+//! ends exactly where a run never stopped does: the same weights, no temporary file left,
+//! each step recorded once, and a summary of the whole run.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{TempDir, assert_same_checkpoints, small_config};
+use headroom_alloc::trace::SplitMix64;
+use headroom_trainer::{Summary, read_all};
+
+const STEPS: u64 = 6000;
+const KILLS: usize = 24;
+
+fn headroom(args: &[&str], config: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    command
+        .args(["train", "--quiet", "--config"])
+        .arg(config)
+        .args(args)
+        .env("HEADROOM_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+#[test]
+fn a_run_killed_at_random_moments_and_resumed_ends_like_a_run_never_stopped() {
+    let straight_dir = TempDir::new("kill-straight");
+    let killed_dir = TempDir::new("kill-killed");
+    let write_config = |dir: &TempDir| {
+        let mut config = small_config(dir);
+        config.steps = Some(STEPS);
+        // A checkpoint every step: most kills land in or near one.
+        config.checkpoint.every = 1;
+        config.memory.trace = true;
+        let path = dir.0.join("run.toml");
+        std::fs::write(&path, config.to_toml()).unwrap();
+        path
+    };
+    let straight = headroom(&[], &write_config(&straight_dir))
+        .output()
+        .unwrap();
+    assert!(
+        straight.status.success(),
+        "{}",
+        String::from_utf8_lossy(&straight.stderr)
+    );
+
+    let config = write_config(&killed_dir);
+    let checkpoint = headroom_trainer::checkpoint_path(&killed_dir.0);
+    let mut rng = SplitMix64::new(21);
+    let started = Instant::now();
+    let (mut kills, mut finished) = (0, false);
+    let (mut mid_checkpoint, mut torn) = (0, 0);
+    while kills < KILLS {
+        // What the last kill left: a checkpoint half written, a record cut short.
+        let names: Vec<String> = std::fs::read_dir(&killed_dir.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        mid_checkpoint += usize::from(names.iter().any(|n| n.contains(".tmp")));
+        let metrics = std::fs::read(killed_dir.0.join("metrics.jsonl")).unwrap_or_default();
+        torn += usize::from(metrics.last().is_some_and(|&b| b != b'\n'));
+        let resume = checkpoint.exists();
+        let mut child = headroom(if resume { &["--resume"] } else { &[] }, &config)
+            .spawn()
+            .unwrap();
+        // A moment between 10 and 160 ms after the start (a start takes about 10 ms, a step
+        // with its checkpoint about one).
+        let wait = Duration::from_millis(10 + rng.next_u64() % 150);
+        std::thread::sleep(wait);
+        if child.try_wait().unwrap().is_some() {
+            // It got to the end before the kill: start the count again from scratch.
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            finished = true;
+            break;
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        kills += 1;
+    }
+    assert!(
+        !finished,
+        "the run finished before {KILLS} kills: make it longer"
+    );
+    let last = headroom(&["--resume"], &config).output().unwrap();
+    assert!(
+        last.status.success(),
+        "{}",
+        String::from_utf8_lossy(&last.stderr)
+    );
+    eprintln!(
+        "{kills} kills and resumes in {:.1} s: {mid_checkpoint} left a temporary checkpoint, \
+         {torn} a torn record",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        mid_checkpoint > 0,
+        "no kill landed while a checkpoint was written"
+    );
+
+    assert_same_checkpoints(&straight_dir.0, &killed_dir.0);
+    let leftovers: Vec<String> = std::fs::read_dir(&killed_dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.contains(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    let steps: Vec<u64> = read_all(&killed_dir.0)
+        .unwrap()
+        .iter()
+        .map(|r| r.step)
+        .collect();
+    assert_eq!(steps, (1..=STEPS).collect::<Vec<_>>(), "each step once");
+    let summary: Summary =
+        serde_json::from_slice(&std::fs::read(killed_dir.0.join("summary.json")).unwrap()).unwrap();
+    let whole: Summary =
+        serde_json::from_slice(&std::fs::read(straight_dir.0.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        (summary.steps, summary.samples, summary.final_loss.to_bits()),
+        (STEPS, STEPS * 8, whole.final_loss.to_bits()),
+        "the summary counts the whole run"
+    );
+    assert_eq!(summary.metric, whole.metric);
+    assert!(summary.processes >= 2, "{}", summary.processes);
+    let traces = std::fs::read_dir(&killed_dir.0)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("allocations-")
+        })
+        .count();
+    assert!(traces >= 2, "one allocation trace per start: {traces}");
+}

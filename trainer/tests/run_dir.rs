@@ -1,0 +1,209 @@
+//! A run's directory and checkpoint: a new run never destroys a checkpoint unasked, a resumed
+//! run is checked against the run it continues, and a checkpoint that was tampered with or
+//! corrupted is refused, naming what is wrong.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use common::{TempDir, small_config};
+use headroom_kernels::{Device, DeviceConfig};
+use headroom_trainer::{Summary, Trainer, checkpoint_path, read_all};
+
+#[test]
+fn a_new_run_refuses_a_directory_with_a_checkpoint_unless_told_to_overwrite_it() {
+    let dir = TempDir::new("claim");
+    let config = small_config(&dir);
+    Trainer::new(config.clone()).unwrap().run(false).unwrap();
+    let before = std::fs::read(checkpoint_path(&dir.0)).unwrap();
+    let err = Trainer::new(config.clone()).err().unwrap().to_string();
+    assert!(
+        err.contains("--resume") && err.contains("--overwrite"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(checkpoint_path(&dir.0)).unwrap(), before);
+    let mut other = config.clone();
+    other.seed = 5;
+    Trainer::overwrite(other).unwrap().run(false).unwrap();
+    assert_ne!(std::fs::read(checkpoint_path(&dir.0)).unwrap(), before);
+    assert_eq!(
+        read_all(&dir.0).unwrap().len(),
+        3,
+        "the earlier metrics are gone"
+    );
+}
+
+#[test]
+fn a_resumed_run_continues_its_records_and_its_summary_covers_the_whole_run() {
+    let dir = TempDir::new("whole-run");
+    let mut config = small_config(&dir);
+    config.steps = Some(6);
+    config.checkpoint.every = 4;
+    let first = Trainer::new(config.clone()).unwrap().run(false).unwrap();
+    assert_eq!((first.steps, first.samples, first.processes), (6, 48, 1));
+    // Resuming a run that had finished changes nothing but the count of processes.
+    let again = Trainer::resume(config.clone()).unwrap().run(false).unwrap();
+    assert_eq!(
+        (again.steps, again.samples, again.final_loss, again.metric),
+        (6, 48, first.final_loss, first.metric)
+    );
+    assert_eq!(again.processes, 2);
+    assert_eq!(read_all(&dir.0).unwrap().len(), 6);
+    // More steps, and a larger batch: both may change.
+    config.steps = Some(9);
+    config.batch.size = 16;
+    config.batch.micro = Some(16);
+    let longer = Trainer::resume(config).unwrap().run(false).unwrap();
+    assert_eq!((longer.steps, longer.samples), (9, 48 + 3 * 16));
+    let steps: Vec<u64> = read_all(&dir.0).unwrap().iter().map(|r| r.step).collect();
+    assert_eq!(steps, (1..=9).collect::<Vec<_>>());
+    let written: Summary =
+        serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(written.samples, longer.samples);
+}
+
+#[test]
+fn a_resume_that_changes_the_trajectory_is_refused_naming_the_setting() {
+    let dir = TempDir::new("resume-changes");
+    let config = small_config(&dir);
+    Trainer::new(config.clone()).unwrap().run(false).unwrap();
+    let refused = |change: &dyn Fn(&mut headroom_trainer::config::TrainConfig), name: &str| {
+        let mut changed = config.clone();
+        change(&mut changed);
+        let err = Trainer::resume(changed).err().unwrap().to_string();
+        assert!(err.contains(&format!("--resume: {name}:")), "{name}: {err}");
+    };
+    refused(&|c| c.seed = 9, "seed");
+    refused(&|c| c.model.width = 32, "model.width");
+    refused(
+        &|c| c.precision.dtype = headroom_trainer::config::PrecisionKind::Bf16,
+        "precision.dtype",
+    );
+    refused(&|c| c.optimizer.lr = 0.5, "optimizer.lr");
+    refused(&|c| c.data.train_size = 32, "data.train_size");
+    let mut allowed = config.clone();
+    allowed.memory.limit = Some("48MiB".into());
+    allowed.checkpoint.every = 2;
+    allowed.eval_every = 1;
+    Trainer::resume(allowed).unwrap();
+}
+
+/// The metadata of the checkpoint in `dir`, and its trainer's state as JSON.
+fn saved_metadata(dir: &std::path::Path) -> (BTreeMap<String, String>, serde_json::Value) {
+    let device = Device::cpu(DeviceConfig::new(64 << 20)).unwrap();
+    let saved = headroom_nn::checkpoint::load(&checkpoint_path(dir), &device).unwrap();
+    let metadata = saved.metadata().clone();
+    let state = serde_json::from_str(&metadata["headroom.trainer"]).unwrap();
+    (metadata, state)
+}
+
+#[test]
+fn flipped_bytes_and_impossible_states_in_a_checkpoint_are_refused() {
+    let dir = TempDir::new("tampered");
+    let config = small_config(&dir);
+    let mut trainer = Trainer::new(config.clone()).unwrap();
+    trainer.train_step().unwrap();
+    trainer.save_checkpoint().unwrap();
+    let path = checkpoint_path(&dir.0);
+    let good = std::fs::read(&path).unwrap();
+    // One flipped bit near the end of the file: in the last tensor's data.
+    let mut flipped = good.clone();
+    let at = flipped.len() - 3;
+    flipped[at] ^= 0x10;
+    std::fs::write(&path, &flipped).unwrap();
+    let err = Trainer::resume(config.clone()).err().unwrap().to_string();
+    assert!(err.contains("checksum"), "{err}");
+
+    // States no run saves, written with valid checksums: a micro-batch of 0, a step count
+    // beyond the samples drawn.
+    let (metadata, state) = {
+        std::fs::write(&path, &good).unwrap();
+        saved_metadata(&dir.0)
+    };
+    for (field, value, named) in [
+        ("micro", serde_json::json!(0), "micro"),
+        ("step", serde_json::json!(1_000_000_000_000_000u64), "step"),
+    ] {
+        let mut state = state.clone();
+        match field {
+            "micro" => state["micro"]["size"] = value,
+            _ => state[field] = value,
+        }
+        let mut metadata = metadata.clone();
+        metadata.insert("headroom.trainer".into(), state.to_string());
+        headroom_nn::checkpoint::save(&path, trainer.model().module(), None, &metadata).unwrap();
+        let err = Trainer::resume(config.clone()).err().unwrap().to_string();
+        assert!(
+            err.contains(named) && err.contains("not a state a run saves"),
+            "{field}: {err}"
+        );
+    }
+}
+
+#[test]
+fn the_command_line_gives_each_run_its_own_directory_and_latest_names_the_newest() {
+    let cwd = TempDir::new("cli-runs");
+    let mut config = small_config(&cwd);
+    config.run_dir = None;
+    let file = cwd.0.join("run.toml");
+    std::fs::write(&file, config.to_toml()).unwrap();
+    let headroom = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .current_dir(&cwd.0)
+            .args(["train", "--quiet", "--config", "run.toml"])
+            .args(args)
+            .env("HEADROOM_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let output = headroom(&[]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let mut runs: Vec<String> = std::fs::read_dir(cwd.0.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name != "latest")
+        .collect();
+    runs.sort();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let latest = std::fs::read_link(cwd.0.join("runs/latest")).unwrap();
+    assert_eq!(latest.to_str().unwrap(), runs[1]);
+    // A run that cannot start leaves no directory behind, and latest where it was.
+    let failed = headroom(&["--memory-limit", "16KiB"]);
+    assert!(!failed.status.success());
+    assert_eq!(std::fs::read_dir(cwd.0.join("runs")).unwrap().count(), 3);
+    assert_eq!(
+        std::fs::read_link(cwd.0.join("runs/latest")).unwrap(),
+        latest
+    );
+    // Into a directory that holds a run: refused, unless resumed or overwritten.
+    let first = format!("runs/{}", runs[0]);
+    let refused = headroom(&["--run-dir", &first]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--overwrite"));
+    for how in ["--resume", "--overwrite"] {
+        let output = headroom(&["--run-dir", &first, how]);
+        assert!(
+            output.status.success(),
+            "{how}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // Resuming without --run-dir continues the newest run.
+    let output = headroom(&["--resume", "--steps", "4"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        read_all(&cwd.0.join("runs").join(&runs[1])).unwrap().len(),
+        4
+    );
+}
