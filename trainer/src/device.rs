@@ -88,6 +88,15 @@ pub fn plan_target(config: &TrainConfig, budget: &Budget) -> Result<PlanTarget> 
     }
 }
 
+/// The bytes the device `config` names has free now, where other processes can change it (a
+/// GPU's, as its driver reports); none on the CPU, whose simulated memory is the run's alone.
+pub fn free_memory(config: &TrainConfig) -> Option<u64> {
+    match choice(config).ok()? {
+        DeviceChoice::Cpu => None,
+        DeviceChoice::Cuda(ordinal) => gpu_free_memory(ordinal),
+    }
+}
+
 fn choice(config: &TrainConfig) -> Result<DeviceChoice> {
     config.device.parse().map_err(Error::config)
 }
@@ -100,6 +109,18 @@ fn gpu_memory(ordinal: u32) -> Result<u64> {
 #[cfg(feature = "cuda")]
 fn open_gpu(ordinal: u32, config: headroom_kernels::DeviceConfig) -> Result<Device> {
     Ok(Device::cuda(ordinal, config.allocator)?)
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_free_memory(ordinal: u32) -> Option<u64> {
+    headroom_kernels::cuda::memory_info(ordinal)
+        .ok()
+        .map(|(free, _)| free)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_free_memory(_ordinal: u32) -> Option<u64> {
+    None
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -1,7 +1,9 @@
 //! The micro-batch size: halved on out-of-memory; after a run of clean steps, grown to the
 //! largest size up to twice the current one (never above the effective batch) that the caller
-//! predicts fits, and held where it predicts nothing larger does; waiting twice as long after
-//! each growth that failed all the same.
+//! predicts fits, and held where it predicts nothing larger does. A growth that fails all the
+//! same (memory the prediction could not see, such as another process's) is not tried again
+//! until the caller says the memory available has changed, and the next growth waits twice as
+//! long.
 
 use serde::{Deserialize, Serialize};
 
@@ -39,8 +41,8 @@ pub struct MicroBatcher {
     clean: u64,
     /// The largest size that has completed a step.
     proven: usize,
-    /// The smallest size predicted not to fit: no growth reaches it. Not saved: a resumed run
-    /// predicts again, under what may be another limit.
+    /// The smallest size predicted not to fit, or that failed when grown to: no growth reaches
+    /// it. Not saved: a resumed run predicts again, under what may be another limit.
     #[serde(skip)]
     ceiling: Option<usize>,
     /// Every change, in order.
@@ -78,8 +80,9 @@ impl MicroBatcher {
             return false;
         }
         if failed > self.proven && self.proven > 0 {
-            // A growth that did not fit: wait twice as long before the next try.
+            // A growth that did not fit: not again, and wait twice as long before the next.
             self.wait = self.wait.saturating_mul(2);
+            self.ceiling = Some(self.ceiling.map_or(failed, |c| c.min(failed)));
         }
         self.size = (failed / 2).max(1);
         self.clean = 0;
@@ -109,6 +112,11 @@ impl MicroBatcher {
     /// The largest micro-batch size, the effective batch.
     pub fn max(&self) -> usize {
         self.max
+    }
+
+    /// Forgets which sizes are known not to fit: the memory available has changed.
+    pub fn forget_ceiling(&mut self) {
+        self.ceiling = None;
     }
 
     /// Sets the effective batch to `max` (a resumed run may change it), clamping the size.
@@ -180,6 +188,12 @@ mod tests {
             assert_eq!(micro.size(), 32, "waits 4 clean steps now");
         }
         micro.finished(7, true, &mut |_| true);
+        assert_eq!(micro.size(), 63, "below the size that failed");
+        // Once the memory available changes, the size that failed may be tried again.
+        micro.forget_ceiling();
+        for step in 8..16 {
+            micro.finished(step, true, &mut |_| true);
+        }
         assert_eq!(micro.size(), 64);
         let mut one = MicroBatcher::new(1, 8, 1);
         assert!(!one.shrink(0, 1), "nothing below one sample");
@@ -191,6 +205,7 @@ mod tests {
                 Change::Shrink,
                 Change::Grow,
                 Change::Shrink,
+                Change::Grow,
                 Change::Grow
             ]
         );

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use headroom_alloc::{Verdict, format_bytes};
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::error::{Error, Result};
@@ -136,19 +137,8 @@ fn draw_metric(
         .collect();
     let top = points.iter().map(|p| p.1).fold(0.0f64, f64::max);
     let top = if metric == "loss" { top * 1.1 } else { 1.0 }.max(1e-3);
-    let mut chart = ChartBuilder::on(area)
-        .caption(format!("held-out {metric}"), ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0f64..last, 0f64..top)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .y_desc(metric)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let caption = format!("held-out {metric}");
+    let mut chart = linear_chart(area, &caption, (last, top), metric)?;
     if points.is_empty() {
         return area
             .draw(&Text::new(
@@ -165,6 +155,33 @@ fn draw_metric(
         .draw_series(points.iter().map(|&p| Circle::new(p, 3, GREEN.filled())))
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// A chart of values per step, both axes linear.
+type StepChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A chart over steps `0..last` and values `0..top` on `area`, with its mesh drawn.
+fn linear_chart<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: &str,
+    (last, top): (f64, f64),
+    y_desc: &str,
+) -> Result<StepChart<'a, 'b>, String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..last, 0f64..top)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(chart)
 }
 
 /// The peak bytes per tag and in all during each step, with the limit as a red line, each
@@ -187,22 +204,8 @@ fn draw_memory(
     let limit = records.iter().map(|r| r.limit).max().unwrap_or(1);
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let top = mib(limit) * 1.12;
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!("memory per step (limit {})", format_bytes(limit)),
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0f64..last, 0f64..top)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .y_desc("MiB")
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let caption = format!("memory per step (limit {})", format_bytes(limit));
+    let mut chart = linear_chart(area, &caption, (last, top), "MiB")?;
     let mut tags: Vec<&str> = records
         .iter()
         .flat_map(|r| r.tags.iter().map(|t| t.tag.as_str()))

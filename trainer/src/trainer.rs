@@ -55,6 +55,10 @@ pub struct Trainer {
     /// Asked before the micro-batch grows: does the larger size fit `growth_target`?
     growth: Prober,
     growth_target: u64,
+    /// The memory of the device that other processes do not hold (its free memory and what
+    /// this run has reserved), when last looked at; none on the CPU. When it changes, sizes that
+    /// failed may fit again.
+    available: Option<u64>,
     pool: Arc<rayon::ThreadPool>,
     totals: Totals,
     /// The last step's record, until [`run`](Self::run) writes it down.
@@ -183,6 +187,7 @@ impl Trainer {
             loader: None,
             growth: prober,
             growth_target,
+            available: None,
             pool: Arc::new(pool),
             last: None,
             metric: None,
@@ -326,6 +331,12 @@ impl Trainer {
         };
         let report = train_step(&mut ctx, &batch, self.step, sizes)?;
         if fixed.is_none() {
+            let reserved = self.device.allocator().stats().reserved;
+            let available = device::free_memory(&self.config).map(|free| free + reserved);
+            if available != self.available {
+                self.available = available;
+                self.micro.forget_ceiling();
+            }
             let (prober, target) = (&mut self.growth, self.growth_target);
             let mut fits = |size: usize| {
                 prober.fits(size, target).unwrap_or_else(|err| {
