@@ -22,5 +22,7 @@ pub use layers::layer_norm::LayerNorm;
 pub use layers::linear::Linear;
 pub use layers::sequential::{Sequential, mlp};
 pub use module::Module;
-pub use optim::{AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm};
+pub use optim::{
+    AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, clip_grad_norm,
+};
 pub use recompute::recomputed;

@@ -1,15 +1,14 @@
-//! The device a run trains on: the CPU, over a simulated device of `memory.device` bytes, or a
+//! The device a run trains on: the CPU, over a simulated device of `memory.capacity` bytes, or a
 //! CUDA GPU (the `cuda` feature), its allocator configured by the run's memory budget.
 
 use std::fmt;
 use std::str::FromStr;
 
-use headroom_alloc::AllocatorConfig;
-use headroom_kernels::{Device, DeviceConfig, PlanTarget};
+use headroom_kernels::{Device, PlanTarget};
 
 use crate::config::TrainConfig;
-use crate::config::validate::Budget;
 use crate::error::{Error, Result};
+use crate::memory::Budget;
 
 /// Which device a run trains on, as the configuration's `device` names it: `cpu`, `cuda`
 /// (the first GPU) or `cuda:N`.
@@ -46,20 +45,6 @@ impl fmt::Display for DeviceChoice {
     }
 }
 
-/// The device configuration of a run's budget, with `history` events recorded. Free chunks
-/// are split whenever anything would be left over (as PyTorch's allocator does for large
-/// blocks), instead of handing out up to twice the request: on a training step's mix of sizes
-/// that lowers the peak by several percent and costs no measurable time.
-pub fn device_config(budget: &Budget, history: usize) -> DeviceConfig {
-    DeviceConfig::new(budget.device).with_allocator(
-        AllocatorConfig::default()
-            .with_limit_bytes(budget.limit)
-            .with_growth(budget.growth)
-            .with_max_internal_fragmentation(headroom_alloc::GRANULE)
-            .with_history(history),
-    )
-}
-
 /// The memory budget of `config` on the device it names: on the CPU, of the simulated device;
 /// on a GPU, of the memory its driver reports (asked without opening the device).
 pub fn budget(config: &TrainConfig) -> Result<Budget> {
@@ -71,7 +56,7 @@ pub fn budget(config: &TrainConfig) -> Result<Budget> {
 
 /// Opens the device `config` names, its allocator limited to `budget` (from [`budget`]).
 pub fn open(config: &TrainConfig, budget: &Budget) -> Result<Device> {
-    let device_config = device_config(budget, config.memory.history);
+    let device_config = budget.device_config(config.memory.history);
     match choice(config)? {
         DeviceChoice::Cpu => Ok(Device::cpu(device_config)?),
         DeviceChoice::Cuda(ordinal) => open_gpu(ordinal, device_config),

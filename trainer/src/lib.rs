@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod artifacts;
 mod atomic_file;
 pub mod config;
 pub mod data;
@@ -8,6 +9,8 @@ mod diagnosis;
 mod error;
 mod eval;
 mod float_json;
+mod growth;
+pub mod memory;
 mod metrics;
 mod micro;
 mod model;
@@ -16,6 +19,7 @@ mod planner;
 mod plots;
 mod precision;
 mod probe;
+mod progress;
 mod record;
 mod resume;
 pub mod run_dir;
@@ -24,7 +28,6 @@ mod step;
 mod totals;
 mod trainer;
 
-pub use device::device_config;
 pub use diagnosis::{Failure, diagnose};
 pub use error::{Error, Result};
 pub use eval::evaluate;

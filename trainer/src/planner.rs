@@ -9,10 +9,11 @@
 use headroom_alloc::format_bytes;
 use headroom_kernels::PlanTarget;
 
-use crate::config::{DEFAULT_MARGIN, TrainConfig, validate::Budget};
+use crate::config::{DEFAULT_MARGIN, TrainConfig};
 use crate::data::Task;
 use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
+use crate::memory::Budget;
 use crate::probe::{Probed, Prober};
 
 /// One probe: a micro-batch size and the peak memory of a step with it.
@@ -36,7 +37,8 @@ pub struct Plan {
     /// Its predicted peak.
     pub predicted_peak: u64,
     /// The most a step may use: the limit less the margin.
-    pub target: u64,
+    #[serde(alias = "target")]
+    pub step_limit: u64,
     /// The margin the target leaves, as a fraction of the limit: the configured one, or the
     /// default shrunk so that one sample fits.
     #[serde(default)]
@@ -44,11 +46,6 @@ pub struct Plan {
     /// True when the default margin had to shrink for one sample to fit.
     #[serde(default)]
     pub margin_shrunk: bool,
-}
-
-/// The bytes a step may use under `limit` with `margin` kept free.
-pub fn target_bytes(limit: u64, margin: f64) -> u64 {
-    (limit as f64 * (1.0 - margin)) as u64
 }
 
 /// Finds the largest micro-batch size whose step fits `budget` with the configured margin, on
@@ -63,9 +60,9 @@ pub fn plan(
     let mut prober = Prober::new(config, task, *budget, plan_target);
     let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
     let max = config.batch.size.min(task.train.len()).max(1);
-    let micro = largest_fitting(&mut prober, max, target_bytes(budget.limit, margin))?;
+    let micro = largest_fitting(&mut prober, max, budget.step_limit(margin))?;
     if micro > 0 {
-        return Ok(answer(&prober, micro, budget.limit, margin, false));
+        return Ok(answer(&prober, micro, budget, margin, false));
     }
     // Nothing fits: the bisection ended on one sample, whose outcome says why.
     let one = match prober.probe(1)?.clone() {
@@ -82,34 +79,34 @@ pub fn plan(
              planner to shrink it",
             format_bytes(one),
             format_bytes(budget.limit),
-            format_bytes(target_bytes(budget.limit, margin))
+            format_bytes(budget.step_limit(margin))
         )));
     }
     let shrunk = std::iter::successors(Some(margin / 2.0), |m| Some(m / 2.0))
         .take(3)
         .chain([0.0])
-        .find(|&m| target_bytes(budget.limit, m) >= one)
+        .find(|&m| budget.step_limit(m) >= one)
         .unwrap_or(0.0);
     tracing::warn!(
         "one sample's step peaks at {}, above the {} that the default margin of {margin} leaves \
          under the {} limit; planning with a margin of {shrunk} instead (batch.margin sets it)",
         format_bytes(one),
-        format_bytes(target_bytes(budget.limit, margin)),
+        format_bytes(budget.step_limit(margin)),
         format_bytes(budget.limit)
     );
-    let micro = largest_fitting(&mut prober, max, target_bytes(budget.limit, shrunk))?.max(1);
-    Ok(answer(&prober, micro, budget.limit, shrunk, true))
+    let micro = largest_fitting(&mut prober, max, budget.step_limit(shrunk))?.max(1);
+    Ok(answer(&prober, micro, budget, shrunk, true))
 }
 
-/// The largest size in `1..=max` whose step fits `target`, by bisection (0 if none does).
-fn largest_fitting(prober: &mut Prober, max: usize, target: u64) -> Result<usize> {
-    if prober.fits(max, target)? {
+/// The largest size in `1..=max` whose step fits `step_limit`, by bisection (0 if none does).
+fn largest_fitting(prober: &mut Prober, max: usize, step_limit: u64) -> Result<usize> {
+    if prober.fits(max, step_limit)? {
         return Ok(max);
     }
     let (mut fits, mut fails) = (0, max);
     while fails - fits > 1 {
         let mid = (fits + fails) / 2;
-        if prober.fits(mid, target)? {
+        if prober.fits(mid, step_limit)? {
             fits = mid;
         } else {
             fails = mid;
@@ -118,9 +115,15 @@ fn largest_fitting(prober: &mut Prober, max: usize, target: u64) -> Result<usize
     Ok(fits)
 }
 
-/// The plan of `micro` under `limit` with `margin`, its probes read from `prober`.
-fn answer(prober: &Prober, micro: usize, limit: u64, margin: f64, margin_shrunk: bool) -> Plan {
-    let target = target_bytes(limit, margin);
+/// The plan of `micro` under `budget` with `margin`, its probes read from `prober`.
+fn answer(
+    prober: &Prober,
+    micro: usize,
+    budget: &Budget,
+    margin: f64,
+    margin_shrunk: bool,
+) -> Plan {
+    let step_limit = budget.step_limit(margin);
     let probes: Vec<Probe> = prober
         .seen()
         .iter()
@@ -132,7 +135,7 @@ fn answer(prober: &Prober, micro: usize, limit: u64, margin: f64, margin_shrunk:
             Probe {
                 micro: *size,
                 peak,
-                fits: peak.is_some_and(|p| p <= target),
+                fits: peak.is_some_and(|p| p <= step_limit),
             }
         })
         .collect();
@@ -145,7 +148,7 @@ fn answer(prober: &Prober, micro: usize, limit: u64, margin: f64, margin_shrunk:
         probes,
         micro,
         predicted_peak,
-        target,
+        step_limit,
         margin,
         margin_shrunk,
     }
@@ -179,10 +182,10 @@ impl std::fmt::Display for Plan {
         }
         write!(
             f,
-            "chosen: micro-batches of {} (predicted peak {} of the {} target)",
+            "chosen: micro-batches of {} (predicted peak {} of the {} a step may use)",
             self.micro,
             format_bytes(self.predicted_peak),
-            format_bytes(self.target)
+            format_bytes(self.step_limit)
         )
     }
 }

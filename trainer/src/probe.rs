@@ -8,18 +8,15 @@ use std::collections::BTreeMap;
 use headroom_alloc::OomReport;
 use headroom_kernels::{Device, DeviceConfig, PlanTarget};
 
-use crate::config::{TrainConfig, validate::Budget};
+use crate::config::TrainConfig;
 use crate::data::{HostBatch, Task};
-use crate::device::device_config;
 use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
+use crate::memory::{Budget, UNLIMITED};
 use crate::model::TrainModel;
 use crate::optim::build_optimizer;
 use crate::precision::LossScaler;
 use crate::step::{Sizes, StepContext, train_step};
-
-/// Bytes of a meta device that nothing a step allocates can exhaust.
-const UNLIMITED: u64 = 1 << 50;
 
 /// What one probe found.
 #[derive(Debug, Clone)]
@@ -35,7 +32,7 @@ pub struct Prober {
     config: TrainConfig,
     task: Task,
     budget: Budget,
-    target: PlanTarget,
+    plan_target: PlanTarget,
     /// Every size probed, in the order first probed, with its outcome.
     seen: Vec<(usize, Probed)>,
     /// `seen`'s index of each size.
@@ -43,13 +40,13 @@ pub struct Prober {
 }
 
 impl Prober {
-    /// Probes of `config` on `task` under `budget`, on meta devices that allocate as `target`.
-    pub fn new(config: &TrainConfig, task: &Task, budget: Budget, target: PlanTarget) -> Self {
+    /// Probes of `config` on `task` under `budget`, on meta devices that allocate as `plan_target`.
+    pub fn new(config: &TrainConfig, task: &Task, budget: Budget, plan_target: PlanTarget) -> Self {
         Self {
             config: config.clone(),
             task: task.clone(),
             budget,
-            target,
+            plan_target,
             seen: Vec::new(),
             index: BTreeMap::new(),
         }
@@ -69,9 +66,9 @@ impl Prober {
         Ok(&self.seen[at].1)
     }
 
-    /// True when a step in micro-batches of `micro` peaks at or below `target` bytes.
-    pub fn fits(&mut self, micro: usize, target: u64) -> Result<bool> {
-        Ok(matches!(self.probe(micro)?, Probed::Peak(peak) if *peak <= target))
+    /// True when a step in micro-batches of `micro` peaks at or below `step_limit` bytes.
+    pub fn fits(&mut self, micro: usize, step_limit: u64) -> Result<bool> {
+        Ok(matches!(self.probe(micro)?, Probed::Peak(peak) if *peak <= step_limit))
     }
 
     /// Every size probed so far, in the order first probed.
@@ -83,7 +80,7 @@ impl Prober {
     /// its gradients and its optimizer state need against the limit, and one sample's peak
     /// without a limit.
     pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
-        let roomy = Device::meta_for(self.target, DeviceConfig::new(UNLIMITED))?;
+        let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
         let model = TrainModel::build(
             &self.config.model,
             self.task.train.shape(),
@@ -91,18 +88,13 @@ impl Prober {
             self.config.seed,
         )?;
         let optimizer = build_optimizer(&self.config.optimizer, model.module())?;
-        let one_sample = self.one_sample_unlimited();
+        let one_sample = self.one_sample_peak();
         Ok(diagnose(&model, &*optimizer, report, failure, one_sample))
     }
 
     /// The peak of a step with one sample without a limit (none if even that fails).
-    fn one_sample_unlimited(&self) -> Option<u64> {
-        let unlimited = Budget {
-            device: UNLIMITED,
-            limit: UNLIMITED,
-            growth: self.budget.growth,
-        };
-        match self.run(1, &unlimited) {
+    fn one_sample_peak(&self) -> Option<u64> {
+        match self.run(1, &Budget::unlimited(self.budget.growth)) {
             Ok(Probed::Peak(peak)) => Some(peak),
             _ => None,
         }
@@ -111,7 +103,7 @@ impl Prober {
     /// One step with micro-batches of `micro` on a fresh meta device of `budget`.
     fn run(&self, micro: usize, budget: &Budget) -> Result<Probed> {
         let config = &self.config;
-        let device = Device::meta_for(self.target, device_config(budget, 0))?;
+        let device = Device::meta_for(self.plan_target, budget.device_config(0))?;
         let built = TrainModel::build(&config.model, self.task.train.shape(), &device, config.seed)
             .and_then(|model| Ok((build_optimizer(&config.optimizer, model.module())?, model)));
         let (mut optimizer, mut model) = match built {
@@ -126,14 +118,7 @@ impl Prober {
             sizes.push(batch.len() % micro);
         }
         let mut scaler = LossScaler::new(&config.precision);
-        let mut ctx = StepContext {
-            device: &device,
-            model: &mut model,
-            optimizer: &mut *optimizer,
-            scaler: &mut scaler,
-            precision: config.precision.dtype,
-            clip: config.optimizer.clip,
-        };
+        let mut ctx = StepContext::new(&device, &mut model, &mut *optimizer, &mut scaler, config);
         match train_step(&mut ctx, &batch, 0, Sizes::Fixed(&sizes)) {
             Ok(_) => Ok(Probed::Peak(device.allocator().stats().peak_in_use)),
             Err(err) => out_of_memory(err),

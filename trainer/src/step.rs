@@ -15,7 +15,7 @@ use headroom_kernels::{Array, Device, DeviceKind};
 use headroom_nn::{Optimizer, clip_grad_norm};
 use serde::{Deserialize, Serialize};
 
-use crate::config::PrecisionKind;
+use crate::config::{PrecisionKind, TrainConfig};
 use crate::data::HostBatch;
 use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
@@ -82,6 +82,26 @@ pub struct StepContext<'a> {
     pub precision: PrecisionKind,
     /// The largest gradient norm (0: no clipping).
     pub clip: f64,
+}
+
+impl<'a> StepContext<'a> {
+    /// What a step of the run `config` describes works on.
+    pub fn new(
+        device: &'a Device,
+        model: &'a mut TrainModel,
+        optimizer: &'a mut dyn Optimizer,
+        scaler: &'a mut LossScaler,
+        config: &TrainConfig,
+    ) -> Self {
+        Self {
+            device,
+            model,
+            optimizer,
+            scaler,
+            precision: config.precision.dtype,
+            clip: config.optimizer.clip,
+        }
+    }
 }
 
 /// How the batch is cut.

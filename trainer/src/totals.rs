@@ -31,6 +31,9 @@ pub struct Totals {
     pub processes: u64,
     /// The latest steps in a row whose loss was NaN or infinite.
     pub nonfinite_streak: u64,
+    /// The held-out metric evaluated at the end of the run.
+    #[serde(default, with = "crate::float_json::option")]
+    pub metric: Option<f64>,
 }
 
 impl Totals {

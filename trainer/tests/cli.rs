@@ -218,7 +218,7 @@ fn plan_report_and_replay_print_their_tables() {
 fn impossible_sizes_and_mismatched_files_are_named() {
     fails_with(
         &headroom(&["plan", "--device-memory", "0"]),
-        &["memory.device", "0 bytes"],
+        &["memory.capacity", "0 bytes"],
     );
     let dir = TempDir::new("cli-idx");
     let huge = u64::MAX.to_string();

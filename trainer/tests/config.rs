@@ -118,3 +118,21 @@ fn recomputation_is_a_gpt_setting_from_the_file_or_the_flag() {
     let err = config.validate().unwrap_err().to_string();
     assert!(err.contains("model.recompute"), "{err}");
 }
+
+#[test]
+fn the_old_name_of_the_device_capacity_still_reads() {
+    let path = std::env::temp_dir().join(format!("headroom-old-key-{}.toml", std::process::id()));
+    std::fs::write(&path, "[memory]\ndevice = \"1GiB\"\nfraction = 0.5\n").unwrap();
+    let config = TrainConfig::from_toml_file(&path).unwrap();
+    let budget = config.memory.budget().unwrap();
+    assert_eq!((budget.capacity, budget.limit), (1 << 30, 1 << 29));
+    assert!(
+        config.to_toml().contains("capacity = \"1GiB\""),
+        "written under its new name"
+    );
+    std::fs::write(&path, "[memory]\ndevice = \"1GiB\"\ncapacity = \"2GiB\"\n").unwrap();
+    let both = TrainConfig::from_toml_file(&path).unwrap();
+    let err = both.validate().unwrap_err().to_string();
+    assert!(err.contains("old name of memory.capacity"), "{err}");
+    std::fs::remove_file(&path).ok();
+}

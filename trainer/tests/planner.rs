@@ -31,7 +31,7 @@ fn the_predicted_peak_is_the_measured_one_and_the_choice_is_the_largest_that_fit
     let mut tight = Trainer::new(config).unwrap();
     let plan = tight.plan().unwrap().clone();
     assert!(plan.micro > 1 && plan.micro < 64, "{plan}");
-    assert!(plan.predicted_peak <= plan.target);
+    assert!(plan.predicted_peak <= plan.step_limit);
     let larger = plan.probes.iter().filter(|p| p.micro > plan.micro);
     assert!(
         larger.clone().count() > 0 && larger.clone().all(|p| !p.fits),
@@ -106,7 +106,7 @@ fn the_default_margin_shrinks_when_it_alone_keeps_one_sample_out_and_a_set_one_i
             Trainer::new(config.clone()).ok()
         })
         .expect("a limit near one sample's peak fits it");
-    let limit = trainer.plan().unwrap().target as f64 / (1.0 - trainer.plan().unwrap().margin);
+    let limit = trainer.plan().unwrap().step_limit as f64 / (1.0 - trainer.plan().unwrap().margin);
     assert!(
         limit * 0.9 < one as f64,
         "{limit} leaves room for one sample with the margin"
@@ -114,7 +114,7 @@ fn the_default_margin_shrinks_when_it_alone_keeps_one_sample_out_and_a_set_one_i
     let plan = trainer.plan().unwrap();
     assert!(plan.margin_shrunk && plan.margin < 0.1, "{plan}");
     assert!(
-        plan.micro >= 1 && plan.predicted_peak <= plan.target,
+        plan.micro >= 1 && plan.predicted_peak <= plan.step_limit,
         "{plan}"
     );
     assert!(plan.to_string().contains("shrunk"), "{plan}");

@@ -30,25 +30,40 @@ pub struct GptConfig {
 }
 
 impl GptConfig {
-    /// Checks that the numbers make a model.
-    pub fn validate(&self) -> Result<()> {
-        let fail = |detail: String| Err(Error::config("gpt", detail));
-        if self.vocab == 0 || self.context == 0 || self.width == 0 || self.layers == 0 {
-            return fail(format!(
-                "vocab {}, context {}, width {} and layers {} must all be at least 1",
-                self.vocab, self.context, self.width, self.layers
-            ));
+    /// Every way the numbers fail to make a model, each with the field it is about: the rules
+    /// of a GPT's shape, in one place for every caller (a trainer lists them with the rest of
+    /// its configuration's problems).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        for (field, value) in [
+            ("vocab", self.vocab),
+            ("context", self.context),
+            ("width", self.width),
+            ("layers", self.layers),
+        ] {
+            if value == 0 {
+                problems.push((field, "0, where at least 1 is needed".to_owned()));
+            }
         }
         if self.heads == 0 || !self.width.is_multiple_of(self.heads) {
-            return fail(format!(
+            let detail = format!(
                 "{} heads do not divide a width of {}",
                 self.heads, self.width
-            ));
+            );
+            problems.push(("heads", detail));
         }
         if !(0.0..1.0).contains(&self.dropout) {
-            return fail(format!("dropout {} outside [0, 1)", self.dropout));
+            problems.push(("dropout", format!("{} is not in [0, 1)", self.dropout)));
         }
-        Ok(())
+        problems
+    }
+
+    /// Checks that the numbers make a model; the error names the first field that does not.
+    pub fn validate(&self) -> Result<()> {
+        match self.problems().into_iter().next() {
+            Some((field, detail)) => Err(Error::config("gpt", format!("{field}: {detail}"))),
+            None => Ok(()),
+        }
     }
 }
 

@@ -328,7 +328,11 @@ pub enum PrecisionKind {
 pub struct MemoryConfig {
     /// The simulated device's memory on the CPU, e.g. `8GiB` (a GPU's is what its driver
     /// reports).
-    pub device: String,
+    pub capacity: String,
+    /// The old name of `capacity`, still read (with a warning when read from a file), never
+    /// written.
+    #[serde(skip_serializing)]
+    pub device: Option<String>,
     /// The most the run may use, e.g. `48MiB` (TensorFlow's `memory_limit`); without a limit
     /// or a fraction, [`DEFAULT_LIMIT`] on the CPU and the whole device on a GPU.
     pub limit: Option<String>,
@@ -351,7 +355,8 @@ pub struct MemoryConfig {
 impl Default for MemoryConfig {
     fn default() -> Self {
         Self {
-            device: "8GiB".into(),
+            capacity: "8GiB".into(),
+            device: None,
             limit: None,
             fraction: None,
             preallocate: false,
@@ -380,9 +385,21 @@ impl TrainConfig {
     /// Reads a TOML file; every setting it leaves out keeps its default.
     pub fn from_toml_file(path: &std::path::Path) -> crate::Result<Self> {
         let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
-        toml::from_str(&text).map_err(|err| crate::Error::Config {
+        let mut config: Self = toml::from_str(&text).map_err(|err| crate::Error::Config {
             problems: vec![format!("{}: {err}", path.display())],
-        })
+        })?;
+        if let Some(old) = &config.memory.device {
+            tracing::warn!(
+                "{}: memory.device is now called memory.capacity; the old name will go",
+                path.display()
+            );
+            // Given alone, it is the capacity; given with it, validation names the conflict.
+            if config.memory.capacity == MemoryConfig::default().capacity {
+                config.memory.capacity = old.clone();
+                config.memory.device = None;
+            }
+        }
+        Ok(config)
     }
 
     /// The configuration as TOML (written into the run directory).

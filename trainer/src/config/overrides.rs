@@ -36,7 +36,7 @@ pub struct Overrides {
     /// The device to train on: cpu, cuda or cuda:N.
     #[arg(long)]
     pub device: Option<String>,
-    /// The simulated device's memory on the CPU, e.g. 8GiB.
+    /// The simulated device's memory on the CPU, e.g. 8GiB (memory.capacity).
     #[arg(long)]
     pub device_memory: Option<String>,
     /// Reserve memory as it is needed (the default).
@@ -117,7 +117,10 @@ impl Overrides {
             config.memory.limit = None;
         }
         set(&mut config.device, self.device.clone());
-        set(&mut config.memory.device, self.device_memory.clone());
+        if let Some(capacity) = &self.device_memory {
+            config.memory.capacity = capacity.clone();
+            config.memory.device = None;
+        }
         if self.allow_growth {
             config.memory.preallocate = false;
             config.memory.expandable_segments = false;

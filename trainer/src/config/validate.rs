@@ -1,100 +1,7 @@
 //! Checks a configuration as a whole before anything is built, listing every problem.
 
-use headroom_alloc::{GRANULE, Growth, parse_size};
-
-use super::{DataKind, MemoryConfig, ModelKind, PrecisionKind, TrainConfig};
+use super::{DataKind, ModelKind, PrecisionKind, TrainConfig};
 use crate::error::{Error, Result};
-
-/// A memory budget in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
-    /// The device's memory: the simulated device's on the CPU, a GPU's as its driver reports.
-    pub device: u64,
-    /// What the run may use.
-    pub limit: u64,
-    /// How regions are reserved.
-    pub growth: Growth,
-}
-
-impl MemoryConfig {
-    /// The budget in bytes on the CPU's simulated device of [`device`](Self::device) bytes,
-    /// or the problems with the settings.
-    pub fn budget(&self) -> Result<Budget> {
-        let mut problems = Vec::new();
-        let device = match parse_size(&self.device) {
-            Ok(0) => {
-                problems
-                    .push("memory.device: a device of 0 bytes has no memory to train in".into());
-                0
-            }
-            Ok(bytes) => bytes,
-            Err(err) => {
-                problems.push(format!("memory.device: {err}"));
-                0
-            }
-        };
-        let default = parse_size(super::DEFAULT_LIMIT).unwrap_or(device);
-        self.resolve(device, default, problems)
-    }
-
-    /// The budget in bytes on a GPU of `capacity` bytes, whose whole memory is the default
-    /// limit, or the problems with the settings.
-    pub fn budget_on(&self, capacity: u64) -> Result<Budget> {
-        self.resolve(capacity, capacity, Vec::new())
-    }
-
-    fn resolve(&self, device: u64, default: u64, mut problems: Vec<String>) -> Result<Budget> {
-        let limit = match (&self.limit, self.fraction) {
-            (Some(_), Some(_)) => {
-                problems.push("memory: give a limit or a fraction, not both".into());
-                0
-            }
-            (Some(text), None) => parse_size(text)
-                .map_err(|err| problems.push(format!("memory.limit: {err}")))
-                .unwrap_or(0),
-            (None, Some(f)) if f > 0.0 && f <= 1.0 => (device as f64 * f) as u64,
-            (None, Some(f)) => {
-                problems.push(format!("memory.fraction: {f} is not in (0, 1]"));
-                0
-            }
-            (None, None) => default,
-        };
-        if device > 0 && limit > device {
-            problems.push(format!(
-                "memory.limit: {} exceeds the device's {}",
-                headroom_alloc::format_bytes(limit),
-                headroom_alloc::format_bytes(device)
-            ));
-        }
-        if problems.is_empty() && limit < GRANULE {
-            problems.push(format!(
-                "memory.limit: {limit} bytes is less than the allocator's smallest block of \
-                 {GRANULE} bytes"
-            ));
-        }
-        if self.preallocate && self.expandable_segments {
-            problems.push(
-                "memory: preallocate reserves the limit whole, expandable_segments grows a region \
-                 in place; choose one"
-                    .into(),
-            );
-        }
-        if !problems.is_empty() {
-            return Err(Error::Config { problems });
-        }
-        Ok(Budget {
-            device,
-            limit,
-            growth: if self.preallocate {
-                Growth::Preallocate
-            } else if self.expandable_segments {
-                Growth::Expandable
-            } else {
-                Growth::OnDemand
-            },
-        })
-    }
-}
 
 impl TrainConfig {
     /// Checks every setting and how they fit together.
@@ -123,24 +30,18 @@ impl TrainConfig {
         let m = &self.model;
         match m.kind {
             ModelKind::Gpt => {
-                check(
-                    m.width > 0 && m.layers > 0,
-                    format!(
-                        "model: width {} and layers {} must be at least 1",
-                        m.width, m.layers
-                    ),
-                );
-                check(
-                    m.heads > 0 && m.width.is_multiple_of(m.heads.max(1)),
-                    format!(
-                        "model.heads: {} heads do not divide a width of {}",
-                        m.heads, m.width
-                    ),
-                );
-                check(
-                    (0.0..1.0).contains(&m.dropout),
-                    format!("model.dropout: {} is not in [0, 1)", m.dropout),
-                );
+                // The vocabulary and context come from the data, read later: stand-ins here.
+                let shape = headroom_nn::GptConfig {
+                    vocab: 1,
+                    context: 1,
+                    width: m.width,
+                    heads: m.heads,
+                    layers: m.layers,
+                    dropout: m.dropout,
+                };
+                for (field, detail) in shape.problems() {
+                    check(false, format!("model.{field}: {detail}"));
+                }
                 check(
                     matches!(self.data.kind, DataKind::Addition | DataKind::Text),
                     format!(

@@ -1,6 +1,6 @@
 //! A whole run: the steps to the end, each recorded in `metrics.jsonl`, the held-out metric
-//! evaluated and a checkpoint written on schedule; then the last checkpoint, the plots, the
-//! allocator's trace and the summary of the whole run.
+//! evaluated and a checkpoint written on schedule; then the last checkpoint, the artifacts and
+//! the summary of the whole run.
 //!
 //! A run whose loss stays NaN or infinite for `max_nonfinite_steps` steps in a row stops there
 //! with [`Error::Diverged`], after writing every artifact but the checkpoint (the last one
@@ -9,12 +9,14 @@
 
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use super::Trainer;
+use crate::artifacts;
 use crate::atomic_file::write_atomically;
 use crate::error::{Error, Result};
-use crate::metrics::{MetricsLog, read_all};
+use crate::metrics::MetricsLog;
+use crate::progress;
 use crate::record::Summary;
 
 impl Trainer {
@@ -22,58 +24,54 @@ impl Trainer {
     /// checkpoint written on schedule and at the end, then the plots, the allocator's trace
     /// and the summary of the whole run (over every process that worked on it).
     pub fn run(&mut self, progress: bool) -> Result<Summary> {
-        let config_path = self.run_dir.join("config.toml");
-        write_atomically(&config_path, self.config.to_toml().as_bytes())?;
-        let mut metrics = match self.resumed_from {
-            Some(step) => MetricsLog::resume(&self.run_dir, step)?,
-            None => MetricsLog::create(&self.run_dir)?,
+        let dir = self.files.dir.clone();
+        write_atomically(&dir.join("config.toml"), self.config.to_toml().as_bytes())?;
+        let mut metrics = match self.files.resumed_from {
+            Some(step) => MetricsLog::resume(&dir, step)?,
+            None => MetricsLog::create(&dir)?,
         };
-        let bar = progress_bar(progress, self.total_steps, self.step);
+        let bar = progress::bar(progress, self.total_steps, self.state.step);
         let outcome = self.train_to_end(&mut metrics, &bar);
         bar.finish_and_clear();
-        match outcome {
+        let diverged_at = match outcome {
             Ok(None) => {
-                let started = Instant::now();
-                self.metric = self.evaluate()?;
-                self.totals.seconds += started.elapsed().as_secs_f64();
+                self.state.totals.metric = self.timed_evaluation()?;
                 self.checkpoint_unless_nonfinite()?;
-                self.write_artifacts(None)
+                None
             }
-            Ok(Some(step)) => {
-                self.write_artifacts(Some(step))?;
-                Err(Error::Diverged {
-                    step,
-                    steps: self.config.max_nonfinite_steps,
-                    run_dir: self.run_dir.clone(),
-                })
-            }
+            Ok(Some(step)) => Some(step),
             Err(err) => {
-                if let Err(also) = self.write_artifacts(None) {
+                let summary = self.summary(None);
+                let trace = self.files.trace.as_deref();
+                if let Err(also) = artifacts::write(&dir, &summary, &self.device, trace) {
                     tracing::warn!("the run's artifacts could not all be written: {also}");
                 }
-                Err(err)
+                return Err(err);
             }
+        };
+        let summary = self.summary(diverged_at);
+        artifacts::write(&dir, &summary, &self.device, self.files.trace.as_deref())?;
+        match diverged_at {
+            None => Ok(summary),
+            Some(step) => Err(Error::Diverged {
+                step,
+                steps: self.config.max_nonfinite_steps,
+                run_dir: dir,
+            }),
         }
     }
 
     /// The steps up to the last, or up to the step at which the loss has not been finite for
     /// too long (returned).
     fn train_to_end(&mut self, metrics: &mut MetricsLog, bar: &ProgressBar) -> Result<Option<u64>> {
-        while self.step < self.total_steps {
+        while self.state.step < self.total_steps {
             self.train_step()?;
-            let metric = if self.config.eval_every > 0
-                && self.step.is_multiple_of(self.config.eval_every)
-                && self.step < self.total_steps
-            {
-                let started = Instant::now();
-                let metric = self.evaluate()?;
-                self.totals.seconds += started.elapsed().as_secs_f64();
+            let step = self.state.step;
+            let every = self.config.eval_every;
+            let metric = if every > 0 && step.is_multiple_of(every) && step < self.total_steps {
+                let metric = self.timed_evaluation()?;
                 if let Some(m) = metric {
-                    tracing::info!(
-                        step = self.step,
-                        "held-out {}: {m:.4}",
-                        self.task.metric.name()
-                    );
+                    tracing::info!(step, "held-out {}: {m:.4}", self.task.metric.name());
                 }
                 metric
             } else {
@@ -84,110 +82,58 @@ impl Trainer {
             };
             record.metric = metric;
             metrics.append(&record)?;
-            bar.set_position(self.step);
-            bar.set_message(format!(
-                "loss {:.4} | {:.0} tok/s | micro {} | mem {} (peak {}) of {}",
-                record.loss,
-                record.tokens_per_s,
-                self.micro.size(),
-                headroom_alloc::format_bytes(record.in_use),
-                headroom_alloc::format_bytes(record.peak),
-                headroom_alloc::format_bytes(record.limit),
-            ));
-            if self.totals.diverged(self.config.max_nonfinite_steps) {
-                return Ok(Some(self.step));
+            progress::show(bar, &record, self.state.micro.size());
+            if self.state.totals.diverged(self.config.max_nonfinite_steps) {
+                return Ok(Some(step));
             }
-            if self.config.checkpoint.every > 0
-                && self.step.is_multiple_of(self.config.checkpoint.every)
-            {
+            let every = self.config.checkpoint.every;
+            if every > 0 && step.is_multiple_of(every) {
                 self.checkpoint_unless_nonfinite()?;
             }
         }
         Ok(None)
     }
 
+    /// The held-out metric, its time counted in the run's.
+    fn timed_evaluation(&mut self) -> Result<Option<f64>> {
+        let started = Instant::now();
+        let metric = self.evaluate()?;
+        self.state.totals.seconds += started.elapsed().as_secs_f64();
+        Ok(metric)
+    }
+
     /// Writes a checkpoint, unless the last step's loss was not finite: the weights may be
     /// garbage then, and the last checkpoint is worth more than they are.
     fn checkpoint_unless_nonfinite(&self) -> Result<()> {
-        if self.totals.nonfinite_streak > 0 {
+        if self.state.totals.nonfinite_streak > 0 {
             tracing::warn!(
-                step = self.step,
+                step = self.state.step,
                 "no checkpoint: the loss was not finite; the last one written stays"
             );
             return Ok(());
         }
         self.save_checkpoint()?;
-        self.flush_trace();
-        tracing::debug!(step = self.step, "checkpoint written");
+        artifacts::flush_trace(&self.device, self.files.trace.as_deref());
+        tracing::debug!(step = self.state.step, "checkpoint written");
         Ok(())
     }
 
-    /// The plots, the allocator's Chrome trace and the summary, in the run directory, and the
-    /// allocation trace flushed; returns the summary.
-    fn write_artifacts(&self, diverged_at: Option<u64>) -> Result<Summary> {
-        let dir = &self.run_dir;
-        self.flush_trace();
-        let summary = self.summary(diverged_at);
-        let path = dir.join("summary.json");
-        let json =
-            serde_json::to_string_pretty(&summary).map_err(|e| Error::io(&path)(e.into()))?;
-        write_atomically(&path, json.as_bytes())?;
-        let records = read_all(dir)?;
-        crate::plots::loss_curve(
-            &records,
-            &summary.metric_name,
-            summary.metric,
-            &dir.join("loss.svg"),
-        )?;
-        crate::plots::memory_timeline(&records, &summary.micro_history, &dir.join("memory.svg"))?;
-        let trace = dir.join("memory-trace.json");
-        let file = std::fs::File::create(&trace).map_err(Error::io(&trace))?;
-        self.device
-            .allocator()
-            .with(|a| match a.history() {
-                Some(history) => history.write_chrome_trace(std::io::BufWriter::new(file)),
-                None => Ok(()),
-            })
-            .map_err(Error::io(&trace))?;
-        Ok(summary)
-    }
-
-    /// Flushes the allocation trace to its file; a failure to write it is a warning, never
-    /// the end of the run.
-    fn flush_trace(&self) {
-        if let (Some(path), Err(err)) = (
-            &self.trace,
-            self.device.allocator().with(|a| a.flush_trace()),
-        ) {
-            tracing::warn!(
-                "{}: the allocation trace is incomplete: {err}",
-                path.display()
-            );
-        }
-    }
-
-    /// What the run did, over every process that worked on it.
+    /// What the run did, over every process that worked on it; `diverged_at` is the step it
+    /// stopped at because its loss stayed NaN or infinite.
     pub fn summary(&self, diverged_at: Option<u64>) -> Summary {
-        let totals = &self.totals;
+        let totals = &self.state.totals;
         let mut peak_by_tag = totals.peak_by_tag.clone();
         peak_by_tag.sort_by_key(|t| std::cmp::Reverse(t.peak));
-        let (history_dropped, history_dropped_until_s) =
-            self.device.allocator().with(|a| match a.history() {
-                Some(history) => (
-                    history.dropped(),
-                    history.dropped_until_ns().map(|ns| ns as f64 * 1e-9),
-                ),
-                None => (0, None),
-            });
+        let (history_dropped, history_dropped_until_s) = artifacts::history_dropped(&self.device);
         Summary {
             metric_name: self.task.metric.name().to_owned(),
-            metric: self.metric,
-            steps: self.step,
+            metric: totals.metric,
+            steps: self.state.step,
             samples: totals.samples,
             elapsed_s: totals.seconds,
             final_loss: totals.last_loss,
             ooms_recovered: totals.ooms,
-            micro_history: self.micro.history.clone(),
+            micro_history: self.state.micro.history.clone(),
             plan: self.plan.clone(),
             first_step_peak: totals.first_step_peak,
             peak_by_tag,
@@ -200,20 +146,4 @@ impl Trainer {
             history_dropped_until_s,
         }
     }
-}
-
-/// A progress bar over `total` steps from `done`, or a hidden one.
-fn progress_bar(shown: bool, total: u64, done: u64) -> ProgressBar {
-    let bar = if shown {
-        ProgressBar::new(total)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:28}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.set_position(done);
-    bar
 }

@@ -1,0 +1,244 @@
+//! How a run starts: its configuration validated, its data read, its directory claimed, its
+//! device opened (every allocation streamed to the run's trace), its checkpoint checked when it
+//! resumes, its micro-batch size planned, its model and optimizer built. A run that fails to
+//! start leaves its directory as it found it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use headroom_alloc::trace::TraceWriter;
+use headroom_kernels::Device;
+use headroom_nn::Optimizer;
+
+use super::{RunFiles, Trainer};
+use crate::config::{DEFAULT_MARGIN, TrainConfig};
+use crate::data::{Position, Task};
+use crate::device;
+use crate::diagnosis::Failure;
+use crate::error::{Error, Result};
+use crate::growth::GrowthCheck;
+use crate::micro::MicroBatcher;
+use crate::model::TrainModel;
+use crate::optim::{build_optimizer, schedule};
+use crate::planner::plan;
+use crate::precision::LossScaler;
+use crate::probe::Prober;
+use crate::resume;
+use crate::run_dir::{self, Start};
+use crate::state::{self, TrainerState, checkpoint_path};
+use crate::totals::Totals;
+
+impl Trainer {
+    /// A new run of `config`: validated, its data read, its micro-batch size planned (unless
+    /// the configuration fixes it), its model and optimizer built. Its run directory must not
+    /// hold a checkpoint (see [`overwrite`](Self::overwrite)).
+    pub fn new(config: TrainConfig) -> Result<Self> {
+        Self::start(config, Start::New, None)
+    }
+
+    /// The run of `config` continued from the checkpoint in its run directory (without one,
+    /// the newest run in `runs/`). The checkpoint's run must have had the same seed, model,
+    /// data, optimizer and precision; what may change is logged.
+    pub fn resume(config: TrainConfig) -> Result<Self> {
+        Self::start(config, Start::Resume, None)
+    }
+
+    /// A new run of `config` that replaces the run in its directory, checkpoint included.
+    pub fn overwrite(config: TrainConfig) -> Result<Self> {
+        Self::start(config, Start::Overwrite, None)
+    }
+
+    /// A new run of `config` on a task of the caller's (its own datasets and metric) instead
+    /// of the one `config.data` describes.
+    pub fn with_task(config: TrainConfig, task: Task) -> Result<Self> {
+        Self::start(config, Start::New, Some(task))
+    }
+
+    /// A run of `config` that starts as `start`, on `task` or the one `config.data` describes.
+    /// A run that fails to start leaves its directory as it found it (and one it made for
+    /// itself is removed).
+    pub fn start(config: TrainConfig, start: Start, task: Option<Task>) -> Result<Self> {
+        config.validate()?;
+        let task = match task {
+            Some(task) => task,
+            None => Task::from_config(&config.data, config.seed)?,
+        };
+        let total_steps = total_steps(&config, task.train.len())?;
+        let (run_dir, made) = run_dir::resolve(config.run_dir.as_deref(), start)?;
+        let built = Self::build(config, task, start, run_dir.clone(), total_steps);
+        match (&built, made) {
+            (Ok(_), true) => run_dir::point_latest(&run_dir),
+            (Err(_), true) => {
+                std::fs::remove_dir_all(&run_dir).ok();
+            }
+            _ => {}
+        }
+        built
+    }
+
+    fn build(
+        mut config: TrainConfig,
+        task: Task,
+        start: Start,
+        run_dir: PathBuf,
+        total_steps: u64,
+    ) -> Result<Self> {
+        run_dir::claim(&run_dir, start)?;
+        config.run_dir = Some(run_dir.clone());
+        let budget = device::budget(&config)?;
+        let device = device::open(&config, &budget)?;
+        let trace = stream_allocations(&config, &run_dir, &device)?;
+        let saved = match start {
+            Start::Resume => Some(resumable(&config, &run_dir, &device, &task)?),
+            _ => None,
+        };
+        let plan = match (config.batch.micro, &saved) {
+            (None, None) => Some(plan(&config, &task, &budget, device.plan_target())?),
+            _ => None,
+        };
+        let prober = Prober::new(&config, &task, budget, device.plan_target());
+        let (model, optimizer) = build_model(&config, &task, &device, saved.as_ref())
+            .or_else(|err| explain_if_out_of_memory(err, &prober))?;
+        let step_limit = plan.as_ref().map_or_else(
+            || budget.step_limit(config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
+            |p| p.step_limit,
+        );
+        if start != Start::Resume {
+            run_dir::clear_earlier_run(&run_dir, trace.as_deref())?;
+        }
+        let batch = config.batch.size;
+        let mut state = match saved {
+            Some(saved) => saved.state,
+            None => {
+                let micro = plan.as_ref().map(|p| p.micro).or(config.batch.micro);
+                TrainerState {
+                    step: 0,
+                    next: Position::default(),
+                    micro: MicroBatcher::new(
+                        micro.unwrap_or(batch),
+                        batch,
+                        config.batch.grow_after,
+                    ),
+                    scaler: LossScaler::new(&config.precision),
+                    dropout_calls: 0,
+                    predicted_peak: plan.as_ref().map(|p| p.predicted_peak),
+                    totals: Totals::default(),
+                }
+            }
+        };
+        if state.micro.max() != batch {
+            state.micro.set_max(batch);
+        }
+        state.totals.processes += 1;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("headroom-{i}"))
+            .build()
+            .map_err(|e| Error::io("the thread pool")(std::io::Error::other(e)))?;
+        Ok(Self {
+            schedule: schedule(&config.optimizer, total_steps),
+            files: RunFiles {
+                dir: run_dir,
+                resumed_from: (start == Start::Resume).then_some(state.step),
+                trace,
+            },
+            state,
+            loader: None,
+            growth: GrowthCheck::new(prober, step_limit),
+            pool: Arc::new(pool),
+            last: None,
+            config,
+            budget,
+            device,
+            task,
+            model,
+            optimizer,
+            total_steps,
+            plan,
+        })
+    }
+}
+
+/// Streams the device's allocations to the next trace file of `dir`, when the configuration
+/// asks for it; returns that file.
+fn stream_allocations(
+    config: &TrainConfig,
+    dir: &Path,
+    device: &Device,
+) -> Result<Option<PathBuf>> {
+    if !config.memory.trace {
+        return Ok(None);
+    }
+    let path = run_dir::next_trace(dir)?;
+    let file = std::fs::File::create(&path).map_err(Error::io(&path))?;
+    device
+        .allocator()
+        .with(|a| a.stream_trace(Some(TraceWriter::new(file))));
+    Ok(Some(path))
+}
+
+/// The checkpoint in `dir`, read and checked: its state, and its run's configuration against
+/// `config` (what changed is logged; what may not change is an error).
+fn resumable(
+    config: &TrainConfig,
+    dir: &Path,
+    device: &Device,
+    task: &Task,
+) -> Result<state::Saved> {
+    let path = checkpoint_path(dir);
+    let saved = state::load(&path, device, task.train.len())?;
+    match &saved.config {
+        Some(before) => {
+            for change in resume::changes(before, config)? {
+                tracing::info!("resuming with a change: {change}");
+            }
+        }
+        None => tracing::warn!(
+            "{} holds no configuration: the resumed run's settings cannot be checked against it",
+            path.display()
+        ),
+    }
+    tracing::info!(step = saved.state.step, "resumed from {}", path.display());
+    Ok(saved)
+}
+
+/// The model and its optimizer on `device`, restored from `saved` when resuming.
+fn build_model(
+    config: &TrainConfig,
+    task: &Task,
+    device: &Device,
+    saved: Option<&state::Saved>,
+) -> Result<(TrainModel, Box<dyn Optimizer>)> {
+    let mut model = TrainModel::build(&config.model, task.train.shape(), device, config.seed)?;
+    let mut optimizer = build_optimizer(&config.optimizer, model.module())?;
+    if let Some(saved) = saved {
+        saved.restore(&mut model, &mut *optimizer)?;
+    }
+    Ok((model, optimizer))
+}
+
+/// An out-of-memory while building the model is the limit being too small for the training
+/// state: the planner's diagnosis, instead of the allocator's report alone.
+fn explain_if_out_of_memory<T>(err: Error, prober: &Prober) -> Result<T> {
+    match err.oom_report() {
+        Some(report) => Err(Error::DoesNotFit {
+            diagnosis: prober.explain(report, Failure::TrainingState)?,
+            report: Box::new(report.clone()),
+        }),
+        None => Err(err),
+    }
+}
+
+/// The steps `config` asks for, over a training set of `samples`.
+fn total_steps(config: &TrainConfig, samples: usize) -> Result<u64> {
+    let batches_per_epoch = samples.div_ceil(config.batch.size.max(1)) as u64;
+    match (config.steps, config.epochs) {
+        (Some(steps), _) => Ok(steps),
+        (None, Some(epochs)) => epochs.checked_mul(batches_per_epoch).ok_or_else(|| {
+            Error::config(format!(
+                "epochs: {epochs} epochs of {batches_per_epoch} batches are more steps than a \
+                 run can count"
+            ))
+        }),
+        (None, None) => Ok(crate::config::DEFAULT_STEPS),
+    }
+}
