@@ -34,6 +34,7 @@ fn main() -> headroom_nn::Result<()> {
         heads: 4,
         layers: 2,
         dropout: 0.0,
+        tie_embeddings: false,
     };
     let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 0), config)?;
     let mut adamw = AdamW::new(&gpt, AdamWConfig::default())?;

@@ -42,6 +42,7 @@ const CONFIG: GptConfig = GptConfig {
     heads: 2,
     layers: 2,
     dropout: 0.1,
+    tie_embeddings: false,
 };
 
 /// One training step on the copy task; returns the loss.

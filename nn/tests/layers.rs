@@ -242,6 +242,7 @@ fn a_tiny_gpt_passes_a_gradient_check_over_every_parameter() {
         heads: 2,
         layers: 1,
         dropout: 0.0,
+        tie_embeddings: false,
     };
     let gpt = Gpt::new(&mut Initializer::new(&device, DType::F64, seed()), config).unwrap();
     let ids = Tensor::from_host(&device, [2, 3], &[1u32, 4, 0, 3, 3, 2]).unwrap();
@@ -262,6 +263,29 @@ fn a_tiny_gpt_passes_a_gradient_check_over_every_parameter() {
 }
 
 #[test]
+fn a_tied_head_is_the_token_embedding_with_gradients_from_both_uses() {
+    let device = device();
+    let config = GptConfig {
+        vocab: 5,
+        context: 4,
+        width: 4,
+        heads: 2,
+        layers: 1,
+        dropout: 0.0,
+        tie_embeddings: true,
+    };
+    let gpt = Gpt::new(&mut Initializer::new(&device, DType::F64, seed()), config).unwrap();
+    let names: Vec<String> = gpt.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert!(!names.contains(&"head.weight".to_owned()), "{names:?}");
+    let ids = Tensor::from_host(&device, [2, 3], &[1u32, 4, 0, 3, 3, 2]).unwrap();
+    // The logits are the final hidden state times the embedding, transposed.
+    let logits = gpt.forward(&ids).unwrap();
+    assert_eq!(logits.dims(), [2, 3, 5]);
+    // Finite differences of the one shared weight see both of its uses.
+    check_layer("tied gpt", &gpt, &ids, 1e-5);
+}
+
+#[test]
 fn the_same_seed_gives_the_same_weights_and_another_seed_others() {
     let device = device();
     let config = GptConfig {
@@ -271,6 +295,7 @@ fn the_same_seed_gives_the_same_weights_and_another_seed_others() {
         heads: 2,
         layers: 2,
         dropout: 0.1,
+        tie_embeddings: false,
     };
     let weights = |seed| {
         let gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, seed), config).unwrap();
@@ -307,6 +332,7 @@ fn bad_configurations_are_typed_errors() {
         heads: 2,
         layers: 2,
         dropout: 0.0,
+        tie_embeddings: false,
     };
     for (bad, mention) in [
         (GptConfig { heads: 3, ..good }, "heads"),

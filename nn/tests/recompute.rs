@@ -51,6 +51,7 @@ fn recomputed_blocks_give_the_same_step_bit_for_bit_with_dropout_and_keep_less()
         heads: 4,
         layers: 3,
         dropout: 0.1,
+        tie_embeddings: false,
     };
     let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 5), config).unwrap();
     let ids: Vec<u32> = (0..4 * 16).map(|i| (i * 7 % 11) as u32).collect();

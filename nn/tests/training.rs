@@ -85,6 +85,7 @@ fn a_small_gpt_learns_to_copy_and_its_loss_falls_below_a_tenth() {
         heads: 4,
         layers: 2,
         dropout: 0.0,
+        tie_embeddings: false,
     };
     let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, s), config).unwrap();
     let mut adamw = AdamW::new(

@@ -31,15 +31,7 @@ impl TrainModel {
         let mut init = Initializer::new(device, DType::F32, seed);
         match (config.kind, shape) {
             (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
-                let gpt = GptConfig {
-                    vocab,
-                    context: len,
-                    width: config.width,
-                    heads: config.heads,
-                    layers: config.layers,
-                    dropout: config.dropout,
-                };
-                let mut gpt = Gpt::new(&mut init, gpt)?;
+                let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
                 gpt.set_recompute(config.recompute);
                 Ok(Self::Gpt(Box::new(gpt)))
             }
@@ -52,6 +44,20 @@ impl TrainModel {
             (kind, shape) => Err(Error::config(format!(
                 "model.kind: a {kind:?} model cannot read data of shape {shape:?}"
             ))),
+        }
+    }
+
+    /// The same with no weights: its shape, checked against the data's.
+    ///
+    /// A GPT reads the data's vocabulary; an explicit `model.vocab` must equal it. Its
+    /// positions are `model.context` (or the preset's, or the data's sample length), at least
+    /// the data's sample length.
+    pub fn check(config: &ModelConfig, shape: DataShape) -> Result<()> {
+        match (config.kind, shape) {
+            (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
+                gpt_shape(config, vocab, len).map(drop)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -94,4 +100,29 @@ impl TrainModel {
             Self::Mlp(_) => None,
         }
     }
+}
+
+/// The shape of the GPT `config` describes for token data of `vocab` tokens in samples of
+/// `len`.
+fn gpt_shape(config: &ModelConfig, vocab: usize, len: usize) -> Result<GptConfig> {
+    if let Some(explicit) = config.vocab.filter(|&v| v != vocab) {
+        return Err(Error::config(format!(
+            "model.vocab: {explicit} tokens, where the data has a vocabulary of {vocab}"
+        )));
+    }
+    let context = config.window(len);
+    if context < len {
+        return Err(Error::config(format!(
+            "model.context: {context} positions cannot read the data's samples of {len} tokens"
+        )));
+    }
+    Ok(GptConfig {
+        vocab,
+        context,
+        width: config.width,
+        heads: config.heads,
+        layers: config.layers,
+        dropout: config.dropout,
+        tie_embeddings: config.tie_embeddings,
+    })
 }

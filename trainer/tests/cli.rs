@@ -352,3 +352,27 @@ fn a_recovered_oom_is_logged_with_its_verdict_request_and_largest_free_block() {
         "{stderr}"
     );
 }
+
+#[test]
+fn gpt2_small_plans_on_uniform_tokens_without_a_corpus() {
+    let output = headroom(&[
+        "plan",
+        "--preset",
+        "gpt2",
+        "--data",
+        "uniform-tokens",
+        "--batch-size",
+        "4",
+        "--device-memory",
+        "16GiB",
+        "--memory-limit",
+        "6GiB",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("chosen: micro-batches of"), "{stdout}");
+}

@@ -136,3 +136,36 @@ fn the_old_name_of_the_device_capacity_still_reads() {
     assert!(err.contains("old name of memory.capacity"), "{err}");
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn a_preset_sets_the_shape_and_the_file_and_flags_win_over_it() {
+    use headroom_trainer::config::Preset;
+    let file = TrainConfig::from_toml_over("[model]\npreset = \"gpt2-medium\"\nlayers = 2\n", None)
+        .unwrap();
+    let m = &file.model;
+    assert_eq!(
+        (m.width, m.heads, m.layers, m.tie_embeddings),
+        (1024, 16, 2, true)
+    );
+    // A preset given from outside goes under the file.
+    let under = TrainConfig::from_toml_over("[model]\nwidth = 96\n", Some(Preset::Gpt2)).unwrap();
+    let m = &under.model;
+    assert_eq!((m.width, m.heads, m.layers), (96, 12, 12));
+    assert_eq!(m.preset, Some(Preset::Gpt2));
+    // The flags over both.
+    let flags = Overrides {
+        preset: Some(Preset::Gpt2Xl),
+        context: Some(128),
+        ..Overrides::default()
+    };
+    let config = flags.configure(None).unwrap();
+    let m = &config.model;
+    assert_eq!(
+        (m.width, m.heads, m.layers, m.context),
+        (1600, 25, 48, Some(128))
+    );
+    assert_eq!(Preset::Gpt2Large.shape().layers, 36);
+    // Written out and read back, a preset's run keeps its shape.
+    let back = TrainConfig::from_toml_over(&config.to_toml(), None).unwrap();
+    assert_eq!(back, config);
+}

@@ -182,3 +182,45 @@ fn a_limit_below_the_training_state_gets_the_diagnosis_with_a_fixed_micro_batch_
         "an overwrite that could not start destroyed nothing"
     );
 }
+
+#[test]
+fn the_data_fixes_the_vocabulary_and_a_preset_context_holds_its_samples() {
+    use headroom_trainer::config::{DataKind, ModelConfig, Preset};
+    let dir = TempDir::new("plan-vocab");
+    let mut config = small_config(&dir);
+    config.model = ModelConfig {
+        width: 16,
+        heads: 2,
+        layers: 1,
+        tie_embeddings: true,
+        ..ModelConfig::preset(Preset::Gpt2)
+    };
+    // Addition's 13 tokens win over GPT-2's vocabulary; its samples fit GPT-2's 1024 positions.
+    let trainer = Trainer::new(config.clone()).unwrap();
+    let headroom_trainer::TrainModel::Gpt(gpt) = trainer.model() else {
+        panic!("a GPT")
+    };
+    assert_eq!((gpt.config().vocab, gpt.config().context), (13, 1024));
+    assert!(gpt.head.is_none(), "the preset ties the head");
+    drop(trainer);
+    let mut explicit = config.clone();
+    explicit.model.vocab = Some(50257);
+    let err = Trainer::new(explicit).err().unwrap().to_string();
+    assert!(
+        err.contains("model.vocab: 50257") && err.contains("13"),
+        "{err}"
+    );
+    let mut short = config.clone();
+    short.model.context = Some(4);
+    let err = Trainer::new(short).err().unwrap().to_string();
+    assert!(err.contains("model.context: 4"), "{err}");
+    // Uniform tokens take the model's vocabulary and context.
+    let mut uniform = config;
+    uniform.data.kind = DataKind::UniformTokens;
+    uniform.model.context = Some(32);
+    let trainer = Trainer::new(uniform).unwrap();
+    let headroom_trainer::TrainModel::Gpt(gpt) = trainer.model() else {
+        panic!("a GPT")
+    };
+    assert_eq!((gpt.config().vocab, gpt.config().context), (50257, 32));
+}

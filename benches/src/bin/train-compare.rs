@@ -65,6 +65,7 @@ fn gpt_case_with(device: &Device, recompute: bool) -> headroom_nn::Result<Case> 
         heads: 4,
         layers: 4,
         dropout: 0.0,
+        tie_embeddings: false,
     };
     let mut model = Gpt::new(&mut Initializer::new(device, DType::F32, 1), config)?;
     model.set_recompute(recompute);

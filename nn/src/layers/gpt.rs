@@ -27,6 +27,9 @@ pub struct GptConfig {
     pub layers: usize,
     /// Dropout on embeddings, attention weights and residual branches.
     pub dropout: f64,
+    /// The head shares the token embedding's weight (GPT-2 ties them): one parameter,
+    /// `tok_emb.weight`, with gradients from both uses, and no `head.weight`.
+    pub tie_embeddings: bool,
 }
 
 impl GptConfig {
@@ -70,14 +73,16 @@ impl GptConfig {
 /// A decoder-only transformer. `forward` maps token ids (`[B, T]`, U32, `T <= context`) to
 /// logits (`[B, T, vocab]`). Parameters: `tok_emb.weight`, `pos_emb.weight`,
 /// `blocks.{i}.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias}`, `ln_f.{weight,bias}`,
-/// `head.weight`.
+/// and `head.weight` unless the head is tied to the token embedding.
 ///
 /// ```
 /// use headroom_nn::{Gpt, GptConfig, Initializer, Module};
 /// use headroom_autograd::Tensor;
 /// use headroom_kernels::{Device, DeviceConfig, DType};
 /// let cpu = Device::cpu(DeviceConfig::new(64 << 20))?;
-/// let config = GptConfig { vocab: 16, context: 8, width: 32, heads: 4, layers: 2, dropout: 0.0 };
+/// let config = GptConfig {
+///     vocab: 16, context: 8, width: 32, heads: 4, layers: 2, dropout: 0.0, tie_embeddings: false,
+/// };
 /// let gpt = Gpt::new(&mut Initializer::new(&cpu, DType::F32, 1), config)?;
 /// let ids = Tensor::from_host(&cpu, [2, 5], &[1u32, 2, 3, 4, 5, 6, 7, 8, 9, 10])?;
 /// assert_eq!(gpt.forward(&ids)?.dims(), [2, 5, 16]);
@@ -94,8 +99,8 @@ pub struct Gpt {
     pub blocks: Vec<Block>,
     /// The final normalization.
     pub ln_f: LayerNorm,
-    /// `width -> vocab`, no bias.
-    pub head: Linear,
+    /// `width -> vocab`, no bias; none when tied to `tok_emb` (whose weight has its shape).
+    pub head: Option<Linear>,
     dropout: Dropout,
     counter: DropoutCounter,
     recompute: bool,
@@ -116,7 +121,17 @@ impl Gpt {
             .collect::<Result<Vec<_>>>()?;
         let ln_f = LayerNorm::new(init, c)?;
         let zero = Init::Constant(0.0);
-        let head = Linear::with_init(init, c, config.vocab, false, Init::Normal(0.02), zero)?;
+        let head = match config.tie_embeddings {
+            true => None,
+            false => Some(Linear::with_init(
+                init,
+                c,
+                config.vocab,
+                false,
+                Init::Normal(0.02),
+                zero,
+            )?),
+        };
         let dropout = Dropout::new(config.dropout, init.next_seed(), counter.clone())?;
         Ok(Self {
             config,
@@ -182,7 +197,10 @@ impl Module for Gpt {
         }
         let h = self.ln_f.forward(&x)?.for_matmul()?;
         drop(x);
-        self.head.forward(&h)
+        match &self.head {
+            Some(head) => head.forward(&h),
+            None => Ok(h.linear(&self.tok_emb.weight, None)?),
+        }
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
@@ -192,7 +210,9 @@ impl Module for Gpt {
             visit_child(block, &format!("blocks.{i}"), f);
         }
         visit_child(&self.ln_f, "ln_f", f);
-        visit_child(&self.head, "head", f);
+        if let Some(head) = &self.head {
+            visit_child(head, "head", f);
+        }
     }
 
     fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
@@ -202,7 +222,10 @@ impl Module for Gpt {
             visit_child_mut(block, &format!("blocks.{i}"), f)?;
         }
         visit_child_mut(&mut self.ln_f, "ln_f", f)?;
-        visit_child_mut(&mut self.head, "head", f)
+        match &mut self.head {
+            Some(head) => visit_child_mut(head, "head", f),
+            None => Ok(()),
+        }
     }
 
     fn set_training(&mut self, training: bool) {

@@ -73,11 +73,7 @@ struct TrainArgs {
 
 impl RunArgs {
     fn config(&self) -> Result<TrainConfig> {
-        let mut config = match &self.config {
-            Some(path) => TrainConfig::from_toml_file(path)?,
-            None => TrainConfig::default(),
-        };
-        self.overrides.apply(&mut config);
+        let config = self.overrides.configure(self.config.as_deref())?;
         config.validate()?;
         Ok(config)
     }
@@ -123,7 +119,7 @@ fn train(args: &TrainArgs) -> Result<()> {
 fn plan_only(args: &RunArgs) -> Result<()> {
     let config = args.config()?;
     let budget = device::budget(&config)?;
-    let task = Task::from_config(&config.data, config.seed)?;
+    let task = Task::from_config(&config.data, &config.model, config.seed)?;
     let target = device::plan_target(&config, &budget)?;
     let chosen = plan(&config, &task, &budget, target)?;
     say(&chosen)?;

@@ -2,6 +2,7 @@
 //! anything is built.
 
 mod overrides;
+mod preset;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use overrides::Overrides;
+pub use preset::{GPT2_VOCAB, Preset, PresetShape};
 
 /// Steps of a run that names neither steps nor epochs.
 pub const DEFAULT_STEPS: u64 = 1500;
@@ -78,13 +80,24 @@ impl Default for TrainConfig {
     }
 }
 
-/// Which model, and its sizes. The vocabulary, context, input width and classes come from the
-/// data.
+/// Which model, and its sizes. An MLP's input width and classes come from the data; so does a
+/// GPT's vocabulary where the data fixes one (addition, characters).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
     /// `gpt` or `mlp`.
     pub kind: ModelKind,
+    /// GPT: a published shape ([`Preset`]); the fields a file or a flag sets win over it.
+    pub preset: Option<Preset>,
+    /// GPT: the tokens it reads and predicts. Unset: the data's vocabulary, or the preset's
+    /// for data without one of its own (uniform tokens); set, it must equal the data's.
+    pub vocab: Option<usize>,
+    /// GPT: the positions it reads, the window length of token data. Unset: the preset's, or
+    /// the data's own (`data.context` for text, a problem's length for addition).
+    pub context: Option<usize>,
+    /// GPT: the head shares the token embedding's weight (GPT-2's tied head), one parameter
+    /// with gradients from both uses.
+    pub tie_embeddings: bool,
     /// GPT: features per position.
     pub width: usize,
     /// GPT: attention heads.
@@ -106,6 +119,10 @@ impl Default for ModelConfig {
     fn default() -> Self {
         Self {
             kind: ModelKind::Gpt,
+            preset: None,
+            vocab: None,
+            context: None,
+            tie_embeddings: false,
             width: 128,
             heads: 4,
             layers: 2,
@@ -113,6 +130,35 @@ impl Default for ModelConfig {
             recompute: false,
             hidden: vec![256, 256],
         }
+    }
+}
+
+impl ModelConfig {
+    /// The GPT `preset` names: its layers, width and heads, and a tied head (its vocabulary and
+    /// context apply where the data and the configuration set none).
+    pub fn preset(preset: Preset) -> Self {
+        let shape = preset.shape();
+        Self {
+            kind: ModelKind::Gpt,
+            preset: Some(preset),
+            tie_embeddings: true,
+            width: shape.width,
+            heads: shape.heads,
+            layers: shape.layers,
+            ..Self::default()
+        }
+    }
+
+    /// The window of token data: `context`, or the preset's, or `data_default`.
+    pub fn window(&self, data_default: usize) -> usize {
+        self.context
+            .or(self.preset.map(|p| p.shape().context))
+            .unwrap_or(data_default)
+    }
+
+    /// The vocabulary for data without one of its own: `vocab`, or the preset's.
+    pub fn own_vocab(&self) -> Option<usize> {
+        self.vocab.or(self.preset.map(|p| p.shape().vocab))
     }
 }
 
@@ -188,6 +234,9 @@ pub enum DataKind {
     Idx,
     /// A CSV file of features with the class in the last column (MLP).
     Csv,
+    /// Uniform random tokens of the model's vocabulary, seeded, in windows of its context
+    /// (GPT): any shape can be planned and measured without a corpus.
+    UniformTokens,
 }
 
 /// The effective batch and how it is split.
@@ -382,12 +431,22 @@ impl Default for CheckpointConfig {
 }
 
 impl TrainConfig {
-    /// Reads a TOML file; every setting it leaves out keeps its default.
+    /// Reads a TOML file; every setting it leaves out keeps its default, or its preset's.
     pub fn from_toml_file(path: &std::path::Path) -> crate::Result<Self> {
+        Self::from_toml_file_over(path, None)
+    }
+
+    /// Reads a TOML file over `preset` (or the file's own `model.preset`): what the file sets
+    /// wins over the preset, which wins over the defaults.
+    pub fn from_toml_file_over(
+        path: &std::path::Path,
+        preset: Option<Preset>,
+    ) -> crate::Result<Self> {
         let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
-        let mut config: Self = toml::from_str(&text).map_err(|err| crate::Error::Config {
-            problems: vec![format!("{}: {err}", path.display())],
-        })?;
+        let mut config =
+            Self::from_toml_over(&text, preset).map_err(|err| crate::Error::Config {
+                problems: vec![format!("{}: {err}", path.display())],
+            })?;
         if let Some(old) = &config.memory.device {
             tracing::warn!(
                 "{}: memory.device is now called memory.capacity; the old name will go",
@@ -402,8 +461,49 @@ impl TrainConfig {
         Ok(config)
     }
 
+    /// The defaults, with the model `preset` names when one is given.
+    pub fn over(preset: Option<Preset>) -> Self {
+        let mut config = Self::default();
+        if let Some(preset) = preset {
+            config.model = ModelConfig::preset(preset);
+        }
+        config
+    }
+
+    /// Parses TOML `text` over `preset` (or the text's own `model.preset`): each field it
+    /// writes wins over the preset's, which wins over the default.
+    pub fn from_toml_over(text: &str, preset: Option<Preset>) -> Result<Self, String> {
+        let written: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        let named = written
+            .get("model")
+            .and_then(|m| m.get("preset"))
+            .and_then(|p| p.as_str())
+            .and_then(|p| Preset::deserialize(toml::Value::String(p.to_owned())).ok());
+        let Some(preset) = preset.or(named) else {
+            return toml::from_str(text).map_err(|e| e.to_string());
+        };
+        let mut merged =
+            toml::Table::try_from(Self::over(Some(preset))).map_err(|e| e.to_string())?;
+        merge(&mut merged, written);
+        merged
+            .try_into()
+            .map_err(|e: toml::de::Error| e.to_string())
+    }
+
     /// The configuration as TOML (written into the run directory).
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|err| format!("# not representable: {err}\n"))
+    }
+}
+
+/// Writes every key of `over` into `base`, tables key by key.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(value)) => merge(inner, value),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
     }
 }

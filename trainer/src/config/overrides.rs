@@ -4,11 +4,19 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{DataKind, ModelKind, PrecisionKind, TrainConfig};
+use super::{DataKind, ModelKind, PrecisionKind, Preset, TrainConfig};
 
-/// Flags that override the configuration (file or defaults), setting by setting.
+/// Flags that override the configuration (file or defaults), setting by setting; `--preset`
+/// goes under the file instead (preset < file < flag), through [`Overrides::configure`].
 #[derive(Debug, Clone, Default, Args)]
 pub struct Overrides {
+    /// A GPT-2 shape: gpt2, gpt2-medium, gpt2-large or gpt2-xl (what the file and the other
+    /// flags set wins over it).
+    #[arg(long, value_parser = parse_preset)]
+    pub preset: Option<Preset>,
+    /// GPT: positions, the window length of token data.
+    #[arg(long)]
+    pub context: Option<usize>,
     /// Optimizer steps to run.
     #[arg(long)]
     pub steps: Option<u64>,
@@ -60,7 +68,7 @@ pub struct Overrides {
     /// The model: gpt or mlp.
     #[arg(long, value_parser = parse_model)]
     pub model: Option<ModelKind>,
-    /// The data: addition, text, idx or csv.
+    /// The data: addition, text, uniform-tokens, idx or csv.
     #[arg(long, value_parser = parse_data)]
     pub data: Option<DataKind>,
     /// The data file (text or csv).
@@ -91,9 +99,27 @@ fn parse_data(text: &str) -> Result<DataKind, String> {
     parse_kebab(text)
 }
 
+fn parse_preset(text: &str) -> Result<Preset, String> {
+    parse_kebab(text)
+}
+
 impl Overrides {
-    /// Applies every flag given to `config`.
+    /// The configuration of `file` (or the defaults) over `--preset`, with every other flag
+    /// applied over it.
+    pub fn configure(&self, file: Option<&std::path::Path>) -> crate::Result<TrainConfig> {
+        let mut config = match file {
+            Some(path) => TrainConfig::from_toml_file_over(path, self.preset)?,
+            None => TrainConfig::over(self.preset),
+        };
+        self.apply(&mut config);
+        Ok(config)
+    }
+
+    /// Applies every flag given to `config`, but `--preset` (see [`configure`](Self::configure)).
     pub fn apply(&self, config: &mut TrainConfig) {
+        if self.context.is_some() {
+            config.model.context = self.context;
+        }
         if let Some(steps) = self.steps {
             config.steps = Some(steps);
             config.epochs = None;

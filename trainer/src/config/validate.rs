@@ -30,22 +30,28 @@ impl TrainConfig {
         let m = &self.model;
         match m.kind {
             ModelKind::Gpt => {
-                // The vocabulary and context come from the data, read later: stand-ins here.
+                // The data, read later, may fix the vocabulary and the context: stand-ins for
+                // what is not set here.
                 let shape = headroom_nn::GptConfig {
-                    vocab: 1,
-                    context: 1,
+                    vocab: m.vocab.unwrap_or(1),
+                    context: m.context.unwrap_or(1),
                     width: m.width,
                     heads: m.heads,
                     layers: m.layers,
                     dropout: m.dropout,
+                    tie_embeddings: m.tie_embeddings,
                 };
                 for (field, detail) in shape.problems() {
                     check(false, format!("model.{field}: {detail}"));
                 }
                 check(
-                    matches!(self.data.kind, DataKind::Addition | DataKind::Text),
+                    matches!(
+                        self.data.kind,
+                        DataKind::Addition | DataKind::Text | DataKind::UniformTokens
+                    ),
                     format!(
-                        "data.kind: a GPT reads token sequences (addition or text), not {:?}",
+                        "data.kind: a GPT reads token sequences (addition, text or uniform \
+                         tokens), not {:?}",
                         self.data.kind
                     ),
                 );
@@ -80,9 +86,22 @@ impl TrainConfig {
             ),
             DataKind::Text => {
                 check(d.path.is_some(), "data.path: the text file to read".into());
+                let window = self.model.window(d.context);
                 check(
-                    d.context >= 2,
-                    format!("data.context: {} characters per sample", d.context),
+                    window >= 2,
+                    format!("model.context: {window} characters per sample"),
+                );
+            }
+            DataKind::UniformTokens => {
+                check(
+                    d.train_size > 0,
+                    "data.train_size: 0 windows of uniform tokens".into(),
+                );
+                check(
+                    self.model.own_vocab().is_some_and(|v| v > 0),
+                    "data.kind: uniform tokens are drawn from the model's vocabulary: set \
+                     model.vocab or model.preset"
+                        .into(),
                 );
             }
             DataKind::Csv => check(d.path.is_some(), "data.path: the CSV file to read".into()),

@@ -6,6 +6,7 @@ mod csv;
 mod idx;
 mod loader;
 mod text;
+mod uniform;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use headroom_autograd::Tensor;
 use headroom_kernels::Device;
 
-use crate::config::{DataConfig, DataKind};
+use crate::config::{DataConfig, DataKind, ModelConfig};
 use crate::error::{Error, Result};
 
 pub use addition::Addition;
@@ -21,6 +22,7 @@ pub use csv::read_csv;
 pub use idx::read_idx;
 pub use loader::{Loader, Position};
 pub use text::CharText;
+pub use uniform::UniformTokens;
 
 /// The target value of positions that are not scored (prompt tokens, padding).
 pub const IGNORE: u32 = u32::MAX;
@@ -114,8 +116,9 @@ pub struct Task {
 }
 
 impl Task {
-    /// The task a configuration describes, its files read and checked.
-    pub fn from_config(config: &DataConfig, seed: u64) -> Result<Self> {
+    /// The task a configuration describes, its files read and checked; token windows take
+    /// their length (and uniform tokens their vocabulary) from the `model`.
+    pub fn from_config(config: &DataConfig, model: &ModelConfig, seed: u64) -> Result<Self> {
         let need = |path: &Option<std::path::PathBuf>, what: &str| -> Result<std::path::PathBuf> {
             path.clone()
                 .ok_or_else(|| Error::config(format!("data.{what}: no file given")))
@@ -132,10 +135,26 @@ impl Task {
             }
             DataKind::Text => {
                 let path = need(&config.path, "path")?;
-                let (train, eval) = CharText::read(&path, config.context)?;
+                let (train, eval) = CharText::read(&path, model.window(config.context))?;
                 Ok(Self {
                     train: Arc::new(train),
                     eval: Arc::new(eval),
+                    metric: Metric::Loss,
+                })
+            }
+            DataKind::UniformTokens => {
+                let vocab = model.own_vocab().ok_or_else(|| {
+                    Error::config(
+                        "data.kind: uniform tokens are drawn from the model's vocabulary: set \
+                         model.vocab or model.preset",
+                    )
+                })?;
+                let window = model.window(config.context);
+                let draw =
+                    |count, held_out| UniformTokens::new(vocab, window, count, seed, held_out);
+                Ok(Self {
+                    train: Arc::new(draw(config.train_size, false)),
+                    eval: Arc::new(draw(config.eval_size, true)),
                     metric: Metric::Loss,
                 })
             }

@@ -12,7 +12,7 @@ use headroom_nn::Optimizer;
 
 use super::{RunFiles, Trainer};
 use crate::config::{DEFAULT_MARGIN, TrainConfig};
-use crate::data::{Position, Task};
+use crate::data::{DataShape, Position, Task};
 use crate::device;
 use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
@@ -61,8 +61,19 @@ impl Trainer {
         config.validate()?;
         let task = match task {
             Some(task) => task,
-            None => Task::from_config(&config.data, config.seed)?,
+            None => Task::from_config(&config.data, &config.model, config.seed)?,
         };
+        TrainModel::check(&config.model, task.train.shape())?;
+        if let (Some(preset), None, DataShape::Tokens { vocab, .. }) =
+            (config.model.preset, config.model.vocab, task.train.shape())
+            && vocab != preset.shape().vocab
+        {
+            tracing::info!(
+                "the data's vocabulary of {vocab} tokens replaces {}'s {}",
+                preset.name(),
+                preset.shape().vocab
+            );
+        }
         let total_steps = total_steps(&config, task.train.len())?;
         let (run_dir, made) = run_dir::resolve(config.run_dir.as_deref(), start)?;
         let built = Self::build(config, task, start, run_dir.clone(), total_steps);
