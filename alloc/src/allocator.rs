@@ -300,7 +300,7 @@ impl Allocator {
         if rest.next != NONE {
             self.chunks[rest.next].prev = rest_id;
         } else {
-            self.retail(id, rest_id);
+            self.replace_growable_tail(id, rest_id);
         }
         let chunk = &mut self.chunks[id];
         chunk.size = size;
@@ -396,10 +396,10 @@ impl Allocator {
         }
     }
 
-    /// Records that the last chunk of a region changed from `old` to `new`, if that region is
-    /// the growable one.
+    /// Records that the last chunk of a region changed from `old` to `new`: when `old` was the
+    /// growable region's last chunk, `new` is now.
     #[inline]
-    pub(crate) fn retail(&mut self, old: ChunkId, new: ChunkId) {
+    pub(crate) fn replace_growable_tail(&mut self, old: ChunkId, new: ChunkId) {
         if let Some(growable) = &mut self.growable
             && growable.tail == old
         {
@@ -428,7 +428,7 @@ impl Allocator {
         if upper.next != NONE {
             self.chunks[upper.next].prev = lower;
         } else {
-            self.retail(upper_id, lower);
+            self.replace_growable_tail(upper_id, lower);
         }
         self.by_addr.remove(upper.addr);
         self.chunks.remove(upper_id);

@@ -139,7 +139,7 @@ impl Allocator {
             self.chunks[tail].next = id;
             self.by_addr.insert(base + size, id);
             self.bins.insert(self.key(id));
-            self.retail(tail, id);
+            self.replace_growable_tail(tail, id);
         } else {
             let old = self.key(tail);
             self.chunks[tail].size += extra;
@@ -287,7 +287,7 @@ impl Allocator {
             self.by_addr.remove(tail_chunk.addr);
             self.chunks.remove(tail);
             self.chunks[tail_chunk.prev].next = NONE;
-            self.retail(tail, tail_chunk.prev);
+            self.replace_growable_tail(tail, tail_chunk.prev);
         } else {
             self.chunks[tail].size -= cut;
             self.bins.replace(old, self.key(tail));
