@@ -3,10 +3,11 @@
 use std::collections::BTreeMap;
 
 use crate::address_map::AddressMap;
-use crate::bins::{Bins, FreeKey};
+use crate::bins::Bins;
 use crate::chunk::{Chunk, ChunkArena, ChunkId, NONE};
 use crate::config::{AllocatorConfig, FIRST_REGION, Growth};
 use crate::error::{Error, InvalidFreeReason, Result};
+use crate::free_set::FreeKey;
 use crate::growth::GrowFailure;
 use crate::history::{Event, EventKind, History};
 use crate::report::OomCause;

@@ -1,10 +1,10 @@
 //! Reserving regions from the source and giving free ones back.
 
 use crate::allocator::{Allocator, Growable};
-use crate::bins::FreeKey;
 use crate::chunk::{Chunk, NONE};
 use crate::config::{EXPANSION_STEP, Growth};
 use crate::error::{Error, Result};
+use crate::free_set::FreeKey;
 use crate::history::EventKind;
 use crate::report::OomCause;
 use crate::size::GRANULE;

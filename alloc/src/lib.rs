@@ -14,6 +14,7 @@ mod growth;
 mod history;
 mod inspect;
 pub mod model;
+mod parse_size;
 mod report;
 mod shared;
 mod size;
@@ -21,6 +22,7 @@ mod snapshot;
 mod source;
 mod stats;
 mod tag;
+mod tag_naming;
 pub mod trace;
 mod validate;
 
@@ -32,9 +34,10 @@ pub use config::{
 };
 pub use error::{Error, InvalidFreeReason, Result};
 pub use history::{Event, EventKind, History};
+pub use parse_size::parse_size;
 pub use report::{OomCause, OomReport, RegionOccupancy, Verdict};
 pub use shared::{Block, SharedAllocator};
-pub use size::{GRANULE, format_bytes, parse_size, round_size};
+pub use size::{GRANULE, format_bytes, round_size};
 pub use snapshot::{BinRow, ChunkSnapshot, MemorySnapshot, RegionSnapshot};
 pub use source::{FaultInjecting, HostMemory, MemorySource, SourceError, VirtualMemory};
 pub use stats::{Stats, TagUsage, fragmentation};

@@ -1,9 +1,10 @@
 //! The invariant walker: every rule the allocator relies on, checked from scratch.
 
 use crate::allocator::Allocator;
-use crate::bins::{BIN_COUNT, FreeKey, bin_index};
+use crate::bins::{BIN_COUNT, bin_index};
 use crate::chunk::NONE;
 use crate::error::{Error, Result};
+use crate::free_set::FreeKey;
 use crate::size::{GRANULE, round_size};
 
 impl Allocator {
