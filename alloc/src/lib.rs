@@ -1,6 +1,17 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_code)]
 
+// Each module sits above the ones it uses:
+// - values and structures: `size`, `tag`, `chunk`, `free_set`, `bins`, `address_map`, `stats`,
+//   `snapshot`, `report`, `history`, `source`; then `error`, and above it what can fail to parse
+//   or name: `parse_size`, `tag_naming`, `config`;
+// - `heap`: regions cut into chunks, with the free ones in bins; the only code that changes them;
+// - `growth`: the memory source and growth policy, which change the heap through its region
+//   operations; `inspect` and `validate`: a read-only view of an allocator, and what is read
+//   from it;
+// - `allocator`, which owns the state of all of the above; `shared`, `trace`, `model` and `cli`
+//   on top.
+
 mod address_map;
 mod allocator;
 mod bins;
@@ -11,6 +22,7 @@ mod config;
 mod error;
 mod free_set;
 mod growth;
+mod heap;
 mod history;
 mod inspect;
 pub mod model;
@@ -26,13 +38,14 @@ mod tag_naming;
 pub mod trace;
 mod validate;
 
-pub use allocator::{Allocation, Allocator};
+pub use allocator::Allocator;
 pub use bins::{BIN_COUNT, bin_index, bin_min_size};
 pub use config::{
     AllocatorConfig, DEFAULT_MAX_INTERNAL_FRAGMENTATION, EXPANSION_STEP, FIRST_REGION, Growth,
     Limit,
 };
 pub use error::{Error, InvalidFreeReason, Result};
+pub use heap::Allocation;
 pub use history::{Event, EventKind, History};
 pub use parse_size::parse_size;
 pub use report::{OomCause, OomReport, RegionOccupancy, Verdict};
