@@ -25,6 +25,7 @@ mod growth;
 mod heap;
 mod history;
 mod inspect;
+#[cfg(feature = "testing")]
 pub mod model;
 mod parse_size;
 mod report;
