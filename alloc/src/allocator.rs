@@ -1,34 +1,24 @@
 //! The allocator: best fit with coalescing over regions from a memory source.
+//!
+//! [`Allocator`] ties the parts together and owns their state: the heap (regions and chunks, which
+//! only `heap` changes), the grower (the source and growth policy, in `growth`), the running
+//! totals, per-tag usage, history and trace. Statistics, snapshots, OOM reports and `validate()`
+//! read it through a read-only `AllocatorView` (in `inspect` and `validate`).
 
-use std::collections::BTreeMap;
-
-use crate::address_map::AddressMap;
-use crate::bins::{Bins, FreeKey};
-use crate::chunk::{Chunk, ChunkArena, ChunkId, NONE};
-use crate::config::{AllocatorConfig, FIRST_REGION, Growth};
-use crate::error::{Error, InvalidFreeReason, Result};
-use crate::growth::GrowFailure;
+use crate::config::{AllocatorConfig, Growth};
+use crate::error::{Error, Result};
+use crate::growth::{GrowFailure, Grower, RegionChange};
+use crate::heap::{Allocation, Heap};
 use crate::history::{Event, EventKind, History};
+use crate::inspect::AllocatorView;
 use crate::report::OomCause;
-use crate::size::{GRANULE, round_size};
+use crate::size::round_size;
+use crate::snapshot::MemorySnapshot;
 use crate::source::MemorySource;
-use crate::stats::{Counters, TagTable};
+use crate::stats::{Counters, Stats, TagTable};
 use crate::tag::Tag;
 use crate::trace::TraceWriter;
-
-/// A live allocation: where it is, how big, and what it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Allocation {
-    /// First byte; a multiple of 256.
-    pub addr: u64,
-    /// Bytes reserved for it: the request rounded up to 256, or more when a free chunk was
-    /// handed out whole.
-    pub size: u64,
-    /// Bytes the caller asked for.
-    pub requested: u64,
-    /// What it holds.
-    pub tag: Tag,
-}
+use crate::validate::validate;
 
 /// A best-fit-with-coalescing allocator over any address space (TensorFlow's BFC design).
 ///
@@ -46,47 +36,35 @@ pub struct Allocation {
 /// # Ok::<(), headroom_alloc::Error>(())
 /// ```
 pub struct Allocator {
-    pub(crate) source: Box<dyn MemorySource>,
-    pub(crate) config: AllocatorConfig,
-    /// The most bytes that may be reserved; a positive multiple of 256.
-    pub(crate) limit: u64,
-    pub(crate) chunks: ChunkArena,
-    /// The start of every chunk, free or in use, to its id.
-    pub(crate) by_addr: AddressMap,
-    /// Every free chunk, and nothing else.
-    pub(crate) bins: Bins,
-    /// Region base to region size; regions never overlap.
-    pub(crate) regions: BTreeMap<u64, u64>,
-    /// The size the next on-demand region starts from (doubled as needed).
-    pub(crate) next_region_size: u64,
-    /// Under [`Growth::Expandable`], the region that grows in place and its last chunk.
-    pub(crate) growable: Option<Growable>,
-    pub(crate) counters: Counters,
-    pub(crate) tags: TagTable,
-    pub(crate) history: Option<History>,
+    /// Regions cut into chunks; changed only through its own operations.
+    heap: Heap,
+    /// The memory source and the growth policy, which add regions to the heap and take them out.
+    grower: Grower,
+    /// The configuration it was made with; `history_capacity` follows `record_history`.
+    config: AllocatorConfig,
+    /// The most bytes that may be reserved; a positive multiple of 256, never passed by
+    /// `counters.reserved`.
+    limit: u64,
+    /// Running totals, each equal to what the heap's chunks and regions add up to.
+    counters: Counters,
+    /// Live and peak bytes per tag; the live bytes add up to `counters.in_use`.
+    tags: TagTable,
+    /// The recorder of recent events, when recording is on.
+    history: Option<History>,
     /// Successful allocations left before an injected OOM (`Some(0)`: the next one fails).
-    pub(crate) injected_oom: Option<u64>,
+    injected_oom: Option<u64>,
     /// Where every allocation and free is streamed, when tracing is on.
-    pub(crate) trace: Option<TraceWriter>,
-}
-
-/// The region an expandable allocator grows, and its last chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Growable {
-    /// The region's base address.
-    pub base: u64,
-    /// The chunk whose `next` is `NONE` in that region; kept up to date by split and merge.
-    pub tail: ChunkId,
+    trace: Option<TraceWriter>,
 }
 
 impl std::fmt::Debug for Allocator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Allocator")
-            .field("source", &self.source.name())
+            .field("source", &self.source_name())
             .field("limit", &self.limit)
             .field("in_use", &self.counters.in_use)
             .field("reserved", &self.counters.reserved)
-            .field("regions", &self.regions.len())
+            .field("regions", &self.heap.regions().len())
             .finish_non_exhaustive()
     }
 }
@@ -105,14 +83,9 @@ impl Allocator {
         let limit = config.resolve_limit(source.capacity())?;
         let history = (config.history_capacity > 0).then(|| History::new(config.history_capacity));
         let mut allocator = Self {
-            source,
+            heap: Heap::default(),
+            grower: Grower::new(source, config.growth, limit),
             limit,
-            chunks: ChunkArena::default(),
-            by_addr: AddressMap::default(),
-            bins: Bins::default(),
-            regions: BTreeMap::new(),
-            next_region_size: limit.min(FIRST_REGION),
-            growable: None,
             counters: Counters::default(),
             tags: TagTable::default(),
             history,
@@ -121,23 +94,8 @@ impl Allocator {
             config,
         };
         if allocator.config.growth == Growth::Preallocate {
-            let (base, size) = match allocator.reserve_backing_off(limit, GRANULE) {
-                Ok(region) => region,
-                Err(GrowFailure::Fault(err)) => return Err(err),
-                Err(GrowFailure::Oom(cause)) => {
-                    let message = match cause {
-                        OomCause::SourceRefused(message) => message,
-                        other => format!("{other:?}"),
-                    };
-                    return Err(Error::Source {
-                        source_name: allocator.source.name().to_owned(),
-                        op: "reserve",
-                        bytes: limit,
-                        message,
-                    });
-                }
-            };
-            allocator.add_region(base, size)?;
+            let change = allocator.grower.preallocate(&mut allocator.heap, limit)?;
+            allocator.count_region_change(change);
         }
         allocator.debug_validate();
         Ok(allocator)
@@ -246,71 +204,20 @@ impl Allocator {
         })
     }
 
-    /// Hands out the best-fitting free chunk, split if the split rule says so.
+    /// Hands out the best-fitting free chunk, split if the split rule says so, and counts it.
+    #[inline]
     fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<Allocation> {
-        let found = self.bins.best_fit(rounded)?;
-        let FreeKey { size, addr, id } = found.key();
-        let remainder = size - rounded;
-        // Never split off an empty remainder: a zero-size chunk would share its address with the
-        // next chunk (with `max_internal_fragmentation` 0, an exact fit meets the cap).
-        let worth_splitting = size >= rounded.saturating_mul(2)
-            || remainder >= self.config.max_internal_fragmentation;
-        if remainder > 0 && worth_splitting {
-            let rest = self.split(id, rounded);
-            self.bins.replace_found(found, rest);
-        } else {
-            self.bins.take(found);
-        }
-        let chunk = &mut self.chunks[id];
-        chunk.in_use = true;
-        chunk.requested = requested;
-        chunk.tag = tag;
-        let size = chunk.size;
-
-        let counters = &mut self.counters;
-        counters.allocations += 1;
-        counters.in_use += size;
-        counters.peak_in_use = counters.peak_in_use.max(counters.in_use);
-        counters.requested_in_use += requested;
-        counters.packed_in_use += rounded;
-        self.tags.add(tag, size);
-        self.record(EventKind::Alloc, addr, size, requested, Some(tag));
-        Some(Allocation {
-            addr,
-            size,
+        let allocation = self.heap.take_best_fit(
+            rounded,
             requested,
             tag,
-        })
-    }
-
-    /// Cuts free chunk `id` to `size` bytes; the rest becomes a new free chunk, whose bin key is
-    /// returned for the caller to file.
-    fn split(&mut self, id: ChunkId, size: u64) -> FreeKey {
-        let chunk = self.chunks[id];
-        let rest = Chunk {
-            addr: chunk.addr + size,
-            size: chunk.size - size,
-            requested: 0,
-            prev: id,
-            next: chunk.next,
-            tag: Tag::OTHER,
-            in_use: false,
-        };
-        let rest_id = self.chunks.insert(rest);
-        if rest.next != NONE {
-            self.chunks[rest.next].prev = rest_id;
-        } else {
-            self.retail(id, rest_id);
-        }
-        let chunk = &mut self.chunks[id];
-        chunk.size = size;
-        chunk.next = rest_id;
-        self.by_addr.insert(rest.addr, rest_id);
-        FreeKey {
-            size: rest.size,
-            addr: rest.addr,
-            id: rest_id,
-        }
+            self.config.max_internal_fragmentation,
+        )?;
+        let Allocation { addr, size, .. } = allocation;
+        self.counters.count_allocation(size, requested, rounded);
+        self.tags.add(tag, size);
+        self.record(EventKind::Alloc, addr, size, requested, Some(tag));
+        Some(allocation)
     }
 
     /// Frees the allocation starting at `addr` and merges it with free neighbours.
@@ -318,7 +225,7 @@ impl Allocator {
     /// An address that is not the start of a live allocation is [`Error::InvalidFree`], and
     /// changes nothing.
     pub fn free(&mut self, addr: u64) -> Result<Allocation> {
-        let result = self.free_unchecked(addr);
+        let result = self.free_and_count(addr);
         if let (Some(trace), Ok(_)) = (&mut self.trace, &result) {
             trace.free(addr);
         }
@@ -326,35 +233,14 @@ impl Allocator {
         result
     }
 
-    fn free_unchecked(&mut self, addr: u64) -> Result<Allocation> {
-        let id = match self.by_addr.get(addr) {
-            Some(id) if self.chunks[id].in_use => id,
-            Some(_) => {
-                let reason = InvalidFreeReason::DoubleFree;
-                return Err(Error::InvalidFree { addr, reason });
-            }
-            None => {
-                let reason = if self.region_containing(addr).is_some() {
-                    InvalidFreeReason::InteriorAddress
-                } else {
-                    InvalidFreeReason::UnknownAddress
-                };
-                return Err(Error::InvalidFree { addr, reason });
-            }
-        };
-        let chunk = &mut self.chunks[id];
-        chunk.in_use = false;
-        let freed = Allocation {
-            addr,
-            size: chunk.size,
-            requested: std::mem::take(&mut chunk.requested),
-            tag: chunk.tag,
-        };
-        self.counters.frees += 1;
-        self.counters.in_use -= freed.size;
-        self.counters.requested_in_use -= freed.requested;
+    /// Frees the allocation at `addr` in the heap and counts it; a refused free changes nothing.
+    #[inline]
+    fn free_and_count(&mut self, addr: u64) -> Result<Allocation> {
+        let freed = self.heap.free(addr)?;
         // The request was rounded without overflow when it was allocated.
-        self.counters.packed_in_use -= round_size(freed.requested).unwrap_or(0);
+        let packed = round_size(freed.requested).unwrap_or(0);
+        self.counters
+            .count_free(freed.size, freed.requested, packed);
         self.tags.sub(freed.tag, freed.size);
         self.record(
             EventKind::Free,
@@ -363,92 +249,132 @@ impl Allocator {
             freed.requested,
             Some(freed.tag),
         );
-        self.coalesce(id);
         Ok(freed)
     }
 
-    /// Files free chunk `id` (in no bin yet), merged with its free neighbours, whose bin entries
-    /// are replaced in place where possible.
-    fn coalesce(&mut self, id: ChunkId) {
-        let chunk = &self.chunks[id];
-        let (prev, next) = (chunk.prev, chunk.next);
-        let next_free = next != NONE && !self.chunks[next].in_use;
-        let prev_free = prev != NONE && !self.chunks[prev].in_use;
-        match (prev_free, next_free) {
-            (false, false) => self.bins.insert(self.key(id)),
-            (false, true) => {
-                let old = self.key(next);
-                self.merge_into_lower(id);
-                self.bins.replace(old, self.key(id));
+    /// Makes room for a request of `rounded` bytes, following the growth policy, and counts
+    /// what was reserved.
+    fn grow(&mut self, rounded: u64) -> std::result::Result<(), GrowFailure> {
+        let headroom = self.limit - self.counters.reserved;
+        let change = self.grower.grow(&mut self.heap, rounded, headroom)?;
+        self.count_region_change(change);
+        Ok(())
+    }
+
+    /// Gives every entirely free region back to the source; returns the bytes released.
+    fn release_free_regions(&mut self) -> u64 {
+        let changes = self.grower.release_free_regions(&mut self.heap);
+        let released = changes.iter().map(|change| change.bytes()).sum();
+        for change in changes {
+            self.count_region_change(change);
+        }
+        released
+    }
+
+    /// Counts and records bytes reserved from the source or given back to it.
+    fn count_region_change(&mut self, change: RegionChange) {
+        match change {
+            RegionChange::Reserved {
+                addr,
+                bytes,
+                new_region,
+            } => {
+                self.counters.count_reserve(bytes, new_region);
+                self.record(EventKind::RegionReserve, addr, bytes, 0, None);
             }
-            (true, false) => {
-                let old = self.key(prev);
-                self.merge_into_lower(prev);
-                self.bins.replace(old, self.key(prev));
-            }
-            (true, true) => {
-                let (old_prev, old_next) = (self.key(prev), self.key(next));
-                self.bins.remove(old_next);
-                self.merge_into_lower(id);
-                self.merge_into_lower(prev);
-                self.bins.replace(old_prev, self.key(prev));
+            RegionChange::Released {
+                addr,
+                bytes,
+                whole_region,
+            } => {
+                self.counters.count_release(bytes, whole_region);
+                self.record(EventKind::RegionRelease, addr, bytes, 0, None);
             }
         }
     }
 
-    /// Records that the last chunk of a region changed from `old` to `new`, if that region is
-    /// the growable one.
-    #[inline]
-    pub(crate) fn retail(&mut self, old: ChunkId, new: ChunkId) {
-        if let Some(growable) = &mut self.growable
-            && growable.tail == old
-        {
-            growable.tail = new;
-        }
+    /// Gives every entirely free region back to the source (`torch.cuda.empty_cache()`);
+    /// returns the bytes released. Regions holding any live allocation stay.
+    pub fn release_cached(&mut self) -> u64 {
+        let released = self.release_free_regions();
+        self.debug_validate();
+        released
     }
 
-    /// The bin key of chunk `id`.
-    #[inline]
-    pub(crate) fn key(&self, id: ChunkId) -> FreeKey {
-        let chunk = &self.chunks[id];
-        FreeKey {
-            size: chunk.size,
-            addr: chunk.addr,
-            id,
-        }
+    /// Counts a failed allocation and builds its report.
+    fn out_of_memory(
+        &mut self,
+        requested: u64,
+        rounded: Option<u64>,
+        tag: Tag,
+        cause: OomCause,
+    ) -> Error {
+        self.counters.count_oom();
+        self.record(
+            EventKind::Oom,
+            0,
+            rounded.unwrap_or(u64::MAX),
+            requested,
+            Some(tag),
+        );
+        let report = self.view().oom_report(requested, rounded, tag, cause);
+        Error::OutOfMemory(Box::new(report))
     }
 
-    /// Merges the chunk after `lower` into `lower`, unlinking and forgetting it.
-    fn merge_into_lower(&mut self, lower: ChunkId) {
-        let upper_id = self.chunks[lower].next;
-        let upper = self.chunks[upper_id];
-        let chunk = &mut self.chunks[lower];
-        chunk.size += upper.size;
-        chunk.next = upper.next;
-        if upper.next != NONE {
-            self.chunks[upper.next].prev = lower;
-        } else {
-            self.retail(upper_id, lower);
-        }
-        self.by_addr.remove(upper.addr);
-        self.chunks.remove(upper_id);
+    /// Current statistics (`torch.cuda.memory_stats()`); O(number of tags).
+    pub fn stats(&self) -> Stats {
+        self.view().stats()
     }
 
-    /// The region holding `addr`, as (base, size).
-    pub(crate) fn region_containing(&self, addr: u64) -> Option<(u64, u64)> {
-        let (&base, &size) = self.regions.range(..=addr).next_back()?;
-        (addr - base < size).then_some((base, size))
+    /// Bytes handed out right now.
+    pub fn in_use(&self) -> u64 {
+        self.counters.in_use
+    }
+
+    /// Bytes reserved from the source right now.
+    pub fn reserved(&self) -> u64 {
+        self.counters.reserved
+    }
+
+    /// The largest free chunk; O(log n).
+    pub fn largest_free(&self) -> u64 {
+        self.heap.largest_free()
+    }
+
+    /// Starts new peaks from the current values, for scoped peak measurements
+    /// (`torch.cuda.reset_peak_memory_stats()`).
+    pub fn reset_peak(&mut self) {
+        self.counters.reset_peaks();
+        self.tags.reset_peaks();
+    }
+
+    /// Every region and chunk, in address order; O(number of chunks).
+    pub fn snapshot(&self) -> MemorySnapshot {
+        self.view().snapshot()
+    }
+
+    /// Walks every region and chunk and checks every invariant: chunks tile their regions with
+    /// no overlap or gap, neighbour links agree, no two free chunks are adjacent, every free
+    /// chunk sits in exactly its bin and nothing else does, the address map is exact, and the
+    /// totals match the counters. O(chunks); run after every operation in tests.
+    pub fn validate(&self) -> Result<()> {
+        validate(self.view())
+    }
+
+    /// What inspection and validation read.
+    fn view(&self) -> AllocatorView<'_> {
+        AllocatorView {
+            heap: &self.heap,
+            counters: &self.counters,
+            tags: &self.tags,
+            limit: self.limit,
+            source_name: self.source_name(),
+        }
     }
 
     /// The live allocation starting at `addr`, if any.
     pub fn allocation(&self, addr: u64) -> Option<Allocation> {
-        let chunk = &self.chunks[self.by_addr.get(addr)?];
-        chunk.in_use.then_some(Allocation {
-            addr,
-            size: chunk.size,
-            requested: chunk.requested,
-            tag: chunk.tag,
-        })
+        self.heap.allocation(addr)
     }
 
     /// The limit in bytes this allocator resolved from its configuration.
@@ -459,7 +385,7 @@ impl Allocator {
     /// The most bytes its source can hand out in total (a device's memory, say), which a
     /// fractional limit is a fraction of.
     pub fn capacity(&self) -> u64 {
-        self.source.capacity()
+        self.grower.source().capacity()
     }
 
     /// The configuration it was made with.
@@ -469,7 +395,7 @@ impl Allocator {
 
     /// The memory source's name.
     pub fn source_name(&self) -> &str {
-        self.source.name()
+        self.grower.source().name()
     }
 
     /// The history recorder, when recording is on.
@@ -514,14 +440,7 @@ impl Allocator {
     }
 
     /// Records an event if the recorder is on.
-    pub(crate) fn record(
-        &mut self,
-        kind: EventKind,
-        addr: u64,
-        size: u64,
-        requested: u64,
-        tag: Option<Tag>,
-    ) {
+    fn record(&mut self, kind: EventKind, addr: u64, size: u64, requested: u64, tag: Option<Tag>) {
         if let Some(history) = &mut self.history {
             history.push(Event {
                 time_ns: history.now_ns(),
@@ -539,7 +458,7 @@ impl Allocator {
 
     /// Checks every invariant after each public operation in tests and with feature `validate`.
     #[inline]
-    pub(crate) fn debug_validate(&self) {
+    fn debug_validate(&self) {
         #[cfg(any(test, feature = "validate"))]
         if let Err(err) = self.validate() {
             // Only in test builds: a broken invariant must stop the test or fuzzer at once.

@@ -1,7 +1,6 @@
 //! Free chunks sorted into power-of-two size classes, each ordered by (size, address).
 
-use crate::chunk::ChunkId;
-use crate::free_set::{FreeSet, Slot};
+use crate::free_set::{FreeKey, FreeSet, Slot};
 use crate::size::GRANULE;
 
 /// Number of bins: bin `i` holds free chunks of at least `256 << i` bytes, the last everything
@@ -26,14 +25,6 @@ pub fn bin_index(size: u64) -> usize {
 /// The smallest chunk size bin `index` holds.
 pub fn bin_min_size(index: usize) -> u64 {
     GRANULE << index
-}
-
-/// A free chunk's place in its bin; the derived order is (size, address), the best-fit order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct FreeKey {
-    pub size: u64,
-    pub addr: u64,
-    pub id: ChunkId,
 }
 
 /// A free chunk found by a best-fit search, with where it sits; valid until the bins change.

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::trace::{
-    LogNormalTrace, TraceOp, TransformerTrace, find_limit, read_trace_file, replay, write_trace,
-};
+use crate::trace::generate::{LogNormalTrace, TransformerTrace};
+use crate::trace::{TraceOp, find_limit, read_trace_file, replay, write_trace};
 use crate::{AllocatorConfig, Error, Growth, Result, parse_size};
 
 /// Replay a JSON Lines trace (or a built-in one) and report peaks, OOMs and fragmentation, or

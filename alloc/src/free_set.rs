@@ -1,8 +1,19 @@
-//! An ordered set of free chunks tuned for the sizes bins really have.
+//! The free chunks of one bin: an ordered set tuned for the sizes bins really have, and its key.
 
 use std::collections::BTreeSet;
 
-use crate::bins::FreeKey;
+use crate::chunk::ChunkId;
+
+/// A free chunk's place in its bin; the derived order is (size, address), the best-fit order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct FreeKey {
+    /// The chunk's size in bytes.
+    pub size: u64,
+    /// The chunk's first byte; no two free chunks share it, so keys are unique.
+    pub addr: u64,
+    /// The chunk's id in the arena.
+    pub id: ChunkId,
+}
 
 /// A set promotes itself to a B-tree above this many chunks...
 const PROMOTE_ABOVE: usize = 96;

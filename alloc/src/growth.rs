@@ -1,15 +1,15 @@
-//! Reserving regions from the source and giving free ones back.
+//! Growth: reserving regions from the memory source as the growth policy says, growing and
+//! shrinking the expandable region in place, and giving free regions back.
+//!
+//! The [`Grower`] owns the source. It changes the heap only through the heap's region operations
+//! and reports each change as a [`RegionChange`], which the allocator counts and records.
 
-use crate::allocator::{Allocator, Growable};
-use crate::bins::FreeKey;
-use crate::chunk::{Chunk, NONE};
-use crate::config::{EXPANSION_STEP, Growth};
+use crate::config::{EXPANSION_STEP, FIRST_REGION, Growth};
 use crate::error::{Error, Result};
-use crate::history::EventKind;
+use crate::heap::Heap;
 use crate::report::OomCause;
 use crate::size::GRANULE;
-use crate::source::SourceError;
-use crate::tag::Tag;
+use crate::source::{MemorySource, SourceError};
 
 /// Why the allocator could not grow.
 pub(crate) enum GrowFailure {
@@ -25,14 +25,99 @@ impl From<OomCause> for GrowFailure {
     }
 }
 
-impl Allocator {
-    /// Makes room for a request of `rounded` bytes, following the growth policy.
-    pub(crate) fn grow(&mut self, rounded: u64) -> std::result::Result<(), GrowFailure> {
-        let headroom = self.limit - self.counters.reserved;
-        match self.config.growth {
-            Growth::Expandable => self.grow_expandable(rounded, headroom),
-            Growth::Preallocate => self.grow_by_region(rounded, headroom, false),
-            Growth::OnDemand => self.grow_by_region(rounded, headroom, true),
+/// Bytes reserved from the source or given back to it, for the allocator to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RegionChange {
+    /// `bytes` newly reserved at `addr`: a new region, or the growable region's new end.
+    Reserved {
+        /// Where the new bytes start.
+        addr: u64,
+        /// How many.
+        bytes: u64,
+        /// A new region (true) or an extension in place (false).
+        new_region: bool,
+    },
+    /// `bytes` given back at `addr`: a whole region, or the growable region's end.
+    Released {
+        /// Where the bytes given back start.
+        addr: u64,
+        /// How many.
+        bytes: u64,
+        /// A whole region (true) or the end of one (false).
+        whole_region: bool,
+    },
+}
+
+impl RegionChange {
+    /// The bytes reserved or given back.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Self::Reserved { bytes, .. } | Self::Released { bytes, .. } => bytes,
+        }
+    }
+}
+
+/// Where an allocator's regions come from and go back to: its memory source, driven by its
+/// growth policy.
+pub(crate) struct Grower {
+    source: Box<dyn MemorySource>,
+    /// When regions are reserved; fixed for the allocator's life.
+    policy: Growth,
+    /// The size the next on-demand region starts from (doubled as needed): at first
+    /// `min(limit, FIRST_REGION)`, then twice the last region reserved by [`Growth::OnDemand`] or
+    /// [`Growth::Preallocate`] growth.
+    next_region_size: u64,
+}
+
+impl Grower {
+    /// A grower over `source` under `policy`, for an allocator of `limit` bytes.
+    pub fn new(source: Box<dyn MemorySource>, policy: Growth, limit: u64) -> Self {
+        Self {
+            source,
+            policy,
+            next_region_size: limit.min(FIRST_REGION),
+        }
+    }
+
+    /// The memory source.
+    pub fn source(&self) -> &dyn MemorySource {
+        &*self.source
+    }
+
+    /// Reserves the whole `limit` as one region for [`Growth::Preallocate`] or, while the source
+    /// refuses, 10% less at a time; a source that gives nothing is an [`Error::Source`].
+    pub fn preallocate(&mut self, heap: &mut Heap, limit: u64) -> Result<RegionChange> {
+        let (base, size) = match self.reserve_backing_off(limit, GRANULE) {
+            Ok(region) => region,
+            Err(GrowFailure::Fault(err)) => return Err(err),
+            Err(GrowFailure::Oom(cause)) => {
+                let message = match cause {
+                    OomCause::SourceRefused(message) => message,
+                    other => format!("{other:?}"),
+                };
+                return Err(Error::Source {
+                    source_name: self.source.name().to_owned(),
+                    op: "reserve",
+                    bytes: limit,
+                    message,
+                });
+            }
+        };
+        self.add_region(heap, base, size)
+    }
+
+    /// Makes room in `heap` for a request of `rounded` bytes, reserving at most `headroom` more
+    /// bytes, as the growth policy says.
+    pub fn grow(
+        &mut self,
+        heap: &mut Heap,
+        rounded: u64,
+        headroom: u64,
+    ) -> std::result::Result<RegionChange, GrowFailure> {
+        match self.policy {
+            Growth::Expandable => self.grow_expandable(heap, rounded, headroom),
+            Growth::Preallocate => self.grow_by_region(heap, rounded, headroom, false),
+            Growth::OnDemand => self.grow_by_region(heap, rounded, headroom, true),
         }
     }
 
@@ -40,10 +125,11 @@ impl Allocator {
     /// else the next doubling size; either backs off while the source refuses.
     fn grow_by_region(
         &mut self,
+        heap: &mut Heap,
         rounded: u64,
         headroom: u64,
         on_demand: bool,
-    ) -> std::result::Result<(), GrowFailure> {
+    ) -> std::result::Result<RegionChange, GrowFailure> {
         if rounded > headroom {
             return Err(OomCause::LimitReached.into());
         }
@@ -57,16 +143,17 @@ impl Allocator {
             headroom
         };
         let (base, size) = self.reserve_backing_off(size, rounded)?;
-        self.add_region(base, size)
+        let change = self
+            .add_region(heap, base, size)
             .map_err(|err| OomCause::SourceRefused(err.to_string()))?;
         self.next_region_size = size.saturating_mul(2);
-        Ok(())
+        Ok(change)
     }
 
     /// Reserves a region of `size` bytes or, while the source refuses for lack of memory, 10%
     /// less at a time (TensorFlow's back-off: a GPU holds less than its total free), down to
     /// `at_least`; returns its base and size. A fault ends the attempt at once.
-    pub(crate) fn reserve_backing_off(
+    fn reserve_backing_off(
         &mut self,
         mut size: u64,
         at_least: u64,
@@ -93,23 +180,18 @@ impl Allocator {
     /// `rounded` bytes rounded up to the step.
     fn grow_expandable(
         &mut self,
+        heap: &mut Heap,
         rounded: u64,
         headroom: u64,
-    ) -> std::result::Result<(), GrowFailure> {
+    ) -> std::result::Result<RegionChange, GrowFailure> {
         let resizable = self.source.can_resize();
-        let Some(Growable { base, tail }) = self.growable.filter(|_| resizable) else {
+        let Some(end) = heap.growable_end().filter(|_| resizable) else {
             let size = rounded
                 .div_ceil(EXPANSION_STEP)
                 .saturating_mul(EXPANSION_STEP);
-            return self.grow_by_region(rounded, headroom.min(size), false);
+            return self.grow_by_region(heap, rounded, headroom.min(size), false);
         };
-        let tail_chunk = self.chunks[tail];
-        let free_tail = if tail_chunk.in_use {
-            0
-        } else {
-            tail_chunk.size
-        };
-        let needed = rounded - free_tail;
+        let needed = rounded - end.free_tail;
         if needed > headroom {
             return Err(OomCause::LimitReached.into());
         }
@@ -117,36 +199,19 @@ impl Allocator {
             .div_ceil(EXPANSION_STEP)
             .saturating_mul(EXPANSION_STEP)
             .min(headroom);
-        let size = self.regions[&base];
-        match self.source.extend(base, size, extra) {
+        match self.source.extend(end.base, end.size, extra) {
             Ok(()) => {}
             Err(failure) if failure.fault => {
                 return Err(self.source_fault("extend", extra, failure));
             }
             Err(refusal) => return Err(OomCause::SourceRefused(refusal.message).into()),
         }
-        self.regions.insert(base, size + extra);
-        if tail_chunk.in_use {
-            let id = self.chunks.insert(Chunk {
-                addr: base + size,
-                size: extra,
-                requested: 0,
-                prev: tail,
-                next: NONE,
-                tag: Tag::OTHER,
-                in_use: false,
-            });
-            self.chunks[tail].next = id;
-            self.by_addr.insert(base + size, id);
-            self.bins.insert(self.key(id));
-            self.retail(tail, id);
-        } else {
-            let old = self.key(tail);
-            self.chunks[tail].size += extra;
-            self.bins.replace(old, self.key(tail));
-        }
-        self.count_reserved(base + size, extra);
-        Ok(())
+        heap.extend_growable(extra);
+        Ok(RegionChange::Reserved {
+            addr: end.base + end.size,
+            bytes: extra,
+            new_region: false,
+        })
     }
 
     /// A source's failure to `op` `bytes` bytes, as the error the allocation fails with.
@@ -159,29 +224,10 @@ impl Allocator {
         })
     }
 
-    /// Counts `bytes` newly reserved at `addr` (a new region or a region's new end).
-    fn count_reserved(&mut self, addr: u64, bytes: u64) {
-        let counters = &mut self.counters;
-        counters.reserved += bytes;
-        counters.peak_reserved = counters.peak_reserved.max(counters.reserved);
-        self.record(EventKind::RegionReserve, addr, bytes, 0, None);
-    }
-
-    /// Counts `bytes` given back at `addr` (a whole region or a region's end).
-    fn count_released(&mut self, addr: u64, bytes: u64) {
-        self.counters.reserved -= bytes;
-        self.record(EventKind::RegionRelease, addr, bytes, 0, None);
-    }
-
-    /// Takes a region the source handed out into the allocator as one free chunk.
-    pub(crate) fn add_region(&mut self, base: u64, size: u64) -> Result<()> {
-        let end = base.checked_add(size);
-        let overlaps = self
-            .regions
-            .range(..end.unwrap_or(u64::MAX))
-            .next_back()
-            .is_some_and(|(&other, &other_size)| other + other_size > base);
-        if base == 0 || !base.is_multiple_of(GRANULE) || end.is_none() || overlaps {
+    /// Takes a region the source handed out into the heap as one free chunk; gives back one the
+    /// heap cannot hold, with an error.
+    fn add_region(&mut self, heap: &mut Heap, base: u64, size: u64) -> Result<RegionChange> {
+        if !heap.add_region(base, size, self.policy == Growth::Expandable) {
             // Give it back: the allocator cannot use it.
             let _ = self.source.release(base, size);
             return Err(Error::Source {
@@ -194,44 +240,19 @@ impl Allocator {
                 ),
             });
         }
-        let id = self.chunks.insert(Chunk {
+        Ok(RegionChange::Reserved {
             addr: base,
-            size,
-            requested: 0,
-            prev: NONE,
-            next: NONE,
-            tag: Tag::OTHER,
-            in_use: false,
-        });
-        self.by_addr.insert(base, id);
-        self.bins.insert(FreeKey {
-            size,
-            addr: base,
-            id,
-        });
-        self.regions.insert(base, size);
-        self.counters.regions_reserved += 1;
-        if self.config.growth == Growth::Expandable {
-            self.growable = Some(Growable { base, tail: id });
-        }
-        self.count_reserved(base, size);
-        Ok(())
+            bytes: size,
+            new_region: true,
+        })
     }
 
-    /// Gives every entirely free region back to the source; returns the bytes released.
-    pub(crate) fn release_free_regions(&mut self) -> u64 {
-        let free_regions: Vec<(u64, u64)> = self
-            .regions
-            .iter()
-            .filter(|&(base, _)| {
-                self.by_addr
-                    .get(*base)
-                    .is_some_and(|id| !self.chunks[id].in_use && self.chunks[id].is_whole_region())
-            })
-            .map(|(&base, &size)| (base, size))
-            .collect();
-        let mut released = 0;
-        for (base, size) in free_regions {
+    /// Gives every entirely free region back to the source, then whole steps of the expandable
+    /// region's free tail; returns what was given back, in order. A region the source fails to
+    /// take back is kept.
+    pub fn release_free_regions(&mut self, heap: &mut Heap) -> Vec<RegionChange> {
+        let mut changes = Vec::new();
+        for (base, size) in heap.free_regions() {
             if let Err(err) = self.source.release(base, size) {
                 tracing::warn!(
                     source = self.source.name(),
@@ -241,66 +262,39 @@ impl Allocator {
                 );
                 continue;
             }
-            let id = self.by_addr.remove(base).unwrap_or(NONE);
-            self.bins.remove(FreeKey {
-                size,
+            heap.remove_free_region(base, size);
+            changes.push(RegionChange::Released {
                 addr: base,
-                id,
+                bytes: size,
+                whole_region: true,
             });
-            self.chunks.remove(id);
-            self.regions.remove(&base);
-            self.counters.regions_released += 1;
-            if self.growable.is_some_and(|growable| growable.base == base) {
-                self.growable = None;
-            }
-            released += size;
-            self.count_released(base, size);
         }
-        released + self.shrink_growable()
+        changes.extend(self.shrink_growable(heap));
+        changes
     }
 
-    /// Gives back whole steps of the expandable region's free tail; returns the bytes released.
-    fn shrink_growable(&mut self) -> u64 {
-        let Some(Growable { base, tail }) = self.growable else {
-            return 0;
-        };
-        let tail_chunk = self.chunks[tail];
-        let cut = tail_chunk.size / EXPANSION_STEP * EXPANSION_STEP;
-        // A wholly free region was released above, so a free tail always has a predecessor.
-        if tail_chunk.in_use || cut == 0 || tail_chunk.prev == NONE {
-            return 0;
+    /// Gives back whole steps of the expandable region's free tail.
+    fn shrink_growable(&mut self, heap: &mut Heap) -> Option<RegionChange> {
+        let end = heap.growable_end()?;
+        let cut = end.free_tail / EXPANSION_STEP * EXPANSION_STEP;
+        // A wholly free region was released above, unless the source refused; it stays whole.
+        if cut == 0 || end.free_whole {
+            return None;
         }
-        let size = self.regions[&base];
-        if let Err(err) = self.source.shrink(base, size, cut) {
+        if let Err(err) = self.source.shrink(end.base, end.size, cut) {
             tracing::warn!(
                 source = self.source.name(),
-                base,
+                base = end.base,
                 cut,
                 "cannot shrink: {err}"
             );
-            return 0;
+            return None;
         }
-        self.regions.insert(base, size - cut);
-        let old = self.key(tail);
-        if cut == tail_chunk.size {
-            self.bins.remove(old);
-            self.by_addr.remove(tail_chunk.addr);
-            self.chunks.remove(tail);
-            self.chunks[tail_chunk.prev].next = NONE;
-            self.retail(tail, tail_chunk.prev);
-        } else {
-            self.chunks[tail].size -= cut;
-            self.bins.replace(old, self.key(tail));
-        }
-        self.count_released(base + size - cut, cut);
-        cut
-    }
-
-    /// Gives every entirely free region back to the source (`torch.cuda.empty_cache()`);
-    /// returns the bytes released. Regions holding any live allocation stay.
-    pub fn release_cached(&mut self) -> u64 {
-        let released = self.release_free_regions();
-        self.debug_validate();
-        released
+        heap.shrink_growable(cut);
+        Some(RegionChange::Released {
+            addr: end.base + end.size - cut,
+            bytes: cut,
+            whole_region: false,
+        })
     }
 }

@@ -1,22 +1,36 @@
-//! Looking inside an allocator: statistics, snapshots and OOM reports.
+//! Looking inside an allocator: a read-only view of its state, and the statistics, memory
+//! snapshots and OOM reports made from it.
 
-use crate::allocator::Allocator;
 use crate::chunk::NONE;
-use crate::error::Error;
-use crate::history::EventKind;
+use crate::heap::Heap;
 use crate::report::{
     LARGEST_LISTED, OCCUPANCY_WIDTH, OomCause, OomReport, RegionOccupancy, Verdict,
 };
 use crate::snapshot::{ChunkSnapshot, MemorySnapshot, RegionSnapshot};
-use crate::stats::{Stats, fragmentation};
+use crate::stats::{Counters, Stats, TagTable, fragmentation};
 use crate::tag::Tag;
 
-impl Allocator {
-    /// Current statistics (`torch.cuda.memory_stats()`); O(number of tags).
+/// What inspection and validation read of an allocator, with no way to change it.
+#[derive(Clone, Copy)]
+pub(crate) struct AllocatorView<'a> {
+    /// The regions and chunks.
+    pub heap: &'a Heap,
+    /// The running totals.
+    pub counters: &'a Counters,
+    /// Live and peak bytes per tag.
+    pub tags: &'a TagTable,
+    /// The most bytes that may be reserved.
+    pub limit: u64,
+    /// The memory source's name.
+    pub source_name: &'a str,
+}
+
+impl AllocatorView<'_> {
+    /// Current statistics; O(number of tags).
     pub fn stats(&self) -> Stats {
-        let c = &self.counters;
+        let c = self.counters;
         let free = c.reserved - c.in_use;
-        let largest_free = self.largest_free();
+        let largest_free = self.heap.largest_free();
         Stats {
             allocations: c.allocations,
             frees: c.frees,
@@ -28,7 +42,7 @@ impl Allocator {
             reserved: c.reserved,
             peak_reserved: c.peak_reserved,
             limit: self.limit,
-            regions: self.regions.len(),
+            regions: self.heap.regions().len(),
             regions_reserved: c.regions_reserved,
             regions_released: c.regions_released,
             free,
@@ -38,39 +52,17 @@ impl Allocator {
         }
     }
 
-    /// Bytes handed out right now.
-    pub fn in_use(&self) -> u64 {
-        self.counters.in_use
-    }
-
-    /// Bytes reserved from the source right now.
-    pub fn reserved(&self) -> u64 {
-        self.counters.reserved
-    }
-
-    /// The largest free chunk; O(log n).
-    pub fn largest_free(&self) -> u64 {
-        self.bins.largest().map_or(0, |key| key.size)
-    }
-
-    /// Starts new peaks from the current values, for scoped peak measurements
-    /// (`torch.cuda.reset_peak_memory_stats()`).
-    pub fn reset_peak(&mut self) {
-        self.counters.peak_in_use = self.counters.in_use;
-        self.counters.peak_reserved = self.counters.reserved;
-        self.tags.reset_peaks();
-    }
-
     /// Every region and chunk, in address order; O(number of chunks).
     pub fn snapshot(&self) -> MemorySnapshot {
         let regions = self
-            .regions
+            .heap
+            .regions()
             .iter()
             .map(|(&base, &size)| {
                 let mut chunks = Vec::new();
-                let mut id = self.by_addr.get(base).unwrap_or(NONE);
+                let mut id = self.heap.by_addr().get(base).unwrap_or(NONE);
                 while id != NONE {
-                    let chunk = &self.chunks[id];
+                    let chunk = &self.heap.chunks()[id];
                     chunks.push(ChunkSnapshot {
                         addr: chunk.addr,
                         size: chunk.size,
@@ -84,33 +76,14 @@ impl Allocator {
             })
             .collect();
         MemorySnapshot {
-            source: self.source.name().to_owned(),
+            source: self.source_name.to_owned(),
             limit: self.limit,
             regions,
         }
     }
 
-    /// Counts a failed allocation and builds its report.
-    pub(crate) fn out_of_memory(
-        &mut self,
-        requested: u64,
-        rounded: Option<u64>,
-        tag: Tag,
-        cause: OomCause,
-    ) -> Error {
-        self.counters.ooms += 1;
-        self.record(
-            EventKind::Oom,
-            0,
-            rounded.unwrap_or(u64::MAX),
-            requested,
-            Some(tag),
-        );
-        Error::OutOfMemory(Box::new(self.oom_report(requested, rounded, tag, cause)))
-    }
-
     /// What an OOM for this request would report now.
-    pub(crate) fn oom_report(
+    pub fn oom_report(
         &self,
         requested: u64,
         rounded: Option<u64>,

@@ -1,6 +1,17 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_code)]
 
+// Each module sits above the ones it uses:
+// - values and structures: `size`, `tag`, `chunk`, `free_set`, `bins`, `address_map`, `stats`,
+//   `snapshot`, `report`, `history`, `source`; then `error`, and above it what can fail to parse
+//   or name: `parse_size`, `tag_naming`, `config`;
+// - `heap`: regions cut into chunks, with the free ones in bins; the only code that changes them;
+// - `growth`: the memory source and growth policy, which change the heap through its region
+//   operations; `inspect` and `validate`: a read-only view of an allocator, and what is read
+//   from it;
+// - `allocator`, which owns the state of all of the above; `shared`, `trace`, `model` and `cli`
+//   on top.
+
 mod address_map;
 mod allocator;
 mod bins;
@@ -11,9 +22,12 @@ mod config;
 mod error;
 mod free_set;
 mod growth;
+mod heap;
 mod history;
 mod inspect;
+#[cfg(feature = "testing")]
 pub mod model;
+mod parse_size;
 mod report;
 mod shared;
 mod size;
@@ -21,20 +35,23 @@ mod snapshot;
 mod source;
 mod stats;
 mod tag;
+mod tag_naming;
 pub mod trace;
 mod validate;
 
-pub use allocator::{Allocation, Allocator};
+pub use allocator::Allocator;
 pub use bins::{BIN_COUNT, bin_index, bin_min_size};
 pub use config::{
     AllocatorConfig, DEFAULT_MAX_INTERNAL_FRAGMENTATION, EXPANSION_STEP, FIRST_REGION, Growth,
     Limit,
 };
 pub use error::{Error, InvalidFreeReason, Result};
+pub use heap::Allocation;
 pub use history::{Event, EventKind, History};
+pub use parse_size::parse_size;
 pub use report::{OomCause, OomReport, RegionOccupancy, Verdict};
 pub use shared::{Block, SharedAllocator};
-pub use size::{GRANULE, format_bytes, parse_size, round_size};
+pub use size::{GRANULE, format_bytes, round_size};
 pub use snapshot::{BinRow, ChunkSnapshot, MemorySnapshot, RegionSnapshot};
 pub use source::{FaultInjecting, HostMemory, MemorySource, SourceError, VirtualMemory};
 pub use stats::{Stats, TagUsage, fragmentation};

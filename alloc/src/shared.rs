@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::allocator::{Allocation, Allocator};
+use crate::allocator::Allocator;
 use crate::error::Result;
+use crate::heap::Allocation;
 use crate::snapshot::MemorySnapshot;
 use crate::stats::Stats;
 use crate::tag::Tag;

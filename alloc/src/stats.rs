@@ -69,25 +69,84 @@ impl TagTable {
     }
 }
 
-/// Monotonic counters kept on every operation.
+/// Running totals, kept on every operation. The allocator's `validate()` checks each total
+/// against the heap's chunks and regions.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Counters {
+    /// Successful allocations since creation.
     pub allocations: u64,
+    /// Successful frees since creation.
     pub frees: u64,
+    /// Failed allocations since creation.
     pub ooms: u64,
     /// Sum of the sizes of chunks in use.
     pub in_use: u64,
+    /// The highest `in_use` since creation or the last reset; never below `in_use`.
     pub peak_in_use: u64,
     /// Sum of the sizes the user asked for, over chunks in use.
     pub requested_in_use: u64,
     /// Sum of those sizes each rounded up to the granule: `in_use` if every live allocation
     /// were packed without padding.
     pub packed_in_use: u64,
-    /// Sum of the sizes of all regions.
+    /// Sum of the sizes of all regions; never above the allocator's limit.
     pub reserved: u64,
+    /// The highest `reserved` since creation or the last reset; never below `reserved`.
     pub peak_reserved: u64,
+    /// Regions reserved since creation (extensions in place not counted).
     pub regions_reserved: u64,
+    /// Regions given back whole since creation.
     pub regions_released: u64,
+}
+
+impl Counters {
+    /// Counts an allocation of a chunk of `size` bytes for a request of `requested` bytes,
+    /// `packed` once rounded to the granule.
+    #[inline]
+    pub fn count_allocation(&mut self, size: u64, requested: u64, packed: u64) {
+        self.allocations += 1;
+        self.in_use += size;
+        self.peak_in_use = self.peak_in_use.max(self.in_use);
+        self.requested_in_use += requested;
+        self.packed_in_use += packed;
+    }
+
+    /// Counts the free of an allocation counted by [`count_allocation`](Self::count_allocation)
+    /// with the same sizes.
+    #[inline]
+    pub fn count_free(&mut self, size: u64, requested: u64, packed: u64) {
+        self.frees += 1;
+        self.in_use -= size;
+        self.requested_in_use -= requested;
+        self.packed_in_use -= packed;
+    }
+
+    /// Counts a failed allocation.
+    pub fn count_oom(&mut self) {
+        self.ooms += 1;
+    }
+
+    /// Counts `bytes` newly reserved, in a new region or at a region's new end.
+    pub fn count_reserve(&mut self, bytes: u64, new_region: bool) {
+        if new_region {
+            self.regions_reserved += 1;
+        }
+        self.reserved += bytes;
+        self.peak_reserved = self.peak_reserved.max(self.reserved);
+    }
+
+    /// Counts `bytes` given back, a whole region or a region's end.
+    pub fn count_release(&mut self, bytes: u64, whole_region: bool) {
+        if whole_region {
+            self.regions_released += 1;
+        }
+        self.reserved -= bytes;
+    }
+
+    /// Starts new peaks from the current values.
+    pub fn reset_peaks(&mut self) {
+        self.peak_in_use = self.in_use;
+        self.peak_reserved = self.reserved;
+    }
 }
 
 /// A point-in-time view of an allocator, like `torch.cuda.memory_stats()`.

@@ -1,9 +1,10 @@
 //! Tags say what an allocation holds, so that an OOM report can say what the memory is held by.
+//!
+//! Finding a tag by name can fail (the table of names is bounded), so [`Tag::named`] and reading a
+//! tag back from its name live above the error type, in `tag_naming`.
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-use crate::error::{Error, Result};
+use serde::{Serialize, Serializer};
 
 /// What an allocation holds: weights, gradients, activations, ... or a user-named kind.
 ///
@@ -31,7 +32,7 @@ const BUILTIN_NAMES: [&str; 7] = [
 ];
 
 /// Named tags past the built-ins; bounded so that per-tag tables stay small.
-const MAX_NAMED: usize = 4096;
+pub(crate) const MAX_NAMED: usize = 4096;
 
 /// The process-wide table of named tags; index `i` is tag `BUILTIN_NAMES.len() + i`.
 static NAMED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
@@ -63,25 +64,6 @@ impl Tag {
         Tag::OTHER,
     ];
 
-    /// The tag with this name: a built-in one if the name is built in, otherwise an interned one.
-    ///
-    /// Fails only when more than 4096 distinct custom names have been interned in this process.
-    pub fn named(name: &str) -> Result<Tag> {
-        if let Some(index) = BUILTIN_NAMES.iter().position(|&n| n == name) {
-            return Ok(Tag(index as u16));
-        }
-        let mut named = NAMED.lock();
-        if let Some(index) = named.iter().position(|&n| n == name) {
-            return Ok(Tag((BUILTIN_NAMES.len() + index) as u16));
-        }
-        if named.len() >= MAX_NAMED {
-            return Err(Error::TooManyTags { max: MAX_NAMED });
-        }
-        // Leaked on purpose: tag names live for the whole process, like `tracing` metadata.
-        named.push(Box::leak(name.to_owned().into_boxed_str()));
-        Ok(Tag((BUILTIN_NAMES.len() + named.len() - 1) as u16))
-    }
-
     /// The tag's name.
     pub fn name(self) -> &'static str {
         let index = usize::from(self.0);
@@ -96,6 +78,25 @@ impl Tag {
     pub fn index(self) -> usize {
         usize::from(self.0)
     }
+}
+
+/// The tag named `name`: the built-in one if the name is built in, otherwise the name interned
+/// process-wide (the same name always yields the same tag). `None` when [`MAX_NAMED`] custom
+/// names are already interned and `name` is not one of them.
+pub(crate) fn intern(name: &str) -> Option<Tag> {
+    if let Some(index) = BUILTIN_NAMES.iter().position(|&n| n == name) {
+        return Some(Tag(index as u16));
+    }
+    let mut named = NAMED.lock();
+    if let Some(index) = named.iter().position(|&n| n == name) {
+        return Some(Tag((BUILTIN_NAMES.len() + index) as u16));
+    }
+    if named.len() >= MAX_NAMED {
+        return None;
+    }
+    // Leaked on purpose: tag names live for the whole process, like `tracing` metadata.
+    named.push(Box::leak(name.to_owned().into_boxed_str()));
+    Some(Tag((BUILTIN_NAMES.len() + named.len() - 1) as u16))
 }
 
 impl Default for Tag {
@@ -119,37 +120,5 @@ impl std::fmt::Display for Tag {
 impl Serialize for Tag {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
         serializer.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for Tag {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        let name = std::borrow::Cow::<str>::deserialize(deserializer)?;
-        Tag::named(&name).map_err(serde::de::Error::custom)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn builtin_names_round_trip() {
-        for tag in Tag::BUILTIN {
-            assert_eq!(Tag::named(tag.name()).unwrap(), tag);
-        }
-        assert_eq!(Tag::default(), Tag::OTHER);
-    }
-
-    #[test]
-    fn named_tags_are_interned_and_serialize_by_name() {
-        let a = Tag::named("tag-test-a").unwrap();
-        let b = Tag::named("tag-test-b").unwrap();
-        assert_ne!(a, b);
-        assert!(a.index() >= Tag::BUILTIN.len());
-        let json = serde_json::to_string(&a).unwrap();
-        assert_eq!(json, "\"tag-test-a\"");
-        let back: Tag = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, a);
     }
 }

@@ -1,4 +1,5 @@
-//! Model-based testing: random action sequences checked against a shadow model.
+//! Model-based testing: random action sequences checked against a shadow model. Test tooling,
+//! behind the `testing` feature.
 //!
 //! One [`Scenario`] (a whole allocator configuration, a source capacity and a list of
 //! [`Action`]s, `Arbitrary` with the `arbitrary` feature) drives the proptest suite and the fuzz

@@ -3,7 +3,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{SplitMix64, TraceOp};
+use super::TraceOp;
+use super::rng::SplitMix64;
 use crate::tag::Tag;
 
 /// The allocations of a GPT-style transformer's training steps, with f32 tensors.

@@ -1,6 +1,10 @@
 //! Allocation traces: the JSON Lines format, streaming one from a running allocator, replaying a
 //! trace, finding the smallest limit it fits in, and generating realistic ones.
 //!
+//! The generators (`TransformerTrace`, `LogNormalTrace`) and their random number generator
+//! (`SplitMix64`) are test tooling, public with the `testing` feature only; the `cli` feature
+//! compiles them privately for its `generate` and `replay --builtin` commands.
+//!
 //! A trace is one operation per line:
 //!
 //! ```text
@@ -8,15 +12,19 @@
 //! {"op":"free","id":7}
 //! ```
 
-mod generate;
+#[cfg(any(feature = "cli", feature = "testing"))]
+pub(crate) mod generate;
 mod limit;
 mod replay;
+#[cfg(any(feature = "cli", feature = "testing"))]
 mod rng;
 mod writer;
 
+#[cfg(feature = "testing")]
 pub use generate::{LogNormalTrace, TransformerTrace};
 pub use limit::{FailureBelow, LimitSearch, MAX_SEARCHED_LIMIT, find_limit};
 pub use replay::{OomEvent, ReplayReport, replay};
+#[cfg(feature = "testing")]
 pub use rng::SplitMix64;
 pub use writer::TraceWriter;
 
