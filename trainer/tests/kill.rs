@@ -27,6 +27,22 @@ fn headroom(args: &[&str], config: &Path) -> Command {
     command
 }
 
+/// Returns as soon as a temporary checkpoint file exists in `dir` (a checkpoint is being
+/// written), or after `patience`.
+fn wait_for_a_checkpoint_write(dir: &Path, patience: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < patience {
+        let writing = std::fs::read_dir(dir).unwrap().any(|e| {
+            let name = e.unwrap().file_name();
+            name.to_string_lossy()
+                .starts_with("checkpoint.safetensors.tmp-")
+        });
+        if writing {
+            return;
+        }
+    }
+}
+
 #[test]
 fn a_run_killed_at_random_moments_and_resumed_ends_like_a_run_never_stopped() {
     let straight_dir = TempDir::new("kill-straight");
@@ -70,9 +86,13 @@ fn a_run_killed_at_random_moments_and_resumed_ends_like_a_run_never_stopped() {
             .spawn()
             .unwrap();
         // A moment between 10 and 160 ms after the start (a start takes about 10 ms, a step
-        // with its checkpoint about one).
+        // with its checkpoint about one); every fourth kill waits, after that, for a checkpoint
+        // being written, so that some kills land inside one however loaded the machine is.
         let wait = Duration::from_millis(10 + rng.next_u64() % 150);
         std::thread::sleep(wait);
+        if kills % 4 == 3 {
+            wait_for_a_checkpoint_write(&killed_dir.0, Duration::from_secs(2));
+        }
         if child.try_wait().unwrap().is_some() {
             // It got to the end before the kill: start the count again from scratch.
             let output = child.wait_with_output().unwrap();
