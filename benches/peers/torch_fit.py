@@ -1,0 +1,149 @@
+"""How much of GPT-2 small fits, in PyTorch as people write it (nanoGPT): causal
+`F.scaled_dot_product_attention`, GELU (tanh), a head tied to the token embedding, AdamW, f32 and
+bf16 autocast, on the CPU. The peer of `cargo run --release -p headroom-benches --bin fit-compare`.
+
+For each precision it measures whole training steps (forward, backward, AdamW):
+- the peak bytes of a step at one and at two samples and at the micro-batch, from PyTorch's
+  memory profiler timeline (`export_memory_timeline`: every category summed, parameters,
+  gradients and optimizer state included, as Headroom's allocator counts them), over two steps
+  each;
+- the activation bytes per sample: the peak's growth from one sample to two;
+- samples per second at a micro-batch of `--micro-batch` (4), the median of timed steps.
+
+Prints one JSON line per result with the keys model, precision, micro_batch, peak_bytes,
+activation_bytes_per_sample, samples_per_s.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+VOCAB = 50257
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(width)
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+        self.ln_2 = nn.LayerNorm(width)
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.mlp_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        heads = lambda m: m.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    """nanoGPT's model: learned positions, pre-norm blocks, the head tied to the embedding."""
+
+    def __init__(self, layers=12, width=768, heads=12, context=1024, vocab=VOCAB):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        for name, p in self.named_parameters():
+            if name.endswith("mlp_proj.weight") or name.endswith("c_proj.weight"):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * layers))
+            elif p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, ids, targets):
+        t = ids.shape[1]
+        x = self.wte(ids) + self.wpe.weight[:t]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+
+
+def batch(samples, context, seed):
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, VOCAB, (samples, context + 1), generator=generator)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def step(model, optimizer, ids, targets, precision):
+    optimizer.zero_grad(set_to_none=True)
+    policy = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    with policy:
+        loss = model(ids, targets)
+    loss.backward()
+    optimizer.step()
+
+
+def peak_bytes(precision, samples, context):
+    torch.manual_seed(0)
+    model = Gpt(context=context)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    ids, targets = batch(samples, context, 1)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        for _ in range(2):
+            step(model, optimizer, ids, targets, precision)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "timeline.json")
+        prof.export_memory_timeline(path, device="cpu")
+        with open(path) as f:
+            _, sizes = json.load(f)
+    return max(sum(row) for row in sizes)
+
+
+def samples_per_s(precision, micro_batch, context, steps, warmup):
+    torch.manual_seed(0)
+    model = Gpt(context=context)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    ids, targets = batch(micro_batch, context, 2)
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        step(model, optimizer, ids, targets, precision)
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return micro_batch / statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--precision", choices=["f32", "bf16"], action="append")
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    for precision in args.precision or ["f32", "bf16"]:
+        peaks = {n: peak_bytes(precision, n, args.context) for n in sorted({1, 2, args.micro_batch})}
+        one, two = peaks[1], peaks[2]
+        line = {
+            "model": "gpt2",
+            "precision": precision,
+            "micro_batch": args.micro_batch,
+            "peak_bytes": peaks[args.micro_batch],
+            "activation_bytes_per_sample": two - one,
+            "samples_per_s": samples_per_s(precision, args.micro_batch, args.context, args.steps, args.warmup),
+        }
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
