@@ -1,61 +1,11 @@
-//! What the current thread is doing: which tape records (as inside `tf.GradientTape`), and which
-//! precision policy applies (as inside `torch.autocast`). Both are scoped by guards.
+//! The precision policy of the current thread (as inside `torch.autocast`), scoped by a guard.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
 use headroom_kernels::DType;
 
-use crate::tape::Tape;
-
 thread_local! {
-    static RECORDING: RefCell<Option<Tape>> = const { RefCell::new(None) };
     static AUTOCAST: Cell<Option<DType>> = const { Cell::new(None) };
-}
-
-/// The tape recording on this thread, if any.
-pub(crate) fn recording_tape() -> Option<Tape> {
-    RECORDING.with(|r| r.borrow().clone())
-}
-
-/// Makes `tape` (or none) the recording one until the guard drops.
-pub(crate) fn set_recording(tape: Option<Tape>) -> RecordingGuard {
-    let previous = RECORDING.with(|r| r.replace(tape));
-    RecordingGuard { previous }
-}
-
-/// Restores the previously recording tape when dropped.
-#[must_use = "recording lasts only while the guard lives"]
-pub struct RecordingGuard {
-    previous: Option<Tape>,
-}
-
-impl Drop for RecordingGuard {
-    fn drop(&mut self) {
-        let previous = self.previous.take();
-        RECORDING.with(|r| *r.borrow_mut() = previous);
-    }
-}
-
-/// Stops recording until the guard drops: ops run, and nothing is tracked or saved
-/// (`torch.no_grad`, `tape.stop_recording()`).
-///
-/// ```
-/// use headroom_autograd::{Tape, Tensor, no_grad};
-/// use headroom_kernels::{Array, DType, Device, DeviceConfig};
-/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
-/// let w = Tensor::variable(Array::full(&cpu, [3], DType::F32, 2.0)?);
-/// let tape = Tape::new();
-/// let _recording = tape.start();
-/// let tracked = w.scale(2.0)?;
-/// let untracked = {
-///     let _off = no_grad();
-///     w.scale(2.0)?
-/// };
-/// assert!(tape.tracks(&tracked) && !tape.tracks(&untracked));
-/// # Ok::<(), headroom_autograd::Error>(())
-/// ```
-pub fn no_grad() -> RecordingGuard {
-    set_recording(None)
 }
 
 /// The precision policy of this thread: `Some(half)` while an [`autocast`] scope lives.

@@ -4,7 +4,7 @@ use headroom_kernels::ops::index;
 
 use super::rule;
 use crate::error::Result;
-use crate::tape::begin;
+use crate::recording::begin;
 use crate::tensor::Tensor;
 
 impl Tensor {
