@@ -16,89 +16,30 @@
 //!   stream; [`DataKernels::synchronize`] waits without reading. An error of queued work may
 //!   surface at either.
 
-use crate::buffer::Buffer;
-use crate::error::Result;
-use crate::ops::elementwise::{BinaryOp, UnaryOp};
-use crate::ops::gemm::GemmSpec;
-pub use crate::ops::index::IndexKernels;
-pub use crate::ops::layout::LayoutKernels;
-pub use crate::ops::norm::NormKernels;
-pub use crate::ops::optim::OptimKernels;
-pub use crate::ops::random::RandomKernels;
-use crate::ops::reduce::{ReduceOp, ReduceSpec};
-use crate::shape::Shape;
+//!
+//! One file per op family holds its kernel trait and the types the trait takes (an op's
+//! geometry, its variants, its hyper-parameters), below the op layer (`ops`) that checks
+//! operands, allocates outputs and calls them.
 
-/// Moving data: fill, host transfers, copies and casts.
-pub trait DataKernels {
-    /// Sets every element of `out` to `value` (converted to its dtype).
-    fn fill(&self, out: &mut Buffer, value: f64) -> Result<()>;
-    /// Copies host bytes (exactly `out.bytes()` of them) into `out`.
-    fn write(&self, out: &mut Buffer, bytes: &[u8]) -> Result<()>;
-    /// Copies `src` into host bytes (exactly `src.bytes()` of them).
-    fn read(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()>;
-    /// Copies `src` into `dst` (same dtype and length).
-    fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
-    /// Converts every element of `src` into `dst`'s dtype (same length).
-    fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
-        crate::ops::data::check_len("cast", src, dst)?;
-        self.cast_range(src, 0, dst, 0, src.len())
-    }
-    /// Converts the `len` elements of `src` from index `src_at` into `dst`'s dtype, at
-    /// `dst[dst_at..]`; a range past either buffer's end is an argument error.
-    fn cast_range(
-        &self,
-        src: &Buffer,
-        src_at: usize,
-        dst: &mut Buffer,
-        dst_at: usize,
-        len: usize,
-    ) -> Result<()>;
-    /// Waits until every kernel queued so far has finished; a synchronous backend has nothing
-    /// to wait for.
-    fn synchronize(&self) -> Result<()> {
-        Ok(())
-    }
-}
+pub(crate) mod data;
+pub(crate) mod elementwise;
+pub(crate) mod gemm;
+pub(crate) mod index;
+pub(crate) mod layout;
+pub(crate) mod norm;
+pub(crate) mod optim;
+pub(crate) mod random;
+pub(crate) mod reduce;
 
-/// Elementwise arithmetic, with broadcasting for two operands.
-pub trait ElementwiseKernels {
-    /// `out[i] = op(x[i])`; float dtypes, same length.
-    fn unary(&self, op: UnaryOp, x: &Buffer, out: &mut Buffer) -> Result<()>;
-    /// `out[i] = op(a[ia], b[ib])` over `shape`, where `ia` and `ib` walk `a` and `b` with the
-    /// given strides (0 along broadcast dimensions); float dtypes.
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: (&Buffer, &[usize]),
-        b: (&Buffer, &[usize]),
-        out: &mut Buffer,
-        shape: &Shape,
-    ) -> Result<()>;
-
-    /// `b[i] = op(a[i], b[i])`, in place; float dtypes, same dtype and length.
-    fn binary_assign(&self, op: BinaryOp, a: &Buffer, b: &mut Buffer) -> Result<()>;
-}
-
-/// Reductions over one axis.
-pub trait ReduceKernels {
-    /// Reduces `x`, seen as `[outer, axis, inner]`, over the middle axis into `out`
-    /// (`[outer, inner]`).
-    fn reduce(&self, op: ReduceOp, spec: ReduceSpec, x: &Buffer, out: &mut Buffer) -> Result<()>;
-}
-
-/// Matrix products.
-pub trait GemmKernels {
-    /// `out[b] = op(a[b]) * op(b[b])` for every batch `b`, f32 or f64, accumulating in the
-    /// operands' precision; half types too when [`gemm_half`](Self::gemm_half) says so
-    /// (otherwise the op layer widens them to f32 panel by panel).
-    fn gemm(&self, spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()>;
-
-    /// Whether [`gemm`](Self::gemm) takes f16 and bf16 operands itself, accumulating in f32
-    /// (as cuBLAS does on tensor cores).
-    fn gemm_half(&self) -> bool {
-        false
-    }
-}
+pub use data::DataKernels;
+pub use elementwise::ElementwiseKernels;
+pub use gemm::GemmKernels;
+pub use index::IndexKernels;
+pub use layout::LayoutKernels;
+pub use norm::NormKernels;
+pub use optim::OptimKernels;
+pub use random::RandomKernels;
+pub use reduce::ReduceKernels;
 
 /// A compute backend: every category of kernel.
 pub trait Backend:

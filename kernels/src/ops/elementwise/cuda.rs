@@ -1,7 +1,6 @@
 //! CUDA kernels: unary and binary maps (`elementwise.cu`).
 
-use super::{BinaryOp, UnaryOp};
-use crate::backend::ElementwiseKernels;
+use crate::backend::elementwise::{BinaryOp, ElementwiseKernels, UnaryOp};
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family, Walk, float_kernel};
 use crate::error::Result;

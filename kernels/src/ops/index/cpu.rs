@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use super::grouping::IdGroups;
-use super::{
+use crate::backend::index::{
     CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels, check_range, counted_rows,
 };
 use crate::buffer::Buffer;

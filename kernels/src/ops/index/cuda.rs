@@ -5,7 +5,7 @@
 use cudarc::driver::LaunchConfig;
 
 use super::grouping::{GradScratch, IdGroups};
-use super::{
+use crate::backend::index::{
     CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels, check_range, counted_rows,
 };
 use crate::buffer::Buffer;
@@ -77,7 +77,7 @@ impl IndexKernels for CudaBackend {
         }
         let groups = IdGroups::new(&host, spec.vocab, OP)?;
         let scratch = GradScratch::alloc(
-            dy.device(),
+            dy.memory(),
             spec.vocab,
             spec.dim,
             host.len(),
@@ -129,7 +129,7 @@ impl IndexKernels for CudaBackend {
         let counted = self.checked_targets(spec, targets, OP)?;
         float_kernel("cross_entropy", logits.dtype(), OP)?;
         let losses = logits
-            .device()
+            .memory()
             .alloc_workspace(DType::F64, spec.rows.max(1), OP)?;
         let (ignore, has_ignore) = (spec.ignore.unwrap_or(0), spec.ignore.is_some());
         if spec.rows > 0 {

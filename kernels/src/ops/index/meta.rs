@@ -2,7 +2,7 @@
 //! the scratch buffers the CUDA kernels take.
 
 use super::grouping::GradScratch;
-use super::{CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels};
+use crate::backend::index::{CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels};
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -25,7 +25,7 @@ impl IndexKernels for MetaBackend {
         if self.plans_cuda() && !out.is_empty() {
             let op = "embedding_backward";
             GradScratch::alloc(
-                ids.device(),
+                ids.memory(),
                 spec.vocab,
                 spec.dim,
                 ids.len(),
@@ -45,8 +45,8 @@ impl IndexKernels for MetaBackend {
     ) -> Result<()> {
         // On CUDA each row's loss goes to an f64 buffer before the ordered mean.
         if self.plans_cuda() {
-            let device = logits.device();
-            device.alloc_workspace(DType::F64, spec.rows.max(1), "cross_entropy")?;
+            let memory = logits.memory();
+            memory.alloc_workspace(DType::F64, spec.rows.max(1), "cross_entropy")?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::{NormKernels, RowSpec, SoftmaxKind, SoftmaxSpec};
+use crate::backend::norm::{NormKernels, RowSpec, SoftmaxKind, SoftmaxSpec};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, DType, Element, Float};

@@ -2,7 +2,7 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::{NormKernels, RowSpec, SoftmaxKind, SoftmaxSpec, parameter_partials};
+use crate::backend::norm::{NormKernels, RowSpec, SoftmaxKind, SoftmaxSpec, parameter_partials};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
@@ -211,7 +211,7 @@ impl NormKernels for CudaBackend {
         }
         // dgamma and dbeta: per-slice partial sums in f64, then summed in slice order.
         let (slices, partials) = parameter_partials(rows, len);
-        let partial = x.device().alloc_workspace(DType::F64, partials, OP)?;
+        let partial = x.memory().alloc_workspace(DType::F64, partials, OP)?;
         let grid = LaunchConfig {
             grid_dim: (len.div_ceil(BLOCK as usize) as u32, slices as u32, 1),
             block_dim: (BLOCK, 1, 1),

@@ -1,7 +1,7 @@
 //! Meta kernels: nothing to compute; planning for CUDA, the partial sums of the layer-norm
 //! parameter gradients.
 
-use super::{NormKernels, RowSpec, SoftmaxSpec, parameter_partials};
+use crate::backend::norm::{NormKernels, RowSpec, SoftmaxSpec, parameter_partials};
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -51,7 +51,7 @@ impl NormKernels for MetaBackend {
     ) -> Result<()> {
         if self.plans_cuda() && spec.len > 0 {
             let (_, partials) = parameter_partials(spec.rows, spec.len);
-            x.device()
+            x.memory()
                 .alloc_workspace(DType::F64, partials, "layer_norm_backward")?;
         }
         Ok(())

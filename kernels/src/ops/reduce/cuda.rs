@@ -2,8 +2,7 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::{ReduceOp, ReduceSpec};
-use crate::backend::ReduceKernels;
+use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
 use crate::cuda::{BLOCK, CudaBackend, Family, float_kernel};
 use crate::error::Result;
