@@ -137,6 +137,19 @@ impl Array {
         }
     }
 
+    /// Fails with [`Error::DType`] unless the array holds indices (U32).
+    pub(crate) fn check_indices(&self, op: &'static str) -> Result<()> {
+        if self.dtype() == DType::U32 {
+            Ok(())
+        } else {
+            Err(Error::DType {
+                op,
+                expected: DType::U32.to_string(),
+                got: self.dtype(),
+            })
+        }
+    }
+
     /// Fails unless `other` has this array's dtype and device.
     pub(crate) fn check_peer(&self, other: &Array, op: &'static str) -> Result<()> {
         self.device().check_same(other.device(), op)?;

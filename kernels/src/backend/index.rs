@@ -1,8 +1,8 @@
-//! What a backend runs for ops that index by integer ids (embeddings, cross-entropy against class
-//! targets) and for the causal mask, and the checks its kernels make of the ids.
+//! What a backend runs for ops that index by integer ids (embedding lookups and their gradient)
+//! and for the causal mask, and the check of ids against their range (which the loss kernels
+//! make of their class targets too).
 
 use crate::buffer::Buffer;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// The geometry of an embedding lookup or its gradient.
@@ -12,18 +12,6 @@ pub struct EmbeddingSpec {
     pub vocab: usize,
     /// Length of one table row.
     pub dim: usize,
-}
-
-/// The geometry of a cross-entropy: `rows` rows of `classes` logits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CrossEntropySpec {
-    /// Number of rows (examples); at least 1.
-    pub rows: usize,
-    /// Number of classes per row (valid targets are `0..classes`).
-    pub classes: usize,
-    /// Rows whose target is this value count for nothing: no loss, no gradient, and not in the
-    /// mean's denominator (PyTorch's `ignore_index`).
-    pub ignore: Option<u32>,
 }
 
 /// The geometry of a causal mask: `matrices` square matrices of side `size`.
@@ -61,30 +49,6 @@ pub trait IndexKernels {
         out: &mut Buffer,
     ) -> Result<()>;
 
-    /// Writes into the one element of `out` (f32, or f64 for f64 logits) the mean over rows of
-    /// `logsumexp(logits[i]) - logits[i, targets[i]]`. Fails with [`Error::Argument`] when a
-    /// target is `>= classes`.
-    fn cross_entropy(
-        &self,
-        spec: CrossEntropySpec,
-        logits: &Buffer,
-        targets: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()>;
-
-    /// `out[i, j] = (softmax(logits[i])[j] - (j == targets[i])) * dloss / counted`, in the
-    /// logits' dtype, where `dloss` is a one-element buffer of the loss' dtype and `counted` the
-    /// rows not ignored; ignored rows get zeros. Fails with [`Error::Argument`] when a target is
-    /// `>= classes` and not the ignored one.
-    fn cross_entropy_backward(
-        &self,
-        spec: CrossEntropySpec,
-        dloss: &Buffer,
-        logits: &Buffer,
-        targets: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()>;
-
     /// Copies `x` into `out` (same float dtype, `[matrices, size, size]`), with every element
     /// `(i, j)` where `j > i` set to `fill`.
     fn causal_mask(
@@ -94,15 +58,6 @@ pub trait IndexKernels {
         x: &Buffer,
         out: &mut Buffer,
     ) -> Result<()>;
-}
-
-/// The dtype of a cross-entropy of logits of `dtype`: f64 for f64, f32 otherwise.
-pub fn loss_dtype(dtype: DType) -> DType {
-    if dtype == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
 }
 
 /// Fails with [`Error::Argument`] naming the first index `>= limit` (other than `ignore`), its
@@ -128,9 +83,4 @@ pub(crate) fn check_range(
             ),
         }),
     }
-}
-
-/// Rows whose target is not the ignored one.
-pub(crate) fn counted_rows(targets: &[u32], ignore: Option<u32>) -> usize {
-    targets.iter().filter(|&&t| Some(t) != ignore).count()
 }

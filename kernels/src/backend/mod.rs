@@ -26,20 +26,25 @@ pub(crate) mod elementwise;
 pub(crate) mod gemm;
 pub(crate) mod index;
 pub(crate) mod layout;
+pub(crate) mod loss;
 pub(crate) mod norm;
 pub(crate) mod optim;
 pub(crate) mod random;
 pub(crate) mod reduce;
+pub(crate) mod rows;
+pub(crate) mod softmax;
 
 pub use data::DataKernels;
 pub use elementwise::ElementwiseKernels;
 pub use gemm::GemmKernels;
 pub use index::IndexKernels;
 pub use layout::LayoutKernels;
+pub use loss::LossKernels;
 pub use norm::NormKernels;
 pub use optim::OptimKernels;
 pub use random::RandomKernels;
 pub use reduce::ReduceKernels;
+pub use softmax::SoftmaxKernels;
 
 /// A compute backend: every category of kernel.
 pub trait Backend:
@@ -47,8 +52,10 @@ pub trait Backend:
     + ElementwiseKernels
     + ReduceKernels
     + GemmKernels
+    + SoftmaxKernels
     + NormKernels
     + IndexKernels
+    + LossKernels
     + LayoutKernels
     + RandomKernels
     + OptimKernels
@@ -62,8 +69,10 @@ impl<T> Backend for T where
         + ElementwiseKernels
         + ReduceKernels
         + GemmKernels
+        + SoftmaxKernels
         + NormKernels
         + IndexKernels
+        + LossKernels
         + LayoutKernels
         + RandomKernels
         + OptimKernels

@@ -312,7 +312,7 @@ pub(crate) fn float_kernel(kernel: &str, dtype: DType, op: &'static str) -> Resu
 
 impl CudaBackend {
     /// The thread group per row and a grid over `rows` rows of `len` elements, for the row
-    /// kernels of `index.cu`: a warp for rows up to `warp_row_max` elements (the longest a warp
+    /// kernels of `loss.cu`: a warp for rows up to `warp_row_max` elements (the longest a warp
     /// holds in registers, for a kernel that does), else the whole block.
     pub(crate) fn row_grid(
         &self,

@@ -1,28 +1,14 @@
 //! Meta kernels: nothing to compute; planning for CUDA, the partial sums of the layer-norm
 //! parameter gradients.
 
-use crate::backend::norm::{NormKernels, RowSpec, SoftmaxSpec, parameter_partials};
+use crate::backend::norm::{NormKernels, parameter_partials};
+use crate::backend::rows::RowSpec;
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 
 impl NormKernels for MetaBackend {
-    fn softmax(&self, _: SoftmaxSpec, _: RowSpec, _: &Buffer, _: &mut Buffer) -> Result<()> {
-        Ok(())
-    }
-
-    fn softmax_backward(
-        &self,
-        _: SoftmaxSpec,
-        _: RowSpec,
-        _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
-    ) -> Result<()> {
-        Ok(())
-    }
-
     fn layer_norm(
         &self,
         _: RowSpec,
