@@ -70,7 +70,7 @@ impl Family {
     }
 
     /// The file's own source, without the prelude.
-    fn body(self) -> &'static str {
+    pub(crate) const fn body(self) -> &'static str {
         match self {
             Family::Data => include_str!("data.cu"),
             Family::Elementwise => include_str!("elementwise.cu"),

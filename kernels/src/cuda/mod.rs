@@ -32,6 +32,7 @@ mod backend;
 mod blas;
 mod compile;
 mod driver;
+pub(crate) mod enum_codes;
 mod memory;
 mod ptx_cache;
 pub(crate) mod rows;
@@ -42,6 +43,7 @@ pub(crate) use args::{Arg, Walk};
 pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
 pub use compile::{Family, check_machine_code, compile_ptx};
 pub use driver::{CudaOptions, device_count, device_memory, is_available, memory_info};
+pub(crate) use enum_codes::enum_codes;
 pub use memory::CudaMemory;
 
 /// Every row kernel of `softmax.cu` the backend may launch, without its dtype suffix
