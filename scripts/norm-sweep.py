@@ -1,10 +1,11 @@
-"""Bandwidth of the CUDA row kernels of kernels/src/cuda/norm.cu (softmax, layer normalization,
-softmax's backward pass) over row lengths, as a share of the device's copy bandwidth, on a GPU.
+"""Bandwidth of the CUDA row kernels of kernels/src/cuda/softmax.cu and norm.cu (softmax, layer
+normalization, softmax's backward pass) over row lengths, as a share of the device's copy
+bandwidth, on a GPU.
 
     python3 scripts/norm-sweep.py            # on a machine with a GPU and CuPy
 
-It compiles norm.cu as the backend does (NVRTC, the prelude first), launches each kernel as
-`kernels/src/ops/norm/cuda.rs` does (in the first shape of its list that holds the row: threads
+It compiles softmax.cu and norm.cu as the backend does (NVRTC, the prelude first), launches each
+kernel as `kernels/src/cuda/rows.rs` does (in the first shape of its list that holds the row: threads
 to a row, elements each keeps in registers), and times it with CUDA events: the median of 20 runs over 1 GiB of f32 rows,
 after 3 untimed ones. Each output is first filled with NaN and checked against a float64
 reference. Prints a table, then one JSON line per result. `cuda-compare` checks the backend's
@@ -24,7 +25,7 @@ LENGTHS = (256, 768, 1000, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 1638
 ELEMENTS = 1 << 28
 BLOCK = 256
 
-# The shapes of ops/norm/cuda.rs: (group, cache) in the order preferred, then the one for rows
+# The shapes of cuda/rows.rs: (group, cache) in the order preferred, then the one for rows
 # longer than all hold.
 FORWARD = ([(32, 8), (32, 16), (32, 32), (256, 8), (256, 16), (512, 16), (512, 32)], (512, 8))
 BACKWARD = ([(32, 4), (32, 8), (32, 16), (256, 4), (256, 8), (256, 16), (512, 16)], (512, 4))
@@ -35,6 +36,9 @@ KERNELS = {
     "layer_norm": (FORWARD, 2),
     "softmax_backward": (BACKWARD, 3),
 }
+
+# kernel: the family file that holds it
+FILES = {"softmax": "softmax.cu", "layer_norm": "norm.cu", "softmax_backward": "softmax.cu"}
 
 
 def timed(run) -> float:
@@ -69,8 +73,11 @@ def relative_error(got, want) -> float:
 
 
 def main() -> None:
-    source = (CUDA / "prelude.cuh").read_text() + "\n" + (CUDA / "norm.cu").read_text()
-    module = cp.RawModule(code=source, options=("--std=c++17",))
+    prelude = (CUDA / "prelude.cuh").read_text()
+    modules = {
+        file: cp.RawModule(code=prelude + "\n" + (CUDA / file).read_text(), options=("--std=c++17",))
+        for file in set(FILES.values())
+    }
     src, dst = cp.empty(ELEMENTS, cp.float32), cp.empty(ELEMENTS, cp.float32)
     copy = 2 * src.nbytes / timed(lambda: dst.data.copy_from_device(src.data, src.nbytes)) / 1e9
     del src, dst
@@ -101,7 +108,7 @@ def main() -> None:
             "softmax_backward": ((i(0), f(1.0), i(0), y, dy, out, u(rows), u(length)), back64),
         }
         for kernel, (args, want) in cases.items():
-            run = launch(module, kernel, rows, length, args)
+            run = launch(modules[FILES[kernel]], kernel, rows, length, args)
             out.fill(cp.nan)
             run()
             error = relative_error(out, want)

@@ -1,17 +1,19 @@
 #![doc = include_str!("../README.md")]
 
+mod autocast;
 pub mod check;
-mod context;
 mod error;
 mod gradients;
 mod ops;
 mod recompute;
+mod recording;
 mod tape;
 mod tensor;
 
-pub use context::{AutocastGuard, RecordingGuard, autocast, autocast_dtype, no_grad};
+pub use autocast::{AutocastGuard, autocast, autocast_dtype};
 pub use error::{Error, Result};
 pub use gradients::Gradients;
 pub use recompute::recompute;
+pub use recording::{RecordingGuard, no_grad};
 pub use tape::Tape;
 pub use tensor::{Tensor, TensorId};

@@ -4,9 +4,10 @@
 use headroom_alloc::Tag;
 use headroom_kernels::{Array, DType};
 
-use crate::context::{autocast, autocast_dtype, no_grad};
+use crate::autocast::{autocast, autocast_dtype};
 use crate::error::Result;
-use crate::tape::{Backward, Tape, begin};
+use crate::recording::{begin, no_grad};
+use crate::tape::{Backward, Tape};
 use crate::tensor::Tensor;
 
 /// Runs `f` on `inputs` without keeping what its ops would save for the backward pass, and

@@ -10,7 +10,6 @@ use headroom_kernels::{Array, DType, Shape};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use crate::context::{RecordingGuard, recording_tape, set_recording};
 use crate::error::{Error, Result};
 use crate::gradients::Gradients;
 use crate::tensor::{Tensor, TensorId};
@@ -125,18 +124,6 @@ impl Tape {
     /// An empty tape, not recording yet.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Records on this thread until the guard drops (and restores whatever recorded before).
-    pub fn start(&self) -> RecordingGuard {
-        set_recording(Some(self.clone()))
-    }
-
-    /// Runs `f` while this tape records (its error type is the caller's: a layer above can
-    /// record its own ops).
-    pub fn record<T, E>(&self, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
-        let _recording = self.start();
-        f()
     }
 
     /// Tracks `tensor` (a constant, say an input) so that gradients can be asked for it.
@@ -323,21 +310,22 @@ pub(crate) struct Recording {
     inputs: SmallVec<[Option<SlotId>; 4]>,
 }
 
-/// Starts recording an op on `inputs`: `None` when no tape records or the tape tracks none of
-/// them (variables count as tracked), so that the op saves nothing.
-pub(crate) fn begin(inputs: &[&Tensor]) -> Option<Recording> {
-    let tape = recording_tape()?;
-    let slots: SmallVec<[Option<SlotId>; 4]> = {
-        let mut state = tape.state();
-        if state.used {
-            return None;
-        }
-        inputs.iter().map(|t| state.slot(t, false)).collect()
-    };
-    slots.iter().any(Option::is_some).then_some(Recording {
-        tape,
-        inputs: slots,
-    })
+impl Tape {
+    /// Starts recording an op on `inputs` on this tape: `None` when the tape was used or tracks
+    /// none of them (variables count as tracked), so that the op saves nothing.
+    pub(crate) fn begin_op(self, inputs: &[&Tensor]) -> Option<Recording> {
+        let slots: SmallVec<[Option<SlotId>; 4]> = {
+            let mut state = self.state();
+            if state.used {
+                return None;
+            }
+            inputs.iter().map(|t| state.slot(t, false)).collect()
+        };
+        slots.iter().any(Option::is_some).then_some(Recording {
+            tape: self,
+            inputs: slots,
+        })
+    }
 }
 
 impl Recording {

@@ -1,19 +1,18 @@
-//! Buffers (device memory that returns to the allocator on drop) and arrays (a buffer and a shape).
-
-use std::sync::Arc;
+//! Buffers: device memory that returns to the allocator on drop, what every kernel computes on;
+//! and how a device's memory makes them.
 
 use headroom_alloc::{Block, Tag};
 
-use crate::device::{Device, DeviceKind};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::shape::Shape;
+use crate::memory::{DeviceKind, DeviceMemory};
 
 /// `len` elements of one dtype in a device's memory. Dropping it frees the bytes; no error path
 /// can leak them, since the block frees itself.
 #[derive(Debug)]
 pub struct Buffer {
-    device: Device,
+    /// The memory of the device holding it.
+    memory: DeviceMemory,
     /// The allocation; at least `len * dtype.size()` bytes, 256-byte aligned.
     block: Block,
     dtype: DType,
@@ -21,18 +20,9 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    pub(crate) fn new(device: Device, block: Block, dtype: DType, len: usize) -> Self {
-        Self {
-            device,
-            block,
-            dtype,
-            len,
-        }
-    }
-
-    /// The device holding it.
-    pub fn device(&self) -> &Device {
-        &self.device
+    /// The memory of the device holding it: what a kernel takes its scratch buffers from.
+    pub(crate) fn memory(&self) -> &DeviceMemory {
+        &self.memory
     }
 
     /// Its element type.
@@ -67,10 +57,10 @@ impl Buffer {
 
     /// Fails unless this buffer holds `T` on a CPU device.
     fn check_host<T: Element>(&self, op: &'static str) -> Result<()> {
-        if self.device.kind() != DeviceKind::Cpu {
+        if self.memory.kind() != DeviceKind::Cpu {
             return Err(Error::NoData {
                 op,
-                device: self.device.to_string(),
+                device: self.memory.to_string(),
             });
         }
         if T::DTYPE != self.dtype {
@@ -102,120 +92,57 @@ impl Buffer {
     }
 }
 
-/// A contiguous, row-major array: a shared buffer and its shape. Cloning shares the buffer (use
-/// [`Array::deep_copy`] for new memory); the bytes return to the allocator when the last handle
-/// drops. In-place writes ([`Array::buffer_mut`]) need the only handle, so no other handle ever
-/// sees its data change.
-#[derive(Debug, Clone)]
-pub struct Array {
-    buffer: Arc<Buffer>,
-    shape: Shape,
-}
-
-impl Array {
-    /// An array of `shape` made of `buffer`, which must hold exactly `shape.numel()` elements.
-    pub fn new(buffer: Buffer, shape: Shape) -> Result<Self> {
-        if shape.checked_numel() != Some(buffer.len()) {
-            return Err(Error::Shape {
-                op: "array",
-                detail: format!("shape {shape} does not hold {} elements", buffer.len()),
-            });
-        }
-        Ok(Self {
-            buffer: Arc::new(buffer),
-            shape,
-        })
-    }
-
-    /// Allocates an array of `shape` and `dtype` on `device`, contents unspecified.
-    pub(crate) fn uninit(
-        device: &Device,
-        shape: Shape,
+impl DeviceMemory {
+    /// Allocates room for `len` elements of `dtype` under `tag`, for `op`, without counting a
+    /// kernel call (the caller times what it counts). The contents are unspecified (but always
+    /// valid bits for the dtype).
+    pub(crate) fn alloc(
+        &self,
         dtype: DType,
+        len: usize,
+        tag: Tag,
         op: &'static str,
-    ) -> Result<Self> {
-        let len = shape.checked_numel().ok_or_else(|| Error::Shape {
-            op,
-            detail: format!("{shape} has more elements than a usize holds"),
-        })?;
-        let buffer = Arc::new(device.alloc(dtype, len, op)?);
-        Ok(Self { buffer, shape })
-    }
-
-    /// The shape.
-    pub fn shape(&self) -> &Shape {
-        &self.shape
-    }
-
-    /// The element type.
-    pub fn dtype(&self) -> DType {
-        self.buffer.dtype
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Device {
-        &self.buffer.device
-    }
-
-    /// Number of elements.
-    pub fn numel(&self) -> usize {
-        self.buffer.len
-    }
-
-    /// The buffer.
-    pub fn buffer(&self) -> &Buffer {
-        &self.buffer
-    }
-
-    /// The buffer, mutably, for `op` to write in place: fails with [`Error::Shared`] while another
-    /// handle (a clone, a reshaped view) shares it.
-    pub fn buffer_mut(&mut self, op: &'static str) -> Result<&mut Buffer> {
-        Arc::get_mut(&mut self.buffer).ok_or(Error::Shared { op })
-    }
-
-    /// True when another handle shares this array's buffer.
-    pub fn is_shared(&self) -> bool {
-        Arc::strong_count(&self.buffer) > 1
-    }
-
-    /// The same data under another shape with as many elements: a view sharing the buffer.
-    pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Self> {
-        let shape = shape.into();
-        if shape.checked_numel() != Some(self.numel()) {
-            return Err(Error::Shape {
-                op: "reshape",
-                detail: format!("{} into {shape}: element counts differ", self.shape),
-            });
-        }
-        Ok(Self {
-            buffer: Arc::clone(&self.buffer),
-            shape,
-        })
-    }
-
-    /// Fails with [`Error::DType`] unless the dtype is a float one.
-    pub(crate) fn check_float(&self, op: &'static str) -> Result<()> {
-        if self.dtype().is_float() {
-            Ok(())
-        } else {
-            Err(Error::DType {
+    ) -> Result<Buffer> {
+        let bytes = (len as u64)
+            .checked_mul(dtype.size() as u64)
+            .ok_or_else(|| Error::Argument {
                 op,
-                expected: "a float dtype".into(),
-                got: self.dtype(),
-            })
-        }
+                detail: format!("{len} elements of {dtype} overflow a byte count"),
+            })?;
+        let block = self
+            .allocator()
+            .allocate(bytes, tag)
+            .map_err(|err| Error::from_alloc(op, err))?;
+        Ok(self.buffer(block, dtype, len))
     }
 
-    /// Fails unless `other` has this array's dtype and device.
-    pub(crate) fn check_peer(&self, other: &Array, op: &'static str) -> Result<()> {
-        self.device().check_same(other.device(), op)?;
-        if self.dtype() != other.dtype() {
-            return Err(Error::DType {
-                op,
-                expected: self.dtype().to_string(),
-                got: other.dtype(),
-            });
+    /// [`alloc`](Self::alloc) under the workspace tag, for a kernel's scratch memory (not
+    /// counted as a call of its own: the kernel's call is).
+    pub(crate) fn alloc_workspace(
+        &self,
+        dtype: DType,
+        len: usize,
+        op: &'static str,
+    ) -> Result<Buffer> {
+        self.alloc(dtype, len, Tag::WORKSPACE, op)
+    }
+
+    /// [`alloc_workspace`](Self::alloc_workspace) for optional scratch memory: `None` when it
+    /// does not fit without releasing cached regions, and then no out-of-memory is counted or
+    /// reported.
+    pub(crate) fn try_alloc_workspace(&self, dtype: DType, len: usize) -> Option<Buffer> {
+        let bytes = (len as u64).checked_mul(dtype.size() as u64)?;
+        let block = self.allocator().try_allocate(bytes, Tag::WORKSPACE)?;
+        Some(self.buffer(block, dtype, len))
+    }
+
+    /// A buffer of `len` elements of `dtype` over `block`, which this memory's allocator made.
+    fn buffer(&self, block: Block, dtype: DType, len: usize) -> Buffer {
+        Buffer {
+            memory: self.clone(),
+            block,
+            dtype,
+            len,
         }
-        Ok(())
     }
 }

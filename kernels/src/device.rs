@@ -1,32 +1,19 @@
 //! Devices: a compute backend plus the allocator every one of its bytes comes from.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use headroom_alloc::{
     Allocator, AllocatorConfig, FaultInjecting, HostMemory, MemorySource, SharedAllocator, Tag,
     VirtualMemory,
 };
-use parking_lot::Mutex;
 
 use crate::backend::Backend;
 use crate::buffer::Buffer;
 use crate::cpu::CpuBackend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::memory::{DeviceKind, DeviceMemory, KernelTime, TagScope, Timer};
 use crate::meta::{MetaBackend, PlanTarget, PlanningMemory};
-
-/// What kind of device this is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeviceKind {
-    /// The host: real memory and arithmetic.
-    Cpu,
-    /// Allocations only, no data: plans the memory of another device's run.
-    Meta,
-    /// An NVIDIA GPU, by ordinal.
-    Cuda(u32),
-}
 
 /// How much memory a device has and how its allocator manages it.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,32 +68,12 @@ mod sealed {
 pub struct Device(Arc<Inner>);
 
 struct Inner {
-    kind: DeviceKind,
+    /// Its memory: the allocator, the current tag, its name and its kernel time.
+    memory: DeviceMemory,
     /// What a meta device planning for this one mirrors.
     plan_target: PlanTarget,
     backend: Box<dyn Backend>,
-    allocator: SharedAllocator,
-    /// The tag new buffers are made with.
-    tag: Mutex<Tag>,
-    /// Distinguishes devices in messages.
-    id: u64,
-    /// Nanoseconds spent in kernel calls and allocations, and how many there were.
-    busy_ns: AtomicU64,
-    calls: AtomicU64,
 }
-
-/// Time a device spent in its kernels and allocations, and how many calls that was: what a
-/// layer above can subtract from its own time to find its overhead. For an asynchronous backend
-/// this is the time to queue the work.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KernelTime {
-    /// Kernel calls and allocations.
-    pub calls: u64,
-    /// Time spent in them.
-    pub busy: Duration,
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 impl Device {
     /// A CPU device over `config.memory` bytes of real host memory.
@@ -168,20 +135,15 @@ impl Device {
         let allocator = Allocator::from_boxed(source, config)
             .map_err(|err| Error::from_alloc("device", err))?;
         Ok(Device(Arc::new(Inner {
-            kind,
+            memory: DeviceMemory::new(kind, SharedAllocator::new(allocator)),
             plan_target,
             backend,
-            allocator: SharedAllocator::new(allocator),
-            tag: Mutex::new(Tag::ACTIVATIONS),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            busy_ns: AtomicU64::new(0),
-            calls: AtomicU64::new(0),
         })))
     }
 
     /// What kind of device this is.
     pub fn kind(&self) -> DeviceKind {
-        self.0.kind
+        self.0.memory.kind()
     }
 
     /// What [`Device::meta_for`] takes to plan this device's memory: a meta device made with
@@ -201,7 +163,12 @@ impl Device {
 
     /// The allocator: its stats, snapshots, history and OOM reports describe this device.
     pub fn allocator(&self) -> &SharedAllocator {
-        &self.0.allocator
+        self.0.memory.allocator()
+    }
+
+    /// Its memory, which its buffers hold.
+    pub(crate) fn memory(&self) -> &DeviceMemory {
+        &self.0.memory
     }
 
     /// True when both handles name the same device.
@@ -211,7 +178,7 @@ impl Device {
 
     /// The tag new buffers get (activations unless a [`TagScope`] says otherwise).
     pub fn tag(&self) -> Tag {
-        *self.0.tag.lock()
+        self.0.memory.tag()
     }
 
     /// Tags every buffer made on this device with `tag` until the scope is dropped.
@@ -228,69 +195,20 @@ impl Device {
     /// # Ok::<(), headroom_kernels::Error>(())
     /// ```
     pub fn scoped_tag(&self, tag: Tag) -> TagScope<'_> {
-        let previous = std::mem::replace(&mut *self.0.tag.lock(), tag);
-        TagScope {
-            device: self,
-            previous,
-        }
+        self.0.memory.scoped_tag(tag)
     }
 
     /// Time spent in kernels and allocations on this device so far.
     pub fn kernel_time(&self) -> KernelTime {
-        KernelTime {
-            calls: self.0.calls.load(Ordering::Relaxed),
-            busy: Duration::from_nanos(self.0.busy_ns.load(Ordering::Relaxed)),
-        }
+        self.0.memory.kernel_time()
     }
 
     /// Allocates room for `len` elements of `dtype`, for `op`, under the current tag. The
     /// contents are unspecified (but always valid bits for the dtype).
     pub fn alloc(&self, dtype: DType, len: usize, op: &'static str) -> Result<Buffer> {
-        let _timer = Timer::start(&self.0);
-        self.alloc_untimed(dtype, len, self.tag(), op)
-    }
-
-    /// [`alloc`](Self::alloc) under `tag`, without counting a call: for the scratch memory of
-    /// a kernel, whose call is already being timed.
-    fn alloc_untimed(
-        &self,
-        dtype: DType,
-        len: usize,
-        tag: Tag,
-        op: &'static str,
-    ) -> Result<Buffer> {
-        let bytes = (len as u64)
-            .checked_mul(dtype.size() as u64)
-            .ok_or_else(|| Error::Argument {
-                op,
-                detail: format!("{len} elements of {dtype} overflow a byte count"),
-            })?;
-        let block = self
-            .0
-            .allocator
-            .allocate(bytes, tag)
-            .map_err(|err| Error::from_alloc(op, err))?;
-        Ok(Buffer::new(self.clone(), block, dtype, len))
-    }
-
-    /// [`alloc`](Self::alloc) under the workspace tag, for a kernel's scratch memory (not
-    /// counted as a call of its own: the kernel's call is).
-    pub(crate) fn alloc_workspace(
-        &self,
-        dtype: DType,
-        len: usize,
-        op: &'static str,
-    ) -> Result<Buffer> {
-        self.alloc_untimed(dtype, len, Tag::WORKSPACE, op)
-    }
-
-    /// [`alloc_workspace`](Self::alloc_workspace) for optional scratch memory: `None` when it
-    /// does not fit without releasing cached regions, and then no out-of-memory is counted or
-    /// reported.
-    pub(crate) fn try_alloc_workspace(&self, dtype: DType, len: usize) -> Option<Buffer> {
-        let bytes = (len as u64).checked_mul(dtype.size() as u64)?;
-        let block = self.0.allocator.try_allocate(bytes, Tag::WORKSPACE)?;
-        Some(Buffer::new(self.clone(), block, dtype, len))
+        let memory = &self.0.memory;
+        let _timer = memory.timer();
+        memory.alloc(dtype, len, memory.tag(), op)
     }
 
     /// Waits until every kernel queued on this device has finished (a no-op on the CPU, whose
@@ -304,8 +222,8 @@ impl Device {
     /// (at the end of the statement that calls a kernel through it).
     pub(crate) fn backend(&self) -> TimedBackend<'_> {
         TimedBackend {
-            device: &self.0,
-            _timer: Timer::start(&self.0),
+            backend: &*self.0.backend,
+            _timer: self.0.memory.timer(),
         }
     }
 
@@ -325,11 +243,7 @@ impl Device {
 
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.kind {
-            DeviceKind::Cpu => write!(f, "cpu#{}", self.0.id),
-            DeviceKind::Meta => write!(f, "meta#{}", self.0.id),
-            DeviceKind::Cuda(ordinal) => write!(f, "cuda:{ordinal}#{}", self.0.id),
-        }
+        std::fmt::Display::fmt(&self.0.memory, f)
     }
 }
 
@@ -339,51 +253,15 @@ impl std::fmt::Debug for Device {
     }
 }
 
-/// Adds the time from its start to its drop to a device's kernel time.
-struct Timer<'d> {
-    device: &'d Inner,
-    start: Instant,
-}
-
-impl<'d> Timer<'d> {
-    fn start(device: &'d Inner) -> Self {
-        Self {
-            device,
-            start: Instant::now(),
-        }
-    }
-}
-
-impl Drop for Timer<'_> {
-    fn drop(&mut self) {
-        let nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.device.busy_ns.fetch_add(nanos, Ordering::Relaxed);
-        self.device.calls.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// A device's backend, timed while this handle lives.
 pub(crate) struct TimedBackend<'d> {
-    device: &'d Inner,
+    backend: &'d (dyn Backend + 'static),
     _timer: Timer<'d>,
 }
 
 impl std::ops::Deref for TimedBackend<'_> {
     type Target = dyn Backend;
     fn deref(&self) -> &Self::Target {
-        &*self.device.backend
-    }
-}
-
-/// Restores a device's previous tag when dropped.
-#[must_use = "the tag applies only while the scope lives"]
-pub struct TagScope<'d> {
-    device: &'d Device,
-    previous: Tag,
-}
-
-impl Drop for TagScope<'_> {
-    fn drop(&mut self) {
-        *self.device.0.tag.lock() = self.previous;
+        self.backend
     }
 }

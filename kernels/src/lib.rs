@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod array;
 mod backend;
 mod buffer;
 mod cpu;
@@ -8,19 +9,22 @@ pub mod cuda;
 mod device;
 mod dtype;
 mod error;
+mod memory;
 mod meta;
 pub mod ops;
 mod shape;
 mod vector_math;
 
+pub use array::Array;
 pub use backend::{
     Backend, DataKernels, ElementwiseKernels, GemmKernels, IndexKernels, LayoutKernels,
     NormKernels, OptimKernels, RandomKernels, ReduceKernels,
 };
-pub use buffer::{Array, Buffer};
+pub use buffer::Buffer;
 pub use cpu::CpuBackend;
-pub use device::{Device, DeviceConfig, DeviceKind, HostSource, KernelTime, TagScope};
+pub use device::{Device, DeviceConfig, HostSource};
 pub use dtype::{Compute, DType, Element, Float};
 pub use error::{Error, Result};
+pub use memory::{DeviceKind, KernelTime, TagScope};
 pub use meta::{MetaBackend, PlanTarget, PlanningMemory};
 pub use shape::Shape;

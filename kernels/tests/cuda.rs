@@ -8,6 +8,7 @@ mod common;
 use headroom_alloc::{AllocatorConfig, Growth};
 use headroom_kernels::cuda::{
     Family, check_machine_code, compile_ptx, device_memory, is_available, norm_row_kernels,
+    softmax_row_kernels,
 };
 use headroom_kernels::{Array, DType, Device, Error, PlanTarget};
 
@@ -32,21 +33,21 @@ fn kernels(family: Family) -> Vec<String> {
             .collect(),
         Family::Elementwise => per_float(&["unary", "binary", "binary_assign", "binary_strided"]),
         Family::Reduce => per_float(&["reduce_rows", "reduce_columns"]),
+        Family::Softmax => per_float(
+            &softmax_row_kernels()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        ),
         Family::Norm => {
             let mut stems = norm_row_kernels();
             stems
                 .extend(["layer_norm_dparams_partial", "layer_norm_dparams_sum"].map(String::from));
             per_float(&stems.iter().map(String::as_str).collect::<Vec<_>>())
         }
-        Family::Index => {
-            let mut names = per_float(&[
-                "cross_entropy_32",
-                "cross_entropy_256",
-                "mean_loss",
-                "embedding",
-                "embedding_backward",
-                "causal_mask",
-            ]);
+        Family::Index => per_float(&["embedding", "embedding_backward", "causal_mask"]),
+        Family::Loss => {
+            let mut names = per_float(&["cross_entropy_32", "cross_entropy_256", "mean_loss"]);
             for group in [32, 256] {
                 for logits in floats {
                     for dloss in floats {

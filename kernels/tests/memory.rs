@@ -10,7 +10,7 @@ use headroom_alloc::{AllocatorConfig, EventKind, FaultInjecting, HostMemory, Oom
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
 use headroom_kernels::ops::optim::{AdamW, Sgd, Update, adamw_step, sgd_step};
 use headroom_kernels::ops::reduce::{self, ReduceOp};
-use headroom_kernels::ops::{gemm, index, layout, norm, random as rand};
+use headroom_kernels::ops::{gemm, index, layout, loss, norm, random as rand, softmax};
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, PlanTarget, Result};
 
 fn config() -> DeviceConfig {
@@ -34,8 +34,8 @@ fn program(device: &Device) -> Result<Vec<Array>> {
     let s = reduce::sum(&g, 1)?;
     let m = reduce::reduce(ReduceOp::Max, &x, 0, true)?;
     drop(xh);
-    let probs = norm::softmax(&g)?;
-    let dprobs = norm::log_softmax_backward(&norm::log_softmax(&g)?, &probs)?;
+    let probs = softmax::softmax(&g)?;
+    let dprobs = softmax::log_softmax_backward(&softmax::log_softmax(&g)?, &probs)?;
     let gamma = Array::full(device, [6], DType::F32, 1.5)?;
     let ln = norm::layer_norm(&h, &gamma, &bias, 1e-5)?;
     let ln_grads = norm::layer_norm_backward(&h, &gamma, &ln.mean, &ln.rstd, &dprobs)?;
@@ -48,9 +48,9 @@ fn program(device: &Device) -> Result<Vec<Array>> {
     let dy = Array::from_f64(device, [80, 1], DType::F32, &data[..80])?;
     let dfrequent = index::embedding_backward(&frequent, &dy, 2)?;
     let targets = Array::from_host(device, [8], &[0u32, 1, 2, 3, 4, 5, 0, 1])?;
-    let loss = index::cross_entropy(&h, &targets, Some(5))?;
+    let loss = loss::cross_entropy(&h, &targets, Some(5))?;
     let dloss = Array::full(device, [], DType::F32, 0.125)?;
-    let dlogits = index::cross_entropy_backward(&h, &targets, &dloss, Some(5))?;
+    let dlogits = loss::cross_entropy_backward(&h, &targets, &dloss, Some(5))?;
     let scores = Array::from_f64(device, [2, 5, 5], DType::F16, &data[..50])?;
     let masked = index::causal_mask(&scores, f64::NEG_INFINITY)?;
     let moved = layout::permute(&emb, &[2, 0, 1])?;
@@ -371,18 +371,18 @@ fn cases() -> Vec<Case> {
         case("dropout", f32s, |_, x| {
             Ok(vec![rand::dropout_backward(&x[0], 0.5, 3)?])
         }),
-        case("softmax", f32s, |_, x| Ok(vec![norm::softmax(&x[0])?])),
+        case("softmax", f32s, |_, x| Ok(vec![softmax::softmax(&x[0])?])),
         case("softmax", &[Float(&[2, 4, 4], DType::BF16)], |_, x| {
-            Ok(vec![norm::attention_softmax(&x[0], 0.5, true)?])
+            Ok(vec![softmax::attention_softmax(&x[0], 0.5, true)?])
         }),
         case("log_softmax", f32s, |_, x| {
-            Ok(vec![norm::log_softmax(&x[0])?])
+            Ok(vec![softmax::log_softmax(&x[0])?])
         }),
         case("softmax_backward", pair, |_, x| {
-            Ok(vec![norm::softmax_backward(&x[0], &x[1])?])
+            Ok(vec![softmax::softmax_backward(&x[0], &x[1])?])
         }),
         case("log_softmax_backward", pair, |_, x| {
-            Ok(vec![norm::log_softmax_backward(&x[0], &x[1])?])
+            Ok(vec![softmax::log_softmax_backward(&x[0], &x[1])?])
         }),
         case(
             "layer_norm",
@@ -429,7 +429,7 @@ fn cases() -> Vec<Case> {
         case(
             "cross_entropy",
             &[Float(&[5, 6], DType::BF16), Ids(&[5], 6)],
-            |_, x| Ok(vec![index::cross_entropy(&x[0], &x[1], None)?]),
+            |_, x| Ok(vec![loss::cross_entropy(&x[0], &x[1], None)?]),
         ),
         case(
             "cross_entropy_backward",
@@ -439,7 +439,7 @@ fn cases() -> Vec<Case> {
                 Float(&[], DType::F32),
             ],
             |_, x| {
-                Ok(vec![index::cross_entropy_backward(
+                Ok(vec![loss::cross_entropy_backward(
                     &x[0], &x[1], &x[2], None,
                 )?])
             },

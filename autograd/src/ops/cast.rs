@@ -3,9 +3,9 @@
 use headroom_kernels::DType;
 
 use super::rule;
-use crate::context::autocast_dtype;
+use crate::autocast::autocast_dtype;
 use crate::error::Result;
-use crate::tape::begin;
+use crate::recording::begin;
 use crate::tensor::Tensor;
 
 impl Tensor {

@@ -1,10 +1,10 @@
-//! Embedding lookup, fused cross-entropy and causal masking.
+//! Embedding lookup and causal masking.
 
 use headroom_kernels::ops::index;
 
 use super::rule;
 use crate::error::Result;
-use crate::tape::begin;
+use crate::recording::begin;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -19,31 +19,6 @@ impl Tensor {
                 "embedding",
                 &[&y],
                 rule(move |g, _| Ok(vec![Some(index::embedding_backward(&ids, g, vocab)?)])),
-            );
-        }
-        Ok(y)
-    }
-
-    /// The mean cross-entropy of these logits (`[N, C]`) against class `targets` (`[N]`, U32),
-    /// over the rows whose target is not `ignore`: a scalar, f32 (f64 for f64 logits). Fused
-    /// and stable; keeps the logits and targets, and recomputes the softmax in the backward pass.
-    pub fn cross_entropy(&self, targets: &Tensor, ignore: Option<u32>) -> Result<Tensor> {
-        let logits = self.for_f32_op()?;
-        let y = Tensor::output(index::cross_entropy(
-            logits.array(),
-            targets.array(),
-            ignore,
-        )?);
-        if let Some(rec) = begin(&[&logits]) {
-            let (x, t) = (logits.array().clone(), targets.array().clone());
-            rec.finish(
-                "cross_entropy",
-                &[&y],
-                rule(move |g, _| {
-                    Ok(vec![Some(index::cross_entropy_backward(
-                        &x, &t, g, ignore,
-                    )?)])
-                }),
             );
         }
         Ok(y)

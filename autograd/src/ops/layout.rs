@@ -6,7 +6,7 @@ use headroom_kernels::{Array, Shape};
 
 use super::{reduce_to, rule, rule_many};
 use crate::error::Result;
-use crate::tape::begin;
+use crate::recording::begin;
 use crate::tensor::Tensor;
 
 impl Tensor {

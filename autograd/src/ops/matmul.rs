@@ -5,7 +5,8 @@ use headroom_kernels::{Array, Shape};
 
 use super::{reduce_to, rule, when};
 use crate::error::Result;
-use crate::tape::{Recording, begin};
+use crate::recording::begin;
+use crate::tape::Recording;
 use crate::tensor::Tensor;
 
 impl Tensor {

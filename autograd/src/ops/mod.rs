@@ -5,11 +5,13 @@
 mod cast;
 mod index;
 mod layout;
+mod loss;
 mod matmul;
 mod norm;
 mod pointwise;
 mod random;
 mod reduce;
+mod softmax;
 
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 use headroom_kernels::ops::reduce::sum_to;

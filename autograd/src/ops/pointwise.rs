@@ -5,7 +5,7 @@ use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 
 use super::{promote, promoted, reduce_to, rule, rule_in_place, when};
 use crate::error::Result;
-use crate::tape::begin;
+use crate::recording::begin;
 use crate::tensor::Tensor;
 
 impl Tensor {

@@ -5,7 +5,7 @@ use headroom_kernels::ops::random;
 
 use super::rule;
 use crate::error::Result;
-use crate::tape::begin;
+use crate::recording::begin;
 use crate::tensor::Tensor;
 
 impl Tensor {

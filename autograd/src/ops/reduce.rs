@@ -7,7 +7,7 @@ use headroom_kernels::{Array, Shape};
 
 use super::rule;
 use crate::error::Result;
-use crate::tape::begin;
+use crate::recording::begin;
 use crate::tensor::Tensor;
 
 impl Tensor {

@@ -10,6 +10,11 @@ pub struct CpuBackend;
 /// Elements per parallel task: big enough to amortize scheduling, small enough to balance.
 pub(crate) const CHUNK: usize = 1 << 14;
 
+/// Rows per parallel task at least, so that short rows are not scheduled one by one.
+pub(crate) fn min_rows(len: usize) -> usize {
+    (CHUNK / len.max(1)).max(1)
+}
+
 /// Fills `out`, a contiguous array of shape `dims`, one row of its last dimension at a time, in
 /// parallel: `fill(row, starts)` gets the row and, for each operand, the offset of the row's
 /// first element, walked through that operand's `strides` (one per dimension; 0 along a

@@ -17,12 +17,13 @@ use super::compile::{Family, compile};
 use super::driver::{CudaOptions, driver_error, require_device, require_libraries};
 use super::memory::CudaMemory;
 use super::signature::{Param, check_arguments, signatures};
+use crate::backend::gemm::preferred_blas_workspace;
 use crate::buffer::Buffer;
-use crate::device::{Device, DeviceKind};
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::memory::DeviceKind;
 use crate::meta::PlanTarget;
-use crate::ops::gemm::preferred_blas_workspace;
 
 /// Threads per block of every kernel.
 pub(crate) const BLOCK: u32 = 256;
@@ -311,7 +312,7 @@ pub(crate) fn float_kernel(kernel: &str, dtype: DType, op: &'static str) -> Resu
 
 impl CudaBackend {
     /// The thread group per row and a grid over `rows` rows of `len` elements, for the row
-    /// kernels of `index.cu`: a warp for rows up to `warp_row_max` elements (the longest a warp
+    /// kernels of `loss.cu`: a warp for rows up to `warp_row_max` elements (the longest a warp
     /// holds in registers, for a kernel that does), else the whole block.
     pub(crate) fn row_grid(
         &self,

@@ -22,10 +22,14 @@ pub enum Family {
     Elementwise,
     /// Reductions over one axis (`reduce.cu`).
     Reduce,
-    /// Softmax and layer normalization (`norm.cu`).
+    /// Softmax and log-softmax (`softmax.cu`).
+    Softmax,
+    /// Layer normalization (`norm.cu`).
     Norm,
-    /// Embedding, cross-entropy and the causal mask (`index.cu`).
+    /// Embedding and the causal mask (`index.cu`).
     Index,
+    /// The cross-entropy loss (`loss.cu`).
+    Loss,
     /// Strided gathers and concatenation (`layout.cu`).
     Layout,
     /// Optimizer updates (`optim.cu`).
@@ -36,12 +40,14 @@ pub enum Family {
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 10] = [
         Family::Data,
         Family::Elementwise,
         Family::Reduce,
+        Family::Softmax,
         Family::Norm,
         Family::Index,
+        Family::Loss,
         Family::Layout,
         Family::Optim,
         Family::Random,
@@ -53,8 +59,10 @@ impl Family {
             Family::Data => "data.cu",
             Family::Elementwise => "elementwise.cu",
             Family::Reduce => "reduce.cu",
+            Family::Softmax => "softmax.cu",
             Family::Norm => "norm.cu",
             Family::Index => "index.cu",
+            Family::Loss => "loss.cu",
             Family::Layout => "layout.cu",
             Family::Optim => "optim.cu",
             Family::Random => "random.cu",
@@ -62,13 +70,15 @@ impl Family {
     }
 
     /// The file's own source, without the prelude.
-    fn body(self) -> &'static str {
+    pub(crate) const fn body(self) -> &'static str {
         match self {
             Family::Data => include_str!("data.cu"),
             Family::Elementwise => include_str!("elementwise.cu"),
             Family::Reduce => include_str!("reduce.cu"),
+            Family::Softmax => include_str!("softmax.cu"),
             Family::Norm => include_str!("norm.cu"),
             Family::Index => include_str!("index.cu"),
+            Family::Loss => include_str!("loss.cu"),
             Family::Layout => include_str!("layout.cu"),
             Family::Optim => include_str!("optim.cu"),
             Family::Random => include_str!("random.cu"),

@@ -5,6 +5,8 @@
 #define GELU_K 0.7978845608028654
 #define GELU_C 0.044715
 
+// The ops' codes: the Rust side reads them from these enums (cuda/enum_codes.rs), so they are
+// numbered here alone. Bare enumerators only, no initializers or comments inside the braces.
 enum Unary { U_NEG, U_RELU, U_GELU, U_EXP, U_LOG, U_TANH, U_SQRT, U_SCALE, U_POWF };
 enum Binary { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_GELU_BW, B_TANH_BW, B_SQRT_BW, B_POWF_BW, B_EQUAL };
 

@@ -23,17 +23,19 @@
 //!
 //! Each op family is one `.cu` file here ([`Family`]), preceded by `prelude.cuh`. A device
 //! compiles a family with NVRTC for its own architecture the first time one of its kernels runs,
-//! and keeps the module for its lifetime. Index ops (embedding, cross-entropy) read their ids
-//! back to the host to check them against their range, as the CPU backend does, so they wait for
-//! the stream.
+//! and keeps the module for its lifetime. The embedding and the cross-entropy read their ids
+//! (class targets) back to the host to check them against their range, as the CPU backend does,
+//! so they wait for the stream.
 
 mod args;
 mod backend;
 mod blas;
 mod compile;
 mod driver;
+pub(crate) mod enum_codes;
 mod memory;
 mod ptx_cache;
+pub(crate) mod rows;
 mod signature;
 mod virtual_memory;
 
@@ -41,10 +43,17 @@ pub(crate) use args::{Arg, Walk};
 pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
 pub use compile::{Family, check_machine_code, compile_ptx};
 pub use driver::{CudaOptions, device_count, device_memory, is_available, memory_info};
+pub(crate) use enum_codes::enum_codes;
 pub use memory::CudaMemory;
 
-/// Every row kernel of `norm.cu` the backend may launch, without its dtype suffix
+/// Every row kernel of `softmax.cu` the backend may launch, without its dtype suffix
 /// (`softmax_256x16`), for checks that each is in the compiled module.
+pub fn softmax_row_kernels() -> Vec<String> {
+    rows::SOFTMAX.stems()
+}
+
+/// Every row kernel of `norm.cu` the backend may launch, without its dtype suffix
+/// (`layer_norm_256x16`), for checks that each is in the compiled module.
 pub fn norm_row_kernels() -> Vec<String> {
-    crate::ops::norm::row_kernel_stems()
+    rows::LAYER_NORM.stems()
 }

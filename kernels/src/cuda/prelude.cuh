@@ -208,3 +208,46 @@ __device__ __forceinline__ void cache_row(const T* x, int mine, typename Io<T>::
 #define SCRATCH(C) \
     __shared__ __align__(8) unsigned char scratch_bytes[32 * sizeof(double)]; \
     C* scratch = (C*)scratch_bytes;
+
+// Row kernels (softmax.cu, norm.cu). A row belongs to a group of GROUP threads: a warp (GROUP
+// 32, eight rows to a block of 256) or a whole block (GROUP 256 or 512). Each thread of a group
+// keeps N elements of its row in registers (of each of the two rows, in the backward passes),
+// so that a row of up to GROUP * N elements is read once. Every row kernel is built in several
+// shapes (`_GxN_` in its name), and the launch takes the first of its list that holds the row
+// (`cuda/rows.rs`): a thread never carries registers, or runs predicated loads, for elements its
+// row does not have, and the fewer registers let more rows be in flight, which is what these
+// kernels wait on. Rows longer than every shape holds are read again for each pass.
+
+// Blocks of 256 threads a kernel keeping `words` 32-bit registers of row elements per thread
+// asks to keep resident on a multiprocessor (`__launch_bounds__`), so that the compiler fits its
+// registers to them: more rows in flight hide memory latency (measured on an H100:
+// benches/README.md), as far as the registers go without spilling. Turing holds at most four
+// blocks of 256.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define MOST_ROW_BLOCKS 4
+#else
+#define MOST_ROW_BLOCKS 6
+#endif
+#define WORD_BLOCKS(words) ((words) <= 8 ? MOST_ROW_BLOCKS : (words) <= 16 ? 4 : (words) <= 32 ? 2 : 1)
+
+// The same for a kernel of storage type T keeping N elements of each of `rows` rows. f64
+// arithmetic is left to the compiler: its exponentials and sums take registers of their own.
+#define ROW_BLOCKS(N, T, rows) (sizeof(typename Io<T>::C) == 4 ? WORD_BLOCKS((rows) * (N)) : 1)
+
+// The launch bounds of a row kernel of group G: its blocks' threads (a warp's rows share blocks
+// of 256), and ROW_BLOCKS's count of 256 threads in blocks of that size.
+#define BLOCK_THREADS(G) ((G) > 256 ? (G) : 256)
+#define ROW_BOUNDS(G, N, T, rows) \
+    __launch_bounds__(BLOCK_THREADS(G), ROW_BLOCKS(N, T, rows) * 256 / BLOCK_THREADS(G) > 1 \
+                                            ? ROW_BLOCKS(N, T, rows) * 256 / BLOCK_THREADS(G) : 1)
+
+// Instantiates F(G, N, ...) for every shape a forward row kernel is built in and B(G, N, ...)
+// for every shape of a backward one (which holds N elements of each of two rows), as
+// `cuda/rows.rs` lists them.
+#define ROW_SHAPES(F, B, ...) \
+    F(32, 8, __VA_ARGS__) F(32, 16, __VA_ARGS__) F(32, 32, __VA_ARGS__) \
+    F(256, 8, __VA_ARGS__) F(256, 16, __VA_ARGS__) \
+    F(512, 8, __VA_ARGS__) F(512, 16, __VA_ARGS__) F(512, 32, __VA_ARGS__) \
+    B(32, 4, __VA_ARGS__) B(32, 8, __VA_ARGS__) B(32, 16, __VA_ARGS__) \
+    B(256, 4, __VA_ARGS__) B(256, 8, __VA_ARGS__) B(256, 16, __VA_ARGS__) \
+    B(512, 4, __VA_ARGS__) B(512, 16, __VA_ARGS__)

@@ -1,6 +1,8 @@
 // Reductions of [outer, axis, inner] over the middle axis. Sums accumulate in f64 and every
 // combine happens in a fixed order (no atomics), so results are the same from run to run.
 
+// The ops' codes: the Rust side reads them from this enum (cuda/enum_codes.rs), so they are
+// numbered here alone. Bare enumerators only, no initializers or comments inside the braces.
 enum Reduce { R_SUM, R_MEAN, R_MAX, R_SUM_SQUARES };
 
 struct Acc {

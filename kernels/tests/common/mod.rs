@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use headroom_alloc::AllocatorConfig;
 use headroom_alloc::trace::SplitMix64;
-use headroom_kernels::{Array, DType, Device, DeviceConfig, Shape};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, Result, Shape};
 
 /// Every backend present: the CPU always; CUDA when built with it and a GPU is there (each
 /// test says which ran, and why CUDA was skipped).
@@ -151,4 +151,120 @@ pub fn broadcast_at(values: &[f64], shape: &Shape, out: &Shape, index: usize) ->
         rest /= dim;
     }
     values[offset]
+}
+
+// ---------- row ops (softmax, layer normalization) ----------
+
+/// Shapes every row op (softmax, layer normalization) is checked on: single elements, one row, rows of length 1, batches, more
+/// rows than the layer-norm backward has partial sums (64), rows past 1024 (a thread block per
+/// row on CUDA, a warp per row below), more rows than one pass of a GPU's grid covers, with short
+/// rows and with long ones. CUDA builds its row kernels in several shapes (threads to a row,
+/// elements each keeps in registers; `cuda/rows.rs`): the lengths take each, forward (rows
+/// up to 256, 512, 1024 for a warp, 2048, 4096 for a block of 256, 8192, 16384 for one of 512)
+/// and backward (128, 256, 512; 1024, 2048, 4096; 8192), and rows past them all (read again for
+/// each pass), of whole 16-byte packs (multiples of 8: loaded as packs by softmax) and of odd
+/// lengths.
+pub const ROW_SHAPES: [&[usize]; 17] = [
+    &[1],
+    &[7],
+    &[3, 5],
+    &[2, 1, 9],
+    &[4, 1],
+    &[130, 7],
+    &[2, 200],
+    &[2, 300],
+    &[1, 1, 1],
+    &[2, 1000],
+    &[3, 1500],
+    &[2, 3000],
+    &[2, 6000],
+    &[20000, 3],
+    &[2200, 1030],
+    &[2, 9000],
+    &[2, 17000],
+];
+
+/// `(rows, len)` of a shape, normalized over its last axis.
+pub fn rows_len(shape: &[usize]) -> (usize, usize) {
+    let (len, rest) = shape.split_last().expect("rank >= 1");
+    (rest.iter().product(), *len)
+}
+
+// ---------- finite differences on F64 ----------
+
+/// The step of [`numeric_gradient`].
+const H: f64 = 1e-6;
+/// The relative tolerance of a gradient against finite differences, in f64.
+pub const FD_TOLERANCE: f64 = 1e-6;
+
+/// Central differences of `loss` at `at`, one element at a time.
+pub fn numeric_gradient(at: &[f64], loss: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let mut point = at.to_vec();
+    (0..at.len())
+        .map(|i| {
+            point[i] = at[i] + H;
+            let up = loss(&point);
+            point[i] = at[i] - H;
+            let down = loss(&point);
+            point[i] = at[i];
+            (up - down) / (2.0 * H)
+        })
+        .collect()
+}
+
+/// The dot product of two vectors.
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(a, b)| a * b).sum()
+}
+
+// ---------- errors ----------
+
+/// Asserts `result` failed naming `op` and, in its message, every string of `mentions`.
+pub fn assert_fails<T>(result: Result<T>, op: &str, mentions: &[&str]) -> Error {
+    let Err(err) = result else {
+        panic!("{op}: expected an error")
+    };
+    let text = err.to_string();
+    assert!(text.starts_with(op), "{op}: {text}");
+    for m in mentions {
+        assert!(text.contains(m), "{op}: {text} does not mention {m}");
+    }
+    err
+}
+
+// ---------- ids (embedding, cross-entropy) ----------
+
+/// Random ids in `0..limit` of `shape`, uploaded as U32, and their values.
+pub fn random_ids(
+    device: &Device,
+    rng: &mut SplitMix64,
+    shape: &[usize],
+    limit: usize,
+) -> (Array, Vec<u32>) {
+    let n: usize = shape.iter().product();
+    let ids: Vec<u32> = (0..n)
+        .map(|_| (rng.next_u64() % limit as u64) as u32)
+        .collect();
+    (Array::from_host(device, shape, &ids).unwrap(), ids)
+}
+
+/// Leaves stale nonzero data in freed memory, so that an output that is not fully written (a
+/// gradient table not zeroed, say) shows.
+pub fn dirty(device: &Device, dtype: DType, n: usize) {
+    drop(Array::full(device, [n.max(1)], dtype, 7.25).unwrap());
+}
+
+/// `assert_fails_leaking_nothing!(device; call => Kind(op, words...))`: asserts that `call` fails with
+/// `Error::Kind` naming `op` (its text containing each of `words`), and leaves the device's
+/// memory in use as it was.
+#[allow(unused_macros)]
+macro_rules! assert_fails_leaking_nothing {
+    ($device:expr; $call:expr => $kind:ident($op:expr $(, $word:expr)*)) => {{
+        let in_use = $device.allocator().stats().in_use;
+        let err = $call.expect_err(stringify!($call));
+        let named = matches!(&err, Error::$kind { op, .. } if *op == $op);
+        assert!(named, "{}: {err:?}", stringify!($call));
+        $(assert!(err.to_string().contains($word), "{err}");)*
+        assert_eq!($device.allocator().stats().in_use, in_use, "{err}: leaked");
+    }};
 }

@@ -2,8 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{check_bytes, check_len, check_range};
-use crate::backend::DataKernels;
+use crate::backend::data::{DataKernels, check_bytes, check_len, check_range};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_element};
 use crate::dtype::Element;

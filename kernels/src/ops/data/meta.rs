@@ -1,6 +1,6 @@
 //! Meta kernels for data movement: nothing to move, and nothing to read.
 
-use crate::backend::DataKernels;
+use crate::backend::data::{DataKernels, check_range};
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::meta::MetaBackend;
@@ -15,7 +15,7 @@ impl DataKernels for MetaBackend {
     fn read(&self, src: &Buffer, _: &mut [u8]) -> Result<()> {
         Err(Error::NoData {
             op: "read",
-            device: src.device().to_string(),
+            device: src.memory().to_string(),
         })
     }
     fn copy(&self, _: &Buffer, _: &mut Buffer) -> Result<()> {
@@ -33,6 +33,6 @@ impl DataKernels for MetaBackend {
         len: usize,
     ) -> Result<()> {
         // Nothing to convert, but a bad range fails here as it would on a real device.
-        super::check_range(src, src_at, dst, dst_at, len)
+        check_range(src, src_at, dst, dst_at, len)
     }
 }

@@ -3,8 +3,7 @@
 use rayon::prelude::*;
 
 use super::isa::{assign_with_best_isa, zip_with_best_isa};
-use super::{BinaryOp, UnaryOp};
-use crate::backend::ElementwiseKernels;
+use crate::backend::elementwise::{BinaryOp, ElementwiseKernels, UnaryOp};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, par_rows, with_float};
 use crate::dtype::Float;

@@ -1,40 +1,46 @@
 //! CUDA kernels: unary and binary maps (`elementwise.cu`).
 
-use super::{BinaryOp, UnaryOp};
-use crate::backend::ElementwiseKernels;
+use crate::backend::elementwise::{BinaryOp, ElementwiseKernels, UnaryOp};
 use crate::buffer::Buffer;
-use crate::cuda::{CudaBackend, Family, Walk, float_kernel};
+use crate::cuda::{CudaBackend, Family, Walk, enum_codes, float_kernel};
 use crate::error::Result;
 use crate::shape::Shape;
+
+// The ops' codes, numbered by `elementwise.cu`'s enums alone: read from its source when the
+// crate compiles.
+enum_codes!(Family::Elementwise, "Unary":
+    U_NEG, U_RELU, U_GELU, U_EXP, U_LOG, U_TANH, U_SQRT, U_SCALE, U_POWF);
+enum_codes!(Family::Elementwise, "Binary":
+    B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_GELU_BW, B_TANH_BW, B_SQRT_BW, B_POWF_BW, B_EQUAL);
 
 /// The op's code in `enum Unary` of `elementwise.cu`, and its parameter.
 fn unary_code(op: UnaryOp) -> (i32, f64) {
     match op {
-        UnaryOp::Neg => (0, 0.0),
-        UnaryOp::Relu => (1, 0.0),
-        UnaryOp::Gelu => (2, 0.0),
-        UnaryOp::Exp => (3, 0.0),
-        UnaryOp::Log => (4, 0.0),
-        UnaryOp::Tanh => (5, 0.0),
-        UnaryOp::Sqrt => (6, 0.0),
-        UnaryOp::Scale(s) => (7, s),
-        UnaryOp::Powf(p) => (8, p),
+        UnaryOp::Neg => (U_NEG, 0.0),
+        UnaryOp::Relu => (U_RELU, 0.0),
+        UnaryOp::Gelu => (U_GELU, 0.0),
+        UnaryOp::Exp => (U_EXP, 0.0),
+        UnaryOp::Log => (U_LOG, 0.0),
+        UnaryOp::Tanh => (U_TANH, 0.0),
+        UnaryOp::Sqrt => (U_SQRT, 0.0),
+        UnaryOp::Scale(s) => (U_SCALE, s),
+        UnaryOp::Powf(p) => (U_POWF, p),
     }
 }
 
 /// The op's code in `enum Binary` of `elementwise.cu`, and its parameter.
 fn binary_code(op: BinaryOp) -> (i32, f64) {
     match op {
-        BinaryOp::Add => (0, 0.0),
-        BinaryOp::Sub => (1, 0.0),
-        BinaryOp::Mul => (2, 0.0),
-        BinaryOp::Div => (3, 0.0),
-        BinaryOp::ReluBackward => (4, 0.0),
-        BinaryOp::GeluBackward => (5, 0.0),
-        BinaryOp::TanhBackward => (6, 0.0),
-        BinaryOp::SqrtBackward => (7, 0.0),
-        BinaryOp::PowfBackward(p) => (8, p),
-        BinaryOp::Equal => (9, 0.0),
+        BinaryOp::Add => (B_ADD, 0.0),
+        BinaryOp::Sub => (B_SUB, 0.0),
+        BinaryOp::Mul => (B_MUL, 0.0),
+        BinaryOp::Div => (B_DIV, 0.0),
+        BinaryOp::ReluBackward => (B_RELU_BW, 0.0),
+        BinaryOp::GeluBackward => (B_GELU_BW, 0.0),
+        BinaryOp::TanhBackward => (B_TANH_BW, 0.0),
+        BinaryOp::SqrtBackward => (B_SQRT_BW, 0.0),
+        BinaryOp::PowfBackward(p) => (B_POWF_BW, p),
+        BinaryOp::Equal => (B_EQUAL, 0.0),
     }
 }
 
@@ -119,5 +125,54 @@ impl ElementwiseKernels for CudaBackend {
         let grid = self.packed_grid(b);
         let args = [code.into(), p.into(), a.into(), b.into(), b.len().into()];
         self.launch(op.name(), Family::Elementwise, &name, grid, &args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::enum_codes::enum_len;
+
+    /// Every enumerator of `enumeration` is the code of exactly one of `codes`.
+    fn assert_one_to_one(enumeration: &str, mut codes: Vec<i32>) {
+        codes.sort_unstable();
+        let len = enum_len(Family::Elementwise.body(), enumeration);
+        assert_eq!(
+            codes,
+            (0..len as i32).collect::<Vec<_>>(),
+            "enum {enumeration}"
+        );
+    }
+
+    #[test]
+    fn every_op_has_its_own_code_and_every_code_an_op() {
+        let unary = [
+            UnaryOp::Neg,
+            UnaryOp::Relu,
+            UnaryOp::Gelu,
+            UnaryOp::Exp,
+            UnaryOp::Log,
+            UnaryOp::Tanh,
+            UnaryOp::Sqrt,
+            UnaryOp::Scale(2.0),
+            UnaryOp::Powf(3.0),
+        ];
+        assert_one_to_one("Unary", unary.map(|op| unary_code(op).0).to_vec());
+        let binary = [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::ReluBackward,
+            BinaryOp::GeluBackward,
+            BinaryOp::TanhBackward,
+            BinaryOp::SqrtBackward,
+            BinaryOp::PowfBackward(3.0),
+            BinaryOp::Equal,
+        ];
+        assert_one_to_one("Binary", binary.map(|op| binary_code(op).0).to_vec());
+        // The parameter travels with the ops that take one.
+        assert_eq!(unary_code(UnaryOp::Scale(2.0)).1, 2.0);
+        assert_eq!(binary_code(BinaryOp::PowfBackward(3.0)).1, 3.0);
     }
 }

@@ -1,7 +1,6 @@
 //! Meta kernels for elementwise ops: nothing to compute.
 
-use super::{BinaryOp, UnaryOp};
-use crate::backend::ElementwiseKernels;
+use crate::backend::elementwise::{BinaryOp, ElementwiseKernels, UnaryOp};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

@@ -3,8 +3,7 @@
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::GemmSpec;
-use crate::backend::GemmKernels;
+use crate::backend::gemm::{GemmKernels, GemmSpec};
 use crate::buffer::Buffer;
 use crate::cpu::CpuBackend;
 use crate::dtype::{DType, Element};

@@ -15,8 +15,8 @@ use cudarc::cublas::sys::{
     cublasOperation_t, cublasSetWorkspace_v2, cublasStatus_t, cudaDataType,
 };
 
-use super::{GemmSpec, blas_workspace};
-use crate::backend::{DataKernels, GemmKernels};
+use crate::backend::data::DataKernels;
+use crate::backend::gemm::{GemmKernels, GemmSpec, blas_workspace};
 use crate::buffer::Buffer;
 use crate::cuda::CudaBackend;
 use crate::dtype::DType;
@@ -125,7 +125,7 @@ impl GemmKernels for CudaBackend {
             b.addr() as *const c_void,
             out.addr() as *mut c_void,
         );
-        let workspace = blas_workspace(out.device(), self.gemm_workspace, OP)?;
+        let workspace = blas_workspace(out.memory(), self.gemm_workspace, OP)?;
         self.bind(OP)?;
         let blas = self.blas.lock();
         let handle = blas.raw();

@@ -7,7 +7,7 @@
 use headroom_alloc::Tag;
 
 use super::{GemmSpec, fill_rows};
-use crate::buffer::Array;
+use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::shape::Shape;

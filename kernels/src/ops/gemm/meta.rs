@@ -1,8 +1,7 @@
 //! Meta kernels for GEMM: nothing to compute; planning for CUDA, each product takes cuBLAS's
 //! workspace as the CUDA backend's does.
 
-use super::{GemmSpec, blas_workspace};
-use crate::backend::GemmKernels;
+use crate::backend::gemm::{GemmKernels, GemmSpec, blas_workspace};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::{MetaBackend, PlanTarget};
@@ -12,7 +11,7 @@ impl GemmKernels for MetaBackend {
         if let PlanTarget::Cuda { gemm_workspace } = self.target {
             // cuBLAS runs (and takes its workspace) only for a product with terms to sum.
             if !out.is_empty() && spec.k > 0 {
-                blas_workspace(out.device(), gemm_workspace, "gemm")?;
+                blas_workspace(out.memory(), gemm_workspace, "gemm")?;
             }
         }
         Ok(())

@@ -7,41 +7,13 @@ mod cuda;
 mod half;
 mod meta;
 
-use crate::buffer::{Array, Buffer};
-use crate::device::Device;
+pub use crate::backend::gemm::GemmSpec;
+
+use crate::array::Array;
+use crate::backend::layout::Strided;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
-
-/// The geometry of a batched product `out[i] = op(a[i]) * op(b[i])`, all row-major.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GemmSpec {
-    /// Number of products.
-    pub batch: usize,
-    /// Rows of `op(a)` and of the output.
-    pub m: usize,
-    /// Columns of `op(b)` and of the output.
-    pub n: usize,
-    /// Columns of `op(a)`, rows of `op(b)`.
-    pub k: usize,
-    /// `a` is stored `[k, m]` and used transposed.
-    pub trans_a: bool,
-    /// `b` is stored `[n, k]` and used transposed.
-    pub trans_b: bool,
-    /// Elements between consecutive matrices of `a` (0: one matrix for every batch).
-    pub a_batch_stride: usize,
-    /// Elements between consecutive matrices of `b` (0: one matrix for every batch).
-    pub b_batch_stride: usize,
-    /// Add the product to what `out` holds (`out += op(a) op(b)`) instead of overwriting it.
-    pub accumulate: bool,
-}
-
-impl GemmSpec {
-    /// Floating-point operations of the whole product.
-    pub fn flops(&self) -> f64 {
-        2.0 * self.batch as f64 * self.m as f64 * self.n as f64 * self.k as f64
-    }
-}
 
 /// Splits a shape into (batch dims, rows, cols).
 fn matrix_dims<'s>(shape: &'s Shape, name: &str) -> Result<(&'s [usize], usize, usize)> {
@@ -197,7 +169,7 @@ pub(super) fn fill_rows(row: &Array, out: &mut Array, op: &'static str) -> Resul
     if let Some(last) = strides.last_mut() {
         *last = 1;
     }
-    let view = crate::ops::layout::Strided {
+    let view = Strided {
         offset: 0,
         dims: &dims,
         strides: &strides,
@@ -206,25 +178,4 @@ pub(super) fn fill_rows(row: &Array, out: &mut Array, op: &'static str) -> Resul
     device
         .backend()
         .gather_strided(row.buffer(), view, out.buffer_mut(op)?)
-}
-
-/// cuBLAS's recommended workspace on a device of compute capability `major`.x: 32 MiB from
-/// Hopper on, 4 MiB before.
-pub(crate) fn preferred_blas_workspace(major: u32) -> u64 {
-    if major >= 9 { 32 << 20 } else { 4 << 20 }
-}
-
-/// The least cuBLAS workspace with which no cuBLAS routine fails (cuBLAS documents 16 KiB).
-const MIN_BLAS_WORKSPACE: u64 = 16 << 10;
-
-/// The cuBLAS workspace of one product on `device`, under the workspace tag: `preferred` bytes
-/// if they fit without evicting cached memory, else [`MIN_BLAS_WORKSPACE`], and an
-/// out-of-memory only if even that does not fit. The CUDA backend runs its products with it;
-/// a meta device planning for CUDA takes the same.
-pub(crate) fn blas_workspace(device: &Device, preferred: u64, op: &'static str) -> Result<Buffer> {
-    let words = |bytes: u64| bytes.div_ceil(4) as usize;
-    match device.try_alloc_workspace(DType::U32, words(preferred)) {
-        Some(workspace) => Ok(workspace),
-        None => device.alloc_workspace(DType::U32, words(MIN_BLAS_WORKSPACE), op),
-    }
 }

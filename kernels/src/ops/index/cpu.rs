@@ -1,14 +1,12 @@
-//! CPU kernels: embedding gather and scatter-add, fused cross-entropy, causal masking.
+//! CPU kernels: embedding gather and scatter-add, causal masking.
 
 use rayon::prelude::*;
 
 use super::grouping::IdGroups;
-use super::{
-    CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels, check_range, counted_rows,
-};
+use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
-use crate::dtype::{Compute, Element, Float};
+use crate::dtype::{Compute, Float};
 use crate::error::Result;
 
 impl IndexKernels for CpuBackend {
@@ -96,84 +94,6 @@ impl IndexKernels for CpuBackend {
         })
     }
 
-    fn cross_entropy(
-        &self,
-        spec: CrossEntropySpec,
-        logits: &Buffer,
-        targets: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()> {
-        const OP: &str = "cross_entropy";
-        let targets = targets.host::<u32>(OP)?;
-        check_range(OP, "target", targets, spec.classes, spec.ignore)?;
-        let losses: Vec<f64> = with_float!(logits.dtype(), OP, |T| {
-            let logits = logits.host::<T>(OP)?;
-            Ok(logits
-                .par_chunks(spec.classes)
-                .zip(targets)
-                .map(|(row, &t)| {
-                    if Some(t) == spec.ignore {
-                        return 0.0;
-                    }
-                    let (max, sum) = max_and_sum_exp::<T>(row);
-                    // (max - x_t) + ln(sum): no cancellation between two large logits' sums.
-                    ((max - row[t as usize].load()) + sum.ln()).f64()
-                })
-                .collect())
-        })?;
-        // Summed in order, so the result does not depend on the thread count.
-        let counted = counted_rows(targets, spec.ignore);
-        let loss = if counted == 0 {
-            0.0
-        } else {
-            losses.iter().sum::<f64>() / counted as f64
-        };
-        with_float!(out.dtype(), OP, |O| {
-            out.host_mut::<O>(OP)?.fill(O::from_f64(loss));
-            Ok(())
-        })
-    }
-
-    fn cross_entropy_backward(
-        &self,
-        spec: CrossEntropySpec,
-        dloss: &Buffer,
-        logits: &Buffer,
-        targets: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()> {
-        const OP: &str = "cross_entropy_backward";
-        let targets = targets.host::<u32>(OP)?;
-        check_range(OP, "target", targets, spec.classes, spec.ignore)?;
-        let dloss = with_float!(dloss.dtype(), OP, |L| Ok(dloss.host::<L>(OP)?[0].to_f64()))?;
-        let counted = counted_rows(targets, spec.ignore).max(1);
-        with_float!(logits.dtype(), OP, |T| {
-            let logits = logits.host::<T>(OP)?;
-            let out = out.host_mut::<T>(OP)?;
-            let scale = <T as Float>::C::of(dloss / counted as f64);
-            out.par_chunks_mut(spec.classes)
-                .zip(logits.par_chunks(spec.classes))
-                .zip(targets)
-                .for_each(|((dx, row), &t)| {
-                    if Some(t) == spec.ignore {
-                        dx.fill(T::store(<T as Float>::C::ZERO));
-                        return;
-                    }
-                    let (max, sum) = max_and_sum_exp::<T>(row);
-                    for (j, (d, &x)) in dx.iter_mut().zip(row).enumerate() {
-                        let p = (x.load() - max).exp() / sum;
-                        let p = if j == t as usize {
-                            p - <T as Float>::C::ONE
-                        } else {
-                            p
-                        };
-                        *d = T::store(p * scale);
-                    }
-                });
-            Ok(())
-        })
-    }
-
     fn causal_mask(
         &self,
         spec: CausalMaskSpec,
@@ -200,13 +120,4 @@ impl IndexKernels for CpuBackend {
             Ok(())
         })
     }
-}
-
-/// The largest element of a row and `sum_j exp(row[j] - max)`, in the compute type.
-fn max_and_sum_exp<T: Float>(row: &[T]) -> (T::C, T::C) {
-    let max = row.iter().fold(T::C::NEG_INFINITY, |m, &x| m.max(x.load()));
-    let sum = row
-        .iter()
-        .fold(T::C::ZERO, |s, &x| s + (x.load() - max).exp());
-    (max, sum)
 }

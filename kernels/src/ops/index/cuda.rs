@@ -1,38 +1,18 @@
-//! CUDA kernels: embedding, cross-entropy and the causal mask (`index.cu`). Ids and targets are
-//! read back to the host first, to check their range exactly as the CPU backend does (and, for
-//! the embedding's gradient, to group positions by id): these ops wait for the stream.
-
-use cudarc::driver::LaunchConfig;
+//! CUDA kernels: embedding and the causal mask (`index.cu`). Ids are read back to the host
+//! first, to check their range exactly as the CPU backend does (and, for the embedding's
+//! gradient, to group positions by id): these ops wait for the stream.
 
 use super::grouping::{GradScratch, IdGroups};
-use super::{
-    CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels, check_range, counted_rows,
-};
+use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range};
 use crate::buffer::Buffer;
-use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
-use crate::dtype::DType;
+use crate::cuda::{CudaBackend, Family, float_kernel};
 use crate::error::Result;
-
-/// The longest row of logits a warp reads (`index.cu`); longer rows take a whole block each.
-const WARP_ROW: usize = 1024;
 
 impl CudaBackend {
     /// Copies `values` to the start of the u32 buffer `to`, which holds at least as many.
     fn upload_u32(&self, op: &'static str, values: &[u32], to: &Buffer) -> Result<()> {
         debug_assert!(values.len() <= to.len(), "{op}: scratch too small");
         self.copy_to_device(op, bytemuck::cast_slice(values), to.addr())
-    }
-
-    /// Reads the targets, checks them, and returns how many rows count (not ignored).
-    fn checked_targets(
-        &self,
-        spec: CrossEntropySpec,
-        targets: &Buffer,
-        op: &'static str,
-    ) -> Result<usize> {
-        let host = self.read_u32(op, targets)?;
-        check_range(op, "target", &host, spec.classes, spec.ignore)?;
-        Ok(counted_rows(&host, spec.ignore))
     }
 }
 
@@ -77,7 +57,7 @@ impl IndexKernels for CudaBackend {
         }
         let groups = IdGroups::new(&host, spec.vocab, OP)?;
         let scratch = GradScratch::alloc(
-            dy.device(),
+            dy.memory(),
             spec.vocab,
             spec.dim,
             host.len(),
@@ -116,85 +96,6 @@ impl IndexKernels for CudaBackend {
             spec.dim.into(),
         ];
         self.launch(OP, Family::Index, &name, self.grid(out.len() as u64), &args)
-    }
-
-    fn cross_entropy(
-        &self,
-        spec: CrossEntropySpec,
-        logits: &Buffer,
-        targets: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()> {
-        const OP: &str = "cross_entropy";
-        let counted = self.checked_targets(spec, targets, OP)?;
-        float_kernel("cross_entropy", logits.dtype(), OP)?;
-        let losses = logits
-            .device()
-            .alloc_workspace(DType::F64, spec.rows.max(1), OP)?;
-        let (ignore, has_ignore) = (spec.ignore.unwrap_or(0), spec.ignore.is_some());
-        if spec.rows > 0 {
-            let (group, grid) = self.row_grid(spec.rows, spec.classes, WARP_ROW);
-            let name = float_kernel(&format!("cross_entropy_{group}"), logits.dtype(), OP)?;
-            let args: [Arg; 7] = [
-                logits.into(),
-                targets.into(),
-                ignore.into(),
-                has_ignore.into(),
-                (&losses).into(),
-                spec.rows.into(),
-                spec.classes.into(),
-            ];
-            self.launch(OP, Family::Index, &name, grid, &args)?;
-        }
-        let name = float_kernel("mean_loss", out.dtype(), OP)?;
-        let one_block = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let args = [
-            (&losses).into(),
-            spec.rows.into(),
-            (counted as f64).into(),
-            out.into(),
-            out.len().into(),
-        ];
-        self.launch(OP, Family::Index, &name, one_block, &args)
-    }
-
-    fn cross_entropy_backward(
-        &self,
-        spec: CrossEntropySpec,
-        dloss: &Buffer,
-        logits: &Buffer,
-        targets: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()> {
-        const OP: &str = "cross_entropy_backward";
-        let counted = self.checked_targets(spec, targets, OP)?.max(1);
-        float_kernel(OP, dloss.dtype(), OP)?;
-        float_kernel(OP, logits.dtype(), OP)?;
-        if out.is_empty() {
-            return Ok(());
-        }
-        let (group, grid) = self.row_grid(spec.rows, spec.classes, WARP_ROW);
-        let name = format!(
-            "cross_entropy_backward_{group}_{}_{}",
-            logits.dtype(),
-            dloss.dtype()
-        );
-        let args: [Arg; 9] = [
-            dloss.into(),
-            (counted as f64).into(),
-            logits.into(),
-            targets.into(),
-            spec.ignore.unwrap_or(0).into(),
-            spec.ignore.is_some().into(),
-            out.into(),
-            spec.rows.into(),
-            spec.classes.into(),
-        ];
-        self.launch(OP, Family::Index, &name, grid, &args)
     }
 
     fn causal_mask(

@@ -13,9 +13,9 @@
 use std::ops::Range;
 
 use crate::buffer::Buffer;
-use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::memory::DeviceMemory;
 
 /// The shortest piece: below this, cutting a run costs more than it spreads.
 const MIN_PIECE: usize = 32;
@@ -157,15 +157,15 @@ impl GradScratch {
     /// Takes the scratch for the gradient of `positions` lookups into a `[vocab, dim]` table
     /// of `dtype`, under the workspace tag, in a fixed order.
     pub(super) fn alloc(
-        device: &Device,
+        memory: &DeviceMemory,
         vocab: usize,
         dim: usize,
         positions: usize,
         dtype: DType,
         op: &'static str,
     ) -> Result<Self> {
-        let rows = device.alloc_workspace(DType::U32, 2 * (vocab + 1), op)?;
-        let positions_buffer = device.alloc_workspace(DType::U32, positions.max(1), op)?;
+        let rows = memory.alloc_workspace(DType::U32, 2 * (vocab + 1), op)?;
+        let positions_buffer = memory.alloc_workspace(DType::U32, positions.max(1), op)?;
         let pieces = match most_pieces(positions) {
             0 => None,
             most => {
@@ -174,8 +174,8 @@ impl GradScratch {
                 } else {
                     DType::F32
                 };
-                let bounds = device.alloc_workspace(DType::U32, 2 * most, op)?;
-                Some((bounds, device.alloc_workspace(partial, most * dim, op)?))
+                let bounds = memory.alloc_workspace(DType::U32, 2 * most, op)?;
+                Some((bounds, memory.alloc_workspace(partial, most * dim, op)?))
             }
         };
         Ok(GradScratch {

@@ -1,10 +1,9 @@
-//! Meta kernels: nothing to compute (and no data to check indices against); planning for CUDA,
-//! the scratch buffers the CUDA kernels take.
+//! Meta kernels: nothing to compute (and no data to check ids against); planning for CUDA, the
+//! scratch buffers the CUDA kernels take.
 
 use super::grouping::GradScratch;
-use super::{CausalMaskSpec, CrossEntropySpec, EmbeddingSpec, IndexKernels};
+use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
 use crate::buffer::Buffer;
-use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 
@@ -25,7 +24,7 @@ impl IndexKernels for MetaBackend {
         if self.plans_cuda() && !out.is_empty() {
             let op = "embedding_backward";
             GradScratch::alloc(
-                ids.device(),
+                ids.memory(),
                 spec.vocab,
                 spec.dim,
                 ids.len(),
@@ -33,32 +32,6 @@ impl IndexKernels for MetaBackend {
                 op,
             )?;
         }
-        Ok(())
-    }
-
-    fn cross_entropy(
-        &self,
-        spec: CrossEntropySpec,
-        logits: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
-    ) -> Result<()> {
-        // On CUDA each row's loss goes to an f64 buffer before the ordered mean.
-        if self.plans_cuda() {
-            let device = logits.device();
-            device.alloc_workspace(DType::F64, spec.rows.max(1), "cross_entropy")?;
-        }
-        Ok(())
-    }
-
-    fn cross_entropy_backward(
-        &self,
-        _: CrossEntropySpec,
-        _: &Buffer,
-        _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
-    ) -> Result<()> {
         Ok(())
     }
 

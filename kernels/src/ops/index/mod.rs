@@ -1,8 +1,8 @@
-//! Embedding gather and scatter-add, fused cross-entropy, causal masking.
+//! Embedding gather and scatter-add, causal masking.
 //!
-//! Index operands (token ids, class targets) are [`DType::U32`] arrays. An index out of its
-//! range is an [`Error::Argument`] found by the kernel (the meta device holds no data, so it
-//! cannot check index values); the output allocated for the call is then dropped.
+//! Ids are [`DType::U32`](crate::DType::U32) arrays. An id out of its range is an
+//! [`Error::Argument`] found by the kernel (the meta device holds no data, so it cannot check
+//! ids); the output allocated for the call is then dropped.
 
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -10,114 +10,15 @@ mod cuda;
 mod grouping;
 mod meta;
 
-use crate::buffer::{Array, Buffer};
-use crate::dtype::DType;
+pub use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
+// The cross-entropy has a family of its own (`ops::loss`); its ops and types stay importable
+// from here, where they were before.
+#[doc(no_inline)]
+pub use crate::ops::loss::{CrossEntropySpec, cross_entropy, cross_entropy_backward, loss_dtype};
+
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
-
-/// The geometry of an embedding lookup or its gradient.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EmbeddingSpec {
-    /// Rows of the table (valid ids are `0..vocab`).
-    pub vocab: usize,
-    /// Length of one table row.
-    pub dim: usize,
-}
-
-/// The geometry of a cross-entropy: `rows` rows of `classes` logits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CrossEntropySpec {
-    /// Number of rows (examples); at least 1.
-    pub rows: usize,
-    /// Number of classes per row (valid targets are `0..classes`).
-    pub classes: usize,
-    /// Rows whose target is this value count for nothing: no loss, no gradient, and not in the
-    /// mean's denominator (PyTorch's `ignore_index`).
-    pub ignore: Option<u32>,
-}
-
-/// The geometry of a causal mask: `matrices` square matrices of side `size`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CausalMaskSpec {
-    /// Product of the leading (batch) dimensions.
-    pub matrices: usize,
-    /// The side `T` of each `[T, T]` matrix.
-    pub size: usize,
-}
-
-/// The kernels of this family that a backend runs.
-pub trait IndexKernels {
-    /// `out[p, :] = table[ids[p], :]` for every position `p` of `ids` (U32); `table` is
-    /// `[vocab, dim]` and `out` `[ids.len(), dim]`, both of the same float dtype. Fails with
-    /// [`Error::Argument`] when an id is `>= vocab`.
-    fn embedding(
-        &self,
-        spec: EmbeddingSpec,
-        table: &Buffer,
-        ids: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()>;
-
-    /// Zeroes `out` (`[vocab, dim]`) and adds row `p` of `dy` (`[ids.len(), dim]`) into row
-    /// `ids[p]` for every `p`, deterministically: repeated ids accumulate in position order, a
-    /// run too long for one task piece by piece (see `grouping`), in an order the ids alone
-    /// fix. Fails with [`Error::Argument`] when an id is `>= vocab`, or when there are more ids
-    /// than 32 bits count.
-    fn embedding_backward(
-        &self,
-        spec: EmbeddingSpec,
-        ids: &Buffer,
-        dy: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()>;
-
-    /// Writes into the one element of `out` (f32, or f64 for f64 logits) the mean over rows of
-    /// `logsumexp(logits[i]) - logits[i, targets[i]]`. Fails with [`Error::Argument`] when a
-    /// target is `>= classes`.
-    fn cross_entropy(
-        &self,
-        spec: CrossEntropySpec,
-        logits: &Buffer,
-        targets: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()>;
-
-    /// `out[i, j] = (softmax(logits[i])[j] - (j == targets[i])) * dloss / counted`, in the
-    /// logits' dtype, where `dloss` is a one-element buffer of the loss' dtype and `counted` the
-    /// rows not ignored; ignored rows get zeros. Fails with [`Error::Argument`] when a target is
-    /// `>= classes` and not the ignored one.
-    fn cross_entropy_backward(
-        &self,
-        spec: CrossEntropySpec,
-        dloss: &Buffer,
-        logits: &Buffer,
-        targets: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()>;
-
-    /// Copies `x` into `out` (same float dtype, `[matrices, size, size]`), with every element
-    /// `(i, j)` where `j > i` set to `fill`.
-    fn causal_mask(
-        &self,
-        spec: CausalMaskSpec,
-        fill: f64,
-        x: &Buffer,
-        out: &mut Buffer,
-    ) -> Result<()>;
-}
-
-/// Fails with [`Error::DType`] unless `a` holds indices (U32).
-fn check_indices(a: &Array, op: &'static str) -> Result<()> {
-    if a.dtype() == DType::U32 {
-        Ok(())
-    } else {
-        Err(Error::DType {
-            op,
-            expected: DType::U32.to_string(),
-            got: a.dtype(),
-        })
-    }
-}
 
 /// Looks up rows of `table` (`[V, D]`, float) by `ids` (any shape, U32); the result has shape
 /// `ids.shape + [D]`. An id `>= V` is an [`Error::Argument`].
@@ -134,7 +35,7 @@ fn check_indices(a: &Array, op: &'static str) -> Result<()> {
 pub fn embedding(table: &Array, ids: &Array) -> Result<Array> {
     const OP: &str = "embedding";
     table.check_float(OP)?;
-    check_indices(ids, OP)?;
+    ids.check_indices(OP)?;
     table.device().check_same(ids.device(), OP)?;
     let &[vocab, dim] = table.shape().dims() else {
         return Err(Error::Shape {
@@ -158,7 +59,7 @@ pub fn embedding(table: &Array, ids: &Array) -> Result<Array> {
 /// rows their ids name (repeated ids accumulate). An id `>= vocab` is an [`Error::Argument`].
 pub fn embedding_backward(ids: &Array, dy: &Array, vocab: usize) -> Result<Array> {
     const OP: &str = "embedding_backward";
-    check_indices(ids, OP)?;
+    ids.check_indices(OP)?;
     dy.check_float(OP)?;
     ids.device().check_same(dy.device(), OP)?;
     let (ids_dims, dy_dims) = (ids.shape().dims(), dy.shape().dims());
@@ -181,105 +82,6 @@ pub fn embedding_backward(ids: &Array, dy: &Array, vocab: usize) -> Result<Array
         spec,
         ids.buffer(),
         dy.buffer(),
-        out.buffer_mut(OP)?,
-    )?;
-    Ok(out)
-}
-
-/// Checks the operands of a cross-entropy and returns their geometry.
-fn cross_entropy_spec(
-    logits: &Array,
-    targets: &Array,
-    ignore: Option<u32>,
-    op: &'static str,
-) -> Result<CrossEntropySpec> {
-    logits.check_float(op)?;
-    check_indices(targets, op)?;
-    logits.device().check_same(targets.device(), op)?;
-    match (logits.shape().dims(), targets.shape().dims()) {
-        (&[rows, classes], &[n]) if n == rows && rows > 0 => Ok(CrossEntropySpec {
-            rows,
-            classes,
-            ignore,
-        }),
-        _ => Err(Error::Shape {
-            op,
-            detail: format!(
-                "logits {} must be [N, C] with N >= 1 and targets {} must be [N]",
-                logits.shape(),
-                targets.shape()
-            ),
-        }),
-    }
-}
-
-/// The dtype of a cross-entropy of logits of `dtype`: f64 for f64, f32 otherwise.
-pub fn loss_dtype(dtype: DType) -> DType {
-    if dtype == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
-}
-
-/// The mean cross-entropy of `logits` (`[N, C]`, float) against class `targets` (`[N]`, U32):
-/// `mean_i(logsumexp(logits[i]) - logits[i, targets[i]])` over the rows whose target is not
-/// `ignore` (0 when every row is ignored), computed stably. The result is a scalar (shape `[]`)
-/// of [`loss_dtype`]. A target `>= C` other than `ignore` is an [`Error::Argument`].
-///
-/// ```
-/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::index::cross_entropy};
-/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
-/// let logits = Array::from_f64(&cpu, [2, 2], DType::F32, &[0., 0., 5., -5.])?;
-/// let targets = Array::from_host(&cpu, [2], &[1u32, 99])?;
-/// let loss = cross_entropy(&logits, &targets, Some(99))?; // the second row is ignored
-/// assert!((loss.to_f64()?[0] - 2f64.ln()).abs() < 1e-6);
-/// # Ok::<(), headroom_kernels::Error>(())
-/// ```
-pub fn cross_entropy(logits: &Array, targets: &Array, ignore: Option<u32>) -> Result<Array> {
-    const OP: &str = "cross_entropy";
-    let spec = cross_entropy_spec(logits, targets, ignore, OP)?;
-    let dtype = loss_dtype(logits.dtype());
-    let mut out = Array::uninit(logits.device(), Shape::new(&[]), dtype, OP)?;
-    logits.device().backend().cross_entropy(
-        spec,
-        logits.buffer(),
-        targets.buffer(),
-        out.buffer_mut(OP)?,
-    )?;
-    Ok(out)
-}
-
-/// The gradient of [`cross_entropy`] with respect to `logits`, scaled by the loss' gradient
-/// `dloss` (a one-element array of the loss' dtype, on the logits' device, so that no value
-/// crosses to the host): `(softmax(logits[i]) - onehot(targets[i])) * dloss / counted`, in the
-/// logits' dtype; rows whose target is `ignore` get zeros.
-pub fn cross_entropy_backward(
-    logits: &Array,
-    targets: &Array,
-    dloss: &Array,
-    ignore: Option<u32>,
-) -> Result<Array> {
-    const OP: &str = "cross_entropy_backward";
-    let spec = cross_entropy_spec(logits, targets, ignore, OP)?;
-    logits.device().check_same(dloss.device(), OP)?;
-    if dloss.numel() != 1 || dloss.dtype() != loss_dtype(logits.dtype()) {
-        return Err(Error::Argument {
-            op: OP,
-            detail: format!(
-                "dloss must be one element of {}, got {} of {}",
-                loss_dtype(logits.dtype()),
-                dloss.shape(),
-                dloss.dtype()
-            ),
-        });
-    }
-    let mut out = Array::uninit(logits.device(), logits.shape().clone(), logits.dtype(), OP)?;
-    logits.device().backend().cross_entropy_backward(
-        spec,
-        dloss.buffer(),
-        logits.buffer(),
-        targets.buffer(),
         out.buffer_mut(OP)?,
     )?;
     Ok(out)
@@ -310,34 +112,4 @@ pub fn causal_mask(scores: &Array, fill: f64) -> Result<Array> {
         .backend()
         .causal_mask(spec, fill, scores.buffer(), out.buffer_mut(OP)?)?;
     Ok(out)
-}
-
-/// Fails with [`Error::Argument`] naming the first index `>= limit` (other than `ignore`), its
-/// position and the limit.
-pub(super) fn check_range(
-    op: &'static str,
-    what: &str,
-    indices: &[u32],
-    limit: usize,
-    ignore: Option<u32>,
-) -> Result<()> {
-    match indices
-        .iter()
-        .position(|&i| i as usize >= limit && Some(i) != ignore)
-    {
-        None => Ok(()),
-        Some(p) => Err(Error::Argument {
-            op,
-            detail: format!(
-                "{what} {} at position {p} is out of range for {limit} {}",
-                indices[p],
-                if what == "id" { "rows" } else { "classes" }
-            ),
-        }),
-    }
-}
-
-/// Rows whose target is not the ignored one.
-pub(super) fn counted_rows(targets: &[u32], ignore: Option<u32>) -> usize {
-    targets.iter().filter(|&&t| Some(t) != ignore).count()
 }

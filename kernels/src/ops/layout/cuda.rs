@@ -1,6 +1,6 @@
 //! CUDA kernels: strided gathers and concatenation (`layout.cu`), by element size.
 
-use super::{LayoutKernels, Strided};
+use crate::backend::layout::{LayoutKernels, Strided};
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family, Walk};
 use crate::error::Result;

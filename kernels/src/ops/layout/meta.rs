@@ -1,6 +1,6 @@
 //! Meta kernels: nothing to compute.
 
-use super::{LayoutKernels, Strided};
+use crate::backend::layout::{LayoutKernels, Strided};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

@@ -1,28 +1,14 @@
 //! Meta kernels: nothing to compute; planning for CUDA, the partial sums of the layer-norm
 //! parameter gradients.
 
-use super::{NormKernels, RowSpec, SoftmaxSpec, parameter_partials};
+use crate::backend::norm::{NormKernels, parameter_partials};
+use crate::backend::rows::RowSpec;
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 
 impl NormKernels for MetaBackend {
-    fn softmax(&self, _: SoftmaxSpec, _: RowSpec, _: &Buffer, _: &mut Buffer) -> Result<()> {
-        Ok(())
-    }
-
-    fn softmax_backward(
-        &self,
-        _: SoftmaxSpec,
-        _: RowSpec,
-        _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
-    ) -> Result<()> {
-        Ok(())
-    }
-
     fn layer_norm(
         &self,
         _: RowSpec,
@@ -51,7 +37,7 @@ impl NormKernels for MetaBackend {
     ) -> Result<()> {
         if self.plans_cuda() && spec.len > 0 {
             let (_, partials) = parameter_partials(spec.rows, spec.len);
-            x.device()
+            x.memory()
                 .alloc_workspace(DType::F64, partials, "layer_norm_backward")?;
         }
         Ok(())

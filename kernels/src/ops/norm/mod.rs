@@ -1,147 +1,32 @@
-//! Softmax, log-softmax and layer normalization, forward and backward, all over the last axis.
+//! Layer normalization over the last axis, forward and backward.
 //!
-//! Every op sees its operand as `rows` rows of `len` contiguous elements (`len` is the last
+//! It sees its operand as `rows` rows of `len` contiguous elements (`len` is the last
 //! dimension, `rows` the product of the others). Half types compute in f32 and store in half;
-//! sums over a row (and over rows, for the parameter gradients) accumulate in f64.
+//! sums over a row, and over rows for the parameter gradients, accumulate in f64.
 //!
 //! Layer normalization keeps per-row statistics for its backward pass: the mean and the
-//! reciprocal standard deviation, of dtype [`DType::F32`] ([`DType::F64`] for F64 inputs).
+//! reciprocal standard deviation, of dtype [`DType::F32`](crate::DType::F32)
+//! ([`DType::F64`](crate::DType::F64) for F64 inputs).
 
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod meta;
 
-#[cfg(feature = "cuda")]
-pub(crate) use cuda::row_kernel_stems;
+pub use crate::backend::norm::{NormKernels, stats_dtype};
+pub use crate::backend::rows::RowSpec;
+// Softmax has a family of its own (`ops::softmax`); its ops and types stay importable from
+// here, where they were before.
+#[doc(no_inline)]
+pub use crate::ops::softmax::{
+    SoftmaxKind, SoftmaxSpec, attention_softmax, attention_softmax_backward, log_softmax,
+    log_softmax_backward, softmax, softmax_backward,
+};
 
-use crate::buffer::{Array, Buffer};
-use crate::dtype::DType;
+use super::rows::{check_operand, rows_of};
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
-
-/// An operand seen as `rows` rows of `len` contiguous elements (normalized over each row).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowSpec {
-    /// Product of every dimension but the last.
-    pub rows: usize,
-    /// The last dimension.
-    pub len: usize,
-}
-
-/// Which of the two softmax functions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SoftmaxKind {
-    /// `y = exp(x - max) / sum(exp(x - max))`.
-    Softmax,
-    /// `y = x - max - ln(sum(exp(x - max)))`.
-    LogSoftmax,
-}
-
-impl SoftmaxKind {
-    /// The forward op's name, for errors.
-    pub fn name(self) -> &'static str {
-        match self {
-            SoftmaxKind::Softmax => "softmax",
-            SoftmaxKind::LogSoftmax => "log_softmax",
-        }
-    }
-
-    /// The backward op's name, for errors.
-    pub fn backward_name(self) -> &'static str {
-        match self {
-            SoftmaxKind::Softmax => "softmax_backward",
-            SoftmaxKind::LogSoftmax => "log_softmax_backward",
-        }
-    }
-}
-
-/// A softmax as the kernels run it: which one, a factor its input is scaled by first, and
-/// whether rows are masked causally (row `i` of each square matrix sees only columns `0..=i`,
-/// as attention over the past does; masked outputs are 0 for softmax, -infinity for
-/// log-softmax, and their gradients 0).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SoftmaxSpec {
-    /// Softmax or log-softmax.
-    pub kind: SoftmaxKind,
-    /// The input's factor (1 for a plain softmax).
-    pub scale: f64,
-    /// Mask above the diagonal (rows must be as long as the matrices are tall).
-    pub causal: bool,
-}
-
-impl SoftmaxSpec {
-    /// A plain softmax or log-softmax.
-    pub fn plain(kind: SoftmaxKind) -> Self {
-        Self {
-            kind,
-            scale: 1.0,
-            causal: false,
-        }
-    }
-}
-
-/// The kernels of this family that a backend runs. Every buffer is contiguous and row-major;
-/// the op layer has checked lengths, dtypes and devices before calling.
-pub trait NormKernels {
-    /// Writes softmax or log-softmax of each row of `x` (`[rows, len]`, float), scaled and
-    /// masked as `softmax` says, into `y` (same dtype and length), subtracting the row maximum
-    /// first so that large inputs do not overflow.
-    fn softmax(
-        &self,
-        softmax: SoftmaxSpec,
-        spec: RowSpec,
-        x: &Buffer,
-        y: &mut Buffer,
-    ) -> Result<()>;
-
-    /// The gradient of [`NormKernels::softmax`] with respect to its input, from its output `y`
-    /// and the upstream gradient `dy` (both `[rows, len]`, same float dtype), into `dx`:
-    /// `scale * y * (dy - sum(dy * y))` for softmax, `scale * (dy - exp(y) * sum(dy))` for
-    /// log-softmax, sums over each row's unmasked columns, 0 where masked.
-    fn softmax_backward(
-        &self,
-        softmax: SoftmaxSpec,
-        spec: RowSpec,
-        y: &Buffer,
-        dy: &Buffer,
-        dx: &mut Buffer,
-    ) -> Result<()>;
-
-    /// Layer normalization of each row of `x` (`[rows, len]`):
-    /// `y = (x - mean) * rstd * gamma + beta` with `rstd = 1 / sqrt(var + eps)` (biased
-    /// variance). `gamma` and `beta` are `[len]` of `x`'s dtype; `mean` and `rstd` (`[rows]`,
-    /// the stats dtype, see [`stats_dtype`]) receive each row's statistics.
-    #[allow(clippy::too_many_arguments)]
-    fn layer_norm(
-        &self,
-        spec: RowSpec,
-        eps: f64,
-        x: &Buffer,
-        gamma: &Buffer,
-        beta: &Buffer,
-        y: &mut Buffer,
-        mean: &mut Buffer,
-        rstd: &mut Buffer,
-    ) -> Result<()>;
-
-    /// The gradients of [`NormKernels::layer_norm`] from its input `x`, `gamma`, the saved
-    /// `mean` and `rstd`, and the upstream `dy` (`x`'s shape): `dx` (`x`'s shape), and
-    /// `dgamma`, `dbeta` (`[len]`), summed over every row in a fixed order (deterministic).
-    #[allow(clippy::too_many_arguments)]
-    fn layer_norm_backward(
-        &self,
-        spec: RowSpec,
-        x: &Buffer,
-        gamma: &Buffer,
-        mean: &Buffer,
-        rstd: &Buffer,
-        dy: &Buffer,
-        dx: &mut Buffer,
-        dgamma: &mut Buffer,
-        dbeta: &mut Buffer,
-    ) -> Result<()>;
-}
 
 /// The output of [`layer_norm`]: the result and the statistics its backward pass needs.
 #[derive(Debug)]
@@ -163,54 +48,6 @@ pub struct LayerNormGrads {
     pub dgamma: Array,
     /// The gradient of `beta` (`[d]`).
     pub dbeta: Array,
-}
-
-/// The dtype of layer normalization statistics for inputs of `dtype`: F64 for F64, F32
-/// otherwise.
-pub fn stats_dtype(dtype: DType) -> DType {
-    if dtype == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
-}
-
-/// The rows of `x` (float, rank >= 1), or an error naming `op`.
-fn rows_of(x: &Array, op: &'static str) -> Result<RowSpec> {
-    x.check_float(op)?;
-    let dims = x.shape().dims();
-    let Some((&len, rest)) = dims.split_last() else {
-        return Err(Error::Shape {
-            op,
-            detail: format!("the input must have rank >= 1, got shape {}", x.shape()),
-        });
-    };
-    Ok(RowSpec {
-        rows: rest.iter().product(),
-        len,
-    })
-}
-
-/// Fails unless `other` (called `what`) has `shape`, and `x`'s dtype and device.
-fn check_operand(
-    x: &Array,
-    other: &Array,
-    what: &str,
-    shape: &Shape,
-    op: &'static str,
-) -> Result<()> {
-    x.check_peer(other, op)?;
-    if other.shape() != shape {
-        return Err(Error::Shape {
-            op,
-            detail: format!(
-                "{what} has shape {}, the input {} needs {shape}",
-                other.shape(),
-                x.shape()
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Fails unless the statistic `stat` (called `what`) has `shape`, `dtype` and `x`'s device.
@@ -241,121 +78,6 @@ fn check_stat(x: &Array, stat: &Array, what: &str, shape: &Shape, op: &'static s
 fn stats_shape(x: &Array) -> Shape {
     let dims = x.shape().dims();
     Shape::new(&dims[..dims.len().saturating_sub(1)])
-}
-
-/// Fails unless a causal softmax's rows are as long as its matrices are tall.
-fn check_causal(x: &Array, softmax: SoftmaxSpec, op: &'static str) -> Result<()> {
-    let dims = x.shape().dims();
-    let square = matches!(dims, [.., rows, cols] if rows == cols);
-    if softmax.causal && !square {
-        return Err(Error::Shape {
-            op,
-            detail: format!("a causal softmax needs square matrices, got {}", x.shape()),
-        });
-    }
-    if !softmax.scale.is_finite() {
-        return Err(Error::Argument {
-            op,
-            detail: format!("scale {} is not finite", softmax.scale),
-        });
-    }
-    Ok(())
-}
-
-fn softmax_forward(softmax: SoftmaxSpec, x: &Array) -> Result<Array> {
-    let op = softmax.kind.name();
-    let spec = rows_of(x, op)?;
-    check_causal(x, softmax, op)?;
-    let mut y = Array::uninit(x.device(), x.shape().clone(), x.dtype(), op)?;
-    x.device()
-        .backend()
-        .softmax(softmax, spec, x.buffer(), y.buffer_mut(op)?)?;
-    Ok(y)
-}
-
-fn softmax_grad(softmax: SoftmaxSpec, y: &Array, dy: &Array) -> Result<Array> {
-    let op = softmax.kind.backward_name();
-    let spec = rows_of(y, op)?;
-    check_operand(y, dy, "dy", y.shape(), op)?;
-    check_causal(y, softmax, op)?;
-    let mut dx = Array::uninit(y.device(), y.shape().clone(), y.dtype(), op)?;
-    y.device().backend().softmax_backward(
-        softmax,
-        spec,
-        y.buffer(),
-        dy.buffer(),
-        dx.buffer_mut(op)?,
-    )?;
-    Ok(dx)
-}
-
-/// Softmax over the last axis, numerically stable.
-///
-/// ```
-/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
-/// use headroom_kernels::ops::norm::softmax;
-/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
-/// let x = Array::from_f64(&cpu, [1, 2], DType::F64, &[1000., 1000.])?;
-/// assert_eq!(softmax(&x)?.to_f64()?, [0.5, 0.5]);
-/// # Ok::<(), headroom_kernels::Error>(())
-/// ```
-pub fn softmax(x: &Array) -> Result<Array> {
-    softmax_forward(SoftmaxSpec::plain(SoftmaxKind::Softmax), x)
-}
-
-/// Log-softmax over the last axis: `x - max - ln(sum(exp(x - max)))`.
-pub fn log_softmax(x: &Array) -> Result<Array> {
-    softmax_forward(SoftmaxSpec::plain(SoftmaxKind::LogSoftmax), x)
-}
-
-/// The gradient of [`softmax`] from its output `y` and the upstream gradient `dy` (same shape,
-/// dtype and device): `y * (dy - sum(dy * y))`, the sum over the last axis.
-pub fn softmax_backward(y: &Array, dy: &Array) -> Result<Array> {
-    softmax_grad(SoftmaxSpec::plain(SoftmaxKind::Softmax), y, dy)
-}
-
-/// The gradient of [`log_softmax`] from its output `y` and the upstream gradient `dy` (same
-/// shape, dtype and device): `dy - exp(y) * sum(dy)`, the sum over the last axis.
-pub fn log_softmax_backward(y: &Array, dy: &Array) -> Result<Array> {
-    softmax_grad(SoftmaxSpec::plain(SoftmaxKind::LogSoftmax), y, dy)
-}
-
-/// Attention weights in one pass: `softmax(mask(scale * scores))` over the last axis, the mask
-/// (when `causal`) hiding every column after the row's own, as a decoder's attention does. The
-/// same as scaling, [`crate::ops::index::causal_mask`]ing with -infinity and [`softmax`], without
-/// the two intermediate arrays.
-///
-/// ```
-/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
-/// use headroom_kernels::ops::norm::attention_softmax;
-/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
-/// let scores = Array::from_f64(&cpu, [2, 2], DType::F64, &[1., 5., 2., 2.])?;
-/// assert_eq!(attention_softmax(&scores, 0.5, true)?.to_f64()?, [1., 0., 0.5, 0.5]);
-/// # Ok::<(), headroom_kernels::Error>(())
-/// ```
-pub fn attention_softmax(scores: &Array, scale: f64, causal: bool) -> Result<Array> {
-    let spec = SoftmaxSpec {
-        kind: SoftmaxKind::Softmax,
-        scale,
-        causal,
-    };
-    softmax_forward(spec, scores)
-}
-
-/// The gradient of [`attention_softmax`] with respect to its scores, from its output `y` and
-/// the upstream gradient `dy`: `scale * y * (dy - sum(dy * y))`, 0 where masked.
-pub fn attention_softmax_backward(
-    y: &Array,
-    dy: &Array,
-    scale: f64,
-    causal: bool,
-) -> Result<Array> {
-    let spec = SoftmaxSpec {
-        kind: SoftmaxKind::Softmax,
-        scale,
-        causal,
-    };
-    softmax_grad(spec, y, dy)
 }
 
 /// Layer normalization over the last axis (of length `d`): `gamma` and `beta` are `[d]` of
@@ -436,16 +158,4 @@ pub fn layer_norm_backward(
         dbeta.buffer_mut(OP)?,
     )?;
     Ok(LayerNormGrads { dx, dgamma, dbeta })
-}
-
-/// How the CUDA backend sums layer-norm parameter gradients: per row slice (at most 128, fewer
-/// for rows so long that the partial sums would pass 16 MiB), then the slices' partial sums in
-/// order. Returns the slices and the f64 elements of the partial sums' workspace, which a meta
-/// device planning for CUDA takes too.
-pub(crate) fn parameter_partials(rows: usize, len: usize) -> (usize, usize) {
-    const SLICES: usize = 128;
-    const MOST_BYTES: usize = 16 << 20;
-    let per_slice = (2 * len * size_of::<f64>()).max(1);
-    let slices = rows.clamp(1, SLICES).min((MOST_BYTES / per_slice).max(1));
-    (slices, 2 * slices * len)
 }

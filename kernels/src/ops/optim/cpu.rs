@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{AdamW, OptimKernels, Sgd, Update};
+use crate::backend::optim::{AdamW, OptimKernels, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, Float};

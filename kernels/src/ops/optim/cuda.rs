@@ -1,7 +1,7 @@
 //! CUDA kernels: optimizer updates (`optim.cu`), with the step's constants computed here in f64
 //! as on the host.
 
-use super::{AdamW, OptimKernels, Sgd, Update};
+use crate::backend::optim::{AdamW, OptimKernels, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, CudaBackend, Family, float_kernel};
 use crate::error::Result;

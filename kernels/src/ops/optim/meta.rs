@@ -1,6 +1,6 @@
 //! Meta kernels: nothing to compute.
 
-use super::{AdamW, OptimKernels, Sgd, Update};
+use crate::backend::optim::{AdamW, OptimKernels, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

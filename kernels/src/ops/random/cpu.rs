@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{RandomKernels, keeps};
+use crate::backend::random::{RandomKernels, keeps};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, Float};

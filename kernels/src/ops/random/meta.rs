@@ -1,6 +1,6 @@
 //! Meta kernels: nothing to compute.
 
-use super::RandomKernels;
+use crate::backend::random::RandomKernels;
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

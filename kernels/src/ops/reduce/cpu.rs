@@ -2,8 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{ReduceOp, ReduceSpec};
-use crate::backend::ReduceKernels;
+use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
 use crate::dtype::{Compute, Float};

@@ -2,19 +2,22 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::{ReduceOp, ReduceSpec};
-use crate::backend::ReduceKernels;
+use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
-use crate::cuda::{BLOCK, CudaBackend, Family, float_kernel};
+use crate::cuda::{BLOCK, CudaBackend, Family, enum_codes, float_kernel};
 use crate::error::Result;
+
+// The ops' codes, numbered by `reduce.cu`'s enum alone: read from its source when the crate
+// compiles.
+enum_codes!(Family::Reduce, "Reduce": R_SUM, R_MEAN, R_MAX, R_SUM_SQUARES);
 
 /// The op's code in `enum Reduce` of `reduce.cu`.
 fn code(op: ReduceOp) -> i32 {
     match op {
-        ReduceOp::Sum => 0,
-        ReduceOp::Mean => 1,
-        ReduceOp::Max => 2,
-        ReduceOp::SumSquares => 3,
+        ReduceOp::Sum => R_SUM,
+        ReduceOp::Mean => R_MEAN,
+        ReduceOp::Max => R_MAX,
+        ReduceOp::SumSquares => R_SUM_SQUARES,
     }
 }
 
@@ -54,5 +57,25 @@ impl ReduceKernels for CudaBackend {
             inner.into(),
         ];
         self.launch(op.name(), Family::Reduce, &name, grid, &args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::enum_codes::enum_len;
+
+    #[test]
+    fn every_op_has_its_own_code_and_every_code_an_op() {
+        let ops = [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::SumSquares,
+        ];
+        let mut codes = ops.map(code).to_vec();
+        codes.sort_unstable();
+        let len = enum_len(Family::Reduce.body(), "Reduce");
+        assert_eq!(codes, (0..len as i32).collect::<Vec<_>>());
     }
 }

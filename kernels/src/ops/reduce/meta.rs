@@ -1,7 +1,6 @@
 //! Meta kernels for reductions: nothing to compute.
 
-use super::{ReduceOp, ReduceSpec};
-use crate::backend::ReduceKernels;
+use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

@@ -1,0 +1,85 @@
+//! What a backend runs to move data (fills, host transfers, copies and casts), and the checks
+//! its kernels make of their buffers.
+
+use crate::buffer::Buffer;
+use crate::error::{Error, Result};
+
+/// Moving data: fill, host transfers, copies and casts.
+pub trait DataKernels {
+    /// Sets every element of `out` to `value` (converted to its dtype).
+    fn fill(&self, out: &mut Buffer, value: f64) -> Result<()>;
+    /// Copies host bytes (exactly `out.bytes()` of them) into `out`.
+    fn write(&self, out: &mut Buffer, bytes: &[u8]) -> Result<()>;
+    /// Copies `src` into host bytes (exactly `src.bytes()` of them).
+    fn read(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()>;
+    /// Copies `src` into `dst` (same dtype and length).
+    fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
+    /// Converts every element of `src` into `dst`'s dtype (same length).
+    fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
+        check_len("cast", src, dst)?;
+        self.cast_range(src, 0, dst, 0, src.len())
+    }
+    /// Converts the `len` elements of `src` from index `src_at` into `dst`'s dtype, at
+    /// `dst[dst_at..]`; a range past either buffer's end is an argument error.
+    fn cast_range(
+        &self,
+        src: &Buffer,
+        src_at: usize,
+        dst: &mut Buffer,
+        dst_at: usize,
+        len: usize,
+    ) -> Result<()>;
+    /// Waits until every kernel queued so far has finished; a synchronous backend has nothing
+    /// to wait for.
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Fails unless a host byte slice matches the buffer's size.
+pub(crate) fn check_bytes(op: &'static str, buffer: &Buffer, bytes: usize) -> Result<()> {
+    if bytes == buffer.bytes() {
+        Ok(())
+    } else {
+        Err(Error::Argument {
+            op,
+            detail: format!("{bytes} host bytes for a buffer of {}", buffer.bytes()),
+        })
+    }
+}
+
+/// Fails unless two buffers hold as many elements.
+pub(crate) fn check_len(op: &'static str, a: &Buffer, b: &Buffer) -> Result<()> {
+    if a.len() == b.len() {
+        Ok(())
+    } else {
+        Err(Error::Argument {
+            op,
+            detail: format!("{} elements into {}", a.len(), b.len()),
+        })
+    }
+}
+
+/// Fails unless `len` elements from `src_at` and from `dst_at` lie inside their buffers.
+pub(crate) fn check_range(
+    src: &Buffer,
+    src_at: usize,
+    dst: &Buffer,
+    dst_at: usize,
+    len: usize,
+) -> Result<()> {
+    let fits =
+        |at: usize, buffer: &Buffer| at.checked_add(len).is_some_and(|end| end <= buffer.len());
+    if fits(src_at, src) && fits(dst_at, dst) {
+        Ok(())
+    } else {
+        Err(Error::Argument {
+            op: "cast",
+            detail: format!(
+                "{len} elements from {src_at} of {} into {dst_at} of {}",
+                src.len(),
+                dst.len()
+            ),
+        })
+    }
+}

@@ -1,0 +1,60 @@
+//! What a backend runs for the fused cross-entropy loss against class targets, forward and
+//! backward, and the dtype of the loss.
+
+use crate::buffer::Buffer;
+use crate::dtype::DType;
+use crate::error::Result;
+
+/// The geometry of a cross-entropy: `rows` rows of `classes` logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrossEntropySpec {
+    /// Number of rows (examples); at least 1.
+    pub rows: usize,
+    /// Number of classes per row (valid targets are `0..classes`).
+    pub classes: usize,
+    /// Rows whose target is this value count for nothing: no loss, no gradient, and not in the
+    /// mean's denominator (PyTorch's `ignore_index`).
+    pub ignore: Option<u32>,
+}
+
+/// The kernels of this family that a backend runs.
+pub trait LossKernels {
+    /// Writes into the one element of `out` (f32, or f64 for f64 logits) the mean over rows of
+    /// `logsumexp(logits[i]) - logits[i, targets[i]]`. Fails with
+    /// [`Error::Argument`](crate::Error::Argument) when a target is `>= classes`.
+    fn cross_entropy(
+        &self,
+        spec: CrossEntropySpec,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+
+    /// `out[i, j] = (softmax(logits[i])[j] - (j == targets[i])) * dloss / counted`, in the
+    /// logits' dtype, where `dloss` is a one-element buffer of the loss' dtype and `counted` the
+    /// rows not ignored; ignored rows get zeros. Fails with
+    /// [`Error::Argument`](crate::Error::Argument) when a target is `>= classes` and not the
+    /// ignored one.
+    fn cross_entropy_backward(
+        &self,
+        spec: CrossEntropySpec,
+        dloss: &Buffer,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+}
+
+/// The dtype of a cross-entropy of logits of `dtype`: f64 for f64, f32 otherwise.
+pub fn loss_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// Rows whose target is not the ignored one.
+pub(crate) fn counted_rows(targets: &[u32], ignore: Option<u32>) -> usize {
+    targets.iter().filter(|&&t| Some(t) != ignore).count()
+}

@@ -1,0 +1,36 @@
+//! Meta kernels: nothing to compute (and no data to check targets against); planning for CUDA,
+//! the row losses the CUDA kernel sums.
+
+use crate::backend::loss::{CrossEntropySpec, LossKernels};
+use crate::buffer::Buffer;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::meta::MetaBackend;
+
+impl LossKernels for MetaBackend {
+    fn cross_entropy(
+        &self,
+        spec: CrossEntropySpec,
+        logits: &Buffer,
+        _: &Buffer,
+        _: &mut Buffer,
+    ) -> Result<()> {
+        // On CUDA each row's loss goes to an f64 buffer before the ordered mean.
+        if self.plans_cuda() {
+            let memory = logits.memory();
+            memory.alloc_workspace(DType::F64, spec.rows.max(1), "cross_entropy")?;
+        }
+        Ok(())
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        _: CrossEntropySpec,
+        _: &Buffer,
+        _: &Buffer,
+        _: &Buffer,
+        _: &mut Buffer,
+    ) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,45 @@
+//! The checks of the row ops (softmax, layer normalization), which see an operand as rows over
+//! its last axis.
+
+use crate::array::Array;
+use crate::backend::rows::RowSpec;
+use crate::error::{Error, Result};
+use crate::shape::Shape;
+
+/// The rows of `x` (float, rank >= 1), or an error naming `op`.
+pub(super) fn rows_of(x: &Array, op: &'static str) -> Result<RowSpec> {
+    x.check_float(op)?;
+    let dims = x.shape().dims();
+    let Some((&len, rest)) = dims.split_last() else {
+        return Err(Error::Shape {
+            op,
+            detail: format!("the input must have rank >= 1, got shape {}", x.shape()),
+        });
+    };
+    Ok(RowSpec {
+        rows: rest.iter().product(),
+        len,
+    })
+}
+
+/// Fails unless `other` (called `what`) has `shape`, and `x`'s dtype and device.
+pub(super) fn check_operand(
+    x: &Array,
+    other: &Array,
+    what: &str,
+    shape: &Shape,
+    op: &'static str,
+) -> Result<()> {
+    x.check_peer(other, op)?;
+    if other.shape() != shape {
+        return Err(Error::Shape {
+            op,
+            detail: format!(
+                "{what} has shape {}, the input {} needs {shape}",
+                other.shape(),
+                x.shape()
+            ),
+        });
+    }
+    Ok(())
+}
