@@ -17,8 +17,8 @@ mod vector_math;
 
 pub use array::Array;
 pub use backend::{
-    Backend, DataKernels, ElementwiseKernels, GemmKernels, IndexKernels, LayoutKernels,
-    NormKernels, OptimKernels, RandomKernels, ReduceKernels,
+    AttentionKernels, Backend, DataKernels, ElementwiseKernels, GemmKernels, IndexKernels,
+    LayoutKernels, NormKernels, OptimKernels, RandomKernels, ReduceKernels,
 };
 pub use buffer::Buffer;
 pub use cpu::CpuBackend;

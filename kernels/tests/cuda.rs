@@ -63,6 +63,12 @@ fn kernels(family: Family) -> Vec<String> {
             .collect(),
         Family::Optim => per_float(&["adamw", "sgd"]),
         Family::Random => per_float(&["dropout"]),
+        Family::Attention => per_float(&[
+            "attention",
+            "attention_delta",
+            "attention_backward_kv",
+            "attention_backward_q",
+        ]),
     }
 }
 

@@ -79,3 +79,43 @@ fn recomputed_blocks_give_the_same_step_bit_for_bit_with_dropout_and_keep_less()
         );
     }
 }
+
+#[test]
+fn memory_efficient_attention_gives_the_materialized_step_and_keeps_no_weights() {
+    let device = device();
+    let config = GptConfig {
+        vocab: 11,
+        context: 80,
+        width: 32,
+        heads: 4,
+        layers: 2,
+        dropout: 0.1,
+        tie_embeddings: true,
+    };
+    let (b, t) = (3, 70);
+    let ids: Vec<u32> = (0..b * t).map(|i| (i * 7 % 11) as u32).collect();
+    let targets: Vec<u32> = ids.iter().map(|&i| (i + 3) % 11).collect();
+    let ids = Tensor::from_host(&device, [b, t], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [b * t], &targets).unwrap();
+    let run = |materialized: bool| {
+        let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 9), config).unwrap();
+        gpt.set_materialized_attention(materialized);
+        step(&gpt, &ids, &targets)
+    };
+    let (flash_loss, flash_grads, flash_kept) = run(false);
+    let (loss, grads, kept) = run(true);
+    assert!(
+        (flash_loss[0] - loss[0]).abs() < 1e-5,
+        "{flash_loss:?} {loss:?}"
+    );
+    for (a, b) in flash_grads.iter().flatten().zip(grads.iter().flatten()) {
+        assert!((a - b).abs() <= 2e-5 * b.abs().max(1e-2), "{a} against {b}");
+    }
+    // The materialized path keeps each layer's [B, H, T, T] weights (and their dropout);
+    // the memory-efficient one keeps none of them.
+    let weights = (config.layers * b * config.heads * t * t * 4) as u64;
+    assert!(
+        kept >= flash_kept + weights,
+        "{kept} against {flash_kept} + {weights}"
+    );
+}

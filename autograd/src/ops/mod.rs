@@ -2,6 +2,7 @@
 //! then, if a tape records and tracks an input, records a backward rule that keeps only what
 //! the rule needs: a sum keeps shapes, a product keeps its operands, an exponential its output.
 
+mod attention;
 mod cast;
 mod index;
 mod layout;

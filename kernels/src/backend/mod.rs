@@ -21,6 +21,7 @@
 //! geometry, its variants, its hyper-parameters), below the op layer (`ops`) that checks
 //! operands, allocates outputs and calls them.
 
+pub(crate) mod attention;
 pub(crate) mod data;
 pub(crate) mod elementwise;
 pub(crate) mod gemm;
@@ -34,6 +35,7 @@ pub(crate) mod reduce;
 pub(crate) mod rows;
 pub(crate) mod softmax;
 
+pub use attention::AttentionKernels;
 pub use data::DataKernels;
 pub use elementwise::ElementwiseKernels;
 pub use gemm::GemmKernels;
@@ -48,7 +50,8 @@ pub use softmax::SoftmaxKernels;
 
 /// A compute backend: every category of kernel.
 pub trait Backend:
-    DataKernels
+    AttentionKernels
+    + DataKernels
     + ElementwiseKernels
     + ReduceKernels
     + GemmKernels
@@ -65,7 +68,8 @@ pub trait Backend:
 }
 
 impl<T> Backend for T where
-    T: DataKernels
+    T: AttentionKernels
+        + DataKernels
         + ElementwiseKernels
         + ReduceKernels
         + GemmKernels

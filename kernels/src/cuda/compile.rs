@@ -36,11 +36,13 @@ pub enum Family {
     Optim,
     /// Dropout (`random.cu`).
     Random,
+    /// Memory-efficient attention (`attention.cu`).
+    Attention,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 10] = [
+    pub const ALL: [Family; 11] = [
         Family::Data,
         Family::Elementwise,
         Family::Reduce,
@@ -51,6 +53,7 @@ impl Family {
         Family::Layout,
         Family::Optim,
         Family::Random,
+        Family::Attention,
     ];
 
     /// The source file's name.
@@ -66,6 +69,7 @@ impl Family {
             Family::Layout => "layout.cu",
             Family::Optim => "optim.cu",
             Family::Random => "random.cu",
+            Family::Attention => "attention.cu",
         }
     }
 
@@ -82,6 +86,7 @@ impl Family {
             Family::Layout => include_str!("layout.cu"),
             Family::Optim => include_str!("optim.cu"),
             Family::Random => include_str!("random.cu"),
+            Family::Attention => include_str!("attention.cu"),
         }
     }
 

@@ -82,6 +82,17 @@ __device__ __forceinline__ float m_max(float a, float b) { return a != a || a > 
 __device__ __forceinline__ double m_max(double a, double b) { return a != a || a > b ? a : b; }
 template <typename C> __device__ __forceinline__ C neg_infinity() { return (C)(-1.0 / 0.0); }
 
+// A uniform number in [0, 1) that is a pure function of (seed, index), the same as the host's
+// (`ops::random::uniform`): dropout masks are drawn from it again instead of being stored.
+__device__ __forceinline__ double uniform(u64 seed, u64 index) {
+    u64 z = seed ^ (index * 0x9E3779B97F4A7C15ull);
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0;
+}
+
 // The first element this thread handles and the step of a grid-stride loop.
 __device__ __forceinline__ u64 thread_index() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ u64 grid_stride() { return (u64)gridDim.x * blockDim.x; }

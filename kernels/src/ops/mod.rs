@@ -6,6 +6,7 @@
 //! (shape, dtype, device) before it allocates, and allocates before it computes, so a failure
 //! leaves nothing behind.
 
+pub mod attention;
 pub mod data;
 pub mod elementwise;
 pub mod gemm;

@@ -93,13 +93,26 @@ impl Dropout {
     }
 }
 
+impl Dropout {
+    /// The probability of dropping an element.
+    pub fn p(&self) -> f64 {
+        self.p
+    }
+
+    /// The seed of the next mask, drawn as [`Module::forward`] draws it (the counter moves on);
+    /// none in evaluation or with `p = 0`, where nothing is dropped. For ops that drop inside
+    /// a fused kernel (attention's weights).
+    pub fn next_mask_seed(&self) -> Option<u64> {
+        (self.training && self.p > 0.0).then(|| uniform(self.seed, self.counter.next()).to_bits())
+    }
+}
+
 impl Module for Dropout {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if !self.training || self.p == 0.0 {
-            return Ok(x.clone());
+        match self.next_mask_seed() {
+            Some(mask_seed) => Ok(x.dropout(self.p, mask_seed)?),
+            None => Ok(x.clone()),
         }
-        let mask_seed = uniform(self.seed, self.counter.next()).to_bits();
-        Ok(x.dropout(self.p, mask_seed)?)
     }
 
     fn visit(&self, _: &mut dyn FnMut(&str, &Tensor)) {}

@@ -1,6 +1,8 @@
-//! Multi-head causal self-attention.
+//! Multi-head causal self-attention: memory-efficient (FlashAttention-2) by default, the
+//! materialized weights as a reference.
 
 use headroom_autograd::Tensor;
+use headroom_kernels::ops::attention::{Attention, AttentionDropout};
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
@@ -11,6 +13,11 @@ use crate::module::{Module, visit_child, visit_child_mut};
 /// Causal self-attention over `[B, T, C]`: one fused projection to queries, keys and values
 /// (`qkv`, `[3C, C]`), `heads` heads of `C / heads` features, scores masked to the past and
 /// scaled by `1 / sqrt(C / heads)`, and an output projection (`proj`).
+///
+/// The attention itself runs memory-efficiently
+/// ([`Tensor::scaled_dot_product_attention`]): a training step keeps no `T x T` weights. With
+/// [`set_materialized`](Self::set_materialized) it forms the weights instead (the reference
+/// the tests compare with); both draw the same dropout masks and give the same results.
 #[derive(Debug, Clone)]
 pub struct CausalSelfAttention {
     /// Queries, keys and values, `C -> 3C`.
@@ -20,6 +27,7 @@ pub struct CausalSelfAttention {
     heads: usize,
     attention_dropout: Dropout,
     residual_dropout: Dropout,
+    materialized: bool,
 }
 
 impl CausalSelfAttention {
@@ -51,7 +59,14 @@ impl CausalSelfAttention {
             heads,
             attention_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
             residual_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
+            materialized: false,
         })
+    }
+
+    /// Forms the `[B, H, T, T]` weights (scores, their masked softmax, dropout, the product
+    /// with the values) when `on`, instead of the memory-efficient kernels.
+    pub fn set_materialized(&mut self, on: bool) {
+        self.materialized = on;
     }
 
     /// Number of heads.
@@ -75,15 +90,29 @@ impl Module for CausalSelfAttention {
             |m: &Tensor| -> Result<Tensor> { Ok(m.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?) };
         let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
         drop(qkv);
-        // Scale, causal mask and softmax in one pass that keeps only the weights for backward.
-        let weights = q
-            .matmul_t(&k, false, true)?
-            .attention_softmax(1.0 / (d as f64).sqrt(), true)?;
-        let weights = self.attention_dropout.forward(&weights)?;
-        let y = weights
-            .matmul(&v)?
-            .permute(&[0, 2, 1, 3])?
-            .reshape([b, t, c])?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let y = if self.materialized {
+            // Scale, causal mask and softmax in one pass that keeps only the weights.
+            let weights = q
+                .matmul_t(&k, false, true)?
+                .attention_softmax(scale, true)?;
+            self.attention_dropout.forward(&weights)?.matmul(&v)?
+        } else {
+            let dropout = self
+                .attention_dropout
+                .next_mask_seed()
+                .map(|seed| AttentionDropout {
+                    p: self.attention_dropout.p(),
+                    seed,
+                });
+            let how = Attention {
+                scale,
+                causal: true,
+                dropout,
+            };
+            q.scaled_dot_product_attention(&k, &v, how)?
+        };
+        let y = y.permute(&[0, 2, 1, 3])?.reshape([b, t, c])?;
         self.residual_dropout.forward(&self.proj.forward(&y)?)
     }
 

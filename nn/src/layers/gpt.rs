@@ -169,6 +169,17 @@ impl Gpt {
     pub fn recomputes(&self) -> bool {
         self.recompute
     }
+
+    /// Forms every block's `[B, H, T, T]` attention weights when `on`, instead of the
+    /// memory-efficient kernels (see [`CausalSelfAttention::set_materialized`]): the
+    /// reference the tests compare with, and what a step cost before.
+    ///
+    /// [`CausalSelfAttention::set_materialized`]: crate::CausalSelfAttention::set_materialized
+    pub fn set_materialized_attention(&mut self, on: bool) {
+        for block in &mut self.blocks {
+            block.attn.set_materialized(on);
+        }
+    }
 }
 
 impl Module for Gpt {

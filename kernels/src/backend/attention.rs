@@ -1,0 +1,85 @@
+//! What a backend runs for memory-efficient attention (FlashAttention-2, Dao 2023): the
+//! product of queries and keys, its softmax and the product with the values, computed block by
+//! block with an online softmax, so that the `len x len` weights never exist in memory.
+
+use crate::buffer::Buffer;
+use crate::error::Result;
+
+/// Dropout on the attention weights: each weight is kept with probability `1 - p` and scaled
+/// by `1 / (1 - p)`, its mask drawn from `seed` at the weight's index in a `[heads, len, len]`
+/// array ([`crate::ops::random::keeps`]), as dropout on the materialized weights draws it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionDropout {
+    /// The probability of dropping a weight, in `[0, 1)`.
+    pub p: f64,
+    /// The mask's seed.
+    pub seed: u64,
+}
+
+/// The geometry of one attention: `heads` independent heads (batch times heads), each over
+/// `len` positions of `head` features; queries, keys, values and the output are contiguous
+/// `[heads, len, head]`, the log-sum-exp of each row `[heads, len]` in f32.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionSpec {
+    /// Independent heads: batch times heads.
+    pub heads: usize,
+    /// Positions (queries and keys alike: self-attention).
+    pub len: usize,
+    /// Features per head.
+    pub head: usize,
+    /// The scores' factor, usually `1 / sqrt(head)`.
+    pub scale: f64,
+    /// Position `i` attends only to positions `0..=i`.
+    pub causal: bool,
+    /// Dropout on the weights, if any.
+    pub dropout: Option<AttentionDropout>,
+}
+
+impl AttentionSpec {
+    /// Elements of a `[heads, len, head]` operand.
+    pub fn elements(&self) -> usize {
+        self.heads * self.len * self.head
+    }
+
+    /// Rows of the log-sum-exp: `heads * len`.
+    pub fn rows(&self) -> usize {
+        self.heads * self.len
+    }
+
+    /// The last key row `query` sees, plus one.
+    pub fn visible(&self, query: usize) -> usize {
+        if self.causal { query + 1 } else { self.len }
+    }
+}
+
+/// The kernels of this family that a backend runs. Every buffer is contiguous and row-major,
+/// in one float dtype (the log-sum-exp in f32); the op layer has checked lengths, dtypes and
+/// devices before calling.
+pub trait AttentionKernels {
+    /// `out = dropout(softmax(scale * q k^T, masked)) v` for every head, and the log-sum-exp of
+    /// each row of the masked, scaled scores into `lse` (what the backward pass needs besides
+    /// the operands and the output).
+    fn attention(
+        &self,
+        spec: &AttentionSpec,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        out: &mut Buffer,
+        lse: &mut Buffer,
+    ) -> Result<()>;
+
+    /// The gradients of [`AttentionKernels::attention`] with respect to `q`, `k` and `v`, from
+    /// the `operands` (`q`, `k`, `v`) and what was `saved` (the output, its log-sum-exp and the
+    /// upstream gradient of the output); the scores and weights are computed again block by
+    /// block.
+    fn attention_backward(
+        &self,
+        spec: &AttentionSpec,
+        operands: (&Buffer, &Buffer, &Buffer),
+        saved: (&Buffer, &Buffer, &Buffer),
+        dq: &mut Buffer,
+        dk: &mut Buffer,
+        dv: &mut Buffer,
+    ) -> Result<()>;
+}

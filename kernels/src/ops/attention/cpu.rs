@@ -1,0 +1,433 @@
+//! CPU kernels: FlashAttention-2 on blocks of 64 queries and 64 keys, each block product a
+//! GEMM of the `gemm` crate. The forward pass runs one task per head and block of queries (its
+//! output rows are its own); the backward pass one task per head, which walks the blocks of
+//! keys and, for each, the blocks of queries that see them, accumulating the keys' and values'
+//! gradients for the block and the queries' gradients for the head. Half types compute in f32,
+//! f64 in f64; every product accumulates in the compute type.
+
+use gemm::Parallelism;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::backend::attention::{AttentionKernels, AttentionSpec};
+use crate::backend::random::keeps;
+use crate::buffer::Buffer;
+use crate::cpu::CpuBackend;
+use crate::dtype::{Compute, DType, Element, Float};
+use crate::error::{Error, Result};
+
+/// Queries per block.
+const QUERIES: usize = 64;
+/// Keys per block.
+const KEYS: usize = 64;
+
+impl AttentionKernels for CpuBackend {
+    fn attention(
+        &self,
+        spec: &AttentionSpec,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        out: &mut Buffer,
+        lse: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "attention";
+        macro_rules! run {
+            ($t:ty) => {{
+                let (q, k, v) = (q.host::<$t>(OP)?, k.host::<$t>(OP)?, v.host::<$t>(OP)?);
+                forward::<$t>(spec, (q, k, v), out.host_mut(OP)?, lse.host_mut(OP)?);
+                Ok(())
+            }};
+        }
+        match q.dtype() {
+            DType::F32 => run!(f32),
+            DType::F64 => run!(f64),
+            DType::F16 => run!(f16),
+            DType::BF16 => run!(bf16),
+            other => Err(not_float(other, OP)),
+        }
+    }
+
+    fn attention_backward(
+        &self,
+        spec: &AttentionSpec,
+        (q, k, v): (&Buffer, &Buffer, &Buffer),
+        (out, lse, dout): (&Buffer, &Buffer, &Buffer),
+        dq: &mut Buffer,
+        dk: &mut Buffer,
+        dv: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "attention_backward";
+        macro_rules! run {
+            ($t:ty) => {{
+                let operands = (q.host::<$t>(OP)?, k.host::<$t>(OP)?, v.host::<$t>(OP)?);
+                let saved = (out.host::<$t>(OP)?, lse.host(OP)?, dout.host::<$t>(OP)?);
+                let grads = (dq.host_mut(OP)?, dk.host_mut(OP)?, dv.host_mut(OP)?);
+                backward::<$t>(spec, operands, saved, grads);
+                Ok(())
+            }};
+        }
+        match q.dtype() {
+            DType::F32 => run!(f32),
+            DType::F64 => run!(f64),
+            DType::F16 => run!(f16),
+            DType::BF16 => run!(bf16),
+            other => Err(not_float(other, OP)),
+        }
+    }
+}
+
+fn not_float(got: DType, op: &'static str) -> Error {
+    Error::DType {
+        op,
+        expected: "a float dtype".into(),
+        got,
+    }
+}
+
+/// A matrix operand of [`product`]: its elements and its row and column strides.
+type Operand<'a, C> = (&'a [C], usize, usize);
+
+/// `c = alpha * c + beta * a b` over an `m x k` and a `k x n` operand, into `c` with row stride
+/// `ldc` (`alpha` 0: `c` is not read), on the calling thread.
+#[allow(clippy::too_many_arguments)]
+fn product<C: Compute>(
+    (m, n, k): (usize, usize, usize),
+    (a, a_rs, a_cs): Operand<'_, C>,
+    (b, b_rs, b_cs): Operand<'_, C>,
+    c: &mut [C],
+    ldc: usize,
+    alpha: C,
+    beta: C,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let extent = |rows: usize, cols: usize, rs: usize, cs: usize| {
+        (rows - 1) * rs + cols.saturating_sub(1) * cs + 1
+    };
+    // Slicing to the exact extents checks every address the product touches.
+    let c = &mut c[..extent(m, n, ldc, 1)];
+    if k == 0 {
+        c.iter_mut().for_each(|x| *x = alpha * *x);
+        return;
+    }
+    let a = &a[..extent(m, k, a_rs, a_cs)];
+    let b = &b[..extent(k, n, b_rs, b_cs)];
+    // SAFETY: the three slices span every element addressed with these strides and shapes
+    // (their extents were sliced above, so any overrun would have panicked there); `c` is a
+    // mutable slice distinct from `a` and `b`, so nothing aliases; with `read_dst` true `c`
+    // holds initialized values of `C`, with it false it is only written. `C` is f32 or f64.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            ldc as isize,
+            alpha != C::ZERO,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            alpha,
+            beta,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}
+
+/// One head's elements of a `[heads, len, head]` operand, in the compute type.
+fn head_of<T: Float>(x: &[T], head: usize, per_head: usize) -> Vec<T::C> {
+    x[head * per_head..][..per_head]
+        .iter()
+        .map(|v| v.load())
+        .collect()
+}
+
+/// One head's queries, keys and values, `[len, head]` each, in the compute type `C`.
+struct Head<C> {
+    q: Vec<C>,
+    k: Vec<C>,
+    v: Vec<C>,
+}
+
+impl<C: Compute> Head<C> {
+    /// Head `head` of operands of `per_head` elements a head.
+    fn of<T: Float<C = C>>((q, k, v): (&[T], &[T], &[T]), head: usize, per_head: usize) -> Self {
+        Self {
+            q: head_of(q, head, per_head),
+            k: head_of(k, head, per_head),
+            v: head_of(v, head, per_head),
+        }
+    }
+}
+
+/// The dropout factor of weight (`row`, `col`) of `head`: 0 where dropped, `1 / (1 - p)` where
+/// kept, 1 without dropout.
+#[inline]
+fn keep_factor<C: Compute>(spec: &AttentionSpec, head: usize, row: usize, col: usize) -> C {
+    match spec.dropout {
+        None => C::ONE,
+        Some(drop) => {
+            let index = ((head * spec.len + row) * spec.len + col) as u64;
+            if keeps(drop.seed, index, drop.p) {
+                C::of(1.0 / (1.0 - drop.p))
+            } else {
+                C::ZERO
+            }
+        }
+    }
+}
+
+fn forward<T: Float>(
+    spec: &AttentionSpec,
+    (q, k, v): (&[T], &[T], &[T]),
+    out: &mut [T],
+    lse: &mut [T::C],
+) where
+    T::C: Element,
+{
+    let per_head = spec.len * spec.head;
+    if per_head == 0 {
+        return;
+    }
+    out.par_chunks_mut(per_head)
+        .zip(lse.par_chunks_mut(spec.len))
+        .enumerate()
+        .for_each(|(head, (out, lse))| {
+            let operands = Head::of((q, k, v), head, per_head);
+            out.par_chunks_mut(QUERIES * spec.head)
+                .zip(lse.par_chunks_mut(QUERIES))
+                .enumerate()
+                .for_each(|(block, (out, lse))| {
+                    let rows = (block * QUERIES, lse.len());
+                    query_block::<T>(spec, head, rows, &operands, out, lse);
+                });
+        });
+}
+
+/// The output rows `first..first + rows` of `head` and their log-sum-exps: the online softmax
+/// over the blocks of keys they see.
+fn query_block<T: Float>(
+    spec: &AttentionSpec,
+    head: usize,
+    (first, rows): (usize, usize),
+    Head { q, k, v }: &Head<T::C>,
+    out: &mut [T],
+    lse: &mut [T::C],
+) {
+    let d = spec.head;
+    let scale = T::C::of(spec.scale);
+    let mut acc = vec![T::C::ZERO; rows * d];
+    let mut max = vec![T::C::NEG_INFINITY; rows];
+    let mut sum = vec![T::C::ZERO; rows];
+    let mut weights = vec![T::C::ZERO; rows * KEYS];
+    let keys = spec.visible(first + rows - 1);
+    for key0 in (0..keys).step_by(KEYS) {
+        let cols = KEYS.min(keys - key0);
+        let w = &mut weights[..rows * cols];
+        let shape = (rows, cols, d);
+        product(
+            shape,
+            (&q[first * d..], d, 1),
+            (&k[key0 * d..], 1, d),
+            w,
+            cols,
+            T::C::ZERO,
+            scale,
+        );
+        for r in 0..rows {
+            let row = &mut w[r * cols..][..cols];
+            let visible = spec.visible(first + r).saturating_sub(key0).min(cols);
+            let block_max = row[..visible]
+                .iter()
+                .fold(T::C::NEG_INFINITY, |m, &x| m.max(x));
+            let new_max = max[r].max(block_max);
+            if new_max == T::C::NEG_INFINITY {
+                row.iter_mut().for_each(|x| *x = T::C::ZERO);
+                continue;
+            }
+            let mut block_sum = T::C::ZERO;
+            for x in &mut row[..visible] {
+                *x = (*x - new_max).exp();
+                block_sum = block_sum + *x;
+            }
+            row[visible..].iter_mut().for_each(|x| *x = T::C::ZERO);
+            if spec.dropout.is_some() {
+                for (c, x) in row[..visible].iter_mut().enumerate() {
+                    *x = *x * keep_factor(spec, head, first + r, key0 + c);
+                }
+            }
+            let rescale = (max[r] - new_max).exp();
+            sum[r] = sum[r] * rescale + block_sum;
+            max[r] = new_max;
+            acc[r * d..][..d].iter_mut().for_each(|a| *a = *a * rescale);
+        }
+        let shape = (rows, d, cols);
+        product(
+            shape,
+            (w, cols, 1),
+            (&v[key0 * d..], d, 1),
+            &mut acc,
+            d,
+            T::C::ONE,
+            T::C::ONE,
+        );
+    }
+    for r in 0..rows {
+        let inverse = T::C::ONE / sum[r];
+        for (o, &a) in out[r * d..][..d].iter_mut().zip(&acc[r * d..][..d]) {
+            *o = T::store(a * inverse);
+        }
+        lse[r] = max[r] + sum[r].ln();
+    }
+}
+
+/// The operands (`q`, `k`, `v`), what the forward pass kept with the upstream gradient (`out`,
+/// `lse`, `dout`), and the gradients to write (`dq`, `dk`, `dv`), of [`backward`].
+type Operands<'a, T> = (&'a [T], &'a [T], &'a [T]);
+type Saved<'a, C> = (&'a [C], &'a [C], &'a [C]);
+type Grads<'a, T> = (&'a mut [T], &'a mut [T], &'a mut [T]);
+
+fn backward<T: Float>(
+    spec: &AttentionSpec,
+    (q, k, v): Operands<'_, T>,
+    (out, lse, dout): (&[T], &[T::C], &[T]),
+    (dq, dk, dv): Grads<'_, T>,
+) where
+    T::C: Element,
+{
+    let per_head = spec.len * spec.head;
+    if per_head == 0 {
+        return;
+    }
+    dq.par_chunks_mut(per_head)
+        .zip(dk.par_chunks_mut(per_head))
+        .zip(dv.par_chunks_mut(per_head))
+        .enumerate()
+        .for_each(|(head, ((dq, dk), dv))| {
+            let operands = Head::of((q, k, v), head, per_head);
+            let dout = head_of(dout, head, per_head);
+            let out = head_of(out, head, per_head);
+            let lse = &lse[head * spec.len..][..spec.len];
+            head_backward::<T>(spec, head, &operands, (&out, lse, &dout), (dq, dk, dv));
+        });
+}
+
+/// The gradients of one head: for each block of keys, the blocks of queries that see it.
+fn head_backward<T: Float>(
+    spec: &AttentionSpec,
+    head: usize,
+    Head { q, k, v }: &Head<T::C>,
+    (out, lse, dout): Saved<'_, T::C>,
+    (dq, dk, dv): Grads<'_, T>,
+) {
+    let (len, d) = (spec.len, spec.head);
+    let (zero, one, scale) = (T::C::ZERO, T::C::ONE, T::C::of(spec.scale));
+    // delta[i] = dout[i] . out[i]: the sum over each row of the weights times their gradient.
+    let delta: Vec<T::C> = (0..len)
+        .map(|i| {
+            let (o, g) = (&out[i * d..][..d], &dout[i * d..][..d]);
+            o.iter().zip(g).fold(zero, |s, (&a, &b)| s + a * b)
+        })
+        .collect();
+    let mut dq_acc = vec![zero; len * d];
+    let mut weights = [zero; QUERIES * KEYS];
+    let mut grad = [zero; QUERIES * KEYS];
+    let mut dropped = vec![
+        zero;
+        if spec.dropout.is_some() {
+            QUERIES * KEYS
+        } else {
+            0
+        }
+    ];
+    let (mut dk_acc, mut dv_acc) = (vec![zero; KEYS * d], vec![zero; KEYS * d]);
+    for key0 in (0..len).step_by(KEYS) {
+        let cols = KEYS.min(len - key0);
+        dk_acc.iter_mut().for_each(|x| *x = zero);
+        dv_acc.iter_mut().for_each(|x| *x = zero);
+        let first = if spec.causal { key0 } else { 0 };
+        for q0 in (first..len).step_by(QUERIES) {
+            let rows = QUERIES.min(len - q0);
+            let (p, g) = (&mut weights[..rows * cols], &mut grad[..rows * cols]);
+            let (qs, ks, vs) = ((&q[q0 * d..], d, 1), &k[key0 * d..], &v[key0 * d..]);
+            let dos = (&dout[q0 * d..], d, 1);
+            // The weights again: exp(scale q k - lse), 0 where masked.
+            product((rows, cols, d), qs, (ks, 1, d), p, cols, zero, scale);
+            for r in 0..rows {
+                let visible = spec.visible(q0 + r).saturating_sub(key0).min(cols);
+                let row = &mut p[r * cols..][..cols];
+                let l = lse[q0 + r];
+                row[..visible].iter_mut().for_each(|x| *x = (*x - l).exp());
+                row[visible..].iter_mut().for_each(|x| *x = zero);
+            }
+            // The gradient of the weights, dout v^T, into `g`.
+            product((rows, cols, d), dos, (vs, 1, d), g, cols, zero, one);
+            if spec.dropout.is_some() {
+                // dv += (p * mask)^T dout; the weights' gradient masked the same way.
+                let kept = &mut dropped[..rows * cols];
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let factor: T::C = keep_factor(spec, head, q0 + r, key0 + c);
+                        g[r * cols + c] = g[r * cols + c] * factor;
+                        kept[r * cols + c] = p[r * cols + c] * factor;
+                    }
+                }
+                product(
+                    (cols, d, rows),
+                    (kept, 1, cols),
+                    dos,
+                    &mut dv_acc,
+                    d,
+                    one,
+                    one,
+                );
+            } else {
+                // dv += p^T dout.
+                product((cols, d, rows), (p, 1, cols), dos, &mut dv_acc, d, one, one);
+            }
+            // The scores' gradient: p * (g - delta), into `g`.
+            for r in 0..rows {
+                let dr = delta[q0 + r];
+                let (pr, gr) = (&p[r * cols..][..cols], &mut g[r * cols..][..cols]);
+                gr.iter_mut().zip(pr).for_each(|(x, &w)| *x = w * (*x - dr));
+            }
+            // dq += scale g k; dk += scale g^T q.
+            let dq_rows = &mut dq_acc[q0 * d..];
+            product(
+                (rows, d, cols),
+                (g, cols, 1),
+                (ks, d, 1),
+                dq_rows,
+                d,
+                one,
+                scale,
+            );
+            product(
+                (cols, d, rows),
+                (g, 1, cols),
+                qs,
+                &mut dk_acc,
+                d,
+                one,
+                scale,
+            );
+        }
+        for (dst, src) in [(&mut *dk, &dk_acc), (&mut *dv, &dv_acc)] {
+            for (x, &a) in dst[key0 * d..][..cols * d].iter_mut().zip(src.iter()) {
+                *x = T::store(a);
+            }
+        }
+    }
+    for (x, &a) in dq.iter_mut().zip(&dq_acc) {
+        *x = T::store(a);
+    }
+}

@@ -1,0 +1,139 @@
+//! CUDA kernels: memory-efficient attention (`attention.cu`), a warp per row and four rows to a
+//! block, one grid row per head. The backward pass first sums each row's output times its
+//! gradient into a workspace (`delta`, one value per row in the compute type), then runs the
+//! keys' and values' gradients and the queries' in two kernels, so that nothing accumulates
+//! across blocks.
+
+use cudarc::driver::LaunchConfig;
+
+use super::lse_dtype;
+use crate::backend::attention::{AttentionKernels, AttentionSpec};
+use crate::buffer::Buffer;
+use crate::cuda::{Arg, CudaBackend, Family, float_kernel};
+use crate::error::{Error, Result};
+
+/// Features a head may have: what a warp's lanes hold (`ATT_HEAD_MAX`).
+pub(crate) const HEAD_MAX: usize = 128;
+/// Rows (warps) per block (`ATT_WARPS`).
+const WARPS: usize = 4;
+/// Heads a grid holds: its y dimension.
+const GRID_HEADS: usize = 65_535;
+
+/// The launch of a kernel over `rows` rows of each of `heads` heads.
+fn grid(rows: usize, heads: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.div_ceil(WARPS).max(1) as u32, heads as u32, 1),
+        block_dim: (32 * WARPS as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Fails where the kernels cannot take `spec`: heads wider than a warp holds, or more heads
+/// than a grid does.
+fn check(spec: &AttentionSpec, op: &'static str) -> Result<()> {
+    if spec.head > HEAD_MAX || spec.heads > GRID_HEADS {
+        return Err(Error::Argument {
+            op,
+            detail: format!(
+                "{} heads of {} features: the CUDA kernels take at most {GRID_HEADS} heads of \
+                 {HEAD_MAX}",
+                spec.heads, spec.head
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The dropout arguments every kernel ends with: on or off, its probability and its seed.
+fn dropout_args(spec: &AttentionSpec) -> [Arg; 3] {
+    match spec.dropout {
+        Some(drop) => [true.into(), drop.p.into(), drop.seed.into()],
+        None => [false.into(), 0.0.into(), 0u64.into()],
+    }
+}
+
+impl AttentionKernels for CudaBackend {
+    fn attention(
+        &self,
+        spec: &AttentionSpec,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        out: &mut Buffer,
+        lse: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "attention";
+        check(spec, OP)?;
+        if spec.elements() == 0 {
+            return Ok(());
+        }
+        let name = float_kernel("attention", q.dtype(), OP)?;
+        let mut args: Vec<Arg> = vec![
+            q.into(),
+            k.into(),
+            v.into(),
+            out.into(),
+            lse.into(),
+            spec.len.into(),
+            spec.head.into(),
+            spec.scale.into(),
+            spec.causal.into(),
+        ];
+        args.extend(dropout_args(spec));
+        let config = grid(spec.len, spec.heads);
+        self.launch(OP, Family::Attention, &name, config, &args)
+    }
+
+    fn attention_backward(
+        &self,
+        spec: &AttentionSpec,
+        (q, k, v): (&Buffer, &Buffer, &Buffer),
+        (out, lse, dout): (&Buffer, &Buffer, &Buffer),
+        dq: &mut Buffer,
+        dk: &mut Buffer,
+        dv: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "attention_backward";
+        check(spec, OP)?;
+        if spec.elements() == 0 {
+            return Ok(());
+        }
+        let dtype = q.dtype();
+        let delta = q
+            .memory()
+            .alloc_workspace(lse_dtype(dtype), spec.rows(), OP)?;
+        let name = float_kernel("attention_delta", dtype, OP)?;
+        let args: [Arg; 5] = [
+            out.into(),
+            dout.into(),
+            (&delta).into(),
+            spec.rows().into(),
+            spec.head.into(),
+        ];
+        self.launch(OP, Family::Attention, &name, grid(spec.rows(), 1), &args)?;
+        let shared = |grads: &[&mut Buffer]| -> Vec<Arg> {
+            let mut args: Vec<Arg> = vec![
+                q.into(),
+                k.into(),
+                v.into(),
+                dout.into(),
+                lse.into(),
+                (&delta).into(),
+            ];
+            args.extend(grads.iter().map(|g| Arg::from(g.addr())));
+            args.extend([
+                spec.len.into(),
+                spec.head.into(),
+                spec.scale.into(),
+                spec.causal.into(),
+            ]);
+            args.extend(dropout_args(spec));
+            args
+        };
+        let config = grid(spec.len, spec.heads);
+        let name = float_kernel("attention_backward_kv", dtype, OP)?;
+        self.launch(OP, Family::Attention, &name, config, &shared(&[dk, dv]))?;
+        let name = float_kernel("attention_backward_q", dtype, OP)?;
+        self.launch(OP, Family::Attention, &name, config, &shared(&[dq]))
+    }
+}

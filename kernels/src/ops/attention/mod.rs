@@ -1,0 +1,176 @@
+//! Memory-efficient attention (FlashAttention-2, Dao 2023): `softmax(scale * q k^T) v`, causally
+//! masked and with dropout on the weights when asked, computed block by block with an online
+//! softmax. The `len x len` scores and weights never exist in memory: the forward pass keeps
+//! the output and one log-sum-exp per row, and the backward pass computes each block's weights
+//! again from them. Blocks above the diagonal are skipped when causal.
+//!
+//! Operands are `[..., len, head]` arrays (every leading axis a batch of independent heads) in
+//! one float dtype; half types compute in f32, f64 in f64. The log-sum-exp is f32 (f64 for f64
+//! operands), `[..., len]`.
+
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod meta;
+
+pub use crate::backend::attention::{AttentionDropout, AttentionKernels, AttentionSpec};
+
+use crate::array::Array;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::Shape;
+
+/// How an attention is run: its scale, mask and dropout.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attention {
+    /// The scores' factor, usually `1 / sqrt(head)`.
+    pub scale: f64,
+    /// Each position attends only to itself and the positions before it.
+    pub causal: bool,
+    /// Dropout on the weights.
+    pub dropout: Option<AttentionDropout>,
+}
+
+/// The dtype of the log-sum-exp of operands of `dtype`: f64 for f64, f32 otherwise.
+pub fn lse_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// Checks three operands of one shape `[..., len, head]`, dtype and device, and `how`, and
+/// returns the kernels' geometry.
+fn spec_of(
+    (q, k, v): (&Array, &Array, &Array),
+    how: Attention,
+    op: &'static str,
+) -> Result<AttentionSpec> {
+    q.check_float(op)?;
+    for (name, x) in [("k", k), ("v", v)] {
+        q.device().check_same(x.device(), op)?;
+        if x.shape() != q.shape() || x.dtype() != q.dtype() {
+            return Err(Error::Shape {
+                op,
+                detail: format!(
+                    "{name} is {} of {}, q {} of {}: they must match",
+                    x.shape(),
+                    x.dtype(),
+                    q.shape(),
+                    q.dtype()
+                ),
+            });
+        }
+    }
+    let dims = q.shape().dims();
+    let [lead @ .., len, head] = dims else {
+        return Err(Error::Shape {
+            op,
+            detail: format!("q {} must be [..., len, head]", q.shape()),
+        });
+    };
+    if !how.scale.is_finite() {
+        return Err(Error::Argument {
+            op,
+            detail: format!("scale {} is not finite", how.scale),
+        });
+    }
+    if let Some(drop) = how.dropout
+        && !(0.0..1.0).contains(&drop.p)
+    {
+        return Err(Error::Argument {
+            op,
+            detail: format!("dropout probability {} is outside [0, 1)", drop.p),
+        });
+    }
+    Ok(AttentionSpec {
+        heads: lead.iter().product(),
+        len: *len,
+        head: *head,
+        scale: how.scale,
+        causal: how.causal,
+        dropout: how.dropout.filter(|d| d.p > 0.0),
+    })
+}
+
+/// The shape of the log-sum-exp of operands of `shape` (`[..., len, head]`): `[..., len]`.
+fn lse_shape(shape: &Shape) -> Shape {
+    let dims = shape.dims();
+    Shape::new(&dims[..dims.len() - 1])
+}
+
+/// Attention over `q`, `k` and `v` (`[..., len, head]`, one float dtype): the output (their
+/// shape and dtype) and the log-sum-exp of each row of the scaled, masked scores (`[..., len]`,
+/// of [`lse_dtype`]), which [`attention_backward`] takes.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::attention::{Attention, attention};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let q = Array::from_f64(&cpu, [2, 1], DType::F64, &[0., 0.])?;
+/// let v = Array::from_f64(&cpu, [2, 1], DType::F64, &[1., 3.])?;
+/// let how = Attention { scale: 1.0, causal: true, dropout: None };
+/// let (out, lse) = attention(&q, &q, &v, how)?;
+/// assert_eq!(out.to_f64()?, [1., 2.]); // the first sees only itself, the second both
+/// assert_eq!(lse.to_f64()?, [0., 2f64.ln()]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn attention(q: &Array, k: &Array, v: &Array, how: Attention) -> Result<(Array, Array)> {
+    const OP: &str = "attention";
+    let spec = spec_of((q, k, v), how, OP)?;
+    let device = q.device();
+    let mut out = Array::uninit(device, q.shape().clone(), q.dtype(), OP)?;
+    let mut lse = Array::uninit(device, lse_shape(q.shape()), lse_dtype(q.dtype()), OP)?;
+    device.backend().attention(
+        &spec,
+        q.buffer(),
+        k.buffer(),
+        v.buffer(),
+        out.buffer_mut(OP)?,
+        lse.buffer_mut(OP)?,
+    )?;
+    Ok((out, lse))
+}
+
+/// The gradients of [`attention`] with respect to `q`, `k` and `v`, from them, its output
+/// `out` and log-sum-exp `lse`, and the upstream gradient `dout` (the output's shape), with
+/// the same `how`.
+pub fn attention_backward(
+    (q, k, v): (&Array, &Array, &Array),
+    (out, lse): (&Array, &Array),
+    dout: &Array,
+    how: Attention,
+) -> Result<(Array, Array, Array)> {
+    const OP: &str = "attention_backward";
+    let spec = spec_of((q, k, v), how, OP)?;
+    for (name, x, shape, dtype) in [
+        ("out", out, q.shape().clone(), q.dtype()),
+        ("dout", dout, q.shape().clone(), q.dtype()),
+        ("lse", lse, lse_shape(q.shape()), lse_dtype(q.dtype())),
+    ] {
+        q.device().check_same(x.device(), OP)?;
+        if x.shape() != &shape || x.dtype() != dtype {
+            return Err(Error::Shape {
+                op: OP,
+                detail: format!(
+                    "{name} is {} of {}, where {shape} of {dtype} is needed",
+                    x.shape(),
+                    x.dtype()
+                ),
+            });
+        }
+    }
+    let device = q.device();
+    let grad = || Array::uninit(device, q.shape().clone(), q.dtype(), OP);
+    let (mut dq, mut dk, mut dv) = (grad()?, grad()?, grad()?);
+    device.backend().attention_backward(
+        &spec,
+        (q.buffer(), k.buffer(), v.buffer()),
+        (out.buffer(), lse.buffer(), dout.buffer()),
+        dq.buffer_mut(OP)?,
+        dk.buffer_mut(OP)?,
+        dv.buffer_mut(OP)?,
+    )?;
+    Ok((dq, dk, dv))
+}
