@@ -4,6 +4,7 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py gemm [--rounds 3]
     python3 benches/peers/compare.py elementwise
     python3 benches/peers/compare.py embedding
+    python3 benches/peers/compare.py attention
     python3 benches/peers/compare.py train
     python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
     python3 benches/peers/compare.py cuda --binary BIN --smoke --peer-device cpu (a dry run)
@@ -29,6 +30,7 @@ BENCHES = {
     "gemm": ("gemm-compare", "torch_gemm.py", ("op", "dtype", "shape"), ("gflops",)),
     "elementwise": ("elementwise-bandwidth", "torch_elementwise.py", ("op", "dtype"), ("gbps",)),
     "embedding": ("embedding-backward", "torch_embedding.py", ("op", "ids", "dtype"), ("gbps",)),
+    "attention": ("attention-compare", "torch_attention.py", ("op", "dtype", "shape"), ("gflops",)),
     "train": (
         "train-compare",
         "torch_train.py",

@@ -254,11 +254,11 @@ fn query_block<T: Float>(
                 row.iter_mut().for_each(|x| *x = T::C::ZERO);
                 continue;
             }
-            let mut block_sum = T::C::ZERO;
-            for x in &mut row[..visible] {
-                *x = (*x - new_max).exp();
-                block_sum = block_sum + *x;
-            }
+            // Exponentials in a loop of their own (it vectorizes), then their sum.
+            row[..visible]
+                .iter_mut()
+                .for_each(|x| *x = (*x - new_max).exp());
+            let block_sum = row[..visible].iter().fold(T::C::ZERO, |s, &x| s + x);
             row[visible..].iter_mut().for_each(|x| *x = T::C::ZERO);
             if spec.dropout.is_some() {
                 for (c, x) in row[..visible].iter_mut().enumerate() {
