@@ -119,3 +119,64 @@ fn memory_efficient_attention_gives_the_materialized_step_and_keeps_no_weights()
         "{kept} against {flash_kept} + {weights}"
     );
 }
+
+#[test]
+fn the_fused_head_gives_the_unfused_loss_and_gradients() {
+    let device = device();
+    let config = GptConfig {
+        vocab: 50,
+        context: 12,
+        width: 16,
+        heads: 2,
+        layers: 1,
+        dropout: 0.0,
+        tie_embeddings: true,
+    };
+    let (b, t) = (3, 12);
+    let ids: Vec<u32> = (0..b * t).map(|i| (i * 7 % 50) as u32).collect();
+    // Every fifth target is ignored (a prompt position).
+    let targets: Vec<u32> = (0..b * t)
+        .map(|i| {
+            if i % 5 == 0 {
+                u32::MAX
+            } else {
+                (i * 3 % 50) as u32
+            }
+        })
+        .collect();
+    let ids = Tensor::from_host(&device, [b, t], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [b, t], &targets).unwrap();
+    let run = |chunk: Option<usize>| {
+        let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 4), config).unwrap();
+        gpt.set_head_chunk(chunk);
+        let tape = Tape::new();
+        let loss = tape
+            .record(|| gpt.loss(&ids, &targets, Some(u32::MAX)))
+            .unwrap();
+        let parameters = gpt.parameters();
+        let sources: Vec<&Tensor> = parameters.iter().collect();
+        let grads = tape.gradient(&loss, &sources).unwrap();
+        let grads: Vec<Vec<f64>> = sources
+            .iter()
+            .map(|p| grads.get(p).unwrap().to_f64().unwrap())
+            .collect();
+        (loss.to_f64().unwrap()[0], grads)
+    };
+    let (loss, grads) = run(None);
+    for chunk in [Some(5), Some(7), None] {
+        let (fused, fused_grads) = run(chunk);
+        assert!(
+            (fused - loss).abs() < 1e-5,
+            "{chunk:?}: {fused} against {loss}"
+        );
+        for (a, b) in fused_grads.iter().flatten().zip(grads.iter().flatten()) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1e-2),
+                "{chunk:?}: {a} against {b}"
+            );
+        }
+    }
+    // A default GPT fuses them.
+    let gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 4), config).unwrap();
+    assert!(gpt.head_chunk().is_some());
+}

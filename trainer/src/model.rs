@@ -88,9 +88,13 @@ impl TrainModel {
         Ok(self.module().forward(inputs)?)
     }
 
-    /// The mean cross-entropy over the scored targets.
+    /// The mean cross-entropy over the scored targets; a GPT's head and loss run fused, so
+    /// that its logits never exist whole.
     pub fn loss(&self, inputs: &Tensor, targets: &Tensor) -> Result<Tensor> {
-        Ok(cross_entropy(&self.logits(inputs)?, targets, Some(IGNORE))?)
+        match self {
+            Self::Gpt(gpt) => Ok(gpt.loss(inputs, targets, Some(IGNORE))?),
+            Self::Mlp(_) => Ok(cross_entropy(&self.logits(inputs)?, targets, Some(IGNORE))?),
+        }
     }
 
     /// The counter of dropout masks drawn (GPT), saved with checkpoints.

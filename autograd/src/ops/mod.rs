@@ -6,6 +6,7 @@ mod attention;
 mod cast;
 mod index;
 mod layout;
+mod linear_loss;
 mod loss;
 mod matmul;
 mod norm;

@@ -104,7 +104,13 @@ pub struct Gpt {
     dropout: Dropout,
     counter: DropoutCounter,
     recompute: bool,
+    /// Rows per chunk of the fused head and loss in [`Gpt::loss`]; none: the logits whole.
+    head_chunk: Option<usize>,
 }
+
+/// Logits elements per chunk of the fused head (32 MiB in f32): GPT-2's vocabulary takes 166
+/// rows a chunk, a small one the whole batch at once.
+const HEAD_CHUNK_ELEMENTS: usize = 8 << 20;
 
 impl Gpt {
     /// A GPT of `config`, initialized as GPT-2: normal weights with std 0.02 (the projections
@@ -143,6 +149,7 @@ impl Gpt {
             dropout,
             counter,
             recompute: false,
+            head_chunk: Some((HEAD_CHUNK_ELEMENTS / config.vocab.max(1)).max(1)),
         })
     }
 
@@ -170,20 +177,52 @@ impl Gpt {
         self.recompute
     }
 
-    /// Forms every block's `[B, H, T, T]` attention weights when `on`, instead of the
-    /// memory-efficient kernels (see [`CausalSelfAttention::set_materialized`]): the
-    /// reference the tests compare with, and what a step cost before.
-    ///
-    /// [`CausalSelfAttention::set_materialized`]: crate::CausalSelfAttention::set_materialized
-    pub fn set_materialized_attention(&mut self, on: bool) {
-        for block in &mut self.blocks {
-            block.attn.set_materialized(on);
+    /// Computes the head and the loss of [`Gpt::loss`] together, `rows` rows of logits at a time
+    /// ([`Tensor::linear_cross_entropy`]): the `[B, T, vocab]` logits never exist whole. None
+    /// forms them whole and takes their cross-entropy (the reference). By default a chunk holds
+    /// about 8M logits (32 MiB in f32).
+    pub fn set_head_chunk(&mut self, rows: Option<usize>) {
+        self.head_chunk = rows.map(|r| r.max(1));
+    }
+
+    /// Rows per chunk of the fused head and loss; none when the logits are formed whole.
+    pub fn head_chunk(&self) -> Option<usize> {
+        self.head_chunk
+    }
+
+    /// The mean cross-entropy of the next tokens: `ids` (`[B, T]`) against `targets` (`[B, T]`,
+    /// U32), over the positions whose target is not `ignore`. With a head chunk (the default)
+    /// the head and the loss run fused.
+    pub fn loss(&self, ids: &Tensor, targets: &Tensor, ignore: Option<u32>) -> Result<Tensor> {
+        let h = self.hidden(ids)?;
+        let &[b, t, c] = h.dims() else {
+            unreachable!("the hidden states are [B, T, C]")
+        };
+        if targets.dims() != [b, t] {
+            return Err(Error::config(
+                "gpt loss",
+                format!("targets {} for ids of shape [{b}, {t}]", targets.shape()),
+            ));
+        }
+        let targets = targets.reshape([b * t])?;
+        match self.head_chunk {
+            Some(chunk) => {
+                let weight = self.head_weight();
+                let h = h.reshape([b * t, c])?;
+                Ok(h.linear_cross_entropy(weight, &targets, ignore, chunk)?)
+            }
+            None => {
+                let logits = self.head(&h)?;
+                let vocab = self.config.vocab;
+                Ok(logits
+                    .reshape([b * t, vocab])?
+                    .cross_entropy(&targets, ignore)?)
+            }
         }
     }
-}
 
-impl Module for Gpt {
-    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+    /// The final normalized hidden states, `[B, T, C]`: what the head reads.
+    pub fn hidden(&self, ids: &Tensor) -> Result<Tensor> {
         let &[_, t] = ids.dims() else {
             return Err(Error::config(
                 "gpt input",
@@ -206,12 +245,42 @@ impl Module for Gpt {
                 block.forward(&x)?
             };
         }
-        let h = self.ln_f.forward(&x)?.for_matmul()?;
-        drop(x);
+        self.ln_f.forward(&x)
+    }
+
+    /// The head's weight, `[vocab, width]`: its own, or the token embedding's when tied.
+    pub fn head_weight(&self) -> &Tensor {
+        match &self.head {
+            Some(head) => &head.weight,
+            None => &self.tok_emb.weight,
+        }
+    }
+
+    /// The logits of the hidden states `h` (`[..., width]`).
+    fn head(&self, h: &Tensor) -> Result<Tensor> {
+        let h = h.for_matmul()?;
         match &self.head {
             Some(head) => head.forward(&h),
             None => Ok(h.linear(&self.tok_emb.weight, None)?),
         }
+    }
+
+    /// Forms every block's `[B, H, T, T]` attention weights when `on`, instead of the
+    /// memory-efficient kernels (see [`CausalSelfAttention::set_materialized`]): the
+    /// reference the tests compare with, and what a step cost before.
+    ///
+    /// [`CausalSelfAttention::set_materialized`]: crate::CausalSelfAttention::set_materialized
+    pub fn set_materialized_attention(&mut self, on: bool) {
+        for block in &mut self.blocks {
+            block.attn.set_materialized(on);
+        }
+    }
+}
+
+impl Module for Gpt {
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let h = self.hidden(ids)?;
+        self.head(&h)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {

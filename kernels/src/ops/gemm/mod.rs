@@ -65,6 +65,76 @@ pub fn matmul_bias(
     product(a, b, Some(bias), trans_a, trans_b, "matmul_bias")
 }
 
+/// `out += op(a) @ op(b)` for plain matrices of f32 or f64 (the three of one dtype), added by
+/// the GEMM itself, with no temporary: how a gradient summed over chunks grows in place.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::gemm::matmul_accumulate};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let a = Array::from_f64(&cpu, [1, 2], DType::F32, &[1., 2.])?;
+/// let mut out = Array::from_f64(&cpu, [2, 2], DType::F32, &[1., 1., 1., 1.])?;
+/// matmul_accumulate(&a, &a, true, false, &mut out)?; // out += a^T a
+/// assert_eq!(out.to_f64()?, [2., 3., 3., 5.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn matmul_accumulate(
+    a: &Array,
+    b: &Array,
+    trans_a: bool,
+    trans_b: bool,
+    out: &mut Array,
+) -> Result<()> {
+    const OP: &str = "matmul_accumulate";
+    a.check_peer(b, OP)?;
+    a.check_peer(out, OP)?;
+    if !matches!(a.dtype(), DType::F32 | DType::F64) {
+        return Err(Error::DType {
+            op: OP,
+            expected: "f32 or f64".into(),
+            got: a.dtype(),
+        });
+    }
+    let (&[ar, ac], &[br, bc], &[or, oc]) =
+        (a.shape().dims(), b.shape().dims(), out.shape().dims())
+    else {
+        return Err(Error::Shape {
+            op: OP,
+            detail: format!(
+                "{}, {} and {} must be matrices",
+                a.shape(),
+                b.shape(),
+                out.shape()
+            ),
+        });
+    };
+    let (m, k) = if trans_a { (ac, ar) } else { (ar, ac) };
+    let (k2, n) = if trans_b { (bc, br) } else { (br, bc) };
+    if k != k2 || (m, n) != (or, oc) {
+        return Err(Error::Shape {
+            op: OP,
+            detail: format!(
+                "op(a) is {m}x{k}, op(b) {k2}x{n}: they cannot add into {}",
+                out.shape()
+            ),
+        });
+    }
+    let spec = GemmSpec {
+        batch: 1,
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+        a_batch_stride: 0,
+        b_batch_stride: 0,
+        accumulate: true,
+    };
+    let device = a.device().clone();
+    device
+        .backend()
+        .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(OP)?)
+}
+
 /// The product behind [`matmul`] and [`matmul_bias`], errors named `op`.
 fn product(
     a: &Array,

@@ -1,0 +1,210 @@
+//! A language model's head and its loss in one op (Liger Kernel's fused linear cross-entropy,
+//! Cut Cross-Entropy): the logits `hidden @ weight^T` are formed a chunk of rows at a time,
+//! reduced to the chunk's loss and freed; the backward pass forms each chunk's logits again and
+//! adds its share to the hidden state's and the weight's gradients. The `[rows, vocabulary]`
+//! logits never exist whole: beyond the operands and their gradients, a step holds one chunk's
+//! logits and their gradient.
+//!
+//! Under autocast the products run in the half type and the loss in f32, as the unfused head
+//! and cross-entropy do; the weight's gradient adds up over the chunks in the weight's own
+//! dtype (f32 master weights), never in half.
+
+use headroom_kernels::ops::elementwise as ew;
+use headroom_kernels::ops::gemm::{matmul, matmul_accumulate};
+use headroom_kernels::ops::layout::{concat, narrow};
+use headroom_kernels::ops::loss::{cross_entropy, cross_entropy_backward, loss_dtype};
+use headroom_kernels::{Array, DType, DeviceKind, Error as KernelError, Shape};
+
+use super::{rule, when};
+use crate::autocast::autocast_dtype;
+use crate::error::Result;
+use crate::recording::begin;
+use crate::tensor::Tensor;
+
+/// One chunk of rows: where it starts, how many rows, and its share of the mean (the rows it
+/// counts over the rows counted in all).
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    start: usize,
+    rows: usize,
+    share: f64,
+}
+
+/// The chunks of `rows` rows, `chunk` at a time, each with its share of the mean over the rows
+/// whose target is not `ignore`.
+fn chunks(targets: &[u32], chunk: usize, ignore: Option<u32>) -> Vec<Chunk> {
+    let counts = |t: &[u32]| t.iter().filter(|&&x| Some(x) != ignore).count();
+    let total = counts(targets).max(1) as f64;
+    targets
+        .chunks(chunk.max(1))
+        .enumerate()
+        .map(|(i, t)| Chunk {
+            start: i * chunk.max(1),
+            rows: t.len(),
+            share: counts(t) as f64 / total,
+        })
+        .collect()
+}
+
+/// `x` in `dtype`: itself when it already is.
+fn in_dtype(x: &Array, dtype: DType) -> Result<Array> {
+    Ok(if x.dtype() == dtype {
+        x.clone()
+    } else {
+        x.cast(dtype)?
+    })
+}
+
+/// What both passes share: the operands, in their own dtype and in the products' one.
+struct Head {
+    hidden: Array,
+    weight: Array,
+    /// The weight as the products take it (the autocast half type, or itself).
+    weight_p: Array,
+    targets: Array,
+    ignore: Option<u32>,
+    chunks: Vec<Chunk>,
+}
+
+impl Head {
+    /// Chunk `c`'s hidden rows (in their dtype), its logits and its targets.
+    fn logits(&self, c: Chunk) -> Result<(Array, Array, Array)> {
+        let hidden = narrow(&self.hidden, 0, c.start, c.rows)?;
+        let hidden_p = in_dtype(&hidden, self.weight_p.dtype())?;
+        let logits = matmul(&hidden_p, &self.weight_p, false, true)?;
+        let targets = narrow(&self.targets, 0, c.start, c.rows)?;
+        Ok((hidden, logits, targets))
+    }
+
+    /// The mean loss over the counted rows, chunk by chunk.
+    fn loss(&self) -> Result<Array> {
+        let dtype = loss_dtype(self.weight_p.dtype());
+        let mut total = Array::zeros(self.hidden.device(), Shape::new(&[]), dtype)?;
+        for &c in &self.chunks {
+            let (_, logits, targets) = self.logits(c)?;
+            let loss = cross_entropy(&logits, &targets, self.ignore)?;
+            drop(logits);
+            ew::add_into(&mut total, &ew::scale(&loss, c.share)?)?;
+        }
+        Ok(total)
+    }
+
+    /// The gradients of the hidden states and of the weight (each when asked) for the loss'
+    /// gradient `g`.
+    fn grads(&self, g: &Array, (hidden, weight): (bool, bool)) -> Result<[Option<Array>; 2]> {
+        let device = self.hidden.device();
+        let mut dweight = when(weight, || {
+            Array::zeros(device, self.weight.shape().clone(), self.weight.dtype())
+                .map_err(Into::into)
+        })?;
+        let mut dhidden = Vec::with_capacity(self.chunks.len());
+        for &c in &self.chunks {
+            let (rows, logits, targets) = self.logits(c)?;
+            let dloss = ew::scale(g, c.share)?;
+            let dlogits = cross_entropy_backward(&logits, &targets, &dloss, self.ignore)?;
+            drop(logits);
+            if hidden {
+                let d = matmul(&dlogits, &self.weight_p, false, false)?;
+                dhidden.push(in_dtype(&d, self.hidden.dtype())?);
+            }
+            if let Some(dw) = &mut dweight {
+                let dlogits = in_dtype(&dlogits, dw.dtype())?;
+                matmul_accumulate(&dlogits, &rows, true, false, dw)?;
+            }
+        }
+        let dhidden = when(hidden, || {
+            let parts: Vec<&Array> = dhidden.iter().collect();
+            concat(&parts, 0).map_err(Into::into)
+        })?;
+        Ok([dhidden, dweight])
+    }
+}
+
+impl Tensor {
+    /// The mean cross-entropy of the logits `self @ weight^T` against `targets`, over the rows
+    /// whose target is not `ignore`, computed `chunk` rows at a time so that the logits never
+    /// exist whole: `self` is `[rows, features]` (a model's last hidden states, f32 or f64),
+    /// `weight` `[vocabulary, features]` of the same dtype (the head, or a tied embedding),
+    /// `targets` `[rows]` (U32). Equal to `self.linear(weight, None)` followed by
+    /// [`Tensor::cross_entropy`], to float tolerance, gradients included. Reads the targets
+    /// back to count each chunk's rows.
+    pub fn linear_cross_entropy(
+        &self,
+        weight: &Tensor,
+        targets: &Tensor,
+        ignore: Option<u32>,
+        chunk: usize,
+    ) -> Result<Tensor> {
+        const OP: &str = "linear_cross_entropy";
+        match (self.dims(), weight.dims(), targets.dims()) {
+            (&[rows, features], &[_, f], &[n]) if f == features && n == rows => {}
+            _ => {
+                return Err(KernelError::Shape {
+                    op: OP,
+                    detail: format!(
+                        "hidden {} must be [rows, features], weight {} [vocabulary, features] \
+                         and targets {} [rows]",
+                        self.shape(),
+                        weight.shape(),
+                        targets.shape()
+                    ),
+                }
+                .into());
+            }
+        }
+        let product = match autocast_dtype() {
+            Some(half) if self.dtype() != DType::F64 => half,
+            _ => self.dtype(),
+        };
+        // A meta device holds no targets to count: any shares do, it computes nothing.
+        let host_targets: Vec<u32> = match targets.device().kind() {
+            DeviceKind::Meta => vec![0; targets.array().numel()],
+            _ => targets.array().to_host()?,
+        };
+        let head = Head {
+            hidden: self.array().clone(),
+            weight: weight.array().clone(),
+            weight_p: in_dtype(weight.array(), product)?,
+            targets: targets.array().clone(),
+            ignore,
+            chunks: chunks(&host_targets, chunk, ignore),
+        };
+        let y = Tensor::output(head.loss()?);
+        if let Some(rec) = begin(&[self, weight]) {
+            // The half copy of the weight goes: the backward pass casts it again.
+            let head = Head {
+                weight_p: head.weight.clone(),
+                ..head
+            };
+            rec.finish(
+                OP,
+                &[&y],
+                rule(move |g, needs| {
+                    let head = Head {
+                        weight_p: in_dtype(&head.weight, product)?,
+                        ..head
+                    };
+                    let needs = (needs.first() == Some(&true), needs.get(1) == Some(&true));
+                    Ok(Vec::from(head.grads(g, needs)?))
+                }),
+            );
+        }
+        Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_split_the_mean_by_the_rows_they_count() {
+        let targets = [1, 9, 2, 3, 9, 4, 5];
+        let parts = chunks(&targets, 3, Some(9));
+        let layout: Vec<(usize, usize)> = parts.iter().map(|c| (c.start, c.rows)).collect();
+        assert_eq!(layout, [(0, 3), (3, 3), (6, 1)]);
+        let shares: Vec<f64> = parts.iter().map(|c| c.share).collect();
+        assert_eq!(shares, [2.0 / 5.0, 2.0 / 5.0, 1.0 / 5.0]);
+        assert!(chunks(&[9, 9], 4, Some(9)).iter().all(|c| c.share == 0.0));
+    }
+}

@@ -1,0 +1,122 @@
+//! The fused head and loss: the same loss and gradients as a linear layer followed by the
+//! cross-entropy, whatever the chunks, with ignored rows, in f64, f32 and under autocast; and the
+//! logits never held whole.
+
+mod common;
+
+use common::device;
+use headroom_autograd::{Tape, Tensor, autocast};
+use headroom_kernels::ops::random::uniform;
+use headroom_kernels::{Array, DType, Device};
+
+const ROWS: usize = 13;
+const FEATURES: usize = 8;
+const VOCAB: usize = 37;
+const IGNORE: u32 = u32::MAX;
+
+fn tensor(device: &Device, shape: [usize; 2], dtype: DType, seed: u64) -> Tensor {
+    let values: Vec<f64> = (0..shape[0] * shape[1])
+        .map(|i| 2.0 * uniform(seed, i as u64) - 1.0)
+        .collect();
+    Tensor::variable(Array::from_f64(device, shape, dtype, &values).unwrap())
+}
+
+/// The loss and the gradients of the hidden states and the weight, fused (`chunk` rows at a
+/// time) or not (`None`).
+fn step(
+    device: &Device,
+    dtype: DType,
+    policy: Option<DType>,
+    chunk: Option<usize>,
+) -> (f64, Vec<f64>, Vec<f64>) {
+    let hidden = tensor(device, [ROWS, FEATURES], dtype, 1);
+    let weight = tensor(device, [VOCAB, FEATURES], dtype, 2);
+    let targets: Vec<u32> = (0..ROWS as u32)
+        .map(|i| {
+            if i % 5 == 3 {
+                IGNORE
+            } else {
+                i * 7 % VOCAB as u32
+            }
+        })
+        .collect();
+    let targets = Tensor::from_host(device, [ROWS], &targets).unwrap();
+    let _policy = policy.map(autocast);
+    let tape = Tape::new();
+    let loss = tape
+        .record(|| match chunk {
+            Some(chunk) => hidden.linear_cross_entropy(&weight, &targets, Some(IGNORE), chunk),
+            None => hidden
+                .linear(&weight, None)?
+                .cross_entropy(&targets, Some(IGNORE)),
+        })
+        .unwrap();
+    let grads = tape.gradient(&loss, &[&hidden, &weight]).unwrap();
+    let get = |t: &Tensor| grads.get(t).unwrap().to_f64().unwrap();
+    (loss.to_f64().unwrap()[0], get(&hidden), get(&weight))
+}
+
+fn assert_close(what: &str, got: &[f64], want: &[f64], rtol: f64) {
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= rtol * scale,
+            "{what}[{i}]: {g} against {w}"
+        );
+    }
+}
+
+#[test]
+fn the_fused_head_equals_a_linear_layer_and_the_cross_entropy() {
+    let device = device();
+    for (dtype, policy, rtol) in [
+        (DType::F64, None, 1e-12),
+        (DType::F32, None, 1e-5),
+        (DType::F32, Some(DType::BF16), 2e-2),
+        (DType::F32, Some(DType::F16), 4e-3),
+    ] {
+        let (loss, dh, dw) = step(&device, dtype, policy, None);
+        for chunk in [1, 4, ROWS, 100] {
+            let what = format!("{dtype} {policy:?} chunks of {chunk}");
+            let (fused, fdh, fdw) = step(&device, dtype, policy, Some(chunk));
+            assert!(
+                (fused - loss).abs() <= rtol * loss.abs(),
+                "{what}: {fused} against {loss}"
+            );
+            assert_close(&format!("{what} dhidden"), &fdh, &dh, rtol);
+            assert_close(&format!("{what} dweight"), &fdw, &dw, rtol);
+        }
+    }
+}
+
+#[test]
+fn the_logits_are_never_held_whole() {
+    let device = device();
+    let (rows, vocab) = (64, 1000);
+    let hidden = tensor(&device, [rows, FEATURES], DType::F32, 3);
+    let weight = tensor(&device, [vocab, FEATURES], DType::F32, 4);
+    let targets: Vec<u32> = (0..rows as u32).map(|i| i * 13 % vocab as u32).collect();
+    let targets = Tensor::from_host(&device, [rows], &targets).unwrap();
+    let peak_activations = |chunk: Option<usize>| {
+        device.allocator().with(|a| a.reset_peak());
+        let tape = Tape::new();
+        let loss = tape
+            .record(|| match chunk {
+                Some(chunk) => hidden.linear_cross_entropy(&weight, &targets, None, chunk),
+                None => hidden.linear(&weight, None)?.cross_entropy(&targets, None),
+            })
+            .unwrap();
+        tape.gradient(&loss, &[&hidden, &weight]).unwrap();
+        let stats = device.allocator().stats();
+        stats.tags.iter().map(|t| t.peak).sum::<u64>()
+    };
+    let whole = (rows * vocab * 4) as u64;
+    let unfused = peak_activations(None);
+    let fused = peak_activations(Some(8));
+    // The unfused pass holds the logits and their gradient at once; the fused one an eighth
+    // of each at most.
+    assert!(
+        unfused >= fused + whole,
+        "{unfused} against {fused} (logits {whole})"
+    );
+}
