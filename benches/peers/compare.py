@@ -5,6 +5,7 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py elementwise
     python3 benches/peers/compare.py embedding
     python3 benches/peers/compare.py attention
+    python3 benches/peers/compare.py fit --rounds 1    (GPT-2 small: minutes)
     python3 benches/peers/compare.py train
     python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
     python3 benches/peers/compare.py cuda --binary BIN --smoke --peer-device cpu (a dry run)
@@ -31,6 +32,12 @@ BENCHES = {
     "elementwise": ("elementwise-bandwidth", "torch_elementwise.py", ("op", "dtype"), ("gbps",)),
     "embedding": ("embedding-backward", "torch_embedding.py", ("op", "ids", "dtype"), ("gbps",)),
     "attention": ("attention-compare", "torch_attention.py", ("op", "dtype", "shape"), ("gflops",)),
+    "fit": (
+        "fit-compare",
+        "torch_fit.py",
+        ("model", "precision", "micro_batch"),
+        ("activation_bytes_per_sample", "peak_bytes", "samples_per_s"),
+    ),
     "train": (
         "train-compare",
         "torch_train.py",

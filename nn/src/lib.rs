@@ -25,4 +25,4 @@ pub use module::Module;
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, clip_grad_norm,
 };
-pub use recompute::recomputed;
+pub use recompute::{Recompute, recomputed};

@@ -1,11 +1,26 @@
-//! Modules run as recomputed segments (gradient checkpointing), with their dropout masks drawn
-//! again the same.
+//! What a model computes again in the backward pass instead of keeping it from the forward
+//! pass, and modules run as recomputed segments (gradient checkpointing), with their dropout
+//! masks drawn again the same.
 
 use headroom_autograd::Tensor;
 
 use crate::error::{Error, Result};
 use crate::layers::activation::DropoutCounter;
 use crate::module::Module;
+
+/// What a model computes again in the backward pass instead of keeping from the forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recompute {
+    /// Nothing: every activation a backward rule needs is kept.
+    #[default]
+    None,
+    /// Cheap elementwise results (selective recomputation, Korthikanti et al. 2022): each
+    /// norm's output from its input and statistics, the GELU's output from its input. The
+    /// products are not run again; the step is the same, bit for bit.
+    Cheap,
+    /// Whole blocks (activation checkpointing): each keeps only its input, and runs again.
+    Blocks,
+}
 
 /// `module.forward(x)` as one recomputed segment ([`headroom_autograd::recompute`]): it keeps
 /// only `x` for the backward pass, which runs the module again. `counter` is the dropout

@@ -7,7 +7,7 @@ use common::device;
 use headroom_alloc::Tag;
 use headroom_autograd::{Tape, Tensor, autocast};
 use headroom_kernels::DType;
-use headroom_nn::{Gpt, GptConfig, Initializer, Module};
+use headroom_nn::{Gpt, GptConfig, Initializer, Module, Recompute};
 
 /// One step's loss, gradients (in parameter order) and the activation bytes the forward pass
 /// left for the backward pass.
@@ -61,13 +61,13 @@ fn recomputed_blocks_give_the_same_step_bit_for_bit_with_dropout_and_keep_less()
     for policy in [None, Some(DType::BF16)] {
         let _policy = policy.map(autocast);
         let start = gpt.dropout_counter().get();
-        gpt.set_recompute(false);
+        gpt.set_recompute(Recompute::None);
         let (plain_loss, plain_grads, plain_kept) = step(&gpt, &ids, &targets);
         let drawn = gpt.dropout_counter().get() - start;
         assert!(drawn > 0, "dropout drew masks");
 
         gpt.dropout_counter().set(start);
-        gpt.set_recompute(true);
+        gpt.set_recompute(Recompute::Blocks);
         let (loss, grads, kept) = step(&gpt, &ids, &targets);
         assert_eq!(loss, plain_loss, "{policy:?}");
         assert!(grads == plain_grads, "{policy:?}: the gradients differ");
@@ -179,4 +179,42 @@ fn the_fused_head_gives_the_unfused_loss_and_gradients() {
     // A default GPT fuses them.
     let gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 4), config).unwrap();
     assert!(gpt.head_chunk().is_some());
+}
+
+#[test]
+fn cheap_recomputation_gives_the_same_step_bit_for_bit_and_keeps_less() {
+    let device = device();
+    let config = GptConfig {
+        vocab: 11,
+        context: 16,
+        width: 32,
+        heads: 4,
+        layers: 3,
+        dropout: 0.1,
+        tie_embeddings: false,
+    };
+    let ids: Vec<u32> = (0..4 * 16).map(|i| (i * 7 % 11) as u32).collect();
+    let targets: Vec<u32> = ids.iter().map(|&i| (i + 1) % 11).collect();
+    let ids = Tensor::from_host(&device, [4, 16], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [64], &targets).unwrap();
+    for policy in [None, Some(DType::BF16)] {
+        let run = |recompute: Recompute| {
+            let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 5), config).unwrap();
+            gpt.set_recompute(recompute);
+            let _policy = policy.map(autocast);
+            step(&gpt, &ids, &targets)
+        };
+        let (loss, grads, kept) = run(Recompute::None);
+        let (cheap_loss, cheap_grads, cheap_kept) = run(Recompute::Cheap);
+        assert_eq!(loss, cheap_loss, "{policy:?}");
+        assert!(grads == cheap_grads, "{policy:?}: the gradients differ");
+        // Per layer and token: two norms' outputs of the width and the GELU's output of four
+        // times it, in the products' dtype.
+        let size = if policy.is_some() { 2 } else { 4 };
+        let saved = (config.layers * 64 * 6 * config.width * size) as u64;
+        assert!(
+            kept >= cheap_kept + saved,
+            "{policy:?}: {kept} against {cheap_kept} + {saved}"
+        );
+    }
 }

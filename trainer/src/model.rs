@@ -32,7 +32,7 @@ impl TrainModel {
         match (config.kind, shape) {
             (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
                 let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
-                gpt.set_recompute(config.recompute);
+                gpt.set_recompute(config.recompute.into());
                 Ok(Self::Gpt(Box::new(gpt)))
             }
             (ModelKind::Mlp, DataShape::Features { dim, classes }) => {
@@ -64,7 +64,7 @@ impl TrainModel {
     /// True for a GPT whose blocks keep their activations: one that `model.recompute` would
     /// make lighter.
     pub fn could_recompute(&self) -> bool {
-        matches!(self, Self::Gpt(gpt) if !gpt.recomputes())
+        matches!(self, Self::Gpt(gpt) if gpt.recompute() != headroom_nn::Recompute::Blocks)
     }
 
     /// The model as a module (its parameters, for optimizers and checkpoints).

@@ -1,7 +1,9 @@
 //! Configuration: TOML with defaults, flags over the file, validation up front.
 
 use headroom_alloc::Growth;
-use headroom_trainer::config::{DataKind, ModelKind, Overrides, PrecisionKind, TrainConfig};
+use headroom_trainer::config::{
+    DataKind, ModelKind, Overrides, PrecisionKind, Recompute, TrainConfig,
+};
 
 #[test]
 fn a_file_sets_what_it_names_and_flags_override_it() {
@@ -102,11 +104,14 @@ fn expandable_segments_need_a_gpu_and_exclude_preallocation() {
 #[test]
 fn recomputation_is_a_gpt_setting_from_the_file_or_the_flag() {
     let mut config: TrainConfig = toml::from_str("[model]\nrecompute = true\n").unwrap();
-    assert!(config.model.recompute);
+    assert_eq!(config.model.recompute, Recompute::Blocks);
+    let cheap: TrainConfig = toml::from_str("[model]\nrecompute = \"cheap\"\n").unwrap();
+    assert_eq!(cheap.model.recompute, Recompute::Cheap);
+    assert!(toml::from_str::<TrainConfig>("[model]\nrecompute = \"most\"\n").is_err());
     config.validate().unwrap();
     let mut flagged = TrainConfig::default();
     let recompute = Overrides {
-        recompute: true,
+        recompute: Some(Recompute::Blocks),
         ..Overrides::default()
     };
     recompute.apply(&mut flagged);

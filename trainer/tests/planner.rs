@@ -5,6 +5,7 @@ mod common;
 
 use common::{TempDir, small_config};
 use headroom_trainer::Trainer;
+use headroom_trainer::config::Recompute;
 
 #[test]
 fn the_predicted_peak_is_the_measured_one_and_the_choice_is_the_largest_that_fits() {
@@ -57,7 +58,7 @@ fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the
 
     let mut plans = Vec::new();
     let mut losses = Vec::new();
-    for recompute in [false, true] {
+    for recompute in [Recompute::None, Recompute::Blocks] {
         let mut config = config.clone();
         config.model.recompute = recompute;
         let mut trainer = Trainer::new(config).unwrap();
@@ -66,7 +67,7 @@ fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the
         let measured = trainer.device().allocator().stats().peak_in_use;
         assert_eq!(
             measured, plan.predicted_peak,
-            "recompute {recompute}: {plan}"
+            "recompute {recompute:?}: {plan}"
         );
         plans.push(plan);
         losses.push(loss);

@@ -98,7 +98,7 @@ impl Saved {
 /// The gradient of `a` (of shape `a_shape`) in `c = op(a) op(b)`, from `g = dc`:
 /// `g op(b)^T`, or its transpose when `a` enters transposed; summed over the batch when `a` is
 /// shared across it.
-fn grad_a(a_shape: &Shape, b: &Array, g: &Array, ta: bool, tb: bool) -> Result<Array> {
+pub(super) fn grad_a(a_shape: &Shape, b: &Array, g: &Array, ta: bool, tb: bool) -> Result<Array> {
     let full = if ta {
         gemm::matmul(b, g, tb, true)?
     } else {
@@ -110,7 +110,7 @@ fn grad_a(a_shape: &Shape, b: &Array, g: &Array, ta: bool, tb: bool) -> Result<A
 /// The gradient of `b` (of shape `b_shape`) in `c = op(a) op(b)`, from `g = dc`:
 /// `op(a)^T g`, or its transpose when `b` enters transposed. A matrix shared across a batch of
 /// untransposed `a` takes the batch as extra rows of one product (no per-batch partial sums).
-fn grad_b(a: &Array, b_shape: &Shape, g: &Array, ta: bool, tb: bool) -> Result<Array> {
+pub(super) fn grad_b(a: &Array, b_shape: &Shape, g: &Array, ta: bool, tb: bool) -> Result<Array> {
     let batched = a.shape().rank() > 2;
     if b_shape.rank() == 2 && batched && !ta {
         let (k, n) = (

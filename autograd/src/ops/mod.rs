@@ -13,6 +13,7 @@ mod norm;
 mod pointwise;
 mod random;
 mod reduce;
+mod selective;
 mod softmax;
 
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};

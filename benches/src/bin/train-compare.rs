@@ -13,7 +13,7 @@ use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{DType, Device, DeviceConfig};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
-    Activation, AdamW, AdamWConfig, Gpt, GptConfig, Initializer, Module, Optimizer, mlp,
+    Activation, AdamW, AdamWConfig, Gpt, GptConfig, Initializer, Module, Optimizer, Recompute, mlp,
 };
 
 /// Timed steps, after the warm-up ones.
@@ -68,7 +68,11 @@ fn gpt_case_with(device: &Device, recompute: bool) -> headroom_nn::Result<Case> 
         tie_embeddings: false,
     };
     let mut model = Gpt::new(&mut Initializer::new(device, DType::F32, 1), config)?;
-    model.set_recompute(recompute);
+    model.set_recompute(if recompute {
+        Recompute::Blocks
+    } else {
+        Recompute::None
+    });
     let ids: Vec<u32> = (0..32 * 64)
         .map(|i| (uniform(4, i) * 64.0) as u32)
         .collect();

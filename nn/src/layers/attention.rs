@@ -77,14 +77,58 @@ impl CausalSelfAttention {
 
 impl Module for CausalSelfAttention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let &[b, t, c] = x.dims() else {
+        if x.dims().len() != 3 {
             return Err(Error::config(
                 "attention input",
                 format!("shape {}: expected [batch, time, width]", x.shape()),
             ));
+        }
+        self.attend(&self.qkv.forward(x)?)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child(&self.qkv, "qkv", f);
+        visit_child(&self.proj, "proj", f);
+    }
+
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
+        visit_child_mut(&mut self.qkv, "qkv", f)?;
+        visit_child_mut(&mut self.proj, "proj", f)
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.attention_dropout.set_training(training);
+        self.residual_dropout.set_training(training);
+    }
+}
+
+impl CausalSelfAttention {
+    /// The attention of queries, keys and values already projected (`qkv`, `[B, T, 3C]`: the
+    /// `qkv` layer's output), through the output projection: [`Module::forward`] after its
+    /// first product.
+    pub fn attend(&self, qkv: &Tensor) -> Result<Tensor> {
+        let &[b, t, c3] = qkv.dims() else {
+            return Err(Error::config(
+                "attention input",
+                format!(
+                    "qkv of shape {}: expected [batch, time, 3 width]",
+                    qkv.shape()
+                ),
+            ));
         };
+        let c = c3 / 3;
+        if c3 != 3 * c || !c.is_multiple_of(self.heads) {
+            return Err(Error::config(
+                "attention input",
+                format!(
+                    "qkv of shape {}: 3 times a width of {} heads",
+                    qkv.shape(),
+                    self.heads
+                ),
+            ));
+        }
         let (h, d) = (self.heads, c / self.heads);
-        let qkv = self.qkv.forward(x)?.split(2, &[c, c, c])?;
+        let qkv = qkv.split(2, &[c, c, c])?;
         // [B, T, C] -> [B, H, T, D]
         let heads =
             |m: &Tensor| -> Result<Tensor> { Ok(m.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?) };
@@ -114,20 +158,5 @@ impl Module for CausalSelfAttention {
         };
         let y = y.permute(&[0, 2, 1, 3])?.reshape([b, t, c])?;
         self.residual_dropout.forward(&self.proj.forward(&y)?)
-    }
-
-    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        visit_child(&self.qkv, "qkv", f);
-        visit_child(&self.proj, "proj", f);
-    }
-
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
-        visit_child_mut(&mut self.qkv, "qkv", f)?;
-        visit_child_mut(&mut self.proj, "proj", f)
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.attention_dropout.set_training(training);
-        self.residual_dropout.set_training(training);
     }
 }

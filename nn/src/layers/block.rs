@@ -83,6 +83,23 @@ impl Block {
             mlp,
         })
     }
+
+    /// [`Module::forward`], computing each norm's output and the GELU's output again in the
+    /// backward pass instead of keeping them ([`Tensor::layer_norm_linear`],
+    /// [`Tensor::gelu_linear`]): the same values and gradients, bit for bit, with three
+    /// arrays fewer kept (two of the width, one of four times it).
+    pub fn forward_recomputing_cheap(&self, x: &Tensor) -> Result<Tensor> {
+        fn norm(ln: &LayerNorm) -> (&Tensor, &Tensor, f64) {
+            (&ln.weight, &ln.bias, ln.eps)
+        }
+        let qkv = &self.attn.qkv;
+        let qkv = x.layer_norm_linear(norm(&self.ln1), &qkv.weight, qkv.bias.as_ref())?;
+        let x = x.add(&self.attn.attend(&qkv)?)?;
+        let (fc, proj) = (&self.mlp.fc, &self.mlp.proj);
+        let h = x.layer_norm_linear(norm(&self.ln2), &fc.weight, fc.bias.as_ref())?;
+        let y = h.gelu_linear(&proj.weight, proj.bias.as_ref())?;
+        Ok(x.add(&self.mlp.dropout.forward(&y)?)?)
+    }
 }
 
 impl Module for Block {

@@ -10,7 +10,7 @@ use crate::layers::embedding::Embedding;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
 use crate::module::{Module, visit_child, visit_child_mut};
-use crate::recompute::recomputed;
+use crate::recompute::{Recompute, recomputed};
 
 /// A GPT's shape.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,7 +103,7 @@ pub struct Gpt {
     pub head: Option<Linear>,
     dropout: Dropout,
     counter: DropoutCounter,
-    recompute: bool,
+    recompute: Recompute,
     /// Rows per chunk of the fused head and loss in [`Gpt::loss`]; none: the logits whole.
     head_chunk: Option<usize>,
 }
@@ -148,7 +148,7 @@ impl Gpt {
             head,
             dropout,
             counter,
-            recompute: false,
+            recompute: Recompute::None,
             head_chunk: Some((HEAD_CHUNK_ELEMENTS / config.vocab.max(1)).max(1)),
         })
     }
@@ -163,17 +163,18 @@ impl Gpt {
         &self.counter
     }
 
-    /// Runs each block as a recomputed segment ([`recomputed`]) when `on`: a training step
-    /// then keeps only the blocks' inputs from the forward pass and runs each block forward
-    /// again in the backward pass (activation checkpointing: memory for compute, about half the
-    /// peak for a fifth less throughput on the training bench's GPT). The gradients are the
-    /// same, bit for bit. Off by default.
-    pub fn set_recompute(&mut self, on: bool) {
-        self.recompute = on;
+    /// What the blocks compute again in the backward pass ([`Recompute`]): nothing (the
+    /// default); the cheap elementwise results, each norm's and GELU's output (a quarter or so
+    /// of a block's activations, for no second product); or whole blocks, each run as a
+    /// recomputed segment ([`recomputed`]) that keeps only its input (activation
+    /// checkpointing: about half the peak for a fifth less throughput on the training bench's
+    /// GPT). The gradients are the same, bit for bit.
+    pub fn set_recompute(&mut self, recompute: Recompute) {
+        self.recompute = recompute;
     }
 
-    /// True when the blocks run as recomputed segments.
-    pub fn recomputes(&self) -> bool {
+    /// What the blocks compute again in the backward pass.
+    pub fn recompute(&self) -> Recompute {
         self.recompute
     }
 
@@ -239,10 +240,10 @@ impl Gpt {
         let mut x = self.tok_emb.forward(ids)?.add(&positions)?;
         x = self.dropout.forward(&x)?;
         for block in &self.blocks {
-            x = if self.recompute {
-                recomputed(block, &self.counter, &x)?
-            } else {
-                block.forward(&x)?
+            x = match self.recompute {
+                Recompute::None => block.forward(&x)?,
+                Recompute::Cheap => block.forward_recomputing_cheap(&x)?,
+                Recompute::Blocks => recomputed(block, &self.counter, &x)?,
             };
         }
         self.ln_f.forward(&x)

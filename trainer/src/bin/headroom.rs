@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use headroom_alloc::cli::ReplayArgs;
-use headroom_trainer::config::{ModelKind, Overrides, TrainConfig};
+use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
 use headroom_trainer::run_dir::latest_trace;
 use headroom_trainer::{Error, Result, Start, Summary, Trainer, device, plan, read_all};
@@ -125,13 +125,28 @@ fn plan_only(args: &RunArgs) -> Result<()> {
     say(&chosen)?;
     // A GPT that needs several micro-batches per step: what recomputing its blocks would fit.
     let batch = config.batch.size.min(task.train.len());
-    if config.model.kind == ModelKind::Gpt && !config.model.recompute && chosen.micro < batch {
+    let lighter = [
+        (
+            Recompute::Cheap,
+            "--recompute cheap (each norm's and GELU's output computed again)",
+        ),
+        (
+            Recompute::Blocks,
+            "--recompute (each block run again in the backward pass)",
+        ),
+    ];
+    for (recompute, what) in lighter {
+        if config.model.kind != ModelKind::Gpt
+            || config.model.recompute >= recompute
+            || chosen.micro >= batch
+        {
+            continue;
+        }
         let mut recomputing = config.clone();
-        recomputing.model.recompute = true;
+        recomputing.model.recompute = recompute;
         if let Ok(alternative) = plan(&recomputing, &task, &budget, target) {
             say(format_args!(
-                "with --recompute (each block run again in the backward pass): micro-batches of {} \
-                 (predicted peak {})",
+                "with {what}: micro-batches of {} (predicted peak {})",
                 alternative.micro,
                 headroom_alloc::format_bytes(alternative.predicted_peak)
             ))?;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{DataKind, ModelKind, PrecisionKind, Preset, TrainConfig};
+use super::{DataKind, ModelKind, PrecisionKind, Preset, Recompute, TrainConfig};
 
 /// Flags that override the configuration (file or defaults), setting by setting; `--preset`
 /// goes under the file instead (preset < file < flag), through [`Overrides::configure`].
@@ -56,9 +56,10 @@ pub struct Overrides {
     /// On a GPU, grow one region in place a page at a time (PyTorch's expandable segments).
     #[arg(long, conflicts_with = "preallocate")]
     pub expandable_segments: bool,
-    /// Run each GPT block again in the backward pass instead of keeping its activations.
-    #[arg(long)]
-    pub recompute: bool,
+    /// Compute again in the backward pass instead of keeping: none, cheap (each norm's and
+    /// GELU's output) or blocks (each GPT block run again; the value when none is given).
+    #[arg(long, num_args = 0..=1, default_missing_value = "blocks", value_parser = parse_recompute)]
+    pub recompute: Option<Recompute>,
     /// The seed of weights, data order and dropout.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -100,6 +101,10 @@ fn parse_data(text: &str) -> Result<DataKind, String> {
 }
 
 fn parse_preset(text: &str) -> Result<Preset, String> {
+    parse_kebab(text)
+}
+
+fn parse_recompute(text: &str) -> Result<Recompute, String> {
     parse_kebab(text)
 }
 
@@ -159,9 +164,7 @@ impl Overrides {
             config.memory.expandable_segments = true;
             config.memory.preallocate = false;
         }
-        if self.recompute {
-            config.model.recompute = true;
-        }
+        set(&mut config.model.recompute, self.recompute);
         set(&mut config.seed, self.seed);
         if self.run_dir.is_some() {
             config.run_dir = self.run_dir.clone();

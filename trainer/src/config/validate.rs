@@ -58,7 +58,7 @@ impl TrainConfig {
             }
             ModelKind::Mlp => {
                 check(
-                    !m.recompute,
+                    m.recompute == super::Recompute::None,
                     "model.recompute: recomputation runs a GPT's blocks again; an MLP has none"
                         .into(),
                 );
