@@ -1,6 +1,7 @@
 //! How much of GPT-2 small fits a training step with every memory technique of the trainer on
-//! (memory-efficient attention, the fused head and loss, the tied head), on the CPU, in f32 and
-//! under bf16 autocast: the peer of `benches/peers/torch_fit.py` (PyTorch as nanoGPT writes it).
+//! (memory-efficient attention, the fused head and loss, the tied head, cheap recomputation), on
+//! the CPU, in f32 and under bf16 autocast: the peer of `benches/peers/torch_fit.py` (PyTorch as
+//! nanoGPT writes it).
 //!
 //! For each precision it trains whole steps (forward, backward, AdamW) of GPT-2 small (12
 //! layers, width 768, 12 heads, context 1024, vocabulary 50257, tied head) on uniform tokens:
@@ -12,11 +13,13 @@
 //!
 //! Prints a table, then one JSON line per precision with the keys `model, precision,
 //! micro_batch, peak_bytes, activation_bytes_per_sample, samples_per_s,
-//! predicted_peak_bytes` (each peak and prediction at the micro-batch).
+//! predicted_peak_bytes, predicted_exactly` (the peak and prediction at the micro-batch;
+//! `predicted_exactly` when the planner's prediction was within one granule of the measured
+//! peak at every size measured).
 
 use std::time::Instant;
 
-use headroom_trainer::config::{DataKind, PrecisionKind, Preset, TrainConfig};
+use headroom_trainer::config::{DataKind, PrecisionKind, Preset, Recompute, TrainConfig};
 use headroom_trainer::{Result, Trainer};
 
 /// Timed steps at the micro-batch after one untimed one.
@@ -31,6 +34,7 @@ fn config(precision: PrecisionKind, samples: usize) -> TrainConfig {
         precision.name()
     )));
     config.precision.dtype = precision;
+    config.model.recompute = Recompute::Cheap;
     config.data.kind = DataKind::UniformTokens;
     config.data.train_size = 64;
     config.data.eval_size = 1;
@@ -66,9 +70,12 @@ fn main() -> Result<()> {
     );
     let mut lines = Vec::new();
     for precision in [PrecisionKind::F32, PrecisionKind::Bf16] {
-        let (one, _, _) = measured(precision, 1)?;
-        let (two, _, _) = measured(precision, 2)?;
+        let (one, one_predicted, _) = measured(precision, 1)?;
+        let (two, two_predicted, _) = measured(precision, 2)?;
         let (peak, predicted, mut trainer) = measured(precision, micro)?;
+        let exactly = [(one, one_predicted), (two, two_predicted), (peak, predicted)]
+            .iter()
+            .all(|&(m, p)| m.abs_diff(p) <= headroom_alloc::GRANULE);
         let mut times = Vec::new();
         for _ in 0..STEPS {
             let started = Instant::now();
@@ -83,7 +90,7 @@ fn main() -> Result<()> {
             "{name:<6} {micro:>6} {peak:>14} {predicted:>14} {per_sample:>16} {samples_per_s:>10.3}"
         );
         lines.push(format!(
-            "{{\"model\":\"gpt2\",\"precision\":\"{name}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"predicted_peak_bytes\":{predicted}}}"
+            "{{\"model\":\"gpt2\",\"precision\":\"{name}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}}}"
         ));
     }
     for line in lines {
