@@ -78,6 +78,28 @@ impl Tag {
     pub fn index(self) -> usize {
         usize::from(self.0)
     }
+
+    /// The activations of one kind of layer (`attention`, `mlp`, `norm`, ...): the tag named
+    /// `activations/<kind>`, which [`Tag::is_activations`] counts as activations, so that a
+    /// report can say which layers hold them. Plain [`Tag::ACTIVATIONS`] once the table of
+    /// names is full.
+    ///
+    /// ```
+    /// use headroom_alloc::Tag;
+    /// let attention = Tag::activations_of("attention");
+    /// assert_eq!(attention.name(), "activations/attention");
+    /// assert!(attention.is_activations() && Tag::ACTIVATIONS.is_activations());
+    /// assert!(!Tag::GRADIENTS.is_activations());
+    /// ```
+    pub fn activations_of(kind: &str) -> Tag {
+        intern(&format!("{}/{kind}", BUILTIN_NAMES[2])).unwrap_or(Tag::ACTIVATIONS)
+    }
+
+    /// True for [`Tag::ACTIVATIONS`] and the tags of [`Tag::activations_of`].
+    pub fn is_activations(self) -> bool {
+        self == Tag::ACTIVATIONS
+            || (self.index() >= BUILTIN_NAMES.len() && self.name().starts_with("activations/"))
+    }
 }
 
 /// The tag named `name`: the built-in one if the name is built in, otherwise the name interned

@@ -4,7 +4,6 @@
 mod common;
 
 use common::device;
-use headroom_alloc::Tag;
 use headroom_autograd::{Tape, Tensor, autocast};
 use headroom_kernels::DType;
 use headroom_nn::{Gpt, GptConfig, Initializer, Module, Recompute};
@@ -16,8 +15,9 @@ fn step(gpt: &Gpt, ids: &Tensor, targets: &Tensor) -> (Vec<f64>, Vec<Vec<f64>>, 
     let activations = || {
         let tags = device.allocator().stats().tags;
         tags.iter()
-            .find(|usage| usage.tag == Tag::ACTIVATIONS)
-            .map_or(0, |usage| usage.live)
+            .filter(|usage| usage.tag.is_activations())
+            .map(|usage| usage.live)
+            .sum::<u64>()
     };
     let before = activations();
     let tape = Tape::new();

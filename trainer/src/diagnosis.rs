@@ -1,7 +1,7 @@
 //! What to tell a user when a run cannot fit its limit: not even one sample, or not even the
 //! model with its gradients and optimizer state.
 
-use headroom_alloc::{OomReport, Tag, format_bytes};
+use headroom_alloc::{OomReport, format_bytes};
 use headroom_nn::{Optimizer, training_memory};
 
 use crate::model::TrainModel;
@@ -27,13 +27,13 @@ pub fn diagnose(
     one_sample: Option<u64>,
 ) -> String {
     let memory = training_memory(model.module(), Some(optimizer));
-    let live = |tag: Tag| {
-        report
-            .tags
-            .iter()
-            .find(|t| t.tag == tag)
-            .map_or(0, |t| t.live)
-    };
+    // Every kind of activation (attention's, the MLP's, ...) counts.
+    let activations: u64 = report
+        .tags
+        .iter()
+        .filter(|t| t.tag.is_activations())
+        .map(|t| t.live)
+        .sum();
     let fixed = memory.total();
     let limit = report.limit;
     let headline = match failure {
@@ -53,7 +53,7 @@ pub fn diagnose(
         format_bytes(memory.optimizer_state),
         format_bytes(fixed),
         format_bytes(limit),
-        format_bytes(live(Tag::ACTIVATIONS)),
+        format_bytes(activations),
         format_bytes(report.requested),
         report.tag,
     );

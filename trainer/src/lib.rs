@@ -25,6 +25,7 @@ mod resume;
 pub mod run_dir;
 mod state;
 mod step;
+mod tag_bytes;
 mod totals;
 mod trainer;
 

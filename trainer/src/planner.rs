@@ -15,6 +15,7 @@ use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
 use crate::memory::Budget;
 use crate::probe::{Probed, Prober};
+use crate::tag_bytes::TagBytes;
 
 /// One probe: a micro-batch size and the peak memory of a step with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -46,6 +47,10 @@ pub struct Plan {
     /// True when the default margin had to shrink for one sample to fit.
     #[serde(default)]
     pub margin_shrunk: bool,
+    /// The most each tag held during the chosen size's step: the weights, the gradients, the
+    /// optimizer state and each kind of layer's activations (`activations/attention`, ...).
+    #[serde(default)]
+    pub peak_by_tag: Vec<TagBytes>,
 }
 
 /// Finds the largest micro-batch size whose step fits `budget` with the configured margin, on
@@ -144,6 +149,8 @@ fn answer(
         .find(|p| p.micro == micro)
         .and_then(|p| p.peak)
         .unwrap_or(0);
+    let mut peak_by_tag = prober.tags(micro).to_vec();
+    peak_by_tag.sort_by_key(|t| std::cmp::Reverse(t.peak));
     Plan {
         probes,
         micro,
@@ -151,6 +158,7 @@ fn answer(
         step_limit,
         margin,
         margin_shrunk,
+        peak_by_tag,
     }
 }
 
@@ -186,6 +194,13 @@ impl std::fmt::Display for Plan {
             self.micro,
             format_bytes(self.predicted_peak),
             format_bytes(self.step_limit)
-        )
+        )?;
+        if !self.peak_by_tag.is_empty() {
+            write!(f, "\nthe most each tag holds during its step:")?;
+            for t in &self.peak_by_tag {
+                write!(f, "\n  {:<24} {:>12}", t.tag, format_bytes(t.peak))?;
+            }
+        }
+        Ok(())
     }
 }

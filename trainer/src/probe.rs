@@ -17,6 +17,7 @@ use crate::model::TrainModel;
 use crate::optim::build_optimizer;
 use crate::precision::LossScaler;
 use crate::step::{Sizes, StepContext, train_step};
+use crate::tag_bytes::{TagBytes, tag_bytes};
 
 /// What one probe found.
 #[derive(Debug, Clone)]
@@ -35,6 +36,9 @@ pub struct Prober {
     plan_target: PlanTarget,
     /// Every size probed, in the order first probed, with its outcome.
     seen: Vec<(usize, Probed)>,
+    /// The most each tag held in each size's step (its weights, its gradients, each kind of
+    /// layer's activations, ...), by `seen`'s index.
+    tags: Vec<Vec<TagBytes>>,
     /// `seen`'s index of each size.
     index: BTreeMap<usize, usize>,
 }
@@ -48,6 +52,7 @@ impl Prober {
             budget,
             plan_target,
             seen: Vec::new(),
+            tags: Vec::new(),
             index: BTreeMap::new(),
         }
     }
@@ -57,8 +62,9 @@ impl Prober {
         let at = match self.index.get(&micro) {
             Some(&at) => at,
             None => {
-                let outcome = self.run(micro, &self.budget)?;
+                let (outcome, tags) = self.run(micro, &self.budget)?;
                 self.seen.push((micro, outcome));
+                self.tags.push(tags);
                 self.index.insert(micro, self.seen.len() - 1);
                 self.seen.len() - 1
             }
@@ -74,6 +80,11 @@ impl Prober {
     /// Every size probed so far, in the order first probed.
     pub fn seen(&self) -> &[(usize, Probed)] {
         &self.seen
+    }
+
+    /// The most each tag held during the step in micro-batches of `micro`, if it was probed.
+    pub fn tags(&self, micro: usize) -> &[TagBytes] {
+        self.index.get(&micro).map_or(&[], |&at| &self.tags[at])
     }
 
     /// The diagnosis of `report`, an out-of-memory that `failure` describes: what the model,
@@ -95,13 +106,13 @@ impl Prober {
     /// The peak of a step with one sample without a limit (none if even that fails).
     fn one_sample_peak(&self) -> Option<u64> {
         match self.run(1, &Budget::unlimited(self.budget.growth)) {
-            Ok(Probed::Peak(peak)) => Some(peak),
+            Ok((Probed::Peak(peak), _)) => Some(peak),
             _ => None,
         }
     }
 
     /// One step with micro-batches of `micro` on a fresh meta device of `budget`.
-    fn run(&self, micro: usize, budget: &Budget) -> Result<Probed> {
+    fn run(&self, micro: usize, budget: &Budget) -> Result<(Probed, Vec<TagBytes>)> {
         let config = &self.config;
         let device = Device::meta_for(self.plan_target, budget.device_config(0))?;
         let built = TrainModel::build(&config.model, self.task.train.shape(), &device, config.seed)
@@ -120,16 +131,31 @@ impl Prober {
         let mut scaler = LossScaler::new(&config.precision);
         let mut ctx = StepContext::new(&device, &mut model, &mut *optimizer, &mut scaler, config);
         match train_step(&mut ctx, &batch, 0, Sizes::Fixed(&sizes)) {
-            Ok(_) => Ok(Probed::Peak(device.allocator().stats().peak_in_use)),
+            Ok(_) => {
+                let stats = device.allocator().stats();
+                Ok((Probed::Peak(stats.peak_in_use), tag_bytes(&stats)))
+            }
             Err(err) => out_of_memory(err),
         }
     }
 }
 
-/// An out-of-memory as a probe's outcome; any other error as it is.
-fn out_of_memory(err: Error) -> Result<Probed> {
+/// An out-of-memory as a probe's outcome, with the bytes of each tag when it happened; any
+/// other error as it is.
+fn out_of_memory(err: Error) -> Result<(Probed, Vec<TagBytes>)> {
     match err.oom_report() {
-        Some(report) => Ok(Probed::OutOfMemory(Box::new(report.clone()))),
+        Some(report) => {
+            let tags = report
+                .tags
+                .iter()
+                .map(|t| TagBytes {
+                    tag: t.tag.name().to_owned(),
+                    live: t.live,
+                    peak: t.peak,
+                })
+                .collect();
+            Ok((Probed::OutOfMemory(Box::new(report.clone())), tags))
+        }
         None => Err(err),
     }
 }

@@ -4,23 +4,13 @@
 
 use std::fmt;
 
-use headroom_alloc::{Stats, Verdict, format_bytes};
+use headroom_alloc::{Verdict, format_bytes};
 use serde::{Deserialize, Serialize};
 
 use crate::micro::SizeChange;
 use crate::planner::Plan;
 use crate::step::{Oom, Phase};
-
-/// Live and peak bytes of one tag during a step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TagBytes {
-    /// The tag's name.
-    pub tag: String,
-    /// Held at the end of the step.
-    pub live: u64,
-    /// The most held during the step.
-    pub peak: u64,
-}
+pub use crate::tag_bytes::TagBytes;
 
 /// An out-of-memory a step absorbed, as its record keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,20 +87,6 @@ pub struct StepRecord {
     /// Seconds the run has trained, over every process that worked on it.
     #[serde(with = "crate::float_json")]
     pub elapsed_s: f64,
-}
-
-/// Per-tag bytes from allocator statistics.
-pub fn tag_bytes(stats: &Stats) -> Vec<TagBytes> {
-    stats
-        .tags
-        .iter()
-        .filter(|t| t.peak > 0)
-        .map(|t| TagBytes {
-            tag: t.tag.name().to_owned(),
-            live: t.live,
-            peak: t.peak,
-        })
-        .collect()
 }
 
 /// What a run did, over every process that worked on it, for the end of its output and

@@ -23,9 +23,10 @@ use crate::micro::MicroBatcher;
 use crate::model::TrainModel;
 use crate::planner::Plan;
 use crate::precision::LossScaler;
-use crate::record::{OomRecord, StepRecord, tag_bytes};
+use crate::record::{OomRecord, StepRecord};
 use crate::state::{self, TrainerState, checkpoint_path};
 use crate::step::{Sizes, StepContext, StepReport, train_step};
+use crate::tag_bytes::tag_bytes;
 use crate::totals::Totals;
 
 /// A run: its model, optimizer, data and memory, and where it stands.

@@ -225,3 +225,32 @@ fn the_data_fixes_the_vocabulary_and_a_preset_context_holds_its_samples() {
     };
     assert_eq!((gpt.config().vocab, gpt.config().context), (50257, 32));
 }
+
+#[test]
+fn the_plan_says_which_layers_hold_the_activations() {
+    let dir = TempDir::new("plan-kinds");
+    let mut config = small_config(&dir);
+    config.batch.micro = None;
+    let peaks = |recompute: Recompute| {
+        let mut config = config.clone();
+        config.model.recompute = recompute;
+        let trainer = Trainer::new(config).unwrap();
+        let plan = trainer.plan().unwrap().clone();
+        let peak = |tag: &str| {
+            plan.peak_by_tag
+                .iter()
+                .find(|t| t.tag == tag)
+                .map_or(0, |t| t.peak)
+        };
+        for kind in ["embedding", "norm", "attention", "mlp", "head"] {
+            assert!(peak(&format!("activations/{kind}")) > 0, "{kind}: {plan}");
+        }
+        assert!(plan.to_string().contains("activations/attention"), "{plan}");
+        (peak("activations/norm"), peak("weights"))
+    };
+    let (norms, weights) = peaks(Recompute::None);
+    let (cheap_norms, cheap_weights) = peaks(Recompute::Cheap);
+    assert_eq!(weights, cheap_weights);
+    // Cheap recomputation keeps no block's norm output: only the final norm's is left.
+    assert!(cheap_norms < norms, "{cheap_norms} against {norms}");
+}

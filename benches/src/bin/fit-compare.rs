@@ -73,9 +73,13 @@ fn main() -> Result<()> {
         let (one, one_predicted, _) = measured(precision, 1)?;
         let (two, two_predicted, _) = measured(precision, 2)?;
         let (peak, predicted, mut trainer) = measured(precision, micro)?;
-        let exactly = [(one, one_predicted), (two, two_predicted), (peak, predicted)]
-            .iter()
-            .all(|&(m, p)| m.abs_diff(p) <= headroom_alloc::GRANULE);
+        let exactly = [
+            (one, one_predicted),
+            (two, two_predicted),
+            (peak, predicted),
+        ]
+        .iter()
+        .all(|&(m, p)| m.abs_diff(p) <= headroom_alloc::GRANULE);
         let mut times = Vec::new();
         for _ in 0..STEPS {
             let started = Instant::now();

@@ -4,6 +4,7 @@ use headroom_autograd::Tensor;
 
 use crate::error::Result;
 use crate::init::{Init, Initializer};
+use crate::layer_kind::LayerKind;
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::attention::CausalSelfAttention;
 use crate::layers::layer_norm::LayerNorm;
@@ -92,9 +93,14 @@ impl Block {
         fn norm(ln: &LayerNorm) -> (&Tensor, &Tensor, f64) {
             (&ln.weight, &ln.bias, ln.eps)
         }
+        let device = x.device().clone();
         let qkv = &self.attn.qkv;
-        let qkv = x.layer_norm_linear(norm(&self.ln1), &qkv.weight, qkv.bias.as_ref())?;
-        let x = x.add(&self.attn.attend(&qkv)?)?;
+        let x = {
+            let _attention = LayerKind::Attention.scope(&device);
+            let qkv = x.layer_norm_linear(norm(&self.ln1), &qkv.weight, qkv.bias.as_ref())?;
+            x.add(&self.attn.attend(&qkv)?)?
+        };
+        let _mlp = LayerKind::Mlp.scope(&device);
         let (fc, proj) = (&self.mlp.fc, &self.mlp.proj);
         let h = x.layer_norm_linear(norm(&self.ln2), &fc.weight, fc.bias.as_ref())?;
         let y = h.gelu_linear(&proj.weight, proj.bias.as_ref())?;
@@ -106,9 +112,21 @@ impl Module for Block {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // Each norm's output only feeds its sublayer's first product: cast for it right away
         // (under autocast), so the f32 output is not held through the whole sublayer.
-        let h = self.ln1.forward(x)?.for_matmul()?;
-        let x = x.add(&self.attn.forward(&h)?)?;
-        let h = self.ln2.forward(&x)?.for_matmul()?;
+        let device = x.device().clone();
+        let h = {
+            let _norm = LayerKind::Norm.scope(&device);
+            self.ln1.forward(x)?.for_matmul()?
+        };
+        let x = {
+            let _attention = LayerKind::Attention.scope(&device);
+            x.add(&self.attn.forward(&h)?)?
+        };
+        drop(h);
+        let h = {
+            let _norm = LayerKind::Norm.scope(&device);
+            self.ln2.forward(&x)?.for_matmul()?
+        };
+        let _mlp = LayerKind::Mlp.scope(&device);
         Ok(x.add(&self.mlp.forward(&h)?)?)
     }
 

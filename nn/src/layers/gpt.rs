@@ -4,6 +4,7 @@ use headroom_autograd::Tensor;
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
+use crate::layer_kind::LayerKind;
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::block::Block;
 use crate::layers::embedding::Embedding;
@@ -196,6 +197,7 @@ impl Gpt {
     /// the head and the loss run fused.
     pub fn loss(&self, ids: &Tensor, targets: &Tensor, ignore: Option<u32>) -> Result<Tensor> {
         let h = self.hidden(ids)?;
+        let _head = LayerKind::Head.scope(ids.device());
         let &[b, t, c] = h.dims() else {
             unreachable!("the hidden states are [B, T, C]")
         };
@@ -236,9 +238,13 @@ impl Gpt {
                 format!("{t} positions for a context of {}", self.config.context),
             ));
         }
-        let positions = self.pos_emb.weight.narrow(0, 0, t)?;
-        let mut x = self.tok_emb.forward(ids)?.add(&positions)?;
-        x = self.dropout.forward(&x)?;
+        let device = ids.device().clone();
+        let mut x = {
+            let _embedding = LayerKind::Embedding.scope(&device);
+            let positions = self.pos_emb.weight.narrow(0, 0, t)?;
+            let x = self.tok_emb.forward(ids)?.add(&positions)?;
+            self.dropout.forward(&x)?
+        };
         for block in &self.blocks {
             x = match self.recompute {
                 Recompute::None => block.forward(&x)?,
@@ -246,6 +252,7 @@ impl Gpt {
                 Recompute::Blocks => recomputed(block, &self.counter, &x)?,
             };
         }
+        let _norm = LayerKind::Norm.scope(&device);
         self.ln_f.forward(&x)
     }
 
@@ -281,6 +288,7 @@ impl Gpt {
 impl Module for Gpt {
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let h = self.hidden(ids)?;
+        let _head = LayerKind::Head.scope(ids.device());
         self.head(&h)
     }
 
