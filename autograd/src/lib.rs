@@ -7,6 +7,7 @@ mod gradients;
 mod ops;
 mod recompute;
 mod recording;
+mod saved;
 mod tape;
 mod tensor;
 
@@ -15,5 +16,6 @@ pub use error::{Error, Result};
 pub use gradients::Gradients;
 pub use recompute::recompute;
 pub use recording::{RecordingGuard, no_grad};
+pub use saved::{OpSaved, SavedArray, SavedReport};
 pub use tape::Tape;
 pub use tensor::{Tensor, TensorId};

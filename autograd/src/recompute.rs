@@ -7,6 +7,7 @@ use headroom_kernels::{Array, DType};
 use crate::autocast::{autocast, autocast_dtype};
 use crate::error::Result;
 use crate::recording::{begin, no_grad};
+use crate::saved::saves;
 use crate::tape::{Backward, Tape};
 use crate::tensor::Tensor;
 
@@ -58,6 +59,8 @@ where
         return Ok(output);
     }
     let policy = autocast_dtype();
+    // What `f` captures itself (a layer's parameters, say) is not in this account.
+    let saved = saves(&operands.iter().map(|t| t.array()).collect::<Vec<_>>());
     let variables: Vec<Tensor> = variables.iter().map(|&t| t.clone()).collect();
     let rule = move |dy: Array, needs: &[bool]| {
         // The policy of the forward pass: off is any dtype but the half ones.
@@ -93,6 +96,11 @@ where
             .map(|(source, &need)| if need { grads.remove(source) } else { None })
             .collect())
     };
-    recording.finish("recompute", &[&output], Backward::One(Box::new(rule)));
+    recording.finish(
+        "recompute",
+        &[&output],
+        saved,
+        Backward::One(Box::new(rule)),
+    );
     Ok(output)
 }

@@ -12,6 +12,7 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::gradients::Gradients;
+use crate::saved::{OpSaved, Saved, SavedReport};
 use crate::tensor::{Tensor, TensorId};
 
 /// Index of a tracked value on a tape.
@@ -47,6 +48,8 @@ struct Node {
     /// Owns everything saved for the backward pass; running it (or dropping the node) releases
     /// those tensors.
     backward: Backward,
+    /// The account of what `backward` holds.
+    saved: Saved,
 }
 
 /// What a gradient for a tracked value must look like.
@@ -146,6 +149,22 @@ impl Tape {
         self.len() == 0
     }
 
+    /// What the recorded ops saved for the backward pass, op by op (empty once gradients were
+    /// computed: the pass released it all).
+    pub fn saved(&self) -> SavedReport {
+        let state = self.0.lock();
+        SavedReport {
+            ops: state
+                .nodes
+                .iter()
+                .map(|node| OpSaved {
+                    op: node.op,
+                    arrays: node.saved.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
     /// The gradients of `target` (seeded with ones) with respect to each of `sources`. A source
     /// the target does not depend on gets none ([`Gradients::get_or_zeros`] makes zeros). One
     /// call per tape: the pass releases what the tape saved.
@@ -215,6 +234,7 @@ impl Tape {
                 inputs,
                 outputs,
                 backward,
+                ..
             } = node;
             let needs: SmallVec<[bool; 4]> = inputs
                 .iter()
@@ -334,8 +354,15 @@ impl Recording {
         self.inputs.get(i).is_some_and(Option::is_some)
     }
 
-    /// Records the op: its outputs become tracked, and `backward` keeps what it saved.
-    pub(crate) fn finish(self, op: &'static str, outputs: &[&Tensor], backward: Backward) {
+    /// Records the op: its outputs become tracked, and `backward` keeps what it saved, which
+    /// `saved` accounts for ([`crate::saved::saves`] of the arrays it holds).
+    pub(crate) fn finish(
+        self,
+        op: &'static str,
+        outputs: &[&Tensor],
+        saved: Saved,
+        backward: Backward,
+    ) {
         let mut state = self.tape.state();
         let outputs = outputs.iter().map(|t| state.push(t)).collect();
         state.nodes.push(Node {
@@ -343,6 +370,7 @@ impl Recording {
             inputs: self.inputs,
             outputs,
             backward,
+            saved,
         });
     }
 }

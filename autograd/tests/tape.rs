@@ -144,3 +144,50 @@ fn accumulating_gradients_sums_them_even_when_two_sources_share_one_array() {
     assert_eq!(total.get(&a).unwrap().to_f64().unwrap(), [3.0, 3.0]);
     assert_eq!(total.get(&b).unwrap().to_f64().unwrap(), [3.0, 3.0]);
 }
+
+#[test]
+fn the_tape_says_what_each_op_saved_and_counts_a_shared_buffer_once() {
+    // A device of its own: the tags of its buffers are this test's.
+    let device = common::device();
+    let x = Tensor::from_f64(&device, [4, 8], DType::F32, &[0.5; 32]).unwrap();
+    let (w1, w2) = (
+        Tensor::variable(Array::full(&device, [8, 8], DType::F32, 0.1).unwrap()),
+        Tensor::variable(Array::full(&device, [8, 8], DType::F32, 0.2).unwrap()),
+    );
+    let tape = Tape::new();
+    let f = tape
+        .record(|| {
+            // Both products keep x (w1 and w2 need its gradient) but not the weights (the
+            // constant x needs none); the GELU keeps its input; sums and reshapes keep nothing.
+            let a = x.matmul(&w1)?.gelu()?;
+            let b = x.matmul(&w2)?;
+            a.add(&b)?.sum_all()
+        })
+        .unwrap();
+    let saved = tape.saved();
+    let ops: Vec<(&str, usize)> = saved.ops.iter().map(|o| (o.op, o.arrays.len())).collect();
+    assert_eq!(
+        ops,
+        [
+            ("matmul", 1),
+            ("gelu", 1),
+            ("matmul", 1),
+            ("add", 0),
+            ("reshape", 0),
+            ("sum", 0)
+        ]
+    );
+    let x_bytes = x.array().buffer().reserved_bytes();
+    assert_eq!(saved.ops[0].arrays[0].addr, saved.ops[2].arrays[0].addr);
+    assert_eq!(saved.ops[0].arrays[0].shape.dims(), [4, 8]);
+    // x once, and the GELU's [4, 8] input once.
+    assert_eq!(saved.bytes(), 2 * x_bytes);
+    assert_eq!(
+        saved.activation_bytes_by_op(),
+        [("gelu", x_bytes), ("matmul", x_bytes)]
+    );
+    assert!(saved.to_string().contains("6 ops saved"), "{saved}");
+    // The backward pass releases it all.
+    tape.gradient(&f, &[&w1, &w2]).unwrap();
+    assert!(tape.saved().ops.is_empty());
+}

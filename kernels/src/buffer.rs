@@ -45,6 +45,12 @@ impl Buffer {
         self.len * self.dtype.size()
     }
 
+    /// Bytes the allocator reserved for it: its data rounded up to the allocator's granule,
+    /// what it costs the device.
+    pub fn reserved_bytes(&self) -> usize {
+        self.block.size() as usize
+    }
+
     /// What the memory holds, for the allocator's accounting.
     pub fn tag(&self) -> Tag {
         self.block.tag()

@@ -19,7 +19,7 @@ pub use layers::activation::{Activation, Dropout, DropoutCounter};
 pub use layers::attention::CausalSelfAttention;
 pub use layers::block::{Block, BlockMlp};
 pub use layers::embedding::Embedding;
-pub use layers::gpt::{Gpt, GptConfig};
+pub use layers::gpt::{Gpt, GptConfig, HEAD_CHUNK_LOGITS};
 pub use layers::layer_norm::LayerNorm;
 pub use layers::linear::Linear;
 pub use layers::sequential::{Sequential, mlp};

@@ -33,6 +33,9 @@ impl TrainModel {
             (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
                 let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
                 gpt.set_recompute(config.recompute.into());
+                if let Some(rows) = config.head_chunk {
+                    gpt.set_head_chunk(Some(rows));
+                }
                 Ok(Self::Gpt(Box::new(gpt)))
             }
             (ModelKind::Mlp, DataShape::Features { dim, classes }) => {

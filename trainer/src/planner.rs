@@ -9,11 +9,13 @@
 use headroom_alloc::format_bytes;
 use headroom_kernels::PlanTarget;
 
-use crate::config::{DEFAULT_MARGIN, TrainConfig};
-use crate::data::Task;
+use crate::config::{DEFAULT_MARGIN, ModelKind, TrainConfig};
+use crate::data::{DataShape, Task};
 use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
+use crate::head_chunk;
 use crate::memory::Budget;
+use crate::op_bytes::OpBytes;
 use crate::probe::{Probed, Prober};
 use crate::tag_bytes::TagBytes;
 
@@ -51,12 +53,97 @@ pub struct Plan {
     /// optimizer state and each kind of layer's activations (`activations/attention`, ...).
     #[serde(default)]
     pub peak_by_tag: Vec<TagBytes>,
+    /// What the forward pass of one of the chosen micro-batches saves for its backward pass,
+    /// per kind of op (the tape's account of its activations).
+    #[serde(default)]
+    pub saved_by_op: Vec<OpBytes>,
+    /// A GPT's fused head: the rows it forms logits for at a time (see [`crate::head_chunk`]),
+    /// none for a model without one. The probes of the micro-batch above ran with the smallest
+    /// chunk; the predicted peak and the breakdowns are the chosen chunk's.
+    #[serde(default)]
+    pub head_chunk: Option<usize>,
+    /// The larger chunks tried for the chosen micro-batch, in order.
+    #[serde(default)]
+    pub chunk_probes: Vec<ChunkProbe>,
+}
+
+/// One chunk of the fused head tried for the chosen micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChunkProbe {
+    /// Rows of tokens per chunk.
+    pub rows: usize,
+    /// The step's peak bytes in use with it; none when it ran out of memory.
+    pub peak: Option<u64>,
+    /// True when the peak fits the limit with the margin.
+    pub fits: bool,
 }
 
 /// Finds the largest micro-batch size whose step fits `budget` with the configured margin, on
 /// meta devices that allocate as `plan_target` does (a device's
-/// [`Device::plan_target`](headroom_kernels::Device::plan_target)).
+/// [`Device::plan_target`](headroom_kernels::Device::plan_target)); then, for a GPT whose
+/// configuration leaves it unset, the fused head's chunk ([`crate::head_chunk`]'s rule).
 pub fn plan(
+    config: &TrainConfig,
+    task: &Task,
+    budget: &Budget,
+    plan_target: PlanTarget,
+) -> Result<Plan> {
+    let chunking = match (
+        config.model.kind,
+        config.model.head_chunk,
+        task.train.shape(),
+    ) {
+        (ModelKind::Gpt, None, DataShape::Tokens { vocab, len }) => Some((vocab, len)),
+        _ => None,
+    };
+    let mut config = config.clone();
+    if let Some((vocab, _)) = chunking {
+        config.model.head_chunk = Some(head_chunk::smallest(vocab));
+    }
+    let mut plan = plan_micro_batch(&config, task, budget, plan_target)?;
+    if config.model.kind == ModelKind::Gpt {
+        plan.head_chunk = config.model.head_chunk;
+    }
+    if let Some((vocab, len)) = chunking {
+        let rows = len * plan.micro;
+        for rows in head_chunk::larger(vocab, rows) {
+            config.model.head_chunk = Some(rows);
+            if !try_chunk(&mut plan, &config, task, budget, plan_target)? {
+                break;
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// Probes the plan's micro-batch with `config`'s head chunk; when it fits, the chunk, its peak
+/// and its breakdowns become the plan's. Returns whether it fit.
+fn try_chunk(
+    plan: &mut Plan,
+    config: &TrainConfig,
+    task: &Task,
+    budget: &Budget,
+    plan_target: PlanTarget,
+) -> Result<bool> {
+    let mut prober = Prober::new(config, task, *budget, plan_target);
+    let peak = match prober.probe(plan.micro)? {
+        Probed::Peak(peak) => Some(*peak),
+        Probed::OutOfMemory(_) => None,
+    };
+    let fits = peak.is_some_and(|p| p <= plan.step_limit);
+    let rows = config.model.head_chunk.unwrap_or(0);
+    plan.chunk_probes.push(ChunkProbe { rows, peak, fits });
+    if let (true, Some(peak), Some(breakdown)) = (fits, peak, prober.breakdown(plan.micro)) {
+        plan.head_chunk = Some(rows);
+        plan.predicted_peak = peak;
+        plan.peak_by_tag = largest_first(breakdown.tags.clone());
+        plan.saved_by_op = breakdown.saved.clone();
+    }
+    Ok(fits)
+}
+
+/// The micro-batch part of [`plan`], with `config`'s head chunk.
+fn plan_micro_batch(
     config: &TrainConfig,
     task: &Task,
     budget: &Budget,
@@ -149,8 +236,7 @@ fn answer(
         .find(|p| p.micro == micro)
         .and_then(|p| p.peak)
         .unwrap_or(0);
-    let mut peak_by_tag = prober.tags(micro).to_vec();
-    peak_by_tag.sort_by_key(|t| std::cmp::Reverse(t.peak));
+    let breakdown = prober.breakdown(micro).cloned().unwrap_or_default();
     Plan {
         probes,
         micro,
@@ -158,8 +244,17 @@ fn answer(
         step_limit,
         margin,
         margin_shrunk,
-        peak_by_tag,
+        peak_by_tag: largest_first(breakdown.tags),
+        saved_by_op: breakdown.saved,
+        head_chunk: None,
+        chunk_probes: Vec::new(),
     }
+}
+
+/// `tags` with the largest peak first.
+fn largest_first(mut tags: Vec<TagBytes>) -> Vec<TagBytes> {
+    tags.sort_by_key(|t| std::cmp::Reverse(t.peak));
+    tags
 }
 
 impl std::fmt::Display for Plan {
@@ -188,6 +283,25 @@ impl std::fmt::Display for Plan {
                 self.margin
             )?;
         }
+        if let Some(rows) = self.head_chunk {
+            write!(f, "the fused head forms logits for {rows} rows at a time")?;
+            if !self.chunk_probes.is_empty() {
+                let tried: Vec<String> = self
+                    .chunk_probes
+                    .iter()
+                    .map(|c| {
+                        let peak = c.peak.map_or_else(|| "out of memory".into(), format_bytes);
+                        format!(
+                            "{} rows {peak}{}",
+                            c.rows,
+                            if c.fits { "" } else { " (no)" }
+                        )
+                    })
+                    .collect();
+                write!(f, " (tried {})", tried.join(", "))?;
+            }
+            writeln!(f)?;
+        }
         write!(
             f,
             "chosen: micro-batches of {} (predicted peak {} of the {} a step may use)",
@@ -198,7 +312,16 @@ impl std::fmt::Display for Plan {
         if !self.peak_by_tag.is_empty() {
             write!(f, "\nthe most each tag holds during its step:")?;
             for t in &self.peak_by_tag {
-                write!(f, "\n  {:<24} {:>12}", t.tag, format_bytes(t.peak))?;
+                write!(f, "\n  {:<28} {:>12}", t.tag, format_bytes(t.peak))?;
+            }
+        }
+        if !self.saved_by_op.is_empty() {
+            write!(
+                f,
+                "\nactivations a micro-batch saves for its backward pass, by op:"
+            )?;
+            for o in &self.saved_by_op {
+                write!(f, "\n  {:<28} {:>12}", o.op, format_bytes(o.bytes))?;
             }
         }
         Ok(())

@@ -14,10 +14,21 @@ use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
 use crate::memory::{Budget, UNLIMITED};
 use crate::model::TrainModel;
+use crate::op_bytes::{OpBytes, op_bytes};
 use crate::optim::build_optimizer;
 use crate::precision::LossScaler;
 use crate::step::{Sizes, StepContext, train_step};
 use crate::tag_bytes::{TagBytes, tag_bytes};
+
+/// Where a probed step held its memory.
+#[derive(Debug, Clone, Default)]
+pub struct Breakdown {
+    /// The most each tag held (the weights, the gradients, each kind of layer's activations).
+    pub tags: Vec<TagBytes>,
+    /// What the forward pass of a micro-batch saved for its backward pass, per kind of op
+    /// (none when the step ran out of memory).
+    pub saved: Vec<OpBytes>,
+}
 
 /// What one probe found.
 #[derive(Debug, Clone)]
@@ -36,9 +47,8 @@ pub struct Prober {
     plan_target: PlanTarget,
     /// Every size probed, in the order first probed, with its outcome.
     seen: Vec<(usize, Probed)>,
-    /// The most each tag held in each size's step (its weights, its gradients, each kind of
-    /// layer's activations, ...), by `seen`'s index.
-    tags: Vec<Vec<TagBytes>>,
+    /// Where each size's step held its memory, by `seen`'s index.
+    breakdowns: Vec<Breakdown>,
     /// `seen`'s index of each size.
     index: BTreeMap<usize, usize>,
 }
@@ -52,7 +62,7 @@ impl Prober {
             budget,
             plan_target,
             seen: Vec::new(),
-            tags: Vec::new(),
+            breakdowns: Vec::new(),
             index: BTreeMap::new(),
         }
     }
@@ -62,9 +72,9 @@ impl Prober {
         let at = match self.index.get(&micro) {
             Some(&at) => at,
             None => {
-                let (outcome, tags) = self.run(micro, &self.budget)?;
+                let (outcome, breakdown) = self.run(micro, &self.budget)?;
                 self.seen.push((micro, outcome));
-                self.tags.push(tags);
+                self.breakdowns.push(breakdown);
                 self.index.insert(micro, self.seen.len() - 1);
                 self.seen.len() - 1
             }
@@ -82,9 +92,9 @@ impl Prober {
         &self.seen
     }
 
-    /// The most each tag held during the step in micro-batches of `micro`, if it was probed.
-    pub fn tags(&self, micro: usize) -> &[TagBytes] {
-        self.index.get(&micro).map_or(&[], |&at| &self.tags[at])
+    /// Where the step in micro-batches of `micro` held its memory, if it was probed.
+    pub fn breakdown(&self, micro: usize) -> Option<&Breakdown> {
+        self.index.get(&micro).map(|&at| &self.breakdowns[at])
     }
 
     /// The diagnosis of `report`, an out-of-memory that `failure` describes: what the model,
@@ -112,7 +122,7 @@ impl Prober {
     }
 
     /// One step with micro-batches of `micro` on a fresh meta device of `budget`.
-    fn run(&self, micro: usize, budget: &Budget) -> Result<(Probed, Vec<TagBytes>)> {
+    fn run(&self, micro: usize, budget: &Budget) -> Result<(Probed, Breakdown)> {
         let config = &self.config;
         let device = Device::meta_for(self.plan_target, budget.device_config(0))?;
         let built = TrainModel::build(&config.model, self.task.train.shape(), &device, config.seed)
@@ -131,9 +141,13 @@ impl Prober {
         let mut scaler = LossScaler::new(&config.precision);
         let mut ctx = StepContext::new(&device, &mut model, &mut *optimizer, &mut scaler, config);
         match train_step(&mut ctx, &batch, 0, Sizes::Fixed(&sizes)) {
-            Ok(_) => {
+            Ok(report) => {
                 let stats = device.allocator().stats();
-                Ok((Probed::Peak(stats.peak_in_use), tag_bytes(&stats)))
+                let breakdown = Breakdown {
+                    tags: tag_bytes(&stats),
+                    saved: op_bytes(&report.saved),
+                };
+                Ok((Probed::Peak(stats.peak_in_use), breakdown))
             }
             Err(err) => out_of_memory(err),
         }
@@ -142,7 +156,7 @@ impl Prober {
 
 /// An out-of-memory as a probe's outcome, with the bytes of each tag when it happened; any
 /// other error as it is.
-fn out_of_memory(err: Error) -> Result<(Probed, Vec<TagBytes>)> {
+fn out_of_memory(err: Error) -> Result<(Probed, Breakdown)> {
     match err.oom_report() {
         Some(report) => {
             let tags = report
@@ -154,7 +168,11 @@ fn out_of_memory(err: Error) -> Result<(Probed, Vec<TagBytes>)> {
                     peak: t.peak,
                 })
                 .collect();
-            Ok((Probed::OutOfMemory(Box::new(report.clone())), tags))
+            let breakdown = Breakdown {
+                tags,
+                saved: Vec::new(),
+            };
+            Ok((Probed::OutOfMemory(Box::new(report.clone())), breakdown))
         }
         None => Err(err),
     }

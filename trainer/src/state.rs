@@ -46,6 +46,11 @@ pub struct TrainerState {
     pub dropout_calls: u64,
     /// The planner's prediction, kept for the summary.
     pub predicted_peak: Option<u64>,
+    /// A GPT's fused head: the rows it forms logits for at a time, as the plan or the
+    /// configuration chose them (none: the model's default). Kept so that a resumed run
+    /// chunks as the run before it did.
+    #[serde(default)]
+    pub head_chunk: Option<usize>,
     /// What the run has done up to `step`.
     pub totals: Totals,
 }

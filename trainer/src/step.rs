@@ -10,7 +10,7 @@
 //! ([`MicroBatcher::finished`]), made after the step.
 
 use headroom_alloc::{OomReport, Tag, format_bytes};
-use headroom_autograd::{Gradients, Tape};
+use headroom_autograd::{Gradients, SavedReport, Tape};
 use headroom_kernels::{Array, Device, DeviceKind};
 use headroom_nn::{Optimizer, clip_grad_norm};
 use serde::{Deserialize, Serialize};
@@ -66,6 +66,8 @@ pub struct StepReport {
     pub grad_norm: f64,
     /// What the loss scaler did.
     pub scale_change: ScaleChange,
+    /// What the forward pass of the step's largest micro-batch saved for its backward pass.
+    pub saved: SavedReport,
 }
 
 /// What a step works on.
@@ -131,6 +133,7 @@ pub fn train_step(
     let mut total = Gradients::default();
     let (mut loss, mut done, mut micro_sizes, mut ooms) = (0.0, 0, Vec::new(), Vec::new());
     let mut indices = Vec::with_capacity(batch.len());
+    let mut saved = (0, SavedReport::default());
     while done < batch.len() {
         let size = match &sizes {
             Sizes::Adaptive(micro) => micro.size(),
@@ -142,8 +145,11 @@ pub fn train_step(
         // A failed attempt must not advance the dropout masks, so that the retry draws what a
         // run cut this way from the start would.
         let dropout_calls = ctx.model.dropout_counter().map(|c| c.get());
-        let outcome = micro_batch(ctx, &slice, weight).and_then(|(grads, value)| {
+        let outcome = micro_batch(ctx, &slice, weight).and_then(|(grads, value, account)| {
             total.accumulate(grads)?;
+            if size > saved.0 {
+                saved = (size, account);
+            }
             Ok(value)
         });
         match outcome {
@@ -235,12 +241,17 @@ pub fn train_step(
         skipped: !finite,
         grad_norm,
         scale_change,
+        saved: saved.1,
     })
 }
 
 /// The forward and backward pass of one micro-batch: its gradients, with the loss scaled by
-/// `weight` (and the loss scale), and its weighted loss.
-fn micro_batch(ctx: &StepContext<'_>, slice: &HostBatch, weight: f64) -> Result<(Gradients, f64)> {
+/// `weight` (and the loss scale), its weighted loss, and what its forward pass saved.
+fn micro_batch(
+    ctx: &StepContext<'_>,
+    slice: &HostBatch,
+    weight: f64,
+) -> Result<(Gradients, f64, SavedReport)> {
     let (inputs, targets) = slice.to_device(ctx.device)?;
     let params = ctx.model.module().parameters();
     let tape = Tape::new();
@@ -248,6 +259,7 @@ fn micro_batch(ctx: &StepContext<'_>, slice: &HostBatch, weight: f64) -> Result<
         let _policy = ctx.precision.autocast();
         tape.record(|| ctx.model.loss(&inputs, &targets))?
     };
+    let saved = tape.saved();
     let seed = {
         let _tag = ctx.device.scoped_tag(Tag::GRADIENTS);
         Array::full(ctx.device, [], loss.dtype(), weight * ctx.scaler.scale)?
@@ -257,7 +269,7 @@ fn micro_batch(ctx: &StepContext<'_>, slice: &HostBatch, weight: f64) -> Result<
         DeviceKind::Meta => 0.0,
         _ => loss.to_f64()?[0] * weight,
     };
-    Ok((grads, value))
+    Ok((grads, value, saved))
 }
 
 /// Unscales, measures and clips the gradients, and updates the weights unless they overflowed.

@@ -246,11 +246,114 @@ fn the_plan_says_which_layers_hold_the_activations() {
             assert!(peak(&format!("activations/{kind}")) > 0, "{kind}: {plan}");
         }
         assert!(plan.to_string().contains("activations/attention"), "{plan}");
-        (peak("activations/norm"), peak("weights"))
+        // The tape's account, per op: no op saves more than the activations' peak.
+        let saved = |op: &str| {
+            plan.saved_by_op
+                .iter()
+                .find(|o| o.op == op)
+                .map(|o| o.bytes)
+        };
+        assert!(saved("scaled_dot_product_attention").is_some(), "{plan}");
+        let activations: u64 = plan
+            .peak_by_tag
+            .iter()
+            .filter(|t| t.tag.starts_with("activations"))
+            .map(|t| t.peak)
+            .sum();
+        let total: u64 = plan.saved_by_op.iter().map(|o| o.bytes).sum();
+        assert!(
+            0 < total && total <= activations,
+            "{total} of {activations}"
+        );
+        assert!(
+            plan.to_string()
+                .contains("saves for its backward pass, by op")
+        );
+        (peak("activations/norm"), peak("weights"), saved("gelu"))
     };
-    let (norms, weights) = peaks(Recompute::None);
-    let (cheap_norms, cheap_weights) = peaks(Recompute::Cheap);
+    let (norms, weights, gelu) = peaks(Recompute::None);
+    let (cheap_norms, cheap_weights, cheap_gelu) = peaks(Recompute::Cheap);
     assert_eq!(weights, cheap_weights);
-    // Cheap recomputation keeps no block's norm output: only the final norm's is left.
+    // Cheap recomputation keeps no block's norm output: only the final norm's is left. Nor
+    // does it keep the GELU's output, which the next product's op recomputes.
     assert!(cheap_norms < norms, "{cheap_norms} against {norms}");
+    assert!(
+        gelu.is_some() && cheap_gelu.is_none(),
+        "{gelu:?}, {cheap_gelu:?}"
+    );
+}
+
+#[test]
+fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resume_keeps_it() {
+    use headroom_trainer::config::{DataKind, ModelConfig, Preset};
+    let dir = TempDir::new("plan-chunk");
+    let mut config = small_config(&dir);
+    // GPT-2's vocabulary on a tiny body: the head's logits are most of a step.
+    config.model = ModelConfig {
+        width: 16,
+        heads: 2,
+        layers: 1,
+        context: Some(32),
+        ..ModelConfig::preset(Preset::Gpt2)
+    };
+    config.data.kind = DataKind::UniformTokens;
+    config.batch.micro = None;
+    config.batch.margin = Some(0.0);
+    config.memory.limit = Some("2GiB".into());
+    let chunk = |trainer: &Trainer| match trainer.model() {
+        headroom_trainer::TrainModel::Gpt(gpt) => gpt.head_chunk(),
+        _ => panic!("a GPT"),
+    };
+    // Roomy: 8 samples of 32 tokens in one micro-batch, chunks of 20 rows (a mebi-logit),
+    // then 40, 80, 160 and 166 (8 Mi logits), all fitting.
+    let roomy = Trainer::new(config.clone()).unwrap();
+    let plan = roomy.plan().unwrap().clone();
+    let tried: Vec<(usize, bool)> = plan.chunk_probes.iter().map(|c| (c.rows, c.fits)).collect();
+    assert_eq!(
+        tried,
+        [(40, true), (80, true), (160, true), (166, true)],
+        "{plan}"
+    );
+    assert_eq!(
+        (plan.micro, plan.head_chunk, chunk(&roomy)),
+        (8, Some(166), Some(166))
+    );
+    let peak_of = |rows: usize| {
+        plan.chunk_probes
+            .iter()
+            .find(|c| c.rows == rows)
+            .and_then(|c| c.peak)
+            .unwrap()
+    };
+    assert!(
+        peak_of(40) < peak_of(80) && peak_of(80) < peak_of(160),
+        "{plan}"
+    );
+    drop(roomy);
+
+    // A limit below chunks of 160 rows: the micro-batch stays whole, and the chunk grows
+    // until a chunk does not fit (in use, or in what the allocator reserves for it). The
+    // first step peaks where the plan says.
+    config.memory.limit = Some(format!("{}B", (peak_of(80) + peak_of(160)) / 2));
+    config.checkpoint.every = 1;
+    let mut tight = Trainer::overwrite(config.clone()).unwrap();
+    let plan = tight.plan().unwrap().clone();
+    let (last, tried) = plan.chunk_probes.split_last().unwrap();
+    assert!(!last.fits && tried.iter().all(|c| c.fits), "{plan}");
+    let chosen = tried.last().map_or(20, |c| c.rows);
+    assert!(chosen < 160, "{plan}");
+    assert_eq!((plan.micro, plan.head_chunk), (8, Some(chosen)), "{plan}");
+    assert_eq!(chunk(&tight), Some(chosen));
+    let line = format!("{chosen} rows at a time");
+    assert!(plan.to_string().contains(&line), "{plan}");
+    tight.train_step().unwrap();
+    let measured = tight.device().allocator().stats().peak_in_use;
+    assert_eq!(measured, plan.predicted_peak, "{plan}");
+    tight.save_checkpoint().unwrap();
+    drop(tight);
+
+    // Resumed with room to spare, it chunks as the run it continues did.
+    config.memory.limit = Some("2GiB".into());
+    let resumed = Trainer::resume(config).unwrap();
+    assert_eq!(chunk(&resumed), Some(chosen));
 }

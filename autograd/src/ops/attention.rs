@@ -8,6 +8,7 @@ use headroom_kernels::ops::attention::{self, Attention};
 use super::rule;
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -31,6 +32,7 @@ impl Tensor {
             rec.finish(
                 "scaled_dot_product_attention",
                 &[&y],
+                saves(&[&operands.0, &operands.1, &operands.2, &out, &lse]),
                 rule(move |g, _| {
                     // The output's gradient in the output's dtype (products under autocast may
                     // hand it back in another).

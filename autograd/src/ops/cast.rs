@@ -6,6 +6,7 @@ use super::rule;
 use crate::autocast::autocast_dtype;
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -21,6 +22,7 @@ impl Tensor {
             rec.finish(
                 "cast",
                 &[&y],
+                saves(&[]),
                 rule(move |g, _| Ok(vec![Some(g.cast(from)?)])),
             );
         }

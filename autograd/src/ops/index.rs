@@ -5,6 +5,7 @@ use headroom_kernels::ops::index;
 use super::rule;
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -18,6 +19,7 @@ impl Tensor {
             rec.finish(
                 "embedding",
                 &[&y],
+                saves(&[&ids]),
                 rule(move |g, _| Ok(vec![Some(index::embedding_backward(&ids, g, vocab)?)])),
             );
         }
@@ -32,6 +34,7 @@ impl Tensor {
             rec.finish(
                 "causal_mask",
                 &[&y],
+                saves(&[]),
                 rule(|g, _| Ok(vec![Some(index::causal_mask(g, 0.0)?)])),
             );
         }

@@ -7,6 +7,7 @@ use headroom_kernels::{Array, Shape};
 use super::{reduce_to, rule, rule_many};
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -18,6 +19,7 @@ impl Tensor {
             rec.finish(
                 "reshape",
                 &[&y],
+                saves(&[]),
                 rule(move |g, _| Ok(vec![Some(g.reshape(from)?)])),
             );
         }
@@ -35,6 +37,7 @@ impl Tensor {
             rec.finish(
                 "permute",
                 &[&y],
+                saves(&[]),
                 rule(move |g, _| Ok(vec![Some(layout::permute(g, &inverse)?)])),
             );
         }
@@ -48,6 +51,7 @@ impl Tensor {
             rec.finish(
                 "transpose",
                 &[&y],
+                saves(&[]),
                 rule(move |g, _| Ok(vec![Some(layout::transpose(g, a, b)?)])),
             );
         }
@@ -63,6 +67,7 @@ impl Tensor {
             rec.finish(
                 "broadcast_to",
                 &[&y],
+                saves(&[]),
                 rule(move |g, _| Ok(vec![Some(reduce_to(g, &from)?)])),
             );
         }
@@ -93,7 +98,7 @@ impl Tensor {
                 Ok(vec![Some(layout::concat(&refs, axis)?)])
             });
             let outputs: Vec<&Tensor> = pieces.iter().collect();
-            rec.finish("split", &outputs, backward);
+            rec.finish("split", &outputs, saves(&[]), backward);
         }
         Ok(pieces)
     }
@@ -112,7 +117,7 @@ impl Tensor {
                     .map(|(part, &need)| need.then_some(part))
                     .collect())
             });
-            rec.finish("concat", &[&y], backward);
+            rec.finish("concat", &[&y], saves(&[]), backward);
         }
         Ok(y)
     }
@@ -137,7 +142,7 @@ impl Tensor {
                 let after = Array::zeros(&device, after, dtype)?;
                 Ok(vec![Some(layout::concat(&[&before, g, &after], axis)?)])
             });
-            rec.finish("narrow", &[&y], backward);
+            rec.finish("narrow", &[&y], saves(&[]), backward);
         }
         Ok(y)
     }

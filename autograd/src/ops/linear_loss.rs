@@ -19,6 +19,7 @@ use super::{rule, when};
 use crate::autocast::autocast_dtype;
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 /// One chunk of rows: where it starts, how many rows, and its share of the mean (the rows it
@@ -179,6 +180,7 @@ impl Tensor {
             rec.finish(
                 OP,
                 &[&y],
+                saves(&[&head.hidden, &head.weight, &head.targets]),
                 rule(move |g, needs| {
                     let head = Head {
                         weight_p: in_dtype(&head.weight, product)?,

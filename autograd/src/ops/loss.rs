@@ -5,6 +5,7 @@ use headroom_kernels::ops::loss;
 use super::rule;
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -23,6 +24,7 @@ impl Tensor {
             rec.finish(
                 "cross_entropy",
                 &[&y],
+                saves(&[&x, &t]),
                 rule(move |g, _| Ok(vec![Some(loss::cross_entropy_backward(&x, &t, g, ignore)?)])),
             );
         }

@@ -6,6 +6,7 @@ use headroom_kernels::{Array, Shape};
 use super::{reduce_to, rule, when};
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::{Saved, saves};
 use crate::tape::Recording;
 use crate::tensor::Tensor;
 
@@ -33,13 +34,14 @@ impl Tensor {
             true,
         )?);
         if let Some(rec) = begin(&[&x, &w, &b]) {
-            let saved = Saved::keep(&rec, &x, &w);
+            let saved = Operands::keep(&rec, &x, &w);
+            let account = saved.account();
             let sb = b.shape().clone();
             let backward = rule(move |g, needs| {
                 let [dx, dw] = saved.grads(g, needs, false, true)?;
                 Ok(vec![dx, dw, when(needs[2], || reduce_to(g, &sb))?])
             });
-            rec.finish("linear", &[&y], backward);
+            rec.finish("linear", &[&y], account, backward);
         }
         Ok(y)
     }
@@ -51,10 +53,11 @@ impl Tensor {
         let (a, b) = (self.for_matmul()?, other.for_matmul()?);
         let y = Tensor::output(gemm::matmul(a.array(), b.array(), trans_a, trans_b)?);
         if let Some(rec) = begin(&[&a, &b]) {
-            let saved = Saved::keep(&rec, &a, &b);
+            let saved = Operands::keep(&rec, &a, &b);
+            let account = saved.account();
             let backward =
                 rule(move |g, needs| Ok(Vec::from(saved.grads(g, needs, trans_a, trans_b)?)));
-            rec.finish("matmul", &[&y], backward);
+            rec.finish("matmul", &[&y], account, backward);
         }
         Ok(y)
     }
@@ -62,14 +65,14 @@ impl Tensor {
 
 /// What a product `op(a) op(b)` keeps for its backward rule: each operand only if the other
 /// needs a gradient, and both shapes.
-struct Saved {
+struct Operands {
     a: Option<Array>,
     b: Option<Array>,
     a_shape: Shape,
     b_shape: Shape,
 }
 
-impl Saved {
+impl Operands {
     fn keep(rec: &Recording, a: &Tensor, b: &Tensor) -> Self {
         Self {
             a: rec.tracks(1).then(|| a.array().clone()),
@@ -77,6 +80,11 @@ impl Saved {
             a_shape: a.shape().clone(),
             b_shape: b.shape().clone(),
         }
+    }
+
+    /// The account of what it keeps.
+    fn account(&self) -> Saved {
+        saves(&self.a.iter().chain(&self.b).collect::<Vec<_>>())
     }
 
     /// The gradients of `a` and `b` from `g`, as `needs` asks. `b`'s first, then `a`'s: the

@@ -5,6 +5,7 @@ use headroom_kernels::ops::norm;
 use super::{promoted, rule};
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -20,6 +21,7 @@ impl Tensor {
         if let Some(rec) = begin(&[&x, &gamma, &beta]) {
             let (xs, gs) = (x.array().clone(), gamma.array().clone());
             let (mean, rstd) = (out.mean, out.rstd);
+            let saved = saves(&[&xs, &gs, &mean, &rstd]);
             let backward = rule(move |g, needs| {
                 let grads = norm::layer_norm_backward(&xs, &gs, &mean, &rstd, g)?;
                 Ok(vec![
@@ -28,7 +30,7 @@ impl Tensor {
                     needs[2].then_some(grads.dbeta),
                 ])
             });
-            rec.finish("layer_norm", &[&y], backward);
+            rec.finish("layer_norm", &[&y], saved, backward);
         }
         Ok(y)
     }

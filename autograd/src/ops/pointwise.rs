@@ -6,6 +6,7 @@ use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 use super::{promote, promoted, reduce_to, rule, rule_in_place, when};
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -31,7 +32,7 @@ impl Tensor {
                     when(needs[1], || reduce_to(g, &sb))?,
                 ])
             });
-            rec.finish("add", &[&y], backward);
+            rec.finish("add", &[&y], saves(&[]), backward);
         }
         Ok(y)
     }
@@ -51,7 +52,7 @@ impl Tensor {
                     when(needs[1], || Ok(g.clone()))?,
                 ])
             });
-            rec.finish("add", &[&y], backward);
+            rec.finish("add", &[&y], saves(&[]), backward);
         }
         Ok(y)
     }
@@ -68,7 +69,7 @@ impl Tensor {
                     when(needs[1], || Ok(ew::neg(&reduce_to(g, &sb)?)?))?,
                 ])
             });
-            rec.finish("sub", &[&y], backward);
+            rec.finish("sub", &[&y], saves(&[]), backward);
         }
         Ok(y)
     }
@@ -81,6 +82,7 @@ impl Tensor {
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let keep_b = rec.tracks(0).then(|| b.array().clone());
             let keep_a = rec.tracks(1).then(|| a.array().clone());
+            let saved = saves(&keep_a.iter().chain(&keep_b).collect::<Vec<_>>());
             let backward = rule(move |g, needs| {
                 let da = match (needs[0], keep_b) {
                     (true, Some(b)) => Some(reduce_to(&ew::mul(g, &b)?, &sa)?),
@@ -92,7 +94,7 @@ impl Tensor {
                 };
                 Ok(vec![da, db])
             });
-            rec.finish("mul", &[&y], backward);
+            rec.finish("mul", &[&y], saved, backward);
         }
         Ok(y)
     }
@@ -105,6 +107,7 @@ impl Tensor {
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let divisor = b.array().clone();
             let quotient = rec.tracks(1).then(|| y.array().clone());
+            let saved = saves(&[&divisor].into_iter().chain(&quotient).collect::<Vec<_>>());
             let backward = rule(move |g, needs| {
                 // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b.
                 let g_over_b = ew::div(g, &divisor)?;
@@ -115,7 +118,7 @@ impl Tensor {
                 let da = when(needs[0], || reduce_to(&g_over_b, &sa))?;
                 Ok(vec![da, db])
             });
-            rec.finish("div", &[&y], backward);
+            rec.finish("div", &[&y], saved, backward);
         }
         Ok(y)
     }
@@ -124,7 +127,12 @@ impl Tensor {
     pub fn neg(&self) -> Result<Tensor> {
         let y = Tensor::output(ew::neg(self.array())?);
         if let Some(rec) = begin(&[self]) {
-            rec.finish("neg", &[&y], rule(|g, _| Ok(vec![Some(ew::neg(g)?)])));
+            rec.finish(
+                "neg",
+                &[&y],
+                saves(&[]),
+                rule(|g, _| Ok(vec![Some(ew::neg(g)?)])),
+            );
         }
         Ok(y)
     }
@@ -136,6 +144,7 @@ impl Tensor {
             rec.finish(
                 "scale",
                 &[&y],
+                saves(&[]),
                 rule(move |g, _| Ok(vec![Some(ew::scale(g, s)?)])),
             );
         }
@@ -147,7 +156,12 @@ impl Tensor {
         let y = Tensor::output(ew::exp(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let out = y.array().clone();
-            rec.finish("exp", &[&y], rule_in_place(BinaryOp::Mul, out));
+            rec.finish(
+                "exp",
+                &[&y],
+                saves(&[&out]),
+                rule_in_place(BinaryOp::Mul, out),
+            );
         }
         Ok(y)
     }
@@ -160,6 +174,7 @@ impl Tensor {
             rec.finish(
                 "log",
                 &[&y],
+                saves(&[&x]),
                 rule(move |g, _| Ok(vec![Some(ew::div(g, &x)?)])),
             );
         }
@@ -171,7 +186,12 @@ impl Tensor {
         let y = Tensor::output(ew::sqrt(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let out = y.array().clone();
-            rec.finish("sqrt", &[&y], rule_in_place(BinaryOp::SqrtBackward, out));
+            rec.finish(
+                "sqrt",
+                &[&y],
+                saves(&[&out]),
+                rule_in_place(BinaryOp::SqrtBackward, out),
+            );
         }
         Ok(y)
     }
@@ -181,7 +201,12 @@ impl Tensor {
         let y = Tensor::output(ew::powf(self.array(), p)?);
         if let Some(rec) = begin(&[self]) {
             let x = self.array().clone();
-            rec.finish("powf", &[&y], rule_in_place(BinaryOp::PowfBackward(p), x));
+            rec.finish(
+                "powf",
+                &[&y],
+                saves(&[&x]),
+                rule_in_place(BinaryOp::PowfBackward(p), x),
+            );
         }
         Ok(y)
     }
@@ -191,7 +216,12 @@ impl Tensor {
         let y = Tensor::output(ew::relu(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let out = y.array().clone();
-            rec.finish("relu", &[&y], rule_in_place(BinaryOp::ReluBackward, out));
+            rec.finish(
+                "relu",
+                &[&y],
+                saves(&[&out]),
+                rule_in_place(BinaryOp::ReluBackward, out),
+            );
         }
         Ok(y)
     }
@@ -201,7 +231,12 @@ impl Tensor {
         let y = Tensor::output(ew::gelu(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let x = self.array().clone();
-            rec.finish("gelu", &[&y], rule_in_place(BinaryOp::GeluBackward, x));
+            rec.finish(
+                "gelu",
+                &[&y],
+                saves(&[&x]),
+                rule_in_place(BinaryOp::GeluBackward, x),
+            );
         }
         Ok(y)
     }
@@ -211,7 +246,12 @@ impl Tensor {
         let y = Tensor::output(ew::tanh(self.array())?);
         if let Some(rec) = begin(&[self]) {
             let out = y.array().clone();
-            rec.finish("tanh", &[&y], rule_in_place(BinaryOp::TanhBackward, out));
+            rec.finish(
+                "tanh",
+                &[&y],
+                saves(&[&out]),
+                rule_in_place(BinaryOp::TanhBackward, out),
+            );
         }
         Ok(y)
     }

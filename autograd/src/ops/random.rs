@@ -6,6 +6,7 @@ use headroom_kernels::ops::random;
 use super::rule;
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -17,6 +18,7 @@ impl Tensor {
             rec.finish(
                 "dropout",
                 &[&y],
+                saves(&[]),
                 rule(move |g, _| Ok(vec![Some(random::dropout_backward(g, p, seed)?)])),
             );
         }

@@ -8,6 +8,7 @@ use headroom_kernels::{Array, Shape};
 use super::rule;
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -48,32 +49,37 @@ impl Tensor {
             let kept = Shape::new(&kept);
             // A maximum keeps its input and output, to find where it was; a sum of squares its input.
             let saved = match op {
-                ReduceOp::Sum => Saved::Sum,
-                ReduceOp::Mean => Saved::Mean,
-                ReduceOp::SumSquares => Saved::SumSquares(x.array().clone()),
-                ReduceOp::Max => Saved::Max(x.array().clone(), y.array().reshape(kept.clone())?),
+                ReduceOp::Sum => Kept::Sum,
+                ReduceOp::Mean => Kept::Mean,
+                ReduceOp::SumSquares => Kept::SumSquares(x.array().clone()),
+                ReduceOp::Max => Kept::Max(x.array().clone(), y.array().reshape(kept.clone())?),
+            };
+            let account = match &saved {
+                Kept::Sum | Kept::Mean => saves(&[]),
+                Kept::SumSquares(x) => saves(&[x]),
+                Kept::Max(x, y) => saves(&[x, y]),
             };
             let backward = rule(move |g, _| {
                 let g = g.reshape(kept)?;
                 let dx = match saved {
-                    Saved::Sum => broadcast_to(&g, in_shape)?,
-                    Saved::Mean => {
+                    Kept::Sum => broadcast_to(&g, in_shape)?,
+                    Kept::Mean => {
                         let n = in_shape.dims()[axis].max(1) as f64;
                         broadcast_to(&ew::scale(&g, 1.0 / n)?, in_shape)?
                     }
-                    Saved::Max(x, y) => max_grad(&x, &y, &g, axis)?,
-                    Saved::SumSquares(x) => ew::mul(&ew::scale(&x, 2.0)?, &g)?,
+                    Kept::Max(x, y) => max_grad(&x, &y, &g, axis)?,
+                    Kept::SumSquares(x) => ew::mul(&ew::scale(&x, 2.0)?, &g)?,
                 };
                 Ok(vec![Some(dx)])
             });
-            rec.finish(op.name(), &[&y], backward);
+            rec.finish(op.name(), &[&y], account, backward);
         }
         Ok(y)
     }
 }
 
 /// What a reduction's backward rule keeps.
-enum Saved {
+enum Kept {
     Sum,
     Mean,
     /// The input.

@@ -13,6 +13,7 @@ use super::matmul::{grad_a, grad_b};
 use super::{promoted, reduce_to, rule, when};
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 /// `x` in `dtype`: itself when it already is.
@@ -102,6 +103,7 @@ impl Tensor {
             );
             let ws = linear.w.array().clone();
             let bias_shape = linear.b.as_ref().map(|b| b.shape().clone());
+            let saved = saves(&[&xs, &gs, &bs, &ws, &mean, &rstd]);
             let backward = rule(move |g, needs| {
                 let normed = norm::layer_norm(&xs, &gs, &bs, eps)?.y;
                 let operand = in_dtype(&normed, ws.dtype())?;
@@ -122,7 +124,7 @@ impl Tensor {
                 }
                 Ok(grads)
             });
-            rec.finish("layer_norm_linear", &[&y], backward);
+            rec.finish("layer_norm_linear", &[&y], saved, backward);
         }
         Ok(y)
     }
@@ -146,6 +148,7 @@ impl Tensor {
         if let Some(rec) = begin(&inputs) {
             let (hs, ws) = (self.array().clone(), linear.w.array().clone());
             let bias_shape = linear.b.as_ref().map(|b| b.shape().clone());
+            let saved = saves(&[&hs, &ws]);
             let backward = rule(move |g, needs| {
                 let operand = in_dtype(&ew::gelu(&hs)?, ws.dtype())?;
                 let asks = (needs[1], needs.get(2) == Some(&true));
@@ -161,7 +164,7 @@ impl Tensor {
                 }
                 Ok(grads)
             });
-            rec.finish("gelu_linear", &[&y], backward);
+            rec.finish("gelu_linear", &[&y], saved, backward);
         }
         Ok(y)
     }

@@ -6,6 +6,7 @@ use headroom_kernels::ops::softmax;
 use super::rule;
 use crate::error::Result;
 use crate::recording::begin;
+use crate::saved::saves;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -18,6 +19,7 @@ impl Tensor {
             rec.finish(
                 "softmax",
                 &[&y],
+                saves(&[&out]),
                 rule(move |g, _| Ok(vec![Some(softmax::softmax_backward(&out, g)?)])),
             );
         }
@@ -33,6 +35,7 @@ impl Tensor {
             rec.finish(
                 "log_softmax",
                 &[&y],
+                saves(&[&out]),
                 rule(move |g, _| Ok(vec![Some(softmax::log_softmax_backward(&out, g)?)])),
             );
         }
@@ -54,6 +57,7 @@ impl Tensor {
             rec.finish(
                 "attention_softmax",
                 &[&y],
+                saves(&[&out]),
                 rule(move |g, _| {
                     Ok(vec![Some(softmax::attention_softmax_backward(
                         &out, g, scale, causal,

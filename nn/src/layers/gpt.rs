@@ -109,9 +109,9 @@ pub struct Gpt {
     head_chunk: Option<usize>,
 }
 
-/// Logits elements per chunk of the fused head (32 MiB in f32): GPT-2's vocabulary takes 166
+/// Logits per chunk of a new GPT's fused head (32 MiB in f32): GPT-2's vocabulary takes 166
 /// rows a chunk, a small one the whole batch at once.
-const HEAD_CHUNK_ELEMENTS: usize = 8 << 20;
+pub const HEAD_CHUNK_LOGITS: usize = 8 << 20;
 
 impl Gpt {
     /// A GPT of `config`, initialized as GPT-2: normal weights with std 0.02 (the projections
@@ -150,7 +150,7 @@ impl Gpt {
             dropout,
             counter,
             recompute: Recompute::None,
-            head_chunk: Some((HEAD_CHUNK_ELEMENTS / config.vocab.max(1)).max(1)),
+            head_chunk: Some((HEAD_CHUNK_LOGITS / config.vocab.max(1)).max(1)),
         })
     }
 

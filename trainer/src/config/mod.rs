@@ -110,6 +110,9 @@ pub struct ModelConfig {
     /// `"none"`, `"cheap"` (each norm's and GELU's output) or `"blocks"` (activation
     /// checkpointing); `true` means `"blocks"`, `false` `"none"`.
     pub recompute: Recompute,
+    /// GPT: rows of tokens whose logits the fused head and loss form at a time. Unset: the
+    /// planner chooses (or, with a fixed micro-batch, the model's default of 8 Mi logits).
+    pub head_chunk: Option<usize>,
     /// MLP: hidden layer sizes.
     pub hidden: Vec<usize>,
 }
@@ -127,6 +130,7 @@ impl Default for ModelConfig {
             layers: 2,
             dropout: 0.0,
             recompute: Recompute::None,
+            head_chunk: None,
             hidden: vec![256, 256],
         }
     }

@@ -45,6 +45,12 @@ impl TrainConfig {
                     check(false, format!("model.{field}: {detail}"));
                 }
                 check(
+                    m.head_chunk != Some(0),
+                    "model.head_chunk: a chunk of 0 rows; at least 1, or unset for the planner \
+                     to choose"
+                        .into(),
+                );
+                check(
                     matches!(
                         self.data.kind,
                         DataKind::Addition | DataKind::Text | DataKind::UniformTokens
@@ -61,6 +67,10 @@ impl TrainConfig {
                     m.recompute == super::Recompute::None,
                     "model.recompute: recomputation runs a GPT's blocks again; an MLP has none"
                         .into(),
+                );
+                check(
+                    m.head_chunk.is_none(),
+                    "model.head_chunk: the fused head is a GPT's; an MLP has none".into(),
                 );
                 check(
                     m.hidden.iter().all(|&h| h > 0),

@@ -107,8 +107,21 @@ impl Trainer {
             (None, None) => Some(plan(&config, &task, &budget, device.plan_target())?),
             _ => None,
         };
-        let prober = Prober::new(&config, &task, budget, device.plan_target());
-        let (model, optimizer) = build_model(&config, &task, &device, saved.as_ref())
+        // The fused head chunks as the plan chose, or as the checkpoint's run did; the model
+        // and the probes that decide growth are built with that chunk.
+        let head_chunk = match (&saved, &plan) {
+            (Some(saved), _) => saved.state.head_chunk,
+            (None, Some(plan)) => plan.head_chunk,
+            (None, None) => None,
+        }
+        .or(config.model.head_chunk);
+        let chunked = {
+            let mut chunked = config.clone();
+            chunked.model.head_chunk = head_chunk;
+            chunked
+        };
+        let prober = Prober::new(&chunked, &task, budget, device.plan_target());
+        let (model, optimizer) = build_model(&chunked, &task, &device, saved.as_ref())
             .or_else(|err| explain_if_out_of_memory(err, &prober))?;
         let step_limit = plan.as_ref().map_or_else(
             || budget.step_limit(config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
@@ -133,6 +146,7 @@ impl Trainer {
                     scaler: LossScaler::new(&config.precision),
                     dropout_calls: 0,
                     predicted_peak: plan.as_ref().map(|p| p.predicted_peak),
+                    head_chunk,
                     totals: Totals::default(),
                 }
             }
