@@ -5,15 +5,17 @@
 #   bash scripts/gpu-check.sh build   # here: build the CUDA test and bench binaries into .gpu-check/
 #   bash scripts/gpu-check.sh run     # there, with .gpu-check/ copied beside the sources: run them
 #
-# `run tests` and `run benches` run either half alone (for a machine that limits how long one
-# command may take: the tests, then the benches, in two calls).
+# `run tests`, `run benches` and `run fit` run one part alone, or the parts named (for a machine
+# that limits how long one command may take: the tests, then the benches, in calls of their own).
 #
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered) and the trainer's
 # GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
 # GPU bench alone (its whole table, kept should PyTorch fail) and beside PyTorch
 # (`benches/peers/compare.py cuda`, which checks the backend's targets), and where CuPy is
-# installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`). Results land in
+# installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`); then GPT-2 small
+# in bf16 beside PyTorch eager on the GPU (`benches/peers/compare.py fit --device cuda:0`, which
+# checks the targets of activation bytes per sample and tokens/s). Results land in
 # .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a target
 # was missed.
 #
@@ -30,7 +32,7 @@ build() {
     exclude=$(git rev-parse --git-path info/exclude)
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
-    rm -rf "$DIR/tests" "$DIR/cuda-compare"
+    rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare"
     mkdir -p "$DIR/tests"
     # Every headroom-kernels test binary, and the trainer's GPU run.
     {
@@ -44,10 +46,10 @@ for line in sys.stdin:
     if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["profile"]["test"]:
         print(msg["executable"])' \
         | while read -r exe; do cp "$exe" "$DIR/tests/"; done
-    cargo build -p headroom-benches --features cuda --release --bin cuda-compare
-    cp target/release/cuda-compare "$DIR/"
+    cargo build -p headroom-benches --features cuda --release --bin cuda-compare --bin fit-compare
+    cp target/release/cuda-compare target/release/fit-compare "$DIR/"
     # Without symbols the binaries travel in well under the device tool's 64 MiB.
-    strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare"
+    strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare"
     du -sh "$DIR"
 }
 
@@ -65,15 +67,20 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() tests=1 benches=1
+    local results=${OUT:-$DIR/results} smoke=() peer=() tests=0 benches=0 fit=0
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
-            tests) benches=0 ;;
-            benches) tests=0 ;;
+            tests) tests=1 ;;
+            benches) benches=1 ;;
+            fit) fit=1 ;;
             *) usage ;;
         esac
     done
+    # No part named: all of them.
+    if [ $((tests + benches + fit)) -eq 0 ]; then
+        tests=1 benches=1 fit=1
+    fi
     mkdir -p "$results"
     # Appended: a dry run's emulated driver stays first.
     export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(library_path)"
@@ -101,11 +108,18 @@ run() {
             python3 scripts/norm-sweep.py | tee "$results/norm-sweep.txt" || failed=1
         fi
     fi
+    # GPT-2 small on the GPU takes minutes; a dry run has no GPU to fit it on.
+    if [ "$fit" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
+        echo "== fit"
+        "$DIR/fit-compare" --device cuda:0 | tee "$results/fit-compare.txt" || failed=1
+        python3 benches/peers/compare.py fit --device cuda:0 --binary "$DIR/fit-compare" --rounds 1 \
+            | tee "$results/fit.txt" || failed=1
+    fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [tests | benches]" >&2
+    echo "usage: $0 build | run [--smoke] [tests] [benches] [fit]" >&2
     exit 2
 }
 

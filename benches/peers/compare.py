@@ -6,13 +6,14 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py embedding
     python3 benches/peers/compare.py attention
     python3 benches/peers/compare.py fit --rounds 1    (GPT-2 small: minutes)
+    python3 benches/peers/compare.py fit --device cuda:0 --binary BIN   (on a GPU, bf16)
     python3 benches/peers/compare.py train
     python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
     python3 benches/peers/compare.py cuda --binary BIN --smoke --peer-device cpu (a dry run)
 
 Both sides print one JSON line per result; lines are matched on the bench's key fields, and each
 side's figure is the median over the rounds. Alternating the two evens out a shared machine's
-slow and fast phases. For `cuda`, the figures are then checked against the GPU backend's
+slow and fast phases. For `cuda` and `fit`, the figures are then checked against their
 targets, and the exit status is 1 when one is missed (not with --smoke, whose figures mean
 nothing: its targets are printed, not checked).
 """
@@ -36,7 +37,7 @@ BENCHES = {
         "fit-compare",
         "torch_fit.py",
         ("model", "precision", "micro_batch"),
-        ("activation_bytes_per_sample", "peak_bytes", "samples_per_s"),
+        ("activation_bytes_per_sample", "peak_bytes", "samples_per_s", "tokens_per_s"),
     ),
     "train": (
         "train-compare",
@@ -52,6 +53,12 @@ BENCHES = {
 GEMM_TARGET = (("gemm", "bf16", "8192x8192x8192"), 0.80)
 OF_COPY_TARGET = 0.70
 ALLOC_SPEEDUP_TARGET = 100.0
+
+# "More headroom, part 1": activation bytes per sample at most half of PyTorch's in every
+# precision; samples/s at least 0.85 of PyTorch's in f32 on the CPU, tokens/s at least 0.9 of
+# PyTorch eager's in bf16 on a GPU.
+FIT_ACTIVATION_MOST = 0.5
+FIT_SPEED_LEAST = {"cpu": ("f32", "samples_per_s", 0.85), "gpu": ("bf16", "tokens_per_s", 0.9)}
 
 Key = tuple[str, ...]
 Lines = dict[Key, list[dict]]
@@ -103,6 +110,28 @@ def cuda_targets(ours: Lines, records: list[dict]) -> list[dict]:
     ]
 
 
+def fit_targets(records: list[dict], device: str) -> list[dict]:
+    """The fit bench's targets on `device`, each with the ratio measured (None when missing)
+    and whether it was met."""
+    precision, speed, least = FIT_SPEED_LEAST["cpu" if device == "cpu" else "gpu"]
+    checks = []
+    for r in records:
+        what = f"{r['model']} {r['precision']} micro-batch {r['micro_batch']}"
+        ratio = r.get("activation_bytes_per_sample_ratio")
+        checks.append((f"{what}: activation bytes / sample, at most", ratio, FIT_ACTIVATION_MOST, False))
+        if r["precision"] == precision:
+            checks.append((f"{what}: {speed}, at least", r.get(f"{speed}_ratio"), least, True))
+    return [
+        {
+            "target": what,
+            "value": value,
+            "bound": bound,
+            "met": value is not None and (value >= bound if at_least else value <= bound),
+        }
+        for what, value, bound, at_least in checks
+    ]
+
+
 def show(value: float | None, width: int, decimals: int = 2) -> str:
     return f"{value:>{width}.{decimals}f}" if value is not None else f"{'-':>{width}}"
 
@@ -114,12 +143,16 @@ def main() -> int:
     parser.add_argument("--binary", help="a bench binary built elsewhere (no cargo here)")
     parser.add_argument("--smoke", action="store_true", help="cuda: both sides at small sizes")
     parser.add_argument("--peer-device", help="cuda: PyTorch's device (cpu for a dry run)")
+    parser.add_argument("--device", help="fit: both sides' device (cpu, the default, or cuda:N)")
     args = parser.parse_args()
     if (args.smoke or args.peer_device) and args.bench != "cuda":
         parser.error("--smoke and --peer-device apply to the cuda bench only")
+    if args.device and args.bench != "fit":
+        parser.error("--device applies to the fit bench only")
     binary, script, keys, figures = BENCHES[args.bench]
     if args.binary is None:
-        features = ["--features", "cuda"] if args.bench == "cuda" else []
+        gpu = args.bench == "cuda" or (args.device or "cpu") != "cpu"
+        features = ["--features", "cuda"] if gpu else []
         subprocess.run(
             ["cargo", "build", "--release", "-q", "-p", "headroom-benches", "--bin", binary, *features],
             cwd=ROOT,
@@ -127,9 +160,10 @@ def main() -> int:
         )
     smoke = ["--smoke"] if args.smoke else []
     peer_device = ["--device", args.peer_device] if args.peer_device else []
+    device = ["--device", args.device] if args.device else []
     commands = {
-        "headroom": [args.binary or str(ROOT / "target" / "release" / binary), *smoke],
-        "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script), *smoke, *peer_device],
+        "headroom": [args.binary or str(ROOT / "target" / "release" / binary), *smoke, *device],
+        "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script), *smoke, *peer_device, *device],
     }
     sides: dict[str, Lines] = {side: {} for side in commands}
     for _ in range(args.rounds):
@@ -147,13 +181,17 @@ def main() -> int:
             row += f" {show(ours, 22)} {show(theirs, 14)} {show(ratio, 7)}"
         print(row)
         print(json.dumps(record, separators=(",", ":")))
-    if args.bench != "cuda":
+    if args.bench == "fit":
+        checks = fit_targets(records, args.device or "cpu")
+    elif args.bench == "cuda":
+        checks = cuda_targets(sides["headroom"], records)
+    else:
         return 0
     print("\ntargets" + (" (--smoke: not checked)" if args.smoke else ""))
-    checks = cuda_targets(sides["headroom"], records)
     for check in checks:
         verdict = "met" if check["met"] else "MISSED"
-        print(f"  {check['target']:<48} {show(check['value'], 9, 3)}  at least {check['least']:<6} {verdict}")
+        bound = f"at least {check['least']}" if "least" in check else check["bound"]
+        print(f"  {check['target']:<60} {show(check['value'], 9, 3)}  {bound:<14} {verdict}")
         print(json.dumps(check, separators=(",", ":")))
     return 0 if args.smoke or all(check["met"] for check in checks) else 1
 

@@ -5,7 +5,7 @@
 
 import unittest
 
-from compare import cuda_targets, side_by_side
+from compare import cuda_targets, fit_targets, side_by_side
 
 KEYS = ("op", "dtype", "shape")
 
@@ -82,3 +82,37 @@ class Targets(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def fit_record(precision: str, activation_ratio: float, speed_ratio: float) -> dict:
+    return {
+        "model": "gpt2",
+        "precision": precision,
+        "micro_batch": "8",
+        "activation_bytes_per_sample_ratio": activation_ratio,
+        "samples_per_s_ratio": speed_ratio,
+        "tokens_per_s_ratio": speed_ratio,
+    }
+
+
+class FitTargets(unittest.TestCase):
+    def test_half_the_activations_and_the_speed_meet_them(self):
+        for device, precision, least in (("cpu", "f32", 0.85), ("cuda:0", "bf16", 0.9)):
+            checks = fit_targets([fit_record(precision, 0.5, least)], device)
+            self.assertEqual(len(checks), 2, checks)
+            self.assertTrue(all(c["met"] for c in checks), checks)
+
+    def test_more_activations_or_less_speed_miss_them(self):
+        [activations, speed] = fit_targets([fit_record("bf16", 0.51, 0.89)], "cuda:0")
+        self.assertFalse(activations["met"])
+        self.assertIn("activation", activations["target"])
+        self.assertFalse(speed["met"])
+        self.assertIn("tokens_per_s", speed["target"])
+        # On the CPU bf16's speed has no target, f32's samples/s has.
+        checks = fit_targets([fit_record("bf16", 0.3, 0.2), fit_record("f32", 0.3, 0.84)], "cpu")
+        self.assertEqual([c["met"] for c in checks], [True, True, False], checks)
+        self.assertIn("samples_per_s", checks[2]["target"])
+
+    def test_a_missing_ratio_misses_its_target(self):
+        record = fit_record("bf16", 0.3, 1.0) | {"tokens_per_s_ratio": None}
+        self.assertFalse(fit_targets([record], "cuda:0")[1]["met"])

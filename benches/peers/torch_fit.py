@@ -1,17 +1,21 @@
 """How much of GPT-2 small fits, in PyTorch as people write it (nanoGPT): causal
 `F.scaled_dot_product_attention`, GELU (tanh), a head tied to the token embedding, AdamW, f32 and
-bf16 autocast, on the CPU. The peer of `cargo run --release -p headroom-benches --bin fit-compare`.
+bf16 autocast, on the CPU or (`--device cuda`) a GPU. The peer of `cargo run --release -p
+headroom-benches --bin fit-compare`.
 
-For each precision it measures whole training steps (forward, backward, AdamW):
-- the peak bytes of a step at one and at two samples and at the micro-batch, from PyTorch's
-  memory profiler timeline (`export_memory_timeline`: every category summed, parameters,
-  gradients and optimizer state included, as Headroom's allocator counts them), over two steps
-  each;
+For each precision it measures whole training steps (forward, backward, AdamW; on a GPU the fused
+AdamW that nanoGPT picks there):
+- the peak bytes of a step at one and at two samples and at the micro-batch, over two steps each:
+  on the CPU from PyTorch's memory profiler timeline (`export_memory_timeline`: every category
+  summed, parameters, gradients and optimizer state included, as Headroom's allocator counts
+  them), on a GPU from `torch.cuda.max_memory_allocated` (the same, as the caching allocator
+  counts them);
 - the activation bytes per sample: the peak's growth from one sample to two;
-- samples per second at a micro-batch of `--micro-batch` (4), the median of timed steps.
+- samples and tokens per second at a micro-batch of `--micro-batch` (4 on the CPU, 8 on a GPU),
+  the median of timed steps.
 
-Prints one JSON line per result with the keys model, precision, micro_batch, peak_bytes,
-activation_bytes_per_sample, samples_per_s.
+Prints one JSON line per result with the keys model, device, precision, micro_batch, peak_bytes,
+activation_bytes_per_sample, samples_per_s, tokens_per_s.
 """
 
 import argparse
@@ -85,18 +89,35 @@ def batch(samples, context, seed):
 
 def step(model, optimizer, ids, targets, precision):
     optimizer.zero_grad(set_to_none=True)
-    policy = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    kind = ids.device.type
+    policy = torch.autocast(kind, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
     with policy:
         loss = model(ids, targets)
     loss.backward()
     optimizer.step()
 
 
-def peak_bytes(precision, samples, context):
+def model_and_optimizer(context, device):
     torch.manual_seed(0)
-    model = Gpt(context=context)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    ids, targets = batch(samples, context, 1)
+    model = Gpt(context=context).to(device)
+    # nanoGPT's choice: the fused AdamW where the device has it.
+    fused = {"fused": True} if device.type == "cuda" else {}
+    return model, torch.optim.AdamW(model.parameters(), lr=3e-4, **fused)
+
+
+def peak_bytes(precision, samples, context, device):
+    model, optimizer = model_and_optimizer(context, device)
+    ids, targets = (t.to(device) for t in batch(samples, context, 1))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        for _ in range(2):
+            step(model, optimizer, ids, targets, precision)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        del model, optimizer, ids, targets
+        torch.cuda.empty_cache()
+        return peak
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         for _ in range(2):
             step(model, optimizer, ids, targets, precision)
@@ -108,15 +129,16 @@ def peak_bytes(precision, samples, context):
     return max(sum(row) for row in sizes)
 
 
-def samples_per_s(precision, micro_batch, context, steps, warmup):
-    torch.manual_seed(0)
-    model = Gpt(context=context)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    ids, targets = batch(micro_batch, context, 2)
+def samples_per_s(precision, micro_batch, context, steps, warmup, device):
+    model, optimizer = model_and_optimizer(context, device)
+    ids, targets = (t.to(device) for t in batch(micro_batch, context, 2))
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
     for i in range(warmup + steps):
+        sync()
         start = time.perf_counter()
         step(model, optimizer, ids, targets, precision)
+        sync()
         if i >= warmup:
             times.append(time.perf_counter() - start)
     return micro_batch / statistics.median(times)
@@ -125,22 +147,29 @@ def samples_per_s(precision, micro_batch, context, steps, warmup):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--precision", choices=["f32", "bf16"], action="append")
-    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
+    parser.add_argument("--micro-batch", type=int, help="4 on the CPU, 8 on a GPU")
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     args = parser.parse_args()
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    micro = args.micro_batch or (8 if gpu else 4)
     torch.set_num_threads(os.cpu_count() or 1)
-    for precision in args.precision or ["f32", "bf16"]:
-        peaks = {n: peak_bytes(precision, n, args.context) for n in sorted({1, 2, args.micro_batch})}
+    for precision in args.precision or (["bf16"] if gpu else ["f32", "bf16"]):
+        peaks = {n: peak_bytes(precision, n, args.context, device) for n in sorted({1, 2, micro})}
         one, two = peaks[1], peaks[2]
+        rate = samples_per_s(precision, micro, args.context, args.steps, args.warmup, device)
         line = {
             "model": "gpt2",
+            "device": args.device,
             "precision": precision,
-            "micro_batch": args.micro_batch,
-            "peak_bytes": peaks[args.micro_batch],
+            "micro_batch": micro,
+            "peak_bytes": peaks[micro],
             "activation_bytes_per_sample": two - one,
-            "samples_per_s": samples_per_s(precision, args.micro_batch, args.context, args.steps, args.warmup),
+            "samples_per_s": rate,
+            "tokens_per_s": rate * args.context,
         }
         print(json.dumps(line), flush=True)
 

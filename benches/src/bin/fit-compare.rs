@@ -1,7 +1,7 @@
 //! How much of GPT-2 small fits a training step with every memory technique of the trainer on
-//! (memory-efficient attention, the fused head and loss, the tied head, cheap recomputation), on
-//! the CPU, in f32 and under bf16 autocast: the peer of `benches/peers/torch_fit.py` (PyTorch as
-//! nanoGPT writes it).
+//! (memory-efficient attention, the fused head and loss, the tied head, cheap recomputation),
+//! on the CPU or a CUDA GPU, in f32 and under bf16 autocast: the peer of
+//! `benches/peers/torch_fit.py` (PyTorch as nanoGPT writes it).
 //!
 //! For each precision it trains whole steps (forward, backward, AdamW) of GPT-2 small (12
 //! layers, width 768, 12 heads, context 1024, vocabulary 50257, tied head) on uniform tokens:
@@ -9,10 +9,15 @@
 //!   the allocator (weights, gradients, optimizer state and activations, every tag), beside the
 //!   planner's prediction for the same step on the meta device;
 //! - the activation bytes per sample: the peak's growth from one sample to two;
-//! - samples per second at the micro-batch (`--micro-batch`, 4), the median of timed steps.
+//! - samples and tokens per second at the micro-batch, the median of timed steps.
 //!
-//! Prints a table, then one JSON line per precision with the keys `model, precision,
-//! micro_batch, peak_bytes, activation_bytes_per_sample, samples_per_s,
+//! ```text
+//! fit-compare [--device cpu|cuda:N] [--precision f32|bf16]... [--micro-batch N] [--steps N]
+//! ```
+//!
+//! On the CPU the defaults are both precisions and micro-batches of 4; on a GPU bf16 and 8.
+//! Prints a table, then one JSON line per precision with the keys `model, device, precision,
+//! micro_batch, peak_bytes, activation_bytes_per_sample, samples_per_s, tokens_per_s,
 //! predicted_peak_bytes, predicted_exactly` (the peak and prediction at the micro-batch;
 //! `predicted_exactly` when the planner's prediction was within one granule of the measured
 //! peak at every size measured).
@@ -22,17 +27,66 @@ use std::time::Instant;
 use headroom_trainer::config::{DataKind, PrecisionKind, Preset, Recompute, TrainConfig};
 use headroom_trainer::{Result, Trainer};
 
-/// Timed steps at the micro-batch after one untimed one.
-const STEPS: usize = 2;
+/// What to measure, from the command line.
+struct Args {
+    device: String,
+    precisions: Vec<PrecisionKind>,
+    micro: usize,
+    steps: usize,
+}
 
-/// A run of GPT-2 small in `precision` with batches of `samples`, in a directory of its own.
-fn config(precision: PrecisionKind, samples: usize) -> TrainConfig {
+impl Args {
+    fn parse() -> std::result::Result<Self, String> {
+        let mut device = "cpu".to_owned();
+        let (mut precisions, mut micro, mut steps) = (Vec::new(), None, 3);
+        let mut args = std::env::args().skip(1);
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let number = || {
+                value
+                    .parse::<usize>()
+                    .map_err(|e| format!("{flag} {value}: {e}"))
+            };
+            match flag.as_str() {
+                "--device" => device = value.clone(),
+                "--precision" => precisions.push(match value.as_str() {
+                    "f32" => PrecisionKind::F32,
+                    "bf16" => PrecisionKind::Bf16,
+                    other => return Err(format!("--precision {other}: f32 or bf16")),
+                }),
+                "--micro-batch" => micro = Some(number()?.max(2)),
+                "--steps" => steps = number()?.max(1),
+                other => return Err(format!("unknown flag {other}")),
+            }
+        }
+        let gpu = device != "cpu";
+        if precisions.is_empty() {
+            precisions = if gpu {
+                vec![PrecisionKind::Bf16]
+            } else {
+                vec![PrecisionKind::F32, PrecisionKind::Bf16]
+            };
+        }
+        let micro = micro.unwrap_or(if gpu { 8 } else { 4 });
+        Ok(Self {
+            device,
+            precisions,
+            micro,
+            steps,
+        })
+    }
+}
+
+/// A run of GPT-2 small on `device` in `precision` with batches of `samples`, in a directory
+/// of its own.
+fn config(device: &str, precision: PrecisionKind, samples: usize) -> TrainConfig {
     let mut config = TrainConfig::over(Some(Preset::Gpt2));
     config.run_dir = Some(std::env::temp_dir().join(format!(
         "headroom-fit-{}-{}-{samples}",
         std::process::id(),
         precision.name()
     )));
+    config.device = device.to_owned();
     config.precision.dtype = precision;
     config.model.recompute = Recompute::Cheap;
     config.data.kind = DataKind::UniformTokens;
@@ -40,8 +94,11 @@ fn config(precision: PrecisionKind, samples: usize) -> TrainConfig {
     config.data.eval_size = 1;
     config.batch.size = samples;
     config.batch.micro = None;
-    config.memory.capacity = "64GiB".into();
-    config.memory.limit = Some("64GiB".into());
+    if device == "cpu" {
+        // A GPU's memory is what its driver reports; the CPU's is simulated.
+        config.memory.capacity = "64GiB".into();
+        config.memory.limit = Some("64GiB".into());
+    }
     config.memory.history = 0;
     config.memory.trace = false;
     config.eval_every = 0;
@@ -49,8 +106,8 @@ fn config(precision: PrecisionKind, samples: usize) -> TrainConfig {
 }
 
 /// The measured and the predicted peak of one step at `samples`, and the trainer, for more.
-fn measured(precision: PrecisionKind, samples: usize) -> Result<(u64, u64, Trainer)> {
-    let mut trainer = Trainer::overwrite(config(precision, samples))?;
+fn measured(device: &str, precision: PrecisionKind, samples: usize) -> Result<(u64, u64, Trainer)> {
+    let mut trainer = Trainer::overwrite(config(device, precision, samples))?;
     let predicted = trainer.plan().map_or(0, |p| p.predicted_peak);
     trainer.train_step()?;
     let peak = trainer.device().allocator().stats().peak_in_use;
@@ -59,20 +116,20 @@ fn measured(precision: PrecisionKind, samples: usize) -> Result<(u64, u64, Train
 }
 
 fn main() -> Result<()> {
-    let micro = std::env::args()
-        .skip_while(|a| a != "--micro-batch")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4usize);
+    let args = Args::parse().unwrap_or_else(|message| {
+        eprintln!("fit-compare: {message}");
+        std::process::exit(2)
+    });
+    let (device, micro) = (args.device.as_str(), args.micro);
     println!(
-        "{:<6} {:>6} {:>14} {:>14} {:>16} {:>10}",
-        "prec", "micro", "peak", "predicted", "activation/smp", "samples/s"
+        "{:<8} {:<6} {:>6} {:>14} {:>14} {:>16} {:>10} {:>10}",
+        "device", "prec", "micro", "peak", "predicted", "activation/smp", "samples/s", "tokens/s"
     );
     let mut lines = Vec::new();
-    for precision in [PrecisionKind::F32, PrecisionKind::Bf16] {
-        let (one, one_predicted, _) = measured(precision, 1)?;
-        let (two, two_predicted, _) = measured(precision, 2)?;
-        let (peak, predicted, mut trainer) = measured(precision, micro)?;
+    for precision in args.precisions {
+        let (one, one_predicted, _) = measured(device, precision, 1)?;
+        let (two, two_predicted, _) = measured(device, precision, 2)?;
+        let (peak, predicted, mut trainer) = measured(device, precision, micro)?;
         let exactly = [
             (one, one_predicted),
             (two, two_predicted),
@@ -80,21 +137,25 @@ fn main() -> Result<()> {
         ]
         .iter()
         .all(|&(m, p)| m.abs_diff(p) <= headroom_alloc::GRANULE);
+        let context = trainer.config().model.window(1024);
         let mut times = Vec::new();
-        for _ in 0..STEPS {
+        for _ in 0..args.steps {
             let started = Instant::now();
+            // A step ends by reading its loss back, so the device has finished it.
             trainer.train_step()?;
             times.push(started.elapsed().as_secs_f64());
         }
         times.sort_by(f64::total_cmp);
         let samples_per_s = micro as f64 / times[times.len() / 2];
+        let tokens_per_s = samples_per_s * context as f64;
         let per_sample = two.saturating_sub(one);
         let name = precision.name();
         println!(
-            "{name:<6} {micro:>6} {peak:>14} {predicted:>14} {per_sample:>16} {samples_per_s:>10.3}"
+            "{device:<8} {name:<6} {micro:>6} {peak:>14} {predicted:>14} {per_sample:>16} \
+             {samples_per_s:>10.3} {tokens_per_s:>10.0}"
         );
         lines.push(format!(
-            "{{\"model\":\"gpt2\",\"precision\":\"{name}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}}}"
+            "{{\"model\":\"gpt2\",\"device\":\"{device}\",\"precision\":\"{name}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}}}"
         ));
     }
     for line in lines {
