@@ -225,3 +225,396 @@ FOR_FLOATS(ATTENTION_BACKWARD_KV)
         } \
     }
 FOR_FLOATS(ATTENTION_BACKWARD_Q)
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core kernels for bf16 and f16 (compute capability 8.0 and later): the same algorithm,
+// with every block product on the matrix units (mma.sync m16n8k16, f32 accumulation). A block
+// holds MMA_ROWS rows of one head, 16 per warp; the other side's rows come through shared
+// memory MMA_TILE at a time. Scores, weights and their gradients stay in the accumulators'
+// registers, whose layout the PTX ISA fixes: lane (g, t) = (lane / 4, lane % 4) holds
+//   A (16 x 16, row-major): (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..);
+//   B (16 x 8, by columns): (k = 2t..2t+1, n = g), (k = 2t + 8.., n = g);
+//   C (16 x 8): c0, c1 at (g, 2t..2t+1) and c2, c3 at (g + 8, 2t..2t+1),
+// each pair of 16-bit values packed in a u32, the lower column (or k) in the low half. So a
+// C tile pair is an A tile: the weights of one product feed the next without leaving registers.
+// DP is the head rounded up to 64 (every GPT-2 size has heads of 64); features past the head
+// are zeros. Wider heads run the warp kernels: a warp's registers cannot hold the key side's
+// four accumulators at 128 features without spilling.
+
+#define MMA_ROWS 64
+#define MMA_TILE 64
+// Padding of a shared row, so that the lanes of a fragment load hit distinct banks.
+#define MMA_PAD 8
+
+// acc += a b for one 16 x 16 by 16 x 8 tile of T (bf16 or f16).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&acc)[4], const u32 (&a)[4], const u32 (&b)[2]);
+
+#define MMA_16816(T, PTX_TYPE) \
+    template <> \
+    __device__ __forceinline__ void mma_16816<T>(float (&acc)[4], const u32 (&a)[4], const u32 (&b)[2]) { \
+        MMA_16816_BODY(T, PTX_TYPE) \
+    }
+#if defined(HEADROOM_HOST_EMULATION)
+#define MMA_16816_BODY(T, PTX_TYPE) host_mma_16816(acc, a, b, PTX_TYPE[0] == 'b');
+#elif __CUDA_ARCH__ >= 800
+#define MMA_16816_BODY(T, PTX_TYPE) \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE ".f32 " \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]) \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+// Older devices run the warp kernels above; the host never launches these there.
+#define MMA_16816_BODY(T, PTX_TYPE) __trap();
+#endif
+MMA_16816(bf16, "bf16")
+MMA_16816(f16, "f16")
+
+// Two values of T packed as the matrix units take them.
+template <typename T> __device__ __forceinline__ u32 mma_pack(float lo, float hi) {
+    return (u32)Io<T>::store(lo).bits | ((u32)Io<T>::store(hi).bits << 16);
+}
+template <typename T> __device__ __forceinline__ u32 mma_pack_bits(T lo, T hi) {
+    return (u32)lo.bits | ((u32)hi.bits << 16);
+}
+
+// Elements p[0] and p[1] (p 4-byte aligned), packed.
+template <typename T> __device__ __forceinline__ u32 mma_pair(const T* p) {
+#ifdef HEADROOM_HOST_EMULATION
+    return mma_pack_bits(p[0], p[1]);
+#else
+    return *reinterpret_cast<const u32*>(p);
+#endif
+}
+
+// Elements (row, f) and (row, f + 1) of a head's [len, head] rows in global memory, zeros
+// outside it.
+template <typename T>
+__device__ __forceinline__ u32 mma_global_pair(const T* x, u64 row, u64 f, u64 len, u64 head) {
+    T zero;
+    zero.bits = 0;
+    const T lo = row < len && f < head ? x[row * head + f] : zero;
+    const T hi = row < len && f + 1 < head ? x[row * head + f + 1] : zero;
+    return mma_pack_bits(lo, hi);
+}
+
+// The A fragments of rows first..first + 15 of a head's [len, head] rows (queries, keys, ...).
+template <typename T, int DP>
+__device__ __forceinline__ void mma_load_a(const T* x, u64 first, u64 len, u64 head, u32 (&a)[DP / 16][4]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int kk = 0; kk < DP / 16; ++kk) {
+        const u64 f = 16 * kk + 2 * t;
+        a[kk][0] = mma_global_pair(x, first + g, f, len, head);
+        a[kk][1] = mma_global_pair(x, first + g + 8, f, len, head);
+        a[kk][2] = mma_global_pair(x, first + g, f + 8, len, head);
+        a[kk][3] = mma_global_pair(x, first + g + 8, f + 8, len, head);
+    }
+}
+
+// Rows first..first + MMA_TILE of a head's [len, head] rows into `tile` (rows of DP + MMA_PAD),
+// zeros past the rows and the head: 16 bytes at a time when rows are whole multiples of them.
+template <typename T, int DP>
+__device__ __forceinline__ void mma_load_tile(const T* x, u64 first, u64 len, u64 head, T* tile) {
+    const int stride = DP + MMA_PAD;
+    const int per_pack = 16 / sizeof(T);
+    if (head % per_pack == 0) {
+        for (int e = threadIdx.x; e < MMA_TILE * DP / per_pack; e += blockDim.x) {
+            const int r = e / (DP / per_pack), f = e % (DP / per_pack) * per_pack;
+            Pack<T> pack;
+            if (first + r < len && (u64)f < head) {
+                pack = *reinterpret_cast<const Pack<T>*>(x + (first + r) * head + f);
+            } else {
+                for (int i = 0; i < per_pack; ++i) pack.v[i].bits = 0;
+            }
+            *reinterpret_cast<Pack<T>*>(tile + r * stride + f) = pack;
+        }
+    } else {
+        for (int e = threadIdx.x; e < MMA_TILE * DP; e += blockDim.x) {
+            const int r = e / DP, f = e % DP;
+            T value;
+            value.bits = 0;
+            if (first + r < len && (u64)f < head) value = x[(first + r) * head + f];
+            tile[r * stride + f] = value;
+        }
+    }
+}
+
+// s[n] (16 rows x 8 of the tile's rows n) = a . tile^T: each row of `a` against each row of
+// `tile` over DP features.
+template <typename T, int DP>
+__device__ __forceinline__ void mma_rows_by_tile(const u32 (&a)[DP / 16][4], const T* tile,
+                                                 float (&s)[MMA_TILE / 8][4]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; ++n) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        const T* row = tile + (n * 8 + g) * (DP + MMA_PAD) + 2 * t;
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; ++kk) {
+            const u32 b[2] = {mma_pair(row + 16 * kk), mma_pair(row + 16 * kk + 8)};
+            mma_16816<T>(s[n], a[kk], b);
+        }
+    }
+}
+
+// acc (16 rows x DP) += w . tile, with w (16 rows x MMA_TILE, as C tiles) rounded to T.
+template <typename T, int DP>
+__device__ __forceinline__ void mma_weights_by_tile(const float (&w)[MMA_TILE / 8][4], const T* tile,
+                                                    float (&acc)[DP / 8][4]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int stride = DP + MMA_PAD;
+#pragma unroll
+    for (int kc = 0; kc < MMA_TILE / 16; ++kc) {
+        const u32 a[4] = {
+            mma_pack<T>(w[2 * kc][0], w[2 * kc][1]),
+            mma_pack<T>(w[2 * kc][2], w[2 * kc][3]),
+            mma_pack<T>(w[2 * kc + 1][0], w[2 * kc + 1][1]),
+            mma_pack<T>(w[2 * kc + 1][2], w[2 * kc + 1][3]),
+        };
+        const T* rows = tile + (16 * kc + 2 * t) * stride + g;
+#pragma unroll
+        for (int nd = 0; nd < DP / 8; ++nd) {
+            const T* col = rows + nd * 8;
+            const u32 b[2] = {mma_pack_bits(col[0], col[stride]),
+                              mma_pack_bits(col[8 * stride], col[9 * stride])};
+            mma_16816<T>(acc[nd], a, b);
+        }
+    }
+}
+
+// The sum of `v` over the four lanes that hold one row of a C tile.
+__device__ __forceinline__ float mma_row_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ __forceinline__ float mma_row_max(float v) {
+    v = m_max(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return m_max(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// Writes acc (rows first..first + 15 of DP features) to a head's [len, head] rows, times
+// factor[r] for the rows g (r = 0) and g + 8 (r = 1).
+template <typename T, int DP>
+__device__ __forceinline__ void mma_store_rows(const float (&acc)[DP / 8][4], const float (&factor)[2],
+                                               T* x, u64 first, u64 len, u64 head) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u64 row = first + g + 8 * r;
+        if (row >= len) continue;
+#pragma unroll
+        for (int nd = 0; nd < DP / 8; ++nd) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const u64 f = nd * 8 + 2 * t + c;
+                if (f < head) x[row * head + f] = Io<T>::store(acc[nd][2 * r + c] * factor[r]);
+            }
+        }
+    }
+}
+
+// The forward pass: out and the log-sum-exp of MMA_ROWS queries of one head.
+template <typename T, int DP>
+__device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v, T* out, float* lse,
+                                              u64 len, u64 head, double scale, int causal, int dropout,
+                                              double p, u64 seed) {
+    __shared__ __align__(16) T keys[MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) T values[MMA_TILE * (DP + MMA_PAD)];
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const u64 h = blockIdx.y, base = h * len * head;
+    const u64 block0 = (u64)blockIdx.x * MMA_ROWS, first = block0 + threadIdx.x / 32 * 16;
+    u32 query[DP / 16][4];
+    mma_load_a<T, DP>(q + base, first, len, head, query);
+    float acc[DP / 8][4], most[2] = {neg_infinity<float>(), neg_infinity<float>()}, sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nd = 0; nd < DP / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
+    const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
+    const u64 keys_seen = causal ? block_end : len;
+    for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE) {
+        __syncthreads();
+        mma_load_tile<T, DP>(k + base, key0, len, head, keys);
+        mma_load_tile<T, DP>(v + base, key0, len, head, values);
+        __syncthreads();
+        if (causal && key0 > first + 15) continue;  // the whole tile is above this warp's rows
+        float s[MMA_TILE / 8][4];
+        mma_rows_by_tile<T, DP>(query, keys, s);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const u64 row = first + g + 8 * r;
+            float tile_most = neg_infinity<float>();
+#pragma unroll
+            for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const u64 key = key0 + n * 8 + 2 * t + c;
+                    const bool hidden = key >= len || (causal && key > row);
+                    const float x = hidden ? neg_infinity<float>() : s[n][2 * r + c] * (float)scale;
+                    s[n][2 * r + c] = x;
+                    tile_most = m_max(tile_most, x);
+                }
+            }
+            const float new_most = m_max(most[r], mma_row_max(tile_most));
+            // A row that has seen no key yet keeps a sum of 0 whatever its reference.
+            const float ref = new_most == neg_infinity<float>() ? 0.0f : new_most;
+            const float rescale = m_exp(most[r] - ref);
+            float tile_sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const float w = m_exp(s[n][2 * r + c] - ref);
+                    tile_sum += w;
+                    const u64 key = key0 + n * 8 + 2 * t + c;
+                    s[n][2 * r + c] = w * att_keep<float>(dropout, p, seed, h, len, row, key);
+                }
+            }
+            sum[r] = sum[r] * rescale + mma_row_sum(tile_sum);
+            most[r] = new_most;
+#pragma unroll
+            for (int nd = 0; nd < DP / 8; ++nd) {
+                acc[nd][2 * r] *= rescale;
+                acc[nd][2 * r + 1] *= rescale;
+            }
+        }
+        mma_weights_by_tile<T, DP>(s, values, acc);
+    }
+    const float inverse[2] = {1.0f / sum[0], 1.0f / sum[1]};
+    mma_store_rows<T, DP>(acc, inverse, out + base, first, len, head);
+    if (t == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const u64 row = first + g + 8 * r;
+            if (row < len) lse[h * len + row] = most[r] + m_log(sum[r]);
+        }
+    }
+}
+
+// The gradients of MMA_ROWS queries of one head, over the tiles of keys they see.
+template <typename T, int DP>
+__device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k, const T* v, const T* dout,
+                                                         const float* lse, const float* delta, T* dq,
+                                                         u64 len, u64 head, double scale, int causal,
+                                                         int dropout, double p, u64 seed) {
+    __shared__ __align__(16) T keys[MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) T values[MMA_TILE * (DP + MMA_PAD)];
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const u64 h = blockIdx.y, base = h * len * head;
+    const u64 block0 = (u64)blockIdx.x * MMA_ROWS, first = block0 + threadIdx.x / 32 * 16;
+    u32 query[DP / 16][4], grad[DP / 16][4];
+    mma_load_a<T, DP>(q + base, first, len, head, query);
+    mma_load_a<T, DP>(dout + base, first, len, head, grad);
+    float row_lse[2], row_delta[2], acc[DP / 8][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u64 row = first + g + 8 * r;
+        row_lse[r] = row < len ? lse[h * len + row] : 0.0f;
+        row_delta[r] = row < len ? delta[h * len + row] : 0.0f;
+    }
+#pragma unroll
+    for (int nd = 0; nd < DP / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
+    const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
+    const u64 keys_seen = causal ? block_end : len;
+    for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE) {
+        __syncthreads();
+        mma_load_tile<T, DP>(k + base, key0, len, head, keys);
+        mma_load_tile<T, DP>(v + base, key0, len, head, values);
+        __syncthreads();
+        if (causal && key0 > first + 15) continue;
+        float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
+        mma_rows_by_tile<T, DP>(query, keys, s);
+        mma_rows_by_tile<T, DP>(grad, values, dp);
+#pragma unroll
+        for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = e / 2;
+                const u64 row = first + g + 8 * r, key = key0 + n * 8 + 2 * t + e % 2;
+                const bool hidden = row >= len || key >= len || (causal && key > row);
+                const float w = hidden ? 0.0f : m_exp(s[n][e] * (float)scale - row_lse[r]);
+                const float keep = att_keep<float>(dropout, p, seed, h, len, row, key);
+                s[n][e] = w * (dp[n][e] * keep - row_delta[r]) * (float)scale;
+            }
+        }
+        mma_weights_by_tile<T, DP>(s, keys, acc);
+    }
+    const float one[2] = {1.0f, 1.0f};
+    mma_store_rows<T, DP>(acc, one, dq + base, first, len, head);
+}
+
+// The gradients of MMA_ROWS keys and values of one head, over the tiles of queries that see
+// them.
+template <typename T, int DP>
+__device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k, const T* v, const T* dout,
+                                                          const float* lse, const float* delta, T* dk, T* dv,
+                                                          u64 len, u64 head, double scale, int causal,
+                                                          int dropout, double p, u64 seed) {
+    __shared__ __align__(16) T queries[MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) T grads[MMA_TILE * (DP + MMA_PAD)];
+    __shared__ float tile_lse[MMA_TILE], tile_delta[MMA_TILE];
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const u64 h = blockIdx.y, base = h * len * head;
+    const u64 block0 = (u64)blockIdx.x * MMA_ROWS, first = block0 + threadIdx.x / 32 * 16;
+    u32 key_rows[DP / 16][4], value_rows[DP / 16][4];
+    mma_load_a<T, DP>(k + base, first, len, head, key_rows);
+    mma_load_a<T, DP>(v + base, first, len, head, value_rows);
+    float gk[DP / 8][4], gv[DP / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < DP / 8; ++nd) {
+        gk[nd][0] = gk[nd][1] = gk[nd][2] = gk[nd][3] = 0.0f;
+        gv[nd][0] = gv[nd][1] = gv[nd][2] = gv[nd][3] = 0.0f;
+    }
+    for (u64 q0 = causal ? block0 : 0; q0 < len; q0 += MMA_TILE) {
+        __syncthreads();
+        mma_load_tile<T, DP>(q + base, q0, len, head, queries);
+        mma_load_tile<T, DP>(dout + base, q0, len, head, grads);
+        for (int i = threadIdx.x; i < MMA_TILE; i += blockDim.x) {
+            tile_lse[i] = q0 + i < len ? lse[h * len + q0 + i] : 0.0f;
+            tile_delta[i] = q0 + i < len ? delta[h * len + q0 + i] : 0.0f;
+        }
+        __syncthreads();
+        if (causal && q0 + MMA_TILE <= first) continue;  // every query of the tile is before these keys
+        float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
+        mma_rows_by_tile<T, DP>(key_rows, queries, s);
+        mma_rows_by_tile<T, DP>(value_rows, grads, dp);
+#pragma unroll
+        for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = e / 2, col = n * 8 + 2 * t + e % 2;
+                const u64 key = first + g + 8 * r, row = q0 + col;
+                const bool hidden = row >= len || key >= len || (causal && key > row);
+                const float w = hidden ? 0.0f : m_exp(s[n][e] * (float)scale - tile_lse[col]);
+                const float keep = att_keep<float>(dropout, p, seed, h, len, row, key);
+                s[n][e] = w * keep;
+                dp[n][e] = w * (dp[n][e] * keep - tile_delta[col]) * (float)scale;
+            }
+        }
+        mma_weights_by_tile<T, DP>(s, grads, gv);
+        mma_weights_by_tile<T, DP>(dp, queries, gk);
+    }
+    const float one[2] = {1.0f, 1.0f};
+    mma_store_rows<T, DP>(gk, one, dk + base, first, len, head);
+    mma_store_rows<T, DP>(gv, one, dv + base, first, len, head);
+}
+
+#define ATTENTION_MMA(name, T, DP) \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_mma##DP##_##name( \
+        const T* q, const T* k, const T* v, T* out, float* lse, u64 len, u64 head, double scale, \
+        int causal, int dropout, double p, u64 seed) { \
+        attention_mma<T, DP>(q, k, v, out, lse, len, head, scale, causal, dropout, p, seed); \
+    } \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_q_mma##DP##_##name( \
+        const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq, \
+        u64 len, u64 head, double scale, int causal, int dropout, double p, u64 seed) { \
+        attention_backward_q_mma<T, DP>(q, k, v, dout, lse, delta, dq, len, head, scale, causal, dropout, \
+                                        p, seed); \
+    } \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_kv_mma##DP##_##name( \
+        const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dk, \
+        T* dv, u64 len, u64 head, double scale, int causal, int dropout, double p, u64 seed) { \
+        attention_backward_kv_mma<T, DP>(q, k, v, dout, lse, delta, dk, dv, len, head, scale, causal, \
+                                         dropout, p, seed); \
+    }
+ATTENTION_MMA(bf16, bf16, 64)
+ATTENTION_MMA(f16, f16, 64)

@@ -41,6 +41,9 @@ pub(crate) struct CudaBackend {
     /// recommendation for this device.
     pub(crate) gemm_workspace: u64,
     multiprocessors: u32,
+    /// Compute capability 8.0 or later: the matrix units take bf16 and f16 (`mma.sync`
+    /// m16n8k16).
+    pub(crate) tensor_cores: bool,
     modules: Mutex<HashMap<Family, Arc<Module>>>,
     functions: Mutex<HashMap<String, Kernel>>,
 }
@@ -125,6 +128,7 @@ impl CudaBackend {
                 preferred_blas_workspace(u32::try_from(capability.0).unwrap_or(0))
             }),
             multiprocessors: u32::try_from(multiprocessors).unwrap_or(1).max(1),
+            tensor_cores: capability.0 >= 8,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
         })

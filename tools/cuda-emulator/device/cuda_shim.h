@@ -65,3 +65,57 @@ inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: acc += A B over one warp, computed in
+// software. Each lane holds its fragments as the PTX ISA lays them out (lane = 4 g + t):
+//   A (16 x 16): (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..), a pair a u32;
+//   B (16 x 8): (k = 2t..2t+1, n = g), (k = 2t + 8.., n = g);
+//   C (16 x 8): (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+// The lanes publish their fragments, wait for the warp, and each computes its own part of C
+// from all of them in f32; a second wait keeps the next call from overwriting what another
+// lane still reads.
+namespace emu_mma {
+struct Fragments {
+    uint32_t a[4];
+    uint32_t b[2];
+};
+// One slot per thread of a block: blocks run one at a time, and one slot per lane suffices.
+inline Fragments* slots() {
+    static Fragments lanes[1024];
+    return lanes;
+}
+inline float operand(uint32_t pair, int half, bool bf16) {
+    const uint16_t bits = uint16_t(half ? pair >> 16 : pair & 0xffffu);
+    return bf16 ? host_bf16_to_f32(bits) : host_f16_to_f32(bits);
+}
+}  // namespace emu_mma
+
+inline void host_mma_16816(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf16) {
+    const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned lane = linear % 32, first = linear - lane;
+    emu_mma::Fragments* warp = emu_mma::slots() + first;
+    std::memcpy(warp[lane].a, a, sizeof a);
+    std::memcpy(warp[lane].b, b, sizeof b);
+    emu::sync_warp(0xffffffffu);
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        for (int half = 0; half < 2; ++half) {
+            const int c = 2 * t + half;
+            A[g][c] = emu_mma::operand(warp[l].a[0], half, bf16);
+            A[g + 8][c] = emu_mma::operand(warp[l].a[1], half, bf16);
+            A[g][c + 8] = emu_mma::operand(warp[l].a[2], half, bf16);
+            A[g + 8][c + 8] = emu_mma::operand(warp[l].a[3], half, bf16);
+            B[c][g] = emu_mma::operand(warp[l].b[0], half, bf16);
+            B[c + 8][g] = emu_mma::operand(warp[l].b[1], half, bf16);
+        }
+    }
+    emu::sync_warp(0xffffffffu);
+    const int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        float sum = acc[e];
+        for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+        acc[e] = sum;
+    }
+}

@@ -1,12 +1,15 @@
-//! CUDA kernels: memory-efficient attention (`attention.cu`), a warp per row and four rows to a
-//! block, one grid row per head. The backward pass first sums each row's output times its
-//! gradient into a workspace (`delta`, one value per row in the compute type), then runs the
-//! keys' and values' gradients and the queries' in two kernels, so that nothing accumulates
-//! across blocks.
+//! CUDA kernels: memory-efficient attention (`attention.cu`), one grid row per head. bf16 and
+//! f16 heads of up to 64 features run on the matrix units (compute capability 8.0 and later):
+//! a block holds 64 rows, a warp 16, and every block product is an `mma.sync`. Other heads and
+//! dtypes run the warp kernels: a warp per row, four rows to a block. The backward pass first
+//! sums each row's output times its gradient into a workspace (`delta`, one value per row in
+//! the compute type), then runs the keys' and values' gradients and the queries' in two
+//! kernels, so that nothing accumulates across blocks.
 
 use cudarc::driver::LaunchConfig;
 
 use super::lse_dtype;
+use crate::DType;
 use crate::backend::attention::{AttentionKernels, AttentionSpec};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, CudaBackend, Family, float_kernel};
@@ -14,17 +17,54 @@ use crate::error::{Error, Result};
 
 /// Features a head may have: what a warp's lanes hold (`ATT_HEAD_MAX`).
 pub(crate) const HEAD_MAX: usize = 128;
-/// Rows (warps) per block (`ATT_WARPS`).
+/// Features a head may have for the tensor-core kernels (`DP` of their instances).
+const MMA_HEAD_MAX: usize = 64;
+/// Rows per block of the tensor-core kernels (`MMA_ROWS`).
+const MMA_ROWS: usize = 64;
+/// Warps per block of either kind (`ATT_WARPS`); a warp kernel's warp holds one row.
 const WARPS: usize = 4;
 /// Heads a grid holds: its y dimension.
 const GRID_HEADS: usize = 65_535;
 
-/// The launch of a kernel over `rows` rows of each of `heads` heads.
-fn grid(rows: usize, heads: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (rows.div_ceil(WARPS).max(1) as u32, heads as u32, 1),
-        block_dim: (32 * WARPS as u32, 1, 1),
-        shared_mem_bytes: 0,
+/// Which kernels run an attention.
+#[derive(Clone, Copy)]
+enum Kernels {
+    /// A warp per row.
+    Warp,
+    /// The matrix units, 64 rows a block.
+    Mma,
+}
+
+impl Kernels {
+    /// The kernels for `spec` in `dtype` on `backend`.
+    fn pick(backend: &CudaBackend, spec: &AttentionSpec, dtype: DType) -> Self {
+        let half = matches!(dtype, DType::BF16 | DType::F16);
+        if backend.tensor_cores && half && spec.head <= MMA_HEAD_MAX {
+            Self::Mma
+        } else {
+            Self::Warp
+        }
+    }
+
+    /// The name of kernel `base` of these in `dtype`.
+    fn name(self, base: &str, dtype: DType, op: &'static str) -> Result<String> {
+        match self {
+            Self::Warp => float_kernel(base, dtype, op),
+            Self::Mma => float_kernel(&format!("{base}_mma{MMA_HEAD_MAX}"), dtype, op),
+        }
+    }
+
+    /// The launch over `rows` rows of each of `heads` heads.
+    fn grid(self, rows: usize, heads: usize) -> LaunchConfig {
+        let per_block = match self {
+            Self::Warp => WARPS,
+            Self::Mma => MMA_ROWS,
+        };
+        LaunchConfig {
+            grid_dim: (rows.div_ceil(per_block).max(1) as u32, heads as u32, 1),
+            block_dim: (32 * WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        }
     }
 }
 
@@ -67,7 +107,8 @@ impl AttentionKernels for CudaBackend {
         if spec.elements() == 0 {
             return Ok(());
         }
-        let name = float_kernel("attention", q.dtype(), OP)?;
+        let kernels = Kernels::pick(self, spec, q.dtype());
+        let name = kernels.name("attention", q.dtype(), OP)?;
         let mut args: Vec<Arg> = vec![
             q.into(),
             k.into(),
@@ -80,7 +121,7 @@ impl AttentionKernels for CudaBackend {
             spec.causal.into(),
         ];
         args.extend(dropout_args(spec));
-        let config = grid(spec.len, spec.heads);
+        let config = kernels.grid(spec.len, spec.heads);
         self.launch(OP, Family::Attention, &name, config, &args)
     }
 
@@ -110,7 +151,8 @@ impl AttentionKernels for CudaBackend {
             spec.rows().into(),
             spec.head.into(),
         ];
-        self.launch(OP, Family::Attention, &name, grid(spec.rows(), 1), &args)?;
+        let rows = Kernels::Warp.grid(spec.rows(), 1);
+        self.launch(OP, Family::Attention, &name, rows, &args)?;
         let shared = |grads: &[&mut Buffer]| -> Vec<Arg> {
             let mut args: Vec<Arg> = vec![
                 q.into(),
@@ -130,10 +172,11 @@ impl AttentionKernels for CudaBackend {
             args.extend(dropout_args(spec));
             args
         };
-        let config = grid(spec.len, spec.heads);
-        let name = float_kernel("attention_backward_kv", dtype, OP)?;
+        let kernels = Kernels::pick(self, spec, dtype);
+        let config = kernels.grid(spec.len, spec.heads);
+        let name = kernels.name("attention_backward_kv", dtype, OP)?;
         self.launch(OP, Family::Attention, &name, config, &shared(&[dk, dv]))?;
-        let name = float_kernel("attention_backward_q", dtype, OP)?;
+        let name = kernels.name("attention_backward_q", dtype, OP)?;
         self.launch(OP, Family::Attention, &name, config, &shared(&[dq]))
     }
 }
