@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
@@ -16,6 +17,7 @@ use super::blas::BlasHandle;
 use super::compile::{Family, compile};
 use super::driver::{CudaOptions, driver_error, require_device, require_libraries};
 use super::memory::CudaMemory;
+use super::profile::Profile;
 use super::signature::{Param, check_arguments, signatures};
 use crate::backend::gemm::preferred_blas_workspace;
 use crate::buffer::Buffer;
@@ -46,6 +48,8 @@ pub(crate) struct CudaBackend {
     pub(crate) tensor_cores: bool,
     modules: Mutex<HashMap<Family, Arc<Module>>>,
     functions: Mutex<HashMap<String, Kernel>>,
+    /// Times each piece of work alone, when the environment asks (`profile.rs`).
+    profile: Option<Profile>,
 }
 
 /// A loaded family and the parameter lists of its kernels.
@@ -131,6 +135,7 @@ impl CudaBackend {
             tensor_cores: capability.0 >= 8,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            profile: Profile::from_env(),
         })
     }
 
@@ -220,14 +225,39 @@ impl CudaBackend {
                 Arg::Walk(v) => builder.arg(v.as_ref()),
             };
         }
-        // SAFETY: `args` match the kernel's parameter list as its PTX declares it, in number,
-        // size and kind (checked above): pointers as u64 device addresses of live buffers
-        // borrowed for this call, u64 sizes, doubles, ints, `Walk` as its `#[repr(C)]` mirror. The kernels index only below the sizes passed,
-        // which the op layer checked against the buffers' lengths. Work on the one stream runs
-        // in order, so the buffers' memory is not reused under it (see the module docs).
-        unsafe { builder.launch(config) }
-            .map(drop)
-            .map_err(|err| driver_error(op, "cuLaunchKernel", err))
+        self.timed(
+            op,
+            || name.to_owned(),
+            || {
+                // SAFETY: `args` match the kernel's parameter list as its PTX declares it, in number,
+                // size and kind (checked above): pointers as u64 device addresses of live buffers
+                // borrowed for this call, u64 sizes, doubles, ints, `Walk` as its `#[repr(C)]` mirror. The kernels index only below the sizes passed,
+                // which the op layer checked against the buffers' lengths. Work on the one stream runs
+                // in order, so the buffers' memory is not reused under it (see the module docs).
+                unsafe { builder.launch(config) }
+                    .map(drop)
+                    .map_err(|err| driver_error(op, "cuLaunchKernel", err))
+            },
+        )
+    }
+
+    /// Runs `work`, which queues work on the stream; when profiling, alone, and counted as
+    /// `name`.
+    pub(crate) fn timed<R>(
+        &self,
+        op: &'static str,
+        name: impl FnOnce() -> String,
+        work: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let Some(profile) = &self.profile else {
+            return work();
+        };
+        self.wait(op)?;
+        let started = Instant::now();
+        let out = work()?;
+        self.wait(op)?;
+        profile.record(name(), started.elapsed());
+        Ok(out)
     }
 
     /// Queues a copy of `bytes` bytes from device address `src` to `dst`.
@@ -267,10 +297,16 @@ impl CudaBackend {
             return Ok(());
         }
         self.bind(op)?;
-        // SAFETY: `src` starts a live buffer of at least `bytes.len()` bytes (checked by the
-        // caller); the stream is synchronised before `bytes` is used or released.
-        unsafe { result::memcpy_dtoh_async(bytes, src, self.stream.cu_stream()) }
-            .map_err(|err| driver_error(op, "cuMemcpyDtoHAsync", err))?;
+        self.timed(
+            op,
+            || format!("copy to host ({op})"),
+            || {
+                // SAFETY: `src` starts a live buffer of at least `bytes.len()` bytes (checked by the
+                // caller); the stream is synchronised before `bytes` is used or released.
+                unsafe { result::memcpy_dtoh_async(bytes, src, self.stream.cu_stream()) }
+                    .map_err(|err| driver_error(op, "cuMemcpyDtoHAsync", err))
+            },
+        )?;
         self.wait(op)
     }
 
@@ -297,6 +333,9 @@ impl Drop for CudaBackend {
         if self.context.bind_to_thread().is_ok() {
             // An error of earlier work has no one left to report to.
             let _ = self.stream.synchronize();
+            if let Some(profile) = &self.profile {
+                eprint!("{}", profile.table());
+            }
         }
     }
 }

@@ -34,6 +34,7 @@ mod compile;
 mod driver;
 pub(crate) mod enum_codes;
 mod memory;
+mod profile;
 mod ptx_cache;
 pub(crate) mod rows;
 mod signature;

@@ -129,58 +129,68 @@ impl GemmKernels for CudaBackend {
         self.bind(OP)?;
         let blas = self.blas.lock();
         let handle = blas.raw();
-        // SAFETY: the handle is bound to this device's stream and used under its lock. The
-        // workspace is a live buffer of `workspace.bytes()` on this device; it
-        // returns to the allocator after the call is queued, which the stream order makes safe
-        // (module docs of `cuda`). The operand pointers are live buffers the op layer sized for
-        // `spec` (a: batch x m x k, b: batch x k x n, or one shared matrix with stride 0; out:
-        // batch x m x n; a single product reads one of each), the leading dimensions follow
-        // from the row-major layout, and the scalars live on the stack until the call returns
-        // (host pointer mode).
-        unsafe {
-            check(
-                "cublasSetWorkspace",
-                cublasSetWorkspace_v2(handle, workspace.addr() as *mut c_void, workspace.bytes()),
-            )?;
-            if batch == 1 {
+        let name = || {
+            let (ta, tb) = (spec.trans_a as u8, spec.trans_b as u8);
+            format!("gemm {dtype} {batch}x{m}x{n}x{k} (trans {ta}{tb})")
+        };
+        self.timed(OP, name, || {
+            // SAFETY: the handle is bound to this device's stream and used under its lock. The
+            // workspace is a live buffer of `workspace.bytes()` on this device; it
+            // returns to the allocator after the call is queued, which the stream order makes safe
+            // (module docs of `cuda`). The operand pointers are live buffers the op layer sized for
+            // `spec` (a: batch x m x k, b: batch x k x n, or one shared matrix with stride 0; out:
+            // batch x m x n; a single product reads one of each), the leading dimensions follow
+            // from the row-major layout, and the scalars live on the stack until the call returns
+            // (host pointer mode).
+            unsafe {
                 check(
-                    "cublasGemmEx",
-                    cublasGemmEx(
-                        handle, op_b, op_a, n_, m_, k_, alpha, b, data, ld_b, a, data, ld_a, beta,
-                        c, data, n_, compute, algo,
-                    ),
-                )
-            } else {
-                check(
-                    "cublasGemmStridedBatchedEx",
-                    cublasGemmStridedBatchedEx(
+                    "cublasSetWorkspace",
+                    cublasSetWorkspace_v2(
                         handle,
-                        op_b,
-                        op_a,
-                        n_,
-                        m_,
-                        k_,
-                        alpha,
-                        b,
-                        data,
-                        ld_b,
-                        spec.b_batch_stride as i64,
-                        a,
-                        data,
-                        ld_a,
-                        spec.a_batch_stride as i64,
-                        beta,
-                        c,
-                        data,
-                        n_,
-                        (m * n) as i64,
-                        batch_,
-                        compute,
-                        algo,
+                        workspace.addr() as *mut c_void,
+                        workspace.bytes(),
                     ),
-                )
+                )?;
+                if batch == 1 {
+                    check(
+                        "cublasGemmEx",
+                        cublasGemmEx(
+                            handle, op_b, op_a, n_, m_, k_, alpha, b, data, ld_b, a, data, ld_a,
+                            beta, c, data, n_, compute, algo,
+                        ),
+                    )
+                } else {
+                    check(
+                        "cublasGemmStridedBatchedEx",
+                        cublasGemmStridedBatchedEx(
+                            handle,
+                            op_b,
+                            op_a,
+                            n_,
+                            m_,
+                            k_,
+                            alpha,
+                            b,
+                            data,
+                            ld_b,
+                            spec.b_batch_stride as i64,
+                            a,
+                            data,
+                            ld_a,
+                            spec.a_batch_stride as i64,
+                            beta,
+                            c,
+                            data,
+                            n_,
+                            (m * n) as i64,
+                            batch_,
+                            compute,
+                            algo,
+                        ),
+                    )
+                }
             }
-        }
+        })
     }
 
     fn gemm_half(&self) -> bool {
