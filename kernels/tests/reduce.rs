@@ -8,8 +8,10 @@ use headroom_kernels::{Array, DType, Error, Shape};
 
 #[test]
 fn reductions_over_every_axis_match_the_f64_reference() {
-    // The last two reach past one block of threads per output and per column.
-    let shapes: [&[usize]; 7] = [
+    // [2, 3000] and [3, 700, 40] reach past one block of threads per output and per column;
+    // on a GPU the last two reduce long rows, and [3, 700, 40] long columns,
+    // in parts (`ReduceSpec::parts`).
+    let shapes: [&[usize]; 9] = [
         &[1],
         &[9],
         &[3, 5],
@@ -17,6 +19,8 @@ fn reductions_over_every_axis_match_the_f64_reference() {
         &[4, 3, 1, 5],
         &[2, 3000],
         &[3, 700, 40],
+        &[35_000],
+        &[2, 33_000],
     ];
     let mut rng = rng();
     for device in devices() {

@@ -39,6 +39,42 @@ pub struct ReduceSpec {
     pub inner: usize,
 }
 
+/// Elements of a contiguous axis (one row) that each part reduces at least.
+pub const ROW_PART: usize = 16_384;
+/// Positions of a strided axis (a column) that each part reduces at least.
+pub const COLUMN_PART: usize = 256;
+/// The most parts an axis is cut into.
+pub const MOST_PARTS: usize = 1024;
+/// Blocks of threads that fill a GPU by themselves: a reduction that has fewer is cut.
+pub const FEW_BLOCKS: usize = 256;
+/// The most partial results the parts leave (16 MiB of f64 pairs).
+pub const MOST_PARTIALS: usize = 1 << 20;
+
+impl ReduceSpec {
+    /// How many parts the reduced axis is cut into on a GPU, so that a reduction with few
+    /// outputs over a long axis still spreads over the whole device: a gradient's squared norm
+    /// (one row of millions), a bias's gradient (a few hundred columns of thousands of rows).
+    /// A block takes one row, or 32 neighbouring columns; when there are [`FEW_BLOCKS`] or
+    /// more, or the axis is shorter than two parts ([`ROW_PART`] or [`COLUMN_PART`]), the axis
+    /// stays whole. Otherwise it is cut into parts of at least that many positions, at most
+    /// [`MOST_PARTS`], and at most as many as keep `outer * parts * inner` within
+    /// [`MOST_PARTIALS`]: each part's partial result goes to a workspace of
+    /// `2 * outer * parts * inner` f64 values, and a second pass combines each output's in
+    /// order. A rule of the shape alone, so that planning allocates what the device does.
+    pub fn parts(&self) -> usize {
+        let (blocks, part) = if self.inner == 1 {
+            (self.outer, ROW_PART)
+        } else {
+            (self.outer * self.inner.div_ceil(32), COLUMN_PART)
+        };
+        if blocks >= FEW_BLOCKS || self.axis < 2 * part {
+            return 1;
+        }
+        let room = MOST_PARTIALS / (self.outer * self.inner).max(1);
+        self.axis.div_ceil(part).min(MOST_PARTS).min(room).max(1)
+    }
+}
+
 /// Reductions over one axis.
 pub trait ReduceKernels {
     /// Reduces `x`, seen as `[outer, axis, inner]`, over the middle axis into `out`

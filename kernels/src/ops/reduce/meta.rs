@@ -1,12 +1,20 @@
-//! Meta kernels for reductions: nothing to compute.
+//! Meta kernels for reductions: nothing to compute; planning for CUDA, the workspace of the
+//! partial results of an axis cut into parts ([`ReduceSpec::parts`]).
 
+use crate::DType;
 use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 
 impl ReduceKernels for MetaBackend {
-    fn reduce(&self, _: ReduceOp, _: ReduceSpec, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn reduce(&self, op: ReduceOp, spec: ReduceSpec, x: &Buffer, out: &mut Buffer) -> Result<()> {
+        let parts = spec.parts();
+        if self.plans_cuda() && parts > 1 && !out.is_empty() {
+            let partials = 2 * spec.outer * parts * spec.inner;
+            x.memory()
+                .alloc_workspace(DType::F64, partials, op.name())?;
+        }
         Ok(())
     }
 }
