@@ -25,13 +25,17 @@ fn permuted(values: &[f64], shape: &[usize], axes: &[usize]) -> Vec<f64> {
 
 #[test]
 fn permutations_move_every_element_in_every_dtype() {
-    let cases: [(&[usize], &[usize]); 6] = [
+    // The last two keep a last axis long enough to move 16 bytes at a time on a GPU, where
+    // every run starts on 16 bytes (64 elements of any size) and where not (65).
+    let cases: [(&[usize], &[usize]); 8] = [
         (&[5], &[0]),
         (&[3, 4], &[1, 0]),
         (&[2, 3, 4], &[2, 0, 1]),
         (&[2, 1, 3, 5], &[0, 2, 1, 3]),
         (&[1, 7, 1], &[2, 1, 0]),
         (&[4, 3, 2, 5], &[3, 2, 1, 0]),
+        (&[2, 3, 64], &[1, 0, 2]),
+        (&[3, 2, 65], &[1, 0, 2]),
     ];
     let mut rng = rng();
     for device in devices() {
@@ -118,12 +122,17 @@ fn broadcasts_repeat_every_element_in_every_dtype() {
 
 #[test]
 fn slices_pick_and_concatenation_restores_every_element() {
-    let cases: [(&[usize], usize, &[usize]); 5] = [
+    // The last two slice and join runs that a GPU moves 16 bytes at a time where every run
+    // starts on 16 bytes (8 and 136 elements of two bytes or more), and one element at a time
+    // where not (65 elements).
+    let cases: [(&[usize], usize, &[usize]); 7] = [
         (&[7], 0, &[3, 4]),
         (&[2, 6], 1, &[1, 2, 3]),
         (&[4, 3, 5], 0, &[2, 2]),
         (&[2, 3, 5], 1, &[3]),
         (&[2, 1, 9], 2, &[4, 0, 5]),
+        (&[3, 200], 1, &[8, 136, 56]),
+        (&[2, 3, 130], 2, &[65, 65]),
     ];
     let mut rng = rng();
     for device in devices() {

@@ -105,6 +105,34 @@ pub(crate) struct Walk {
 unsafe impl DeviceRepr for Walk {}
 
 impl Walk {
+    /// The length of the innermost dimension when its elements are contiguous (stride 1),
+    /// else 0.
+    pub(crate) fn contiguous_run(&self) -> u64 {
+        match self.rank as usize {
+            0 => 0,
+            rank if self.strides[rank - 1] == 1 => self.dims[rank - 1],
+            _ => 0,
+        }
+    }
+
+    /// The strides of the dimensions walked.
+    pub(crate) fn strides(&self) -> &[u64] {
+        &self.strides[..self.rank as usize]
+    }
+
+    /// The walk in units of `per` elements: its innermost dimension a contiguous run, and the
+    /// run and every other stride multiples of `per`.
+    pub(crate) fn in_units(mut self, per: u64) -> Walk {
+        let rank = self.rank as usize;
+        if rank > 0 {
+            self.dims[rank - 1] /= per;
+            for stride in &mut self.strides[..rank - 1] {
+                *stride /= per;
+            }
+        }
+        self
+    }
+
     /// The walks of operands through the same `dims`, one list of strides each, with
     /// dimensions of size 1 dropped and neighbours merged wherever every operand steps through
     /// the pair as through one dimension: fewer divisions per element, and any rank that merges

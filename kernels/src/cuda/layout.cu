@@ -13,3 +13,6 @@
 LAYOUT(2, u16)
 LAYOUT(4, u32)
 LAYOUT(8, u64)
+// Sixteen bytes of elements of any size, where a walk's innermost run, its other strides and its
+// start allow: a fraction of the iterations, loads and stores of the element's own size.
+LAYOUT(16, Pack<u32>)
