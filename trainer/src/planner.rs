@@ -106,7 +106,7 @@ pub fn plan(
     }
     if let Some((vocab, len)) = chunking {
         let rows = len * plan.micro;
-        for rows in head_chunk::larger(vocab, rows) {
+        for rows in head_chunk::larger(vocab, rows, head_chunk::most_logits(plan_target)) {
             config.model.head_chunk = Some(rows);
             if !try_chunk(&mut plan, &config, task, budget, plan_target)? {
                 break;

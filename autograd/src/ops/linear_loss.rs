@@ -5,15 +5,21 @@
 //! logits never exist whole: beyond the operands and their gradients, a step holds one chunk's
 //! logits and their gradient.
 //!
+//! On CUDA the products' weight carries rows of zeros that round the vocabulary up to a
+//! multiple of eight ([`padding`]): cuBLAS runs products whose rows do not start on 16 bytes
+//! at a fraction of its speed, and GPT-2's 50257 columns do not. The padded columns of each
+//! chunk's logits are cut off before the loss, and those of its gradient are zeros.
+//!
 //! Under autocast the products run in the half type and the loss in f32, as the unfused head
-//! and cross-entropy do; the weight's gradient adds up over the chunks in the weight's own
-//! dtype (f32 master weights), never in half.
+//! and cross-entropy do (each chunk's share of the weight's gradient too, with f32
+//! accumulation inside the product); the weight's gradient adds up over the chunks in the
+//! weight's own dtype (f32 master weights), never in half.
 
 use headroom_kernels::ops::elementwise as ew;
 use headroom_kernels::ops::gemm::{matmul, matmul_accumulate};
 use headroom_kernels::ops::layout::{concat, narrow};
 use headroom_kernels::ops::loss::{cross_entropy, cross_entropy_backward, loss_dtype};
-use headroom_kernels::{Array, DType, DeviceKind, Error as KernelError, Shape};
+use headroom_kernels::{Array, DType, Device, DeviceKind, Error as KernelError, PlanTarget, Shape};
 
 use super::{rule, when};
 use crate::autocast::autocast_dtype;
@@ -56,25 +62,66 @@ fn in_dtype(x: &Array, dtype: DType) -> Result<Array> {
     })
 }
 
+/// Rows of zeros that round a vocabulary of `vocab` up to a multiple of eight on `device`'s
+/// kind of backend: on CUDA (a GPU, or the meta device planning for one), none elsewhere.
+fn padding(device: &Device, vocab: usize) -> usize {
+    match device.plan_target() {
+        PlanTarget::Cuda { .. } => vocab.next_multiple_of(8) - vocab,
+        PlanTarget::Cpu => 0,
+    }
+}
+
+/// The weight as the products take it: in `dtype`, followed by `pad` rows of zeros.
+fn products_weight(weight: &Array, dtype: DType, pad: usize) -> Result<Array> {
+    let cast = in_dtype(weight, dtype)?;
+    if pad == 0 {
+        return Ok(cast);
+    }
+    let features = cast.shape().dims()[1];
+    let zeros = Array::zeros(cast.device(), Shape::new(&[pad, features]), dtype)?;
+    Ok(concat(&[&cast, &zeros], 0)?)
+}
+
 /// What both passes share: the operands, in their own dtype and in the products' one.
 struct Head {
     hidden: Array,
     weight: Array,
-    /// The weight as the products take it (the autocast half type, or itself).
+    /// The weight as the products take it (the autocast half type, or itself), with `pad`
+    /// rows of zeros.
     weight_p: Array,
+    pad: usize,
     targets: Array,
     ignore: Option<u32>,
     chunks: Vec<Chunk>,
 }
 
 impl Head {
-    /// Chunk `c`'s hidden rows (in their dtype), its logits and its targets.
+    /// Chunk `c`'s hidden rows (in the products' dtype), its logits and its targets.
     fn logits(&self, c: Chunk) -> Result<(Array, Array, Array)> {
         let hidden = narrow(&self.hidden, 0, c.start, c.rows)?;
         let hidden_p = in_dtype(&hidden, self.weight_p.dtype())?;
-        let logits = matmul(&hidden_p, &self.weight_p, false, true)?;
+        let logits = self.unpadded(matmul(&hidden_p, &self.weight_p, false, true)?, 1)?;
         let targets = narrow(&self.targets, 0, c.start, c.rows)?;
-        Ok((hidden, logits, targets))
+        Ok((hidden_p, logits, targets))
+    }
+
+    /// `x` without the padding at the end of `axis` (the vocabulary's).
+    fn unpadded(&self, x: Array, axis: usize) -> Result<Array> {
+        if self.pad == 0 {
+            return Ok(x);
+        }
+        let vocab = self.weight.shape().dims()[0];
+        Ok(narrow(&x, axis, 0, vocab)?)
+    }
+
+    /// A chunk's logits' gradient with zeros for the padded columns.
+    fn padded(&self, dlogits: &Array) -> Result<Array> {
+        if self.pad == 0 {
+            return Ok(dlogits.clone());
+        }
+        let rows = dlogits.shape().dims()[0];
+        let zeros = Array::zeros(dlogits.device(), [rows, self.pad], dlogits.dtype())?;
+        Ok(concat(&[dlogits, &zeros], 1)?)
     }
 
     /// The mean loss over the counted rows, chunk by chunk.
@@ -104,13 +151,20 @@ impl Head {
             let dloss = ew::scale(g, c.share)?;
             let dlogits = cross_entropy_backward(&logits, &targets, &dloss, self.ignore)?;
             drop(logits);
+            let dlogits_p = self.padded(&dlogits)?;
             if hidden {
-                let d = matmul(&dlogits, &self.weight_p, false, false)?;
+                let d = matmul(&dlogits_p, &self.weight_p, false, false)?;
                 dhidden.push(in_dtype(&d, self.hidden.dtype())?);
             }
             if let Some(dw) = &mut dweight {
-                let dlogits = in_dtype(&dlogits, dw.dtype())?;
-                matmul_accumulate(&dlogits, &rows, true, false, dw)?;
+                if dlogits.dtype() == dw.dtype() {
+                    matmul_accumulate(&dlogits, &rows, true, false, dw)?;
+                } else {
+                    // A half product (half the time of an f32 one, or less on matrix units),
+                    // added into the f32 gradient.
+                    let part = self.unpadded(matmul(&dlogits_p, &rows, true, false)?, 0)?;
+                    ew::add_into(dw, &part.cast(dw.dtype())?)?;
+                }
             }
         }
         let dhidden = when(hidden, || {
@@ -162,10 +216,12 @@ impl Tensor {
             DeviceKind::Meta => vec![0; targets.array().numel()],
             _ => targets.array().to_host()?,
         };
+        let pad = padding(self.device(), weight.dims()[0]);
         let head = Head {
             hidden: self.array().clone(),
             weight: weight.array().clone(),
-            weight_p: in_dtype(weight.array(), product)?,
+            weight_p: products_weight(weight.array(), product, pad)?,
+            pad,
             targets: targets.array().clone(),
             ignore,
             chunks: chunks(&host_targets, chunk, ignore),
@@ -183,7 +239,7 @@ impl Tensor {
                 saves(&[&head.hidden, &head.weight, &head.targets]),
                 rule(move |g, needs| {
                     let head = Head {
-                        weight_p: in_dtype(&head.weight, product)?,
+                        weight_p: products_weight(&head.weight, product, head.pad)?,
                         ..head
                     };
                     let needs = (needs.first() == Some(&true), needs.get(1) == Some(&true));
