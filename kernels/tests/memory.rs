@@ -328,6 +328,13 @@ fn cases() -> Vec<Case> {
             Ok(vec![reduce::mean(&x[0], 1)?])
         }),
         case("max", f32s, |_, x| Ok(vec![reduce::max(&x[0], 1)?])),
+        // Long rows and long columns reduced in parts, through a workspace on a GPU.
+        case("sum_squares", &[Float(&[2, 40_000], DType::F32)], |_, x| {
+            Ok(vec![reduce::reduce(ReduceOp::SumSquares, &x[0], 1, false)?])
+        }),
+        case("sum", &[Float(&[1000, 96], DType::BF16)], |_, x| {
+            Ok(vec![reduce::sum(&x[0], 0)?])
+        }),
         case("matmul", pair, |_, x| {
             Ok(vec![gemm::matmul(&x[0], &x[1], false, true)?])
         }),
@@ -448,35 +455,12 @@ fn cases() -> Vec<Case> {
             Ok(vec![index::causal_mask(&x[0], f64::NEG_INFINITY)?])
         }),
     ];
-    let unary = [
-        UnaryOp::Neg,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Tanh,
-        UnaryOp::Sqrt,
-        UnaryOp::Scale(0.5),
-        UnaryOp::Powf(1.5),
-    ];
-    for op in unary {
+    for op in UnaryOp::EVERY {
         cases.push(case(op.name(), f32s, move |_, x| {
             Ok(vec![ew::unary(op, &x[0])?])
         }));
     }
-    let binary = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::ReluBackward,
-        BinaryOp::GeluBackward,
-        BinaryOp::TanhBackward,
-        BinaryOp::SqrtBackward,
-        BinaryOp::PowfBackward(1.5),
-        BinaryOp::Equal,
-    ];
-    for op in binary {
+    for op in BinaryOp::EVERY {
         // Broadcasting too: [4, 5] with [5].
         let inputs: &[Input] = &[Float(&[4, 5], DType::F32), Float(&[5], DType::F32)];
         cases.push(case(op.name(), inputs, move |_, x| {

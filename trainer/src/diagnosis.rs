@@ -17,14 +17,14 @@ pub enum Failure {
 }
 
 /// Per tag, what the model, its gradients and its optimizer state need against the limit, what
-/// the activations held when memory ran out, and what to do. `one_sample` is the peak of a
+/// the activations held when memory ran out, and what to do. `one_sample_peak` is the peak of a
 /// step with one sample when known (the planner measures it on an unlimited meta device).
 pub fn diagnose(
     model: &TrainModel,
     optimizer: &dyn Optimizer,
     report: &OomReport,
     failure: Failure,
-    one_sample: Option<u64>,
+    one_sample_peak: Option<u64>,
 ) -> String {
     let memory = training_memory(model.module(), Some(optimizer));
     // Every kind of activation (attention's, the MLP's, ...) counts.
@@ -57,7 +57,7 @@ pub fn diagnose(
         format_bytes(report.requested),
         report.tag,
     );
-    let raise = match one_sample {
+    let raise = match one_sample_peak {
         Some(peak) => format!(
             "one sample's step peaks at {}: raise --memory-limit to at least that (plus the \
              planner's margin)",

@@ -109,8 +109,14 @@ impl Prober {
             self.config.seed,
         )?;
         let optimizer = build_optimizer(&self.config.optimizer, model.module())?;
-        let one_sample = self.one_sample_peak();
-        Ok(diagnose(&model, &*optimizer, report, failure, one_sample))
+        let one_sample_peak = self.one_sample_peak();
+        Ok(diagnose(
+            &model,
+            &*optimizer,
+            report,
+            failure,
+            one_sample_peak,
+        ))
     }
 
     /// The peak of a step with one sample without a limit (none if even that fails).

@@ -19,7 +19,8 @@ use headroom_kernels::cuda::CudaOptions;
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
 use headroom_kernels::ops::gemm::matmul;
 use headroom_kernels::ops::index::embedding_backward;
-use headroom_kernels::ops::norm::{layer_norm, softmax, softmax_backward};
+use headroom_kernels::ops::norm::layer_norm;
+use headroom_kernels::ops::softmax::{softmax, softmax_backward};
 use headroom_kernels::{Array, DType, Device, Error, Result};
 
 /// Timed runs per case after warm-ups; the median is reported.

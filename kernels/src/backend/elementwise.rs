@@ -42,6 +42,20 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
+    /// Every op, those that take a parameter with a sample one: what tests that must cover
+    /// each op walk.
+    pub const EVERY: [UnaryOp; 9] = [
+        UnaryOp::Neg,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Tanh,
+        UnaryOp::Sqrt,
+        UnaryOp::Scale(0.5),
+        UnaryOp::Powf(1.5),
+    ];
+
     /// Applies the function in compute precision. Always inlined, so that a kernel calling it
     /// with a constant op keeps only that op's arm.
     #[inline(always)]
@@ -109,6 +123,21 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Every op, those that take a parameter with a sample one: what tests that must cover
+    /// each op walk.
+    pub const EVERY: [BinaryOp; 10] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::ReluBackward,
+        BinaryOp::GeluBackward,
+        BinaryOp::TanhBackward,
+        BinaryOp::SqrtBackward,
+        BinaryOp::PowfBackward(1.5),
+        BinaryOp::Equal,
+    ];
+
     /// Applies the function in compute precision. Always inlined, so that a kernel calling it
     /// with a constant op keeps only that op's arm.
     #[inline(always)]

@@ -146,31 +146,10 @@ mod tests {
 
     #[test]
     fn every_op_has_its_own_code_and_every_code_an_op() {
-        let unary = [
-            UnaryOp::Neg,
-            UnaryOp::Relu,
-            UnaryOp::Gelu,
-            UnaryOp::Exp,
-            UnaryOp::Log,
-            UnaryOp::Tanh,
-            UnaryOp::Sqrt,
-            UnaryOp::Scale(2.0),
-            UnaryOp::Powf(3.0),
-        ];
-        assert_one_to_one("Unary", unary.map(|op| unary_code(op).0).to_vec());
-        let binary = [
-            BinaryOp::Add,
-            BinaryOp::Sub,
-            BinaryOp::Mul,
-            BinaryOp::Div,
-            BinaryOp::ReluBackward,
-            BinaryOp::GeluBackward,
-            BinaryOp::TanhBackward,
-            BinaryOp::SqrtBackward,
-            BinaryOp::PowfBackward(3.0),
-            BinaryOp::Equal,
-        ];
-        assert_one_to_one("Binary", binary.map(|op| binary_code(op).0).to_vec());
+        let unary = UnaryOp::EVERY.map(|op| unary_code(op).0);
+        assert_one_to_one("Unary", unary.to_vec());
+        let binary = BinaryOp::EVERY.map(|op| binary_code(op).0);
+        assert_one_to_one("Binary", binary.to_vec());
         // The parameter travels with the ops that take one.
         assert_eq!(unary_code(UnaryOp::Scale(2.0)).1, 2.0);
         assert_eq!(binary_code(BinaryOp::PowfBackward(3.0)).1, 3.0);

@@ -11,10 +11,6 @@ mod grouping;
 mod meta;
 
 pub use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
-// The cross-entropy has a family of its own (`ops::loss`); its ops and types stay importable
-// from here, where they were before.
-#[doc(no_inline)]
-pub use crate::ops::loss::{CrossEntropySpec, cross_entropy, cross_entropy_backward, loss_dtype};
 
 use crate::array::Array;
 use crate::error::{Error, Result};

@@ -15,13 +15,6 @@ mod meta;
 
 pub use crate::backend::norm::{NormKernels, stats_dtype};
 pub use crate::backend::rows::RowSpec;
-// Softmax has a family of its own (`ops::softmax`); its ops and types stay importable from
-// here, where they were before.
-#[doc(no_inline)]
-pub use crate::ops::softmax::{
-    SoftmaxKind, SoftmaxSpec, attention_softmax, attention_softmax_backward, log_softmax,
-    log_softmax_backward, softmax, softmax_backward,
-};
 
 use super::rows::{check_operand, rows_of};
 use crate::array::Array;
