@@ -107,6 +107,12 @@ impl std::fmt::Display for InvalidFreeReason {
 }
 
 impl Error {
+    /// True when writing failed because the reader closed its end (`headroom-alloc generate |
+    /// head`): not a failure of the command that wrote.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+
     /// The OOM report, when this error is an out-of-memory.
     pub fn oom_report(&self) -> Option<&OomReport> {
         match self {

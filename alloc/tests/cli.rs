@@ -227,3 +227,19 @@ fn find_limit_gives_the_smallest_limit_that_fits() {
     assert!(text.contains("smallest limit without an OOM:"), "{text}");
     assert!(text.contains("one granule below"), "{text}");
 }
+
+#[test]
+fn a_reader_that_closes_its_end_is_no_error() {
+    // As `headroom-alloc generate transformer | head` does once it has its lines.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom-alloc"))
+        .args(["generate", "lognormal"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}

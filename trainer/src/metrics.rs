@@ -120,25 +120,7 @@ mod tests {
     use super::*;
 
     fn record(step: u64, loss: f64) -> StepRecord {
-        StepRecord {
-            step,
-            epoch: 0,
-            loss,
-            lr: 1e-3,
-            micro_sizes: vec![8],
-            ooms: Vec::new(),
-            skipped: !loss.is_finite(),
-            grad_norm: f64::INFINITY,
-            loss_scale: 1.0,
-            samples_per_s: 1.0,
-            tokens_per_s: 1.0,
-            in_use: 0,
-            peak: 0,
-            limit: 1,
-            tags: Vec::new(),
-            metric: None,
-            elapsed_s: step as f64,
-        }
+        StepRecord::sample(step, loss)
     }
 
     #[test]

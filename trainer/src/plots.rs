@@ -297,3 +297,25 @@ fn draw_memory(
         .draw()
         .map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_never_drawn_back_to_an_earlier_step() {
+        let steps = |records: &[StepRecord]| -> Vec<Vec<u64>> {
+            runs(records)
+                .iter()
+                .map(|run| run.iter().map(|r| r.step).collect())
+                .collect()
+        };
+        let records: Vec<StepRecord> = [1, 2, 3, 1, 2, 2, 5]
+            .into_iter()
+            .map(|step| StepRecord::sample(step, 1.0))
+            .collect();
+        assert_eq!(steps(&records), [vec![1, 2, 3], vec![1, 2], vec![2, 5]]);
+        assert_eq!(steps(&records[..3]), [vec![1, 2, 3]]);
+        assert!(steps(&[]).is_empty());
+    }
+}

@@ -31,6 +31,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err) if err.is_broken_pipe() => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("headroom-alloc: {err}");
             ExitCode::FAILURE

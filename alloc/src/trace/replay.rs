@@ -290,4 +290,16 @@ mod tests {
         assert_eq!(report.first_oom_op, Some(4));
         assert_eq!(report.oom_events[0].op, 4);
     }
+
+    #[test]
+    fn a_double_free_names_the_line_of_the_second_free() {
+        let text = "{\"op\":\"alloc\",\"id\":1,\"size\":256}\n{\"op\":\"free\",\"id\":1}\n\n\
+                    {\"op\":\"free\",\"id\":1}\n";
+        let ops = crate::trace::read_trace_lines(text.as_bytes()).unwrap();
+        let err = replay(&ops, AllocatorConfig::default(), 1 << 20).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "trace line 4: free of id 1, which is not live"
+        );
+    }
 }

@@ -202,12 +202,11 @@ fn replay(args: &ReplayArgs) -> Result<()> {
 /// True when `err` is standard output closed by its reader (`headroom plan | head`): not a
 /// failure of the command.
 fn is_broken_pipe(err: &Error) -> bool {
-    let io = match err {
-        Error::Io { source, .. } => Some(source),
-        Error::Alloc(headroom_alloc::Error::Io { source, .. }) => Some(source),
-        _ => None,
-    };
-    io.is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    match err {
+        Error::Io { source, .. } => source.kind() == std::io::ErrorKind::BrokenPipe,
+        Error::Alloc(err) => err.is_broken_pipe(),
+        _ => false,
+    }
 }
 
 fn main() -> ExitCode {
