@@ -393,6 +393,34 @@ __device__ __forceinline__ float mma_row_max(float v) {
     return m_max(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
+// Where a block and its warp stand: lane (g, t), head h and its operands' offset, the block's
+// first row and this warp's.
+struct MmaRows {
+    int g, t;
+    u64 h, base, block0, first;
+};
+__device__ __forceinline__ MmaRows mma_rows(u64 len, u64 head) {
+    MmaRows at;
+    at.g = threadIdx.x % 32 / 4;
+    at.t = threadIdx.x % 4;
+    at.h = blockIdx.y;
+    at.base = at.h * len * head;
+    at.block0 = (u64)blockIdx.x * MMA_ROWS;
+    at.first = at.block0 + threadIdx.x / 32 * 16;
+    return at;
+}
+
+// Rows first..first + MMA_TILE of two operands into their tiles, once every warp is done with
+// the last ones.
+template <typename T, int DP>
+__device__ __forceinline__ void mma_load_tiles(const T* a, const T* b, u64 first, u64 len, u64 head,
+                                               T* a_tile, T* b_tile) {
+    __syncthreads();
+    mma_load_tile<T, DP>(a, first, len, head, a_tile);
+    mma_load_tile<T, DP>(b, first, len, head, b_tile);
+    __syncthreads();
+}
+
 // Writes acc (rows first..first + 15 of DP features) to a head's [len, head] rows, times
 // factor[r] for the rows g (r = 0) and g + 8 (r = 1).
 template <typename T, int DP>
@@ -421,9 +449,9 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
                                               double p, u64 seed) {
     __shared__ __align__(16) T keys[MMA_TILE * (DP + MMA_PAD)];
     __shared__ __align__(16) T values[MMA_TILE * (DP + MMA_PAD)];
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const u64 h = blockIdx.y, base = h * len * head;
-    const u64 block0 = (u64)blockIdx.x * MMA_ROWS, first = block0 + threadIdx.x / 32 * 16;
+    const MmaRows at = mma_rows(len, head);
+    const int g = at.g, t = at.t;
+    const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
     u32 query[DP / 16][4];
     mma_load_a<T, DP>(q + base, first, len, head, query);
     float acc[DP / 8][4], most[2] = {neg_infinity<float>(), neg_infinity<float>()}, sum[2] = {0.0f, 0.0f};
@@ -432,10 +460,7 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
     for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE) {
-        __syncthreads();
-        mma_load_tile<T, DP>(k + base, key0, len, head, keys);
-        mma_load_tile<T, DP>(v + base, key0, len, head, values);
-        __syncthreads();
+        mma_load_tiles<T, DP>(k + base, v + base, key0, len, head, keys, values);
         if (causal && key0 > first + 15) continue;  // the whole tile is above this warp's rows
         float s[MMA_TILE / 8][4];
         mma_rows_by_tile<T, DP>(query, keys, s);
@@ -498,9 +523,9 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
                                                          int dropout, double p, u64 seed) {
     __shared__ __align__(16) T keys[MMA_TILE * (DP + MMA_PAD)];
     __shared__ __align__(16) T values[MMA_TILE * (DP + MMA_PAD)];
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const u64 h = blockIdx.y, base = h * len * head;
-    const u64 block0 = (u64)blockIdx.x * MMA_ROWS, first = block0 + threadIdx.x / 32 * 16;
+    const MmaRows at = mma_rows(len, head);
+    const int g = at.g, t = at.t;
+    const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
     u32 query[DP / 16][4], grad[DP / 16][4];
     mma_load_a<T, DP>(q + base, first, len, head, query);
     mma_load_a<T, DP>(dout + base, first, len, head, grad);
@@ -516,10 +541,7 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
     for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE) {
-        __syncthreads();
-        mma_load_tile<T, DP>(k + base, key0, len, head, keys);
-        mma_load_tile<T, DP>(v + base, key0, len, head, values);
-        __syncthreads();
+        mma_load_tiles<T, DP>(k + base, v + base, key0, len, head, keys, values);
         if (causal && key0 > first + 15) continue;
         float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
         mma_rows_by_tile<T, DP>(query, keys, s);
@@ -552,9 +574,9 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
     __shared__ __align__(16) T queries[MMA_TILE * (DP + MMA_PAD)];
     __shared__ __align__(16) T grads[MMA_TILE * (DP + MMA_PAD)];
     __shared__ float tile_lse[MMA_TILE], tile_delta[MMA_TILE];
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const u64 h = blockIdx.y, base = h * len * head;
-    const u64 block0 = (u64)blockIdx.x * MMA_ROWS, first = block0 + threadIdx.x / 32 * 16;
+    const MmaRows at = mma_rows(len, head);
+    const int g = at.g, t = at.t;
+    const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
     u32 key_rows[DP / 16][4], value_rows[DP / 16][4];
     mma_load_a<T, DP>(k + base, first, len, head, key_rows);
     mma_load_a<T, DP>(v + base, first, len, head, value_rows);

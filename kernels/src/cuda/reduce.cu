@@ -73,6 +73,28 @@ __device__ void reduce_rows_finish(int op, const double* partial, T* out, u64 ou
     }
 }
 
+// Positions start..end of column j of outer index o, over the block's 8 rows of threads, into
+// acc; true on the thread (y == 0) that then holds the column's result. Every thread of the
+// block calls it.
+template <typename T>
+__device__ __forceinline__ bool column_slice(Acc& acc, int op, const T* x, u64 o, u64 start, u64 end, u64 axis,
+                                             u64 inner, u64 j, double (*sums)[33], double (*maxes)[33]) {
+    acc = {0.0, -1.0 / 0.0};
+    if (j < inner)
+        for (u64 a = start + threadIdx.y; a < end; a += 8) accumulate(acc, op, x[(o * axis + a) * inner + j]);
+    sums[threadIdx.y][threadIdx.x] = acc.sum;
+    maxes[threadIdx.y][threadIdx.x] = acc.max;
+    __syncthreads();
+    const bool holds = threadIdx.y == 0 && j < inner;
+    if (holds) {
+        for (int y = 1; y < 8; ++y) {
+            acc.sum += sums[y][threadIdx.x];
+            acc.max = m_max(acc.max, maxes[y][threadIdx.x]);
+        }
+    }
+    return holds;
+}
+
 // inner > 1: blocks of 32 x 8 threads; the 32 take neighbouring inner positions (coalesced),
 // the 8 split the axis, and one thread combines their 8 partial results in order.
 template <typename T>
@@ -82,19 +104,9 @@ __device__ void reduce_columns(int op, const T* x, T* out, u64 outer, u64 axis, 
     const u64 column_blocks = (inner + 31) / 32;
     for (u64 b = blockIdx.x; b < outer * column_blocks; b += gridDim.x) {
         const u64 o = b / column_blocks, j = (b % column_blocks) * 32 + threadIdx.x;
-        Acc acc = {0.0, -1.0 / 0.0};
-        if (j < inner)
-            for (u64 a = threadIdx.y; a < axis; a += 8) accumulate(acc, op, x[(o * axis + a) * inner + j]);
-        sums[threadIdx.y][threadIdx.x] = acc.sum;
-        maxes[threadIdx.y][threadIdx.x] = acc.max;
-        __syncthreads();
-        if (threadIdx.y == 0 && j < inner) {
-            for (int y = 1; y < 8; ++y) {
-                acc.sum += sums[y][threadIdx.x];
-                acc.max = m_max(acc.max, maxes[y][threadIdx.x]);
-            }
+        Acc acc;
+        if (column_slice(acc, op, x, o, 0, axis, axis, inner, j, sums, maxes))
             out[o * inner + j] = finish<T>(acc, op, axis);
-        }
         __syncthreads();
     }
 }
@@ -111,17 +123,8 @@ __device__ void reduce_columns_partial(int op, const T* x, double* partial, u64 
         const u64 slice = b / column_blocks, o = slice / parts, start = slice % parts * per;
         const u64 end = start + per < axis ? start + per : axis;
         const u64 j = (b % column_blocks) * 32 + threadIdx.x;
-        Acc acc = {0.0, -1.0 / 0.0};
-        if (j < inner)
-            for (u64 a = start + threadIdx.y; a < end; a += 8) accumulate(acc, op, x[(o * axis + a) * inner + j]);
-        sums[threadIdx.y][threadIdx.x] = acc.sum;
-        maxes[threadIdx.y][threadIdx.x] = acc.max;
-        __syncthreads();
-        if (threadIdx.y == 0 && j < inner) {
-            for (int y = 1; y < 8; ++y) {
-                acc.sum += sums[y][threadIdx.x];
-                acc.max = m_max(acc.max, maxes[y][threadIdx.x]);
-            }
+        Acc acc;
+        if (column_slice(acc, op, x, o, start, end, axis, inner, j, sums, maxes)) {
             partial[2 * (slice * inner + j)] = acc.sum;
             partial[2 * (slice * inner + j) + 1] = acc.max;
         }
