@@ -110,7 +110,7 @@ impl SavedReport {
 
 /// `entries` sorted by bytes, largest first.
 fn largest_first<K>(mut entries: Vec<(K, usize)>) -> Vec<(K, usize)> {
-    entries.sort_by(|a, b| b.1.cmp(&a.1));
+    entries.sort_by_key(|entry| std::cmp::Reverse(entry.1));
     entries
 }
 

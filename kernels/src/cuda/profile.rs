@@ -38,7 +38,7 @@ impl Profile {
     pub(crate) fn table(&self) -> String {
         let entries = self.entries.lock();
         let mut rows: Vec<_> = entries.iter().collect();
-        rows.sort_by(|a, b| b.1.1.cmp(&a.1.1));
+        rows.sort_by_key(|(_, entry)| std::cmp::Reverse(entry.1));
         let total: Duration = rows.iter().map(|(_, e)| e.1).sum();
         let mut out = format!(
             "{VARIABLE}: {:.3} s of device work in {} calls\n",

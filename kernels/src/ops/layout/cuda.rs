@@ -15,8 +15,9 @@ const WIDE: usize = 16;
 /// each of `steps` (in elements) and the byte address `start` are all multiples of 16 bytes,
 /// else 1.
 fn per_unit(size: usize, run: u64, steps: &[u64], start: u64) -> usize {
-    let fits = |elements: u64| run > 0 && (elements * size as u64) % WIDE as u64 == 0;
-    if fits(run) && steps.iter().all(|&s| fits(s)) && start % WIDE as u64 == 0 {
+    let wide = WIDE as u64;
+    let fits = |elements: u64| run > 0 && (elements * size as u64).is_multiple_of(wide);
+    if fits(run) && steps.iter().all(|&s| fits(s)) && start.is_multiple_of(wide) {
         WIDE / size
     } else {
         1
