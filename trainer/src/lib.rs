@@ -10,7 +10,7 @@ mod error;
 mod eval;
 mod float_json;
 mod growth;
-mod head_chunk;
+pub mod head_chunk;
 pub mod memory;
 mod metrics;
 mod micro;

@@ -54,11 +54,11 @@ impl ReduceSpec {
     /// How many parts the reduced axis is cut into on a GPU, so that a reduction with few
     /// outputs over a long axis still spreads over the whole device: a gradient's squared norm
     /// (one row of millions), a bias's gradient (a few hundred columns of thousands of rows).
-    /// A block takes one row, or 32 neighbouring columns; when there are [`FEW_BLOCKS`] or
-    /// more, or the axis is shorter than two parts ([`ROW_PART`] or [`COLUMN_PART`]), the axis
-    /// stays whole. Otherwise it is cut into parts of at least that many positions, at most
-    /// [`MOST_PARTS`], and at most as many as keep `outer * parts * inner` within
-    /// [`MOST_PARTIALS`]: each part's partial result goes to a workspace of
+    /// A block takes one row, or 32 neighbouring columns; when there are 256 such blocks or
+    /// more, or the axis is shorter than two parts (16384 positions of a row, 256 of a
+    /// column), the axis stays whole. Otherwise it is cut into parts of at least that many
+    /// positions, at most 1024 of them, and at most as many as keep `outer * parts * inner`
+    /// within 2^20: each part's partial result goes to a workspace of
     /// `2 * outer * parts * inner` f64 values, and a second pass combines each output's in
     /// order. A rule of the shape alone, so that planning allocates what the device does.
     pub fn parts(&self) -> usize {
