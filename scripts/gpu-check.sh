@@ -5,6 +5,9 @@
 #   bash scripts/gpu-check.sh build   # here: build the CUDA test and bench binaries into .gpu-check/
 #   bash scripts/gpu-check.sh run     # there, with .gpu-check/ copied beside the sources: run them
 #
+# `build` also packs .gpu-check/ into .gpu-check.tar.xz (about 7 MiB, where the folder holds over
+# 80): carry the archive alone, and `run` unpacks it where the folder is missing.
+#
 # `run tests`, `run benches` and `run fit` run one part alone, or the parts named (for a machine
 # that limits how long one command may take: the tests, then the benches, in calls of their own).
 #
@@ -15,7 +18,8 @@
 # (`benches/peers/compare.py cuda`, which checks the backend's targets), and where CuPy is
 # installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`); then GPT-2 small
 # in bf16 beside PyTorch eager on the GPU (`benches/peers/compare.py fit --device cuda:0`, which
-# checks the targets of activation bytes per sample and tokens/s). Results land in
+# checks the targets of activation bytes per sample and tokens/s) and the profile of its step
+# (`fit-profile.txt`: each kernel timed alone, `HEADROOM_CUDA_PROFILE`). Results land in
 # .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a target
 # was missed.
 #
@@ -48,9 +52,11 @@ for line in sys.stdin:
         | while read -r exe; do cp "$exe" "$DIR/tests/"; done
     cargo build -p headroom-benches --features cuda --release --bin cuda-compare --bin fit-compare
     cp target/release/cuda-compare target/release/fit-compare "$DIR/"
-    # Without symbols the binaries travel in well under the device tool's 64 MiB.
     strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare"
-    du -sh "$DIR"
+    # The stripped binaries take over 80 MiB; packed, they travel in a few.
+    grep -qx "/$DIR.tar.xz" "$exclude" 2>/dev/null || echo "/$DIR.tar.xz" >>"$exclude"
+    tar -cJf "$DIR.tar.xz" "$DIR"
+    du -sh "$DIR" "$DIR.tar.xz"
 }
 
 # Folders holding libcuda, libcublas and libnvrtc: the toolkit's, and those of pip's nvidia-*
@@ -80,6 +86,9 @@ run() {
     # No part named: all of them.
     if [ $((tests + benches + fit)) -eq 0 ]; then
         tests=1 benches=1 fit=1
+    fi
+    if [ ! -d "$DIR" ] && [ -f "$DIR.tar.xz" ]; then
+        tar -xJf "$DIR.tar.xz"
     fi
     mkdir -p "$results"
     # Appended: a dry run's emulated driver stays first.
@@ -114,6 +123,9 @@ run() {
         "$DIR/fit-compare" --device cuda:0 | tee "$results/fit-compare.txt" || failed=1
         python3 benches/peers/compare.py fit --device cuda:0 --binary "$DIR/fit-compare" --rounds 1 \
             | tee "$results/fit.txt" || failed=1
+        # Where a step's device time goes: each kernel timed alone, its totals in the table.
+        HEADROOM_CUDA_PROFILE=1 "$DIR/fit-compare" --device cuda:0 --steps 1 \
+            >"$results/fit-profiled.txt" 2>"$results/fit-profile.txt" || failed=1
     fi
     exit "$failed"
 }
