@@ -17,17 +17,20 @@ pub enum DType {
     U32,
     /// 32-bit signed integer.
     I32,
+    /// 8-bit unsigned integer (the codes of block-wise quantized optimizer state).
+    U8,
 }
 
 impl DType {
     /// Every dtype.
-    pub const ALL: [DType; 6] = [
+    pub const ALL: [DType; 7] = [
         DType::F32,
         DType::F64,
         DType::F16,
         DType::BF16,
         DType::U32,
         DType::I32,
+        DType::U8,
     ];
 
     /// The float dtypes.
@@ -39,6 +42,7 @@ impl DType {
             DType::F64 => 8,
             DType::F32 | DType::U32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
+            DType::U8 => 1,
         }
     }
 
@@ -56,6 +60,7 @@ impl DType {
             DType::BF16 => "bf16",
             DType::U32 => "u32",
             DType::I32 => "i32",
+            DType::U8 => "u8",
         }
     }
 }
@@ -207,6 +212,7 @@ element!(bf16, DType::BF16, |x| x.to_f64(), |v| bf16::from_f32(
 ));
 element!(u32, DType::U32, |x| x as f64, |v| v.round() as u32);
 element!(i32, DType::I32, |x| x as f64, |v| v.round() as i32);
+element!(u8, DType::U8, |x| x as f64, |v| v.round() as u8);
 
 impl Float for f32 {
     type C = f32;
@@ -275,6 +281,7 @@ mod tests {
         assert_eq!(bf16::from_f32(above_tie).to_bits(), 0x3F81);
         assert_eq!(u32::from_f64(2.6), 3);
         assert_eq!(u32::from_f64(-1.0), 0, "integer conversion saturates");
+        assert_eq!((u8::from_f64(300.0), u8::from_f64(f64::NAN)), (255, 0));
         assert_eq!(
             <f16 as Float>::store(f16::from_f32(0.5).load() * 2.0),
             f16::ONE

@@ -18,7 +18,7 @@ const ARCHES: [&str; 2] = ["compute_75", "compute_90"];
 /// The kernels the Rust side launches, per family (dtype suffixes added below).
 fn kernels(family: Family) -> Vec<String> {
     let floats = ["f32", "f64", "f16", "bf16"];
-    let every = ["f32", "f64", "f16", "bf16", "u32", "i32"];
+    let every = ["f32", "f64", "f16", "bf16", "u32", "i32", "u8"];
     let per_float = |stems: &[&str]| -> Vec<String> {
         stems
             .iter()
@@ -61,7 +61,12 @@ fn kernels(family: Family) -> Vec<String> {
             .iter()
             .flat_map(|s| [2, 4, 8].map(|b| format!("{s}_{b}")))
             .collect(),
-        Family::Optim => per_float(&["adamw", "sgd"]),
+        Family::Optim => {
+            let mut names = per_float(&["adamw", "sgd"]);
+            names.extend(["f32", "f16"].map(|p| format!("adamw_bf16_state_{p}")));
+            names.extend(["f32", "f16", "bf16"].map(|p| format!("adamw_8bit_{p}")));
+            names
+        }
         Family::Random => per_float(&["dropout"]),
         Family::Attention => per_float(&[
             "attention",

@@ -3,7 +3,9 @@
 mod common;
 
 use common::{assert_close, devices, random, rng, tolerance};
-use headroom_kernels::ops::optim::{AdamW, Sgd, Update, adamw_step, sgd_step};
+use headroom_kernels::ops::optim::{
+    AdamW, QUANT_BLOCK, Quantized, Sgd, Update, adamw_step, adamw_step_8bit, sgd_step,
+};
 use headroom_kernels::{Array, DType, Error};
 
 /// PyTorch's AdamW, in f64.
@@ -55,6 +57,187 @@ fn adamw_matches_the_f64_reference_over_several_steps() {
             }
         }
     }
+}
+
+/// AdamW's moments kept narrower than the parameter.
+#[derive(Debug, Clone, Copy)]
+enum Narrow {
+    Bf16,
+    Int8,
+}
+
+/// The parameters after `steps` AdamW steps on f32 parameters whose state is kept `narrow`,
+/// with the gradients each step took.
+fn narrow_trajectory(
+    device: &headroom_kernels::Device,
+    narrow: Narrow,
+    config: &AdamW,
+    p0: &[f64],
+    grads: &[Vec<f64>],
+) -> Vec<f64> {
+    let n = p0.len();
+    let mut p = Array::from_f64(device, [n], DType::F32, p0).unwrap();
+    let mut plain = (
+        Array::zeros(device, [n], DType::BF16).unwrap(),
+        Array::zeros(device, [n], DType::BF16).unwrap(),
+    );
+    let mut quantized = (
+        Quantized::zeros(device, [n]).unwrap(),
+        Quantized::zeros(device, [n]).unwrap(),
+    );
+    let in_use = device.allocator().stats().in_use;
+    for (step, g) in grads.iter().enumerate() {
+        let g = Array::from_f64(device, [n], DType::F32, g).unwrap();
+        let update = Update::new(step as u64 + 1).on_stream(3);
+        let (m, v) = (&mut plain.0, &mut plain.1);
+        match narrow {
+            Narrow::Bf16 => adamw_step(config, update, &mut p, &g, m, v).unwrap(),
+            Narrow::Int8 => {
+                let (m, v) = (&mut quantized.0, &mut quantized.1);
+                adamw_step_8bit(config, update, &mut p, &g, m, v).unwrap()
+            }
+        }
+    }
+    assert_eq!(
+        device.allocator().stats().in_use,
+        in_use,
+        "{narrow:?}: a step allocates"
+    );
+    p.to_f64().unwrap()
+}
+
+#[test]
+fn narrow_state_follows_the_f64_reference() {
+    let config = AdamW {
+        lr: 0.01,
+        weight_decay: 0.1,
+        ..AdamW::default()
+    };
+    let mut rng = rng();
+    // Three blocks, the last one partial, and a block of zero gradients, whose state must
+    // stay zero (no 0/0).
+    let n = 2 * QUANT_BLOCK + 700;
+    let p0 = common::values(&mut rng, n, -1.0, 1.0);
+    let steps = 40;
+    let grads: Vec<Vec<f64>> = (0..steps)
+        .map(|_| {
+            let mut g = common::values(&mut rng, n, -0.5, 0.5);
+            // Each element's gradients share a sign and a size most steps, as a model's do.
+            for (i, g) in g.iter_mut().enumerate() {
+                *g = 0.3 * *g
+                    + 0.02 * (1.0 + (i % 97) as f64 / 10.0) * if i % 2 == 0 { 1.0 } else { -1.0 };
+            }
+            g[QUANT_BLOCK..2 * QUANT_BLOCK].fill(0.0);
+            g
+        })
+        .collect();
+    let want = reference(&config, &grads, p0.clone());
+    let moved: f64 = want
+        .iter()
+        .zip(&p0)
+        .map(|(w, p)| (w - p).abs())
+        .sum::<f64>()
+        / n as f64;
+    for device in devices() {
+        for narrow in [Narrow::Bf16, Narrow::Int8] {
+            let got = narrow_trajectory(&device, narrow, &config, &p0, &grads);
+            let error: f64 = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs())
+                .sum::<f64>()
+                / n as f64;
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0.0, f64::max);
+            eprintln!(
+                "{device} {narrow:?}: mean error {error:.2e} of a mean move {moved:.2e}, worst {worst:.2e}"
+            );
+            let (mean_bound, worst_bound) = match narrow {
+                Narrow::Bf16 => (0.01, 0.05),
+                Narrow::Int8 => (0.03, 0.3),
+            };
+            assert!(
+                error < mean_bound * moved,
+                "{device} {narrow:?}: mean error {error} of a move {moved}"
+            );
+            assert!(
+                worst < worst_bound * moved,
+                "{device} {narrow:?}: worst error {worst}"
+            );
+            // Zero gradients: the parameters only decay.
+            let decayed = (1.0 - config.lr * config.weight_decay).powi(steps);
+            let i = QUANT_BLOCK + 5;
+            assert!(
+                (got[i] - p0[i] * decayed).abs() < 1e-5,
+                "{narrow:?}: {} against {}",
+                got[i],
+                p0[i] * decayed
+            );
+        }
+    }
+}
+
+#[test]
+fn narrow_state_is_refused_where_it_cannot_apply() {
+    let device = &devices()[0];
+    let mut p = Array::zeros(device, [4], DType::F64).unwrap();
+    let g = Array::zeros(device, [4], DType::F64).unwrap();
+    let mut m = Array::zeros(device, [4], DType::BF16).unwrap();
+    let mut v = Array::zeros(device, [4], DType::BF16).unwrap();
+    let err = adamw_step(
+        &AdamW::default(),
+        Update::new(1),
+        &mut p,
+        &g,
+        &mut m,
+        &mut v,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::DType { op: "adamw", .. }), "{err}");
+    let mut p = Array::zeros(device, [4], DType::F32).unwrap();
+    let g = Array::zeros(device, [4], DType::F32).unwrap();
+    let mut v32 = Array::zeros(device, [4], DType::F32).unwrap();
+    let err = adamw_step(
+        &AdamW::default(),
+        Update::new(1),
+        &mut p,
+        &g,
+        &mut m,
+        &mut v32,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::DType { op: "adamw", .. }),
+        "moments of two dtypes: {err}"
+    );
+    let mut m8 = Quantized::zeros(device, [4]).unwrap();
+    let mut v8 = Quantized::zeros(device, [4]).unwrap();
+    v8.scales = Array::zeros(device, [2], DType::F32).unwrap();
+    let err = adamw_step_8bit(
+        &AdamW::default(),
+        Update::new(1),
+        &mut p,
+        &g,
+        &mut m8,
+        &mut v8,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Shape { op: "adamw", .. }), "{err}");
+    let mut v8 = Quantized::zeros(device, [5]).unwrap();
+    assert!(
+        adamw_step_8bit(
+            &AdamW::default(),
+            Update::new(1),
+            &mut p,
+            &g,
+            &mut m8,
+            &mut v8
+        )
+        .is_err()
+    );
 }
 
 #[test]

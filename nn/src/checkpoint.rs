@@ -61,6 +61,7 @@ fn st_dtype(dtype: DType) -> Dtype {
         DType::BF16 => Dtype::BF16,
         DType::U32 => Dtype::U32,
         DType::I32 => Dtype::I32,
+        DType::U8 => Dtype::U8,
     }
 }
 
@@ -72,6 +73,7 @@ fn our_dtype(dtype: Dtype) -> Option<DType> {
         Dtype::BF16 => DType::BF16,
         Dtype::U32 => DType::U32,
         Dtype::I32 => DType::I32,
+        Dtype::U8 => DType::U8,
         _ => return None,
     })
 }

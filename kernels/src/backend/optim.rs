@@ -47,23 +47,27 @@ impl Default for Sgd {
     }
 }
 
-/// Which update this is and how to read the gradient: its number (from 1) and a factor every
+/// Which update this is and how to read the gradient: its number (from 1), a factor every
 /// gradient element is multiplied by first (to unscale a loss scale or clip by norm without
-/// touching the gradient's memory).
+/// touching the gradient's memory), and the stream of random numbers that rounds state kept
+/// narrower than its parameter (one per parameter, so that no two share their draws).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Update {
     /// The update's number, from 1.
     pub step: u64,
     /// The gradient's factor.
     pub grad_scale: f64,
+    /// The rounding stream (the parameter's index, for an optimizer).
+    pub stream: u64,
 }
 
 impl Update {
-    /// Update number `step` with the gradient as it is.
+    /// Update number `step` with the gradient as it is, on stream 0.
     pub fn new(step: u64) -> Self {
         Self {
             step,
             grad_scale: 1.0,
+            stream: 0,
         }
     }
 
@@ -74,6 +78,32 @@ impl Update {
             ..self
         }
     }
+
+    /// The same update on rounding stream `stream`.
+    pub fn on_stream(self, stream: u64) -> Self {
+        Self { stream, ..self }
+    }
+
+    /// The seed that rounds state buffer `buffer` (0 for AdamW's first moment, 1 for its
+    /// second) of this update: a pure function of the step, the stream and the buffer, so that
+    /// every backend rounds alike and a resumed run draws what an unbroken one would.
+    pub fn rounding_seed(&self, buffer: u64) -> u64 {
+        crate::backend::random::random_bits(
+            self.step ^ self.stream.wrapping_mul(0xD1B5_4A32_D192_ED03),
+            buffer,
+        )
+    }
+}
+
+/// One moment kept block-wise in 8 bits: a code of the dynamic map per element, and per block
+/// of [`QUANT_BLOCK`](crate::ops::optim::QUANT_BLOCK) elements the scale its codes are relative
+/// to (the block's largest magnitude).
+#[derive(Debug)]
+pub struct QuantizedMut<'a> {
+    /// `u8` codes, one per element.
+    pub codes: &'a mut Buffer,
+    /// `f32` scales, one per block.
+    pub scales: &'a mut Buffer,
 }
 
 impl Default for AdamW {
@@ -91,7 +121,9 @@ impl Default for AdamW {
 
 /// The kernels of this family that a backend runs.
 pub trait OptimKernels {
-    /// One AdamW step, in place; float dtypes, all four buffers of one dtype and length.
+    /// One AdamW step, in place; float dtypes, the gradient of the parameter's dtype and
+    /// length, and the moments of its length in its dtype or in bf16 (for a parameter computed
+    /// in f32), then rounded stochastically ([`Update::rounding_seed`]).
     fn adamw(
         &self,
         config: &AdamW,
@@ -100,6 +132,20 @@ pub trait OptimKernels {
         grad: &Buffer,
         m: &mut Buffer,
         v: &mut Buffer,
+    ) -> Result<()>;
+
+    /// One AdamW step with moments kept block-wise in 8 bits (the first moment on the signed
+    /// dynamic map, the second on the unsigned one): each block is decoded, updated in f32,
+    /// the parameter updated from the new moments, and the moments encoded again against the
+    /// block's new largest magnitude, rounded stochastically. A parameter computed in f32.
+    fn adamw_8bit(
+        &self,
+        config: &AdamW,
+        update: Update,
+        param: &mut Buffer,
+        grad: &Buffer,
+        m: QuantizedMut<'_>,
+        v: QuantizedMut<'_>,
     ) -> Result<()>;
 
     /// One SGD step, in place, with a momentum buffer when `config.momentum` is not 0; float

@@ -10,16 +10,21 @@ pub trait RandomKernels {
     fn dropout(&self, x: &Buffer, out: &mut Buffer, p: f64, seed: u64) -> Result<()>;
 }
 
-/// A uniform draw in [0, 1) for element `index` under `seed` (SplitMix64's finalizer over the
-/// pair): statistically independent across indices and seeds, reproducible everywhere.
+/// 64 random bits for element `index` under `seed` (SplitMix64's finalizer over the pair):
+/// statistically independent across indices and seeds, reproducible everywhere.
 #[inline]
-pub fn uniform(seed: u64, index: u64) -> f64 {
+pub fn random_bits(seed: u64, index: u64) -> u64 {
     let mut z = seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
+    z ^ (z >> 31)
+}
+
+/// A uniform draw in [0, 1) for element `index` under `seed`, from [`random_bits`].
+#[inline]
+pub fn uniform(seed: u64, index: u64) -> f64 {
+    (random_bits(seed, index) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Whether dropout with probability `p` keeps element `index` under `seed`.

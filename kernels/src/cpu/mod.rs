@@ -106,6 +106,10 @@ macro_rules! with_element {
                 type $t = i32;
                 $body
             }
+            $crate::dtype::DType::U8 => {
+                type $t = u8;
+                $body
+            }
         }
     };
 }

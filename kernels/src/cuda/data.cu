@@ -8,6 +8,7 @@ __device__ __forceinline__ double to_f64(f16 v) { return f16_to_f32(v.bits); }
 __device__ __forceinline__ double to_f64(bf16 v) { return bf16_to_f32(v.bits); }
 __device__ __forceinline__ double to_f64(u32 v) { return v; }
 __device__ __forceinline__ double to_f64(int v) { return v; }
+__device__ __forceinline__ double to_f64(u8 v) { return v; }
 
 template <typename T> __device__ __forceinline__ T from_f64(double v);
 template <> __device__ __forceinline__ float from_f64<float>(double v) { return (float)v; }
@@ -19,6 +20,10 @@ template <> __device__ __forceinline__ u32 from_f64<u32>(double v) {
     v = round(v);
     return v != v || v <= 0.0 ? 0u : v >= 4294967295.0 ? 4294967295u : (u32)v;
 }
+template <> __device__ __forceinline__ u8 from_f64<u8>(double v) {
+    v = round(v);
+    return v != v || v <= 0.0 ? (u8)0 : v >= 255.0 ? (u8)255 : (u8)v;
+}
 template <> __device__ __forceinline__ int from_f64<int>(double v) {
     v = round(v);
     return v != v ? 0 : v <= -2147483648.0 ? (-2147483647 - 1) : v >= 2147483647.0 ? 2147483647 : (int)v;
@@ -26,7 +31,8 @@ template <> __device__ __forceinline__ int from_f64<int>(double v) {
 
 #define FOR_ALL(M, ...) \
     M(f32, float, __VA_ARGS__) M(f64, double, __VA_ARGS__) M(f16, f16, __VA_ARGS__) \
-    M(bf16, bf16, __VA_ARGS__) M(u32, u32, __VA_ARGS__) M(i32, int, __VA_ARGS__)
+    M(bf16, bf16, __VA_ARGS__) M(u32, u32, __VA_ARGS__) M(i32, int, __VA_ARGS__) \
+    M(u8, u8, __VA_ARGS__)
 
 #define FILL(name, T, unused) \
     extern "C" __global__ void fill_##name(T* out, u64 n, double value) { \
@@ -42,6 +48,7 @@ FOR_ALL(FILL, 0)
 // The same list again: a macro cannot expand itself, so the inner loop over targets needs its own.
 #define FOR_ALL_TARGETS(M, ...) \
     M(f32, float, __VA_ARGS__) M(f64, double, __VA_ARGS__) M(f16, f16, __VA_ARGS__) \
-    M(bf16, bf16, __VA_ARGS__) M(u32, u32, __VA_ARGS__) M(i32, int, __VA_ARGS__)
+    M(bf16, bf16, __VA_ARGS__) M(u32, u32, __VA_ARGS__) M(i32, int, __VA_ARGS__) \
+    M(u8, u8, __VA_ARGS__)
 #define CAST_FROM(sname, S, unused) FOR_ALL_TARGETS(CAST_TO, sname, S)
 FOR_ALL(CAST_FROM, 0)

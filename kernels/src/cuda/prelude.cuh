@@ -4,6 +4,7 @@
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
+typedef unsigned char u8;
 typedef unsigned short u16;
 
 // The half types travel as their bits; arithmetic happens in f32.
@@ -82,15 +83,20 @@ __device__ __forceinline__ float m_max(float a, float b) { return a != a || a > 
 __device__ __forceinline__ double m_max(double a, double b) { return a != a || a > b ? a : b; }
 template <typename C> __device__ __forceinline__ C neg_infinity() { return (C)(-1.0 / 0.0); }
 
-// A uniform number in [0, 1) that is a pure function of (seed, index), the same as the host's
-// (`ops::random::uniform`): dropout masks are drawn from it again instead of being stored.
-__device__ __forceinline__ double uniform(u64 seed, u64 index) {
+// 64 random bits that are a pure function of (seed, index), the same as the host's
+// (`backend::random::random_bits`): dropout masks are drawn from them again instead of being
+// stored, and narrow optimizer state is rounded with them.
+__device__ __forceinline__ u64 random_bits(u64 seed, u64 index) {
     u64 z = seed ^ (index * 0x9E3779B97F4A7C15ull);
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
+    return z ^ (z >> 31);
+}
+
+// A uniform number in [0, 1) from `random_bits`, the same as the host's (`uniform`).
+__device__ __forceinline__ double uniform(u64 seed, u64 index) {
+    return (double)(random_bits(seed, index) >> 11) / 9007199254740992.0;
 }
 
 // The first element this thread handles and the step of a grid-stride loop.

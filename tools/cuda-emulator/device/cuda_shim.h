@@ -65,6 +65,11 @@ inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+// Rounded to nearest, never contracted (the host build does not fuse multiply-adds).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline int __clz(unsigned int x) { return x == 0 ? 32 : __builtin_clz(x); }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: acc += A B over one warp, computed in
 // software. Each lane holds its fragments as the PTX ISA lays them out (lane = 4 g + t):

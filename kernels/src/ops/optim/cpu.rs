@@ -1,12 +1,152 @@
 //! CPU kernels: fused optimizer updates.
 
+use half::bf16;
 use rayon::prelude::*;
 
-use crate::backend::optim::{AdamW, OptimKernels, Sgd, Update};
+use super::QUANT_BLOCK;
+use super::dynamic_map::{decode_signed, decode_unsigned, encode_signed, encode_unsigned};
+use super::rounding::bf16_stochastic;
+use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
+use crate::backend::random::random_bits;
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
-use crate::dtype::{Compute, Float};
-use crate::error::Result;
+use crate::dtype::{Compute, DType, Float};
+use crate::error::{Error, Result};
+
+/// AdamW's constants for one step, in the compute type `C`.
+struct AdamConstants<C> {
+    scale: C,
+    b1: C,
+    b2: C,
+    decay: C,
+    step_size: C,
+    root_correction: C,
+    eps: C,
+}
+
+impl<C: Compute> AdamConstants<C> {
+    fn new(config: &AdamW, update: Update) -> Self {
+        let c = |x: f64| C::of(x);
+        let t = i32::try_from(update.step).unwrap_or(i32::MAX);
+        Self {
+            scale: c(update.grad_scale),
+            b1: c(config.beta1),
+            b2: c(config.beta2),
+            decay: c(1.0 - config.lr * config.weight_decay),
+            step_size: c(config.lr / (1.0 - config.beta1.powi(t))),
+            root_correction: c((1.0 - config.beta2.powi(t)).sqrt()),
+            eps: c(config.eps),
+        }
+    }
+
+    /// The new moments from the old ones and the gradient, and the parameter moved by them.
+    #[inline]
+    fn apply(&self, p: C, g: C, m: C, v: C) -> (C, C, C) {
+        let g = g * self.scale;
+        let m = self.b1 * m + (C::ONE - self.b1) * g;
+        let v = self.b2 * v + (C::ONE - self.b2) * g * g;
+        let denom = v.sqrt() / self.root_correction + self.eps;
+        (p * self.decay - self.step_size * m / denom, m, v)
+    }
+}
+
+/// AdamW with its moments in bf16 for a parameter `T` computed in f32, rounded stochastically.
+fn adamw_bf16_state<T: Float<C = f32>>(
+    consts: &AdamConstants<f32>,
+    seeds: (u64, u64),
+    param: &mut [T],
+    grad: &[T],
+    m: &mut [bf16],
+    v: &mut [bf16],
+) {
+    param
+        .par_chunks_mut(CHUNK)
+        .zip(grad.par_chunks(CHUNK))
+        .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
+        .enumerate()
+        .for_each(|(chunk, ((p, g), (m, v)))| {
+            let first = (chunk * CHUNK) as u64;
+            for (i, (((p, &g), m), v)) in p.iter_mut().zip(g).zip(m).zip(v).enumerate() {
+                let at = first + i as u64;
+                let (p_new, m_new, v_new) =
+                    consts.apply(p.load(), g.load(), m.to_f32(), v.to_f32());
+                *p = T::store(p_new);
+                *m = bf16_stochastic(m_new, random_bits(seeds.0, at));
+                *v = bf16_stochastic(v_new, random_bits(seeds.1, at));
+            }
+        });
+}
+
+/// AdamW with its moments block-wise in 8 bits, for a parameter `T` computed in f32: one block
+/// of [`QUANT_BLOCK`] elements a task.
+fn adamw_8bit_state<T: Float<C = f32>>(
+    consts: &AdamConstants<f32>,
+    seeds: (u64, u64),
+    param: &mut [T],
+    grad: &[T],
+    (m, m_scales): (&mut [u8], &mut [f32]),
+    (v, v_scales): (&mut [u8], &mut [f32]),
+) {
+    param
+        .par_chunks_mut(QUANT_BLOCK)
+        .zip(grad.par_chunks(QUANT_BLOCK))
+        .zip(m.par_chunks_mut(QUANT_BLOCK).zip(m_scales.par_iter_mut()))
+        .zip(v.par_chunks_mut(QUANT_BLOCK).zip(v_scales.par_iter_mut()))
+        .enumerate()
+        .for_each(|(block, (((p, g), (m, m_scale)), (v, v_scale)))| {
+            let mut moments = [(0f32, 0f32); QUANT_BLOCK];
+            let (mut m_max, mut v_max) = (0f32, 0f32);
+            for (i, (p, &g)) in p.iter_mut().zip(g).enumerate() {
+                let m_old = decode_signed(m[i]) * *m_scale;
+                let v_old = decode_unsigned(v[i]) * *v_scale;
+                let (p_new, m_new, v_new) = consts.apply(p.load(), g.load(), m_old, v_old);
+                *p = T::store(p_new);
+                moments[i] = (m_new, v_new);
+                // NaN-propagating, as the CUDA kernel reduces.
+                m_max = Compute::max(m_max, m_new.abs());
+                v_max = Compute::max(v_max, v_new);
+            }
+            let first = (block * QUANT_BLOCK) as u64;
+            for (i, &(m_new, v_new)) in moments[..p.len()].iter().enumerate() {
+                let at = first + i as u64;
+                m[i] = encode_signed(relative(m_new, m_max), random_bits(seeds.0, at));
+                v[i] = encode_unsigned(relative(v_new, v_max), random_bits(seeds.1, at));
+            }
+            *m_scale = m_max;
+            *v_scale = v_max;
+        });
+}
+
+/// `x / scale`, and 0 in a block of zeros.
+#[inline]
+fn relative(x: f32, scale: f32) -> f32 {
+    if scale == 0.0 { 0.0 } else { x / scale }
+}
+
+/// Runs `$body` with `$t` bound to the Rust type of a parameter computed in f32.
+macro_rules! with_f32_compute {
+    ($dtype:expr, $op:expr, |$t:ident| $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            other => Err(Error::DType {
+                op: $op,
+                expected: "a parameter in f32, f16 or bf16".into(),
+                got: other,
+            }),
+        }
+    };
+}
 
 impl OptimKernels for CpuBackend {
     fn adamw(
@@ -18,16 +158,23 @@ impl OptimKernels for CpuBackend {
         m: &mut Buffer,
         v: &mut Buffer,
     ) -> Result<()> {
+        if m.dtype() != param.dtype() {
+            let consts = AdamConstants::new(config, update);
+            let seeds = (update.rounding_seed(0), update.rounding_seed(1));
+            return with_f32_compute!(param.dtype(), "adamw", |T| {
+                adamw_bf16_state::<T>(
+                    &consts,
+                    seeds,
+                    param.host_mut::<T>("adamw")?,
+                    grad.host::<T>("adamw")?,
+                    m.host_mut::<bf16>("adamw")?,
+                    v.host_mut::<bf16>("adamw")?,
+                );
+                Ok(())
+            });
+        }
         with_float!(param.dtype(), "adamw", |T| {
-            type C = <T as Float>::C;
-            let c = |x: f64| C::of(x);
-            let t = i32::try_from(update.step).unwrap_or(i32::MAX);
-            let scale = c(update.grad_scale);
-            let (b1, b2) = (c(config.beta1), c(config.beta2));
-            let decay = c(1.0 - config.lr * config.weight_decay);
-            let step_size = c(config.lr / (1.0 - config.beta1.powi(t)));
-            let root_correction = c((1.0 - config.beta2.powi(t)).sqrt());
-            let eps = c(config.eps);
+            let consts = AdamConstants::<<T as Float>::C>::new(config, update);
             let grad = grad.host::<T>("adamw")?;
             let m = m.host_mut::<T>("adamw")?;
             let v = v.host_mut::<T>("adamw")?;
@@ -38,15 +185,43 @@ impl OptimKernels for CpuBackend {
                 .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
                 .for_each(|((p, g), (m, v))| {
                     for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m).zip(v) {
-                        let g = g.load() * scale;
-                        let m_new = b1 * m.load() + (C::ONE - b1) * g;
-                        let v_new = b2 * v.load() + (C::ONE - b2) * g * g;
-                        let denom = v_new.sqrt() / root_correction + eps;
-                        *p = T::store(p.load() * decay - step_size * m_new / denom);
+                        let (p_new, m_new, v_new) =
+                            consts.apply(p.load(), g.load(), m.load(), v.load());
+                        *p = T::store(p_new);
                         *m = T::store(m_new);
                         *v = T::store(v_new);
                     }
                 });
+            Ok(())
+        })
+    }
+
+    fn adamw_8bit(
+        &self,
+        config: &AdamW,
+        update: Update,
+        param: &mut Buffer,
+        grad: &Buffer,
+        m: QuantizedMut<'_>,
+        v: QuantizedMut<'_>,
+    ) -> Result<()> {
+        let consts = AdamConstants::new(config, update);
+        let seeds = (update.rounding_seed(0), update.rounding_seed(1));
+        with_f32_compute!(param.dtype(), "adamw", |T| {
+            adamw_8bit_state::<T>(
+                &consts,
+                seeds,
+                param.host_mut::<T>("adamw")?,
+                grad.host::<T>("adamw")?,
+                (
+                    m.codes.host_mut::<u8>("adamw")?,
+                    m.scales.host_mut::<f32>("adamw")?,
+                ),
+                (
+                    v.codes.host_mut::<u8>("adamw")?,
+                    v.scales.host_mut::<f32>("adamw")?,
+                ),
+            );
             Ok(())
         })
     }

@@ -1,10 +1,44 @@
 //! CUDA kernels: optimizer updates (`optim.cu`), with the step's constants computed here in f64
 //! as on the host.
 
-use crate::backend::optim::{AdamW, OptimKernels, Sgd, Update};
+use cudarc::driver::LaunchConfig;
+
+use super::QUANT_BLOCK;
+use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, CudaBackend, Family, float_kernel};
-use crate::error::Result;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// AdamW's step constants as the kernels take them (the gradient's scale, the betas, the
+/// decay factor, the bias-corrected step size, the root of the second correction, epsilon),
+/// computed in f64 as on the host.
+fn adamw_constants(config: &AdamW, update: Update) -> [Arg; 7] {
+    let t = i32::try_from(update.step).unwrap_or(i32::MAX);
+    [
+        update.grad_scale.into(),
+        config.beta1.into(),
+        config.beta2.into(),
+        (1.0 - config.lr * config.weight_decay).into(),
+        (config.lr / (1.0 - config.beta1.powi(t))).into(),
+        (1.0 - config.beta2.powi(t)).sqrt().into(),
+        config.eps.into(),
+    ]
+}
+
+/// The suffix of a narrow-state kernel for a parameter of `dtype` (computed in f32).
+fn f32_compute(dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::F32 => Ok("f32"),
+        DType::F16 => Ok("f16"),
+        DType::BF16 => Ok("bf16"),
+        other => Err(Error::DType {
+            op: "adamw",
+            expected: "a parameter in f32, f16 or bf16".into(),
+            got: other,
+        }),
+    }
+}
 
 impl OptimKernels for CudaBackend {
     fn adamw(
@@ -16,27 +50,63 @@ impl OptimKernels for CudaBackend {
         m: &mut Buffer,
         v: &mut Buffer,
     ) -> Result<()> {
-        let name = float_kernel("adamw", param.dtype(), "adamw")?;
         let n = param.len();
         if n == 0 {
             return Ok(());
         }
-        let t = i32::try_from(update.step).unwrap_or(i32::MAX);
-        let args: [Arg; 12] = [
+        let constants = adamw_constants(config, update);
+        if m.dtype() != param.dtype() {
+            let name = format!("adamw_bf16_state_{}", f32_compute(param.dtype())?);
+            let mut args: Vec<Arg> = vec![param.into(), grad.into(), m.into(), v.into(), n.into()];
+            args.extend(constants);
+            args.extend([
+                update.rounding_seed(0).into(),
+                update.rounding_seed(1).into(),
+            ]);
+            return self.launch("adamw", Family::Optim, &name, self.grid(n as u64), &args);
+        }
+        let name = float_kernel("adamw", param.dtype(), "adamw")?;
+        let mut args: Vec<Arg> = vec![param.into(), grad.into(), m.into(), v.into(), n.into()];
+        args.extend(constants);
+        self.launch("adamw", Family::Optim, &name, self.grid(n as u64), &args)
+    }
+
+    fn adamw_8bit(
+        &self,
+        config: &AdamW,
+        update: Update,
+        param: &mut Buffer,
+        grad: &Buffer,
+        m: QuantizedMut<'_>,
+        v: QuantizedMut<'_>,
+    ) -> Result<()> {
+        let n = param.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let name = format!("adamw_8bit_{}", f32_compute(param.dtype())?);
+        let mut args: Vec<Arg> = vec![
             param.into(),
             grad.into(),
-            m.into(),
-            v.into(),
+            (&*m.codes).into(),
+            (&*m.scales).into(),
+            (&*v.codes).into(),
+            (&*v.scales).into(),
             n.into(),
-            update.grad_scale.into(),
-            config.beta1.into(),
-            config.beta2.into(),
-            (1.0 - config.lr * config.weight_decay).into(),
-            (config.lr / (1.0 - config.beta1.powi(t))).into(),
-            (1.0 - config.beta2.powi(t)).sqrt().into(),
-            config.eps.into(),
         ];
-        self.launch("adamw", Family::Optim, &name, self.grid(n as u64), &args)
+        args.extend(adamw_constants(config, update));
+        args.extend([
+            update.rounding_seed(0).into(),
+            update.rounding_seed(1).into(),
+        ]);
+        // One block of 256 threads per quantization block.
+        let blocks = n.div_ceil(QUANT_BLOCK) as u32;
+        let launch = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        self.launch("adamw", Family::Optim, &name, launch, &args)
     }
 
     fn sgd(

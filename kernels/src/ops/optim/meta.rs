@@ -1,6 +1,6 @@
 //! Meta kernels: nothing to compute.
 
-use crate::backend::optim::{AdamW, OptimKernels, Sgd, Update};
+use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
@@ -14,6 +14,18 @@ impl OptimKernels for MetaBackend {
         _: &Buffer,
         _: &mut Buffer,
         _: &mut Buffer,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn adamw_8bit(
+        &self,
+        _: &AdamW,
+        _: Update,
+        _: &mut Buffer,
+        _: &Buffer,
+        _: QuantizedMut<'_>,
+        _: QuantizedMut<'_>,
     ) -> Result<()> {
         Ok(())
     }
