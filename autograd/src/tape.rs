@@ -184,8 +184,33 @@ impl Tape {
         seed: Array,
         sources: &[&Tensor],
     ) -> Result<Gradients> {
+        let ids: Vec<TensorId> = sources.iter().map(|s| s.id()).collect();
+        let mut found = HashMap::new();
+        self.gradient_each(target, seed, &ids, |index, grad| {
+            found.insert(ids[index], grad);
+            Ok::<_, Error>(())
+        })?;
+        Ok(Gradients::new(found))
+    }
+
+    /// The backward pass of [`Tape::gradient_with`], handing each source's gradient to
+    /// `ready(its index in sources, gradient)` as soon as it is complete, that is once the
+    /// earliest recorded op that read the source has run its backward rule, instead of keeping
+    /// every gradient to the end. What `ready` does not keep is freed at once, so an optimizer
+    /// that updates each parameter in `ready` holds a few gradients at a time instead of all
+    /// of them. By then no rule still to run shares the source's array, so a parameter can be
+    /// updated in place. Sources are given by identity: a caller that holds no other handle on
+    /// a parameter leaves it to be the only one. An error of `ready` ends the pass, and is
+    /// returned as it is.
+    pub fn gradient_each<E: From<Error>>(
+        &self,
+        target: &Tensor,
+        seed: Array,
+        sources: &[TensorId],
+        mut ready: impl FnMut(usize, Array) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
         if seed.shape() != target.shape() || seed.dtype() != target.dtype() {
-            return Err(Error::Argument {
+            return Err(E::from(Error::Argument {
                 op: "gradient",
                 detail: format!(
                     "the seed is {} of {}, the target {} of {}",
@@ -194,12 +219,12 @@ impl Tape {
                     target.shape(),
                     target.dtype()
                 ),
-            });
+            }));
         }
         let (nodes, slots, ids) = {
             let mut state = self.0.lock();
             if state.used {
-                return Err(Error::TapeUsed);
+                return Err(Error::TapeUsed.into());
             }
             state.used = true;
             (
@@ -211,100 +236,169 @@ impl Tape {
         let target_slot = *ids.get(&target.id()).ok_or(Error::NotRecorded)?;
         let _tag = target.device().scoped_tag(Tag::GRADIENTS);
         let source_slots: Vec<Option<SlotId>> =
-            sources.iter().map(|s| ids.get(&s.id()).copied()).collect();
+            sources.iter().map(|s| ids.get(s).copied()).collect();
         // A slot needs a gradient if it is a source or an op made it from one that does.
         let mut is_source = vec![false; slots.len()];
         for &slot in source_slots.iter().flatten() {
             is_source[slot] = true;
         }
         let mut needed = is_source.clone();
-        for node in &nodes {
+        // Which slots an op made (their gradients flow on to the op's inputs), and the earliest
+        // op that read each slot: once its rule has run, nothing adds to the slot's gradient.
+        let mut made = vec![false; slots.len()];
+        let mut first_reader: Vec<Option<usize>> = vec![None; slots.len()];
+        for (at, node) in nodes.iter().enumerate() {
             if node.inputs.iter().flatten().any(|&s| needed[s]) {
                 for &out in &node.outputs {
                     needed[out] = true;
                 }
             }
+            for &out in &node.outputs {
+                made[out] = true;
+            }
+            for &input in node.inputs.iter().flatten() {
+                first_reader[input].get_or_insert(at);
+            }
+        }
+        // The sources complete after each op's rule, by the op's index.
+        let mut completes: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut handed = vec![false; sources.len()];
+        for (index, slot) in source_slots.iter().enumerate() {
+            if let Some(at) = slot.and_then(|s| first_reader[s]) {
+                completes.entry(at).or_default().push(index);
+            }
         }
         let mut grads: Vec<Option<Array>> = Vec::new();
         grads.resize_with(slots.len(), || None);
         grads[target_slot] = Some(seed);
-        for node in nodes.into_iter().rev() {
-            let Node {
-                op,
-                inputs,
-                outputs,
-                backward,
-                ..
-            } = node;
-            let needs: SmallVec<[bool; 4]> = inputs
-                .iter()
-                .map(|s| s.is_some_and(|s| needed[s]))
-                .collect();
-            if !needs.contains(&true) {
-                continue; // dropping the node releases what it saved
-            }
-            // A source's gradient stays where it is; every other one is passed on and dropped.
-            let mut upstream: SmallVec<[Option<Array>; 1]> = outputs
-                .iter()
-                .map(|&s| {
-                    if is_source[s] {
-                        grads[s].clone()
-                    } else {
-                        grads[s].take()
-                    }
-                })
-                .collect();
-            let input_grads = match backward {
-                Backward::One(rule) => match upstream.pop().flatten() {
-                    Some(g) => rule(g, &needs)?,
-                    None => continue,
-                },
-                Backward::Many(rule) => {
-                    if upstream.iter().all(Option::is_none) {
-                        continue;
-                    }
-                    rule(&upstream, &needs)?
-                }
+        let mut hand = |index: usize, grads: &mut [Option<Array>], handed: &mut [bool]| {
+            let Some(slot) = source_slots[index] else {
+                return Ok(());
             };
-            drop(upstream);
-            for (slot, grad) in inputs.iter().zip(input_grads) {
-                let (Some(slot), Some(grad)) = (*slot, grad) else {
-                    continue;
-                };
-                if !needed[slot] {
-                    continue;
-                }
-                let want = &slots[slot];
-                if grad.shape() != &want.shape || grad.dtype() != want.dtype {
-                    return Err(Error::Argument {
-                        op,
-                        detail: format!(
-                            "the backward rule gave a gradient of {} {} for an input of {} {}",
-                            grad.shape(),
-                            grad.dtype(),
-                            want.shape,
-                            want.dtype
-                        ),
-                    });
-                }
-                grads[slot] = Some(match grads[slot].take() {
-                    None => grad,
-                    Some(previous) => sum_gradients(previous, grad)?,
-                });
+            handed[index] = true;
+            // An op's rule still to run may need a made source's gradient; a leaf's is done.
+            let grad = if made[slot] {
+                grads[slot].clone()
+            } else {
+                grads[slot].take()
+            };
+            match grad {
+                Some(grad) => ready(index, grad),
+                None => Ok(()),
+            }
+        };
+        for (at, node) in nodes.into_iter().enumerate().rev() {
+            let mut pass = Pass {
+                slots: &slots,
+                needed: &needed,
+                is_source: &is_source,
+                grads: &mut grads,
+            };
+            run_rule(&mut pass, node)?;
+            for &index in completes.get(&at).into_iter().flatten() {
+                hand(index, &mut grads, &mut handed)?;
             }
         }
-        let mut found = HashMap::new();
-        for (source, slot) in sources.iter().zip(source_slots) {
-            if let Some(grad) = slot.and_then(|s| grads[s].clone()) {
-                found.insert(source.id(), grad);
+        // Sources no op read: the target itself, if it is one.
+        for index in 0..sources.len() {
+            if !handed[index] {
+                hand(index, &mut grads, &mut handed)?;
             }
         }
-        Ok(Gradients::new(found))
+        Ok(())
     }
 
     fn state(&self) -> parking_lot::MutexGuard<'_, State> {
         self.0.lock()
     }
+}
+
+/// What a backward pass knows of the tape's slots while it runs the rules.
+struct Pass<'a> {
+    /// What each slot's gradient must look like.
+    slots: &'a [Slot],
+    /// The slots that need a gradient.
+    needed: &'a [bool],
+    /// The slots asked for.
+    is_source: &'a [bool],
+    /// Each slot's gradient so far.
+    grads: &'a mut [Option<Array>],
+}
+
+/// Runs one recorded op's backward rule when an input needs a gradient and a gradient reached
+/// an output, adding what it gives into its inputs' gradients; otherwise drops the rule and
+/// what it saved.
+fn run_rule(pass: &mut Pass<'_>, node: Node) -> Result<()> {
+    let Pass {
+        slots,
+        needed,
+        is_source,
+        grads,
+    } = pass;
+    let Node {
+        op,
+        inputs,
+        outputs,
+        backward,
+        ..
+    } = node;
+    let needs: SmallVec<[bool; 4]> = inputs
+        .iter()
+        .map(|s| s.is_some_and(|s| needed[s]))
+        .collect();
+    if !needs.contains(&true) {
+        return Ok(()); // dropping the node releases what it saved
+    }
+    // A source's gradient stays where it is; every other one is passed on and dropped.
+    let mut upstream: SmallVec<[Option<Array>; 1]> = outputs
+        .iter()
+        .map(|&s| {
+            if is_source[s] {
+                grads[s].clone()
+            } else {
+                grads[s].take()
+            }
+        })
+        .collect();
+    let input_grads = match backward {
+        Backward::One(rule) => match upstream.pop().flatten() {
+            Some(g) => rule(g, &needs)?,
+            None => return Ok(()),
+        },
+        Backward::Many(rule) => {
+            if upstream.iter().all(Option::is_none) {
+                return Ok(());
+            }
+            rule(&upstream, &needs)?
+        }
+    };
+    drop(upstream);
+    for (slot, grad) in inputs.iter().zip(input_grads) {
+        let (Some(slot), Some(grad)) = (*slot, grad) else {
+            continue;
+        };
+        if !needed[slot] {
+            continue;
+        }
+        let want = &slots[slot];
+        if grad.shape() != &want.shape || grad.dtype() != want.dtype {
+            return Err(Error::Argument {
+                op,
+                detail: format!(
+                    "the backward rule gave a gradient of {} {} for an input of {} {}",
+                    grad.shape(),
+                    grad.dtype(),
+                    want.shape,
+                    want.dtype
+                ),
+            });
+        }
+        grads[slot] = Some(match grads[slot].take() {
+            None => grad,
+            Some(previous) => sum_gradients(previous, grad)?,
+        });
+    }
+    Ok(())
 }
 
 /// `a + b` for two gradients of one tensor (same shape and dtype), summed in place into

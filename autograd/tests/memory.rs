@@ -181,3 +181,59 @@ fn a_tensor_used_twice_sums_its_gradients_in_place() {
         assert_eq!(*g as f32, (r + e) as f32);
     }
 }
+
+#[test]
+fn gradients_handed_out_as_they_complete_are_each_the_full_gradient_and_can_be_freed_at_once() {
+    let device = device();
+    let (rows, width, layers) = (64, 128, 8);
+    let mlp = Mlp::new(&device, &vec![width; layers + 1], DType::F32, 5);
+    let (x, targets) = batch(&device, rows, width, width, 6);
+    let forward = |tape: &Tape| {
+        tape.record(|| mlp.forward(&x)?.cross_entropy(&targets, None))
+            .unwrap()
+    };
+    let variables = mlp.variables();
+    let tape = Tape::new();
+    let loss = forward(&tape);
+    let whole = tape.gradient(&loss, &variables).unwrap();
+    let want: Vec<Vec<f64>> = variables
+        .iter()
+        .map(|v| whole.get(v).unwrap().to_f64().unwrap())
+        .collect();
+    drop((whole, loss, tape));
+
+    let ids: Vec<_> = variables.iter().map(|v| v.id()).collect();
+    let tape = Tape::new();
+    let loss = forward(&tape);
+    device.allocator().with(|a| a.reset_peak());
+    let seed = headroom_kernels::Array::full(&device, [], DType::F32, 1.0).unwrap();
+    let mut order = Vec::new();
+    let mut most_live = 0;
+    tape.gradient_each(&loss, seed, &ids, |index, grad| {
+        assert_eq!(grad.to_f64().unwrap(), want[index], "source {index}");
+        order.push(index);
+        // Handed over, nothing else holds it: dropping it frees it.
+        assert!(!grad.is_shared());
+        most_live = most_live.max(live(&device, Tag::GRADIENTS));
+        Ok::<_, headroom_autograd::Error>(())
+    })
+    .unwrap();
+    // Each layer's weight and bias, from the last layer to the first.
+    let expected: Vec<usize> = (0..layers).rev().flat_map(|l| [2 * l, 2 * l + 1]).collect();
+    let mut got = order.clone();
+    for pair in got.chunks_mut(2) {
+        pair.sort_unstable();
+    }
+    assert_eq!(got, expected);
+    // At most one layer's gradients (and the gradient flowing between layers) were alive at once.
+    let weight = rounded(width * width * 4);
+    let bias = rounded(width * 4);
+    let activation = rounded(rows * width * 4);
+    assert!(
+        most_live <= 2 * (weight + bias) + 2 * activation,
+        "{most_live} bytes of gradients alive at once"
+    );
+    assert!(2 * (weight + bias) + 2 * activation < layers as u64 * (weight + bias));
+    assert_eq!(live(&device, Tag::GRADIENTS), 0, "every gradient was freed");
+    drop(loss);
+}

@@ -25,6 +25,7 @@ pub use layers::linear::Linear;
 pub use layers::sequential::{Sequential, mlp};
 pub use module::Module;
 pub use optim::{
-    AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, clip_grad_norm,
+    AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, StatePrecision,
+    clip_grad_norm,
 };
 pub use recompute::{Recompute, recomputed};

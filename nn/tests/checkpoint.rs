@@ -12,7 +12,7 @@ use headroom_kernels::{DType, Device};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
     Activation, AdamW, AdamWConfig, Error, Gpt, GptConfig, Initializer, Linear, Module, Optimizer,
-    Sgd, SgdConfig, checkpoint, mlp,
+    Sgd, SgdConfig, StatePrecision, checkpoint, mlp,
 };
 
 /// A fresh path in the system's temporary directory, removed when dropped.
@@ -124,52 +124,87 @@ fn a_round_trip_is_bit_exact_for_weights_and_optimizer_state() {
 fn resuming_from_a_checkpoint_continues_the_same_trajectory_bit_for_bit() {
     let device = device();
     let path = TempPath::new("resume");
-    let run = |resume_at: Option<u64>| {
+    let adamw = |gpt: &Gpt, precision| {
+        let config = AdamWConfig {
+            lr: 3e-3,
+            ..Default::default()
+        };
+        AdamW::with_state(gpt, config, precision).unwrap()
+    };
+    let run = |resume_at: Option<u64>, precision: StatePrecision| {
         let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 7), CONFIG).unwrap();
-        let mut adamw = AdamW::new(
-            &gpt,
-            AdamWConfig {
-                lr: 3e-3,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut optimizer = adamw(&gpt, precision);
         let mut losses = Vec::new();
         for step in 0..8 {
             if Some(step) == resume_at {
                 let dropout_calls = gpt.dropout_counter().get();
                 let mut meta = metadata(step);
                 meta.insert("dropout_calls".into(), dropout_calls.to_string());
-                checkpoint::save(&path.0, &gpt, Some(&adamw), &meta).unwrap();
-                drop((gpt, adamw));
+                checkpoint::save(&path.0, &gpt, Some(&optimizer), &meta).unwrap();
+                drop((gpt, optimizer));
                 // A new process builds the model from the same configuration (seed included:
                 // it also seeds the dropout masks), then loads the step-4 weights over it.
                 gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 7), CONFIG).unwrap();
-                adamw = AdamW::new(
-                    &gpt,
-                    AdamWConfig {
-                        lr: 3e-3,
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
+                optimizer = adamw(&gpt, precision);
                 let saved = checkpoint::load(&path.0, &device).unwrap();
                 saved.restore_model(&mut gpt).unwrap();
-                saved.restore_optimizer(&mut adamw).unwrap();
+                saved.restore_optimizer(&mut optimizer).unwrap();
                 gpt.dropout_counter()
                     .set(saved.metadata()["dropout_calls"].parse().unwrap());
             }
-            losses.push(train_step(&device, &mut gpt, &mut adamw, step).to_bits());
+            losses.push(train_step(&device, &mut gpt, &mut optimizer, step).to_bits());
         }
         (losses, bytes(&gpt))
     };
-    let (straight, straight_weights) = run(None);
-    let (resumed, resumed_weights) = run(Some(4));
-    assert_eq!(
-        straight, resumed,
-        "the same losses, bit for bit, with dropout on"
+    // Narrow state is rounded at random, from the step and the parameter alone: a resumed run
+    // draws what an unbroken one does.
+    for precision in [
+        StatePrecision::Full,
+        StatePrecision::Bf16,
+        StatePrecision::Int8,
+    ] {
+        let (straight, straight_weights) = run(None, precision);
+        let (resumed, resumed_weights) = run(Some(4), precision);
+        assert_eq!(
+            straight, resumed,
+            "{precision:?}: the same losses, bit for bit, with dropout on"
+        );
+        assert_eq!(straight_weights, resumed_weights, "{precision:?}");
+    }
+}
+
+#[test]
+fn narrow_state_is_saved_as_it_is_kept_and_refused_by_an_optimizer_that_keeps_another() {
+    let device = device();
+    let path = TempPath::new("int8");
+    let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 4), CONFIG).unwrap();
+    let mut int8 = AdamW::with_state(&gpt, AdamWConfig::default(), StatePrecision::Int8).unwrap();
+    let full = AdamW::new(&gpt, AdamWConfig::default()).unwrap();
+    // Two moments of 2 bytes a parameter less than 8, and a scale per block of 2048.
+    let params = gpt.parameter_count() as u64;
+    assert!(
+        int8.state_bytes() < full.state_bytes() / 3,
+        "{} against {}",
+        int8.state_bytes(),
+        full.state_bytes()
     );
-    assert_eq!(straight_weights, resumed_weights);
+    assert!(int8.state_bytes() >= 2 * params);
+    train_step(&device, &mut gpt, &mut int8, 0);
+    checkpoint::save(&path.0, &gpt, Some(&int8), &BTreeMap::new()).unwrap();
+    let saved = checkpoint::load(&path.0, &device).unwrap();
+    let names = saved.names();
+    assert!(
+        names.contains(&"optimizer.head.weight.exp_avg_sq".to_owned()),
+        "{names:?}"
+    );
+    assert!(names.contains(&"optimizer.head.weight.exp_avg_sq_absmax".to_owned()));
+    let mut bf16 = AdamW::with_state(&gpt, AdamWConfig::default(), StatePrecision::Bf16).unwrap();
+    let err = saved.restore_optimizer(&mut bf16).unwrap_err();
+    assert!(
+        err.to_string().contains("tok_emb.weight.exp_avg") && err.to_string().contains("u8"),
+        "{err}"
+    );
+    assert_eq!(bf16.steps(), 0, "a refused restore changes nothing");
 }
 
 #[test]

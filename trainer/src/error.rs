@@ -62,6 +62,41 @@ pub enum Error {
         run_dir: PathBuf,
     },
 
+    /// Memory ran out in a step whose optimizer updates run inside the backward pass, after
+    /// some parameters were updated: an update cannot be undone, so the step cannot be redone.
+    #[error(
+        "step {step}: out of memory after {updated} of {parameters} parameters were updated in \
+         the backward pass (optimizer.in_backward); an update cannot be undone, so the run stops \
+         here, and its last checkpoint holds the weights from before this step. Leave more \
+         room (a larger batch.margin or memory limit) or turn optimizer.in_backward off.\n{report}"
+    )]
+    UpdateInterrupted {
+        /// The step (from 1).
+        step: u64,
+        /// Parameters updated before memory ran out.
+        updated: usize,
+        /// Parameters of the model.
+        parameters: usize,
+        /// The allocator's report.
+        report: Box<OomReport>,
+    },
+
+    /// A gradient held a NaN or an infinity in a step whose updates run inside the backward
+    /// pass, where the step cannot be skipped.
+    #[error(
+        "step {step}: the gradient of `{parameter}` is NaN or infinite; with \
+         optimizer.in_backward the parameters before it are already updated and the step \
+         cannot be skipped, so the run stops here, and its last checkpoint holds the weights \
+         from before this step (lower optimizer.lr, or turn optimizer.in_backward off to skip \
+         such steps)"
+    )]
+    NonFiniteGradient {
+        /// The step (from 1).
+        step: u64,
+        /// The parameter's name.
+        parameter: String,
+    },
+
     /// A model, optimizer or checkpoint error, or an out-of-memory the trainer could not absorb.
     #[error(transparent)]
     Nn(#[from] headroom_nn::Error),

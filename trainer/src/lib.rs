@@ -11,6 +11,7 @@ mod eval;
 mod float_json;
 mod growth;
 pub mod head_chunk;
+mod in_backward;
 pub mod memory;
 mod metrics;
 mod micro;

@@ -8,7 +8,7 @@ use crate::error::Result;
 /// The optimizer for `model`, its state allocated now.
 pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<Box<dyn Optimizer>> {
     Ok(match config.kind {
-        OptimizerKind::Adamw => Box::new(AdamW::new(
+        OptimizerKind::Adamw => Box::new(AdamW::with_state(
             model,
             AdamWConfig {
                 lr: config.lr,
@@ -17,6 +17,7 @@ pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<B
                 eps: config.eps,
                 weight_decay: config.weight_decay,
             },
+            config.state.precision(),
         )?),
         OptimizerKind::Sgd => Box::new(Sgd::new(
             model,

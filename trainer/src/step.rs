@@ -8,6 +8,11 @@
 //! Each absorbed out-of-memory is logged with its verdict (fragmentation or capacity), the
 //! request and the largest free block. Growing the micro-batch again is the caller's decision
 //! ([`MicroBatcher::finished`]), made after the step.
+//!
+//! With the optimizer step in the backward pass (`optimizer.in_backward`), a step whose first
+//! micro-batch is the whole batch updates each parameter as its gradient completes, under the
+//! contract of [`crate::in_backward`]; a step cut in several micro-batches accumulates and
+//! updates after, as above.
 
 use headroom_alloc::{OomReport, Tag, format_bytes};
 use headroom_autograd::{Gradients, SavedReport, Tape};
@@ -19,6 +24,7 @@ use crate::config::{PrecisionKind, TrainConfig};
 use crate::data::HostBatch;
 use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
+use crate::in_backward::step_in_backward;
 use crate::micro::MicroBatcher;
 use crate::model::TrainModel;
 use crate::precision::{LossScaler, ScaleChange};
@@ -84,6 +90,8 @@ pub struct StepContext<'a> {
     pub precision: PrecisionKind,
     /// The largest gradient norm (0: no clipping).
     pub clip: f64,
+    /// Update each parameter in the backward pass when the step is one micro-batch.
+    pub in_backward: bool,
 }
 
 impl<'a> StepContext<'a> {
@@ -102,6 +110,7 @@ impl<'a> StepContext<'a> {
             scaler,
             precision: config.precision.dtype,
             clip: config.optimizer.clip,
+            in_backward: config.optimizer.in_backward,
         }
     }
 }
@@ -134,6 +143,8 @@ pub fn train_step(
     let (mut loss, mut done, mut micro_sizes, mut ooms) = (0.0, 0, Vec::new(), Vec::new());
     let mut indices = Vec::with_capacity(batch.len());
     let mut saved = (0, SavedReport::default());
+    // The gradients' norm, once the whole batch was updated in its backward pass.
+    let mut updated_in_backward = None;
     while done < batch.len() {
         let size = match &sizes {
             Sizes::Adaptive(micro) => micro.size(),
@@ -145,13 +156,21 @@ pub fn train_step(
         // A failed attempt must not advance the dropout masks, so that the retry draws what a
         // run cut this way from the start would.
         let dropout_calls = ctx.model.dropout_counter().map(|c| c.get());
-        let outcome = micro_batch(ctx, &slice, weight).and_then(|(grads, value, account)| {
-            total.accumulate(grads)?;
-            if size > saved.0 {
-                saved = (size, account);
-            }
-            Ok(value)
-        });
+        let outcome = if ctx.in_backward && size == batch.len() {
+            step_in_backward(ctx, &slice, step).map(|updated| {
+                updated_in_backward = Some(updated.grad_norm);
+                saved = (size, updated.saved);
+                updated.loss
+            })
+        } else {
+            micro_batch(ctx, &slice, weight).and_then(|(grads, value, account)| {
+                total.accumulate(grads)?;
+                if size > saved.0 {
+                    saved = (size, account);
+                }
+                Ok(value)
+            })
+        };
         match outcome {
             Ok(value) => {
                 loss += value;
@@ -194,7 +213,37 @@ pub fn train_step(
             Err(err) => return Err(err),
         }
     }
-    let (finite, grad_norm) = match update(ctx, &total) {
+    let (finite, grad_norm) = match updated_in_backward {
+        Some(norm) => (true, norm),
+        None => update_absorbing_oom(ctx, &total, batch.len(), step, &sizes, &mut ooms)?,
+    };
+    drop(total);
+    let scale_change = ctx.scaler.update(finite);
+    Ok(StepReport {
+        loss,
+        samples: batch.len(),
+        scored: batch.scored(),
+        micro_sizes,
+        indices,
+        ooms,
+        skipped: !finite,
+        grad_norm,
+        scale_change,
+        saved: saved.1,
+    })
+}
+
+/// [`update`], retried once after releasing cached memory when it runs out; a second
+/// out-of-memory of an adaptive step is explained as the training state not fitting.
+fn update_absorbing_oom(
+    ctx: &mut StepContext<'_>,
+    total: &Gradients,
+    samples: usize,
+    step: u64,
+    sizes: &Sizes<'_>,
+    ooms: &mut Vec<Oom>,
+) -> Result<(bool, f64)> {
+    Ok(match update(ctx, total) {
         Err(err) if err.is_out_of_memory() => {
             let Some(report) = err.oom_report().cloned().map(Box::new) else {
                 return Err(err);
@@ -205,12 +254,12 @@ pub fn train_step(
                 describe(&report)
             );
             ooms.push(Oom {
-                micro: batch.len(),
+                micro: samples,
                 phase: Phase::Optimizer,
                 report,
             });
             ctx.device.allocator().release_cached();
-            match update(ctx, &total) {
+            match update(ctx, total) {
                 Err(err) if matches!(sizes, Sizes::Adaptive(_)) && err.is_out_of_memory() => {
                     let Some(report) = err.oom_report().cloned().map(Box::new) else {
                         return Err(err);
@@ -228,20 +277,6 @@ pub fn train_step(
             }
         }
         other => other?,
-    };
-    drop(total);
-    let scale_change = ctx.scaler.update(finite);
-    Ok(StepReport {
-        loss,
-        samples: batch.len(),
-        scored: batch.scored(),
-        micro_sizes,
-        indices,
-        ooms,
-        skipped: !finite,
-        grad_norm,
-        scale_change,
-        saved: saved.1,
     })
 }
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::{TempDir, small_config};
 use headroom_trainer::Trainer;
-use headroom_trainer::config::Recompute;
+use headroom_trainer::config::{Recompute, StateKind};
 
 #[test]
 fn the_predicted_peak_is_the_measured_one_and_the_choice_is_the_largest_that_fits() {
@@ -356,4 +356,31 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
     config.memory.limit = Some("2GiB".into());
     let resumed = Trainer::resume(config).unwrap();
     assert_eq!(chunk(&resumed), Some(chosen));
+}
+
+#[test]
+fn the_training_state_techniques_are_predicted_as_exactly_as_the_rest() {
+    let dir = TempDir::new("plan-state");
+    for (state, in_backward) in [
+        (StateKind::Bf16, false),
+        (StateKind::Int8, false),
+        (StateKind::F32, true),
+        (StateKind::Int8, true),
+    ] {
+        let mut config = small_config(&dir);
+        config.batch.micro = None;
+        config.model.width = 64;
+        config.model.layers = 2;
+        config.optimizer.clip = 0.0;
+        config.optimizer.state = state;
+        config.optimizer.in_backward = in_backward;
+        let mut trainer = Trainer::overwrite(config).unwrap();
+        let plan = trainer.plan().unwrap().clone();
+        trainer.train_step().unwrap();
+        let measured = trainer.device().allocator().stats().peak_in_use;
+        assert_eq!(
+            measured, plan.predicted_peak,
+            "{state:?} in backward {in_backward}: {plan}"
+        );
+    }
 }

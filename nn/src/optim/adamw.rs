@@ -1,17 +1,19 @@
 //! AdamW on the fused kernel.
 
-use headroom_autograd::Gradients;
-use headroom_kernels::ops::optim::adamw_step;
+use headroom_autograd::{Gradients, Tensor};
+use headroom_kernels::Array;
+use headroom_kernels::ops::optim::{Update, adamw_step, adamw_step_8bit};
 
-use super::{Optimizer, OptimizerState};
-use crate::error::Result;
+use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision};
+use crate::error::{Error, Result};
 use crate::module::Module;
 
 /// Names of AdamW's buffers, as PyTorch's state dict calls them.
 const BUFFERS: [&str; 2] = ["exp_avg", "exp_avg_sq"];
 
 /// AdamW (decoupled weight decay, bias correction) as `torch.optim.AdamW`, on a fused kernel:
-/// two moment buffers per parameter, in its dtype.
+/// two moment buffers per parameter, in its dtype, in bf16 or in 8 bits
+/// ([`StatePrecision`]).
 #[derive(Debug)]
 pub struct AdamW {
     config: super::AdamWConfig,
@@ -19,11 +21,21 @@ pub struct AdamW {
 }
 
 impl AdamW {
-    /// AdamW for `model`'s parameters, its moments allocated now (zeros).
+    /// AdamW for `model`'s parameters, its moments allocated now (zeros) in each parameter's
+    /// dtype.
     pub fn new(model: &dyn Module, config: super::AdamWConfig) -> Result<Self> {
+        Self::with_state(model, config, StatePrecision::Full)
+    }
+
+    /// AdamW with its moments kept in `precision`.
+    pub fn with_state(
+        model: &dyn Module,
+        config: super::AdamWConfig,
+        precision: StatePrecision,
+    ) -> Result<Self> {
         Ok(Self {
             config,
-            state: OptimizerState::zeroed(model, &BUFFERS)?,
+            state: OptimizerState::zeroed(model, &BUFFERS, precision)?,
         })
     }
 
@@ -38,11 +50,27 @@ impl Optimizer for AdamW {
         let config = self.config;
         self.state
             .step(model, grads, grad_scale, |update, param, grad, buffers| {
-                let [m, v] = buffers else {
-                    return Ok(());
-                };
-                Ok(adamw_step(&config, update, param.array_mut(), grad, m, v)?)
+                update_parameter(&config, update, param, grad, buffers)
             })
+    }
+
+    fn step_parameter(
+        &mut self,
+        index: usize,
+        name: &str,
+        param: &mut Tensor,
+        grad: &Array,
+        grad_scale: f64,
+    ) -> Result<()> {
+        let config = self.config;
+        self.state.step_one(
+            index,
+            name,
+            param,
+            grad,
+            grad_scale,
+            |update, param, grad, buffers| update_parameter(&config, update, param, grad, buffers),
+        )
     }
 
     fn lr(&self) -> f64 {
@@ -59,5 +87,32 @@ impl Optimizer for AdamW {
 
     fn buffers_mut(&mut self) -> &mut OptimizerState {
         &mut self.state
+    }
+}
+
+/// One parameter's AdamW update on its two moments, however they are kept.
+fn update_parameter(
+    config: &super::AdamWConfig,
+    update: Update,
+    param: &mut Tensor,
+    grad: &Array,
+    buffers: &mut [StateBuffer],
+) -> Result<()> {
+    match buffers {
+        [StateBuffer::Plain(m), StateBuffer::Plain(v)] => {
+            Ok(adamw_step(config, update, param.array_mut(), grad, m, v)?)
+        }
+        [StateBuffer::Quantized(m), StateBuffer::Quantized(v)] => Ok(adamw_step_8bit(
+            config,
+            update,
+            param.array_mut(),
+            grad,
+            m,
+            v,
+        )?),
+        _ => Err(Error::config(
+            "adamw",
+            "a parameter's state is not two moments of one kind",
+        )),
     }
 }

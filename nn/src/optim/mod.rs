@@ -7,7 +7,7 @@ mod schedule;
 mod sgd;
 mod state;
 
-use headroom_autograd::Gradients;
+use headroom_autograd::{Gradients, Tensor};
 use headroom_kernels::Array;
 
 use crate::error::Result;
@@ -19,7 +19,7 @@ pub use headroom_kernels::ops::optim::AdamW as AdamWConfig;
 pub use headroom_kernels::ops::optim::Sgd as SgdConfig;
 pub use schedule::LrSchedule;
 pub use sgd::Sgd;
-pub use state::OptimizerState;
+pub use state::{OptimizerState, StateBuffer, StatePrecision};
 
 /// Updates a model's parameters from their gradients. State (moments, momentum) is allocated
 /// when the optimizer is built, tagged as optimizer state, so a step allocates nothing. An
@@ -29,6 +29,24 @@ pub trait Optimizer: Send {
     /// One update of every parameter of `model` that has a gradient in `grads`, each gradient
     /// multiplied by `grad_scale` first (1/loss scale, a clipping factor).
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients, grad_scale: f64) -> Result<()>;
+
+    /// Updates parameter number `index` (in the model's visiting order, named `name`) as part
+    /// of the next step, from its gradient times `grad_scale`, exactly as [`Optimizer::step`]
+    /// would: the optimizer step in the backward pass calls it as each gradient completes.
+    /// [`Optimizer::finish_step`] ends the step.
+    fn step_parameter(
+        &mut self,
+        index: usize,
+        name: &str,
+        param: &mut Tensor,
+        grad: &Array,
+        grad_scale: f64,
+    ) -> Result<()>;
+
+    /// Ends a step made of [`Optimizer::step_parameter`] calls: the step count moves on.
+    fn finish_step(&mut self) {
+        self.buffers_mut().finish_step();
+    }
 
     /// The learning rate of the next step.
     fn lr(&self) -> f64;

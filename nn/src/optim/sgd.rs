@@ -1,9 +1,10 @@
 //! SGD with momentum on the fused kernel.
 
-use headroom_autograd::Gradients;
-use headroom_kernels::ops::optim::sgd_step;
+use headroom_autograd::{Gradients, Tensor};
+use headroom_kernels::Array;
+use headroom_kernels::ops::optim::{Update, sgd_step};
 
-use super::{Optimizer, OptimizerState};
+use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision};
 use crate::error::{Error, Result};
 use crate::module::Module;
 
@@ -34,7 +35,7 @@ impl Sgd {
         };
         Ok(Self {
             config,
-            state: OptimizerState::zeroed(model, buffers)?,
+            state: OptimizerState::zeroed(model, buffers, StatePrecision::Full)?,
         })
     }
 }
@@ -44,15 +45,27 @@ impl Optimizer for Sgd {
         let config = self.config;
         self.state
             .step(model, grads, grad_scale, |update, param, grad, buffers| {
-                let momentum = buffers.first_mut();
-                Ok(sgd_step(
-                    &config,
-                    update,
-                    param.array_mut(),
-                    grad,
-                    momentum,
-                )?)
+                update_parameter(&config, update, param, grad, buffers)
             })
+    }
+
+    fn step_parameter(
+        &mut self,
+        index: usize,
+        name: &str,
+        param: &mut Tensor,
+        grad: &Array,
+        grad_scale: f64,
+    ) -> Result<()> {
+        let config = self.config;
+        self.state.step_one(
+            index,
+            name,
+            param,
+            grad,
+            grad_scale,
+            |update, param, grad, buffers| update_parameter(&config, update, param, grad, buffers),
+        )
     }
 
     fn lr(&self) -> f64 {
@@ -70,4 +83,25 @@ impl Optimizer for Sgd {
     fn buffers_mut(&mut self) -> &mut OptimizerState {
         &mut self.state
     }
+}
+
+/// One parameter's SGD update, with its momentum buffer when it has one.
+fn update_parameter(
+    config: &super::SgdConfig,
+    update: Update,
+    param: &mut Tensor,
+    grad: &Array,
+    buffers: &mut [StateBuffer],
+) -> Result<()> {
+    let momentum = match buffers.first_mut() {
+        None => None,
+        Some(StateBuffer::Plain(buffer)) => Some(buffer),
+        Some(StateBuffer::Quantized(_)) => {
+            return Err(Error::config(
+                "sgd",
+                "SGD's momentum is kept in full precision only",
+            ));
+        }
+    };
+    Ok(sgd_step(config, update, param.array_mut(), grad, momentum)?)
 }

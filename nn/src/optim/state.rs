@@ -1,12 +1,96 @@
 //! What an optimizer keeps: its step count and, per parameter in the model's visiting order,
-//! its buffers (moments, momentum), named as PyTorch's state dict names them.
+//! its buffers (moments, momentum), named as PyTorch's state dict names them, in the precision
+//! the optimizer was built with.
 
 use headroom_autograd::{Gradients, Tensor};
-use headroom_kernels::Array;
-use headroom_kernels::ops::optim::Update;
+use headroom_kernels::ops::optim::{Quantized, Update};
+use headroom_kernels::{Array, DType, Device};
 
 use crate::error::{Error, Result};
 use crate::module::Module;
+
+/// How an optimizer stores its state buffers: what `optimizer.state` selects. Narrower state
+/// frees memory for a slightly noisier optimization: bf16 takes 4 bytes a parameter for AdamW's
+/// two moments where f32 takes 8, 8-bit takes 2 (and a scale per 2048 elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StatePrecision {
+    /// In the parameter's dtype (f32 for a model's weights).
+    #[default]
+    Full,
+    /// bf16, rounded stochastically (for parameters computed in f32).
+    Bf16,
+    /// Block-wise 8-bit codes with a scale per block (Dettmers et al. 2022), rounded
+    /// stochastically (for parameters computed in f32).
+    Int8,
+}
+
+impl StatePrecision {
+    /// Bytes of one buffer for a parameter of `numel` elements of `dtype`.
+    pub fn buffer_bytes(self, numel: usize, dtype: DType) -> u64 {
+        let numel = numel as u64;
+        match self {
+            StatePrecision::Full => numel * dtype.size() as u64,
+            StatePrecision::Bf16 => numel * 2,
+            StatePrecision::Int8 => {
+                numel + 4 * numel.div_ceil(headroom_kernels::ops::optim::QUANT_BLOCK as u64)
+            }
+        }
+    }
+}
+
+/// One state buffer of one parameter.
+#[derive(Debug)]
+pub enum StateBuffer {
+    /// Elements in the parameter's shape, in its dtype or in bf16.
+    Plain(Array),
+    /// Block-wise 8-bit codes and their scales.
+    Quantized(Quantized),
+}
+
+impl StateBuffer {
+    /// Zeros for `param` in `precision`, tagged as optimizer state.
+    fn zeros(device: &Device, param: &Tensor, precision: StatePrecision) -> Result<Self> {
+        let _tag = device.scoped_tag(headroom_alloc::Tag::OPTIMIZER_STATE);
+        let shape = param.shape().clone();
+        Ok(match precision {
+            StatePrecision::Full => Self::Plain(Array::zeros(device, shape, param.dtype())?),
+            StatePrecision::Bf16 => Self::Plain(Array::zeros(device, shape, DType::BF16)?),
+            StatePrecision::Int8 => Self::Quantized(Quantized::zeros(device, shape)?),
+        })
+    }
+
+    /// The arrays it is made of, each with the suffix of its name (the codes keep the
+    /// buffer's name, their scales add `_absmax`).
+    fn arrays(&self) -> Vec<(&'static str, &Array)> {
+        match self {
+            Self::Plain(array) => vec![("", array)],
+            Self::Quantized(q) => vec![("", &q.codes), ("_absmax", &q.scales)],
+        }
+    }
+
+    /// The same with every array replaced by `load(its suffix)`.
+    fn reloaded(&self, load: &mut dyn FnMut(&'static str) -> Result<Array>) -> Result<Self> {
+        Ok(match self {
+            Self::Plain(_) => Self::Plain(load("")?),
+            Self::Quantized(_) => Self::Quantized(Quantized {
+                codes: load("")?,
+                scales: load("_absmax")?,
+            }),
+        })
+    }
+
+    /// True when it is state for `param` kept in `precision`.
+    fn fits(&self, param: &Tensor, precision: StatePrecision) -> bool {
+        match (self, precision) {
+            (Self::Plain(array), StatePrecision::Full) => {
+                array.shape() == param.shape() && array.dtype() == param.dtype()
+            }
+            (Self::Plain(array), StatePrecision::Bf16) => array.shape() == param.shape(),
+            (Self::Quantized(q), StatePrecision::Int8) => q.codes.shape() == param.shape(),
+            _ => false,
+        }
+    }
+}
 
 /// An optimizer's state: the updates done, and each parameter's buffers.
 #[derive(Debug)]
@@ -15,6 +99,8 @@ pub struct OptimizerState {
     steps: u64,
     /// The names of each parameter's buffers; every slot holds this many.
     names: &'static [&'static str],
+    /// How the buffers are stored.
+    precision: StatePrecision,
     /// One per parameter, in the model's visiting order.
     slots: Vec<Slot>,
 }
@@ -23,29 +109,44 @@ pub struct OptimizerState {
 #[derive(Debug)]
 struct Slot {
     name: String,
-    buffers: Vec<Array>,
+    buffers: Vec<StateBuffer>,
 }
 
 impl OptimizerState {
-    /// Zeroed buffers named `names` for every parameter of `model`, each of its shape and
-    /// dtype, tagged as optimizer state.
-    pub fn zeroed(model: &dyn Module, names: &'static [&'static str]) -> Result<Self> {
+    /// Zeroed buffers named `names` for every parameter of `model`, each of its shape, stored
+    /// in `precision`, tagged as optimizer state.
+    pub fn zeroed(
+        model: &dyn Module,
+        names: &'static [&'static str],
+        precision: StatePrecision,
+    ) -> Result<Self> {
         let mut params: Vec<(String, Tensor)> = Vec::new();
         model.visit(&mut |name, t| params.push((name.to_owned(), t.clone())));
         let slots = params
             .into_iter()
             .map(|(name, t)| {
-                let _tag = t.device().scoped_tag(headroom_alloc::Tag::OPTIMIZER_STATE);
+                if precision != StatePrecision::Full
+                    && !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)
+                {
+                    return Err(Error::config(
+                        "optimizer state",
+                        format!(
+                            "parameter `{name}` is {}: state in {precision:?} is for parameters in f32, f16 or bf16",
+                            t.dtype()
+                        ),
+                    ));
+                }
                 let buffers = names
                     .iter()
-                    .map(|_| Array::zeros(t.device(), t.shape().clone(), t.dtype()))
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .map(|_| StateBuffer::zeros(t.device(), &t, precision))
+                    .collect::<Result<Vec<_>>>()?;
                 Ok(Slot { name, buffers })
             })
             .collect::<Result<_>>()?;
         Ok(Self {
             steps: 0,
             names,
+            precision,
             slots,
         })
     }
@@ -55,17 +156,23 @@ impl OptimizerState {
         self.steps
     }
 
+    /// How the buffers are stored.
+    pub fn precision(&self) -> StatePrecision {
+        self.precision
+    }
+
     /// One update: `update` runs on each parameter that has a gradient, with the step's
-    /// [`Update`] (the step number, `grad_scale`) and the parameter's buffers; then the count
-    /// grows by one. Everything is checked before anything is updated (names, shapes and dtypes
-    /// of parameters, gradients and state, and that no other handle shares a parameter), so a
-    /// refused step leaves the model as it was.
+    /// [`Update`] (the step number, `grad_scale`, the parameter's index as its rounding
+    /// stream) and the parameter's buffers; then the count grows by one. Everything is checked
+    /// before anything is updated (names, shapes and dtypes of parameters, gradients and
+    /// state, and that no other handle shares a parameter), so a refused step leaves the model
+    /// as it was.
     pub fn step(
         &mut self,
         model: &mut dyn Module,
         grads: &Gradients,
         grad_scale: f64,
-        mut update: impl FnMut(Update, &mut Tensor, &Array, &mut [Array]) -> Result<()>,
+        mut update: impl FnMut(Update, &mut Tensor, &Array, &mut [StateBuffer]) -> Result<()>,
     ) -> Result<()> {
         self.check(model, grads)?;
         let step = Update::new(self.steps + 1).scaled(grad_scale);
@@ -75,12 +182,53 @@ impl OptimizerState {
             let slot = &mut slots[index];
             index += 1;
             match grads.get(param) {
-                Some(grad) => update(step, param, grad, &mut slot.buffers),
+                Some(grad) => update(
+                    step.on_stream(index as u64 - 1),
+                    param,
+                    grad,
+                    &mut slot.buffers,
+                ),
                 None => Ok(()),
             }
         })?;
         self.steps += 1;
         Ok(())
+    }
+
+    /// The update of parameter number `index` (in visiting order, named `name`) within the
+    /// step under way, as [`OptimizerState::step`] makes it for that parameter, after the same
+    /// checks; the count does not move until [`OptimizerState::finish_step`]. For updates made
+    /// one parameter at a time, as each gradient completes.
+    pub fn step_one(
+        &mut self,
+        index: usize,
+        name: &str,
+        param: &mut Tensor,
+        grad: &Array,
+        grad_scale: f64,
+        update: impl FnOnce(Update, &mut Tensor, &Array, &mut [StateBuffer]) -> Result<()>,
+    ) -> Result<()> {
+        let Some(slot) = self.slots.get_mut(index) else {
+            return Err(Error::config(
+                "optimizer step",
+                format!(
+                    "parameter `{name}` has no state: the optimizer was built for a smaller model"
+                ),
+            ));
+        };
+        if let Some(problem) = problem(slot, self.precision, name, param, Some(grad)) {
+            return Err(Error::config("optimizer step", problem));
+        }
+        let step = Update::new(self.steps + 1)
+            .scaled(grad_scale)
+            .on_stream(index as u64);
+        update(step, param, grad, &mut slot.buffers)
+    }
+
+    /// Ends the step whose parameters [`OptimizerState::step_one`] updated: the count grows by
+    /// one.
+    pub fn finish_step(&mut self) {
+        self.steps += 1;
     }
 
     /// The first reason a step of `model` with `grads` cannot run on this state, if any.
@@ -89,23 +237,13 @@ impl OptimizerState {
         let mut problems = Vec::new();
         let mut count = 0;
         model.visit(&mut |name, param| {
-            let problem = match slots.get(count) {
-                None => Some(format!("parameter `{name}` has no state: the optimizer was built for a smaller model")),
-                Some(slot) if slot.name != name => Some(format!("parameter `{name}` where the optimizer expected `{}`", slot.name)),
-                Some(slot) => {
-                    let fits = |a: &Array| a.shape() == param.shape() && a.dtype() == param.dtype();
-                    if !slot.buffers.iter().all(fits) {
-                        Some(format!("parameter `{name}` is {} of {}, its state is not", param.shape(), param.dtype()))
-                    } else if grads.get(param).is_some_and(|g| !fits(g)) {
-                        Some(format!("the gradient of `{name}` does not match its {} of {}", param.shape(), param.dtype()))
-                    } else if grads.get(param).is_some() && param.array().is_shared() {
-                        Some(format!("parameter `{name}` is shared with another handle (a live tape or a clone); drop it before stepping"))
-                    } else {
-                        None
-                    }
-                }
+            let found = match slots.get(count) {
+                None => Some(format!(
+                    "parameter `{name}` has no state: the optimizer was built for a smaller model"
+                )),
+                Some(slot) => problem(slot, self.precision, name, param, grads.get(param)),
             };
-            problems.extend(problem);
+            problems.extend(found);
             count += 1;
         });
         if count != slots.len() {
@@ -120,17 +258,18 @@ impl OptimizerState {
         }
     }
 
-    /// Every buffer, named `{parameter}.{buffer name}`.
+    /// Every buffer, named `{parameter}.{buffer name}` (and `{...}_absmax` for the scales of
+    /// 8-bit state).
     pub fn named(&self) -> Vec<(String, Array)> {
-        self.slots
-            .iter()
-            .flat_map(|slot| {
-                slot.buffers
-                    .iter()
-                    .zip(self.names)
-                    .map(move |(b, n)| (format!("{}.{n}", slot.name), b.clone()))
-            })
-            .collect()
+        let mut out = Vec::new();
+        for slot in &self.slots {
+            for (buffer, n) in slot.buffers.iter().zip(self.names) {
+                for (suffix, array) in buffer.arrays() {
+                    out.push((format!("{}.{n}{suffix}", slot.name), array.clone()));
+                }
+            }
+        }
+        out
     }
 
     /// Replaces each buffer with `load(its name)`, which must have its shape and dtype, and the
@@ -140,20 +279,28 @@ impl OptimizerState {
         for slot in &self.slots {
             let mut buffers = Vec::with_capacity(slot.buffers.len());
             for (old, n) in slot.buffers.iter().zip(self.names) {
-                let key = format!("{}.{n}", slot.name);
-                let new = load(&key)?;
-                if new.shape() != old.shape() || new.dtype() != old.dtype() {
-                    return Err(Error::config(
-                        "optimizer state",
-                        format!(
-                            "`{key}` is {} of {}, the parameter needs {} of {}",
-                            new.shape(),
-                            new.dtype(),
-                            old.shape(),
-                            old.dtype()
-                        ),
-                    ));
-                }
+                let olds = old.arrays();
+                let mut at = 0;
+                let new = old.reloaded(&mut |suffix| {
+                    let key = format!("{}.{n}{suffix}", slot.name);
+                    let new = load(&key)?;
+                    let (_, old) = olds[at];
+                    at += 1;
+                    if new.shape() != old.shape() || new.dtype() != old.dtype() {
+                        return Err(Error::config(
+                            "optimizer state",
+                            format!(
+                                "`{key}` is {} of {}, the optimizer needs {} of {} (state kept as {:?})",
+                                new.shape(),
+                                new.dtype(),
+                                old.shape(),
+                                old.dtype(),
+                                self.precision
+                            ),
+                        ));
+                    }
+                    Ok(new)
+                })?;
                 buffers.push(new);
             }
             loaded.push(buffers);
@@ -170,7 +317,43 @@ impl OptimizerState {
         self.slots
             .iter()
             .flat_map(|s| &s.buffers)
-            .map(|b| b.buffer().bytes() as u64)
+            .flat_map(StateBuffer::arrays)
+            .map(|(_, b)| b.buffer().bytes() as u64)
             .sum()
+    }
+}
+
+/// Why `slot` cannot take a step of parameter `name` with gradient `grad`, if it cannot.
+fn problem(
+    slot: &Slot,
+    precision: StatePrecision,
+    name: &str,
+    param: &Tensor,
+    grad: Option<&Array>,
+) -> Option<String> {
+    let fits = |a: &Array| a.shape() == param.shape() && a.dtype() == param.dtype();
+    if slot.name != name {
+        Some(format!(
+            "parameter `{name}` where the optimizer expected `{}`",
+            slot.name
+        ))
+    } else if !slot.buffers.iter().all(|b| b.fits(param, precision)) {
+        Some(format!(
+            "parameter `{name}` is {} of {}, its state ({precision:?}) is not",
+            param.shape(),
+            param.dtype(),
+        ))
+    } else if grad.is_some_and(|g| !fits(g)) {
+        Some(format!(
+            "the gradient of `{name}` does not match its {} of {}",
+            param.shape(),
+            param.dtype()
+        ))
+    } else if grad.is_some() && param.array().is_shared() {
+        Some(format!(
+            "parameter `{name}` is shared with another handle (a live tape or a clone); drop it before stepping"
+        ))
+    } else {
+        None
     }
 }

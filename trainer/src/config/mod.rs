@@ -339,6 +339,14 @@ pub struct OptimizerConfig {
     pub momentum: f64,
     /// Largest global gradient norm (0: no clipping).
     pub clip: f64,
+    /// How AdamW keeps its moments: `f32` (the parameters' dtype), `bf16` or `int8`
+    /// (block-wise, 2048 values a scale).
+    pub state: StateKind,
+    /// Update each parameter inside the backward pass, as soon as its gradient is complete,
+    /// and free that gradient at once, when a step is one micro-batch (a step cut in several
+    /// accumulates as usual). Needs `clip = 0` and no f16 loss scaling, which need every
+    /// gradient before any update.
+    pub in_backward: bool,
     /// `constant` or `warmup-cosine`.
     pub schedule: ScheduleKind,
     /// Warmup steps.
@@ -358,6 +366,8 @@ impl Default for OptimizerConfig {
             eps: 1e-8,
             momentum: 0.9,
             clip: 1.0,
+            state: StateKind::F32,
+            in_backward: false,
             schedule: ScheduleKind::WarmupCosine,
             warmup: 50,
             min_lr_ratio: 0.1,
@@ -373,6 +383,29 @@ pub enum OptimizerKind {
     Adamw,
     /// SGD with momentum.
     Sgd,
+}
+
+/// How an optimizer keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StateKind {
+    /// In the parameters' dtype.
+    F32,
+    /// bf16, rounded stochastically.
+    Bf16,
+    /// Block-wise 8-bit (Dettmers et al. 2022), rounded stochastically.
+    Int8,
+}
+
+impl StateKind {
+    /// The optimizers' name for it.
+    pub fn precision(self) -> headroom_nn::StatePrecision {
+        match self {
+            StateKind::F32 => headroom_nn::StatePrecision::Full,
+            StateKind::Bf16 => headroom_nn::StatePrecision::Bf16,
+            StateKind::Int8 => headroom_nn::StatePrecision::Int8,
+        }
+    }
 }
 
 /// The schedules.

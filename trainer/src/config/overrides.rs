@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{DataKind, ModelKind, PrecisionKind, Preset, Recompute, TrainConfig};
+use super::{DataKind, ModelKind, PrecisionKind, Preset, Recompute, StateKind, TrainConfig};
 
 /// Flags that override the configuration (file or defaults), setting by setting; `--preset`
 /// goes under the file instead (preset < file < flag), through [`Overrides::configure`].
@@ -60,6 +60,16 @@ pub struct Overrides {
     /// GELU's output) or blocks (each GPT block run again; the value when none is given).
     #[arg(long, num_args = 0..=1, default_missing_value = "blocks", value_parser = parse_recompute)]
     pub recompute: Option<Recompute>,
+    /// How AdamW keeps its moments: f32, bf16 or int8 (optimizer.state).
+    #[arg(long, value_parser = parse_state)]
+    pub optimizer_state: Option<StateKind>,
+    /// Update each parameter inside the backward pass as its gradient completes
+    /// (optimizer.in_backward; needs --clip 0).
+    #[arg(long)]
+    pub optimizer_in_backward: bool,
+    /// The largest global gradient norm (0: no clipping).
+    #[arg(long)]
+    pub clip: Option<f64>,
     /// The seed of weights, data order and dropout.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -105,6 +115,10 @@ fn parse_preset(text: &str) -> Result<Preset, String> {
 }
 
 fn parse_recompute(text: &str) -> Result<Recompute, String> {
+    parse_kebab(text)
+}
+
+fn parse_state(text: &str) -> Result<StateKind, String> {
     parse_kebab(text)
 }
 
@@ -165,6 +179,11 @@ impl Overrides {
             config.memory.preallocate = false;
         }
         set(&mut config.model.recompute, self.recompute);
+        set(&mut config.optimizer.state, self.optimizer_state);
+        if self.optimizer_in_backward {
+            config.optimizer.in_backward = true;
+        }
+        set(&mut config.optimizer.clip, self.clip);
         set(&mut config.seed, self.seed);
         if self.run_dir.is_some() {
             config.run_dir = self.run_dir.clone();

@@ -174,6 +174,29 @@ impl TrainConfig {
             format!("optimizer.clip: {} is negative", o.clip),
         );
         check(
+            o.state == super::StateKind::F32 || o.kind == super::OptimizerKind::Adamw,
+            format!(
+                "optimizer.state: {:?} state is AdamW's; SGD keeps its momentum in f32",
+                o.state
+            ),
+        );
+        if o.in_backward {
+            check(
+                o.clip == 0.0,
+                format!(
+                    "optimizer.in_backward: clipping by the global norm (optimizer.clip = {}) \
+                     needs every gradient before the first update; set optimizer.clip = 0",
+                    o.clip
+                ),
+            );
+            check(
+                self.precision.dtype != PrecisionKind::F16,
+                "optimizer.in_backward: f16 loss scaling checks every gradient for overflow \
+                 before the first update; use precision bf16 or f32"
+                    .into(),
+            );
+        }
+        check(
             (0.0..=1.0).contains(&o.min_lr_ratio),
             format!(
                 "optimizer.min_lr_ratio: {} is not in [0, 1]",
