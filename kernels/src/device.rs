@@ -14,6 +14,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceKind, DeviceMemory, KernelTime, TagScope, Timer};
 use crate::meta::{MetaBackend, PlanTarget, PlanningMemory};
+use crate::work::{Rates, Work, WorkLog};
 
 /// How much memory a device has and how its allocator manages it.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +74,8 @@ struct Inner {
     /// What a meta device planning for this one mirrors.
     plan_target: PlanTarget,
     backend: Box<dyn Backend>,
+    /// A meta device's account of its kernels' work.
+    work: Option<Arc<WorkLog>>,
 }
 
 impl Device {
@@ -113,15 +116,51 @@ impl Device {
     /// # Ok::<(), headroom_kernels::Error>(())
     /// ```
     pub fn meta_for(target: PlanTarget, config: DeviceConfig) -> Result<Device> {
+        Self::meta_with_rates(target, Rates::for_target(target), config)
+    }
+
+    /// [`Device::meta_for`] with the kernels' work priced at `rates` instead of the target's
+    /// fixed ones ([`Device::planned_work`]).
+    pub fn meta_with_rates(
+        target: PlanTarget,
+        rates: Rates,
+        config: DeviceConfig,
+    ) -> Result<Device> {
         let source =
             PlanningMemory::new(VirtualMemory::new(config.memory), target.resizes_regions());
-        Self::assemble(
+        let work = WorkLog::new(rates);
+        let mut device = Self::assemble(
             DeviceKind::Meta,
             target,
-            Box::new(MetaBackend { target }),
+            Box::new(MetaBackend {
+                target,
+                work: work.clone(),
+            }),
             Box::new(source),
             config.allocator,
-        )
+        )?;
+        // Nothing else holds the device yet.
+        if let Some(inner) = Arc::get_mut(&mut device.0) {
+            inner.work = Some(work);
+        }
+        Ok(device)
+    }
+
+    /// On a meta device, what its kernels so far would compute and move, and the seconds they
+    /// would take at its rates; none on a device that computes.
+    ///
+    /// ```
+    /// use headroom_kernels::{Array, DType, Device, DeviceConfig, PlanTarget};
+    /// let planner = Device::meta_for(PlanTarget::Cpu, DeviceConfig::new(1 << 30))?;
+    /// let a = Array::zeros(&planner, [1024, 1024], DType::F32)?;
+    /// headroom_kernels::ops::gemm::matmul(&a, &a, false, false)?;
+    /// let work = planner.planned_work().unwrap();
+    /// assert_eq!(work.matrix_flops, 2.0 * 1024f64.powi(3));
+    /// assert!(work.seconds > 0.0);
+    /// # Ok::<(), headroom_kernels::Error>(())
+    /// ```
+    pub fn planned_work(&self) -> Option<Work> {
+        self.0.work.as_ref().map(|log| log.work())
     }
 
     /// Puts a device together from its parts (used by every constructor and by other backends).
@@ -138,6 +177,7 @@ impl Device {
             memory: DeviceMemory::new(kind, SharedAllocator::new(allocator)),
             plan_target,
             backend,
+            work: None,
         })))
     }
 

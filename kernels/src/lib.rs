@@ -14,6 +14,7 @@ mod meta;
 pub mod ops;
 mod shape;
 mod vector_math;
+mod work;
 
 pub use array::Array;
 pub use backend::{
@@ -28,3 +29,4 @@ pub use error::{Error, Result};
 pub use memory::{DeviceKind, KernelTime, TagScope};
 pub use meta::{MetaBackend, PlanTarget, PlanningMemory};
 pub use shape::Shape;
+pub use work::{Rates, Work};

@@ -1,6 +1,10 @@
 //! The meta backend: allocations only, so that a run's memory can be planned exactly.
 
+use std::sync::Arc;
+
 use headroom_alloc::{MemorySource, SourceError, VirtualMemory};
+
+use crate::work::{Kernel, WorkLog};
 
 /// A virtual address space that resizes regions in place only if the device it plans for can,
 /// so that the allocator makes the same decisions, and reaches the same peak, as it would there.
@@ -84,15 +88,23 @@ impl PlanTarget {
 
 /// Runs no kernel: every op's allocations happen in the op layer, identically for every
 /// backend, and the meta kernels take the scratch memory their [`PlanTarget`]'s kernels would,
-/// so a meta run allocates exactly what a real run would. Each op's meta kernels live beside it
-/// (`ops/<op>/meta.rs`).
-#[derive(Debug, Clone, Copy, Default)]
+/// so a meta run allocates exactly what a real run would. Each kernel adds what it would compute
+/// and move to the device's account of work ([`crate::Work`]). Each op's meta kernels live
+/// beside it (`ops/<op>/meta.rs`).
+#[derive(Debug, Clone)]
 pub struct MetaBackend {
     /// The backend planned for.
     pub target: PlanTarget,
+    /// The account of the kernels planned.
+    pub(crate) work: Arc<WorkLog>,
 }
 
 impl MetaBackend {
+    /// Adds a kernel's work to the account.
+    pub(crate) fn record(&self, kernel: Kernel) {
+        self.work.record(kernel);
+    }
+
     /// True when planning for the CUDA backend.
     pub(crate) fn plans_cuda(&self) -> bool {
         matches!(self.target, PlanTarget::Cuda { .. })

@@ -123,7 +123,9 @@ impl Error {
     pub fn oom_report(&self) -> Option<&OomReport> {
         match self {
             Self::Nn(err) => err.oom_report(),
-            Self::DoesNotFit { report, .. } => Some(report),
+            Self::DoesNotFit { report, .. } | Self::UpdateInterrupted { report, .. } => {
+                Some(report)
+            }
             _ => None,
         }
     }

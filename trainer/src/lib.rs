@@ -20,6 +20,7 @@ mod op_bytes;
 mod optim;
 mod planner;
 mod plots;
+pub mod policy;
 mod precision;
 mod probe;
 mod progress;

@@ -32,7 +32,7 @@ impl TrainModel {
         match (config.kind, shape) {
             (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
                 let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
-                gpt.set_recompute(config.recompute.into());
+                gpt.set_recompute(config.recompute.unwrap_or_default().into());
                 if let Some(rows) = config.head_chunk {
                     gpt.set_head_chunk(Some(rows));
                 }

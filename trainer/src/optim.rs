@@ -17,7 +17,7 @@ pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<B
                 eps: config.eps,
                 weight_decay: config.weight_decay,
             },
-            config.state.precision(),
+            config.state.unwrap_or_default().precision(),
         )?),
         OptimizerKind::Sgd => Box::new(Sgd::new(
             model,

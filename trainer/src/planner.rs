@@ -1,5 +1,7 @@
 //! The planner: the largest micro-batch size whose step, probed on the meta device, peaks
-//! within the limit less a safety margin, found by bisection.
+//! within the limit less a safety margin, found by bisection; under `memory.policy = "auto"`,
+//! for each combination of memory techniques that [`crate::policy`] proposes, the fastest
+//! predicted of those that fit chosen.
 //!
 //! The margin leaves room for what the allocator does not see (a GPU's context, another
 //! process). When the default margin is all that stands between the limit and one sample's
@@ -16,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::head_chunk;
 use crate::memory::Budget;
 use crate::op_bytes::OpBytes;
+use crate::policy::{self, Candidate, Policy, PolicyKind, PolicyPlan};
 use crate::probe::{Probed, Prober};
 use crate::tag_bytes::TagBytes;
 
@@ -65,6 +68,14 @@ pub struct Plan {
     /// The larger chunks tried for the chosen micro-batch, in order.
     #[serde(default)]
     pub chunk_probes: Vec<ChunkProbe>,
+    /// The predicted seconds of a step with the chosen micro-batch (and chunk), at the planned
+    /// device's rates.
+    #[serde(default)]
+    pub predicted_seconds: f64,
+    /// Under `memory.policy = "auto"`: the memory techniques tried and the ones chosen, which
+    /// the plan's other fields are for.
+    #[serde(default)]
+    pub policy: Option<PolicyPlan>,
 }
 
 /// One chunk of the fused head tried for the chosen micro-batch.
@@ -80,8 +91,9 @@ pub struct ChunkProbe {
 
 /// Finds the largest micro-batch size whose step fits `budget` with the configured margin, on
 /// meta devices that allocate as `plan_target` does (a device's
-/// [`Device::plan_target`](headroom_kernels::Device::plan_target)); then, for a GPT whose
-/// configuration leaves it unset, the fused head's chunk ([`crate::head_chunk`]'s rule).
+/// [`Device::plan_target`](headroom_kernels::Device::plan_target)), for the memory techniques
+/// the policy chooses ([`crate::policy`]); then, for a GPT whose configuration leaves it unset,
+/// the fused head's chunk ([`crate::head_chunk`]'s rule).
 pub fn plan(
     config: &TrainConfig,
     task: &Task,
@@ -100,7 +112,17 @@ pub fn plan(
     if let Some((vocab, _)) = chunking {
         config.model.head_chunk = Some(head_chunk::smallest(vocab));
     }
-    let mut plan = plan_micro_batch(&config, task, budget, plan_target)?;
+    let mut plan = match config.memory.policy {
+        PolicyKind::Manual => plan_micro_batch(&config, task, budget, plan_target)?,
+        PolicyKind::Auto => {
+            let (policy, plan) = choose_policy(&config, task, budget, plan_target)?;
+            policy.chosen.apply(&mut config);
+            Plan {
+                policy: Some(policy),
+                ..plan
+            }
+        }
+    };
     if config.model.kind == ModelKind::Gpt {
         plan.head_chunk = config.model.head_chunk;
     }
@@ -114,6 +136,97 @@ pub fn plan(
         }
     }
     Ok(plan)
+}
+
+/// Plans every candidate of `config`'s memory policy, tier by tier of the optimizer state's
+/// precision, until a tier has one that fits: the fastest of it is chosen, with its plan.
+fn choose_policy(
+    config: &TrainConfig,
+    task: &Task,
+    budget: &Budget,
+    plan_target: PlanTarget,
+) -> Result<(PolicyPlan, Plan)> {
+    let mut candidates = Vec::new();
+    let mut plans = Vec::new();
+    let mut last_failure = None;
+    for (tier, policies) in policy::tiers(config).into_iter().enumerate() {
+        let first = candidates.len();
+        for policy in policies {
+            let mut candidate = config.clone();
+            policy.apply(&mut candidate);
+            let planned = if policy.in_backward {
+                plan_whole_batch(&candidate, task, budget, plan_target)
+            } else {
+                plan_micro_batch(&candidate, task, budget, plan_target).map(Some)
+            };
+            let planned = match planned {
+                Ok(planned) => planned,
+                Err(err @ (Error::DoesNotFit { .. } | Error::Config { .. })) => {
+                    last_failure = Some(err);
+                    None
+                }
+                Err(err) => return Err(err),
+            };
+            candidates.push(Candidate {
+                policy,
+                micro: planned.as_ref().map(|p| p.micro),
+                predicted_peak: planned.as_ref().map(|p| p.predicted_peak),
+                predicted_seconds: planned.as_ref().map(|p| p.predicted_seconds),
+            });
+            plans.push(planned);
+        }
+        let Some(best) = policy::fastest(&candidates[first..]).map(|at| first + at) else {
+            continue;
+        };
+        let chosen = candidates[best].policy;
+        let fitting = candidates[first..]
+            .iter()
+            .filter(|c| c.micro.is_some())
+            .count();
+        let reason = if tier == 0 {
+            format!("the fastest predicted step of the {fitting} that fit")
+        } else {
+            format!(
+                "no candidate with a wider optimizer state fits one sample; {:?} state \
+                 changes the optimization slightly (the fastest of the {fitting} that fit)",
+                chosen.state
+            )
+        };
+        if tier > 0 {
+            tracing::warn!(
+                "the memory policy keeps the optimizer state in {:?}: {reason}",
+                chosen.state
+            );
+        }
+        let plan = plans[best]
+            .take()
+            .expect("a fitting candidate has its plan");
+        return Ok((
+            PolicyPlan {
+                candidates,
+                chosen,
+                reason,
+            },
+            plan,
+        ));
+    }
+    Err(last_failure.unwrap_or_else(|| Error::config("memory.policy: no candidate to plan")))
+}
+
+/// The plan of a step in one micro-batch of the whole batch, if it fits with the margin (the
+/// optimizer step in the backward pass saves memory in no other).
+fn plan_whole_batch(
+    config: &TrainConfig,
+    task: &Task,
+    budget: &Budget,
+    plan_target: PlanTarget,
+) -> Result<Option<Plan>> {
+    let mut prober = Prober::new(config, task, *budget, plan_target);
+    let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
+    let whole = config.batch.size.min(task.train.len()).max(1);
+    Ok(prober
+        .fits(whole, budget.step_limit(margin))?
+        .then(|| answer(&prober, whole, budget, margin, false)))
 }
 
 /// Probes the plan's micro-batch with `config`'s head chunk; when it fits, the chunk, its peak
@@ -136,6 +249,7 @@ fn try_chunk(
     if let (true, Some(peak), Some(breakdown)) = (fits, peak, prober.breakdown(plan.micro)) {
         plan.head_chunk = Some(rows);
         plan.predicted_peak = peak;
+        plan.predicted_seconds = breakdown.seconds;
         plan.peak_by_tag = largest_first(breakdown.tags.clone());
         plan.saved_by_op = breakdown.saved.clone();
     }
@@ -244,10 +358,12 @@ fn answer(
         step_limit,
         margin,
         margin_shrunk,
+        predicted_seconds: breakdown.seconds,
         peak_by_tag: largest_first(breakdown.tags),
         saved_by_op: breakdown.saved,
         head_chunk: None,
         chunk_probes: Vec::new(),
+        policy: None,
     }
 }
 
@@ -259,6 +375,9 @@ fn largest_first(mut tags: Vec<TagBytes>) -> Vec<TagBytes> {
 
 impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(policy) = &self.policy {
+            write!(f, "{policy}")?;
+        }
         writeln!(
             f,
             "{:>12} {:>14} {:>6}",
@@ -325,5 +444,46 @@ impl std::fmt::Display for Plan {
             }
         }
         Ok(())
+    }
+}
+
+impl std::fmt::Display for PolicyPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "memory policy (auto): each combination's largest micro-batch and step"
+        )?;
+        writeln!(
+            f,
+            "{:<10} {:<12} {:<6} {:>12} {:>14} {:>14}",
+            "recompute", "update", "state", "micro-batch", "predicted peak", "predicted step"
+        )?;
+        for c in &self.candidates {
+            let Policy {
+                recompute,
+                in_backward,
+                state,
+            } = c.policy;
+            let micro = c
+                .micro
+                .map_or_else(|| "none fits".into(), |m| m.to_string());
+            let peak = c.predicted_peak.map_or_else(|| "-".into(), format_bytes);
+            let seconds = c
+                .predicted_seconds
+                .map_or_else(|| "-".into(), |s| format!("{s:.3} s"));
+            let chosen = if c.policy == self.chosen && c.micro.is_some() {
+                "  <- chosen"
+            } else {
+                ""
+            };
+            writeln!(
+                f,
+                "{:<10} {:<12} {:<6} {micro:>12} {peak:>14} {seconds:>14}{chosen}",
+                format!("{recompute:?}").to_lowercase(),
+                if in_backward { "in backward" } else { "after" },
+                format!("{state:?}").to_lowercase(),
+            )?;
+        }
+        writeln!(f, "chosen: {} ({})", self.chosen.describe(), self.reason)
     }
 }

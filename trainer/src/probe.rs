@@ -28,6 +28,9 @@ pub struct Breakdown {
     /// What the forward pass of a micro-batch saved for its backward pass, per kind of op
     /// (none when the step ran out of memory).
     pub saved: Vec<OpBytes>,
+    /// The step's predicted seconds at the planned device's rates (0 when it ran out of
+    /// memory).
+    pub seconds: f64,
 }
 
 /// What one probe found.
@@ -152,6 +155,7 @@ impl Prober {
                 let breakdown = Breakdown {
                     tags: tag_bytes(&stats),
                     saved: op_bytes(&report.saved),
+                    seconds: device.planned_work().map_or(0.0, |w| w.seconds),
                 };
                 Ok((Probed::Peak(stats.peak_in_use), breakdown))
             }
@@ -177,6 +181,7 @@ fn out_of_memory(err: Error) -> Result<(Probed, Breakdown)> {
             let breakdown = Breakdown {
                 tags,
                 saved: Vec::new(),
+                seconds: 0.0,
             };
             Ok((Probed::OutOfMemory(Box::new(report.clone())), breakdown))
         }

@@ -110,7 +110,7 @@ impl<'a> StepContext<'a> {
             scaler,
             precision: config.precision.dtype,
             clip: config.optimizer.clip,
-            in_backward: config.optimizer.in_backward,
+            in_backward: config.optimizer.in_backward.unwrap_or(false),
         }
     }
 }

@@ -104,9 +104,9 @@ fn expandable_segments_need_a_gpu_and_exclude_preallocation() {
 #[test]
 fn recomputation_is_a_gpt_setting_from_the_file_or_the_flag() {
     let mut config: TrainConfig = toml::from_str("[model]\nrecompute = true\n").unwrap();
-    assert_eq!(config.model.recompute, Recompute::Blocks);
+    assert_eq!(config.model.recompute, Some(Recompute::Blocks));
     let cheap: TrainConfig = toml::from_str("[model]\nrecompute = \"cheap\"\n").unwrap();
-    assert_eq!(cheap.model.recompute, Recompute::Cheap);
+    assert_eq!(cheap.model.recompute, Some(Recompute::Cheap));
     assert!(toml::from_str::<TrainConfig>("[model]\nrecompute = \"most\"\n").is_err());
     config.validate().unwrap();
     let mut flagged = TrainConfig::default();

@@ -14,7 +14,7 @@ use headroom_trainer::{Error, Trainer};
 fn config(dir: &TempDir, in_backward: bool) -> TrainConfig {
     let mut config = small_config(dir);
     config.optimizer.clip = 0.0;
-    config.optimizer.in_backward = in_backward;
+    config.optimizer.in_backward = Some(in_backward);
     config.model.dropout = 0.1;
     config
 }
@@ -40,7 +40,7 @@ fn updating_in_the_backward_pass_is_the_step_after_it_bit_for_bit_with_a_fractio
     ] {
         let run = |in_backward: bool| {
             let mut config = config(&dir, in_backward);
-            config.optimizer.state = state;
+            config.optimizer.state = Some(state);
             config.precision.dtype = precision;
             // Wide enough that the weights' gradients outweigh the activations' gradients.
             config.model.width = 64;
@@ -187,7 +187,7 @@ fn settings_that_need_every_gradient_first_are_refused_with_it() {
     assert!(err.contains("f16 loss scaling"), "{err}");
     let mut sgd = config(&dir, false);
     sgd.optimizer.kind = headroom_trainer::config::OptimizerKind::Sgd;
-    sgd.optimizer.state = StateKind::Int8;
+    sgd.optimizer.state = Some(StateKind::Int8);
     let err = sgd.validate().unwrap_err().to_string();
     assert!(err.contains("optimizer.state"), "{err}");
 }

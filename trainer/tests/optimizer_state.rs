@@ -15,7 +15,7 @@ fn narrow_state_follows_the_full_states_losses_with_a_fraction_of_its_bytes() {
         let mut config = small_config(&dir);
         config.steps = Some(steps);
         config.model.width = 32;
-        config.optimizer.state = state;
+        config.optimizer.state = Some(state);
         let mut trainer = Trainer::overwrite(config).unwrap();
         let losses: Vec<f64> = (0..steps)
             .map(|_| trainer.train_step().unwrap().loss)

@@ -6,6 +6,7 @@ mod common;
 use common::{TempDir, small_config};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{Recompute, StateKind};
+use headroom_trainer::policy::PolicyKind;
 
 #[test]
 fn the_predicted_peak_is_the_measured_one_and_the_choice_is_the_largest_that_fits() {
@@ -60,7 +61,7 @@ fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the
     let mut losses = Vec::new();
     for recompute in [Recompute::None, Recompute::Blocks] {
         let mut config = config.clone();
-        config.model.recompute = recompute;
+        config.model.recompute = Some(recompute);
         let mut trainer = Trainer::new(config).unwrap();
         let plan = trainer.plan().unwrap().clone();
         let loss = trainer.train_step().unwrap().loss;
@@ -97,6 +98,8 @@ fn the_default_margin_shrinks_when_it_alone_keeps_one_sample_out_and_a_set_one_i
     let dir = TempDir::new("plan-margin");
     let mut config = small_config(&dir);
     config.batch.micro = None;
+    // The margin alone, without a narrower optimizer state to make room.
+    config.memory.policy = PolicyKind::Manual;
     let one = one_sample_peak(&config);
     // The smallest limit that one sample's step fits (near its peak; a tight limit lays the
     // allocations out otherwise): not with a tenth of it kept free.
@@ -233,7 +236,7 @@ fn the_plan_says_which_layers_hold_the_activations() {
     config.batch.micro = None;
     let peaks = |recompute: Recompute| {
         let mut config = config.clone();
-        config.model.recompute = recompute;
+        config.model.recompute = Some(recompute);
         let trainer = Trainer::new(config).unwrap();
         let plan = trainer.plan().unwrap().clone();
         let peak = |tag: &str| {
@@ -372,8 +375,8 @@ fn the_training_state_techniques_are_predicted_as_exactly_as_the_rest() {
         config.model.width = 64;
         config.model.layers = 2;
         config.optimizer.clip = 0.0;
-        config.optimizer.state = state;
-        config.optimizer.in_backward = in_backward;
+        config.optimizer.state = Some(state);
+        config.optimizer.in_backward = Some(in_backward);
         let mut trainer = Trainer::overwrite(config).unwrap();
         let plan = trainer.plan().unwrap().clone();
         trainer.train_step().unwrap();

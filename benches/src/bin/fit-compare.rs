@@ -88,7 +88,7 @@ fn config(device: &str, precision: PrecisionKind, samples: usize) -> TrainConfig
     )));
     config.device = device.to_owned();
     config.precision.dtype = precision;
-    config.model.recompute = Recompute::Cheap;
+    config.model.recompute = Some(Recompute::Cheap);
     config.data.kind = DataKind::UniformTokens;
     config.data.train_size = 64;
     config.data.eval_size = 1;

@@ -123,7 +123,8 @@ fn plan_only(args: &RunArgs) -> Result<()> {
     let target = device::plan_target(&config, &budget)?;
     let chosen = plan(&config, &task, &budget, target)?;
     say(&chosen)?;
-    // A GPT that needs several micro-batches per step: what recomputing its blocks would fit.
+    // Under a manual policy, a GPT that needs several micro-batches per step: what recomputing
+    // would fit.
     let batch = config.batch.size.min(task.train.len());
     let lighter = [
         (
@@ -136,14 +137,15 @@ fn plan_only(args: &RunArgs) -> Result<()> {
         ),
     ];
     for (recompute, what) in lighter {
-        if config.model.kind != ModelKind::Gpt
-            || config.model.recompute >= recompute
+        if chosen.policy.is_some()
+            || config.model.kind != ModelKind::Gpt
+            || config.model.recompute.unwrap_or_default() >= recompute
             || chosen.micro >= batch
         {
             continue;
         }
         let mut recomputing = config.clone();
-        recomputing.model.recompute = recompute;
+        recomputing.model.recompute = Some(recompute);
         if let Ok(alternative) = plan(&recomputing, &task, &budget, target) {
             say(format_args!(
                 "with {what}: micro-batches of {} (predicted peak {})",

@@ -108,8 +108,10 @@ pub struct ModelConfig {
     pub dropout: f64,
     /// GPT: what to compute again in the backward pass instead of keeping it ([`Recompute`]):
     /// `"none"`, `"cheap"` (each norm's and GELU's output) or `"blocks"` (activation
-    /// checkpointing); `true` means `"blocks"`, `false` `"none"`.
-    pub recompute: Recompute,
+    /// checkpointing); `true` means `"blocks"`, `false` `"none"`. Unset: the memory policy
+    /// chooses (`none` under `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recompute: Option<Recompute>,
     /// GPT: rows of tokens whose logits the fused head and loss form at a time. Unset: the
     /// planner chooses (or, with a fixed micro-batch, the model's default of 8 Mi logits).
     pub head_chunk: Option<usize>,
@@ -129,7 +131,7 @@ impl Default for ModelConfig {
             heads: 4,
             layers: 2,
             dropout: 0.0,
-            recompute: Recompute::None,
+            recompute: None,
             head_chunk: None,
             hidden: vec![256, 256],
         }
@@ -340,13 +342,17 @@ pub struct OptimizerConfig {
     /// Largest global gradient norm (0: no clipping).
     pub clip: f64,
     /// How AdamW keeps its moments: `f32` (the parameters' dtype), `bf16` or `int8`
-    /// (block-wise, 2048 values a scale).
-    pub state: StateKind,
+    /// (block-wise, 2048 values a scale). Unset: the memory policy chooses (`f32` under
+    /// `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<StateKind>,
     /// Update each parameter inside the backward pass, as soon as its gradient is complete,
     /// and free that gradient at once, when a step is one micro-batch (a step cut in several
     /// accumulates as usual). Needs `clip = 0` and no f16 loss scaling, which need every
-    /// gradient before any update.
-    pub in_backward: bool,
+    /// gradient before any update. Unset: the memory policy chooses (off under
+    /// `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_backward: Option<bool>,
     /// `constant` or `warmup-cosine`.
     pub schedule: ScheduleKind,
     /// Warmup steps.
@@ -366,8 +372,8 @@ impl Default for OptimizerConfig {
             eps: 1e-8,
             momentum: 0.9,
             clip: 1.0,
-            state: StateKind::F32,
-            in_backward: false,
+            state: None,
+            in_backward: None,
             schedule: ScheduleKind::WarmupCosine,
             warmup: 50,
             min_lr_ratio: 0.1,
@@ -386,10 +392,11 @@ pub enum OptimizerKind {
 }
 
 /// How an optimizer keeps its state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StateKind {
     /// In the parameters' dtype.
+    #[default]
     F32,
     /// bf16, rounded stochastically.
     Bf16,
@@ -462,6 +469,11 @@ pub enum PrecisionKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryConfig {
+    /// Which memory techniques the planner chooses: `auto` (the default) searches
+    /// recomputation, the optimizer step in the backward pass and the optimizer state's
+    /// precision for the fastest predicted step that fits, keeping those the configuration
+    /// sets; `manual` leaves the unset ones off.
+    pub policy: crate::policy::PolicyKind,
     /// The simulated device's memory on the CPU, e.g. `8GiB` (a GPU's is what its driver
     /// reports).
     pub capacity: String,
@@ -495,6 +507,7 @@ impl Default for MemoryConfig {
             device: None,
             limit: None,
             fraction: None,
+            policy: crate::policy::PolicyKind::Auto,
             preallocate: false,
             expandable_segments: false,
             history: 200_000,

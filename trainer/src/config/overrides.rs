@@ -60,6 +60,10 @@ pub struct Overrides {
     /// GELU's output) or blocks (each GPT block run again; the value when none is given).
     #[arg(long, num_args = 0..=1, default_missing_value = "blocks", value_parser = parse_recompute)]
     pub recompute: Option<Recompute>,
+    /// auto (choose the memory techniques left unset by predicted step time) or manual
+    /// (memory.policy).
+    #[arg(long, value_parser = parse_policy)]
+    pub memory_policy: Option<crate::policy::PolicyKind>,
     /// How AdamW keeps its moments: f32, bf16 or int8 (optimizer.state).
     #[arg(long, value_parser = parse_state)]
     pub optimizer_state: Option<StateKind>,
@@ -122,6 +126,10 @@ fn parse_state(text: &str) -> Result<StateKind, String> {
     parse_kebab(text)
 }
 
+fn parse_policy(text: &str) -> Result<crate::policy::PolicyKind, String> {
+    parse_kebab(text)
+}
+
 impl Overrides {
     /// The configuration of `file` (or the defaults) over `--preset`, with every other flag
     /// applied over it.
@@ -178,10 +186,15 @@ impl Overrides {
             config.memory.expandable_segments = true;
             config.memory.preallocate = false;
         }
-        set(&mut config.model.recompute, self.recompute);
-        set(&mut config.optimizer.state, self.optimizer_state);
+        if self.recompute.is_some() {
+            config.model.recompute = self.recompute;
+        }
+        set(&mut config.memory.policy, self.memory_policy);
+        if self.optimizer_state.is_some() {
+            config.optimizer.state = self.optimizer_state;
+        }
         if self.optimizer_in_backward {
-            config.optimizer.in_backward = true;
+            config.optimizer.in_backward = Some(true);
         }
         set(&mut config.optimizer.clip, self.clip);
         set(&mut config.seed, self.seed);

@@ -64,7 +64,7 @@ impl TrainConfig {
             }
             ModelKind::Mlp => {
                 check(
-                    m.recompute == super::Recompute::None,
+                    m.recompute.unwrap_or_default() == super::Recompute::None,
                     "model.recompute: recomputation runs a GPT's blocks again; an MLP has none"
                         .into(),
                 );
@@ -174,13 +174,14 @@ impl TrainConfig {
             format!("optimizer.clip: {} is negative", o.clip),
         );
         check(
-            o.state == super::StateKind::F32 || o.kind == super::OptimizerKind::Adamw,
+            o.state.unwrap_or_default() == super::StateKind::F32
+                || o.kind == super::OptimizerKind::Adamw,
             format!(
                 "optimizer.state: {:?} state is AdamW's; SGD keeps its momentum in f32",
-                o.state
+                o.state.unwrap_or_default()
             ),
         );
-        if o.in_backward {
+        if o.in_backward == Some(true) {
             check(
                 o.clip == 0.0,
                 format!(

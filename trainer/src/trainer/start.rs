@@ -100,13 +100,18 @@ impl Trainer {
         let device = device::open(&config, &budget)?;
         let trace = stream_allocations(&config, &run_dir, &device)?;
         let saved = match start {
-            Start::Resume => Some(resumable(&config, &run_dir, &device, &task)?),
+            Start::Resume => Some(resumable(&mut config, &run_dir, &device, &task)?),
             _ => None,
         };
         let plan = match (config.batch.micro, &saved) {
             (None, None) => Some(plan(&config, &task, &budget, device.plan_target())?),
             _ => None,
         };
+        // The run trains with the memory techniques the policy chose, and its configuration
+        // says which.
+        if let Some(policy) = plan.as_ref().and_then(|p| p.policy.as_ref()) {
+            policy.chosen.apply(&mut config);
+        }
         // The fused head chunks as the plan chose, or as the checkpoint's run did; the model
         // and the probes that decide growth are built with that chunk.
         let head_chunk = match (&saved, &plan) {
@@ -204,7 +209,7 @@ fn stream_allocations(
 /// The checkpoint in `dir`, read and checked: its state, and its run's configuration against
 /// `config` (what changed is logged; what may not change is an error).
 fn resumable(
-    config: &TrainConfig,
+    config: &mut TrainConfig,
     dir: &Path,
     device: &Device,
     task: &Task,
@@ -213,6 +218,8 @@ fn resumable(
     let saved = state::load(&path, device, task.train.len())?;
     match &saved.config {
         Some(before) => {
+            // The memory techniques the checkpoint's run trained with stay, unless set.
+            crate::policy::keep_unset(before, config);
             for change in resume::changes(before, config)? {
                 tracing::info!("resuming with a change: {change}");
             }

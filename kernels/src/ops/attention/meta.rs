@@ -7,29 +7,50 @@ use crate::backend::attention::{AttentionKernels, AttentionSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl AttentionKernels for MetaBackend {
     fn attention(
         &self,
-        _: &AttentionSpec,
-        _: &Buffer,
-        _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
-        _: &mut Buffer,
+        spec: &AttentionSpec,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        out: &mut Buffer,
+        lse: &mut Buffer,
     ) -> Result<()> {
+        let shape = (spec.heads, spec.len, spec.head);
+        // Scores and their weighted sum: two products.
+        let buffers = [q, k, v, &*out, &*lse];
+        self.record(Kernel::attention(
+            shape,
+            spec.causal,
+            2.0,
+            q.dtype(),
+            &buffers,
+        ));
         Ok(())
     }
 
     fn attention_backward(
         &self,
         spec: &AttentionSpec,
-        (q, _, _): (&Buffer, &Buffer, &Buffer),
-        _: (&Buffer, &Buffer, &Buffer),
-        _: &mut Buffer,
-        _: &mut Buffer,
-        _: &mut Buffer,
+        (q, k, v): (&Buffer, &Buffer, &Buffer),
+        (out, lse, dout): (&Buffer, &Buffer, &Buffer),
+        dq: &mut Buffer,
+        dk: &mut Buffer,
+        dv: &mut Buffer,
     ) -> Result<()> {
+        let shape = (spec.heads, spec.len, spec.head);
+        // The scores again, then the gradients of values, weights, queries and keys: five.
+        let buffers = [q, k, v, out, lse, dout, &*dq, &*dk, &*dv];
+        self.record(Kernel::attention(
+            shape,
+            spec.causal,
+            5.0,
+            q.dtype(),
+            &buffers,
+        ));
         if self.plans_cuda() && spec.elements() > 0 {
             let dtype = lse_dtype(q.dtype());
             q.memory()

@@ -1,15 +1,19 @@
-//! Meta kernels for data movement: nothing to move, and nothing to read.
+//! Meta kernels for data movement: nothing to move, and nothing to read; each accounts for
+//! the bytes it would move.
 
 use crate::backend::data::{DataKernels, check_range};
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl DataKernels for MetaBackend {
-    fn fill(&self, _: &mut Buffer, _: f64) -> Result<()> {
+    fn fill(&self, out: &mut Buffer, _: f64) -> Result<()> {
+        self.record(Kernel::moving(&[out]));
         Ok(())
     }
-    fn write(&self, _: &mut Buffer, _: &[u8]) -> Result<()> {
+    fn write(&self, out: &mut Buffer, _: &[u8]) -> Result<()> {
+        self.record(Kernel::moving(&[out]));
         Ok(())
     }
     fn read(&self, src: &Buffer, _: &mut [u8]) -> Result<()> {
@@ -18,10 +22,12 @@ impl DataKernels for MetaBackend {
             device: src.memory().to_string(),
         })
     }
-    fn copy(&self, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
+        self.record(Kernel::moving(&[src, dst]));
         Ok(())
     }
-    fn cast(&self, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn cast(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
+        self.record(Kernel::moving(&[src, dst]));
         Ok(())
     }
     fn cast_range(
@@ -33,6 +39,8 @@ impl DataKernels for MetaBackend {
         len: usize,
     ) -> Result<()> {
         // Nothing to convert, but a bad range fails here as it would on a real device.
-        check_range(src, src_at, dst, dst_at, len)
+        check_range(src, src_at, dst, dst_at, len)?;
+        self.record(Kernel::converting(len, src.dtype(), dst.dtype()));
+        Ok(())
     }
 }

@@ -1,26 +1,31 @@
-//! Meta kernels for elementwise ops: nothing to compute.
+//! Meta kernels for elementwise ops: nothing to compute; each accounts for its work.
 
 use crate::backend::elementwise::{BinaryOp, ElementwiseKernels, UnaryOp};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 use crate::shape::Shape;
+use crate::work::Kernel;
 
 impl ElementwiseKernels for MetaBackend {
-    fn unary(&self, _: UnaryOp, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn unary(&self, _: UnaryOp, x: &Buffer, out: &mut Buffer) -> Result<()> {
+        self.record(Kernel::moving_with(&[x, out], 4.0));
         Ok(())
     }
     fn binary(
         &self,
         _: BinaryOp,
-        _: (&Buffer, &[usize]),
-        _: (&Buffer, &[usize]),
-        _: &mut Buffer,
+        (a, _): (&Buffer, &[usize]),
+        (b, _): (&Buffer, &[usize]),
+        out: &mut Buffer,
         _: &Shape,
     ) -> Result<()> {
+        self.record(Kernel::moving(&[a, b, out]));
         Ok(())
     }
-    fn binary_assign(&self, _: BinaryOp, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn binary_assign(&self, _: BinaryOp, b: &Buffer, out: &mut Buffer) -> Result<()> {
+        // The target is read and written.
+        self.record(Kernel::moving(&[b, out, out]));
         Ok(())
     }
 }

@@ -6,9 +6,18 @@ use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl IndexKernels for MetaBackend {
-    fn embedding(&self, _: EmbeddingSpec, _: &Buffer, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn embedding(
+        &self,
+        _: EmbeddingSpec,
+        ids: &Buffer,
+        _: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        // The rows read are as many as the rows written.
+        self.record(Kernel::moving(&[ids, out, out]));
         Ok(())
     }
 
@@ -19,6 +28,7 @@ impl IndexKernels for MetaBackend {
         dy: &Buffer,
         out: &mut Buffer,
     ) -> Result<()> {
+        self.record(Kernel::moving(&[ids, dy, out]));
         // On CUDA the positions grouped by id go up to the device, with room for the partial
         // rows of long runs: their sizes follow from the geometry alone.
         if self.plans_cuda() && !out.is_empty() {
@@ -35,7 +45,8 @@ impl IndexKernels for MetaBackend {
         Ok(())
     }
 
-    fn causal_mask(&self, _: CausalMaskSpec, _: f64, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn causal_mask(&self, _: CausalMaskSpec, _: f64, x: &Buffer, out: &mut Buffer) -> Result<()> {
+        self.record(Kernel::moving(&[x, out]));
         Ok(())
     }
 }

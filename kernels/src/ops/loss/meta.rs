@@ -6,15 +6,17 @@ use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl LossKernels for MetaBackend {
     fn cross_entropy(
         &self,
         spec: CrossEntropySpec,
         logits: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
     ) -> Result<()> {
+        self.record(Kernel::moving_with(&[logits, targets, out], 4.0));
         // On CUDA each row's loss goes to an f64 buffer before the ordered mean.
         if self.plans_cuda() {
             let memory = logits.memory();
@@ -26,11 +28,12 @@ impl LossKernels for MetaBackend {
     fn cross_entropy_backward(
         &self,
         _: CrossEntropySpec,
-        _: &Buffer,
-        _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
+        a: &Buffer,
+        b: &Buffer,
+        c: &Buffer,
+        out: &mut Buffer,
     ) -> Result<()> {
+        self.record(Kernel::moving_with(&[a, b, c, out], 4.0));
         Ok(())
     }
 }

@@ -7,19 +7,22 @@ use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl NormKernels for MetaBackend {
     fn layer_norm(
         &self,
         _: RowSpec,
         _: f64,
-        _: &Buffer,
-        _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
-        _: &mut Buffer,
-        _: &mut Buffer,
+        x: &Buffer,
+        gamma: &Buffer,
+        beta: &Buffer,
+        y: &mut Buffer,
+        mean: &mut Buffer,
+        rstd: &mut Buffer,
     ) -> Result<()> {
+        let buffers = [x, gamma, beta, &*y, &*mean, &*rstd];
+        self.record(Kernel::moving_with(&buffers, 8.0));
         Ok(())
     }
 
@@ -27,14 +30,16 @@ impl NormKernels for MetaBackend {
         &self,
         spec: RowSpec,
         x: &Buffer,
-        _: &Buffer,
-        _: &Buffer,
-        _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
-        _: &mut Buffer,
-        _: &mut Buffer,
+        gamma: &Buffer,
+        mean: &Buffer,
+        rstd: &Buffer,
+        dy: &Buffer,
+        dx: &mut Buffer,
+        dgamma: &mut Buffer,
+        dbeta: &mut Buffer,
     ) -> Result<()> {
+        let buffers = [x, gamma, mean, rstd, dy, &*dx, &*dgamma, &*dbeta];
+        self.record(Kernel::moving_with(&buffers, 12.0));
         if self.plans_cuda() && spec.len > 0 {
             let (_, partials) = parameter_partials(spec.rows, spec.len);
             x.memory()

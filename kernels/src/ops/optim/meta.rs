@@ -1,20 +1,24 @@
-//! Meta kernels: nothing to compute.
+//! Meta kernels: nothing to compute; each accounts for its work.
 
 use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl OptimKernels for MetaBackend {
     fn adamw(
         &self,
         _: &AdamW,
         _: Update,
-        _: &mut Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
-        _: &mut Buffer,
+        param: &mut Buffer,
+        grad: &Buffer,
+        m: &mut Buffer,
+        v: &mut Buffer,
     ) -> Result<()> {
+        // Each state buffer read and written.
+        let buffers = [&*param, &*param, grad, &*m, &*m, &*v, &*v];
+        self.record(Kernel::moving_with(&buffers, 12.0));
         Ok(())
     }
 
@@ -22,11 +26,15 @@ impl OptimKernels for MetaBackend {
         &self,
         _: &AdamW,
         _: Update,
-        _: &mut Buffer,
-        _: &Buffer,
-        _: QuantizedMut<'_>,
-        _: QuantizedMut<'_>,
+        param: &mut Buffer,
+        grad: &Buffer,
+        m: QuantizedMut<'_>,
+        v: QuantizedMut<'_>,
     ) -> Result<()> {
+        let (m, v) = (&*m.codes, &*v.codes);
+        let buffers = [&*param, &*param, grad, m, m, v, v];
+        // Decoding and encoding (a search over the codes) on top of the update.
+        self.record(Kernel::moving_with(&buffers, 60.0));
         Ok(())
     }
 
@@ -34,10 +42,15 @@ impl OptimKernels for MetaBackend {
         &self,
         _: &Sgd,
         _: Update,
-        _: &mut Buffer,
-        _: &Buffer,
-        _: Option<&mut Buffer>,
+        param: &mut Buffer,
+        grad: &Buffer,
+        momentum: Option<&mut Buffer>,
     ) -> Result<()> {
+        let mut buffers = vec![&*param, &*param, grad];
+        if let Some(momentum) = momentum.as_deref() {
+            buffers.extend([momentum, momentum]);
+        }
+        self.record(Kernel::moving_with(&buffers, 4.0));
         Ok(())
     }
 }

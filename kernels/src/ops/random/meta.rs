@@ -1,12 +1,14 @@
-//! Meta kernels: nothing to compute.
+//! Meta kernels: nothing to compute; each accounts for its work.
 
 use crate::backend::random::RandomKernels;
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl RandomKernels for MetaBackend {
-    fn dropout(&self, _: &Buffer, _: &mut Buffer, _: f64, _: u64) -> Result<()> {
+    fn dropout(&self, x: &Buffer, out: &mut Buffer, _: f64, _: u64) -> Result<()> {
+        self.record(Kernel::moving_with(&[x, out], 8.0));
         Ok(())
     }
 }

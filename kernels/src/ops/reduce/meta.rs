@@ -6,9 +6,11 @@ use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl ReduceKernels for MetaBackend {
     fn reduce(&self, op: ReduceOp, spec: ReduceSpec, x: &Buffer, out: &mut Buffer) -> Result<()> {
+        self.record(Kernel::moving(&[x, out]));
         let parts = spec.parts();
         if self.plans_cuda() && parts > 1 && !out.is_empty() {
             let partials = 2 * spec.outer * parts * spec.inner;

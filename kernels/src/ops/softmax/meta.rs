@@ -1,13 +1,16 @@
-//! Meta kernels: nothing to compute, and no scratch memory on any backend.
+//! Meta kernels: nothing to compute, and no scratch memory on any backend; each accounts for
+//! its work.
 
 use crate::backend::rows::RowSpec;
 use crate::backend::softmax::{SoftmaxKernels, SoftmaxSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::work::Kernel;
 
 impl SoftmaxKernels for MetaBackend {
-    fn softmax(&self, _: SoftmaxSpec, _: RowSpec, _: &Buffer, _: &mut Buffer) -> Result<()> {
+    fn softmax(&self, _: SoftmaxSpec, _: RowSpec, x: &Buffer, out: &mut Buffer) -> Result<()> {
+        self.record(Kernel::moving_with(&[x, out], 6.0));
         Ok(())
     }
 
@@ -15,10 +18,11 @@ impl SoftmaxKernels for MetaBackend {
         &self,
         _: SoftmaxSpec,
         _: RowSpec,
-        _: &Buffer,
-        _: &Buffer,
-        _: &mut Buffer,
+        y: &Buffer,
+        dy: &Buffer,
+        out: &mut Buffer,
     ) -> Result<()> {
+        self.record(Kernel::moving_with(&[y, dy, out], 3.0));
         Ok(())
     }
 }

@@ -1,0 +1,188 @@
+//! What a meta device's kernels would compute and move, and how long a device of given rates
+//! would take: the planner's prediction of a step's time.
+//!
+//! Each kernel is priced as a launch plus the longer of its arithmetic and its memory traffic
+//! (a roofline): matrix products at the matrix rate (f32 or half precision), everything else at
+//! the vector rate, and the bytes every operand and result occupies at the memory bandwidth.
+//! The rates are fixed per kind of device ([`Rates::for_target`]) so that plans are the same on
+//! every machine; measured ones can replace them ([`Rates`] is plain data).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::backend::gemm::GemmSpec;
+use crate::buffer::Buffer;
+use crate::dtype::DType;
+use crate::meta::PlanTarget;
+
+/// How fast a device computes and moves data, per second, and what a kernel launch costs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    /// Floating-point operations of f32 (and f64) matrix products.
+    pub matrix_flops: f64,
+    /// Floating-point operations of bf16 and f16 matrix products.
+    pub half_matrix_flops: f64,
+    /// Other floating-point operations (elementwise, reductions, normalizations).
+    pub vector_flops: f64,
+    /// Bytes read and written in memory.
+    pub bytes: f64,
+    /// Seconds a kernel costs beyond its work (launch, synchronization, a thread pool's fork).
+    pub launch: f64,
+}
+
+impl Rates {
+    /// Fixed rates of a kind of device, round figures of the machines the project measures on:
+    /// a few cores of a server CPU (its f32 products about 100 GFLOP/s, half products widened to
+    /// f32 no faster, 10 GB/s for large arrays), and a data-center GPU of the H100's class
+    /// (TF32-free f32 products at 50 TFLOP/s, bf16 tensor cores at 400, 2.5 TB/s, 5 µs a
+    /// kernel).
+    pub fn for_target(target: PlanTarget) -> Self {
+        match target {
+            PlanTarget::Cpu => Self {
+                matrix_flops: 100e9,
+                half_matrix_flops: 100e9,
+                vector_flops: 10e9,
+                bytes: 10e9,
+                launch: 5e-6,
+            },
+            PlanTarget::Cuda { .. } => Self {
+                matrix_flops: 50e12,
+                half_matrix_flops: 400e12,
+                vector_flops: 25e12,
+                bytes: 2.5e12,
+                launch: 5e-6,
+            },
+        }
+    }
+
+    /// Seconds that `kernel` takes at these rates.
+    fn seconds(&self, kernel: &Kernel) -> f64 {
+        let matrix = if kernel.half {
+            self.half_matrix_flops
+        } else {
+            self.matrix_flops
+        };
+        let compute = kernel.matrix_flops / matrix + kernel.vector_flops / self.vector_flops;
+        self.launch + compute.max(kernel.bytes / self.bytes)
+    }
+}
+
+/// What the kernels planned so far compute and move, and the time they take at the device's
+/// rates.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Work {
+    /// Kernels run.
+    pub kernels: u64,
+    /// Floating-point operations in matrix products.
+    pub matrix_flops: f64,
+    /// Other floating-point operations.
+    pub vector_flops: f64,
+    /// Bytes read and written.
+    pub bytes: f64,
+    /// Predicted seconds.
+    pub seconds: f64,
+}
+
+/// One kernel's work.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Kernel {
+    matrix_flops: f64,
+    /// Its matrix product runs in half precision.
+    half: bool,
+    vector_flops: f64,
+    bytes: f64,
+}
+
+impl Kernel {
+    /// A kernel that reads and writes `buffers` whole, with an operation or so per element of
+    /// the largest: what elementwise ops, reductions, copies and optimizer updates do.
+    pub fn moving(buffers: &[&Buffer]) -> Self {
+        Self {
+            vector_flops: buffers.iter().map(|b| b.len()).max().unwrap_or(0) as f64,
+            bytes: buffers.iter().map(|b| b.bytes() as f64).sum(),
+            ..Self::default()
+        }
+    }
+
+    /// [`Kernel::moving`] with `flops` operations per element of the largest buffer instead of
+    /// one (a normalization, a softmax, an exponential).
+    pub fn moving_with(buffers: &[&Buffer], flops: f64) -> Self {
+        let kernel = Self::moving(buffers);
+        Self {
+            vector_flops: kernel.vector_flops * flops,
+            ..kernel
+        }
+    }
+
+    /// `len` elements read as `from` and written as `to`.
+    pub fn converting(len: usize, from: DType, to: DType) -> Self {
+        Self {
+            vector_flops: len as f64,
+            bytes: (len * (from.size() + to.size())) as f64,
+            ..Self::default()
+        }
+    }
+
+    /// A matrix product of `spec` on operands of `dtype` whose operands and result are
+    /// `buffers` (read once, the result written once, and read too when accumulated into).
+    pub fn product(spec: &GemmSpec, dtype: DType, buffers: &[&Buffer]) -> Self {
+        Self {
+            matrix_flops: spec.flops(),
+            half: matches!(dtype, DType::BF16 | DType::F16),
+            ..Self::moving(buffers)
+        }
+    }
+
+    /// Attention over `heads` heads of `len` positions of `head` features, `passes` matrix
+    /// products of the scores' size (two forward, five backward, the scores recomputed),
+    /// causal (half the scores) or not, reading and writing `buffers`.
+    pub fn attention(
+        (heads, len, head): (usize, usize, usize),
+        causal: bool,
+        passes: f64,
+        dtype: DType,
+        buffers: &[&Buffer],
+    ) -> Self {
+        let scores = heads as f64 * len as f64 * len as f64 * if causal { 0.5 } else { 1.0 };
+        Self {
+            matrix_flops: passes * 2.0 * scores * head as f64,
+            half: matches!(dtype, DType::BF16 | DType::F16),
+            vector_flops: 4.0 * scores,
+            ..Self::moving(buffers)
+        }
+    }
+}
+
+/// The running account of a meta device's kernels, priced at its rates.
+#[derive(Debug)]
+pub(crate) struct WorkLog {
+    rates: Rates,
+    work: Mutex<Work>,
+}
+
+impl WorkLog {
+    /// An empty account priced at `rates`.
+    pub fn new(rates: Rates) -> Arc<Self> {
+        Arc::new(Self {
+            rates,
+            work: Mutex::new(Work::default()),
+        })
+    }
+
+    /// Adds `kernel`.
+    pub fn record(&self, kernel: Kernel) {
+        let seconds = self.rates.seconds(&kernel);
+        let mut work = self.work.lock();
+        work.kernels += 1;
+        work.matrix_flops += kernel.matrix_flops;
+        work.vector_flops += kernel.vector_flops;
+        work.bytes += kernel.bytes;
+        work.seconds += seconds;
+    }
+
+    /// The account so far.
+    pub fn work(&self) -> Work {
+        *self.work.lock()
+    }
+}

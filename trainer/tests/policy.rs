@@ -1,0 +1,160 @@
+//! The memory policy: for a few limits, the techniques the planner chooses, pinned; what the
+//! configuration sets stays; the run trains with the choice and a resume keeps it.
+
+mod common;
+
+use common::{TempDir, small_config};
+use headroom_trainer::Trainer;
+use headroom_trainer::config::{Recompute, StateKind, TrainConfig};
+use headroom_trainer::policy::{Policy, PolicyPlan};
+
+/// A two-block GPT wide enough, and batches small enough (4), that its gradients outweigh its
+/// activations, no clipping (so the step in the backward pass may be chosen), the planner choosing
+/// the micro-batch.
+fn config(dir: &TempDir) -> TrainConfig {
+    let mut config = small_config(dir);
+    config.model.width = 128;
+    config.model.layers = 2;
+    config.batch.size = 4;
+    config.batch.micro = None;
+    config.optimizer.clip = 0.0;
+    config
+}
+
+/// The policy part of the plan of `config` under `limit` bytes.
+fn planned(config: &TrainConfig, limit: u64) -> (PolicyPlan, Trainer) {
+    let mut config = config.clone();
+    config.memory.limit = Some(format!("{limit}B"));
+    let trainer = Trainer::overwrite(config).unwrap();
+    let policy = trainer.plan().unwrap().policy.clone().unwrap();
+    (policy, trainer)
+}
+
+/// The limit whose step limit (less the default margin of a tenth) is `peak` and a little.
+fn limit_for(peak: u64) -> u64 {
+    (peak as f64 / 0.9) as u64 + 4096
+}
+
+fn policy(recompute: Recompute, in_backward: bool, state: StateKind) -> Policy {
+    Policy {
+        recompute,
+        in_backward,
+        state,
+    }
+}
+
+#[test]
+fn the_chosen_techniques_for_a_few_limits() {
+    let dir = TempDir::new("policy");
+    let config = config(&dir);
+    // Roomy: everything fits the whole batch; the plain step is the fastest.
+    let (roomy, trainer) = planned(&config, 256 << 20);
+    assert_eq!(
+        roomy.chosen,
+        policy(Recompute::None, false, StateKind::F32),
+        "{roomy}"
+    );
+    assert_eq!(trainer.plan().unwrap().micro, 4);
+    assert_eq!(roomy.candidates.len(), 6, "{roomy}");
+    let peak = |p: Policy| {
+        roomy
+            .candidates
+            .iter()
+            .find(|c| c.policy == p)
+            .and_then(|c| c.predicted_peak)
+            .unwrap()
+    };
+    let plain = peak(policy(Recompute::None, false, StateKind::F32));
+    let inside = peak(policy(Recompute::None, true, StateKind::F32));
+    assert!(inside < plain, "{roomy}");
+    assert!(
+        roomy.candidates.iter().all(|c| c.micro == Some(4)),
+        "{roomy}"
+    );
+    let seconds = |p: Policy| {
+        roomy
+            .candidates
+            .iter()
+            .find(|c| c.policy == p)
+            .and_then(|c| c.predicted_seconds)
+            .unwrap()
+    };
+    assert!(
+        seconds(policy(Recompute::Blocks, false, StateKind::F32))
+            > seconds(policy(Recompute::None, false, StateKind::F32))
+    );
+
+    // Room for the whole batch only with its updates in the backward pass: one micro-batch
+    // beats two.
+    let (tight, trainer) = planned(&config, limit_for(inside));
+    assert_eq!(
+        tight.chosen,
+        policy(Recompute::None, true, StateKind::F32),
+        "{tight}"
+    );
+    assert_eq!(trainer.plan().unwrap().micro, 4, "{tight}");
+    assert_eq!(trainer.config().optimizer.in_backward, Some(true));
+
+    // Below what any f32 state fits: the state narrows, and the plan says so.
+    let mut manual = config.clone();
+    manual.memory.policy = headroom_trainer::policy::PolicyKind::Manual;
+    manual.memory.limit = Some("64MiB".into());
+    manual.batch.micro = Some(1);
+    manual.model.recompute = Some(Recompute::Blocks);
+    let mut one = Trainer::overwrite(manual).unwrap();
+    one.train_step().unwrap();
+    let one_sample = one.device().allocator().stats().peak_in_use;
+    let smallest_f32 = roomy
+        .candidates
+        .iter()
+        .filter_map(|c| c.predicted_peak)
+        .fold(one_sample, u64::min);
+    let (narrow, trainer) = planned(&config, (smallest_f32 as f64 * 0.95) as u64);
+    assert_ne!(narrow.chosen.state, StateKind::F32, "{narrow}");
+    assert!(
+        narrow.reason.contains("changes the optimization slightly"),
+        "{narrow}"
+    );
+    assert_eq!(trainer.config().optimizer.state, Some(narrow.chosen.state));
+}
+
+#[test]
+fn pinned_techniques_stay_and_the_run_trains_and_resumes_with_the_choice() {
+    let dir = TempDir::new("policy-pinned");
+    let mut config = config(&dir);
+    config.model.recompute = Some(Recompute::Cheap);
+    config.optimizer.clip = 1.0;
+    let (pinned, _) = planned(&config, 256 << 20);
+    assert!(
+        pinned
+            .candidates
+            .iter()
+            .all(|c| c.policy.recompute == Recompute::Cheap && !c.policy.in_backward),
+        "{pinned}"
+    );
+
+    // A run under a limit that only the step in the backward pass fits in one micro-batch:
+    // it trains so, writes it in its configuration, and a resume keeps it.
+    let mut config = self::config(&dir);
+    let (roomy, _) = planned(&config, 256 << 20);
+    let inside = roomy
+        .candidates
+        .iter()
+        .find(|c| c.policy == policy(Recompute::None, true, StateKind::F32))
+        .and_then(|c| c.predicted_peak)
+        .unwrap();
+    config.memory.limit = Some(format!("{}B", limit_for(inside)));
+    config.steps = Some(2);
+    config.checkpoint.every = 1;
+    let mut trainer = Trainer::overwrite(config.clone()).unwrap();
+    trainer.run(false).unwrap();
+    let written = std::fs::read_to_string(dir.0.join("config.toml")).unwrap();
+    assert!(written.contains("in_backward = true"), "{written}");
+    // Loading a checkpoint holds its arrays beside the model's for a moment: a roomier limit
+    // (memory settings may change on a resume). The plan does not run again.
+    config.steps = Some(3);
+    config.memory.limit = Some("64MiB".into());
+    let resumed = Trainer::resume(config).unwrap();
+    assert_eq!(resumed.config().optimizer.in_backward, Some(true));
+    assert_eq!(resumed.steps_done(), 2);
+}
