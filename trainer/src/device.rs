@@ -73,6 +73,46 @@ pub fn plan_target(config: &TrainConfig, budget: &Budget) -> Result<PlanTarget> 
     }
 }
 
+/// What a CUDA process holds outside the allocator, for planning a GPU that is not here: the
+/// context (the driver's state, the kernels' code, stacks and heaps), about 500 MiB on a Hopper
+/// GPU with CUDA's lazy module loading as an idle process's footprint shows it, and cuBLAS's
+/// handle (its state; its workspace is planned with each product).
+pub const CUDA_CONTEXT_BYTES: u64 = 512 << 20;
+
+/// cuBLAS's handle, beside the context.
+pub const CUBLAS_HANDLE_BYTES: u64 = 8 << 20;
+
+/// The budget and the planned device for planning the run `config` describes: the device
+/// itself where it is here; for a CUDA device that is not (no GPU, or a build without CUDA), a
+/// Hopper GPU (compute capability 9.0) of `memory.capacity` bytes, less the context and
+/// cuBLAS's handle, with a line saying so.
+pub fn planning(config: &TrainConfig) -> Result<(Budget, PlanTarget, Option<String>)> {
+    if choice(config)? == DeviceChoice::Cpu {
+        return Ok((config.memory.budget()?, PlanTarget::Cpu, None));
+    }
+    if let Ok(budget) = budget(config)
+        && let Ok(target) = plan_target(config, &budget)
+    {
+        return Ok((budget, target, None));
+    }
+    let (name, text) = config.memory.capacity_setting();
+    let capacity =
+        headroom_alloc::parse_size(text).map_err(|err| Error::config(format!("{name}: {err}")))?;
+    let usable = capacity.saturating_sub(CUDA_CONTEXT_BYTES + CUBLAS_HANDLE_BYTES);
+    let note = format!(
+        "planning for a CUDA device that is not here: compute capability 9.0, {} of memory \
+         ({name}), of which {} for the CUDA context and {} for cuBLAS's handle",
+        headroom_alloc::format_bytes(capacity),
+        headroom_alloc::format_bytes(CUDA_CONTEXT_BYTES),
+        headroom_alloc::format_bytes(CUBLAS_HANDLE_BYTES)
+    );
+    Ok((
+        config.memory.budget_on(usable)?,
+        PlanTarget::cuda(9),
+        Some(note),
+    ))
+}
+
 /// The bytes the device `config` names has free now, where other processes can change it (a
 /// GPU's, as its driver reports); none on the CPU, whose simulated memory is the run's alone.
 pub fn free_memory(config: &TrainConfig) -> Option<u64> {

@@ -24,6 +24,7 @@ pub mod policy;
 mod precision;
 mod probe;
 mod progress;
+pub mod rates;
 mod record;
 mod resume;
 pub mod run_dir;

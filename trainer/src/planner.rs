@@ -108,6 +108,8 @@ pub fn plan(
         (ModelKind::Gpt, None, DataShape::Tokens { vocab, len }) => Some((vocab, len)),
         _ => None,
     };
+    // Calibrated rates must exist before any probe prices a step with them.
+    crate::rates::rates(config.memory.rates, plan_target)?;
     let mut config = config.clone();
     if let Some((vocab, _)) = chunking {
         config.model.head_chunk = Some(head_chunk::smallest(vocab));
@@ -156,6 +158,8 @@ fn choose_policy(
             policy.apply(&mut candidate);
             let planned = if policy.in_backward {
                 plan_whole_batch(&candidate, task, budget, plan_target)
+            } else if one_sample_exceeds(&candidate, task, budget, plan_target)? {
+                Ok(None)
             } else {
                 plan_micro_batch(&candidate, task, budget, plan_target).map(Some)
             };
@@ -210,7 +214,37 @@ fn choose_policy(
             plan,
         ));
     }
-    Err(last_failure.unwrap_or_else(|| Error::config("memory.policy: no candidate to plan")))
+    // Nothing fits: the lightest candidate's own planning says why (what the training state
+    // needs, and the cures), as a plan without the policy would.
+    let lightest = candidates.last().map(|c| c.policy);
+    match (lightest, last_failure) {
+        (Some(policy), _) => {
+            let mut lightest = config.clone();
+            policy.apply(&mut lightest);
+            plan_micro_batch(&lightest, task, budget, plan_target)?;
+            Err(Error::config(format!(
+                "memory.policy: {} fits one sample alone but not a step of the batch",
+                policy.describe()
+            )))
+        }
+        (None, Some(failure)) => Err(failure),
+        (None, None) => Err(Error::config("memory.policy: no candidate to plan")),
+    }
+}
+
+/// True when a step of one sample alone, which peaks no higher than any step in micro-batches
+/// of one, exceeds the whole limit: the candidate cannot fit, known from one probe of one
+/// micro-batch instead of a bisection whose smallest probes run the whole batch.
+fn one_sample_exceeds(
+    config: &TrainConfig,
+    task: &Task,
+    budget: &Budget,
+    plan_target: PlanTarget,
+) -> Result<bool> {
+    let mut alone = config.clone();
+    alone.batch.size = 1;
+    let mut prober = Prober::new(&alone, task, *budget, plan_target);
+    Ok(!prober.fits(1, budget.limit)?)
 }
 
 /// The plan of a step in one micro-batch of the whole batch, if it fits with the margin (the

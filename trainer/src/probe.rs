@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use headroom_alloc::OomReport;
-use headroom_kernels::{Device, DeviceConfig, PlanTarget};
+use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
 
 use crate::config::TrainConfig;
 use crate::data::{HostBatch, Task};
@@ -48,6 +48,8 @@ pub struct Prober {
     task: Task,
     budget: Budget,
     plan_target: PlanTarget,
+    /// What the planned kernels' work is priced at.
+    rates: Rates,
     /// Every size probed, in the order first probed, with its outcome.
     seen: Vec<(usize, Probed)>,
     /// Where each size's step held its memory, by `seen`'s index.
@@ -59,11 +61,15 @@ pub struct Prober {
 impl Prober {
     /// Probes of `config` on `task` under `budget`, on meta devices that allocate as `plan_target`.
     pub fn new(config: &TrainConfig, task: &Task, budget: Budget, plan_target: PlanTarget) -> Self {
+        // The planner checked that calibrated rates exist before probing.
+        let rates = crate::rates::rates(config.memory.rates, plan_target)
+            .unwrap_or_else(|_| Rates::for_target(plan_target));
         Self {
             config: config.clone(),
             task: task.clone(),
             budget,
             plan_target,
+            rates,
             seen: Vec::new(),
             breakdowns: Vec::new(),
             index: BTreeMap::new(),
@@ -133,7 +139,8 @@ impl Prober {
     /// One step with micro-batches of `micro` on a fresh meta device of `budget`.
     fn run(&self, micro: usize, budget: &Budget) -> Result<(Probed, Breakdown)> {
         let config = &self.config;
-        let device = Device::meta_for(self.plan_target, budget.device_config(0))?;
+        let device =
+            Device::meta_with_rates(self.plan_target, self.rates, budget.device_config(0))?;
         let built = TrainModel::build(&config.model, self.task.train.shape(), &device, config.seed)
             .and_then(|model| Ok((build_optimizer(&config.optimizer, model.module())?, model)));
         let (mut optimizer, mut model) = match built {

@@ -188,6 +188,33 @@ fn plan_report_and_replay_print_their_tables() {
     let roomy = headroom(&["plan", "--memory-limit", "64MiB"]);
     let roomy = String::from_utf8_lossy(&roomy.stdout);
     assert!(roomy.contains("chosen: micro-batches of 128"), "{roomy}");
+    // A GPU that is not here is planned from its memory, less the CUDA context.
+    let absent = ["plan", "--device", "cuda", "--device-memory", "2GiB"];
+    let gpu = headroom(&absent);
+    let gpu = String::from_utf8_lossy(&gpu.stdout);
+    if !cfg!(feature = "cuda") {
+        assert!(
+            gpu.contains("not here") && gpu.contains("CUDA context"),
+            "{gpu}"
+        );
+    }
+    assert!(gpu.contains("chosen: micro-batches of"), "{gpu}");
+    // Calibrated rates are measured once, kept, and planned with.
+    let cache = dir.0.join("cache");
+    let calibrated = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["plan", "--calibrate"])
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    let calibrated = String::from_utf8_lossy(&calibrated.stdout);
+    assert!(calibrated.starts_with("calibrated cpu"), "{calibrated}");
+    assert!(cache.join("headroom/rates-cpu.toml").exists());
+    let uncalibrated = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["plan", "--memory-rates", "calibrated"])
+        .env("XDG_CACHE_HOME", dir.0.join("empty"))
+        .output()
+        .unwrap();
+    fails_with(&uncalibrated, &["--calibrate"]);
     let manual = headroom(&["plan", "--memory-policy", "manual"]);
     let manual = String::from_utf8_lossy(&manual.stdout);
     assert!(

@@ -32,8 +32,9 @@ struct Cli {
 enum Command {
     /// Train a model (the default: a small GPT learning addition).
     Train(TrainArgs),
-    /// Plan the micro-batch size on the meta device and print the table, without training.
-    Plan(RunArgs),
+    /// Plan the memory techniques and the micro-batch size on the meta device and print the
+    /// tables, without training.
+    Plan(PlanArgs),
     /// Replay an allocation trace through the allocator: a trace file, a run directory (its
     /// latest trace), or a built-in trace.
     Replay(ReplayArgs),
@@ -69,6 +70,16 @@ struct TrainArgs {
     /// No progress bar and only warnings in the log.
     #[arg(long)]
     quiet: bool,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Measure this device's rates first (products, memory, kernel launches), keep them in the
+    /// cache for runs with memory.rates = "calibrated", and plan with them.
+    #[arg(long)]
+    calibrate: bool,
 }
 
 impl RunArgs {
@@ -116,11 +127,34 @@ fn train(args: &TrainArgs) -> Result<()> {
     say("  allocations-*.jsonl (for `headroom replay`), checkpoint.safetensors")
 }
 
-fn plan_only(args: &RunArgs) -> Result<()> {
-    let config = args.config()?;
-    let budget = device::budget(&config)?;
+fn plan_only(args: &PlanArgs) -> Result<()> {
+    let mut config = args.run.config()?;
+    if args.calibrate {
+        // The run's device without its limit: the measurements need room of their own.
+        let mut roomy = config.clone();
+        roomy.memory.limit = None;
+        roomy.memory.fraction = Some(1.0);
+        roomy.memory.capacity = "1GiB".into();
+        let budget = device::budget(&roomy)?;
+        let device = device::open(&roomy, &budget)?;
+        let (rates, path) = headroom_trainer::rates::calibrate(&device)?;
+        say(format_args!(
+            "calibrated {device}: f32 products {:.1} GFLOP/s, bf16 products {:.1} GFLOP/s, \
+             other arithmetic {:.1} GFLOP/s, memory {:.1} GB/s, {:.1} µs a kernel ({})",
+            rates.matrix_flops / 1e9,
+            rates.half_matrix_flops / 1e9,
+            rates.vector_flops / 1e9,
+            rates.bytes / 1e9,
+            rates.launch * 1e6,
+            path.display()
+        ))?;
+        config.memory.rates = headroom_trainer::rates::RatesKind::Calibrated;
+    }
+    let (budget, target, absent) = device::planning(&config)?;
     let task = Task::from_config(&config.data, &config.model, config.seed)?;
-    let target = device::plan_target(&config, &budget)?;
+    if let Some(note) = absent {
+        say(note)?;
+    }
     let chosen = plan(&config, &task, &budget, target)?;
     say(&chosen)?;
     // Under a manual policy, a GPT that needs several micro-batches per step: what recomputing

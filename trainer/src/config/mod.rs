@@ -474,6 +474,9 @@ pub struct MemoryConfig {
     /// precision for the fastest predicted step that fits, keeping those the configuration
     /// sets; `manual` leaves the unset ones off.
     pub policy: crate::policy::PolicyKind,
+    /// The rates the planner predicts step times at: `fixed` (the same plans on every machine)
+    /// or `calibrated` (this machine's, measured by `headroom plan --calibrate`).
+    pub rates: crate::rates::RatesKind,
     /// The simulated device's memory on the CPU, e.g. `8GiB` (a GPU's is what its driver
     /// reports).
     pub capacity: String,
@@ -508,6 +511,7 @@ impl Default for MemoryConfig {
             limit: None,
             fraction: None,
             policy: crate::policy::PolicyKind::Auto,
+            rates: crate::rates::RatesKind::Fixed,
             preallocate: false,
             expandable_segments: false,
             history: 200_000,

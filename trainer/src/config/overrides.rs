@@ -64,6 +64,9 @@ pub struct Overrides {
     /// (memory.policy).
     #[arg(long, value_parser = parse_policy)]
     pub memory_policy: Option<crate::policy::PolicyKind>,
+    /// fixed or calibrated: the rates the planner predicts step times at (memory.rates).
+    #[arg(long, value_parser = parse_rates)]
+    pub memory_rates: Option<crate::rates::RatesKind>,
     /// How AdamW keeps its moments: f32, bf16 or int8 (optimizer.state).
     #[arg(long, value_parser = parse_state)]
     pub optimizer_state: Option<StateKind>,
@@ -130,6 +133,10 @@ fn parse_policy(text: &str) -> Result<crate::policy::PolicyKind, String> {
     parse_kebab(text)
 }
 
+fn parse_rates(text: &str) -> Result<crate::rates::RatesKind, String> {
+    parse_kebab(text)
+}
+
 impl Overrides {
     /// The configuration of `file` (or the defaults) over `--preset`, with every other flag
     /// applied over it.
@@ -190,6 +197,7 @@ impl Overrides {
             config.model.recompute = self.recompute;
         }
         set(&mut config.memory.policy, self.memory_policy);
+        set(&mut config.memory.rates, self.memory_rates);
         if self.optimizer_state.is_some() {
             config.optimizer.state = self.optimizer_state;
         }
