@@ -16,6 +16,14 @@ AdamW that nanoGPT picks there):
 
 Prints one JSON line per result with the keys model, device, precision, micro_batch, peak_bytes,
 activation_bytes_per_sample, samples_per_s, tokens_per_s.
+
+With `--limit SIZE` (repeatable, e.g. 4GiB), what fits under each limit instead, as
+`fit-compare --limit` asks it of Headroom: PyTorch's largest micro-batch, from the peaks at one
+and two samples (a step's peak grows by the same bytes with each sample), nanoGPT style and with
+`torch.utils.checkpoint` on every block; and samples/s of a step at the plain model's largest.
+One JSON line per limit and precision with the keys bench (`largest-micro-batch`), model,
+precision, limit_bytes, micro_batch, checkpointed_micro_batch, peak_one_bytes, peak_two_bytes,
+checkpointed_peak_one_bytes, checkpointed_peak_two_bytes, samples_per_s.
 """
 
 import argparse
@@ -31,6 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
+from torch.utils.checkpoint import checkpoint
 
 VOCAB = 50257
 
@@ -58,8 +67,9 @@ class Block(nn.Module):
 class Gpt(nn.Module):
     """nanoGPT's model: learned positions, pre-norm blocks, the head tied to the embedding."""
 
-    def __init__(self, layers=12, width=768, heads=12, context=1024, vocab=VOCAB):
+    def __init__(self, layers=12, width=768, heads=12, context=1024, vocab=VOCAB, checkpointed=False):
         super().__init__()
+        self.checkpointed = checkpointed
         self.wte = nn.Embedding(vocab, width)
         self.wpe = nn.Embedding(context, width)
         self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
@@ -76,7 +86,7 @@ class Gpt(nn.Module):
         t = ids.shape[1]
         x = self.wte(ids) + self.wpe.weight[:t]
         for block in self.blocks:
-            x = block(x)
+            x = checkpoint(block, x, use_reentrant=False) if self.checkpointed else block(x)
         logits = self.lm_head(self.ln_f(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
@@ -97,16 +107,16 @@ def step(model, optimizer, ids, targets, precision):
     optimizer.step()
 
 
-def model_and_optimizer(context, device):
+def model_and_optimizer(context, device, checkpointed=False):
     torch.manual_seed(0)
-    model = Gpt(context=context).to(device)
+    model = Gpt(context=context, checkpointed=checkpointed).to(device)
     # nanoGPT's choice: the fused AdamW where the device has it.
     fused = {"fused": True} if device.type == "cuda" else {}
     return model, torch.optim.AdamW(model.parameters(), lr=3e-4, **fused)
 
 
-def peak_bytes(precision, samples, context, device):
-    model, optimizer = model_and_optimizer(context, device)
+def peak_bytes(precision, samples, context, device, checkpointed=False):
+    model, optimizer = model_and_optimizer(context, device, checkpointed)
     ids, targets = (t.to(device) for t in batch(samples, context, 1))
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -144,6 +154,46 @@ def samples_per_s(precision, micro_batch, context, steps, warmup, device):
     return micro_batch / statistics.median(times)
 
 
+def parse_size(text):
+    """`4GiB`, `512MiB` or a number of bytes."""
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "B": 1}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * factor)
+    return int(text)
+
+
+def largest_under(limit, one, two):
+    """The most samples whose step peaks within `limit`, from the peaks at one and two."""
+    if one > limit:
+        return 0
+    return 1 + (limit - one) // max(two - one, 1)
+
+
+def under_limits(args, device):
+    for precision in args.precision or ["f32"]:
+        one, two = (peak_bytes(precision, n, args.context, device) for n in (1, 2))
+        c_one, c_two = (peak_bytes(precision, n, args.context, device, True) for n in (1, 2))
+        for text in args.limit:
+            limit = parse_size(text)
+            micro = largest_under(limit, one, two)
+            rate = samples_per_s(precision, micro, args.context, args.steps, args.warmup, device) if micro else 0.0
+            line = {
+                "bench": "largest-micro-batch",
+                "model": "gpt2",
+                "precision": precision,
+                "limit_bytes": limit,
+                "micro_batch": micro,
+                "checkpointed_micro_batch": largest_under(limit, c_one, c_two),
+                "peak_one_bytes": one,
+                "peak_two_bytes": two,
+                "checkpointed_peak_one_bytes": c_one,
+                "checkpointed_peak_two_bytes": c_two,
+                "samples_per_s": rate,
+            }
+            print(json.dumps(line), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--precision", choices=["f32", "bf16"], action="append")
@@ -152,8 +202,12 @@ def main():
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--limit", action="append", help="what fits under this limit (4GiB, ...)")
     args = parser.parse_args()
     device = torch.device(args.device)
+    if args.limit:
+        torch.set_num_threads(os.cpu_count() or 1)
+        return under_limits(args, device)
     gpu = device.type == "cuda"
     micro = args.micro_batch or (8 if gpu else 4)
     torch.set_num_threads(os.cpu_count() or 1)

@@ -2,6 +2,7 @@
 //! offset-allocator and a first-fit list, in one process; the models the training benches
 //! time; and what the bench binaries share: timing, and the token ids of the embedding benches.
 
+pub mod fit_limits;
 pub mod harness;
 pub mod models;
 pub mod peers;

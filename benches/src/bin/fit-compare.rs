@@ -13,7 +13,19 @@
 //!
 //! ```text
 //! fit-compare [--device cpu|cuda:N] [--precision f32|bf16]... [--micro-batch N] [--steps N]
+//! fit-compare --limit SIZE [--limit SIZE]... [--at N]... [--precision f32|bf16]...
+//! fit-compare --largest-preset SIZE [--precision f32|bf16]...
 //! ```
+//!
+//! `--limit` asks what fits under each limit on the CPU's simulated device, with gradient
+//! clipping off (so the optimizer step in the backward pass may be chosen): the largest
+//! micro-batch of GPT-2 small the memory policy fits as a whole step, with every technique and
+//! without whole-block recomputation, each confirmed by one real step; and a real step at the
+//! size `--at` gives for that limit (PyTorch's largest; by default 1 under the first limit and
+//! 4 under the second, as PyTorch's peaks of 2.93 and 4.36 GB at one and two samples allow).
+//! `--largest-preset` asks which GPT-2 presets train at a micro-batch of one under the limit,
+//! and confirms the largest with a real step. Both print one JSON line per result, with a
+//! `bench` key (`largest-micro-batch`, `at-size`, `largest-preset`).
 //!
 //! On the CPU the defaults are both precisions and micro-batches of 4; on a GPU bf16 and 8.
 //! Prints a table, then one JSON line per precision with the keys `model, device, precision,
@@ -24,6 +36,9 @@
 
 use std::time::Instant;
 
+use headroom_benches::fit_limits::{
+    Techniques, config as limit_config, confirm, largest, whole_batch_plan,
+};
 use headroom_trainer::config::{DataKind, PrecisionKind, Preset, Recompute, TrainConfig};
 use headroom_trainer::{Result, Trainer};
 
@@ -33,12 +48,22 @@ struct Args {
     precisions: Vec<PrecisionKind>,
     micro: usize,
     steps: usize,
+    /// Limits to find the largest micro-batch under.
+    limits: Vec<u64>,
+    /// For each limit, the size to time a step at.
+    at: Vec<usize>,
+    /// The limit to find the largest preset under.
+    largest_preset: Option<u64>,
 }
 
 impl Args {
     fn parse() -> std::result::Result<Self, String> {
         let mut device = "cpu".to_owned();
         let (mut precisions, mut micro, mut steps) = (Vec::new(), None, 3);
+        let (mut limits, mut at, mut largest_preset) = (Vec::new(), Vec::new(), None);
+        let size = |flag: &str, value: &str| {
+            headroom_alloc::parse_size(value).map_err(|e| format!("{flag} {value}: {e}"))
+        };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
             let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -56,10 +81,22 @@ impl Args {
                 }),
                 "--micro-batch" => micro = Some(number()?.max(2)),
                 "--steps" => steps = number()?.max(1),
+                "--limit" => limits.push(size(&flag, &value)?),
+                "--at" => at.push(number()?.max(1)),
+                "--largest-preset" => largest_preset = Some(size(&flag, &value)?),
                 other => return Err(format!("unknown flag {other}")),
             }
         }
         let gpu = device != "cpu";
+        if gpu && (!limits.is_empty() || largest_preset.is_some()) {
+            return Err("--limit and --largest-preset plan the CPU's simulated device".into());
+        }
+        if at.is_empty() {
+            at = vec![1, 4];
+        }
+        if precisions.is_empty() && (!limits.is_empty() || largest_preset.is_some()) {
+            precisions = vec![PrecisionKind::F32];
+        }
         if precisions.is_empty() {
             precisions = if gpu {
                 vec![PrecisionKind::Bf16]
@@ -73,6 +110,9 @@ impl Args {
             precisions,
             micro,
             steps,
+            limits,
+            at,
+            largest_preset,
         })
     }
 }
@@ -115,11 +155,126 @@ fn measured(device: &str, precision: PrecisionKind, samples: usize) -> Result<(u
     Ok((peak, predicted, trainer))
 }
 
+/// What fits under each of `args.limits`: the largest micro-batch with each family of
+/// techniques, confirmed, and a step at PyTorch's largest size.
+fn under_limits(args: &Args) -> Result<()> {
+    println!(
+        "{:<6} {:>10} {:<16} {:>6} {:>12} {:>12} {:>10}  policy",
+        "prec", "limit", "bench", "micro", "peak", "predicted", "samples/s"
+    );
+    let mut lines = Vec::new();
+    for &precision in &args.precisions {
+        for (at, &limit) in args.limits.iter().enumerate() {
+            let name = precision.name();
+            let mut report = |bench: &str,
+                              micro: usize,
+                              confirmed: &headroom_benches::fit_limits::Confirmed,
+                              extra: &str| {
+                let samples_per_s = micro as f64 / confirmed.seconds;
+                println!(
+                    "{name:<6} {:>10} {bench:<16} {micro:>6} {:>12} {:>12} {samples_per_s:>10.3}  {}",
+                    headroom_alloc::format_bytes(limit),
+                    confirmed.peak,
+                    confirmed.predicted,
+                    confirmed.policy
+                );
+                lines.push(format!(
+                    "{{\"bench\":\"{bench}\",\"model\":\"gpt2\",\"precision\":\"{name}\",\"limit_bytes\":{limit},{extra}\"micro_batch\":{micro},\"peak_bytes\":{},\"predicted_peak_bytes\":{},\"samples_per_s\":{samples_per_s:.4},\"policy\":\"{}\"}}",
+                    confirmed.peak, confirmed.predicted, confirmed.policy
+                ));
+            };
+            for techniques in [Techniques::Any, Techniques::NoBlocks] {
+                let found = largest(Preset::Gpt2, precision, limit, techniques, 64)?;
+                let Some((micro, _)) = found else {
+                    println!(
+                        "{name:<6} {limit:>10} largest          none fits ({})",
+                        techniques.name()
+                    );
+                    continue;
+                };
+                let confirmed = confirm(limit_config(
+                    Preset::Gpt2,
+                    precision,
+                    micro,
+                    limit,
+                    techniques,
+                ))?;
+                let extra = format!("\"techniques\":\"{}\",", techniques.name());
+                report("largest-micro-batch", micro, &confirmed, &extra);
+            }
+            if let Some(&size) = args.at.get(at) {
+                let config = limit_config(Preset::Gpt2, precision, size, limit, Techniques::Any);
+                let confirmed = confirm(config)?;
+                report("at-size", size, &confirmed, "");
+            }
+        }
+    }
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// Which GPT-2 presets train at a micro-batch of one under `limit`, the largest confirmed.
+fn largest_preset(args: &Args, limit: u64) -> Result<()> {
+    let presets = [
+        Preset::Gpt2,
+        Preset::Gpt2Medium,
+        Preset::Gpt2Large,
+        Preset::Gpt2Xl,
+    ];
+    let mut lines = Vec::new();
+    for &precision in &args.precisions {
+        let name = precision.name();
+        let mut fitting = None;
+        for preset in presets {
+            let config = limit_config(preset, precision, 1, limit, Techniques::Any);
+            let plan = whole_batch_plan(&config)?;
+            let policy = plan
+                .as_ref()
+                .and_then(|p| p.policy.as_ref())
+                .map_or_else(|| "does not fit".to_owned(), |p| p.chosen.describe());
+            let predicted = plan.as_ref().map_or(0, |p| p.predicted_peak);
+            println!("{name:<6} {:<12} {:>14} {policy}", preset.name(), predicted);
+            lines.push(format!(
+                "{{\"bench\":\"largest-preset\",\"precision\":\"{name}\",\"limit_bytes\":{limit},\"preset\":\"{}\",\"fits\":{},\"predicted_peak_bytes\":{predicted},\"policy\":\"{policy}\"}}",
+                preset.name(),
+                plan.is_some()
+            ));
+            if plan.is_some() {
+                fitting = Some(config);
+            }
+        }
+        if let Some(config) = fitting {
+            let preset = config.model.preset.map_or("", |p| p.name());
+            let confirmed = confirm(config)?;
+            println!(
+                "{name:<6} {preset}: one real step peaked at {} (predicted {}) in {:.1} s",
+                confirmed.peak, confirmed.predicted, confirmed.seconds
+            );
+            lines.push(format!(
+                "{{\"bench\":\"largest-preset-step\",\"precision\":\"{name}\",\"limit_bytes\":{limit},\"preset\":\"{preset}\",\"peak_bytes\":{},\"predicted_peak_bytes\":{},\"seconds\":{:.2},\"policy\":\"{}\"}}",
+                confirmed.peak, confirmed.predicted, confirmed.seconds, confirmed.policy
+            ));
+        }
+    }
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args = Args::parse().unwrap_or_else(|message| {
         eprintln!("fit-compare: {message}");
         std::process::exit(2)
     });
+    if !args.limits.is_empty() {
+        return under_limits(&args);
+    }
+    if let Some(limit) = args.largest_preset {
+        return largest_preset(&args, limit);
+    }
     let (device, micro) = (args.device.as_str(), args.micro);
     println!(
         "{:<8} {:<6} {:>6} {:>14} {:>14} {:>16} {:>10} {:>10}",
