@@ -18,8 +18,9 @@
 # (`benches/peers/compare.py cuda`, which checks the backend's targets), and where CuPy is
 # installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`); then GPT-2 small
 # in bf16 beside PyTorch eager on the GPU (`benches/peers/compare.py fit --device cuda:0`, which
-# checks the targets of activation bytes per sample and tokens/s) and the profile of its step
-# (`fit-profile.txt`: each kernel timed alone, `HEADROOM_CUDA_PROFILE`). Results land in
+# checks the targets of activation bytes per sample and tokens/s), the profile of its step
+# (`fit-profile.txt`: each kernel timed alone, `HEADROOM_CUDA_PROFILE`), and what fits under 4
+# and 8 GiB on the GPU beside PyTorch's largest (`compare.py limits`). Results land in
 # .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a target
 # was missed.
 #
@@ -126,6 +127,9 @@ run() {
         # Where a step's device time goes: each kernel timed alone, its totals in the table.
         HEADROOM_CUDA_PROFILE=1 "$DIR/fit-compare" --device cuda:0 --steps 1 \
             >"$results/fit-profiled.txt" 2>"$results/fit-profile.txt" || failed=1
+        # What fits under 4 and 8 GiB on the GPU, beside PyTorch's largest (part 2).
+        python3 benches/peers/compare.py limits --device cuda:0 --binary "$DIR/fit-compare" --rounds 1 \
+            | tee "$results/limits.txt" || failed=1
     fi
     exit "$failed"
 }

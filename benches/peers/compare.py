@@ -7,6 +7,8 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py attention
     python3 benches/peers/compare.py fit --rounds 1    (GPT-2 small: minutes)
     python3 benches/peers/compare.py fit --device cuda:0 --binary BIN   (on a GPU, bf16)
+    python3 benches/peers/compare.py limits   (what fits under 4 and 8 GiB: GPT-2 small, f32)
+    python3 benches/peers/compare.py limits --device cuda:0 --binary BIN   (on a GPU, bf16)
     python3 benches/peers/compare.py train
     python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
     python3 benches/peers/compare.py cuda --binary BIN --smoke --peer-device cpu (a dry run)
@@ -59,6 +61,14 @@ ALLOC_SPEEDUP_TARGET = 100.0
 # PyTorch eager's in bf16 on a GPU.
 FIT_ACTIVATION_MOST = 0.5
 FIT_SPEED_LEAST = {"cpu": ("f32", "samples_per_s", 0.85), "gpu": ("bf16", "tokens_per_s", 0.9)}
+
+# "More headroom, part 2", what fits under a limit: on the CPU's simulated device in f32, at least 3
+# samples a step under 4 GiB without whole-block recomputation and at least 10 under 8 GiB with
+# any technique; on the CPU in f32 and on a GPU in bf16, at PyTorch's largest micro-batch at least
+# 0.9 of its samples/s (tokens/s alike: the same context).
+LIMITS = ("4GiB", "8GiB")
+LIMITS_LEAST = {("no-blocks", 4 << 30): 3, ("any", 8 << 30): 10}
+LIMITS_SPEED_LEAST = 0.9
 
 Key = tuple[str, ...]
 Lines = dict[Key, list[dict]]
@@ -132,23 +142,95 @@ def fit_targets(records: list[dict], device: str) -> list[dict]:
     ]
 
 
+def limits_targets(theirs: list[dict], ours: list[dict], device: str = "cpu") -> list[dict]:
+    """The targets of what fits, from PyTorch's lines (one per limit and precision) and
+    Headroom's (`fit-compare --limit`): each with the figure measured (None when missing),
+    the least it may be, and whether it was met. On the CPU f32 has targets (sizes and speed),
+    on a GPU bf16 (speed)."""
+    gpu = device != "cpu"
+    checks = []
+    for line in theirs:
+        limit, precision = line["limit_bytes"], line["precision"]
+        if precision != ("bf16" if gpu else "f32"):
+            continue
+        mine = [o for o in ours if o["limit_bytes"] == limit and o["precision"] == precision]
+        for techniques in ("any", "no-blocks"):
+            least = LIMITS_LEAST.get((techniques, limit))
+            if least is None or gpu:
+                continue
+            found = [o["micro_batch"] for o in mine if o["bench"] == "largest-micro-batch" and o["techniques"] == techniques]
+            checks.append((f"{precision} {limit >> 30} GiB, {techniques}: largest micro-batch", max(found, default=None), least))
+        at_size = [o["samples_per_s"] for o in mine if o["bench"] == "at-size" and o["micro_batch"] == line["micro_batch"]]
+        ratio = statistics.median(at_size) / line["samples_per_s"] if at_size and line["samples_per_s"] else None
+        checks.append((f"{precision} {limit >> 30} GiB: samples/s at PyTorch's largest", ratio, LIMITS_SPEED_LEAST))
+    return [
+        {"target": what, "value": value, "least": least, "met": value is not None and value >= least}
+        for what, value, least in checks
+    ]
+
+
+def limits(binary: str, rounds: int, device: str) -> int:
+    """What fits under each of LIMITS: PyTorch's largest micro-batch first (plain and
+    checkpointed), then Headroom's largest with each family of techniques and a step at
+    PyTorch's largest, side by side with the targets checked. Exit status 1 when one is
+    missed."""
+    flags = [f for limit in LIMITS for f in ("--limit", limit)]
+    if device != "cpu":
+        flags += ["--device", device, "--precision", "bf16"]
+    theirs = json_lines([sys.executable, str(ROOT / "benches" / "peers" / "torch_fit.py"), *flags])
+    at = [f for line in theirs for f in ("--at", str(max(line["micro_batch"], 1)))]
+    ours: list[dict] = []
+    for _ in range(rounds):
+        ours += json_lines([binary, *flags, *at])
+    for line in theirs:
+        limit, precision = line["limit_bytes"], line["precision"]
+        print(
+            f"{precision} under {limit >> 30} GiB: PyTorch fits {line['micro_batch']} "
+            f"({line['checkpointed_micro_batch']} with torch.utils.checkpoint), "
+            f"{line['samples_per_s']:.3f} samples/s at {line['micro_batch']}"
+        )
+        for o in ours:
+            if o["limit_bytes"] == limit and o["precision"] == precision:
+                what = o.get("techniques", "at PyTorch's size")
+                print(f"  Headroom {o['bench']} ({what}): {o['micro_batch']}, {o['samples_per_s']:.3f} samples/s, {o['policy']}")
+                print(json.dumps(o, separators=(",", ":")))
+        print(json.dumps(line, separators=(",", ":")))
+    checks = limits_targets(theirs, ours, device)
+    print("\ntargets")
+    for check in checks:
+        verdict = "met" if check["met"] else "MISSED"
+        print(f"  {check['target']:<60} {show(check['value'], 9, 3)}  at least {check['least']:<6} {verdict}")
+        print(json.dumps(check, separators=(",", ":")))
+    return 0 if all(check["met"] for check in checks) else 1
+
+
 def show(value: float | None, width: int, decimals: int = 2) -> str:
     return f"{value:>{width}.{decimals}f}" if value is not None else f"{'-':>{width}}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bench", choices=sorted(BENCHES))
+    parser.add_argument("bench", choices=sorted([*BENCHES, "limits"]))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--binary", help="a bench binary built elsewhere (no cargo here)")
     parser.add_argument("--smoke", action="store_true", help="cuda: both sides at small sizes")
     parser.add_argument("--peer-device", help="cuda: PyTorch's device (cpu for a dry run)")
-    parser.add_argument("--device", help="fit: both sides' device (cpu, the default, or cuda:N)")
+    parser.add_argument("--device", help="fit, limits: both sides' device (cpu, the default, or cuda:N)")
     args = parser.parse_args()
     if (args.smoke or args.peer_device) and args.bench != "cuda":
         parser.error("--smoke and --peer-device apply to the cuda bench only")
-    if args.device and args.bench != "fit":
-        parser.error("--device applies to the fit bench only")
+    if args.device and args.bench not in ("fit", "limits"):
+        parser.error("--device applies to the fit and limits benches only")
+    if args.bench == "limits":
+        device = args.device or "cpu"
+        if args.binary is None:
+            features = ["--features", "cuda"] if device != "cpu" else []
+            subprocess.run(
+                ["cargo", "build", "--release", "-q", "-p", "headroom-benches", "--bin", "fit-compare", *features],
+                cwd=ROOT,
+                check=True,
+            )
+        return limits(args.binary or str(ROOT / "target" / "release" / "fit-compare"), args.rounds, device)
     binary, script, keys, figures = BENCHES[args.bench]
     if args.binary is None:
         gpu = args.bench == "cuda" or (args.device or "cpu") != "cpu"

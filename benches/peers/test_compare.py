@@ -5,7 +5,7 @@
 
 import unittest
 
-from compare import cuda_targets, fit_targets, side_by_side
+from compare import cuda_targets, fit_targets, limits_targets, side_by_side
 
 KEYS = ("op", "dtype", "shape")
 
@@ -116,3 +116,46 @@ class FitTargets(unittest.TestCase):
     def test_a_missing_ratio_misses_its_target(self):
         record = fit_record("bf16", 0.3, 1.0) | {"tokens_per_s_ratio": None}
         self.assertFalse(fit_targets([record], "cuda:0")[1]["met"])
+
+
+def torch_limit(limit_gib: int, micro: int, rate: float) -> dict:
+    return {"limit_bytes": limit_gib << 30, "precision": "f32", "micro_batch": micro, "samples_per_s": rate}
+
+
+def ours_limit(limit_gib: int, bench: str, micro: int, rate: float, techniques: str | None = None) -> dict:
+    line = {"bench": bench, "limit_bytes": limit_gib << 30, "precision": "f32", "micro_batch": micro, "samples_per_s": rate}
+    return line | ({"techniques": techniques} if techniques else {})
+
+
+class LimitsTargets(unittest.TestCase):
+    def test_three_under_4_ten_under_8_and_the_speed_meet_them(self):
+        theirs = [torch_limit(4, 1, 0.2), torch_limit(8, 4, 0.3)]
+        ours = [
+            ours_limit(4, "largest-micro-batch", 3, 0.1, "no-blocks"),
+            ours_limit(4, "largest-micro-batch", 6, 0.1, "any"),
+            ours_limit(4, "at-size", 1, 0.19),
+            ours_limit(8, "largest-micro-batch", 10, 0.1, "any"),
+            ours_limit(8, "largest-micro-batch", 8, 0.1, "no-blocks"),
+            ours_limit(8, "at-size", 4, 0.27),
+        ]
+        checks = limits_targets(theirs, ours)
+        self.assertEqual(len(checks), 4, checks)
+        self.assertTrue(all(c["met"] for c in checks), checks)
+
+    def test_fewer_samples_or_less_speed_or_a_missing_size_miss_them(self):
+        theirs = [torch_limit(4, 1, 0.2), torch_limit(8, 4, 0.3)]
+        ours = [
+            ours_limit(4, "largest-micro-batch", 2, 0.1, "no-blocks"),
+            ours_limit(4, "at-size", 1, 0.17),
+            ours_limit(8, "largest-micro-batch", 9, 0.1, "any"),
+        ]
+        checks = limits_targets(theirs, ours)
+        self.assertEqual([c["met"] for c in checks], [False, False, False, False], checks)
+        self.assertIsNone(checks[3]["value"], "no step at PyTorch's size under 8 GiB")
+
+    def test_on_a_gpu_bf16_speed_alone_is_a_target(self):
+        theirs = [torch_limit(8, 4, 0.3) | {"precision": "bf16"}]
+        ours = [ours_limit(8, "at-size", 4, 0.28) | {"precision": "bf16"}, ours_limit(8, "largest-micro-batch", 2, 0.1, "any") | {"precision": "bf16"}]
+        checks = limits_targets(theirs, ours, "cuda:0")
+        self.assertEqual(len(checks), 1, checks)
+        self.assertTrue(checks[0]["met"], checks)

@@ -1,5 +1,6 @@
-//! What fits under a fixed limit, the second half of `fit-compare`: the largest micro-batch of
-//! GPT-2 small whose step the memory policy fits under a limit (each micro-batch a whole step,
+//! What fits under a fixed limit, the second half of `fit-compare`: on the CPU's simulated
+//! device or a GPU, the largest micro-batch of GPT-2 small whose step the memory policy fits
+//! under a limit (each micro-batch a whole step,
 //! so that the optimizer step in the backward pass may be chosen; gradient clipping off), with
 //! every technique or without whole-block recomputation; that plan confirmed by one real step
 //! (its peak against the prediction, its time); a step at a given size (PyTorch's largest);
@@ -7,10 +8,10 @@
 
 use std::time::Instant;
 
-use headroom_kernels::PlanTarget;
 use headroom_trainer::config::{DataKind, PrecisionKind, Preset, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
-use headroom_trainer::{Error, Plan, Result, Trainer, device, plan};
+use headroom_trainer::policy::{Candidate, Policy};
+use headroom_trainer::{Error, Result, Trainer, device, plan};
 
 /// Which memory techniques the policy may choose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +32,11 @@ impl Techniques {
     }
 }
 
-/// A step of `samples` of `preset` on the CPU's simulated device under `limit` bytes, in
-/// `precision`, without clipping, the memory policy choosing among `techniques`.
+/// A step of `samples` of `preset` on `device` (on the CPU, a simulated device of 64 GiB)
+/// under `limit` bytes, in `precision`, without clipping, the memory policy choosing among
+/// `techniques`.
 pub fn config(
+    device: &str,
     preset: Preset,
     precision: PrecisionKind,
     samples: usize,
@@ -46,13 +49,15 @@ pub fn config(
         std::process::id(),
         precision.name()
     )));
+    config.device = device.to_owned();
     config.precision.dtype = precision;
     config.optimizer.clip = 0.0;
     if techniques == Techniques::NoBlocks {
         config.model.recompute = Some(Recompute::Cheap);
     }
     config.data.kind = DataKind::UniformTokens;
-    config.data.train_size = samples.max(2);
+    // Enough windows for the steps a confirmation runs.
+    config.data.train_size = 8 * samples.max(2);
     config.data.eval_size = 1;
     config.batch.size = samples;
     config.batch.micro = None;
@@ -64,35 +69,59 @@ pub fn config(
     config
 }
 
-/// The plan of `config` when its whole batch fits as one micro-batch; none when it does not.
-pub fn whole_batch_plan(config: &TrainConfig) -> Result<Option<Plan>> {
+/// The techniques that fit `config`'s whole batch as one micro-batch, the fastest predicted
+/// of those the memory policy weighed (in the tier of the optimizer state it settled on),
+/// with that step's predicted peak; none when no combination does.
+pub fn whole_batch_policy(config: &TrainConfig) -> Result<Option<(Policy, u64)>> {
     let task = Task::from_config(&config.data, &config.model, config.seed)?;
     let budget = device::budget(config)?;
-    match plan(config, &task, &budget, PlanTarget::Cpu) {
-        Ok(plan) => Ok((plan.micro == config.batch.size).then_some(plan)),
-        Err(Error::DoesNotFit { .. } | Error::Config { .. }) => Ok(None),
-        Err(err) => Err(err),
-    }
+    let target = device::plan_target(config, &budget)?;
+    let planned = match plan(config, &task, &budget, target) {
+        Ok(planned) => planned,
+        Err(Error::DoesNotFit { .. } | Error::Config { .. }) => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let Some(policy) = planned.policy else {
+        return Ok(None);
+    };
+    let state = policy.chosen.state;
+    let whole: Vec<&Candidate> = policy
+        .candidates
+        .iter()
+        .filter(|c| c.micro == Some(config.batch.size) && c.policy.state == state)
+        .collect();
+    Ok(whole
+        .into_iter()
+        .min_by(|a, b| {
+            let seconds = |c: &Candidate| c.predicted_seconds.unwrap_or(f64::INFINITY);
+            seconds(a).total_cmp(&seconds(b))
+        })
+        .map(|c| (c.policy, c.predicted_peak.unwrap_or(0))))
 }
 
-/// The largest number of samples in `1..=most` whose step fits as one micro-batch (galloping,
-/// then bisection), with its plan; none when not even one sample fits.
+/// The largest number of samples in `1..=most` whose step some combination of `techniques`
+/// fits as one micro-batch (galloping, then bisection), with that combination; none when not
+/// even one sample fits.
 pub fn largest(
+    device: &str,
     preset: Preset,
     precision: PrecisionKind,
     limit: u64,
     techniques: Techniques,
     most: usize,
-) -> Result<Option<(usize, Plan)>> {
-    let fits = |samples| whole_batch_plan(&config(preset, precision, samples, limit, techniques));
-    let Some(mut best) = fits(1)?.map(|plan| (1, plan)) else {
+) -> Result<Option<(usize, Policy)>> {
+    let fits = |samples| {
+        let config = config(device, preset, precision, samples, limit, techniques);
+        Ok::<_, Error>(whole_batch_policy(&config)?.map(|(policy, _)| (samples, policy)))
+    };
+    let Some(mut best) = fits(1)? else {
         return Ok(None);
     };
     let mut fails = None;
     while fails.is_none() && best.0 < most {
         let next = (best.0 * 2).min(most);
         match fits(next)? {
-            Some(plan) => best = (next, plan),
+            Some(found) => best = found,
             None => fails = Some(next),
         }
     }
@@ -100,7 +129,7 @@ pub fn largest(
         while fails - best.0 > 1 {
             let mid = (best.0 + fails) / 2;
             match fits(mid)? {
-                Some(plan) => best = (mid, plan),
+                Some(found) => best = found,
                 None => fails = mid,
             }
         }
@@ -108,32 +137,43 @@ pub fn largest(
     Ok(Some(best))
 }
 
-/// One real step of `config`: its measured peak, the planner's prediction, the seconds it
-/// took and the techniques the plan chose.
+/// A real run of `config`: the first step's measured peak against the planner's prediction,
+/// the median seconds of the steps after it, and the techniques the plan chose.
 pub struct Confirmed {
-    /// The allocator's peak over the step.
+    /// The allocator's peak over the first step.
     pub peak: u64,
     /// The planner's prediction of it.
     pub predicted: u64,
-    /// The step's seconds (it ends by reading its loss back).
+    /// The median seconds of the timed steps (each ends by reading its loss back); the first
+    /// step's when none was timed.
     pub seconds: f64,
     /// The plan's techniques, in words.
     pub policy: String,
 }
 
-/// Runs one real step of `config` on the CPU.
-pub fn confirm(config: TrainConfig) -> Result<Confirmed> {
+/// Runs one real step of `config`, then `timed` more, timed (PyTorch's peer times the steps
+/// after a warm-up alike).
+pub fn confirm(config: TrainConfig, timed: usize) -> Result<Confirmed> {
     let mut trainer = Trainer::overwrite(config)?;
     let plan = trainer.plan().cloned();
     let started = Instant::now();
     trainer.train_step()?;
-    let seconds = started.elapsed().as_secs_f64();
+    let first = started.elapsed().as_secs_f64();
     let peak = trainer.device().allocator().stats().peak_in_use;
+    let mut times: Vec<f64> = (0..timed)
+        .map(|_| {
+            let started = Instant::now();
+            trainer
+                .train_step()
+                .map(|_| started.elapsed().as_secs_f64())
+        })
+        .collect::<Result<_>>()?;
+    times.sort_by(f64::total_cmp);
     std::fs::remove_dir_all(trainer.run_dir()).ok();
     Ok(Confirmed {
         peak,
         predicted: plan.as_ref().map_or(0, |p| p.predicted_peak),
-        seconds,
+        seconds: times.get(times.len() / 2).copied().unwrap_or(first),
         policy: plan
             .and_then(|p| p.policy)
             .map_or_else(String::new, |p| p.chosen.describe()),

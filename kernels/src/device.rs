@@ -116,7 +116,7 @@ impl Device {
     /// # Ok::<(), headroom_kernels::Error>(())
     /// ```
     pub fn meta_for(target: PlanTarget, config: DeviceConfig) -> Result<Device> {
-        Self::meta_with_rates(target, Rates::for_target(target), config)
+        Self::meta_with_rates(target, target.rates(), config)
     }
 
     /// [`Device::meta_for`] with the kernels' work priced at `rates` instead of the target's

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use headroom_alloc::{MemorySource, SourceError, VirtualMemory};
 
-use crate::work::{Kernel, WorkLog};
+use crate::work::{Kernel, Rates, WorkLog};
 
 /// A virtual address space that resizes regions in place only if the device it plans for can,
 /// so that the allocator makes the same decisions, and reaches the same peak, as it would there.
@@ -83,6 +83,30 @@ impl PlanTarget {
     /// memory cannot, so its expandable allocator reserves a region per step.
     pub fn resizes_regions(self) -> bool {
         matches!(self, PlanTarget::Cuda { .. })
+    }
+
+    /// The fixed rates a plan for this target prices its kernels at, round figures of the
+    /// machines the project measures on: a few cores of a server CPU (f32 products about 100
+    /// GFLOP/s, half products widened to f32 no faster, 10 GB/s for large arrays), and a
+    /// data-center GPU of the H100's class (f32 products without TF32 at 50 TFLOP/s, bf16
+    /// tensor cores at 400, 2.5 TB/s, 5 µs a kernel).
+    pub fn rates(self) -> Rates {
+        match self {
+            PlanTarget::Cpu => Rates {
+                matrix_flops: 100e9,
+                half_matrix_flops: 100e9,
+                vector_flops: 10e9,
+                bytes: 10e9,
+                launch: 5e-6,
+            },
+            PlanTarget::Cuda { .. } => Rates {
+                matrix_flops: 50e12,
+                half_matrix_flops: 400e12,
+                vector_flops: 25e12,
+                bytes: 2.5e12,
+                launch: 5e-6,
+            },
+        }
     }
 }
 

@@ -4,8 +4,9 @@
 //! Each kernel is priced as a launch plus the longer of its arithmetic and its memory traffic
 //! (a roofline): matrix products at the matrix rate (f32 or half precision), everything else at
 //! the vector rate, and the bytes every operand and result occupies at the memory bandwidth.
-//! The rates are fixed per kind of device ([`Rates::for_target`]) so that plans are the same on
-//! every machine; measured ones can replace them ([`Rates`] is plain data).
+//! The rates are fixed per kind of device ([`PlanTarget::rates`](crate::PlanTarget::rates)) so
+//! that plans are the same on every machine; measured ones can replace them ([`Rates`] is
+//! plain data).
 
 use std::sync::Arc;
 
@@ -14,7 +15,6 @@ use parking_lot::Mutex;
 use crate::backend::gemm::GemmSpec;
 use crate::buffer::Buffer;
 use crate::dtype::DType;
-use crate::meta::PlanTarget;
 
 /// How fast a device computes and moves data, per second, and what a kernel launch costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,30 +32,6 @@ pub struct Rates {
 }
 
 impl Rates {
-    /// Fixed rates of a kind of device, round figures of the machines the project measures on:
-    /// a few cores of a server CPU (its f32 products about 100 GFLOP/s, half products widened to
-    /// f32 no faster, 10 GB/s for large arrays), and a data-center GPU of the H100's class
-    /// (TF32-free f32 products at 50 TFLOP/s, bf16 tensor cores at 400, 2.5 TB/s, 5 µs a
-    /// kernel).
-    pub fn for_target(target: PlanTarget) -> Self {
-        match target {
-            PlanTarget::Cpu => Self {
-                matrix_flops: 100e9,
-                half_matrix_flops: 100e9,
-                vector_flops: 10e9,
-                bytes: 10e9,
-                launch: 5e-6,
-            },
-            PlanTarget::Cuda { .. } => Self {
-                matrix_flops: 50e12,
-                half_matrix_flops: 400e12,
-                vector_flops: 25e12,
-                bytes: 2.5e12,
-                launch: 5e-6,
-            },
-        }
-    }
-
     /// Seconds that `kernel` takes at these rates.
     fn seconds(&self, kernel: &Kernel) -> f64 {
         let matrix = if kernel.half {

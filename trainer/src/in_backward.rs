@@ -23,7 +23,7 @@ use headroom_kernels::{Array, DeviceKind};
 
 use crate::data::HostBatch;
 use crate::error::{Error, Result};
-use crate::step::StepContext;
+use crate::step_context::StepContext;
 
 /// What a step updated in its backward pass did.
 pub(crate) struct Updated {

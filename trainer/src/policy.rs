@@ -8,7 +8,7 @@
 //!   keeps it.
 //! - Each candidate is planned on the meta device: the largest micro-batch whose step fits, and
 //!   the predicted time of a whole step at that size (its kernels' work at the device's rates,
-//!   [`headroom_kernels::Rates`]). The optimizer step in the backward pass saves memory only
+//!   [`headroom_kernels::PlanTarget::rates`]). The optimizer step in the backward pass saves memory only
 //!   when a step is one micro-batch, so its candidates are planned at the whole batch alone.
 //! - The chosen candidate is the fastest that fits; of those within [`TIE`] of the fastest, the
 //!   first in the order none, cheap, blocks, each without and then with the step in the
@@ -20,18 +20,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::config::PolicyKind;
 use crate::config::{ModelKind, PrecisionKind, Recompute, StateKind, TrainConfig};
-
-/// Whether the memory policy chooses the techniques a configuration leaves unset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PolicyKind {
-    /// The planner chooses by predicted step time among what fits.
-    #[default]
-    Auto,
-    /// Unset techniques are off: no recomputation, f32 state, updates after the backward pass.
-    Manual,
-}
 
 /// One combination of the memory techniques.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -63,7 +63,7 @@ impl Prober {
     pub fn new(config: &TrainConfig, task: &Task, budget: Budget, plan_target: PlanTarget) -> Self {
         // The planner checked that calibrated rates exist before probing.
         let rates = crate::rates::rates(config.memory.rates, plan_target)
-            .unwrap_or_else(|_| Rates::for_target(plan_target));
+            .unwrap_or_else(|_| plan_target.rates());
         Self {
             config: config.clone(),
             task: task.clone(),

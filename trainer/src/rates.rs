@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RatesKind {
-    /// The fixed rates of the kind of device ([`Rates::for_target`]).
+    /// The fixed rates of the kind of device ([`PlanTarget::rates`]).
     #[default]
     Fixed,
     /// This machine's, from `headroom plan --calibrate`.
@@ -84,7 +84,7 @@ fn cache_file(base: &Path, target: PlanTarget) -> PathBuf {
 /// measured first.
 pub fn rates(kind: RatesKind, target: PlanTarget) -> Result<Rates> {
     if kind == RatesKind::Fixed {
-        return Ok(Rates::for_target(target));
+        return Ok(target.rates());
     }
     let base = cache_base()
         .ok_or_else(|| Error::config("memory.rates: no cache directory (set XDG_CACHE_HOME)"))?;
@@ -207,7 +207,7 @@ mod tests {
         assert!(path.starts_with(&base));
         assert_eq!(cached(&base, PlanTarget::Cpu).unwrap(), measured);
         let fixed = rates(RatesKind::Fixed, PlanTarget::Cpu).unwrap();
-        assert_eq!(fixed, Rates::for_target(PlanTarget::Cpu));
+        assert_eq!(fixed, PlanTarget::Cpu.rates());
         std::fs::remove_dir_all(&base).ok();
     }
 }

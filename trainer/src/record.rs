@@ -8,7 +8,7 @@ use headroom_alloc::{Verdict, format_bytes};
 use serde::{Deserialize, Serialize};
 
 use crate::micro::SizeChange;
-use crate::planner::Plan;
+use crate::plan::Plan;
 use crate::step::{Oom, Phase};
 pub use crate::tag_bytes::TagBytes;
 

@@ -16,18 +16,17 @@
 
 use headroom_alloc::{OomReport, Tag, format_bytes};
 use headroom_autograd::{Gradients, SavedReport, Tape};
-use headroom_kernels::{Array, Device, DeviceKind};
-use headroom_nn::{Optimizer, clip_grad_norm};
+use headroom_kernels::{Array, DeviceKind};
+use headroom_nn::clip_grad_norm;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{PrecisionKind, TrainConfig};
 use crate::data::HostBatch;
 use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
 use crate::in_backward::step_in_backward;
 use crate::micro::MicroBatcher;
-use crate::model::TrainModel;
-use crate::precision::{LossScaler, ScaleChange};
+use crate::precision::ScaleChange;
+pub use crate::step_context::StepContext;
 
 /// Where in a step memory ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,45 +73,6 @@ pub struct StepReport {
     pub scale_change: ScaleChange,
     /// What the forward pass of the step's largest micro-batch saved for its backward pass.
     pub saved: SavedReport,
-}
-
-/// What a step works on.
-pub struct StepContext<'a> {
-    /// The device.
-    pub device: &'a Device,
-    /// The model.
-    pub model: &'a mut TrainModel,
-    /// The optimizer (its learning rate already set for this step).
-    pub optimizer: &'a mut dyn Optimizer,
-    /// The loss scaler.
-    pub scaler: &'a mut LossScaler,
-    /// The precision of the products.
-    pub precision: PrecisionKind,
-    /// The largest gradient norm (0: no clipping).
-    pub clip: f64,
-    /// Update each parameter in the backward pass when the step is one micro-batch.
-    pub in_backward: bool,
-}
-
-impl<'a> StepContext<'a> {
-    /// What a step of the run `config` describes works on.
-    pub fn new(
-        device: &'a Device,
-        model: &'a mut TrainModel,
-        optimizer: &'a mut dyn Optimizer,
-        scaler: &'a mut LossScaler,
-        config: &TrainConfig,
-    ) -> Self {
-        Self {
-            device,
-            model,
-            optimizer,
-            scaler,
-            precision: config.precision.dtype,
-            clip: config.optimizer.clip,
-            in_backward: config.optimizer.in_backward.unwrap_or(false),
-        }
-    }
 }
 
 /// How the batch is cut.

@@ -21,7 +21,7 @@ use crate::growth::GrowthCheck;
 use crate::memory::Budget;
 use crate::micro::MicroBatcher;
 use crate::model::TrainModel;
-use crate::planner::Plan;
+use crate::plan::Plan;
 use crate::precision::LossScaler;
 use crate::record::{OomRecord, StepRecord};
 use crate::state::{self, TrainerState, checkpoint_path};

@@ -17,7 +17,7 @@
 //! fit-compare --largest-preset SIZE [--precision f32|bf16]...
 //! ```
 //!
-//! `--limit` asks what fits under each limit on the CPU's simulated device, with gradient
+//! `--limit` asks what fits under each limit (on the CPU's simulated device, or a GPU), with gradient
 //! clipping off (so the optimizer step in the backward pass may be chosen): the largest
 //! micro-batch of GPT-2 small the memory policy fits as a whole step, with every technique and
 //! without whole-block recomputation, each confirmed by one real step; and a real step at the
@@ -37,7 +37,7 @@
 use std::time::Instant;
 
 use headroom_benches::fit_limits::{
-    Techniques, config as limit_config, confirm, largest, whole_batch_plan,
+    Techniques, config as limit_config, confirm, largest, whole_batch_policy,
 };
 use headroom_trainer::config::{DataKind, PrecisionKind, Preset, Recompute, TrainConfig};
 use headroom_trainer::{Result, Trainer};
@@ -88,14 +88,15 @@ impl Args {
             }
         }
         let gpu = device != "cpu";
-        if gpu && (!limits.is_empty() || largest_preset.is_some()) {
-            return Err("--limit and --largest-preset plan the CPU's simulated device".into());
-        }
         if at.is_empty() {
             at = vec![1, 4];
         }
         if precisions.is_empty() && (!limits.is_empty() || largest_preset.is_some()) {
-            precisions = vec![PrecisionKind::F32];
+            precisions = vec![if gpu {
+                PrecisionKind::Bf16
+            } else {
+                PrecisionKind::F32
+            }];
         }
         if precisions.is_empty() {
             precisions = if gpu {
@@ -158,6 +159,7 @@ fn measured(device: &str, precision: PrecisionKind, samples: usize) -> Result<(u
 /// What fits under each of `args.limits`: the largest micro-batch with each family of
 /// techniques, confirmed, and a step at PyTorch's largest size.
 fn under_limits(args: &Args) -> Result<()> {
+    let device = args.device.as_str();
     println!(
         "{:<6} {:>10} {:<16} {:>6} {:>12} {:>12} {:>10}  policy",
         "prec", "limit", "bench", "micro", "peak", "predicted", "samples/s"
@@ -179,32 +181,37 @@ fn under_limits(args: &Args) -> Result<()> {
                     confirmed.policy
                 );
                 lines.push(format!(
-                    "{{\"bench\":\"{bench}\",\"model\":\"gpt2\",\"precision\":\"{name}\",\"limit_bytes\":{limit},{extra}\"micro_batch\":{micro},\"peak_bytes\":{},\"predicted_peak_bytes\":{},\"samples_per_s\":{samples_per_s:.4},\"policy\":\"{}\"}}",
+                    "{{\"bench\":\"{bench}\",\"model\":\"gpt2\",\"device\":\"{device}\",\"precision\":\"{name}\",\"limit_bytes\":{limit},{extra}\"micro_batch\":{micro},\"peak_bytes\":{},\"predicted_peak_bytes\":{},\"samples_per_s\":{samples_per_s:.4},\"policy\":\"{}\"}}",
                     confirmed.peak, confirmed.predicted, confirmed.policy
                 ));
             };
             for techniques in [Techniques::Any, Techniques::NoBlocks] {
-                let found = largest(Preset::Gpt2, precision, limit, techniques, 64)?;
-                let Some((micro, _)) = found else {
+                let found = largest(device, Preset::Gpt2, precision, limit, techniques, 64)?;
+                let Some((micro, policy)) = found else {
                     println!(
                         "{name:<6} {limit:>10} largest          none fits ({})",
                         techniques.name()
                     );
                     continue;
                 };
-                let confirmed = confirm(limit_config(
-                    Preset::Gpt2,
-                    precision,
-                    micro,
-                    limit,
-                    techniques,
-                ))?;
+                // The plan confirmed with those techniques pinned, by one step.
+                let mut config =
+                    limit_config(device, Preset::Gpt2, precision, micro, limit, techniques);
+                policy.apply(&mut config);
+                let confirmed = confirm(config, 0)?;
                 let extra = format!("\"techniques\":\"{}\",", techniques.name());
                 report("largest-micro-batch", micro, &confirmed, &extra);
             }
             if let Some(&size) = args.at.get(at) {
-                let config = limit_config(Preset::Gpt2, precision, size, limit, Techniques::Any);
-                let confirmed = confirm(config)?;
+                let config = limit_config(
+                    device,
+                    Preset::Gpt2,
+                    precision,
+                    size,
+                    limit,
+                    Techniques::Any,
+                );
+                let confirmed = confirm(config, args.steps)?;
                 report("at-size", size, &confirmed, "");
             }
         }
@@ -228,13 +235,16 @@ fn largest_preset(args: &Args, limit: u64) -> Result<()> {
         let name = precision.name();
         let mut fitting = None;
         for preset in presets {
-            let config = limit_config(preset, precision, 1, limit, Techniques::Any);
-            let plan = whole_batch_plan(&config)?;
+            let mut config =
+                limit_config(&args.device, preset, precision, 1, limit, Techniques::Any);
+            let plan = whole_batch_policy(&config)?;
             let policy = plan
                 .as_ref()
-                .and_then(|p| p.policy.as_ref())
-                .map_or_else(|| "does not fit".to_owned(), |p| p.chosen.describe());
-            let predicted = plan.as_ref().map_or(0, |p| p.predicted_peak);
+                .map_or_else(|| "does not fit".to_owned(), |(p, _)| p.describe());
+            let predicted = plan.as_ref().map_or(0, |&(_, peak)| peak);
+            if let Some((chosen, _)) = &plan {
+                chosen.apply(&mut config);
+            }
             println!("{name:<6} {:<12} {:>14} {policy}", preset.name(), predicted);
             lines.push(format!(
                 "{{\"bench\":\"largest-preset\",\"precision\":\"{name}\",\"limit_bytes\":{limit},\"preset\":\"{}\",\"fits\":{},\"predicted_peak_bytes\":{predicted},\"policy\":\"{policy}\"}}",
@@ -247,7 +257,7 @@ fn largest_preset(args: &Args, limit: u64) -> Result<()> {
         }
         if let Some(config) = fitting {
             let preset = config.model.preset.map_or("", |p| p.name());
-            let confirmed = confirm(config)?;
+            let confirmed = confirm(config, 0)?;
             println!(
                 "{name:<6} {preset}: one real step peaked at {} (predicted {}) in {:.1} s",
                 confirmed.peak, confirmed.predicted, confirmed.seconds

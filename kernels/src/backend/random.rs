@@ -21,7 +21,7 @@ pub fn random_bits(seed: u64, index: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A uniform draw in [0, 1) for element `index` under `seed`, from [`random_bits`].
+/// A uniform draw in [0, 1) for element `index` under `seed`, from its 64 random bits.
 #[inline]
 pub fn uniform(seed: u64, index: u64) -> f64 {
     (random_bits(seed, index) >> 11) as f64 / (1u64 << 53) as f64

@@ -391,6 +391,17 @@ pub enum OptimizerKind {
     Sgd,
 }
 
+/// Whether the memory policy chooses the techniques a configuration leaves unset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// The planner chooses by predicted step time among what fits.
+    #[default]
+    Auto,
+    /// Unset techniques are off: no recomputation, f32 state, updates after the backward pass.
+    Manual,
+}
+
 /// How an optimizer keeps its state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -473,7 +484,7 @@ pub struct MemoryConfig {
     /// recomputation, the optimizer step in the backward pass and the optimizer state's
     /// precision for the fastest predicted step that fits, keeping those the configuration
     /// sets; `manual` leaves the unset ones off.
-    pub policy: crate::policy::PolicyKind,
+    pub policy: PolicyKind,
     /// The rates the planner predicts step times at: `fixed` (the same plans on every machine)
     /// or `calibrated` (this machine's, measured by `headroom plan --calibrate`).
     pub rates: crate::rates::RatesKind,
@@ -510,7 +521,7 @@ impl Default for MemoryConfig {
             device: None,
             limit: None,
             fraction: None,
-            policy: crate::policy::PolicyKind::Auto,
+            policy: PolicyKind::Auto,
             rates: crate::rates::RatesKind::Fixed,
             preallocate: false,
             expandable_segments: false,

@@ -63,7 +63,7 @@ pub struct Overrides {
     /// auto (choose the memory techniques left unset by predicted step time) or manual
     /// (memory.policy).
     #[arg(long, value_parser = parse_policy)]
-    pub memory_policy: Option<crate::policy::PolicyKind>,
+    pub memory_policy: Option<super::PolicyKind>,
     /// fixed or calibrated: the rates the planner predicts step times at (memory.rates).
     #[arg(long, value_parser = parse_rates)]
     pub memory_rates: Option<crate::rates::RatesKind>,
@@ -129,7 +129,7 @@ fn parse_state(text: &str) -> Result<StateKind, String> {
     parse_kebab(text)
 }
 
-fn parse_policy(text: &str) -> Result<crate::policy::PolicyKind, String> {
+fn parse_policy(text: &str) -> Result<super::PolicyKind, String> {
     parse_kebab(text)
 }
 
