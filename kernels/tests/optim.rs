@@ -180,6 +180,11 @@ fn narrow_state_follows_the_f64_reference() {
     }
 }
 
+/// The error of an AdamW step on these operands, which must refuse it.
+fn refused(p: &mut Array, g: &Array, m: &mut Array, v: &mut Array) -> Error {
+    adamw_step(&AdamW::default(), Update::new(1), p, g, m, v).unwrap_err()
+}
+
 #[test]
 fn narrow_state_is_refused_where_it_cannot_apply() {
     let device = &devices()[0];
@@ -187,28 +192,12 @@ fn narrow_state_is_refused_where_it_cannot_apply() {
     let g = Array::zeros(device, [4], DType::F64).unwrap();
     let mut m = Array::zeros(device, [4], DType::BF16).unwrap();
     let mut v = Array::zeros(device, [4], DType::BF16).unwrap();
-    let err = adamw_step(
-        &AdamW::default(),
-        Update::new(1),
-        &mut p,
-        &g,
-        &mut m,
-        &mut v,
-    )
-    .unwrap_err();
+    let err = refused(&mut p, &g, &mut m, &mut v);
     assert!(matches!(err, Error::DType { op: "adamw", .. }), "{err}");
     let mut p = Array::zeros(device, [4], DType::F32).unwrap();
     let g = Array::zeros(device, [4], DType::F32).unwrap();
     let mut v32 = Array::zeros(device, [4], DType::F32).unwrap();
-    let err = adamw_step(
-        &AdamW::default(),
-        Update::new(1),
-        &mut p,
-        &g,
-        &mut m,
-        &mut v32,
-    )
-    .unwrap_err();
+    let err = refused(&mut p, &g, &mut m, &mut v32);
     assert!(
         matches!(err, Error::DType { op: "adamw", .. }),
         "moments of two dtypes: {err}"
@@ -268,15 +257,7 @@ fn mismatched_state_and_step_zero_are_rejected() {
     let g = Array::zeros(device, [5], DType::F32).unwrap();
     let mut m = Array::zeros(device, [4], DType::F32).unwrap();
     let mut v = Array::zeros(device, [4], DType::F32).unwrap();
-    let err = adamw_step(
-        &AdamW::default(),
-        Update::new(1),
-        &mut p,
-        &g,
-        &mut m,
-        &mut v,
-    )
-    .unwrap_err();
+    let err = refused(&mut p, &g, &mut m, &mut v);
     assert!(matches!(err, Error::Shape { op: "adamw", .. }), "{err}");
     let g = Array::zeros(device, [4], DType::F64).unwrap();
     assert!(

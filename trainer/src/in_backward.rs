@@ -16,14 +16,13 @@
 //! from the same gradient, so the step equals the ordinary one bit for bit. Clipping by the
 //! global norm and f16 loss scaling need every gradient first; the configuration refuses them.
 
-use headroom_alloc::Tag;
-use headroom_autograd::{SavedReport, Tape, Tensor, TensorId};
+use headroom_autograd::{SavedReport, Tensor, TensorId};
 use headroom_kernels::ops::reduce::{ReduceOp, reduce};
 use headroom_kernels::{Array, DeviceKind};
 
 use crate::data::HostBatch;
 use crate::error::{Error, Result};
-use crate::step_context::StepContext;
+use crate::step_context::{Forward, StepContext};
 
 /// What a step updated in its backward pass did.
 pub(crate) struct Updated {
@@ -42,7 +41,6 @@ pub(crate) fn step_in_backward(
     batch: &HostBatch,
     step: u64,
 ) -> Result<Updated> {
-    let (inputs, targets) = batch.to_device(ctx.device)?;
     // The parameters by identity and name only: a handle kept here would share each one and
     // forbid its update in place.
     let mut ids: Vec<TensorId> = Vec::new();
@@ -51,16 +49,12 @@ pub(crate) fn step_in_backward(
         ids.push(t.id());
         names.push(name.to_owned());
     });
-    let tape = Tape::new();
-    let loss = {
-        let _policy = ctx.precision.autocast();
-        tape.record(|| ctx.model.loss(&inputs, &targets))?
-    };
-    let saved = tape.saved();
-    let seed = {
-        let _tag = ctx.device.scoped_tag(Tag::GRADIENTS);
-        Array::full(ctx.device, [], loss.dtype(), ctx.scaler.scale)?
-    };
+    let Forward {
+        tape,
+        loss,
+        saved,
+        seed,
+    } = ctx.forward(batch, 1.0)?;
     let meta = ctx.device.kind() == DeviceKind::Meta;
     let unscale = 1.0 / ctx.scaler.scale;
     let (mut updated, mut squares) = (0, 0.0);

@@ -14,9 +14,9 @@
 //! contract of [`crate::in_backward`]; a step cut in several micro-batches accumulates and
 //! updates after, as above.
 
-use headroom_alloc::{OomReport, Tag, format_bytes};
-use headroom_autograd::{Gradients, SavedReport, Tape};
-use headroom_kernels::{Array, DeviceKind};
+use headroom_alloc::{OomReport, format_bytes};
+use headroom_autograd::{Gradients, SavedReport};
+use headroom_kernels::DeviceKind;
 use headroom_nn::clip_grad_norm;
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::in_backward::step_in_backward;
 use crate::micro::MicroBatcher;
 use crate::precision::ScaleChange;
+use crate::step_context::Forward;
 pub use crate::step_context::StepContext;
 
 /// Where in a step memory ran out.
@@ -247,18 +248,13 @@ fn micro_batch(
     slice: &HostBatch,
     weight: f64,
 ) -> Result<(Gradients, f64, SavedReport)> {
-    let (inputs, targets) = slice.to_device(ctx.device)?;
     let params = ctx.model.module().parameters();
-    let tape = Tape::new();
-    let loss = {
-        let _policy = ctx.precision.autocast();
-        tape.record(|| ctx.model.loss(&inputs, &targets))?
-    };
-    let saved = tape.saved();
-    let seed = {
-        let _tag = ctx.device.scoped_tag(Tag::GRADIENTS);
-        Array::full(ctx.device, [], loss.dtype(), weight * ctx.scaler.scale)?
-    };
+    let Forward {
+        tape,
+        loss,
+        saved,
+        seed,
+    } = ctx.forward(slice, weight)?;
     let grads = tape.gradient_with(&loss, seed, &params.iter().collect::<Vec<_>>())?;
     let value = match ctx.device.kind() {
         DeviceKind::Meta => 0.0,

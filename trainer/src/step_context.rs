@@ -1,12 +1,29 @@
 //! What a training step works on: the device, the model, the optimizer, the loss scaler, and
 //! the settings of the run that decide how a step runs.
 
-use headroom_kernels::Device;
+use headroom_alloc::Tag;
+use headroom_autograd::{SavedReport, Tape, Tensor};
+use headroom_kernels::{Array, Device};
 use headroom_nn::Optimizer;
 
 use crate::config::{PrecisionKind, TrainConfig};
+use crate::data::HostBatch;
+use crate::error::Result;
 use crate::model::TrainModel;
 use crate::precision::LossScaler;
+
+/// A micro-batch's forward pass, ready for its backward pass.
+pub(crate) struct Forward {
+    /// The tape it recorded.
+    pub tape: Tape,
+    /// Its loss.
+    pub loss: Tensor,
+    /// What it saved for the backward pass.
+    pub saved: SavedReport,
+    /// The loss's gradient to start the backward pass from: the micro-batch's weight times
+    /// the loss scale, tagged as gradients.
+    pub seed: Array,
+}
 
 /// What a step works on.
 pub struct StepContext<'a> {
@@ -44,5 +61,27 @@ impl<'a> StepContext<'a> {
             clip: config.optimizer.clip,
             in_backward: config.optimizer.in_backward.unwrap_or(false),
         }
+    }
+
+    /// The forward pass of `batch` on the device, recorded on a new tape under the run's
+    /// autocast policy, with the seed of its backward pass for a loss weighted by `weight`.
+    pub(crate) fn forward(&self, batch: &HostBatch, weight: f64) -> Result<Forward> {
+        let (inputs, targets) = batch.to_device(self.device)?;
+        let tape = Tape::new();
+        let loss = {
+            let _policy = self.precision.autocast();
+            tape.record(|| self.model.loss(&inputs, &targets))?
+        };
+        let saved = tape.saved();
+        let seed = {
+            let _tag = self.device.scoped_tag(Tag::GRADIENTS);
+            Array::full(self.device, [], loss.dtype(), weight * self.scaler.scale)?
+        };
+        Ok(Forward {
+            tape,
+            loss,
+            saved,
+            seed,
+        })
     }
 }

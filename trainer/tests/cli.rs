@@ -15,6 +15,13 @@ fn headroom(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Asserts the command succeeded; returns its standard output.
+fn succeeds(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Asserts the command failed cleanly and its error mentions every one of `words`.
 fn fails_with(output: &Output, words: &[&str]) {
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -137,12 +144,7 @@ fn resuming_without_a_checkpoint_and_a_model_that_cannot_fit_are_explained() {
     assert!(!String::from_utf8_lossy(&output.stderr).contains("(--recompute)"));
     // The automatic policy finds room in a narrower optimizer state, and says so.
     let output = headroom(&["plan", "--memory-limit", "6400KiB"]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeds(&output);
     assert!(
         stdout.contains("changes the optimization slightly"),
         "{stdout}"
@@ -154,12 +156,7 @@ fn resuming_without_a_checkpoint_and_a_model_that_cannot_fit_are_explained() {
 fn plan_report_and_replay_print_their_tables() {
     let dir = TempDir::new("cli-report");
     let output = headroom(&["plan"]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeds(&output);
     assert!(
         stdout.contains("predicted peak") && stdout.contains("chosen: micro-batches of"),
         "{stdout}"
@@ -430,11 +427,6 @@ fn gpt2_small_plans_on_uniform_tokens_without_a_corpus() {
         "--memory-limit",
         "6GiB",
     ]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeds(&output);
     assert!(stdout.contains("chosen: micro-batches of"), "{stdout}");
 }

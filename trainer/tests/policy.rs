@@ -6,7 +6,7 @@ mod common;
 use common::{TempDir, small_config};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{Recompute, StateKind, TrainConfig};
-use headroom_trainer::policy::{Policy, PolicyPlan};
+use headroom_trainer::policy::{Candidate, Policy, PolicyPlan};
 
 /// A two-block GPT wide enough, and batches small enough (4), that its gradients outweigh its
 /// activations, no clipping (so the step in the backward pass may be chosen), the planner choosing
@@ -35,6 +35,14 @@ fn limit_for(peak: u64) -> u64 {
     (peak as f64 / 0.9) as u64 + 4096
 }
 
+/// The candidate of `plan` with the techniques `policy`.
+fn candidate(plan: &PolicyPlan, policy: Policy) -> &Candidate {
+    plan.candidates
+        .iter()
+        .find(|c| c.policy == policy)
+        .unwrap_or_else(|| panic!("no candidate {policy:?} in {plan}"))
+}
+
 fn policy(recompute: Recompute, in_backward: bool, state: StateKind) -> Policy {
     Policy {
         recompute,
@@ -56,14 +64,7 @@ fn the_chosen_techniques_for_a_few_limits() {
     );
     assert_eq!(trainer.plan().unwrap().micro, 4);
     assert_eq!(roomy.candidates.len(), 6, "{roomy}");
-    let peak = |p: Policy| {
-        roomy
-            .candidates
-            .iter()
-            .find(|c| c.policy == p)
-            .and_then(|c| c.predicted_peak)
-            .unwrap()
-    };
+    let peak = |p: Policy| candidate(&roomy, p).predicted_peak.unwrap();
     let plain = peak(policy(Recompute::None, false, StateKind::F32));
     let inside = peak(policy(Recompute::None, true, StateKind::F32));
     assert!(inside < plain, "{roomy}");
@@ -71,14 +72,7 @@ fn the_chosen_techniques_for_a_few_limits() {
         roomy.candidates.iter().all(|c| c.micro == Some(4)),
         "{roomy}"
     );
-    let seconds = |p: Policy| {
-        roomy
-            .candidates
-            .iter()
-            .find(|c| c.policy == p)
-            .and_then(|c| c.predicted_seconds)
-            .unwrap()
-    };
+    let seconds = |p: Policy| candidate(&roomy, p).predicted_seconds.unwrap();
     assert!(
         seconds(policy(Recompute::Blocks, false, StateKind::F32))
             > seconds(policy(Recompute::None, false, StateKind::F32))
@@ -137,11 +131,8 @@ fn pinned_techniques_stay_and_the_run_trains_and_resumes_with_the_choice() {
     // it trains so, writes it in its configuration, and a resume keeps it.
     let mut config = self::config(&dir);
     let (roomy, _) = planned(&config, 256 << 20);
-    let inside = roomy
-        .candidates
-        .iter()
-        .find(|c| c.policy == policy(Recompute::None, true, StateKind::F32))
-        .and_then(|c| c.predicted_peak)
+    let inside = candidate(&roomy, policy(Recompute::None, true, StateKind::F32))
+        .predicted_peak
         .unwrap();
     config.memory.limit = Some(format!("{}B", limit_for(inside)));
     config.steps = Some(2);
