@@ -59,7 +59,7 @@ fn kernels(family: Family) -> Vec<String> {
         }
         Family::Layout => ["gather", "concat_piece"]
             .iter()
-            .flat_map(|s| [2, 4, 8].map(|b| format!("{s}_{b}")))
+            .flat_map(|s| [1, 2, 4, 8].map(|b| format!("{s}_{b}")))
             .collect(),
         Family::Optim => {
             let mut names = per_float(&["adamw", "sgd"]);

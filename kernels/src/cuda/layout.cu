@@ -10,6 +10,7 @@
         for (u64 i = thread_index(); i < outer * width; i += grid_stride()) \
             out[(i / width) * total + at + i % width] = piece[i]; \
     }
+LAYOUT(1, u8)
 LAYOUT(2, u16)
 LAYOUT(4, u32)
 LAYOUT(8, u64)
