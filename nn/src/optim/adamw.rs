@@ -1,10 +1,10 @@
 //! AdamW on the fused kernel.
 
-use headroom_autograd::{Gradients, Tensor};
+use headroom_autograd::Tensor;
 use headroom_kernels::Array;
 use headroom_kernels::ops::optim::{Update, adamw_step, adamw_step_8bit};
 
-use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision};
+use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision, UpdateRule};
 use crate::error::{Error, Result};
 use crate::module::Module;
 
@@ -46,31 +46,8 @@ impl AdamW {
 }
 
 impl Optimizer for AdamW {
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients, grad_scale: f64) -> Result<()> {
-        let config = self.config;
-        self.state
-            .step(model, grads, grad_scale, |update, param, grad, buffers| {
-                update_parameter(&config, update, param, grad, buffers)
-            })
-    }
-
-    fn step_parameter(
-        &mut self,
-        index: usize,
-        name: &str,
-        param: &mut Tensor,
-        grad: &Array,
-        grad_scale: f64,
-    ) -> Result<()> {
-        let config = self.config;
-        self.state.step_one(
-            index,
-            name,
-            param,
-            grad,
-            grad_scale,
-            |update, param, grad, buffers| update_parameter(&config, update, param, grad, buffers),
-        )
+    fn rule_and_state(&mut self) -> (&dyn UpdateRule, &mut OptimizerState) {
+        (&self.config, &mut self.state)
     }
 
     fn lr(&self) -> f64 {
@@ -91,28 +68,30 @@ impl Optimizer for AdamW {
 }
 
 /// One parameter's AdamW update on its two moments, however they are kept.
-fn update_parameter(
-    config: &super::AdamWConfig,
-    update: Update,
-    param: &mut Tensor,
-    grad: &Array,
-    buffers: &mut [StateBuffer],
-) -> Result<()> {
-    match buffers {
-        [StateBuffer::Plain(m), StateBuffer::Plain(v)] => {
-            Ok(adamw_step(config, update, param.array_mut(), grad, m, v)?)
+impl UpdateRule for super::AdamWConfig {
+    fn update(
+        &self,
+        update: Update,
+        param: &mut Tensor,
+        grad: &Array,
+        buffers: &mut [StateBuffer],
+    ) -> Result<()> {
+        match buffers {
+            [StateBuffer::Plain(m), StateBuffer::Plain(v)] => {
+                Ok(adamw_step(self, update, param.array_mut(), grad, m, v)?)
+            }
+            [StateBuffer::Quantized(m), StateBuffer::Quantized(v)] => Ok(adamw_step_8bit(
+                self,
+                update,
+                param.array_mut(),
+                grad,
+                m,
+                v,
+            )?),
+            _ => Err(Error::config(
+                "adamw",
+                "a parameter's state is not two moments of one kind",
+            )),
         }
-        [StateBuffer::Quantized(m), StateBuffer::Quantized(v)] => Ok(adamw_step_8bit(
-            config,
-            update,
-            param.array_mut(),
-            grad,
-            m,
-            v,
-        )?),
-        _ => Err(Error::config(
-            "adamw",
-            "a parameter's state is not two moments of one kind",
-        )),
     }
 }

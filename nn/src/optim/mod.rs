@@ -19,16 +19,23 @@ pub use headroom_kernels::ops::optim::AdamW as AdamWConfig;
 pub use headroom_kernels::ops::optim::Sgd as SgdConfig;
 pub use schedule::LrSchedule;
 pub use sgd::Sgd;
-pub use state::{OptimizerState, StateBuffer, StatePrecision};
+pub use state::{OptimizerState, StateBuffer, StatePrecision, UpdateRule};
 
 /// Updates a model's parameters from their gradients. State (moments, momentum) is allocated
 /// when the optimizer is built, tagged as optimizer state, so a step allocates nothing. An
 /// optimizer keeps its state in an [`OptimizerState`], through which the trait gives the step
 /// count, the named buffers for checkpoints and their bytes.
 pub trait Optimizer: Send {
+    /// The optimizer's update rule and its state, apart, so that the steps below can run the
+    /// one on the other.
+    fn rule_and_state(&mut self) -> (&dyn UpdateRule, &mut OptimizerState);
+
     /// One update of every parameter of `model` that has a gradient in `grads`, each gradient
     /// multiplied by `grad_scale` first (1/loss scale, a clipping factor).
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients, grad_scale: f64) -> Result<()>;
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients, grad_scale: f64) -> Result<()> {
+        let (rule, state) = self.rule_and_state();
+        state.step(model, grads, grad_scale, rule)
+    }
 
     /// Updates parameter number `index` (in the model's visiting order, named `name`) as part
     /// of the next step, from its gradient times `grad_scale`, exactly as [`Optimizer::step`]
@@ -41,7 +48,10 @@ pub trait Optimizer: Send {
         param: &mut Tensor,
         grad: &Array,
         grad_scale: f64,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let (rule, state) = self.rule_and_state();
+        state.step_one(index, name, param, grad, grad_scale, rule)
+    }
 
     /// Ends a step made of [`Optimizer::step_parameter`] calls: the step count moves on.
     fn finish_step(&mut self) {

@@ -1,10 +1,10 @@
 //! SGD with momentum on the fused kernel.
 
-use headroom_autograd::{Gradients, Tensor};
+use headroom_autograd::Tensor;
 use headroom_kernels::Array;
 use headroom_kernels::ops::optim::{Update, sgd_step};
 
-use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision};
+use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision, UpdateRule};
 use crate::error::{Error, Result};
 use crate::module::Module;
 
@@ -41,31 +41,8 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients, grad_scale: f64) -> Result<()> {
-        let config = self.config;
-        self.state
-            .step(model, grads, grad_scale, |update, param, grad, buffers| {
-                update_parameter(&config, update, param, grad, buffers)
-            })
-    }
-
-    fn step_parameter(
-        &mut self,
-        index: usize,
-        name: &str,
-        param: &mut Tensor,
-        grad: &Array,
-        grad_scale: f64,
-    ) -> Result<()> {
-        let config = self.config;
-        self.state.step_one(
-            index,
-            name,
-            param,
-            grad,
-            grad_scale,
-            |update, param, grad, buffers| update_parameter(&config, update, param, grad, buffers),
-        )
+    fn rule_and_state(&mut self) -> (&dyn UpdateRule, &mut OptimizerState) {
+        (&self.config, &mut self.state)
     }
 
     fn lr(&self) -> f64 {
@@ -86,22 +63,24 @@ impl Optimizer for Sgd {
 }
 
 /// One parameter's SGD update, with its momentum buffer when it has one.
-fn update_parameter(
-    config: &super::SgdConfig,
-    update: Update,
-    param: &mut Tensor,
-    grad: &Array,
-    buffers: &mut [StateBuffer],
-) -> Result<()> {
-    let momentum = match buffers.first_mut() {
-        None => None,
-        Some(StateBuffer::Plain(buffer)) => Some(buffer),
-        Some(StateBuffer::Quantized(_)) => {
-            return Err(Error::config(
-                "sgd",
-                "SGD's momentum is kept in full precision only",
-            ));
-        }
-    };
-    Ok(sgd_step(config, update, param.array_mut(), grad, momentum)?)
+impl UpdateRule for super::SgdConfig {
+    fn update(
+        &self,
+        update: Update,
+        param: &mut Tensor,
+        grad: &Array,
+        buffers: &mut [StateBuffer],
+    ) -> Result<()> {
+        let momentum = match buffers.first_mut() {
+            None => None,
+            Some(StateBuffer::Plain(buffer)) => Some(buffer),
+            Some(StateBuffer::Quantized(_)) => {
+                return Err(Error::config(
+                    "sgd",
+                    "SGD's momentum is kept in full precision only",
+                ));
+            }
+        };
+        Ok(sgd_step(self, update, param.array_mut(), grad, momentum)?)
+    }
 }

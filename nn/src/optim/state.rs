@@ -92,6 +92,19 @@ impl StateBuffer {
     }
 }
 
+/// How an optimizer updates one parameter from its gradient and its state buffers (the
+/// hyper-parameters of a fused kernel: AdamW's, SGD's).
+pub trait UpdateRule {
+    /// Updates `param` from `grad` as `update` says, with the parameter's `buffers`.
+    fn update(
+        &self,
+        update: Update,
+        param: &mut Tensor,
+        grad: &Array,
+        buffers: &mut [StateBuffer],
+    ) -> Result<()>;
+}
+
 /// An optimizer's state: the updates done, and each parameter's buffers.
 #[derive(Debug)]
 pub struct OptimizerState {
@@ -161,7 +174,7 @@ impl OptimizerState {
         self.precision
     }
 
-    /// One update: `update` runs on each parameter that has a gradient, with the step's
+    /// One update: `rule` runs on each parameter that has a gradient, with the step's
     /// [`Update`] (the step number, `grad_scale`, the parameter's index as its rounding
     /// stream) and the parameter's buffers; then the count grows by one. Everything is checked
     /// before anything is updated (names, shapes and dtypes of parameters, gradients and
@@ -172,7 +185,7 @@ impl OptimizerState {
         model: &mut dyn Module,
         grads: &Gradients,
         grad_scale: f64,
-        mut update: impl FnMut(Update, &mut Tensor, &Array, &mut [StateBuffer]) -> Result<()>,
+        rule: &dyn UpdateRule,
     ) -> Result<()> {
         self.check(model, grads)?;
         let step = Update::new(self.steps + 1).scaled(grad_scale);
@@ -182,7 +195,7 @@ impl OptimizerState {
             let slot = &mut slots[index];
             index += 1;
             match grads.get(param) {
-                Some(grad) => update(
+                Some(grad) => rule.update(
                     step.on_stream(index as u64 - 1),
                     param,
                     grad,
@@ -206,7 +219,7 @@ impl OptimizerState {
         param: &mut Tensor,
         grad: &Array,
         grad_scale: f64,
-        update: impl FnOnce(Update, &mut Tensor, &Array, &mut [StateBuffer]) -> Result<()>,
+        rule: &dyn UpdateRule,
     ) -> Result<()> {
         let Some(slot) = self.slots.get_mut(index) else {
             return Err(Error::config(
@@ -222,7 +235,7 @@ impl OptimizerState {
         let step = Update::new(self.steps + 1)
             .scaled(grad_scale)
             .on_stream(index as u64);
-        update(step, param, grad, &mut slot.buffers)
+        rule.update(step, param, grad, &mut slot.buffers)
     }
 
     /// Ends the step whose parameters [`OptimizerState::step_one`] updated: the count grows by
