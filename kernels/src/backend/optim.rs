@@ -18,6 +18,42 @@ pub struct AdamW {
     pub weight_decay: f64,
 }
 
+/// The constants of one AdamW step, computed in f64 once for every backend (each rounds them
+/// to its compute type): PyTorch's update with the bias corrections folded in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamStep {
+    /// The gradient's factor.
+    pub grad_scale: f64,
+    /// The first moment's decay.
+    pub beta1: f64,
+    /// The second moment's decay.
+    pub beta2: f64,
+    /// What the parameter is multiplied by first: `1 - lr * weight_decay`.
+    pub decay: f64,
+    /// The step size with the first moment's bias correction: `lr / (1 - beta1^t)`.
+    pub step_size: f64,
+    /// The root of the second moment's bias correction: `sqrt(1 - beta2^t)`.
+    pub root_correction: f64,
+    /// Added to the root of the second moment.
+    pub eps: f64,
+}
+
+impl AdamW {
+    /// The constants of `update` with these hyper-parameters.
+    pub fn step_constants(&self, update: Update) -> AdamStep {
+        let t = i32::try_from(update.step).unwrap_or(i32::MAX);
+        AdamStep {
+            grad_scale: update.grad_scale,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            decay: 1.0 - self.lr * self.weight_decay,
+            step_size: self.lr / (1.0 - self.beta1.powi(t)),
+            root_correction: (1.0 - self.beta2.powi(t)).sqrt(),
+            eps: self.eps,
+        }
+    }
+}
+
 /// SGD's hyper-parameters (`torch.optim.SGD`: momentum, dampening, weight decay added to the
 /// gradient, Nesterov).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -27,15 +27,15 @@ struct AdamConstants<C> {
 impl<C: Compute> AdamConstants<C> {
     fn new(config: &AdamW, update: Update) -> Self {
         let c = |x: f64| C::of(x);
-        let t = i32::try_from(update.step).unwrap_or(i32::MAX);
+        let k = config.step_constants(update);
         Self {
-            scale: c(update.grad_scale),
-            b1: c(config.beta1),
-            b2: c(config.beta2),
-            decay: c(1.0 - config.lr * config.weight_decay),
-            step_size: c(config.lr / (1.0 - config.beta1.powi(t))),
-            root_correction: c((1.0 - config.beta2.powi(t)).sqrt()),
-            eps: c(config.eps),
+            scale: c(k.grad_scale),
+            b1: c(k.beta1),
+            b2: c(k.beta2),
+            decay: c(k.decay),
+            step_size: c(k.step_size),
+            root_correction: c(k.root_correction),
+            eps: c(k.eps),
         }
     }
 

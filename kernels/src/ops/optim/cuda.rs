@@ -12,17 +12,17 @@ use crate::error::{Error, Result};
 
 /// AdamW's step constants as the kernels take them (the gradient's scale, the betas, the
 /// decay factor, the bias-corrected step size, the root of the second correction, epsilon),
-/// computed in f64 as on the host.
+/// as [`AdamW::step_constants`] computes them for every backend.
 fn adamw_constants(config: &AdamW, update: Update) -> [Arg; 7] {
-    let t = i32::try_from(update.step).unwrap_or(i32::MAX);
+    let k = config.step_constants(update);
     [
-        update.grad_scale.into(),
-        config.beta1.into(),
-        config.beta2.into(),
-        (1.0 - config.lr * config.weight_decay).into(),
-        (config.lr / (1.0 - config.beta1.powi(t))).into(),
-        (1.0 - config.beta2.powi(t)).sqrt().into(),
-        config.eps.into(),
+        k.grad_scale.into(),
+        k.beta1.into(),
+        k.beta2.into(),
+        k.decay.into(),
+        k.step_size.into(),
+        k.root_correction.into(),
+        k.eps.into(),
     ]
 }
 

@@ -8,7 +8,7 @@ pub mod dynamic_map;
 mod meta;
 pub mod rounding;
 
-pub use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
+pub use crate::backend::optim::{AdamStep, AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 pub use dynamic_map::QUANT_BLOCK;
 
 use crate::array::Array;
