@@ -9,7 +9,7 @@
 //! user set is never shrunk, and the error then names it as what does not fit.
 
 use headroom_alloc::format_bytes;
-use headroom_kernels::PlanTarget;
+use headroom_kernels::{PlanTarget, Rates};
 
 use crate::config::{DEFAULT_MARGIN, ModelKind, TrainConfig};
 use crate::data::{DataShape, Task};
@@ -21,6 +21,22 @@ use crate::plan::{ChunkProbe, Plan, Probe};
 use crate::policy::{self, Candidate, PolicyKind, PolicyPlan};
 use crate::probe::{Probed, Prober};
 use crate::tag_bytes::TagBytes;
+
+/// What every probe of one plan shares: the task, the budget, the device planned for, and the
+/// rates its steps are priced at (resolved once).
+struct Ground<'a> {
+    task: &'a Task,
+    budget: &'a Budget,
+    target: PlanTarget,
+    rates: Rates,
+}
+
+impl Ground<'_> {
+    /// Probes of `config` on this ground.
+    fn prober(&self, config: &TrainConfig) -> Prober {
+        Prober::new(config, self.task, *self.budget, self.target, self.rates)
+    }
+}
 
 /// Finds the largest micro-batch size whose step fits `budget` with the configured margin, on
 /// meta devices that allocate as `plan_target` does (a device's
@@ -41,16 +57,20 @@ pub fn plan(
         (ModelKind::Gpt, None, DataShape::Tokens { vocab, len }) => Some((vocab, len)),
         _ => None,
     };
-    // Calibrated rates must exist before any probe prices a step with them.
-    crate::rates::rates(config.memory.rates, plan_target)?;
+    let ground = Ground {
+        task,
+        budget,
+        target: plan_target,
+        rates: crate::rates::rates(config.memory.rates, plan_target)?,
+    };
     let mut config = config.clone();
     if let Some((vocab, _)) = chunking {
         config.model.head_chunk = Some(head_chunk::smallest(vocab));
     }
     let mut plan = match config.memory.policy {
-        PolicyKind::Manual => plan_micro_batch(&config, task, budget, plan_target)?,
+        PolicyKind::Manual => plan_micro_batch(&config, &ground)?,
         PolicyKind::Auto => {
-            let (policy, plan) = choose_policy(&config, task, budget, plan_target)?;
+            let (policy, plan) = choose_policy(&config, &ground)?;
             policy.chosen.apply(&mut config);
             Plan {
                 policy: Some(policy),
@@ -65,7 +85,7 @@ pub fn plan(
         let rows = len * plan.micro;
         for rows in head_chunk::larger(vocab, rows, head_chunk::most_logits(plan_target)) {
             config.model.head_chunk = Some(rows);
-            if !try_chunk(&mut plan, &config, task, budget, plan_target)? {
+            if !try_chunk(&mut plan, &config, &ground)? {
                 break;
             }
         }
@@ -75,33 +95,24 @@ pub fn plan(
 
 /// Plans every candidate of `config`'s memory policy, tier by tier of the optimizer state's
 /// precision, until a tier has one that fits: the fastest of it is chosen, with its plan.
-fn choose_policy(
-    config: &TrainConfig,
-    task: &Task,
-    budget: &Budget,
-    plan_target: PlanTarget,
-) -> Result<(PolicyPlan, Plan)> {
+fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPlan, Plan)> {
     let mut candidates = Vec::new();
     let mut plans = Vec::new();
-    let mut last_failure = None;
     for (tier, policies) in policy::tiers(config).into_iter().enumerate() {
         let first = candidates.len();
         for policy in policies {
             let mut candidate = config.clone();
             policy.apply(&mut candidate);
             let planned = if policy.in_backward {
-                plan_whole_batch(&candidate, task, budget, plan_target)
-            } else if one_sample_exceeds(&candidate, task, budget, plan_target)? {
+                plan_whole_batch(&candidate, ground)
+            } else if one_sample_exceeds(&candidate, ground)? {
                 Ok(None)
             } else {
-                plan_micro_batch(&candidate, task, budget, plan_target).map(Some)
+                plan_micro_batch(&candidate, ground).map(Some)
             };
             let planned = match planned {
                 Ok(planned) => planned,
-                Err(err @ (Error::DoesNotFit { .. } | Error::Config { .. })) => {
-                    last_failure = Some(err);
-                    None
-                }
+                Err(Error::DoesNotFit { .. } | Error::Config { .. }) => None,
                 Err(err) => return Err(err),
             };
             candidates.push(Candidate {
@@ -112,7 +123,10 @@ fn choose_policy(
             });
             plans.push(planned);
         }
-        let Some(best) = policy::fastest(&candidates[first..]).map(|at| first + at) else {
+        // The fastest that fits, with its plan (a candidate fits exactly when it has one).
+        let fastest = policy::fastest(&candidates[first..])
+            .and_then(|at| plans[first + at].take().map(|plan| (first + at, plan)));
+        let Some((best, plan)) = fastest else {
             continue;
         };
         let chosen = candidates[best].policy;
@@ -135,9 +149,6 @@ fn choose_policy(
                 chosen.state
             );
         }
-        let plan = plans[best]
-            .take()
-            .expect("a fitting candidate has its plan");
         return Ok((
             PolicyPlan {
                 candidates,
@@ -149,63 +160,43 @@ fn choose_policy(
     }
     // Nothing fits: the lightest candidate's own planning says why (what the training state
     // needs, and the cures), as a plan without the policy would.
-    let lightest = candidates.last().map(|c| c.policy);
-    match (lightest, last_failure) {
-        (Some(policy), _) => {
-            let mut lightest = config.clone();
-            policy.apply(&mut lightest);
-            plan_micro_batch(&lightest, task, budget, plan_target)?;
-            Err(Error::config(format!(
-                "memory.policy: {} fits one sample alone but not a step of the batch",
-                policy.describe()
-            )))
-        }
-        (None, Some(failure)) => Err(failure),
-        (None, None) => Err(Error::config("memory.policy: no candidate to plan")),
-    }
+    let Some(policy) = candidates.last().map(|c| c.policy) else {
+        return Err(Error::config("memory.policy: no candidate to plan"));
+    };
+    let mut lightest = config.clone();
+    policy.apply(&mut lightest);
+    plan_micro_batch(&lightest, ground)?;
+    Err(Error::config(format!(
+        "memory.policy: {} fits one sample alone but not a step of the batch",
+        policy.describe()
+    )))
 }
 
 /// True when a step of one sample alone, which peaks no higher than any step in micro-batches
 /// of one, exceeds the whole limit: the candidate cannot fit, known from one probe of one
 /// micro-batch instead of a bisection whose smallest probes run the whole batch.
-fn one_sample_exceeds(
-    config: &TrainConfig,
-    task: &Task,
-    budget: &Budget,
-    plan_target: PlanTarget,
-) -> Result<bool> {
+fn one_sample_exceeds(config: &TrainConfig, ground: &Ground<'_>) -> Result<bool> {
     let mut alone = config.clone();
     alone.batch.size = 1;
-    let mut prober = Prober::new(&alone, task, *budget, plan_target);
-    Ok(!prober.fits(1, budget.limit)?)
+    let mut prober = ground.prober(&alone);
+    Ok(!prober.fits(1, ground.budget.limit)?)
 }
 
 /// The plan of a step in one micro-batch of the whole batch, if it fits with the margin (the
 /// optimizer step in the backward pass saves memory in no other).
-fn plan_whole_batch(
-    config: &TrainConfig,
-    task: &Task,
-    budget: &Budget,
-    plan_target: PlanTarget,
-) -> Result<Option<Plan>> {
-    let mut prober = Prober::new(config, task, *budget, plan_target);
+fn plan_whole_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Option<Plan>> {
+    let mut prober = ground.prober(config);
     let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
-    let whole = config.batch.size.min(task.train.len()).max(1);
+    let whole = config.batch.size.min(ground.task.train.len()).max(1);
     Ok(prober
-        .fits(whole, budget.step_limit(margin))?
-        .then(|| answer(&prober, whole, budget, margin, false)))
+        .fits(whole, ground.budget.step_limit(margin))?
+        .then(|| answer(&prober, whole, ground.budget, margin, false)))
 }
 
 /// Probes the plan's micro-batch with `config`'s head chunk; when it fits, the chunk, its peak
 /// and its breakdowns become the plan's. Returns whether it fit.
-fn try_chunk(
-    plan: &mut Plan,
-    config: &TrainConfig,
-    task: &Task,
-    budget: &Budget,
-    plan_target: PlanTarget,
-) -> Result<bool> {
-    let mut prober = Prober::new(config, task, *budget, plan_target);
+fn try_chunk(plan: &mut Plan, config: &TrainConfig, ground: &Ground<'_>) -> Result<bool> {
+    let mut prober = ground.prober(config);
     let peak = match prober.probe(plan.micro)? {
         Probed::Peak(peak) => Some(*peak),
         Probed::OutOfMemory(_) => None,
@@ -224,15 +215,11 @@ fn try_chunk(
 }
 
 /// The micro-batch part of [`plan`], with `config`'s head chunk.
-fn plan_micro_batch(
-    config: &TrainConfig,
-    task: &Task,
-    budget: &Budget,
-    plan_target: PlanTarget,
-) -> Result<Plan> {
-    let mut prober = Prober::new(config, task, *budget, plan_target);
+fn plan_micro_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Plan> {
+    let budget = ground.budget;
+    let mut prober = ground.prober(config);
     let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
-    let max = config.batch.size.min(task.train.len()).max(1);
+    let max = config.batch.size.min(ground.task.train.len()).max(1);
     let micro = largest_fitting(&mut prober, max, budget.step_limit(margin))?;
     if micro > 0 {
         return Ok(answer(&prober, micro, budget, margin, false));

@@ -59,11 +59,15 @@ pub struct Prober {
 }
 
 impl Prober {
-    /// Probes of `config` on `task` under `budget`, on meta devices that allocate as `plan_target`.
-    pub fn new(config: &TrainConfig, task: &Task, budget: Budget, plan_target: PlanTarget) -> Self {
-        // The planner checked that calibrated rates exist before probing.
-        let rates = crate::rates::rates(config.memory.rates, plan_target)
-            .unwrap_or_else(|_| plan_target.rates());
+    /// Probes of `config` on `task` under `budget`, on meta devices that allocate as
+    /// `plan_target` and price their steps at `rates`.
+    pub fn new(
+        config: &TrainConfig,
+        task: &Task,
+        budget: Budget,
+        plan_target: PlanTarget,
+        rates: Rates,
+    ) -> Self {
         Self {
             config: config.clone(),
             task: task.clone(),

@@ -125,7 +125,9 @@ impl Trainer {
             chunked.model.head_chunk = head_chunk;
             chunked
         };
-        let prober = Prober::new(&chunked, &task, budget, device.plan_target());
+        // Growth compares peaks alone: its probes' step times are priced at the fixed rates.
+        let target = device.plan_target();
+        let prober = Prober::new(&chunked, &task, budget, target, target.rates());
         let (model, optimizer) = build_model(&chunked, &task, &device, saved.as_ref())
             .or_else(|err| explain_if_out_of_memory(err, &prober))?;
         let step_limit = plan.as_ref().map_or_else(
