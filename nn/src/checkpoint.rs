@@ -164,7 +164,7 @@ pub fn save(
 
 /// Writes `bytes` to a temporary file beside `path`, syncs it, renames it to `path` and syncs
 /// the directory.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let io = |source| Error::Io {
         path: path.to_owned(),
         source,

@@ -3,17 +3,21 @@
 mod accounting;
 pub mod checkpoint;
 mod error;
+pub mod hf;
 mod init;
+mod kv_cache;
 mod layer_kind;
 pub mod layers;
 pub mod loss;
 mod module;
 pub mod optim;
 mod recompute;
+mod sampling;
 
 pub use accounting::{TrainingMemory, training_memory};
 pub use error::{Error, Result};
 pub use init::{Init, Initializer};
+pub use kv_cache::KvCache;
 pub use layer_kind::LayerKind;
 pub use layers::activation::{Activation, Dropout, DropoutCounter};
 pub use layers::attention::CausalSelfAttention;
@@ -29,3 +33,4 @@ pub use optim::{
     clip_grad_norm,
 };
 pub use recompute::{Recompute, recomputed};
+pub use sampling::{Sampler, Sampling};

@@ -6,6 +6,7 @@ use headroom_kernels::ops::attention::{Attention, AttentionDropout};
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
+use crate::kv_cache::BlockKv;
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::linear::Linear;
 use crate::module::{Module, visit_child, visit_child_mut};
@@ -159,4 +160,74 @@ impl CausalSelfAttention {
         let y = y.permute(&[0, 2, 1, 3])?.reshape([b, t, c])?;
         self.residual_dropout.forward(&self.proj.forward(&y)?)
     }
+}
+
+impl CausalSelfAttention {
+    /// The attention of `x` (`[B, t, C]`, normalized) at the `t` positions that follow those of
+    /// `past`, over the past keys and values and its own (causally among its own), with the
+    /// keys and values of every position seen, `past`'s followed by its own. Inference only: no
+    /// dropout. Without a past (a prompt) it runs memory-efficiently.
+    pub(crate) fn forward_cached(
+        &self,
+        x: &Tensor,
+        past: Option<&BlockKv>,
+    ) -> Result<(Tensor, BlockKv)> {
+        let &[b, t, c] = x.dims() else {
+            return Err(Error::config(
+                "attention input",
+                format!("shape {}: expected [batch, time, width]", x.shape()),
+            ));
+        };
+        let (h, d) = (self.heads, c / self.heads);
+        let qkv = self.qkv.forward(x)?.split(2, &[c, c, c])?;
+        // [B, t, C] -> [B, H, t, D]
+        let heads =
+            |m: &Tensor| -> Result<Tensor> { Ok(m.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?) };
+        let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
+        drop(qkv);
+        let offset = past.map_or(0, BlockKv::len);
+        let kv = match past {
+            None => BlockKv { keys: k, values: v },
+            Some(past) => BlockKv {
+                keys: Tensor::concat(&[&past.keys, &k], 2)?,
+                values: Tensor::concat(&[&past.values, &v], 2)?,
+            },
+        };
+        let scale = 1.0 / (d as f64).sqrt();
+        let y = if offset == 0 && !self.materialized {
+            let how = Attention {
+                scale,
+                causal: true,
+                dropout: None,
+            };
+            q.scaled_dot_product_attention(&kv.keys, &kv.values, how)?
+        } else {
+            // [B, H, t, offset + t] scores; the new positions do not see each other's future.
+            let mut scores = q.matmul_t(&kv.keys, false, true)?;
+            if t > 1 {
+                scores = scores.add(&future_mask(&scores, offset, t)?)?;
+            }
+            scores.attention_softmax(scale, false)?.matmul(&kv.values)?
+        };
+        let y = y.permute(&[0, 2, 1, 3])?.reshape([b, t, c])?;
+        Ok((self.proj.forward(&y)?, kv))
+    }
+}
+
+/// `[t, offset + t]` in the dtype of `scores`: minus infinity where the column (a key's
+/// position) is after the row's query position (`offset + row`), 0 elsewhere.
+fn future_mask(scores: &Tensor, offset: usize, t: usize) -> Result<Tensor> {
+    let cols = offset + t;
+    let mask: Vec<f64> = (0..t * cols)
+        .map(|i| match i % cols > offset + i / cols {
+            true => f64::NEG_INFINITY,
+            false => 0.0,
+        })
+        .collect();
+    Ok(Tensor::from_f64(
+        scores.device(),
+        [t, cols],
+        scores.dtype(),
+        &mask,
+    )?)
 }

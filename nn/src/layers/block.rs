@@ -4,6 +4,7 @@ use headroom_autograd::Tensor;
 
 use crate::error::Result;
 use crate::init::{Init, Initializer};
+use crate::kv_cache::BlockKv;
 use crate::layer_kind::LayerKind;
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::attention::CausalSelfAttention;
@@ -105,6 +106,27 @@ impl Block {
         let h = x.layer_norm_linear(norm(&self.ln2), &fc.weight, fc.bias.as_ref())?;
         let y = h.gelu_linear(&proj.weight, proj.bias.as_ref())?;
         Ok(x.add(&self.mlp.dropout.forward(&y)?)?)
+    }
+}
+
+impl Block {
+    /// The block at the positions that follow those of `past` (`x`: `[B, t, C]`), with the
+    /// keys and values of every position seen (the attention's `forward_cached`). Inference
+    /// only: no dropout.
+    pub(crate) fn forward_cached(
+        &self,
+        x: &Tensor,
+        past: Option<&BlockKv>,
+    ) -> Result<(Tensor, BlockKv)> {
+        let device = x.device().clone();
+        let (x, kv) = {
+            let _attention = LayerKind::Attention.scope(&device);
+            let (y, kv) = self.attn.forward_cached(&self.ln1.forward(x)?, past)?;
+            (x.add(&y)?, kv)
+        };
+        let _mlp = LayerKind::Mlp.scope(&device);
+        let h = self.mlp.fc.forward(&self.ln2.forward(&x)?)?.gelu()?;
+        Ok((x.add(&self.mlp.proj.forward(&h)?)?, kv))
     }
 }
 
