@@ -20,8 +20,9 @@ pub const RUNS: &str = "runs";
 pub const LATEST: &str = "latest";
 
 /// The files a run writes besides its traces; an overwritten run loses exactly these.
-const RUN_FILES: [&str; 7] = [
+const RUN_FILES: [&str; 8] = [
     "checkpoint.safetensors",
+    crate::shards::TOKENIZER,
     METRICS_FILE,
     "summary.json",
     "config.toml",

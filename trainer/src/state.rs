@@ -23,7 +23,7 @@ use crate::totals::Totals;
 const KEY: &str = "headroom.trainer";
 
 /// The metadata key of the run's configuration.
-const CONFIG_KEY: &str = "headroom.config";
+pub(crate) const CONFIG_KEY: &str = "headroom.config";
 
 /// The file a run directory's checkpoint lives in.
 pub fn checkpoint_path(run_dir: &Path) -> PathBuf {
@@ -138,21 +138,29 @@ pub fn load(path: &Path, device: &Device, samples: usize) -> Result<Saved> {
             key: KEY.into(),
             detail: format!("{detail}: not a state a run saves"),
         })?;
-    let config = match saved.metadata().get(CONFIG_KEY) {
-        None => None,
-        Some(text) => Some(
-            toml::from_str(text).map_err(|err| headroom_nn::Error::Checkpoint {
-                path: path.to_owned(),
-                key: CONFIG_KEY.into(),
-                detail: err.to_string(),
-            })?,
-        ),
-    };
+    let config = saved_config(&saved, path)?;
     Ok(Saved {
         checkpoint: saved,
         state,
         config,
     })
+}
+
+/// The configuration of the run that saved `checkpoint` (read from `path`); none in
+/// checkpoints written before it was saved.
+pub fn saved_config(
+    checkpoint: &checkpoint::Checkpoint,
+    path: &Path,
+) -> Result<Option<TrainConfig>> {
+    let Some(text) = checkpoint.metadata().get(CONFIG_KEY) else {
+        return Ok(None);
+    };
+    let config = toml::from_str(text).map_err(|err| headroom_nn::Error::Checkpoint {
+        path: path.to_owned(),
+        key: CONFIG_KEY.into(),
+        detail: err.to_string(),
+    })?;
+    Ok(Some(config))
 }
 
 impl Saved {

@@ -3,6 +3,7 @@
 
 mod overrides;
 mod preset;
+mod pretrained;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -117,6 +118,11 @@ pub struct ModelConfig {
     pub head_chunk: Option<usize>,
     /// MLP: hidden layer sizes.
     pub hidden: Vec<usize>,
+    /// GPT: start from the weights of a Hugging Face GPT-2 directory (`config.json` and
+    /// `model.safetensors`), whose shape wins over a preset; a shape the configuration sets
+    /// otherwise is an error (a shorter context crops the position table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<PathBuf>,
 }
 
 impl Default for ModelConfig {
@@ -134,6 +140,7 @@ impl Default for ModelConfig {
             recompute: None,
             head_chunk: None,
             hidden: vec![256, 256],
+            init_from: None,
         }
     }
 }
@@ -240,7 +247,7 @@ pub struct DataConfig {
     pub train_size: usize,
     /// Held-out samples for the metric.
     pub eval_size: usize,
-    /// Text or CSV: the file.
+    /// Text or CSV: the file; token shards: the prepared directory.
     pub path: Option<PathBuf>,
     /// IDX: the training images and labels, and optionally the test ones.
     pub images: Option<PathBuf>,
@@ -253,7 +260,7 @@ pub struct DataConfig {
     /// CSV: whether the first row is a header. Unset, it is one only when none of its cells is
     /// a number, and a first row with some cells numeric and some not is an error.
     pub header: Option<bool>,
-    /// Text: characters per sample.
+    /// Text and token shards: tokens per sample, unless the model sets its context.
     pub context: usize,
     /// Batches prepared ahead by the loader's thread.
     pub prefetch: usize,
@@ -290,6 +297,9 @@ pub enum DataKind {
     Idx,
     /// A CSV file of features with the class in the last column (MLP).
     Csv,
+    /// Token shards written by `headroom prepare` (`data.path`, the directory), in windows
+    /// of the model's context (GPT).
+    TokenShards,
     /// Uniform random tokens of the model's vocabulary, seeded, in windows of its context
     /// (GPT): any shape can be planned and measured without a corpus.
     UniformTokens,
@@ -603,6 +613,19 @@ impl TrainConfig {
         merged
             .try_into()
             .map_err(|e: toml::de::Error| e.to_string())
+    }
+
+    /// The tokenizer of the run's text, which the run directory keeps a copy of: the prepared
+    /// data's, or else the pretrained model's.
+    pub fn tokenizer(&self) -> Option<PathBuf> {
+        let data = match self.data.kind {
+            DataKind::TokenShards => self.data.path.as_ref(),
+            _ => None,
+        };
+        data.into_iter()
+            .chain(&self.model.init_from)
+            .map(|dir| dir.join(crate::shards::TOKENIZER))
+            .find(|path| path.is_file())
     }
 
     /// The configuration as TOML (written into the run directory).

@@ -10,10 +10,14 @@ use super::{DataKind, ModelKind, PrecisionKind, Preset, Recompute, StateKind, Tr
 /// goes under the file instead (preset < file < flag), through [`Overrides::configure`].
 #[derive(Debug, Clone, Default, Args)]
 pub struct Overrides {
-    /// A GPT-2 shape: gpt2, gpt2-medium, gpt2-large or gpt2-xl (what the file and the other
-    /// flags set wins over it).
+    /// A GPT shape: gpt2, gpt2-medium, gpt2-large, gpt2-xl or gpt-mini (what the file and
+    /// the other flags set wins over it).
     #[arg(long, value_parser = parse_preset)]
     pub preset: Option<Preset>,
+    /// GPT: start from a Hugging Face GPT-2 directory (config.json and model.safetensors),
+    /// whose shape wins over --preset.
+    #[arg(long)]
+    pub init_from: Option<PathBuf>,
     /// GPT: positions, the window length of token data.
     #[arg(long)]
     pub context: Option<usize>,
@@ -146,6 +150,11 @@ impl Overrides {
             None => TrainConfig::over(self.preset),
         };
         self.apply(&mut config);
+        let base = match config.model.preset {
+            Some(preset) => super::ModelConfig::preset(preset),
+            None => super::ModelConfig::default(),
+        };
+        config.model.adopt_pretrained(&base)?;
         Ok(config)
     }
 
@@ -153,6 +162,9 @@ impl Overrides {
     pub fn apply(&self, config: &mut TrainConfig) {
         if self.context.is_some() {
             config.model.context = self.context;
+        }
+        if self.init_from.is_some() {
+            config.model.init_from = self.init_from.clone();
         }
         if let Some(steps) = self.steps {
             config.steps = Some(steps);

@@ -44,6 +44,9 @@ impl TrainConfig {
                 for (field, detail) in shape.problems() {
                     check(false, format!("model.{field}: {detail}"));
                 }
+                for problem in m.pretrained_mismatches() {
+                    check(false, problem);
+                }
                 check(
                     m.head_chunk != Some(0),
                     "model.head_chunk: a chunk of 0 rows; at least 1, or unset for the planner \
@@ -53,11 +56,14 @@ impl TrainConfig {
                 check(
                     matches!(
                         self.data.kind,
-                        DataKind::Addition | DataKind::Text | DataKind::UniformTokens
+                        DataKind::Addition
+                            | DataKind::Text
+                            | DataKind::TokenShards
+                            | DataKind::UniformTokens
                     ),
                     format!(
-                        "data.kind: a GPT reads token sequences (addition, text or uniform \
-                         tokens), not {:?}",
+                        "data.kind: a GPT reads token sequences (addition, text, token shards \
+                         or uniform tokens), not {:?}",
                         self.data.kind
                     ),
                 );
@@ -100,6 +106,16 @@ impl TrainConfig {
                 check(
                     window >= 2,
                     format!("model.context: {window} characters per sample"),
+                );
+            }
+            DataKind::TokenShards => {
+                check(
+                    d.path.is_some(),
+                    "data.path: the directory `headroom prepare` wrote".into(),
+                );
+                check(
+                    d.eval_size > 0,
+                    "data.eval_size: 0 held-out windows to judge the model on".into(),
                 );
             }
             DataKind::UniformTokens => {

@@ -6,6 +6,7 @@ mod csv;
 mod idx;
 mod loader;
 mod text;
+mod token_shards;
 mod uniform;
 
 use std::path::Path;
@@ -22,6 +23,7 @@ pub use csv::read_csv;
 pub use idx::read_idx;
 pub use loader::{Loader, Position};
 pub use text::CharText;
+pub use token_shards::TokenShards;
 pub use uniform::UniformTokens;
 
 /// The target value of positions that are not scored (prompt tokens, padding).
@@ -136,6 +138,16 @@ impl Task {
             DataKind::Text => {
                 let path = need(&config.path, "path")?;
                 let (train, eval) = CharText::read(&path, model.window(config.context))?;
+                Ok(Self {
+                    train: Arc::new(train),
+                    eval: Arc::new(eval),
+                    metric: Metric::Loss,
+                })
+            }
+            DataKind::TokenShards => {
+                let dir = need(&config.path, "path")?;
+                let window = model.window(config.context);
+                let (train, eval) = TokenShards::open(&dir, window, config.eval_size)?;
                 Ok(Self {
                     train: Arc::new(train),
                     eval: Arc::new(eval),

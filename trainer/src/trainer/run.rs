@@ -26,6 +26,10 @@ impl Trainer {
     pub fn run(&mut self, progress: bool) -> Result<Summary> {
         let dir = self.files.dir.clone();
         write_atomically(&dir.join("config.toml"), self.config.to_toml().as_bytes())?;
+        if let Some(source) = self.config.tokenizer() {
+            let bytes = std::fs::read(&source).map_err(Error::io(&source))?;
+            write_atomically(&dir.join(crate::shards::TOKENIZER), &bytes)?;
+        }
         let mut metrics = match self.files.resumed_from {
             Some(step) => MetricsLog::resume(&dir, step)?,
             None => MetricsLog::create(&dir)?,

@@ -243,6 +243,10 @@ fn build_model(
     saved: Option<&state::Saved>,
 ) -> Result<(TrainModel, Box<dyn Optimizer>)> {
     let mut model = TrainModel::build(&config.model, task.train.shape(), device, config.seed)?;
+    if let (None, Some(dir), TrainModel::Gpt(gpt)) = (saved, &config.model.init_from, &mut model) {
+        headroom_nn::hf::load_gpt2(dir, gpt)?;
+        tracing::info!("started from the pretrained weights of {}", dir.display());
+    }
     let mut optimizer = build_optimizer(&config.optimizer, model.module())?;
     if let Some(saved) = saved {
         saved.restore(&mut model, &mut *optimizer)?;

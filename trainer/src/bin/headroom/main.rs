@@ -14,6 +14,9 @@ use headroom_trainer::run_dir::latest_trace;
 use headroom_trainer::{Error, Result, Start, Summary, Trainer, device, plan, read_all};
 use tracing_subscriber::EnvFilter;
 
+mod model_use;
+mod text;
+
 /// What `--help` says of the log.
 const LOG_HELP: &str = "\
 Logging: warnings and progress go to standard error, at the `info` level (`warn` with --quiet).
@@ -38,6 +41,18 @@ enum Command {
     /// Replay an allocation trace through the allocator: a trace file, a run directory (its
     /// latest trace), or a built-in trace.
     Replay(ReplayArgs),
+    /// Train a tokenizer on text files.
+    #[command(subcommand)]
+    Tokenizer(text::TokenizerCommand),
+    /// Tokenize text files into shards for data.kind = "token-shards", with a held-out split.
+    Prepare(text::PrepareArgs),
+    /// Continue a prompt with a trained GPT, streaming the text (a key/value cache makes each
+    /// token cost one token's work).
+    Generate(model_use::GenerateArgs),
+    /// Judge a trained model on held-out data: loss and perplexity for text.
+    Eval(model_use::EvalArgs),
+    /// Write a trained GPT as a Hugging Face GPT-2 directory.
+    Export(model_use::ExportArgs),
     /// Print the summary of a finished run and redraw its plots.
     Report {
         /// The run directory.
@@ -262,6 +277,11 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan_only(args),
         Command::Replay(args) => replay(args),
         Command::Report { run_dir } => report(run_dir),
+        Command::Tokenizer(command) => text::tokenizer(command),
+        Command::Prepare(args) => text::prepare_shards(args),
+        Command::Generate(args) => model_use::generate_text(args),
+        Command::Eval(args) => model_use::evaluate(args),
+        Command::Export(args) => model_use::export(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

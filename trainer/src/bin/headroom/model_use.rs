@@ -1,0 +1,207 @@
+//! `headroom generate`, `headroom eval` and `headroom export`: a trained model used, judged
+//! and handed to other tools.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use headroom_nn::Sampling;
+use headroom_trainer::eval_run::{EvalData, evaluate_run};
+use headroom_trainer::generate::{GenerateOptions, Stop, generate};
+use headroom_trainer::saved_run::{SavedRun, UseSettings};
+use headroom_trainer::tokenizer::TextTokenizer;
+use headroom_trainer::{Error, Result, TrainModel};
+
+use crate::say;
+
+/// Where a saved model runs.
+#[derive(Args)]
+pub struct UseArgs {
+    /// The run directory whose checkpoint holds the model.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// The device: cpu, cuda or cuda:N (the run's, unless given).
+    #[arg(long)]
+    device: Option<String>,
+    /// The most memory the model may use, e.g. 2GiB (the run's limit, unless given).
+    #[arg(long)]
+    memory_limit: Option<String>,
+}
+
+impl UseArgs {
+    fn settings(&self) -> UseSettings {
+        UseSettings {
+            device: self.device.clone(),
+            memory_limit: self.memory_limit.clone(),
+        }
+    }
+}
+
+/// `headroom generate`.
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    model: UseArgs,
+    /// The text to continue (empty: from <|endoftext|>).
+    #[arg(long, default_value = "")]
+    prompt: String,
+    /// The most tokens to generate.
+    #[arg(long, default_value_t = 200)]
+    max_tokens: usize,
+    /// Divides the logits: below 1 sharper, above 1 flatter; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Draw from the k most likely tokens only.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Draw from the smallest set of most likely tokens whose probability reaches p.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Seeds the draws.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The tokenizer (the run directory's tokenizer.json, unless given).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+}
+
+/// `headroom eval`.
+#[derive(Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    model: UseArgs,
+    /// Token shards to judge on (`headroom prepare`'s directory; its held-out part), instead
+    /// of the run's own held-out data.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Held-out samples at most.
+    #[arg(long)]
+    eval_size: Option<usize>,
+    /// Where to write the result as JSON (default: eval.json in the run directory).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// `headroom export`.
+#[derive(Args)]
+pub struct ExportArgs {
+    /// Write a Hugging Face GPT-2 directory (config.json, model.safetensors and the run's
+    /// tokenizer.json) that transformers.GPT2LMHeadModel.from_pretrained loads.
+    #[arg(long, required = true)]
+    hf: bool,
+    /// The run directory.
+    run_dir: PathBuf,
+    /// The directory to write.
+    out_dir: PathBuf,
+}
+
+/// Runs `headroom generate`, streaming the text to standard output.
+pub fn generate_text(args: &GenerateArgs) -> Result<()> {
+    let sampling = Sampling {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+    };
+    sampling.validate()?;
+    let run = SavedRun::open(&args.model.checkpoint, &args.model.settings(), None)?;
+    let tokenizer_path = args
+        .tokenizer
+        .clone()
+        .unwrap_or_else(|| run.tokenizer_path());
+    if !tokenizer_path.exists() {
+        return Err(Error::Data {
+            path: tokenizer_path,
+            detail: "missing: the run kept no tokenizer (it trained on data without one); give \
+                     --tokenizer"
+                .into(),
+        });
+    }
+    let tokenizer = TextTokenizer::load(&tokenizer_path)?;
+    let TrainModel::Gpt(gpt) = &run.model else {
+        return Err(Error::Config {
+            problems: vec!["generate: the run's model is an MLP; only a GPT generates text".into()],
+        });
+    };
+    let options = GenerateOptions {
+        prompt: args.prompt.clone(),
+        max_tokens: args.max_tokens,
+        sampling,
+        seed: args.seed,
+    };
+    let mut out = std::io::stdout().lock();
+    let io = |source| Error::Io {
+        path: "standard output".into(),
+        source,
+    };
+    write!(out, "{}", args.prompt).map_err(io)?;
+    let generated = generate(gpt, &tokenizer, &options, &mut |text| {
+        write!(out, "{text}").and_then(|()| out.flush()).map_err(io)
+    })?;
+    writeln!(out).map_err(io)?;
+    drop(out);
+    let why = match generated.stop {
+        Stop::MaxTokens => "--max-tokens reached",
+        Stop::EndOfText => "the model ended the text",
+        Stop::Context => "the model's context is full",
+    };
+    let per_token = generated.seconds / generated.tokens.len().max(1) as f64;
+    tracing::info!(
+        "{} prompt tokens in {:.2} s, then {} tokens at {:.1} ms each ({why}); key/value cache \
+         {}, peak {} of {} allowed",
+        generated.prompt_tokens,
+        generated.prompt_seconds,
+        generated.tokens.len(),
+        per_token * 1e3,
+        headroom_alloc::format_bytes(generated.cache_bytes as u64),
+        headroom_alloc::format_bytes(run.device.allocator().stats().peak_in_use),
+        headroom_alloc::format_bytes(run.device.allocator().with(|a| a.limit())),
+    );
+    Ok(())
+}
+
+/// Runs `headroom eval`: prints the score and writes it as JSON.
+pub fn evaluate(args: &EvalArgs) -> Result<()> {
+    let data = EvalData {
+        shards: args.data.clone(),
+        eval_size: args.eval_size,
+    };
+    let report = evaluate_run(&args.model.checkpoint, &data, &args.model.settings())?;
+    let path = args
+        .json
+        .clone()
+        .unwrap_or_else(|| args.model.checkpoint.join("eval.json"));
+    let json = serde_json::to_string_pretty(&report).map_err(|err| Error::Data {
+        path: path.clone(),
+        detail: err.to_string(),
+    })?;
+    std::fs::write(&path, json + "\n").map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    say(format_args!("{report}; written to {}", path.display()))
+}
+
+/// Runs `headroom export --hf`.
+pub fn export(args: &ExportArgs) -> Result<()> {
+    let settings = UseSettings {
+        device: Some("cpu".into()),
+        memory_limit: None,
+    };
+    let run = SavedRun::open(&args.run_dir, &settings, None)?;
+    let TrainModel::Gpt(gpt) = &run.model else {
+        return Err(Error::Config {
+            problems: vec!["export --hf: the run's model is an MLP, not a GPT-2".into()],
+        });
+    };
+    headroom_nn::hf::export_gpt2(gpt, &args.out_dir)?;
+    let tokenizer = run.tokenizer_path();
+    if tokenizer.exists() {
+        let copy = args.out_dir.join("tokenizer.json");
+        std::fs::copy(&tokenizer, &copy).map_err(|source| Error::Io { path: copy, source })?;
+    }
+    say(format_args!(
+        "exported {} as a Hugging Face GPT-2 directory: {}",
+        args.run_dir.display(),
+        args.out_dir.display()
+    ))
+}

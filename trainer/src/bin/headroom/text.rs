@@ -1,0 +1,134 @@
+//! `headroom tokenizer train` and `headroom prepare`: a tokenizer for the user's text, and the
+//! text tokenized into shards.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use headroom_trainer::shards::{FileFilter, PrepareOptions, find_files, prepare, read_text_file};
+use headroom_trainer::tokenizer::TextTokenizer;
+use headroom_trainer::{Error, Result};
+
+use crate::say;
+
+/// `headroom tokenizer ...`.
+#[derive(Subcommand)]
+pub enum TokenizerCommand {
+    /// Train a byte-level BPE (GPT-2's kind) on text files and save it as tokenizer.json.
+    Train(TrainTokenizerArgs),
+}
+
+/// `headroom tokenizer train`.
+#[derive(Args)]
+pub struct TrainTokenizerArgs {
+    /// Text files, or directories of them (walked).
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Tokens in the vocabulary, the 256 bytes and <|endoftext|> included.
+    #[arg(long, default_value_t = 8192)]
+    vocab: usize,
+    /// Where to write the tokenizer.
+    #[arg(long, default_value = "tokenizer.json")]
+    out: PathBuf,
+    #[command(flatten)]
+    filter: FilterArgs,
+}
+
+/// Which files of the input directories are read.
+#[derive(Args)]
+pub struct FilterArgs {
+    /// Only files ending in this extension (repeatable), e.g. --ext py.
+    #[arg(long = "ext")]
+    extensions: Vec<String>,
+    /// Do not walk directories of this name (repeatable), e.g. --skip-dir site-packages.
+    #[arg(long = "skip-dir")]
+    skip_dirs: Vec<String>,
+}
+
+impl FilterArgs {
+    fn filter(&self) -> FileFilter {
+        FileFilter {
+            extensions: self.extensions.clone(),
+            skip_dirs: self.skip_dirs.clone(),
+        }
+    }
+}
+
+/// `headroom prepare`.
+#[derive(Args)]
+pub struct PrepareArgs {
+    /// Text files, or directories of them (walked).
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// The tokenizer: a tokenizer.json, or a directory holding one.
+    #[arg(long)]
+    tokenizer: PathBuf,
+    /// The directory to write the shards into (for data.kind = "token-shards").
+    #[arg(long)]
+    out: PathBuf,
+    /// The fraction of documents held out for evaluation.
+    #[arg(long, default_value_t = 0.02)]
+    held_out: f64,
+    /// Text per shard, about, e.g. 64MiB.
+    #[arg(long, default_value = "64MiB")]
+    shard_size: String,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Runs a tokenizer command.
+pub fn tokenizer(command: &TokenizerCommand) -> Result<()> {
+    let TokenizerCommand::Train(args) = command;
+    let mut files = Vec::new();
+    for path in find_files(&args.inputs, &args.filter.filter())? {
+        match read_text_file(&path) {
+            Ok(_) => files.push(path),
+            Err(reason) => tracing::warn!("skipped {}: {reason}", path.display()),
+        }
+    }
+    let started = std::time::Instant::now();
+    let tokenizer = TextTokenizer::train(&files, args.vocab, &args.out)?;
+    say(format_args!(
+        "trained a byte-level BPE of {} tokens on {} files in {:.1} s: {}",
+        tokenizer.vocab(),
+        files.len(),
+        started.elapsed().as_secs_f64(),
+        args.out.display()
+    ))
+}
+
+/// Runs `headroom prepare`.
+pub fn prepare_shards(args: &PrepareArgs) -> Result<()> {
+    let tokenizer = TextTokenizer::load(&args.tokenizer)?;
+    let shard_bytes =
+        headroom_alloc::parse_size(&args.shard_size).map_err(|err| Error::Config {
+            problems: vec![format!("--shard-size {}: {err}", args.shard_size)],
+        })?;
+    let options = PrepareOptions {
+        inputs: args.inputs.clone(),
+        filter: args.filter.filter(),
+        out: args.out.clone(),
+        held_out: args.held_out,
+        shard_bytes: shard_bytes.max(1),
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
+    let started = std::time::Instant::now();
+    let prepared = prepare(&tokenizer, &options)?;
+    let manifest = &prepared.manifest;
+    say(format_args!(
+        "{} training tokens in {} shards, {} held-out tokens in {}; {} shards written, {} kept \
+         from an earlier run, {} files skipped, in {:.1} s: {}",
+        manifest.train_tokens(),
+        manifest.train.len(),
+        manifest.held_out_tokens(),
+        manifest.held_out.len(),
+        prepared.written,
+        prepared.kept,
+        manifest.skipped.len(),
+        started.elapsed().as_secs_f64(),
+        args.out.display()
+    ))
+}

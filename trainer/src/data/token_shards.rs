@@ -1,0 +1,146 @@
+//! Token shards prepared by `headroom prepare`: windows of `context + 1` tokens read from the
+//! memory-mapped shards, each predicting its next tokens; the held-out shards are judged by
+//! loss (and perplexity).
+//!
+//! Windows do not cross shards and follow each other by `context` tokens, so every token but
+//! a shard's first is a target once per epoch. The held-out set is at most `eval_size` windows,
+//! spread evenly over the held-out shards.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{DataShape, Dataset, Sample};
+use crate::error::{Error, Result};
+use crate::shards::{Manifest, ShardEntry, ShardFile, TOKENIZER};
+use crate::tokenizer::fnv1a;
+
+/// Windows of a prepared directory's shards.
+#[derive(Debug, Clone)]
+pub struct TokenShards {
+    shards: Vec<Arc<ShardFile>>,
+    /// `starts[i]` is the first window of shard `i`; the last entry is the number of windows.
+    starts: Vec<usize>,
+    /// Tokens per sample (the model's context).
+    context: usize,
+    vocab: usize,
+    /// Serve only this many windows, spread evenly (the held-out set); none: all of them.
+    picks: Option<usize>,
+}
+
+impl TokenShards {
+    /// The training and held-out windows of the prepared directory `dir`, `context` tokens
+    /// each, at most `eval_size` held out.
+    pub fn open(dir: &Path, context: usize, eval_size: usize) -> Result<(Self, Self)> {
+        let manifest = Manifest::read(dir)?;
+        let tokenizer = dir.join(TOKENIZER);
+        let bytes = std::fs::read(&tokenizer).map_err(Error::io(&tokenizer))?;
+        let hash = format!("{:016x}", fnv1a(&bytes));
+        if hash != manifest.tokenizer_hash {
+            return Err(Error::Data {
+                path: tokenizer,
+                detail: format!(
+                    "its hash {hash} is not the {} the shards were tokenized with: it was \
+                     replaced after `headroom prepare`",
+                    manifest.tokenizer_hash
+                ),
+            });
+        }
+        let train = Self::of(dir, &manifest, &manifest.train, context, "training")?;
+        let mut eval = Self::of(dir, &manifest, &manifest.held_out, context, "held-out")?;
+        if eval.windows() > eval_size {
+            eval.picks = Some(eval_size.max(1));
+        }
+        Ok((train, eval))
+    }
+
+    fn of(
+        dir: &Path,
+        manifest: &Manifest,
+        entries: &[ShardEntry],
+        context: usize,
+        what: &str,
+    ) -> Result<Self> {
+        let mut shards = Vec::new();
+        let mut starts = vec![0];
+        for entry in entries {
+            let path = dir.join(&entry.file);
+            let shard = ShardFile::open(&path)?;
+            let header = shard.header();
+            let hash = format!("{:016x}", header.tokenizer_hash);
+            if hash != manifest.tokenizer_hash || header.vocab != manifest.vocab {
+                return Err(Error::Data {
+                    path,
+                    detail: format!(
+                        "tokenized by tokenizer {hash} with a vocabulary of {}, where the \
+                         manifest says {} and {}: the directory mixes two preparations",
+                        header.vocab, manifest.tokenizer_hash, manifest.vocab
+                    ),
+                });
+            }
+            if header.tokens != entry.tokens {
+                return Err(Error::Data {
+                    path,
+                    detail: format!(
+                        "holds {} tokens where the manifest says {}: the directory mixes two \
+                         preparations (run `headroom prepare` again)",
+                        header.tokens, entry.tokens
+                    ),
+                });
+            }
+            let windows = shard.len().saturating_sub(1) / context.max(1);
+            starts.push(starts.last().copied().unwrap_or(0) + windows);
+            shards.push(Arc::new(shard));
+        }
+        let data = Self {
+            shards,
+            starts,
+            context,
+            vocab: manifest.vocab as usize,
+            picks: None,
+        };
+        if data.windows() == 0 {
+            let tokens: u64 = entries.iter().map(|e| e.tokens).sum();
+            return Err(Error::Data {
+                path: dir.to_owned(),
+                detail: format!(
+                    "the {what} shards hold {tokens} tokens: not one window of {} (the \
+                     context and the next token) in any shard",
+                    context + 1
+                ),
+            });
+        }
+        Ok(data)
+    }
+
+    /// Every window of the shards.
+    fn windows(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+}
+
+impl Dataset for TokenShards {
+    fn len(&self) -> usize {
+        self.picks.unwrap_or_else(|| self.windows())
+    }
+
+    fn shape(&self) -> DataShape {
+        DataShape::Tokens {
+            vocab: self.vocab,
+            len: self.context,
+        }
+    }
+
+    fn sample(&self, index: usize) -> Sample {
+        let window = match self.picks {
+            Some(picks) => index * self.windows() / picks,
+            None => index,
+        };
+        let shard = self.starts.partition_point(|&start| start <= window) - 1;
+        let start = (window - self.starts[shard]) * self.context;
+        let tokens = self.shards[shard].tokens(start, self.context + 1);
+        Sample::Tokens {
+            ids: tokens[..self.context].to_vec(),
+            targets: tokens[1..].to_vec(),
+        }
+    }
+}

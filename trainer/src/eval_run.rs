@@ -1,0 +1,99 @@
+//! `headroom eval`: a trained model judged on held-out data, its own run's or other prepared
+//! shards, by the task's metric (for text, the loss and its perplexity).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::config::DataKind;
+use crate::data::{Metric, Task};
+use crate::error::Result;
+use crate::eval::evaluate;
+use crate::saved_run::{SavedRun, UseSettings};
+
+/// What to judge the model on, when not its own run's held-out data.
+#[derive(Debug, Clone, Default)]
+pub struct EvalData {
+    /// A directory of token shards (`headroom prepare`): its held-out shards.
+    pub shards: Option<PathBuf>,
+    /// Held-out samples at most.
+    pub eval_size: Option<usize>,
+}
+
+/// A model's held-out score, as `headroom eval` prints and writes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// The data judged on.
+    pub data: String,
+    /// The metric's name.
+    pub metric: String,
+    /// Its value (a fraction for exact match and accuracy).
+    pub value: f64,
+    /// For the loss: its exponential.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perplexity: Option<f64>,
+    /// Held-out samples judged.
+    pub samples: usize,
+    /// Seconds taken.
+    pub seconds: f64,
+}
+
+/// Judges the model of `run_dir` on `data`'s held-out samples (or its run's).
+pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> Result<EvalReport> {
+    let mut config = SavedRun::config_of(run_dir)?;
+    if let Some(dir) = &data.shards {
+        config.data.kind = DataKind::TokenShards;
+        config.data.path = Some(dir.clone());
+    }
+    if let Some(size) = data.eval_size {
+        config.data.eval_size = size;
+    }
+    let task = Task::from_config(&config.data, &config.model, config.seed)?;
+    let run = SavedRun::open(run_dir, settings, Some(task.train.shape()))?;
+    let chunk = config.batch.micro.unwrap_or(config.batch.size);
+    let started = Instant::now();
+    let value = evaluate(
+        &run.model,
+        &task,
+        &run.device,
+        config.precision.dtype,
+        chunk,
+    )?;
+    let described = match &config.data.path {
+        Some(path) => format!("{:?} {}", config.data.kind, path.display()),
+        None => format!("{:?}", config.data.kind),
+    };
+    let value = value.ok_or_else(|| {
+        crate::Error::config(format!("{described} holds no held-out samples to judge"))
+    })?;
+    Ok(EvalReport {
+        run_dir: run_dir.to_owned(),
+        data: described,
+        metric: task.metric.name().into(),
+        value,
+        perplexity: (task.metric == Metric::Loss).then(|| value.exp()),
+        samples: task.eval.len(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+impl std::fmt::Display for EvalReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.perplexity {
+            Some(perplexity) => write!(
+                f,
+                "held-out loss {:.4}, perplexity {perplexity:.2}",
+                self.value
+            )?,
+            None => write!(f, "held-out {} {:.2}%", self.metric, self.value * 100.0)?,
+        }
+        write!(
+            f,
+            " over {} samples of {} ({:.1} s)",
+            self.samples, self.data, self.seconds
+        )
+    }
+}

@@ -1,0 +1,182 @@
+//! The header of a token shard: 64 bytes, little-endian, before the tokens.
+//!
+//! | bytes  | field                                                     |
+//! | ------ | --------------------------------------------------------- |
+//! | 0..8   | the magic `HRTOKENS`                                      |
+//! | 8..12  | the format version, [`VERSION`]                           |
+//! | 12..16 | bytes per token: 2 (u16) or 4 (u32)                       |
+//! | 16..24 | the vocabulary size: every token is below it              |
+//! | 24..32 | the tokenizer's hash (FNV-1a of its `tokenizer.json`)     |
+//! | 32..40 | the hash of the shard's sources (names and sizes)         |
+//! | 40..48 | the number of tokens                                      |
+//! | 48..64 | zero                                                      |
+
+/// The first bytes of every shard.
+pub const MAGIC: &[u8; 8] = b"HRTOKENS";
+
+/// The format version this code writes and reads.
+pub const VERSION: u32 = 1;
+
+/// Bytes before the first token.
+pub const HEADER_BYTES: usize = 64;
+
+/// What a shard's header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardHeader {
+    /// Bytes per token: 2 when the vocabulary fits in a u16, else 4.
+    pub token_bytes: usize,
+    /// Every token is below it.
+    pub vocab: u64,
+    /// The FNV-1a hash of the tokenizer's `tokenizer.json`.
+    pub tokenizer_hash: u64,
+    /// The hash of the names and sizes of the files tokenized into the shard: a re-run keeps a
+    /// shard only when its sources are the same.
+    pub sources_hash: u64,
+    /// Tokens in the shard.
+    pub tokens: u64,
+}
+
+impl ShardHeader {
+    /// The width of tokens below `vocab`: 2 bytes up to 65,536 distinct tokens, else 4.
+    pub fn token_bytes_for(vocab: u64) -> usize {
+        if vocab <= 1 << 16 { 2 } else { 4 }
+    }
+
+    /// The header as written.
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut bytes = [0; HEADER_BYTES];
+        bytes[0..8].copy_from_slice(MAGIC);
+        bytes[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        bytes[12..16].copy_from_slice(&(self.token_bytes as u32).to_le_bytes());
+        for (at, value) in [
+            (16, self.vocab),
+            (24, self.tokenizer_hash),
+            (32, self.sources_hash),
+            (40, self.tokens),
+        ] {
+            bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// Reads a header from the start of a shard of `file_len` bytes; the error says what does
+    /// not fit.
+    pub fn parse(bytes: &[u8], file_len: u64) -> Result<Self, String> {
+        let Some(header) = bytes.get(..HEADER_BYTES) else {
+            return Err(format!(
+                "{} bytes: shorter than a shard's {HEADER_BYTES}-byte header",
+                bytes.len()
+            ));
+        };
+        if &header[0..8] != MAGIC {
+            return Err("not a token shard (its first bytes are not HRTOKENS)".into());
+        }
+        let u32_at = |at: usize| u32::from_le_bytes([0, 1, 2, 3].map(|i| header[at + i]));
+        let u64_at =
+            |at: usize| u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7].map(|i| header[at + i]));
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(format!(
+                "format version {version}; this build reads {VERSION}"
+            ));
+        }
+        let token_bytes = u32_at(12) as usize;
+        if token_bytes != 2 && token_bytes != 4 {
+            return Err(format!("{token_bytes} bytes per token; shards hold 2 or 4"));
+        }
+        let header = Self {
+            token_bytes,
+            vocab: u64_at(16),
+            tokenizer_hash: u64_at(24),
+            sources_hash: u64_at(32),
+            tokens: u64_at(40),
+        };
+        if header.vocab == 0 || header.vocab > 1 << (8 * token_bytes as u32) {
+            return Err(format!(
+                "a vocabulary of {} in {token_bytes}-byte tokens",
+                header.vocab
+            ));
+        }
+        let expected = header
+            .tokens
+            .checked_mul(token_bytes as u64)
+            .and_then(|b| b.checked_add(HEADER_BYTES as u64));
+        if expected != Some(file_len) {
+            return Err(format!(
+                "{file_len} bytes where its header's {} tokens of {token_bytes} bytes need {}: \
+                 the shard is truncated or was not finished",
+                header.tokens,
+                expected.map_or("more than 2^64".into(), |b| b.to_string())
+            ));
+        }
+        Ok(header)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> ShardHeader {
+        ShardHeader {
+            token_bytes: 2,
+            vocab: 8192,
+            tokenizer_hash: 0x1234_5678_9abc_def0,
+            sources_hash: 42,
+            tokens: 10,
+        }
+    }
+
+    #[test]
+    fn a_header_reads_back_as_written() {
+        let bytes = header().to_bytes();
+        assert_eq!(ShardHeader::parse(&bytes, 64 + 20), Ok(header()));
+    }
+
+    #[test]
+    fn damage_is_named() {
+        let bytes = header().to_bytes();
+        let truncated = ShardHeader::parse(&bytes, 64 + 19).unwrap_err();
+        assert!(truncated.contains("truncated"), "{truncated}");
+        let mut other = bytes;
+        other[0] = b'X';
+        assert!(
+            ShardHeader::parse(&other, 84)
+                .unwrap_err()
+                .contains("not a token shard")
+        );
+        let mut version = bytes;
+        version[8] = 9;
+        assert!(
+            ShardHeader::parse(&version, 84)
+                .unwrap_err()
+                .contains("version 9")
+        );
+        let mut width = bytes;
+        width[12] = 3;
+        assert!(
+            ShardHeader::parse(&width, 84)
+                .unwrap_err()
+                .contains("3 bytes per token")
+        );
+        let mut vocab = bytes;
+        vocab[16..24].copy_from_slice(&70_000u64.to_le_bytes());
+        assert!(
+            ShardHeader::parse(&vocab, 84)
+                .unwrap_err()
+                .contains("vocabulary of 70000")
+        );
+        assert!(
+            ShardHeader::parse(&bytes[..10], 84)
+                .unwrap_err()
+                .contains("shorter")
+        );
+    }
+
+    #[test]
+    fn token_width_follows_the_vocabulary() {
+        assert_eq!(ShardHeader::token_bytes_for(50257), 2);
+        assert_eq!(ShardHeader::token_bytes_for(65536), 2);
+        assert_eq!(ShardHeader::token_bytes_for(65537), 4);
+    }
+}

@@ -1,0 +1,13 @@
+//! Token shards: text tokenized once into files of little-endian token ids behind a small
+//! header ([`ShardHeader`]), grouped in a prepared directory with a [`Manifest`] and a copy of
+//! the tokenizer, and read back memory-mapped ([`ShardFile`]).
+
+mod header;
+mod manifest;
+mod prepare;
+mod reader;
+
+pub use header::{HEADER_BYTES, MAGIC, ShardHeader, VERSION};
+pub use manifest::{MANIFEST, Manifest, ShardEntry, Skipped, TOKENIZER};
+pub use prepare::{FileFilter, PrepareOptions, Prepared, find_files, prepare, read_text_file};
+pub use reader::{ShardFile, encode};

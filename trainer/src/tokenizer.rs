@@ -1,0 +1,165 @@
+//! Text to token ids and back, through Hugging Face's `tokenizers`: a `tokenizer.json` loaded
+//! as it is (GPT-2's, or one trained here), or a byte-level BPE trained on the user's files the
+//! way GPT-2's was (bytes as the first 256 tokens, no prefix space, the end-of-text token).
+//!
+//! A tokenizer is known by the FNV-1a hash of its `tokenizer.json` bytes: token shards record
+//! it, so data tokenized by one tokenizer is never read with another.
+
+use std::path::{Path, PathBuf};
+
+use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, Tokenizer, TokenizerBuilder};
+
+use crate::error::{Error, Result};
+
+/// GPT-2's document separator, which a trained tokenizer reserves as a special token (id 0).
+pub const END_OF_TEXT: &str = "<|endoftext|>";
+
+/// The smallest vocabulary a byte-level BPE can have: the 256 bytes and the end-of-text token.
+pub const MIN_BPE_VOCAB: usize = 257;
+
+/// A tokenizer and what identifies it.
+pub struct TextTokenizer {
+    inner: Tokenizer,
+    path: PathBuf,
+    hash: u64,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("path", &self.path)
+            .field("vocab", &self.vocab())
+            .field("hash", &format_args!("{:016x}", self.hash))
+            .finish()
+    }
+}
+
+impl TextTokenizer {
+    /// Loads a `tokenizer.json` (a file, or a directory holding one, such as a Hugging Face
+    /// model's).
+    pub fn load(path: &Path) -> Result<Self> {
+        let path = if path.is_dir() {
+            path.join("tokenizer.json")
+        } else {
+            path.to_owned()
+        };
+        let bytes = std::fs::read(&path).map_err(Error::io(&path))?;
+        let inner = Tokenizer::from_bytes(&bytes).map_err(|err| Error::Data {
+            path: path.clone(),
+            detail: format!("not a tokenizer.json that Hugging Face's tokenizers reads: {err}"),
+        })?;
+        Ok(Self {
+            inner,
+            hash: fnv1a(&bytes),
+            path,
+        })
+    }
+
+    /// Trains a byte-level BPE of `vocab` tokens (the end-of-text token included) on `files`
+    /// and saves it to `out`. Files that are not UTF-8 text must be left out by the caller.
+    pub fn train(files: &[PathBuf], vocab: usize, out: &Path) -> Result<Self> {
+        if vocab < MIN_BPE_VOCAB {
+            return Err(Error::config(format!(
+                "--vocab {vocab}: a byte-level BPE needs at least {MIN_BPE_VOCAB} tokens (the \
+                 256 bytes and {END_OF_TEXT})"
+            )));
+        }
+        if files.is_empty() {
+            return Err(Error::config("no text files to train a tokenizer on"));
+        }
+        let mut trainer = BpeTrainerBuilder::new()
+            .vocab_size(vocab)
+            .min_frequency(2)
+            .show_progress(false)
+            .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+            .special_tokens(vec![AddedToken::from(END_OF_TEXT, true)])
+            .build();
+        let byte_level = ByteLevel::default().add_prefix_space(false);
+        let mut tokenizer =
+            TokenizerBuilder::<BPE, NormalizerWrapper, ByteLevel, ByteLevel, ByteLevel>::new()
+                .with_model(BPE::default())
+                .with_pre_tokenizer(Some(byte_level))
+                .with_post_processor(Some(byte_level.trim_offsets(false)))
+                .with_decoder(Some(byte_level))
+                .build()
+                .map_err(|err| Error::config(format!("cannot build a byte-level BPE: {err}")))?;
+        let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        tokenizer
+            .train_from_files(&mut trainer, names)
+            .map_err(|err| Error::Data {
+                path: files[0].clone(),
+                detail: format!("training the tokenizer on these files failed: {err}"),
+            })?;
+        let json = tokenizer.to_string(false).map_err(|err| Error::Data {
+            path: out.to_owned(),
+            detail: format!("cannot write the tokenizer: {err}"),
+        })?;
+        crate::atomic_file::write_atomically(out, json.as_bytes())?;
+        Self::load(out)
+    }
+
+    /// The number of token ids, special tokens included.
+    pub fn vocab(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The FNV-1a hash of its `tokenizer.json` bytes.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// Where it was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The id of the end-of-text token, when it has one.
+    pub fn end_of_text(&self) -> Option<u32> {
+        self.inner.token_to_id(END_OF_TEXT)
+    }
+
+    /// The ids of `text`, without special tokens added.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|err| self.error(format!("cannot encode the text: {err}")))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The text of `ids` (special tokens kept, so a sample shows where documents end).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|err| self.error(format!("cannot decode ids {ids:?}: {err}")))
+    }
+
+    fn error(&self, detail: String) -> Error {
+        Error::Data {
+            path: self.path.clone(),
+            detail,
+        }
+    }
+}
+
+/// The 64-bit FNV-1a hash of `bytes`.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_matches_its_published_test_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+}
