@@ -6,11 +6,14 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::config::DataKind;
-use crate::data::{Metric, Task};
-use crate::error::Result;
+use crate::config::{DataKind, ModelKind};
+use crate::data::{DataShape, Metric, Task};
+use crate::error::{Error, Result};
 use crate::eval::evaluate;
+use crate::model::TrainModel;
 use crate::saved_run::{SavedRun, UseSettings};
+use crate::shards::{Manifest, TOKENIZER};
+use crate::tokenizer::fnv1a;
 
 /// What to judge the model on, when not its own run's held-out data.
 #[derive(Debug, Clone, Default)]
@@ -52,7 +55,21 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
         config.data.eval_size = size;
     }
     let task = Task::from_config(&config.data, &config.model, config.seed)?;
-    let run = SavedRun::open(run_dir, settings, Some(task.train.shape()))?;
+    let shape = task.train.shape();
+    let mlp = (config.model.kind == ModelKind::Mlp).then_some(shape);
+    let run = SavedRun::open(run_dir, settings, mlp)?;
+    if let (TrainModel::Gpt(gpt), DataShape::Tokens { vocab, .. }) = (&run.model, shape)
+        && vocab != gpt.config().vocab
+    {
+        return Err(Error::config(format!(
+            "the data has a vocabulary of {vocab} tokens, the model of {}: not the run's \
+             tokenizer",
+            gpt.config().vocab
+        )));
+    }
+    if let Some(dir) = &data.shards {
+        same_tokenizer(run_dir, dir)?;
+    }
     let chunk = config.batch.micro.unwrap_or(config.batch.size);
     let started = Instant::now();
     let value = evaluate(
@@ -63,12 +80,11 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
         chunk,
     )?;
     let described = match &config.data.path {
-        Some(path) => format!("{:?} {}", config.data.kind, path.display()),
-        None => format!("{:?}", config.data.kind),
+        Some(path) => format!("{} {}", config.data.kind.name(), path.display()),
+        None => config.data.kind.name().to_owned(),
     };
-    let value = value.ok_or_else(|| {
-        crate::Error::config(format!("{described} holds no held-out samples to judge"))
-    })?;
+    let value = value
+        .ok_or_else(|| Error::config(format!("{described} holds no held-out samples to judge")))?;
     Ok(EvalReport {
         run_dir: run_dir.to_owned(),
         data: described,
@@ -77,6 +93,30 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
         perplexity: (task.metric == Metric::Loss).then(|| value.exp()),
         samples: task.eval.len(),
         seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Refuses the token shards in `shards` when the run `run_dir` kept a tokenizer other than the
+/// one they were tokenized with.
+fn same_tokenizer(run_dir: &Path, shards: &Path) -> Result<()> {
+    let ours = run_dir.join(TOKENIZER);
+    let Ok(bytes) = std::fs::read(&ours) else {
+        return Ok(());
+    };
+    let manifest = Manifest::read(shards)?;
+    let hash = format!("{:016x}", fnv1a(&bytes));
+    if hash == manifest.tokenizer_hash {
+        return Ok(());
+    }
+    Err(Error::Data {
+        path: shards.to_owned(),
+        detail: format!(
+            "tokenized by tokenizer {}, not by the run's {} ({hash}): prepare the text again \
+             with --tokenizer {}",
+            manifest.tokenizer_hash,
+            ours.display(),
+            ours.display()
+        ),
     })
 }
 

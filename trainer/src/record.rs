@@ -153,7 +153,7 @@ impl fmt::Display for Summary {
         }
         match self.metric {
             Some(m) if self.metric_name == "loss" => {
-                writeln!(f, "held-out {}: {m:.4}", self.metric_name)?
+                writeln!(f, "held-out loss: {m:.4} (perplexity {:.2})", m.exp())?
             }
             Some(m) => writeln!(f, "held-out {}: {:.2}%", self.metric_name, m * 100.0)?,
             None => writeln!(

@@ -765,8 +765,14 @@ fn a_rerun_into_fewer_shards_removes_the_ones_left_over() {
     let before = snapshot(&out).len();
     assert!(before > 2, "small shards make several: {before}");
     let large = prepare(&tokenizer, &options(&[&corpus], &out, 1 << 20)).unwrap();
-    let listed: Vec<String> = entries(&large.manifest).iter().map(|e| e.file.clone()).collect();
+    let listed: Vec<String> = entries(&large.manifest)
+        .iter()
+        .map(|e| e.file.clone())
+        .collect();
     let on_disk: Vec<String> = snapshot(&out).into_iter().map(|(name, ..)| name).collect();
-    assert_eq!(on_disk, listed, "only the listed shards stay (had {before})");
+    assert_eq!(
+        on_disk, listed,
+        "only the listed shards stay (had {before})"
+    );
     assert!(entries(&small.manifest).len() > listed.len());
 }

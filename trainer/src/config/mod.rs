@@ -305,6 +305,20 @@ pub enum DataKind {
     UniformTokens,
 }
 
+impl DataKind {
+    /// Its name, as configurations and flags write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataKind::Addition => "addition",
+            DataKind::Text => "text",
+            DataKind::Idx => "idx",
+            DataKind::Csv => "csv",
+            DataKind::TokenShards => "token-shards",
+            DataKind::UniformTokens => "uniform-tokens",
+        }
+    }
+}
+
 /// The effective batch and how it is split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -584,6 +598,18 @@ impl TrainConfig {
             }
         }
         Ok(config)
+    }
+
+    /// The keys a TOML configuration file writes in its `[model]` table.
+    pub fn written_model_keys(path: &std::path::Path) -> crate::Result<Vec<String>> {
+        let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|err| crate::Error::Config {
+            problems: vec![format!("{}: {err}", path.display())],
+        })?;
+        Ok(match table.get("model") {
+            Some(toml::Value::Table(model)) => model.keys().cloned().collect(),
+            _ => Vec::new(),
+        })
     }
 
     /// The defaults, with the model `preset` names when one is given.

@@ -154,7 +154,11 @@ impl Overrides {
             Some(preset) => super::ModelConfig::preset(preset),
             None => super::ModelConfig::default(),
         };
-        config.model.adopt_pretrained(&base)?;
+        let written = match file {
+            Some(path) => TrainConfig::written_model_keys(path)?,
+            None => Vec::new(),
+        };
+        config.model.adopt_pretrained(&base, &written)?;
         Ok(config)
     }
 

@@ -7,14 +7,15 @@ use std::path::Path;
 
 use headroom_nn::hf::Gpt2Config;
 
-use super::{ModelConfig, ModelKind};
+use super::{DataKind, ModelConfig, ModelKind, TrainConfig};
 use crate::error::{Error, Result};
 
 impl ModelConfig {
     /// Takes the shape of the pretrained model `init_from` names: each field still at its value
-    /// in `base` (the defaults, or the preset's) gets the pretrained model's, and each field set
-    /// otherwise must equal it. Without `init_from`, nothing changes.
-    pub fn adopt_pretrained(&mut self, base: &ModelConfig) -> Result<()> {
+    /// in `base` (the defaults, or the preset's) and not among the `written` keys of the
+    /// configuration file's `[model]` gets the pretrained model's, and each field set otherwise
+    /// must equal it. Without `init_from`, nothing changes.
+    pub fn adopt_pretrained(&mut self, base: &ModelConfig, written: &[String]) -> Result<()> {
         let Some(dir) = self.init_from.clone() else {
             return Ok(());
         };
@@ -24,12 +25,13 @@ impl ModelConfig {
             ("width", &mut self.width, base.width, pretrained.n_embd),
             ("heads", &mut self.heads, base.heads, pretrained.n_head),
         ];
-        for (_, value, base, theirs) in fields {
-            if *value == base {
+        let unset = |field: &str| !written.iter().any(|w| w == field);
+        for (field, value, base, theirs) in fields {
+            if *value == base && unset(field) {
                 *value = theirs;
             }
         }
-        if self.tie_embeddings == base.tie_embeddings {
+        if self.tie_embeddings == base.tie_embeddings && unset("tie_embeddings") {
             self.tie_embeddings = pretrained.tie_word_embeddings;
         }
         self.vocab = self.vocab.or(Some(pretrained.vocab_size));
@@ -102,5 +104,35 @@ impl ModelConfig {
             ));
         }
         problems
+    }
+}
+
+impl TrainConfig {
+    /// Token shards tokenized by another tokenizer than the pretrained model's: the problem,
+    /// naming both (none when either is absent, as the data or the model then says).
+    pub fn pretrained_tokenizer_mismatch(&self) -> Option<String> {
+        let pretrained = self
+            .model
+            .init_from
+            .as_ref()?
+            .join(crate::shards::TOKENIZER);
+        let data = self
+            .data
+            .path
+            .as_ref()
+            .filter(|_| self.data.kind == DataKind::TokenShards)?;
+        let manifest = crate::shards::Manifest::read(data).ok()?;
+        let bytes = std::fs::read(&pretrained).ok()?;
+        let hash = format!("{:016x}", crate::tokenizer::fnv1a(&bytes));
+        (hash != manifest.tokenizer_hash).then(|| {
+            format!(
+                "data.path: {} was tokenized by tokenizer {}, not by the pretrained model's {} \
+                 ({hash}); prepare the text again with --tokenizer {}",
+                data.display(),
+                manifest.tokenizer_hash,
+                pretrained.display(),
+                pretrained.display()
+            )
+        })
     }
 }

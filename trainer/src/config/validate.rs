@@ -113,6 +113,9 @@ impl TrainConfig {
                     d.path.is_some(),
                     "data.path: the directory `headroom prepare` wrote".into(),
                 );
+                if let Some(problem) = self.pretrained_tokenizer_mismatch() {
+                    check(false, problem);
+                }
                 check(
                     d.eval_size > 0,
                     "data.eval_size: 0 held-out windows to judge the model on".into(),

@@ -1,6 +1,8 @@
 //! Shared test machinery: small configurations that train in moments, and fresh directories.
 #![allow(dead_code)]
 
+pub mod tiny;
+
 use std::path::PathBuf;
 
 use headroom_trainer::Trainer;

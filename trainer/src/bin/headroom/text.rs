@@ -83,7 +83,12 @@ pub struct PrepareArgs {
 pub fn tokenizer(command: &TokenizerCommand) -> Result<()> {
     let TokenizerCommand::Train(args) = command;
     let mut files = Vec::new();
+    // A tokenizer written among its inputs by an earlier run is not text to train on.
+    let out = std::fs::canonicalize(&args.out).ok();
     for path in find_files(&args.inputs, &args.filter.filter())? {
+        if out.is_some() && std::fs::canonicalize(&path).ok() == out {
+            continue;
+        }
         match read_text_file(&path) {
             Ok(_) => files.push(path),
             Err(reason) => tracing::warn!("skipped {}: {reason}", path.display()),

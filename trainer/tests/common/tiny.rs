@@ -1,0 +1,228 @@
+//! The tiny Hugging Face GPT-2 made with transformers (nn/tests/data/tiny-gpt2), text to train
+//! it on, runs that start from it, and the command line.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use headroom_kernels::{Device, DeviceConfig};
+use headroom_trainer::config::{DataKind, Overrides, ScheduleKind, TrainConfig};
+use headroom_trainer::shards::{FileFilter, PrepareOptions, prepare};
+use headroom_trainer::tokenizer::TextTokenizer;
+use headroom_trainer::{Start, Summary, Trainer};
+
+use super::TempDir;
+
+/// The tiny GPT-2: 2 layers, width 16, 4 heads, 64 positions, 320 tokens, a tied head, f16
+/// weights, and its tokenizer.
+pub const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../nn/tests/data/tiny-gpt2");
+
+/// The same shape with its own head, bf16 weights, and no tokenizer.
+pub const TINY_UNTIED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../nn/tests/data/tiny-gpt2-untied"
+);
+
+pub fn tiny() -> PathBuf {
+    PathBuf::from(TINY)
+}
+
+pub fn tiny_untied() -> PathBuf {
+    PathBuf::from(TINY_UNTIED)
+}
+
+/// The tiny model's tokenizer.
+pub fn tiny_tokenizer() -> TextTokenizer {
+    TextTokenizer::load(&tiny()).unwrap()
+}
+
+/// `lines` lines of prose, the same for the same `seed`.
+pub fn prose(seed: u64, lines: usize) -> String {
+    const WORDS: [&str; 20] = [
+        "the", "fox", "runs", "to", "sea", "a", "quiet", "harbour", "boat", "sails", "at", "dawn",
+        "and", "then", "rests", "under", "old", "trees", "wind", "salt",
+    ];
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut draw = |below: usize| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize % below
+    };
+    let mut text = String::new();
+    for _ in 0..lines {
+        let words: Vec<&str> = (0..4 + draw(6)).map(|_| WORDS[draw(WORDS.len())]).collect();
+        text += &words.join(" ");
+        text += ".\n";
+    }
+    text
+}
+
+/// Twelve prose files in `dir/name` (a few thousand tokens), drawn from `seed`; returns the
+/// directory.
+pub fn corpus(dir: &Path, name: &str, seed: u64) -> PathBuf {
+    let corpus = dir.join(name);
+    std::fs::create_dir_all(&corpus).unwrap();
+    for i in 0..12 {
+        let text = prose(seed * 100 + i, 30);
+        std::fs::write(corpus.join(format!("doc-{i:02}.txt")), text).unwrap();
+    }
+    corpus
+}
+
+/// `corpus` tokenized by `tokenizer` into `out`, a quarter held out; returns `out`.
+pub fn shards(tokenizer: &TextTokenizer, corpus: &Path, out: PathBuf) -> PathBuf {
+    let options = PrepareOptions {
+        inputs: vec![corpus.to_owned()],
+        filter: FileFilter::default(),
+        out: out.clone(),
+        held_out: 0.25,
+        shard_bytes: 1 << 20,
+        progress: false,
+    };
+    prepare(tokenizer, &options).unwrap();
+    out
+}
+
+/// Shards of a fresh corpus in `dir`, tokenized by the tiny model's tokenizer.
+pub fn tiny_shards(dir: &TempDir) -> PathBuf {
+    let corpus = corpus(&dir.0, "corpus", 0);
+    shards(&tiny_tokenizer(), &corpus, dir.0.join("shards"))
+}
+
+/// A tokenizer of `vocab` tokens trained on the files of `corpus`, saved as `out`.
+pub fn trained_tokenizer(corpus: &Path, vocab: usize, out: &Path) -> TextTokenizer {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    files.sort();
+    let tokenizer = TextTokenizer::train(&files, vocab, out).unwrap();
+    assert_eq!(tokenizer.vocab(), vocab);
+    tokenizer
+}
+
+/// The configuration `--init-from init_from` and `overrides` give, without a file.
+pub fn configured(init_from: &Path, overrides: Overrides) -> headroom_trainer::Result<TrainConfig> {
+    Overrides {
+        init_from: Some(init_from.to_owned()),
+        ..overrides
+    }
+    .configure(None)
+}
+
+/// A run into `run_dir` of `steps` steps on `shards` in batches of 4 at a constant `lr`, from
+/// the pretrained model in `init_from`, or (none) from random weights of the tiny model's
+/// shape.
+pub fn run_config(
+    run_dir: &Path,
+    init_from: Option<&Path>,
+    shards: &Path,
+    steps: u64,
+    lr: f64,
+) -> TrainConfig {
+    let mut config = match init_from {
+        Some(dir) => configured(dir, Overrides::default()).unwrap(),
+        None => {
+            let mut config = TrainConfig::default();
+            let model = &mut config.model;
+            (model.layers, model.width, model.heads) = (2, 16, 4);
+            model.tie_embeddings = true;
+            model.context = Some(64);
+            config
+        }
+    };
+    config.run_dir = Some(run_dir.to_owned());
+    config.steps = Some(steps);
+    config.eval_every = 0;
+    config.checkpoint.every = 0;
+    config.data.kind = DataKind::TokenShards;
+    config.data.path = Some(shards.to_owned());
+    config.data.eval_size = 4;
+    config.batch.size = 4;
+    config.batch.micro = Some(4);
+    config.optimizer.lr = lr;
+    config.optimizer.schedule = ScheduleKind::Constant;
+    config.memory.limit = Some("64MiB".into());
+    config.memory.history = 0;
+    config.memory.trace = false;
+    config
+}
+
+/// Trains `config` to its end, as a new run.
+pub fn train(config: TrainConfig) -> Summary {
+    Trainer::start(config, Start::New, None)
+        .unwrap()
+        .run(false)
+        .unwrap()
+}
+
+/// A CPU device for reading weights.
+pub fn cpu() -> Device {
+    Device::cpu(DeviceConfig::new(64 << 20)).unwrap()
+}
+
+/// Every tensor of a Hugging Face directory's `model.safetensors`, by name: its shape and its
+/// values (f64 holds f16, bf16 and f32 values exactly).
+pub fn hf_tensors(dir: &Path) -> BTreeMap<String, (Vec<usize>, Vec<f64>)> {
+    let saved = headroom_nn::checkpoint::load(&dir.join("model.safetensors"), &cpu()).unwrap();
+    saved
+        .names()
+        .into_iter()
+        .map(|name| {
+            let array = saved
+                .array(&name, None, headroom_alloc::Tag::WEIGHTS)
+                .unwrap();
+            let dims = array.shape().dims().to_vec();
+            (name, (dims, array.to_f64().unwrap()))
+        })
+        .collect()
+}
+
+pub fn text(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The `headroom` command with `args`, run to its end.
+pub fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .env("HEADROOM_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// Asserts the command succeeded; returns its standard output.
+pub fn succeeds(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Asserts the command failed with a message rather than a panic; returns its standard error.
+pub fn fails(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "it succeeded: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+/// `headroom export --hf run_dir out`, which must succeed.
+pub fn export(run_dir: &Path, out: &Path) {
+    succeeds(&headroom(&["export", "--hf", text(run_dir), text(out)]));
+}
+
+/// The message of an error that must happen.
+pub fn error_of<T>(result: headroom_trainer::Result<T>) -> String {
+    match result {
+        Ok(_) => panic!("expected an error"),
+        Err(err) => err.to_string(),
+    }
+}
+
+/// Asserts that `message` holds every one of `words`.
+pub fn assert_mentions(message: &str, words: &[&str]) {
+    for word in words {
+        assert!(message.contains(word), "`{word}` not in: {message}");
+    }
+}

@@ -1,0 +1,382 @@
+//! `model.init_from`, as a user relies on it: a Hugging Face GPT-2 directory (the tiny one
+//! made with transformers, nn/tests/data/tiny-gpt2) fixes the model's shape, its weights are
+//! the ones a run starts from (and exports again), and every way the configuration or the data
+//! can disagree with it is an error that says what disagrees.
+
+mod common;
+
+use std::path::Path;
+
+use common::tiny::{
+    TINY, assert_mentions, configured, corpus, error_of, export, fails, headroom, hf_tensors,
+    run_config, shards, tiny, tiny_shards, tiny_tokenizer, tiny_untied, train, trained_tokenizer,
+};
+use common::{TempDir, assert_same_checkpoints};
+use headroom_autograd::Tensor;
+use headroom_kernels::DType;
+use headroom_nn::hf::{Gpt2Config, load_gpt2};
+use headroom_nn::{Gpt, Initializer};
+use headroom_trainer::config::{Overrides, Preset};
+use headroom_trainer::data::{IGNORE, Sample};
+use headroom_trainer::{Start, TrainModel, Trainer};
+
+/// The smallest learning rate that moves no weight the f16 files hold: validation refuses 0,
+/// and a step of about 1e-30 is far below half an ulp of any nonzero f16 value. Only the
+/// zero biases move, by about 1e-30.
+const STILL_LR: f64 = 1e-30;
+
+/// The GPT the Hugging Face directory `dir` describes, loaded from it.
+fn loaded(dir: &Path) -> Gpt {
+    let shape = Gpt2Config::read(dir).unwrap().gpt_config(0.0);
+    let device = common::tiny::cpu();
+    let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 1), shape).unwrap();
+    load_gpt2(dir, &mut gpt).unwrap();
+    gpt
+}
+
+/// The largest difference between two Hugging Face directories' tensors, which must have the
+/// same names and shapes. Both keep GPT-2's layout (`Conv1D` weights `[in, out]`), so the same
+/// name has the same layout in each.
+fn largest_difference(a: &Path, b: &Path) -> f64 {
+    let (a, b) = (hf_tensors(a), hf_tensors(b));
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "the same tensors"
+    );
+    let mut largest = 0.0_f64;
+    for (name, (dims, values)) in &a {
+        let (other_dims, other) = &b[name];
+        assert_eq!(dims, other_dims, "{name}");
+        for (x, y) in values.iter().zip(other) {
+            largest = largest.max((x - y).abs());
+        }
+    }
+    largest
+}
+
+/// The values of `key` in a Hugging Face directory's weights.
+fn hf_tensor(dir: &Path, key: &str) -> Vec<f64> {
+    hf_tensors(dir).remove(key).unwrap().1
+}
+
+#[test]
+fn init_from_takes_the_pretrained_shape() {
+    let config = configured(&tiny(), Overrides::default()).unwrap();
+    let model = &config.model;
+    assert_eq!((model.layers, model.width, model.heads), (2, 16, 4));
+    assert_eq!((model.vocab, model.context), (Some(320), Some(64)));
+    assert!(model.tie_embeddings);
+    assert_eq!(model.init_from.as_deref(), Some(tiny().as_path()));
+    config.validate().unwrap();
+}
+
+#[test]
+fn the_pretrained_shape_wins_over_a_preset() {
+    let overrides = Overrides {
+        preset: Some(Preset::Gpt2),
+        ..Overrides::default()
+    };
+    let config = configured(&tiny(), overrides).unwrap();
+    let model = &config.model;
+    assert_eq!((model.layers, model.width, model.heads), (2, 16, 4));
+    assert_eq!((model.vocab, model.context), (Some(320), Some(64)));
+    assert!(model.tie_embeddings);
+    assert_eq!(
+        model.preset, None,
+        "no preset left to fill in what is unset"
+    );
+    config.validate().unwrap();
+}
+
+#[test]
+fn the_untied_model_gives_an_untied_shape() {
+    let config = configured(&tiny_untied(), Overrides::default()).unwrap();
+    assert!(!config.model.tie_embeddings);
+    config.validate().unwrap();
+}
+
+#[test]
+fn a_configured_width_that_differs_is_an_error_naming_both_fields() {
+    let dir = TempDir::new("pretrained-width");
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, "[model]\nwidth = 32\n").unwrap();
+    let overrides = Overrides {
+        init_from: Some(tiny()),
+        ..Overrides::default()
+    };
+    let err = overrides.configure(Some(&file)).unwrap_err();
+    assert!(
+        matches!(err, headroom_trainer::Error::Config { .. }),
+        "{err:?}"
+    );
+    assert_mentions(
+        &err.to_string(),
+        &["model.width = 32", "n_embd", "16", "config.json"],
+    );
+}
+
+#[test]
+fn a_configured_value_equal_to_the_default_still_conflicts() {
+    // `width = 128` and `tie_embeddings = false` are the defaults: written in the file, they
+    // are the user's choice all the same, and the tiny model's 16 and tied head conflict.
+    let dir = TempDir::new("pretrained-written-default");
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, "[model]\nwidth = 128\ntie_embeddings = false\n").unwrap();
+    let overrides = Overrides {
+        init_from: Some(tiny()),
+        ..Overrides::default()
+    };
+    let err = overrides.configure(Some(&file)).unwrap_err().to_string();
+    assert_mentions(&err, &["model.width = 128", "n_embd"]);
+    assert_mentions(
+        &err,
+        &["model.tie_embeddings = false", "tie_word_embeddings"],
+    );
+}
+
+#[test]
+fn a_configured_shape_equal_to_the_pretrained_one_is_accepted() {
+    let dir = TempDir::new("pretrained-same");
+    let file = dir.0.join("run.toml");
+    std::fs::write(
+        &file,
+        "[model]\nwidth = 16\nheads = 4\nlayers = 2\nvocab = 320\ntie_embeddings = true\n",
+    )
+    .unwrap();
+    let overrides = Overrides {
+        init_from: Some(tiny()),
+        ..Overrides::default()
+    };
+    let config = overrides.configure(Some(&file)).unwrap();
+    assert_eq!(config.model.width, 16);
+    config.validate().unwrap();
+}
+
+#[test]
+fn a_shorter_context_is_accepted_and_a_longer_one_refused() {
+    let shorter = Overrides {
+        context: Some(32),
+        ..Overrides::default()
+    };
+    let config = configured(&tiny(), shorter).unwrap();
+    assert_eq!(config.model.context, Some(32));
+    config.validate().unwrap();
+
+    let longer = Overrides {
+        context: Some(128),
+        ..Overrides::default()
+    };
+    let err = error_of(configured(&tiny(), longer));
+    assert_mentions(&err, &["model.context = 128", "n_positions", "64"]);
+}
+
+#[test]
+fn a_longer_context_is_refused_by_the_command_line() {
+    let stderr = fails(&headroom(&[
+        "train",
+        "--init-from",
+        TINY,
+        "--context",
+        "128",
+    ]));
+    assert_mentions(&stderr, &["model.context = 128", "n_positions"]);
+}
+
+#[test]
+fn a_directory_without_config_json_is_an_error_naming_it() {
+    let dir = TempDir::new("pretrained-empty");
+    let err = error_of(configured(&dir.0, Overrides::default()));
+    assert_mentions(&err, &[&dir.0.join("config.json").display().to_string()]);
+    // A configuration that names it without going through the flags is refused too.
+    let mut config = configured(&tiny(), Overrides::default()).unwrap();
+    config.model.init_from = Some(dir.0.clone());
+    let err = error_of(config.validate());
+    assert_mentions(
+        &err,
+        &[
+            "model.init_from",
+            &dir.0.join("config.json").display().to_string(),
+        ],
+    );
+}
+
+#[test]
+fn the_first_step_trains_the_pretrained_weights() {
+    let dir = TempDir::new("pretrained-first-step");
+    let shards = tiny_shards(&dir);
+    // The loss of the batch the run's first step trained on, by a fresh load of the tiny model.
+    let first_loss = |init_from: Option<&Path>, run: &str| {
+        let config = run_config(&dir.0.join(run), init_from, &shards, 2, 1e-3);
+        let mut trainer = Trainer::start(config, Start::New, None).unwrap();
+        let report = trainer.train_step().unwrap();
+        let (mut ids, mut targets) = (Vec::new(), Vec::new());
+        for &i in &report.indices {
+            let Sample::Tokens { ids: x, targets: y } = trainer.task().train.sample(i) else {
+                panic!("token windows");
+            };
+            ids.extend(x);
+            targets.extend(y);
+        }
+        let reference = loaded(&tiny());
+        let device = reference.tok_emb.weight.device().clone();
+        let shape = [report.indices.len(), 64];
+        let ids = Tensor::from_host(&device, shape, &ids).unwrap();
+        let targets = Tensor::from_host(&device, shape, &targets).unwrap();
+        let want = reference.loss(&ids, &targets, Some(IGNORE)).unwrap();
+        (report.loss, want.to_f64().unwrap()[0])
+    };
+    let (loss, want) = first_loss(Some(&tiny()), "pretrained");
+    assert!(
+        (loss - want).abs() <= 1e-5 * want,
+        "the run's first loss {loss}, the tiny model's {want}"
+    );
+    // The same batch from random weights of the same shape: another loss.
+    let (random, want) = first_loss(None, "random");
+    assert!(
+        (random - want).abs() > 1e-3 * want,
+        "random weights' loss {random}, the tiny model's {want}"
+    );
+}
+
+#[test]
+fn an_export_of_the_run_holds_the_pretrained_tensors() {
+    let dir = TempDir::new("pretrained-export");
+    let shards = tiny_shards(&dir);
+    let run = dir.0.join("run");
+    train(run_config(&run, Some(&tiny()), &shards, 2, STILL_LR));
+    let out = dir.0.join("export");
+    export(&run, &out);
+    let difference = largest_difference(&out, &tiny());
+    assert!(difference < 1e-20, "the weights moved by {difference}");
+    // The run kept the tokenizer, and the export carries it on.
+    let tokenizer = std::fs::read(tiny().join("tokenizer.json")).unwrap();
+    assert!(std::fs::read(run.join("tokenizer.json")).unwrap() == tokenizer);
+    assert!(std::fs::read(out.join("tokenizer.json")).unwrap() == tokenizer);
+
+    // The same run from random weights exports other tensors.
+    let random = dir.0.join("random");
+    train(run_config(&random, None, &shards, 2, STILL_LR));
+    let random_out = dir.0.join("random-export");
+    export(&random, &random_out);
+    let difference = largest_difference(&random_out, &tiny());
+    assert!(difference > 1e-2, "random weights differ by {difference}");
+}
+
+#[test]
+fn a_shorter_context_trains_on_the_first_positions() {
+    let dir = TempDir::new("pretrained-crop");
+    let shards = tiny_shards(&dir);
+    let run = dir.0.join("run");
+    let mut config = run_config(&run, Some(&tiny()), &shards, 2, STILL_LR);
+    config.model.context = Some(32);
+    train(config);
+    let out = dir.0.join("export");
+    export(&run, &out);
+    let exported = hf_tensors(&out);
+    let (dims, positions) = &exported["transformer.wpe.weight"];
+    assert_eq!(dims, &[32, 16]);
+    let original = hf_tensor(&tiny(), "transformer.wpe.weight");
+    assert!(positions[..] == original[..32 * 16], "the first 32 rows");
+    assert_eq!(Gpt2Config::read(&out).unwrap().n_positions, 32);
+}
+
+#[test]
+fn the_untied_model_loads_with_its_own_head() {
+    let dir = TempDir::new("pretrained-untied");
+    // The untied directory has no tokenizer: the tied one's has the same 320 tokens.
+    let shards = tiny_shards(&dir);
+    assert_eq!(
+        Gpt2Config::read(&tiny_untied()).unwrap().vocab_size,
+        tiny_tokenizer().vocab()
+    );
+    let run = dir.0.join("run");
+    let config = run_config(&run, Some(&tiny_untied()), &shards, 2, STILL_LR);
+    let trainer = Trainer::start(config.clone(), Start::New, None).unwrap();
+    let TrainModel::Gpt(gpt) = trainer.model() else {
+        panic!("a GPT");
+    };
+    let head = gpt.head.as_ref().expect("an untied head");
+    let values = head.weight.to_f64().unwrap();
+    assert!(values == hf_tensor(&tiny_untied(), "lm_head.weight"));
+    assert!(values != gpt.tok_emb.weight.to_f64().unwrap());
+    drop(trainer);
+
+    train(config);
+    let out = dir.0.join("export");
+    export(&run, &out);
+    let difference = largest_difference(&out, &tiny_untied());
+    assert!(difference < 1e-20, "the weights moved by {difference}");
+    assert!(hf_tensors(&out).contains_key("lm_head.weight"));
+}
+
+#[test]
+fn shards_of_another_vocabulary_are_refused() {
+    let dir = TempDir::new("pretrained-vocab");
+    let corpus = corpus(&dir.0, "corpus", 0);
+    let tokenizer = trained_tokenizer(&corpus, 300, &dir.0.join("tokenizer-300.json"));
+    let shards = shards(&tokenizer, &corpus, dir.0.join("shards-300"));
+    // The tied model has a tokenizer, which these shards were not made with.
+    let config = run_config(&dir.0.join("run"), Some(&tiny()), &shards, 2, 1e-3);
+    let err = error_of(Trainer::start(config, Start::New, None));
+    assert_mentions(
+        &err,
+        &["data.path", "tokenizer", "tiny-gpt2/tokenizer.json"],
+    );
+    // The untied one has none: the vocabularies disagree.
+    let config = run_config(&dir.0.join("run"), Some(&tiny_untied()), &shards, 2, 1e-3);
+    let err = error_of(Trainer::start(config, Start::New, None));
+    assert_mentions(&err, &["model.vocab", "320", "300"]);
+    assert!(!dir.0.join("run").exists(), "a refused run leaves nothing");
+}
+
+#[test]
+fn shards_of_another_tokenizer_of_the_same_vocabulary_are_refused() {
+    let dir = TempDir::new("pretrained-tokenizer");
+    let corpus = corpus(&dir.0, "corpus", 0);
+    let other = dir.0.join("tokenizer-320.json");
+    let tokenizer = trained_tokenizer(&corpus, 320, &other);
+    let shards = shards(&tokenizer, &corpus, dir.0.join("shards-320"));
+    let mut config = run_config(&dir.0.join("run"), Some(&tiny()), &shards, 2, 1e-3);
+    let problem = config
+        .pretrained_tokenizer_mismatch()
+        .expect("another tokenizer");
+    let ours = format!("{:016x}", tiny_tokenizer().hash());
+    let theirs = format!("{:016x}", tokenizer.hash());
+    assert_mentions(&problem, &[&ours, &theirs, "tiny-gpt2/tokenizer.json"]);
+    let err = error_of(Trainer::start(config.clone(), Start::New, None));
+    assert_mentions(&err, &[&ours, &theirs]);
+    // Shards of the pretrained model's own tokenizer are not.
+    config.data.path = Some(tiny_shards(&dir));
+    assert_eq!(config.pretrained_tokenizer_mismatch(), None);
+}
+
+#[test]
+fn a_resumed_run_continues_from_its_checkpoint_not_the_pretrained_weights() {
+    let dir = TempDir::new("pretrained-resume");
+    let shards = tiny_shards(&dir);
+    let run = dir.0.join("run");
+    let mut config = run_config(&run, Some(&tiny()), &shards, 3, 1e-2);
+    // Two of its three steps, and a checkpoint.
+    let mut stopped = Trainer::start(config.clone(), Start::New, None).unwrap();
+    stopped.train_step().unwrap();
+    stopped.train_step().unwrap();
+    stopped.save_checkpoint().unwrap();
+    drop(stopped);
+    let mut resumed = Trainer::start(config.clone(), Start::Resume, None).unwrap();
+    assert_eq!(resumed.steps_done(), 2);
+    resumed.run(false).unwrap();
+    // A run never stopped ends with the same weights; one that loaded the pretrained weights
+    // again on resuming would not.
+    let straight = dir.0.join("straight");
+    config.run_dir = Some(straight.clone());
+    train(config);
+    assert_same_checkpoints(&run, &straight);
+    let out = dir.0.join("export");
+    export(&run, &out);
+    let difference = largest_difference(&out, &tiny());
+    assert!(
+        difference > 1e-4,
+        "three steps moved the weights by {difference}"
+    );
+}
