@@ -5,12 +5,12 @@
 # sample. Under 10 minutes on 2 CPU cores.
 #
 # Usage: bash scripts/real-text.sh [OUT_DIR]     (default runs/real-text)
-# STEPS sets the training steps (250); HEADROOM_BIN a headroom binary already built (CI's short
+# STEPS sets the training steps (300); HEADROOM_BIN a headroom binary already built (CI's short
 # run uses the test build's), instead of building a release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/real-text}
-steps=${STEPS:-250}
+steps=${STEPS:-300}
 started=$SECONDS
 
 if [[ -z "${HEADROOM_BIN:-}" ]]; then

@@ -32,6 +32,13 @@ impl TrainModel {
         match (config.kind, shape) {
             (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
                 let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
+                if let Some(eps) = config.norm_eps {
+                    let blocks = gpt.blocks.iter_mut();
+                    let norms = blocks.flat_map(|b| [&mut b.ln1, &mut b.ln2]);
+                    for norm in norms.chain([&mut gpt.ln_f]) {
+                        norm.eps = eps;
+                    }
+                }
                 gpt.set_recompute(config.recompute.unwrap_or_default().into());
                 if let Some(rows) = config.head_chunk {
                     gpt.set_head_chunk(Some(rows));

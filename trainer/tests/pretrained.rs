@@ -380,3 +380,31 @@ fn a_resumed_run_continues_from_its_checkpoint_not_the_pretrained_weights() {
         "three steps moved the weights by {difference}"
     );
 }
+
+#[test]
+fn a_pretrained_epsilon_stays_with_the_run_and_its_saved_model() {
+    // The tiny model with GPT-2's config but another layer-norm epsilon.
+    let dir = TempDir::new("pretrained-epsilon");
+    let pretrained = dir.0.join("tiny-eps");
+    std::fs::create_dir_all(&pretrained).unwrap();
+    for file in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(tiny().join(file), pretrained.join(file)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tiny().join("config.json")).unwrap())
+            .unwrap();
+    config["layer_norm_epsilon"] = serde_json::json!(1e-3);
+    std::fs::write(pretrained.join("config.json"), config.to_string()).unwrap();
+
+    let shards = tiny_shards(&dir);
+    let run = dir.0.join("run");
+    let run_config = run_config(&run, Some(&pretrained), &shards, 1, 1e-3);
+    assert_eq!(run_config.model.norm_eps, Some(1e-3));
+    train(run_config);
+    let saved = headroom_trainer::saved_run::SavedRun::open(&run, &Default::default(), None);
+    let TrainModel::Gpt(gpt) = saved.unwrap().model else {
+        panic!("a GPT");
+    };
+    let norms = gpt.blocks.iter().flat_map(|b| [b.ln1.eps, b.ln2.eps]);
+    assert!(norms.chain([gpt.ln_f.eps]).all(|eps| eps == 1e-3));
+}

@@ -118,6 +118,10 @@ pub struct ModelConfig {
     pub head_chunk: Option<usize>,
     /// MLP: hidden layer sizes.
     pub hidden: Vec<usize>,
+    /// GPT: the layer norms' epsilon. Unset: PyTorch's 1e-5 (GPT-2's); a pretrained model's
+    /// `layer_norm_epsilon` sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub norm_eps: Option<f64>,
     /// GPT: start from the weights of a Hugging Face GPT-2 directory (`config.json` and
     /// `model.safetensors`), whose shape wins over a preset; a shape the configuration sets
     /// otherwise is an error (a shorter context crops the position table).
@@ -140,6 +144,7 @@ impl Default for ModelConfig {
             recompute: None,
             head_chunk: None,
             hidden: vec![256, 256],
+            norm_eps: None,
             init_from: None,
         }
     }

@@ -35,6 +35,7 @@ impl ModelConfig {
             self.tie_embeddings = pretrained.tie_word_embeddings;
         }
         self.vocab = self.vocab.or(Some(pretrained.vocab_size));
+        self.norm_eps = self.norm_eps.or(Some(pretrained.layer_norm_epsilon));
         self.context = self.context.or(Some(pretrained.n_positions));
         self.preset = None;
         match self.pretrained_problems(&dir, &pretrained).as_slice() {
@@ -93,6 +94,18 @@ impl ModelConfig {
                 ours.to_string(),
                 theirs.to_string(),
                 "tie_word_embeddings",
+            );
+        }
+        if let Some(eps) = self
+            .norm_eps
+            .filter(|&e| e != pretrained.layer_norm_epsilon)
+        {
+            let theirs = pretrained.layer_norm_epsilon;
+            differ(
+                "norm_eps",
+                eps.to_string(),
+                theirs.to_string(),
+                "layer_norm_epsilon",
             );
         }
         if let Some(context) = self.context.filter(|&c| c > pretrained.n_positions) {

@@ -44,6 +44,12 @@ impl TrainConfig {
                 for (field, detail) in shape.problems() {
                     check(false, format!("model.{field}: {detail}"));
                 }
+                if let Some(eps) = m.norm_eps {
+                    check(
+                        eps.is_finite() && eps > 0.0,
+                        format!("model.norm_eps: {eps} is not a positive number"),
+                    );
+                }
                 for problem in m.pretrained_mismatches() {
                     check(false, problem);
                 }
