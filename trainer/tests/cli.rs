@@ -5,22 +5,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{TempDir, small_config};
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .env("HEADROOM_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
-/// Asserts the command succeeded; returns its standard output.
-fn succeeds(output: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+use common::{TempDir, headroom, small_config, succeeds};
 
 /// Asserts the command failed cleanly and its error mentions every one of `words`.
 fn fails_with(output: &Output, words: &[&str]) {

@@ -8,10 +8,10 @@ mod common;
 use std::path::Path;
 
 use common::tiny::{
-    TINY, assert_mentions, configured, corpus, error_of, export, fails, headroom, hf_tensors,
-    run_config, shards, tiny, tiny_shards, tiny_tokenizer, tiny_untied, train, trained_tokenizer,
+    TINY, configured, corpus, export, hf_tensors, run_config, shards, tiny, tiny_shards,
+    tiny_tokenizer, tiny_untied, train, trained_tokenizer,
 };
-use common::{TempDir, assert_same_checkpoints};
+use common::{TempDir, assert_mentions, assert_same_checkpoints, error_of, fails, headroom};
 use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 use headroom_nn::hf::{Gpt2Config, load_gpt2};
@@ -231,10 +231,11 @@ fn the_first_step_trains_the_pretrained_weights() {
         (loss - want).abs() <= 1e-5 * want,
         "the run's first loss {loss}, the tiny model's {want}"
     );
-    // The same batch from random weights of the same shape: another loss.
+    // The same batch from random weights of the same shape: another loss (both models are
+    // near the uniform loss, ln 320, so the difference is small, but far above the match's).
     let (random, want) = first_loss(None, "random");
     assert!(
-        (random - want).abs() > 1e-3 * want,
+        (random - want).abs() > 1e-4 * want,
         "random weights' loss {random}, the tiny model's {want}"
     );
 }

@@ -6,11 +6,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use common::TempDir;
+use common::{TempDir, assert_mentions, error_of, headroom, prose, succeeds};
 use headroom_trainer::data::{
     DataShape, Dataset, HostInputs, Loader, Position, Sample, TokenShards,
 };
@@ -25,30 +24,6 @@ const TINY_GPT2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../nn/tests/data/t
 
 fn tiny_gpt2() -> TextTokenizer {
     TextTokenizer::load(Path::new(TINY_GPT2)).unwrap()
-}
-
-/// `lines` lines of prose, the same for the same `seed` (accents included, so that tokens are
-/// bytes of multi-byte characters too).
-fn prose(seed: u64, lines: usize) -> String {
-    const WORDS: [&str; 24] = [
-        "the", "fox", "runs", "to", "sea", "a", "quiet", "harbour", "boat", "sails", "at", "dawn",
-        "café", "naïve", "über", "and", "then", "rests", "under", "old", "trees", "wind",
-        "carries", "salt",
-    ];
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut draw = |below: usize| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) as usize % below
-    };
-    let mut text = String::new();
-    for _ in 0..lines {
-        let words: Vec<&str> = (0..4 + draw(6)).map(|_| WORDS[draw(WORDS.len())]).collect();
-        text += &words.join(" ");
-        text += ".\n";
-    }
-    text
 }
 
 /// Writes `bytes` to `path`, making its directory.
@@ -117,33 +92,6 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>, SystemTime)> {
         .collect();
     files.sort();
     files
-}
-
-/// The message of an error that must happen.
-fn error_of<T: std::fmt::Debug>(result: headroom_trainer::Result<T>) -> String {
-    result.expect_err("expected an error").to_string()
-}
-
-/// Asserts that `message` holds every one of `words`.
-fn assert_mentions(message: &str, words: &[&str]) {
-    for word in words {
-        assert!(message.contains(word), "`{word}` not in: {message}");
-    }
-}
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .env("HEADROOM_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
-/// Asserts the command succeeded; returns its standard output.
-fn succeeds(output: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 #[test]

@@ -12,10 +12,13 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::tiny::{
-    assert_mentions, configured, corpus, error_of, export, fails, headroom, prose, run_config,
-    shards, succeeds, text, tiny, tiny_shards, tiny_tokenizer, train, trained_tokenizer,
+    configured, corpus, export, run_config, shards, tiny, tiny_shards, tiny_tokenizer, train,
+    trained_tokenizer,
 };
-use common::{TempDir, small_config, weights};
+use common::{
+    TempDir, assert_mentions, error_of, fails, headroom, prose, small_config, succeeds, text,
+    weights,
+};
 use headroom_autograd::Tensor;
 use headroom_nn::{Gpt, Module, Sampling};
 use headroom_trainer::config::Overrides;
@@ -296,7 +299,12 @@ fn generation_stops_when_the_context_is_full() {
     let dir = TempDir::new("generate-context");
     let (run, _, _) = trained(&dir);
     let run = open(&run);
-    let (done, _) = generated(&run, &options("The fox", 1000, at(0.7), 5));
+    // A prompt of 60 tokens leaves room for 5: few draws for the end-of-text token to end
+    // the text first.
+    let tokenizer = TextTokenizer::load(&run.tokenizer_path()).unwrap();
+    let ids = tokenizer.encode(&prose(7, 40)).unwrap();
+    let prompt = tokenizer.decode(&ids[..60]).unwrap();
+    let (done, _) = generated(&run, &options(&prompt, 1000, at(0.7), 5));
     assert_eq!(done.stop, Stop::Context);
     // The last token is predicted from a full context of 64, and never read.
     assert_eq!(done.prompt_tokens + done.tokens.len(), 64 + 1);

@@ -3,7 +3,8 @@
 
 pub mod tiny;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{ModelConfig, TrainConfig};
@@ -158,4 +159,72 @@ pub fn assert_recovers_like(
             "{x} against {y}"
         );
     }
+}
+
+/// The path as a command-line argument.
+pub fn text(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The `headroom` command with `args`, run to its end.
+pub fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .env("HEADROOM_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// Asserts the command succeeded; returns its standard output.
+pub fn succeeds(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Asserts the command failed with a message rather than a panic; returns its standard error.
+pub fn fails(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "it succeeded: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+/// The message of an error that must happen.
+pub fn error_of<T>(result: headroom_trainer::Result<T>) -> String {
+    match result {
+        Ok(_) => panic!("expected an error"),
+        Err(err) => err.to_string(),
+    }
+}
+
+/// Asserts that `message` holds every one of `words`.
+pub fn assert_mentions(message: &str, words: &[&str]) {
+    for word in words {
+        assert!(message.contains(word), "`{word}` not in: {message}");
+    }
+}
+
+/// `lines` lines of prose, the same for the same `seed` (accents included, so that tokens are
+/// bytes of multi-byte characters too).
+pub fn prose(seed: u64, lines: usize) -> String {
+    const WORDS: [&str; 24] = [
+        "the", "fox", "runs", "to", "sea", "a", "quiet", "harbour", "boat", "sails", "at", "dawn",
+        "café", "naïve", "über", "and", "then", "rests", "under", "old", "trees", "wind",
+        "carries", "salt",
+    ];
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut draw = |below: usize| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize % below
+    };
+    let mut text = String::new();
+    for _ in 0..lines {
+        let words: Vec<&str> = (0..4 + draw(6)).map(|_| WORDS[draw(WORDS.len())]).collect();
+        text += &words.join(" ");
+        text += ".\n";
+    }
+    text
 }
