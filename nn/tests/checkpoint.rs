@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use common::{IGNORED, copy_batch, device, seed};
+use common::{IGNORED, copy_batch, device, parameter_bytes, seed};
 use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::{DType, Device};
 use headroom_nn::loss::cross_entropy;
@@ -62,15 +62,6 @@ fn train_step(device: &Device, gpt: &mut Gpt, optimizer: &mut dyn Optimizer, ste
     loss.to_f64().unwrap()[0]
 }
 
-/// Every parameter's bytes, by name.
-fn bytes(model: &dyn Module) -> Vec<(String, Vec<u8>)> {
-    model
-        .named_parameters()
-        .into_iter()
-        .map(|(n, t)| (n, t.array().to_bytes().unwrap()))
-        .collect()
-}
-
 fn metadata(step: u64) -> BTreeMap<String, String> {
     BTreeMap::from([("step".to_owned(), step.to_string())])
 }
@@ -100,10 +91,10 @@ fn a_round_trip_is_bit_exact_for_weights_and_optimizer_state() {
 
     let mut other = Gpt::new(&mut Initializer::new(&device, DType::F32, 2), CONFIG).unwrap();
     let mut other_adamw = AdamW::new(&other, AdamWConfig::default()).unwrap();
-    assert_ne!(bytes(&other), bytes(&gpt));
+    assert_ne!(parameter_bytes(&other), parameter_bytes(&gpt));
     saved.restore_model(&mut other).unwrap();
     saved.restore_optimizer(&mut other_adamw).unwrap();
-    assert_eq!(bytes(&other), bytes(&gpt));
+    assert_eq!(parameter_bytes(&other), parameter_bytes(&gpt));
     assert_eq!(other_adamw.steps(), 3);
     let (mine, theirs) = (adamw.state().0, other_adamw.state().0);
     for ((n1, a1), (n2, a2)) in mine.iter().zip(&theirs) {
@@ -154,7 +145,7 @@ fn resuming_from_a_checkpoint_continues_the_same_trajectory_bit_for_bit() {
             }
             losses.push(train_step(&device, &mut gpt, &mut optimizer, step).to_bits());
         }
-        (losses, bytes(&gpt))
+        (losses, parameter_bytes(&gpt))
     };
     // Narrow state is rounded at random, from the step and the parameter alone: a resumed run
     // draws what an unbroken one does.
@@ -241,7 +232,7 @@ fn files_that_do_not_fit_are_typed_errors_naming_the_key_and_change_nothing() {
     let saved = checkpoint::load(&path.0, &device).unwrap();
 
     let mut deeper = mlp(&mut init, &[4, 8, 8, 3], Activation::Relu).unwrap();
-    let before = bytes(&deeper);
+    let before = parameter_bytes(&deeper);
     let err = saved.restore_model(&mut deeper).unwrap_err();
     assert!(
         matches!(&err, Error::Checkpoint { key, .. } if key == "2.weight"),
@@ -251,7 +242,11 @@ fn files_that_do_not_fit_are_typed_errors_naming_the_key_and_change_nothing() {
         err.to_string().contains("[3, 8]") && err.to_string().contains("[8, 8]"),
         "{err}"
     );
-    assert_eq!(bytes(&deeper), before, "a failed restore changes nothing");
+    assert_eq!(
+        parameter_bytes(&deeper),
+        before,
+        "a failed restore changes nothing"
+    );
 
     let mut biased = Linear::new(&mut init, 4, 8, true).unwrap();
     let unbiased = Linear::new(&mut init, 4, 8, false).unwrap();
@@ -346,7 +341,7 @@ fn saving_replaces_the_file_whole_and_leaves_no_temporary_behind() {
         .unwrap()
         .restore_model(&mut restored)
         .unwrap();
-    assert_eq!(bytes(&restored), bytes(&second));
+    assert_eq!(parameter_bytes(&restored), parameter_bytes(&second));
     let dir = path.0.parent().unwrap();
     let stem = path.0.file_name().unwrap().to_string_lossy().into_owned();
     let leftovers = std::fs::read_dir(dir)
@@ -443,7 +438,7 @@ fn a_flipped_byte_in_any_tensor_is_caught_on_load_naming_the_tensor() {
     let saved = checkpoint::load(&path.0, &device).unwrap();
     saved.restore_model(&mut other).unwrap();
     saved.restore_optimizer(&mut other_adamw).unwrap();
-    assert_eq!(bytes(&other), bytes(&gpt));
+    assert_eq!(parameter_bytes(&other), parameter_bytes(&gpt));
 }
 
 #[test]
@@ -493,7 +488,7 @@ fn checkpoints_without_checksums_still_load() {
     let saved = checkpoint::load(&path.0, &device).unwrap();
     saved.restore_model(&mut other).unwrap();
     saved.restore_optimizer(&mut other_adamw).unwrap();
-    assert_eq!(bytes(&other), bytes(&gpt));
+    assert_eq!(parameter_bytes(&other), parameter_bytes(&gpt));
     assert_eq!(other_adamw.steps(), adamw.steps());
     assert_eq!(saved.metadata()["optimizer.steps"], "2");
 
@@ -521,7 +516,7 @@ fn checkpoints_without_checksums_still_load() {
     let saved = checkpoint::load(&plain.0, &device).unwrap();
     assert!(saved.metadata().is_empty());
     saved.restore_model(&mut third).unwrap();
-    assert_eq!(bytes(&third), bytes(&gpt));
+    assert_eq!(parameter_bytes(&third), parameter_bytes(&gpt));
 }
 
 #[test]

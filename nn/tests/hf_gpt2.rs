@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::device;
+use common::{device, parameter_bytes};
 use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::hf::{self, Gpt2Config};
@@ -89,15 +89,6 @@ fn loaded(device: &Device, dir: &Path) -> Gpt {
     let mut model = gpt(device, config, 7);
     hf::load_gpt2(dir, &mut model).unwrap();
     model
-}
-
-/// Every parameter's bytes, by name.
-fn bytes(model: &dyn Module) -> Vec<(String, Vec<u8>)> {
-    model
-        .named_parameters()
-        .into_iter()
-        .map(|(n, t)| (n, t.array().to_bytes().unwrap()))
-        .collect()
 }
 
 fn logits(model: &Gpt, ids: &[u32]) -> Vec<f64> {
@@ -220,8 +211,8 @@ fn round_trip(name: &str) {
 
     let again = loaded(&device, &first.0);
     assert_eq!(
-        bytes(&again),
-        bytes(&model),
+        parameter_bytes(&again),
+        parameter_bytes(&model),
         "{name}: parameters after a round trip"
     );
     assert_eq!(again.config(), model.config());
@@ -285,7 +276,7 @@ fn both_spellings_of_the_names_load_the_same_weights() {
         all.extend([mask, masked]);
     });
     let again = loaded(&device, &dir.0);
-    assert_eq!(bytes(&again), bytes(&model));
+    assert_eq!(parameter_bytes(&again), parameter_bytes(&model));
 }
 
 #[test]
@@ -307,7 +298,10 @@ fn a_tied_head_may_be_stored_when_it_equals_the_embedding() {
         );
         all.push(head);
     });
-    assert_eq!(bytes(&loaded(&device, &dir.0)), bytes(&model));
+    assert_eq!(
+        parameter_bytes(&loaded(&device, &dir.0)),
+        parameter_bytes(&model)
+    );
 
     // A different head cannot be tied.
     edit(&path, |all| {
@@ -358,10 +352,10 @@ fn a_smaller_context_crops_the_position_table() {
     // A longer context than the table is an error naming it.
     config.context = 65;
     let mut longer = gpt(&device, config, 3);
-    let before = bytes(&longer);
+    let before = parameter_bytes(&longer);
     let err = hf::load_gpt2(&data(TIED), &mut longer).unwrap_err();
     assert_checkpoint_error(&err, "transformer.wpe.weight", &["[64, 16]", "[65, 16]"]);
-    assert_eq!(bytes(&longer), before);
+    assert_eq!(parameter_bytes(&longer), before);
 }
 
 /// A copy of the test directory `name` (configuration and weights) in a temporary directory.
@@ -396,9 +390,13 @@ fn failed_load(dir: &Path, config: Option<GptConfig>) -> Error {
     let device = device();
     let config = config.unwrap_or_else(|| Gpt2Config::read(&data(TIED)).unwrap().gpt_config(0.0));
     let mut model = gpt(&device, config, 11);
-    let before = bytes(&model);
+    let before = parameter_bytes(&model);
     let err = hf::load_gpt2(dir, &mut model).unwrap_err();
-    assert_eq!(bytes(&model), before, "a failed load changed the model");
+    assert_eq!(
+        parameter_bytes(&model),
+        before,
+        "a failed load changed the model"
+    );
     assert!(
         model.blocks.iter().all(|b| b.ln1.eps == 1e-5) && model.ln_f.eps == 1e-5,
         "a failed load changed an epsilon"

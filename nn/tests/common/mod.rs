@@ -163,3 +163,12 @@ pub fn copy_batch(batch: usize, digits: usize, seed: u64) -> (Vec<u32>, Vec<u32>
     }
     (ids, targets)
 }
+
+/// Every parameter's bytes, by name.
+pub fn parameter_bytes(model: &dyn headroom_nn::Module) -> Vec<(String, Vec<u8>)> {
+    model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.array().to_bytes().unwrap()))
+        .collect()
+}

@@ -55,12 +55,11 @@ pub fn small_config(dir: &TempDir) -> TrainConfig {
     config
 }
 
-/// Every entry of the checkpoint in `dir` (weights and optimizer state), by name, as bytes.
-pub fn checkpoint_bytes(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+/// Every entry of the safetensors file at `path`, by name, read onto a CPU device.
+pub fn safetensors_entries(path: &Path) -> Vec<(String, headroom_kernels::Array)> {
     let device =
         headroom_kernels::Device::cpu(headroom_kernels::DeviceConfig::new(64 << 20)).unwrap();
-    let path = headroom_trainer::checkpoint_path(dir);
-    let saved = headroom_nn::checkpoint::load(&path, &device).unwrap();
+    let saved = headroom_nn::checkpoint::load(path, &device).unwrap();
     saved
         .names()
         .into_iter()
@@ -68,8 +67,17 @@ pub fn checkpoint_bytes(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
             let array = saved
                 .array(&name, None, headroom_alloc::Tag::WEIGHTS)
                 .unwrap();
-            (name, array.to_bytes().unwrap())
+            (name, array)
         })
+        .collect()
+}
+
+/// Every entry of the checkpoint in `dir` (weights and optimizer state), by name, as bytes.
+pub fn checkpoint_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let path = headroom_trainer::checkpoint_path(dir);
+    safetensors_entries(&path)
+        .into_iter()
+        .map(|(name, array)| (name, array.to_bytes().unwrap()))
         .collect()
 }
 

@@ -10,7 +10,7 @@ use headroom_trainer::shards::{FileFilter, PrepareOptions, prepare};
 use headroom_trainer::tokenizer::TextTokenizer;
 use headroom_trainer::{Start, Summary, Trainer};
 
-use super::{TempDir, headroom, prose, succeeds, text};
+use super::{TempDir, headroom, prose, safetensors_entries, succeeds, text};
 
 /// The tiny GPT-2: 2 layers, width 16, 4 heads, 64 positions, 320 tokens, a tied head, f16
 /// weights, and its tokenizer.
@@ -142,14 +142,9 @@ pub fn cpu() -> Device {
 /// Every tensor of a Hugging Face directory's `model.safetensors`, by name: its shape and its
 /// values (f64 holds f16, bf16 and f32 values exactly).
 pub fn hf_tensors(dir: &Path) -> BTreeMap<String, (Vec<usize>, Vec<f64>)> {
-    let saved = headroom_nn::checkpoint::load(&dir.join("model.safetensors"), &cpu()).unwrap();
-    saved
-        .names()
+    safetensors_entries(&dir.join("model.safetensors"))
         .into_iter()
-        .map(|name| {
-            let array = saved
-                .array(&name, None, headroom_alloc::Tag::WEIGHTS)
-                .unwrap();
+        .map(|(name, array)| {
             let dims = array.shape().dims().to_vec();
             (name, (dims, array.to_f64().unwrap()))
         })
