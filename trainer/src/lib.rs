@@ -2,6 +2,7 @@
 
 mod artifacts;
 mod atomic_file;
+pub mod callback;
 pub mod config;
 pub mod data;
 pub mod device;
@@ -41,6 +42,7 @@ pub mod tokenizer;
 mod totals;
 mod trainer;
 
+pub use callback::{Callback, Flow};
 pub use diagnosis::{Failure, diagnose};
 pub use error::{Error, Result};
 pub use eval::evaluate;

@@ -132,6 +132,9 @@ pub struct Summary {
     /// The step at which the run stopped because its loss stayed NaN or infinite.
     #[serde(default)]
     pub diverged_at: Option<u64>,
+    /// The step at which a callback stopped the run.
+    #[serde(default)]
+    pub stopped_at: Option<u64>,
     /// Allocator events the last process's history ring dropped (the oldest ones), and the
     /// second of the process up to which they reach; the trace file holds every allocation.
     #[serde(default)]
@@ -144,6 +147,9 @@ pub struct Summary {
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "== summary")?;
+        if let Some(step) = self.stopped_at {
+            writeln!(f, "stopped at step {step} by a callback")?;
+        }
         if let Some(step) = self.diverged_at {
             writeln!(
                 f,

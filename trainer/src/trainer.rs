@@ -13,6 +13,7 @@ use std::time::Instant;
 use headroom_kernels::Device;
 use headroom_nn::{LrSchedule, Optimizer};
 
+use crate::callback::{Callback, Callbacks};
 use crate::config::TrainConfig;
 use crate::data::{Loader, Position, Task};
 use crate::error::{Error, Result};
@@ -48,6 +49,10 @@ pub struct Trainer {
     pool: Arc<rayon::ThreadPool>,
     /// The last step's record, until [`run`](Self::run) writes it down.
     last: Option<StepRecord>,
+    /// What the user runs around the loop.
+    callbacks: Callbacks,
+    /// The step at which a callback stopped the run.
+    stopped_at: Option<u64>,
 }
 
 /// The files of a run that this process writes to.
@@ -61,6 +66,11 @@ struct RunFiles {
 }
 
 impl Trainer {
+    /// Adds a callback, called after those added before it (see [`Callback`]).
+    pub fn add_callback(&mut self, callback: impl Callback + 'static) {
+        self.callbacks.push(Box::new(callback));
+    }
+
     /// The device the run trains on.
     pub fn device(&self) -> &Device {
         &self.device

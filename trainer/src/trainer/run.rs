@@ -14,10 +14,23 @@ use indicatif::ProgressBar;
 use super::Trainer;
 use crate::artifacts;
 use crate::atomic_file::write_atomically;
+use crate::callback::Flow;
 use crate::error::{Error, Result};
 use crate::metrics::MetricsLog;
 use crate::progress;
 use crate::record::Summary;
+use crate::state::checkpoint_path;
+
+/// How the loop of steps ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// At the last step.
+    Finished,
+    /// At this step, its loss not finite for too long.
+    Diverged(u64),
+    /// After this step, at a callback's request.
+    Stopped(u64),
+}
 
 impl Trainer {
     /// Trains to the end: every step recorded in `metrics.jsonl`, the metric evaluated and a
@@ -38,12 +51,19 @@ impl Trainer {
         let outcome = self.train_to_end(&mut metrics, &bar);
         bar.finish_and_clear();
         let diverged_at = match outcome {
-            Ok(None) => {
-                self.state.totals.metric = self.timed_evaluation()?;
-                self.checkpoint_unless_nonfinite()?;
-                None
+            Ok(end) => {
+                if let End::Stopped(step) = end {
+                    tracing::info!(step, "a callback stopped the run");
+                    self.stopped_at = Some(step);
+                }
+                if let End::Diverged(step) = end {
+                    Some(step)
+                } else {
+                    self.state.totals.metric = self.timed_evaluation()?;
+                    self.checkpoint_unless_nonfinite()?;
+                    None
+                }
             }
-            Ok(Some(step)) => Some(step),
             Err(err) => {
                 let summary = self.summary(None);
                 let trace = self.files.trace.as_deref();
@@ -65,12 +85,18 @@ impl Trainer {
         }
     }
 
-    /// The steps up to the last, or up to the step at which the loss has not been finite for
-    /// too long (returned).
-    fn train_to_end(&mut self, metrics: &mut MetricsLog, bar: &ProgressBar) -> Result<Option<u64>> {
+    /// The steps up to the last, up to the step at which the loss has not been finite for
+    /// too long, or up to the step after which a callback asked to stop.
+    fn train_to_end(&mut self, metrics: &mut MetricsLog, bar: &ProgressBar) -> Result<End> {
         while self.state.step < self.total_steps {
-            self.train_step()?;
+            let report = self.train_step()?;
             let step = self.state.step;
+            let mut flow = self.callbacks.each(|c| {
+                report
+                    .ooms
+                    .iter()
+                    .fold(Flow::Continue, |flow, oom| flow.and(c.on_oom(step, oom)))
+            });
             let every = self.config.eval_every;
             let metric = if every > 0 && step.is_multiple_of(every) && step < self.total_steps {
                 let metric = self.timed_evaluation()?;
@@ -81,45 +107,56 @@ impl Trainer {
             } else {
                 None
             };
-            let Some(mut record) = self.last.take() else {
-                continue;
-            };
-            record.metric = metric;
-            metrics.append(&record)?;
-            progress::show(bar, &record, self.state.micro.size());
-            if self.state.totals.diverged(self.config.max_nonfinite_steps) {
-                return Ok(Some(step));
+            if let Some(mut record) = self.last.take() {
+                record.metric = metric;
+                metrics.append(&record)?;
+                progress::show(bar, &record, self.state.micro.size());
+                flow = flow.and(self.callbacks.each(|c| c.after_step(&record)));
             }
+            if self.state.totals.diverged(self.config.max_nonfinite_steps) {
+                return Ok(End::Diverged(step));
+            }
+            // The last step's checkpoint is the end's, after its evaluation.
             let every = self.config.checkpoint.every;
-            if every > 0 && step.is_multiple_of(every) {
-                self.checkpoint_unless_nonfinite()?;
+            if every > 0 && step.is_multiple_of(every) && step < self.total_steps {
+                flow = flow.and(self.checkpoint_unless_nonfinite()?);
+            }
+            if flow == Flow::Stop {
+                return Ok(End::Stopped(step));
             }
         }
-        Ok(None)
+        Ok(End::Finished)
     }
 
-    /// The held-out metric, its time counted in the run's.
+    /// The held-out metric, its time counted in the run's; the callbacks see it.
     fn timed_evaluation(&mut self) -> Result<Option<f64>> {
         let started = Instant::now();
         let metric = self.evaluate()?;
         self.state.totals.seconds += started.elapsed().as_secs_f64();
+        if let Some(value) = metric {
+            let (step, kind) = (self.state.step, self.task.metric);
+            self.callbacks
+                .each(|c| c.after_evaluation(step, kind, value));
+        }
         Ok(metric)
     }
 
     /// Writes a checkpoint, unless the last step's loss was not finite: the weights may be
-    /// garbage then, and the last checkpoint is worth more than they are.
-    fn checkpoint_unless_nonfinite(&self) -> Result<()> {
+    /// garbage then, and the last checkpoint is worth more than they are. The callbacks see a
+    /// checkpoint written; their answer is returned.
+    fn checkpoint_unless_nonfinite(&mut self) -> Result<Flow> {
         if self.state.totals.nonfinite_streak > 0 {
             tracing::warn!(
                 step = self.state.step,
                 "no checkpoint: the loss was not finite; the last one written stays"
             );
-            return Ok(());
+            return Ok(Flow::Continue);
         }
         self.save_checkpoint()?;
         artifacts::flush_trace(&self.device, self.files.trace.as_deref());
         tracing::debug!(step = self.state.step, "checkpoint written");
-        Ok(())
+        let (step, path) = (self.state.step, checkpoint_path(&self.files.dir));
+        Ok(self.callbacks.each(|c| c.on_checkpoint(step, &path)))
     }
 
     /// What the run did, over every process that worked on it; `diverged_at` is the step it
@@ -146,6 +183,7 @@ impl Trainer {
             limit: self.budget.limit,
             processes: totals.processes,
             diverged_at,
+            stopped_at: self.stopped_at,
             history_dropped,
             history_dropped_until_s,
         }

@@ -11,6 +11,7 @@ use headroom_kernels::Device;
 use headroom_nn::Optimizer;
 
 use super::{RunFiles, Trainer};
+use crate::callback::Callbacks;
 use crate::config::{DEFAULT_MARGIN, TrainConfig};
 use crate::data::{DataShape, Position, Task};
 use crate::device;
@@ -178,6 +179,8 @@ impl Trainer {
             growth: GrowthCheck::new(prober, step_limit),
             pool: Arc::new(pool),
             last: None,
+            callbacks: Callbacks::default(),
+            stopped_at: None,
             config,
             budget,
             device,
