@@ -27,7 +27,7 @@ pub use layers::gpt::{Gpt, GptConfig, HEAD_CHUNK_LOGITS};
 pub use layers::layer_norm::LayerNorm;
 pub use layers::linear::Linear;
 pub use layers::sequential::{Sequential, mlp};
-pub use module::Module;
+pub use module::{Module, visit_child, visit_child_mut};
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, StatePrecision,
     clip_grad_norm,

@@ -55,13 +55,14 @@ pub(crate) fn join(prefix: &str, name: &str) -> String {
     }
 }
 
-/// Visits `child`'s parameters under `prefix`.
-pub(crate) fn visit_child(child: &dyn Module, prefix: &str, f: &mut dyn FnMut(&str, &Tensor)) {
+/// Visits `child`'s parameters under `prefix` (`prefix.name`): how a module of one's own
+/// implements [`Module::visit`] over its children.
+pub fn visit_child(child: &dyn Module, prefix: &str, f: &mut dyn FnMut(&str, &Tensor)) {
     child.visit(&mut |name, t| f(&join(prefix, name), t));
 }
 
-/// Visits `child`'s parameters mutably under `prefix`.
-pub(crate) fn visit_child_mut(
+/// Visits `child`'s parameters mutably under `prefix`: [`Module::visit_mut`] over a child.
+pub fn visit_child_mut(
     child: &mut dyn Module,
     prefix: &str,
     f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,

@@ -4,7 +4,7 @@
 use headroom_alloc::{OomReport, format_bytes};
 use headroom_nn::{Optimizer, training_memory};
 
-use crate::model::TrainModel;
+use crate::trainable::TrainableModel;
 
 /// What could not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub enum Failure {
 /// the activations held when memory ran out, and what to do. `one_sample_peak` is the peak of a
 /// step with one sample when known (the planner measures it on an unlimited meta device).
 pub fn diagnose(
-    model: &TrainModel,
+    model: &dyn TrainableModel,
     optimizer: &dyn Optimizer,
     report: &OomReport,
     failure: Failure,

@@ -7,7 +7,7 @@ use headroom_kernels::Device;
 use crate::config::PrecisionKind;
 use crate::data::{HostBatch, HostInputs, IGNORE, Metric, Task};
 use crate::error::Result;
-use crate::model::TrainModel;
+use crate::trainable::TrainableModel;
 
 /// Tallies of a metric over chunks.
 #[derive(Default)]
@@ -18,7 +18,7 @@ struct Tally {
 
 /// The task's metric on its held-out samples; none when it has none.
 pub fn evaluate(
-    model: &TrainModel,
+    model: &dyn TrainableModel,
     task: &Task,
     device: &Device,
     precision: PrecisionKind,
@@ -48,7 +48,7 @@ pub fn evaluate(
 
 /// The metric's numerator and denominator over one chunk.
 fn judge(
-    model: &TrainModel,
+    model: &dyn TrainableModel,
     metric: Metric,
     batch: &HostBatch,
     device: &Device,
@@ -84,7 +84,11 @@ fn argmax(row: &[f64]) -> usize {
 
 /// Generates each sample's scored tokens greedily, one position at a time (each generated
 /// token feeds the next position), and counts the samples whose every token is right.
-fn exact_match(model: &TrainModel, batch: &HostBatch, device: &Device) -> Result<(f64, f64)> {
+fn exact_match(
+    model: &dyn TrainableModel,
+    batch: &HostBatch,
+    device: &Device,
+) -> Result<(f64, f64)> {
     let HostInputs::Tokens { ids, len } = &batch.inputs else {
         return Ok((0.0, 0.0));
     };

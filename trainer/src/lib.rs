@@ -40,6 +40,7 @@ mod step_context;
 mod tag_bytes;
 pub mod tokenizer;
 mod totals;
+pub mod trainable;
 mod trainer;
 
 pub use callback::{Callback, Flow};
@@ -58,4 +59,5 @@ pub use run_dir::Start;
 pub use state::{TrainerState, checkpoint_path};
 pub use step::{Oom, Phase, StepReport};
 pub use totals::Totals;
+pub use trainable::{BuiltinModel, Knobs, ModelFactory, ModelSettings, TrainableModel};
 pub use trainer::Trainer;

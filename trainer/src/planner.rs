@@ -11,7 +11,9 @@
 use headroom_alloc::format_bytes;
 use headroom_kernels::{PlanTarget, Rates};
 
-use crate::config::{DEFAULT_MARGIN, ModelKind, TrainConfig};
+use std::sync::Arc;
+
+use crate::config::{DEFAULT_MARGIN, TrainConfig};
 use crate::data::{DataShape, Task};
 use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
@@ -21,11 +23,15 @@ use crate::plan::{ChunkProbe, Plan, Probe};
 use crate::policy::{self, Candidate, PolicyKind, PolicyPlan};
 use crate::probe::{Probed, Prober};
 use crate::tag_bytes::TagBytes;
+use crate::trainable::{BuiltinModel, Knobs, ModelFactory};
 
 /// What every probe of one plan shares: the task, the budget, the device planned for, and the
 /// rates its steps are priced at (resolved once).
 struct Ground<'a> {
     task: &'a Task,
+    factory: &'a Arc<dyn ModelFactory>,
+    /// What the factory's model offers the policy.
+    knobs: Knobs,
     budget: &'a Budget,
     target: PlanTarget,
     rates: Rates,
@@ -34,7 +40,15 @@ struct Ground<'a> {
 impl Ground<'_> {
     /// Probes of `config` on this ground.
     fn prober(&self, config: &TrainConfig) -> Prober {
-        Prober::new(config, self.task, *self.budget, self.target, self.rates)
+        let factory = Arc::clone(self.factory);
+        Prober::new(
+            config,
+            self.task,
+            factory,
+            *self.budget,
+            self.target,
+            self.rates,
+        )
     }
 }
 
@@ -49,16 +63,31 @@ pub fn plan(
     budget: &Budget,
     plan_target: PlanTarget,
 ) -> Result<Plan> {
+    let factory: Arc<dyn ModelFactory> = Arc::new(BuiltinModel(config.model.clone()));
+    plan_with(config, task, &factory, budget, plan_target)
+}
+
+/// [`plan`] for the models `factory` builds, with the memory techniques they offer.
+pub fn plan_with(
+    config: &TrainConfig,
+    task: &Task,
+    factory: &Arc<dyn ModelFactory>,
+    budget: &Budget,
+    plan_target: PlanTarget,
+) -> Result<Plan> {
+    let knobs = factory.knobs(task.train.shape());
     let chunking = match (
-        config.model.kind,
+        knobs.fused_head,
         config.model.head_chunk,
         task.train.shape(),
     ) {
-        (ModelKind::Gpt, None, DataShape::Tokens { vocab, len }) => Some((vocab, len)),
+        (Some(vocab), None, DataShape::Tokens { len, .. }) => Some((vocab, len)),
         _ => None,
     };
     let ground = Ground {
         task,
+        factory,
+        knobs,
         budget,
         target: plan_target,
         rates: crate::rates::rates(config.memory.rates, plan_target)?,
@@ -78,7 +107,7 @@ pub fn plan(
             }
         }
     };
-    if config.model.kind == ModelKind::Gpt {
+    if knobs.fused_head.is_some() {
         plan.head_chunk = config.model.head_chunk;
     }
     if let Some((vocab, len)) = chunking {
@@ -98,7 +127,7 @@ pub fn plan(
 fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPlan, Plan)> {
     let mut candidates = Vec::new();
     let mut plans = Vec::new();
-    for (tier, policies) in policy::tiers(config).into_iter().enumerate() {
+    for (tier, policies) in policy::tiers(config, ground.knobs).into_iter().enumerate() {
         let first = candidates.len();
         for policy in policies {
             let mut candidate = config.clone();

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::config::PolicyKind;
 use crate::config::{ModelKind, PrecisionKind, Recompute, StateKind, TrainConfig};
+use crate::trainable::Knobs;
 
 /// One combination of the memory techniques.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,13 +89,13 @@ pub fn keep_unset(saved: &TrainConfig, config: &mut TrainConfig) {
     }
 }
 
-/// The candidates of `config`'s policy, by precision of the optimizer state, each tier in the
-/// order of preference: the first tier is tried alone, the next only if none of it fits.
-pub fn tiers(config: &TrainConfig) -> Vec<Vec<Policy>> {
-    let recomputes: Vec<Recompute> = match (config.model.recompute, config.model.kind) {
-        (Some(pinned), _) => vec![pinned],
-        (None, ModelKind::Gpt) => vec![Recompute::None, Recompute::Cheap, Recompute::Blocks],
-        (None, ModelKind::Mlp) => vec![Recompute::None],
+/// The candidates of `config`'s policy for a model that offers `knobs`, by precision of the
+/// optimizer state, each tier in the order of preference: the first tier is tried alone, the
+/// next only if none of it fits.
+pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
+    let recomputes: Vec<Recompute> = match config.model.recompute {
+        Some(pinned) => vec![pinned],
+        None => knobs.recomputes(),
     };
     let allowed = config.optimizer.clip == 0.0 && config.precision.dtype != PrecisionKind::F16;
     let in_backward: Vec<bool> = match config.optimizer.in_backward {
@@ -171,6 +172,13 @@ pub struct PolicyPlan {
 mod tests {
     use super::*;
 
+    /// What the built-in GPT offers.
+    const GPT: Knobs = Knobs {
+        cheap_recompute: true,
+        block_recompute: true,
+        fused_head: None,
+    };
+
     fn candidate(recompute: Recompute, micro: Option<usize>, seconds: f64) -> Candidate {
         Candidate {
             policy: Policy {
@@ -203,20 +211,20 @@ mod tests {
     #[test]
     fn pinned_techniques_stay_and_forbidden_ones_are_never_proposed() {
         let mut config = TrainConfig::default();
-        let all = tiers(&config);
+        let all = tiers(&config, GPT);
         // Clipping is on by default: no step in the backward pass.
         assert_eq!(all.len(), 3);
         assert_eq!(all[0].len(), 3);
         assert!(all.iter().flatten().all(|p| !p.in_backward));
         assert_eq!(all[2][0].state, StateKind::Int8);
         config.optimizer.clip = 0.0;
-        assert_eq!(tiers(&config)[0].len(), 6);
+        assert_eq!(tiers(&config, GPT)[0].len(), 6);
         config.precision.dtype = PrecisionKind::F16;
-        assert!(tiers(&config).iter().flatten().all(|p| !p.in_backward));
+        assert!(tiers(&config, GPT).iter().flatten().all(|p| !p.in_backward));
         config.precision.dtype = PrecisionKind::Bf16;
         config.model.recompute = Some(Recompute::Cheap);
         config.optimizer.state = Some(StateKind::Bf16);
-        let pinned = tiers(&config);
+        let pinned = tiers(&config, GPT);
         assert_eq!(pinned.len(), 1);
         assert!(
             pinned[0]

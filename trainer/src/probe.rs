@@ -4,6 +4,7 @@
 //! step that cannot fit is explained with them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use headroom_alloc::OomReport;
 use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
@@ -13,12 +14,12 @@ use crate::data::{HostBatch, Task};
 use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
 use crate::memory::{Budget, UNLIMITED};
-use crate::model::TrainModel;
 use crate::op_bytes::{OpBytes, op_bytes};
 use crate::optim::build_optimizer;
 use crate::precision::LossScaler;
 use crate::step::{Sizes, StepContext, train_step};
 use crate::tag_bytes::{TagBytes, tag_bytes};
+use crate::trainable::{ModelFactory, ModelSettings};
 
 /// Where a probed step held its memory.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +47,8 @@ pub enum Probed {
 pub struct Prober {
     config: TrainConfig,
     task: Task,
+    /// Builds the model on each probe's meta device.
+    factory: Arc<dyn ModelFactory>,
     budget: Budget,
     plan_target: PlanTarget,
     /// What the planned kernels' work is priced at.
@@ -59,11 +62,12 @@ pub struct Prober {
 }
 
 impl Prober {
-    /// Probes of `config` on `task` under `budget`, on meta devices that allocate as
-    /// `plan_target` and price their steps at `rates`.
+    /// Probes of `config` on `task` with the models `factory` builds, under `budget`, on meta
+    /// devices that allocate as `plan_target` and price their steps at `rates`.
     pub fn new(
         config: &TrainConfig,
         task: &Task,
+        factory: Arc<dyn ModelFactory>,
         budget: Budget,
         plan_target: PlanTarget,
         rates: Rates,
@@ -71,6 +75,7 @@ impl Prober {
         Self {
             config: config.clone(),
             task: task.clone(),
+            factory,
             budget,
             plan_target,
             rates,
@@ -115,16 +120,14 @@ impl Prober {
     /// without a limit.
     pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
-        let model = TrainModel::build(
-            &self.config.model,
-            self.task.train.shape(),
-            &roomy,
-            self.config.seed,
-        )?;
+        let settings = ModelSettings::of(&self.config);
+        let model = self
+            .factory
+            .build(&roomy, self.task.train.shape(), &settings)?;
         let optimizer = build_optimizer(&self.config.optimizer, model.module())?;
         let one_sample_peak = self.one_sample_peak();
         Ok(diagnose(
-            &model,
+            &*model,
             &*optimizer,
             report,
             failure,
@@ -145,7 +148,10 @@ impl Prober {
         let config = &self.config;
         let device =
             Device::meta_with_rates(self.plan_target, self.rates, budget.device_config(0))?;
-        let built = TrainModel::build(&config.model, self.task.train.shape(), &device, config.seed)
+        let settings = ModelSettings::of(config);
+        let built = self
+            .factory
+            .build(&device, self.task.train.shape(), &settings)
             .and_then(|model| Ok((build_optimizer(&config.optimizer, model.module())?, model)));
         let (mut optimizer, mut model) = match built {
             Ok(parts) => parts,
@@ -159,7 +165,7 @@ impl Prober {
             sizes.push(batch.len() % micro);
         }
         let mut scaler = LossScaler::new(&config.precision);
-        let mut ctx = StepContext::new(&device, &mut model, &mut *optimizer, &mut scaler, config);
+        let mut ctx = StepContext::new(&device, &mut *model, &mut *optimizer, &mut scaler, config);
         match train_step(&mut ctx, &batch, 0, Sizes::Fixed(&sizes)) {
             Ok(report) => {
                 let stats = device.allocator().stats();

@@ -15,9 +15,9 @@ use crate::config::TrainConfig;
 use crate::data::Position;
 use crate::error::{Error, Result};
 use crate::micro::MicroBatcher;
-use crate::model::TrainModel;
 use crate::precision::LossScaler;
 use crate::totals::Totals;
+use crate::trainable::TrainableModel;
 
 /// The metadata key of the trainer's state.
 const KEY: &str = "headroom.trainer";
@@ -84,7 +84,7 @@ impl TrainerState {
 /// Writes the checkpoint atomically.
 pub fn save(
     path: &Path,
-    model: &TrainModel,
+    model: &dyn TrainableModel,
     optimizer: &dyn Optimizer,
     state: &TrainerState,
     config: &TrainConfig,
@@ -165,7 +165,11 @@ pub fn saved_config(
 
 impl Saved {
     /// Restores the weights, the optimizer state and the dropout counter.
-    pub fn restore(&self, model: &mut TrainModel, optimizer: &mut dyn Optimizer) -> Result<()> {
+    pub fn restore(
+        &self,
+        model: &mut dyn TrainableModel,
+        optimizer: &mut dyn Optimizer,
+    ) -> Result<()> {
         self.checkpoint.restore_model(model.module_mut())?;
         self.checkpoint.restore_optimizer(optimizer)?;
         if let Some(counter) = model.dropout_counter() {

@@ -9,8 +9,8 @@ use headroom_nn::Optimizer;
 use crate::config::{PrecisionKind, TrainConfig};
 use crate::data::HostBatch;
 use crate::error::Result;
-use crate::model::TrainModel;
 use crate::precision::LossScaler;
+use crate::trainable::TrainableModel;
 
 /// A micro-batch's forward pass, ready for its backward pass.
 pub(crate) struct Forward {
@@ -30,7 +30,7 @@ pub struct StepContext<'a> {
     /// The device.
     pub device: &'a Device,
     /// The model.
-    pub model: &'a mut TrainModel,
+    pub model: &'a mut dyn TrainableModel,
     /// The optimizer (its learning rate already set for this step).
     pub optimizer: &'a mut dyn Optimizer,
     /// The loss scaler.
@@ -47,7 +47,7 @@ impl<'a> StepContext<'a> {
     /// What a step of the run `config` describes works on.
     pub fn new(
         device: &'a Device,
-        model: &'a mut TrainModel,
+        model: &'a mut dyn TrainableModel,
         optimizer: &'a mut dyn Optimizer,
         scaler: &'a mut LossScaler,
         config: &TrainConfig,

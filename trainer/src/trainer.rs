@@ -29,6 +29,7 @@ use crate::state::{self, TrainerState, checkpoint_path};
 use crate::step::{Sizes, StepContext, StepReport, train_step};
 use crate::tag_bytes::tag_bytes;
 use crate::totals::Totals;
+use crate::trainable::TrainableModel;
 
 /// A run: its model, optimizer, data and memory, and where it stands.
 pub struct Trainer {
@@ -37,7 +38,7 @@ pub struct Trainer {
     budget: Budget,
     device: Device,
     task: Task,
-    model: TrainModel,
+    model: Box<dyn TrainableModel>,
     optimizer: Box<dyn Optimizer>,
     schedule: LrSchedule,
     total_steps: u64,
@@ -77,8 +78,13 @@ impl Trainer {
     }
 
     /// The model.
-    pub fn model(&self) -> &TrainModel {
-        &self.model
+    pub fn model(&self) -> &dyn TrainableModel {
+        &*self.model
+    }
+
+    /// The model, when it is one of the built-in ones.
+    pub fn builtin_model(&self) -> Option<&TrainModel> {
+        self.model.as_any().downcast_ref()
     }
 
     /// The task.
@@ -191,7 +197,7 @@ impl Trainer {
         };
         let mut ctx = StepContext::new(
             &self.device,
-            &mut self.model,
+            &mut *self.model,
             &mut *self.optimizer,
             &mut state.scaler,
             &self.config,
@@ -251,7 +257,7 @@ impl Trainer {
     pub fn evaluate(&mut self) -> Result<Option<f64>> {
         self.in_pool(|t| {
             evaluate(
-                &t.model,
+                &*t.model,
                 &t.task,
                 &t.device,
                 t.config.precision.dtype,
@@ -268,7 +274,7 @@ impl Trainer {
         };
         state::save(
             &checkpoint_path(&self.files.dir),
-            &self.model,
+            &*self.model,
             &*self.optimizer,
             &state,
             &self.config,

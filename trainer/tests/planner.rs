@@ -201,7 +201,7 @@ fn the_data_fixes_the_vocabulary_and_a_preset_context_holds_its_samples() {
     };
     // Addition's 13 tokens win over GPT-2's vocabulary; its samples fit GPT-2's 1024 positions.
     let trainer = Trainer::new(config.clone()).unwrap();
-    let headroom_trainer::TrainModel::Gpt(gpt) = trainer.model() else {
+    let Some(headroom_trainer::TrainModel::Gpt(gpt)) = trainer.builtin_model() else {
         panic!("a GPT")
     };
     assert_eq!((gpt.config().vocab, gpt.config().context), (13, 1024));
@@ -223,7 +223,7 @@ fn the_data_fixes_the_vocabulary_and_a_preset_context_holds_its_samples() {
     uniform.data.kind = DataKind::UniformTokens;
     uniform.model.context = Some(32);
     let trainer = Trainer::new(uniform).unwrap();
-    let headroom_trainer::TrainModel::Gpt(gpt) = trainer.model() else {
+    let Some(headroom_trainer::TrainModel::Gpt(gpt)) = trainer.builtin_model() else {
         panic!("a GPT")
     };
     assert_eq!((gpt.config().vocab, gpt.config().context), (50257, 32));
@@ -303,8 +303,8 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
     config.batch.micro = None;
     config.batch.margin = Some(0.0);
     config.memory.limit = Some("2GiB".into());
-    let chunk = |trainer: &Trainer| match trainer.model() {
-        headroom_trainer::TrainModel::Gpt(gpt) => gpt.head_chunk(),
+    let chunk = |trainer: &Trainer| match trainer.builtin_model() {
+        Some(headroom_trainer::TrainModel::Gpt(gpt)) => gpt.head_chunk(),
         _ => panic!("a GPT"),
     };
     // Roomy: 8 samples of 32 tokens in one micro-batch, chunks of 20 rows (a mebi-logit),

@@ -294,7 +294,7 @@ fn the_untied_model_loads_with_its_own_head() {
     let run = dir.0.join("run");
     let config = run_config(&run, Some(&tiny_untied()), &shards, 2, STILL_LR);
     let trainer = Trainer::start(config.clone(), Start::New, None).unwrap();
-    let TrainModel::Gpt(gpt) = trainer.model() else {
+    let Some(TrainModel::Gpt(gpt)) = trainer.builtin_model() else {
         panic!("a GPT");
     };
     let head = gpt.head.as_ref().expect("an untied head");

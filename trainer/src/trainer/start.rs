@@ -21,13 +21,14 @@ use crate::growth::GrowthCheck;
 use crate::micro::MicroBatcher;
 use crate::model::TrainModel;
 use crate::optim::{build_optimizer, schedule};
-use crate::planner::plan;
+use crate::planner::plan_with;
 use crate::precision::LossScaler;
 use crate::probe::Prober;
 use crate::resume;
 use crate::run_dir::{self, Start};
 use crate::state::{self, TrainerState, checkpoint_path};
 use crate::totals::Totals;
+use crate::trainable::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
 
 impl Trainer {
     /// A new run of `config`: validated, its data read, its micro-batch size planned (unless
@@ -55,16 +56,46 @@ impl Trainer {
         Self::start(config, Start::New, Some(task))
     }
 
+    /// A new run of a model of the caller's: `factory` builds it (on the run's device, and on
+    /// the planner's meta devices), on `task`'s data; `config.model` is not read but for the
+    /// memory techniques the policy and the planner choose. Everything else (the planner,
+    /// adaptive micro-batching, recovery, mixed precision, checkpoints) works as for the
+    /// built-in models.
+    pub fn with_model(
+        config: TrainConfig,
+        task: Task,
+        factory: impl ModelFactory + 'static,
+    ) -> Result<Self> {
+        Self::start_with(config, Start::New, Some(task), Some(Arc::new(factory)))
+    }
+
     /// A run of `config` that starts as `start`, on `task` or the one `config.data` describes.
     /// A run that fails to start leaves its directory as it found it (and one it made for
     /// itself is removed).
     pub fn start(config: TrainConfig, start: Start, task: Option<Task>) -> Result<Self> {
+        Self::start_with(config, start, task, None)
+    }
+
+    /// [`start`](Self::start) with the models `factory` builds instead of the built-in one
+    /// `config.model` describes (none: that one).
+    pub fn start_with(
+        config: TrainConfig,
+        start: Start,
+        task: Option<Task>,
+        factory: Option<Arc<dyn ModelFactory>>,
+    ) -> Result<Self> {
         config.validate()?;
         let task = match task {
             Some(task) => task,
             None => Task::from_config(&config.data, &config.model, config.seed)?,
         };
-        TrainModel::check(&config.model, task.train.shape())?;
+        let factory = match factory {
+            Some(factory) => factory,
+            None => {
+                TrainModel::check(&config.model, task.train.shape())?;
+                Arc::new(BuiltinModel(config.model.clone()))
+            }
+        };
         if let (Some(preset), None, DataShape::Tokens { vocab, .. }) =
             (config.model.preset, config.model.vocab, task.train.shape())
             && vocab != preset.shape().vocab
@@ -77,7 +108,7 @@ impl Trainer {
         }
         let total_steps = total_steps(&config, task.train.len())?;
         let (run_dir, made) = run_dir::resolve(config.run_dir.as_deref(), start)?;
-        let built = Self::build(config, task, start, run_dir.clone(), total_steps);
+        let built = Self::build(config, task, factory, start, run_dir.clone(), total_steps);
         match (&built, made) {
             (Ok(_), true) => run_dir::point_latest(&run_dir),
             (Err(_), true) => {
@@ -91,6 +122,7 @@ impl Trainer {
     fn build(
         mut config: TrainConfig,
         task: Task,
+        factory: Arc<dyn ModelFactory>,
         start: Start,
         run_dir: PathBuf,
         total_steps: u64,
@@ -105,7 +137,10 @@ impl Trainer {
             _ => None,
         };
         let plan = match (config.batch.micro, &saved) {
-            (None, None) => Some(plan(&config, &task, &budget, device.plan_target())?),
+            (None, None) => {
+                let target = device.plan_target();
+                Some(plan_with(&config, &task, &factory, &budget, target)?)
+            }
             _ => None,
         };
         // The run trains with the memory techniques the policy chose, and its configuration
@@ -128,8 +163,15 @@ impl Trainer {
         };
         // Growth compares peaks alone: its probes' step times are priced at the fixed rates.
         let target = device.plan_target();
-        let prober = Prober::new(&chunked, &task, budget, target, target.rates());
-        let (model, optimizer) = build_model(&chunked, &task, &device, saved.as_ref())
+        let prober = Prober::new(
+            &chunked,
+            &task,
+            Arc::clone(&factory),
+            budget,
+            target,
+            target.rates(),
+        );
+        let (model, optimizer) = build_model(&chunked, &task, &*factory, &device, saved.as_ref())
             .or_else(|err| explain_if_out_of_memory(err, &prober))?;
         let step_limit = plan.as_ref().map_or_else(
             || budget.step_limit(config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
@@ -242,17 +284,21 @@ fn resumable(
 fn build_model(
     config: &TrainConfig,
     task: &Task,
+    factory: &dyn ModelFactory,
     device: &Device,
     saved: Option<&state::Saved>,
-) -> Result<(TrainModel, Box<dyn Optimizer>)> {
-    let mut model = TrainModel::build(&config.model, task.train.shape(), device, config.seed)?;
-    if let (None, Some(dir), TrainModel::Gpt(gpt)) = (saved, &config.model.init_from, &mut model) {
+) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
+    let settings = ModelSettings::of(config);
+    let mut model = factory.build(device, task.train.shape(), &settings)?;
+    let builtin = model.as_any_mut().downcast_mut::<TrainModel>();
+    if let (None, Some(dir), Some(TrainModel::Gpt(gpt))) = (saved, &config.model.init_from, builtin)
+    {
         headroom_nn::hf::load_gpt2(dir, gpt)?;
         tracing::info!("started from the pretrained weights of {}", dir.display());
     }
     let mut optimizer = build_optimizer(&config.optimizer, model.module())?;
     if let Some(saved) = saved {
-        saved.restore(&mut model, &mut *optimizer)?;
+        saved.restore(&mut *model, &mut *optimizer)?;
     }
     Ok((model, optimizer))
 }

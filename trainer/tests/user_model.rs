@@ -1,0 +1,247 @@
+//! A model of the user's own, neither of the built-ins, trained through [`ModelFactory`]: the
+//! planner picks its micro-batch under a tight limit, an out-of-memory injected mid-step is
+//! recovered with the weights of a run without it, a resume continues the same trajectory bit
+//! for bit, and autocast runs its products in bf16.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::TempDir;
+use headroom_autograd::Tensor;
+use headroom_kernels::{DType, Device};
+use headroom_nn::loss::cross_entropy;
+use headroom_nn::{Initializer, Linear, Module, visit_child, visit_child_mut};
+use headroom_trainer::config::{PrecisionKind, ScheduleKind, TrainConfig};
+use headroom_trainer::data::{DataShape, FeatureTable, IGNORE, Metric, Task};
+use headroom_trainer::{ModelFactory, ModelSettings, Start, TrainableModel, Trainer};
+
+/// A residual MLP: `x -> in`, then blocks `h + out(gelu(inner(h)))`, then a linear head.
+struct ResidualMlp {
+    input: Linear,
+    blocks: Vec<(Linear, Linear)>,
+    head: Linear,
+}
+
+impl Module for ResidualMlp {
+    fn forward(&self, x: &Tensor) -> headroom_nn::Result<Tensor> {
+        let mut h = self.input.forward(x)?;
+        for (inner, out) in &self.blocks {
+            let branch = out.forward(&inner.forward(&h)?.gelu()?)?;
+            h = h.add(&branch)?;
+        }
+        self.head.forward(&h)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child(&self.input, "input", f);
+        for (i, (inner, out)) in self.blocks.iter().enumerate() {
+            visit_child(inner, &format!("blocks.{i}.inner"), f);
+            visit_child(out, &format!("blocks.{i}.out"), f);
+        }
+        visit_child(&self.head, "head", f);
+    }
+
+    fn visit_mut(
+        &mut self,
+        f: &mut dyn FnMut(&str, &mut Tensor) -> headroom_nn::Result<()>,
+    ) -> headroom_nn::Result<()> {
+        visit_child_mut(&mut self.input, "input", f)?;
+        for (i, (inner, out)) in self.blocks.iter_mut().enumerate() {
+            visit_child_mut(inner, &format!("blocks.{i}.inner"), f)?;
+            visit_child_mut(out, &format!("blocks.{i}.out"), f)?;
+        }
+        visit_child_mut(&mut self.head, "head", f)
+    }
+}
+
+impl TrainableModel for ResidualMlp {
+    fn module(&self) -> &dyn Module {
+        self
+    }
+
+    fn module_mut(&mut self) -> &mut dyn Module {
+        self
+    }
+
+    fn loss(&self, inputs: &Tensor, targets: &Tensor) -> headroom_trainer::Result<Tensor> {
+        let logits = self.forward(inputs)?;
+        Ok(cross_entropy(&logits, targets, Some(IGNORE))?)
+    }
+
+    fn logits(&self, inputs: &Tensor) -> headroom_trainer::Result<Tensor> {
+        Ok(self.forward(inputs)?)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// Builds a [`ResidualMlp`] of `width` and `depth` blocks for the data's features and classes.
+struct ResidualMlpFactory {
+    width: usize,
+    depth: usize,
+}
+
+impl ModelFactory for ResidualMlpFactory {
+    fn build(
+        &self,
+        device: &Device,
+        shape: DataShape,
+        settings: &ModelSettings,
+    ) -> headroom_trainer::Result<Box<dyn TrainableModel>> {
+        let DataShape::Features { dim, classes } = shape else {
+            panic!("feature vectors");
+        };
+        let init = &mut Initializer::new(device, DType::F32, settings.seed);
+        let w = self.width;
+        let blocks = (0..self.depth)
+            .map(|_| {
+                Ok((
+                    Linear::new(init, w, 4 * w, true)?,
+                    Linear::new(init, 4 * w, w, true)?,
+                ))
+            })
+            .collect::<headroom_nn::Result<Vec<_>>>()?;
+        Ok(Box::new(ResidualMlp {
+            input: Linear::new(init, dim, w, true)?,
+            blocks,
+            head: Linear::new(init, w, classes, true)?,
+        }))
+    }
+}
+
+fn factory() -> ResidualMlpFactory {
+    ResidualMlpFactory {
+        width: 64,
+        depth: 2,
+    }
+}
+
+/// Points of 8 features, labelled by which of four quadrants their first two lie in.
+fn quadrants(count: usize, seed: u64) -> FeatureTable {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut draw = || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    };
+    let mut values = Vec::new();
+    let mut labels = Vec::new();
+    for _ in 0..count {
+        let point: Vec<f32> = (0..8).map(|_| draw()).collect();
+        labels.push(u32::from(point[0] > 0.0) * 2 + u32::from(point[1] > 0.0));
+        values.extend(point);
+    }
+    FeatureTable {
+        dim: 8,
+        classes: 4,
+        values,
+        labels,
+    }
+}
+
+fn task() -> Task {
+    Task {
+        train: Arc::new(quadrants(512, 1)),
+        eval: Arc::new(quadrants(128, 2)),
+        metric: Metric::Accuracy,
+    }
+}
+
+/// Batches of 256 under a limit their one-micro-batch step does not fit, at a constant rate
+/// (so that a shorter run is the start of a longer one).
+fn config(dir: &TempDir, steps: u64) -> TrainConfig {
+    let mut config = TrainConfig {
+        run_dir: Some(dir.0.clone()),
+        steps: Some(steps),
+        eval_every: 0,
+        ..TrainConfig::default()
+    };
+    config.checkpoint.every = 0;
+    config.batch.size = 256;
+    config.batch.micro = None;
+    config.optimizer.lr = 1e-2;
+    config.optimizer.schedule = ScheduleKind::Constant;
+    config.memory.limit = Some("1700KiB".into());
+    config.memory.history = 0;
+    config.memory.trace = false;
+    config
+}
+
+fn weights(trainer: &Trainer) -> Vec<Vec<f64>> {
+    trainer
+        .model()
+        .module()
+        .parameters()
+        .iter()
+        .map(|p| p.to_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn the_planner_fits_a_user_model_under_a_tight_limit_and_it_learns() {
+    let dir = TempDir::new("user-model-plan");
+    let mut trainer = Trainer::with_model(config(&dir, 40), task(), factory()).unwrap();
+    let plan = trainer.plan().expect("the planner ran").clone();
+    assert!(
+        plan.micro < 256,
+        "the batch does not fit at once: {}",
+        plan.micro
+    );
+    let summary = trainer.run(false).unwrap();
+    assert_eq!(summary.first_step_peak, Some(plan.predicted_peak));
+    let accuracy = summary.metric.unwrap();
+    assert!(accuracy > 0.8, "held-out accuracy {accuracy}");
+}
+
+#[test]
+fn an_injected_out_of_memory_mid_step_gives_the_weights_of_a_run_without_it() {
+    let dir = TempDir::new("user-model-oom");
+    let mut config = config(&dir, 1);
+    config.batch.micro = Some(32);
+    config.memory.limit = Some("64MiB".into());
+    let mut failed = Trainer::with_model(config.clone(), task(), factory()).unwrap();
+    failed.device().allocator().with(|a| a.inject_oom(40));
+    let report = failed.train_step().unwrap();
+    assert_eq!(report.ooms.len(), 1, "one failure, recovered");
+    let replay_dir = TempDir::new("user-model-oom-replay");
+    config.run_dir = Some(replay_dir.0.clone());
+    let mut replay = Trainer::with_model(config, task(), factory()).unwrap();
+    replay.train_step_with(&report.micro_sizes).unwrap();
+    assert_eq!(weights(&failed), weights(&replay));
+}
+
+#[test]
+fn a_resumed_user_model_follows_the_unbroken_run_bit_for_bit() {
+    let unbroken_dir = TempDir::new("user-model-unbroken");
+    let mut unbroken = Trainer::with_model(config(&unbroken_dir, 6), task(), factory()).unwrap();
+    unbroken.run(false).unwrap();
+
+    let dir = TempDir::new("user-model-resumed");
+    let mut first = Trainer::with_model(config(&dir, 3), task(), factory()).unwrap();
+    first.run(false).unwrap();
+    let factory: Arc<dyn ModelFactory> = Arc::new(factory());
+    let mut resumed =
+        Trainer::start_with(config(&dir, 6), Start::Resume, Some(task()), Some(factory)).unwrap();
+    assert_eq!(resumed.steps_done(), 3);
+    resumed.run(false).unwrap();
+    assert_eq!(weights(&resumed), weights(&unbroken));
+}
+
+#[test]
+fn a_user_model_trains_under_bf16_autocast() {
+    let dir = TempDir::new("user-model-bf16");
+    let mut config = config(&dir, 20);
+    config.precision.dtype = PrecisionKind::Bf16;
+    let mut trainer = Trainer::with_model(config, task(), factory()).unwrap();
+    let first = trainer.train_step().unwrap().loss;
+    let summary = trainer.run(false).unwrap();
+    assert!(summary.final_loss.is_finite() && summary.final_loss < first);
+}
