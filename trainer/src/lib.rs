@@ -2,6 +2,7 @@
 
 mod artifacts;
 mod atomic_file;
+mod builder;
 pub mod callback;
 pub mod config;
 pub mod data;
@@ -43,6 +44,7 @@ mod totals;
 pub mod trainable;
 mod trainer;
 
+pub use builder::TrainerBuilder;
 pub use callback::{Callback, Flow};
 pub use diagnosis::{Failure, diagnose};
 pub use error::{Error, Result};

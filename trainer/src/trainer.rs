@@ -72,6 +72,11 @@ impl Trainer {
         self.callbacks.push(Box::new(callback));
     }
 
+    /// [`add_callback`](Self::add_callback) for one already boxed.
+    pub fn add_boxed_callback(&mut self, callback: Box<dyn Callback>) {
+        self.callbacks.push(callback);
+    }
+
     /// The device the run trains on.
     pub fn device(&self) -> &Device {
         &self.device
