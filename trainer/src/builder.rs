@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::callback::Callback;
-use crate::config::{PrecisionKind, TrainConfig};
+use crate::config::{PrecisionKind, Recompute, TrainConfig};
 use crate::data::{Dataset, Metric, Task};
 use crate::error::Result;
 use crate::run_dir::Start;
@@ -125,6 +125,13 @@ impl TrainerBuilder {
     pub fn memory_limit(mut self, limit: &str) -> Self {
         self.config.memory.limit = Some(limit.to_owned());
         self.config.memory.fraction = None;
+        self
+    }
+
+    /// What to compute again in the backward pass, instead of the memory policy's choice
+    /// (among what the model offers).
+    pub fn recompute(mut self, recompute: Recompute) -> Self {
+        self.config.model.recompute = Some(recompute);
         self
     }
 

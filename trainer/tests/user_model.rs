@@ -10,7 +10,7 @@ mod model;
 use std::sync::Arc;
 
 use common::TempDir;
-use headroom_trainer::config::{PrecisionKind, ScheduleKind, TrainConfig};
+use headroom_trainer::config::{PrecisionKind, Recompute, ScheduleKind, TrainConfig};
 use headroom_trainer::data::{Metric, Task};
 use headroom_trainer::{ModelFactory, Start, Trainer};
 use model::{ResidualMlpFactory, quadrants};
@@ -19,6 +19,7 @@ fn factory() -> ResidualMlpFactory {
     ResidualMlpFactory {
         width: 64,
         depth: 2,
+        offer_recompute: false,
     }
 }
 
@@ -119,4 +120,57 @@ fn a_user_model_trains_under_bf16_autocast() {
     let first = trainer.train_step().unwrap().loss;
     let summary = trainer.run(false).unwrap();
     assert!(summary.final_loss.is_finite() && summary.final_loss < first);
+}
+
+#[test]
+fn the_policy_offers_a_user_model_only_the_techniques_it_declares() {
+    let recomputes = |offer_recompute: bool| {
+        let dir = TempDir::new("user-model-knobs");
+        let factory = ResidualMlpFactory {
+            offer_recompute,
+            ..factory()
+        };
+        let trainer = Trainer::with_model(config(&dir, 1), task(), factory).unwrap();
+        let policy = trainer
+            .plan()
+            .unwrap()
+            .policy
+            .clone()
+            .expect("the auto policy");
+        let mut offered: Vec<Recompute> = policy
+            .candidates
+            .iter()
+            .map(|c| c.policy.recompute)
+            .collect();
+        offered.dedup();
+        offered
+    };
+    assert_eq!(recomputes(false), [Recompute::None]);
+    assert!(recomputes(true).contains(&Recompute::Blocks));
+}
+
+#[test]
+fn a_user_models_own_recomputation_keeps_the_step_and_lowers_its_peak() {
+    let step = |recompute: Recompute| {
+        let dir = TempDir::new("user-model-recompute");
+        let mut config = config(&dir, 1);
+        config.batch.micro = Some(256);
+        config.memory.limit = Some("64MiB".into());
+        config.model.recompute = Some(recompute);
+        let factory = ResidualMlpFactory {
+            offer_recompute: true,
+            ..factory()
+        };
+        let mut trainer = Trainer::with_model(config, task(), factory).unwrap();
+        trainer.train_step().unwrap();
+        let peak = trainer.device().allocator().stats().peak_in_use;
+        (weights(&trainer), peak)
+    };
+    let (plain, plain_peak) = step(Recompute::None);
+    let (recomputed, recomputed_peak) = step(Recompute::Blocks);
+    assert_eq!(plain, recomputed, "the same step, bit for bit");
+    assert!(
+        recomputed_peak < plain_peak,
+        "{recomputed_peak} < {plain_peak}"
+    );
 }

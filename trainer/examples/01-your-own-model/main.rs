@@ -1,7 +1,8 @@
 //! Train a model of your own with Headroom's trainer: a residual MLP (`model.rs` beside this
 //! file: a `Module`, a `TrainableModel` and its `ModelFactory`) learns in which quadrant a
 //! point lies, in batches of 1024 under a 16 MiB limit that one micro-batch of 1024 does not
-//! fit, so the planner cuts each batch; a callback reports each out-of-memory recovered:
+//! fit, so the planner cuts each batch (or runs the blocks again, which the factory offers, if
+//! that were faster); a callback reports each out-of-memory recovered:
 //! `cargo run --release -p headroom-trainer --example 01-your-own-model`. Give a micro-batch
 //! size that does not fit (`-- 1024`) to watch a step recover from running out of memory.
 
@@ -31,6 +32,7 @@ fn main() -> headroom_trainer::Result<()> {
         .model(ResidualMlpFactory {
             width: 128,
             depth: 3,
+            offer_recompute: true,
         })
         .data(quadrants(8192, 1), quadrants(1024, 2), Metric::Accuracy)
         .batch(1024)

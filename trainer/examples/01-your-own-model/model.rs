@@ -5,32 +5,67 @@
 use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::loss::cross_entropy;
-use headroom_nn::{Initializer, Linear, Module, visit_child, visit_child_mut};
+use headroom_nn::{
+    DropoutCounter, Initializer, Linear, Module, recomputed, visit_child, visit_child_mut,
+};
+use headroom_trainer::config::Recompute;
 use headroom_trainer::data::{DataShape, FeatureTable, IGNORE};
-use headroom_trainer::{ModelFactory, ModelSettings, TrainableModel};
+use headroom_trainer::{Knobs, ModelFactory, ModelSettings, TrainableModel};
 
-/// A residual MLP: `x -> in`, then blocks `h + out(gelu(inner(h)))`, then a linear head.
+/// A residual block: `h + out(gelu(inner(h)))`.
+#[derive(Clone)]
+struct ResidualBlock {
+    inner: Linear,
+    out: Linear,
+}
+
+impl Module for ResidualBlock {
+    fn forward(&self, h: &Tensor) -> headroom_nn::Result<Tensor> {
+        let branch = self.out.forward(&self.inner.forward(h)?.gelu()?)?;
+        Ok(h.add(&branch)?)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child(&self.inner, "inner", f);
+        visit_child(&self.out, "out", f);
+    }
+
+    fn visit_mut(
+        &mut self,
+        f: &mut dyn FnMut(&str, &mut Tensor) -> headroom_nn::Result<()>,
+    ) -> headroom_nn::Result<()> {
+        visit_child_mut(&mut self.inner, "inner", f)?;
+        visit_child_mut(&mut self.out, "out", f)
+    }
+}
+
+/// A residual MLP: `x -> input`, then residual blocks, then a linear head. With `recompute`,
+/// each block keeps only its input and runs again in the backward pass (the memory technique
+/// its factory offers the trainer's policy).
 pub struct ResidualMlp {
     input: Linear,
-    blocks: Vec<(Linear, Linear)>,
+    blocks: Vec<ResidualBlock>,
     head: Linear,
+    recompute: bool,
+    counter: DropoutCounter,
 }
 
 impl Module for ResidualMlp {
     fn forward(&self, x: &Tensor) -> headroom_nn::Result<Tensor> {
         let mut h = self.input.forward(x)?;
-        for (inner, out) in &self.blocks {
-            let branch = out.forward(&inner.forward(&h)?.gelu()?)?;
-            h = h.add(&branch)?;
+        for block in &self.blocks {
+            h = match self.recompute {
+                true => recomputed(block, &self.counter, &h)?,
+                false => block.forward(&h)?,
+            };
         }
         self.head.forward(&h)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         visit_child(&self.input, "input", f);
-        for (i, (inner, out)) in self.blocks.iter().enumerate() {
-            visit_child(inner, &format!("blocks.{i}.inner"), f);
-            visit_child(out, &format!("blocks.{i}.out"), f);
+        for (i, block) in self.blocks.iter().enumerate() {
+            visit_child(block, &format!("blocks.{i}"), f);
         }
         visit_child(&self.head, "head", f);
     }
@@ -40,9 +75,8 @@ impl Module for ResidualMlp {
         f: &mut dyn FnMut(&str, &mut Tensor) -> headroom_nn::Result<()>,
     ) -> headroom_nn::Result<()> {
         visit_child_mut(&mut self.input, "input", f)?;
-        for (i, (inner, out)) in self.blocks.iter_mut().enumerate() {
-            visit_child_mut(inner, &format!("blocks.{i}.inner"), f)?;
-            visit_child_mut(out, &format!("blocks.{i}.out"), f)?;
+        for (i, block) in self.blocks.iter_mut().enumerate() {
+            visit_child_mut(block, &format!("blocks.{i}"), f)?;
         }
         visit_child_mut(&mut self.head, "head", f)
     }
@@ -81,6 +115,8 @@ pub struct ResidualMlpFactory {
     pub width: usize,
     /// Residual blocks.
     pub depth: usize,
+    /// Offer the policy to run the blocks again in the backward pass.
+    pub offer_recompute: bool,
 }
 
 impl ModelFactory for ResidualMlpFactory {
@@ -91,23 +127,34 @@ impl ModelFactory for ResidualMlpFactory {
         settings: &ModelSettings,
     ) -> headroom_trainer::Result<Box<dyn TrainableModel>> {
         let DataShape::Features { dim, classes } = shape else {
-            panic!("feature vectors");
+            return Err(headroom_trainer::Error::Config {
+                problems: vec!["a residual MLP reads feature vectors".into()],
+            });
         };
         let init = &mut Initializer::new(device, DType::F32, settings.seed);
         let w = self.width;
         let blocks = (0..self.depth)
             .map(|_| {
-                Ok((
-                    Linear::new(init, w, 4 * w, true)?,
-                    Linear::new(init, 4 * w, w, true)?,
-                ))
+                Ok(ResidualBlock {
+                    inner: Linear::new(init, w, 4 * w, true)?,
+                    out: Linear::new(init, 4 * w, w, true)?,
+                })
             })
             .collect::<headroom_nn::Result<Vec<_>>>()?;
         Ok(Box::new(ResidualMlp {
             input: Linear::new(init, dim, w, true)?,
             blocks,
             head: Linear::new(init, w, classes, true)?,
+            recompute: settings.recompute == Recompute::Blocks,
+            counter: DropoutCounter::default(),
         }))
+    }
+
+    fn knobs(&self, _shape: DataShape) -> Knobs {
+        Knobs {
+            block_recompute: self.offer_recompute,
+            ..Knobs::default()
+        }
     }
 }
 
