@@ -55,14 +55,13 @@ fn judge(
 ) -> Result<(f64, f64)> {
     match metric {
         Metric::Loss => {
-            let (inputs, targets) = batch.to_device(device)?;
-            let loss = model.loss(&inputs, &targets)?.to_f64()?[0];
+            let loss = model.loss(&batch.to_device(device)?)?.to_f64()?[0];
             let scored = batch.scored() as f64;
             Ok((loss * scored, scored))
         }
         Metric::Accuracy => {
-            let (inputs, _) = batch.to_device(device)?;
-            let logits = model.logits(&inputs)?;
+            let on_device = batch.to_device(device)?;
+            let logits = model.logits(on_device.inputs()?)?;
             let classes = logits.dims()[1];
             let values = logits.to_f64()?;
             let hits = values
@@ -112,8 +111,9 @@ fn exact_match(
             },
             ..batch.clone()
         };
-        let (tokens, _) = input.to_device(device)?;
-        let logits = model.logits(&tokens)?;
+        let on_device = input.to_device(device)?;
+        let tokens = on_device.inputs()?;
+        let logits = model.logits(tokens)?;
         let vocab = logits.dims()[2];
         let values = logits.to_f64()?;
         for s in 0..n {

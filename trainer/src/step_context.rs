@@ -66,11 +66,11 @@ impl<'a> StepContext<'a> {
     /// The forward pass of `batch` on the device, recorded on a new tape under the run's
     /// autocast policy, with the seed of its backward pass for a loss weighted by `weight`.
     pub(crate) fn forward(&self, batch: &HostBatch, weight: f64) -> Result<Forward> {
-        let (inputs, targets) = batch.to_device(self.device)?;
+        let batch = batch.to_device(self.device)?;
         let tape = Tape::new();
         let loss = {
             let _policy = self.precision.autocast();
-            tape.record(|| self.model.loss(&inputs, &targets))?
+            tape.record(|| self.model.loss(&batch))?
         };
         let saved = tape.saved();
         let seed = {

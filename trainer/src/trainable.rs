@@ -14,7 +14,7 @@ use headroom_kernels::Device;
 use headroom_nn::{DropoutCounter, Module};
 
 use crate::config::{ModelConfig, ModelKind, Recompute};
-use crate::data::DataShape;
+use crate::data::{DataShape, DeviceBatch};
 use crate::error::Result;
 use crate::model::TrainModel;
 
@@ -27,9 +27,10 @@ pub trait TrainableModel: Send + Any {
     /// The same, mutably.
     fn module_mut(&mut self) -> &mut dyn Module;
 
-    /// The mean loss of a batch: its `inputs` and `targets` as the data's samples give them
-    /// (`[B, ...]`), over the targets that are scored.
-    fn loss(&self, inputs: &Tensor, targets: &Tensor) -> Result<Tensor>;
+    /// The mean loss of a batch over the targets that are scored: its arrays by name, `[B,
+    /// ...]` each ([`DeviceBatch::inputs`] and [`DeviceBatch::targets`] for the built-in
+    /// kinds of data).
+    fn loss(&self, batch: &DeviceBatch) -> Result<Tensor>;
 
     /// The outputs the held-out metric reads: a GPT's logits `[B, T, vocab]` for exact match,
     /// a classifier's `[B, classes]` for accuracy. A model judged by its loss alone may leave
@@ -166,8 +167,8 @@ impl TrainableModel for TrainModel {
         TrainModel::module_mut(self)
     }
 
-    fn loss(&self, inputs: &Tensor, targets: &Tensor) -> Result<Tensor> {
-        TrainModel::loss(self, inputs, targets)
+    fn loss(&self, batch: &DeviceBatch) -> Result<Tensor> {
+        TrainModel::loss(self, batch.inputs()?, batch.targets()?)
     }
 
     fn logits(&self, inputs: &Tensor) -> Result<Tensor> {

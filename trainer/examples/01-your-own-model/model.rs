@@ -9,7 +9,7 @@ use headroom_nn::{
     DropoutCounter, Initializer, Linear, Module, recomputed, visit_child, visit_child_mut,
 };
 use headroom_trainer::config::Recompute;
-use headroom_trainer::data::{DataShape, FeatureTable, IGNORE};
+use headroom_trainer::data::{DataShape, DeviceBatch, FeatureTable, IGNORE};
 use headroom_trainer::{Knobs, ModelFactory, ModelSettings, TrainableModel};
 
 /// A residual block: `h + out(gelu(inner(h)))`.
@@ -91,9 +91,9 @@ impl TrainableModel for ResidualMlp {
         self
     }
 
-    fn loss(&self, inputs: &Tensor, targets: &Tensor) -> headroom_trainer::Result<Tensor> {
-        let logits = self.forward(inputs)?;
-        Ok(cross_entropy(&logits, targets, Some(IGNORE))?)
+    fn loss(&self, batch: &DeviceBatch) -> headroom_trainer::Result<Tensor> {
+        let logits = self.forward(batch.inputs()?)?;
+        Ok(cross_entropy(&logits, batch.targets()?, Some(IGNORE))?)
     }
 
     fn logits(&self, inputs: &Tensor) -> headroom_trainer::Result<Tensor> {

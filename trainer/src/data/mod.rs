@@ -3,6 +3,7 @@
 
 mod addition;
 mod csv;
+mod device_batch;
 mod idx;
 mod loader;
 mod text;
@@ -20,6 +21,7 @@ use crate::error::{Error, Result};
 
 pub use addition::Addition;
 pub use csv::read_csv;
+pub use device_batch::{DeviceBatch, INPUTS, TARGETS};
 pub use idx::read_idx;
 pub use loader::{Loader, Position};
 pub use text::CharText;
@@ -383,8 +385,14 @@ impl HostBatch {
         self.targets.iter().filter(|&&t| t != IGNORE).count()
     }
 
+    /// The batch on `device`: its [`INPUTS`] and [`TARGETS`], tagged as data.
+    pub fn to_device(&self, device: &Device) -> Result<DeviceBatch> {
+        let (inputs, targets) = self.arrays_on(device)?;
+        DeviceBatch::new(vec![(INPUTS.into(), inputs), (TARGETS.into(), targets)])
+    }
+
     /// The inputs and targets as tensors on `device`, tagged as data.
-    pub fn to_device(&self, device: &Device) -> Result<(Tensor, Tensor)> {
+    fn arrays_on(&self, device: &Device) -> Result<(Tensor, Tensor)> {
         let _data = device.scoped_tag(headroom_alloc::Tag::DATA);
         let n = self.len();
         let inputs = match &self.inputs {
