@@ -200,13 +200,13 @@ fn round_trip(name: &str) {
     let device = device();
     let model = loaded(&device, &data(name));
     let first = TempDir::new("export");
-    hf::export_gpt2(&model, &first.0).unwrap();
+    hf::export_gpt2(&model, &first.0, None).unwrap();
     if let Ok(keep) = std::env::var("HEADROOM_KEEP_HF_EXPORT") {
         let keep = match name {
             TIED => keep,
             _ => format!("{keep}-untied"),
         };
-        hf::export_gpt2(&model, Path::new(&keep)).unwrap();
+        hf::export_gpt2(&model, Path::new(&keep), None).unwrap();
     }
 
     let again = loaded(&device, &first.0);
@@ -217,7 +217,7 @@ fn round_trip(name: &str) {
     );
     assert_eq!(again.config(), model.config());
     let second = TempDir::new("export-again");
-    hf::export_gpt2(&again, &second.0).unwrap();
+    hf::export_gpt2(&again, &second.0, None).unwrap();
     let (one, metadata) = tensors(&first.0.join(hf::WEIGHTS_FILE));
     let (two, _) = tensors(&second.0.join(hf::WEIGHTS_FILE));
     assert!(
@@ -328,7 +328,7 @@ fn the_norms_take_the_configured_epsilon() {
     );
     assert_eq!(model.ln_f.eps, 1e-3);
     let out = TempDir::new("epsilon-export");
-    hf::export_gpt2(&model, &out.0).unwrap();
+    hf::export_gpt2(&model, &out.0, None).unwrap();
     assert_eq!(Gpt2Config::read(&out.0).unwrap().layer_norm_epsilon, 1e-3);
 }
 

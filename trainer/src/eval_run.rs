@@ -13,7 +13,6 @@ use crate::eval::evaluate;
 use crate::model::TrainModel;
 use crate::saved_run::{SavedRun, UseSettings};
 use crate::shards::{Manifest, TOKENIZER};
-use crate::tokenizer::fnv1a;
 
 /// What to judge the model on, when not its own run's held-out data.
 #[derive(Debug, Clone, Default)]
@@ -99,25 +98,14 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
 /// Refuses the token shards in `shards` when the run `run_dir` kept a tokenizer other than the
 /// one they were tokenized with.
 fn same_tokenizer(run_dir: &Path, shards: &Path) -> Result<()> {
-    let ours = run_dir.join(TOKENIZER);
-    let Ok(bytes) = std::fs::read(&ours) else {
-        return Ok(());
-    };
     let manifest = Manifest::read(shards)?;
-    let hash = format!("{:016x}", fnv1a(&bytes));
-    if hash == manifest.tokenizer_hash {
-        return Ok(());
+    match manifest.tokenizer_mismatch(&run_dir.join(TOKENIZER), "the run's") {
+        None => Ok(()),
+        Some(detail) => Err(Error::Data {
+            path: shards.to_owned(),
+            detail,
+        }),
     }
-    Err(Error::Data {
-        path: shards.to_owned(),
-        detail: format!(
-            "tokenized by tokenizer {}, not by the run's {} ({hash}): prepare the text again \
-             with --tokenizer {}",
-            manifest.tokenizer_hash,
-            ours.display(),
-            ours.display()
-        ),
-    })
 }
 
 impl std::fmt::Display for EvalReport {

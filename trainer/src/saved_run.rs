@@ -15,7 +15,7 @@ use crate::device;
 use crate::error::{Error, Result};
 use crate::model::TrainModel;
 use crate::shards::TOKENIZER;
-use crate::state::{CONFIG_KEY, checkpoint_path};
+use crate::state::{CONFIG_KEY, checkpoint_path, saved_config};
 
 /// Where and in how much memory a saved model runs, when not as its run trained.
 #[derive(Debug, Clone, Default)]
@@ -163,17 +163,9 @@ impl Header {
 
     /// The configuration saved with the checkpoint at `path`.
     fn config(&self, path: &Path) -> Result<TrainConfig> {
-        let text = self.metadata.get(CONFIG_KEY).ok_or_else(|| Error::Data {
+        saved_config(&self.metadata, path)?.ok_or_else(|| Error::Data {
             path: path.to_owned(),
             detail: format!("holds no {CONFIG_KEY}: it was written before runs saved theirs"),
-        })?;
-        toml::from_str(text).map_err(|err| {
-            headroom_nn::Error::Checkpoint {
-                path: path.to_owned(),
-                key: CONFIG_KEY.into(),
-                detail: err.to_string(),
-            }
-            .into()
         })
     }
 }

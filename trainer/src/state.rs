@@ -138,7 +138,7 @@ pub fn load(path: &Path, device: &Device, samples: usize) -> Result<Saved> {
             key: KEY.into(),
             detail: format!("{detail}: not a state a run saves"),
         })?;
-    let config = saved_config(&saved, path)?;
+    let config = saved_config(saved.metadata(), path)?;
     Ok(Saved {
         checkpoint: saved,
         state,
@@ -146,13 +146,13 @@ pub fn load(path: &Path, device: &Device, samples: usize) -> Result<Saved> {
     })
 }
 
-/// The configuration of the run that saved `checkpoint` (read from `path`); none in
-/// checkpoints written before it was saved.
+/// The configuration of the run that saved the checkpoint at `path`, from its `metadata`; none
+/// in checkpoints written before it was saved.
 pub fn saved_config(
-    checkpoint: &checkpoint::Checkpoint,
+    metadata: &BTreeMap<String, String>,
     path: &Path,
 ) -> Result<Option<TrainConfig>> {
-    let Some(text) = checkpoint.metadata().get(CONFIG_KEY) else {
+    let Some(text) = metadata.get(CONFIG_KEY) else {
         return Ok(None);
     };
     let config = toml::from_str(text).map_err(|err| headroom_nn::Error::Checkpoint {

@@ -145,6 +145,16 @@ impl TextTokenizer {
     }
 }
 
+/// A tokenizer's hash as manifests write it: 16 hex digits.
+pub fn hash_hex(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+/// The hash of the `tokenizer.json` at `path`, as manifests write it.
+pub fn file_hash(path: &Path) -> std::io::Result<String> {
+    Ok(hash_hex(fnv1a(&std::fs::read(path)?)))
+}
+
 /// The 64-bit FNV-1a hash of `bytes`.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {

@@ -19,12 +19,19 @@ use crate::module::Module;
 /// `model.safetensors` (f32, the names `save_pretrained` writes, `Conv1D` weights as
 /// `[in, out]`, `lm_head.weight` only when the head is untied, metadata `{"format": "pt"}`).
 ///
+/// The configuration's `bos_token_id` and `eos_token_id` are `end_of_text`, the tokenizer's
+/// `<|endoftext|>` id, or without one the last id (where GPT-2's tokenizer has it).
+///
 /// Each file is written atomically (see [`checkpoint`](crate::checkpoint)): the weights first,
 /// then the configuration. A model whose layer norms do not share one epsilon is an
 /// [`Error::Config`], as GPT-2's configuration holds one.
-pub fn export_gpt2(gpt: &Gpt, dir: &Path) -> Result<()> {
+pub fn export_gpt2(gpt: &Gpt, dir: &Path, end_of_text: Option<u32>) -> Result<()> {
     let mut config = Gpt2Config::from_gpt(gpt.config());
     config.layer_norm_epsilon = shared_epsilon(gpt)?;
+    if let Some(end) = end_of_text {
+        config.bos_token_id = Some(u64::from(end));
+        config.eos_token_id = Some(u64::from(end));
+    }
     let tensors = gpt
         .named_parameters()
         .into_iter()

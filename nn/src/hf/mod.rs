@@ -26,7 +26,7 @@
 //! let mut gpt = Gpt::new(&mut Initializer::new(&cpu, DType::F32, 0), config.gpt_config(0.0))?;
 //! hf::load_gpt2(&dir, &mut gpt)?;
 //! let out = std::env::temp_dir().join(format!("headroom-doc-hf-{}", std::process::id()));
-//! hf::export_gpt2(&gpt, &out)?;
+//! hf::export_gpt2(&gpt, &out, None)?;
 //! assert_eq!(hf::Gpt2Config::read(&out)?.gpt_config(0.0), *gpt.config());
 //! # std::fs::remove_dir_all(&out).ok();
 //! # Ok::<(), headroom_nn::Error>(())

@@ -135,17 +135,7 @@ impl TrainConfig {
             .as_ref()
             .filter(|_| self.data.kind == DataKind::TokenShards)?;
         let manifest = crate::shards::Manifest::read(data).ok()?;
-        let bytes = std::fs::read(&pretrained).ok()?;
-        let hash = format!("{:016x}", crate::tokenizer::fnv1a(&bytes));
-        (hash != manifest.tokenizer_hash).then(|| {
-            format!(
-                "data.path: {} was tokenized by tokenizer {}, not by the pretrained model's {} \
-                 ({hash}); prepare the text again with --tokenizer {}",
-                data.display(),
-                manifest.tokenizer_hash,
-                pretrained.display(),
-                pretrained.display()
-            )
-        })
+        let problem = manifest.tokenizer_mismatch(&pretrained, "the pretrained model's")?;
+        Some(format!("data.path: {} was {problem}", data.display()))
     }
 }

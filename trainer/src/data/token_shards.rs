@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::{DataShape, Dataset, Sample};
 use crate::error::{Error, Result};
 use crate::shards::{Manifest, ShardEntry, ShardFile, TOKENIZER};
-use crate::tokenizer::fnv1a;
+use crate::tokenizer::{file_hash, hash_hex};
 
 /// Windows of a prepared directory's shards.
 #[derive(Debug, Clone)]
@@ -33,8 +33,7 @@ impl TokenShards {
     pub fn open(dir: &Path, context: usize, eval_size: usize) -> Result<(Self, Self)> {
         let manifest = Manifest::read(dir)?;
         let tokenizer = dir.join(TOKENIZER);
-        let bytes = std::fs::read(&tokenizer).map_err(Error::io(&tokenizer))?;
-        let hash = format!("{:016x}", fnv1a(&bytes));
+        let hash = file_hash(&tokenizer).map_err(Error::io(&tokenizer))?;
         if hash != manifest.tokenizer_hash {
             return Err(Error::Data {
                 path: tokenizer,
@@ -66,7 +65,7 @@ impl TokenShards {
             let path = dir.join(&entry.file);
             let shard = ShardFile::open(&path)?;
             let header = shard.header();
-            let hash = format!("{:016x}", header.tokenizer_hash);
+            let hash = hash_hex(header.tokenizer_hash);
             if hash != manifest.tokenizer_hash || header.vocab != manifest.vocab {
                 return Err(Error::Data {
                     path,

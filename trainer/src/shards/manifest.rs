@@ -69,6 +69,22 @@ impl Manifest {
         })
     }
 
+    /// Why these shards cannot be read with the tokenizer at `tokenizer` (`whose` it is, for
+    /// the message, such as "the run's"): none when they were tokenized by it, or when it
+    /// cannot be read (its own error comes where it is loaded).
+    pub fn tokenizer_mismatch(&self, tokenizer: &Path, whose: &str) -> Option<String> {
+        let hash = crate::tokenizer::file_hash(tokenizer).ok()?;
+        (hash != self.tokenizer_hash).then(|| {
+            format!(
+                "tokenized by tokenizer {}, not by {whose} {} ({hash}): prepare the text again \
+                 with --tokenizer {}",
+                self.tokenizer_hash,
+                tokenizer.display(),
+                tokenizer.display()
+            )
+        })
+    }
+
     /// Tokens in the training shards.
     pub fn train_tokens(&self) -> u64 {
         self.train.iter().map(|s| s.tokens).sum()

@@ -132,7 +132,7 @@ pub fn prepare(tokenizer: &TextTokenizer, options: &PrepareOptions) -> Result<Pr
     bar.finish_and_clear();
     let vocab = tokenizer.vocab() as u64;
     let manifest = Manifest {
-        tokenizer_hash: format!("{:016x}", tokenizer.hash()),
+        tokenizer_hash: crate::tokenizer::hash_hex(tokenizer.hash()),
         vocab,
         token_bytes: ShardHeader::token_bytes_for(vocab),
         train,

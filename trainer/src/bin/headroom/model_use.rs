@@ -193,20 +193,17 @@ pub fn export(args: &ExportArgs) -> Result<()> {
             problems: vec!["export --hf: the run's model is an MLP, not a GPT-2".into()],
         });
     };
-    headroom_nn::hf::export_gpt2(gpt, &args.out_dir)?;
+    // The start and end of a text are the tokenizer's <|endoftext|>: a tokenizer trained by
+    // `headroom tokenizer train` has it first, not last as GPT-2's does.
     let tokenizer = run.tokenizer_path();
+    let end_of_text = match tokenizer.exists() {
+        true => TextTokenizer::load(&tokenizer)?.end_of_text(),
+        false => None,
+    };
+    headroom_nn::hf::export_gpt2(gpt, &args.out_dir, end_of_text)?;
     if tokenizer.exists() {
         let copy = args.out_dir.join("tokenizer.json");
         std::fs::copy(&tokenizer, &copy).map_err(|source| Error::Io { path: copy, source })?;
-        // The start and end of a text are the tokenizer's <|endoftext|>: export_gpt2 names
-        // the last id, GPT-2's, where a tokenizer trained by `headroom tokenizer train` (or
-        // the tiny GPT-2's) has it first.
-        if let Some(end) = TextTokenizer::load(&tokenizer)?.end_of_text() {
-            let mut config = headroom_nn::hf::Gpt2Config::read(&args.out_dir)?;
-            config.bos_token_id = Some(u64::from(end));
-            config.eos_token_id = Some(u64::from(end));
-            config.write(&args.out_dir)?;
-        }
     }
     say(format_args!(
         "exported {} as a Hugging Face GPT-2 directory: {}",
