@@ -8,8 +8,9 @@
 # `build` also packs .gpu-check/ into .gpu-check.tar.xz (about 7 MiB, where the folder holds over
 # 80): carry the archive alone, and `run` unpacks it where the folder is missing.
 #
-# `run tests`, `run benches` and `run fit` run one part alone, or the parts named (for a machine
-# that limits how long one command may take: the tests, then the benches, in calls of their own).
+# `run tests`, `run benches`, `run fit` and `run limits` run one part alone, or the parts named
+# (for a machine that limits how long one command may take: the parts in calls of their own);
+# `tests=loss,gemm` runs those test binaries alone.
 #
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered) and the trainer's
@@ -19,8 +20,8 @@
 # installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`); then GPT-2 small
 # in bf16 beside PyTorch eager on the GPU (`benches/peers/compare.py fit --device cuda:0`, which
 # checks the targets of activation bytes per sample and tokens/s), the profile of its step
-# (`fit-profile.txt`: each kernel timed alone, `HEADROOM_CUDA_PROFILE`), and what fits under 4
-# and 8 GiB on the GPU beside PyTorch's largest (`compare.py limits`). Results land in
+# (`fit-profile.txt`: each kernel timed alone, `HEADROOM_CUDA_PROFILE`); and (`limits`) what fits
+# under 4 and 8 GiB on the GPU beside PyTorch's largest (`compare.py limits`). Results land in
 # .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a target
 # was missed.
 #
@@ -74,19 +75,21 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() tests=0 benches=0 fit=0
+    local results=${OUT:-$DIR/results} smoke=() peer=() tests=0 benches=0 fit=0 limits=0 only= name
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
             tests) tests=1 ;;
+            tests=*) tests=1 only=",${arg#tests=}," ;;
             benches) benches=1 ;;
             fit) fit=1 ;;
+            limits) limits=1 ;;
             *) usage ;;
         esac
     done
     # No part named: all of them.
-    if [ $((tests + benches + fit)) -eq 0 ]; then
-        tests=1 benches=1 fit=1
+    if [ $((tests + benches + fit + limits)) -eq 0 ]; then
+        tests=1 benches=1 fit=1 limits=1
     fi
     if [ ! -d "$DIR" ] && [ -f "$DIR.tar.xz" ]; then
         tar -xJf "$DIR.tar.xz"
@@ -103,6 +106,9 @@ run() {
     if [ "$tests" -eq 1 ]; then
         for exe in "$DIR"/tests/*; do
             [ -x "$exe" ] || continue
+            # A binary is named for its test file, then a hash.
+            name=$(basename "$exe")
+            [ -z "$only" ] || [[ "$only" == *",${name%-*},"* ]] || continue
             echo "== $(basename "$exe")"
             "$exe" --test-threads=1 2>&1 | tee -a "$results/tests.log" | grep -E "^test result|FAILED|panicked|skipped" || failed=1
             [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
@@ -121,13 +127,16 @@ run() {
     # GPT-2 small on the GPU takes minutes; a dry run has no GPU to fit it on.
     if [ "$fit" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
         echo "== fit"
-        "$DIR/fit-compare" --device cuda:0 | tee "$results/fit-compare.txt" || failed=1
         python3 benches/peers/compare.py fit --device cuda:0 --binary "$DIR/fit-compare" --rounds 1 \
             | tee "$results/fit.txt" || failed=1
-        # Where a step's device time goes: each kernel timed alone, its totals in the table.
+        # Where a step's device time goes: each kernel timed alone, its totals on stderr; the
+        # table on stdout has the peaks and whether the planner predicted them exactly.
         HEADROOM_CUDA_PROFILE=1 "$DIR/fit-compare" --device cuda:0 --steps 1 \
             >"$results/fit-profiled.txt" 2>"$results/fit-profile.txt" || failed=1
-        # What fits under 4 and 8 GiB on the GPU, beside PyTorch's largest (part 2).
+    fi
+    # What fits under 4 and 8 GiB on the GPU, beside PyTorch's largest (part 2).
+    if [ "$limits" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
+        echo "== limits"
         python3 benches/peers/compare.py limits --device cuda:0 --binary "$DIR/fit-compare" --rounds 1 \
             | tee "$results/limits.txt" || failed=1
     fi
@@ -135,7 +144,7 @@ run() {
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [tests] [benches] [fit]" >&2
+    echo "usage: $0 build | run [--smoke] [tests | tests=NAME,...] [benches] [fit] [limits]" >&2
     exit 2
 }
 

@@ -4,7 +4,7 @@ mod common;
 
 use common::{assert_close, assert_close_scaled, devices, random, rng, tolerance};
 use headroom_alloc::trace::SplitMix64;
-use headroom_kernels::ops::gemm::{matmul, matmul_bias};
+use headroom_kernels::ops::gemm::{matmul, matmul_accumulate, matmul_bias};
 use headroom_kernels::{Array, DType, Device, Error};
 
 /// Reads element (row, col) of `op(x)` for matrix `index` of a batch stored row-major.
@@ -169,5 +169,62 @@ fn a_bias_is_added_to_every_row_in_every_float_dtype() {
             let (wrong, _) = random(&device, &mut rng, &[4], dtype, -1.0, 1.0);
             assert!(matmul_bias(&x, &w, &wrong, false, true).is_err());
         }
+    }
+}
+
+#[test]
+fn accumulated_products_add_into_their_output_from_every_float_dtype() {
+    // (operands, output): one dtype, or half operands added into f32, as a gradient summed over
+    // chunks under autocast is.
+    let pairs = [
+        (DType::F32, DType::F32),
+        (DType::F64, DType::F64),
+        (DType::BF16, DType::F32),
+        (DType::F16, DType::F32),
+    ];
+    let mut rng = rng();
+    for device in devices() {
+        for (dtype, out_dtype) in pairs {
+            for (m, k, n) in [(1, 1, 1), (5, 7, 3), (33, 65, 17)] {
+                for (trans_a, trans_b) in [(false, false), (true, false), (false, true)] {
+                    let a_mat = if trans_a { [k, m] } else { [m, k] };
+                    let b_mat = if trans_b { [n, k] } else { [k, n] };
+                    let (a, av) = random(&device, &mut rng, &a_mat, dtype, -1.0, 1.0);
+                    let (b, bv) = random(&device, &mut rng, &b_mat, dtype, -1.0, 1.0);
+                    let (mut out, before) =
+                        random(&device, &mut rng, &[m, n], out_dtype, -1.0, 1.0);
+                    matmul_accumulate(&a, &b, trans_a, trans_b, &mut out).unwrap();
+                    let (mut want, mut scale) = (Vec::new(), Vec::new());
+                    for r in 0..m {
+                        for c in 0..n {
+                            let (mut sum, mut magnitude) =
+                                (before[r * n + c], before[r * n + c].abs());
+                            for l in 0..k {
+                                let term = element(&av, a_mat[0], a_mat[1], 0, trans_a, r, l)
+                                    * element(&bv, b_mat[0], b_mat[1], 0, trans_b, l, c);
+                                sum += term;
+                                magnitude += term.abs();
+                            }
+                            want.push(sum);
+                            scale.push(magnitude);
+                        }
+                    }
+                    assert_eq!(out.dtype(), out_dtype);
+                    let what =
+                        format!("{dtype} into {out_dtype} {m}x{k}x{n} t=({trans_a},{trans_b})");
+                    // Where half types are widened, the product is rounded to them once.
+                    let rtol = tolerance(dtype) * if dtype == DType::F32 { 4.0 } else { 1.0 };
+                    assert_close_scaled(&what, &out.to_f64().unwrap(), &want, &scale, rtol);
+                }
+            }
+        }
+        let half = Array::zeros(&device, [2, 2], DType::BF16).unwrap();
+        let mut into_half = Array::zeros(&device, [2, 2], DType::BF16).unwrap();
+        let err = matmul_accumulate(&half, &half, false, false, &mut into_half).unwrap_err();
+        assert!(matches!(err, Error::DType { .. }), "{err}");
+        let mut into_f64 = Array::zeros(&device, [2, 2], DType::F64).unwrap();
+        let single = Array::zeros(&device, [2, 2], DType::F32).unwrap();
+        let err = matmul_accumulate(&single, &single, false, false, &mut into_f64).unwrap_err();
+        assert!(matches!(err, Error::DType { .. }), "{err}");
     }
 }

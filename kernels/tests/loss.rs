@@ -5,7 +5,10 @@
 mod common;
 
 use common::{assert_close, devices, masked, random, random_ids, rng, tolerance};
-use headroom_kernels::ops::loss::{cross_entropy, cross_entropy_backward, loss_dtype};
+use headroom_kernels::ops::loss::{
+    cross_entropy, cross_entropy_backward, loss_dtype, padded_cross_entropy,
+    padded_cross_entropy_backward,
+};
 use headroom_kernels::{Array, DType, Device, Error};
 
 /// The f64 reference loss of one row of logits.
@@ -79,6 +82,68 @@ fn cross_entropy_matches_the_reference() {
                     let what = format!("{dtype} {rows}x{classes} ignoring {ignore:?}");
                     assert_close(&what, &loss.to_f64().unwrap(), &[want], rtol);
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn padded_logits_are_scored_over_their_classes_alone() {
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            // Widths of whole 16-byte packs for every dtype (rows a warp reads, rows a block
+            // reads) and widths of none.
+            for (rows, classes, width) in [(4, 7, 8), (5, 33, 40), (2, 1001, 1008), (3, 1500, 1503)]
+            {
+                let (scores, _) = random(&device, &mut rng, &[rows, classes], dtype, -4.0, 4.0);
+                let scores = scores.to_f64().unwrap();
+                // The padding is NaN: a kernel that reads it spoils the loss.
+                let mut padded = vec![f64::NAN; rows * width];
+                for r in 0..rows {
+                    padded[r * width..r * width + classes]
+                        .copy_from_slice(&scores[r * classes..(r + 1) * classes]);
+                }
+                let logits = Array::from_f64(&device, [rows, width], dtype, &padded).unwrap();
+                let (_, ts) = random_ids(&device, &mut rng, &[rows], classes);
+                let (targets, ts) = with_ignored_rows(&device, &ts);
+                let what = format!("{dtype} {rows}x{classes} in rows of {width}");
+                let loss = padded_cross_entropy(&logits, Some(classes), &targets, Some(IGNORE));
+                let want = reference_loss(&scores, &ts, classes);
+                let rtol = tolerance(loss_dtype(dtype)) * 4.0;
+                assert_close(&what, &loss.unwrap().to_f64().unwrap(), &[want], rtol);
+                let dy = dloss(&device, dtype, 1.5);
+                let grad = padded_cross_entropy_backward(
+                    &logits,
+                    Some(classes),
+                    &targets,
+                    &dy,
+                    Some(IGNORE),
+                )
+                .unwrap();
+                assert_eq!(grad.shape().dims(), [rows, width], "{what}");
+                let grad = grad.to_f64().unwrap();
+                let unpadded = Array::from_f64(&device, [rows, classes], dtype, &scores).unwrap();
+                let plain = cross_entropy_backward(&unpadded, &targets, &dy, Some(IGNORE));
+                let plain = plain.unwrap().to_f64().unwrap();
+                for r in 0..rows {
+                    let row = &grad[r * width..(r + 1) * width];
+                    assert!(
+                        row[classes..].iter().all(|&g| g == 0.0),
+                        "{what}: padding of row {r}"
+                    );
+                    let want = &plain[r * classes..(r + 1) * classes];
+                    assert_close(&what, &row[..classes], want, tolerance(dtype) * 2.0);
+                }
+            }
+            let logits = Array::zeros(&device, [2, 4], dtype).unwrap();
+            let targets = Array::from_host(&device, [2], &[0u32, 1]).unwrap();
+            for classes in [0, 5] {
+                let err = padded_cross_entropy(&logits, Some(classes), &targets, None).unwrap_err();
+                assert!(
+                    matches!(err, Error::Argument { .. }),
+                    "{classes} classes: {err}"
+                );
             }
         }
     }

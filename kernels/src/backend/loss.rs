@@ -5,13 +5,16 @@ use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
 
-/// The geometry of a cross-entropy: `rows` rows of `classes` logits.
+/// The geometry of a cross-entropy: `rows` rows of `classes` logits, `width` elements apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CrossEntropySpec {
     /// Number of rows (examples); at least 1.
     pub rows: usize,
     /// Number of classes per row (valid targets are `0..classes`).
     pub classes: usize,
+    /// Elements from one row's start to the next (at least `classes`): the columns past
+    /// `classes` are padding, read by neither pass and zero in the gradient.
+    pub width: usize,
     /// Rows whose target is this value count for nothing: no loss, no gradient, and not in the
     /// mean's denominator (PyTorch's `ignore_index`).
     pub ignore: Option<u32>,
@@ -20,7 +23,7 @@ pub struct CrossEntropySpec {
 /// The kernels of this family that a backend runs.
 pub trait LossKernels {
     /// Writes into the one element of `out` (f32, or f64 for f64 logits) the mean over rows of
-    /// `logsumexp(logits[i]) - logits[i, targets[i]]`. Fails with
+    /// `logsumexp(logits[i]) - logits[i, targets[i]]` (each row's first `classes` columns). Fails with
     /// [`Error::Argument`](crate::Error::Argument) when a target is `>= classes`.
     fn cross_entropy(
         &self,
@@ -32,7 +35,7 @@ pub trait LossKernels {
 
     /// `out[i, j] = (softmax(logits[i])[j] - (j == targets[i])) * dloss / counted`, in the
     /// logits' dtype, where `dloss` is a one-element buffer of the loss' dtype and `counted` the
-    /// rows not ignored; ignored rows get zeros. Fails with
+    /// rows not ignored; ignored rows and the padding get zeros. Fails with
     /// [`Error::Argument`](crate::Error::Argument) when a target is `>= classes` and not the
     /// ignored one.
     fn cross_entropy_backward(

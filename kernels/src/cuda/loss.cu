@@ -1,48 +1,112 @@
 // The cross-entropy of logits against class targets, forward and backward. The host has checked
 // every target against its range. A row belongs to a group of GROUP threads (a warp, or a block
 // of 256, see ROWS_OF), which finds its most and sum of exponentials in one pass.
+//
+// Rows lie `width` elements apart and hold `classes` scores (a head whose products were padded
+// to a multiple of eight columns leaves the rest of each row as padding). Where `width` is a
+// whole number of 16-byte packs every row starts on 16 bytes, and the kernels move whole packs.
+
+// The most of a row's first `classes` logits and the sum of their exponentials relative to it,
+// on every thread of the group: 16 bytes at a time where `packed`, the rest one at a time.
+template <int GROUP, typename T>
+__device__ __forceinline__ void row_max_and_sum(const T* row, u64 classes, int packed, u64 lane,
+                                                typename Io<T>::C* scratch, typename Io<T>::C& max,
+                                                typename Io<T>::C& sum) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    const int N = 16 / sizeof(T);
+    max = neg_infinity<C>();
+    sum = 0;
+    u64 rest = 0;
+    if (packed) {
+        const u64 packs = classes / N;
+        const Pack<T>* p = (const Pack<T>*)row;
+        for (u64 k = lane; k < packs; k += GROUP) {
+            const Pack<T> pack = p[k];
+            C v[16 / sizeof(T)];
+            C most = neg_infinity<C>();
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+                v[i] = io::load(pack.v[i]);
+                most = m_max(most, v[i]);
+            }
+            C part = 0;
+            if (most != neg_infinity<C>()) {
+#pragma unroll
+                for (int i = 0; i < N; ++i) part += m_exp(v[i] - most);  // NaN stays NaN
+            }
+            merge_exp_sums(max, sum, most, part);
+        }
+        rest = packs * N;
+    }
+    for (u64 j = rest + lane; j < classes; j += GROUP) fold_exp(io::load(row[j]), max, sum);
+    merge_over_group<GROUP>(scratch, max, sum);
+}
 
 // losses[r] = the row's loss (0 for an ignored target).
 template <int GROUP, typename T>
 __device__ void cross_entropy_rows(const T* logits, const u32* targets, u32 ignore, int has_ignore,
-                                   double* losses, u64 rows, u64 classes) {
+                                   double* losses, u64 rows, u64 classes, u64 width) {
     typedef Io<T> io;
     typedef typename io::C C;
     SCRATCH(C)
+    const int packed = width % (16 / sizeof(T)) == 0;
     ROWS_OF(GROUP) {
         const u32 t = targets[r];
         if (has_ignore && t == ignore) {
             if (lane == 0) losses[r] = 0.0;
             continue;
         }
-        const T* row = logits + r * classes;
+        const T* row = logits + r * width;
         C max, sum;
-        max_and_sum_exp<GROUP, T>(row, classes, (C)1, lane, scratch, max, sum);
+        row_max_and_sum<GROUP, T>(row, classes, packed, lane, scratch, max, sum);
         if (lane == 0) losses[r] = (double)((max - io::load(row[t])) + m_log(sum));
     }
 }
 
+// A gradient element: (softmax - onehot) * scale for a class, 0 for padding.
+template <typename C>
+__device__ __forceinline__ C cross_entropy_gradient(C x, u64 j, u32 t, u64 classes, C max, C sum, C scale) {
+    if (j >= classes) return (C)0;
+    C p = m_exp(x - max) / sum;
+    if (j == t) p -= (C)1;
+    return p * scale;
+}
+
 template <int GROUP, typename T, typename L>
 __device__ void cross_entropy_backward_rows(const L* dloss, double counted, const T* logits, const u32* targets,
-                                            u32 ignore, int has_ignore, T* dx, u64 rows, u64 classes) {
+                                            u32 ignore, int has_ignore, T* dx, u64 rows, u64 classes, u64 width) {
     typedef Io<T> io;
     typedef typename io::C C;
     SCRATCH(C)
+    const int N = 16 / sizeof(T);
+    const int packed = width % N == 0;
     const C scale = (C)((double)Io<L>::load(dloss[0]) / counted);
     ROWS_OF(GROUP) {
         const u32 t = targets[r];
-        const T* row = logits + r * classes;
-        T* out = dx + r * classes;
-        if (has_ignore && t == ignore) {
-            for (u64 j = lane; j < classes; j += GROUP) out[j] = io::store((C)0);
-            continue;
-        }
-        C max, sum;
-        max_and_sum_exp<GROUP, T>(row, classes, (C)1, lane, scratch, max, sum);
-        for (u64 j = lane; j < classes; j += GROUP) {
-            C p = m_exp(io::load(row[j]) - max) / sum;
-            if (j == t) p -= (C)1;
-            out[j] = io::store(p * scale);
+        const T* row = logits + r * width;
+        T* out = dx + r * width;
+        const bool ignored = has_ignore && t == ignore;
+        C max = 0, sum = 1;
+        if (!ignored) row_max_and_sum<GROUP, T>(row, classes, packed, lane, scratch, max, sum);
+        if (packed) {
+            const Pack<T>* in = (const Pack<T>*)row;
+            Pack<T>* o = (Pack<T>*)out;
+            for (u64 k = lane; k < width / N; k += GROUP) {
+                const Pack<T> pack = in[k];
+                Pack<T> grad;
+#pragma unroll
+                for (int i = 0; i < N; ++i) {
+                    const u64 j = k * N + i;
+                    grad.v[i] = io::store(ignored ? (C)0
+                                                  : cross_entropy_gradient(io::load(pack.v[i]), j, t, classes, max, sum, scale));
+                }
+                o[k] = grad;
+            }
+        } else {
+            for (u64 j = lane; j < width; j += GROUP) {
+                out[j] = io::store(ignored ? (C)0 : cross_entropy_gradient(io::load(row[j]), j, t, classes, max, sum, scale));
+            }
         }
     }
 }
@@ -61,14 +125,16 @@ __device__ void mean_loss(const double* losses, u64 rows, double counted, O* out
 #define CROSS_ENTROPY_BACKWARD(lname, L, G, name, T) \
     extern "C" __global__ void cross_entropy_backward_##G##_##name##_##lname( \
         const L* dloss, double counted, const T* logits, const u32* targets, u32 ignore, int has_ignore, T* dx, \
-        u64 rows, u64 classes) { \
-        cross_entropy_backward_rows<G, T, L>(dloss, counted, logits, targets, ignore, has_ignore, dx, rows, classes); \
+        u64 rows, u64 classes, u64 width) { \
+        cross_entropy_backward_rows<G, T, L>(dloss, counted, logits, targets, ignore, has_ignore, dx, rows, classes, \
+                                             width); \
     }
 
 #define LOSS_GROUP(G, name, T) \
     extern "C" __global__ void cross_entropy_##G##_##name(const T* logits, const u32* targets, u32 ignore, \
-                                                          int has_ignore, double* losses, u64 rows, u64 classes) { \
-        cross_entropy_rows<G, T>(logits, targets, ignore, has_ignore, losses, rows, classes); \
+                                                          int has_ignore, double* losses, u64 rows, u64 classes, \
+                                                          u64 width) { \
+        cross_entropy_rows<G, T>(logits, targets, ignore, has_ignore, losses, rows, classes, width); \
     } \
     CROSS_ENTROPY_BACKWARD(f32, float, G, name, T) CROSS_ENTROPY_BACKWARD(f64, double, G, name, T) \
     CROSS_ENTROPY_BACKWARD(f16, f16, G, name, T) CROSS_ENTROPY_BACKWARD(bf16, bf16, G, name, T)

@@ -156,29 +156,10 @@ __device__ __forceinline__ void merge_exp_sums(C& max, C& sum, C other_max, C ot
     max = most;
 }
 
-// The most of `scale x` and the sum of exp(scale x - most) over the first `len` elements of a
-// row, on every thread of its group (softmax and cross-entropy both start so), reading the row
-// once: each thread keeps its sum relative to the most it has seen so far, rescaling it when a
-// larger value comes (Milakov and Gimelshein's online normalizer), and the group merges those
-// pairs in a fixed order.
-template <int GROUP, typename T>
-__device__ __forceinline__ void max_and_sum_exp(const T* row, u64 len, typename Io<T>::C scale, u64 lane,
-                                                typename Io<T>::C* scratch, typename Io<T>::C& max,
-                                                typename Io<T>::C& sum) {
-    static_assert(GROUP == 32 || GROUP == 256 || GROUP == 512, "a group is one warp or a whole block");
-    typedef Io<T> io;
-    typedef typename io::C C;
-    max = neg_infinity<C>();
-    sum = 0;
-    for (u64 j = lane; j < len; j += GROUP) {
-        const C v = scale * io::load(row[j]);
-        if (v > max) {
-            sum = sum * m_exp(max - v) + (C)1;
-            max = v;
-        } else if (v != neg_infinity<C>()) {
-            sum += m_exp(v - max);  // NaN stays NaN
-        }
-    }
+// Merges the running (most, sum of exponentials) of every thread of a group of GROUP threads in a
+// fixed order (`scratch`: two values per warp), so that every thread gets the row's.
+template <int GROUP, typename C>
+__device__ __forceinline__ void merge_over_group(C* scratch, C& max, C& sum) {
     for (int offset = 16; offset > 0; offset /= 2) {
         const C other_max = __shfl_xor_sync(0xffffffffu, max, offset);
         const C other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -195,6 +176,36 @@ __device__ __forceinline__ void max_and_sum_exp(const T* row, u64 len, typename 
     max = scratch[0];
     sum = scratch[warps];
     for (int w = 1; w < warps; ++w) merge_exp_sums(max, sum, scratch[w], scratch[warps + w]);
+}
+
+// Folds one value into this thread's running (most, sum of exponentials): the sum is kept
+// relative to the most seen so far and rescaled when a larger value comes (Milakov and
+// Gimelshein's online normalizer).
+template <typename C>
+__device__ __forceinline__ void fold_exp(C v, C& max, C& sum) {
+    if (v > max) {
+        sum = sum * m_exp(max - v) + (C)1;
+        max = v;
+    } else if (v != neg_infinity<C>()) {
+        sum += m_exp(v - max);  // NaN stays NaN
+    }
+}
+
+// The most of `scale x` and the sum of exp(scale x - most) over the first `len` elements of a
+// row, on every thread of its group (softmax and cross-entropy both start so), reading the row
+// once: each thread folds its elements into a running pair, and the group merges those pairs
+// in a fixed order.
+template <int GROUP, typename T>
+__device__ __forceinline__ void max_and_sum_exp(const T* row, u64 len, typename Io<T>::C scale, u64 lane,
+                                                typename Io<T>::C* scratch, typename Io<T>::C& max,
+                                                typename Io<T>::C& sum) {
+    static_assert(GROUP == 32 || GROUP == 256 || GROUP == 512, "a group is one warp or a whole block");
+    typedef Io<T> io;
+    typedef typename io::C C;
+    max = neg_infinity<C>();
+    sum = 0;
+    for (u64 j = lane; j < len; j += GROUP) fold_exp(scale * io::load(row[j]), max, sum);
+    merge_over_group<GROUP>(scratch, max, sum);
 }
 
 // The bound on `k GROUP` for the elements `lane + k GROUP` of a row's first `seen` that fall to the

@@ -1,8 +1,12 @@
-//! Gradient clipping by global norm, without touching the gradients' memory.
+//! Gradient clipping by global norm, without touching the gradients' memory. Each parameter's
+//! squared norm is added in f64, in the parameters' order: on the host where reading a value
+//! costs nothing (the CPU), on the device otherwise, which the host then reads once (a read per
+//! parameter would make a GPU wait for the host once a parameter). Both give the same sum.
 
 use headroom_autograd::Gradients;
-use headroom_kernels::DeviceKind;
+use headroom_kernels::ops::elementwise::add_into;
 use headroom_kernels::ops::reduce::{ReduceOp, reduce};
+use headroom_kernels::{Array, DType, DeviceKind, PlanTarget};
 
 use crate::error::Result;
 use crate::module::Module;
@@ -36,6 +40,7 @@ pub fn clip_grad_norm(
     max_norm: f64,
 ) -> Result<GradNorm> {
     let mut squares = 0.0f64;
+    let mut on_device: Option<Array> = None;
     let mut failure = None;
     model.visit(&mut |_, param| {
         if failure.is_some() {
@@ -44,20 +49,36 @@ pub fn clip_grad_norm(
         let Some(grad) = grads.get(param) else {
             return;
         };
-        let flat = grad.reshape([grad.numel()]);
-        let sum = flat.and_then(|g| reduce(ReduceOp::SumSquares, &g, 0, false));
-        // A planning device makes the same allocations and holds no values to read.
-        let value = sum.and_then(|s| match s.device().kind() {
-            DeviceKind::Meta => Ok(0.0),
-            _ => Ok(s.to_f64()?[0]),
+        let sum = grad
+            .reshape([grad.numel()])
+            .and_then(|flat| reduce(ReduceOp::SumSquares, &flat, 0, false));
+        let added = sum.and_then(|sum| match sum.device().plan_target() {
+            // A planning device makes the same allocations and holds no values to read.
+            PlanTarget::Cpu if sum.device().kind() == DeviceKind::Meta => Ok(()),
+            PlanTarget::Cpu => {
+                squares += sum.to_f64()?[0];
+                Ok(())
+            }
+            PlanTarget::Cuda { .. } => {
+                let sum = sum.cast(DType::F64)?;
+                match &mut on_device {
+                    Some(total) => add_into(total, &sum),
+                    None => {
+                        on_device = Some(sum);
+                        Ok(())
+                    }
+                }
+            }
         });
-        match value {
-            Ok(value) => squares += value,
-            Err(err) => failure = Some(err),
+        if let Err(err) = added {
+            failure = Some(err);
         }
     });
     if let Some(err) = failure {
         return Err(err.into());
+    }
+    if let Some(total) = on_device.filter(|t| t.device().kind() != DeviceKind::Meta) {
+        squares += total.to_f64()?[0];
     }
     let norm = squares.sqrt() * grad_scale.abs();
     let factor = if norm.is_finite() {

@@ -76,6 +76,11 @@ impl GemmKernels for CudaBackend {
                 });
             }
         };
+        // A half product may add into an f32 output (accumulating in f32 all the same).
+        let c_data = match out.dtype() {
+            DType::F32 if dtype != DType::F32 => cudaDataType::CUDA_R_32F,
+            _ => data,
+        };
         let &GemmSpec { batch, m, n, k, .. } = spec;
         if out.is_empty() {
             return Ok(());
@@ -156,7 +161,7 @@ impl GemmKernels for CudaBackend {
                         "cublasGemmEx",
                         cublasGemmEx(
                             handle, op_b, op_a, n_, m_, k_, alpha, b, data, ld_b, a, data, ld_a,
-                            beta, c, data, n_, compute, algo,
+                            beta, c, c_data, n_, compute, algo,
                         ),
                     )
                 } else {
@@ -180,7 +185,7 @@ impl GemmKernels for CudaBackend {
                             spec.a_batch_stride as i64,
                             beta,
                             c,
-                            data,
+                            c_data,
                             n_,
                             (m * n) as i64,
                             batch_,

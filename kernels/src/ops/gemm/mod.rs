@@ -65,8 +65,10 @@ pub fn matmul_bias(
     product(a, b, Some(bias), trans_a, trans_b, "matmul_bias")
 }
 
-/// `out += op(a) @ op(b)` for plain matrices of f32 or f64 (the three of one dtype), added by
-/// the GEMM itself, with no temporary: how a gradient summed over chunks grows in place.
+/// `out += op(a) @ op(b)` for plain matrices of f32 or f64 (the three of one dtype), or of a
+/// half type added into f32, by the GEMM itself where the backend multiplies half types (cuBLAS
+/// accumulates into the f32 output) and through a half product otherwise: how a gradient
+/// summed over chunks grows in place.
 ///
 /// ```
 /// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::gemm::matmul_accumulate};
@@ -86,13 +88,32 @@ pub fn matmul_accumulate(
 ) -> Result<()> {
     const OP: &str = "matmul_accumulate";
     a.check_peer(b, OP)?;
-    a.check_peer(out, OP)?;
-    if !matches!(a.dtype(), DType::F32 | DType::F64) {
-        return Err(Error::DType {
-            op: OP,
-            expected: "f32 or f64".into(),
-            got: a.dtype(),
-        });
+    a.device().check_same(out.device(), OP)?;
+    let half = matches!(a.dtype(), DType::F16 | DType::BF16);
+    match (a.dtype(), out.dtype()) {
+        (DType::F32, DType::F32) | (DType::F64, DType::F64) => {}
+        (DType::F16 | DType::BF16, DType::F32) => {}
+        (DType::F16 | DType::BF16, got) => {
+            return Err(Error::DType {
+                op: OP,
+                expected: "an f32 output for half operands".into(),
+                got,
+            });
+        }
+        (DType::F32 | DType::F64, got) => {
+            return Err(Error::DType {
+                op: OP,
+                expected: a.dtype().to_string(),
+                got,
+            });
+        }
+        (got, _) => {
+            return Err(Error::DType {
+                op: OP,
+                expected: "f32, f64, f16 or bf16".into(),
+                got,
+            });
+        }
     }
     let (&[ar, ac], &[br, bc], &[or, oc]) =
         (a.shape().dims(), b.shape().dims(), out.shape().dims())
@@ -130,6 +151,10 @@ pub fn matmul_accumulate(
         accumulate: true,
     };
     let device = a.device().clone();
+    if half && !device.backend().gemm_half() {
+        let part = matmul(a, b, trans_a, trans_b)?;
+        return crate::ops::elementwise::add_into(out, &part.cast(DType::F32)?);
+    }
     device
         .backend()
         .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(OP)?)

@@ -23,12 +23,13 @@ impl LossKernels for CpuBackend {
         let losses: Vec<f64> = with_float!(logits.dtype(), OP, |T| {
             let logits = logits.host::<T>(OP)?;
             Ok(logits
-                .par_chunks(spec.classes)
+                .par_chunks(spec.width)
                 .zip(targets)
                 .map(|(row, &t)| {
                     if Some(t) == spec.ignore {
                         return 0.0;
                     }
+                    let row = &row[..spec.classes];
                     let (max, sum) = max_and_sum_exp::<T>(row);
                     // (max - x_t) + ln(sum): no cancellation between two large logits' sums.
                     ((max - row[t as usize].load()) + sum.ln()).f64()
@@ -65,14 +66,17 @@ impl LossKernels for CpuBackend {
             let logits = logits.host::<T>(OP)?;
             let out = out.host_mut::<T>(OP)?;
             let scale = <T as Float>::C::of(dloss / counted as f64);
-            out.par_chunks_mut(spec.classes)
-                .zip(logits.par_chunks(spec.classes))
+            out.par_chunks_mut(spec.width)
+                .zip(logits.par_chunks(spec.width))
                 .zip(targets)
                 .for_each(|((dx, row), &t)| {
+                    let (dx, padding) = dx.split_at_mut(spec.classes);
+                    padding.fill(T::store(<T as Float>::C::ZERO));
                     if Some(t) == spec.ignore {
                         dx.fill(T::store(<T as Float>::C::ZERO));
                         return;
                     }
+                    let row = &row[..spec.classes];
                     let (max, sum) = max_and_sum_exp::<T>(row);
                     for (j, (d, &x)) in dx.iter_mut().zip(row).enumerate() {
                         let p = (x.load() - max).exp() / sum;

@@ -43,9 +43,9 @@ impl LossKernels for CudaBackend {
             .alloc_workspace(DType::F64, spec.rows.max(1), OP)?;
         let (ignore, has_ignore) = (spec.ignore.unwrap_or(0), spec.ignore.is_some());
         if spec.rows > 0 {
-            let (group, grid) = self.row_grid(spec.rows, spec.classes, WARP_ROW);
+            let (group, grid) = self.row_grid(spec.rows, spec.width, WARP_ROW);
             let name = float_kernel(&format!("cross_entropy_{group}"), logits.dtype(), OP)?;
-            let args: [Arg; 7] = [
+            let args: [Arg; 8] = [
                 logits.into(),
                 targets.into(),
                 ignore.into(),
@@ -53,6 +53,7 @@ impl LossKernels for CudaBackend {
                 (&losses).into(),
                 spec.rows.into(),
                 spec.classes.into(),
+                spec.width.into(),
             ];
             self.launch(OP, Family::Loss, &name, grid, &args)?;
         }
@@ -87,13 +88,13 @@ impl LossKernels for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
-        let (group, grid) = self.row_grid(spec.rows, spec.classes, WARP_ROW);
+        let (group, grid) = self.row_grid(spec.rows, spec.width, WARP_ROW);
         let name = format!(
             "cross_entropy_backward_{group}_{}_{}",
             logits.dtype(),
             dloss.dtype()
         );
-        let args: [Arg; 9] = [
+        let args: [Arg; 10] = [
             dloss.into(),
             (counted as f64).into(),
             logits.into(),
@@ -103,6 +104,7 @@ impl LossKernels for CudaBackend {
             out.into(),
             spec.rows.into(),
             spec.classes.into(),
+            spec.width.into(),
         ];
         self.launch(OP, Family::Loss, &name, grid, &args)
     }

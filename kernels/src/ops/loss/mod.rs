@@ -15,9 +15,11 @@ use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
 
-/// Checks the operands of a cross-entropy and returns their geometry.
+/// Checks the operands of a cross-entropy over the first `classes` columns of the logits (all
+/// of them when `None`) and returns their geometry.
 fn cross_entropy_spec(
     logits: &Array,
+    classes: Option<usize>,
     targets: &Array,
     ignore: Option<u32>,
     op: &'static str,
@@ -26,11 +28,24 @@ fn cross_entropy_spec(
     targets.check_indices(op)?;
     logits.device().check_same(targets.device(), op)?;
     match (logits.shape().dims(), targets.shape().dims()) {
-        (&[rows, classes], &[n]) if n == rows && rows > 0 => Ok(CrossEntropySpec {
-            rows,
-            classes,
-            ignore,
-        }),
+        (&[rows, width], &[n]) if n == rows && rows > 0 => {
+            let classes = classes.unwrap_or(width);
+            if classes == 0 || classes > width {
+                return Err(Error::Argument {
+                    op,
+                    detail: format!(
+                        "{classes} classes in rows of {width} logits: there must be at least one, \
+                         and no more than the row holds"
+                    ),
+                });
+            }
+            Ok(CrossEntropySpec {
+                rows,
+                classes,
+                width,
+                ignore,
+            })
+        }
         _ => Err(Error::Shape {
             op,
             detail: format!(
@@ -57,8 +72,21 @@ fn cross_entropy_spec(
 /// # Ok::<(), headroom_kernels::Error>(())
 /// ```
 pub fn cross_entropy(logits: &Array, targets: &Array, ignore: Option<u32>) -> Result<Array> {
+    padded_cross_entropy(logits, None, targets, ignore)
+}
+
+/// [`cross_entropy`] over the first `classes` columns of each row of `logits` (`[N, W]`, all
+/// `W` of them when `None`); the other columns are padding and are not read. A head whose
+/// products were padded to a multiple of eight columns (so that every row starts on 16 bytes)
+/// gives its logits as they came.
+pub fn padded_cross_entropy(
+    logits: &Array,
+    classes: Option<usize>,
+    targets: &Array,
+    ignore: Option<u32>,
+) -> Result<Array> {
     const OP: &str = "cross_entropy";
-    let spec = cross_entropy_spec(logits, targets, ignore, OP)?;
+    let spec = cross_entropy_spec(logits, classes, targets, ignore, OP)?;
     let dtype = loss_dtype(logits.dtype());
     let mut out = Array::uninit(logits.device(), Shape::new(&[]), dtype, OP)?;
     logits.device().backend().cross_entropy(
@@ -80,8 +108,20 @@ pub fn cross_entropy_backward(
     dloss: &Array,
     ignore: Option<u32>,
 ) -> Result<Array> {
+    padded_cross_entropy_backward(logits, None, targets, dloss, ignore)
+}
+
+/// The gradient of [`padded_cross_entropy`] with respect to `logits`, scaled by `dloss` as
+/// [`cross_entropy_backward`]'s is: `[N, W]` like the logits, zeros in the padding.
+pub fn padded_cross_entropy_backward(
+    logits: &Array,
+    classes: Option<usize>,
+    targets: &Array,
+    dloss: &Array,
+    ignore: Option<u32>,
+) -> Result<Array> {
     const OP: &str = "cross_entropy_backward";
-    let spec = cross_entropy_spec(logits, targets, ignore, OP)?;
+    let spec = cross_entropy_spec(logits, classes, targets, ignore, OP)?;
     logits.device().check_same(dloss.device(), OP)?;
     if dloss.numel() != 1 || dloss.dtype() != loss_dtype(logits.dtype()) {
         return Err(Error::Argument {
