@@ -77,7 +77,7 @@ impl Error {
     }
 
     /// A configuration error.
-    pub(crate) fn config(what: &'static str, detail: impl Into<String>) -> Self {
+    pub fn config(what: &'static str, detail: impl Into<String>) -> Self {
         Self::Config {
             what,
             detail: detail.into(),

@@ -26,6 +26,15 @@ pub enum Error {
         detail: String,
     },
 
+    /// A dataset could not give a sample, or gave one unlike what it said its samples are.
+    #[error("sample {index}: {detail}")]
+    Sample {
+        /// The sample's index in its dataset.
+        index: usize,
+        /// What is wrong, naming the array.
+        detail: String,
+    },
+
     /// Reading or writing a file of the run failed.
     #[error("{path}: {source}")]
     Io {
@@ -135,8 +144,9 @@ impl Error {
         matches!(self, Self::Nn(err) if err.is_out_of_memory())
     }
 
-    /// A configuration error with one problem.
-    pub(crate) fn config(problem: impl Into<String>) -> Self {
+    /// A configuration error with one problem (what a model factory returns for data it cannot
+    /// read, say).
+    pub fn config(problem: impl Into<String>) -> Self {
         Self::Config {
             problems: vec![problem.into()],
         }

@@ -5,8 +5,8 @@ use headroom_autograd::no_grad;
 use headroom_kernels::Device;
 
 use crate::config::PrecisionKind;
-use crate::data::{HostBatch, HostInputs, IGNORE, Metric, Task};
-use crate::error::Result;
+use crate::data::{HostBatch, IGNORE, INPUTS, Metric, TARGETS, Task, Values};
+use crate::error::{Error, Result};
 use crate::trainable::TrainableModel;
 
 /// Tallies of a metric over chunks.
@@ -32,7 +32,7 @@ pub fn evaluate(
     while start < task.eval.len() {
         let end = (start + chunk).min(task.eval.len());
         let indices: Vec<usize> = (start..end).collect();
-        let batch = HostBatch::collect(&*task.eval, &indices);
+        let batch = HostBatch::collect(&*task.eval, &indices)?;
         match judge(model, task.metric, &batch, device) {
             Ok((hits, count)) => {
                 tally.hits += hits;
@@ -66,13 +66,22 @@ fn judge(
             let values = logits.to_f64()?;
             let hits = values
                 .chunks(classes)
-                .zip(&batch.targets)
+                .zip(u32_array(batch, TARGETS)?)
                 .filter(|(row, class)| argmax(row) == **class as usize)
                 .count();
             Ok((hits as f64, batch.len() as f64))
         }
         Metric::ExactMatch => exact_match(model, batch, device),
     }
+}
+
+/// The U32 values of the array `name` (each sample's class, for accuracy).
+fn u32_array<'a>(batch: &'a HostBatch, name: &str) -> Result<&'a [u32]> {
+    batch.array(name).and_then(Values::as_u32).ok_or_else(|| {
+        Error::config(format!(
+            "data: the metric reads U32 `{name}`, which the samples lack"
+        ))
+    })
 }
 
 fn argmax(row: &[f64]) -> usize {
@@ -88,29 +97,23 @@ fn exact_match(
     batch: &HostBatch,
     device: &Device,
 ) -> Result<(f64, f64)> {
-    let HostInputs::Tokens { ids, len } = &batch.inputs else {
+    let (Some(ids), Some(targets)) = (
+        batch.array(INPUTS).and_then(Values::as_u32),
+        batch.array(TARGETS).and_then(Values::as_u32),
+    ) else {
         return Ok((0.0, 0.0));
     };
-    let (n, len) = (batch.len(), *len);
-    let mut ids = ids.clone();
-    let starts: Vec<usize> = batch
-        .targets
+    let n = batch.len();
+    let len = ids.len() / n.max(1);
+    let mut ids = ids.to_vec();
+    let starts: Vec<usize> = targets
         .chunks(len)
         .map(|t| t.iter().position(|&x| x != IGNORE).unwrap_or(len))
         .collect();
-    let answer = batch.targets[..len]
-        .iter()
-        .filter(|&&t| t != IGNORE)
-        .count();
+    let answer = targets[..len].iter().filter(|&&t| t != IGNORE).count();
     let mut right = vec![true; n];
     for step in 0..answer {
-        let input = HostBatch {
-            inputs: HostInputs::Tokens {
-                ids: ids.clone(),
-                len,
-            },
-            ..batch.clone()
-        };
+        let input = batch.with_array(INPUTS, Values::U32(ids.clone()))?;
         let on_device = input.to_device(device)?;
         let tokens = on_device.inputs()?;
         let logits = model.logits(tokens)?;
@@ -123,7 +126,7 @@ fn exact_match(
             }
             let row = &values[(s * len + position) * vocab..(s * len + position + 1) * vocab];
             let predicted = argmax(row) as u32;
-            right[s] &= predicted == batch.targets[s * len + position];
+            right[s] &= predicted == targets[s * len + position];
             if position + 1 < len {
                 ids[s * len + position + 1] = predicted;
             }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::config::{DataKind, ModelKind};
-use crate::data::{DataShape, Metric, Task};
+use crate::data::{Metric, Task};
 use crate::error::{Error, Result};
 use crate::eval::evaluate;
 use crate::model::TrainModel;
@@ -55,14 +55,15 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
     }
     let task = Task::from_config(&config.data, &config.model, config.seed)?;
     let shape = task.train.shape();
-    let mlp = (config.model.kind == ModelKind::Mlp).then_some(shape);
+    let mlp = (config.model.kind == ModelKind::Mlp).then(|| shape.clone());
     let run = SavedRun::open(run_dir, settings, mlp)?;
-    if let (TrainModel::Gpt(gpt), DataShape::Tokens { vocab, .. }) = (&run.model, shape)
-        && vocab != gpt.config().vocab
+    if let (TrainModel::Gpt(gpt), Some(tokens)) = (&run.model, shape.as_tokens())
+        && tokens.vocab != gpt.config().vocab
     {
         return Err(Error::config(format!(
-            "the data has a vocabulary of {vocab} tokens, the model of {}: not the run's \
+            "the data has a vocabulary of {} tokens, the model of {}: not the run's \
              tokenizer",
+            tokens.vocab,
             gpt.config().vocab
         )));
     }

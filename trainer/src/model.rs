@@ -9,7 +9,7 @@ use headroom_nn::{
 };
 
 use crate::config::{ModelConfig, ModelKind};
-use crate::data::{DataShape, IGNORE};
+use crate::data::{DataShape, FeatureShape, IGNORE, TokenShape};
 use crate::error::{Error, Result};
 
 /// A GPT or an MLP.
@@ -24,13 +24,13 @@ impl TrainModel {
     /// The model `config` describes for data of `shape`, on `device`, its weights from `seed`.
     pub fn build(
         config: &ModelConfig,
-        shape: DataShape,
+        shape: &DataShape,
         device: &Device,
         seed: u64,
     ) -> Result<Self> {
         let mut init = Initializer::new(device, DType::F32, seed);
-        match (config.kind, shape) {
-            (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
+        match (config.kind, shape.as_tokens(), shape.as_features()) {
+            (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
                 let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
                 if let Some(eps) = config.norm_eps {
                     let blocks = gpt.blocks.iter_mut();
@@ -45,14 +45,14 @@ impl TrainModel {
                 }
                 Ok(Self::Gpt(Box::new(gpt)))
             }
-            (ModelKind::Mlp, DataShape::Features { dim, classes }) => {
+            (ModelKind::Mlp, _, Some(FeatureShape { dim, classes })) => {
                 let mut sizes = vec![dim];
                 sizes.extend(&config.hidden);
                 sizes.push(classes.max(2));
                 Ok(Self::Mlp(mlp(&mut init, &sizes, Activation::Relu)?))
             }
-            (kind, shape) => Err(Error::config(format!(
-                "model.kind: a {kind:?} model cannot read data of shape {shape:?}"
+            (kind, _, _) => Err(Error::config(format!(
+                "model.kind: a {kind:?} model cannot read samples of {shape}"
             ))),
         }
     }
@@ -62,9 +62,9 @@ impl TrainModel {
     /// A GPT reads the data's vocabulary; an explicit `model.vocab` must equal it. Its
     /// positions are `model.context` (or the preset's, or the data's sample length), at least
     /// the data's sample length.
-    pub fn check(config: &ModelConfig, shape: DataShape) -> Result<()> {
-        match (config.kind, shape) {
-            (ModelKind::Gpt, DataShape::Tokens { vocab, len }) => {
+    pub fn check(config: &ModelConfig, shape: &DataShape) -> Result<()> {
+        match (config.kind, shape.as_tokens()) {
+            (ModelKind::Gpt, Some(TokenShape { vocab, len })) => {
                 gpt_shape(config, vocab, len).map(drop)
             }
             _ => Ok(()),

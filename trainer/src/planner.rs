@@ -14,7 +14,7 @@ use headroom_kernels::{PlanTarget, Rates};
 use std::sync::Arc;
 
 use crate::config::{DEFAULT_MARGIN, TrainConfig};
-use crate::data::{DataShape, Task};
+use crate::data::Task;
 use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
 use crate::head_chunk;
@@ -75,13 +75,10 @@ pub fn plan_with(
     budget: &Budget,
     plan_target: PlanTarget,
 ) -> Result<Plan> {
-    let knobs = factory.knobs(task.train.shape());
-    let chunking = match (
-        knobs.fused_head,
-        config.model.head_chunk,
-        task.train.shape(),
-    ) {
-        (Some(vocab), None, DataShape::Tokens { len, .. }) => Some((vocab, len)),
+    let shape = task.train.shape();
+    let knobs = factory.knobs(&shape);
+    let chunking = match (knobs.fused_head, config.model.head_chunk, shape.as_tokens()) {
+        (Some(vocab), None, Some(tokens)) => Some((vocab, tokens.len)),
         _ => None,
     };
     let ground = Ground {

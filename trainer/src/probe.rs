@@ -123,7 +123,7 @@ impl Prober {
         let settings = ModelSettings::of(&self.config);
         let model = self
             .factory
-            .build(&roomy, self.task.train.shape(), &settings)?;
+            .build(&roomy, &self.task.train.shape(), &settings)?;
         let optimizer = build_optimizer(&self.config.optimizer, model.module())?;
         let one_sample_peak = self.one_sample_peak();
         Ok(diagnose(
@@ -151,14 +151,14 @@ impl Prober {
         let settings = ModelSettings::of(config);
         let built = self
             .factory
-            .build(&device, self.task.train.shape(), &settings)
+            .build(&device, &self.task.train.shape(), &settings)
             .and_then(|model| Ok((build_optimizer(&config.optimizer, model.module())?, model)));
         let (mut optimizer, mut model) = match built {
             Ok(parts) => parts,
             Err(err) => return out_of_memory(err),
         };
         let indices: Vec<usize> = (0..config.batch.size.min(self.task.train.len())).collect();
-        let batch = HostBatch::collect(&*self.task.train, &indices);
+        let batch = HostBatch::collect(&*self.task.train, &indices)?;
         let micro = micro.max(1);
         let mut sizes = vec![micro; batch.len() / micro];
         if !batch.len().is_multiple_of(micro) {

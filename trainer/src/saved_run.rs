@@ -10,7 +10,7 @@ use headroom_kernels::Device;
 use headroom_nn::checkpoint;
 
 use crate::config::{ModelKind, TrainConfig};
-use crate::data::DataShape;
+use crate::data::{DataShape, TokenShape};
 use crate::device;
 use crate::error::{Error, Result};
 use crate::model::TrainModel;
@@ -74,10 +74,7 @@ impl SavedRun {
                             detail: format!("holds no {key}: not a checkpoint of a GPT"),
                         })
                 };
-                DataShape::Tokens {
-                    vocab: rows("tok_emb.weight")?,
-                    len: rows("pos_emb.weight")?,
-                }
+                DataShape::tokens(rows("tok_emb.weight")?, rows("pos_emb.weight")?)
             }
             (ModelKind::Mlp, None) => {
                 return Err(Error::config(
@@ -85,13 +82,13 @@ impl SavedRun {
                 ));
             }
         };
-        if let DataShape::Tokens { vocab, len } = shape {
+        if let Some(TokenShape { vocab, len }) = shape.as_tokens() {
             config.model.vocab = Some(vocab);
             config.model.context = Some(config.model.context.unwrap_or(len));
         }
         let budget = device::budget(&config)?;
         let device = device::open(&config, &budget)?;
-        let mut model = TrainModel::build(&config.model, shape, &device, config.seed)?;
+        let mut model = TrainModel::build(&config.model, &shape, &device, config.seed)?;
         let saved = checkpoint::load(&path, &device)?;
         saved.restore_model(model.module_mut())?;
         model.module_mut().set_training(false);

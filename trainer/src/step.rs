@@ -1,7 +1,8 @@
 //! One optimizer step over an effective batch, in micro-batches that adapt to memory.
 //!
-//! Each micro-batch's loss is weighted by its share of the batch's scored targets, so the
-//! accumulated gradient is the full batch's. An out-of-memory anywhere in a micro-batch's
+//! Each micro-batch's loss is weighted by its share of the batch's scored targets (of its
+//! samples, for data without U32 targets: [`HostBatch::scored`]), so the accumulated gradient
+//! is the full batch's. An out-of-memory anywhere in a micro-batch's
 //! forward or backward pass drops that micro-batch (its tape, activations and gradients), keeps
 //! what earlier micro-batches accumulated, halves the size and redoes only the samples not yet
 //! done. An out-of-memory around the optimizer update releases cached memory and retries once.

@@ -27,9 +27,10 @@ pub trait TrainableModel: Send + Any {
     /// The same, mutably.
     fn module_mut(&mut self) -> &mut dyn Module;
 
-    /// The mean loss of a batch over the targets that are scored: its arrays by name, `[B,
-    /// ...]` each ([`DeviceBatch::inputs`] and [`DeviceBatch::targets`] for the built-in
-    /// kinds of data).
+    /// The mean loss of a batch: its arrays by name, `[B, ...]` each, as the dataset's
+    /// [`DataShape`] names them ([`DeviceBatch::inputs`] and [`DeviceBatch::targets`] for the
+    /// built-in kinds of data). The mean is over the scored targets where the batch has U32
+    /// `targets`, over the samples otherwise, as a step weighs its micro-batches.
     fn loss(&self, batch: &DeviceBatch) -> Result<Tensor>;
 
     /// The outputs the held-out metric reads: a GPT's logits `[B, T, vocab]` for exact match,
@@ -107,18 +108,33 @@ impl Knobs {
 
 /// Builds a model on a device: the trainer's, or a meta device for the planner.
 pub trait ModelFactory: Send + Sync {
-    /// The model for data of `shape` on `device`, as `settings` ask.
+    /// The model for samples of `shape` on `device`, as `settings` ask.
     fn build(
         &self,
         device: &Device,
-        shape: DataShape,
+        shape: &DataShape,
         settings: &ModelSettings,
     ) -> Result<Box<dyn TrainableModel>>;
 
-    /// The memory techniques the model offers for data of `shape`; none by default.
-    fn knobs(&self, shape: DataShape) -> Knobs {
+    /// The memory techniques the model offers for samples of `shape`; none by default.
+    fn knobs(&self, shape: &DataShape) -> Knobs {
         let _ = shape;
         Knobs::default()
+    }
+
+    /// Refuses, before anything starts, samples the model cannot read; accepts any by default
+    /// (then [`build`](Self::build) is the first to say).
+    fn check(&self, shape: &DataShape) -> Result<()> {
+        let _ = shape;
+        Ok(())
+    }
+
+    /// Prepares a new run's model after it is built and before it trains (pretrained
+    /// weights, say); a resumed run's model takes its checkpoint's weights instead. Nothing by
+    /// default.
+    fn initialize(&self, model: &mut dyn TrainableModel) -> Result<()> {
+        let _ = model;
+        Ok(())
     }
 }
 
@@ -130,7 +146,7 @@ impl ModelFactory for BuiltinModel {
     fn build(
         &self,
         device: &Device,
-        shape: DataShape,
+        shape: &DataShape,
         settings: &ModelSettings,
     ) -> Result<Box<dyn TrainableModel>> {
         let mut config = self.0.clone();
@@ -146,15 +162,42 @@ impl ModelFactory for BuiltinModel {
         )?))
     }
 
-    fn knobs(&self, shape: DataShape) -> Knobs {
-        match (self.0.kind, shape) {
-            (ModelKind::Gpt, DataShape::Tokens { vocab, .. }) => Knobs {
+    fn knobs(&self, shape: &DataShape) -> Knobs {
+        match (self.0.kind, shape.as_tokens()) {
+            (ModelKind::Gpt, Some(tokens)) => Knobs {
                 cheap_recompute: true,
                 block_recompute: true,
-                fused_head: Some(vocab),
+                fused_head: Some(tokens.vocab),
             },
             _ => Knobs::default(),
         }
+    }
+
+    /// A GPT's shape against the data's; the log says when the data's vocabulary replaces a
+    /// preset's.
+    fn check(&self, shape: &DataShape) -> Result<()> {
+        TrainModel::check(&self.0, shape)?;
+        if let (Some(preset), None, Some(tokens)) = (self.0.preset, self.0.vocab, shape.as_tokens())
+            && tokens.vocab != preset.shape().vocab
+        {
+            tracing::info!(
+                "the data's vocabulary of {} tokens replaces {}'s {}",
+                tokens.vocab,
+                preset.name(),
+                preset.shape().vocab
+            );
+        }
+        Ok(())
+    }
+
+    /// A GPT from `model.init_from`'s pretrained weights, where the configuration names them.
+    fn initialize(&self, model: &mut dyn TrainableModel) -> Result<()> {
+        let builtin = model.as_any_mut().downcast_mut::<TrainModel>();
+        if let (Some(dir), Some(TrainModel::Gpt(gpt))) = (&self.0.init_from, builtin) {
+            headroom_nn::hf::load_gpt2(dir, gpt)?;
+            tracing::info!("started from the pretrained weights of {}", dir.display());
+        }
+        Ok(())
     }
 }
 

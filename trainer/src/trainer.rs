@@ -192,6 +192,9 @@ impl Trainer {
         let (position, batch) = loader
             .next_batch()
             .ok_or_else(|| Error::config("data: the loader produced no batch (no samples?)"))?;
+        // A batch that could not be gathered leaves the run where it was: the next step
+        // starts a loader there again.
+        let batch = batch.inspect_err(|_| self.loader = None)?;
         let state = &mut self.state;
         let lr = self.schedule.at(state.step);
         self.optimizer.set_lr(lr);

@@ -17,7 +17,7 @@ use headroom_kernels::DType;
 use headroom_nn::hf::{Gpt2Config, load_gpt2};
 use headroom_nn::{Gpt, Initializer};
 use headroom_trainer::config::{Overrides, Preset};
-use headroom_trainer::data::{IGNORE, Sample};
+use headroom_trainer::data::IGNORE;
 use headroom_trainer::{Start, TrainModel, Trainer};
 
 /// The smallest learning rate that moves no weight the f16 files hold: validation refuses 0,
@@ -210,13 +210,11 @@ fn the_first_step_trains_the_pretrained_weights() {
         let config = run_config(&dir.0.join(run), init_from, &shards, 2, 1e-3);
         let mut trainer = Trainer::start(config, Start::New, None).unwrap();
         let report = trainer.train_step().unwrap();
-        let (mut ids, mut targets) = (Vec::new(), Vec::new());
+        let (mut ids, mut targets): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
         for &i in &report.indices {
-            let Sample::Tokens { ids: x, targets: y } = trainer.task().train.sample(i) else {
-                panic!("token windows");
-            };
-            ids.extend(x);
-            targets.extend(y);
+            let sample = trainer.task().train.sample(i).unwrap();
+            ids.extend(sample.arrays()[0].as_u32().unwrap());
+            targets.extend(sample.arrays()[1].as_u32().unwrap());
         }
         let reference = loaded(&tiny());
         let device = reference.tok_emb.weight.device().clone();

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use common::{TempDir, assert_mentions, error_of, fails, headroom, prose, succeeds};
-use headroom_trainer::data::{
-    DataShape, Dataset, HostInputs, Loader, Position, Sample, TokenShards,
-};
+use headroom_trainer::data::{DataShape, Dataset, INPUTS, Loader, Position, Sample, TokenShards};
 use headroom_trainer::shards::{
     FileFilter, HEADER_BYTES, MANIFEST, Manifest, PrepareOptions, Prepared, ShardEntry, ShardFile,
     TOKENIZER, prepare,
@@ -516,13 +514,7 @@ fn windows_follow_each_other_within_each_shard() {
     assert!(manifest.train.len() >= 2, "several training shards");
     let context = 8;
     let (train, _) = TokenShards::open(&out, context, usize::MAX).unwrap();
-    assert_eq!(
-        train.shape(),
-        DataShape::Tokens {
-            vocab: 320,
-            len: context
-        }
-    );
+    assert_eq!(train.shape(), DataShape::tokens(320, context));
     // The windows the shards hold, in order: `context` apart, none across two shards.
     let mut expected = Vec::new();
     for entry in &manifest.train {
@@ -533,11 +525,9 @@ fn windows_follow_each_other_within_each_shard() {
     }
     assert_eq!(train.len(), expected.len());
     for (index, window) in expected.iter().enumerate() {
-        let Sample::Tokens { ids, targets } = train.sample(index) else {
-            panic!("token windows hold tokens");
-        };
-        assert_eq!(ids, window[..context], "window {index}");
-        assert_eq!(targets, window[1..], "window {index}");
+        let sample = train.sample(index).unwrap();
+        let want = Sample::tokens(window[..context].to_vec(), window[1..].to_vec());
+        assert_eq!(sample, want, "window {index}");
     }
 }
 
@@ -550,9 +540,9 @@ fn the_held_out_set_is_capped_at_eval_size_windows_spread_evenly() {
     assert!(windows >= 8, "{windows} held-out windows");
     let (_, capped) = TokenShards::open(&out, 4, 3).unwrap();
     assert_eq!(capped.len(), 3);
-    let picked: Vec<_> = (0..3).map(|i| capped.sample(i)).collect();
+    let picked: Vec<_> = (0..3).map(|i| capped.sample(i).unwrap()).collect();
     for (i, sample) in picked.iter().enumerate() {
-        assert_eq!(*sample, all.sample(i * windows / 3), "pick {i}");
+        assert_eq!(*sample, all.sample(i * windows / 3).unwrap(), "pick {i}");
     }
     assert!(picked[0] != picked[1] && picked[1] != picked[2]);
     let (_, roomy) = TokenShards::open(&out, 4, windows + 10).unwrap();
@@ -575,7 +565,10 @@ fn the_loader_serves_every_window_once_an_epoch_and_resumes_in_place() {
     let per_epoch = loader.batches_per_epoch() as usize;
     assert_eq!(per_epoch, len.div_ceil(batch));
     let served: Vec<_> = (0..per_epoch + 3)
-        .map(|_| loader.next_batch().unwrap())
+        .map(|_| {
+            let (position, batch) = loader.next_batch().unwrap();
+            (position, batch.unwrap())
+        })
         .collect();
     drop(loader);
     let mut first_epoch: Vec<usize> = served[..per_epoch]
@@ -596,19 +589,18 @@ fn the_loader_serves_every_window_once_an_epoch_and_resumes_in_place() {
         }
     );
     for (_, batch) in &served {
-        let HostInputs::Tokens { ids, len } = &batch.inputs else {
-            panic!("token batches");
-        };
-        assert_eq!(*len, 8);
+        assert_eq!(batch.shape().as_tokens().unwrap().len, 8);
         let expected: Vec<u32> = batch
             .indices
             .iter()
-            .flat_map(|&i| match data.sample(i) {
-                Sample::Tokens { ids, .. } => ids,
-                Sample::Features { .. } => unreachable!("token windows"),
+            .flat_map(|&i| {
+                data.sample(i).unwrap().arrays()[0]
+                    .as_u32()
+                    .unwrap()
+                    .to_vec()
             })
             .collect();
-        assert_eq!(*ids, expected);
+        assert_eq!(batch.array(INPUTS).unwrap().as_u32().unwrap(), expected);
     }
     // Restarted at a batch's position, a loader serves what followed it, across the epoch.
     let from = per_epoch - 2;
@@ -616,7 +608,7 @@ fn the_loader_serves_every_window_once_an_epoch_and_resumes_in_place() {
     for (position, expected) in &served[from..] {
         let (at, batch) = resumed.next_batch().unwrap();
         assert_eq!(at, *position);
-        assert_eq!(batch, *expected);
+        assert_eq!(batch.unwrap(), *expected);
     }
 }
 

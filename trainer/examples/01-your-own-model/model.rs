@@ -9,7 +9,7 @@ use headroom_nn::{
     DropoutCounter, Initializer, Linear, Module, recomputed, visit_child, visit_child_mut,
 };
 use headroom_trainer::config::Recompute;
-use headroom_trainer::data::{DataShape, DeviceBatch, FeatureTable, IGNORE};
+use headroom_trainer::data::{DataShape, DeviceBatch, FeatureShape, FeatureTable, IGNORE};
 use headroom_trainer::{Knobs, ModelFactory, ModelSettings, TrainableModel};
 
 /// A residual block: `h + out(gelu(inner(h)))`.
@@ -123,12 +123,12 @@ impl ModelFactory for ResidualMlpFactory {
     fn build(
         &self,
         device: &Device,
-        shape: DataShape,
+        shape: &DataShape,
         settings: &ModelSettings,
     ) -> headroom_trainer::Result<Box<dyn TrainableModel>> {
-        let DataShape::Features { dim, classes } = shape else {
+        let Some(FeatureShape { dim, classes }) = shape.as_features() else {
             return Err(headroom_trainer::Error::Config {
-                problems: vec!["a residual MLP reads feature vectors".into()],
+                problems: vec![format!("a residual MLP reads feature vectors, not {shape}")],
             });
         };
         let init = &mut Initializer::new(device, DType::F32, settings.seed);
@@ -150,7 +150,7 @@ impl ModelFactory for ResidualMlpFactory {
         }))
     }
 
-    fn knobs(&self, _shape: DataShape) -> Knobs {
+    fn knobs(&self, _shape: &DataShape) -> Knobs {
         Knobs {
             block_recompute: self.offer_recompute,
             ..Knobs::default()

@@ -10,6 +10,7 @@
 use headroom_kernels::ops::random::uniform;
 
 use super::{DataShape, Dataset, IGNORE, Sample};
+use crate::error::Result;
 
 /// The `+` token.
 pub const PLUS: u32 = 10;
@@ -116,10 +117,10 @@ impl Dataset for Addition {
     fn shape(&self) -> DataShape {
         // The prompt and all but the last answer digit are read.
         let len = 2 * self.digits as usize + 2 + self.digits as usize;
-        DataShape::Tokens { vocab: 13, len }
+        DataShape::tokens(13, len)
     }
 
-    fn sample(&self, index: usize) -> Sample {
+    fn sample(&self, index: usize) -> Result<Sample> {
         let (a, b) = self.operands(index);
         let prompt = self.prompt(a, b);
         let answer = self.answer(a, b);
@@ -136,7 +137,7 @@ impl Dataset for Addition {
                 }
             })
             .collect();
-        Sample::Tokens { ids, targets }
+        Ok(Sample::tokens(ids, targets))
     }
 }
 
@@ -148,9 +149,9 @@ mod tests {
     fn problems_are_aligned_reversed_and_held_out_sets_are_disjoint() {
         let train = Addition::new(4, 5000, 3, false);
         let eval = Addition::new(4, 500, 3, true);
-        let Sample::Tokens { ids, targets } = train.sample(7) else {
-            panic!("tokens")
-        };
+        let sample = train.sample(7).unwrap();
+        let ids = sample.arrays()[0].as_u32().unwrap();
+        let targets = sample.arrays()[1].as_u32().unwrap();
         let (a, b) = train.operands(7);
         assert_eq!(ids.len(), 14);
         assert_eq!(Addition::render(&ids[..10]), format!("{a:>4}+{b:>4}="));

@@ -9,6 +9,7 @@ use headroom_kernels::ops::random::uniform;
 use serde::{Deserialize, Serialize};
 
 use super::{Dataset, HostBatch};
+use crate::error::Result;
 
 /// Where a batch starts in the data: its epoch, and how many samples of the epoch's order came
 /// before it (so a run may change its batch size and keep its place).
@@ -52,7 +53,7 @@ pub fn epoch_order(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
 
 /// Batches of a dataset, from a position on, prepared ahead by a thread.
 pub struct Loader {
-    receiver: Receiver<(Position, HostBatch)>,
+    receiver: Receiver<(Position, Result<HostBatch>)>,
     worker: Option<JoinHandle<()>>,
     batches_per_epoch: u64,
 }
@@ -86,8 +87,10 @@ impl Loader {
         self.batches_per_epoch
     }
 
-    /// The next batch and its position (none if the loader's thread could not start).
-    pub fn next_batch(&mut self) -> Option<(Position, HostBatch)> {
+    /// The next batch and its position, or the error of a sample the dataset could not give
+    /// (none if the loader's thread could not start). After an error the loader goes on with
+    /// the next batch.
+    pub fn next_batch(&mut self) -> Option<(Position, Result<HostBatch>)> {
         self.receiver.recv().ok()
     }
 }
@@ -97,7 +100,7 @@ fn produce(
     batch_size: usize,
     seed: u64,
     start: Position,
-    sender: &SyncSender<(Position, HostBatch)>,
+    sender: &SyncSender<(Position, Result<HostBatch>)>,
 ) {
     if dataset.is_empty() {
         return;
@@ -148,7 +151,7 @@ mod tests {
         for _ in 0..11 {
             let (position, batch) = loader.next_batch().unwrap();
             positions.push(position);
-            seen.extend(batch.indices);
+            seen.extend(batch.unwrap().indices);
         }
         let mut sorted = seen.clone();
         sorted.sort_unstable();
@@ -168,7 +171,11 @@ mod tests {
                 offset: 0
             }
         );
-        assert_ne!(second_epoch.indices, seen[..10], "each epoch its own order");
+        assert_ne!(
+            second_epoch.unwrap().indices,
+            seen[..10],
+            "each epoch its own order"
+        );
         drop(loader);
         let at_40 = Position {
             epoch: 0,
@@ -177,14 +184,14 @@ mod tests {
         let mut resumed = Loader::new(data.clone(), 10, 7, 2, at_40);
         let (at, batch) = resumed.next_batch().unwrap();
         assert_eq!(at, at_40);
-        assert_eq!(batch.indices, seen[40..50]);
+        assert_eq!(batch.unwrap().indices, seen[40..50]);
         // Resumed with another batch size: the epoch goes on where it was, each sample once.
         let mut larger = Loader::new(data, 25, 7, 2, at_40);
         let mut rest = Vec::new();
         for _ in 0..3 {
             let (at, batch) = larger.next_batch().unwrap();
             assert_eq!(at.epoch, 0);
-            rest.extend(batch.indices);
+            rest.extend(batch.unwrap().indices);
         }
         assert_eq!(rest, seen[40..]);
         assert_eq!(

@@ -1,20 +1,25 @@
 //! Datasets, batches and the loader: a seeded shuffle per epoch, batching, and a background
 //! thread that prepares a bounded number of batches ahead.
+//!
+//! A dataset's samples are named arrays of any dtype and shape ([`DataShape`]): ids, features,
+//! labels, masks. The built-in kinds are two instances: token sequences and feature vectors,
+//! each as [`INPUTS`] and [`TARGETS`].
 
 mod addition;
 mod csv;
 mod device_batch;
+mod host_batch;
 mod idx;
 mod loader;
+mod sample;
+mod shape;
 mod text;
 mod token_shards;
 mod uniform;
+mod values;
 
 use std::path::Path;
 use std::sync::Arc;
-
-use headroom_autograd::Tensor;
-use headroom_kernels::Device;
 
 use crate::config::{DataConfig, DataKind, ModelConfig};
 use crate::error::{Error, Result};
@@ -22,52 +27,18 @@ use crate::error::{Error, Result};
 pub use addition::Addition;
 pub use csv::read_csv;
 pub use device_batch::{DeviceBatch, INPUTS, TARGETS};
+pub use host_batch::HostBatch;
 pub use idx::read_idx;
 pub use loader::{Loader, Position};
+pub use sample::Sample;
+pub use shape::{DataShape, FeatureShape, Field, TokenShape};
 pub use text::CharText;
 pub use token_shards::TokenShards;
 pub use uniform::UniformTokens;
+pub use values::Values;
 
 /// The target value of positions that are not scored (prompt tokens, padding).
 pub const IGNORE: u32 = u32::MAX;
-
-/// What a dataset's samples look like.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataShape {
-    /// Sequences of `len` tokens below `vocab`, a target per position.
-    Tokens {
-        /// Distinct tokens.
-        vocab: usize,
-        /// Tokens per sample.
-        len: usize,
-    },
-    /// Vectors of `dim` features, one class below `classes` per sample.
-    Features {
-        /// Features per sample.
-        dim: usize,
-        /// Distinct classes.
-        classes: usize,
-    },
-}
-
-/// One sample as the host holds it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Sample {
-    /// Token ids and a target per position ([`IGNORE`] where not scored).
-    Tokens {
-        /// The input tokens.
-        ids: Vec<u32>,
-        /// The next token at each position.
-        targets: Vec<u32>,
-    },
-    /// Features and a class.
-    Features {
-        /// The features.
-        values: Vec<f32>,
-        /// The class.
-        class: u32,
-    },
-}
 
 /// A collection of samples, addressed by index.
 pub trait Dataset: Send + Sync {
@@ -79,11 +50,11 @@ pub trait Dataset: Send + Sync {
         self.len() == 0
     }
 
-    /// What the samples look like.
+    /// What every sample holds.
     fn shape(&self) -> DataShape;
 
-    /// Sample `index` (below `len`).
-    fn sample(&self, index: usize) -> Sample;
+    /// Sample `index` (below `len`): its arrays in the order of [`shape`](Self::shape).
+    fn sample(&self, index: usize) -> Result<Sample>;
 }
 
 /// How a task's held-out samples are judged.
@@ -272,137 +243,11 @@ impl Dataset for FeatureTable {
     }
 
     fn shape(&self) -> DataShape {
-        DataShape::Features {
-            dim: self.dim,
-            classes: self.classes,
-        }
+        DataShape::features(self.dim, self.classes)
     }
 
-    fn sample(&self, index: usize) -> Sample {
-        Sample::Features {
-            values: self.values[index * self.dim..(index + 1) * self.dim].to_vec(),
-            class: self.labels[index],
-        }
-    }
-}
-
-/// Samples gathered for one step, on the host.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostBatch {
-    /// The dataset index of each sample, in order.
-    pub indices: Vec<usize>,
-    /// The inputs, concatenated.
-    pub inputs: HostInputs,
-    /// The targets, `targets_per_sample` per sample.
-    pub targets: Vec<u32>,
-    /// Targets per sample.
-    pub targets_per_sample: usize,
-}
-
-/// Inputs of a batch.
-#[derive(Debug, Clone, PartialEq)]
-pub enum HostInputs {
-    /// `len` tokens per sample.
-    Tokens {
-        /// The ids.
-        ids: Vec<u32>,
-        /// Tokens per sample.
-        len: usize,
-    },
-    /// `dim` features per sample.
-    Features {
-        /// The features.
-        values: Vec<f32>,
-        /// Features per sample.
-        dim: usize,
-    },
-}
-
-impl HostBatch {
-    /// The samples `indices` of `dataset`, collated.
-    pub fn collect(dataset: &dyn Dataset, indices: &[usize]) -> Self {
-        let (mut ids, mut values, mut targets) = (Vec::new(), Vec::new(), Vec::new());
-        let mut per_sample = 0;
-        for &i in indices {
-            match dataset.sample(i) {
-                Sample::Tokens { ids: s, targets: t } => {
-                    per_sample = t.len();
-                    ids.extend(s);
-                    targets.extend(t);
-                }
-                Sample::Features { values: v, class } => {
-                    per_sample = 1;
-                    values.extend(v);
-                    targets.push(class);
-                }
-            }
-        }
-        let inputs = match dataset.shape() {
-            DataShape::Tokens { len, .. } => HostInputs::Tokens { ids, len },
-            DataShape::Features { dim, .. } => HostInputs::Features { values, dim },
-        };
-        Self {
-            indices: indices.to_vec(),
-            inputs,
-            targets,
-            targets_per_sample: per_sample,
-        }
-    }
-
-    /// Number of samples.
-    pub fn len(&self) -> usize {
-        self.indices.len()
-    }
-
-    /// True without samples.
-    pub fn is_empty(&self) -> bool {
-        self.indices.is_empty()
-    }
-
-    /// Samples `start..end`, as a batch of their own.
-    pub fn slice(&self, start: usize, end: usize) -> Self {
-        let inputs = match &self.inputs {
-            HostInputs::Tokens { ids, len } => HostInputs::Tokens {
-                ids: ids[start * len..end * len].to_vec(),
-                len: *len,
-            },
-            HostInputs::Features { values, dim } => HostInputs::Features {
-                values: values[start * dim..end * dim].to_vec(),
-                dim: *dim,
-            },
-        };
-        let t = self.targets_per_sample;
-        Self {
-            indices: self.indices[start..end].to_vec(),
-            inputs,
-            targets: self.targets[start * t..end * t].to_vec(),
-            targets_per_sample: t,
-        }
-    }
-
-    /// Targets that are scored (not [`IGNORE`]): what a mean loss divides by.
-    pub fn scored(&self) -> usize {
-        self.targets.iter().filter(|&&t| t != IGNORE).count()
-    }
-
-    /// The batch on `device`: its [`INPUTS`] and [`TARGETS`], tagged as data.
-    pub fn to_device(&self, device: &Device) -> Result<DeviceBatch> {
-        let (inputs, targets) = self.arrays_on(device)?;
-        DeviceBatch::new(vec![(INPUTS.into(), inputs), (TARGETS.into(), targets)])
-    }
-
-    /// The inputs and targets as tensors on `device`, tagged as data.
-    fn arrays_on(&self, device: &Device) -> Result<(Tensor, Tensor)> {
-        let _data = device.scoped_tag(headroom_alloc::Tag::DATA);
-        let n = self.len();
-        let inputs = match &self.inputs {
-            HostInputs::Tokens { ids, len } => Tensor::from_host(device, [n, *len], ids)?,
-            HostInputs::Features { values, dim } => Tensor::from_host(device, [n, *dim], values)?,
-        };
-        let targets = match self.inputs {
-            HostInputs::Tokens { len, .. } => Tensor::from_host(device, [n, len], &self.targets)?,
-            HostInputs::Features { .. } => Tensor::from_host(device, [n], &self.targets)?,
-        };
-        Ok((inputs, targets))
+    fn sample(&self, index: usize) -> Result<Sample> {
+        let values = self.values[index * self.dim..(index + 1) * self.dim].to_vec();
+        Ok(Sample::features(values, self.labels[index]))
     }
 }

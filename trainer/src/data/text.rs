@@ -60,17 +60,14 @@ impl Dataset for CharText {
     }
 
     fn shape(&self) -> DataShape {
-        DataShape::Tokens {
-            vocab: self.vocab.len(),
-            len: self.context,
-        }
+        DataShape::tokens(self.vocab.len(), self.context)
     }
 
-    fn sample(&self, index: usize) -> Sample {
+    fn sample(&self, index: usize) -> Result<Sample> {
         let start = index * self.context;
-        Sample::Tokens {
-            ids: self.tokens[start..start + self.context].to_vec(),
-            targets: self.tokens[start + 1..start + self.context + 1].to_vec(),
-        }
+        Ok(Sample::tokens(
+            self.tokens[start..start + self.context].to_vec(),
+            self.tokens[start + 1..start + self.context + 1].to_vec(),
+        ))
     }
 }

@@ -123,13 +123,10 @@ impl Dataset for TokenShards {
     }
 
     fn shape(&self) -> DataShape {
-        DataShape::Tokens {
-            vocab: self.vocab,
-            len: self.context,
-        }
+        DataShape::tokens(self.vocab, self.context)
     }
 
-    fn sample(&self, index: usize) -> Sample {
+    fn sample(&self, index: usize) -> Result<Sample> {
         let window = match self.picks {
             Some(picks) => index * self.windows() / picks,
             None => index,
@@ -137,9 +134,9 @@ impl Dataset for TokenShards {
         let shard = self.starts.partition_point(|&start| start <= window) - 1;
         let start = (window - self.starts[shard]) * self.context;
         let tokens = self.shards[shard].tokens(start, self.context + 1);
-        Sample::Tokens {
-            ids: tokens[..self.context].to_vec(),
-            targets: tokens[1..].to_vec(),
-        }
+        Ok(Sample::tokens(
+            tokens[..self.context].to_vec(),
+            tokens[1..].to_vec(),
+        ))
     }
 }

@@ -5,6 +5,7 @@
 use headroom_kernels::ops::random::uniform;
 
 use super::{DataShape, Dataset, Sample};
+use crate::error::Result;
 
 /// `count` windows of `context` tokens below `vocab`, drawn from `seed`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,18 +41,15 @@ impl Dataset for UniformTokens {
     }
 
     fn shape(&self) -> DataShape {
-        DataShape::Tokens {
-            vocab: self.vocab,
-            len: self.context,
-        }
+        DataShape::tokens(self.vocab, self.context)
     }
 
-    fn sample(&self, index: usize) -> Sample {
+    fn sample(&self, index: usize) -> Result<Sample> {
         let stream: Vec<u32> = (0..=self.context).map(|p| self.token(index, p)).collect();
-        Sample::Tokens {
-            ids: stream[..self.context].to_vec(),
-            targets: stream[1..].to_vec(),
-        }
+        Ok(Sample::tokens(
+            stream[..self.context].to_vec(),
+            stream[1..].to_vec(),
+        ))
     }
 }
 
@@ -62,22 +60,18 @@ mod tests {
     #[test]
     fn windows_are_seeded_uniform_and_predict_their_next_token() {
         let data = UniformTokens::new(50, 16, 200, 3, false);
-        let Sample::Tokens { ids, targets } = data.sample(7) else {
-            unreachable!("token data")
-        };
+        let sample = data.sample(7).unwrap();
+        let ids = sample.arrays()[0].as_u32().unwrap();
+        let targets = sample.arrays()[1].as_u32().unwrap();
         assert_eq!((ids.len(), targets.len()), (16, 16));
         assert_eq!(ids[1..], targets[..15], "each token predicts the next");
-        assert_eq!(data.sample(7), data.sample(7), "seeded");
-        assert_ne!(
-            data.sample(7),
-            UniformTokens::new(50, 16, 200, 3, true).sample(7)
-        );
+        assert_eq!(data.sample(7).unwrap(), sample, "seeded");
+        let held_out = UniformTokens::new(50, 16, 200, 3, true).sample(7);
+        assert_ne!(held_out.unwrap(), sample);
         let mut counts = [0usize; 50];
         for i in 0..200 {
-            let Sample::Tokens { ids, .. } = data.sample(i) else {
-                unreachable!("token data")
-            };
-            for id in ids {
+            let sample = data.sample(i).unwrap();
+            for &id in sample.arrays()[0].as_u32().unwrap() {
                 counts[id as usize] += 1;
             }
         }

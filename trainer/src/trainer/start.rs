@@ -13,13 +13,12 @@ use headroom_nn::Optimizer;
 use super::{RunFiles, Trainer};
 use crate::callback::Callbacks;
 use crate::config::{DEFAULT_MARGIN, TrainConfig};
-use crate::data::{DataShape, Position, Task};
+use crate::data::{Position, Task};
 use crate::device;
 use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
 use crate::growth::GrowthCheck;
 use crate::micro::MicroBatcher;
-use crate::model::TrainModel;
 use crate::optim::{build_optimizer, schedule};
 use crate::planner::plan_with;
 use crate::precision::LossScaler;
@@ -89,23 +88,11 @@ impl Trainer {
             Some(task) => task,
             None => Task::from_config(&config.data, &config.model, config.seed)?,
         };
-        let factory = match factory {
+        let factory: Arc<dyn ModelFactory> = match factory {
             Some(factory) => factory,
-            None => {
-                TrainModel::check(&config.model, task.train.shape())?;
-                Arc::new(BuiltinModel(config.model.clone()))
-            }
+            None => Arc::new(BuiltinModel(config.model.clone())),
         };
-        if let (Some(preset), None, DataShape::Tokens { vocab, .. }) =
-            (config.model.preset, config.model.vocab, task.train.shape())
-            && vocab != preset.shape().vocab
-        {
-            tracing::info!(
-                "the data's vocabulary of {vocab} tokens replaces {}'s {}",
-                preset.name(),
-                preset.shape().vocab
-            );
-        }
+        factory.check(&task.train.shape())?;
         let total_steps = total_steps(&config, task.train.len())?;
         let (run_dir, made) = run_dir::resolve(config.run_dir.as_deref(), start)?;
         let built = Self::build(config, task, factory, start, run_dir.clone(), total_steps);
@@ -289,12 +276,9 @@ fn build_model(
     saved: Option<&state::Saved>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
     let settings = ModelSettings::of(config);
-    let mut model = factory.build(device, task.train.shape(), &settings)?;
-    let builtin = model.as_any_mut().downcast_mut::<TrainModel>();
-    if let (None, Some(dir), Some(TrainModel::Gpt(gpt))) = (saved, &config.model.init_from, builtin)
-    {
-        headroom_nn::hf::load_gpt2(dir, gpt)?;
-        tracing::info!("started from the pretrained weights of {}", dir.display());
+    let mut model = factory.build(device, &task.train.shape(), &settings)?;
+    if saved.is_none() {
+        factory.initialize(&mut *model)?;
     }
     let mut optimizer = build_optimizer(&config.optimizer, model.module())?;
     if let Some(saved) = saved {
