@@ -108,42 +108,53 @@ fn padded_logits_are_scored_over_their_classes_alone() {
                 let (_, ts) = random_ids(&device, &mut rng, &[rows], classes);
                 let (targets, ts) = with_ignored_rows(&device, &ts);
                 let what = format!("{dtype} {rows}x{classes} in rows of {width}");
-                let loss = padded_cross_entropy(&logits, Some(classes), &targets, Some(IGNORE));
                 let want = reference_loss(&scores, &ts, classes);
                 let rtol = tolerance(loss_dtype(dtype)) * 4.0;
-                assert_close(&what, &loss.unwrap().to_f64().unwrap(), &[want], rtol);
-                let dy = dloss(&device, dtype, 1.5);
-                let grad = padded_cross_entropy_backward(
-                    &logits,
-                    Some(classes),
-                    &targets,
-                    &dy,
-                    Some(IGNORE),
-                )
-                .unwrap();
-                assert_eq!(grad.shape().dims(), [rows, width], "{what}");
-                let grad = grad.to_f64().unwrap();
                 let unpadded = Array::from_f64(&device, [rows, classes], dtype, &scores).unwrap();
+                let dy = dloss(&device, dtype, 1.5);
                 let plain = cross_entropy_backward(&unpadded, &targets, &dy, Some(IGNORE));
                 let plain = plain.unwrap().to_f64().unwrap();
-                for r in 0..rows {
-                    let row = &grad[r * width..(r + 1) * width];
-                    assert!(
-                        row[classes..].iter().all(|&g| g == 0.0),
-                        "{what}: padding of row {r}"
-                    );
-                    let want = &plain[r * classes..(r + 1) * classes];
-                    assert_close(&what, &row[..classes], want, tolerance(dtype) * 2.0);
+                // The targets read back by the backend, or given as the caller read them.
+                for host in [None, Some(ts.as_slice())] {
+                    let what = format!("{what}, host targets given: {}", host.is_some());
+                    let loss =
+                        padded_cross_entropy(&logits, Some(classes), &targets, Some(IGNORE), host);
+                    assert_close(&what, &loss.unwrap().to_f64().unwrap(), &[want], rtol);
+                    let grad = padded_cross_entropy_backward(
+                        &logits,
+                        Some(classes),
+                        &targets,
+                        &dy,
+                        Some(IGNORE),
+                        host,
+                    )
+                    .unwrap();
+                    assert_eq!(grad.shape().dims(), [rows, width], "{what}");
+                    let grad = grad.to_f64().unwrap();
+                    for r in 0..rows {
+                        let row = &grad[r * width..(r + 1) * width];
+                        let padding = &row[classes..];
+                        assert!(padding.iter().all(|&g| g == 0.0), "{what}: row {r}");
+                        let want = &plain[r * classes..(r + 1) * classes];
+                        assert_close(&what, &row[..classes], want, tolerance(dtype) * 2.0);
+                    }
                 }
             }
             let logits = Array::zeros(&device, [2, 4], dtype).unwrap();
             let targets = Array::from_host(&device, [2], &[0u32, 1]).unwrap();
             for classes in [0, 5] {
-                let err = padded_cross_entropy(&logits, Some(classes), &targets, None).unwrap_err();
+                let err = padded_cross_entropy(&logits, Some(classes), &targets, None, None);
+                let err = err.unwrap_err();
                 assert!(
                     matches!(err, Error::Argument { .. }),
                     "{classes} classes: {err}"
                 );
+            }
+            // Host targets out of range, or not one per row, are refused before any kernel.
+            for host in [&[0u32, 3][..], &[0]] {
+                let err = padded_cross_entropy(&logits, Some(3), &targets, None, Some(host));
+                let err = err.unwrap_err();
+                assert!(matches!(err, Error::Argument { .. }), "{host:?}: {err}");
             }
         }
     }

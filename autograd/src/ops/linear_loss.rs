@@ -99,6 +99,9 @@ struct Head {
     weight_p: Array,
     pad: usize,
     targets: Array,
+    /// The targets as the host read them once: each chunk's loss checks its own, so that no
+    /// chunk reads them back from a GPU.
+    host_targets: Vec<u32>,
     ignore: Option<u32>,
     chunks: Vec<Chunk>,
 }
@@ -107,6 +110,11 @@ impl Head {
     /// The vocabulary: the weight's rows without the padding.
     fn vocab(&self) -> usize {
         self.weight.shape().dims()[0]
+    }
+
+    /// Chunk `c`'s targets as the host holds them.
+    fn host_targets(&self, c: Chunk) -> Option<&[u32]> {
+        Some(&self.host_targets[c.start..c.start + c.rows])
     }
 
     /// Chunk `c`'s hidden rows (in the products' dtype), its logits (padded) and its targets.
@@ -124,7 +132,9 @@ impl Head {
         let mut total = Array::zeros(self.hidden.device(), Shape::new(&[]), dtype)?;
         for &c in &self.chunks {
             let (_, logits, targets) = self.logits(c)?;
-            let loss = padded_cross_entropy(&logits, Some(self.vocab()), &targets, self.ignore)?;
+            let host = self.host_targets(c);
+            let loss =
+                padded_cross_entropy(&logits, Some(self.vocab()), &targets, self.ignore, host)?;
             drop(logits);
             ew::add_into(&mut total, &ew::scale(&loss, c.share)?)?;
         }
@@ -151,6 +161,7 @@ impl Head {
                 &targets,
                 &dloss,
                 self.ignore,
+                self.host_targets(c),
             )?;
             drop(logits);
             if hidden {
@@ -223,8 +234,9 @@ impl Tensor {
             weight_p: products_weight(weight.array(), product, pad)?,
             pad,
             targets: targets.array().clone(),
-            ignore,
             chunks: chunks(&host_targets, chunk, ignore),
+            host_targets,
+            ignore,
         };
         let y = Tensor::output(head.loss()?);
         if let Some(rec) = begin(&[self, weight]) {

@@ -18,6 +18,10 @@ pub struct CrossEntropySpec {
     /// Rows whose target is this value count for nothing: no loss, no gradient, and not in the
     /// mean's denominator (PyTorch's `ignore_index`).
     pub ignore: Option<u32>,
+    /// The rows that count, when the caller has checked the targets on the host; a backend
+    /// whose targets live on a device then reads nothing back (a target out of range still
+    /// reads no memory outside its row, and gives NaN).
+    pub counted: Option<usize>,
 }
 
 /// The kernels of this family that a backend runs.

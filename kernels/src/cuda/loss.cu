@@ -57,6 +57,10 @@ __device__ void cross_entropy_rows(const T* logits, const u32* targets, u32 igno
             if (lane == 0) losses[r] = 0.0;
             continue;
         }
+        if (t >= classes) {  // unchecked by the host: no read outside the row
+            if (lane == 0) losses[r] = 0.0 / 0.0;
+            continue;
+        }
         const T* row = logits + r * width;
         C max, sum;
         row_max_and_sum<GROUP, T>(row, classes, packed, lane, scratch, max, sum);

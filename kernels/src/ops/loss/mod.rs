@@ -12,16 +12,20 @@ mod meta;
 pub use crate::backend::loss::{CrossEntropySpec, LossKernels, loss_dtype};
 
 use crate::array::Array;
+use crate::backend::index::check_range;
+use crate::backend::loss::counted_rows;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
 
 /// Checks the operands of a cross-entropy over the first `classes` columns of the logits (all
-/// of them when `None`) and returns their geometry.
+/// of them when `None`), and the targets' `host` copy where the caller gives one, and returns
+/// their geometry.
 fn cross_entropy_spec(
     logits: &Array,
     classes: Option<usize>,
     targets: &Array,
     ignore: Option<u32>,
+    host: Option<&[u32]>,
     op: &'static str,
 ) -> Result<CrossEntropySpec> {
     logits.check_float(op)?;
@@ -39,11 +43,25 @@ fn cross_entropy_spec(
                     ),
                 });
             }
+            let counted = match host {
+                Some(host) if host.len() != rows => {
+                    return Err(Error::Argument {
+                        op,
+                        detail: format!("{} host targets for {rows} rows", host.len()),
+                    });
+                }
+                Some(host) => {
+                    check_range(op, "target", host, classes, ignore)?;
+                    Some(counted_rows(host, ignore))
+                }
+                None => None,
+            };
             Ok(CrossEntropySpec {
                 rows,
                 classes,
                 width,
                 ignore,
+                counted,
             })
         }
         _ => Err(Error::Shape {
@@ -72,21 +90,26 @@ fn cross_entropy_spec(
 /// # Ok::<(), headroom_kernels::Error>(())
 /// ```
 pub fn cross_entropy(logits: &Array, targets: &Array, ignore: Option<u32>) -> Result<Array> {
-    padded_cross_entropy(logits, None, targets, ignore)
+    padded_cross_entropy(logits, None, targets, ignore, None)
 }
 
 /// [`cross_entropy`] over the first `classes` columns of each row of `logits` (`[N, W]`, all
 /// `W` of them when `None`); the other columns are padding and are not read. A head whose
 /// products were padded to a multiple of eight columns (so that every row starts on 16 bytes)
 /// gives its logits as they came.
+///
+/// `host` is the targets as the caller already read them: they are checked and counted here,
+/// and a GPU reads nothing back (each read waits for the device to finish its queue). Without
+/// it the backend reads them itself.
 pub fn padded_cross_entropy(
     logits: &Array,
     classes: Option<usize>,
     targets: &Array,
     ignore: Option<u32>,
+    host: Option<&[u32]>,
 ) -> Result<Array> {
     const OP: &str = "cross_entropy";
-    let spec = cross_entropy_spec(logits, classes, targets, ignore, OP)?;
+    let spec = cross_entropy_spec(logits, classes, targets, ignore, host, OP)?;
     let dtype = loss_dtype(logits.dtype());
     let mut out = Array::uninit(logits.device(), Shape::new(&[]), dtype, OP)?;
     logits.device().backend().cross_entropy(
@@ -108,20 +131,22 @@ pub fn cross_entropy_backward(
     dloss: &Array,
     ignore: Option<u32>,
 ) -> Result<Array> {
-    padded_cross_entropy_backward(logits, None, targets, dloss, ignore)
+    padded_cross_entropy_backward(logits, None, targets, dloss, ignore, None)
 }
 
 /// The gradient of [`padded_cross_entropy`] with respect to `logits`, scaled by `dloss` as
-/// [`cross_entropy_backward`]'s is: `[N, W]` like the logits, zeros in the padding.
+/// [`cross_entropy_backward`]'s is: `[N, W]` like the logits, zeros in the padding. `host` as
+/// for [`padded_cross_entropy`].
 pub fn padded_cross_entropy_backward(
     logits: &Array,
     classes: Option<usize>,
     targets: &Array,
     dloss: &Array,
     ignore: Option<u32>,
+    host: Option<&[u32]>,
 ) -> Result<Array> {
     const OP: &str = "cross_entropy_backward";
-    let spec = cross_entropy_spec(logits, classes, targets, ignore, OP)?;
+    let spec = cross_entropy_spec(logits, classes, targets, ignore, host, OP)?;
     logits.device().check_same(dloss.device(), OP)?;
     if dloss.numel() != 1 || dloss.dtype() != loss_dtype(logits.dtype()) {
         return Err(Error::Argument {
