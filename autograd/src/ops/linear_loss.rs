@@ -113,8 +113,8 @@ impl Head {
     }
 
     /// Chunk `c`'s targets as the host holds them.
-    fn host_targets(&self, c: Chunk) -> Option<&[u32]> {
-        Some(&self.host_targets[c.start..c.start + c.rows])
+    fn host_targets(&self, c: Chunk) -> &[u32] {
+        &self.host_targets[c.start..c.start + c.rows]
     }
 
     /// Chunk `c`'s hidden rows (in the products' dtype), its logits (padded) and its targets.
@@ -132,7 +132,7 @@ impl Head {
         let mut total = Array::zeros(self.hidden.device(), Shape::new(&[]), dtype)?;
         for &c in &self.chunks {
             let (_, logits, targets) = self.logits(c)?;
-            let host = self.host_targets(c);
+            let host = Some(self.host_targets(c));
             let loss =
                 padded_cross_entropy(&logits, Some(self.vocab()), &targets, self.ignore, host)?;
             drop(logits);
@@ -161,7 +161,7 @@ impl Head {
                 &targets,
                 &dloss,
                 self.ignore,
-                self.host_targets(c),
+                Some(self.host_targets(c)),
             )?;
             drop(logits);
             if hidden {

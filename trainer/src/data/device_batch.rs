@@ -22,12 +22,15 @@ pub struct DeviceBatch {
 impl DeviceBatch {
     /// A batch of these named arrays; a name given twice is an error.
     pub fn new(fields: Vec<(String, Tensor)>) -> Result<Self> {
-        for (at, (name, _)) in fields.iter().enumerate() {
-            if fields[..at].iter().any(|(other, _)| other == name) {
-                return Err(Error::config(format!(
-                    "data: the batch names `{name}` twice"
-                )));
-            }
+        if let Some(name) = repeated(
+            &fields
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .collect::<Vec<_>>(),
+        ) {
+            return Err(Error::config(format!(
+                "data: the batch names `{name}` twice"
+            )));
         }
         Ok(Self { fields })
     }
@@ -60,6 +63,12 @@ impl DeviceBatch {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.fields.iter().map(|(n, _)| n.as_str())
     }
+}
+
+/// The first of `names` that an earlier one repeats.
+pub(super) fn repeated<'a>(names: &[&'a str]) -> Option<&'a str> {
+    let at = (0..names.len()).find(|&at| names[..at].contains(&names[at]))?;
+    Some(names[at])
 }
 
 #[cfg(test)]

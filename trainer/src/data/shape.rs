@@ -8,7 +8,7 @@ use std::fmt;
 
 use headroom_kernels::DType;
 
-use super::device_batch::{INPUTS, TARGETS};
+use super::device_batch::{INPUTS, TARGETS, repeated};
 use crate::error::{Error, Result};
 
 /// One named array of every sample.
@@ -89,13 +89,10 @@ impl DataShape {
         if fields.is_empty() {
             return Err(Error::config("data: a sample holds at least one array"));
         }
-        for (at, field) in fields.iter().enumerate() {
-            if fields[..at].iter().any(|other| other.name == field.name) {
-                return Err(Error::config(format!(
-                    "data: a sample names `{}` twice",
-                    field.name
-                )));
-            }
+        if let Some(name) = repeated(&fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>()) {
+            return Err(Error::config(format!(
+                "data: a sample names `{name}` twice"
+            )));
         }
         Ok(Self { fields })
     }

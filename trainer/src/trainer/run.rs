@@ -51,18 +51,15 @@ impl Trainer {
         let outcome = self.train_to_end(&mut metrics, &bar);
         bar.finish_and_clear();
         let diverged_at = match outcome {
+            Ok(End::Diverged(step)) => Some(step),
             Ok(end) => {
                 if let End::Stopped(step) = end {
                     tracing::info!(step, "a callback stopped the run");
                     self.stopped_at = Some(step);
                 }
-                if let End::Diverged(step) = end {
-                    Some(step)
-                } else {
-                    self.state.totals.metric = self.timed_evaluation()?;
-                    self.checkpoint_unless_nonfinite()?;
-                    None
-                }
+                self.state.totals.metric = self.timed_evaluation()?;
+                self.checkpoint_unless_nonfinite()?;
+                None
             }
             Err(err) => {
                 let summary = self.summary(None);

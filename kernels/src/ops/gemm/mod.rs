@@ -90,30 +90,24 @@ pub fn matmul_accumulate(
     a.check_peer(b, OP)?;
     a.device().check_same(out.device(), OP)?;
     let half = matches!(a.dtype(), DType::F16 | DType::BF16);
-    match (a.dtype(), out.dtype()) {
-        (DType::F32, DType::F32) | (DType::F64, DType::F64) => {}
-        (DType::F16 | DType::BF16, DType::F32) => {}
-        (DType::F16 | DType::BF16, got) => {
-            return Err(Error::DType {
-                op: OP,
-                expected: "an f32 output for half operands".into(),
-                got,
-            });
-        }
-        (DType::F32 | DType::F64, got) => {
-            return Err(Error::DType {
-                op: OP,
-                expected: a.dtype().to_string(),
-                got,
-            });
-        }
-        (got, _) => {
+    // Half operands add into f32; the others into their own dtype.
+    let out_dtype = match a.dtype() {
+        DType::F32 | DType::F64 => a.dtype(),
+        DType::F16 | DType::BF16 => DType::F32,
+        got => {
             return Err(Error::DType {
                 op: OP,
                 expected: "f32, f64, f16 or bf16".into(),
                 got,
             });
         }
+    };
+    if out.dtype() != out_dtype {
+        return Err(Error::DType {
+            op: OP,
+            expected: out_dtype.to_string(),
+            got: out.dtype(),
+        });
     }
     let (&[ar, ac], &[br, bc], &[or, oc]) =
         (a.shape().dims(), b.shape().dims(), out.shape().dims())
