@@ -84,7 +84,7 @@ impl Allocator {
         let history = (config.history_capacity > 0).then(|| History::new(config.history_capacity));
         let mut allocator = Self {
             heap: Heap::default(),
-            grower: Grower::new(source, config.growth, limit),
+            grower: Grower::new(source, config.growth),
             limit,
             counters: Counters::default(),
             tags: TagTable::default(),
@@ -369,6 +369,7 @@ impl Allocator {
             tags: &self.tags,
             limit: self.limit,
             source_name: self.source_name(),
+            reservation: self.grower.reservation(),
         }
     }
 

@@ -64,7 +64,7 @@ pub enum Builtin {
 /// Growth policies, as command-line values.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum GrowthArg {
-    /// Reserve regions as requests need them.
+    /// Reserve as requests need: one region grown in place (the replay's virtual space can).
     OnDemand,
     /// Reserve the whole limit up front.
     Preallocate,

@@ -5,9 +5,6 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::size::GRANULE;
 
-/// The first region an on-demand allocator reserves is at most this large.
-pub const FIRST_REGION: u64 = 2 << 20;
-
 /// The granule in which an expandable region grows and shrinks (a CUDA physical page).
 pub const EXPANSION_STEP: u64 = 2 << 20;
 
@@ -22,13 +19,20 @@ pub enum Growth {
     /// or of as much as the source gives, backing off 10% at a time while it refuses, as
     /// TensorFlow does; the rest, if ever needed, is reserved the same way.
     Preallocate,
-    /// Regions reserved as needed: the first `min(limit, 2 MiB)`, each next one double the last
-    /// until it covers the request, backing off to 90% while the source refuses (memory growth).
+    /// Memory reserved as needed and no more (TensorFlow's memory growth), the default. Over a
+    /// source that [can resize](crate::MemorySource::can_resize) (CUDA's virtual memory
+    /// management, [`HostPages`](crate::HostPages), a virtual address space), one region grows
+    /// in place in steps of [`EXPANSION_STEP`] just enough to serve each request, as under
+    /// [`Expandable`](Self::Expandable). Over any other source, each new region is as large as
+    /// PyTorch's segment rule says ([`segment_size`](crate::segment_size): 2 MiB for requests of
+    /// up to 1 MiB, 20 MiB below 10 MiB, else the request rounded up to 2 MiB), backing off to
+    /// 90% while the source refuses.
     OnDemand,
     /// One region that grows in place, in steps of [`EXPANSION_STEP`], just enough to serve each
     /// request, and gives its free tail back on `release_cached` (PyTorch's expandable
     /// segments). Needs a source that [can resize](crate::MemorySource::can_resize); with one that
-    /// cannot, each growth reserves a new region of the request rounded up to the step.
+    /// cannot, each growth reserves a new region of the request rounded up to the step, where
+    /// [`OnDemand`](Self::OnDemand) would reserve a PyTorch segment.
     Expandable,
 }
 

@@ -4,10 +4,12 @@
 //! The [`Grower`] owns the source. It changes the heap only through the heap's region operations
 //! and reports each change as a [`RegionChange`], which the allocator counts and records.
 
-use crate::config::{EXPANSION_STEP, FIRST_REGION, Growth};
+use crate::config::{EXPANSION_STEP, Growth};
 use crate::error::{Error, Result};
 use crate::heap::Heap;
 use crate::report::OomCause;
+use crate::reservation::Reservation;
+use crate::segment::segment_size;
 use crate::size::GRANULE;
 use crate::source::{MemorySource, SourceError};
 
@@ -63,19 +65,47 @@ pub(crate) struct Grower {
     source: Box<dyn MemorySource>,
     /// When regions are reserved; fixed for the allocator's life.
     policy: Growth,
-    /// The size the next on-demand region starts from (doubled as needed): at first
-    /// `min(limit, FIRST_REGION)`, then twice the last region reserved by [`Growth::OnDemand`] or
-    /// [`Growth::Preallocate`] growth.
-    next_region_size: u64,
+    /// Whether the allocator grows one region in place: under [`Growth::Expandable`], and under
+    /// [`Growth::OnDemand`] over a source that [can resize](MemorySource::can_resize). Fixed for
+    /// the allocator's life.
+    in_place: bool,
+    /// The step the growable region grows and shrinks in: the source's
+    /// [`growth_step`](MemorySource::growth_step), a positive multiple of the granule.
+    step: u64,
 }
 
 impl Grower {
-    /// A grower over `source` under `policy`, for an allocator of `limit` bytes.
-    pub fn new(source: Box<dyn MemorySource>, policy: Growth, limit: u64) -> Self {
+    /// A grower over `source` under `policy`.
+    pub fn new(source: Box<dyn MemorySource>, policy: Growth) -> Self {
+        let in_place = match policy {
+            Growth::Expandable => true,
+            Growth::OnDemand => source.can_resize(),
+            Growth::Preallocate => false,
+        };
+        let step = source
+            .growth_step()
+            .max(1)
+            .div_ceil(GRANULE)
+            .saturating_mul(GRANULE);
         Self {
             source,
             policy,
-            next_region_size: limit.min(FIRST_REGION),
+            in_place,
+            step,
+        }
+    }
+
+    /// How the allocator reserves, under its policy and over its source.
+    pub fn reservation(&self) -> Reservation {
+        match self.policy {
+            Growth::Preallocate => Reservation::Preallocated,
+            _ if self.in_place && self.source.can_resize() => {
+                Reservation::InPlace { step: self.step }
+            }
+            Growth::Expandable => Reservation::Steps {
+                step: EXPANSION_STEP,
+            },
+            Growth::OnDemand => Reservation::Segments,
         }
     }
 
@@ -114,40 +144,30 @@ impl Grower {
         rounded: u64,
         headroom: u64,
     ) -> std::result::Result<RegionChange, GrowFailure> {
-        match self.policy {
-            Growth::Expandable => self.grow_expandable(heap, rounded, headroom),
-            Growth::Preallocate => self.grow_by_region(heap, rounded, headroom, false),
-            Growth::OnDemand => self.grow_by_region(heap, rounded, headroom, true),
+        if self.in_place {
+            return self.grow_in_place(heap, rounded, headroom);
         }
+        let size = match self.policy {
+            Growth::Preallocate => headroom,
+            Growth::OnDemand | Growth::Expandable => segment_size(rounded),
+        };
+        self.grow_by_region(heap, rounded, size.min(headroom))
     }
 
-    /// Reserves a new region that can hold `rounded` bytes: the whole headroom when preallocating,
-    /// else the next doubling size; either backs off while the source refuses.
+    /// Reserves a new region of `size` bytes for a request of `rounded`, backing off while the
+    /// source refuses.
     fn grow_by_region(
         &mut self,
         heap: &mut Heap,
         rounded: u64,
-        headroom: u64,
-        on_demand: bool,
+        size: u64,
     ) -> std::result::Result<RegionChange, GrowFailure> {
-        if rounded > headroom {
+        if rounded > size {
             return Err(OomCause::LimitReached.into());
         }
-        let size = if on_demand {
-            let mut size = self.next_region_size.max(GRANULE);
-            while size < rounded {
-                size = size.saturating_mul(2);
-            }
-            size.min(headroom)
-        } else {
-            headroom
-        };
         let (base, size) = self.reserve_backing_off(size, rounded)?;
-        let change = self
-            .add_region(heap, base, size)
-            .map_err(|err| OomCause::SourceRefused(err.to_string()))?;
-        self.next_region_size = size.saturating_mul(2);
-        Ok(change)
+        self.add_region(heap, base, size)
+            .map_err(|err| OomCause::SourceRefused(err.to_string()).into())
     }
 
     /// Reserves a region of `size` bytes or, while the source refuses for lack of memory, 10%
@@ -175,10 +195,10 @@ impl Grower {
         }
     }
 
-    /// Grows the expandable region at its end by just enough steps that its free tail holds
-    /// `rounded` bytes; without one (or with a source that cannot resize), reserves a region of
-    /// `rounded` bytes rounded up to the step.
-    fn grow_expandable(
+    /// Grows the growable region at its end by just enough of the source's steps that its free
+    /// tail holds `rounded` bytes; without one, reserves a region of `rounded` bytes rounded up
+    /// to the step (to [`EXPANSION_STEP`] for a source that cannot resize).
+    fn grow_in_place(
         &mut self,
         heap: &mut Heap,
         rounded: u64,
@@ -186,18 +206,17 @@ impl Grower {
     ) -> std::result::Result<RegionChange, GrowFailure> {
         let resizable = self.source.can_resize();
         let Some(end) = heap.growable_end().filter(|_| resizable) else {
-            let size = rounded
-                .div_ceil(EXPANSION_STEP)
-                .saturating_mul(EXPANSION_STEP);
-            return self.grow_by_region(heap, rounded, headroom.min(size), false);
+            let step = if resizable { self.step } else { EXPANSION_STEP };
+            let size = rounded.div_ceil(step).saturating_mul(step);
+            return self.grow_by_region(heap, rounded, headroom.min(size));
         };
         let needed = rounded - end.free_tail;
         if needed > headroom {
             return Err(OomCause::LimitReached.into());
         }
         let extra = needed
-            .div_ceil(EXPANSION_STEP)
-            .saturating_mul(EXPANSION_STEP)
+            .div_ceil(self.step)
+            .saturating_mul(self.step)
             .min(headroom);
         match self.source.extend(end.base, end.size, extra) {
             Ok(()) => {}
@@ -227,7 +246,7 @@ impl Grower {
     /// Takes a region the source handed out into the heap as one free chunk; gives back one the
     /// heap cannot hold, with an error.
     fn add_region(&mut self, heap: &mut Heap, base: u64, size: u64) -> Result<RegionChange> {
-        if !heap.add_region(base, size, self.policy == Growth::Expandable) {
+        if !heap.add_region(base, size, self.in_place) {
             // Give it back: the allocator cannot use it.
             let _ = self.source.release(base, size);
             return Err(Error::Source {
@@ -273,10 +292,10 @@ impl Grower {
         changes
     }
 
-    /// Gives back whole steps of the expandable region's free tail.
+    /// Gives back whole steps of the growable region's free tail.
     fn shrink_growable(&mut self, heap: &mut Heap) -> Option<RegionChange> {
         let end = heap.growable_end()?;
-        let cut = end.free_tail / EXPANSION_STEP * EXPANSION_STEP;
+        let cut = end.free_tail / self.step * self.step;
         // A wholly free region was released above, unless the source refused; it stays whole.
         if cut == 0 || end.free_whole {
             return None;

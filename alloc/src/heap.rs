@@ -63,15 +63,17 @@ pub(crate) struct Heap {
     /// Region base to region size: bases non-zero, bases and sizes positive multiples of the
     /// granule, and regions never overlap.
     regions: BTreeMap<u64, u64>,
-    /// Under [`Growth::Expandable`](crate::Growth::Expandable), the region that grows in place
-    /// (one held in `regions`) and its last chunk, which ends where the region ends.
+    /// When the allocator grows in place ([`Growth`](crate::Growth)), the region that grows (one
+    /// held in `regions`) and its last chunk, which ends where the region ends.
     growable: Option<Growable>,
 }
 
 impl Heap {
     /// Hands out the best-fitting free chunk for a request of `requested` bytes, `rounded` to the
-    /// granule, under `tag`. The chunk is split when it is at least twice `rounded` or the
-    /// remainder reaches `max_internal_fragmentation`, but never into an empty remainder.
+    /// granule, under `tag`. The chunk is split when it is at least twice `rounded`, when the
+    /// remainder reaches `max_internal_fragmentation`, or when it is the growable region's last
+    /// chunk (whose remainder stays at the region's end, to be given back or grown into), but
+    /// never into an empty remainder.
     #[inline]
     pub fn take_best_fit(
         &mut self,
@@ -85,8 +87,9 @@ impl Heap {
         let remainder = size - rounded;
         // Never split off an empty remainder: a zero-size chunk would share its address with the
         // next chunk (with `max_internal_fragmentation` 0, an exact fit meets the cap).
-        let worth_splitting =
-            size >= rounded.saturating_mul(2) || remainder >= max_internal_fragmentation;
+        let worth_splitting = size >= rounded.saturating_mul(2)
+            || remainder >= max_internal_fragmentation
+            || self.growable.is_some_and(|growable| growable.tail == id);
         if remainder > 0 && worth_splitting {
             let rest = self.split(id, rounded);
             self.bins.replace_found(found, rest);

@@ -6,6 +6,7 @@ use crate::heap::Heap;
 use crate::report::{
     LARGEST_LISTED, OCCUPANCY_WIDTH, OomCause, OomReport, RegionOccupancy, Verdict,
 };
+use crate::reservation::Reservation;
 use crate::snapshot::{ChunkSnapshot, MemorySnapshot, RegionSnapshot};
 use crate::stats::{Counters, Stats, TagTable, fragmentation};
 use crate::tag::Tag;
@@ -23,6 +24,8 @@ pub(crate) struct AllocatorView<'a> {
     pub limit: u64,
     /// The memory source's name.
     pub source_name: &'a str,
+    /// How the allocator reserves.
+    pub reservation: Reservation,
 }
 
 impl AllocatorView<'_> {
@@ -42,6 +45,7 @@ impl AllocatorView<'_> {
             reserved: c.reserved,
             peak_reserved: c.peak_reserved,
             limit: self.limit,
+            reservation: self.reservation,
             regions: self.heap.regions().len(),
             regions_reserved: c.regions_reserved,
             regions_released: c.regions_released,
@@ -110,6 +114,7 @@ impl AllocatorView<'_> {
             limit: self.limit,
             in_use: stats.in_use,
             reserved: stats.reserved,
+            reservation: self.reservation,
             free: stats.free,
             internal_fragmentation: stats.internal_fragmentation,
             largest_free: stats.largest_free,

@@ -3,7 +3,7 @@
 
 // Each module sits above the ones it uses:
 // - values and structures: `size`, `tag`, `chunk`, `free_set`, `bins`, `address_map`, `stats`,
-//   `snapshot`, `report`, `history`, `source`; then `error`, and above it what can fail to parse
+//   `reservation`, `snapshot`, `report`, `history`, `source`, `segment`; then `error`, and above it what can fail to parse
 //   or name: `parse_size`, `tag_naming`, `config`;
 // - `heap`: regions cut into chunks, with the free ones in bins; the only code that changes them;
 // - `growth`: the memory source and growth policy, which change the heap through its region
@@ -29,6 +29,8 @@ mod inspect;
 pub mod model;
 mod parse_size;
 mod report;
+mod reservation;
+mod segment;
 mod shared;
 mod size;
 mod snapshot;
@@ -42,17 +44,20 @@ mod validate;
 pub use allocator::Allocator;
 pub use bins::{BIN_COUNT, bin_index, bin_min_size};
 pub use config::{
-    AllocatorConfig, DEFAULT_MAX_INTERNAL_FRAGMENTATION, EXPANSION_STEP, FIRST_REGION, Growth,
-    Limit,
+    AllocatorConfig, DEFAULT_MAX_INTERNAL_FRAGMENTATION, EXPANSION_STEP, Growth, Limit,
 };
 pub use error::{Error, InvalidFreeReason, Result};
 pub use heap::Allocation;
 pub use history::{Event, EventKind, History};
 pub use parse_size::parse_size;
 pub use report::{OomCause, OomReport, RegionOccupancy, Verdict};
+pub use reservation::Reservation;
+pub use segment::{LARGE_REQUEST, LARGE_SEGMENT, SMALL_REQUEST, SMALL_SEGMENT, segment_size};
 pub use shared::{Block, SharedAllocator};
 pub use size::{GRANULE, format_bytes, round_size};
 pub use snapshot::{BinRow, ChunkSnapshot, MemorySnapshot, RegionSnapshot};
+#[cfg(target_os = "linux")]
+pub use source::HostPages;
 pub use source::{FaultInjecting, HostMemory, MemorySource, SourceError, VirtualMemory};
 pub use stats::{Stats, TagUsage, fragmentation};
 pub use tag::Tag;

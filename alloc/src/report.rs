@@ -4,6 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::reservation::Reservation;
 use crate::size::format_bytes;
 use crate::snapshot::{BinRow, ChunkSnapshot};
 use crate::stats::TagUsage;
@@ -76,6 +77,8 @@ pub struct OomReport {
     pub in_use: u64,
     /// Bytes reserved from the source.
     pub reserved: u64,
+    /// How they were reserved.
+    pub reservation: Reservation,
     /// Bytes reserved but not handed out.
     pub free: u64,
     /// Padding inside chunks handed out whole (part of `in_use`).
@@ -175,6 +178,7 @@ impl fmt::Display for OomReport {
             format_bytes(self.largest_free),
             self.fragmentation * 100.0
         )?;
+        writeln!(f, "reserved as {}", self.reservation)?;
         writeln!(f, "held by tag:")?;
         for usage in self.tags.iter().filter(|usage| usage.live > 0) {
             writeln!(

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::reservation::Reservation;
 use crate::tag::Tag;
 
 /// Live and peak bytes held under one tag.
@@ -172,6 +173,8 @@ pub struct Stats {
     pub peak_reserved: u64,
     /// The most bytes that may be reserved.
     pub limit: u64,
+    /// How memory is reserved: what the growth policy comes to over the source.
+    pub reservation: Reservation,
     /// Regions currently reserved.
     pub regions: usize,
     /// Regions reserved since creation.

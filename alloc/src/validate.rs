@@ -17,6 +17,7 @@ pub(crate) fn validate(view: AllocatorView<'_>) -> Result<()> {
         tags,
         limit,
         source_name: _,
+        reservation: _,
     } = view;
     let fail = |message: String| Err(Error::Corrupted(message));
     let mut in_use = 0u64;

@@ -55,11 +55,12 @@ fn a_long_scenario_exercises_every_outcome() {
         .with_limit_bytes(4 << 20)
         .with_max_internal_fragmentation(1 << 20)
         .with_history(64);
-    let run = |config: AllocatorConfig, fail_reserve: u8| {
+    let run = |config: AllocatorConfig, fail_reserve: u8, growth_step: Option<u64>| {
         let scenario = Scenario {
             capacity: 4 << 20,
             config,
             fail_reserve,
+            growth_step,
             actions: actions.clone(),
         };
         scenario.run().unwrap_or_else(|err| panic!("{err}"))
@@ -72,12 +73,17 @@ fn a_long_scenario_exercises_every_outcome() {
         (OnDemand, 3),
         (Expandable, 5),
     ] {
-        for slack in [1 << 20, 0] {
+        for (slack, growth_step) in [
+            (1 << 20, Some(2 << 20)),
+            (0, Some(2 << 20)),
+            (1 << 20, None),
+            (0, Some(GRANULE)),
+        ] {
             let config = config
                 .clone()
                 .with_growth(growth)
                 .with_max_internal_fragmentation(slack);
-            let summary = run(config, fail_reserve);
+            let summary = run(config, fail_reserve, growth_step);
             assert!(summary.allocs > 100, "{summary:?}");
             assert!(summary.ooms > 10, "{summary:?}");
             assert!(summary.frees > 100, "{summary:?}");
@@ -90,6 +96,7 @@ fn a_long_scenario_exercises_every_outcome() {
             let summary = run(
                 tiny.clone().with_max_internal_fragmentation(slack),
                 fail_reserve,
+                Some(2 << 20),
             );
             assert_eq!(summary.actions, 3000, "{summary:?}");
             assert!(summary.ooms > 1000, "{summary:?}");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use headroom_alloc::trace::{TraceOp, replay};
 use headroom_alloc::{
     Allocator, AllocatorConfig, Error, FaultInjecting, Growth, HostMemory, InvalidFreeReason,
-    Limit, MemorySource, OomCause, SourceError, Tag, Verdict, VirtualMemory,
+    Limit, MemorySource, OomCause, Reservation, SourceError, Tag, Verdict, VirtualMemory,
 };
 
 const MIB: u64 = 1 << 20;
@@ -20,8 +20,11 @@ fn growing(limit: u64, growth: Growth) -> Allocator {
     Allocator::new(VirtualMemory::new(limit), config).unwrap()
 }
 
+/// The default, on-demand growth over a virtual space of `limit` bytes whose regions cannot
+/// grow in place, so that it reserves region by region.
 fn on_demand(limit: u64) -> Allocator {
-    growing(limit, Growth::OnDemand)
+    let config = AllocatorConfig::default().with_limit_bytes(limit);
+    Allocator::new(VirtualMemory::new(limit).fixed_regions(), config).unwrap()
 }
 
 fn preallocated(limit: u64) -> Allocator {
@@ -159,52 +162,84 @@ fn a_freed_chunk_coalesces_with_both_neighbours() {
 }
 
 #[test]
-fn on_demand_regions_start_at_2_mib_and_double() {
+fn on_demand_regions_follow_the_segment_rule_and_the_limit_clamps_them() {
     let mut alloc = on_demand(64 * MIB);
     let mut sizes = Vec::new();
-    for _ in 0..4 {
+    for request in [256, 256, 3 * MIB, 21 * MIB, 40 * MIB] {
         let before = alloc.stats().regions;
         // Fill what is free so that the next request must grow.
         let largest = alloc.largest_free();
         if largest > 0 {
             alloc.allocate(largest, Tag::OTHER).unwrap();
         }
-        alloc.allocate(256, Tag::OTHER).unwrap();
+        if alloc.allocate(request, Tag::OTHER).is_err() {
+            sizes.push(0);
+            continue;
+        }
         let snapshot = alloc.snapshot();
         assert_eq!(snapshot.regions.len(), before + 1);
         sizes.push(snapshot.regions.last().unwrap().size);
     }
-    assert_eq!(sizes, [2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB]);
+    // Small requests share 2 MiB regions, medium ones 20 MiB, and a large one gets its own size
+    // rounded to 2 MiB. 44 MiB are reserved by then, so 40 MiB passes the limit.
+    assert_eq!(sizes, [2 * MIB, 2 * MIB, 20 * MIB, 22 * MIB, 0]);
+    assert_eq!(alloc.reserved(), 46 * MIB);
+    // A medium request's 20 MiB segment is clamped to the 18 MiB left.
+    alloc.allocate(3 * MIB, Tag::OTHER).unwrap();
+    assert_eq!(alloc.reserved(), 64 * MIB);
 }
 
 #[test]
-fn a_large_request_doubles_the_region_until_it_fits_and_the_limit_clamps_it() {
-    let mut alloc = on_demand(64 * MIB);
-    alloc.allocate(9 * MIB, Tag::OTHER).unwrap();
-    assert_eq!(alloc.reserved(), 16 * MIB);
-    // Next region would be 32 MiB; a 40 MiB request doubles it to 64, clamped to 48 MiB left.
-    alloc.allocate(40 * MIB, Tag::OTHER).unwrap();
-    assert_eq!(alloc.reserved(), 64 * MIB);
+fn on_demand_grows_one_region_in_place_where_the_source_can() {
+    let config = AllocatorConfig::default().with_limit_bytes(64 * MIB);
+    let mut alloc = Allocator::new(VirtualMemory::new(64 * MIB), config).unwrap();
+    let a = alloc.allocate(MIB, Tag::OTHER).unwrap();
+    let b = alloc.allocate(5 * MIB / 2, Tag::OTHER).unwrap();
+    // One region, grown by a whole 2 MiB step, and the request that grew it split off the
+    // region's end: TensorFlow's rule alone would hand it the 3 MiB chunk whole.
+    assert_eq!(alloc.snapshot().regions.len(), 1);
+    assert_eq!(alloc.reserved(), 4 * MIB);
+    assert_eq!((b.addr, b.size), (a.addr + MIB, 5 * MIB / 2));
+    let c = alloc.allocate(256, Tag::OTHER).unwrap();
+    assert_eq!(c.addr, b.addr + b.size);
+    assert_eq!(alloc.reserved(), 4 * MIB);
+    alloc.free(b.addr).unwrap();
+    alloc.free(c.addr).unwrap();
+    // The free tail goes back in whole steps.
+    assert_eq!(alloc.release_cached(), 2 * MIB);
+    assert_eq!(alloc.reserved(), 2 * MIB);
 }
 
 #[test]
 fn a_refusing_source_is_backed_off_to_90_percent() {
     // The source refuses anything that would pass 3 MiB in total.
-    let source = FaultInjecting::new(VirtualMemory::new(64 * MIB)).fail_beyond(3 * MIB);
+    let source =
+        FaultInjecting::new(VirtualMemory::new(64 * MIB).fixed_regions()).fail_beyond(3 * MIB);
     let config = AllocatorConfig::default().with_limit_bytes(64 * MIB);
     let mut alloc = Allocator::new(source, config).unwrap();
-    alloc.allocate(2 * MIB, Tag::OTHER).unwrap(); // region 1: 2 MiB
-    // Region 2 asks 4 MiB, then steps down by 10% (rounded down to 256 B) until it fits in 1 MiB.
-    let mut expected = 4 * MIB;
-    while expected > MIB {
-        expected = (expected / 10 * 9) & !255;
-    }
-    let a = alloc.allocate(MIB / 2, Tag::OTHER).unwrap();
+    alloc.allocate(2 * MIB, Tag::OTHER).unwrap(); // region 1: 20 MiB backed off to 2 MiB
+    assert_eq!(
+        alloc.snapshot().regions[0].size,
+        expected_back_off(20 * MIB, 3 * MIB)
+    );
+    // Region 2 asks 2 MiB, then steps down by 10% (rounded down to 256 B) until it fits in the
+    // 3 MiB less what region 1 took.
+    let room = 3 * MIB - alloc.reserved();
+    let expected = expected_back_off(2 * MIB, room);
+    let a = alloc.allocate(room / 2 + 256, Tag::OTHER).unwrap();
     assert_eq!(alloc.snapshot().regions[1].size, expected);
     assert_eq!(
         a.size, expected,
         "less than twice the request, so handed out whole"
     );
+}
+
+/// The size a request for `size` bytes backs off to, 10% at a time, to fit in `room`.
+fn expected_back_off(mut size: u64, room: u64) -> u64 {
+    while size > room {
+        size = (size / 10 * 9) & !255;
+    }
+    size
 }
 
 #[test]
@@ -281,13 +316,14 @@ fn a_source_fault_is_an_error_at_once_not_an_oom() {
 fn garbage_collection_releases_free_regions_and_retries() {
     let run = |gc: bool| {
         let config = AllocatorConfig::default()
-            .with_limit_bytes(8 * MIB)
+            .with_limit_bytes(16 * MIB)
             .with_garbage_collection(gc);
-        let mut alloc = Allocator::new(VirtualMemory::new(8 * MIB), config).unwrap();
-        let a = alloc.allocate(2 * MIB, Tag::OTHER).unwrap(); // region 2 MiB
-        let b = alloc.allocate(4 * MIB, Tag::OTHER).unwrap(); // region 4 MiB
+        let source = VirtualMemory::new(16 * MIB).fixed_regions();
+        let mut alloc = Allocator::new(source, config).unwrap();
+        let a = alloc.allocate(MIB, Tag::OTHER).unwrap(); // region 2 MiB
+        let b = alloc.allocate(12 * MIB, Tag::OTHER).unwrap(); // region 12 MiB
         alloc.free(a.addr).unwrap();
-        // 6 MiB reserved, 2 free in region 1 and 2 MiB of headroom: a 3 MiB request fits only
+        // 14 MiB reserved, 2 free in region 1 and 2 MiB of headroom: a 3 MiB request fits only
         // once the free 2 MiB region is given back.
         let result = alloc.allocate(3 * MIB, Tag::OTHER);
         (result.map(|_| ()), alloc.stats().regions_released, b)
@@ -302,10 +338,9 @@ fn garbage_collection_releases_free_regions_and_retries() {
 
 #[test]
 fn an_optional_allocation_takes_free_chunks_and_growth_but_never_collects_or_counts_an_oom() {
-    let config = AllocatorConfig::default().with_limit_bytes(8 * MIB);
-    let mut alloc = Allocator::new(VirtualMemory::new(8 * MIB), config).unwrap();
-    let a = alloc.allocate(2 * MIB, Tag::OTHER).unwrap(); // region 2 MiB
-    let _b = alloc.allocate(4 * MIB, Tag::OTHER).unwrap(); // region 4 MiB
+    let mut alloc = on_demand(16 * MIB);
+    let a = alloc.allocate(MIB, Tag::OTHER).unwrap(); // region 2 MiB
+    let _b = alloc.allocate(12 * MIB, Tag::OTHER).unwrap(); // region 12 MiB
     alloc.free(a.addr).unwrap();
     // A free chunk holds it.
     let scratch = alloc.try_allocate(MIB, Tag::WORKSPACE).unwrap();
@@ -316,13 +351,13 @@ fn an_optional_allocation_takes_free_chunks_and_growth_but_never_collects_or_cou
     assert!(alloc.try_allocate(3 * MIB, Tag::WORKSPACE).is_none());
     let stats = alloc.stats();
     assert_eq!((stats.ooms, stats.regions_released), (0, 0));
-    assert_eq!(alloc.reserved(), 6 * MIB);
+    assert_eq!(alloc.reserved(), 14 * MIB);
     // The free 2 MiB, then a new region in the 2 MiB of headroom; past the limit, nothing.
     assert!(alloc.try_allocate(2 * MIB, Tag::WORKSPACE).is_some());
     assert!(alloc.try_allocate(2 * MIB, Tag::WORKSPACE).is_some());
-    assert_eq!(alloc.reserved(), 8 * MIB);
+    assert_eq!(alloc.reserved(), 16 * MIB);
     assert!(alloc.try_allocate(256, Tag::WORKSPACE).is_none());
-    assert!(alloc.try_allocate(16 * MIB, Tag::WORKSPACE).is_none());
+    assert!(alloc.try_allocate(32 * MIB, Tag::WORKSPACE).is_none());
     assert_eq!(alloc.stats().ooms, 0);
     alloc.validate().unwrap();
 }
@@ -332,10 +367,10 @@ fn release_cached_gives_back_only_entirely_free_regions() {
     let mut alloc = on_demand(64 * MIB);
     let a = alloc.allocate(MIB, Tag::OTHER).unwrap();
     let _b = alloc.allocate(3 * MIB, Tag::OTHER).unwrap();
-    assert_eq!(alloc.reserved(), 6 * MIB);
+    assert_eq!(alloc.reserved(), 22 * MIB);
     alloc.free(a.addr).unwrap();
     assert_eq!(alloc.release_cached(), 2 * MIB);
-    assert_eq!(alloc.reserved(), 4 * MIB);
+    assert_eq!(alloc.reserved(), 20 * MIB);
     assert_eq!(alloc.release_cached(), 0);
 }
 
@@ -559,4 +594,63 @@ fn an_expandable_region_stops_at_the_limit() {
     assert_eq!(alloc.reserved(), 5 * MIB);
     let err = alloc.allocate(256, Tag::WEIGHTS).unwrap_err();
     assert_eq!(err.oom_report().unwrap().verdict, Verdict::Capacity);
+}
+
+#[test]
+fn stats_and_reports_say_how_memory_is_reserved() {
+    let space = || VirtualMemory::new(64 * MIB);
+    let cases = [
+        (
+            Growth::OnDemand,
+            space(),
+            Reservation::InPlace { step: 2 * MIB },
+        ),
+        (
+            Growth::OnDemand,
+            space().with_growth_step(4096),
+            Reservation::InPlace { step: 4096 },
+        ),
+        (
+            Growth::OnDemand,
+            space().fixed_regions(),
+            Reservation::Segments,
+        ),
+        (
+            Growth::Expandable,
+            space().fixed_regions(),
+            Reservation::Steps { step: 2 * MIB },
+        ),
+        (Growth::Preallocate, space(), Reservation::Preallocated),
+    ];
+    for (growth, source, expected) in cases {
+        let config = AllocatorConfig::default().with_growth(growth);
+        let mut alloc = Allocator::new(source, config).unwrap();
+        alloc.allocate(MIB, Tag::OTHER).unwrap();
+        assert_eq!(alloc.stats().reservation, expected);
+        let err = alloc.allocate(64 * MIB, Tag::OTHER).unwrap_err();
+        let report = err.oom_report().unwrap();
+        assert_eq!(report.reservation, expected);
+        let text = report.to_string();
+        assert!(text.contains(&format!("reserved as {expected}")), "{text}");
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn host_pages_grow_in_place_by_the_page_and_give_the_tail_back() {
+    use headroom_alloc::HostPages;
+    let page = HostPages::new(0).growth_step();
+    let mut alloc = Allocator::new(HostPages::new(64 * MIB), AllocatorConfig::default()).unwrap();
+    let a = alloc.allocate(3 * MIB + 100, Tag::OTHER).unwrap();
+    let b = alloc.allocate(MIB, Tag::OTHER).unwrap();
+    // One region, as large as the two requests rounded up to a page.
+    assert_eq!(alloc.stats().regions, 1);
+    assert_eq!(alloc.reserved(), (4 * MIB + 256).div_ceil(page) * page);
+    assert_eq!(b.addr, a.addr + 3 * MIB + 256);
+    // SAFETY: `b` is a live allocation of 1 MiB of real host memory.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(b.addr as *mut u8, MIB as usize) };
+    bytes.fill(1);
+    alloc.free(b.addr).unwrap();
+    assert_eq!(alloc.release_cached(), MIB / page * page);
+    assert_eq!(alloc.reserved(), (3 * MIB + 256).div_ceil(page) * page);
 }

@@ -5,7 +5,9 @@ use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 
 use headroom_alloc::trace::{TraceOp, TraceWriter, TransformerTrace, read_trace, replay};
-use headroom_alloc::{Allocator, AllocatorConfig, Error, OomCause, Tag, Verdict, VirtualMemory};
+use headroom_alloc::{
+    Allocator, AllocatorConfig, Error, Growth, OomCause, Tag, Verdict, VirtualMemory,
+};
 
 const LIMIT: u64 = 64 << 20;
 
@@ -88,7 +90,10 @@ fn execute(alloc: &mut Allocator, ops: &[TraceOp]) -> Seen {
 #[test]
 fn a_streamed_trace_replays_to_the_same_allocations_frees_ooms_and_peaks() {
     let ops = TransformerTrace::default().generate();
-    let config = AllocatorConfig::default().with_limit_bytes(LIMIT);
+    // One region of the whole limit, so that some OOMs are for fragmentation.
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(LIMIT)
+        .with_growth(Growth::Preallocate);
     let mut alloc = Allocator::new(VirtualMemory::new(LIMIT), config.clone()).unwrap();
     let text = Shared::default();
     assert!(

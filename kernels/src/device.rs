@@ -47,11 +47,33 @@ impl DeviceConfig {
 pub trait HostSource: MemorySource + sealed::Sealed {}
 impl HostSource for HostMemory {}
 impl HostSource for FaultInjecting<HostMemory> {}
+#[cfg(target_os = "linux")]
+impl HostSource for headroom_alloc::HostPages {}
+#[cfg(target_os = "linux")]
+impl HostSource for FaultInjecting<headroom_alloc::HostPages> {}
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for headroom_alloc::HostMemory {}
     impl Sealed for headroom_alloc::FaultInjecting<headroom_alloc::HostMemory> {}
+    #[cfg(target_os = "linux")]
+    impl Sealed for headroom_alloc::HostPages {}
+    #[cfg(target_os = "linux")]
+    impl Sealed for headroom_alloc::FaultInjecting<headroom_alloc::HostPages> {}
+}
+
+/// Host memory for a CPU device of `bytes`: on Linux pages committed into reserved address
+/// space, so that its allocator grows one region in place; elsewhere the global allocator's.
+#[cfg(target_os = "linux")]
+fn host_memory(bytes: u64) -> headroom_alloc::HostPages {
+    headroom_alloc::HostPages::new(bytes)
+}
+
+/// Host memory for a CPU device of `bytes`: on Linux pages committed into reserved address
+/// space, so that its allocator grows one region in place; elsewhere the global allocator's.
+#[cfg(not(target_os = "linux"))]
+fn host_memory(bytes: u64) -> HostMemory {
+    HostMemory::new(bytes)
 }
 
 /// A handle to a device: cheap to clone, shared by every buffer made on it.
@@ -79,9 +101,10 @@ struct Inner {
 }
 
 impl Device {
-    /// A CPU device over `config.memory` bytes of real host memory.
+    /// A CPU device over `config.memory` bytes of real host memory, which grows in place on
+    /// Linux ([`HostPages`](headroom_alloc::HostPages)).
     pub fn cpu(config: DeviceConfig) -> Result<Device> {
-        Self::cpu_over(HostMemory::new(config.memory), config.allocator)
+        Self::cpu_over(host_memory(config.memory), config.allocator)
     }
 
     /// A CPU device over a given host source (a fault-injecting one, in tests).
@@ -126,8 +149,10 @@ impl Device {
         rates: Rates,
         config: DeviceConfig,
     ) -> Result<Device> {
-        let source =
-            PlanningMemory::new(VirtualMemory::new(config.memory), target.resizes_regions());
+        let source = PlanningMemory::new(
+            VirtualMemory::new(config.memory).with_growth_step(target.growth_step()),
+            target.resizes_regions(),
+        );
         let work = WorkLog::new(rates);
         let mut device = Self::assemble(
             DeviceKind::Meta,

@@ -37,6 +37,9 @@ impl MemorySource for PlanningMemory {
     fn can_resize(&self) -> bool {
         self.resizable
     }
+    fn growth_step(&self) -> u64 {
+        self.inner.growth_step()
+    }
     fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
         if !self.resizable {
             return Err(SourceError::new("the planned device cannot resize regions"));
@@ -77,12 +80,26 @@ impl PlanTarget {
         }
     }
 
-    /// Whether the target's memory grows regions in place under
-    /// [`Growth::Expandable`](headroom_alloc::Growth::Expandable): a CUDA device maps memory
-    /// into a region's reserved addresses (every GPU CUDA 13 supports can); the CPU's host
-    /// memory cannot, so its expandable allocator reserves a region per step.
+    /// Whether the target's memory grows regions in place (see
+    /// [`Growth`](headroom_alloc::Growth)): a CUDA device maps memory into a region's reserved
+    /// addresses (every GPU CUDA 13 supports can); on Linux the CPU's host memory commits pages
+    /// into reserved address space ([`HostPages`](headroom_alloc::HostPages)); elsewhere host
+    /// memory cannot, so its allocator reserves region by region.
     pub fn resizes_regions(self) -> bool {
-        matches!(self, PlanTarget::Cuda { .. })
+        match self {
+            PlanTarget::Cuda { .. } => true,
+            PlanTarget::Cpu => cfg!(target_os = "linux"),
+        }
+    }
+
+    /// The step the target's memory grows and shrinks in place: CUDA's 2 MiB page
+    /// ([`EXPANSION_STEP`](headroom_alloc::EXPANSION_STEP)), or a host page on Linux.
+    pub fn growth_step(self) -> u64 {
+        match self {
+            #[cfg(target_os = "linux")]
+            PlanTarget::Cpu => headroom_alloc::HostPages::new(0).growth_step(),
+            _ => headroom_alloc::EXPANSION_STEP,
+        }
     }
 
     /// The fixed rates a plan for this target prices its kernels at, round figures of the

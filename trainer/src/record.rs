@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use headroom_alloc::{Verdict, format_bytes};
+use headroom_alloc::{Reservation, Verdict, format_bytes};
 use serde::{Deserialize, Serialize};
 
 use crate::micro::SizeChange;
@@ -124,6 +124,9 @@ pub struct Summary {
     /// and its fragments (0 in summaries written before it was recorded).
     #[serde(default)]
     pub peak_reserved: u64,
+    /// How the allocator reserved memory (absent in summaries written before it was recorded).
+    #[serde(default)]
+    pub reservation: Option<Reservation>,
     /// The limit.
     pub limit: u64,
     /// Processes that worked on the run: 1, and one more for each resume.
@@ -206,10 +209,10 @@ impl fmt::Display for Summary {
                 format_bytes(measured)
             )?;
         }
-        let reserved = if self.peak_reserved > 0 {
-            format!(" (at most {} reserved)", format_bytes(self.peak_reserved))
-        } else {
-            String::new()
+        let reserved = match (self.peak_reserved, self.reservation) {
+            (0, _) => String::new(),
+            (peak, None) => format!(" (at most {} reserved)", format_bytes(peak)),
+            (peak, Some(how)) => format!(" (at most {} reserved, as {how})", format_bytes(peak)),
         };
         writeln!(
             f,

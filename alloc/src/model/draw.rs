@@ -100,8 +100,14 @@ fn free_limit(u: &mut Unstructured<'_>, capacity: u64) -> Result<Limit> {
     })
 }
 
-/// The capacity, configuration and failing reserve of a scenario.
-fn draw_setup(u: &mut Unstructured<'_>) -> Result<(u64, AllocatorConfig, u8)> {
+/// Sources' growth steps: a CUDA page, none (regions that cannot grow in place), the granule,
+/// a host page.
+const GROWTH_STEPS: [Option<u64>; 4] = [Some(2 * MIB), None, Some(GRANULE), Some(4096)];
+/// Steps of no common size.
+const ODD_GROWTH_STEPS: [Option<u64>; 2] = [Some(3 * GRANULE), Some(1 << 30)];
+
+/// The capacity, configuration and failing reserve of a scenario, and its source's growth step.
+fn draw_setup(u: &mut Unstructured<'_>) -> Result<(u64, AllocatorConfig, u8, Option<u64>)> {
     let capacity = pick(u, &CAPACITIES, &ODD_CAPACITIES, |u| {
         u.int_in_range(0..=128 * MIB)
     })?;
@@ -125,26 +131,31 @@ fn draw_setup(u: &mut Unstructured<'_>) -> Result<(u64, AllocatorConfig, u8)> {
         max_internal_fragmentation: slack,
         history_capacity: history,
     };
-    Ok((capacity, config, fail_reserve))
+    let growth_step = pick(u, &GROWTH_STEPS, &ODD_GROWTH_STEPS, |u| {
+        Ok(Some(u64::from(u16::arbitrary(u)?)))
+    })?;
+    Ok((capacity, config, fail_reserve, growth_step))
 }
 
 impl<'a> Arbitrary<'a> for Scenario {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        let (capacity, config, fail_reserve) = draw_setup(u)?;
+        let (capacity, config, fail_reserve, growth_step) = draw_setup(u)?;
         Ok(Self {
             capacity,
             config,
             fail_reserve,
+            growth_step,
             actions: u.arbitrary()?,
         })
     }
 
     fn arbitrary_take_rest(mut u: Unstructured<'a>) -> Result<Self> {
-        let (capacity, config, fail_reserve) = draw_setup(&mut u)?;
+        let (capacity, config, fail_reserve, growth_step) = draw_setup(&mut u)?;
         Ok(Self {
             capacity,
             config,
             fail_reserve,
+            growth_step,
             actions: Vec::<Action>::arbitrary_take_rest(u)?,
         })
     }
@@ -163,10 +174,12 @@ mod tests {
         let draws = 4000;
         let (mut zero_slack, mut one_granule, mut below_granule, mut nan) = (0, 0, 0, 0);
         let (mut invalid, mut builds, mut no_history, mut one_event) = (0, 0, 0, 0);
-        let mut growths = [0; 3];
+        let (mut growths, mut fixed_regions) = ([0; 3], 0);
         for _ in 0..draws {
-            let bytes: Vec<u8> = (0..24).map(|_| rng.next_u64() as u8).collect();
-            let (capacity, config, fail) = draw_setup(&mut Unstructured::new(&bytes)).unwrap();
+            let bytes: Vec<u8> = (0..32).map(|_| rng.next_u64() as u8).collect();
+            let (capacity, config, fail, step) =
+                draw_setup(&mut Unstructured::new(&bytes)).unwrap();
+            fixed_regions += usize::from(step.is_none());
             zero_slack += usize::from(config.max_internal_fragmentation == 0);
             one_granule += usize::from(config.limit == Limit::Bytes(GRANULE));
             below_granule += usize::from(config.limit == Limit::Bytes(GRANULE - 1));
@@ -181,7 +194,13 @@ mod tests {
             }
         }
         // A common edge comes up over 5/8 / 9 of the time, a rare one over 1/8 / 8.
-        for count in [zero_slack, one_granule, no_history, one_event] {
+        for count in [
+            zero_slack,
+            one_granule,
+            no_history,
+            one_event,
+            fixed_regions,
+        ] {
             assert!(count > draws / 20, "{count} of {draws}");
         }
         for count in [below_granule, nan] {

@@ -29,7 +29,8 @@ use shadow::{Shadow, check_history};
 /// With the `arbitrary` feature, drawing one picks every field of the configuration, edges
 /// first (see the `draw` module): zero slack, a one-granule limit, a limit below one granule,
 /// a byte limit above the capacity, fractions near 0 and 1 and invalid ones, each growth policy,
-/// history rings of 0, 1, a few and many events.
+/// history rings of 0, 1, a few and many events, sources whose regions grow in place by steps
+/// of 2 MiB, 4 KiB, one granule or odd sizes, or not at all.
 #[derive(Debug, Clone)]
 pub struct Scenario {
     /// Bytes the virtual memory source holds (what a fractional limit is a fraction of).
@@ -38,6 +39,9 @@ pub struct Scenario {
     pub config: AllocatorConfig,
     /// Make the source refuse its reserve number `fail_reserve` (0: never).
     pub fail_reserve: u8,
+    /// The step the source's regions grow in place by, or `None` for a source whose regions
+    /// cannot grow (so that on-demand growth reserves segments).
+    pub growth_step: Option<u64>,
     /// The actions.
     pub actions: Vec<Action>,
 }
@@ -48,7 +52,12 @@ impl Scenario {
     /// construction that fails as expected ends the run successfully. The error names the first
     /// disagreement.
     pub fn run(&self) -> Result<RunSummary, String> {
-        let mut source = FaultInjecting::new(VirtualMemory::new(self.capacity));
+        let space = VirtualMemory::new(self.capacity);
+        let space = match self.growth_step {
+            Some(step) => space.with_growth_step(step),
+            None => space.fixed_regions(),
+        };
+        let mut source = FaultInjecting::new(space);
         if self.fail_reserve > 0 {
             source = source.fail_reserve_number(u64::from(self.fail_reserve));
         }

@@ -86,6 +86,10 @@ impl<S: MemorySource> MemorySource for FaultInjecting<S> {
         self.inner.can_resize()
     }
 
+    fn growth_step(&self) -> u64 {
+        self.inner.growth_step()
+    }
+
     /// Counts as a reserve of `extra` bytes for the armed faults.
     fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
         self.admit(extra)?;

@@ -1,6 +1,7 @@
-//! Real host memory: the only `unsafe` code in headroom-alloc.
+//! Real host memory from the global allocator.
 
-// The one place in this crate that touches memory; `lib.rs` denies unsafe code everywhere else.
+// One of the two places in this crate that touch memory (with `host_pages`); `lib.rs` denies
+// unsafe code everywhere else.
 #![allow(unsafe_code)]
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};

@@ -1,15 +1,21 @@
 //! Memory sources: where the allocator's large regions come from (TensorFlow's sub-allocators).
 //!
 //! The allocator asks a source for a few large regions and carves them up itself. A source for
-//! CUDA memory lives in headroom-kernels; this crate provides host memory, a virtual address space
-//! and a fault-injecting wrapper for tests.
+//! CUDA memory lives in headroom-kernels; this crate provides host memory (from the global
+//! allocator, or on Linux as pages committed into reserved address space, which grows in
+//! place), a virtual address space and a fault-injecting wrapper for tests.
 
 mod fault;
 mod host;
+#[cfg(target_os = "linux")]
+mod host_pages;
+mod region_book;
 mod virtual_memory;
 
 pub use fault::FaultInjecting;
 pub use host::HostMemory;
+#[cfg(target_os = "linux")]
+pub use host_pages::HostPages;
 pub use virtual_memory::VirtualMemory;
 
 /// Why a source refused or failed an operation.
@@ -65,6 +71,13 @@ pub trait MemorySource: Send {
         false
     }
 
+    /// The step in which regions grow and shrink in place, a positive multiple of 256: the
+    /// page a source maps (2 MiB for CUDA, [`EXPANSION_STEP`](crate::EXPANSION_STEP), the
+    /// default; a host page for [`HostPages`](crate::HostPages)).
+    fn growth_step(&self) -> u64 {
+        crate::config::EXPANSION_STEP
+    }
+
     /// Grows the region at `base`, now `size` bytes, by `extra` bytes (a positive multiple of
     /// 256) at its end, keeping its addresses.
     fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
@@ -101,6 +114,9 @@ impl<S: MemorySource + ?Sized> MemorySource for Box<S> {
     }
     fn can_resize(&self) -> bool {
         (**self).can_resize()
+    }
+    fn growth_step(&self) -> u64 {
+        (**self).growth_step()
     }
     fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
         (**self).extend(base, size, extra)

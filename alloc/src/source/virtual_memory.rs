@@ -1,14 +1,16 @@
 //! A source of addresses only: for planning, trace replay, fuzzing and tests.
 
-use std::collections::BTreeMap;
-
+use super::region_book::RegionBook;
 use super::{MemorySource, SourceError};
+use crate::config::EXPANSION_STEP;
+use crate::size::GRANULE;
 
 /// Hands out addresses from a large virtual range without backing them with memory.
 ///
 /// Every region gets an address span as large as the whole capacity, so it can grow in place
-/// ([`MemorySource::extend`]) up to the capacity; spans are never reused, so a stale address can
-/// never alias a new region.
+/// ([`MemorySource::extend`]) up to the capacity, unless made with
+/// [`fixed_regions`](Self::fixed_regions); spans are never reused, so a stale address can never
+/// alias a new region.
 ///
 /// ```
 /// use headroom_alloc::{MemorySource, VirtualMemory};
@@ -21,15 +23,16 @@ use super::{MemorySource, SourceError};
 /// ```
 #[derive(Debug, Clone)]
 pub struct VirtualMemory {
-    capacity: u64,
-    /// Live regions: base to current size.
-    regions: BTreeMap<u64, u64>,
-    /// Sum of the sizes in `regions`; never above `capacity`.
-    reserved: u64,
+    /// The live regions, within the capacity.
+    book: RegionBook,
     /// Where the next region's span starts; spans are `span` bytes apart.
     next_base: u64,
     /// Address space set aside per region: the capacity rounded up to 2 MiB.
     span: u64,
+    /// Whether regions grow and shrink in place.
+    resizable: bool,
+    /// The step they grow and shrink in: a positive multiple of 256.
+    growth_step: u64,
 }
 
 /// Where virtual addresses start: far from zero, so that a null address is never valid.
@@ -39,47 +42,40 @@ impl VirtualMemory {
     /// A virtual space that can hold `capacity` bytes at once.
     pub fn new(capacity: u64) -> Self {
         Self {
-            capacity,
-            regions: BTreeMap::new(),
-            reserved: 0,
+            book: RegionBook::new(capacity),
             next_base: FIRST_BASE,
             span: capacity.max(1).div_ceil(2 << 20).saturating_mul(2 << 20),
+            resizable: true,
+            growth_step: EXPANSION_STEP,
         }
+    }
+
+    /// The same space with regions that grow and shrink in steps of `bytes` (rounded up to 256
+    /// bytes) instead of [`EXPANSION_STEP`]: 256 for an address space of no pages, a host page to
+    /// plan a CPU device.
+    pub fn with_growth_step(mut self, bytes: u64) -> Self {
+        self.growth_step = bytes.max(1).div_ceil(GRANULE).saturating_mul(GRANULE);
+        self
+    }
+
+    /// The same space with regions that cannot grow or shrink in place, like plain
+    /// `cuMemAlloc` or host allocations: for planning a device without virtual memory
+    /// management, and for tests of region-by-region growth.
+    pub fn fixed_regions(mut self) -> Self {
+        self.resizable = false;
+        self
     }
 
     /// Bytes currently reserved from this space.
     pub fn reserved(&self) -> u64 {
-        self.reserved
+        self.book.reserved()
     }
 
-    fn check_granular(bytes: u64) -> Result<(), SourceError> {
-        if bytes == 0 || !bytes.is_multiple_of(256) {
-            return Err(SourceError::new(format!(
-                "size {bytes} is not a positive multiple of 256"
-            )));
+    fn check_resizable(&self) -> Result<(), SourceError> {
+        if !self.resizable {
+            return Err(SourceError::new("this virtual space has fixed regions"));
         }
         Ok(())
-    }
-
-    fn check_room(&self, bytes: u64) -> Result<(), SourceError> {
-        let available = self.capacity - self.reserved;
-        if bytes > available {
-            return Err(SourceError::new(format!(
-                "{bytes} bytes requested but only {available} of {} available",
-                self.capacity
-            )));
-        }
-        Ok(())
-    }
-
-    /// Checks that a region of `size` bytes lives at `base`.
-    fn check_region(&self, base: u64, size: u64) -> Result<(), SourceError> {
-        match self.regions.get(&base) {
-            Some(&held) if held == size => Ok(()),
-            _ => Err(SourceError::new(format!(
-                "no region of {size} bytes at {base:#x} was reserved here"
-            ))),
-        }
     }
 }
 
@@ -89,52 +85,46 @@ impl MemorySource for VirtualMemory {
     }
 
     fn reserve(&mut self, bytes: u64) -> Result<u64, SourceError> {
-        Self::check_granular(bytes)?;
-        self.check_room(bytes)?;
+        self.book.check_room(bytes)?;
         let base = self.next_base;
         self.next_base = base
             .checked_add(self.span)
             .ok_or_else(|| SourceError::new("virtual address space exhausted"))?;
-        self.regions.insert(base, bytes);
-        self.reserved += bytes;
+        self.book.set(base, 0, bytes);
         Ok(base)
     }
 
     fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError> {
-        self.check_region(base, bytes)?;
-        self.regions.remove(&base);
-        self.reserved -= bytes;
+        self.book.check_region(base, bytes)?;
+        self.book.remove(base, bytes);
         Ok(())
     }
 
     fn capacity(&self) -> u64 {
-        self.capacity
+        self.book.capacity()
     }
 
     fn can_resize(&self) -> bool {
-        true
+        self.resizable
+    }
+
+    fn growth_step(&self) -> u64 {
+        self.growth_step
     }
 
     fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
-        self.check_region(base, size)?;
-        Self::check_granular(extra)?;
-        self.check_room(extra)?;
+        self.check_resizable()?;
+        self.book.check_region(base, size)?;
+        self.book.check_room(extra)?;
         // A region never outgrows its span, since no region can exceed the capacity.
-        self.regions.insert(base, size + extra);
-        self.reserved += extra;
+        self.book.set(base, size, size + extra);
         Ok(())
     }
 
     fn shrink(&mut self, base: u64, size: u64, bytes: u64) -> Result<(), SourceError> {
-        self.check_region(base, size)?;
-        Self::check_granular(bytes)?;
-        if bytes >= size {
-            return Err(SourceError::new(format!(
-                "cannot shrink a {size}-byte region by {bytes} bytes"
-            )));
-        }
-        self.regions.insert(base, size - bytes);
-        self.reserved -= bytes;
+        self.check_resizable()?;
+        self.book.check_shrink(base, size, bytes)?;
+        self.book.set(base, size, size - bytes);
         Ok(())
     }
 }
@@ -162,5 +152,11 @@ mod tests {
         space.release(a, 1 << 20).unwrap();
         space.release(b, 2 << 20).unwrap();
         assert_eq!(space.reserved(), 0);
+
+        let mut fixed = VirtualMemory::new(8 << 20).fixed_regions();
+        let c = fixed.reserve(2 << 20).unwrap();
+        assert!(!fixed.can_resize());
+        assert!(fixed.extend(c, 2 << 20, 256).is_err());
+        assert!(fixed.shrink(c, 2 << 20, 256).is_err());
     }
 }

@@ -59,10 +59,10 @@ pub struct LimitSearch {
 /// allocator can beat. The second starts at the sum of every rounded request and doubles until a
 /// replay fits. Bisection then closes the gap to one granule, in about log2(limit / 256) replays.
 ///
-/// Whether a trace fits is not monotone in the limit for every policy: on-demand growth sizes
-/// its regions by doubling up to the limit, so a smaller limit changes where the last region
-/// ends and where chunks land, and a larger limit can fail where a smaller one fits (even one
-/// preallocated region changes best fit through the size of its free tail). The answer is
+/// Whether a trace fits is not monotone in the limit for every policy: the limit caps the last
+/// region or growth step, so a smaller limit changes where a region ends and where chunks land,
+/// and a larger limit can fail where a smaller one fits (even one preallocated region changes
+/// best fit through the size of its free tail). The answer is
 /// therefore a limit that fits with one granule less failing, the smallest such found; a smaller
 /// limit that fits may exist between the packed peak and it, and a larger one may fail.
 ///

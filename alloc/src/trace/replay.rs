@@ -189,6 +189,7 @@ impl fmt::Display for ReplayReport {
                 format_bytes(stats.largest_free),
                 stats.fragmentation * 100.0
             )?;
+            writeln!(f, "reserved as {}", stats.reservation)?;
             writeln!(f, "peak per tag:")?;
             for usage in &stats.tags {
                 writeln!(

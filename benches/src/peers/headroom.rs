@@ -1,6 +1,6 @@
 //! headroom-alloc over a virtual address space.
 
-use headroom_alloc::{Allocator, AllocatorConfig, Tag, VirtualMemory};
+use headroom_alloc::{Allocator, AllocatorConfig, GRANULE, Tag, VirtualMemory};
 
 use super::TraceAllocator;
 
@@ -25,10 +25,13 @@ impl Headroom {
         )
     }
 
-    /// An allocator with `config` (its limit set to `capacity`) under a name for tables.
+    /// An allocator with `config` (its limit set to `capacity`) under a name for tables, over
+    /// an address space that backs no pages: its region grows in place by the 256-byte granule,
+    /// so that what it reserves is, as for the peers' pools, the end of what it has used.
     pub fn with_config(capacity: u64, config: AllocatorConfig, name: &'static str) -> Self {
         let config = config.with_limit_bytes(capacity);
-        let inner = Allocator::new(VirtualMemory::new(capacity), config)
+        let space = VirtualMemory::new(capacity).with_growth_step(GRANULE);
+        let inner = Allocator::new(space, config)
             .unwrap_or_else(|err| panic!("a bench configuration is invalid: {err}"));
         Self { inner, name }
     }

@@ -68,9 +68,10 @@ struct Kernel {
 impl Device {
     /// The CUDA device `ordinal`, its memory managed by an allocator with `config` (whose
     /// fraction limit applies to the device's total memory), products under default
-    /// [`CudaOptions`]. Under [`Growth::Expandable`] the allocator's one region grows and
-    /// shrinks in place through the driver's virtual memory management, as PyTorch's expandable
-    /// segments do. Fails with [`Error::NoCudaDriver`] on a machine without a driver or
+    /// [`CudaOptions`]. Under [`Growth::OnDemand`] (the default) and [`Growth::Expandable`] the
+    /// allocator's one region grows and shrinks in place through the driver's virtual memory
+    /// management, as PyTorch's expandable segments do, so that what is reserved follows what is
+    /// in use; under [`Growth::Preallocate`] its regions are plain `cuMemAlloc` allocations. Fails with [`Error::NoCudaDriver`] on a machine without a driver or
     /// device, [`Error::NoCudaLibrary`] without cuBLAS or NVRTC, and [`Error::Cuda`] for a
     /// missing ordinal.
     pub fn cuda(ordinal: u32, config: AllocatorConfig) -> Result<Device> {
@@ -90,7 +91,7 @@ impl Device {
         let stream = context
             .new_stream()
             .map_err(|err| driver_error("cuda", "cuStreamCreate", err))?;
-        let expandable = config.growth == Growth::Expandable;
+        let expandable = config.growth != Growth::Preallocate;
         let memory = CudaMemory::new(Arc::clone(&context), Arc::clone(&stream), expandable)?;
         let backend = CudaBackend::new(context, stream, options)?;
         let plan_target = PlanTarget::Cuda {

@@ -531,9 +531,10 @@ pub struct MemoryConfig {
     pub fraction: Option<f64>,
     /// Reserve the whole limit up front instead of growing on demand.
     pub preallocate: bool,
-    /// On a GPU, one region that grows and shrinks in place a page at a time instead of
-    /// regions reserved whole (PyTorch's `expandable_segments:True`): memory freed anywhere in
-    /// it coalesces, so a run fragments less.
+    /// One region that grows and shrinks in place a page at a time (PyTorch's
+    /// `expandable_segments:True`), by name: growth on demand already does this wherever memory
+    /// can be mapped (a GPU, host memory on Linux); elsewhere this grows by regions of the
+    /// request rounded up to 2 MiB instead of PyTorch's segments.
     pub expandable_segments: bool,
     /// Allocator events kept for the run's Perfetto trace (`memory-trace.json`): the newest
     /// ones, and every out-of-memory.

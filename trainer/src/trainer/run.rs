@@ -177,6 +177,7 @@ impl Trainer {
             peak_by_tag,
             peak: totals.peak,
             peak_reserved: totals.peak_reserved,
+            reservation: Some(self.device.allocator().stats().reservation),
             limit: self.budget.limit,
             processes: totals.processes,
             diverged_at,
