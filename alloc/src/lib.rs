@@ -53,6 +53,8 @@ pub use report::{OomCause, OomReport, RegionOccupancy, Verdict};
 pub use shared::{Block, SharedAllocator};
 pub use size::{GRANULE, format_bytes, round_size};
 pub use snapshot::{BinRow, ChunkSnapshot, MemorySnapshot, RegionSnapshot};
+#[cfg(feature = "cuda")]
+pub use source::{CudaError, CudaMemory};
 pub use source::{FaultInjecting, HostMemory, MemorySource, SourceError, VirtualMemory};
 pub use stats::{Stats, TagUsage, fragmentation};
 pub use tag::Tag;

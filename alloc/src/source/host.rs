@@ -1,6 +1,8 @@
-//! Real host memory: the only `unsafe` code in headroom-alloc.
+//! Real host memory: with the `cuda` feature's driver calls, the only `unsafe` code in
+//! headroom-alloc.
 
-// The one place in this crate that touches memory; `lib.rs` denies unsafe code everywhere else.
+// One of the two places in this crate that touch memory (the other is `source::cuda`); `lib.rs`
+// denies unsafe code everywhere else.
 #![allow(unsafe_code)]
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};

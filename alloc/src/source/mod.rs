@@ -1,13 +1,17 @@
 //! Memory sources: where the allocator's large regions come from (TensorFlow's sub-allocators).
 //!
-//! The allocator asks a source for a few large regions and carves them up itself. A source for
-//! CUDA memory lives in headroom-kernels; this crate provides host memory, a virtual address space
-//! and a fault-injecting wrapper for tests.
+//! The allocator asks a source for a few large regions and carves them up itself. This crate
+//! provides host memory, a virtual address space, a fault-injecting wrapper for tests and, with
+//! the `cuda` feature, the memory of a CUDA device.
 
+#[cfg(feature = "cuda")]
+mod cuda;
 mod fault;
 mod host;
 mod virtual_memory;
 
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaError, CudaMemory};
 pub use fault::FaultInjecting;
 pub use host::HostMemory;
 pub use virtual_memory::VirtualMemory;

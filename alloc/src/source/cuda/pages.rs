@@ -6,7 +6,7 @@
 //! addresses stay contiguous however often it grows.
 //!
 //! A page is the driver's minimum granularity (2 MiB on every current GPU), the allocator's
-//! [`EXPANSION_STEP`](headroom_alloc::EXPANSION_STEP). Each page is a handle of its own, as in
+//! [`EXPANSION_STEP`](crate::EXPANSION_STEP). Each page is a handle of its own, as in
 //! PyTorch: the driver unmaps a mapping only whole, so one handle per page lets a region give
 //! back any number of pages from its end. A handle is released as soon as it is mapped; its
 //! memory stays until the page is unmapped.
