@@ -5,8 +5,9 @@
 #
 #   bash scripts/cuda-emulated-check.sh [--asan] [cargo test arguments...]
 #
-# It runs the test suites of headroom-kernels, headroom-trainer and headroom-benches with the
-# `cuda` feature: every op on cpu and cuda, training on cuda, the GPU bench at smoke sizes.
+# It runs the test suites of headroom-alloc, headroom-kernels, headroom-trainer and
+# headroom-benches with the `cuda` feature: the CUDA memory source, every op on cpu and cuda,
+# training on cuda, the GPU bench at smoke sizes.
 #
 # What it checks: the backend's Rust side (contexts, streams, memory and its OOM handling,
 # module loading, argument checks, error paths), every launch (its shape and its arguments,
@@ -42,12 +43,13 @@ nvrtc_lib=$(python3 -c "import importlib.metadata as m; print(m.distribution('nv
 # The emulator's folder comes first: NVRTC's folder may hold a real libcublas too.
 export LD_LIBRARY_PATH="$PWD/$out:$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export HEADROOM_REQUIRE_CUDA=1 HEADROOM_REQUIRE_NVRTC=1
-# The CUDA test suites of headroom-kernels, of the trainer (training on cuda:0: the planner's
-# peak, an OOM recovered mid-step, the CPU's losses) and of the benches (`cuda-compare --smoke`:
-# every GPU bench case runs). One invocation, so that the crates build once; .ci/run's NVRTC
-# step names the same packages and features for the same reason.
-suites=(-p headroom-kernels -p headroom-trainer -p headroom-benches
-    --features headroom-trainer/cuda,headroom-benches/cuda)
+# The CUDA test suites of headroom-alloc (its CUDA memory source: regions, expandable growth,
+# refusals and faults), headroom-kernels, the trainer (training on cuda:0: the planner's peak, an
+# OOM recovered mid-step, the CPU's losses) and the benches (`cuda-compare --smoke`: every GPU
+# bench case runs). One invocation, so that the crates build once; .ci/run's NVRTC step names the
+# same packages and features for the same reason.
+suites=(-p headroom-alloc -p headroom-kernels -p headroom-trainer -p headroom-benches
+    --features headroom-alloc/cuda,headroom-trainer/cuda,headroom-benches/cuda)
 if [ -n "$sanitize" ]; then
     # Built before the sanitizer's runtime is preloaded: rustc crashes under it.
     build_args=()

@@ -13,7 +13,8 @@
 # `tests=loss,gemm` runs those test binaries alone.
 #
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
-# f64 reference; device memory under a limit, OOM reported and recovered) and the trainer's
+# f64 reference; device memory under a limit, OOM reported and recovered), headroom-alloc's CUDA
+# memory source's (regions, expandable growth, the driver's refusals) and the trainer's
 # GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
 # GPU bench alone (its whole table, kept should PyTorch fail) and beside PyTorch
 # (`benches/peers/compare.py cuda`, which checks the backend's targets), and where CuPy is
@@ -40,9 +41,12 @@ build() {
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
     rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare"
     mkdir -p "$DIR/tests"
-    # Every headroom-kernels test binary, and the trainer's GPU run.
+    # Every headroom-kernels test binary, headroom-alloc's CUDA memory source, and the trainer's
+    # GPU run.
     {
         cargo test -p headroom-kernels --features cuda --release --no-run --message-format=json
+        cargo test -p headroom-alloc --features cuda --release --no-run --message-format=json \
+            --test cuda
         cargo test -p headroom-trainer --features cuda --release --no-run --message-format=json \
             --test cuda
     } | python3 -c '

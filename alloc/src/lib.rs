@@ -58,6 +58,8 @@ pub use size::{GRANULE, format_bytes, round_size};
 pub use snapshot::{BinRow, ChunkSnapshot, MemorySnapshot, RegionSnapshot};
 #[cfg(target_os = "linux")]
 pub use source::HostPages;
+#[cfg(feature = "cuda")]
+pub use source::{CudaError, CudaMemory};
 pub use source::{FaultInjecting, HostMemory, MemorySource, SourceError, VirtualMemory};
 pub use stats::{Stats, TagUsage, fragmentation};
 pub use tag::Tag;

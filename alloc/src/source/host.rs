@@ -1,7 +1,7 @@
 //! Real host memory from the global allocator.
 
-// One of the two places in this crate that touch memory (with `host_pages`); `lib.rs` denies
-// unsafe code everywhere else.
+// One of the places in this crate that touch memory (with `host_pages` and, with the `cuda`
+// feature, `cuda`); `lib.rs` denies unsafe code everywhere else.
 #![allow(unsafe_code)]
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};

@@ -1,10 +1,12 @@
 //! Memory sources: where the allocator's large regions come from (TensorFlow's sub-allocators).
 //!
-//! The allocator asks a source for a few large regions and carves them up itself. A source for
-//! CUDA memory lives in headroom-kernels; this crate provides host memory (from the global
-//! allocator, or on Linux as pages committed into reserved address space, which grows in
-//! place), a virtual address space and a fault-injecting wrapper for tests.
+//! The allocator asks a source for a few large regions and carves them up itself. This crate
+//! provides host memory (from the global allocator, or on Linux as pages committed into
+//! reserved address space, which grows in place), a virtual address space, a fault-injecting
+//! wrapper for tests and, with the `cuda` feature, the memory of a CUDA device.
 
+#[cfg(feature = "cuda")]
+mod cuda;
 mod fault;
 mod host;
 #[cfg(target_os = "linux")]
@@ -12,6 +14,8 @@ mod host_pages;
 mod region_book;
 mod virtual_memory;
 
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaError, CudaMemory};
 pub use fault::FaultInjecting;
 pub use host::HostMemory;
 #[cfg(target_os = "linux")]

@@ -9,14 +9,13 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg, result,
 };
-use headroom_alloc::{AllocatorConfig, Growth};
+use headroom_alloc::{AllocatorConfig, CudaMemory, Growth};
 use parking_lot::Mutex;
 
 use super::args::Arg;
 use super::blas::BlasHandle;
 use super::compile::{Family, compile};
-use super::driver::{CudaOptions, driver_error, require_device, require_libraries};
-use super::memory::CudaMemory;
+use super::driver::{CudaOptions, driver_error, require_device, require_libraries, source_error};
 use super::profile::Profile;
 use super::signature::{Param, check_arguments, signatures};
 use crate::backend::gemm::preferred_blas_workspace;
@@ -92,7 +91,8 @@ impl Device {
             .new_stream()
             .map_err(|err| driver_error("cuda", "cuStreamCreate", err))?;
         let expandable = config.growth != Growth::Preallocate;
-        let memory = CudaMemory::new(Arc::clone(&context), Arc::clone(&stream), expandable)?;
+        let memory = CudaMemory::new(Arc::clone(&context), Arc::clone(&stream), expandable)
+            .map_err(|err| source_error("cuda", err))?;
         let backend = CudaBackend::new(context, stream, options)?;
         let plan_target = PlanTarget::Cuda {
             gemm_workspace: backend.gemm_workspace,

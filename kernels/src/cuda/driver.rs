@@ -2,6 +2,7 @@
 
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::cudaError_enum;
+use headroom_alloc::{CudaError, CudaMemory};
 
 use crate::error::{Error, Result};
 
@@ -22,23 +23,14 @@ pub struct CudaOptions {
 /// Fails unless the driver library can be loaded: cudarc panics when it cannot find one, so this
 /// is checked before its first call.
 pub(crate) fn require_driver() -> Result<()> {
-    // SAFETY: this only tries to open the shared library by its usual names and closes it again;
-    // it runs no code of the library beyond its loader's initialisers.
-    if unsafe { cudarc::driver::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(Error::NoCudaDriver {
-            detail: "libcuda could not be loaded: install the NVIDIA driver, or add the folder \
-                     holding libcuda.so to LD_LIBRARY_PATH"
-                .into(),
-        })
-    }
+    CudaMemory::require_driver().map_err(|err| source_error("cuda", err))
 }
 
 /// Fails unless cuBLAS and NVRTC can be loaded too.
 pub(crate) fn require_libraries() -> Result<()> {
     require_driver()?;
-    // SAFETY: as in `require_driver`.
+    // SAFETY: this only tries to open the shared library by its usual names and closes it again;
+    // it runs no code of the library beyond its loader's initialisers.
     if !unsafe { cudarc::cublas::sys::is_culib_present() } {
         return Err(missing_library("cuBLAS", "libcublas.so"));
     }
@@ -47,7 +39,7 @@ pub(crate) fn require_libraries() -> Result<()> {
 
 /// Fails unless NVRTC, the run-time CUDA compiler, can be loaded.
 pub(crate) fn require_nvrtc() -> Result<()> {
-    // SAFETY: as in `require_driver`.
+    // SAFETY: as in `require_libraries`.
     if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         Ok(())
     } else {
@@ -74,9 +66,8 @@ pub fn device_count() -> Result<usize> {
         // A stub library, a driver older than the bindings, a mismatched kernel module: a
         // driver was found but cannot run anything.
         Err(err) => {
-            let (name, detail) = describe(err);
             return Err(Error::NoCudaDriver {
-                detail: format!("the driver loaded but cuInit failed with {name}: {detail}"),
+                detail: format!("the driver loaded but {}", CudaError::driver("cuInit", err)),
             });
         }
     }
@@ -135,22 +126,21 @@ pub fn is_available() -> bool {
     device_count().is_ok_and(|count| count > 0)
 }
 
-/// The driver's name for an error (`CUDA_ERROR_OUT_OF_MEMORY`) and its description of it.
-pub(crate) fn describe(err: DriverError) -> (String, String) {
-    let text = |s: std::result::Result<&std::ffi::CStr, DriverError>| {
-        s.map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| format!("CUresult {}", err.0 as i32))
-    };
-    (text(err.error_name()), text(err.error_string()))
-}
-
 /// A driver error as [`Error::Cuda`], with the driver's name and description of it.
 pub(crate) fn driver_error(op: &'static str, call: &'static str, err: DriverError) -> Error {
-    let (name, detail) = describe(err);
-    Error::Cuda {
-        op,
-        call,
-        name,
-        detail,
+    source_error(op, CudaError::driver(call, err))
+}
+
+/// headroom-alloc's CUDA error, for `op`, as this crate's: [`Error::NoCudaDriver`] or
+/// [`Error::Cuda`].
+pub(crate) fn source_error(op: &'static str, err: CudaError) -> Error {
+    match err {
+        CudaError::NoDriver { detail } => Error::NoCudaDriver { detail },
+        CudaError::Driver { call, name, detail } => Error::Cuda {
+            op,
+            call,
+            name,
+            detail,
+        },
     }
 }

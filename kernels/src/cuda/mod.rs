@@ -15,9 +15,9 @@
 //! cannot touch them early. This is the stream order PyTorch's caching allocator relies on, and
 //! it costs nothing: no event per free and no synchronisation. Two things do wait for the
 //! stream: host reads (the bytes must have arrived), and giving memory back to the driver
-//! ([`CudaMemory`] synchronises the stream before `cuMemFree` of a region, or `cuMemUnmap` of an
-//! expandable region's pages, either of which would otherwise free memory that queued kernels
-//! may still touch).
+//! (headroom-alloc's [`CudaMemory`], the device's memory source, synchronises the stream before
+//! `cuMemFree` of a region, or `cuMemUnmap` of an expandable region's pages, either of which
+//! would otherwise free memory that queued kernels may still touch).
 //!
 //! # Kernels
 //!
@@ -26,6 +26,8 @@
 //! and keeps the module for its lifetime. The embedding and the cross-entropy read their ids
 //! (class targets) back to the host to check them against their range, as the CPU backend does,
 //! so they wait for the stream.
+//!
+//! [`CudaMemory`]: headroom_alloc::CudaMemory
 
 mod args;
 mod backend;
@@ -33,19 +35,16 @@ mod blas;
 mod compile;
 mod driver;
 pub(crate) mod enum_codes;
-mod memory;
 mod profile;
 mod ptx_cache;
 pub(crate) mod rows;
 mod signature;
-mod virtual_memory;
 
 pub(crate) use args::{Arg, Walk};
 pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
 pub use compile::{Family, check_machine_code, compile_ptx};
 pub use driver::{CudaOptions, device_count, device_memory, is_available, memory_info};
 pub(crate) use enum_codes::enum_codes;
-pub use memory::CudaMemory;
 
 /// Every row kernel of `softmax.cu` the backend may launch, without its dtype suffix
 /// (`softmax_256x16`), for checks that each is in the compiled module.

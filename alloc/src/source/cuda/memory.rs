@@ -1,41 +1,49 @@
 //! Device memory as a [`MemorySource`]: the regions the allocator carves up come from
 //! `cuMemAlloc` (TensorFlow's GPU sub-allocator does the same) or, for an allocator that grows
-//! in place ([`Growth::Expandable`]), are ranges of addresses backed page by page
-//! ([`virtual_memory`](super::virtual_memory): PyTorch's expandable segments). A driver
-//! out-of-memory becomes a refusal that the allocator's growth back-off and garbage collection
-//! handle; any other driver error is a fault, which fails the allocation at once.
+//! in place ([`Growth::OnDemand`], the default, and [`Growth::Expandable`]), are ranges of
+//! addresses backed page by page ([`pages`](super::pages): PyTorch's expandable segments). A driver out-of-memory becomes a
+//! refusal that the allocator's growth back-off and garbage collection handle; any other driver
+//! error is a fault, which fails the allocation at once.
 //!
-//! [`Growth::Expandable`]: headroom_alloc::Growth::Expandable
+//! [`Growth::OnDemand`]: crate::Growth::OnDemand
+//! [`Growth::Expandable`]: crate::Growth::Expandable
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use cudarc::driver::sys::cudaError_enum;
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
-use headroom_alloc::{MemorySource, SourceError};
 
-use super::driver::{describe, driver_error};
-use super::virtual_memory::{Pages, VirtualRegion};
-use crate::error::Result;
+use super::driver::Driver;
+use super::error::{CudaError, require_driver};
+use super::pages::{Pages, VirtualRegion};
+use crate::source::{MemorySource, SourceError};
 
 /// The memory of one CUDA device. Its capacity is the device's total memory (`cuMemGetInfo`),
 /// so an allocator limit given as a fraction works as PyTorch's
 /// `set_per_process_memory_fraction` does; memory that other processes hold shows up as
 /// refusals when a region is reserved or grown, which the allocator backs off from and
 /// reports.
+///
+/// Memory goes back to the driver only once the stream is drained (`cuMemFree` and
+/// `cuMemUnmap` do not wait for queued kernels), and every region still held goes back when
+/// the source drops.
+///
+/// ```no_run
+/// use headroom_alloc::{Allocator, AllocatorConfig, CudaMemory, Tag};
+///
+/// CudaMemory::require_driver()?;
+/// let context = cudarc::driver::CudaContext::new(0)?;
+/// let stream = context.default_stream();
+/// let memory = CudaMemory::new(context, stream, false)?;
+/// let mut allocator = Allocator::new(memory, AllocatorConfig::default())?;
+/// let block = allocator.allocate(1 << 20, Tag::ACTIVATIONS)?;
+/// allocator.free(block.addr)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct CudaMemory {
     driver: Driver,
     /// The regions reserved and not yet released, given back when the source drops.
     regions: Regions,
-}
-
-/// The device's context and stream, through which the driver is called.
-struct Driver {
-    context: Arc<CudaContext>,
-    /// The device's stream, drained before memory goes back to the driver.
-    stream: Arc<CudaStream>,
-    name: String,
-    total: u64,
 }
 
 /// How a source makes its regions, and those it holds.
@@ -56,16 +64,19 @@ impl CudaMemory {
     /// `expandable`, its regions grow and shrink in place where the device can map memory (every
     /// GPU CUDA 13 supports can, outside some virtualised setups); elsewhere they are plain
     /// allocations, and an expandable allocator grows by a region per step instead.
-    pub(crate) fn new(
+    ///
+    /// Fails with [`CudaError::Driver`] when the driver cannot say how much memory the device
+    /// has, or whether and how finely it maps memory.
+    pub fn new(
         context: Arc<CudaContext>,
         stream: Arc<CudaStream>,
         expandable: bool,
-    ) -> Result<Self> {
+    ) -> Result<Self, CudaError> {
         let (_, total) = context
             .mem_get_info()
-            .map_err(|err| driver_error("cuda", "cuMemGetInfo", err))?;
+            .map_err(|err| CudaError::driver("cuMemGetInfo", err))?;
         let pages = if expandable {
-            Pages::of(&context).map_err(|(call, err)| driver_error("cuda", call, err))?
+            Pages::of(&context).map_err(|(call, err)| CudaError::driver(call, err))?
         } else {
             None
         };
@@ -87,60 +98,29 @@ impl CudaMemory {
 
     /// Bytes free on the device now, and its total, as the driver sees them (other processes
     /// included).
-    pub fn free_and_total(&self) -> std::result::Result<(u64, u64), DriverError> {
-        self.driver.free_and_total()
-    }
-}
-
-impl Driver {
-    fn free_and_total(&self) -> std::result::Result<(u64, u64), DriverError> {
-        let (free, total) = self.context.mem_get_info()?;
-        Ok((free as u64, total as u64))
+    pub fn free_and_total(&self) -> Result<(u64, u64), CudaError> {
+        self.driver
+            .free_and_total()
+            .map_err(|err: DriverError| CudaError::driver("cuMemGetInfo", err))
     }
 
-    /// A driver error of `call` for `bytes` bytes: a refusal for an out-of-memory, else a fault.
-    fn refusal(&self, call: &str, bytes: u64, err: DriverError) -> SourceError {
-        let (name, _) = describe(err);
-        let free = match self.free_and_total() {
-            Ok((free, total)) => format!("; the driver reports {free} of {total} bytes free"),
-            Err(_) => String::new(),
-        };
-        if err.0 == cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
-            SourceError::new(format!(
-                "{call} of {bytes} bytes on {} refused: {name}{free}",
-                self.name
-            ))
-        } else {
-            // A device in an error state (a faulted kernel), a lost context: more memory would
-            // not help, so the allocation fails at once and not as an out-of-memory.
-            SourceError::fault(format!(
-                "{call} of {bytes} bytes on {} failed: {name}",
-                self.name
-            ))
-        }
+    /// Whether regions grow and shrink in place: asked for, and the device maps memory.
+    pub fn is_expandable(&self) -> bool {
+        matches!(self.regions, Regions::Expandable { .. })
     }
 
-    /// Makes the device's context current on this thread, for a call about `bytes` bytes.
-    fn bind(&self, bytes: u64) -> std::result::Result<(), SourceError> {
-        self.context
-            .bind_to_thread()
-            .map_err(|err| self.refusal("cuCtxSetCurrent", bytes, err))
-    }
-
-    /// Binds the context and waits until no queued work can touch memory about to go back to
-    /// the driver: neither `cuMemFree` nor `cuMemUnmap` waits for the stream.
-    fn drain(&self, bytes: u64) -> std::result::Result<(), SourceError> {
-        self.bind(bytes)?;
-        self.stream
-            .synchronize()
-            .map_err(|err| self.refusal("cuStreamSynchronize", bytes, err))
+    /// Fails with [`CudaError::NoDriver`] unless the driver library (`libcuda.so`) loads.
+    /// cudarc panics at its first driver call when it cannot find the library, so a program
+    /// that may run without one checks this before making a context.
+    pub fn require_driver() -> Result<(), CudaError> {
+        require_driver()
     }
 }
 
 impl Regions {
     /// The range at `base`, which the allocator resizes: it only resizes what it reserved from
     /// a source that [can resize](MemorySource::can_resize).
-    fn range(&mut self, base: u64) -> std::result::Result<&mut VirtualRegion, SourceError> {
+    fn range(&mut self, base: u64) -> Result<&mut VirtualRegion, SourceError> {
         match self {
             Regions::Expandable { ranges, .. } => ranges.get_mut(&base),
             Regions::Allocated(_) => None,
@@ -154,7 +134,7 @@ impl MemorySource for CudaMemory {
         &self.driver.name
     }
 
-    fn reserve(&mut self, bytes: u64) -> std::result::Result<u64, SourceError> {
+    fn reserve(&mut self, bytes: u64) -> Result<u64, SourceError> {
         let size = usize::try_from(bytes)
             .map_err(|_| SourceError::new(format!("{bytes} bytes do not fit a usize")))?;
         let driver = &self.driver;
@@ -185,7 +165,7 @@ impl MemorySource for CudaMemory {
         }
     }
 
-    fn release(&mut self, base: u64, bytes: u64) -> std::result::Result<(), SourceError> {
+    fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError> {
         let driver = &self.driver;
         driver.drain(bytes)?;
         match &mut self.regions {
@@ -215,10 +195,18 @@ impl MemorySource for CudaMemory {
     }
 
     fn can_resize(&self) -> bool {
-        matches!(self.regions, Regions::Expandable { .. })
+        self.is_expandable()
     }
 
-    fn extend(&mut self, base: u64, size: u64, extra: u64) -> std::result::Result<(), SourceError> {
+    /// A page of the device's memory (2 MiB on every current GPU).
+    fn growth_step(&self) -> u64 {
+        match &self.regions {
+            Regions::Expandable { pages, .. } => pages.size(),
+            Regions::Allocated(_) => crate::EXPANSION_STEP,
+        }
+    }
+
+    fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
         let driver = &self.driver;
         driver.bind(extra)?;
         let range = self.regions.range(base)?;
@@ -236,7 +224,7 @@ impl MemorySource for CudaMemory {
             .map_err(|(call, err)| driver.refusal(call, extra, err))
     }
 
-    fn shrink(&mut self, base: u64, size: u64, bytes: u64) -> std::result::Result<(), SourceError> {
+    fn shrink(&mut self, base: u64, size: u64, bytes: u64) -> Result<(), SourceError> {
         let driver = &self.driver;
         driver.drain(bytes)?;
         self.regions

@@ -6,7 +6,7 @@
 //! addresses stay contiguous however often it grows.
 //!
 //! A page is the driver's minimum granularity (2 MiB on every current GPU), the allocator's
-//! [`EXPANSION_STEP`](headroom_alloc::EXPANSION_STEP). Each page is a handle of its own, as in
+//! [`EXPANSION_STEP`](crate::EXPANSION_STEP). Each page is a handle of its own, as in
 //! PyTorch: the driver unmaps a mapping only whole, so one handle per page lets a region give
 //! back any number of pages from its end. A handle is released as soon as it is mapped; its
 //! memory stays until the page is unmapped.
@@ -31,6 +31,11 @@ pub(crate) struct Pages {
 }
 
 impl Pages {
+    /// Bytes a page holds.
+    pub(crate) fn size(self) -> u64 {
+        self.size
+    }
+
     /// The pages of `context`'s device, or `None` where the device or driver cannot map memory
     /// (`CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` is 0).
     pub(crate) fn of(context: &CudaContext) -> Result<Option<Self>, CallError> {
