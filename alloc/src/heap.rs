@@ -384,6 +384,25 @@ impl Heap {
         })
     }
 
+    /// Gives the live allocation at `addr` to a new request of `requested` bytes under `tag`,
+    /// in place, and returns it as it was; `None` (changing nothing) when no live allocation
+    /// starts there.
+    pub fn relabel(&mut self, addr: u64, requested: u64, tag: Tag) -> Option<Allocation> {
+        let chunk = &mut self.chunks[self.by_addr.get(addr)?];
+        if !chunk.in_use {
+            return None;
+        }
+        let before = Allocation {
+            addr,
+            size: chunk.size,
+            requested: chunk.requested,
+            tag: chunk.tag,
+        };
+        chunk.requested = requested;
+        chunk.tag = tag;
+        Some(before)
+    }
+
     /// The largest free chunk's size, 0 when none is free; O(log n).
     pub fn largest_free(&self) -> u64 {
         self.bins.largest().map_or(0, |key| key.size)

@@ -26,6 +26,8 @@ pub(crate) struct AllocatorView<'a> {
     pub source_name: &'a str,
     /// How the allocator reserves.
     pub reservation: Reservation,
+    /// Bytes freed on a stream and waiting for its work, part of the in-use bytes until then.
+    pub held_for_streams: u64,
 }
 
 impl AllocatorView<'_> {
@@ -39,6 +41,7 @@ impl AllocatorView<'_> {
             frees: c.frees,
             ooms: c.ooms,
             in_use: c.in_use,
+            held_for_streams: self.held_for_streams,
             peak_in_use: c.peak_in_use,
             requested_in_use: c.requested_in_use,
             internal_fragmentation: c.in_use - c.packed_in_use,

@@ -161,6 +161,10 @@ pub struct Stats {
     pub ooms: u64,
     /// Bytes handed out (whole chunks, so including rounding and unsplit remainders).
     pub in_use: u64,
+    /// Bytes freed on one stream and waiting for the work queued there before other streams may
+    /// have them ([`Allocator::allocate_on`](crate::Allocator::allocate_on)); counted in
+    /// `in_use` until then.
+    pub held_for_streams: u64,
     /// Highest `in_use` since creation or the last reset of peaks.
     pub peak_in_use: u64,
     /// Bytes the callers asked for, over live allocations.

@@ -18,6 +18,7 @@ pub(crate) fn validate(view: AllocatorView<'_>) -> Result<()> {
         limit,
         source_name: _,
         reservation: _,
+        held_for_streams,
     } = view;
     let fail = |message: String| Err(Error::Corrupted(message));
     let mut in_use = 0u64;
@@ -145,6 +146,11 @@ pub(crate) fn validate(view: AllocatorView<'_>) -> Result<()> {
             "counters say in use {} / requested {} / reserved {}, chunks say {in_use} / \
              {requested} / {reserved}",
             c.in_use, c.requested_in_use, c.reserved
+        ));
+    }
+    if held_for_streams > in_use {
+        return fail(format!(
+            "{held_for_streams} bytes wait for streams, only {in_use} are in use"
         ));
     }
     if reserved > limit || c.peak_in_use < in_use || c.peak_reserved < reserved {

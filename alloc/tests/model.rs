@@ -61,6 +61,7 @@ fn a_long_scenario_exercises_every_outcome() {
             config,
             fail_reserve,
             growth_step,
+            streams: false,
             actions: actions.clone(),
         };
         scenario.run().unwrap_or_else(|err| panic!("{err}"))
@@ -102,5 +103,56 @@ fn a_long_scenario_exercises_every_outcome() {
             assert!(summary.ooms > 1000, "{summary:?}");
             assert!(summary.refused_frees > 100, "{summary:?}");
         }
+    }
+}
+
+/// Three streams, their work run now and then: no block freed on one stream reaches another
+/// before the work queued on it has run, and blocks held for streams count as in use.
+#[test]
+fn a_long_scenario_on_three_streams_never_hands_a_busy_block_to_another_stream() {
+    let mut actions = Vec::new();
+    for i in 0..3000u32 {
+        actions.push(match i % 9 {
+            0..=3 => Action::AllocOn {
+                size: (i.wrapping_mul(2_654_435_761) >> 20) as u16,
+                shift: (i % 7) as u8,
+                tag: (i % 7) as u8,
+                stream: (i / 9 % 3) as u8 + (i % 2) as u8,
+            },
+            4..=6 => Action::Free {
+                index: (i * 31) as u16,
+            },
+            7 if i % 27 == 7 => Action::RunStream {
+                stream: (i / 27) as u8,
+            },
+            7 => Action::FreeInvalid { index: i as u16 },
+            _ if i % 90 == 8 => Action::ReleaseCached,
+            _ => Action::AllocAgain {
+                index: i as u16,
+                tag: 1,
+            },
+        });
+    }
+    for (growth, slack) in [
+        (Growth::OnDemand, 1 << 20),
+        (Growth::OnDemand, 0),
+        (Growth::Preallocate, 1 << 20),
+    ] {
+        let scenario = Scenario {
+            capacity: 4 << 20,
+            config: AllocatorConfig::default()
+                .with_limit_bytes(4 << 20)
+                .with_growth(growth)
+                .with_max_internal_fragmentation(slack)
+                .with_history(64),
+            fail_reserve: 0,
+            growth_step: Some(GRANULE),
+            streams: true,
+            actions: actions.clone(),
+        };
+        let summary = scenario.run().unwrap_or_else(|err| panic!("{err}"));
+        assert!(summary.allocs > 500, "{summary:?}");
+        assert!(summary.ooms > 10, "{summary:?}");
+        assert!(summary.frees > 500, "{summary:?}");
     }
 }

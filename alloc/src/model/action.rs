@@ -37,4 +37,22 @@ pub enum Action {
         /// The tag index.
         tag: u8,
     },
+    /// Allocate `size << shift % 16` bytes under built-in tag `tag % 7` on stream
+    /// `stream % 3`, and queue work that uses the block there. Scenarios without a clock allocate
+    /// on the default stream.
+    AllocOn {
+        /// The size before shifting.
+        size: u16,
+        /// The shift.
+        shift: u8,
+        /// The tag index.
+        tag: u8,
+        /// The stream index.
+        stream: u8,
+    },
+    /// Run the work queued on stream `stream % 3`.
+    RunStream {
+        /// The stream index.
+        stream: u8,
+    },
 }

@@ -106,8 +106,18 @@ const GROWTH_STEPS: [Option<u64>; 4] = [Some(2 * MIB), None, Some(GRANULE), Some
 /// Steps of no common size.
 const ODD_GROWTH_STEPS: [Option<u64>; 2] = [Some(3 * GRANULE), Some(1 << 30)];
 
-/// The capacity, configuration and failing reserve of a scenario, and its source's growth step.
-fn draw_setup(u: &mut Unstructured<'_>) -> Result<(u64, AllocatorConfig, u8, Option<u64>)> {
+/// What a scenario is drawn with besides its actions.
+struct Setup {
+    capacity: u64,
+    config: AllocatorConfig,
+    fail_reserve: u8,
+    growth_step: Option<u64>,
+    streams: bool,
+}
+
+/// The capacity, configuration and failing reserve of a scenario, its source's growth step, and
+/// whether it has a stream clock.
+fn draw_setup(u: &mut Unstructured<'_>) -> Result<Setup> {
     let capacity = pick(u, &CAPACITIES, &ODD_CAPACITIES, |u| {
         u.int_in_range(0..=128 * MIB)
     })?;
@@ -134,28 +144,37 @@ fn draw_setup(u: &mut Unstructured<'_>) -> Result<(u64, AllocatorConfig, u8, Opt
     let growth_step = pick(u, &GROWTH_STEPS, &ODD_GROWTH_STEPS, |u| {
         Ok(Some(u64::from(u16::arbitrary(u)?)))
     })?;
-    Ok((capacity, config, fail_reserve, growth_step))
+    let streams = bool::arbitrary(u)?;
+    Ok(Setup {
+        capacity,
+        config,
+        fail_reserve,
+        growth_step,
+        streams,
+    })
 }
 
 impl<'a> Arbitrary<'a> for Scenario {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        let (capacity, config, fail_reserve, growth_step) = draw_setup(u)?;
+        let setup = draw_setup(u)?;
         Ok(Self {
-            capacity,
-            config,
-            fail_reserve,
-            growth_step,
+            capacity: setup.capacity,
+            config: setup.config,
+            fail_reserve: setup.fail_reserve,
+            growth_step: setup.growth_step,
+            streams: setup.streams,
             actions: u.arbitrary()?,
         })
     }
 
     fn arbitrary_take_rest(mut u: Unstructured<'a>) -> Result<Self> {
-        let (capacity, config, fail_reserve, growth_step) = draw_setup(&mut u)?;
+        let setup = draw_setup(&mut u)?;
         Ok(Self {
-            capacity,
-            config,
-            fail_reserve,
-            growth_step,
+            capacity: setup.capacity,
+            config: setup.config,
+            fail_reserve: setup.fail_reserve,
+            growth_step: setup.growth_step,
+            streams: setup.streams,
             actions: Vec::<Action>::arbitrary_take_rest(u)?,
         })
     }
@@ -174,12 +193,18 @@ mod tests {
         let draws = 4000;
         let (mut zero_slack, mut one_granule, mut below_granule, mut nan) = (0, 0, 0, 0);
         let (mut invalid, mut builds, mut no_history, mut one_event) = (0, 0, 0, 0);
-        let (mut growths, mut fixed_regions) = ([0; 3], 0);
+        let (mut growths, mut fixed_regions, mut with_streams) = ([0; 3], 0, 0);
         for _ in 0..draws {
             let bytes: Vec<u8> = (0..32).map(|_| rng.next_u64() as u8).collect();
-            let (capacity, config, fail, step) =
-                draw_setup(&mut Unstructured::new(&bytes)).unwrap();
-            fixed_regions += usize::from(step.is_none());
+            let Setup {
+                capacity,
+                config,
+                fail_reserve: fail,
+                growth_step,
+                streams,
+            } = draw_setup(&mut Unstructured::new(&bytes)).unwrap();
+            fixed_regions += usize::from(growth_step.is_none());
+            with_streams += usize::from(streams);
             zero_slack += usize::from(config.max_internal_fragmentation == 0);
             one_granule += usize::from(config.limit == Limit::Bytes(GRANULE));
             below_granule += usize::from(config.limit == Limit::Bytes(GRANULE - 1));
@@ -200,6 +225,7 @@ mod tests {
             no_history,
             one_event,
             fixed_regions,
+            with_streams,
         ] {
             assert!(count > draws / 20, "{count} of {draws}");
         }

@@ -9,12 +9,14 @@
 //! of the first disagreement.
 
 mod action;
+mod clock;
 mod construction;
 #[cfg(feature = "arbitrary")]
 mod draw;
 mod shadow;
 
 pub use action::Action;
+pub use clock::ModelClock;
 pub use construction::Construction;
 pub use shadow::RunSummary;
 
@@ -42,6 +44,8 @@ pub struct Scenario {
     /// The step the source's regions grow in place by, or `None` for a source whose regions
     /// cannot grow (so that on-demand growth reserves segments).
     pub growth_step: Option<u64>,
+    /// Give the allocator a [`ModelClock`], so that [`Action::AllocOn`] uses several streams.
+    pub streams: bool,
     /// The actions.
     pub actions: Vec<Action>,
 }
@@ -92,7 +96,13 @@ impl Scenario {
                 ));
             }
         };
-        let mut model = Shadow::default();
+        let clock = self.streams.then(ModelClock::default);
+        if let Some(clock) = &clock {
+            alloc
+                .set_stream_clock(clock.clone())
+                .map_err(|err| format!("the model clock was refused: {err}"))?;
+        }
+        let mut model = Shadow::new(clock);
         for (step, action) in self.actions.iter().enumerate() {
             let context = |message: String| format!("step {step} ({action:?}): {message}");
             model
@@ -102,7 +112,12 @@ impl Scenario {
             model.check_totals(&alloc).map_err(context)?;
             summary.actions += 1;
         }
-        check_history(&alloc, self.config.history_capacity, &summary)?;
+        check_history(
+            &alloc,
+            self.config.history_capacity,
+            &summary,
+            model.still_held(),
+        )?;
         Ok(summary)
     }
 }

@@ -1,13 +1,15 @@
 //! The shadow model: what must be true after each action.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::action::Action;
+use super::clock::ModelClock;
 use crate::allocator::Allocator;
 use crate::error::{Error, InvalidFreeReason};
 use crate::history::EventKind;
 use crate::report::{OomCause, Verdict};
 use crate::size::round_size;
+use crate::stream::StreamId;
 use crate::tag::Tag;
 
 /// What a successful run saw.
@@ -27,11 +29,32 @@ pub struct RunSummary {
     pub refused_construction: bool,
 }
 
+/// A block the scenario freed on a stream whose work may still use it.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    size: u64,
+    requested: u64,
+    tag: Tag,
+    stream: StreamId,
+    /// Items of work queued on `stream` when it was freed: it is safe for other streams once
+    /// they have run.
+    work: u64,
+    /// The allocator no longer holds it (it went back to the heap); kept while its work has not
+    /// run, so that no other stream may get it before.
+    released: bool,
+}
+
 /// What must be true: the live allocations, and addresses once freed.
 #[derive(Default)]
 pub(super) struct Shadow {
+    /// The scenario's stream clock, when it has one.
+    clock: Option<ModelClock>,
     /// Live allocations: address to (size, requested, tag).
     live: BTreeMap<u64, (u64, u64, Tag)>,
+    /// The stream of each live allocation not on the default stream.
+    streams: HashMap<u64, StreamId>,
+    /// Blocks freed and maybe still held by the allocator for their stream's work, by address.
+    held: BTreeMap<u64, Held>,
     /// Addresses freed and not handed out again.
     freed: Vec<u64>,
     /// The last [`RECENT_SIZES`] sizes successfully requested, oldest first.
@@ -41,7 +64,18 @@ pub(super) struct Shadow {
 /// Sizes remembered for [`Action::AllocAgain`].
 const RECENT_SIZES: usize = 16;
 
+/// The streams of [`Action::AllocOn`] and [`Action::RunStream`].
+const STREAMS: u8 = 3;
+
 impl Shadow {
+    /// A model of an allocator whose stream clock is `clock`, if any.
+    pub(super) fn new(clock: Option<ModelClock>) -> Self {
+        Self {
+            clock,
+            ..Self::default()
+        }
+    }
+
     /// Applies `action` to `alloc` and checks what it returned against the model.
     pub(super) fn apply(
         &mut self,
@@ -54,6 +88,26 @@ impl Shadow {
                 let requested = u64::from(size) << (shift % 16);
                 let tag = Tag::BUILTIN[usize::from(tag) % Tag::BUILTIN.len()];
                 self.allocate(alloc, requested, tag, summary)
+            }
+            Action::AllocOn {
+                size,
+                shift,
+                tag,
+                stream,
+            } => {
+                let requested = u64::from(size) << (shift % 16);
+                let tag = Tag::BUILTIN[usize::from(tag) % Tag::BUILTIN.len()];
+                let stream = match self.clock {
+                    Some(_) => StreamId(u32::from(stream % STREAMS)),
+                    None => StreamId::DEFAULT,
+                };
+                self.allocate_on(alloc, requested, tag, stream, summary)
+            }
+            Action::RunStream { stream } => {
+                if let Some(clock) = &self.clock {
+                    clock.run(StreamId(u32::from(stream % STREAMS)));
+                }
+                Ok(())
             }
             Action::AllocAgain { index, tag } => {
                 let Some(&requested) = self
@@ -77,6 +131,19 @@ impl Shadow {
                     return Err(format!(
                         "free returned {freed:?}, model had {size}/{requested}"
                     ));
+                }
+                let stream = self.streams.remove(&addr).unwrap_or(StreamId::DEFAULT);
+                if let Some(clock) = &self.clock {
+                    let work = clock.queued(stream);
+                    let held = Held {
+                        size,
+                        requested,
+                        tag,
+                        stream,
+                        work,
+                        released: false,
+                    };
+                    self.held.insert(addr, held);
                 }
                 self.freed.push(addr);
                 summary.frees += 1;
@@ -109,8 +176,51 @@ impl Shadow {
         tag: Tag,
         summary: &mut RunSummary,
     ) -> Result<(), String> {
+        self.allocate_on(alloc, requested, tag, StreamId::DEFAULT, summary)
+    }
+
+    /// Checks that a block handed to `stream` at `addr`+`size` overlaps no block freed on
+    /// another stream whose work before the free has not run, and forgets the held blocks it
+    /// overlaps (the allocator gave them back, or to their own stream again).
+    fn take_held(&mut self, addr: u64, size: u64, stream: StreamId) -> Result<(), String> {
+        let first = self
+            .held
+            .range(..addr)
+            .next_back()
+            .filter(|&(&start, held)| start + held.size > addr)
+            .map_or(addr, |(&start, _)| start);
+        let overlapped: Vec<(u64, Held)> = self
+            .held
+            .range(first..addr + size)
+            .map(|(&start, &held)| (start, held))
+            .collect();
+        for (start, held) in overlapped {
+            let done = self
+                .clock
+                .as_ref()
+                .is_none_or(|clock| clock.has_run(held.stream, held.work));
+            if held.stream != stream && !done {
+                return Err(format!(
+                    "{addr:#x}+{size} for stream {} overlaps {start:#x}+{}, freed on stream {} \
+                     whose work on it has not run",
+                    stream.0, held.size, held.stream.0
+                ));
+            }
+            self.held.remove(&start);
+        }
+        Ok(())
+    }
+
+    fn allocate_on(
+        &mut self,
+        alloc: &mut Allocator,
+        requested: u64,
+        tag: Tag,
+        stream: StreamId,
+        summary: &mut RunSummary,
+    ) -> Result<(), String> {
         let rounded = round_size(requested).ok_or("rounding overflowed")?;
-        match alloc.allocate(requested, tag) {
+        match alloc.allocate_on(requested, tag, stream) {
             Ok(a) => {
                 if a.addr % 256 != 0 || a.size < rounded || a.requested != requested {
                     return Err(format!("bad allocation {a:?} for {requested}"));
@@ -120,6 +230,13 @@ impl Shadow {
                     && addr + size > a.addr
                 {
                     return Err(format!("{a:?} overlaps live {addr:#x}+{size}"));
+                }
+                self.take_held(a.addr, a.size, stream)?;
+                if stream != StreamId::DEFAULT {
+                    self.streams.insert(a.addr, stream);
+                }
+                if let Some(clock) = &self.clock {
+                    clock.queue(stream);
                 }
                 self.live.insert(a.addr, (a.size, requested, tag));
                 self.freed.retain(|&addr| addr != a.addr);
@@ -209,11 +326,42 @@ impl Shadow {
         (n > 0).then(|| *self.live.keys().nth(usize::from(index) % n).unwrap_or(&0))
     }
 
-    /// Checks the allocator's totals and every live allocation against the model.
-    pub(super) fn check_totals(&self, alloc: &Allocator) -> Result<(), String> {
+    /// Blocks freed that the allocator still holds for their streams, as of the last
+    /// [`check_totals`](Self::check_totals).
+    pub(super) fn still_held(&self) -> u64 {
+        self.held.values().filter(|held| !held.released).count() as u64
+    }
+
+    /// Checks the allocator's totals and every live allocation against the model: blocks it
+    /// still holds for their streams count as in use, under their tags.
+    pub(super) fn check_totals(&mut self, alloc: &Allocator) -> Result<(), String> {
         let stats = alloc.stats();
-        let in_use: u64 = self.live.values().map(|&(size, _, _)| size).sum();
-        let requested: u64 = self.live.values().map(|&(_, r, _)| r).sum();
+        // A held block the allocator no longer reads back as live went back to its heap; the
+        // model forgets it once its stream's work has run too.
+        for (&addr, held) in &mut self.held {
+            let reads_back = alloc
+                .allocation(addr)
+                .map(|found| (found.size, found.requested));
+            held.released |= reads_back != Some((held.size, held.requested));
+        }
+        let clock = self.clock.as_ref();
+        self.held.retain(|_, held| {
+            !held.released || clock.is_some_and(|clock| !clock.has_run(held.stream, held.work))
+        });
+        let still_held = self.held.values().filter(|held| !held.released);
+        let still_held: Vec<(u64, u64, Tag)> = still_held
+            .map(|held| (held.size, held.requested, held.tag))
+            .collect();
+        let held: u64 = still_held.iter().map(|&(size, _, _)| size).sum();
+        let counted: Vec<(u64, u64, Tag)> = self.live.values().copied().chain(still_held).collect();
+        if stats.held_for_streams != held {
+            return Err(format!(
+                "stats say {} bytes wait for streams, model {held}",
+                stats.held_for_streams
+            ));
+        }
+        let in_use: u64 = counted.iter().map(|&(size, _, _)| size).sum();
+        let requested: u64 = counted.iter().map(|&(_, r, _)| r).sum();
         if (stats.in_use, stats.requested_in_use) != (in_use, requested) {
             return Err(format!(
                 "stats say {}/{} in use/requested, model {in_use}/{requested}",
@@ -221,9 +369,8 @@ impl Shadow {
             ));
         }
         for usage in &stats.tags {
-            let model: u64 = self
-                .live
-                .values()
+            let model: u64 = counted
+                .iter()
                 .filter(|&&(_, _, tag)| tag == usage.tag)
                 .map(|&(size, _, _)| size)
                 .sum();
@@ -248,12 +395,14 @@ impl Shadow {
 }
 
 /// Checks the history recorder at the end of a run: on exactly when its capacity is positive,
-/// in time order, every allocation, free and OOM either kept or counted as dropped, and every OOM
-/// kept.
+/// in time order, every allocation, free and OOM either kept or counted as dropped (a free is
+/// recorded when the block goes back to the heap, so not for the `still_held` blocks that wait
+/// for their streams), and every OOM kept.
 pub(super) fn check_history(
     alloc: &Allocator,
     capacity: usize,
     summary: &RunSummary,
+    still_held: u64,
 ) -> Result<(), String> {
     let Some(history) = alloc.history() else {
         return match capacity {
@@ -285,10 +434,11 @@ pub(super) fn check_history(
         ));
     }
     let recorded = events.len() as u64 + history.dropped();
-    if recorded < summary.allocs + summary.frees + summary.ooms {
+    let expected = summary.allocs + summary.frees - still_held + summary.ooms;
+    if recorded < expected {
         return Err(format!(
-            "{recorded} events kept or dropped, fewer than the {} allocations, frees and OOMs",
-            summary.allocs + summary.frees + summary.ooms
+            "{recorded} events kept or dropped, fewer than the {expected} allocations, frees and \
+             OOMs"
         ));
     }
     match (history.dropped(), history.dropped_until_ns()) {
