@@ -1,7 +1,7 @@
 //! The memory of a CUDA device as a source (feature `cuda`): regions reserved and given back to
 //! the driver, an expandable region grown and shrunk in place, a driver out-of-memory refused and
-//! reported by the allocator, other driver errors as faults, and everything given back when the
-//! source drops. Without a driver each test says why it did not run (and fails instead where
+//! reported by the allocator, other driver errors as faults, everything given back when the
+//! source drops, and blocks shared by two streams through CUDA events. Without a driver each test says why it did not run (and fails instead where
 //! `HEADROOM_REQUIRE_CUDA` is set); `scripts/cuda-emulated-check.sh` runs them on the CPU
 //! emulation of the driver. The tests read the driver's free memory, so they take turns.
 #![cfg(feature = "cuda")]
@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::{CudaContext, CudaStream, result};
 use headroom_alloc::{
-    Allocator, AllocatorConfig, CudaError, CudaMemory, EXPANSION_STEP, Growth, MemorySource,
-    OomCause, Tag,
+    Allocator, AllocatorConfig, CudaError, CudaMemory, CudaStreamClock, EXPANSION_STEP, Growth,
+    MemorySource, OomCause, StreamId, Tag,
 };
 
 fn one_at_a_time() -> MutexGuard<'static, ()> {
@@ -273,4 +273,46 @@ fn construction_errors_name_the_driver_call() {
         err.to_string().starts_with("cuMemGetInfo failed with "),
         "{err}"
     );
+}
+
+/// Two streams over CUDA events: a block freed on the compute stream, with a fill still queued
+/// there, goes to the copy stream only once the fill has run. The emulator's deferred mode
+/// (`CUDA_EMULATOR_DEFER=1`) holds queued work until a synchronization, so the wait shows there;
+/// on a GPU or the immediate emulator the fill may be done already, and only the end state is
+/// checked.
+#[test]
+fn a_block_freed_on_one_stream_reaches_another_after_its_work() {
+    let _turn = one_at_a_time();
+    let Some((context, compute)) = device() else {
+        return;
+    };
+    let copy = context.new_stream().expect("a second stream");
+    let memory = CudaMemory::new(context, Arc::clone(&compute), true).expect("a source");
+    let config = AllocatorConfig::default().with_limit_bytes(64 << 20);
+    let mut alloc = Allocator::new(memory, config).unwrap();
+    let clock = CudaStreamClock::new()
+        .with_stream(StreamId::DEFAULT, Arc::clone(&compute))
+        .with_stream(StreamId(1), Arc::clone(&copy));
+    alloc.set_stream_clock(clock).unwrap();
+    let staging = alloc.allocate_on(1 << 20, Tag::DATA, StreamId(1)).unwrap();
+    let block = alloc.allocate(1 << 20, Tag::ACTIVATIONS).unwrap();
+    // SAFETY: the block is device memory of this context, held until it is freed below; the
+    // fill is queued before the free, which is what the allocator's event waits for.
+    unsafe { result::memset_d8_async(block.addr, 7, 1 << 20, compute.cu_stream()) }.unwrap();
+    alloc.free(block.addr).unwrap();
+    let deferred = std::env::var("CUDA_EMULATOR_DEFER").is_ok_and(|value| value == "1");
+    let other = alloc.allocate_on(1 << 20, Tag::DATA, StreamId(1)).unwrap();
+    if deferred {
+        assert_ne!(other.addr, block.addr, "the fill has not run");
+        assert_eq!(alloc.stats().held_for_streams, 1 << 20);
+    }
+    compute.synchronize().unwrap();
+    alloc.free(other.addr).unwrap();
+    alloc.free(staging.addr).unwrap();
+    copy.synchronize().unwrap();
+    // Every block has gone back, the compute stream's among them, to any stream.
+    let again = alloc.allocate_on(1 << 20, Tag::DATA, StreamId(1)).unwrap();
+    assert_eq!(alloc.stats().held_for_streams, 0);
+    assert_eq!(alloc.stats().in_use, 1 << 20);
+    alloc.free(again.addr).unwrap();
 }

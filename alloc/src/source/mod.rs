@@ -15,7 +15,7 @@ mod region_book;
 mod virtual_memory;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{CudaError, CudaMemory};
+pub use cuda::{CudaError, CudaMemory, CudaStreamClock};
 pub use fault::FaultInjecting;
 pub use host::HostMemory;
 #[cfg(target_os = "linux")]

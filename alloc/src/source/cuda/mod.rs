@@ -6,15 +6,18 @@
 //! - `error`: why a source could not be made, and the driver's names for its errors;
 //! - `pages`: a range of addresses that grows and shrinks in place, a page at a time;
 //! - `driver`: the device's context and stream, and a driver error as a refusal or a fault;
-//! - `memory`: [`CudaMemory`], the source itself.
+//! - `memory`: [`CudaMemory`], the source itself;
+//! - `clock`: [`CudaStreamClock`], CUDA streams and events for stream-aware blocks.
 
 // Driver calls are foreign functions; every unsafe block says why its call is sound.
 #![allow(unsafe_code)]
 
+mod clock;
 mod driver;
 mod error;
 mod memory;
 mod pages;
 
+pub use clock::CudaStreamClock;
 pub use error::CudaError;
 pub use memory::CudaMemory;
