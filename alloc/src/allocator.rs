@@ -5,6 +5,7 @@
 //! totals, per-tag usage, history and trace. Statistics, snapshots, OOM reports and `validate()`
 //! read it through a read-only `AllocatorView` (in `inspect` and `validate`).
 
+use crate::chunk::ChunkId;
 use crate::config::{AllocatorConfig, Growth};
 use crate::error::{Error, Result};
 use crate::growth::{GrowFailure, Grower, RegionChange};
@@ -107,21 +108,29 @@ impl Allocator {
     /// releases entirely free regions and tries again (if garbage collection is on). A failure
     /// is [`Error::OutOfMemory`] with a report, and leaves the allocator as it was.
     pub fn allocate(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
-        let result = self.allocate_unchecked(size, tag);
-        if let (Ok(_), Some(left)) = (&result, &mut self.injected_oom) {
-            *left -= 1;
-        }
-        if let Some(trace) = &mut self.trace {
-            match &result {
-                Ok(allocation) => trace.alloc(Some(allocation.addr), size, tag),
-                Err(Error::OutOfMemory(report)) if report.cause != OomCause::Injected => {
+        // The allocation is built in the return value at the end: built earlier and copied
+        // there, its narrow fields stall the copy's wide loads.
+        match self.allocate_unchecked(size, tag) {
+            Ok(id) => {
+                if let Some(left) = &mut self.injected_oom {
+                    *left -= 1;
+                }
+                if let Some(trace) = &mut self.trace {
+                    trace.alloc(Some(self.heap.chunks()[id].addr), size, tag);
+                }
+                self.debug_validate();
+                Ok(self.heap.handed_out(id))
+            }
+            Err(err) => {
+                if let Some(trace) = &mut self.trace
+                    && matches!(&err, Error::OutOfMemory(report) if report.cause != OomCause::Injected)
+                {
                     trace.alloc(None, size, tag);
                 }
-                Err(_) => {}
+                self.debug_validate();
+                Err(err)
             }
         }
-        self.debug_validate();
-        result
     }
 
     /// Allocates `size` bytes for `tag` if a free chunk or a new region can hold them; otherwise
@@ -140,10 +149,13 @@ impl Allocator {
     /// ```
     pub fn try_allocate(&mut self, size: u64, tag: Tag) -> Option<Allocation> {
         let rounded = round_size(size).filter(|&rounded| rounded <= self.limit)?;
-        let allocation = self.take_best_fit(rounded, size, tag).or_else(|| {
-            self.grow(rounded).ok()?;
-            self.take_best_fit(rounded, size, tag)
-        });
+        let allocation = self
+            .take_best_fit(rounded, size, tag)
+            .or_else(|| {
+                self.grow(rounded).ok()?;
+                self.take_best_fit(rounded, size, tag)
+            })
+            .map(|id| self.heap.handed_out(id));
         if let (Some(trace), Some(allocation)) = (&mut self.trace, &allocation) {
             trace.alloc(Some(allocation.addr), size, tag);
         }
@@ -168,7 +180,9 @@ impl Allocator {
         self.injected_oom = Some(successes);
     }
 
-    fn allocate_unchecked(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
+    /// Allocates without the trace and the injected-OOM countdown; returns the chunk handed out.
+    #[inline]
+    fn allocate_unchecked(&mut self, size: u64, tag: Tag) -> Result<ChunkId> {
         if self.injected_oom == Some(0) {
             self.injected_oom = None;
             return Err(self.out_of_memory(size, round_size(size), tag, OomCause::Injected));
@@ -177,9 +191,14 @@ impl Allocator {
             Some(rounded) if rounded <= self.limit => rounded,
             rounded => return Err(self.out_of_memory(size, rounded, tag, OomCause::ExceedsLimit)),
         };
-        if let Some(allocation) = self.take_best_fit(rounded, size, tag) {
-            return Ok(allocation);
+        match self.take_best_fit(rounded, size, tag) {
+            Some(id) => Ok(id),
+            None => self.grow_and_take(rounded, size, tag),
         }
+    }
+
+    /// When no free chunk fits: grows, or releases free regions and grows, and takes the chunk.
+    fn grow_and_take(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<ChunkId> {
         let mut cause = match self.grow(rounded) {
             Ok(()) => return self.take_after_growth(rounded, size, tag),
             Err(GrowFailure::Oom(cause)) => cause,
@@ -196,7 +215,7 @@ impl Allocator {
     }
 
     /// After a successful `grow`, the new region alone fits the request.
-    fn take_after_growth(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<Allocation> {
+    fn take_after_growth(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<ChunkId> {
         self.take_best_fit(rounded, size, tag).ok_or_else(|| {
             Error::Corrupted(format!(
                 "a region grown for {rounded} bytes did not fit the request"
@@ -206,18 +225,19 @@ impl Allocator {
 
     /// Hands out the best-fitting free chunk, split if the split rule says so, and counts it.
     #[inline]
-    fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<Allocation> {
-        let allocation = self.heap.take_best_fit(
+    fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<ChunkId> {
+        let id = self.heap.take_best_fit(
             rounded,
             requested,
             tag,
             self.config.max_internal_fragmentation,
         )?;
-        let Allocation { addr, size, .. } = allocation;
+        let chunk = &self.heap.chunks()[id];
+        let (addr, size) = (chunk.addr, chunk.size);
         self.counters.count_allocation(size, requested, rounded);
         self.tags.add(tag, size);
         self.record(EventKind::Alloc, addr, size, requested, Some(tag));
-        Some(allocation)
+        Some(id)
     }
 
     /// Frees the allocation starting at `addr` and merges it with free neighbours.
@@ -225,31 +245,31 @@ impl Allocator {
     /// An address that is not the start of a live allocation is [`Error::InvalidFree`], and
     /// changes nothing.
     pub fn free(&mut self, addr: u64) -> Result<Allocation> {
-        let result = self.free_and_count(addr);
-        if let (Some(trace), Ok(_)) = (&mut self.trace, &result) {
+        let id = match self.heap.live_chunk(addr) {
+            Ok(id) => id,
+            Err(reason) => {
+                self.debug_validate();
+                return Err(Error::InvalidFree { addr, reason });
+            }
+        };
+        let chunk = &self.heap.chunks()[id];
+        let (size, requested, tag) = (chunk.size, chunk.requested, chunk.tag);
+        self.heap.release(id);
+        // The request was rounded without overflow when it was allocated.
+        let packed = round_size(requested).unwrap_or(0);
+        self.counters.count_free(size, requested, packed);
+        self.tags.sub(tag, size);
+        self.record(EventKind::Free, addr, size, requested, Some(tag));
+        if let Some(trace) = &mut self.trace {
             trace.free(addr);
         }
         self.debug_validate();
-        result
-    }
-
-    /// Frees the allocation at `addr` in the heap and counts it; a refused free changes nothing.
-    #[inline]
-    fn free_and_count(&mut self, addr: u64) -> Result<Allocation> {
-        let freed = self.heap.free(addr)?;
-        // The request was rounded without overflow when it was allocated.
-        let packed = round_size(freed.requested).unwrap_or(0);
-        self.counters
-            .count_free(freed.size, freed.requested, packed);
-        self.tags.sub(freed.tag, freed.size);
-        self.record(
-            EventKind::Free,
+        Ok(Allocation {
             addr,
-            freed.size,
-            freed.requested,
-            Some(freed.tag),
-        );
-        Ok(freed)
+            size,
+            requested,
+            tag,
+        })
     }
 
     /// Makes room for a request of `rounded` bytes, following the growth policy, and counts

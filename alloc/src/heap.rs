@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::address_map::AddressMap;
 use crate::bins::Bins;
 use crate::chunk::{Chunk, ChunkArena, ChunkId, NONE};
-use crate::error::{Error, InvalidFreeReason, Result};
+use crate::error::InvalidFreeReason;
 use crate::free_set::FreeKey;
 use crate::size::GRANULE;
 use crate::tag::Tag;
@@ -70,8 +70,9 @@ pub(crate) struct Heap {
 
 impl Heap {
     /// Hands out the best-fitting free chunk for a request of `requested` bytes, `rounded` to the
-    /// granule, under `tag`. The chunk is split when it is at least twice `rounded` or the
-    /// remainder reaches `max_internal_fragmentation`, but never into an empty remainder.
+    /// granule, under `tag`, and returns its id. The chunk is split when it is at least twice
+    /// `rounded` or the remainder reaches `max_internal_fragmentation`, but never into an empty
+    /// remainder.
     #[inline]
     pub fn take_best_fit(
         &mut self,
@@ -79,9 +80,9 @@ impl Heap {
         requested: u64,
         tag: Tag,
         max_internal_fragmentation: u64,
-    ) -> Option<Allocation> {
+    ) -> Option<ChunkId> {
         let found = self.bins.best_fit(rounded)?;
-        let FreeKey { size, addr, id } = found.key();
+        let FreeKey { size, id, .. } = found.key();
         let remainder = size - rounded;
         // Never split off an empty remainder: a zero-size chunk would share its address with the
         // next chunk (with `max_internal_fragmentation` 0, an exact fit meets the cap).
@@ -97,12 +98,7 @@ impl Heap {
         chunk.in_use = true;
         chunk.requested = requested;
         chunk.tag = tag;
-        Some(Allocation {
-            addr,
-            size: chunk.size,
-            requested,
-            tag,
-        })
+        Some(id)
     }
 
     /// Cuts free chunk `id` to `size` bytes; the rest becomes a new free chunk, whose bin key is
@@ -135,36 +131,27 @@ impl Heap {
         }
     }
 
-    /// Frees the allocation starting at `addr`, merges it with its free neighbours, and returns
-    /// it as it was. An address that is not the start of a live allocation is
-    /// [`Error::InvalidFree`], and changes nothing.
+    /// The live chunk starting at `addr`, or why `addr` cannot be freed. Changes nothing.
     #[inline]
-    pub fn free(&mut self, addr: u64) -> Result<Allocation> {
-        let id = match self.by_addr.get(addr) {
-            Some(id) if self.chunks[id].in_use => id,
-            Some(_) => {
-                let reason = InvalidFreeReason::DoubleFree;
-                return Err(Error::InvalidFree { addr, reason });
+    pub fn live_chunk(&self, addr: u64) -> Result<ChunkId, InvalidFreeReason> {
+        match self.by_addr.get(addr) {
+            Some(id) if self.chunks[id].in_use => Ok(id),
+            Some(_) => Err(InvalidFreeReason::DoubleFree),
+            None if self.region_containing(addr).is_some() => {
+                Err(InvalidFreeReason::InteriorAddress)
             }
-            None => {
-                let reason = if self.region_containing(addr).is_some() {
-                    InvalidFreeReason::InteriorAddress
-                } else {
-                    InvalidFreeReason::UnknownAddress
-                };
-                return Err(Error::InvalidFree { addr, reason });
-            }
-        };
+            None => Err(InvalidFreeReason::UnknownAddress),
+        }
+    }
+
+    /// Frees live chunk `id` (from [`live_chunk`](Self::live_chunk)) and merges it with its free
+    /// neighbours.
+    #[inline]
+    pub fn release(&mut self, id: ChunkId) {
         let chunk = &mut self.chunks[id];
         chunk.in_use = false;
-        let freed = Allocation {
-            addr,
-            size: chunk.size,
-            requested: std::mem::take(&mut chunk.requested),
-            tag: chunk.tag,
-        };
+        chunk.requested = 0;
         self.coalesce(id);
-        Ok(freed)
     }
 
     /// Files free chunk `id` (in no bin yet), merged with its free neighbours, whose bin entries
@@ -367,6 +354,18 @@ impl Heap {
         self.regions.remove(&base);
         if self.growable.is_some_and(|growable| growable.base == base) {
             self.growable = None;
+        }
+    }
+
+    /// The allocation live chunk `id` holds.
+    #[inline]
+    pub fn handed_out(&self, id: ChunkId) -> Allocation {
+        let chunk = &self.chunks[id];
+        Allocation {
+            addr: chunk.addr,
+            size: chunk.size,
+            requested: chunk.requested,
+            tag: chunk.tag,
         }
     }
 
