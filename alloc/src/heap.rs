@@ -82,7 +82,8 @@ impl Heap {
         max_internal_fragmentation: u64,
     ) -> Option<ChunkId> {
         let found = self.bins.best_fit(rounded)?;
-        let FreeKey { size, id, .. } = found.key();
+        let key = found.key();
+        let (size, id) = (key.size, key.chunk());
         let remainder = size - rounded;
         // Never split off an empty remainder: a zero-size chunk would share its address with the
         // next chunk (with `max_internal_fragmentation` 0, an exact fit meets the cap).
@@ -102,7 +103,9 @@ impl Heap {
     }
 
     /// Cuts free chunk `id` to `size` bytes; the rest becomes a new free chunk, whose bin key is
-    /// returned for the caller to file.
+    /// returned for the caller to file. Inlined, so that the key stays in registers: returned
+    /// through memory, its two words were read back by one wide load, which stalls.
+    #[inline]
     fn split(&mut self, id: ChunkId, size: u64) -> FreeKey {
         let chunk = self.chunks[id];
         let rest = Chunk {
@@ -124,11 +127,7 @@ impl Heap {
         chunk.size = size;
         chunk.next = rest_id;
         self.by_addr.insert(rest.addr, rest_id);
-        FreeKey {
-            size: rest.size,
-            addr: rest.addr,
-            id: rest_id,
-        }
+        FreeKey::new(rest.size, rest.addr, rest_id)
     }
 
     /// The live chunk starting at `addr`, or why `addr` cannot be freed. Changes nothing.
@@ -214,11 +213,7 @@ impl Heap {
     #[inline]
     fn key(&self, id: ChunkId) -> FreeKey {
         let chunk = &self.chunks[id];
-        FreeKey {
-            size: chunk.size,
-            addr: chunk.addr,
-            id,
-        }
+        FreeKey::new(chunk.size, chunk.addr, id)
     }
 
     /// The region holding `addr`, as (base, size).
@@ -251,11 +246,7 @@ impl Heap {
             in_use: false,
         });
         self.by_addr.insert(base, id);
-        self.bins.insert(FreeKey {
-            size,
-            addr: base,
-            id,
-        });
+        self.bins.insert(FreeKey::new(size, base, id));
         self.regions.insert(base, size);
         if growable {
             self.growable = Some(Growable { base, tail: id });
@@ -345,11 +336,7 @@ impl Heap {
     /// back to the source.
     pub fn remove_free_region(&mut self, base: u64, size: u64) {
         let id = self.by_addr.remove(base).unwrap_or(NONE);
-        self.bins.remove(FreeKey {
-            size,
-            addr: base,
-            id,
-        });
+        self.bins.remove(FreeKey::new(size, base, id));
         self.chunks.remove(id);
         self.regions.remove(&base);
         if self.growable.is_some_and(|growable| growable.base == base) {
