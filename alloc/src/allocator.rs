@@ -107,6 +107,7 @@ impl Allocator {
     /// Takes the best-fitting free chunk; failing that, grows by a new region; failing that,
     /// releases entirely free regions and tries again (if garbage collection is on). A failure
     /// is [`Error::OutOfMemory`] with a report, and leaves the allocator as it was.
+    #[inline]
     pub fn allocate(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
         // The allocation is built in the return value at the end: built earlier and copied
         // there, its narrow fields stall the copy's wide loads.
@@ -244,6 +245,7 @@ impl Allocator {
     ///
     /// An address that is not the start of a live allocation is [`Error::InvalidFree`], and
     /// changes nothing.
+    #[inline]
     pub fn free(&mut self, addr: u64) -> Result<Allocation> {
         let id = match self.heap.live_chunk(addr) {
             Ok(id) => id,
@@ -460,7 +462,24 @@ impl Allocator {
     }
 
     /// Records an event if the recorder is on.
+    #[inline]
     fn record(&mut self, kind: EventKind, addr: u64, size: u64, requested: u64, tag: Option<Tag>) {
+        if self.history.is_some() {
+            self.record_event(kind, addr, size, requested, tag);
+        }
+    }
+
+    /// Records an event in the recorder, which is on; out of line, off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn record_event(
+        &mut self,
+        kind: EventKind,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        tag: Option<Tag>,
+    ) {
         if let Some(history) = &mut self.history {
             history.push(Event {
                 time_ns: history.now_ns(),

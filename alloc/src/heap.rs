@@ -154,41 +154,45 @@ impl Heap {
     }
 
     /// Files free chunk `id` (in no bin yet), merged with its free neighbours, whose bin entries
-    /// are replaced in place where possible.
+    /// are replaced in place where possible. The merged key is built from the sizes the merges
+    /// return rather than read back from the chunk just written, whose wide reload would stall.
     fn coalesce(&mut self, id: ChunkId) {
         let chunk = &self.chunks[id];
-        let (prev, next) = (chunk.prev, chunk.next);
+        let (prev, next, addr, size) = (chunk.prev, chunk.next, chunk.addr, chunk.size);
         let next_free = next != NONE && !self.chunks[next].in_use;
         let prev_free = prev != NONE && !self.chunks[prev].in_use;
         match (prev_free, next_free) {
-            (false, false) => self.bins.insert(self.key(id)),
+            (false, false) => self.bins.insert(FreeKey::new(size, addr, id)),
             (false, true) => {
                 let old = self.key(next);
-                self.merge_into_lower(id);
-                self.bins.replace(old, self.key(id));
+                let merged = self.merge_into_lower(id);
+                self.bins.replace(old, FreeKey::new(merged, addr, id));
             }
             (true, false) => {
                 let old = self.key(prev);
-                self.merge_into_lower(prev);
-                self.bins.replace(old, self.key(prev));
+                let merged = self.merge_into_lower(prev);
+                self.bins.replace(old, FreeKey::new(merged, old.addr, prev));
             }
             (true, true) => {
                 let (old_prev, old_next) = (self.key(prev), self.key(next));
                 self.bins.remove(old_next);
                 self.merge_into_lower(id);
-                self.merge_into_lower(prev);
-                self.bins.replace(old_prev, self.key(prev));
+                let merged = self.merge_into_lower(prev);
+                self.bins
+                    .replace(old_prev, FreeKey::new(merged, old_prev.addr, prev));
             }
         }
     }
 
-    /// Merges the chunk after `lower` into `lower`, unlinking and forgetting it.
-    fn merge_into_lower(&mut self, lower: ChunkId) {
+    /// Merges the chunk after `lower` into `lower`, unlinking and forgetting it; returns the
+    /// merged size.
+    fn merge_into_lower(&mut self, lower: ChunkId) -> u64 {
         let upper_id = self.chunks[lower].next;
         let upper = self.chunks[upper_id];
         let chunk = &mut self.chunks[lower];
         chunk.size += upper.size;
         chunk.next = upper.next;
+        let merged = chunk.size;
         if upper.next != NONE {
             self.chunks[upper.next].prev = lower;
         } else {
@@ -196,6 +200,7 @@ impl Heap {
         }
         self.by_addr.remove(upper.addr);
         self.chunks.remove(upper_id);
+        merged
     }
 
     /// Records that the last chunk of a region changed from `old` to `new`: when `old` was the
