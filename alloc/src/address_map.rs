@@ -115,6 +115,9 @@ impl AddressMap {
         self.len
     }
 
+    /// Rehashes into `slots` slots; rare, so kept out of line.
+    #[cold]
+    #[inline(never)]
     fn resize(&mut self, slots: usize) {
         let old = std::mem::replace(self, Self::with_slots(slots));
         for (addr, id) in old.slots.into_iter().filter(|&(addr, _)| addr != EMPTY) {

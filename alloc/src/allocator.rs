@@ -5,9 +5,9 @@
 //! totals, per-tag usage, history and trace. Statistics, snapshots, OOM reports and `validate()`
 //! read it through a read-only `AllocatorView` (in `inspect` and `validate`).
 
+use crate::chunk::ChunkId;
 use crate::config::{AllocatorConfig, Growth};
-use crate::error::InvalidFreeReason;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidFreeReason, Result};
 use crate::growth::{GrowFailure, Grower, RegionChange};
 use crate::heap::{Allocation, Heap};
 use crate::history::{Event, EventKind, History};
@@ -111,13 +111,13 @@ impl Allocator {
     /// Takes the best-fitting free chunk; failing that, grows by a new region; failing that,
     /// releases entirely free regions and tries again (if garbage collection is on). A failure
     /// is [`Error::OutOfMemory`] with a report, and leaves the allocator as it was.
+    #[inline]
     pub fn allocate(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
         if self.streams.is_some() {
             return self.allocate_on(size, tag, StreamId::DEFAULT);
         }
         self.allocate_counted(size, tag)
     }
-
     /// Allocates `size` bytes for `tag`, for work queued on `stream` (see the [`stream`
     /// rules](crate::StreamClock)): a block `stream` freed serves it again at once, and one freed
     /// on another stream only once the work queued there before the free has completed. Streams
@@ -170,22 +170,31 @@ impl Allocator {
     }
 
     /// [`allocate`](Self::allocate) on one stream: counted, recorded and traced.
+    #[inline]
     fn allocate_counted(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
-        let result = self.allocate_unchecked(size, tag);
-        if let (Ok(_), Some(left)) = (&result, &mut self.injected_oom) {
-            *left -= 1;
-        }
-        if let Some(trace) = &mut self.trace {
-            match &result {
-                Ok(allocation) => trace.alloc(Some(allocation.addr), size, tag),
-                Err(Error::OutOfMemory(report)) if report.cause != OomCause::Injected => {
+        // The allocation is built in the return value at the end: built earlier and copied
+        // there, its narrow fields stall the copy's wide loads.
+        match self.allocate_unchecked(size, tag) {
+            Ok(id) => {
+                if let Some(left) = &mut self.injected_oom {
+                    *left -= 1;
+                }
+                if let Some(trace) = &mut self.trace {
+                    trace.alloc(Some(self.heap.chunks()[id].addr), size, tag);
+                }
+                self.debug_validate();
+                Ok(self.heap.handed_out(id))
+            }
+            Err(err) => {
+                if let Some(trace) = &mut self.trace
+                    && matches!(&err, Error::OutOfMemory(report) if report.cause != OomCause::Injected)
+                {
                     trace.alloc(None, size, tag);
                 }
-                Err(_) => {}
+                self.debug_validate();
+                Err(err)
             }
         }
-        self.debug_validate();
-        result
     }
 
     /// Allocates `size` bytes for `tag` if a free chunk or a new region can hold them; otherwise
@@ -204,10 +213,13 @@ impl Allocator {
     /// ```
     pub fn try_allocate(&mut self, size: u64, tag: Tag) -> Option<Allocation> {
         let rounded = round_size(size).filter(|&rounded| rounded <= self.limit)?;
-        let allocation = self.take_best_fit(rounded, size, tag).or_else(|| {
-            self.grow(rounded).ok()?;
-            self.take_best_fit(rounded, size, tag)
-        });
+        let allocation = self
+            .take_best_fit(rounded, size, tag)
+            .or_else(|| {
+                self.grow(rounded).ok()?;
+                self.take_best_fit(rounded, size, tag)
+            })
+            .map(|id| self.heap.handed_out(id));
         if let (Some(trace), Some(allocation)) = (&mut self.trace, &allocation) {
             trace.alloc(Some(allocation.addr), size, tag);
         }
@@ -232,7 +244,9 @@ impl Allocator {
         self.injected_oom = Some(successes);
     }
 
-    fn allocate_unchecked(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
+    /// Allocates without the trace and the injected-OOM countdown; returns the chunk handed out.
+    #[inline]
+    fn allocate_unchecked(&mut self, size: u64, tag: Tag) -> Result<ChunkId> {
         if self.injected_oom == Some(0) {
             self.injected_oom = None;
             return Err(self.out_of_memory(size, round_size(size), tag, OomCause::Injected));
@@ -241,9 +255,14 @@ impl Allocator {
             Some(rounded) if rounded <= self.limit => rounded,
             rounded => return Err(self.out_of_memory(size, rounded, tag, OomCause::ExceedsLimit)),
         };
-        if let Some(allocation) = self.take_best_fit(rounded, size, tag) {
-            return Ok(allocation);
+        match self.take_best_fit(rounded, size, tag) {
+            Some(id) => Ok(id),
+            None => self.grow_and_take(rounded, size, tag),
         }
+    }
+
+    /// When no free chunk fits: grows, or releases free regions and grows, and takes the chunk.
+    fn grow_and_take(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<ChunkId> {
         let mut cause = match self.grow(rounded) {
             Ok(()) => return self.take_after_growth(rounded, size, tag),
             Err(GrowFailure::Oom(cause)) => cause,
@@ -251,8 +270,8 @@ impl Allocator {
         };
         // Blocks freed on streams still at work: wait for the work, and try again with them.
         if self.settle_streams(true)? > 0 {
-            if let Some(allocation) = self.take_best_fit(rounded, size, tag) {
-                return Ok(allocation);
+            if let Some(id) = self.take_best_fit(rounded, size, tag) {
+                return Ok(id);
             }
             match self.grow(rounded) {
                 Ok(()) => return self.take_after_growth(rounded, size, tag),
@@ -271,7 +290,7 @@ impl Allocator {
     }
 
     /// After a successful `grow`, the new region alone fits the request.
-    fn take_after_growth(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<Allocation> {
+    fn take_after_growth(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<ChunkId> {
         self.take_best_fit(rounded, size, tag).ok_or_else(|| {
             Error::Corrupted(format!(
                 "a region grown for {rounded} bytes did not fit the request"
@@ -281,34 +300,79 @@ impl Allocator {
 
     /// Hands out the best-fitting free chunk, split if the split rule says so, and counts it.
     #[inline]
-    fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<Allocation> {
-        let allocation = self.heap.take_best_fit(
+    fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<ChunkId> {
+        let id = self.heap.take_best_fit(
             rounded,
             requested,
             tag,
             self.config.max_internal_fragmentation,
         )?;
-        let Allocation { addr, size, .. } = allocation;
+        let chunk = &self.heap.chunks()[id];
+        let (addr, size) = (chunk.addr, chunk.size);
         self.counters.count_allocation(size, requested, rounded);
         self.tags.add(tag, size);
         self.record(EventKind::Alloc, addr, size, requested, Some(tag));
-        Some(allocation)
+        Some(id)
     }
 
     /// Frees the allocation starting at `addr` and merges it with free neighbours.
     ///
     /// An address that is not the start of a live allocation is [`Error::InvalidFree`], and
     /// changes nothing.
+    #[inline]
     pub fn free(&mut self, addr: u64) -> Result<Allocation> {
         if self.streams.is_some() {
             return self.free_on_stream(addr);
         }
-        let result = self.free_and_count(addr);
-        if let (Some(trace), Ok(_)) = (&mut self.trace, &result) {
+        let id = match self.heap.live_chunk(addr) {
+            Ok(id) => id,
+            Err(reason) => {
+                self.debug_validate();
+                return Err(Error::InvalidFree { addr, reason });
+            }
+        };
+        let (size, requested, tag) = self.release_counted(id, addr);
+        if let Some(trace) = &mut self.trace {
             trace.free(addr);
         }
         self.debug_validate();
-        result
+        Ok(Allocation {
+            addr,
+            size,
+            requested,
+            tag,
+        })
+    }
+
+    /// Frees chunk `id`, live at `addr`, in the heap, and counts and records it; returns its size,
+    /// request and tag.
+    #[inline(always)]
+    fn release_counted(&mut self, id: ChunkId, addr: u64) -> (u64, u64, Tag) {
+        let chunk = &self.heap.chunks()[id];
+        let (size, requested, tag) = (chunk.size, chunk.requested, chunk.tag);
+        self.heap.release(id);
+        // The request was rounded without overflow when it was allocated.
+        let packed = round_size(requested).unwrap_or(0);
+        self.counters.count_free(size, requested, packed);
+        self.tags.sub(tag, size);
+        self.record(EventKind::Free, addr, size, requested, Some(tag));
+        (size, requested, tag)
+    }
+
+    /// Frees the live allocation at `addr` in the heap and counts it, without the trace; a
+    /// refused free changes nothing.
+    fn free_and_count(&mut self, addr: u64) -> Result<Allocation> {
+        let id = self
+            .heap
+            .live_chunk(addr)
+            .map_err(|reason| Error::InvalidFree { addr, reason })?;
+        let (size, requested, tag) = self.release_counted(id, addr);
+        Ok(Allocation {
+            addr,
+            size,
+            requested,
+            tag,
+        })
     }
 
     /// [`free`](Self::free) with a stream clock: while several streams allocate, the block waits
@@ -402,25 +466,6 @@ impl Allocator {
             bytes += self.free_and_count(addr)?.size;
         }
         Ok(bytes)
-    }
-
-    /// Frees the allocation at `addr` in the heap and counts it; a refused free changes nothing.
-    #[inline]
-    fn free_and_count(&mut self, addr: u64) -> Result<Allocation> {
-        let freed = self.heap.free(addr)?;
-        // The request was rounded without overflow when it was allocated.
-        let packed = round_size(freed.requested).unwrap_or(0);
-        self.counters
-            .count_free(freed.size, freed.requested, packed);
-        self.tags.sub(freed.tag, freed.size);
-        self.record(
-            EventKind::Free,
-            addr,
-            freed.size,
-            freed.requested,
-            Some(freed.tag),
-        );
-        Ok(freed)
     }
 
     /// Makes room for a request of `rounded` bytes, following the growth policy, and counts
@@ -613,7 +658,24 @@ impl Allocator {
     }
 
     /// Records an event if the recorder is on.
+    #[inline]
     fn record(&mut self, kind: EventKind, addr: u64, size: u64, requested: u64, tag: Option<Tag>) {
+        if self.history.is_some() {
+            self.record_event(kind, addr, size, requested, tag);
+        }
+    }
+
+    /// Records an event in the recorder, which is on; out of line, off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn record_event(
+        &mut self,
+        kind: EventKind,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        tag: Option<Tag>,
+    ) {
         if let Some(history) = &mut self.history {
             history.push(Event {
                 time_ns: history.now_ns(),

@@ -118,7 +118,7 @@ impl Bins {
 
     /// Replaces filed chunk `old` by `new` (a split remainder or a merged chunk), in place when
     /// both belong to the same bin and sort into the same slot.
-    #[inline]
+    #[inline(always)]
     pub fn replace(&mut self, old: FreeKey, new: FreeKey) {
         let bin = bin_index(old.size);
         if bin == bin_index(new.size) {

@@ -11,8 +11,29 @@ pub(crate) struct FreeKey {
     pub size: u64,
     /// The chunk's first byte; no two free chunks share it, so keys are unique.
     pub addr: u64,
+    /// The chunk's id in the arena ([`chunk`](Self::chunk)), widened to a full word: with a
+    /// 4-byte id and 4 bytes of padding, a copy of a key read 8 bytes of which only 4 had just
+    /// been stored, which stalls the load (no store forwarding) on the hot path.
+    pub id: u64,
+}
+
+impl FreeKey {
+    /// The key of free chunk `id` of `size` bytes at `addr`.
+    #[inline]
+    pub fn new(size: u64, addr: u64, id: ChunkId) -> Self {
+        Self {
+            size,
+            addr,
+            id: u64::from(id),
+        }
+    }
+
     /// The chunk's id in the arena.
-    pub id: ChunkId,
+    #[inline]
+    pub fn chunk(&self) -> ChunkId {
+        // Only `new` sets `id`, from a `ChunkId`, so it fits.
+        ChunkId::try_from(self.id).unwrap_or(crate::chunk::NONE)
+    }
 }
 
 /// A set promotes itself to a B-tree above this many chunks...
@@ -112,7 +133,12 @@ impl FreeSet {
             let after_previous = index == 0 || keys[index - 1] < new;
             let before_next = index + 1 == keys.len() || new < keys[index + 1];
             if after_previous && before_next {
-                keys[index] = new;
+                // Word by word: a caller's key often sits in memory just written a word at a time,
+                // and a whole-key copy would read it back with wider loads, which stall.
+                let key = &mut keys[index];
+                key.size = new.size;
+                key.addr = new.addr;
+                key.id = new.id;
                 return;
             }
         }

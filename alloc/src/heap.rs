@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::address_map::AddressMap;
 use crate::bins::Bins;
 use crate::chunk::{Chunk, ChunkArena, ChunkId, NONE};
-use crate::error::{Error, InvalidFreeReason, Result};
+use crate::error::InvalidFreeReason;
 use crate::free_set::FreeKey;
 use crate::size::GRANULE;
 use crate::tag::Tag;
@@ -70,10 +70,10 @@ pub(crate) struct Heap {
 
 impl Heap {
     /// Hands out the best-fitting free chunk for a request of `requested` bytes, `rounded` to the
-    /// granule, under `tag`. The chunk is split when it is at least twice `rounded`, when the
-    /// remainder reaches `max_internal_fragmentation`, or when it is the growable region's last
-    /// chunk (whose remainder stays at the region's end, to be given back or grown into), but
-    /// never into an empty remainder.
+    /// granule, under `tag`, and returns its id. The chunk is split when it is at least twice
+    /// `rounded`, when the remainder reaches `max_internal_fragmentation`, or when it is the
+    /// growable region's last chunk (whose remainder stays at the region's end, to be given back
+    /// or grown into), but never into an empty remainder.
     #[inline]
     pub fn take_best_fit(
         &mut self,
@@ -81,9 +81,10 @@ impl Heap {
         requested: u64,
         tag: Tag,
         max_internal_fragmentation: u64,
-    ) -> Option<Allocation> {
+    ) -> Option<ChunkId> {
         let found = self.bins.best_fit(rounded)?;
-        let FreeKey { size, addr, id } = found.key();
+        let key = found.key();
+        let (size, id) = (key.size, key.chunk());
         let remainder = size - rounded;
         // Never split off an empty remainder: a zero-size chunk would share its address with the
         // next chunk (with `max_internal_fragmentation` 0, an exact fit meets the cap).
@@ -100,16 +101,13 @@ impl Heap {
         chunk.in_use = true;
         chunk.requested = requested;
         chunk.tag = tag;
-        Some(Allocation {
-            addr,
-            size: chunk.size,
-            requested,
-            tag,
-        })
+        Some(id)
     }
 
     /// Cuts free chunk `id` to `size` bytes; the rest becomes a new free chunk, whose bin key is
-    /// returned for the caller to file.
+    /// returned for the caller to file. Inlined, so that the key stays in registers: returned
+    /// through memory, its two words were read back by one wide load, which stalls.
+    #[inline]
     fn split(&mut self, id: ChunkId, size: u64) -> FreeKey {
         let chunk = self.chunks[id];
         let rest = Chunk {
@@ -131,81 +129,72 @@ impl Heap {
         chunk.size = size;
         chunk.next = rest_id;
         self.by_addr.insert(rest.addr, rest_id);
-        FreeKey {
-            size: rest.size,
-            addr: rest.addr,
-            id: rest_id,
+        FreeKey::new(rest.size, rest.addr, rest_id)
+    }
+
+    /// The live chunk starting at `addr`, or why `addr` cannot be freed. Changes nothing.
+    #[inline]
+    pub fn live_chunk(&self, addr: u64) -> Result<ChunkId, InvalidFreeReason> {
+        match self.by_addr.get(addr) {
+            Some(id) if self.chunks[id].in_use => Ok(id),
+            Some(_) => Err(InvalidFreeReason::DoubleFree),
+            None if self.region_containing(addr).is_some() => {
+                Err(InvalidFreeReason::InteriorAddress)
+            }
+            None => Err(InvalidFreeReason::UnknownAddress),
         }
     }
 
-    /// Frees the allocation starting at `addr`, merges it with its free neighbours, and returns
-    /// it as it was. An address that is not the start of a live allocation is
-    /// [`Error::InvalidFree`], and changes nothing.
+    /// Frees live chunk `id` (from [`live_chunk`](Self::live_chunk)) and merges it with its free
+    /// neighbours.
     #[inline]
-    pub fn free(&mut self, addr: u64) -> Result<Allocation> {
-        let id = match self.by_addr.get(addr) {
-            Some(id) if self.chunks[id].in_use => id,
-            Some(_) => {
-                let reason = InvalidFreeReason::DoubleFree;
-                return Err(Error::InvalidFree { addr, reason });
-            }
-            None => {
-                let reason = if self.region_containing(addr).is_some() {
-                    InvalidFreeReason::InteriorAddress
-                } else {
-                    InvalidFreeReason::UnknownAddress
-                };
-                return Err(Error::InvalidFree { addr, reason });
-            }
-        };
+    pub fn release(&mut self, id: ChunkId) {
         let chunk = &mut self.chunks[id];
         chunk.in_use = false;
-        let freed = Allocation {
-            addr,
-            size: chunk.size,
-            requested: std::mem::take(&mut chunk.requested),
-            tag: chunk.tag,
-        };
+        chunk.requested = 0;
         self.coalesce(id);
-        Ok(freed)
     }
 
     /// Files free chunk `id` (in no bin yet), merged with its free neighbours, whose bin entries
-    /// are replaced in place where possible.
+    /// are replaced in place where possible. The merged key is built from the sizes the merges
+    /// return rather than read back from the chunk just written, whose wide reload would stall.
     fn coalesce(&mut self, id: ChunkId) {
         let chunk = &self.chunks[id];
-        let (prev, next) = (chunk.prev, chunk.next);
+        let (prev, next, addr, size) = (chunk.prev, chunk.next, chunk.addr, chunk.size);
         let next_free = next != NONE && !self.chunks[next].in_use;
         let prev_free = prev != NONE && !self.chunks[prev].in_use;
         match (prev_free, next_free) {
-            (false, false) => self.bins.insert(self.key(id)),
+            (false, false) => self.bins.insert(FreeKey::new(size, addr, id)),
             (false, true) => {
                 let old = self.key(next);
-                self.merge_into_lower(id);
-                self.bins.replace(old, self.key(id));
+                let merged = self.merge_into_lower(id);
+                self.bins.replace(old, FreeKey::new(merged, addr, id));
             }
             (true, false) => {
                 let old = self.key(prev);
-                self.merge_into_lower(prev);
-                self.bins.replace(old, self.key(prev));
+                let merged = self.merge_into_lower(prev);
+                self.bins.replace(old, FreeKey::new(merged, old.addr, prev));
             }
             (true, true) => {
                 let (old_prev, old_next) = (self.key(prev), self.key(next));
                 self.bins.remove(old_next);
                 self.merge_into_lower(id);
-                self.merge_into_lower(prev);
-                self.bins.replace(old_prev, self.key(prev));
+                let merged = self.merge_into_lower(prev);
+                self.bins
+                    .replace(old_prev, FreeKey::new(merged, old_prev.addr, prev));
             }
         }
     }
 
-    /// Merges the chunk after `lower` into `lower`, unlinking and forgetting it.
-    fn merge_into_lower(&mut self, lower: ChunkId) {
+    /// Merges the chunk after `lower` into `lower`, unlinking and forgetting it; returns the
+    /// merged size.
+    fn merge_into_lower(&mut self, lower: ChunkId) -> u64 {
         let upper_id = self.chunks[lower].next;
         let upper = self.chunks[upper_id];
         let chunk = &mut self.chunks[lower];
         chunk.size += upper.size;
         chunk.next = upper.next;
+        let merged = chunk.size;
         if upper.next != NONE {
             self.chunks[upper.next].prev = lower;
         } else {
@@ -213,6 +202,7 @@ impl Heap {
         }
         self.by_addr.remove(upper.addr);
         self.chunks.remove(upper_id);
+        merged
     }
 
     /// Records that the last chunk of a region changed from `old` to `new`: when `old` was the
@@ -230,11 +220,7 @@ impl Heap {
     #[inline]
     fn key(&self, id: ChunkId) -> FreeKey {
         let chunk = &self.chunks[id];
-        FreeKey {
-            size: chunk.size,
-            addr: chunk.addr,
-            id,
-        }
+        FreeKey::new(chunk.size, chunk.addr, id)
     }
 
     /// The region holding `addr`, as (base, size).
@@ -267,11 +253,7 @@ impl Heap {
             in_use: false,
         });
         self.by_addr.insert(base, id);
-        self.bins.insert(FreeKey {
-            size,
-            addr: base,
-            id,
-        });
+        self.bins.insert(FreeKey::new(size, base, id));
         self.regions.insert(base, size);
         if growable {
             self.growable = Some(Growable { base, tail: id });
@@ -361,15 +343,23 @@ impl Heap {
     /// back to the source.
     pub fn remove_free_region(&mut self, base: u64, size: u64) {
         let id = self.by_addr.remove(base).unwrap_or(NONE);
-        self.bins.remove(FreeKey {
-            size,
-            addr: base,
-            id,
-        });
+        self.bins.remove(FreeKey::new(size, base, id));
         self.chunks.remove(id);
         self.regions.remove(&base);
         if self.growable.is_some_and(|growable| growable.base == base) {
             self.growable = None;
+        }
+    }
+
+    /// The allocation live chunk `id` holds.
+    #[inline]
+    pub fn handed_out(&self, id: ChunkId) -> Allocation {
+        let chunk = &self.chunks[id];
+        Allocation {
+            addr: chunk.addr,
+            size: chunk.size,
+            requested: chunk.requested,
+            tag: chunk.tag,
         }
     }
 

@@ -15,6 +15,7 @@ pub const GRANULE: u64 = 256;
 /// assert_eq!(round_size(257), Some(512));
 /// assert_eq!(round_size(u64::MAX), None);
 /// ```
+#[inline]
 pub fn round_size(bytes: u64) -> Option<u64> {
     let bytes = bytes.max(1);
     bytes

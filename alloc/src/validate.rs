@@ -79,11 +79,7 @@ pub(crate) fn validate(view: AllocatorView<'_>) -> Result<()> {
                 if prev_free {
                     return fail(format!("free chunk at {addr:#x} follows a free chunk"));
                 }
-                let key = FreeKey {
-                    size: chunk.size,
-                    addr,
-                    id,
-                };
+                let key = FreeKey::new(chunk.size, addr, id);
                 if !heap.bins().contains(key) {
                     return fail(format!("free chunk at {addr:#x} is not in its bin"));
                 }
