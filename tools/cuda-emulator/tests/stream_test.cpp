@@ -35,6 +35,15 @@ CU_API CUresult cuEventRecord(CUevent, CUstream);
 CU_API CUresult cuEventSynchronize(CUevent);
 CU_API CUresult cuEventQuery(CUevent);
 CU_API CUresult cuCtxSynchronize();
+CU_API CUresult cuMemAddressReserve(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+CU_API CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CU_API CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                            unsigned long long);
+CU_API CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CU_API CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                         unsigned long long);
+CU_API CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+CU_API CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUBLAS_API cublasStatus_t cublasCreate_v2(cublasHandle_t*);
 CUBLAS_API cublasStatus_t cublasDestroy_v2(cublasHandle_t);
 CUBLAS_API cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t);
@@ -206,6 +215,30 @@ void test_synchronous_calls_run_every_queue() {
     cuStreamDestroy_v2(b);
 }
 
+// Unmapping virtual memory runs the work queued on it first: run later, it would fault.
+void test_unmapping_runs_the_work_queued_on_the_pages() {
+    const size_t page = size_t(2) << 20;
+    CUmemAllocationProp prop;
+    std::memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    const CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUdeviceptr base = 0;
+    CUmemGenericAllocationHandle handle = 0;
+    cuMemAddressReserve(&base, page, 0, 0, 0);
+    cuMemCreate(&handle, page, &prop, 0);
+    cuMemMap(base, page, 0, handle, 0);
+    cuMemSetAccess(base, page, &access, 1);
+    const CUstream a = stream();
+    CHECK(cuMemsetD32Async(base, 1, page / 4, a) == CUDA_SUCCESS, "fill mapped memory");
+    CHECK(cuStreamQuery(a) == CUDA_ERROR_NOT_READY, "the fill waits");
+    CHECK(cuMemUnmap(base, page) == CUDA_SUCCESS, "unmap");
+    CHECK(cuStreamQuery(a) == CUDA_SUCCESS, "cuMemUnmap left work queued on the pages it unmapped");
+    cuMemRelease(handle);
+    cuMemAddressFree(base, page);
+    cuStreamDestroy_v2(a);
+}
+
 // Argument checks answer when the work is queued.
 void test_errors_are_reported_when_queued() {
     const CUstream a = stream();
@@ -273,6 +306,7 @@ int main(int argc, char** argv) {
         test_an_event_pends_until_synchronized();
         test_a_stream_waiting_on_an_event_runs_after_it();
         test_synchronous_calls_run_every_queue();
+        test_unmapping_runs_the_work_queued_on_the_pages();
         test_errors_are_reported_when_queued();
         test_a_gemm_runs_on_its_stream();
     } else {
