@@ -21,6 +21,10 @@
 # runs them backwards to shake out some), register and shared-memory limits, and the exact
 # rounding of the GPU's math functions and fused multiply-adds.
 #
+# CUDA_EMULATOR_DEFER=1 runs the suites with deferred streams: queued work runs only when
+# something synchronizes (tools/cuda-emulator/README.md, Settings), so a host read that does not
+# wait for its stream reads memory the queued work has not written yet.
+#
 # --asan builds the emulator with AddressSanitizer and preloads its runtime, so that a kernel
 # reading or writing outside an allocation of the driver faults with a report (accesses between
 # buffers of one allocator region stay unseen).

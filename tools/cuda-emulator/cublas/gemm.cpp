@@ -5,16 +5,23 @@
 // device pointers, the documented combinations of data and compute types, and C not read when
 // beta is 0. Beyond the documented checks, it refuses what a GPU would get wrong silently:
 // operands outside device memory, batches of C that overlap, C overlapping an input.
+//
+// The product is work of the handle's stream (the driver's queue.h): checked when called, run
+// when the stream reaches it in the deferred mode. Scalars read through host pointers are read
+// when called, as cuBLAS does; through device pointers, when the product runs.
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "gemm.h"
 
-// libcuda's range check (driver/memory.cpp); libcublas links against the emulated driver.
+// libcuda's range check (driver/memory.cpp) and stream queue (driver/stream.cpp); libcublas
+// links against the emulated driver.
 extern "C" int cuEmulatorCheckRange(unsigned long long address, size_t bytes);
+extern "C" int cuEmulatorEnqueue(void* stream, void (*run)(void* item), void* item);
 
 namespace {
 
@@ -132,6 +139,24 @@ double read_scale(const void* scale, bool in_f64) {
     return v;
 }
 
+// A product waiting on its stream, with where to read its scalars if they are on the device.
+struct Queued {
+    Product product;
+    const void* alpha;
+    const void* beta;
+    bool device_scalars;
+};
+
+void run_queued(void* item) {
+    const std::unique_ptr<Queued> queued(static_cast<Queued*>(item));
+    Product& p = queued->product;
+    if (queued->device_scalars) {
+        p.alpha = read_scale(queued->alpha, p.in_f64);
+        p.beta = read_scale(queued->beta, p.in_f64);
+    }
+    emu_blas::multiply(p);
+}
+
 // Both routines' checks and product; `routine` names the caller in refusals.
 cublasStatus_t gemm(const char* routine, cublasHandle_t handle, int transa, int transb, int m, int n, int k,
                     const void* alpha, const void* A, int Atype, int lda, long long strideA, const void* B,
@@ -159,10 +184,17 @@ cublasStatus_t gemm(const char* routine, cublasHandle_t handle, int transa, int 
     p.a = {const_cast<void*>(A), cudaDataType_t(Atype), trans_a ? k : m, trans_a ? m : k, lda, strideA};
     p.b = {const_cast<void*>(B), cudaDataType_t(Btype), trans_b ? n : k, trans_b ? k : n, ldb, strideB};
     p.c = {C, cudaDataType_t(Ctype), m, n, ldc, strideC};
-    p.alpha = read_scale(alpha, p.in_f64);
-    p.beta = read_scale(beta, p.in_f64);
+    const bool device_scalars = handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+    if (!device_scalars) {
+        p.alpha = read_scale(alpha, p.in_f64);
+        p.beta = read_scale(beta, p.in_f64);
+    }
     if (cublasStatus_t s = check_memory(p)) return s;
-    emu_blas::multiply(p);
+    auto* queued = new Queued{p, alpha, beta, device_scalars};
+    if (cuEmulatorEnqueue(handle->stream, run_queued, queued) != 0) {
+        delete queued;
+        return complain(CUBLAS_STATUS_EXECUTION_FAILED, "%s: the handle's stream is not a live stream", routine);
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "queue.h"
 #include "state.h"
 
 namespace {
@@ -125,6 +126,8 @@ CU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
     if (CUresult r = check_device(device)) return r;
     std::lock_guard<std::mutex> guard(emu::driver_lock());
     if (primary.retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    // The last release resets the context, once its queued work has run.
+    if (primary.retains == 1) emu::run_all_queues();
     primary.retains--;
     return CUDA_SUCCESS;
 }
@@ -150,5 +153,10 @@ CU_API CUresult cuCtxGetDevice(CUdevice* device) {
     return CUDA_SUCCESS;
 }
 
-// Work runs when it is queued, so there is never anything to wait for.
-CU_API CUresult cuCtxSynchronize() { return emu::check_context(); }
+// Runs every stream's queued work (there is none outside the deferred mode).
+CU_API CUresult cuCtxSynchronize() {
+    if (CUresult r = emu::check_context()) return r;
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    emu::run_all_queues();
+    return CUDA_SUCCESS;
+}

@@ -1,11 +1,16 @@
-// cuLaunchKernel: checks the launch as the driver does, then runs the whole grid before
-// returning (the stream is in order, and nothing else can run meanwhile).
+// cuLaunchKernel: checks the launch as the driver does, then runs the whole grid in one go
+// (nothing else runs meanwhile): before returning by default, or when its stream's queue reaches
+// it in the deferred mode (queue.h), which copies the arguments first, as the driver does, so
+// that the caller may reuse them at once.
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <vector>
 
 #include "grid.h"
 #include "module.h"
+#include "queue.h"
 #include "state.h"
 
 namespace {
@@ -30,6 +35,21 @@ bool tracing() {
     return trace;
 }
 
+// A launch's arguments copied out of the caller's parameter array, with an array of its own
+// pointing at the copies.
+struct Arguments {
+    std::vector<std::vector<unsigned char>> bytes;
+    std::vector<void*> params;
+
+    Arguments(const emu::Kernel& kernel, void** from) : bytes(kernel.param_count), params(kernel.param_count) {
+        for (unsigned i = 0; i < kernel.param_count; ++i) {
+            const auto* first = static_cast<const unsigned char*>(from[i]);
+            bytes[i].assign(first, first + kernel.param_sizes[i]);
+            params[i] = bytes[i].data();
+        }
+    }
+};
+
 }  // namespace
 
 CU_API CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, unsigned int grid_y,
@@ -49,6 +69,13 @@ CU_API CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, unsigne
     if (tracing())
         std::fprintf(stderr, "cuda-emulator: launch %s grid (%u, %u, %u) block (%u, %u, %u)\n",
                      kernel.name, grid_x, grid_y, grid_z, block_x, block_y, block_z);
-    emu::run_grid(kernel.name, kernel.body, params, grid, block);
+    if (!emu::deferred()) {
+        emu::run_grid(kernel.name, kernel.body, params, grid, block);
+        return CUDA_SUCCESS;
+    }
+    const auto arguments = std::make_shared<Arguments>(kernel, params);
+    emu::enqueue(stream, [&kernel, arguments, grid, block] {
+        emu::run_grid(kernel.name, kernel.body, arguments->params.data(), grid, block);
+    });
     return CUDA_SUCCESS;
 }

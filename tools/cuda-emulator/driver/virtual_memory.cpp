@@ -13,6 +13,9 @@
 // never set, faults here as it would on a GPU. Beyond what the driver reports, the emulator
 // explains each refusal on stderr. A handle is mapped once at a time (the emulator keeps no
 // memory behind a handle that would let two mappings share it).
+//
+// Unmapping, releasing, freeing a reservation and closing access first run every stream's
+// queued work (queue.h), which may still use the memory.
 
 #include <sys/mman.h>
 
@@ -20,6 +23,7 @@
 #include <cstring>
 #include <map>
 
+#include "queue.h"
 #include "state.h"
 
 namespace {
@@ -165,6 +169,7 @@ CU_API CUresult cuMemAddressFree(CUdeviceptr pointer, size_t bytes) {
     if (overlaps_a_mapping(pointer, bytes))
         return emu::complain(CUDA_ERROR_INVALID_VALUE, "cuMemAddressFree(%#llx, %zu): the range "
                              "is still mapped; unmap it first", pointer, bytes);
+    emu::run_all_queues();
     munmap(host(pointer), bytes);
     reservations.erase(found);
     return CUDA_SUCCESS;
@@ -192,6 +197,7 @@ CU_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     std::lock_guard<std::mutex> guard(emu::driver_lock());
     const auto found = handles.find(handle);
     if (found == handles.end() || found->second.released) return CUDA_ERROR_INVALID_VALUE;
+    emu::run_all_queues();
     found->second.released = true;
     give_back_if_done(handle);
     return CUDA_SUCCESS;
@@ -250,6 +256,7 @@ CU_API CUresult cuMemSetAccess(CUdeviceptr pointer, size_t bytes, const CUmemAcc
     if (first == last)
         return emu::complain(CUDA_ERROR_INVALID_VALUE, "cuMemSetAccess(%#llx, %zu): not a range "
                              "of whole mappings", pointer, bytes);
+    if (access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) emu::run_all_queues();
     const int protection = access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
                            : access == CU_MEM_ACCESS_FLAGS_PROT_READ    ? PROT_READ
                                                                         : PROT_NONE;
@@ -268,6 +275,7 @@ CU_API CUresult cuMemUnmap(CUdeviceptr pointer, size_t bytes) {
         return emu::complain(CUDA_ERROR_INVALID_VALUE, "cuMemUnmap(%#llx, %zu): not a range of "
                              "whole mappings (a mapping cannot be unmapped in part)", pointer,
                              bytes);
+    emu::run_all_queues();
     if (!clear(pointer, bytes)) return CUDA_ERROR_UNKNOWN;
     for (auto it = first; it != last;) {
         const CUmemGenericAllocationHandle id = it->second.handle;

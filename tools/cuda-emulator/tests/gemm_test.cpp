@@ -15,6 +15,7 @@
 
 CU_API CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
 CU_API CUresult cuMemFree_v2(CUdeviceptr);
+CU_API CUresult cuCtxSynchronize();
 CUBLAS_API cublasStatus_t cublasCreate_v2(cublasHandle_t*);
 CUBLAS_API cublasStatus_t cublasDestroy_v2(cublasHandle_t);
 CUBLAS_API cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void*, size_t);
@@ -50,7 +51,9 @@ struct DeviceArray {
         if (type == CUDA_R_16BF) { const uint16_t h = host_f32_to_bf16(float(v)); std::memcpy(p, &h, 2); }
     }
 
+    // Element i once the work queued so far has run (with CUDA_EMULATOR_DEFER=1 it waits).
     double get(size_t i) const {
+        cuCtxSynchronize();
         const char* p = static_cast<const char*>(data) + i * bytes();
         if (type == CUDA_R_64F) { double v; std::memcpy(&v, p, 8); return v; }
         if (type == CUDA_R_32F) { float v; std::memcpy(&v, p, 4); return v; }
