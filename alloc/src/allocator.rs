@@ -262,10 +262,28 @@ impl Allocator {
         )?;
         let chunk = &self.heap.chunks()[id];
         let (addr, size) = (chunk.addr, chunk.size);
+        self.count_allocated(addr, size, requested, rounded, tag);
+        Some(id)
+    }
+
+    /// Counts and records a chunk of `size` bytes at `addr` handed out for a request of
+    /// `requested` bytes (`rounded` to the granule) under `tag`.
+    #[inline(always)]
+    fn count_allocated(&mut self, addr: u64, size: u64, requested: u64, rounded: u64, tag: Tag) {
         self.counters.count_allocation(size, requested, rounded);
         self.tags.add(tag, size);
         self.record(EventKind::Alloc, addr, size, requested, Some(tag));
-        Some(id)
+    }
+
+    /// Counts and records the chunk of `size` bytes at `addr`, handed out for `requested` bytes
+    /// under `tag`, as freed.
+    #[inline(always)]
+    fn count_freed(&mut self, addr: u64, size: u64, requested: u64, tag: Tag) {
+        // The request was rounded without overflow when it was allocated.
+        let packed = round_size(requested).unwrap_or(0);
+        self.counters.count_free(size, requested, packed);
+        self.tags.sub(tag, size);
+        self.record(EventKind::Free, addr, size, requested, Some(tag));
     }
 
     /// Frees the allocation starting at `addr` and merges it with free neighbours.
@@ -304,11 +322,7 @@ impl Allocator {
         let chunk = &self.heap.chunks()[id];
         let (size, requested, tag) = (chunk.size, chunk.requested, chunk.tag);
         self.heap.release(id);
-        // The request was rounded without overflow when it was allocated.
-        let packed = round_size(requested).unwrap_or(0);
-        self.counters.count_free(size, requested, packed);
-        self.tags.sub(tag, size);
-        self.record(EventKind::Free, addr, size, requested, Some(tag));
+        self.count_freed(addr, size, requested, tag);
         (size, requested, tag)
     }
 

@@ -365,29 +365,16 @@ impl Heap {
 
     /// The live allocation starting at `addr`, if any.
     pub fn allocation(&self, addr: u64) -> Option<Allocation> {
-        let chunk = &self.chunks[self.by_addr.get(addr)?];
-        chunk.in_use.then_some(Allocation {
-            addr,
-            size: chunk.size,
-            requested: chunk.requested,
-            tag: chunk.tag,
-        })
+        let id = self.by_addr.get(addr)?;
+        self.chunks[id].in_use.then(|| self.handed_out(id))
     }
 
     /// Gives the live allocation at `addr` to a new request of `requested` bytes under `tag`,
     /// in place, and returns it as it was; `None` (changing nothing) when no live allocation
     /// starts there.
     pub fn relabel(&mut self, addr: u64, requested: u64, tag: Tag) -> Option<Allocation> {
+        let before = self.allocation(addr)?;
         let chunk = &mut self.chunks[self.by_addr.get(addr)?];
-        if !chunk.in_use {
-            return None;
-        }
-        let before = Allocation {
-            addr,
-            size: chunk.size,
-            requested: chunk.requested,
-            tag: chunk.tag,
-        };
         chunk.requested = requested;
         chunk.tag = tag;
         Some(before)

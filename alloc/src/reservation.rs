@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::segment::{LARGE_REQUEST, LARGE_SEGMENT, SMALL_REQUEST, SMALL_SEGMENT};
 use crate::size::format_bytes;
 
 /// How an allocator reserves memory: what its [`Growth`](crate::Growth) policy comes to over its
@@ -39,8 +40,13 @@ impl std::fmt::Display for Reservation {
             ),
             Self::Segments => write!(
                 f,
-                "a region per growth: 2 MiB for requests up to 1 MiB, 20 MiB below 10 MiB, else \
-                 the request rounded up to 2 MiB"
+                "a region per growth: {} for requests up to {}, {} below {}, else the request \
+                 rounded up to {}",
+                format_bytes(SMALL_SEGMENT),
+                format_bytes(SMALL_REQUEST),
+                format_bytes(LARGE_SEGMENT),
+                format_bytes(LARGE_REQUEST),
+                format_bytes(SMALL_SEGMENT)
             ),
             Self::Steps { step } => write!(
                 f,

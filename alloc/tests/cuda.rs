@@ -56,6 +56,13 @@ fn free(memory: &CudaMemory) -> u64 {
     memory.free_and_total().expect("the driver's memory info").0
 }
 
+/// The bytes the driver has free once `give_back` has run on `memory`, beyond those it had.
+fn given_back(memory: &mut CudaMemory, give_back: impl FnOnce(&mut CudaMemory)) -> u64 {
+    let before = free(memory);
+    give_back(memory);
+    free(memory).saturating_sub(before)
+}
+
 /// Fills `[base, base + bytes)` with `value` and reads back its last byte.
 fn write_and_read_last(stream: &CudaStream, base: u64, bytes: u64, value: u8) -> u8 {
     let mut last = [0u8];
@@ -89,9 +96,7 @@ fn a_region_is_reserved_from_the_driver_and_given_back() {
         "{bytes} bytes reserved, the driver lost {taken}"
     );
 
-    let before = free(&memory);
-    memory.release(base, bytes).unwrap();
-    let given = free(&memory).saturating_sub(before);
+    let given = given_back(&mut memory, |memory| memory.release(base, bytes).unwrap());
     assert!(
         given >= bytes,
         "{bytes} bytes released, the driver got {given} back"
@@ -135,9 +140,9 @@ fn an_expandable_region_grows_and_shrinks_in_place() {
     assert!(!refused.fault, "a refusal, not a fault: {refused}");
 
     // Its last two pages go back to the driver; the first keeps its data.
-    let before = free(&memory);
-    memory.shrink(base, grown, 2 * EXPANSION_STEP).unwrap();
-    let given = free(&memory).saturating_sub(before);
+    let given = given_back(&mut memory, |memory| {
+        memory.shrink(base, grown, 2 * EXPANSION_STEP).unwrap();
+    });
     assert!(
         given >= 2 * EXPANSION_STEP,
         "two pages unmapped, the driver got {given} back"
@@ -149,9 +154,9 @@ fn an_expandable_region_grows_and_shrinks_in_place() {
     stream.synchronize().unwrap();
     assert_eq!(first, [2]);
 
-    let before = free(&memory);
-    memory.release(base, EXPANSION_STEP).unwrap();
-    let given = free(&memory).saturating_sub(before);
+    let given = given_back(&mut memory, |memory| {
+        memory.release(base, EXPANSION_STEP).unwrap();
+    });
     assert!(
         given >= EXPANSION_STEP,
         "the last page went back, the driver got {given}"

@@ -10,14 +10,19 @@ use crate::work::{Kernel, Rates, WorkLog};
 /// so that the allocator makes the same decisions, and reaches the same peak, as it would there.
 #[derive(Debug, Clone)]
 pub struct PlanningMemory {
+    /// The space, its regions fixed where the planned device's are.
     inner: VirtualMemory,
-    resizable: bool,
 }
 
 impl PlanningMemory {
     /// Plans over `inner`, resizing in place only if `resizable`.
     pub fn new(inner: VirtualMemory, resizable: bool) -> Self {
-        Self { inner, resizable }
+        let inner = if resizable {
+            inner
+        } else {
+            inner.fixed_regions()
+        };
+        Self { inner }
     }
 }
 
@@ -35,21 +40,15 @@ impl MemorySource for PlanningMemory {
         self.inner.capacity()
     }
     fn can_resize(&self) -> bool {
-        self.resizable
+        self.inner.can_resize()
     }
     fn growth_step(&self) -> u64 {
         self.inner.growth_step()
     }
     fn extend(&mut self, base: u64, size: u64, extra: u64) -> Result<(), SourceError> {
-        if !self.resizable {
-            return Err(SourceError::new("the planned device cannot resize regions"));
-        }
         self.inner.extend(base, size, extra)
     }
     fn shrink(&mut self, base: u64, size: u64, bytes: u64) -> Result<(), SourceError> {
-        if !self.resizable {
-            return Err(SourceError::new("the planned device cannot resize regions"));
-        }
         self.inner.shrink(base, size, bytes)
     }
 }

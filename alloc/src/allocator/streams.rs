@@ -5,7 +5,6 @@
 use super::Allocator;
 use crate::error::{Error, InvalidFreeReason, Result};
 use crate::heap::Allocation;
-use crate::history::EventKind;
 use crate::size::round_size;
 use crate::source::SourceError;
 use crate::stream::{StreamClock, StreamId, Streams};
@@ -67,7 +66,7 @@ impl Allocator {
     /// for the work queued on its stream before it goes back to the heap.
     pub(super) fn free_on_stream(&mut self, addr: u64) -> Result<Allocation> {
         let Some(streams) = &mut self.streams else {
-            return self.free_and_count(addr);
+            return self.free(addr);
         };
         if streams.is_pending(addr) {
             let reason = InvalidFreeReason::DoubleFree;
@@ -77,17 +76,13 @@ impl Allocator {
             Some(allocation) if streams.shared() => {
                 let stream = streams.stream_of(addr);
                 streams.hold(addr, stream).map_err(clock_error)?;
-                streams.disown(addr);
                 allocation
             }
-            _ => {
-                let freed = self.free_and_count(addr)?;
-                if let Some(streams) = &mut self.streams {
-                    streams.disown(addr);
-                }
-                freed
-            }
+            _ => self.free_and_count(addr)?,
         };
+        if let Some(streams) = &mut self.streams {
+            streams.disown(addr);
+        }
         if let Some(trace) = &mut self.trace {
             trace.free(addr);
         }
@@ -112,22 +107,8 @@ impl Allocator {
         };
         let addr = self.streams.as_mut()?.reuse(stream, fits)?;
         let before = self.heap.relabel(addr, size, tag)?;
-        self.counters.count_free(
-            before.size,
-            before.requested,
-            round_size(before.requested).unwrap_or(0),
-        );
-        self.tags.sub(before.tag, before.size);
-        self.record(
-            EventKind::Free,
-            addr,
-            before.size,
-            before.requested,
-            Some(before.tag),
-        );
-        self.counters.count_allocation(before.size, size, rounded);
-        self.tags.add(tag, before.size);
-        self.record(EventKind::Alloc, addr, before.size, size, Some(tag));
+        self.count_freed(addr, before.size, before.requested, before.tag);
+        self.count_allocated(addr, before.size, size, rounded, tag);
         if let Some(trace) = &mut self.trace {
             trace.alloc(Some(addr), size, tag);
         }

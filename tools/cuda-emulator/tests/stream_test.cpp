@@ -13,6 +13,7 @@
 #include "context.h"
 #include "cublas_api.h"
 #include "cuda_api.h"
+#include "virtual_memory_calls.h"
 
 CU_API CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
 CU_API CUresult cuMemFree_v2(CUdeviceptr);
@@ -35,15 +36,6 @@ CU_API CUresult cuEventRecord(CUevent, CUstream);
 CU_API CUresult cuEventSynchronize(CUevent);
 CU_API CUresult cuEventQuery(CUevent);
 CU_API CUresult cuCtxSynchronize();
-CU_API CUresult cuMemAddressReserve(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
-CU_API CUresult cuMemAddressFree(CUdeviceptr, size_t);
-CU_API CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
-                            unsigned long long);
-CU_API CUresult cuMemRelease(CUmemGenericAllocationHandle);
-CU_API CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                         unsigned long long);
-CU_API CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
-CU_API CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUBLAS_API cublasStatus_t cublasCreate_v2(cublasHandle_t*);
 CUBLAS_API cublasStatus_t cublasDestroy_v2(cublasHandle_t);
 CUBLAS_API cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t);

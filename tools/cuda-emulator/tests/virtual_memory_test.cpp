@@ -8,20 +8,12 @@
 #include "check.h"
 #include "context.h"
 #include "cuda_api.h"
+#include "virtual_memory_calls.h"
 
 CU_API CUresult cuMemGetInfo_v2(size_t*, size_t*);
 CU_API CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void*, size_t);
 CU_API CUresult cuMemcpyDtoH_v2(void*, CUdeviceptr, size_t);
 CU_API CUresult cuMemGetAllocationGranularity(size_t*, const CUmemAllocationProp*, int);
-CU_API CUresult cuMemAddressReserve(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
-CU_API CUresult cuMemAddressFree(CUdeviceptr, size_t);
-CU_API CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
-                            unsigned long long);
-CU_API CUresult cuMemRelease(CUmemGenericAllocationHandle);
-CU_API CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                         unsigned long long);
-CU_API CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
-CU_API CUresult cuMemUnmap(CUdeviceptr, size_t);
 
 namespace {
 
