@@ -14,7 +14,8 @@
 #
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered), headroom-alloc's CUDA
-# memory source's (regions, expandable growth, the driver's refusals) and the trainer's
+# memory source's (regions, expandable growth, the driver's refusals, two streams) and its
+# cudarc example (`03-cudarc`), and the trainer's
 # GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
 # GPU bench alone (its whole table, kept should PyTorch fail) and beside PyTorch
 # (`benches/peers/compare.py cuda`, which checks the backend's targets), and where CuPy is
@@ -39,7 +40,7 @@ build() {
     exclude=$(git rev-parse --git-path info/exclude)
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
-    rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare"
+    rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/03-cudarc"
     mkdir -p "$DIR/tests"
     # Every headroom-kernels test binary, headroom-alloc's CUDA memory source, and the trainer's
     # GPU run.
@@ -58,7 +59,10 @@ for line in sys.stdin:
         | while read -r exe; do cp "$exe" "$DIR/tests/"; done
     cargo build -p headroom-benches --features cuda --release --bin cuda-compare --bin fit-compare
     cp target/release/cuda-compare target/release/fit-compare "$DIR/"
-    strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare"
+    # headroom-alloc's example of a cudarc program over the allocator.
+    cargo build -p headroom-alloc --features cuda --release --example 03-cudarc
+    cp target/release/examples/03-cudarc "$DIR/"
+    strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/03-cudarc"
     # The stripped binaries take over 80 MiB; packed, they travel in a few.
     grep -qx "/$DIR.tar.xz" "$exclude" 2>/dev/null || echo "/$DIR.tar.xz" >>"$exclude"
     tar -cJf "$DIR.tar.xz" "$DIR"
@@ -117,6 +121,10 @@ run() {
             "$exe" --test-threads=1 2>&1 | tee -a "$results/tests.log" | grep -E "^test result|FAILED|panicked|skipped" || failed=1
             [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
         done
+        if [ -z "$only" ] || [[ "$only" == *",03-cudarc,"* ]]; then
+            echo "== 03-cudarc"
+            "$DIR/03-cudarc" 2>&1 | tee "$results/03-cudarc.txt" || failed=1
+        fi
     fi
     if [ "$benches" -eq 1 ]; then
         echo "== benches"

@@ -9,10 +9,11 @@
 //!
 //! What it costs against cudarc's plain allocation: the allocator takes memory from the driver
 //! a page or a region at a time and hands out pieces of it itself, so most allocations and
-//! frees make no driver call. The `cuda-compare` bench measures it (`alloc_free`: eight sizes from 256 B to 16 MiB through the
-//! allocator, against `cuMemAlloc` + `cuMemFree` of the same sizes; benches/README.md): on an
-//! NVIDIA H200 the allocator's pair was 172 times faster than the driver's; on an H100, 125 ns
-//! against 21984 ns (176 times). The price is memory the allocator keeps cached: reserved bytes
+//! frees make no driver call. The `cuda-compare` bench measures it (`alloc_free`: eight sizes
+//! from 256 B to 16 MiB through the allocator, against `cuMemAlloc` + `cuMemFree` of the same
+//! sizes; benches/README.md). On an NVIDIA H200, growing in place by default, a pair took
+//! 107 ns against the driver's 17786 ns (166 times faster); on an H100, 125 ns against 21984 ns
+//! (176 times). The price is memory the allocator keeps cached: reserved bytes
 //! that other processes cannot have until `release_cached` gives free regions back.
 
 use std::process::ExitCode;

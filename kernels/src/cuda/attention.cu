@@ -237,6 +237,9 @@ FOR_FLOATS(ATTENTION_BACKWARD_Q)
 //   C (16 x 8): c0, c1 at (g, 2t..2t+1) and c2, c3 at (g + 8, 2t..2t+1),
 // each pair of 16-bit values packed in a u32, the lower column (or k) in the low half. So a
 // C tile pair is an A tile: the weights of one product feed the next without leaving registers.
+// The other side's tiles are double-buffered: the next one is copied to shared memory
+// (cp.async) while the block works on this one, and the fragments come out of it by ldmatrix,
+// four 8 x 8 matrices a load. Only the tiles at the diagonal and past the end are masked.
 // DP is the head rounded up to 64 (every GPT-2 size has heads of 64); features past the head
 // are zeros. Wider heads run the warp kernels: a warp's registers cannot hold the key side's
 // four accumulators at 128 features without spilling.
@@ -278,12 +281,62 @@ template <typename T> __device__ __forceinline__ u32 mma_pack_bits(T lo, T hi) {
     return (u32)lo.bits | ((u32)hi.bits << 16);
 }
 
-// Elements p[0] and p[1] (p 4-byte aligned), packed.
-template <typename T> __device__ __forceinline__ u32 mma_pair(const T* p) {
-#ifdef HEADROOM_HOST_EMULATION
-    return mma_pack_bits(p[0], p[1]);
+// The matrix units' operands from shared memory (ldmatrix): four 8 x 8 matrices of 16-bit
+// elements. Lane l gives the address of row l % 8 of matrix l / 8 (16-byte aligned) and
+// receives in r[j] its pair of matrix j: row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1; or,
+// with TRANS, column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1.
+template <bool TRANS>
+__device__ __forceinline__ void mma_ldsm_x4(u32 (&r)[4], const void* row) {
+#if defined(HEADROOM_HOST_EMULATION)
+    host_ldmatrix_x4(r, row, TRANS);
+#elif __CUDA_ARCH__ >= 800
+    const u32 at = (u32)__cvta_generic_to_shared(row);
+    if (TRANS) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(at));
+    } else {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(at));
+    }
 #else
-    return *reinterpret_cast<const u32*>(p);
+    __trap();
+#endif
+}
+
+// Copies BYTES (4 or 16) from global to shared memory without passing through registers, or
+// writes zeros there where `valid` is false. The copies issued since the last
+// mma_copy_commit form a group, and mma_copy_wait<N> waits until at most N groups are
+// in flight.
+template <int BYTES>
+__device__ __forceinline__ void mma_copy_async(void* shared, const void* global, bool valid) {
+#if defined(HEADROOM_HOST_EMULATION)
+    if (valid) {
+        std::memcpy(shared, global, BYTES);
+    } else {
+        std::memset(shared, 0, BYTES);
+    }
+#elif __CUDA_ARCH__ >= 800
+    const u32 at = (u32)__cvta_generic_to_shared(shared);
+    const int size = valid ? BYTES : 0;
+    if (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(global), "r"(size));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(at), "l"(global), "r"(size));
+    }
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void mma_copy_commit() {
+#if !defined(HEADROOM_HOST_EMULATION) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int PENDING> __device__ __forceinline__ void mma_copy_wait() {
+#if !defined(HEADROOM_HOST_EMULATION) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
 #endif
 }
 
@@ -312,8 +365,9 @@ __device__ __forceinline__ void mma_load_a(const T* x, u64 first, u64 len, u64 h
     }
 }
 
-// Rows first..first + MMA_TILE of a head's [len, head] rows into `tile` (rows of DP + MMA_PAD),
-// zeros past the rows and the head: 16 bytes at a time when rows are whole multiples of them.
+// Starts loading rows first..first + MMA_TILE of a head's [len, head] rows into `tile` (rows
+// of DP + MMA_PAD), zeros past the rows and the head. Heads of whole 16-byte units are copied
+// asynchronously, in the caller's group; others pass through registers at once.
 template <typename T, int DP>
 __device__ __forceinline__ void mma_load_tile(const T* x, u64 first, u64 len, u64 head, T* tile) {
     const int stride = DP + MMA_PAD;
@@ -321,13 +375,8 @@ __device__ __forceinline__ void mma_load_tile(const T* x, u64 first, u64 len, u6
     if (head % per_pack == 0) {
         for (int e = threadIdx.x; e < MMA_TILE * DP / per_pack; e += blockDim.x) {
             const int r = e / (DP / per_pack), f = e % (DP / per_pack) * per_pack;
-            Pack<T> pack;
-            if (first + r < len && (u64)f < head) {
-                pack = *reinterpret_cast<const Pack<T>*>(x + (first + r) * head + f);
-            } else {
-                for (int i = 0; i < per_pack; ++i) pack.v[i].bits = 0;
-            }
-            *reinterpret_cast<Pack<T>*>(tile + r * stride + f) = pack;
+            const bool valid = first + r < len && (u64)f < head;
+            mma_copy_async<16>(tile + r * stride + f, valid ? x + (first + r) * head + f : x, valid);
         }
     } else {
         for (int e = threadIdx.x; e < MMA_TILE * DP; e += blockDim.x) {
@@ -340,30 +389,52 @@ __device__ __forceinline__ void mma_load_tile(const T* x, u64 first, u64 len, u6
     }
 }
 
+// Starts loading rows first..first + MMA_TILE of two operands into their tiles, where first
+// is before `end`, and closes the group of copies (an empty group past the last tile, so that
+// every step waits the same way).
+template <typename T, int DP>
+__device__ __forceinline__ void mma_prefetch_tiles(const T* a, const T* b, u64 first, u64 end, u64 len,
+                                                   u64 head, T* a_tile, T* b_tile) {
+    if (first < end) {
+        mma_load_tile<T, DP>(a, first, len, head, a_tile);
+        mma_load_tile<T, DP>(b, first, len, head, b_tile);
+    }
+    mma_copy_commit();
+}
+
 // s[n] (16 rows x 8 of the tile's rows n) = a . tile^T: each row of `a` against each row of
-// `tile` over DP features.
+// `tile` over DP features. The tile's rows are the B operand's columns as they lie (ldmatrix).
 template <typename T, int DP>
 __device__ __forceinline__ void mma_rows_by_tile(const u32 (&a)[DP / 16][4], const T* tile,
                                                  float (&s)[MMA_TILE / 8][4]) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int lane = threadIdx.x % 32;
+    const int stride = DP + MMA_PAD;
+    // Matrix j of each load: tile rows 8 (j / 2).., features 8 (j % 2)..
+    const T* mine = tile + (8 * (lane / 16) + lane % 8) * stride + 8 * (lane / 8 % 2);
 #pragma unroll
-    for (int n = 0; n < MMA_TILE / 8; ++n) {
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        const T* row = tile + (n * 8 + g) * (DP + MMA_PAD) + 2 * t;
+    for (int n = 0; n < MMA_TILE / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int np = 0; np < MMA_TILE / 16; ++np) {
 #pragma unroll
         for (int kk = 0; kk < DP / 16; ++kk) {
-            const u32 b[2] = {mma_pair(row + 16 * kk), mma_pair(row + 16 * kk + 8)};
-            mma_16816<T>(s[n], a[kk], b);
+            u32 b[4];
+            mma_ldsm_x4<false>(b, mine + 16 * np * stride + 16 * kk);
+            const u32 first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+            mma_16816<T>(s[2 * np], a[kk], first);
+            mma_16816<T>(s[2 * np + 1], a[kk], second);
         }
     }
 }
 
-// acc (16 rows x DP) += w . tile, with w (16 rows x MMA_TILE, as C tiles) rounded to T.
+// acc (16 rows x DP) += w . tile, with w (16 rows x MMA_TILE, as C tiles) rounded to T. The
+// tile's rows are the B operand's rows: ldmatrix transposes them.
 template <typename T, int DP>
 __device__ __forceinline__ void mma_weights_by_tile(const float (&w)[MMA_TILE / 8][4], const T* tile,
                                                     float (&acc)[DP / 8][4]) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int lane = threadIdx.x % 32;
     const int stride = DP + MMA_PAD;
+    // Matrix j of each load: tile rows 8 (j % 2).., features 8 (j / 2)..
+    const T* mine = tile + (8 * (lane / 8 % 2) + lane % 8) * stride + 8 * (lane / 16);
 #pragma unroll
     for (int kc = 0; kc < MMA_TILE / 16; ++kc) {
         const u32 a[4] = {
@@ -372,15 +443,57 @@ __device__ __forceinline__ void mma_weights_by_tile(const float (&w)[MMA_TILE / 
             mma_pack<T>(w[2 * kc + 1][0], w[2 * kc + 1][1]),
             mma_pack<T>(w[2 * kc + 1][2], w[2 * kc + 1][3]),
         };
-        const T* rows = tile + (16 * kc + 2 * t) * stride + g;
 #pragma unroll
-        for (int nd = 0; nd < DP / 8; ++nd) {
-            const T* col = rows + nd * 8;
-            const u32 b[2] = {mma_pack_bits(col[0], col[stride]),
-                              mma_pack_bits(col[8 * stride], col[9 * stride])};
-            mma_16816<T>(acc[nd], a, b);
+        for (int ndp = 0; ndp < DP / 16; ++ndp) {
+            u32 b[4];
+            mma_ldsm_x4<true>(b, mine + 16 * kc * stride + 16 * ndp);
+            const u32 first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+            mma_16816<T>(acc[2 * ndp], a, first);
+            mma_16816<T>(acc[2 * ndp + 1], a, second);
         }
     }
+}
+
+// Sets s[n] (rows row0 + g and + 8 by columns col0 + 8 n + 2 t and + 1) to -infinity where the
+// pair is hidden: a query or key past len or, when causal, a key after its query. The rows
+// are queries, or keys where ROWS_ARE_KEYS. Only tiles at the edges call it.
+template <bool ROWS_ARE_KEYS>
+__device__ __forceinline__ void mma_mask(float (&s)[MMA_TILE / 8][4], u64 row0, u64 col0, u64 len, int causal) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const u64 row = row0 + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
+            const u64 query = ROWS_ARE_KEYS ? col : row, key = ROWS_ARE_KEYS ? row : col;
+            if (query >= len || key >= len || (causal && key > query)) s[n][e] = neg_infinity<float>();
+        }
+    }
+}
+
+// Multiplies s[n] (laid out as mma_mask's) by the dropout factors of its pairs.
+template <bool ROWS_ARE_KEYS>
+__device__ __forceinline__ void mma_dropout(float (&s)[MMA_TILE / 8][4], u64 row0, u64 col0, u64 h, u64 len,
+                                            double p, u64 seed) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const u64 row = row0 + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
+            const u64 query = ROWS_ARE_KEYS ? col : row, key = ROWS_ARE_KEYS ? row : col;
+            s[n][e] *= att_keep<float>(1, p, seed, h, len, query, key);
+        }
+    }
+}
+
+// Whether rows row0..row0 + 15 against columns col0..col0 + MMA_TILE - 1 (queries against
+// keys, or keys against queries where ROWS_ARE_KEYS) may hold a hidden pair.
+template <bool ROWS_ARE_KEYS>
+__device__ __forceinline__ bool mma_edge(u64 row0, u64 col0, u64 len, int causal) {
+    if (row0 + 16 > len || col0 + MMA_TILE > len) return true;
+    // The latest key against the earliest query.
+    return causal && (ROWS_ARE_KEYS ? row0 + 15 > col0 : col0 + MMA_TILE - 1 > row0);
 }
 
 // The sum of `v` over the four lanes that hold one row of a C tile.
@@ -410,17 +523,6 @@ __device__ __forceinline__ MmaRows mma_rows(u64 len, u64 head) {
     return at;
 }
 
-// Rows first..first + MMA_TILE of two operands into their tiles, once every warp is done with
-// the last ones.
-template <typename T, int DP>
-__device__ __forceinline__ void mma_load_tiles(const T* a, const T* b, u64 first, u64 len, u64 head,
-                                               T* a_tile, T* b_tile) {
-    __syncthreads();
-    mma_load_tile<T, DP>(a, first, len, head, a_tile);
-    mma_load_tile<T, DP>(b, first, len, head, b_tile);
-    __syncthreads();
-}
-
 // Writes acc (rows first..first + 15 of DP features) to a head's [len, head] rows, times
 // factor[r] for the rows g (r = 0) and g + 8 (r = 1).
 template <typename T, int DP>
@@ -442,13 +544,18 @@ __device__ __forceinline__ void mma_store_rows(const float (&acc)[DP / 8][4], co
     }
 }
 
-// The forward pass: out and the log-sum-exp of MMA_ROWS queries of one head.
+// The kernels exponentiate in base 2 (exp2f): scores are scaled by log2(e) once.
+#define MMA_LOG2E 1.4426950408889634
+#define MMA_LN2 0.6931471805599453
+
+// The forward pass: out and the log-sum-exp of MMA_ROWS queries of one head. The tiles of keys
+// and values are double-buffered: the next pair loads while the block works on this one.
 template <typename T, int DP>
 __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v, T* out, float* lse,
                                               u64 len, u64 head, double scale, int causal, int dropout,
                                               double p, u64 seed) {
-    __shared__ __align__(16) T keys[MMA_TILE * (DP + MMA_PAD)];
-    __shared__ __align__(16) T values[MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) T keys[2][MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) T values[2][MMA_TILE * (DP + MMA_PAD)];
     const MmaRows at = mma_rows(len, head);
     const int g = at.g, t = at.t;
     const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
@@ -457,52 +564,57 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
     float acc[DP / 8][4], most[2] = {neg_infinity<float>(), neg_infinity<float>()}, sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nd = 0; nd < DP / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
+    const float scale2 = (float)(scale * MMA_LOG2E);
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
-    for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE) {
-        mma_load_tiles<T, DP>(k + base, v + base, key0, len, head, keys, values);
-        if (causal && key0 > first + 15) continue;  // the whole tile is above this warp's rows
-        float s[MMA_TILE / 8][4];
-        mma_rows_by_tile<T, DP>(query, keys, s);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const u64 row = first + g + 8 * r;
-            float tile_most = neg_infinity<float>();
-#pragma unroll
-            for (int n = 0; n < MMA_TILE / 8; ++n) {
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const u64 key = key0 + n * 8 + 2 * t + c;
-                    const bool hidden = key >= len || (causal && key > row);
-                    const float x = hidden ? neg_infinity<float>() : s[n][2 * r + c] * (float)scale;
-                    s[n][2 * r + c] = x;
-                    tile_most = m_max(tile_most, x);
-                }
-            }
-            const float new_most = m_max(most[r], mma_row_max(tile_most));
-            // A row that has seen no key yet keeps a sum of 0 whatever its reference.
-            const float ref = new_most == neg_infinity<float>() ? 0.0f : new_most;
-            const float rescale = m_exp(most[r] - ref);
-            float tile_sum = 0.0f;
+    mma_prefetch_tiles<T, DP>(k + base, v + base, 0, keys_seen, len, head, keys[0], values[0]);
+    int now = 0;
+    for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE, now ^= 1) {
+        mma_prefetch_tiles<T, DP>(k + base, v + base, key0 + MMA_TILE, keys_seen, len, head, keys[now ^ 1],
+                                  values[now ^ 1]);
+        mma_copy_wait<1>();
+        __syncthreads();
+        // A tile wholly after this warp's rows has nothing for it.
+        if (!causal || key0 <= first + 15) {
+            float s[MMA_TILE / 8][4];
+            mma_rows_by_tile<T, DP>(query, keys[now], s);
 #pragma unroll
             for (int n = 0; n < MMA_TILE / 8; ++n) {
 #pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const float w = m_exp(s[n][2 * r + c] - ref);
-                    tile_sum += w;
-                    const u64 key = key0 + n * 8 + 2 * t + c;
-                    s[n][2 * r + c] = w * att_keep<float>(dropout, p, seed, h, len, row, key);
+                for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
+            }
+            if (mma_edge<false>(first, key0, len, causal)) mma_mask<false>(s, first, key0, len, causal);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float tile_most = neg_infinity<float>();
+#pragma unroll
+                for (int n = 0; n < MMA_TILE / 8; ++n) tile_most = m_max(tile_most, m_max(s[n][2 * r], s[n][2 * r + 1]));
+                const float new_most = m_max(most[r], mma_row_max(tile_most));
+                // A row that has seen no key yet keeps a sum of 0 whatever its reference.
+                const float ref = new_most == neg_infinity<float>() ? 0.0f : new_most;
+                const float rescale = exp2f(most[r] - ref);
+                float tile_sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float w = exp2f(s[n][2 * r + c] - ref);
+                        tile_sum += w;
+                        s[n][2 * r + c] = w;
+                    }
+                }
+                sum[r] = sum[r] * rescale + mma_row_sum(tile_sum);
+                most[r] = new_most;
+#pragma unroll
+                for (int nd = 0; nd < DP / 8; ++nd) {
+                    acc[nd][2 * r] *= rescale;
+                    acc[nd][2 * r + 1] *= rescale;
                 }
             }
-            sum[r] = sum[r] * rescale + mma_row_sum(tile_sum);
-            most[r] = new_most;
-#pragma unroll
-            for (int nd = 0; nd < DP / 8; ++nd) {
-                acc[nd][2 * r] *= rescale;
-                acc[nd][2 * r + 1] *= rescale;
-            }
+            if (dropout) mma_dropout<false>(s, first, key0, h, len, p, seed);
+            mma_weights_by_tile<T, DP>(s, values[now], acc);
         }
-        mma_weights_by_tile<T, DP>(s, values, acc);
+        __syncthreads();
     }
     const float inverse[2] = {1.0f / sum[0], 1.0f / sum[1]};
     mma_store_rows<T, DP>(acc, inverse, out + base, first, len, head);
@@ -510,7 +622,7 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const u64 row = first + g + 8 * r;
-            if (row < len) lse[h * len + row] = most[r] + m_log(sum[r]);
+            if (row < len) lse[h * len + row] = most[r] * (float)MMA_LN2 + m_log(sum[r]);
         }
     }
 }
@@ -521,47 +633,69 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
                                                          const float* lse, const float* delta, T* dq,
                                                          u64 len, u64 head, double scale, int causal,
                                                          int dropout, double p, u64 seed) {
-    __shared__ __align__(16) T keys[MMA_TILE * (DP + MMA_PAD)];
-    __shared__ __align__(16) T values[MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) T keys[2][MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) T values[2][MMA_TILE * (DP + MMA_PAD)];
     const MmaRows at = mma_rows(len, head);
-    const int g = at.g, t = at.t;
+    const int g = at.g;
     const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
     u32 query[DP / 16][4], grad[DP / 16][4];
     mma_load_a<T, DP>(q + base, first, len, head, query);
     mma_load_a<T, DP>(dout + base, first, len, head, grad);
-    float row_lse[2], row_delta[2], acc[DP / 8][4];
+    const float scale2 = (float)(scale * MMA_LOG2E);
+    float row_lse2[2], row_delta[2], acc[DP / 8][4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const u64 row = first + g + 8 * r;
-        row_lse[r] = row < len ? lse[h * len + row] : 0.0f;
+        row_lse2[r] = row < len ? lse[h * len + row] * (float)MMA_LOG2E : 0.0f;
         row_delta[r] = row < len ? delta[h * len + row] : 0.0f;
     }
 #pragma unroll
     for (int nd = 0; nd < DP / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
-    for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE) {
-        mma_load_tiles<T, DP>(k + base, v + base, key0, len, head, keys, values);
-        if (causal && key0 > first + 15) continue;
-        float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
-        mma_rows_by_tile<T, DP>(query, keys, s);
-        mma_rows_by_tile<T, DP>(grad, values, dp);
+    mma_prefetch_tiles<T, DP>(k + base, v + base, 0, keys_seen, len, head, keys[0], values[0]);
+    int now = 0;
+    for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE, now ^= 1) {
+        mma_prefetch_tiles<T, DP>(k + base, v + base, key0 + MMA_TILE, keys_seen, len, head, keys[now ^ 1],
+                                  values[now ^ 1]);
+        mma_copy_wait<1>();
+        __syncthreads();
+        if (!causal || key0 <= first + 15) {
+            float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
+            mma_rows_by_tile<T, DP>(query, keys[now], s);
+            mma_rows_by_tile<T, DP>(grad, values[now], dp);
 #pragma unroll
-        for (int n = 0; n < MMA_TILE / 8; ++n) {
+            for (int n = 0; n < MMA_TILE / 8; ++n) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = e / 2;
-                const u64 row = first + g + 8 * r, key = key0 + n * 8 + 2 * t + e % 2;
-                const bool hidden = row >= len || key >= len || (causal && key > row);
-                const float w = hidden ? 0.0f : m_exp(s[n][e] * (float)scale - row_lse[r]);
-                const float keep = att_keep<float>(dropout, p, seed, h, len, row, key);
-                s[n][e] = w * (dp[n][e] * keep - row_delta[r]) * (float)scale;
+                for (int e = 0; e < 4; ++e) s[n][e] = s[n][e] * scale2 - row_lse2[e / 2];
             }
+            if (mma_edge<false>(first, key0, len, causal)) mma_mask<false>(s, first, key0, len, causal);
+            if (dropout) mma_dropout<false>(dp, first, key0, h, len, p, seed);
+#pragma unroll
+            for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[n][e] = exp2f(s[n][e]) * (dp[n][e] - row_delta[e / 2]) * (float)scale;
+            }
+            mma_weights_by_tile<T, DP>(s, keys[now], acc);
         }
-        mma_weights_by_tile<T, DP>(s, keys, acc);
+        __syncthreads();
     }
     const float one[2] = {1.0f, 1.0f};
     mma_store_rows<T, DP>(acc, one, dq + base, first, len, head);
+}
+
+// Starts loading the log-sum-exp and delta of queries first..first + MMA_TILE of a head (zeros
+// past len) into the block's row statistics, in the caller's group of copies.
+__device__ __forceinline__ void mma_load_row_stats(const float* lse, const float* delta, u64 first, u64 len,
+                                                   float* lse_tile, float* delta_tile) {
+    if (first >= len) return;
+    for (int e = threadIdx.x; e < 2 * MMA_TILE; e += blockDim.x) {
+        const int i = e % MMA_TILE;
+        const bool valid = first + i < len;
+        const float* from = e < MMA_TILE ? lse : delta;
+        float* to = e < MMA_TILE ? lse_tile : delta_tile;
+        mma_copy_async<4>(to + i, valid ? from + first + i : from, valid);
+    }
 }
 
 // The gradients of MMA_ROWS keys and values of one head, over the tiles of queries that see
@@ -571,11 +705,12 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
                                                           const float* lse, const float* delta, T* dk, T* dv,
                                                           u64 len, u64 head, double scale, int causal,
                                                           int dropout, double p, u64 seed) {
-    __shared__ __align__(16) T queries[MMA_TILE * (DP + MMA_PAD)];
-    __shared__ __align__(16) T grads[MMA_TILE * (DP + MMA_PAD)];
-    __shared__ float tile_lse[MMA_TILE], tile_delta[MMA_TILE];
+    __shared__ __align__(16) T queries[2][MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) T grads[2][MMA_TILE * (DP + MMA_PAD)];
+    __shared__ __align__(16) float tile_lse[2][MMA_TILE];
+    __shared__ __align__(16) float tile_delta[2][MMA_TILE];
     const MmaRows at = mma_rows(len, head);
-    const int g = at.g, t = at.t;
+    const int t = at.t;
     const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
     u32 key_rows[DP / 16][4], value_rows[DP / 16][4];
     mma_load_a<T, DP>(k + base, first, len, head, key_rows);
@@ -586,34 +721,49 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
         gk[nd][0] = gk[nd][1] = gk[nd][2] = gk[nd][3] = 0.0f;
         gv[nd][0] = gv[nd][1] = gv[nd][2] = gv[nd][3] = 0.0f;
     }
-    for (u64 q0 = causal ? block0 : 0; q0 < len; q0 += MMA_TILE) {
+    const float scale2 = (float)(scale * MMA_LOG2E);
+    const float* head_lse = lse + h * len;
+    const float* head_delta = delta + h * len;
+    const u64 q_begin = causal ? block0 : 0;
+    mma_load_row_stats(head_lse, head_delta, q_begin, len, tile_lse[0], tile_delta[0]);
+    mma_prefetch_tiles<T, DP>(q + base, dout + base, q_begin, len, len, head, queries[0], grads[0]);
+    int now = 0;
+    for (u64 q0 = q_begin; q0 < len; q0 += MMA_TILE, now ^= 1) {
+        mma_load_row_stats(head_lse, head_delta, q0 + MMA_TILE, len, tile_lse[now ^ 1], tile_delta[now ^ 1]);
+        mma_prefetch_tiles<T, DP>(q + base, dout + base, q0 + MMA_TILE, len, len, head, queries[now ^ 1],
+                                  grads[now ^ 1]);
+        mma_copy_wait<1>();
         __syncthreads();
-        mma_load_tile<T, DP>(q + base, q0, len, head, queries);
-        mma_load_tile<T, DP>(dout + base, q0, len, head, grads);
-        for (int i = threadIdx.x; i < MMA_TILE; i += blockDim.x) {
-            tile_lse[i] = q0 + i < len ? lse[h * len + q0 + i] : 0.0f;
-            tile_delta[i] = q0 + i < len ? delta[h * len + q0 + i] : 0.0f;
-        }
-        __syncthreads();
-        if (causal && q0 + MMA_TILE <= first) continue;  // every query of the tile is before these keys
-        float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
-        mma_rows_by_tile<T, DP>(key_rows, queries, s);
-        mma_rows_by_tile<T, DP>(value_rows, grads, dp);
+        // A tile whose queries all come before these keys has nothing for them.
+        if (!causal || q0 + MMA_TILE > first) {
+            float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
+            mma_rows_by_tile<T, DP>(key_rows, queries[now], s);
+            mma_rows_by_tile<T, DP>(value_rows, grads[now], dp);
 #pragma unroll
-        for (int n = 0; n < MMA_TILE / 8; ++n) {
+            for (int n = 0; n < MMA_TILE / 8; ++n) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = e / 2, col = n * 8 + 2 * t + e % 2;
-                const u64 key = first + g + 8 * r, row = q0 + col;
-                const bool hidden = row >= len || key >= len || (causal && key > row);
-                const float w = hidden ? 0.0f : m_exp(s[n][e] * (float)scale - tile_lse[col]);
-                const float keep = att_keep<float>(dropout, p, seed, h, len, row, key);
-                s[n][e] = w * keep;
-                dp[n][e] = w * (dp[n][e] * keep - tile_delta[col]) * (float)scale;
+                for (int e = 0; e < 4; ++e) {
+                    const int col = n * 8 + 2 * t + e % 2;
+                    s[n][e] = s[n][e] * scale2 - tile_lse[now][col] * (float)MMA_LOG2E;
+                }
             }
+            if (mma_edge<true>(first, q0, len, causal)) mma_mask<true>(s, first, q0, len, causal);
+            if (dropout) mma_dropout<true>(dp, first, q0, h, len, p, seed);
+#pragma unroll
+            for (int n = 0; n < MMA_TILE / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = n * 8 + 2 * t + e % 2;
+                    const float w = exp2f(s[n][e]);
+                    s[n][e] = w;
+                    dp[n][e] = w * (dp[n][e] - tile_delta[now][col]) * (float)scale;
+                }
+            }
+            if (dropout) mma_dropout<true>(s, first, q0, h, len, p, seed);
+            mma_weights_by_tile<T, DP>(s, grads[now], gv);
+            mma_weights_by_tile<T, DP>(dp, queries[now], gk);
         }
-        mma_weights_by_tile<T, DP>(s, grads, gv);
-        mma_weights_by_tile<T, DP>(dp, queries, gk);
+        __syncthreads();
     }
     const float one[2] = {1.0f, 1.0f};
     mma_store_rows<T, DP>(gk, one, dk + base, first, len, head);

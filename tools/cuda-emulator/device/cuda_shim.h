@@ -124,3 +124,27 @@ inline void host_mma_16816(float (&acc)[4], const uint32_t (&a)[4], const uint32
         acc[e] = sum;
     }
 }
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives the address of row l % 8 of
+// matrix l / 8 and receives in r[j] its pair of matrix j (row l / 4, columns 2 (l % 4)..; or,
+// transposed, column l / 4, rows 2 (l % 4)..). The lanes publish their addresses as they do
+// their fragments for host_mma_16816.
+inline void host_ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
+    static const void* rows[1024];
+    const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned lane = linear % 32, first = linear - lane;
+    const void** warp = rows + first;
+    warp[lane] = row;
+    emu::sync_warp(0xffffffffu);
+    const unsigned g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 4; ++j) {
+        uint16_t pair[2];
+        for (int half = 0; half < 2; ++half) {
+            const uint16_t* from = trans ? static_cast<const uint16_t*>(warp[8 * j + 2 * t + half]) + g
+                                         : static_cast<const uint16_t*>(warp[8 * j + g]) + 2 * t + half;
+            std::memcpy(&pair[half], from, sizeof pair[half]);
+        }
+        r[j] = uint32_t(pair[0]) | uint32_t(pair[1]) << 16;
+    }
+    emu::sync_warp(0xffffffffu);
+}

@@ -1,10 +1,11 @@
 //! CUDA kernels: memory-efficient attention (`attention.cu`), one grid row per head. bf16 and
 //! f16 heads of up to 64 features run on the matrix units (compute capability 8.0 and later):
-//! a block holds 64 rows, a warp 16, and every block product is an `mma.sync`. Other heads and
-//! dtypes run the warp kernels: a warp per row, four rows to a block. The backward pass first
-//! sums each row's output times its gradient into a workspace (`delta`, one value per row in
-//! the compute type), then runs the keys' and values' gradients and the queries' in two
-//! kernels, so that nothing accumulates across blocks.
+//! a block holds 64 rows, a warp 16, and every block product is an `mma.sync` on tiles that
+//! `cp.async` double-buffers in shared memory. Other heads and dtypes run the warp kernels: a
+//! warp per row, four rows to a block. The backward pass first sums each row's output times
+//! its gradient into a workspace (`delta`, one value per row in the compute type), then runs
+//! the keys' and values' gradients and the queries' in two kernels, so that nothing
+//! accumulates across blocks.
 
 use cudarc::driver::LaunchConfig;
 
