@@ -15,9 +15,8 @@
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered), headroom-alloc's CUDA
 # memory source's (regions, expandable growth, the driver's refusals, two streams) and its
-# cudarc example (`03-cudarc`), and the trainer's
-# GPU tests (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the
-# GPU bench alone (its whole table, kept should PyTorch fail) and beside PyTorch
+# cudarc example (`03-cudarc`), and the trainer's GPU tests (a run on cuda:0: planned peak, OOM
+# recovered mid-step, the CPU's losses), then the GPU bench alone (its whole table, kept should PyTorch fail) and beside PyTorch
 # (`benches/peers/compare.py cuda`, which checks the backend's targets), and where CuPy is
 # installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`); then GPT-2 small
 # in bf16 beside PyTorch eager on the GPU (`benches/peers/compare.py fit --device cuda:0`, which
