@@ -14,17 +14,17 @@
 #
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered), headroom-alloc's CUDA
-# memory source's (regions, expandable growth, the driver's refusals, two streams) and its
-# cudarc example (`03-cudarc`), and the trainer's GPU tests (a run on cuda:0: planned peak, OOM
-# recovered mid-step, the CPU's losses), then the GPU bench alone (its whole table, kept should PyTorch fail) and beside PyTorch
-# (`benches/peers/compare.py cuda`, which checks the backend's targets), and where CuPy is
-# installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`); then GPT-2 small
-# in bf16 beside PyTorch eager on the GPU (`benches/peers/compare.py fit --device cuda:0`, which
-# checks the targets of activation bytes per sample and tokens/s), the profile of its step
-# (`fit-profile.txt`: each kernel timed alone, `HEADROOM_CUDA_PROFILE`); and (`limits`) what fits
-# under 4 and 8 GiB on the GPU beside PyTorch's largest (`compare.py limits`). Results land in
-# .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a target
-# was missed.
+# memory source's (regions, expandable growth, the driver's refusals, two streams) and its cudarc
+# example (`03-cudarc`), and the trainer's GPU tests (a run on cuda:0: planned peak, OOM recovered
+# mid-step, the CPU's losses), then the GPU bench alone (its whole table, kept should PyTorch
+# fail) and beside PyTorch (`benches/peers/compare.py cuda`, which checks the backend's targets),
+# and where CuPy is installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`);
+# then GPT-2 small in bf16 beside PyTorch eager on the GPU (`benches/peers/compare.py fit --device
+# cuda:0`, which checks the targets of activation bytes per sample and tokens/s), the profile of
+# its step (`fit-profile.txt`: each kernel timed alone, `HEADROOM_CUDA_PROFILE`); and (`limits`)
+# what fits under 4 and 8 GiB on the GPU beside PyTorch's largest (`compare.py limits`). Results
+# land in .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a
+# target was missed.
 #
 # Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
 # sizes, on the CPU emulation of the driver and cuBLAS. `run --smoke`, with that emulation on
