@@ -10,7 +10,8 @@
 #
 # `run tests`, `run benches`, `run fit` and `run limits` run one part alone, or the parts named
 # (for a machine that limits how long one command may take: the parts in calls of their own);
-# `tests=loss,gemm` runs those test binaries alone.
+# `tests=loss,gemm` runs those test binaries alone; `--rounds=N` runs each comparison with PyTorch
+# N times, alternating the two sides (1 by default).
 #
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered), headroom-alloc's CUDA
@@ -82,10 +83,11 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() tests=0 benches=0 fit=0 limits=0 only= name
+    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 only= name
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
+            --rounds=*) rounds=${arg#--rounds=} ;;
             tests) tests=1 ;;
             tests=*) tests=1 only=",${arg#tests=}," ;;
             benches) benches=1 ;;
@@ -128,7 +130,7 @@ run() {
     if [ "$benches" -eq 1 ]; then
         echo "== benches"
         "$DIR/cuda-compare" "${smoke[@]}" | tee "$results/cuda-compare.txt" || failed=1
-        python3 benches/peers/compare.py cuda --binary "$DIR/cuda-compare" --rounds 1 "${smoke[@]}" "${peer[@]}" \
+        python3 benches/peers/compare.py cuda --binary "$DIR/cuda-compare" --rounds "$rounds" "${smoke[@]}" "${peer[@]}" \
             | tee "$results/compare.txt" || failed=1
         # The norm kernels over row lengths (no targets), where CuPy is there to run them.
         if [ ${#smoke[@]} -eq 0 ] && python3 -c "import cupy" 2>/dev/null; then
@@ -138,7 +140,7 @@ run() {
     # GPT-2 small on the GPU takes minutes; a dry run has no GPU to fit it on.
     if [ "$fit" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
         echo "== fit"
-        python3 benches/peers/compare.py fit --device cuda:0 --binary "$DIR/fit-compare" --rounds 1 \
+        python3 benches/peers/compare.py fit --device cuda:0 --binary "$DIR/fit-compare" --rounds "$rounds" \
             | tee "$results/fit.txt" || failed=1
         # Where a step's device time goes: each kernel timed alone, its totals on stderr; the
         # table on stdout has the peaks and whether the planner predicted them exactly.
@@ -148,14 +150,14 @@ run() {
     # What fits under 4 and 8 GiB on the GPU, beside PyTorch's largest (part 2).
     if [ "$limits" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
         echo "== limits"
-        python3 benches/peers/compare.py limits --device cuda:0 --binary "$DIR/fit-compare" --rounds 1 \
+        python3 benches/peers/compare.py limits --device cuda:0 --binary "$DIR/fit-compare" --rounds "$rounds" \
             | tee "$results/limits.txt" || failed=1
     fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [tests | tests=NAME,...] [benches] [fit] [limits]" >&2
+    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits]" >&2
     exit 2
 }
 
