@@ -16,16 +16,16 @@
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered), headroom-alloc's CUDA
 # memory source's (regions, expandable growth, the driver's refusals, two streams) and its cudarc
-# example (`03-cudarc`), and the trainer's GPU tests (a run on cuda:0: planned peak, OOM recovered
-# mid-step, the CPU's losses), then the GPU bench alone (its whole table, kept should PyTorch
-# fail) and beside PyTorch (`benches/peers/compare.py cuda`, which checks the backend's targets),
-# and where CuPy is installed the norm kernels' sweep over row lengths (`scripts/norm-sweep.py`);
-# then GPT-2 small in bf16 beside PyTorch eager on the GPU (`benches/peers/compare.py fit --device
-# cuda:0`, which checks the targets of activation bytes per sample and tokens/s), the profile of
-# its step (`fit-profile.txt`: each kernel timed alone, `HEADROOM_CUDA_PROFILE`); and (`limits`)
-# what fits under 4 and 8 GiB on the GPU beside PyTorch's largest (`compare.py limits`). Results
-# land in .gpu-check/results/ (or $OUT when set). The exit status is 1 when a test failed or a
-# target was missed.
+# example (`03-cudarc`), headroom-dist's NCCL suite at world size 1, and the trainer's GPU tests
+# (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the GPU bench
+# alone (its whole table, kept should PyTorch fail) and beside PyTorch (`benches/peers/compare.py
+# cuda`, which checks the backend's targets), and where CuPy is installed the norm kernels' sweep
+# over row lengths (`scripts/norm-sweep.py`); then GPT-2 small in bf16 beside PyTorch eager on the
+# GPU (`benches/peers/compare.py fit --device cuda:0`, which checks the targets of activation
+# bytes per sample and tokens/s), the profile of its step (`fit-profile.txt`: each kernel timed
+# alone, `HEADROOM_CUDA_PROFILE`); and (`limits`) what fits under 4 and 8 GiB on the GPU beside
+# PyTorch's largest (`compare.py limits`). Results land in .gpu-check/results/ (or $OUT when set).
+# The exit status is 1 when a test failed or a target was missed.
 #
 # Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
 # sizes, on the CPU emulation of the driver and cuBLAS. `run --smoke`, with that emulation on
@@ -50,6 +50,8 @@ build() {
             --test cuda
         cargo test -p headroom-trainer --features cuda --release --no-run --message-format=json \
             --test cuda
+        cargo test -p headroom-dist --features nccl --release --no-run --message-format=json \
+            --test nccl
     } | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -106,8 +108,20 @@ run() {
     mkdir -p "$results"
     # Appended: a dry run's emulated driver stays first.
     export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(library_path)"
-    # A test that finds no GPU or no NVRTC fails here instead of passing on the CPU alone.
+    # cudarc loads NCCL as libnccl.so; the nvidia-nccl Python package installs libnccl.so.2 alone.
+    local links=$DIR/nccl-link dir
+    for dir in ${LD_LIBRARY_PATH//:/ }; do
+        if [ -e "$dir/libnccl.so.2" ] && [ ! -e "$dir/libnccl.so" ]; then
+            mkdir -p "$links"
+            ln -sf "$(cd "$dir" && pwd)/libnccl.so.2" "$links/libnccl.so"
+            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PWD/$links"
+            break
+        fi
+    done
+    # A test that finds no GPU, no NVRTC or no NCCL fails here instead of passing on the CPU
+    # alone.
     export HEADROOM_REQUIRE_CUDA=1 HEADROOM_REQUIRE_NVRTC=1
+    [ ${#smoke[@]} -gt 0 ] || export HEADROOM_REQUIRE_NCCL=1
     if [ ${#smoke[@]} -eq 0 ]; then
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$results/gpu.txt"
     fi

@@ -98,6 +98,9 @@ struct Inner {
     backend: Box<dyn Backend>,
     /// A meta device's account of its kernels' work.
     work: Option<Arc<WorkLog>>,
+    /// A CUDA device's stream, on which all its work is queued.
+    #[cfg(feature = "cuda")]
+    cuda_stream: Option<Arc<cudarc::driver::CudaStream>>,
 }
 
 impl Device {
@@ -203,7 +206,27 @@ impl Device {
             plan_target,
             backend,
             work: None,
+            #[cfg(feature = "cuda")]
+            cuda_stream: None,
         })))
+    }
+
+    /// The device with `stream` as its CUDA stream (right after [`Device::assemble`], while no
+    /// one else holds it).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn with_cuda_stream(mut self, stream: Arc<cudarc::driver::CudaStream>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.cuda_stream = Some(stream);
+        }
+        self
+    }
+
+    /// A CUDA device's stream: every kernel, copy and product of the device is queued on it, so
+    /// work queued on it by another library (a collective, say) runs in order with them. `None`
+    /// for other devices.
+    #[cfg(feature = "cuda")]
+    pub fn cuda_stream(&self) -> Option<&Arc<cudarc::driver::CudaStream>> {
+        self.0.cuda_stream.as_ref()
     }
 
     /// What kind of device this is.

@@ -93,17 +93,18 @@ impl Device {
         let expandable = config.growth != Growth::Preallocate;
         let memory = CudaMemory::new(Arc::clone(&context), Arc::clone(&stream), expandable)
             .map_err(|err| source_error("cuda", err))?;
-        let backend = CudaBackend::new(context, stream, options)?;
+        let backend = CudaBackend::new(context, Arc::clone(&stream), options)?;
         let plan_target = PlanTarget::Cuda {
             gemm_workspace: backend.gemm_workspace,
         };
-        Self::assemble(
+        let device = Self::assemble(
             DeviceKind::Cuda(ordinal),
             plan_target,
             Box::new(backend),
             Box::new(memory),
             config,
-        )
+        )?;
+        Ok(device.with_cuda_stream(stream))
     }
 }
 

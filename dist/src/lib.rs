@@ -1,0 +1,31 @@
+//! Collectives for training on several devices: all-reduce, reduce-scatter, all-gather,
+//! broadcast and barrier over [`Array`](headroom_kernels::Array)s, with a timeout on each.
+//!
+//! [`Collective`] is the interface a data-parallel trainer programs against. [`Solo`] is a world
+//! of one process (every collective is a copy or nothing), so one code path serves one device
+//! and many. With the `nccl` feature, `NcclCollective` runs them over NCCL between CUDA
+//! devices, on each device's own stream, so that they queue in order with its kernels.
+//!
+//! ```
+//! use headroom_dist::{Collective, ReduceOp, Solo};
+//! use headroom_kernels::{Array, DType, Device, DeviceConfig};
+//! let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+//! let mut world = Solo::new(&cpu);
+//! let mut grads = Array::from_host(&cpu, [3], &[1.0f32, 2.0, 3.0])?;
+//! world.all_reduce(&mut grads, ReduceOp::Sum)?;
+//! assert_eq!(grads.to_host::<f32>()?, [1.0, 2.0, 3.0]);
+//! # Ok::<(), headroom_dist::Error>(())
+//! ```
+
+mod checks;
+mod collective;
+mod error;
+#[cfg(feature = "nccl")]
+mod nccl;
+mod solo;
+
+pub use collective::{Collective, ReduceOp};
+pub use error::{Error, Result};
+#[cfg(feature = "nccl")]
+pub use nccl::{DEFAULT_TIMEOUT, NcclCollective, UniqueId};
+pub use solo::Solo;
