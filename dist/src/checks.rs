@@ -2,7 +2,9 @@
 
 use headroom_kernels::Array;
 
-use crate::{Error, Result};
+use headroom_kernels::DType;
+
+use crate::{Error, ReduceOp, Result};
 
 /// Which side of a collective holds one chunk per rank.
 #[derive(Clone, Copy)]
@@ -56,6 +58,18 @@ pub(crate) fn root(op: &'static str, root: usize, world: usize) -> Result<()> {
         return Err(Error::Argument {
             op,
             detail: format!("root {root} is not a rank of a world of {world}"),
+        });
+    }
+    Ok(())
+}
+
+/// Fails where `op` has no meaning for `dtype`: the mean of integers is no integer.
+pub(crate) fn reducible(name: &'static str, op: ReduceOp, dtype: DType) -> Result<()> {
+    let integer = matches!(dtype, DType::U32 | DType::I32 | DType::U8);
+    if op == ReduceOp::Avg && integer {
+        return Err(Error::Argument {
+            op: name,
+            detail: format!("the mean of {dtype} values is not a {dtype}: sum them instead"),
         });
     }
     Ok(())

@@ -1,15 +1,21 @@
 //! The collective interface: what every rank calls, with the same arguments, in the same order.
 
+use std::time::Duration;
+
 use headroom_kernels::Array;
 
 use crate::Result;
+
+/// How long a collective waits for the other ranks unless told otherwise (PyTorch's default for
+/// NCCL).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How values from every rank combine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
     /// The sum.
     Sum,
-    /// The mean over ranks (the sum divided by the world size).
+    /// The mean over ranks (the sum divided by the world size), for floating-point arrays.
     Avg,
     /// The largest.
     Max,

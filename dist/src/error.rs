@@ -41,11 +41,11 @@ pub enum Error {
         /// The backend's message.
         detail: String,
     },
-    /// A collective did not complete in time: another rank has stopped or is stuck. The
-    /// communicator was aborted, so later collectives fail at once.
+    /// A collective did not complete in time: another rank has stopped or is stuck. This rank
+    /// takes part in no further collective (they fail at once).
     #[error(
         "{op} on rank {rank} of {world} did not complete within {waited:?}: another rank has \
-         stopped or is stuck, and the communicator was aborted"
+         stopped or is stuck, and this rank takes part in no further collective"
     )]
     Timeout {
         /// The collective.

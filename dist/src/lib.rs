@@ -4,7 +4,8 @@
 //! [`Collective`] is the interface a data-parallel trainer programs against. [`Solo`] is a world
 //! of one process (every collective is a copy or nothing), so one code path serves one device
 //! and many. With the `nccl` feature, `NcclCollective` runs them over NCCL between CUDA
-//! devices, on each device's own stream, so that they queue in order with its kernels.
+//! devices, on each device's own stream, so that they queue in order with its kernels; with the
+//! `mpi` feature, `MpiCollective` runs them over MPI between CPU processes.
 //!
 //! ```
 //! use headroom_dist::{Collective, ReduceOp, Solo};
@@ -22,10 +23,14 @@ mod collective;
 mod error;
 #[cfg(feature = "nccl")]
 mod nccl;
+#[cfg(feature = "mpi")]
+mod over_mpi;
 mod solo;
 
-pub use collective::{Collective, ReduceOp};
+pub use collective::{Collective, DEFAULT_TIMEOUT, ReduceOp};
 pub use error::{Error, Result};
 #[cfg(feature = "nccl")]
-pub use nccl::{DEFAULT_TIMEOUT, NcclCollective, UniqueId};
+pub use nccl::{NcclCollective, UniqueId};
+#[cfg(feature = "mpi")]
+pub use over_mpi::MpiCollective;
 pub use solo::Solo;

@@ -3,7 +3,7 @@
 use headroom_kernels::ops::data::copy_into;
 use headroom_kernels::{Array, Device};
 
-use crate::checks::{Chunks, chunked, root};
+use crate::checks::{Chunks, chunked, reducible, root};
 use crate::{Collective, Error, ReduceOp, Result};
 
 /// The only rank of a world of one, on `device`: a reduction over one rank is its own array,
@@ -54,14 +54,16 @@ impl Collective for Solo {
         1
     }
 
-    fn all_reduce(&mut self, array: &mut Array, _op: ReduceOp) -> Result<()> {
+    fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> Result<()> {
         self.on_device("all_reduce", array)?;
+        reducible("all_reduce", op, array.dtype())?;
         array.buffer_mut("all_reduce")?;
         Ok(())
     }
 
-    fn reduce_scatter(&mut self, input: &Array, output: &mut Array, _op: ReduceOp) -> Result<()> {
+    fn reduce_scatter(&mut self, input: &Array, output: &mut Array, op: ReduceOp) -> Result<()> {
         chunked("reduce_scatter", input, output, Chunks::Input, 1)?;
+        reducible("reduce_scatter", op, input.dtype())?;
         self.copy("reduce_scatter", input, output)
     }
 

@@ -66,6 +66,10 @@ fn collectives_of_one_rank_on_a_gpu_keep_or_copy_their_arrays() {
         let host = Array::from_host(&device, [10, 100], source).unwrap();
         let want = values(&host.cast(dtype).unwrap());
         for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
+            let integer = matches!(dtype, DType::I32 | DType::U32 | DType::U8);
+            if integer && op == ReduceOp::Avg {
+                continue;
+            }
             let mut array = host.cast(dtype).unwrap();
             rank.all_reduce(&mut array, op).unwrap();
             assert_eq!(values(&array), want, "all_reduce {op:?} {dtype}");

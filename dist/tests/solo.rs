@@ -84,6 +84,14 @@ fn arguments_a_larger_world_would_refuse_are_named() {
         "{err}"
     );
 
+    let mut counts = Array::zeros(&device, [4], DType::U32).unwrap();
+    let err = world.all_reduce(&mut counts, ReduceOp::Avg).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the mean of u32 values is not a u32"),
+        "{err}"
+    );
+
     let other = cpu();
     let mut elsewhere = Array::zeros(&other, [4], DType::F32).unwrap();
     let err = world.all_reduce(&mut elsewhere, ReduceOp::Sum).unwrap_err();

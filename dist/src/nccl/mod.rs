@@ -19,15 +19,11 @@ use cudarc::nccl::result::{self, NcclError, NcclStatus};
 use cudarc::nccl::sys;
 use headroom_kernels::{Array, DType, Device};
 
-use crate::checks::{Chunks, chunked, root};
+use crate::checks::{Chunks, chunked, reducible, root};
 use crate::{Collective, Error, ReduceOp, Result};
 use library::{nccl_error, require_nccl};
 use progress::{Outcome, poll};
 pub use unique_id::UniqueId;
-
-/// How long a collective waits for the other ranks unless told otherwise (PyTorch's default for
-/// NCCL).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Rank `rank` of a job of `world` ranks over NCCL, on one CUDA device.
 pub struct NcclCollective {
@@ -47,7 +43,7 @@ unsafe impl Send for NcclCollective {}
 impl NcclCollective {
     /// Joins the job named by `id` as rank `rank` of `world`, on CUDA device `device`, waiting
     /// at most `timeout` for the other ranks to join and, later, for each collective
-    /// ([`DEFAULT_TIMEOUT`] is PyTorch's).
+    /// ([`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT) is PyTorch's).
     pub fn new(
         device: &Device,
         rank: usize,
@@ -264,6 +260,7 @@ impl Collective for NcclCollective {
     fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce";
         let datatype = self.datatype(OP, array)?;
+        reducible(OP, op, array.dtype())?;
         let (count, at) = (array.numel(), array.buffer_mut(OP)?.addr());
         if count == 0 {
             return Ok(());
@@ -289,6 +286,7 @@ impl Collective for NcclCollective {
         const OP: &str = "reduce_scatter";
         chunked(OP, input, output, Chunks::Input, self.world)?;
         let datatype = self.datatype(OP, input)?;
+        reducible(OP, op, input.dtype())?;
         let (from, count) = (input.buffer().addr(), output.numel());
         let to = output.buffer_mut(OP)?.addr();
         if count == 0 {

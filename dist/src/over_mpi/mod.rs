@@ -1,0 +1,324 @@
+//! Collectives over MPI between CPU processes, one rank per process, ranks and world size from
+//! the launcher (`mpirun -n N`; a process started alone is a world of one). Each collective is
+//! MPI's non-blocking form, polled until it completes or the timeout passes. MPI cannot cancel a
+//! collective, so past the timeout the rank keeps the collective's buffers alive (they leak),
+//! returns [`Error::Timeout`] and refuses later collectives; it then leaves MPI unfinalized, so
+//! that the launcher ends the other ranks when this process exits.
+
+mod datatype;
+
+use std::ffi::c_int;
+use std::time::{Duration, Instant};
+
+use headroom_kernels::ops::data::copy_into;
+use headroom_kernels::ops::elementwise::scale;
+use headroom_kernels::{Array, DType, Device, DeviceKind};
+use mpi::environment::Universe;
+use mpi::ffi;
+use mpi::traits::Communicator;
+
+use crate::checks::{Chunks, chunked, reducible, root};
+use crate::{Collective, Error, ReduceOp, Result};
+use datatype::{datatype, widened};
+
+/// This process's rank of an MPI job, on a CPU device.
+pub struct MpiCollective {
+    /// MPI itself, finalized on drop; `None` once a collective was left pending.
+    universe: Option<Universe>,
+    device: Device,
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+}
+
+impl MpiCollective {
+    /// Initializes MPI in this process and joins its job on CPU device `device`, waiting at
+    /// most `timeout` for each collective. A process holds one at a time.
+    pub fn init(device: &Device, timeout: Duration) -> Result<Self> {
+        const OP: &str = "MpiCollective::init";
+        if device.kind() != DeviceKind::Cpu {
+            return Err(Error::Argument {
+                op: OP,
+                detail: format!(
+                    "{device} is not a CPU device: MPI runs between CPU processes (NCCL between \
+                     CUDA devices)"
+                ),
+            });
+        }
+        let universe = mpi::initialize().ok_or_else(|| Error::Argument {
+            op: OP,
+            detail: "MPI was initialized in this process already: a process holds one \
+                     MpiCollective"
+                .into(),
+        })?;
+        let world = universe.world();
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        Ok(Self {
+            universe: Some(universe),
+            device: device.clone(),
+            rank,
+            world: size,
+            timeout,
+        })
+    }
+
+    /// The number of elements of `array` as MPI counts them, once `array` is known to be on
+    /// this rank's device.
+    fn count(&self, op: &'static str, array: &Array) -> Result<c_int> {
+        if !array.device().same(&self.device) {
+            return Err(Error::Argument {
+                op,
+                detail: format!(
+                    "an array on {}, where rank {} runs on {}",
+                    array.device(),
+                    self.rank,
+                    self.device
+                ),
+            });
+        }
+        c_int::try_from(array.numel()).map_err(|_| Error::Argument {
+            op,
+            detail: format!(
+                "{} elements: MPI counts in 32 bits, so an array holds at most {} elements",
+                array.numel(),
+                c_int::MAX
+            ),
+        })
+    }
+
+    /// A new array like `like`, contents unspecified (MPI writes all of it).
+    fn output_like(&self, like: &Array, dtype: DType, op: &'static str) -> Result<Array> {
+        let buffer = self.device.alloc(dtype, like.numel(), op)?;
+        Ok(Array::new(&self.device, buffer, like.shape().clone())?)
+    }
+
+    /// Starts one MPI call (`start`, which fills in its request) and waits for it. `arrays` are
+    /// the buffers it reads or writes: past the timeout they are kept alive for good, since MPI
+    /// may still use them.
+    fn run(
+        &mut self,
+        op: &'static str,
+        arrays: &[&Array],
+        start: impl FnOnce(*mut ffi::MPI_Request) -> c_int,
+    ) -> Result<()> {
+        let (rank, world) = (self.rank, self.world);
+        if self.universe.is_none() {
+            return Err(Error::Backend {
+                backend: "MPI",
+                op,
+                rank,
+                world,
+                detail: "an earlier collective timed out and is still pending; the job must \
+                         start again"
+                    .into(),
+            });
+        }
+        let failed = |call: &str, code: c_int| Error::Backend {
+            backend: "MPI",
+            op,
+            rank,
+            world,
+            detail: format!("{call} returned error code {code}"),
+        };
+        let mut request = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+        let code = start(request.as_mut_ptr());
+        if code != 0 {
+            return Err(failed("starting the collective", code));
+        }
+        // SAFETY: the call succeeded, so it wrote its request.
+        let mut request = unsafe { request.assume_init() };
+        let began = Instant::now();
+        loop {
+            let mut done: c_int = 0;
+            // SAFETY: `request` is the pending request of this collective; the status is
+            // ignored.
+            let code = unsafe { ffi::MPI_Test(&mut request, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+            if code != 0 {
+                return Err(failed("MPI_Test", code));
+            }
+            if done != 0 {
+                return Ok(());
+            }
+            let waited = began.elapsed();
+            if waited >= self.timeout {
+                for array in arrays {
+                    std::mem::forget((*array).clone());
+                }
+                std::mem::forget(self.universe.take());
+                return Err(Error::Timeout {
+                    op,
+                    rank,
+                    world,
+                    waited,
+                });
+            }
+            if waited < Duration::from_millis(1) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// `array` replaced by its mean over the ranks, given their sum.
+    fn mean(&self, sum: Array) -> Result<Array> {
+        Ok(scale(&sum, 1.0 / self.world as f64)?)
+    }
+}
+
+/// MPI's reduction for `op` (the mean is a sum, divided afterwards).
+fn mpi_op(op: ReduceOp) -> ffi::MPI_Op {
+    // SAFETY: the `RSMPI_*` handles are constants the MPI library defines.
+    unsafe {
+        match op {
+            ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+            ReduceOp::Max => ffi::RSMPI_MAX,
+            ReduceOp::Min => ffi::RSMPI_MIN,
+        }
+    }
+}
+
+/// The address of `array`'s elements in this process (its device is a CPU device).
+fn address(array: &Array) -> *mut std::ffi::c_void {
+    array.buffer().addr() as *mut std::ffi::c_void
+}
+
+impl Collective for MpiCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> Result<()> {
+        const OP: &str = "all_reduce";
+        let count = self.count(OP, array)?;
+        reducible(OP, op, array.dtype())?;
+        array.buffer_mut(OP)?;
+        let dtype = array.dtype();
+        if widened(dtype) {
+            let mut wide = array.cast(DType::F32)?;
+            self.all_reduce(&mut wide, op)?;
+            *array = wide.cast(dtype)?;
+            return Ok(());
+        }
+        let sum = self.output_like(array, dtype, OP)?;
+        let (from, to) = (address(array), address(&sum));
+        self.run(OP, &[array, &sum], |request| {
+            // SAFETY: `from` and `to` hold `count` elements of the datatype each, in distinct
+            // buffers kept alive until the request completes (or for good, past the timeout).
+            unsafe {
+                ffi::MPI_Iallreduce(
+                    from,
+                    to,
+                    count,
+                    datatype(dtype),
+                    mpi_op(op),
+                    ffi::RSMPI_COMM_WORLD,
+                    request,
+                )
+            }
+        })?;
+        *array = if op == ReduceOp::Avg {
+            self.mean(sum)?
+        } else {
+            sum
+        };
+        Ok(())
+    }
+
+    fn reduce_scatter(&mut self, input: &Array, output: &mut Array, op: ReduceOp) -> Result<()> {
+        const OP: &str = "reduce_scatter";
+        chunked(OP, input, output, Chunks::Input, self.world)?;
+        self.count(OP, input)?;
+        let count = self.count(OP, output)?;
+        reducible(OP, op, input.dtype())?;
+        output.buffer_mut(OP)?;
+        let dtype = input.dtype();
+        if widened(dtype) {
+            let wide = input.cast(DType::F32)?;
+            let mut part = self.output_like(output, DType::F32, OP)?;
+            self.reduce_scatter(&wide, &mut part, op)?;
+            return Ok(copy_into(&part.cast(dtype)?, output)?);
+        }
+        let (from, to) = (address(input), address(output));
+        self.run(OP, &[input, output], |request| {
+            // SAFETY: `from` holds world x `count` elements and `to` `count`, of the datatype,
+            // kept alive until the request completes (or for good, past the timeout).
+            unsafe {
+                ffi::MPI_Ireduce_scatter_block(
+                    from,
+                    to,
+                    count,
+                    datatype(dtype),
+                    mpi_op(op),
+                    ffi::RSMPI_COMM_WORLD,
+                    request,
+                )
+            }
+        })?;
+        if op == ReduceOp::Avg {
+            let mean = self.mean(output.clone())?;
+            *output = mean;
+        }
+        Ok(())
+    }
+
+    fn all_gather(&mut self, input: &Array, output: &mut Array) -> Result<()> {
+        const OP: &str = "all_gather";
+        chunked(OP, input, output, Chunks::Output, self.world)?;
+        let count = self.count(OP, input)?;
+        self.count(OP, output)?;
+        output.buffer_mut(OP)?;
+        let dtype = datatype(input.dtype());
+        let (from, to) = (address(input), address(output));
+        self.run(OP, &[input, output], |request| {
+            // SAFETY: `from` holds `count` elements and `to` world x `count`, of the datatype,
+            // kept alive until the request completes (or for good, past the timeout).
+            unsafe {
+                ffi::MPI_Iallgather(
+                    from,
+                    count,
+                    dtype,
+                    to,
+                    count,
+                    dtype,
+                    ffi::RSMPI_COMM_WORLD,
+                    request,
+                )
+            }
+        })
+    }
+
+    fn broadcast(&mut self, array: &mut Array, from: usize) -> Result<()> {
+        const OP: &str = "broadcast";
+        root(OP, from, self.world)?;
+        let count = self.count(OP, array)?;
+        array.buffer_mut(OP)?;
+        let dtype = datatype(array.dtype());
+        let at = address(array);
+        self.run(OP, &[array], |request| {
+            // SAFETY: `at` holds `count` elements of the datatype, kept alive until the request
+            // completes (or for good, past the timeout); `from` is a rank of the world.
+            unsafe {
+                ffi::MPI_Ibcast(
+                    at,
+                    count,
+                    dtype,
+                    from as c_int,
+                    ffi::RSMPI_COMM_WORLD,
+                    request,
+                )
+            }
+        })
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        // SAFETY: a barrier moves no data.
+        self.run("barrier", &[], |request| unsafe {
+            ffi::MPI_Ibarrier(ffi::RSMPI_COMM_WORLD, request)
+        })
+    }
+}
