@@ -31,6 +31,24 @@ impl Gradients {
         self.map.remove(&tensor.id())
     }
 
+    /// Sets the gradient of `tensor` (one of its shape and dtype), replacing any it had.
+    pub fn insert(&mut self, tensor: &Tensor, grad: Array) -> Result<()> {
+        if grad.shape() != tensor.shape() || grad.dtype() != tensor.dtype() {
+            return Err(crate::Error::Argument {
+                op: "Gradients::insert",
+                detail: format!(
+                    "a gradient of {} {} for a tensor of {} {}",
+                    grad.shape(),
+                    grad.dtype(),
+                    tensor.shape(),
+                    tensor.dtype()
+                ),
+            });
+        }
+        self.map.insert(tensor.id(), grad);
+        Ok(())
+    }
+
     /// The gradient of `tensor`, or zeros of its shape and dtype (tagged as gradients) when the
     /// target did not depend on it.
     pub fn get_or_zeros(&self, tensor: &Tensor) -> Result<Array> {

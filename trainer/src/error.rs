@@ -113,6 +113,22 @@ pub enum Error {
     /// The allocator refused a configuration or a replay failed.
     #[error(transparent)]
     Alloc(#[from] headroom_alloc::Error),
+
+    /// A collective between the ranks of a data-parallel run failed or timed out.
+    #[error(transparent)]
+    Collective(#[from] headroom_dist::Error),
+
+    /// Another rank of a data-parallel run failed in a step; this rank stops with it (that
+    /// rank's own error says why).
+    #[error("step {step}: rank {rank} of the run failed ({what}); this rank stops with it")]
+    PeerFailed {
+        /// The step (from 1).
+        step: u64,
+        /// The rank that failed.
+        rank: usize,
+        /// What it ran into.
+        what: &'static str,
+    },
 }
 
 impl From<headroom_autograd::Error> for Error {

@@ -43,6 +43,7 @@ pub mod tokenizer;
 mod totals;
 pub mod trainable;
 mod trainer;
+pub mod world;
 
 pub use builder::TrainerBuilder;
 pub use callback::{Callback, Flow};

@@ -17,7 +17,8 @@
 
 use headroom_alloc::{OomReport, format_bytes};
 use headroom_autograd::{Gradients, SavedReport};
-use headroom_kernels::DeviceKind;
+use headroom_dist::ReduceOp;
+use headroom_kernels::{Array, DeviceKind};
 use headroom_nn::clip_grad_norm;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +30,7 @@ use crate::micro::MicroBatcher;
 use crate::precision::ScaleChange;
 use crate::step_context::Forward;
 pub use crate::step_context::StepContext;
+use crate::world::Launch;
 
 /// Where in a step memory ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +69,9 @@ pub struct StepReport {
     pub indices: Vec<usize>,
     /// Out-of-memory failures absorbed.
     pub ooms: Vec<Oom>,
+    /// Out-of-memory failures of other ranks that this rank shrank its micro-batches for (a
+    /// data-parallel run).
+    pub peer_ooms: usize,
     /// The gradients overflowed (f16): the update was skipped.
     pub skipped: bool,
     /// The gradients' global norm (after unscaling).
@@ -86,52 +91,107 @@ pub enum Sizes<'a> {
 }
 
 /// Runs step number `step` on `batch`.
+///
+/// In a data-parallel run (the context's world has several ranks) `batch` is the whole batch,
+/// the same on every rank: this rank trains on its shard ([`Launch::shard`]), each
+/// micro-batch weighted by its share of the whole batch's scored targets, so that the sum of
+/// the ranks' gradients is the one-process gradient. After each round of micro-batches the
+/// ranks agree on what happened ([`Round`]) before anything else is posted: an error anywhere
+/// stops every rank; an out-of-memory anywhere makes every rank halve its micro-batch size, and
+/// the rank that ran out redoes the samples it had not done, keeping what every rank
+/// accumulated. Once no rank has samples left, the gradients and the loss are summed over the
+/// ranks and every rank makes the same update. The update inside the backward pass is a
+/// one-process technique: a data-parallel step accumulates and updates after.
 pub fn train_step(
     ctx: &mut StepContext<'_>,
     batch: &HostBatch,
     step: u64,
     mut sizes: Sizes<'_>,
 ) -> Result<StepReport> {
+    let launch = ctx.launch();
+    let shard = if launch.is_distributed() {
+        let range = launch.shard(batch.len());
+        batch.slice(range.start, range.end)
+    } else {
+        batch.clone()
+    };
     if let Sizes::Fixed(fixed) = &sizes
-        && (fixed.iter().sum::<usize>() != batch.len() || fixed.contains(&0))
+        && (fixed.iter().sum::<usize>() != shard.len() || fixed.contains(&0))
     {
         return Err(Error::config(format!(
             "micro-batch sizes {fixed:?} do not cut a batch of {}",
-            batch.len()
+            shard.len()
         )));
     }
     let scored = batch.scored().max(1);
     let mut total = Gradients::default();
     let (mut loss, mut done, mut micro_sizes, mut ooms) = (0.0, 0, Vec::new(), Vec::new());
-    let mut indices = Vec::with_capacity(batch.len());
+    let mut indices = Vec::with_capacity(shard.len());
     let mut saved = (0, SavedReport::default());
     // The gradients' norm, once the whole batch was updated in its backward pass.
     let mut updated_in_backward = None;
-    while done < batch.len() {
-        let size = match &sizes {
-            Sizes::Adaptive(micro) => micro.size(),
-            Sizes::Fixed(fixed) => fixed[micro_sizes.len()],
+    let mut peer_ooms = 0;
+    loop {
+        let left = shard.len() - done;
+        let mut attempt = None;
+        if left > 0 {
+            let size = match &sizes {
+                Sizes::Adaptive(micro) => micro.size(),
+                Sizes::Fixed(fixed) => fixed[micro_sizes.len()],
+            }
+            .min(left);
+            let slice = shard.slice(done, done + size);
+            let weight = slice.scored() as f64 / scored as f64;
+            // A failed attempt must not advance the dropout masks, so that the retry draws what
+            // a run cut this way from the start would.
+            let dropout_calls = ctx.model.dropout_counter().map(|c| c.get());
+            let outcome = if ctx.in_backward && !launch.is_distributed() && size == batch.len() {
+                step_in_backward(ctx, &slice, step).map(|updated| {
+                    updated_in_backward = Some(updated.grad_norm);
+                    saved = (size, updated.saved);
+                    updated.loss
+                })
+            } else {
+                micro_batch(ctx, &slice, weight).and_then(|(grads, value, account)| {
+                    total.accumulate(grads)?;
+                    if size > saved.0 {
+                        saved = (size, account);
+                    }
+                    Ok(value)
+                })
+            };
+            attempt = Some((size, slice, dropout_calls, outcome));
         }
-        .min(batch.len() - done);
-        let slice = batch.slice(done, done + size);
-        let weight = slice.scored() as f64 / scored as f64;
-        // A failed attempt must not advance the dropout masks, so that the retry draws what a
-        // run cut this way from the start would.
-        let dropout_calls = ctx.model.dropout_counter().map(|c| c.get());
-        let outcome = if ctx.in_backward && size == batch.len() {
-            step_in_backward(ctx, &slice, step).map(|updated| {
-                updated_in_backward = Some(updated.grad_norm);
-                saved = (size, updated.saved);
-                updated.loss
-            })
-        } else {
-            micro_batch(ctx, &slice, weight).and_then(|(grads, value, account)| {
-                total.accumulate(grads)?;
-                if size > saved.0 {
-                    saved = (size, account);
+        let round = Round::agree(ctx, launch, left, attempt.as_ref())?;
+        let Some((size, slice, dropout_calls, outcome)) = attempt else {
+            // This rank had nothing left; it follows the others' round.
+            match round {
+                Round::Done => break,
+                Round::Fine => continue,
+                Round::Failed { rank } => {
+                    return Err(Error::PeerFailed {
+                        step: step + 1,
+                        rank,
+                        what: "an error",
+                    });
                 }
-                Ok(value)
-            })
+                Round::OutOfMemory { rank, size } => {
+                    peer_ooms += 1;
+                    shrink_for_peer(&mut sizes, step, rank, size)?;
+                    continue;
+                }
+            }
+        };
+        let outcome = match (outcome, round) {
+            (Err(err), _) if !err.is_out_of_memory() => return Err(err),
+            (_, Round::Failed { rank }) => {
+                return Err(Error::PeerFailed {
+                    step: step + 1,
+                    rank,
+                    what: "an error",
+                });
+            }
+            (outcome, _) => outcome,
         };
         match outcome {
             Ok(value) => {
@@ -139,8 +199,16 @@ pub fn train_step(
                 done += size;
                 micro_sizes.push(size);
                 indices.extend(&slice.indices);
+                match round {
+                    Round::Done => break,
+                    Round::OutOfMemory { rank, size } => {
+                        peer_ooms += 1;
+                        shrink_for_peer(&mut sizes, step, rank, size)?;
+                    }
+                    Round::Fine | Round::Failed { .. } => {}
+                }
             }
-            Err(err) if err.is_out_of_memory() => {
+            Err(err) => {
                 let Some(report) = err.oom_report().cloned().map(Box::new) else {
                     return Err(err);
                 };
@@ -172,8 +240,10 @@ pub fn train_step(
                     report,
                 });
             }
-            Err(err) => return Err(err),
         }
+    }
+    if launch.is_distributed() {
+        loss = sum_over_ranks(ctx, &mut total, loss)?;
     }
     let (finite, grad_norm) = match updated_in_backward {
         Some(norm) => (true, norm),
@@ -188,11 +258,116 @@ pub fn train_step(
         micro_sizes,
         indices,
         ooms,
+        peer_ooms,
         skipped: !finite,
         grad_norm,
         scale_change,
         saved: saved.1,
     })
+}
+
+/// What every rank agrees happened in one round of micro-batches (one attempt per rank that
+/// had samples left). In a run of one process it is that process's attempt.
+#[derive(Debug, Clone, Copy)]
+enum Round {
+    /// Every attempt succeeded and some rank has samples left.
+    Fine,
+    /// No rank had samples left: the step's micro-batches are done.
+    Done,
+    /// Rank `rank` ran out of memory in a micro-batch of `size` (the highest such rank).
+    OutOfMemory { rank: usize, size: usize },
+    /// Rank `rank` failed otherwise.
+    Failed { rank: usize },
+}
+
+impl Round {
+    /// The round every rank agrees on, from this rank's samples `left` before its `attempt`.
+    /// In a data-parallel run this is one all-reduce (the largest of each rank's flags).
+    fn agree<T>(
+        ctx: &mut StepContext<'_>,
+        launch: Launch,
+        left: usize,
+        attempt: Option<&(usize, HostBatch, Option<u64>, Result<T>)>,
+    ) -> Result<Self> {
+        let rank = launch.rank as f64 + 1.0;
+        // [failed otherwise, out of memory, the size that ran out, samples left after]
+        let mut flags = [0.0, 0.0, 0.0, left as f64];
+        if let Some((size, _, _, outcome)) = attempt {
+            match outcome {
+                Ok(_) => flags[3] = (left - size) as f64,
+                Err(err) if err.is_out_of_memory() => {
+                    flags[1] = rank;
+                    flags[2] = *size as f64;
+                }
+                Err(_) => flags[0] = rank,
+            }
+        }
+        if launch.is_distributed()
+            && let Some(world) = ctx.world.as_deref_mut()
+        {
+            let mut agreed = Array::from_host(ctx.device, [4], &flags)?;
+            world.all_reduce(&mut agreed, ReduceOp::Max)?;
+            let values = agreed.to_host::<f64>()?;
+            flags.copy_from_slice(&values);
+        }
+        Ok(if flags[0] > 0.0 {
+            Self::Failed {
+                rank: flags[0] as usize - 1,
+            }
+        } else if flags[1] > 0.0 {
+            Self::OutOfMemory {
+                rank: flags[1] as usize - 1,
+                size: flags[2] as usize,
+            }
+        } else if flags[3] > 0.0 {
+            Self::Fine
+        } else {
+            Self::Done
+        })
+    }
+}
+
+/// Halves this rank's micro-batch size after rank `rank` ran out of memory in a micro-batch of
+/// `size`, as that rank did: the ranks keep one size.
+fn shrink_for_peer(sizes: &mut Sizes<'_>, step: u64, rank: usize, size: usize) -> Result<()> {
+    let shrunk = match sizes {
+        Sizes::Adaptive(micro) => micro.shrink(step, size),
+        Sizes::Fixed(_) => false,
+    };
+    if shrunk {
+        tracing::warn!(
+            "step {}: rank {rank} ran out of memory in a micro-batch of {size}; every rank goes \
+             on in smaller micro-batches",
+            step + 1
+        );
+        Ok(())
+    } else {
+        Err(Error::PeerFailed {
+            step: step + 1,
+            rank,
+            what: "an out-of-memory it could not absorb",
+        })
+    }
+}
+
+/// Sums the gradients and `loss` over the ranks, each parameter's gradient in turn in the
+/// model's order (zeros where this rank's shard gave none); returns the summed loss.
+fn sum_over_ranks(ctx: &mut StepContext<'_>, total: &mut Gradients, loss: f64) -> Result<f64> {
+    let Some(world) = ctx.world.as_deref_mut() else {
+        return Ok(loss);
+    };
+    for param in ctx.model.module().parameters() {
+        let mut grad = match total.remove(&param) {
+            Some(grad) if !grad.is_shared() => grad,
+            Some(grad) => grad.deep_copy()?,
+            None => total.get_or_zeros(&param)?,
+        };
+        world.all_reduce(&mut grad, ReduceOp::Sum)?;
+        total.insert(&param, grad)?;
+    }
+    let mut sum = Array::from_host(ctx.device, [1], &[loss])?;
+    world.all_reduce(&mut sum, ReduceOp::Sum)?;
+    Ok(sum.to_host::<f64>()?[0])
 }
 
 /// [`update`], retried once after releasing cached memory when it runs out; a second

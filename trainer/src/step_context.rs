@@ -3,6 +3,7 @@
 
 use headroom_alloc::Tag;
 use headroom_autograd::{SavedReport, Tape, Tensor};
+use headroom_dist::Collective;
 use headroom_kernels::{Array, Device};
 use headroom_nn::Optimizer;
 
@@ -11,6 +12,7 @@ use crate::data::HostBatch;
 use crate::error::Result;
 use crate::precision::LossScaler;
 use crate::trainable::TrainableModel;
+use crate::world::Launch;
 
 /// A micro-batch's forward pass, ready for its backward pass.
 pub(crate) struct Forward {
@@ -41,6 +43,8 @@ pub struct StepContext<'a> {
     pub clip: f64,
     /// Update each parameter in the backward pass when the step is one micro-batch.
     pub in_backward: bool,
+    /// The ranks of a data-parallel run; none for a run of one process.
+    pub world: Option<&'a mut dyn Collective>,
 }
 
 impl<'a> StepContext<'a> {
@@ -60,7 +64,24 @@ impl<'a> StepContext<'a> {
             precision: config.precision.dtype,
             clip: config.optimizer.clip,
             in_backward: config.optimizer.in_backward.unwrap_or(false),
+            world: None,
         }
+    }
+
+    /// The same context, its steps shared with the other ranks of `world`.
+    pub fn in_world(mut self, world: &'a mut dyn Collective) -> Self {
+        self.world = Some(world);
+        self
+    }
+
+    /// Where this process stands among the ranks of its run.
+    pub fn launch(&self) -> Launch {
+        self.world
+            .as_deref()
+            .map_or(Launch { rank: 0, size: 1 }, |world| Launch {
+                rank: world.rank(),
+                size: world.world_size(),
+            })
     }
 
     /// The forward pass of `batch` on the device, recorded on a new tape under the run's

@@ -37,10 +37,11 @@ pub struct Totals {
 }
 
 impl Totals {
-    /// Adds a step's record, and the most bytes reserved during it.
-    pub fn add(&mut self, record: &StepRecord, peak_reserved: u64) {
+    /// Adds a step's record, the samples of its batch (over every rank of a data-parallel
+    /// run), and the most bytes reserved during it.
+    pub fn add(&mut self, record: &StepRecord, samples: usize, peak_reserved: u64) {
         self.first_step_peak.get_or_insert(record.peak);
-        self.samples += record.micro_sizes.iter().sum::<usize>() as u64;
+        self.samples += samples as u64;
         self.ooms += record.ooms.len();
         self.peak = self.peak.max(record.peak);
         self.peak_reserved = self.peak_reserved.max(peak_reserved);

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use headroom_dist::Collective;
 use headroom_kernels::Device;
 use headroom_nn::{LrSchedule, Optimizer};
 
@@ -52,6 +53,8 @@ pub struct Trainer {
     last: Option<StepRecord>,
     /// What the user runs around the loop.
     callbacks: Callbacks,
+    /// The processes the run trains on: this one alone, or the ranks of a data-parallel run.
+    world: Box<dyn Collective + Send>,
     /// The step at which a callback stopped the run.
     stopped_at: Option<u64>,
 }
@@ -64,6 +67,9 @@ struct RunFiles {
     resumed_from: Option<u64>,
     /// The file this process streams its allocations to.
     trace: Option<PathBuf>,
+    /// Whether this process writes the run's files: rank 0 of a data-parallel run does, for
+    /// every rank.
+    writes: bool,
 }
 
 impl Trainer {
@@ -209,10 +215,11 @@ impl Trainer {
             &mut *self.optimizer,
             &mut state.scaler,
             &self.config,
-        );
+        )
+        .in_world(&mut *self.world);
         let report = train_step(&mut ctx, &batch, state.step, sizes)?;
         if fixed.is_none() {
-            let clean = report.ooms.is_empty();
+            let clean = report.ooms.is_empty() && report.peer_ooms == 0;
             let run = (&self.config, &self.device);
             self.growth
                 .finish_step(&mut state.micro, state.step, clean, run);
@@ -257,7 +264,9 @@ impl Trainer {
                 headroom_alloc::format_bytes(predicted)
             );
         }
-        state.totals.add(&record, stats.peak_reserved);
+        state
+            .totals
+            .add(&record, report.samples, stats.peak_reserved);
         self.last = Some(record);
     }
 
@@ -274,8 +283,18 @@ impl Trainer {
         })
     }
 
-    /// Writes the checkpoint of the run as it stands.
+    /// This process's rank and the number of ranks of its run (0 of 1 for a run of one
+    /// process).
+    pub fn rank(&self) -> (usize, usize) {
+        (self.world.rank(), self.world.world_size())
+    }
+
+    /// Writes the checkpoint of the run as it stands (rank 0 of a data-parallel run writes it
+    /// for every rank; the others write nothing).
     pub fn save_checkpoint(&self) -> Result<()> {
+        if !self.files.writes {
+            return Ok(());
+        }
         let state = TrainerState {
             dropout_calls: self.model.dropout_counter().map_or(0, |c| c.get()),
             ..self.state.clone()

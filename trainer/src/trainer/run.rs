@@ -35,20 +35,27 @@ enum End {
 impl Trainer {
     /// Trains to the end: every step recorded in `metrics.jsonl`, the metric evaluated and a
     /// checkpoint written on schedule and at the end, then the plots, the allocator's trace
-    /// and the summary of the whole run (over every process that worked on it).
+    /// and the summary of the whole run (over every process that worked on it). In a
+    /// data-parallel run rank 0 writes these files; the other ranks train alongside and write
+    /// nothing.
     pub fn run(&mut self, progress: bool) -> Result<Summary> {
         let dir = self.files.dir.clone();
-        write_atomically(&dir.join("config.toml"), self.config.to_toml().as_bytes())?;
-        if let Some(source) = self.config.tokenizer() {
-            let bytes = std::fs::read(&source).map_err(Error::io(&source))?;
-            write_atomically(&dir.join(crate::shards::TOKENIZER), &bytes)?;
-        }
-        let mut metrics = match self.files.resumed_from {
-            Some(step) => MetricsLog::resume(&dir, step)?,
-            None => MetricsLog::create(&dir)?,
+        let writes = self.files.writes;
+        let mut metrics = if writes {
+            write_atomically(&dir.join("config.toml"), self.config.to_toml().as_bytes())?;
+            if let Some(source) = self.config.tokenizer() {
+                let bytes = std::fs::read(&source).map_err(Error::io(&source))?;
+                write_atomically(&dir.join(crate::shards::TOKENIZER), &bytes)?;
+            }
+            Some(match self.files.resumed_from {
+                Some(step) => MetricsLog::resume(&dir, step)?,
+                None => MetricsLog::create(&dir)?,
+            })
+        } else {
+            None
         };
-        let bar = progress::bar(progress, self.total_steps, self.state.step);
-        let outcome = self.train_to_end(&mut metrics, &bar);
+        let bar = progress::bar(progress && writes, self.total_steps, self.state.step);
+        let outcome = self.train_to_end(metrics.as_mut(), &bar);
         bar.finish_and_clear();
         let diverged_at = match outcome {
             Ok(End::Diverged(step)) => Some(step),
@@ -64,6 +71,9 @@ impl Trainer {
             Err(err) => {
                 let summary = self.summary(None);
                 let trace = self.files.trace.as_deref();
+                if !writes {
+                    return Err(err);
+                }
                 if let Err(also) = artifacts::write(&dir, &summary, &self.device, trace) {
                     tracing::warn!("the run's artifacts could not all be written: {also}");
                 }
@@ -71,7 +81,9 @@ impl Trainer {
             }
         };
         let summary = self.summary(diverged_at);
-        artifacts::write(&dir, &summary, &self.device, self.files.trace.as_deref())?;
+        if writes {
+            artifacts::write(&dir, &summary, &self.device, self.files.trace.as_deref())?;
+        }
         match diverged_at {
             None => Ok(summary),
             Some(step) => Err(Error::Diverged {
@@ -84,7 +96,11 @@ impl Trainer {
 
     /// The steps up to the last, up to the step at which the loss has not been finite for
     /// too long, or up to the step after which a callback asked to stop.
-    fn train_to_end(&mut self, metrics: &mut MetricsLog, bar: &ProgressBar) -> Result<End> {
+    fn train_to_end(
+        &mut self,
+        mut metrics: Option<&mut MetricsLog>,
+        bar: &ProgressBar,
+    ) -> Result<End> {
         while self.state.step < self.total_steps {
             let report = self.train_step()?;
             let step = self.state.step;
@@ -106,7 +122,9 @@ impl Trainer {
             };
             if let Some(mut record) = self.last.take() {
                 record.metric = metric;
-                metrics.append(&record)?;
+                if let Some(metrics) = metrics.as_deref_mut() {
+                    metrics.append(&record)?;
+                }
                 progress::show(bar, &record, self.state.micro.size());
                 flow = flow.and(self.callbacks.each(|c| c.after_step(&record)));
             }
@@ -147,6 +165,9 @@ impl Trainer {
                 step = self.state.step,
                 "no checkpoint: the loss was not finite; the last one written stays"
             );
+            return Ok(Flow::Continue);
+        }
+        if !self.files.writes {
             return Ok(Flow::Continue);
         }
         self.save_checkpoint()?;

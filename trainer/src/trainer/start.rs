@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use headroom_alloc::trace::TraceWriter;
+use headroom_dist::DEFAULT_TIMEOUT;
 use headroom_kernels::Device;
 use headroom_nn::Optimizer;
 
@@ -28,6 +29,7 @@ use crate::run_dir::{self, Start};
 use crate::state::{self, TrainerState, checkpoint_path};
 use crate::totals::Totals;
 use crate::trainable::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
+use crate::world::Launch;
 
 impl Trainer {
     /// A new run of `config`: validated, its data read, its micro-batch size planned (unless
@@ -84,6 +86,8 @@ impl Trainer {
         factory: Option<Arc<dyn ModelFactory>>,
     ) -> Result<Self> {
         config.validate()?;
+        let launch = Launch::from_env();
+        let config = for_launch(config, launch)?;
         let task = match task {
             Some(task) => task,
             None => Task::from_config(&config.data, &config.model, config.seed)?,
@@ -94,8 +98,22 @@ impl Trainer {
         };
         factory.check(&task.train.shape())?;
         let total_steps = total_steps(&config, task.train.len())?;
-        let (run_dir, made) = run_dir::resolve(config.run_dir.as_deref(), start)?;
-        let built = Self::build(config, task, factory, start, run_dir.clone(), total_steps);
+        // Rank 0 writes the run's files for every rank; the others read the checkpoint they
+        // resume from, and make or claim nothing.
+        let (run_dir, made) = match (launch.writes(), &config.run_dir, start) {
+            (false, Some(dir), _) => (dir.clone(), false),
+            (false, None, Start::New | Start::Overwrite) => (PathBuf::new(), false),
+            _ => run_dir::resolve(config.run_dir.as_deref(), start)?,
+        };
+        let built = Self::build(
+            config,
+            task,
+            factory,
+            start,
+            run_dir.clone(),
+            total_steps,
+            launch,
+        );
         match (&built, made) {
             (Ok(_), true) => run_dir::point_latest(&run_dir),
             (Err(_), true) => {
@@ -113,20 +131,30 @@ impl Trainer {
         start: Start,
         run_dir: PathBuf,
         total_steps: u64,
+        launch: Launch,
     ) -> Result<Self> {
-        run_dir::claim(&run_dir, start)?;
+        if launch.writes() {
+            run_dir::claim(&run_dir, start)?;
+        }
         config.run_dir = Some(run_dir.clone());
         let budget = device::budget(&config)?;
         let device = device::open(&config, &budget)?;
-        let trace = stream_allocations(&config, &run_dir, &device)?;
+        let world = launch.join(&device, DEFAULT_TIMEOUT)?;
+        let trace = match launch.writes() {
+            true => stream_allocations(&config, &run_dir, &device)?,
+            false => None,
+        };
         let saved = match start {
             Start::Resume => Some(resumable(&mut config, &run_dir, &device, &task)?),
             _ => None,
         };
         let plan = match (config.batch.micro, &saved) {
             (None, None) => {
+                // Each rank plans for its shard of the batch.
+                let mut shard = config.clone();
+                shard.batch.size = launch.shard_size(config.batch.size);
                 let target = device.plan_target();
-                Some(plan_with(&config, &task, &factory, &budget, target)?)
+                Some(plan_with(&shard, &task, &factory, &budget, target)?)
             }
             _ => None,
         };
@@ -164,10 +192,10 @@ impl Trainer {
             || budget.step_limit(config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
             |p| p.step_limit,
         );
-        if start != Start::Resume {
+        if start != Start::Resume && launch.writes() {
             run_dir::clear_earlier_run(&run_dir, trace.as_deref())?;
         }
-        let batch = config.batch.size;
+        let batch = launch.shard_size(config.batch.size);
         let mut state = match saved {
             Some(saved) => saved.state,
             None => {
@@ -202,7 +230,9 @@ impl Trainer {
                 dir: run_dir,
                 resumed_from: (start == Start::Resume).then_some(state.step),
                 trace,
+                writes: launch.writes(),
             },
+            world,
             state,
             loader: None,
             growth: GrowthCheck::new(prober, step_limit),
@@ -312,4 +342,27 @@ fn total_steps(config: &TrainConfig, samples: usize) -> Result<u64> {
         }),
         (None, None) => Ok(crate::config::DEFAULT_STEPS),
     }
+}
+
+/// `config` as a rank of `launch` runs it: a data-parallel run updates after the backward pass
+/// (every rank's gradients are needed first), and its batch gives every rank a sample.
+fn for_launch(mut config: TrainConfig, launch: Launch) -> Result<TrainConfig> {
+    if !launch.is_distributed() {
+        return Ok(config);
+    }
+    if config.optimizer.in_backward == Some(true) {
+        return Err(Error::config(format!(
+            "optimizer.in_backward: a data-parallel run ({} ranks) updates once the gradients of \
+             every rank are summed, after the backward pass; turn it off",
+            launch.size
+        )));
+    }
+    config.optimizer.in_backward = Some(false);
+    if config.batch.size < launch.size {
+        return Err(Error::config(format!(
+            "batch.size: {} samples cannot give each of {} ranks one",
+            config.batch.size, launch.size
+        )));
+    }
+    Ok(config)
 }

@@ -121,12 +121,21 @@ fn train(args: &TrainArgs) -> Result<()> {
         (false, false) => Start::New,
     };
     let mut trainer = Trainer::start(config, start, None)?;
+    let (rank, ranks) = trainer.rank();
+    if rank > 0 {
+        // Rank 0 of a data-parallel run speaks and writes for every rank.
+        return trainer.run(false).map(drop);
+    }
     if let Some(plan) = trainer.plan() {
         say(plan)?;
     }
     let run_dir = trainer.run_dir().to_owned();
+    let ranks = match ranks {
+        1 => String::new(),
+        n => format!(", on {n} ranks"),
+    };
     say(format_args!(
-        "training {} steps from step {}, micro-batches of {} (batch {}), into {}",
+        "training {} steps from step {}, micro-batches of {} (batch {}{ranks}), into {}",
         trainer.total_steps(),
         trainer.steps_done(),
         trainer.micro_batch(),

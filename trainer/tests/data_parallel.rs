@@ -1,0 +1,222 @@
+//! Data parallelism over MPI: `mpirun -n 2 headroom train` splits every batch between two
+//! processes and trains as one process does on the whole batch, to float tolerance (the sums
+//! run in another order): the same losses step by step and the same final weights. Without
+//! `mpirun` on the PATH the test says why and passes, unless `HEADROOM_REQUIRE_MPI` is set
+//! (`.ci/run` sets it).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{TempDir, safetensors_entries};
+
+/// The training run both sides make: the default GPT on addition, batches of 16 in
+/// micro-batches of 4, six steps, no evaluation.
+const ARGS: [&str; 9] = [
+    "train",
+    "--steps",
+    "6",
+    "--batch-size",
+    "16",
+    "--micro-batch",
+    "4",
+    "--eval-every",
+    "0",
+];
+
+fn headroom() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+}
+
+/// `mpirun` with `ranks` processes of the headroom binary; Open MPI refuses root unless told.
+fn mpirun(ranks: usize) -> Command {
+    let mut command = Command::new("mpirun");
+    command
+        .args(["-n", &ranks.to_string(), "--oversubscribe"])
+        .arg(env!("CARGO_BIN_EXE_headroom"))
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    command
+}
+
+fn mpi_missing() -> bool {
+    if Command::new("mpirun").arg("--version").output().is_ok() {
+        return false;
+    }
+    let why = "mpirun is not on the PATH (Open MPI: openmpi-bin and libopenmpi-dev)";
+    if std::env::var_os("HEADROOM_REQUIRE_MPI").is_some() {
+        panic!("HEADROOM_REQUIRE_MPI is set, and MPI did not run: {why}");
+    }
+    eprintln!("mpi skipped: {why}");
+    true
+}
+
+/// Runs `command` with `ARGS` and `options` into `dir`; panics with its output if it fails,
+/// and returns that output.
+fn train(mut command: Command, options: &[&str], dir: &Path) -> String {
+    succeeded(
+        command
+            .args(ARGS)
+            .args(options)
+            .args(["--quiet", "--run-dir"])
+            .arg(dir),
+    )
+}
+
+/// Runs `command`; panics with its output if it fails, and returns its output (standard
+/// output, then standard error).
+fn succeeded(command: &mut Command) -> String {
+    let out = command.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    text.into_owned()
+}
+
+/// A configuration file in `dir` that trains with SGD.
+fn sgd(dir: &TempDir) -> String {
+    let file = dir.0.join("sgd.toml");
+    std::fs::write(&file, "[optimizer]\nkind = \"sgd\"\nlr = 0.1\n").unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+/// Each step's loss in the run directory's metrics.
+fn losses(dir: &Path) -> Vec<f64> {
+    headroom_trainer::read_all(dir)
+        .unwrap()
+        .iter()
+        .map(|record| record.loss)
+        .collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1e-3)
+}
+
+/// The largest difference between the entries of two checkpoints, relative to each entry's
+/// largest value (at least 1e-3), and the entry it is in.
+fn worst_difference(a: &Path, b: &Path) -> (f64, String) {
+    let (a, b) = (safetensors_entries(a), safetensors_entries(b));
+    assert_eq!(a.len(), b.len());
+    let mut worst = (0.0, String::new());
+    for ((name, x), (other, y)) in a.iter().zip(&b) {
+        assert_eq!(name, other);
+        let (x, y) = (x.to_f64().unwrap(), y.to_f64().unwrap());
+        let scale = x.iter().map(|p| p.abs()).fold(1e-3, f64::max);
+        let most = x
+            .iter()
+            .zip(&y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f64::max)
+            / scale;
+        if most > worst.0 {
+            worst = (most, name.clone());
+        }
+    }
+    worst
+}
+
+/// Trains `options` in one process and in two ranks; returns both run directories.
+fn both(name: &str, options: &[&str]) -> (TempDir, TempDir) {
+    let (one, two) = (
+        TempDir::new(&format!("{name}-one")),
+        TempDir::new(&format!("{name}-two")),
+    );
+    train(headroom(), options, &one.0);
+    train(mpirun(2), options, &two.0);
+    (one, two)
+}
+
+/// Asserts that both runs recorded the same loss at each of their `steps` steps.
+fn assert_same_losses(one: &Path, two: &Path, steps: usize) {
+    let (expected, got) = (losses(one), losses(two));
+    assert_eq!(expected.len(), steps);
+    assert_eq!(got.len(), steps, "rank 0 writes one record a step");
+    for (step, (a, b)) in expected.iter().zip(&got).enumerate() {
+        assert!(
+            close(*a, *b),
+            "step {}: one process {a}, two ranks {b}",
+            step + 1
+        );
+    }
+}
+
+/// With SGD each weight moves by its gradient, so the runs' weights agree as closely as their
+/// gradients do: to rounding.
+#[test]
+fn two_ranks_train_as_one_process_does() {
+    if mpi_missing() {
+        return;
+    }
+    let config = TempDir::new("dp-config");
+    let (one, two) = both("dp-sgd", &["--config", &sgd(&config)]);
+    assert_same_losses(&one.0, &two.0, 6);
+    assert_same_weights(&one, &two);
+}
+
+/// Asserts that the final checkpoints of two runs agree to rounding.
+fn assert_same_weights(one: &TempDir, two: &TempDir) {
+    let path = |dir: &TempDir| headroom_trainer::checkpoint_path(&dir.0);
+    let (worst, name) = worst_difference(&path(one), &path(two));
+    assert!(
+        worst <= 1e-5,
+        "{name} differs by {worst:e} of its largest value"
+    );
+}
+
+/// Rank 1 runs under a limit its first micro-batch of 32 does not fit (10 MiB, where SGD's step
+/// peaks at 11.4 MiB with 32 samples and 8.8 MiB with 16) (`mpirun`'s MPMD form
+/// gives each rank its own arguments): both ranks agree to go on in micro-batches of 16, rank 1
+/// redoes its shard, and the run still trains as one process does.
+#[test]
+fn an_out_of_memory_on_one_rank_is_recovered_by_both() {
+    if mpi_missing() {
+        return;
+    }
+    let config = TempDir::new("dp-oom-config");
+    let file = sgd(&config);
+    let (one, two) = (TempDir::new("dp-oom-one"), TempDir::new("dp-oom-two"));
+    let run = |dir: &TempDir| -> Vec<String> {
+        let args = [
+            "train",
+            "--steps",
+            "3",
+            "--batch-size",
+            "64",
+            "--micro-batch",
+            "32",
+        ];
+        let rest = ["--eval-every", "0", "--config", &file, "--run-dir"];
+        let dir = dir.0.to_str().unwrap();
+        args.iter()
+            .chain(&rest)
+            .map(|a| a.to_string())
+            .chain([dir.to_owned()])
+            .collect()
+    };
+    succeeded(headroom().args(run(&one)));
+    let headroom = env!("CARGO_BIN_EXE_headroom");
+    let output = succeeded(
+        mpirun(1)
+            .args(run(&two))
+            .args([":", "-n", "1", headroom])
+            .args(run(&two))
+            .args(["--memory-limit", "10MiB"]),
+    );
+    let want = "rank 1 ran out of memory in a micro-batch of 32";
+    assert!(output.contains(want), "{want:?} missing:\n{output}");
+    assert_same_losses(&one.0, &two.0, 3);
+    assert_same_weights(&one, &two);
+}
+
+/// AdamW divides each moment by its square root: where a gradient is zero in exact arithmetic
+/// (the attention's key bias, which the softmax does not see), it moves a weight by its
+/// rounding noise, up to the learning rate a step. The losses agree as closely as with SGD.
+#[test]
+fn two_ranks_train_with_adamw_as_one_process_does() {
+    if mpi_missing() {
+        return;
+    }
+    let (one, two) = both("dp-adamw", &[]);
+    assert_same_losses(&one.0, &two.0, 6);
+}
