@@ -220,3 +220,103 @@ fn two_ranks_train_with_adamw_as_one_process_does() {
     let (one, two) = both("dp-adamw", &[]);
     assert_same_losses(&one.0, &two.0, 6);
 }
+
+/// The process of rank `rank` among those running the headroom binary on `dir`, found by the
+/// rank Open MPI gives it in its environment.
+fn rank_process(dir: &Path, rank: usize) -> Option<u32> {
+    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    let dir = dir.to_string_lossy();
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if !cmdline.contains(env!("CARGO_BIN_EXE_headroom")) || !cmdline.contains(&*dir) {
+            return None;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let mine = environ.split(|&b| b == 0).any(|var| var == want.as_bytes());
+        mine.then_some(pid)
+    })
+}
+
+/// Rank 1 killed with SIGKILL once rank 0 has written a few checkpoints: `mpirun` ends rank 0
+/// too and names the rank that died, and `--resume` on two ranks ends exactly where two ranks
+/// never stopped do.
+#[test]
+fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
+    if mpi_missing() {
+        return;
+    }
+    let (straight, killed) = (TempDir::new("dp-straight"), TempDir::new("dp-killed"));
+    let options = |dir: &TempDir| -> Vec<String> {
+        let dir = dir.0.to_str().unwrap().to_owned();
+        [
+            "--steps",
+            "150",
+            "--batch-size",
+            "16",
+            "--micro-batch",
+            "8",
+            "--eval-every",
+            "0",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain(["--checkpoint-every".into(), "1".into(), "--quiet".into()])
+        .chain(["--run-dir".into(), dir])
+        .collect()
+    };
+    succeeded(mpirun(2).arg("train").args(options(&straight)));
+
+    let mut child = mpirun(2)
+        .arg("train")
+        .args(options(&killed))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = killed.0.join(headroom_trainer::METRICS_FILE);
+    let started = std::time::Instant::now();
+    let victim = loop {
+        let steps = std::fs::read_to_string(&metrics).map_or(0, |text| text.lines().count());
+        if steps >= 5
+            && let Some(pid) = rank_process(&killed.0, 1)
+        {
+            break pid;
+        }
+        assert!(started.elapsed().as_secs() < 60, "the run never got going");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before the kill"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let killed_at = std::time::Instant::now();
+    Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the job went on without rank 1:\n{text}"
+    );
+    assert!(
+        killed_at.elapsed().as_secs() < 30,
+        "rank 0 was not ended at once"
+    );
+    assert!(
+        text.contains("rank 1") && text.contains("signal 9"),
+        "{text}"
+    );
+
+    succeeded(mpirun(2).args(["train", "--resume"]).args(options(&killed)));
+    common::assert_same_checkpoints(&straight.0, &killed.0);
+    let steps: Vec<u64> = headroom_trainer::read_all(&killed.0)
+        .unwrap()
+        .iter()
+        .map(|r| r.step)
+        .collect();
+    assert_eq!(steps, (1..=150).collect::<Vec<_>>(), "each step once");
+}
