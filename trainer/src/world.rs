@@ -8,6 +8,7 @@ use std::time::Duration;
 use headroom_dist::{Collective, Solo};
 use headroom_kernels::Device;
 
+use crate::config::TrainConfig;
 use crate::error::{Error, Result};
 
 /// Where this process stands in its job, as its launcher said.
@@ -55,6 +56,37 @@ impl Launch {
     /// This rank's part of `len` samples: `len` cut into `size` runs that differ by at most one.
     pub fn shard(self, len: usize) -> std::ops::Range<usize> {
         len * self.rank / self.size..len * (self.rank + 1) / self.size
+    }
+
+    /// `config` as the ranks of this launch run it: a data-parallel run updates after the
+    /// backward pass (every rank's gradients are needed first), and its batch gives every rank
+    /// a sample.
+    pub fn prepare(self, mut config: TrainConfig) -> Result<TrainConfig> {
+        if !self.is_distributed() {
+            return Ok(config);
+        }
+        if config.optimizer.in_backward == Some(true) {
+            return Err(Error::config(format!(
+                "optimizer.in_backward: a data-parallel run ({} ranks) updates once the \
+                 gradients of every rank are summed, after the backward pass; turn it off",
+                self.size
+            )));
+        }
+        config.optimizer.in_backward = Some(false);
+        if config.batch.size < self.size {
+            return Err(Error::config(format!(
+                "batch.size: {} samples cannot give each of {} ranks one",
+                config.batch.size, self.size
+            )));
+        }
+        Ok(config)
+    }
+
+    /// What one rank plans its memory for: `config` with the batch of its shard.
+    pub fn rank_config(self, config: &TrainConfig) -> TrainConfig {
+        let mut shard = config.clone();
+        shard.batch.size = self.shard_size(config.batch.size);
+        shard
     }
 
     /// The collectives among the launched processes, on `device`, waiting at most `timeout`

@@ -320,3 +320,41 @@ fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
         .collect();
     assert_eq!(steps, (1..=150).collect::<Vec<_>>(), "each step once");
 }
+
+/// Each rank plans its micro-batch for its shard of the batch, and rank 0's first step peaks
+/// at exactly the planner's prediction; `headroom plan --world-size 2` plans the same rank.
+#[test]
+fn each_rank_plans_its_shard_and_peaks_as_predicted() {
+    if mpi_missing() {
+        return;
+    }
+    let dir = TempDir::new("dp-plan");
+    let args = [
+        "train",
+        "--steps",
+        "2",
+        "--batch-size",
+        "64",
+        "--eval-every",
+        "0",
+        "--quiet",
+    ];
+    succeeded(mpirun(2).args(args).arg("--run-dir").arg(&dir.0));
+    let text = std::fs::read_to_string(dir.0.join("summary.json")).unwrap();
+    let summary: headroom_trainer::Summary = serde_json::from_str(&text).unwrap();
+    let plan = summary.plan.expect("the run was planned");
+    assert_eq!(plan.micro, 32, "planned for a shard of 32 samples");
+    assert_eq!(summary.first_step_peak, Some(plan.predicted_peak));
+
+    let planned = succeeded(headroom().args(["plan", "--world-size", "2", "--batch-size", "64"]));
+    assert!(
+        planned.contains("each of 2 ranks plans for its shard: 32 samples of each batch of 64")
+    );
+    let alone = succeeded(headroom().args(["plan", "--batch-size", "32"]));
+    let chosen = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("chosen: micro"))
+            .map(str::to_owned)
+    };
+    assert_eq!(chosen(&planned), chosen(&alone), "{planned}\n{alone}");
+}

@@ -87,7 +87,7 @@ impl Trainer {
     ) -> Result<Self> {
         config.validate()?;
         let launch = Launch::from_env();
-        let config = for_launch(config, launch)?;
+        let config = launch.prepare(config)?;
         let task = match task {
             Some(task) => task,
             None => Task::from_config(&config.data, &config.model, config.seed)?,
@@ -150,10 +150,8 @@ impl Trainer {
         };
         let plan = match (config.batch.micro, &saved) {
             (None, None) => {
-                // Each rank plans for its shard of the batch.
-                let mut shard = config.clone();
-                shard.batch.size = launch.shard_size(config.batch.size);
                 let target = device.plan_target();
+                let shard = launch.rank_config(&config);
                 Some(plan_with(&shard, &task, &factory, &budget, target)?)
             }
             _ => None,
@@ -342,27 +340,4 @@ fn total_steps(config: &TrainConfig, samples: usize) -> Result<u64> {
         }),
         (None, None) => Ok(crate::config::DEFAULT_STEPS),
     }
-}
-
-/// `config` as a rank of `launch` runs it: a data-parallel run updates after the backward pass
-/// (every rank's gradients are needed first), and its batch gives every rank a sample.
-fn for_launch(mut config: TrainConfig, launch: Launch) -> Result<TrainConfig> {
-    if !launch.is_distributed() {
-        return Ok(config);
-    }
-    if config.optimizer.in_backward == Some(true) {
-        return Err(Error::config(format!(
-            "optimizer.in_backward: a data-parallel run ({} ranks) updates once the gradients of \
-             every rank are summed, after the backward pass; turn it off",
-            launch.size
-        )));
-    }
-    config.optimizer.in_backward = Some(false);
-    if config.batch.size < launch.size {
-        return Err(Error::config(format!(
-            "batch.size: {} samples cannot give each of {} ranks one",
-            config.batch.size, launch.size
-        )));
-    }
-    Ok(config)
 }

@@ -11,6 +11,7 @@ use headroom_alloc::cli::ReplayArgs;
 use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
 use headroom_trainer::run_dir::latest_trace;
+use headroom_trainer::world::Launch;
 use headroom_trainer::{Error, Result, Start, Summary, Trainer, device, plan, read_all};
 use tracing_subscriber::EnvFilter;
 
@@ -95,6 +96,10 @@ struct PlanArgs {
     /// cache for runs with memory.rates = "calibrated", and plan with them.
     #[arg(long)]
     calibrate: bool,
+    /// Plan one rank of a data-parallel run of this many (`mpirun -n N headroom train`): what
+    /// fits on each device, training on its shard of every batch.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    world_size: u64,
 }
 
 impl RunArgs {
@@ -152,7 +157,18 @@ fn train(args: &TrainArgs) -> Result<()> {
 }
 
 fn plan_only(args: &PlanArgs) -> Result<()> {
-    let mut config = args.run.config()?;
+    let launch = Launch {
+        rank: 0,
+        size: args.world_size as usize,
+    };
+    let whole = launch.prepare(args.run.config()?)?;
+    let mut config = launch.rank_config(&whole);
+    if launch.is_distributed() {
+        say(format_args!(
+            "each of {} ranks plans for its shard: {} samples of each batch of {}",
+            launch.size, config.batch.size, whole.batch.size
+        ))?;
+    }
     if args.calibrate {
         // The run's device without its limit: the measurements need room of their own.
         let mut roomy = config.clone();
