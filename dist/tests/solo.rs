@@ -1,6 +1,9 @@
 //! A world of one process: the collectives keep or copy each array, and refuse what a larger
 //! world would refuse.
 
+mod common;
+
+use common::assert_refused;
 use headroom_dist::{Collective, Error, ReduceOp, Solo};
 use headroom_kernels::{Array, DType, Device, DeviceConfig};
 
@@ -43,16 +46,7 @@ fn arguments_a_larger_world_would_refuse_are_named() {
     let mut world = Solo::new(&device);
     let mut array = Array::zeros(&device, [4], DType::F32).unwrap();
     let err = world.broadcast(&mut array, 1).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Argument {
-                op: "broadcast",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_refused(&err, "broadcast");
     assert!(err.to_string().contains("root 1"), "{err}");
 
     let mut short = Array::zeros(&device, [3], DType::F32).unwrap();
@@ -65,16 +59,7 @@ fn arguments_a_larger_world_would_refuse_are_named() {
         "{err}"
     );
     let err = world.all_gather(&array, &mut short).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Argument {
-                op: "all_gather",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_refused(&err, "all_gather");
 
     let mut halves = Array::zeros(&device, [4], DType::BF16).unwrap();
     let err = world.all_gather(&array, &mut halves).unwrap_err();
@@ -95,16 +80,7 @@ fn arguments_a_larger_world_would_refuse_are_named() {
     let other = cpu();
     let mut elsewhere = Array::zeros(&other, [4], DType::F32).unwrap();
     let err = world.all_reduce(&mut elsewhere, ReduceOp::Sum).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Argument {
-                op: "all_reduce",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_refused(&err, "all_reduce");
 }
 
 #[test]

@@ -92,16 +92,17 @@ pub enum Sizes<'a> {
 
 /// Runs step number `step` on `batch`.
 ///
-/// In a data-parallel run (the context's world has several ranks) `batch` is the whole batch,
-/// the same on every rank: this rank trains on its shard ([`Launch::shard`]), each
-/// micro-batch weighted by its share of the whole batch's scored targets, so that the sum of
-/// the ranks' gradients is the one-process gradient. After each round of micro-batches the
-/// ranks agree on what happened ([`Round`]) before anything else is posted: an error anywhere
-/// stops every rank; an out-of-memory anywhere makes every rank halve its micro-batch size, and
-/// the rank that ran out redoes the samples it had not done, keeping what every rank
-/// accumulated. Once no rank has samples left, the gradients and the loss are summed over the
-/// ranks and every rank makes the same update. The update inside the backward pass is a
-/// one-process technique: a data-parallel step accumulates and updates after.
+/// In a data-parallel run (the context's world has several ranks) `batch` is this rank's
+/// shard of the batch ([`Loader::sharded`](crate::data::Loader::sharded)): the ranks first sum
+/// their shards' samples and scored targets, and each micro-batch is weighted by its share of
+/// the whole batch's, so that the sum of the ranks' gradients is the one-process gradient.
+/// After each round of micro-batches the ranks agree on what happened ([`Round`]) before
+/// anything else is posted: an error anywhere stops every rank; an out-of-memory anywhere makes
+/// every rank halve its micro-batch size, and the rank that ran out redoes the samples it had
+/// not done, keeping what every rank accumulated. Once no rank has samples left, the gradients
+/// and the loss are summed over the ranks and every rank makes the same update. The update
+/// inside the backward pass is a one-process technique: a data-parallel step accumulates and
+/// updates after.
 pub fn train_step(
     ctx: &mut StepContext<'_>,
     batch: &HostBatch,
@@ -109,21 +110,16 @@ pub fn train_step(
     mut sizes: Sizes<'_>,
 ) -> Result<StepReport> {
     let launch = ctx.launch();
-    let shard = if launch.is_distributed() {
-        let range = launch.shard(batch.len());
-        batch.slice(range.start, range.end)
-    } else {
-        batch.clone()
-    };
     if let Sizes::Fixed(fixed) = &sizes
-        && (fixed.iter().sum::<usize>() != shard.len() || fixed.contains(&0))
+        && (fixed.iter().sum::<usize>() != batch.len() || fixed.contains(&0))
     {
         return Err(Error::config(format!(
             "micro-batch sizes {fixed:?} do not cut a batch of {}",
-            shard.len()
+            batch.len()
         )));
     }
-    let scored = batch.scored().max(1);
+    let (samples, scored) = whole_batch(ctx, batch)?;
+    let shard = batch;
     let mut total = Gradients::default();
     let (mut loss, mut done, mut micro_sizes, mut ooms) = (0.0, 0, Vec::new(), Vec::new());
     let mut indices = Vec::with_capacity(shard.len());
@@ -141,7 +137,7 @@ pub fn train_step(
             }
             .min(left);
             let slice = shard.slice(done, done + size);
-            let weight = slice.scored() as f64 / scored as f64;
+            let weight = slice.scored() as f64 / scored.max(1) as f64;
             // A failed attempt must not advance the dropout masks, so that the retry draws what
             // a run cut this way from the start would.
             let dropout_calls = ctx.model.dropout_counter().map(|c| c.get());
@@ -247,14 +243,14 @@ pub fn train_step(
     }
     let (finite, grad_norm) = match updated_in_backward {
         Some(norm) => (true, norm),
-        None => update_absorbing_oom(ctx, &total, batch.len(), step, &sizes, &mut ooms)?,
+        None => update_absorbing_oom(ctx, &total, samples, step, &sizes, &mut ooms)?,
     };
     drop(total);
     let scale_change = ctx.scaler.update(finite);
     Ok(StepReport {
         loss,
-        samples: batch.len(),
-        scored: batch.scored(),
+        samples,
+        scored,
         micro_sizes,
         indices,
         ooms,
@@ -348,6 +344,19 @@ fn shrink_for_peer(sizes: &mut Sizes<'_>, step: u64, rank: usize, size: usize) -
             what: "an out-of-memory it could not absorb",
         })
     }
+}
+
+/// The samples and scored targets of the whole batch: `batch`'s, summed over the ranks in a
+/// data-parallel run.
+fn whole_batch(ctx: &mut StepContext<'_>, batch: &HostBatch) -> Result<(usize, usize)> {
+    let mine = (batch.len(), batch.scored());
+    let Some(world) = ctx.world.as_deref_mut().filter(|w| w.world_size() > 1) else {
+        return Ok(mine);
+    };
+    let mut counts = Array::from_host(ctx.device, [2], &[mine.0 as f64, mine.1 as f64])?;
+    world.all_reduce(&mut counts, ReduceOp::Sum)?;
+    let counts = counts.to_host::<f64>()?;
+    Ok((counts[0] as usize, counts[1] as usize))
 }
 
 /// Sums the gradients and `loss` over the ranks, each parameter's gradient in turn in the

@@ -31,6 +31,7 @@ use crate::step::{Sizes, StepContext, StepReport, train_step};
 use crate::tag_bytes::tag_bytes;
 use crate::totals::Totals;
 use crate::trainable::TrainableModel;
+use crate::world::Launch;
 
 /// A run: its model, optimizer, data and memory, and where it stands.
 pub struct Trainer {
@@ -186,13 +187,18 @@ impl Trainer {
     fn step_with(&mut self, fixed: Option<&[usize]>) -> Result<StepReport> {
         let started = Instant::now();
         let next = self.state.next;
+        let part = Launch {
+            rank: self.world.rank(),
+            size: self.world.world_size(),
+        };
         let loader = self.loader.get_or_insert_with(|| {
-            Loader::new(
+            Loader::sharded(
                 self.task.train.clone(),
                 self.config.batch.size,
                 self.config.seed,
                 self.config.data.prefetch,
                 next,
+                part,
             )
         });
         let (position, batch) = loader
@@ -225,7 +231,7 @@ impl Trainer {
                 .finish_step(&mut state.micro, state.step, clean, run);
         }
         state.step += 1;
-        state.next = position.after(batch.len(), self.task.train.len());
+        state.next = position.after(report.samples, self.task.train.len());
         let seconds = started.elapsed().as_secs_f64();
         self.note(&report, position.epoch, lr, seconds);
         Ok(report)

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Dataset, HostBatch};
 use crate::error::Result;
+use crate::world::Launch;
 
 /// Where a batch starts in the data: its epoch, and how many samples of the epoch's order came
 /// before it (so a run may change its batch size and keep its place).
@@ -68,12 +69,27 @@ impl Loader {
         prefetch: usize,
         start: Position,
     ) -> Self {
+        let whole = Launch { rank: 0, size: 1 };
+        Self::sharded(dataset, batch_size, seed, prefetch, start, whole)
+    }
+
+    /// [`Loader::new`] for a rank of a data-parallel run: each batch is drawn as a whole (the
+    /// same on every rank, its position the whole batch's), and only `part`'s shard of it
+    /// ([`Launch::shard`]) is gathered.
+    pub fn sharded(
+        dataset: Arc<dyn Dataset>,
+        batch_size: usize,
+        seed: u64,
+        prefetch: usize,
+        start: Position,
+        part: Launch,
+    ) -> Self {
         let batch_size = batch_size.max(1);
         let batches_per_epoch = dataset.len().div_ceil(batch_size) as u64;
         let (sender, receiver) = sync_channel(prefetch.max(1));
         let worker = std::thread::Builder::new()
             .name("headroom-loader".into())
-            .spawn(move || produce(&*dataset, batch_size, seed, start, &sender))
+            .spawn(move || produce(&*dataset, batch_size, seed, start, part, &sender))
             .ok();
         Self {
             receiver,
@@ -100,6 +116,7 @@ fn produce(
     batch_size: usize,
     seed: u64,
     start: Position,
+    part: Launch,
     sender: &SyncSender<(Position, Result<HostBatch>)>,
 ) {
     if dataset.is_empty() {
@@ -111,8 +128,9 @@ fn produce(
     loop {
         let start = (position.offset as usize).min(len);
         let chunk = &order[start..(start + batch_size).min(len)];
+        let shard = part.shard(chunk.len());
         if sender
-            .send((position, HostBatch::collect(dataset, chunk)))
+            .send((position, HostBatch::collect(dataset, &chunk[shard])))
             .is_err()
         {
             return; // the trainer is done
@@ -140,6 +158,36 @@ impl Drop for Loader {
 mod tests {
     use super::*;
     use crate::data::{Addition, Dataset};
+
+    #[test]
+    fn the_shards_of_a_batch_are_the_whole_batch_cut_in_order() {
+        let data: Arc<dyn Dataset> = Arc::new(Addition::new(3, 103, 1, false));
+        let mut whole = Loader::new(data.clone(), 10, 7, 2, Position::default());
+        let size = 3;
+        let mut ranks: Vec<Loader> = (0..size)
+            .map(|rank| {
+                Loader::sharded(
+                    data.clone(),
+                    10,
+                    7,
+                    2,
+                    Position::default(),
+                    Launch { rank, size },
+                )
+            })
+            .collect();
+        for _ in 0..12 {
+            let (position, batch) = whole.next_batch().unwrap();
+            let batch = batch.unwrap();
+            let mut joined = Vec::new();
+            for rank in &mut ranks {
+                let (at, shard) = rank.next_batch().unwrap();
+                assert_eq!(at, position);
+                joined.extend(shard.unwrap().indices);
+            }
+            assert_eq!(joined, batch.indices);
+        }
+    }
 
     #[test]
     fn every_sample_comes_once_per_epoch_in_a_seeded_order_and_resumes_in_place() {
