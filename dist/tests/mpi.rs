@@ -54,7 +54,7 @@ fn launch() {
             let line = format!("rank {r} of {ranks}: every collective agreed");
             assert!(text.contains(&line), "{line:?} missing:\n{text}\n{errors}");
         }
-        println!("mpi: every collective agreed on each of {ranks} ranks");
+        println!("mpi: every collective agreed on every rank of {ranks}");
     }
     let started = Instant::now();
     let out = mpirun(2, "stuck");
