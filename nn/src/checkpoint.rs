@@ -101,11 +101,61 @@ pub fn save(
     optimizer: Option<&dyn Optimizer>,
     metadata: &BTreeMap<String, String>,
 ) -> Result<()> {
-    let mut entries: Vec<(String, Array)> = model
-        .named_parameters()
-        .into_iter()
-        .map(|(name, t)| (name, t.into_array()))
-        .collect();
+    let state = optimizer.map(HostState::of).transpose()?;
+    save_with_state(path, model, state.as_ref(), metadata)
+}
+
+/// An array's dtype, dimensions and bytes, copied to host memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostArray {
+    /// Its element type.
+    pub dtype: DType,
+    /// Its dimensions.
+    pub dims: Vec<usize>,
+    /// Its elements, little-endian.
+    pub bytes: Vec<u8>,
+}
+
+impl HostArray {
+    /// A copy of `array`.
+    pub fn of(array: &Array) -> Result<Self> {
+        Ok(Self {
+            dtype: array.dtype(),
+            dims: array.shape().dims().to_vec(),
+            bytes: array.to_bytes()?,
+        })
+    }
+}
+
+/// An optimizer's state as a checkpoint holds it: its named buffers in host memory and its
+/// step count. The ranks of a sharded state gather it into one of these for rank 0 to save.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostState {
+    /// Each buffer under the name [`Optimizer::state`] gives it.
+    pub buffers: Vec<(String, HostArray)>,
+    /// Updates done.
+    pub steps: u64,
+}
+
+impl HostState {
+    /// A copy of `optimizer`'s state.
+    pub fn of(optimizer: &dyn Optimizer) -> Result<Self> {
+        let (buffers, steps) = optimizer.state();
+        let buffers = buffers
+            .into_iter()
+            .map(|(name, array)| Ok((name, HostArray::of(&array)?)))
+            .collect::<Result<_>>()?;
+        Ok(Self { buffers, steps })
+    }
+}
+
+/// [`save`] with the optimizer's state given as it is to be stored.
+pub fn save_with_state(
+    path: &Path,
+    model: &dyn Module,
+    state: Option<&HostState>,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
     if let Some(key) = [TENSOR_CHECKSUMS, METADATA_CHECKSUM]
         .into_iter()
         .find(|k| metadata.contains_key(*k))
@@ -116,39 +166,36 @@ pub fn save(
             detail: "reserved for the checkpoint's checksums".into(),
         });
     }
+    let weights: Vec<(String, HostArray)> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(name, t)| Ok((name, HostArray::of(t.array())?)))
+        .collect::<Result<_>>()?;
+    let mut host: Vec<(String, &HostArray)> = weights.iter().map(|(n, a)| (n.clone(), a)).collect();
     let mut info = metadata.clone();
-    if let Some(optimizer) = optimizer {
-        let (state, steps) = optimizer.state();
-        entries.extend(
+    if let Some(state) = state {
+        host.extend(
             state
-                .into_iter()
+                .buffers
+                .iter()
                 .map(|(n, a)| (format!("{OPTIMIZER}{n}"), a)),
         );
-        info.insert(OPTIMIZER_STEPS.into(), steps.to_string());
+        info.insert(OPTIMIZER_STEPS.into(), state.steps.to_string());
     }
-    let host: Vec<(String, Array, Vec<u8>)> = entries
-        .into_iter()
-        .map(|(name, array)| {
-            let bytes = array.to_bytes()?;
-            Ok((name, array, bytes))
-        })
-        .collect::<Result<_>>()?;
     checksum::seal(
         &mut info,
         host.iter()
-            .map(|(name, _, bytes)| (name.as_str(), bytes.as_slice())),
+            .map(|(name, array)| (name.as_str(), array.bytes.as_slice())),
     );
     let views = host
         .iter()
-        .map(|(name, array, bytes)| {
-            let dims = array.shape().dims().to_vec();
-            let view = TensorView::new(st_dtype(array.dtype()), dims, bytes).map_err(|err| {
-                Error::Checkpoint {
+        .map(|(name, array)| {
+            let view = TensorView::new(st_dtype(array.dtype), array.dims.clone(), &array.bytes)
+                .map_err(|err| Error::Checkpoint {
                     path: path.to_owned(),
                     key: name.clone(),
                     detail: err.to_string(),
-                }
-            })?;
+                })?;
             Ok((name.clone(), view))
         })
         .collect::<Result<Vec<_>>>()?;

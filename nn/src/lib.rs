@@ -30,7 +30,7 @@ pub use layers::sequential::{Sequential, mlp};
 pub use module::{Module, visit_child, visit_child_mut};
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, StatePrecision,
-    clip_grad_norm,
+    StateShard, clip_grad_norm,
 };
 pub use recompute::{Recompute, recomputed};
 pub use sampling::{Sampler, Sampling};

@@ -7,7 +7,7 @@ use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::DType;
 use headroom_nn::{
     Activation, AdamW, AdamWConfig, Initializer, LrSchedule, Module, Optimizer, Sgd, SgdConfig,
-    clip_grad_norm, mlp, training_memory,
+    StatePrecision, StateShard, clip_grad_norm, mlp, training_memory,
 };
 
 #[test]
@@ -156,4 +156,135 @@ fn schedules_warm_up_then_decay_and_bad_ones_are_refused() {
         .validate()
         .is_err()
     );
+}
+
+/// Two ranks sharding AdamW's state (ZeRO stage 1) between them: each keeps and updates its
+/// share of the parameters, bit for bit as the whole state does, in every state precision; the
+/// shares add up to the whole state, each near half of it, and together they name every buffer
+/// once, in the order of the whole state's names.
+#[test]
+fn a_sharded_state_updates_its_share_as_the_whole_state_does() {
+    let device = device();
+    let build = || {
+        mlp(
+            &mut Initializer::new(&device, DType::F32, 4),
+            &[32, 64, 64, 64, 64, 32],
+            Activation::Relu,
+        )
+        .unwrap()
+    };
+    let gradients = |model: &dyn Module| {
+        let x = Tensor::from_f64(&device, [3, 32], DType::F32, &[0.3; 96]).unwrap();
+        let tape = Tape::new();
+        let loss = tape
+            .record(|| {
+                model
+                    .forward(&x)?
+                    .sum_all()
+                    .map_err(headroom_nn::Error::from)
+            })
+            .unwrap();
+        tape.gradient(&loss, &model.parameters().iter().collect::<Vec<_>>())
+            .unwrap()
+    };
+    for precision in [
+        StatePrecision::Full,
+        StatePrecision::Bf16,
+        StatePrecision::Int8,
+    ] {
+        let in_use = || device.allocator().stats().in_use;
+        let mut whole_model = build();
+        let before = in_use();
+        let mut whole = AdamW::with_state(&whole_model, AdamWConfig::default(), precision).unwrap();
+        let whole_bytes = in_use() - before;
+        let mut measured = Vec::new();
+        let mut ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                let model = build();
+                let shard = StateShard::balanced(&model, rank, 2).unwrap();
+                let before = in_use();
+                let adamw =
+                    AdamW::with_shard(&model, AdamWConfig::default(), precision, shard).unwrap();
+                measured.push(in_use() - before);
+                (model, adamw)
+            })
+            .collect();
+        // Measured by the allocator: the shares add up to the whole, each near half of it.
+        assert_eq!(measured[0] + measured[1], whole_bytes, "{precision:?}");
+        assert!(
+            measured.iter().all(|&b| b * 100 <= whole_bytes * 52),
+            "{precision:?}: {measured:?} of {whole_bytes}"
+        );
+        let weights = |model: &dyn Module| -> Vec<Vec<f64>> {
+            model
+                .parameters()
+                .iter()
+                .map(|p| p.to_f64().unwrap())
+                .collect()
+        };
+        for _ in 0..2 {
+            let before = weights(&whole_model);
+            let grads = gradients(&whole_model);
+            whole.step(&mut whole_model, &grads, 1.0).unwrap();
+            for (model, adamw) in &mut ranks {
+                let grads = gradients(model);
+                adamw.step(model, &grads, 1.0).unwrap();
+            }
+            // The owners' weights are the new weights; a data-parallel run broadcasts them.
+            let owners = ranks[0].1.buffers().shard().clone();
+            let fresh: Vec<Tensor> = whole_model.parameters();
+            for (index, want) in fresh.iter().enumerate() {
+                let owner = owners.owner(index).unwrap();
+                let got = ranks[owner].0.parameters()[index].to_f64().unwrap();
+                let other = ranks[1 - owner].0.parameters()[index].to_f64().unwrap();
+                assert!(
+                    got == want.to_f64().unwrap() && other == before[index],
+                    "{precision:?}, parameter {index}: only its owner updates it, as one state does"
+                );
+            }
+            for (model, _) in &mut ranks {
+                let mut at = 0;
+                model
+                    .visit_mut(&mut |_, param| {
+                        *param.array_mut() = fresh[at].array().deep_copy()?;
+                        at += 1;
+                        Ok(())
+                    })
+                    .unwrap();
+            }
+        }
+        let bytes: Vec<u64> = ranks.iter().map(|(_, a)| a.state_bytes()).collect();
+        assert_eq!(bytes[0] + bytes[1], whole.state_bytes(), "{precision:?}");
+        let whole_names: Vec<String> = whole.state().0.into_iter().map(|(n, _)| n).collect();
+        let mut kept: Vec<String> = ranks
+            .iter()
+            .flat_map(|(_, a)| a.state().0.into_iter().map(|(n, _)| n))
+            .collect();
+        kept.sort();
+        let mut sorted = whole_names.clone();
+        sorted.sort();
+        assert_eq!(kept, sorted, "every buffer kept once");
+        for (rank, (model, adamw)) in ranks.iter_mut().enumerate() {
+            let (mut shared, mut own) = (Vec::new(), Vec::new());
+            let names: Vec<String> = adamw.state().0.into_iter().map(|(n, _)| n).collect();
+            let model = &*model;
+            let buffers = adamw.buffers_mut();
+            buffers
+                .share_buffers(model, &mut |owner, name, array| {
+                    shared.push(name.to_owned());
+                    if owner == rank {
+                        own.push(name.to_owned());
+                    } else {
+                        assert!(array.to_f64()?.iter().all(|&v| v == 0.0));
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(
+                shared, whole_names,
+                "rank {rank} shares every buffer in order"
+            );
+            assert_eq!(own, names, "rank {rank} sends what it keeps");
+        }
+    }
 }

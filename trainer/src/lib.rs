@@ -2,6 +2,7 @@
 
 mod artifacts;
 mod atomic_file;
+mod buckets;
 mod builder;
 pub mod callback;
 pub mod config;
@@ -34,6 +35,7 @@ mod record;
 mod resume;
 pub mod run_dir;
 pub mod saved_run;
+mod sharded_state;
 pub mod shards;
 mod state;
 mod step;
@@ -54,10 +56,10 @@ pub use metrics::{METRICS_FILE, read_all};
 pub use micro::{Change, MicroBatcher, SizeChange};
 pub use model::TrainModel;
 pub use plan::{ChunkProbe, Plan, Probe};
-pub use planner::plan;
+pub use planner::{fullest_rank, plan};
 pub use plots::{loss_curve, memory_timeline};
 pub use precision::{LossScaler, ScaleChange};
-pub use record::{OomRecord, StepRecord, Summary, TagBytes};
+pub use record::{OomRecord, RankPeak, StepRecord, Summary, TagBytes};
 pub use run_dir::Start;
 pub use state::{TrainerState, checkpoint_path};
 pub use step::{Oom, Phase, StepReport};

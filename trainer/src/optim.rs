@@ -1,14 +1,19 @@
 //! The optimizer and learning-rate schedule a configuration describes.
 
-use headroom_nn::{AdamW, AdamWConfig, LrSchedule, Module, Optimizer, Sgd, SgdConfig};
+use headroom_nn::{AdamW, AdamWConfig, LrSchedule, Module, Optimizer, Sgd, SgdConfig, StateShard};
 
 use crate::config::{OptimizerConfig, OptimizerKind, ScheduleKind};
 use crate::error::Result;
 
-/// The optimizer for `model`, its state allocated now.
+/// The optimizer for `model`, its state allocated now: all of it, or this rank's share where
+/// the configuration shards it over the ranks it was launched with.
 pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<Box<dyn Optimizer>> {
+    let shard = match (config.shard_state, config.launched_as) {
+        (true, Some((rank, ranks))) => StateShard::balanced(model, rank, ranks)?,
+        _ => StateShard::whole(model),
+    };
     Ok(match config.kind {
-        OptimizerKind::Adamw => Box::new(AdamW::with_state(
+        OptimizerKind::Adamw => Box::new(AdamW::with_shard(
             model,
             AdamWConfig {
                 lr: config.lr,
@@ -18,8 +23,9 @@ pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<B
                 weight_decay: config.weight_decay,
             },
             config.state.unwrap_or_default().precision(),
+            shard,
         )?),
-        OptimizerKind::Sgd => Box::new(Sgd::new(
+        OptimizerKind::Sgd => Box::new(Sgd::with_shard(
             model,
             SgdConfig {
                 lr: config.lr,
@@ -27,6 +33,7 @@ pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<B
                 weight_decay: config.weight_decay,
                 ..SgdConfig::default()
             },
+            shard,
         )?),
     })
 }

@@ -9,7 +9,8 @@
 //! user set is never shrunk, and the error then names it as what does not fit.
 
 use headroom_alloc::format_bytes;
-use headroom_kernels::{PlanTarget, Rates};
+use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
+use headroom_nn::StateShard;
 
 use std::sync::Arc;
 
@@ -18,12 +19,12 @@ use crate::data::Task;
 use crate::diagnosis::Failure;
 use crate::error::{Error, Result};
 use crate::head_chunk;
-use crate::memory::Budget;
+use crate::memory::{Budget, UNLIMITED};
 use crate::plan::{ChunkProbe, Plan, Probe};
 use crate::policy::{self, Candidate, PolicyKind, PolicyPlan};
 use crate::probe::{Probed, Prober};
 use crate::tag_bytes::TagBytes;
-use crate::trainable::{BuiltinModel, Knobs, ModelFactory};
+use crate::trainable::{BuiltinModel, Knobs, ModelFactory, ModelSettings};
 
 /// What every probe of one plan shares: the task, the budget, the device planned for, and the
 /// rates its steps are priced at (resolved once).
@@ -65,6 +66,22 @@ pub fn plan(
 ) -> Result<Plan> {
     let factory: Arc<dyn ModelFactory> = Arc::new(BuiltinModel(config.model.clone()));
     plan_with(config, task, &factory, budget, plan_target)
+}
+
+/// The rank of `ranks` that keeps the largest share of the optimizer state where `config`
+/// shards it (rank 0 where it does not): the rank whose plan is the tightest.
+pub fn fullest_rank(config: &TrainConfig, task: &Task, ranks: usize) -> Result<usize> {
+    if !config.optimizer.shard_state || ranks < 2 {
+        return Ok(0);
+    }
+    let device = Device::meta(DeviceConfig::new(UNLIMITED))?;
+    let model = BuiltinModel(config.model.clone()).build(
+        &device,
+        &task.train.shape(),
+        &ModelSettings::of(config),
+    )?;
+    let shard = StateShard::balanced(model.module(), 0, ranks)?;
+    Ok(shard.fullest(model.module()))
 }
 
 /// [`plan`] for the models `factory` builds, with the memory techniques they offer.

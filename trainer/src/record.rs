@@ -145,6 +145,21 @@ pub struct Summary {
     /// See `history_dropped`.
     #[serde(default, with = "crate::float_json::option")]
     pub history_dropped_until_s: Option<f64>,
+    /// Each rank's peaks in its last process, in a data-parallel run (empty for a run of one
+    /// process, whose peaks are the ones above).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankPeak>,
+}
+
+/// One rank's peaks, as its allocator measured them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPeak {
+    /// The rank.
+    pub rank: usize,
+    /// The highest bytes in use.
+    pub peak: u64,
+    /// The highest bytes of optimizer state (its share, where the state is sharded).
+    pub optimizer_state: u64,
 }
 
 impl fmt::Display for Summary {
@@ -222,6 +237,15 @@ impl fmt::Display for Summary {
         )?;
         for t in &self.peak_by_tag {
             writeln!(f, "  {:<16} {:>12}", t.tag, format_bytes(t.peak))?;
+        }
+        for r in &self.ranks {
+            writeln!(
+                f,
+                "rank {}: peak memory {}, optimizer state {}",
+                r.rank,
+                format_bytes(r.peak),
+                format_bytes(r.optimizer_state)
+            )?;
         }
         if self.history_dropped > 0 {
             writeln!(

@@ -7,7 +7,7 @@ use crate::config::TrainConfig;
 use crate::error::{Error, Result};
 
 /// Settings a resumed run may change, by dotted name or section prefix.
-const MAY_CHANGE: [&str; 12] = [
+const MAY_CHANGE: [&str; 14] = [
     "steps",
     "epochs",
     "run_dir",
@@ -20,6 +20,8 @@ const MAY_CHANGE: [&str; 12] = [
     "model.recompute",
     "data.prefetch",
     "precision.loss_scale",
+    "optimizer.shard_state",
+    "optimizer.in_backward",
 ];
 
 /// Compares the configuration the checkpoint's run had with the one resuming it. Returns the

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use headroom_kernels::Device;
-use headroom_nn::{Optimizer, checkpoint};
+use headroom_nn::Optimizer;
+use headroom_nn::checkpoint::{self, HostState};
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
@@ -85,7 +86,7 @@ impl TrainerState {
 pub fn save(
     path: &Path,
     model: &dyn TrainableModel,
-    optimizer: &dyn Optimizer,
+    optimizer: &HostState,
     state: &TrainerState,
     config: &TrainConfig,
 ) -> Result<()> {
@@ -94,7 +95,7 @@ pub fn save(
         (KEY.to_owned(), json),
         (CONFIG_KEY.to_owned(), config.to_toml()),
     ]);
-    Ok(checkpoint::save(
+    Ok(checkpoint::save_with_state(
         path,
         model.module(),
         Some(optimizer),

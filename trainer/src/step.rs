@@ -22,12 +22,14 @@ use headroom_kernels::{Array, DeviceKind};
 use headroom_nn::clip_grad_norm;
 use serde::{Deserialize, Serialize};
 
+use crate::buckets::sum_in_buckets;
 use crate::data::HostBatch;
 use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
 use crate::in_backward::step_in_backward;
 use crate::micro::MicroBatcher;
 use crate::precision::ScaleChange;
+use crate::sharded_state;
 use crate::step_context::Forward;
 pub use crate::step_context::StepContext;
 use crate::world::Launch;
@@ -100,9 +102,10 @@ pub enum Sizes<'a> {
 /// anything else is posted: an error anywhere stops every rank; an out-of-memory anywhere makes
 /// every rank halve its micro-batch size, and the rank that ran out redoes the samples it had
 /// not done, keeping what every rank accumulated. Once no rank has samples left, the gradients
-/// and the loss are summed over the ranks and every rank makes the same update. The update
-/// inside the backward pass is a one-process technique: a data-parallel step accumulates and
-/// updates after.
+/// and the loss are summed over the ranks and every rank makes the same update; where the
+/// optimizer's state is sharded, each rank updates the parameters whose state it keeps and
+/// broadcasts them to the others. The update inside the backward pass is a
+/// one-process technique: a data-parallel step accumulates and updates after.
 pub fn train_step(
     ctx: &mut StepContext<'_>,
     batch: &HostBatch,
@@ -238,7 +241,7 @@ pub fn train_step(
             }
         }
     }
-    if launch.is_distributed() {
+    if launch.is_distributed() || ctx.ranks > 1 {
         loss = sum_over_ranks(ctx, &mut total, loss)?;
     }
     let (finite, grad_norm) = match updated_in_backward {
@@ -246,6 +249,13 @@ pub fn train_step(
         None => update_absorbing_oom(ctx, &total, samples, step, &sizes, &mut ooms)?,
     };
     drop(total);
+    // Every rank saw the same summed gradients, so all updated or none did.
+    if let Some(world) = ctx.world.as_deref_mut()
+        && finite
+        && sharded_state::is_sharded(&*ctx.optimizer)
+    {
+        sharded_state::broadcast_from_owners(world, ctx.model, &*ctx.optimizer)?;
+    }
     let scale_change = ctx.scaler.update(finite);
     Ok(StepReport {
         loss,
@@ -359,21 +369,15 @@ fn whole_batch(ctx: &mut StepContext<'_>, batch: &HostBatch) -> Result<(usize, u
     Ok((counts[0] as usize, counts[1] as usize))
 }
 
-/// Sums the gradients and `loss` over the ranks, each parameter's gradient in turn in the
-/// model's order (zeros where this rank's shard gave none); returns the summed loss.
+/// Sums the gradients over the ranks in buckets ([`crate::buckets`]; zeros where this rank's
+/// shard gave none), and `loss`; returns the summed loss. A planner's step for one rank, with no
+/// world, forms the buckets alone.
 fn sum_over_ranks(ctx: &mut StepContext<'_>, total: &mut Gradients, loss: f64) -> Result<f64> {
+    let params = ctx.model.module().parameters();
+    sum_in_buckets(ctx.world.as_deref_mut(), &params, total)?;
     let Some(world) = ctx.world.as_deref_mut() else {
         return Ok(loss);
     };
-    for param in ctx.model.module().parameters() {
-        let mut grad = match total.remove(&param) {
-            Some(grad) if !grad.is_shared() => grad,
-            Some(grad) => grad.deep_copy()?,
-            None => total.get_or_zeros(&param)?,
-        };
-        world.all_reduce(&mut grad, ReduceOp::Sum)?;
-        total.insert(&param, grad)?;
-    }
     let mut sum = Array::from_host(ctx.device, [1], &[loss])?;
     world.all_reduce(&mut sum, ReduceOp::Sum)?;
     Ok(sum.to_host::<f64>()?[0])

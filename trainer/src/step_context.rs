@@ -45,6 +45,9 @@ pub struct StepContext<'a> {
     pub in_backward: bool,
     /// The ranks of a data-parallel run; none for a run of one process.
     pub world: Option<&'a mut dyn Collective>,
+    /// The number of ranks the run was launched with. A planner's step for one rank of
+    /// several has no world, and does what a rank's step does to its memory alone.
+    pub ranks: usize,
 }
 
 impl<'a> StepContext<'a> {
@@ -65,6 +68,7 @@ impl<'a> StepContext<'a> {
             clip: config.optimizer.clip,
             in_backward: config.optimizer.in_backward.unwrap_or(false),
             world: None,
+            ranks: config.optimizer.launched_as.map_or(1, |(_, ranks)| ranks),
         }
     }
 

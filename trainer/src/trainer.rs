@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use headroom_dist::Collective;
 use headroom_kernels::Device;
+use headroom_nn::checkpoint::HostState;
 use headroom_nn::{LrSchedule, Optimizer};
 
 use crate::callback::{Callback, Callbacks};
@@ -26,6 +27,7 @@ use crate::model::TrainModel;
 use crate::plan::Plan;
 use crate::precision::LossScaler;
 use crate::record::{OomRecord, StepRecord};
+use crate::sharded_state;
 use crate::state::{self, TrainerState, checkpoint_path};
 use crate::step::{Sizes, StepContext, StepReport, train_step};
 use crate::tag_bytes::tag_bytes;
@@ -295,9 +297,14 @@ impl Trainer {
         (self.world.rank(), self.world.world_size())
     }
 
-    /// Writes the checkpoint of the run as it stands (rank 0 of a data-parallel run writes it
-    /// for every rank; the others write nothing).
-    pub fn save_checkpoint(&self) -> Result<()> {
+    /// Writes the checkpoint of the run as it stands. Rank 0 of a data-parallel run writes it
+    /// for every rank, the others nothing; where the optimizer's state is sharded, every rank
+    /// must call this at the same step, as they send rank 0 their shares.
+    pub fn save_checkpoint(&mut self) -> Result<()> {
+        let gathered = match sharded_state::is_sharded(&*self.optimizer) {
+            true => sharded_state::gather(&mut *self.world, &*self.model, &mut *self.optimizer)?,
+            false => None,
+        };
         if !self.files.writes {
             return Ok(());
         }
@@ -305,10 +312,14 @@ impl Trainer {
             dropout_calls: self.model.dropout_counter().map_or(0, |c| c.get()),
             ..self.state.clone()
         };
+        let optimizer = match gathered {
+            Some(gathered) => gathered,
+            None => HostState::of(&*self.optimizer)?,
+        };
         state::save(
             &checkpoint_path(&self.files.dir),
             &*self.model,
-            &*self.optimizer,
+            &optimizer,
             &state,
             &self.config,
         )

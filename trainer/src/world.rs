@@ -59,12 +59,14 @@ impl Launch {
     }
 
     /// `config` as the ranks of this launch run it: a data-parallel run updates after the
-    /// backward pass (every rank's gradients are needed first), and its batch gives every rank
-    /// a sample.
+    /// backward pass (every rank's gradients are needed first), its batch gives every rank a
+    /// sample, and its optimizer keeps this rank's share of the state where the configuration
+    /// shards it.
     pub fn prepare(self, mut config: TrainConfig) -> Result<TrainConfig> {
         if !self.is_distributed() {
             return Ok(config);
         }
+        config.optimizer.launched_as = Some((self.rank, self.size));
         if config.optimizer.in_backward == Some(true) {
             return Err(Error::config(format!(
                 "optimizer.in_backward: a data-parallel run ({} ranks) updates once the \

@@ -340,11 +340,10 @@ fn each_rank_plans_its_shard_and_peaks_as_predicted() {
         "--quiet",
     ];
     succeeded(mpirun(2).args(args).arg("--run-dir").arg(&dir.0));
-    let text = std::fs::read_to_string(dir.0.join("summary.json")).unwrap();
-    let summary: headroom_trainer::Summary = serde_json::from_str(&text).unwrap();
-    let plan = summary.plan.expect("the run was planned");
+    let whole = summary(&dir.0);
+    let plan = whole.plan.expect("the run was planned");
     assert_eq!(plan.micro, 32, "planned for a shard of 32 samples");
-    assert_eq!(summary.first_step_peak, Some(plan.predicted_peak));
+    assert_eq!(whole.first_step_peak, Some(plan.predicted_peak));
 
     let planned = succeeded(headroom().args(["plan", "--world-size", "2", "--batch-size", "64"]));
     assert!(
@@ -357,4 +356,131 @@ fn each_rank_plans_its_shard_and_peaks_as_predicted() {
             .map(str::to_owned)
     };
     assert_eq!(chosen(&planned), chosen(&alone), "{planned}\n{alone}");
+
+    // With the optimizer's state sharded, each rank plans for its share of it too.
+    let sharded = TempDir::new("dp-plan-sharded");
+    succeeded(
+        mpirun(2)
+            .args(args)
+            .arg("--shard-state")
+            .arg("--run-dir")
+            .arg(&sharded.0),
+    );
+    let sharded = summary(&sharded.0);
+    let plan = sharded.plan.expect("the run was planned");
+    assert_eq!(sharded.first_step_peak, Some(plan.predicted_peak));
+    let planned = succeeded(headroom().args([
+        "plan",
+        "--world-size",
+        "2",
+        "--batch-size",
+        "64",
+        "--shard-state",
+    ]));
+    assert!(
+        planned.contains("this is the plan of rank 0, which keeps the largest share"),
+        "{planned}"
+    );
+}
+
+/// The summary of the run in `dir`.
+fn summary(dir: &Path) -> headroom_trainer::Summary {
+    let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// With the optimizer's state sharded (ZeRO stage 1), each of two ranks keeps and updates half
+/// of AdamW's moments, as its allocator measures them, and the run is the run whose every rank
+/// keeps all of them, bit for bit: the same weights and, gathered into the checkpoint, the
+/// same state.
+#[test]
+fn two_ranks_sharding_the_optimizer_state_keep_half_of_it_each_and_train_alike() {
+    if mpi_missing() {
+        return;
+    }
+    let (whole, sharded) = (TempDir::new("dp-whole"), TempDir::new("dp-sharded"));
+    train(mpirun(2), &[], &whole.0);
+    train(mpirun(2), &["--shard-state"], &sharded.0);
+    common::assert_same_checkpoints(&whole.0, &sharded.0);
+    assert_eq!(losses(&whole.0), losses(&sharded.0));
+
+    let (whole, sharded) = (summary(&whole.0).ranks, summary(&sharded.0).ranks);
+    assert_eq!(whole.len(), 2, "each rank's peaks are in the summary");
+    assert_eq!(sharded.len(), 2);
+    let all = whole[0].optimizer_state;
+    assert!(
+        all > 0 && whole.iter().all(|r| r.optimizer_state == all),
+        "{whole:?}"
+    );
+    assert_eq!(
+        sharded[0].optimizer_state + sharded[1].optimizer_state,
+        all,
+        "every buffer on one rank: {sharded:?}"
+    );
+    for rank in &sharded {
+        let share = rank.optimizer_state as f64 / all as f64;
+        assert!(
+            (0.45..=0.55).contains(&share),
+            "rank {} keeps {share:.3} of the state",
+            rank.rank
+        );
+        assert!(
+            rank.peak < whole[rank.rank].peak,
+            "{sharded:?} against {whole:?}"
+        );
+    }
+}
+
+/// A checkpoint of a sharded state holds the whole state, gathered: two sharded ranks resume
+/// it exactly, one process resumes it and two sharded ranks resume one process's checkpoint,
+/// each training on as one process does.
+#[test]
+fn a_sharded_checkpoint_resumes_on_any_number_of_ranks() {
+    if mpi_missing() {
+        return;
+    }
+    let config = TempDir::new("dp-reshard-config");
+    let constant = config.0.join("constant.toml");
+    // A constant learning rate: a run of 3 steps resumed to 6 trains as one run of 6 does.
+    std::fs::write(&constant, "[optimizer]\nschedule = \"constant\"\n").unwrap();
+    let constant = constant.to_str().unwrap();
+    let run = |mut command: Command, steps: &str, extra: &[&str], dir: &TempDir| {
+        succeeded(
+            command
+                .args(["train", "--steps", steps, "--batch-size", "16"])
+                .args([
+                    "--micro-batch",
+                    "4",
+                    "--eval-every",
+                    "0",
+                    "--config",
+                    constant,
+                ])
+                .args(extra)
+                .args(["--quiet", "--run-dir"])
+                .arg(&dir.0),
+        )
+    };
+    let sharded = ["--shard-state"];
+    let straight = TempDir::new("dp-reshard-straight");
+    run(mpirun(2), "6", &sharded, &straight);
+    let alone = TempDir::new("dp-reshard-alone");
+    run(headroom(), "6", &[], &alone);
+
+    // Two sharded ranks, then two sharded ranks again: exact.
+    let again = TempDir::new("dp-reshard-again");
+    run(mpirun(2), "3", &sharded, &again);
+    run(mpirun(2), "6", &["--shard-state", "--resume"], &again);
+    common::assert_same_checkpoints(&straight.0, &again.0);
+
+    // Two sharded ranks, then one process; one process, then two sharded ranks.
+    let to_one = TempDir::new("dp-reshard-to-one");
+    run(mpirun(2), "3", &sharded, &to_one);
+    run(headroom(), "6", &["--resume"], &to_one);
+    let to_two = TempDir::new("dp-reshard-to-two");
+    run(headroom(), "3", &[], &to_two);
+    run(mpirun(2), "6", &["--shard-state", "--resume"], &to_two);
+    for dir in [&to_one, &to_two] {
+        assert_same_losses(&alone.0, &dir.0, 6);
+    }
 }

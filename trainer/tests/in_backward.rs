@@ -185,6 +185,10 @@ fn settings_that_need_every_gradient_first_are_refused_with_it() {
     scaled.precision.dtype = PrecisionKind::F16;
     let err = scaled.validate().unwrap_err().to_string();
     assert!(err.contains("f16 loss scaling"), "{err}");
+    let mut sharded = config(&dir, true);
+    sharded.optimizer.shard_state = true;
+    let err = sharded.validate().unwrap_err().to_string();
+    assert!(err.contains("optimizer.shard_state"), "{err}");
     let mut sgd = config(&dir, false);
     sgd.optimizer.kind = headroom_trainer::config::OptimizerKind::Sgd;
     sgd.optimizer.state = Some(StateKind::Int8);

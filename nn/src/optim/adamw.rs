@@ -4,7 +4,7 @@ use headroom_autograd::Tensor;
 use headroom_kernels::Array;
 use headroom_kernels::ops::optim::{Update, adamw_step, adamw_step_8bit};
 
-use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision, UpdateRule};
+use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision, StateShard, UpdateRule};
 use crate::error::{Error, Result};
 use crate::module::Module;
 
@@ -33,9 +33,20 @@ impl AdamW {
         config: super::AdamWConfig,
         precision: StatePrecision,
     ) -> Result<Self> {
+        Self::with_shard(model, config, precision, StateShard::whole(model))
+    }
+
+    /// AdamW that keeps, in `precision`, the moments of the parameters `shard` gives this rank,
+    /// and updates those parameters alone.
+    pub fn with_shard(
+        model: &dyn Module,
+        config: super::AdamWConfig,
+        precision: StatePrecision,
+        shard: StateShard,
+    ) -> Result<Self> {
         Ok(Self {
             config,
-            state: OptimizerState::zeroed(model, &BUFFERS, precision)?,
+            state: OptimizerState::zeroed_shard(model, &BUFFERS, precision, shard)?,
         })
     }
 

@@ -5,6 +5,7 @@ mod adamw;
 mod clip;
 mod schedule;
 mod sgd;
+mod shard;
 mod state;
 
 use headroom_autograd::{Gradients, Tensor};
@@ -19,6 +20,7 @@ pub use headroom_kernels::ops::optim::AdamW as AdamWConfig;
 pub use headroom_kernels::ops::optim::Sgd as SgdConfig;
 pub use schedule::LrSchedule;
 pub use sgd::Sgd;
+pub use shard::StateShard;
 pub use state::{OptimizerState, StateBuffer, StatePrecision, UpdateRule};
 
 /// Updates a model's parameters from their gradients. State (moments, momentum) is allocated

@@ -4,7 +4,7 @@ use headroom_autograd::Tensor;
 use headroom_kernels::Array;
 use headroom_kernels::ops::optim::{Update, sgd_step};
 
-use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision, UpdateRule};
+use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision, StateShard, UpdateRule};
 use crate::error::{Error, Result};
 use crate::module::Module;
 
@@ -22,6 +22,16 @@ pub struct Sgd {
 impl Sgd {
     /// SGD for `model`'s parameters, its momentum buffers (if any) allocated now.
     pub fn new(model: &dyn Module, config: super::SgdConfig) -> Result<Self> {
+        Self::with_shard(model, config, StateShard::whole(model))
+    }
+
+    /// SGD that keeps the momentum buffers of the parameters `shard` gives this rank, and
+    /// updates those parameters alone.
+    pub fn with_shard(
+        model: &dyn Module,
+        config: super::SgdConfig,
+        shard: StateShard,
+    ) -> Result<Self> {
         if config.nesterov && (config.momentum <= 0.0 || config.dampening != 0.0) {
             return Err(Error::config(
                 "sgd",
@@ -35,7 +45,7 @@ impl Sgd {
         };
         Ok(Self {
             config,
-            state: OptimizerState::zeroed(model, buffers, StatePrecision::Full)?,
+            state: OptimizerState::zeroed_shard(model, buffers, StatePrecision::Full, shard)?,
         })
     }
 }

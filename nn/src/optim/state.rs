@@ -2,10 +2,12 @@
 //! its buffers (moments, momentum), named as PyTorch's state dict names them, in the precision
 //! the optimizer was built with.
 
+use headroom_alloc::Tag;
 use headroom_autograd::{Gradients, Tensor};
 use headroom_kernels::ops::optim::{Quantized, Update};
 use headroom_kernels::{Array, DType, Device};
 
+use super::StateShard;
 use crate::error::{Error, Result};
 use crate::module::Module;
 
@@ -48,9 +50,14 @@ pub enum StateBuffer {
 }
 
 impl StateBuffer {
-    /// Zeros for `param` in `precision`, tagged as optimizer state.
-    fn zeros(device: &Device, param: &Tensor, precision: StatePrecision) -> Result<Self> {
-        let _tag = device.scoped_tag(headroom_alloc::Tag::OPTIMIZER_STATE);
+    /// Zeros for `param` in `precision`, tagged `tag`.
+    fn zeros(
+        device: &Device,
+        param: &Tensor,
+        precision: StatePrecision,
+        tag: headroom_alloc::Tag,
+    ) -> Result<Self> {
+        let _tag = device.scoped_tag(tag);
         let shape = param.shape().clone();
         Ok(match precision {
             StatePrecision::Full => Self::Plain(Array::zeros(device, shape, param.dtype())?),
@@ -65,6 +72,14 @@ impl StateBuffer {
         match self {
             Self::Plain(array) => vec![("", array)],
             Self::Quantized(q) => vec![("", &q.codes), ("_absmax", &q.scales)],
+        }
+    }
+
+    /// The same, mutably.
+    fn arrays_mut(&mut self) -> Vec<(&'static str, &mut Array)> {
+        match self {
+            Self::Plain(array) => vec![("", array)],
+            Self::Quantized(q) => vec![("", &mut q.codes), ("_absmax", &mut q.scales)],
         }
     }
 
@@ -105,24 +120,34 @@ pub trait UpdateRule {
     ) -> Result<()>;
 }
 
-/// An optimizer's state: the updates done, and each parameter's buffers.
+/// An optimizer's state: the updates done, and each parameter's buffers, or this rank's share
+/// of them when a data-parallel run shards the state ([`StateShard`]).
 #[derive(Debug)]
 pub struct OptimizerState {
     /// Updates done so far.
     steps: u64,
-    /// The names of each parameter's buffers; every slot holds this many.
+    /// The names of each parameter's buffers; every slot this rank keeps holds this many.
     names: &'static [&'static str],
     /// How the buffers are stored.
     precision: StatePrecision,
     /// One per parameter, in the model's visiting order.
     slots: Vec<Slot>,
+    /// Which rank keeps each slot's buffers; it assigns one owner to each slot.
+    shard: StateShard,
 }
 
 /// The buffers of one parameter.
 #[derive(Debug)]
 struct Slot {
     name: String,
+    /// One per name of the state's, or none where another rank keeps them.
     buffers: Vec<StateBuffer>,
+}
+
+/// The name of the array of `suffix` of buffer `buffer` of parameter `param`, as a state dict
+/// names it.
+fn key(param: &str, buffer: &str, suffix: &str) -> String {
+    format!("{param}.{buffer}{suffix}")
 }
 
 impl OptimizerState {
@@ -133,11 +158,32 @@ impl OptimizerState {
         names: &'static [&'static str],
         precision: StatePrecision,
     ) -> Result<Self> {
-        let mut params: Vec<(String, Tensor)> = Vec::new();
-        model.visit(&mut |name, t| params.push((name.to_owned(), t.clone())));
+        Self::zeroed_shard(model, names, precision, StateShard::whole(model))
+    }
+
+    /// The same for the parameters whose state `shard` gives this rank; the other slots hold
+    /// no buffers.
+    pub fn zeroed_shard(
+        model: &dyn Module,
+        names: &'static [&'static str],
+        precision: StatePrecision,
+        shard: StateShard,
+    ) -> Result<Self> {
+        let params = model.named_parameters();
+        if shard.len() != params.len() {
+            return Err(Error::config(
+                "optimizer state shard",
+                format!(
+                    "the shard assigns {} parameters, the model has {}",
+                    shard.len(),
+                    params.len()
+                ),
+            ));
+        }
         let slots = params
             .into_iter()
-            .map(|(name, t)| {
+            .enumerate()
+            .map(|(index, (name, t))| {
                 if precision != StatePrecision::Full
                     && !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)
                 {
@@ -149,9 +195,10 @@ impl OptimizerState {
                         ),
                     ));
                 }
-                let buffers = names
+                let kept = if shard.keeps(index) { names } else { &[] };
+                let buffers = kept
                     .iter()
-                    .map(|_| StateBuffer::zeros(t.device(), &t, precision))
+                    .map(|_| StateBuffer::zeros(t.device(), &t, precision, Tag::OPTIMIZER_STATE))
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Slot { name, buffers })
             })
@@ -161,7 +208,13 @@ impl OptimizerState {
             names,
             precision,
             slots,
+            shard,
         })
+    }
+
+    /// Which rank keeps each parameter's buffers.
+    pub fn shard(&self) -> &StateShard {
+        &self.shard
     }
 
     /// Updates done so far.
@@ -174,9 +227,9 @@ impl OptimizerState {
         self.precision
     }
 
-    /// One update: `rule` runs on each parameter that has a gradient, with the step's
-    /// [`Update`] (the step number, `grad_scale`, the parameter's index as its rounding
-    /// stream) and the parameter's buffers; then the count grows by one. Everything is checked
+    /// One update: `rule` runs on each parameter that has a gradient and whose state this rank
+    /// keeps, with the step's [`Update`] (the step number, `grad_scale`, the parameter's index
+    /// as its rounding stream) and the parameter's buffers; then the count grows by one. Everything is checked
     /// before anything is updated (names, shapes and dtypes of parameters, gradients and
     /// state, and that no other handle shares a parameter), so a refused step leaves the model
     /// as it was.
@@ -190,18 +243,18 @@ impl OptimizerState {
         self.check(model, grads)?;
         let step = Update::new(self.steps + 1).scaled(grad_scale);
         let mut index = 0;
-        let slots = &mut self.slots;
+        let (slots, shard) = (&mut self.slots, &self.shard);
         model.visit_mut(&mut |_, param| {
             let slot = &mut slots[index];
             index += 1;
             match grads.get(param) {
-                Some(grad) => rule.update(
+                Some(grad) if shard.keeps(index - 1) => rule.update(
                     step.on_stream(index as u64 - 1),
                     param,
                     grad,
                     &mut slot.buffers,
                 ),
-                None => Ok(()),
+                _ => Ok(()),
             }
         })?;
         self.steps += 1;
@@ -229,7 +282,17 @@ impl OptimizerState {
                 ),
             ));
         };
-        if let Some(problem) = problem(slot, self.precision, name, param, Some(grad)) {
+        if !self.shard.keeps(index) {
+            return Err(Error::config(
+                "optimizer step",
+                format!(
+                    "the state of parameter `{name}` is kept by rank {}, not this one (rank {})",
+                    self.shard.owner(index).unwrap_or(0),
+                    self.shard.rank()
+                ),
+            ));
+        }
+        if let Some(problem) = problem(slot, Some(self.precision), name, param, Some(grad)) {
             return Err(Error::config("optimizer step", problem));
         }
         let step = Update::new(self.steps + 1)
@@ -254,7 +317,10 @@ impl OptimizerState {
                 None => Some(format!(
                     "parameter `{name}` has no state: the optimizer was built for a smaller model"
                 )),
-                Some(slot) => problem(slot, self.precision, name, param, grads.get(param)),
+                Some(slot) => {
+                    let precision = self.shard.keeps(count).then_some(self.precision);
+                    problem(slot, precision, name, param, grads.get(param))
+                }
             };
             problems.extend(found);
             count += 1;
@@ -271,22 +337,59 @@ impl OptimizerState {
         }
     }
 
-    /// Every buffer, named `{parameter}.{buffer name}` (and `{...}_absmax` for the scales of
-    /// 8-bit state).
+    /// Every buffer this rank keeps, named `{parameter}.{buffer name}` (and `{...}_absmax` for
+    /// the scales of 8-bit state).
     pub fn named(&self) -> Vec<(String, Array)> {
         let mut out = Vec::new();
         for slot in &self.slots {
             for (buffer, n) in slot.buffers.iter().zip(self.names) {
                 for (suffix, array) in buffer.arrays() {
-                    out.push((format!("{}.{n}{suffix}", slot.name), array.clone()));
+                    out.push((key(&slot.name, n, suffix), array.clone()));
                 }
             }
         }
         out
     }
 
-    /// Replaces each buffer with `load(its name)`, which must have its shape and dtype, and the
-    /// count with `steps`. Nothing changes unless every buffer loads and fits.
+    /// Calls `share` with every buffer of every parameter of `model`, in [`named`]'s order
+    /// and names, and with the rank that keeps it: this rank's own buffers, and for the others
+    /// zeros of their shape and dtype on the parameter's device, tagged as workspace (for
+    /// `share` to receive them into, one parameter's at a time). The ranks of a sharded state gather it this way, each broadcasting
+    /// what it keeps.
+    ///
+    /// [`named`]: OptimizerState::named
+    pub fn share_buffers(
+        &mut self,
+        model: &dyn Module,
+        share: &mut dyn FnMut(usize, &str, &mut Array) -> Result<()>,
+    ) -> Result<()> {
+        self.check(model, &Gradients::default())?;
+        for (index, param) in model.parameters().iter().enumerate() {
+            let owner = self.shard.owner(index).unwrap_or(0);
+            let slot = &mut self.slots[index];
+            let mut received = Vec::new();
+            let buffers = if self.shard.keeps(index) {
+                &mut slot.buffers
+            } else {
+                for _ in self.names {
+                    let zeros =
+                        StateBuffer::zeros(param.device(), param, self.precision, Tag::WORKSPACE);
+                    received.push(zeros?);
+                }
+                &mut received
+            };
+            for (buffer, n) in buffers.iter_mut().zip(self.names) {
+                for (suffix, array) in buffer.arrays_mut() {
+                    share(owner, &key(&slot.name, n, suffix), array)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces each buffer this rank keeps with `load(its name)`, which must have its shape
+    /// and dtype, and the count with `steps`. Nothing changes unless every buffer loads and
+    /// fits.
     pub fn load(&mut self, load: &dyn Fn(&str) -> Result<Array>, steps: u64) -> Result<()> {
         let mut loaded = Vec::with_capacity(self.slots.len());
         for slot in &self.slots {
@@ -295,7 +398,7 @@ impl OptimizerState {
                 let olds = old.arrays();
                 let mut at = 0;
                 let new = old.reloaded(&mut |suffix| {
-                    let key = format!("{}.{n}{suffix}", slot.name);
+                    let key = key(&slot.name, n, suffix);
                     let new = load(&key)?;
                     let (_, old) = olds[at];
                     at += 1;
@@ -336,10 +439,11 @@ impl OptimizerState {
     }
 }
 
-/// Why `slot` cannot take a step of parameter `name` with gradient `grad`, if it cannot.
+/// Why `slot` cannot take a step of parameter `name` with gradient `grad`, if it cannot; its
+/// buffers are checked against `precision` where this rank keeps them (`Some`).
 fn problem(
     slot: &Slot,
-    precision: StatePrecision,
+    precision: Option<StatePrecision>,
     name: &str,
     param: &Tensor,
     grad: Option<&Array>,
@@ -350,7 +454,9 @@ fn problem(
             "parameter `{name}` where the optimizer expected `{}`",
             slot.name
         ))
-    } else if !slot.buffers.iter().all(|b| b.fits(param, precision)) {
+    } else if let Some(precision) = precision
+        && !slot.buffers.iter().all(|b| b.fits(param, precision))
+    {
         Some(format!(
             "parameter `{name}` is {} of {}, its state ({precision:?}) is not",
             param.shape(),

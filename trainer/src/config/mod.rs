@@ -382,6 +382,16 @@ pub struct OptimizerConfig {
     /// `memory.policy = "manual"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_backward: Option<bool>,
+    /// Shard the optimizer's state over the ranks of a data-parallel run (ZeRO stage 1): each
+    /// rank keeps the state of its share of the parameters, updates those and sends them to
+    /// the others. A run of one process keeps all of it. Not with `in_backward`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shard_state: bool,
+    /// This process's rank and the number of ranks, as the launcher started it: set at launch,
+    /// never read from or written to a file. With `shard_state` it decides which share of the
+    /// state the optimizer keeps.
+    #[serde(skip)]
+    pub launched_as: Option<(usize, usize)>,
     /// `constant` or `warmup-cosine`.
     pub schedule: ScheduleKind,
     /// Warmup steps.
@@ -403,6 +413,8 @@ impl Default for OptimizerConfig {
             clip: 1.0,
             state: None,
             in_backward: None,
+            shard_state: false,
+            launched_as: None,
             schedule: ScheduleKind::WarmupCosine,
             warmup: 50,
             min_lr_ratio: 0.1,

@@ -78,6 +78,10 @@ pub struct Overrides {
     /// (optimizer.in_backward; needs --clip 0).
     #[arg(long)]
     pub optimizer_in_backward: bool,
+    /// Shard the optimizer's state over the ranks of a data-parallel run, ZeRO stage 1
+    /// (optimizer.shard_state).
+    #[arg(long)]
+    pub shard_state: bool,
     /// The largest global gradient norm (0: no clipping).
     #[arg(long)]
     pub clip: Option<f64>,
@@ -219,6 +223,9 @@ impl Overrides {
         }
         if self.optimizer_in_backward {
             config.optimizer.in_backward = Some(true);
+        }
+        if self.shard_state {
+            config.optimizer.shard_state = true;
         }
         set(&mut config.optimizer.clip, self.clip);
         set(&mut config.seed, self.seed);

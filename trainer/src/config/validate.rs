@@ -208,6 +208,13 @@ impl TrainConfig {
         );
         if o.in_backward == Some(true) {
             check(
+                !o.shard_state,
+                "optimizer.in_backward: each parameter is updated by the rank that keeps its \
+                 state (optimizer.shard_state), once every rank's gradients are summed after the \
+                 backward pass; turn one of them off"
+                    .into(),
+            );
+            check(
                 o.clip == 0.0,
                 format!(
                     "optimizer.in_backward: clipping by the global norm (optimizer.clip = {}) \

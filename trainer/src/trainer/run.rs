@@ -9,6 +9,8 @@
 
 use std::time::Instant;
 
+use headroom_alloc::Tag;
+use headroom_kernels::{Array, DType};
 use indicatif::ProgressBar;
 
 use super::Trainer;
@@ -18,7 +20,7 @@ use crate::callback::Flow;
 use crate::error::{Error, Result};
 use crate::metrics::MetricsLog;
 use crate::progress;
-use crate::record::Summary;
+use crate::record::{RankPeak, Summary};
 use crate::state::checkpoint_path;
 
 /// How the loop of steps ended.
@@ -80,7 +82,8 @@ impl Trainer {
                 return Err(err);
             }
         };
-        let summary = self.summary(diverged_at);
+        let mut summary = self.summary(diverged_at);
+        summary.ranks = self.rank_peaks()?;
         if writes {
             artifacts::write(&dir, &summary, &self.device, self.files.trace.as_deref())?;
         }
@@ -167,10 +170,10 @@ impl Trainer {
             );
             return Ok(Flow::Continue);
         }
+        self.save_checkpoint()?;
         if !self.files.writes {
             return Ok(Flow::Continue);
         }
-        self.save_checkpoint()?;
         artifacts::flush_trace(&self.device, self.files.trace.as_deref());
         tracing::debug!(step = self.state.step, "checkpoint written");
         let (step, path) = (self.state.step, checkpoint_path(&self.files.dir));
@@ -205,6 +208,35 @@ impl Trainer {
             stopped_at: self.stopped_at,
             history_dropped,
             history_dropped_until_s,
+            ranks: Vec::new(),
         }
+    }
+
+    /// Each rank's peak in use and peak of optimizer state, gathered from every rank of a
+    /// data-parallel run (none for a run of one process). Every rank must call it.
+    fn rank_peaks(&mut self) -> Result<Vec<RankPeak>> {
+        let ranks = self.world.world_size();
+        if ranks < 2 {
+            return Ok(Vec::new());
+        }
+        let stats = self.device.allocator().stats();
+        let state = stats
+            .tags
+            .iter()
+            .find(|t| t.tag == Tag::OPTIMIZER_STATE)
+            .map_or(0, |t| t.peak);
+        let mine = Array::from_host(&self.device, [2], &[stats.peak_in_use as f64, state as f64])?;
+        let mut all = Array::zeros(&self.device, [2 * ranks], DType::F64)?;
+        self.world.all_gather(&mine, &mut all)?;
+        let all = all.to_host::<f64>()?;
+        Ok(all
+            .chunks(2)
+            .enumerate()
+            .map(|(rank, peaks)| RankPeak {
+                rank,
+                peak: peaks[0] as u64,
+                optimizer_state: peaks[1] as u64,
+            })
+            .collect())
     }
 }

@@ -12,7 +12,9 @@ use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
 use headroom_trainer::run_dir::latest_trace;
 use headroom_trainer::world::Launch;
-use headroom_trainer::{Error, Result, Start, Summary, Trainer, device, plan, read_all};
+use headroom_trainer::{
+    Error, Result, Start, Summary, Trainer, device, fullest_rank, plan, read_all,
+};
 use tracing_subscriber::EnvFilter;
 
 mod model_use;
@@ -157,16 +159,28 @@ fn train(args: &TrainArgs) -> Result<()> {
 }
 
 fn plan_only(args: &PlanArgs) -> Result<()> {
-    let launch = Launch {
-        rank: 0,
-        size: args.world_size as usize,
-    };
-    let whole = launch.prepare(args.run.config()?)?;
+    let requested = args.run.config()?;
+    let task = Task::from_config(&requested.data, &requested.model, requested.seed)?;
+    let size = args.world_size as usize;
+    // The rank planned for: the one that keeps the most optimizer state, where it is sharded.
+    let rank = fullest_rank(
+        &Launch { rank: 0, size }.prepare(requested.clone())?,
+        &task,
+        size,
+    )?;
+    let launch = Launch { rank, size };
+    let whole = launch.prepare(requested)?;
     let mut config = launch.rank_config(&whole);
     if launch.is_distributed() {
         say(format_args!(
             "each of {} ranks plans for its shard: {} samples of each batch of {}",
             launch.size, config.batch.size, whole.batch.size
+        ))?;
+    }
+    if launch.is_distributed() && whole.optimizer.shard_state {
+        say(format_args!(
+            "the optimizer state is sharded over the ranks: this is the plan of rank {rank}, \
+             which keeps the largest share"
         ))?;
     }
     if args.calibrate {
@@ -191,7 +205,6 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
         config.memory.rates = headroom_trainer::rates::RatesKind::Calibrated;
     }
     let (budget, target, absent) = device::planning(&config)?;
-    let task = Task::from_config(&config.data, &config.model, config.seed)?;
     if let Some(note) = absent {
         say(note)?;
     }
