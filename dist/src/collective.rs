@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use headroom_kernels::Array;
+use headroom_kernels::{Array, Device};
 
 use crate::Result;
 
@@ -35,6 +35,9 @@ pub trait Collective {
 
     /// The number of ranks.
     fn world_size(&self) -> usize;
+
+    /// The device this rank's arrays live on.
+    fn device(&self) -> &Device;
 
     /// Replaces `array` on every rank by the reduction of the ranks' arrays.
     fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> Result<()>;

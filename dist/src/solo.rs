@@ -54,6 +54,10 @@ impl Collective for Solo {
         1
     }
 
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
     fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> Result<()> {
         self.on_device("all_reduce", array)?;
         reducible("all_reduce", op, array.dtype())?;

@@ -1,22 +1,24 @@
 //! Gradients summed over the ranks in buckets, as PyTorch's DistributedDataParallel sums them.
-//! Consecutive parameters' gradients (in the model's order, of one dtype) are flattened into one
-//! buffer of at most [`BUCKET_BYTES`], summed in one all-reduce and cut back into gradients: a
-//! few large all-reduces cost less than many small ones, each of which pays the collective's
-//! latency. The price is one bucket of memory while it is formed. A gradient as large as a
-//! bucket or larger is summed in place, alone, at no memory cost.
+//! Consecutive parameters' gradients (in the model's order, of one dtype) are copied into one
+//! flat buffer of at most [`BUCKET_BYTES`], summed in one all-reduce and copied back: a few
+//! large all-reduces cost less than many small ones, each of which pays the collective's
+//! latency. The price is one bucket of memory while it is summed, and the one allocation of the
+//! phase; the ranks agree that every rank formed it before summing it. A gradient as large as
+//! a bucket or larger is summed in place, alone, at no memory cost.
 //!
 //! A planner's step for one rank of several, on a meta device with no world to sum over, forms
 //! and cuts the same buckets, so that the plan counts their memory.
 
 use std::ops::Range;
 
-use headroom_alloc::Tag;
+use headroom_alloc::{OomReport, Tag};
 use headroom_autograd::{Gradients, Tensor};
-use headroom_dist::{Collective, ReduceOp};
+use headroom_dist::ReduceOp;
 use headroom_kernels::Array;
-use headroom_kernels::ops::layout::{concat, split};
+use headroom_kernels::ops::data::copy_range;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::step_context::StepContext;
 
 /// The most bytes of gradients one all-reduce sums (PyTorch DDP's default `bucket_cap_mb`).
 pub const BUCKET_BYTES: u64 = 25 << 20;
@@ -46,43 +48,120 @@ pub fn buckets(params: &[Tensor], cap: u64) -> Vec<Range<usize>> {
     out
 }
 
-/// Sums the gradients of `params` in `total` over the ranks of `world` (zeros stand for those
-/// this rank has none of), bucket by bucket; without a world the buckets are formed and cut
-/// alone, as a rank forms them.
+/// How far a rank got in readying a bucket; the ranks agree on the worst (the largest).
+mod readiness {
+    /// Its gradients are in the flat buffer (or it is one gradient, summed in place).
+    pub const FLAT: f64 = 0.0;
+    /// The flat buffer did not fit: the gradients are summed in place, one by one.
+    pub const IN_PLACE: f64 = 1.0;
+    /// It could not gather its gradients: the step fails on every rank.
+    pub const FAILED: f64 = 2.0;
+}
+
+/// Sums the gradients of `params` in `total` over the ranks of `ctx`'s world (zeros stand for
+/// those this rank has none of), bucket by bucket. Before each bucket is summed the ranks
+/// agree on whether every rank formed it: where one could not (its flat buffer did not fit),
+/// every rank sums that bucket's gradients in place instead, to the same values; where one
+/// could not even gather its gradients, every rank fails step `step` naming it. Without a
+/// world the buckets are formed alone, as a rank forms them. Returns the reports of this rank's
+/// buckets that did not fit.
 pub fn sum_in_buckets(
-    mut world: Option<&mut (dyn Collective + '_)>,
+    ctx: &mut StepContext<'_>,
     params: &[Tensor],
     total: &mut Gradients,
-) -> Result<()> {
+    step: u64,
+) -> Result<Vec<OomReport>> {
+    let rank = ctx.launch().rank;
+    let mut absorbed = Vec::new();
     for bucket in buckets(params, BUCKET_BYTES) {
         let params = &params[bucket];
-        if let [param] = params {
-            let mut grad = take(total, param)?;
-            if let Some(world) = world.as_deref_mut() {
-                world.all_reduce(&mut grad, ReduceOp::Sum)?;
+        let mut grads = Vec::with_capacity(params.len());
+        let mut failure = None;
+        for param in params {
+            match take(total, param) {
+                Ok(grad) => grads.push(grad),
+                Err(err) => {
+                    failure = Some(err);
+                    break;
+                }
             }
-            total.insert(param, grad)?;
-            continue;
         }
-        let _tag = params[0].device().scoped_tag(Tag::GRADIENTS);
-        let mut flat = {
-            let pieces = params
-                .iter()
-                .map(|p| Ok(take(total, p)?.reshape([p.numel()])?))
-                .collect::<Result<Vec<Array>>>()?;
-            concat(&pieces.iter().collect::<Vec<_>>(), 0)?
+        let mut flat = None;
+        if failure.is_none() && params.len() > 1 {
+            match flatten(&grads) {
+                Ok(formed) => flat = Some(formed),
+                Err(err) => match err.oom_report() {
+                    Some(report) => absorbed.push(report.clone()),
+                    None => failure = Some(err),
+                },
+            }
+        }
+        let readiness = match (&failure, &flat) {
+            (Some(_), _) => readiness::FAILED,
+            (None, None) if params.len() > 1 => readiness::IN_PLACE,
+            (None, _) => readiness::FLAT,
         };
-        if let Some(world) = world.as_deref_mut() {
-            world.all_reduce(&mut flat, ReduceOp::Sum)?;
+        let failed_rank = if failure.is_some() {
+            rank as f64 + 1.0
+        } else {
+            0.0
+        };
+        let agreed = ctx.agree([readiness, failed_rank, 0.0, 0.0], ReduceOp::Max)?;
+        if let Some(err) = failure {
+            return Err(err);
         }
-        let sizes: Vec<usize> = params.iter().map(Tensor::numel).collect();
-        let pieces = split(&flat, 0, &sizes)?;
+        if agreed[0] == readiness::FAILED {
+            return Err(Error::PeerFailed {
+                step: step + 1,
+                rank: agreed[1] as usize - 1,
+                what: "an error gathering its gradients",
+            });
+        }
+        if agreed[0] == readiness::IN_PLACE {
+            flat = None;
+        }
+        match &mut flat {
+            Some(flat) => {
+                if let Some(world) = ctx.world.as_deref_mut() {
+                    world.all_reduce(flat, ReduceOp::Sum)?;
+                }
+                let mut at = 0;
+                for grad in &mut grads {
+                    let len = grad.numel();
+                    copy_range(flat, at, grad, 0, len)?;
+                    at += len;
+                }
+            }
+            None => {
+                for grad in &mut grads {
+                    if let Some(world) = ctx.world.as_deref_mut() {
+                        world.all_reduce(grad, ReduceOp::Sum)?;
+                    }
+                }
+            }
+        }
         drop(flat);
-        for (param, piece) in params.iter().zip(pieces) {
-            total.insert(param, piece.reshape(param.shape().clone())?)?;
+        for (param, grad) in params.iter().zip(grads) {
+            total.insert(param, grad)?;
         }
     }
-    Ok(())
+    Ok(absorbed)
+}
+
+/// `grads` one after the other in one new buffer, tagged as gradients.
+fn flatten(grads: &[Array]) -> Result<Array> {
+    let first = &grads[0];
+    let numel = grads.iter().map(Array::numel).sum::<usize>();
+    let mut flat = {
+        let _tag = first.device().scoped_tag(Tag::GRADIENTS);
+        Array::zeros(first.device(), [numel], first.dtype())?
+    };
+    let mut at = 0;
+    for grad in grads {
+        copy_range(grad, 0, &mut flat, at, grad.numel())?;
+        at += grad.numel();
+    }
+    Ok(flat)
 }
 
 /// `param`'s gradient out of `total`, in memory of its own (zeros where it has none).

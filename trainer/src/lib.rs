@@ -6,6 +6,7 @@ mod buckets;
 mod builder;
 pub mod callback;
 pub mod config;
+mod control;
 pub mod data;
 pub mod device;
 mod diagnosis;

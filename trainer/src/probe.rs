@@ -10,6 +10,7 @@ use headroom_alloc::OomReport;
 use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
 
 use crate::config::TrainConfig;
+use crate::control::Control;
 use crate::data::{HostBatch, Task};
 use crate::diagnosis::{Failure, diagnose};
 use crate::error::{Error, Result};
@@ -156,6 +157,14 @@ impl Prober {
         let (mut optimizer, mut model) = match built {
             Ok(parts) => parts,
             Err(err) => return out_of_memory(err),
+        };
+        // A rank of several holds its control buffer beside its model.
+        let _control = match config.optimizer.launched_as {
+            Some((_, ranks)) if ranks > 1 => match Control::new(&device) {
+                Ok(control) => Some(control),
+                Err(err) => return out_of_memory(err),
+            },
+            _ => None,
         };
         let indices: Vec<usize> = (0..config.batch.size.min(self.task.train.len())).collect();
         let batch = HostBatch::collect(&*self.task.train, &indices)?;

@@ -18,7 +18,7 @@
 use headroom_alloc::{OomReport, format_bytes};
 use headroom_autograd::{Gradients, SavedReport};
 use headroom_dist::ReduceOp;
-use headroom_kernels::{Array, DeviceKind};
+use headroom_kernels::DeviceKind;
 use headroom_nn::clip_grad_norm;
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +40,9 @@ use crate::world::Launch;
 pub enum Phase {
     /// A micro-batch's forward or backward pass, or the accumulation of its gradients.
     MicroBatch,
+    /// Summing the gradients over the ranks of a data-parallel run: a bucket that did not fit,
+    /// summed in place instead.
+    Gradients,
     /// Clipping and the optimizer update.
     Optimizer,
 }
@@ -47,7 +50,7 @@ pub enum Phase {
 /// An out-of-memory the step absorbed.
 #[derive(Debug, Clone)]
 pub struct Oom {
-    /// The micro-batch size that did not fit (or the batch, for the optimizer phase).
+    /// The micro-batch size that did not fit (or this rank's batch, for the other phases).
     pub micro: usize,
     /// Where.
     pub phase: Phase,
@@ -242,13 +245,14 @@ pub fn train_step(
         }
     }
     if launch.is_distributed() || ctx.ranks > 1 {
-        loss = sum_over_ranks(ctx, &mut total, loss)?;
+        loss = sum_over_ranks(ctx, &mut total, (loss, step, shard.len()), &mut ooms)?;
     }
-    let (finite, grad_norm) = match updated_in_backward {
-        Some(norm) => (true, norm),
-        None => update_absorbing_oom(ctx, &total, samples, step, &sizes, &mut ooms)?,
+    let updated = match updated_in_backward {
+        Some(norm) => Ok((true, norm)),
+        None => update_absorbing_oom(ctx, &total, samples, step, &sizes, &mut ooms),
     };
     drop(total);
+    let (finite, grad_norm) = agree_on_update(ctx, launch, step, updated)?;
     // Every rank saw the same summed gradients, so all updated or none did.
     if let Some(world) = ctx.world.as_deref_mut()
         && finite
@@ -308,13 +312,8 @@ impl Round {
                 Err(_) => flags[0] = rank,
             }
         }
-        if launch.is_distributed()
-            && let Some(world) = ctx.world.as_deref_mut()
-        {
-            let mut agreed = Array::from_host(ctx.device, [4], &flags)?;
-            world.all_reduce(&mut agreed, ReduceOp::Max)?;
-            let values = agreed.to_host::<f64>()?;
-            flags.copy_from_slice(&values);
+        if launch.is_distributed() {
+            flags = ctx.agree(flags, ReduceOp::Max)?;
         }
         Ok(if flags[0] > 0.0 {
             Self::Failed {
@@ -359,28 +358,60 @@ fn shrink_for_peer(sizes: &mut Sizes<'_>, step: u64, rank: usize, size: usize) -
 /// The samples and scored targets of the whole batch: `batch`'s, summed over the ranks in a
 /// data-parallel run.
 fn whole_batch(ctx: &mut StepContext<'_>, batch: &HostBatch) -> Result<(usize, usize)> {
-    let mine = (batch.len(), batch.scored());
-    let Some(world) = ctx.world.as_deref_mut().filter(|w| w.world_size() > 1) else {
-        return Ok(mine);
-    };
-    let mut counts = Array::from_host(ctx.device, [2], &[mine.0 as f64, mine.1 as f64])?;
-    world.all_reduce(&mut counts, ReduceOp::Sum)?;
-    let counts = counts.to_host::<f64>()?;
+    let mine = [batch.len() as f64, batch.scored() as f64, 0.0, 0.0];
+    let counts = ctx.agree(mine, ReduceOp::Sum)?;
     Ok((counts[0] as usize, counts[1] as usize))
 }
 
 /// Sums the gradients over the ranks in buckets ([`crate::buckets`]; zeros where this rank's
 /// shard gave none), and `loss`; returns the summed loss. A planner's step for one rank, with no
 /// world, forms the buckets alone.
-fn sum_over_ranks(ctx: &mut StepContext<'_>, total: &mut Gradients, loss: f64) -> Result<f64> {
+fn sum_over_ranks(
+    ctx: &mut StepContext<'_>,
+    total: &mut Gradients,
+    (loss, step, samples): (f64, u64, usize),
+    ooms: &mut Vec<Oom>,
+) -> Result<f64> {
     let params = ctx.model.module().parameters();
-    sum_in_buckets(ctx.world.as_deref_mut(), &params, total)?;
-    let Some(world) = ctx.world.as_deref_mut() else {
-        return Ok(loss);
+    for report in sum_in_buckets(ctx, &params, total, step)? {
+        tracing::warn!(
+            "step {}: {} forming a bucket of gradients; summing it in place",
+            step + 1,
+            describe(&report)
+        );
+        ooms.push(Oom {
+            micro: samples,
+            phase: Phase::Gradients,
+            report: Box::new(report),
+        });
+    }
+    Ok(ctx.agree([loss, 0.0, 0.0, 0.0], ReduceOp::Sum)?[0])
+}
+
+/// `updated`, this rank's update, once every rank of a data-parallel run has said whether its
+/// own succeeded: a rank whose update failed stops every rank, naming it.
+fn agree_on_update(
+    ctx: &mut StepContext<'_>,
+    launch: Launch,
+    step: u64,
+    updated: Result<(bool, f64)>,
+) -> Result<(bool, f64)> {
+    if !launch.is_distributed() {
+        return updated;
+    }
+    let failed = match updated {
+        Ok(_) => 0.0,
+        Err(_) => launch.rank as f64 + 1.0,
     };
-    let mut sum = Array::from_host(ctx.device, [1], &[loss])?;
-    world.all_reduce(&mut sum, ReduceOp::Sum)?;
-    Ok(sum.to_host::<f64>()?[0])
+    let agreed = ctx.agree([failed, 0.0, 0.0, 0.0], ReduceOp::Max)?;
+    match updated {
+        Ok(_) if agreed[0] > 0.0 => Err(Error::PeerFailed {
+            step: step + 1,
+            rank: agreed[0] as usize - 1,
+            what: "an error in its optimizer update",
+        }),
+        updated => updated,
+    }
 }
 
 /// [`update`], retried once after releasing cached memory when it runs out; a second

@@ -3,11 +3,12 @@
 
 use headroom_alloc::Tag;
 use headroom_autograd::{SavedReport, Tape, Tensor};
-use headroom_dist::Collective;
+use headroom_dist::{Collective, ReduceOp};
 use headroom_kernels::{Array, Device};
 use headroom_nn::Optimizer;
 
 use crate::config::{PrecisionKind, TrainConfig};
+use crate::control::{Control, Values};
 use crate::data::HostBatch;
 use crate::error::Result;
 use crate::precision::LossScaler;
@@ -45,6 +46,8 @@ pub struct StepContext<'a> {
     pub in_backward: bool,
     /// The ranks of a data-parallel run; none for a run of one process.
     pub world: Option<&'a mut dyn Collective>,
+    /// The buffer the ranks agree through (with a world of several ranks).
+    pub control: Option<&'a mut Control>,
     /// The number of ranks the run was launched with. A planner's step for one rank of
     /// several has no world, and does what a rank's step does to its memory alone.
     pub ranks: usize,
@@ -68,24 +71,38 @@ impl<'a> StepContext<'a> {
             clip: config.optimizer.clip,
             in_backward: config.optimizer.in_backward.unwrap_or(false),
             world: None,
+            control: None,
             ranks: config.optimizer.launched_as.map_or(1, |(_, ranks)| ranks),
         }
     }
 
-    /// The same context, its steps shared with the other ranks of `world`.
-    pub fn in_world(mut self, world: &'a mut dyn Collective) -> Self {
+    /// The same context, its steps shared with the other ranks of `world`, agreeing through
+    /// `control` (which a world of several ranks needs).
+    pub fn in_world(
+        mut self,
+        world: &'a mut dyn Collective,
+        control: Option<&'a mut Control>,
+    ) -> Self {
         self.world = Some(world);
+        self.control = control;
         self
+    }
+
+    /// `values` reduced by `op` over the ranks; this process's own in a run of one process.
+    pub(crate) fn agree(&mut self, values: Values, op: ReduceOp) -> Result<Values> {
+        match (self.world.as_deref_mut(), self.control.as_deref_mut()) {
+            (Some(world), Some(control)) if world.world_size() > 1 => {
+                control.all_reduce(world, values, op)
+            }
+            _ => Ok(values),
+        }
     }
 
     /// Where this process stands among the ranks of its run.
     pub fn launch(&self) -> Launch {
         self.world
             .as_deref()
-            .map_or(Launch { rank: 0, size: 1 }, |world| Launch {
-                rank: world.rank(),
-                size: world.world_size(),
-            })
+            .map_or(Launch { rank: 0, size: 1 }, Launch::of)
     }
 
     /// The forward pass of `batch` on the device, recorded on a new tape under the run's

@@ -17,6 +17,7 @@ use headroom_nn::{LrSchedule, Optimizer};
 
 use crate::callback::{Callback, Callbacks};
 use crate::config::TrainConfig;
+use crate::control::Control;
 use crate::data::{Loader, Position, Task};
 use crate::error::{Error, Result};
 use crate::eval::evaluate;
@@ -58,6 +59,8 @@ pub struct Trainer {
     callbacks: Callbacks,
     /// The processes the run trains on: this one alone, or the ranks of a data-parallel run.
     world: Box<dyn Collective + Send>,
+    /// The buffer the ranks of a data-parallel run agree through (none for one process).
+    control: Option<Control>,
     /// The step at which a callback stopped the run.
     stopped_at: Option<u64>,
 }
@@ -189,10 +192,7 @@ impl Trainer {
     fn step_with(&mut self, fixed: Option<&[usize]>) -> Result<StepReport> {
         let started = Instant::now();
         let next = self.state.next;
-        let part = Launch {
-            rank: self.world.rank(),
-            size: self.world.world_size(),
-        };
+        let part = Launch::of(&*self.world);
         let loader = self.loader.get_or_insert_with(|| {
             Loader::sharded(
                 self.task.train.clone(),
@@ -224,7 +224,7 @@ impl Trainer {
             &mut state.scaler,
             &self.config,
         )
-        .in_world(&mut *self.world);
+        .in_world(&mut *self.world, self.control.as_mut());
         let report = train_step(&mut ctx, &batch, state.step, sizes)?;
         if fixed.is_none() {
             let clean = report.ooms.is_empty() && report.peer_ooms == 0;
@@ -289,6 +289,12 @@ impl Trainer {
                 t.state.micro.size(),
             )
         })
+    }
+
+    /// The collective this run's ranks train over, for the next run of the same ranks
+    /// ([`start_in_world`](Self::start_in_world)).
+    pub fn into_world(self) -> Box<dyn Collective + Send> {
+        self.world
     }
 
     /// This process's rank and the number of ranks of its run (0 of 1 for a run of one

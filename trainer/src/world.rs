@@ -37,6 +37,14 @@ impl Launch {
         }
     }
 
+    /// Where `world` says this process stands.
+    pub fn of(world: &dyn Collective) -> Self {
+        Self {
+            rank: world.rank(),
+            size: world.world_size(),
+        }
+    }
+
     /// Whether a launcher started several processes.
     pub fn is_distributed(self) -> bool {
         self.size > 1

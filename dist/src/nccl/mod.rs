@@ -257,6 +257,10 @@ impl Collective for NcclCollective {
         self.world
     }
 
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
     fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce";
         let datatype = self.datatype(OP, array)?;

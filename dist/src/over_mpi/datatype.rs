@@ -20,7 +20,7 @@ pub(crate) fn datatype(dtype: DType) -> ffi::MPI_Datatype {
     }
 }
 
-/// Whether MPI cannot reduce `dtype` itself, so the reduction runs on its f32 widening.
+/// Whether MPI cannot reduce `dtype` itself, so the reduction runs on a wider float.
 pub(crate) fn widened(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16)
 }

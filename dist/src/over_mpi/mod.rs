@@ -92,15 +92,16 @@ impl MpiCollective {
         Ok(Array::new(&self.device, buffer, like.shape().clone())?)
     }
 
-    /// Starts one MPI call (`start`, which fills in its request) and waits for it. `arrays` are
-    /// the buffers it reads or writes: past the timeout they are kept alive for good, since MPI
-    /// may still use them.
-    fn run(
+    /// Starts one MPI call (`start`, which fills in its request) and waits for it. `arrays` and
+    /// `host` are the buffers it reads or writes: past the timeout they are kept alive for good,
+    /// since MPI may still use them; once it completes, `host` is handed back.
+    fn run<H>(
         &mut self,
         op: &'static str,
         arrays: &[&Array],
+        host: H,
         start: impl FnOnce(*mut ffi::MPI_Request) -> c_int,
-    ) -> Result<()> {
+    ) -> Result<H> {
         let (rank, world) = (self.rank, self.world);
         if self.universe.is_none() {
             return Err(Error::Backend {
@@ -137,13 +138,14 @@ impl MpiCollective {
                 return Err(failed("MPI_Test", code));
             }
             if done != 0 {
-                return Ok(());
+                return Ok(host);
             }
             let waited = began.elapsed();
             if waited >= self.timeout {
                 for array in arrays {
                     std::mem::forget((*array).clone());
                 }
+                std::mem::forget(host);
                 std::mem::forget(self.universe.take());
                 return Err(Error::Timeout {
                     op,
@@ -178,6 +180,18 @@ fn mpi_op(op: ReduceOp) -> ffi::MPI_Op {
     }
 }
 
+/// A copy of `array`'s elements in host memory, in words aligned for any element type.
+fn host_copy(array: &Array) -> Result<Vec<u64>> {
+    let bytes = array.to_bytes()?;
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+        let mut le = [0u8; 8];
+        le[..chunk.len()].copy_from_slice(chunk);
+        *word = u64::from_ne_bytes(le);
+    }
+    Ok(words)
+}
+
 /// The address of `array`'s elements in this process (its device is a CPU device).
 fn address(array: &Array) -> *mut std::ffi::c_void {
     array.buffer().addr() as *mut std::ffi::c_void
@@ -192,40 +206,59 @@ impl Collective for MpiCollective {
         self.world
     }
 
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
     fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce";
         let count = self.count(OP, array)?;
         reducible(OP, op, array.dtype())?;
         array.buffer_mut(OP)?;
         let dtype = array.dtype();
-        if widened(dtype) {
-            let mut wide = array.cast(DType::F32)?;
-            self.all_reduce(&mut wide, op)?;
-            *array = wide.cast(dtype)?;
-            return Ok(());
-        }
-        let sum = self.output_like(array, dtype, OP)?;
-        let (from, to) = (address(array), address(&sum));
-        self.run(OP, &[array, &sum], |request| {
-            // SAFETY: `from` and `to` hold `count` elements of the datatype each, in distinct
-            // buffers kept alive until the request completes (or for good, past the timeout).
-            unsafe {
+        // The reduction allocates nothing on the device: MPI reads a copy of the elements in
+        // host memory, outside the device's allocator, and writes the result in place, so an
+        // out-of-memory cannot stop one rank between the ranks' collectives.
+        if widened(dtype) || op == ReduceOp::Avg {
+            // 16-bit floats, which MPI cannot reduce, and means reduce as f64.
+            let sent = array.to_f64()?;
+            let mut sum = vec![0.0f64; sent.len()];
+            let (from, to) = (sent.as_ptr().cast_mut().cast(), sum.as_mut_ptr().cast());
+            // SAFETY: `from` and `to` hold `count` f64 each, in distinct host buffers kept
+            // alive until the request completes (or for good, past the timeout).
+            let (_, mut sum) = self.run(OP, &[], (sent, sum), |request| unsafe {
                 ffi::MPI_Iallreduce(
                     from,
                     to,
                     count,
-                    datatype(dtype),
+                    ffi::RSMPI_DOUBLE,
                     mpi_op(op),
                     ffi::RSMPI_COMM_WORLD,
                     request,
                 )
+            })?;
+            if op == ReduceOp::Avg {
+                let ranks = self.world as f64;
+                sum.iter_mut().for_each(|v| *v /= ranks);
             }
+            return Ok(array.write_f64(&sum)?);
+        }
+        let sent = host_copy(array)?;
+        let (from, to) = (sent.as_ptr().cast_mut().cast(), address(array));
+        // SAFETY: `from` (a host copy) and `to` (the array) hold `count` elements of the
+        // datatype each, in distinct buffers kept alive until the request completes (or for
+        // good, past the timeout).
+        self.run(OP, &[array], sent, |request| unsafe {
+            ffi::MPI_Iallreduce(
+                from,
+                to,
+                count,
+                datatype(dtype),
+                mpi_op(op),
+                ffi::RSMPI_COMM_WORLD,
+                request,
+            )
         })?;
-        *array = if op == ReduceOp::Avg {
-            self.mean(sum)?
-        } else {
-            sum
-        };
         Ok(())
     }
 
@@ -244,7 +277,7 @@ impl Collective for MpiCollective {
             return Ok(copy_into(&part.cast(dtype)?, output)?);
         }
         let (from, to) = (address(input), address(output));
-        self.run(OP, &[input, output], |request| {
+        self.run(OP, &[input, output], (), |request| {
             // SAFETY: `from` holds world x `count` elements and `to` `count`, of the datatype,
             // kept alive until the request completes (or for good, past the timeout).
             unsafe {
@@ -274,7 +307,7 @@ impl Collective for MpiCollective {
         output.buffer_mut(OP)?;
         let dtype = datatype(input.dtype());
         let (from, to) = (address(input), address(output));
-        self.run(OP, &[input, output], |request| {
+        self.run(OP, &[input, output], (), |request| {
             // SAFETY: `from` holds `count` elements and `to` world x `count`, of the datatype,
             // kept alive until the request completes (or for good, past the timeout).
             unsafe {
@@ -299,7 +332,7 @@ impl Collective for MpiCollective {
         array.buffer_mut(OP)?;
         let dtype = datatype(array.dtype());
         let at = address(array);
-        self.run(OP, &[array], |request| {
+        self.run(OP, &[array], (), |request| {
             // SAFETY: `at` holds `count` elements of the datatype, kept alive until the request
             // completes (or for good, past the timeout); `from` is a rank of the world.
             unsafe {
@@ -317,7 +350,7 @@ impl Collective for MpiCollective {
 
     fn barrier(&mut self) -> Result<()> {
         // SAFETY: a barrier moves no data.
-        self.run("barrier", &[], |request| unsafe {
+        self.run("barrier", &[], (), |request| unsafe {
             ffi::MPI_Ibarrier(ffi::RSMPI_COMM_WORLD, request)
         })
     }

@@ -162,8 +162,26 @@ mod tests {
         assert_eq!(owners, [0, 1, 1, 0, 0, 1, 1]);
         assert_eq!(two.fullest(&m), 0, "100 elements each: the lowest rank");
         let three = StateShard::balanced(&m, 0, 3).unwrap();
-        // 50 | 40 | 40, then 30 to rank 1, 20 to rank 2, 10 to rank 0, 10 to rank 2: 60, 70, 70.
-        assert_eq!(three.fullest(&m), 1);
+        // 50 | 40 | 40, then 30 to rank 1, 20 to rank 2, 10 to rank 0 and 10 to rank 0 again:
+        // 70, 70 and 60 elements.
+        assert_eq!(three.fullest(&m), 0);
+        let four = StateShard::balanced(&m, 0, 4).unwrap();
+        // 50 | 40 | 40 | 30, then 20 to rank 3, 10 to rank 1, 10 to rank 2: 50, 50, 50, 50.
+        assert_eq!(four.fullest(&m), 0);
+        let big_last = model(&[10, 10, 100]);
+        // 100 to rank 0, then 10 to rank 1 and 10 to rank 1 again.
+        assert_eq!(
+            StateShard::balanced(&big_last, 0, 2).unwrap().owner(0),
+            Some(1)
+        );
+        let uneven = model(&[30, 20, 20]);
+        // 30 to rank 0, then both 20s to rank 1: 40 elements against 30.
+        assert_eq!(
+            StateShard::balanced(&uneven, 0, 2)
+                .unwrap()
+                .fullest(&uneven),
+            1
+        );
     }
 
     #[test]

@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use headroom_alloc::trace::TraceWriter;
-use headroom_dist::DEFAULT_TIMEOUT;
+use headroom_dist::{Collective, DEFAULT_TIMEOUT};
 use headroom_kernels::Device;
 use headroom_nn::Optimizer;
 
 use super::{RunFiles, Trainer};
 use crate::callback::Callbacks;
 use crate::config::{DEFAULT_MARGIN, TrainConfig};
+use crate::control::Control;
 use crate::data::{Position, Task};
 use crate::device;
 use crate::diagnosis::Failure;
@@ -85,8 +86,34 @@ impl Trainer {
         task: Option<Task>,
         factory: Option<Arc<dyn ModelFactory>>,
     ) -> Result<Self> {
+        Self::start_on(config, start, task, factory, None)
+    }
+
+    /// [`start_with`](Self::start_with) as a rank of `world`, on its device, instead of the
+    /// world the launcher's environment describes and a device of the run's own: a program
+    /// that joined its collective once trains several runs in turn, each handing the world on
+    /// ([`into_world`](Self::into_world)).
+    pub fn start_in_world(
+        config: TrainConfig,
+        start: Start,
+        task: Option<Task>,
+        factory: Option<Arc<dyn ModelFactory>>,
+        world: Box<dyn Collective + Send>,
+    ) -> Result<Self> {
+        Self::start_on(config, start, task, factory, Some(world))
+    }
+
+    fn start_on(
+        config: TrainConfig,
+        start: Start,
+        task: Option<Task>,
+        factory: Option<Arc<dyn ModelFactory>>,
+        world: Option<Box<dyn Collective + Send>>,
+    ) -> Result<Self> {
         config.validate()?;
-        let launch = Launch::from_env();
+        let launch = world
+            .as_deref()
+            .map_or_else(Launch::from_env, |world| Launch::of(world));
         let config = launch.prepare(config)?;
         let task = match task {
             Some(task) => task,
@@ -112,7 +139,7 @@ impl Trainer {
             start,
             run_dir.clone(),
             total_steps,
-            launch,
+            (launch, world),
         );
         match (&built, made) {
             (Ok(_), true) => run_dir::point_latest(&run_dir),
@@ -131,15 +158,25 @@ impl Trainer {
         start: Start,
         run_dir: PathBuf,
         total_steps: u64,
-        launch: Launch,
+        (launch, world): (Launch, Option<Box<dyn Collective + Send>>),
     ) -> Result<Self> {
         if launch.writes() {
             run_dir::claim(&run_dir, start)?;
         }
         config.run_dir = Some(run_dir.clone());
         let budget = device::budget(&config)?;
-        let device = device::open(&config, &budget)?;
-        let world = launch.join(&device, DEFAULT_TIMEOUT)?;
+        let (device, world) = match world {
+            Some(world) => (world.device().clone(), world),
+            None => {
+                let device = device::open(&config, &budget)?;
+                let world = launch.join(&device, DEFAULT_TIMEOUT)?;
+                (device, world)
+            }
+        };
+        let control = match launch.is_distributed() {
+            true => Some(Control::new(&device)?),
+            false => None,
+        };
         let trace = match launch.writes() {
             true => stream_allocations(&config, &run_dir, &device)?,
             false => None,
@@ -231,6 +268,7 @@ impl Trainer {
                 writes: launch.writes(),
             },
             world,
+            control,
             state,
             loader: None,
             growth: GrowthCheck::new(prober, step_limit),

@@ -57,6 +57,13 @@ impl DataKernels for CpuBackend {
         len: usize,
     ) -> Result<()> {
         check_range(src, src_at, dst, dst_at, len)?;
+        if src.dtype() == dst.dtype() {
+            return with_element!(src.dtype(), |S| {
+                let from = &src.host::<S>("cast")?[src_at..src_at + len];
+                dst.host_mut::<S>("cast")?[dst_at..dst_at + len].copy_from_slice(from);
+                Ok(())
+            });
+        }
         with_element!(src.dtype(), |S| {
             let from = &src.host::<S>("cast")?[src_at..src_at + len];
             with_element!(dst.dtype(), |D| {

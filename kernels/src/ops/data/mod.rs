@@ -59,6 +59,39 @@ impl Array {
         Ok(out)
     }
 
+    /// Overwrites the elements with host data of `T`'s dtype (as many as it holds), in place:
+    /// nothing is allocated.
+    pub fn write_host<T: Element>(&mut self, data: &[T]) -> Result<()> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType {
+                op: "write_host",
+                expected: self.dtype().to_string(),
+                got: T::DTYPE,
+            });
+        }
+        if data.len() != self.numel() {
+            return Err(Error::HostLength {
+                op: "write_host",
+                expected: self.numel(),
+                got: data.len(),
+                shape: self.shape().clone(),
+            });
+        }
+        let device = self.device().clone();
+        device
+            .backend()
+            .write(self.buffer_mut("write_host")?, bytemuck::cast_slice(data))
+    }
+
+    /// Overwrites the elements with f64 host data converted to the array's dtype (rounded to
+    /// nearest), in place: nothing on the device is allocated.
+    pub fn write_f64(&mut self, data: &[f64]) -> Result<()> {
+        crate::cpu::with_element!(self.dtype(), |T| {
+            let converted: Vec<T> = data.iter().map(|&v| T::from_f64(v)).collect();
+            self.write_host(&converted)
+        })
+    }
+
     /// Uploads f64 host data, converted to `dtype` (rounded to nearest).
     pub fn from_f64(
         device: &Device,
@@ -148,6 +181,36 @@ impl Array {
             .cast(self.buffer(), out.buffer_mut("cast")?)?;
         Ok(out)
     }
+}
+
+/// Copies the `len` elements of `src` from flat index `src_at` into `dst` from flat index
+/// `dst_at`, in place (one dtype and device; the shapes may differ): nothing is allocated. A
+/// range past either array's end is an argument error.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::data::copy_range};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let flat = Array::from_f64(&cpu, [5], DType::F32, &[1., 2., 3., 4., 5.])?;
+/// let mut square = Array::zeros(&cpu, [2, 2], DType::F32)?;
+/// copy_range(&flat, 1, &mut square, 0, 4)?;
+/// assert_eq!(square.to_f64()?, [2., 3., 4., 5.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn copy_range(
+    src: &Array,
+    src_at: usize,
+    dst: &mut Array,
+    dst_at: usize,
+    len: usize,
+) -> Result<()> {
+    src.check_peer(dst, "copy_range")?;
+    src.device().backend().cast_range(
+        src.buffer(),
+        src_at,
+        dst.buffer_mut("copy_range")?,
+        dst_at,
+        len,
+    )
 }
 
 /// Copies `src` into `dst` in place (same shape, dtype and device).

@@ -1,0 +1,165 @@
+//! An out-of-memory on one rank of two at each allocation of a data-parallel step, recovered by
+//! both: every rank ends the step with the weights of the same micro-batches run without the
+//! failure, bit for bit. Run by `cargo test`, this binary launches itself under `mpirun -n 2`;
+//! the ranks join MPI once and train a fresh run for each allocation, handing the world from run
+//! to run. Without `mpirun` on the PATH it says why and passes, unless `HEADROOM_REQUIRE_MPI` is
+//! set (`.ci/run` sets it).
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{TempDir, small_config, weights};
+use headroom_dist::{Collective, MpiCollective, ReduceOp};
+use headroom_kernels::Array;
+use headroom_trainer::config::TrainConfig;
+use headroom_trainer::{Phase, Start, StepReport, Trainer, device};
+
+/// The variable that tells a launched process it is a rank.
+const RANK: &str = "HEADROOM_RANK_OOM";
+
+fn main() {
+    if std::env::var_os(RANK).is_some() {
+        rank();
+    } else {
+        launch();
+    }
+}
+
+fn launch() {
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        let why = "mpirun is not on the PATH (Open MPI: openmpi-bin and libopenmpi-dev)";
+        if std::env::var_os("HEADROOM_REQUIRE_MPI").is_some() {
+            panic!("HEADROOM_REQUIRE_MPI is set, and MPI did not run: {why}");
+        }
+        eprintln!("rank_oom skipped: {why}");
+        return;
+    }
+    let out = Command::new("mpirun")
+        .args(["-n", "2", "--oversubscribe"])
+        .arg(std::env::current_exe().unwrap())
+        .env(RANK, "1")
+        // Open MPI refuses root unless told; harmless for other users.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for rank in 0..2 {
+        let want = format!("rank {rank}: recovered an out-of-memory on rank 1 at each of");
+        assert_eq!(text.matches(&want).count(), 2, "{want:?} twice:\n{text}");
+        assert!(
+            text.contains("allocations, the optimizer state sharded"),
+            "{text}"
+        );
+    }
+    println!("rank_oom: an out-of-memory at each allocation of a step on rank 1 was recovered");
+}
+
+/// The run of one trial: the tests' small GPT with dropout, a batch of 8 (4 samples a rank) in
+/// one micro-batch.
+fn config(dir: &TempDir) -> TrainConfig {
+    let mut config = small_config(dir);
+    config.model.dropout = 0.1; // a failed attempt must not shift the masks of the retry
+    config
+}
+
+/// A fresh run of `config` on `world`'s ranks: its first step, with an out-of-memory after
+/// `inject` more allocations when given, or cut into `sizes` when given. Returns the run (to
+/// hand its world on), the step's report and the allocations the step made.
+fn step(
+    config: &TrainConfig,
+    world: Box<dyn Collective + Send>,
+    inject: Option<u64>,
+    sizes: Option<&[usize]>,
+) -> (Trainer, StepReport, u64) {
+    let mut run = Trainer::start_in_world(config.clone(), Start::Overwrite, None, None, world)
+        .unwrap_or_else(|e| panic!("start: {e}"));
+    if let Some(successes) = inject {
+        run.device().allocator().with(|a| a.inject_oom(successes));
+    }
+    let before = run.device().allocator().stats().allocations;
+    let report = match sizes {
+        Some(sizes) => run.train_step_with(sizes),
+        None => run.train_step(),
+    };
+    let report = report.unwrap_or_else(|e| panic!("{inject:?}: {e}"));
+    let allocations = run.device().allocator().stats().allocations - before;
+    (run, report, allocations)
+}
+
+fn rank() {
+    let dir = TempDir::new("rank-oom");
+    let mut config = config(&dir);
+    let device = device::open(&config, &device::budget(&config).unwrap()).unwrap();
+    let mut world: Box<dyn Collective + Send> =
+        Box::new(MpiCollective::init(&device, Duration::from_secs(120)).unwrap());
+    let me = world.rank();
+    config.optimizer.launched_as = Some((me, world.world_size()));
+    for shard_state in [false, true] {
+        config.optimizer.shard_state = shard_state;
+        world = every_allocation(&config, world);
+    }
+}
+
+/// Runs a step of `config` with an out-of-memory on rank 1 at each of its allocations, and
+/// checks each against the same micro-batches without it; hands the world back.
+fn every_allocation(
+    config: &TrainConfig,
+    world: Box<dyn Collective + Send>,
+) -> Box<dyn Collective + Send> {
+    let me = world.rank();
+    // How many allocations rank 1's step makes, which both ranks learn.
+    let (clean, _, mine) = step(config, world, None, None);
+    let mut world = clean.into_world();
+    let device = world.device().clone();
+    let mut count =
+        Array::from_host(&device, [1], &[if me == 1 { mine as f64 } else { 0.0 }]).unwrap();
+    world.all_reduce(&mut count, ReduceOp::Max).unwrap();
+    let allocations = count.to_host::<f64>().unwrap()[0] as u64;
+    drop(count);
+    assert!(allocations > 50, "a step allocates: {allocations}");
+
+    // Rank 1's out-of-memory failures by phase: micro-batches, gradient buckets, the update.
+    let mut phases = [0usize; 3];
+    for k in 0..allocations {
+        let inject = (me == 1).then_some(k);
+        let (failed, report, _) = step(config, world, inject, None);
+        let got = weights(&failed);
+        if me == 1 {
+            assert_eq!(report.ooms.len(), 1, "allocation {k}: one out-of-memory");
+            let phase = match report.ooms[0].phase {
+                Phase::MicroBatch => 0,
+                Phase::Gradients => 1,
+                Phase::Optimizer => 2,
+            };
+            phases[phase] += 1;
+        }
+        // The same micro-batches without a failure, on every rank.
+        let (replay, ..) = step(config, failed.into_world(), None, Some(&report.micro_sizes));
+        assert!(
+            got == weights(&replay),
+            "rank {me}, allocation {k}: {:?}",
+            report.micro_sizes
+        );
+        world = replay.into_world();
+    }
+    if me == 1 {
+        assert!(
+            phases.iter().all(|&n| n > 0),
+            "failures hit micro-batches, buckets and the update: {phases:?}"
+        );
+    }
+    let sharded = if config.optimizer.shard_state {
+        ", the optimizer state sharded"
+    } else {
+        ""
+    };
+    println!(
+        "rank {me}: recovered an out-of-memory on rank 1 at each of {allocations} allocations{sharded} \
+         (on rank 1: {phases:?} in micro-batches, gradient buckets and the update)"
+    );
+    world
+}
