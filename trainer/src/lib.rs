@@ -22,6 +22,8 @@ pub mod memory;
 mod metrics;
 mod micro;
 mod model;
+#[cfg(feature = "nccl")]
+mod nccl_world;
 mod op_bytes;
 mod optim;
 mod plan;

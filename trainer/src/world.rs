@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use headroom_dist::{Collective, Solo};
-use headroom_kernels::Device;
+use headroom_kernels::{Device, DeviceKind};
 
 use crate::config::TrainConfig;
 use crate::error::{Error, Result};
@@ -68,13 +68,16 @@ impl Launch {
 
     /// `config` as the ranks of this launch run it: a data-parallel run updates after the
     /// backward pass (every rank's gradients are needed first), its batch gives every rank a
-    /// sample, and its optimizer keeps this rank's share of the state where the configuration
-    /// shards it.
+    /// sample, its optimizer keeps this rank's share of the state where the configuration
+    /// shards it, and `cuda` is the GPU of the rank's number on its machine.
     pub fn prepare(self, mut config: TrainConfig) -> Result<TrainConfig> {
         if !self.is_distributed() {
             return Ok(config);
         }
         config.optimizer.launched_as = Some((self.rank, self.size));
+        if config.device == "cuda" {
+            config.device = format!("cuda:{}", local_gpu(self.rank));
+        }
         if config.optimizer.in_backward == Some(true) {
             return Err(Error::config(format!(
                 "optimizer.in_backward: a data-parallel run ({} ranks) updates once the \
@@ -100,13 +103,48 @@ impl Launch {
     }
 
     /// The collectives among the launched processes, on `device`, waiting at most `timeout`
-    /// for each one.
+    /// for each one: MPI's between CPU processes, NCCL's between CUDA devices.
     pub fn join(self, device: &Device, timeout: Duration) -> Result<Box<dyn Collective + Send>> {
         if !self.is_distributed() {
             return Ok(Box::new(Solo::new(device)));
         }
-        join_mpi(self, device, timeout)
+        match device.kind() {
+            DeviceKind::Cuda(_) => join_nccl(self, device, timeout),
+            _ => join_mpi(self, device, timeout),
+        }
     }
+}
+
+/// The GPU a rank of a data-parallel run takes when its configuration says `cuda`: the one of
+/// its rank on its machine, as the launcher numbers the ranks of each machine.
+fn local_gpu(rank: usize) -> usize {
+    ["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok()?.parse().ok())
+        .unwrap_or(rank)
+}
+
+#[cfg(feature = "nccl")]
+fn join_nccl(
+    launch: Launch,
+    device: &Device,
+    timeout: Duration,
+) -> Result<Box<dyn Collective + Send>> {
+    let world = crate::nccl_world::NcclWorld::join(launch.rank, launch.size, device, timeout)?;
+    Ok(Box::new(world))
+}
+
+#[cfg(not(feature = "nccl"))]
+fn join_nccl(
+    launch: Launch,
+    device: &Device,
+    _timeout: Duration,
+) -> Result<Box<dyn Collective + Send>> {
+    Err(Error::config(format!(
+        "rank {} of {} trains on {device}: data parallelism between CUDA devices runs over \
+         NCCL; build headroom-trainer with its `nccl` feature",
+        launch.rank, launch.size
+    )))
 }
 
 #[cfg(feature = "mpi")]

@@ -484,3 +484,51 @@ fn a_sharded_checkpoint_resumes_on_any_number_of_ranks() {
         assert_same_losses(&alone.0, &dir.0, 6);
     }
 }
+
+/// Two ranks on a CUDA device where NCCL is missing (CI's emulated driver): rank 0 finds no
+/// NCCL to make the job's id, and both ranks stop at once with its reason, none left waiting
+/// for an id. (With NCCL installed, two ranks need two GPUs: `scripts/gpu-check.sh` is where
+/// that runs.)
+#[cfg(feature = "nccl")]
+#[test]
+fn ranks_on_cuda_devices_without_nccl_stop_together_naming_it() {
+    if mpi_missing() {
+        return;
+    }
+    if headroom_dist::UniqueId::new().is_ok() {
+        eprintln!("skipped: NCCL is installed, and two ranks would need two GPUs");
+        return;
+    }
+    if let Err(err) = headroom_kernels::Device::cuda(0, Default::default()) {
+        assert!(
+            std::env::var_os("HEADROOM_REQUIRE_CUDA").is_none(),
+            "HEADROOM_REQUIRE_CUDA is set, and there is no CUDA device: {err}"
+        );
+        eprintln!("skipped: no CUDA device: {err}");
+        return;
+    }
+    let dir = TempDir::new("dp-nccl");
+    let started = std::time::Instant::now();
+    let out = mpirun(2)
+        .args([
+            "train",
+            "--device",
+            "cuda:0",
+            "--steps",
+            "1",
+            "--eval-every",
+            "0",
+        ])
+        .args(["--quiet", "--run-dir"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("NCCL"), "{text}");
+    assert!(
+        started.elapsed().as_secs() < 60,
+        "the ranks waited: {:?}",
+        started.elapsed()
+    );
+}
