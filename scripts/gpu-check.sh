@@ -23,8 +23,10 @@
 # over row lengths (`scripts/norm-sweep.py`); then GPT-2 small in bf16 beside PyTorch eager on the
 # GPU (`benches/peers/compare.py fit --device cuda:0`, which checks the targets of activation
 # bytes per sample and tokens/s), the profile of its step (`fit-profile.txt`: each kernel timed
-# alone, `HEADROOM_CUDA_PROFILE`); and (`limits`) what fits under 4 and 8 GiB on the GPU beside
-# PyTorch's largest (`compare.py limits`). Results land in .gpu-check/results/ (or $OUT when set).
+# alone, `HEADROOM_CUDA_PROFILE`); (`limits`) what fits under 4 and 8 GiB on the GPU beside
+# PyTorch's largest (`compare.py limits`); and (`allreduce`) NCCL's all-reduce over every GPU
+# beside torch.distributed's (`compare.py allreduce`). Results land in .gpu-check/results/ (or
+# $OUT when set).
 # The exit status is 1 when a test failed or a target was missed.
 #
 # Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
@@ -40,7 +42,7 @@ build() {
     exclude=$(git rev-parse --git-path info/exclude)
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
-    rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/03-cudarc"
+    rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" "$DIR/03-cudarc"
     mkdir -p "$DIR/tests"
     # Every headroom-kernels test binary, headroom-alloc's CUDA memory source, and the trainer's
     # GPU run.
@@ -60,11 +62,13 @@ for line in sys.stdin:
         print(msg["executable"])' \
         | while read -r exe; do cp "$exe" "$DIR/tests/"; done
     cargo build -p headroom-benches --features cuda --release --bin cuda-compare --bin fit-compare
-    cp target/release/cuda-compare target/release/fit-compare "$DIR/"
+    cargo build -p headroom-benches --features nccl --release --bin allreduce-compare
+    cp target/release/cuda-compare target/release/fit-compare target/release/allreduce-compare "$DIR/"
     # headroom-alloc's example of a cudarc program over the allocator.
     cargo build -p headroom-alloc --features cuda --release --example 03-cudarc
     cp target/release/examples/03-cudarc "$DIR/"
-    strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/03-cudarc"
+    strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" \
+        "$DIR/03-cudarc"
     # The stripped binaries take over 80 MiB; packed, they travel in a few.
     grep -qx "/$DIR.tar.xz" "$exclude" 2>/dev/null || echo "/$DIR.tar.xz" >>"$exclude"
     tar -cJf "$DIR.tar.xz" "$DIR"
@@ -85,7 +89,7 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 only= name
+    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 only= name
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
@@ -95,12 +99,13 @@ run() {
             benches) benches=1 ;;
             fit) fit=1 ;;
             limits) limits=1 ;;
+            allreduce) allreduce=1 ;;
             *) usage ;;
         esac
     done
     # No part named: all of them.
-    if [ $((tests + benches + fit + limits)) -eq 0 ]; then
-        tests=1 benches=1 fit=1 limits=1
+    if [ $((tests + benches + fit + limits + allreduce)) -eq 0 ]; then
+        tests=1 benches=1 fit=1 limits=1 allreduce=1
     fi
     if [ ! -d "$DIR" ] && [ -f "$DIR.tar.xz" ]; then
         tar -xJf "$DIR.tar.xz"
@@ -167,11 +172,18 @@ run() {
         python3 benches/peers/compare.py limits --device cuda:0 --binary "$DIR/fit-compare" --rounds "$rounds" \
             | tee "$results/limits.txt" || failed=1
     fi
+    # NCCL's all-reduce over every GPU through headroom-dist, beside torch.distributed's (one
+    # GPU: a world of one, whose bus bandwidth is 0 by NCCL's convention).
+    if [ "$allreduce" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
+        echo "== allreduce"
+        python3 benches/peers/compare.py allreduce --binary "$DIR/allreduce-compare" --rounds "$rounds" \
+            | tee "$results/allreduce.txt" || failed=1
+    fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits]" >&2
+    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce]" >&2
     exit 2
 }
 

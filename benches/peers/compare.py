@@ -12,6 +12,7 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py train
     python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
     python3 benches/peers/compare.py cuda --binary BIN --smoke --peer-device cpu (a dry run)
+    python3 benches/peers/compare.py allreduce --binary BIN   (NCCL over every GPU, and torch.distributed)
 
 Both sides print one JSON line per result; lines are matched on the bench's key fields, and each
 side's figure is the median over the rounds. Alternating the two evens out a shared machine's
@@ -48,6 +49,12 @@ BENCHES = {
         ("samples_per_s", "peak_bytes"),
     ),
     "cuda": ("cuda-compare", "torch_cuda.py", ("op", "dtype", "shape"), ("value",)),
+    "allreduce": (
+        "allreduce-compare",
+        "torch_allreduce.py",
+        ("op", "dtype", "bytes", "ranks"),
+        ("alg_gbps", "bus_gbps"),
+    ),
 }
 
 # The GPU backend's targets: bf16 GEMM at 8192 against torch.matmul, every elementwise, softmax and
@@ -213,12 +220,12 @@ def main() -> int:
     parser.add_argument("bench", choices=sorted([*BENCHES, "limits"]))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--binary", help="a bench binary built elsewhere (no cargo here)")
-    parser.add_argument("--smoke", action="store_true", help="cuda: both sides at small sizes")
-    parser.add_argument("--peer-device", help="cuda: PyTorch's device (cpu for a dry run)")
+    parser.add_argument("--smoke", action="store_true", help="cuda, allreduce: both sides at small sizes")
+    parser.add_argument("--peer-device", help="cuda, allreduce: PyTorch's device (cpu for a dry run)")
     parser.add_argument("--device", help="fit, limits: both sides' device (cpu, the default, or cuda:N)")
     args = parser.parse_args()
-    if (args.smoke or args.peer_device) and args.bench != "cuda":
-        parser.error("--smoke and --peer-device apply to the cuda bench only")
+    if (args.smoke or args.peer_device) and args.bench not in ("cuda", "allreduce"):
+        parser.error("--smoke and --peer-device apply to the cuda and allreduce benches only")
     if args.device and args.bench not in ("fit", "limits"):
         parser.error("--device applies to the fit and limits benches only")
     if args.bench == "limits":
@@ -233,8 +240,8 @@ def main() -> int:
         return limits(args.binary or str(ROOT / "target" / "release" / "fit-compare"), args.rounds, device)
     binary, script, keys, figures = BENCHES[args.bench]
     if args.binary is None:
-        gpu = args.bench == "cuda" or (args.device or "cpu") != "cpu"
-        features = ["--features", "cuda"] if gpu else []
+        gpu = args.bench in ("cuda", "allreduce") or (args.device or "cpu") != "cpu"
+        features = ["--features", "nccl" if args.bench == "allreduce" else "cuda"] if gpu else []
         subprocess.run(
             ["cargo", "build", "--release", "-q", "-p", "headroom-benches", "--bin", binary, *features],
             cwd=ROOT,

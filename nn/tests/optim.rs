@@ -3,12 +3,27 @@
 mod common;
 
 use common::device;
-use headroom_autograd::{Tape, Tensor};
+use headroom_autograd::{Gradients, Tape, Tensor};
 use headroom_kernels::DType;
 use headroom_nn::{
     Activation, AdamW, AdamWConfig, Initializer, LrSchedule, Module, Optimizer, Sgd, SgdConfig,
     StatePrecision, StateShard, clip_grad_norm, mlp, training_memory,
 };
+
+/// The gradients of every parameter of `model` for the sum of its output on `x`.
+fn gradients_of_sum(model: &dyn Module, x: &Tensor) -> Gradients {
+    let tape = Tape::new();
+    let loss = tape
+        .record(|| {
+            model
+                .forward(x)?
+                .sum_all()
+                .map_err(headroom_nn::Error::from)
+        })
+        .unwrap();
+    tape.gradient(&loss, &model.parameters().iter().collect::<Vec<_>>())
+        .unwrap()
+}
 
 #[test]
 fn clipping_reports_the_global_norm_and_the_factor_that_brings_it_down() {
@@ -20,19 +35,8 @@ fn clipping_reports_the_global_norm_and_the_factor_that_brings_it_down() {
     )
     .unwrap();
     let x = Tensor::from_f64(&device, [5, 3], DType::F64, &[0.7; 15]).unwrap();
-    let tape = Tape::new();
-    let loss = tape
-        .record(|| {
-            model
-                .forward(&x)?
-                .sum_all()
-                .map_err(headroom_nn::Error::from)
-        })
-        .unwrap();
     let params = model.parameters();
-    let grads = tape
-        .gradient(&loss, &params.iter().collect::<Vec<_>>())
-        .unwrap();
+    let grads = gradients_of_sum(&model, &x);
     let want: f64 = params
         .iter()
         .flat_map(|p| grads.get(p).unwrap().to_f64().unwrap())
@@ -96,19 +100,7 @@ fn optimizer_state_is_allocated_up_front_and_steps_allocate_nothing() {
     );
     assert_eq!(memory.optimizer_state, 2 * memory.parameters);
     let x = Tensor::from_f64(&device, [2, 16], DType::F32, &[0.1; 32]).unwrap();
-    let tape = Tape::new();
-    let loss = tape
-        .record(|| {
-            model
-                .forward(&x)?
-                .sum_all()
-                .map_err(headroom_nn::Error::from)
-        })
-        .unwrap();
-    let grads = tape
-        .gradient(&loss, &model.parameters().iter().collect::<Vec<_>>())
-        .unwrap();
-    drop((tape, loss));
+    let grads = gradients_of_sum(&model, &x);
     let allocations = device.allocator().stats().allocations;
     adamw.step(&mut model, &grads, 1.0).unwrap();
     assert_eq!(device.allocator().stats().allocations, allocations);
@@ -173,20 +165,8 @@ fn a_sharded_state_updates_its_share_as_the_whole_state_does() {
         )
         .unwrap()
     };
-    let gradients = |model: &dyn Module| {
-        let x = Tensor::from_f64(&device, [3, 32], DType::F32, &[0.3; 96]).unwrap();
-        let tape = Tape::new();
-        let loss = tape
-            .record(|| {
-                model
-                    .forward(&x)?
-                    .sum_all()
-                    .map_err(headroom_nn::Error::from)
-            })
-            .unwrap();
-        tape.gradient(&loss, &model.parameters().iter().collect::<Vec<_>>())
-            .unwrap()
-    };
+    let x = Tensor::from_f64(&device, [3, 32], DType::F32, &[0.3; 96]).unwrap();
+    let gradients = |model: &dyn Module| gradients_of_sum(model, &x);
     for precision in [
         StatePrecision::Full,
         StatePrecision::Bf16,

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod agreement;
 mod artifacts;
 mod atomic_file;
 mod buckets;
