@@ -29,8 +29,8 @@ pub use layers::linear::Linear;
 pub use layers::sequential::{Sequential, mlp};
 pub use module::{Module, visit_child, visit_child_mut};
 pub use optim::{
-    AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, StatePrecision,
-    StateShard, clip_grad_norm,
+    AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, Shared,
+    StatePrecision, StateShard, clip_grad_norm,
 };
 pub use recompute::{Recompute, recomputed};
 pub use sampling::{Sampler, Sampling};

@@ -7,7 +7,7 @@ use headroom_autograd::{Gradients, Tape, Tensor};
 use headroom_kernels::DType;
 use headroom_nn::{
     Activation, AdamW, AdamWConfig, Initializer, LrSchedule, Module, Optimizer, Sgd, SgdConfig,
-    StatePrecision, StateShard, clip_grad_norm, mlp, training_memory,
+    Shared, StatePrecision, StateShard, clip_grad_norm, mlp, training_memory,
 };
 
 /// The gradients of every parameter of `model` for the sum of its output on `x`.
@@ -250,7 +250,10 @@ fn a_sharded_state_updates_its_share_as_the_whole_state_does() {
             let model = &*model;
             let buffers = adamw.buffers_mut();
             buffers
-                .share_buffers(model, &mut |owner, name, array| {
+                .share_buffers(model, &mut |owner, name, buffer| {
+                    let Shared::Here(array) = buffer else {
+                        panic!("{name}: no room on a roomy device");
+                    };
                     shared.push(name.to_owned());
                     if owner == rank {
                         own.push(name.to_owned());

@@ -7,10 +7,11 @@
 //! into rank 0's host memory, so it holds every buffer in the form a run of one process
 //! writes, and resumes on any number of ranks, sharded or not.
 
-use headroom_dist::Collective;
-use headroom_nn::Optimizer;
+use headroom_dist::{Collective, ReduceOp};
 use headroom_nn::checkpoint::{HostArray, HostState};
+use headroom_nn::{Optimizer, Shared};
 
+use crate::control::Control;
 use crate::error::{Error, Result};
 use crate::trainable::TrainableModel;
 
@@ -47,34 +48,78 @@ pub fn broadcast_from_owners(
 
 /// The whole state of a sharded `optimizer`, gathered from every rank: each buffer is
 /// broadcast by the rank that keeps it, and rank 0 copies it to host memory. Every rank takes
-/// part; rank 0 gets the state, the others none. Each rank holds at most one buffer it does not
-/// keep at a time.
+/// part; rank 0 gets the state, the others none. Each rank holds at most one parameter's buffers
+/// it does not keep at a time, and the ranks agree through `control` that every rank found room
+/// for them before each broadcast: a rank without room stops every rank, naming it.
 pub fn gather(
     world: &mut dyn Collective,
+    control: &mut Control,
     model: &dyn TrainableModel,
     optimizer: &mut dyn Optimizer,
 ) -> Result<Option<HostState>> {
-    let rank = world.rank();
+    let (rank, steps) = (world.rank(), optimizer.steps());
     let mut buffers = Vec::new();
     let mut failed: Option<Error> = None;
-    optimizer
-        .buffers_mut()
-        .share_buffers(model.module(), &mut |owner, name, array| {
-            if failed.is_some() {
-                return Ok(());
-            }
-            if let Err(err) = world.broadcast(array, owner) {
-                failed = Some(err.into());
-                return Ok(());
-            }
-            if rank == 0 {
-                buffers.push((name.to_owned(), HostArray::of(array)?));
-            }
-            Ok(())
-        })?;
-    if let Some(err) = failed {
-        return Err(err);
+    let shared =
+        optimizer
+            .buffers_mut()
+            .share_buffers(model.module(), &mut |owner, name, buffer| {
+                let outcome = share(world, control, (rank, owner, steps), name, buffer);
+                match outcome {
+                    Ok(Some(copy)) if rank == 0 => buffers.push((name.to_owned(), copy)),
+                    Ok(_) => {}
+                    Err(err) => {
+                        failed = Some(err);
+                        // Stops the walk over the buffers; `failed` says why.
+                        return Err(headroom_nn::Error::config(
+                            "gathering the optimizer state",
+                            name,
+                        ));
+                    }
+                }
+                Ok(())
+            });
+    match (failed, shared) {
+        (Some(err), _) => Err(err),
+        (None, Err(err)) => Err(err.into()),
+        (None, Ok(())) => Ok((rank == 0).then_some(HostState { buffers, steps })),
     }
-    let steps = optimizer.steps();
-    Ok((rank == 0).then_some(HostState { buffers, steps }))
+}
+
+/// One buffer of the gather: agreed on, broadcast from `owner`, and copied to host memory on
+/// rank 0.
+fn share(
+    world: &mut dyn Collective,
+    control: &mut Control,
+    (rank, owner, steps): (usize, usize, u64),
+    name: &str,
+    buffer: Shared<'_>,
+) -> Result<Option<HostArray>> {
+    let no_room = match &buffer {
+        Shared::Here(_) => 0.0,
+        Shared::NoRoom(_) => rank as f64 + 1.0,
+    };
+    let agreed = control.all_reduce(world, [no_room, 0.0, 0.0, 0.0], ReduceOp::Max)?;
+    let array = match buffer {
+        Shared::NoRoom(err) => {
+            return Err(Error::config(format!(
+                "checkpoint at step {steps}: no room on this rank (rank {rank}) to receive \
+                 `{name}` of the sharded optimizer state: {err}"
+            )));
+        }
+        Shared::Here(_) if agreed[0] > 0.0 => {
+            return Err(Error::PeerFailed {
+                step: steps,
+                rank: agreed[0] as usize - 1,
+                what: "no room to receive the optimizer state for a checkpoint",
+            });
+        }
+        Shared::Here(array) => array,
+    };
+    world.broadcast(array, owner)?;
+    Ok(if rank == 0 {
+        Some(HostArray::of(array)?)
+    } else {
+        None
+    })
 }

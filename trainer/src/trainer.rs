@@ -307,9 +307,21 @@ impl Trainer {
     /// for every rank, the others nothing; where the optimizer's state is sharded, every rank
     /// must call this at the same step, as they send rank 0 their shares.
     pub fn save_checkpoint(&mut self) -> Result<()> {
-        let gathered = match sharded_state::is_sharded(&*self.optimizer) {
-            true => sharded_state::gather(&mut *self.world, &*self.model, &mut *self.optimizer)?,
-            false => None,
+        let gathered = if sharded_state::is_sharded(&*self.optimizer) {
+            let control = self.control.as_mut().ok_or_else(|| {
+                Error::config(
+                    "optimizer.shard_state: the optimizer keeps a share of the state, and this \
+                     run has no other ranks to gather the rest from",
+                )
+            })?;
+            sharded_state::gather(
+                &mut *self.world,
+                control,
+                &*self.model,
+                &mut *self.optimizer,
+            )?
+        } else {
+            None
         };
         if !self.files.writes {
             return Ok(());

@@ -1,6 +1,8 @@
 //! An out-of-memory on one rank of two at each allocation of a data-parallel step, recovered by
 //! both: every rank ends the step with the weights of the same micro-batches run without the
-//! failure, bit for bit. Run by `cargo test`, this binary launches itself under `mpirun -n 2`;
+//! failure, bit for bit. A checkpoint of a sharded state that one rank has no room to receive
+//! stops both ranks at once, naming it. Run by `cargo test`, this binary launches itself under
+//! `mpirun -n 2`;
 //! the ranks join MPI once and train a fresh run for each allocation, handing the world from run
 //! to run. Without `mpirun` on the PATH it says why and passes, unless `HEADROOM_REQUIRE_MPI` is
 //! set (`.ci/run` sets it).
@@ -54,6 +56,9 @@ fn launch() {
             text.contains("allocations, the optimizer state sharded"),
             "{text}"
         );
+        let stopped =
+            format!("rank {rank}: a checkpoint without room on rank 1 stopped both ranks");
+        assert!(text.contains(&stopped), "{stopped:?} missing:\n{text}");
     }
     println!("rank_oom: an out-of-memory at each allocation of a step on rank 1 was recovered");
 }
@@ -102,6 +107,24 @@ fn rank() {
         config.optimizer.shard_state = shard_state;
         world = every_allocation(&config, world);
     }
+    checkpoint_without_room(&config, world);
+}
+
+/// A checkpoint of the sharded state where rank 1 has no room to receive a buffer: both ranks
+/// stop at once, each naming the reason, none left waiting in a broadcast.
+fn checkpoint_without_room(config: &TrainConfig, world: Box<dyn Collective + Send>) {
+    let me = world.rank();
+    let (mut run, ..) = step(config, world, None, None);
+    if me == 1 {
+        run.device().allocator().with(|a| a.inject_oom(0));
+    }
+    let err = run.save_checkpoint().unwrap_err().to_string();
+    let want = match me {
+        1 => "no room on this rank (rank 1) to receive",
+        _ => "rank 1 of the run failed (no room to receive the optimizer state",
+    };
+    assert!(err.contains(want), "rank {me}: {err}");
+    println!("rank {me}: a checkpoint without room on rank 1 stopped both ranks");
 }
 
 /// Runs a step of `config` with an out-of-memory on rank 1 at each of its allocations, and

@@ -21,7 +21,7 @@ pub use headroom_kernels::ops::optim::Sgd as SgdConfig;
 pub use schedule::LrSchedule;
 pub use sgd::Sgd;
 pub use shard::StateShard;
-pub use state::{OptimizerState, StateBuffer, StatePrecision, UpdateRule};
+pub use state::{OptimizerState, Shared, StateBuffer, StatePrecision, UpdateRule};
 
 /// Updates a model's parameters from their gradients. State (moments, momentum) is allocated
 /// when the optimizer is built, tagged as optimizer state, so a step allocates nothing. An

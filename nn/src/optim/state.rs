@@ -144,6 +144,24 @@ struct Slot {
     buffers: Vec<StateBuffer>,
 }
 
+/// One buffer as [`OptimizerState::share_buffers`] hands it over.
+#[derive(Debug)]
+pub enum Shared<'a> {
+    /// This rank's own buffer, or zeros of its shape and dtype to receive it into.
+    Here(&'a mut Array),
+    /// The zeros to receive it into did not fit; the error says why.
+    NoRoom(&'a Error),
+}
+
+/// The suffixes of the arrays one buffer kept in `precision` is made of (see
+/// [`StateBuffer::arrays`]).
+fn suffixes(precision: StatePrecision) -> &'static [&'static str] {
+    match precision {
+        StatePrecision::Int8 => &["", "_absmax"],
+        StatePrecision::Full | StatePrecision::Bf16 => &[""],
+    }
+}
+
 /// The name of the array of `suffix` of buffer `buffer` of parameter `param`, as a state dict
 /// names it.
 fn key(param: &str, buffer: &str, suffix: &str) -> String {
@@ -354,33 +372,47 @@ impl OptimizerState {
     /// Calls `share` with every buffer of every parameter of `model`, in [`named`]'s order
     /// and names, and with the rank that keeps it: this rank's own buffers, and for the others
     /// zeros of their shape and dtype on the parameter's device, tagged as workspace (for
-    /// `share` to receive them into, one parameter's at a time). The ranks of a sharded state gather it this way, each broadcasting
-    /// what it keeps.
+    /// `share` to receive them into, one parameter's at a time), or the error that says why
+    /// they did not fit. The ranks of a sharded state gather it this way, each broadcasting what
+    /// it keeps.
     ///
     /// [`named`]: OptimizerState::named
     pub fn share_buffers(
         &mut self,
         model: &dyn Module,
-        share: &mut dyn FnMut(usize, &str, &mut Array) -> Result<()>,
+        share: &mut dyn FnMut(usize, &str, Shared<'_>) -> Result<()>,
     ) -> Result<()> {
         self.check(model, &Gradients::default())?;
         for (index, param) in model.parameters().iter().enumerate() {
             let owner = self.shard.owner(index).unwrap_or(0);
             let slot = &mut self.slots[index];
-            let mut received = Vec::new();
+            let mut received: Vec<StateBuffer>;
             let buffers = if self.shard.keeps(index) {
                 &mut slot.buffers
             } else {
-                for _ in self.names {
-                    let zeros =
-                        StateBuffer::zeros(param.device(), param, self.precision, Tag::WORKSPACE);
-                    received.push(zeros?);
+                let zeros = self
+                    .names
+                    .iter()
+                    .map(|_| {
+                        StateBuffer::zeros(param.device(), param, self.precision, Tag::WORKSPACE)
+                    })
+                    .collect::<Result<Vec<_>>>();
+                match zeros {
+                    Ok(zeros) => received = zeros,
+                    Err(err) => {
+                        for n in self.names {
+                            for suffix in suffixes(self.precision) {
+                                share(owner, &key(&slot.name, n, suffix), Shared::NoRoom(&err))?;
+                            }
+                        }
+                        continue;
+                    }
                 }
                 &mut received
             };
             for (buffer, n) in buffers.iter_mut().zip(self.names) {
                 for (suffix, array) in buffer.arrays_mut() {
-                    share(owner, &key(&slot.name, n, suffix), array)?;
+                    share(owner, &key(&slot.name, n, suffix), Shared::Here(array))?;
                 }
             }
         }
