@@ -1,6 +1,7 @@
 //! An out-of-memory on one rank of two at each allocation of a data-parallel step, recovered by
 //! both: every rank ends the step with the weights of the same micro-batches run without the
-//! failure, bit for bit. A checkpoint of a sharded state that one rank has no room to receive
+//! failure, bit for bit, and with the clean step's weights where the failure struck outside the
+//! micro-batches. A checkpoint of a sharded state that one rank has no room to receive
 //! stops both ranks at once, naming it. Run by `cargo test`, this binary launches itself under
 //! `mpirun -n 2`;
 //! the ranks join MPI once and train a fresh run for each allocation, handing the world from run
@@ -136,6 +137,7 @@ fn every_allocation(
     let me = world.rank();
     // How many allocations rank 1's step makes, which both ranks learn.
     let (clean, _, mine) = step(config, world, None, None);
+    let clean_weights = weights(&clean);
     let mut world = clean.into_world();
     let device = world.device().clone();
     let mut count =
@@ -167,6 +169,15 @@ fn every_allocation(
             "rank {me}, allocation {k}: {:?}",
             report.micro_sizes
         );
+        // Outside the micro-batches no rank's micro-batches changed: the weights are the clean
+        // step's.
+        let in_micro_batches = match me {
+            1 => report.ooms[0].phase == Phase::MicroBatch,
+            _ => report.peer_ooms > 0,
+        };
+        if !in_micro_batches {
+            assert!(got == clean_weights, "rank {me}, allocation {k}");
+        }
         world = replay.into_world();
     }
     if me == 1 {
