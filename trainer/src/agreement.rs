@@ -46,9 +46,7 @@ impl Round {
                 Err(_) => flags[0] = rank,
             }
         }
-        if launch.is_distributed() {
-            flags = ctx.agree(flags, ReduceOp::Max)?;
-        }
+        let flags = ctx.agree(flags, ReduceOp::Max)?;
         Ok(if flags[0] > 0.0 {
             Self::Failed {
                 rank: flags[0] as usize - 1,
@@ -82,9 +80,6 @@ pub(crate) fn agree_on_update(
     step: u64,
     updated: Result<(bool, f64)>,
 ) -> Result<(bool, f64)> {
-    if !launch.is_distributed() {
-        return updated;
-    }
     let failed = match updated {
         Ok(_) => 0.0,
         Err(_) => launch.rank as f64 + 1.0,

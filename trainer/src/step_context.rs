@@ -100,9 +100,7 @@ impl<'a> StepContext<'a> {
 
     /// Where this process stands among the ranks of its run.
     pub fn launch(&self) -> Launch {
-        self.world
-            .as_deref()
-            .map_or(Launch { rank: 0, size: 1 }, Launch::of)
+        self.world.as_deref().map_or(Launch::ALONE, Launch::of)
     }
 
     /// The forward pass of `batch` on the device, recorded on a new tape under the run's

@@ -73,9 +73,6 @@ struct RunFiles {
     resumed_from: Option<u64>,
     /// The file this process streams its allocations to.
     trace: Option<PathBuf>,
-    /// Whether this process writes the run's files: rank 0 of a data-parallel run does, for
-    /// every rank.
-    writes: bool,
 }
 
 impl Trainer {
@@ -192,7 +189,7 @@ impl Trainer {
     fn step_with(&mut self, fixed: Option<&[usize]>) -> Result<StepReport> {
         let started = Instant::now();
         let next = self.state.next;
-        let part = Launch::of(&*self.world);
+        let part = self.launch();
         let loader = self.loader.get_or_insert_with(|| {
             Loader::sharded(
                 self.task.train.clone(),
@@ -297,10 +294,10 @@ impl Trainer {
         self.world
     }
 
-    /// This process's rank and the number of ranks of its run (0 of 1 for a run of one
-    /// process).
-    pub fn rank(&self) -> (usize, usize) {
-        (self.world.rank(), self.world.world_size())
+    /// Where this process stands among the ranks of its run ([`Launch::ALONE`] for a run of
+    /// one process).
+    pub fn launch(&self) -> Launch {
+        Launch::of(&*self.world)
     }
 
     /// Writes the checkpoint of the run as it stands. Rank 0 of a data-parallel run writes it
@@ -323,7 +320,7 @@ impl Trainer {
         } else {
             None
         };
-        if !self.files.writes {
+        if !self.launch().writes() {
             return Ok(());
         }
         let state = TrainerState {

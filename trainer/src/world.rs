@@ -21,6 +21,9 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// A process started alone: a world of one.
+    pub const ALONE: Self = Self { rank: 0, size: 1 };
+
     /// What the launcher's environment says, or a world of one when no launcher started this
     /// process.
     pub fn from_env() -> Self {
@@ -33,7 +36,7 @@ impl Launch {
         let size = read("OMPI_COMM_WORLD_SIZE").or_else(|| read("PMI_SIZE"));
         match (rank, size) {
             (Some(rank), Some(size)) if rank < size => Self { rank, size },
-            _ => Self { rank: 0, size: 1 },
+            _ => Self::ALONE,
         }
     }
 

@@ -69,8 +69,7 @@ impl Loader {
         prefetch: usize,
         start: Position,
     ) -> Self {
-        let whole = Launch { rank: 0, size: 1 };
-        Self::sharded(dataset, batch_size, seed, prefetch, start, whole)
+        Self::sharded(dataset, batch_size, seed, prefetch, start, Launch::ALONE)
     }
 
     /// [`Loader::new`] for a rank of a data-parallel run: each batch is drawn as a whole (the

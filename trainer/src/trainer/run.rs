@@ -42,7 +42,7 @@ impl Trainer {
     /// nothing.
     pub fn run(&mut self, progress: bool) -> Result<Summary> {
         let dir = self.files.dir.clone();
-        let writes = self.files.writes;
+        let writes = self.launch().writes();
         let mut metrics = if writes {
             write_atomically(&dir.join("config.toml"), self.config.to_toml().as_bytes())?;
             if let Some(source) = self.config.tokenizer() {
@@ -171,7 +171,7 @@ impl Trainer {
             return Ok(Flow::Continue);
         }
         self.save_checkpoint()?;
-        if !self.files.writes {
+        if !self.launch().writes() {
             return Ok(Flow::Continue);
         }
         artifacts::flush_trace(&self.device, self.files.trace.as_deref());

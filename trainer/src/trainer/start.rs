@@ -265,7 +265,6 @@ impl Trainer {
                 dir: run_dir,
                 resumed_from: (start == Start::Resume).then_some(state.step),
                 trace,
-                writes: launch.writes(),
             },
             world,
             control,

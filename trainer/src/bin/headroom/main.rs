@@ -128,8 +128,8 @@ fn train(args: &TrainArgs) -> Result<()> {
         (false, false) => Start::New,
     };
     let mut trainer = Trainer::start(config, start, None)?;
-    let (rank, ranks) = trainer.rank();
-    if rank > 0 {
+    let launch = trainer.launch();
+    if !launch.writes() {
         // Rank 0 of a data-parallel run speaks and writes for every rank.
         return trainer.run(false).map(drop);
     }
@@ -137,7 +137,7 @@ fn train(args: &TrainArgs) -> Result<()> {
         say(plan)?;
     }
     let run_dir = trainer.run_dir().to_owned();
-    let ranks = match ranks {
+    let ranks = match launch.size {
         1 => String::new(),
         n => format!(", on {n} ranks"),
     };
