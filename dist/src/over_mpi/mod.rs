@@ -7,7 +7,7 @@
 
 mod datatype;
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
 use headroom_kernels::ops::data::copy_into;
@@ -162,6 +162,39 @@ impl MpiCollective {
         }
     }
 
+    /// `MPI_Iallreduce` of `count` elements of `dtype` from `from` into `to`, waited for by
+    /// [`run`](Self::run), which keeps `arrays` and `host` alive past a timeout and hands `host`
+    /// back.
+    ///
+    /// # Safety
+    ///
+    /// `from` and `to` hold `count` elements of `dtype` each, in distinct buffers that `arrays`
+    /// and `host` own.
+    unsafe fn all_reduce_raw<H>(
+        &mut self,
+        arrays: &[&Array],
+        host: H,
+        (from, to, count): (*mut c_void, *mut c_void, c_int),
+        dtype: ffi::MPI_Datatype,
+        op: ReduceOp,
+    ) -> Result<H> {
+        self.run("all_reduce", arrays, host, |request| {
+            // SAFETY: the caller vouches for the buffers; `run` keeps them alive until the
+            // request completes (or for good, past the timeout).
+            unsafe {
+                ffi::MPI_Iallreduce(
+                    from,
+                    to,
+                    count,
+                    dtype,
+                    mpi_op(op),
+                    ffi::RSMPI_COMM_WORLD,
+                    request,
+                )
+            }
+        })
+    }
+
     /// `array` replaced by its mean over the ranks, given their sum.
     fn mean(&self, sum: Array) -> Result<Array> {
         Ok(scale(&sum, 1.0 / self.world as f64)?)
@@ -193,8 +226,8 @@ fn host_copy(array: &Array) -> Result<Vec<u64>> {
 }
 
 /// The address of `array`'s elements in this process (its device is a CPU device).
-fn address(array: &Array) -> *mut std::ffi::c_void {
-    array.buffer().addr() as *mut std::ffi::c_void
+fn address(array: &Array) -> *mut c_void {
+    array.buffer().addr() as *mut c_void
 }
 
 impl Collective for MpiCollective {
@@ -224,19 +257,11 @@ impl Collective for MpiCollective {
             let sent = array.to_f64()?;
             let mut sum = vec![0.0f64; sent.len()];
             let (from, to) = (sent.as_ptr().cast_mut().cast(), sum.as_mut_ptr().cast());
-            // SAFETY: `from` and `to` hold `count` f64 each, in distinct host buffers kept
-            // alive until the request completes (or for good, past the timeout).
-            let (_, mut sum) = self.run(OP, &[], (sent, sum), |request| unsafe {
-                ffi::MPI_Iallreduce(
-                    from,
-                    to,
-                    count,
-                    ffi::RSMPI_DOUBLE,
-                    mpi_op(op),
-                    ffi::RSMPI_COMM_WORLD,
-                    request,
-                )
-            })?;
+            let buffers = (from, to, count);
+            // SAFETY: `from` and `to` hold `count` f64 each, in the distinct host buffers
+            // `sent` and `sum`, handed over to keep.
+            let (_, mut sum) =
+                unsafe { self.all_reduce_raw(&[], (sent, sum), buffers, ffi::RSMPI_DOUBLE, op)? };
             if op == ReduceOp::Avg {
                 let ranks = self.world as f64;
                 sum.iter_mut().for_each(|v| *v /= ranks);
@@ -245,20 +270,9 @@ impl Collective for MpiCollective {
         }
         let sent = host_copy(array)?;
         let (from, to) = (sent.as_ptr().cast_mut().cast(), address(array));
-        // SAFETY: `from` (a host copy) and `to` (the array) hold `count` elements of the
-        // datatype each, in distinct buffers kept alive until the request completes (or for
-        // good, past the timeout).
-        self.run(OP, &[array], sent, |request| unsafe {
-            ffi::MPI_Iallreduce(
-                from,
-                to,
-                count,
-                datatype(dtype),
-                mpi_op(op),
-                ffi::RSMPI_COMM_WORLD,
-                request,
-            )
-        })?;
+        // SAFETY: `from` (a host copy, handed over to keep) and `to` (the array) hold `count`
+        // elements of the datatype each, in distinct buffers.
+        unsafe { self.all_reduce_raw(&[array], sent, (from, to, count), datatype(dtype), op)? };
         Ok(())
     }
 
