@@ -40,6 +40,13 @@ impl StatePrecision {
     }
 }
 
+/// The suffix a plain buffer's array adds to the buffer's name: none.
+const PLAIN: &str = "";
+/// The suffix of 8-bit codes: none, they keep the buffer's name...
+const CODES: &str = "";
+/// ...and their scales add this.
+const SCALES: &str = "_absmax";
+
 /// One state buffer of one parameter.
 #[derive(Debug)]
 pub enum StateBuffer {
@@ -51,12 +58,7 @@ pub enum StateBuffer {
 
 impl StateBuffer {
     /// Zeros for `param` in `precision`, tagged `tag`.
-    fn zeros(
-        device: &Device,
-        param: &Tensor,
-        precision: StatePrecision,
-        tag: headroom_alloc::Tag,
-    ) -> Result<Self> {
+    fn zeros(device: &Device, param: &Tensor, precision: StatePrecision, tag: Tag) -> Result<Self> {
         let _tag = device.scoped_tag(tag);
         let shape = param.shape().clone();
         Ok(match precision {
@@ -70,26 +72,26 @@ impl StateBuffer {
     /// buffer's name, their scales add `_absmax`).
     fn arrays(&self) -> Vec<(&'static str, &Array)> {
         match self {
-            Self::Plain(array) => vec![("", array)],
-            Self::Quantized(q) => vec![("", &q.codes), ("_absmax", &q.scales)],
+            Self::Plain(array) => vec![(PLAIN, array)],
+            Self::Quantized(q) => vec![(CODES, &q.codes), (SCALES, &q.scales)],
         }
     }
 
     /// The same, mutably.
     fn arrays_mut(&mut self) -> Vec<(&'static str, &mut Array)> {
         match self {
-            Self::Plain(array) => vec![("", array)],
-            Self::Quantized(q) => vec![("", &mut q.codes), ("_absmax", &mut q.scales)],
+            Self::Plain(array) => vec![(PLAIN, array)],
+            Self::Quantized(q) => vec![(CODES, &mut q.codes), (SCALES, &mut q.scales)],
         }
     }
 
     /// The same with every array replaced by `load(its suffix)`.
     fn reloaded(&self, load: &mut dyn FnMut(&'static str) -> Result<Array>) -> Result<Self> {
         Ok(match self {
-            Self::Plain(_) => Self::Plain(load("")?),
+            Self::Plain(_) => Self::Plain(load(PLAIN)?),
             Self::Quantized(_) => Self::Quantized(Quantized {
-                codes: load("")?,
-                scales: load("_absmax")?,
+                codes: load(CODES)?,
+                scales: load(SCALES)?,
             }),
         })
     }
@@ -157,8 +159,8 @@ pub enum Shared<'a> {
 /// [`StateBuffer::arrays`]).
 fn suffixes(precision: StatePrecision) -> &'static [&'static str] {
     match precision {
-        StatePrecision::Int8 => &["", "_absmax"],
-        StatePrecision::Full | StatePrecision::Bf16 => &[""],
+        StatePrecision::Int8 => &[CODES, SCALES],
+        StatePrecision::Full | StatePrecision::Bf16 => &[PLAIN],
     }
 }
 
@@ -247,10 +249,10 @@ impl OptimizerState {
 
     /// One update: `rule` runs on each parameter that has a gradient and whose state this rank
     /// keeps, with the step's [`Update`] (the step number, `grad_scale`, the parameter's index
-    /// as its rounding stream) and the parameter's buffers; then the count grows by one. Everything is checked
-    /// before anything is updated (names, shapes and dtypes of parameters, gradients and
-    /// state, and that no other handle shares a parameter), so a refused step leaves the model
-    /// as it was.
+    /// as its rounding stream) and the parameter's buffers; then the count grows by one.
+    /// Everything is checked before anything is updated (names, shapes and dtypes of
+    /// parameters, gradients and state, and that no other handle shares a parameter), so a
+    /// refused step leaves the model as it was.
     pub fn step(
         &mut self,
         model: &mut dyn Module,
