@@ -29,27 +29,9 @@ fn headroom() -> Command {
     Command::new(env!("CARGO_BIN_EXE_headroom"))
 }
 
-/// `mpirun` with `ranks` processes of the headroom binary; Open MPI refuses root unless told.
+/// `mpirun` with `ranks` processes of the headroom binary.
 fn mpirun(ranks: usize) -> Command {
-    let mut command = Command::new("mpirun");
-    command
-        .args(["-n", &ranks.to_string(), "--oversubscribe"])
-        .arg(env!("CARGO_BIN_EXE_headroom"))
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    command
-}
-
-fn mpi_missing() -> bool {
-    if Command::new("mpirun").arg("--version").output().is_ok() {
-        return false;
-    }
-    let why = "mpirun is not on the PATH (Open MPI: openmpi-bin and libopenmpi-dev)";
-    if std::env::var_os("HEADROOM_REQUIRE_MPI").is_some() {
-        panic!("HEADROOM_REQUIRE_MPI is set, and MPI did not run: {why}");
-    }
-    eprintln!("mpi skipped: {why}");
-    true
+    common::mpirun(ranks, Path::new(env!("CARGO_BIN_EXE_headroom")))
 }
 
 /// Runs `command` with `ARGS` and `options` into `dir`; panics with its output if it fails,
@@ -145,7 +127,7 @@ fn assert_same_losses(one: &Path, two: &Path, steps: usize) {
 /// gradients do: to rounding.
 #[test]
 fn two_ranks_train_as_one_process_does() {
-    if mpi_missing() {
+    if common::mpi_missing() {
         return;
     }
     let config = TempDir::new("dp-config");
@@ -170,7 +152,7 @@ fn assert_same_weights(one: &TempDir, two: &TempDir) {
 /// redoes its shard, and the run still trains as one process does.
 #[test]
 fn an_out_of_memory_on_one_rank_is_recovered_by_both() {
-    if mpi_missing() {
+    if common::mpi_missing() {
         return;
     }
     let config = TempDir::new("dp-oom-config");
@@ -214,7 +196,7 @@ fn an_out_of_memory_on_one_rank_is_recovered_by_both() {
 /// rounding noise, up to the learning rate a step. The losses agree as closely as with SGD.
 #[test]
 fn two_ranks_train_with_adamw_as_one_process_does() {
-    if mpi_missing() {
+    if common::mpi_missing() {
         return;
     }
     let (one, two) = both("dp-adamw", &[]);
@@ -244,7 +226,7 @@ fn rank_process(dir: &Path, rank: usize) -> Option<u32> {
 /// never stopped do.
 #[test]
 fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
-    if mpi_missing() {
+    if common::mpi_missing() {
         return;
     }
     let (straight, killed) = (TempDir::new("dp-straight"), TempDir::new("dp-killed"));
@@ -325,7 +307,7 @@ fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
 /// at exactly the planner's prediction; `headroom plan --world-size 2` plans the same rank.
 #[test]
 fn each_rank_plans_its_shard_and_peaks_as_predicted() {
-    if mpi_missing() {
+    if common::mpi_missing() {
         return;
     }
     let dir = TempDir::new("dp-plan");
@@ -395,7 +377,7 @@ fn summary(dir: &Path) -> headroom_trainer::Summary {
 /// same state.
 #[test]
 fn two_ranks_sharding_the_optimizer_state_keep_half_of_it_each_and_train_alike() {
-    if mpi_missing() {
+    if common::mpi_missing() {
         return;
     }
     let (whole, sharded) = (TempDir::new("dp-whole"), TempDir::new("dp-sharded"));
@@ -436,7 +418,7 @@ fn two_ranks_sharding_the_optimizer_state_keep_half_of_it_each_and_train_alike()
 /// each training on as one process does.
 #[test]
 fn a_sharded_checkpoint_resumes_on_any_number_of_ranks() {
-    if mpi_missing() {
+    if common::mpi_missing() {
         return;
     }
     let config = TempDir::new("dp-reshard-config");
@@ -492,7 +474,7 @@ fn a_sharded_checkpoint_resumes_on_any_number_of_ranks() {
 #[cfg(feature = "nccl")]
 #[test]
 fn ranks_on_cuda_devices_without_nccl_stop_together_naming_it() {
-    if mpi_missing() {
+    if common::mpi_missing() {
         return;
     }
     if headroom_dist::UniqueId::new().is_ok() {

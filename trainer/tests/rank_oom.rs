@@ -10,10 +10,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::{TempDir, small_config, weights};
+use common::{TempDir, mpi_missing, mpirun, small_config, weights};
 use headroom_dist::{Collective, MpiCollective, ReduceOp};
 use headroom_kernels::Array;
 use headroom_trainer::config::TrainConfig;
@@ -31,21 +30,11 @@ fn main() {
 }
 
 fn launch() {
-    if Command::new("mpirun").arg("--version").output().is_err() {
-        let why = "mpirun is not on the PATH (Open MPI: openmpi-bin and libopenmpi-dev)";
-        if std::env::var_os("HEADROOM_REQUIRE_MPI").is_some() {
-            panic!("HEADROOM_REQUIRE_MPI is set, and MPI did not run: {why}");
-        }
-        eprintln!("rank_oom skipped: {why}");
+    if mpi_missing() {
         return;
     }
-    let out = Command::new("mpirun")
-        .args(["-n", "2", "--oversubscribe"])
-        .arg(std::env::current_exe().unwrap())
+    let out = mpirun(2, &std::env::current_exe().unwrap())
         .env(RANK, "1")
-        // Open MPI refuses root unless told; harmless for other users.
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);

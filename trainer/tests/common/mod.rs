@@ -236,3 +236,29 @@ pub fn prose(seed: u64, lines: usize) -> String {
     }
     text
 }
+
+/// `mpirun` starting `ranks` processes of `program`; Open MPI refuses root unless told, which
+/// is harmless for other users.
+pub fn mpirun(ranks: usize, program: &Path) -> Command {
+    let mut command = Command::new("mpirun");
+    command
+        .args(["-n", &ranks.to_string(), "--oversubscribe"])
+        .arg(program)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    command
+}
+
+/// Whether `mpirun` is missing, said on standard error; where `HEADROOM_REQUIRE_MPI` is set
+/// (`.ci/run` sets it), a missing `mpirun` fails the test instead.
+pub fn mpi_missing() -> bool {
+    if Command::new("mpirun").arg("--version").output().is_ok() {
+        return false;
+    }
+    let why = "mpirun is not on the PATH (Open MPI: openmpi-bin and libopenmpi-dev)";
+    if std::env::var_os("HEADROOM_REQUIRE_MPI").is_some() {
+        panic!("HEADROOM_REQUIRE_MPI is set, and MPI did not run: {why}");
+    }
+    eprintln!("mpi skipped: {why}");
+    true
+}
