@@ -37,18 +37,20 @@ impl FreeKey {
 }
 
 /// A set promotes itself to a B-tree above this many chunks...
-const PROMOTE_ABOVE: usize = 96;
-/// ...and demotes itself to a sorted vector below this many (hysteresis avoids flapping).
-const DEMOTE_BELOW: usize = 32;
+const PROMOTE_ABOVE: usize = 32;
+/// ...and demotes itself to a vector below this many (hysteresis avoids flapping).
+const DEMOTE_BELOW: usize = 16;
 
-/// The free chunks of one bin, ordered by (size, address).
+/// The free chunks of one bin, found in (size, address) order.
 ///
-/// Most bins hold a handful of chunks, where a sorted vector (binary search, a short `memmove`)
-/// beats a B-tree several times over; a bin that grows past [`PROMOTE_ABOVE`] chunks switches to
-/// a B-tree so that no operation ever costs more than O(log n) plus a bounded copy.
+/// Most bins hold a handful of chunks. There an unordered vector wins: an insertion is a push,
+/// a removal a swap with the last key, a replacement a write in place, and a search one pass over
+/// a few cache lines, where a sorted vector pays a `memmove` for every insertion and removal. A
+/// bin that grows past [`PROMOTE_ABOVE`] chunks switches to a B-tree, so that no operation costs
+/// more than O(log n) or a pass over a bounded vector.
 #[derive(Debug)]
 pub(crate) enum FreeSet {
-    /// Sorted ascending, no duplicates, at most `PROMOTE_ABOVE` entries.
+    /// In no order, no duplicates, at most `PROMOTE_ABOVE` entries.
     Small(Vec<FreeKey>),
     /// At least `DEMOTE_BELOW` entries.
     Large(BTreeSet<FreeKey>),
@@ -70,13 +72,13 @@ impl Default for FreeSet {
 }
 
 impl FreeSet {
+    /// Adds `key`, which must not be present.
     #[inline]
     pub fn insert(&mut self, key: FreeKey) {
         match self {
             Self::Small(keys) => {
-                if let Err(index) = keys.binary_search(&key) {
-                    keys.insert(index, key);
-                }
+                debug_assert!(!keys.contains(&key), "{key:?} is filed twice");
+                keys.push(key);
                 if keys.len() > PROMOTE_ABOVE {
                     *self = Self::Large(keys.drain(..).collect());
                 }
@@ -91,12 +93,12 @@ impl FreeSet {
     #[inline]
     pub fn remove(&mut self, key: &FreeKey) -> bool {
         match self {
-            Self::Small(keys) => match keys.binary_search(key) {
-                Ok(index) => {
-                    keys.remove(index);
+            Self::Small(keys) => match keys.iter().position(|other| other == key) {
+                Some(index) => {
+                    keys.swap_remove(index);
                     true
                 }
-                Err(_) => false,
+                None => false,
             },
             Self::Large(keys) => {
                 let removed = keys.remove(key);
@@ -109,12 +111,11 @@ impl FreeSet {
     }
 
     /// Replaces `old`, which must be present, by `new`, which must belong to the same bin: in
-    /// place when `new` sorts into the same slot (the common case when a chunk is split or grows
-    /// by merging), otherwise by a removal and an insertion.
+    /// place in a small set, by a removal and an insertion in a large one.
     #[inline]
     pub fn replace(&mut self, old: &FreeKey, new: FreeKey) {
         let slot = match self {
-            Self::Small(keys) => keys.binary_search(old).ok(),
+            Self::Small(keys) => keys.iter().position(|other| other == old),
             Self::Large(_) => None,
         };
         self.replace_at(
@@ -130,17 +131,13 @@ impl FreeSet {
     #[inline]
     pub fn replace_at(&mut self, slot: Slot, new: FreeKey) {
         if let (Self::Small(keys), Some(index)) = (&mut *self, slot.index) {
-            let after_previous = index == 0 || keys[index - 1] < new;
-            let before_next = index + 1 == keys.len() || new < keys[index + 1];
-            if after_previous && before_next {
-                // Word by word: a caller's key often sits in memory just written a word at a time,
-                // and a whole-key copy would read it back with wider loads, which stall.
-                let key = &mut keys[index];
-                key.size = new.size;
-                key.addr = new.addr;
-                key.id = new.id;
-                return;
-            }
+            // Word by word: a caller's key often sits in memory just written a word at a time,
+            // and a whole-key copy would read it back with wider loads, which stall.
+            let key = &mut keys[index];
+            key.size = new.size;
+            key.addr = new.addr;
+            key.id = new.id;
+            return;
         }
         self.remove_at(slot);
         self.insert(new);
@@ -151,7 +148,7 @@ impl FreeSet {
     pub fn remove_at(&mut self, slot: Slot) {
         match (&mut *self, slot.index) {
             (Self::Small(keys), Some(index)) => {
-                keys.remove(index);
+                keys.swap_remove(index);
             }
             _ => {
                 self.remove(&slot.key);
@@ -164,8 +161,13 @@ impl FreeSet {
     pub fn first_at_least(&self, probe: &FreeKey) -> Option<Slot> {
         match self {
             Self::Small(keys) => {
-                let index = keys.partition_point(|key| key < probe);
-                keys.get(index).map(|&key| Slot {
+                let mut best: Option<(usize, &FreeKey)> = None;
+                for (index, key) in keys.iter().enumerate() {
+                    if key >= probe && best.is_none_or(|(_, best)| key < best) {
+                        best = Some((index, key));
+                    }
+                }
+                best.map(|(index, &key)| Slot {
                     key,
                     index: Some(index),
                 })
@@ -177,22 +179,25 @@ impl FreeSet {
         }
     }
 
+    /// True when `key` is present.
     #[inline]
     pub fn contains(&self, key: &FreeKey) -> bool {
         match self {
-            Self::Small(keys) => keys.binary_search(key).is_ok(),
+            Self::Small(keys) => keys.contains(key),
             Self::Large(keys) => keys.contains(key),
         }
     }
 
+    /// The largest key.
     #[inline]
     pub fn last(&self) -> Option<&FreeKey> {
         match self {
-            Self::Small(keys) => keys.last(),
+            Self::Small(keys) => keys.iter().max(),
             Self::Large(keys) => keys.last(),
         }
     }
 
+    /// Number of keys.
     #[inline]
     pub fn len(&self) -> usize {
         match self {
@@ -201,12 +206,13 @@ impl FreeSet {
         }
     }
 
+    /// True when the set holds no key.
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The keys in ascending order.
+    /// The keys, in no particular order.
     pub fn iter(&self) -> Box<dyn Iterator<Item = &FreeKey> + '_> {
         match self {
             Self::Small(keys) => Box::new(keys.iter()),
@@ -287,7 +293,9 @@ mod tests {
             assert_eq!(set.len(), model.len());
             assert_eq!(set.last(), model.last());
             if step % 97 == 0 {
-                assert!(set.iter().eq(model.iter()));
+                let mut keys: Vec<FreeKey> = set.iter().copied().collect();
+                keys.sort_unstable();
+                assert!(keys.iter().eq(model.iter()));
             }
         }
     }
