@@ -1,4 +1,4 @@
-//! Free chunks sorted into power-of-two size classes, each ordered by (size, address).
+//! Free chunks filed in power-of-two size classes, searched in (size, address) order.
 
 use crate::free_set::{FreeKey, FreeSet, Slot};
 use crate::size::GRANULE;
@@ -153,7 +153,7 @@ impl Bins {
         self.sets[top].last().copied()
     }
 
-    /// The free chunks of bin `index`, in best-fit order.
+    /// The free chunks of bin `index`, in no particular order.
     pub fn bin(&self, index: usize) -> impl Iterator<Item = &FreeKey> {
         self.sets[index].iter()
     }

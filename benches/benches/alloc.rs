@@ -2,7 +2,9 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use headroom_alloc::trace::LogNormalTrace;
+use headroom_benches::harness::{CompactTrace, contender};
 use headroom_benches::peers::{FirstFit, Headroom, OffsetAllocator, TraceAllocator};
 
 const CAPACITY: u64 = 1 << 30;
@@ -39,6 +41,32 @@ fn ring<A: TraceAllocator>(c: &mut Criterion, mut allocator: A) {
     });
 }
 
+/// Warm replays of alloc-compare's `lognormal-x1` trace (20 000 allocations of log-normal sizes
+/// and lifetimes over 64 MiB): many sizes, chunks handed out whole and split, frees that merge
+/// and frees that do not. Timed per allocate + free pair.
+fn lognormal(c: &mut Criterion) {
+    let trace = CompactTrace::new(
+        &LogNormalTrace {
+            median_size: 16_384.0,
+            sigma: 1.5,
+            ..LogNormalTrace::default()
+        }
+        .generate(),
+    );
+    let capacity = 64 << 20;
+    let mut group = c.benchmark_group("alloc+free log-normal trace");
+    group.throughput(Throughput::Elements(trace.allocs() as u64));
+    let mut contenders = [
+        contender(&trace, Headroom::new(capacity)),
+        contender(&trace, OffsetAllocator::new(capacity)),
+        contender(&trace, FirstFit::new(capacity)),
+    ];
+    for contender in &mut contenders {
+        group.bench_function(contender.name, |b| b.iter(|| contender.replay_warm()));
+    }
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
     pair(c, Headroom::new(CAPACITY));
     pair(c, OffsetAllocator::new(CAPACITY));
@@ -46,6 +74,7 @@ fn benches(c: &mut Criterion) {
     ring(c, Headroom::new(CAPACITY));
     ring(c, OffsetAllocator::new(CAPACITY));
     ring(c, FirstFit::new(CAPACITY));
+    lognormal(c);
 }
 
 criterion_group!(alloc, benches);

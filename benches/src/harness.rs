@@ -119,6 +119,13 @@ pub struct Contender<'t> {
     warm: Box<dyn FnMut() -> u128 + 't>,
 }
 
+impl Contender<'_> {
+    /// Replays the trace once more, warm, and returns the nanoseconds it took.
+    pub fn replay_warm(&mut self) -> u128 {
+        (self.warm)()
+    }
+}
+
 /// Replays `trace` on `allocator` once, cold, and keeps it for warm replays.
 pub fn contender<'t, A: TraceAllocator + 't>(
     trace: &'t CompactTrace,
@@ -140,7 +147,7 @@ pub fn race(contenders: &mut [Contender<'_>], runs: usize) -> Vec<Replay> {
     let mut times: Vec<Vec<u128>> = vec![Vec::with_capacity(runs); contenders.len()];
     for _ in 0..runs.max(1) {
         for (contender, times) in contenders.iter_mut().zip(&mut times) {
-            times.push((contender.warm)());
+            times.push(contender.replay_warm());
         }
     }
     contenders

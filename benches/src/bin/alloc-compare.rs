@@ -6,6 +6,11 @@
 //! bytes by the peak of live requested bytes. `max_fit_scale` is the largest scale of the trace's
 //! family (batch size for the transformer, size multiplier for log-normal) that replays without
 //! an OOM at the family's fixed capacity.
+//!
+//! `alloc-compare --seeds N` then replays the log-normal family at scales 1 and 4 under N more
+//! seeds and prints each allocator's mean `peak_reserved_over_peak_in_use` and how many seeds it
+//! reserved no more than the best peer: one seed's figure swings by a tenth with the seed, and a
+//! mean over many says which placement rule reserves less.
 
 use headroom_alloc::trace::{LogNormalTrace, TraceOp, TransformerTrace};
 use headroom_benches::harness::{CompactTrace, Contender, Replay, contender, max_fit_scale, race};
@@ -28,9 +33,14 @@ fn transformer(batch: u64) -> Vec<TraceOp> {
 }
 
 fn lognormal(scale: u64) -> Vec<TraceOp> {
+    lognormal_seeded(scale, LogNormalTrace::default().seed)
+}
+
+fn lognormal_seeded(scale: u64, seed: u64) -> Vec<TraceOp> {
     LogNormalTrace {
         median_size: 16_384.0,
         sigma: 1.5,
+        seed,
         ..LogNormalTrace::default()
     }
     .with_scale(scale as f64)
@@ -104,6 +114,15 @@ fn measure(family: &Family, rows: &mut Vec<Row>) {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let seeds = match args.as_slice() {
+        [] => None,
+        [flag, count] if flag == "--seeds" => match count.parse::<u64>() {
+            Ok(count) if count > 0 => Some(count),
+            _ => usage(),
+        },
+        _ => usage(),
+    };
     let mut rows = Vec::new();
     for family in &FAMILIES {
         measure(family, &mut rows);
@@ -139,6 +158,63 @@ fn main() {
         });
         println!("{line}");
     }
+    if let Some(seeds) = seeds {
+        seed_sweep(seeds);
+    }
+}
+
+fn usage() -> ! {
+    eprintln!("usage: alloc-compare [--seeds N]   (N > 0: the log-normal reserved sweep)");
+    std::process::exit(2);
+}
+
+/// The log-normal family's reserved over in use at scales 1 and 4 under `seeds` seeds: each
+/// allocator's mean, and the seeds where it reserved no more than the best peer.
+fn seed_sweep(seeds: u64) {
+    let lognormal = &FAMILIES[1];
+    println!();
+    println!("log-normal reserved/live over {seeds} seeds (mean; seeds at or under the best peer)");
+    println!(
+        "{:<16} {:<18} {:>14} {:>14}",
+        "trace", "allocator", "reserved/live", "<= best peer"
+    );
+    for scale in [1, 4] {
+        let mut sums = [0.0; 4];
+        let mut level = [0u64; 4];
+        let mut names = [""; 4];
+        for seed in 0..seeds {
+            let trace = CompactTrace::new(&lognormal_seeded(scale, 1000 + seed));
+            let contenders = contenders(&trace, lognormal.capacity);
+            let ratios: Vec<f64> = contenders.iter().map(|c| ratio_of(&c.cold)).collect();
+            // The peers are the last two contenders.
+            let best_peer = ratios[2].min(ratios[3]);
+            for (index, (contender, ratio)) in contenders.iter().zip(&ratios).enumerate() {
+                names[index] = contender.name;
+                sums[index] += ratio;
+                level[index] += u64::from(*ratio <= best_peer);
+            }
+        }
+        for index in 0..4 {
+            let mean = sums[index] / seeds as f64;
+            let trace = format!("lognormal-x{scale}");
+            println!(
+                "{trace:<16} {:<18} {mean:>14.3} {:>14}",
+                names[index], level[index]
+            );
+            let line = serde_json::json!({
+                "trace": trace,
+                "allocator": names[index],
+                "seeds": seeds,
+                "mean_peak_reserved_over_peak_in_use": mean,
+                "seeds_at_or_under_best_peer": level[index],
+            });
+            println!("{line}");
+        }
+    }
+}
+
+fn ratio_of(replay: &Replay) -> f64 {
+    replay.peak_reserved as f64 / replay.peak_live.max(1) as f64
 }
 
 fn ns_per_op(row: &Row) -> f64 {
@@ -146,5 +222,5 @@ fn ns_per_op(row: &Row) -> f64 {
 }
 
 fn ratio(row: &Row) -> f64 {
-    row.replay.peak_reserved as f64 / row.replay.peak_live.max(1) as f64
+    ratio_of(&row.replay)
 }
