@@ -2,7 +2,8 @@
 //! both: every rank ends the step with the weights of the same micro-batches run without the
 //! failure, bit for bit, and with the clean step's weights where the failure struck outside the
 //! micro-batches. A checkpoint of a sharded state that one rank has no room to receive
-//! stops both ranks at once, naming it. Run by `cargo test`, this binary launches itself under
+//! stops both ranks at once, naming it, and a rank whose memory is full at the run's end leaves
+//! no rank waiting. Run by `cargo test`, this binary launches itself under
 //! `mpirun -n 2`;
 //! the ranks join MPI once and train a fresh run for each allocation, handing the world from run
 //! to run. Without `mpirun` on the PATH it says why and passes, unless `HEADROOM_REQUIRE_MPI` is
@@ -14,9 +15,10 @@ use std::time::Duration;
 
 use common::{TempDir, mpi_missing, mpirun, small_config, weights};
 use headroom_dist::{Collective, MpiCollective, ReduceOp};
-use headroom_kernels::Array;
+use headroom_kernels::{Array, Device};
 use headroom_trainer::config::TrainConfig;
-use headroom_trainer::{Phase, Start, StepReport, Trainer, device};
+use headroom_trainer::data::Metric;
+use headroom_trainer::{Callback, Flow, Phase, Start, StepReport, Trainer, device};
 
 /// The variable that tells a launched process it is a rank.
 const RANK: &str = "HEADROOM_RANK_OOM";
@@ -49,6 +51,8 @@ fn launch() {
         let stopped =
             format!("rank {rank}: a checkpoint without room on rank 1 stopped both ranks");
         assert!(text.contains(&stopped), "{stopped:?} missing:\n{text}");
+        let ended = format!("rank {rank}: the run ended with no room left on rank 1");
+        assert!(text.contains(&ended), "{ended:?} missing:\n{text}");
     }
     println!("rank_oom: an out-of-memory at each allocation of a step on rank 1 was recovered");
 }
@@ -97,12 +101,45 @@ fn rank() {
         config.optimizer.shard_state = shard_state;
         world = every_allocation(&config, world);
     }
-    checkpoint_without_room(&config, world);
+    world = checkpoint_without_room(&config, world);
+    config.optimizer.shard_state = false;
+    no_room_at_the_end(&config, world);
+}
+
+/// Leaves no room on its device once the run's last evaluation is done: the next allocation
+/// fails.
+struct FullAfterEvaluation(Device);
+
+impl Callback for FullAfterEvaluation {
+    fn after_evaluation(&mut self, _step: u64, _metric: Metric, _value: f64) -> Flow {
+        self.0.allocator().with(|a| a.inject_oom(0));
+        Flow::Continue
+    }
+}
+
+/// A whole run whose rank 1 has no room left after its last evaluation: the run still ends on
+/// both ranks (its checkpoint written, every rank's peaks gathered), none left waiting in a
+/// collective for rank 1.
+fn no_room_at_the_end(config: &TrainConfig, world: Box<dyn Collective + Send>) {
+    let me = world.rank();
+    let mut run = Trainer::start_in_world(config.clone(), Start::Overwrite, None, None, world)
+        .unwrap_or_else(|e| panic!("start: {e}"));
+    if me == 1 {
+        run.add_callback(FullAfterEvaluation(run.device().clone()));
+    }
+    let summary = run.run(false).unwrap_or_else(|e| panic!("rank {me}: {e}"));
+    let ranks: Vec<usize> = summary.ranks.iter().map(|peak| peak.rank).collect();
+    assert_eq!(ranks, [0, 1], "rank {me}");
+    assert!(summary.ranks.iter().all(|peak| peak.peak > 0), "rank {me}");
+    println!("rank {me}: the run ended with no room left on rank 1");
 }
 
 /// A checkpoint of the sharded state where rank 1 has no room to receive a buffer: both ranks
 /// stop at once, each naming the reason, none left waiting in a broadcast.
-fn checkpoint_without_room(config: &TrainConfig, world: Box<dyn Collective + Send>) {
+fn checkpoint_without_room(
+    config: &TrainConfig,
+    world: Box<dyn Collective + Send>,
+) -> Box<dyn Collective + Send> {
     let me = world.rank();
     let (mut run, ..) = step(config, world, None, None);
     if me == 1 {
@@ -115,6 +152,7 @@ fn checkpoint_without_room(config: &TrainConfig, world: Box<dyn Collective + Sen
     };
     assert!(err.contains(want), "rank {me}: {err}");
     println!("rank {me}: a checkpoint without room on rank 1 stopped both ranks");
+    run.into_world()
 }
 
 /// Runs a step of `config` with an out-of-memory on rank 1 at each of its allocations, and

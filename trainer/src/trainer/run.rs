@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use headroom_alloc::Tag;
-use headroom_kernels::{Array, DType};
+use headroom_dist::ReduceOp;
 use indicatif::ProgressBar;
 
 use super::Trainer;
@@ -213,30 +213,39 @@ impl Trainer {
     }
 
     /// Each rank's peak in use and peak of optimizer state, gathered from every rank of a
-    /// data-parallel run (none for a run of one process). Every rank must call it.
+    /// data-parallel run (none for a run of one process). Every rank must call it. Two ranks'
+    /// peaks go through the control buffer at a time, so gathering allocates nothing: a rank
+    /// whose memory is full at the run's end cannot leave the others waiting in a collective.
     fn rank_peaks(&mut self) -> Result<Vec<RankPeak>> {
-        let ranks = self.world.world_size();
-        if ranks < 2 {
+        let (ranks, me) = (self.world.world_size(), self.world.rank());
+        let Some(control) = self.control.as_mut().filter(|_| ranks > 1) else {
             return Ok(Vec::new());
-        }
+        };
         let stats = self.device.allocator().stats();
         let state = stats
             .tags
             .iter()
             .find(|t| t.tag == Tag::OPTIMIZER_STATE)
             .map_or(0, |t| t.peak);
-        let mine = Array::from_host(&self.device, [2], &[stats.peak_in_use as f64, state as f64])?;
-        let mut all = Array::zeros(&self.device, [2 * ranks], DType::F64)?;
-        self.world.all_gather(&mine, &mut all)?;
-        let all = all.to_host::<f64>()?;
-        Ok(all
-            .chunks(2)
-            .enumerate()
-            .map(|(rank, peaks)| RankPeak {
-                rank,
-                peak: peaks[0] as u64,
-                optimizer_state: peaks[1] as u64,
-            })
-            .collect())
+        let mut peaks = Vec::with_capacity(ranks);
+        for first in (0..ranks).step_by(2) {
+            let pair = first..(first + 2).min(ranks);
+            let mut values = [0.0; 4];
+            if pair.contains(&me) {
+                let slot = 2 * (me - first);
+                values[slot] = stats.peak_in_use as f64;
+                values[slot + 1] = state as f64;
+            }
+            let agreed = control.all_reduce(&mut *self.world, values, ReduceOp::Sum)?;
+            peaks.extend(pair.map(|rank| {
+                let slot = 2 * (rank - first);
+                RankPeak {
+                    rank,
+                    peak: agreed[slot] as u64,
+                    optimizer_state: agreed[slot + 1] as u64,
+                }
+            }));
+        }
+        Ok(peaks)
     }
 }
