@@ -250,7 +250,10 @@ fn a_sharded_state_updates_its_share_as_the_whole_state_does() {
             let model = &*model;
             let buffers = adamw.buffers_mut();
             buffers
-                .share_buffers(model, &mut |owner, name, buffer| {
+                .share_buffers(model, &mut |owner,
+                                            name,
+                                            buffer|
+                 -> headroom_nn::Result<()> {
                     let Shared::Here(array) = buffer else {
                         panic!("{name}: no room on a roomy device");
                     };

@@ -59,31 +59,16 @@ pub fn gather(
 ) -> Result<Option<HostState>> {
     let (rank, steps) = (world.rank(), optimizer.steps());
     let mut buffers = Vec::new();
-    let mut failed: Option<Error> = None;
-    let shared =
-        optimizer
-            .buffers_mut()
-            .share_buffers(model.module(), &mut |owner, name, buffer| {
-                let outcome = share(world, control, (rank, owner, steps), name, buffer);
-                match outcome {
-                    Ok(Some(copy)) if rank == 0 => buffers.push((name.to_owned(), copy)),
-                    Ok(_) => {}
-                    Err(err) => {
-                        failed = Some(err);
-                        // Stops the walk over the buffers; `failed` says why.
-                        return Err(headroom_nn::Error::config(
-                            "gathering the optimizer state",
-                            name,
-                        ));
-                    }
-                }
-                Ok(())
-            });
-    match (failed, shared) {
-        (Some(err), _) => Err(err),
-        (None, Err(err)) => Err(err.into()),
-        (None, Ok(())) => Ok((rank == 0).then_some(HostState { buffers, steps })),
-    }
+    optimizer
+        .buffers_mut()
+        .share_buffers(model.module(), &mut |owner, name, buffer| {
+            let copy = share(world, control, (rank, owner, steps), name, buffer)?;
+            if let Some(copy) = copy.filter(|_| rank == 0) {
+                buffers.push((name.to_owned(), copy));
+            }
+            Ok::<(), Error>(())
+        })?;
+    Ok((rank == 0).then_some(HostState { buffers, steps }))
 }
 
 /// One buffer of the gather: agreed on, broadcast from `owner`, and copied to host memory on

@@ -376,14 +376,15 @@ impl OptimizerState {
     /// zeros of their shape and dtype on the parameter's device, tagged as workspace (for
     /// `share` to receive them into, one parameter's at a time), or the error that says why
     /// they did not fit. The ranks of a sharded state gather it this way, each broadcasting what
-    /// it keeps.
+    /// it keeps. The first error `share` returns stops the walk and is returned, in the caller's
+    /// own error type.
     ///
     /// [`named`]: OptimizerState::named
-    pub fn share_buffers(
+    pub fn share_buffers<E: From<Error>>(
         &mut self,
         model: &dyn Module,
-        share: &mut dyn FnMut(usize, &str, Shared<'_>) -> Result<()>,
-    ) -> Result<()> {
+        share: &mut dyn FnMut(usize, &str, Shared<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
         self.check(model, &Gradients::default())?;
         for (index, param) in model.parameters().iter().enumerate() {
             let owner = self.shard.owner(index).unwrap_or(0);
