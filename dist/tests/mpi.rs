@@ -132,31 +132,44 @@ fn rank(case: &str) {
         DType::U8,
     ] {
         let integer = matches!(dtype, DType::I32 | DType::U32 | DType::U8);
+        let reduced = |i: usize, op: ReduceOp| match op {
+            ReduceOp::Sum => each(i).sum(),
+            ReduceOp::Avg => each(i).sum::<f64>() / n as f64,
+            ReduceOp::Max => each(i).fold(f64::MIN, f64::max),
+            ReduceOp::Min => each(i).fold(f64::MAX, f64::min),
+        };
+        // Neither reduction allocates on the device: an out-of-memory there cannot stop one
+        // rank between the ranks' collectives.
+        let allocations = || device.allocator().stats().allocations;
         for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
             let mut a = array(&device, &mine, dtype);
+            let before = allocations();
             let got = world.all_reduce(&mut a, op);
             if integer && op == ReduceOp::Avg {
                 assert!(matches!(got, Err(Error::Argument { .. })), "{got:?}");
                 continue;
             }
             got.unwrap();
-            let want: Vec<f64> = (0..n * m)
-                .map(|i| match op {
-                    ReduceOp::Sum => each(i).sum(),
-                    ReduceOp::Avg => each(i).sum::<f64>() / n as f64,
-                    ReduceOp::Max => each(i).fold(f64::MIN, f64::max),
-                    ReduceOp::Min => each(i).fold(f64::MAX, f64::min),
-                })
-                .collect();
+            assert_eq!(allocations(), before, "all_reduce {op:?} {dtype} allocated");
+            let want: Vec<f64> = (0..n * m).map(|i| reduced(i, op)).collect();
             assert_eq!(read(&a), want, "all_reduce {op:?} {dtype} on rank {r}");
+
+            let input = array(&device, &mine, dtype);
+            let mut part = Array::zeros(&device, [m], dtype).unwrap();
+            let before = allocations();
+            world.reduce_scatter(&input, &mut part, op).unwrap();
+            assert_eq!(
+                allocations(),
+                before,
+                "reduce_scatter {op:?} {dtype} allocated"
+            );
+            let want: Vec<f64> = (r * m..(r + 1) * m).map(|i| reduced(i, op)).collect();
+            assert_eq!(
+                read(&part),
+                want,
+                "reduce_scatter {op:?} {dtype} on rank {r}"
+            );
         }
-        let input = array(&device, &mine, dtype);
-        let mut part = Array::zeros(&device, [m], dtype).unwrap();
-        world
-            .reduce_scatter(&input, &mut part, ReduceOp::Sum)
-            .unwrap();
-        let want: Vec<f64> = (r * m..(r + 1) * m).map(|i| each(i).sum()).collect();
-        assert_eq!(read(&part), want, "reduce_scatter {dtype} on rank {r}");
 
         let mut gathered = Array::zeros(&device, [n * m], dtype).unwrap();
         world

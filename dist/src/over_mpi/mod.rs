@@ -10,9 +10,7 @@ mod datatype;
 use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
-use headroom_kernels::ops::data::copy_into;
-use headroom_kernels::ops::elementwise::scale;
-use headroom_kernels::{Array, DType, Device, DeviceKind};
+use headroom_kernels::{Array, Device, DeviceKind};
 use mpi::environment::Universe;
 use mpi::ffi;
 use mpi::traits::Communicator;
@@ -84,12 +82,6 @@ impl MpiCollective {
                 c_int::MAX
             ),
         })
-    }
-
-    /// A new array like `like`, contents unspecified (MPI writes all of it).
-    fn output_like(&self, like: &Array, dtype: DType, op: &'static str) -> Result<Array> {
-        let buffer = self.device.alloc(dtype, like.numel(), op)?;
-        Ok(Array::new(&self.device, buffer, like.shape().clone())?)
     }
 
     /// Starts one MPI call (`start`, which fills in its request) and waits for it. `arrays` and
@@ -195,9 +187,37 @@ impl MpiCollective {
         })
     }
 
-    /// `array` replaced by its mean over the ranks, given their sum.
-    fn mean(&self, sum: Array) -> Result<Array> {
-        Ok(scale(&sum, 1.0 / self.world as f64)?)
+    /// `MPI_Ireduce_scatter_block` of world x `count` elements of `dtype` from `from` into
+    /// `count` at `to`, waited for by [`run`](Self::run) as in
+    /// [`all_reduce_raw`](Self::all_reduce_raw).
+    ///
+    /// # Safety
+    ///
+    /// `from` holds world x `count` elements of `dtype` and `to` holds `count`, in distinct
+    /// buffers that `arrays` and `host` own.
+    unsafe fn reduce_scatter_raw<H>(
+        &mut self,
+        arrays: &[&Array],
+        host: H,
+        (from, to, count): (*mut c_void, *mut c_void, c_int),
+        dtype: ffi::MPI_Datatype,
+        op: ReduceOp,
+    ) -> Result<H> {
+        self.run("reduce_scatter", arrays, host, |request| {
+            // SAFETY: the caller vouches for the buffers; `run` keeps them alive until the
+            // request completes (or for good, past the timeout).
+            unsafe {
+                ffi::MPI_Ireduce_scatter_block(
+                    from,
+                    to,
+                    count,
+                    dtype,
+                    mpi_op(op),
+                    ffi::RSMPI_COMM_WORLD,
+                    request,
+                )
+            }
+        })
     }
 }
 
@@ -284,31 +304,33 @@ impl Collective for MpiCollective {
         reducible(OP, op, input.dtype())?;
         output.buffer_mut(OP)?;
         let dtype = input.dtype();
-        if widened(dtype) {
-            let wide = input.cast(DType::F32)?;
-            let mut part = self.output_like(output, DType::F32, OP)?;
-            self.reduce_scatter(&wide, &mut part, op)?;
-            return Ok(copy_into(&part.cast(dtype)?, output)?);
-        }
-        let (from, to) = (address(input), address(output));
-        self.run(OP, &[input, output], (), |request| {
-            // SAFETY: `from` holds world x `count` elements and `to` `count`, of the datatype,
-            // kept alive until the request completes (or for good, past the timeout).
-            unsafe {
-                ffi::MPI_Ireduce_scatter_block(
-                    from,
-                    to,
-                    count,
-                    datatype(dtype),
-                    mpi_op(op),
-                    ffi::RSMPI_COMM_WORLD,
-                    request,
-                )
+        // As the all-reduce: nothing is allocated on the device, so an out-of-memory cannot stop
+        // one rank between the ranks' collectives.
+        if widened(dtype) || op == ReduceOp::Avg {
+            // 16-bit floats, which MPI cannot reduce, and means reduce as f64.
+            let sent = input.to_f64()?;
+            let mut part = vec![0.0f64; output.numel()];
+            let buffers = (
+                sent.as_ptr().cast_mut().cast(),
+                part.as_mut_ptr().cast(),
+                count,
+            );
+            // SAFETY: `from` holds world x `count` f64 and `to` `count`, in the distinct host
+            // buffers `sent` and `part`, handed over to keep.
+            let (_, mut part) = unsafe {
+                self.reduce_scatter_raw(&[], (sent, part), buffers, ffi::RSMPI_DOUBLE, op)?
+            };
+            if op == ReduceOp::Avg {
+                let ranks = self.world as f64;
+                part.iter_mut().for_each(|v| *v /= ranks);
             }
-        })?;
-        if op == ReduceOp::Avg {
-            let mean = self.mean(output.clone())?;
-            *output = mean;
+            return Ok(output.write_f64(&part)?);
+        }
+        let buffers = (address(input), address(output), count);
+        // SAFETY: `from` (the input) holds world x `count` elements and `to` (the output)
+        // `count`, of the datatype, in distinct arrays.
+        unsafe {
+            self.reduce_scatter_raw(&[input, output], (), buffers, datatype(dtype), op)?;
         }
         Ok(())
     }
