@@ -154,60 +154,66 @@ impl MpiCollective {
         }
     }
 
-    /// `MPI_Iallreduce` of `count` elements of `dtype` from `from` into `to`, waited for by
+    /// `sent`, the input's elements as f64, reduced by `reduction` into `output` (of `count`
+    /// elements) in host memory, then written into it: how 16-bit floats, which MPI cannot
+    /// reduce, and means (a sum, divided here) are reduced, with one rounding at the end.
+    fn reduce_as_f64(
+        &mut self,
+        reduction: Reduction,
+        sent: Vec<f64>,
+        output: &mut Array,
+        count: c_int,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let mut result = vec![0.0f64; output.numel()];
+        let (from, to) = (sent.as_ptr().cast_mut().cast(), result.as_mut_ptr().cast());
+        // SAFETY: `sent` holds the input's elements (`count`, or world x `count` for a
+        // reduce-scatter, as the caller checked) and `result` `count`, as f64, in distinct host
+        // buffers handed over to keep.
+        let (_, mut result) = unsafe {
+            self.reduce_raw(
+                reduction,
+                &[],
+                (sent, result),
+                (from, to, count),
+                ffi::RSMPI_DOUBLE,
+                op,
+            )?
+        };
+        if op == ReduceOp::Avg {
+            let ranks = self.world as f64;
+            result.iter_mut().for_each(|v| *v /= ranks);
+        }
+        Ok(output.write_f64(&result)?)
+    }
+
+    /// The reduction `reduction` of `count` elements of `dtype` at `to` (world x `count` at
+    /// `from` for a reduce-scatter, `count` for an all-reduce), waited for by
     /// [`run`](Self::run), which keeps `arrays` and `host` alive past a timeout and hands `host`
     /// back.
     ///
     /// # Safety
     ///
-    /// `from` and `to` hold `count` elements of `dtype` each, in distinct buffers that `arrays`
+    /// `from` and `to` hold that many elements of `dtype`, in distinct buffers that `arrays`
     /// and `host` own.
-    unsafe fn all_reduce_raw<H>(
+    unsafe fn reduce_raw<H>(
         &mut self,
+        reduction: Reduction,
         arrays: &[&Array],
         host: H,
         (from, to, count): (*mut c_void, *mut c_void, c_int),
         dtype: ffi::MPI_Datatype,
         op: ReduceOp,
     ) -> Result<H> {
-        self.run("all_reduce", arrays, host, |request| {
+        let (name, start): (_, ReductionStart) = match reduction {
+            Reduction::AllReduce => ("all_reduce", ffi::MPI_Iallreduce),
+            Reduction::ReduceScatter => ("reduce_scatter", ffi::MPI_Ireduce_scatter_block),
+        };
+        self.run(name, arrays, host, |request| {
             // SAFETY: the caller vouches for the buffers; `run` keeps them alive until the
             // request completes (or for good, past the timeout).
             unsafe {
-                ffi::MPI_Iallreduce(
-                    from,
-                    to,
-                    count,
-                    dtype,
-                    mpi_op(op),
-                    ffi::RSMPI_COMM_WORLD,
-                    request,
-                )
-            }
-        })
-    }
-
-    /// `MPI_Ireduce_scatter_block` of world x `count` elements of `dtype` from `from` into
-    /// `count` at `to`, waited for by [`run`](Self::run) as in
-    /// [`all_reduce_raw`](Self::all_reduce_raw).
-    ///
-    /// # Safety
-    ///
-    /// `from` holds world x `count` elements of `dtype` and `to` holds `count`, in distinct
-    /// buffers that `arrays` and `host` own.
-    unsafe fn reduce_scatter_raw<H>(
-        &mut self,
-        arrays: &[&Array],
-        host: H,
-        (from, to, count): (*mut c_void, *mut c_void, c_int),
-        dtype: ffi::MPI_Datatype,
-        op: ReduceOp,
-    ) -> Result<H> {
-        self.run("reduce_scatter", arrays, host, |request| {
-            // SAFETY: the caller vouches for the buffers; `run` keeps them alive until the
-            // request completes (or for good, past the timeout).
-            unsafe {
-                ffi::MPI_Ireduce_scatter_block(
+                start(
                     from,
                     to,
                     count,
@@ -220,6 +226,24 @@ impl MpiCollective {
         })
     }
 }
+
+/// The reductions, which MPI starts with the same arguments.
+#[derive(Debug, Clone, Copy)]
+enum Reduction {
+    AllReduce,
+    ReduceScatter,
+}
+
+/// `MPI_Iallreduce`'s and `MPI_Ireduce_scatter_block`'s signature.
+type ReductionStart = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    c_int,
+    ffi::MPI_Datatype,
+    ffi::MPI_Op,
+    ffi::MPI_Comm,
+    *mut ffi::MPI_Request,
+) -> c_int;
 
 /// MPI's reduction for `op` (the mean is a sum, divided afterwards).
 fn mpi_op(op: ReduceOp) -> ffi::MPI_Op {
@@ -273,26 +297,23 @@ impl Collective for MpiCollective {
         // host memory, outside the device's allocator, and writes the result in place, so an
         // out-of-memory cannot stop one rank between the ranks' collectives.
         if widened(dtype) || op == ReduceOp::Avg {
-            // 16-bit floats, which MPI cannot reduce, and means reduce as f64.
             let sent = array.to_f64()?;
-            let mut sum = vec![0.0f64; sent.len()];
-            let (from, to) = (sent.as_ptr().cast_mut().cast(), sum.as_mut_ptr().cast());
-            let buffers = (from, to, count);
-            // SAFETY: `from` and `to` hold `count` f64 each, in the distinct host buffers
-            // `sent` and `sum`, handed over to keep.
-            let (_, mut sum) =
-                unsafe { self.all_reduce_raw(&[], (sent, sum), buffers, ffi::RSMPI_DOUBLE, op)? };
-            if op == ReduceOp::Avg {
-                let ranks = self.world as f64;
-                sum.iter_mut().for_each(|v| *v /= ranks);
-            }
-            return Ok(array.write_f64(&sum)?);
+            return self.reduce_as_f64(Reduction::AllReduce, sent, array, count, op);
         }
         let sent = host_copy(array)?;
         let (from, to) = (sent.as_ptr().cast_mut().cast(), address(array));
         // SAFETY: `from` (a host copy, handed over to keep) and `to` (the array) hold `count`
         // elements of the datatype each, in distinct buffers.
-        unsafe { self.all_reduce_raw(&[array], sent, (from, to, count), datatype(dtype), op)? };
+        unsafe {
+            self.reduce_raw(
+                Reduction::AllReduce,
+                &[array],
+                sent,
+                (from, to, count),
+                datatype(dtype),
+                op,
+            )?
+        };
         Ok(())
     }
 
@@ -307,30 +328,21 @@ impl Collective for MpiCollective {
         // As the all-reduce: nothing is allocated on the device, so an out-of-memory cannot stop
         // one rank between the ranks' collectives.
         if widened(dtype) || op == ReduceOp::Avg {
-            // 16-bit floats, which MPI cannot reduce, and means reduce as f64.
             let sent = input.to_f64()?;
-            let mut part = vec![0.0f64; output.numel()];
-            let buffers = (
-                sent.as_ptr().cast_mut().cast(),
-                part.as_mut_ptr().cast(),
-                count,
-            );
-            // SAFETY: `from` holds world x `count` f64 and `to` `count`, in the distinct host
-            // buffers `sent` and `part`, handed over to keep.
-            let (_, mut part) = unsafe {
-                self.reduce_scatter_raw(&[], (sent, part), buffers, ffi::RSMPI_DOUBLE, op)?
-            };
-            if op == ReduceOp::Avg {
-                let ranks = self.world as f64;
-                part.iter_mut().for_each(|v| *v /= ranks);
-            }
-            return Ok(output.write_f64(&part)?);
+            return self.reduce_as_f64(Reduction::ReduceScatter, sent, output, count, op);
         }
         let buffers = (address(input), address(output), count);
         // SAFETY: `from` (the input) holds world x `count` elements and `to` (the output)
         // `count`, of the datatype, in distinct arrays.
         unsafe {
-            self.reduce_scatter_raw(&[input, output], (), buffers, datatype(dtype), op)?;
+            self.reduce_raw(
+                Reduction::ReduceScatter,
+                &[input, output],
+                (),
+                buffers,
+                datatype(dtype),
+                op,
+            )?;
         }
         Ok(())
     }
