@@ -62,8 +62,7 @@ pub fn gather(
     optimizer
         .buffers_mut()
         .share_buffers(model.module(), &mut |owner, name, buffer| {
-            let copy = share(world, control, (rank, owner, steps), name, buffer)?;
-            if let Some(copy) = copy.filter(|_| rank == 0) {
+            if let Some(copy) = share(world, control, (rank, owner, steps), name, buffer)? {
                 buffers.push((name.to_owned(), copy));
             }
             Ok::<(), Error>(())
