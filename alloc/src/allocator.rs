@@ -125,18 +125,16 @@ impl Allocator {
     /// [`allocate`](Self::allocate) on one stream: counted, recorded and traced.
     #[inline]
     fn allocate_counted(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
-        // The allocation is built in the return value at the end: built earlier and copied
-        // there, its narrow fields stall the copy's wide loads.
         match self.allocate_unchecked(size, tag) {
-            Ok(id) => {
+            Ok(allocation) => {
                 if let Some(left) = &mut self.injected_oom {
                     *left -= 1;
                 }
                 if let Some(trace) = &mut self.trace {
-                    trace.alloc(Some(self.heap.chunks()[id].addr), size, tag);
+                    trace.alloc(Some(allocation.addr), size, tag);
                 }
                 self.debug_validate();
-                Ok(self.heap.handed_out(id))
+                Ok(allocation)
             }
             Err(err) => {
                 if let Some(trace) = &mut self.trace
@@ -166,13 +164,10 @@ impl Allocator {
     /// ```
     pub fn try_allocate(&mut self, size: u64, tag: Tag) -> Option<Allocation> {
         let rounded = round_size(size).filter(|&rounded| rounded <= self.limit)?;
-        let allocation = self
-            .take_best_fit(rounded, size, tag)
-            .or_else(|| {
-                self.grow(rounded).ok()?;
-                self.take_best_fit(rounded, size, tag)
-            })
-            .map(|id| self.heap.handed_out(id));
+        let allocation = self.take_best_fit(rounded, size, tag).or_else(|| {
+            self.grow(rounded).ok()?;
+            self.take_best_fit(rounded, size, tag)
+        });
         if let (Some(trace), Some(allocation)) = (&mut self.trace, &allocation) {
             trace.alloc(Some(allocation.addr), size, tag);
         }
@@ -197,9 +192,9 @@ impl Allocator {
         self.injected_oom = Some(successes);
     }
 
-    /// Allocates without the trace and the injected-OOM countdown; returns the chunk handed out.
+    /// Allocates without the trace and the injected-OOM countdown.
     #[inline]
-    fn allocate_unchecked(&mut self, size: u64, tag: Tag) -> Result<ChunkId> {
+    fn allocate_unchecked(&mut self, size: u64, tag: Tag) -> Result<Allocation> {
         if self.injected_oom == Some(0) {
             self.injected_oom = None;
             return Err(self.out_of_memory(size, round_size(size), tag, OomCause::Injected));
@@ -209,13 +204,13 @@ impl Allocator {
             rounded => return Err(self.out_of_memory(size, rounded, tag, OomCause::ExceedsLimit)),
         };
         match self.take_best_fit(rounded, size, tag) {
-            Some(id) => Ok(id),
+            Some(allocation) => Ok(allocation),
             None => self.grow_and_take(rounded, size, tag),
         }
     }
 
     /// When no free chunk fits: grows, or releases free regions and grows, and takes the chunk.
-    fn grow_and_take(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<ChunkId> {
+    fn grow_and_take(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<Allocation> {
         let mut cause = match self.grow(rounded) {
             Ok(()) => return self.take_after_growth(rounded, size, tag),
             Err(GrowFailure::Oom(cause)) => cause,
@@ -223,8 +218,8 @@ impl Allocator {
         };
         // Blocks freed on streams still at work: wait for the work, and try again with them.
         if self.settle_streams(true)? > 0 {
-            if let Some(id) = self.take_best_fit(rounded, size, tag) {
-                return Ok(id);
+            if let Some(allocation) = self.take_best_fit(rounded, size, tag) {
+                return Ok(allocation);
             }
             match self.grow(rounded) {
                 Ok(()) => return self.take_after_growth(rounded, size, tag),
@@ -243,7 +238,7 @@ impl Allocator {
     }
 
     /// After a successful `grow`, the new region alone fits the request.
-    fn take_after_growth(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<ChunkId> {
+    fn take_after_growth(&mut self, rounded: u64, size: u64, tag: Tag) -> Result<Allocation> {
         self.take_best_fit(rounded, size, tag).ok_or_else(|| {
             Error::Corrupted(format!(
                 "a region grown for {rounded} bytes did not fit the request"
@@ -253,17 +248,15 @@ impl Allocator {
 
     /// Hands out the best-fitting free chunk, split if the split rule says so, and counts it.
     #[inline]
-    fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<ChunkId> {
-        let id = self.heap.take_best_fit(
+    fn take_best_fit(&mut self, rounded: u64, requested: u64, tag: Tag) -> Option<Allocation> {
+        let allocation = self.heap.take_best_fit(
             rounded,
             requested,
             tag,
             self.config.max_internal_fragmentation,
         )?;
-        let chunk = &self.heap.chunks()[id];
-        let (addr, size) = (chunk.addr, chunk.size);
-        self.count_allocated(addr, size, requested, rounded, tag);
-        Some(id)
+        self.count_allocated(allocation.addr, allocation.size, requested, rounded, tag);
+        Some(allocation)
     }
 
     /// Counts and records a chunk of `size` bytes at `addr` handed out for a request of

@@ -70,7 +70,9 @@ pub(crate) struct Heap {
 
 impl Heap {
     /// Hands out the best-fitting free chunk for a request of `requested` bytes, `rounded` to the
-    /// granule, under `tag`, and returns its id. The chunk is split when it is at least twice
+    /// granule, under `tag`, and returns the allocation it holds, built from what the search
+    /// found rather than read back from the chunk just written (whose wide reload would stall,
+    /// as in [`coalesce`](Self::coalesce)). The chunk is split when it is at least twice
     /// `rounded`, when the remainder reaches `max_internal_fragmentation`, or when it is the
     /// growable region's last chunk (whose remainder stays at the region's end, to be given back
     /// or grown into), but never into an empty remainder.
@@ -81,7 +83,7 @@ impl Heap {
         requested: u64,
         tag: Tag,
         max_internal_fragmentation: u64,
-    ) -> Option<ChunkId> {
+    ) -> Option<Allocation> {
         let found = self.bins.best_fit(rounded)?;
         let key = found.key();
         let (size, id) = (key.size, key.chunk());
@@ -91,17 +93,24 @@ impl Heap {
         let worth_splitting = size >= rounded.saturating_mul(2)
             || remainder >= max_internal_fragmentation
             || self.growable.is_some_and(|growable| growable.tail == id);
-        if remainder > 0 && worth_splitting {
+        let handed_out = if remainder > 0 && worth_splitting {
             let rest = self.split(id, rounded);
             self.bins.replace_found(found, rest);
+            rounded
         } else {
             self.bins.take(found);
-        }
+            size
+        };
         let chunk = &mut self.chunks[id];
         chunk.in_use = true;
         chunk.requested = requested;
         chunk.tag = tag;
-        Some(id)
+        Some(Allocation {
+            addr: key.addr,
+            size: handed_out,
+            requested,
+            tag,
+        })
     }
 
     /// Cuts free chunk `id` to `size` bytes; the rest becomes a new free chunk, whose bin key is
@@ -158,6 +167,7 @@ impl Heap {
     /// Files free chunk `id` (in no bin yet), merged with its free neighbours, whose bin entries
     /// are replaced in place where possible. The merged key is built from the sizes the merges
     /// return rather than read back from the chunk just written, whose wide reload would stall.
+    #[inline]
     fn coalesce(&mut self, id: ChunkId) {
         let chunk = &self.chunks[id];
         let (prev, next, addr, size) = (chunk.prev, chunk.next, chunk.addr, chunk.size);
