@@ -1,4 +1,5 @@
-//! Free chunks filed in power-of-two size classes, searched in (size, address) order.
+//! Free chunks filed in power-of-two size classes, searched in (size, address) order, one of
+//! them kept apart.
 
 use crate::free_set::{FreeKey, FreeSet, Slot};
 use crate::size::GRANULE;
@@ -29,38 +30,93 @@ pub fn bin_min_size(index: usize) -> u64 {
 
 /// A free chunk found by a best-fit search, with where it sits; valid until the bins change.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Found {
-    bin: usize,
-    slot: Slot,
+pub(crate) enum Found {
+    /// The hot chunk, the one kept out of the bins.
+    Hot(FreeKey),
+    /// A chunk in bin `bin`, at `slot`.
+    InBin {
+        /// The bin.
+        bin: usize,
+        /// Where in it.
+        slot: Slot,
+    },
 }
 
 impl Found {
     /// The chunk's key.
+    #[inline]
     pub fn key(&self) -> FreeKey {
-        self.slot.key
+        match self {
+            Self::Hot(key) => *key,
+            Self::InBin { slot, .. } => slot.key,
+        }
     }
 }
 
-/// The bins, with a bitmap of the non-empty ones so that a search skips empty bins in O(1).
-#[derive(Debug, Default)]
+/// The bins, with a bitmap of the non-empty ones so that a search skips empty bins in O(1), and
+/// one free chunk kept out of them, the hot one.
+///
+/// A chunk filed while no chunk is hot becomes the hot one, and stays hot through its splits and
+/// merges until it is taken whole or merged into a lower neighbour. A stack-like workload (a
+/// forward pass that allocates layer by layer, a backward pass that frees in reverse) splits and
+/// merges the same free chunk, the top of the region, again and again: hot, it is resized in
+/// place even when its size crosses into another bin. Best fit compares it with the best in the
+/// bins, so the rule is unchanged.
+#[derive(Debug)]
 pub(crate) struct Bins {
+    /// Every free chunk but `hot`, each in the bin of its size.
     sets: [FreeSet; BIN_COUNT],
     /// Bit `i` is set exactly when `sets[i]` is non-empty.
     non_empty: u32,
+    /// A free chunk in no bin, or [`NO_KEY`] (size 0, address 0: no chunk has either). Filed
+    /// when there was none, it stays until it is taken out, whatever its remainders and mergers
+    /// become.
+    hot: FreeKey,
+}
+
+/// The hot slot when it holds no chunk.
+const NO_KEY: FreeKey = FreeKey {
+    size: 0,
+    addr: 0,
+    id: 0,
+};
+
+impl Default for Bins {
+    fn default() -> Self {
+        Self {
+            sets: Default::default(),
+            non_empty: 0,
+            hot: NO_KEY,
+        }
+    }
 }
 
 impl Bins {
-    /// Files a free chunk in its bin.
+    /// Files a free chunk: as the hot one when there is none, else in its bin.
     #[inline]
     pub fn insert(&mut self, key: FreeKey) {
+        if self.hot.size == 0 {
+            self.hot = key;
+        } else {
+            self.file(key);
+        }
+    }
+
+    /// Files a free chunk in its bin.
+    #[inline]
+    fn file(&mut self, key: FreeKey) {
         let bin = bin_index(key.size);
         self.sets[bin].insert(key);
         self.non_empty |= 1 << bin;
     }
 
-    /// Takes a free chunk out of its bin; returns whether it was there.
+    /// Takes a free chunk out; returns whether it was there.
     #[inline]
     pub fn remove(&mut self, key: FreeKey) -> bool {
+        if self.hot.addr == key.addr {
+            self.hot = NO_KEY;
+            return true;
+        }
         let bin = bin_index(key.size);
         let removed = self.sets[bin].remove(&key);
         self.mark(bin);
@@ -71,6 +127,20 @@ impl Bins {
     /// the lowest address among equals.
     #[inline]
     pub fn best_fit(&self, size: u64) -> Option<Found> {
+        let in_bins = self.best_fit_in_bins(size);
+        let hot = self.hot;
+        if hot.size < size {
+            return in_bins;
+        }
+        match in_bins {
+            Some(found) if found.key() < hot => Some(found),
+            _ => Some(Found::Hot(hot)),
+        }
+    }
+
+    /// The best fit for `size` bytes among the chunks in bins.
+    #[inline]
+    fn best_fit_in_bins(&self, size: u64) -> Option<Found> {
         let first_bin = bin_index(size);
         let probe = FreeKey {
             size,
@@ -78,7 +148,7 @@ impl Bins {
             id: 0,
         };
         if let Some(slot) = self.sets[first_bin].first_at_least(&probe) {
-            return Some(Found {
+            return Some(Found::InBin {
                 bin: first_bin,
                 slot,
             });
@@ -95,37 +165,50 @@ impl Bins {
         };
         let bin = higher.trailing_zeros() as usize;
         let slot = self.sets[bin].first_at_least(&smallest)?;
-        Some(Found { bin, slot })
+        Some(Found::InBin { bin, slot })
     }
 
-    /// Takes a chunk found by [`best_fit`](Self::best_fit) out of its bin.
+    /// Takes a chunk found by [`best_fit`](Self::best_fit) out.
     #[inline]
     pub fn take(&mut self, found: Found) {
-        self.sets[found.bin].remove_at(found.slot);
-        self.mark(found.bin);
+        match found {
+            Found::Hot(_) => self.hot = NO_KEY,
+            Found::InBin { bin, slot } => {
+                self.sets[bin].remove_at(slot);
+                self.mark(bin);
+            }
+        }
     }
 
     /// Replaces a chunk found by [`best_fit`](Self::best_fit) by `new` (its split remainder).
     #[inline]
     pub fn replace_found(&mut self, found: Found, new: FreeKey) {
-        if bin_index(new.size) == found.bin {
-            self.sets[found.bin].replace_at(found.slot, new);
-        } else {
-            self.take(found);
-            self.insert(new);
+        match found {
+            Found::Hot(_) => self.hot = new,
+            Found::InBin { bin, slot } if bin_index(new.size) == bin => {
+                self.sets[bin].replace_at(slot, new);
+            }
+            Found::InBin { .. } => {
+                self.take(found);
+                self.file(new);
+            }
         }
     }
 
     /// Replaces filed chunk `old` by `new` (a split remainder or a merged chunk), in place when
-    /// both belong to the same bin and sort into the same slot.
+    /// `old` is the hot chunk or both belong to the same bin.
     #[inline(always)]
     pub fn replace(&mut self, old: FreeKey, new: FreeKey) {
+        if self.hot.addr == old.addr {
+            self.hot = new;
+            return;
+        }
         let bin = bin_index(old.size);
         if bin == bin_index(new.size) {
             self.sets[bin].replace(&old, new);
         } else {
             self.remove(old);
-            self.insert(new);
+            self.file(new);
         }
     }
 
@@ -139,21 +222,23 @@ impl Bins {
         }
     }
 
-    /// True when `key` is filed in its bin.
+    /// True when `key` is the hot chunk or filed in its bin.
     pub fn contains(&self, key: FreeKey) -> bool {
-        self.sets[bin_index(key.size)].contains(&key)
+        self.hot == key || self.sets[bin_index(key.size)].contains(&key)
     }
 
     /// The largest free chunk, if any.
     pub fn largest(&self) -> Option<FreeKey> {
-        if self.non_empty == 0 {
-            return None;
-        }
-        let top = 31 - self.non_empty.leading_zeros() as usize;
-        self.sets[top].last().copied()
+        let in_bins = (self.non_empty != 0).then(|| {
+            let top = 31 - self.non_empty.leading_zeros() as usize;
+            self.sets[top].last().copied()
+        });
+        in_bins
+            .flatten()
+            .max((self.hot.size > 0).then_some(self.hot))
     }
 
-    /// The free chunks of bin `index`, in no particular order.
+    /// The free chunks of bin `index`, in no particular order; the hot chunk is in none.
     pub fn bin(&self, index: usize) -> impl Iterator<Item = &FreeKey> {
         self.sets[index].iter()
     }
@@ -163,9 +248,9 @@ impl Bins {
         self.non_empty & (1 << index) != 0
     }
 
-    /// Number of free chunks over all bins.
+    /// Number of free chunks, the hot one included.
     pub fn len(&self) -> usize {
-        self.sets.iter().map(FreeSet::len).sum()
+        self.sets.iter().map(FreeSet::len).sum::<usize>() + usize::from(self.hot.size > 0)
     }
 }
 
@@ -192,6 +277,36 @@ mod tests {
             }
         }
         assert_eq!(bin_index(!255), BIN_COUNT - 1);
+    }
+
+    #[test]
+    fn the_first_chunk_filed_stays_hot_and_out_of_the_bins_until_taken() {
+        let mut bins = Bins::default();
+        bins.insert(key(1 << 20, 0x100_0000)); // hot: the top of a region, say
+        bins.insert(key(4096, 0x3000));
+        assert!(bins.marked_non_empty(bin_index(4096)));
+        assert!(!bins.marked_non_empty(bin_index(1 << 20)));
+        // Split and merged across bins, it never enters one.
+        bins.replace(key(1 << 20, 0x100_0000), key(8192, 0x10f_e000));
+        bins.replace(key(8192, 0x10f_e000), key(3 << 20, 0x0f0_0000));
+        assert!((0..BIN_COUNT).all(|bin| bins.bin(bin).all(|key| key.size == 4096)));
+        assert_eq!(bins.len(), 2);
+        assert!(bins.contains(key(3 << 20, 0x0f0_0000)));
+        // Best fit weighs it against the bins: smaller wins, then the lower address.
+        bins.insert(key(3 << 20, 0x800_0000));
+        assert_eq!(
+            take_best_fit(&mut bins, 2 << 20),
+            Some(key(3 << 20, 0x0f0_0000))
+        );
+        assert_eq!(
+            take_best_fit(&mut bins, 2 << 20),
+            Some(key(3 << 20, 0x800_0000))
+        );
+        bins.insert(key(2048, 0x9000)); // hot again, the slot being free
+        assert_eq!(take_best_fit(&mut bins, 1024), Some(key(2048, 0x9000)));
+        assert_eq!(take_best_fit(&mut bins, 1024), Some(key(4096, 0x3000)));
+        assert_eq!(bins.len(), 0);
+        assert_eq!(bins.largest(), None);
     }
 
     #[test]
