@@ -127,20 +127,8 @@ impl Bins {
     /// the lowest address among equals.
     #[inline]
     pub fn best_fit(&self, size: u64) -> Option<Found> {
-        let in_bins = self.best_fit_in_bins(size);
         let hot = self.hot;
-        if hot.size < size {
-            return in_bins;
-        }
-        match in_bins {
-            Some(found) if found.key() < hot => Some(found),
-            _ => Some(Found::Hot(hot)),
-        }
-    }
-
-    /// The best fit for `size` bytes among the chunks in bins.
-    #[inline]
-    fn best_fit_in_bins(&self, size: u64) -> Option<Found> {
+        let hot_fits = hot.size >= size;
         let first_bin = bin_index(size);
         let probe = FreeKey {
             size,
@@ -148,23 +136,31 @@ impl Bins {
             id: 0,
         };
         if let Some(slot) = self.sets[first_bin].first_at_least(&probe) {
+            if hot_fits && hot < slot.key {
+                return Some(Found::Hot(hot));
+            }
             return Some(Found::InBin {
                 bin: first_bin,
                 slot,
             });
         }
+        // Nothing in the first bin fits, so every chunk of a higher bin does: the best fit is
+        // the hot chunk or the smallest chunk of the next non-empty bin. That bin is not
+        // searched when the hot chunk fits and sits in a lower one.
         let higher = self.non_empty & !((2u32 << first_bin) - 1);
-        if higher == 0 {
-            return None;
+        let bin = higher.trailing_zeros() as usize;
+        if higher == 0 || (hot_fits && bin_index(hot.size) < bin) {
+            return hot_fits.then_some(Found::Hot(hot));
         }
-        // Every chunk of a higher bin fits; its smallest is the best fit.
         let smallest = FreeKey {
             size: 0,
             addr: 0,
             id: 0,
         };
-        let bin = higher.trailing_zeros() as usize;
         let slot = self.sets[bin].first_at_least(&smallest)?;
+        if hot_fits && hot < slot.key {
+            return Some(Found::Hot(hot));
+        }
         Some(Found::InBin { bin, slot })
     }
 
@@ -307,6 +303,31 @@ mod tests {
         assert_eq!(take_best_fit(&mut bins, 1024), Some(key(4096, 0x3000)));
         assert_eq!(bins.len(), 0);
         assert_eq!(bins.largest(), None);
+    }
+
+    #[test]
+    fn best_fit_past_the_first_bin_weighs_the_hot_chunk_against_the_next_bin() {
+        let mut bins = Bins::default();
+        bins.insert(key(3 << 20, 0x100_0000)); // hot, in the 2 MiB bin
+        bins.insert(key(8192, 0x3000));
+        bins.insert(key(1 << 30, 0x4000_0000));
+        // The next non-empty bin lies below the hot chunk's: its smallest chunk wins.
+        assert_eq!(take_best_fit(&mut bins, 4352), Some(key(8192, 0x3000)));
+        // Now it lies above: the hot chunk wins.
+        assert_eq!(
+            bins.best_fit(4352).map(|found| found.key()),
+            Some(key(3 << 20, 0x100_0000))
+        );
+        // The hot chunk is too small: the next bin's smallest.
+        assert_eq!(
+            take_best_fit(&mut bins, 4 << 20),
+            Some(key(1 << 30, 0x4000_0000))
+        );
+        assert_eq!(take_best_fit(&mut bins, 4 << 20), None);
+        assert_eq!(
+            take_best_fit(&mut bins, 3 << 20),
+            Some(key(3 << 20, 0x100_0000))
+        );
     }
 
     #[test]
