@@ -3,7 +3,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use headroom_alloc::trace::LogNormalTrace;
+use headroom_benches::alloc_traces::{LOGNORMAL_CAPACITY, lognormal, lognormal_seed};
 use headroom_benches::harness::{CompactTrace, contender};
 use headroom_benches::peers::{FirstFit, Headroom, OffsetAllocator, TraceAllocator};
 
@@ -44,16 +44,9 @@ fn ring<A: TraceAllocator>(c: &mut Criterion, mut allocator: A) {
 /// Warm replays of alloc-compare's `lognormal-x1` trace (20 000 allocations of log-normal sizes
 /// and lifetimes over 64 MiB): many sizes, chunks handed out whole and split, frees that merge
 /// and frees that do not. Timed per allocate + free pair.
-fn lognormal(c: &mut Criterion) {
-    let trace = CompactTrace::new(
-        &LogNormalTrace {
-            median_size: 16_384.0,
-            sigma: 1.5,
-            ..LogNormalTrace::default()
-        }
-        .generate(),
-    );
-    let capacity = 64 << 20;
+fn lognormal_replay(c: &mut Criterion) {
+    let trace = CompactTrace::new(&lognormal(1, lognormal_seed()));
+    let capacity = LOGNORMAL_CAPACITY;
     let mut group = c.benchmark_group("alloc+free log-normal trace");
     group.throughput(Throughput::Elements(trace.allocs() as u64));
     let mut contenders = [
@@ -74,7 +67,7 @@ fn benches(c: &mut Criterion) {
     ring(c, Headroom::new(CAPACITY));
     ring(c, OffsetAllocator::new(CAPACITY));
     ring(c, FirstFit::new(CAPACITY));
-    lognormal(c);
+    lognormal_replay(c);
 }
 
 criterion_group!(alloc, benches);

@@ -12,7 +12,8 @@
 //! reserved no more than the best peer: one seed's figure swings by a tenth with the seed, and a
 //! mean over many says which placement rule reserves less.
 
-use headroom_alloc::trace::{LogNormalTrace, TraceOp, TransformerTrace};
+use headroom_alloc::trace::{TraceOp, TransformerTrace};
+use headroom_benches::alloc_traces::{LOGNORMAL_CAPACITY, lognormal, lognormal_seed};
 use headroom_benches::harness::{CompactTrace, Contender, Replay, contender, max_fit_scale, race};
 use headroom_benches::peers::{FirstFit, Headroom, OffsetAllocator};
 
@@ -32,19 +33,8 @@ fn transformer(batch: u64) -> Vec<TraceOp> {
     TransformerTrace::default().with_batch(batch).generate()
 }
 
-fn lognormal(scale: u64) -> Vec<TraceOp> {
-    lognormal_seeded(scale, LogNormalTrace::default().seed)
-}
-
-fn lognormal_seeded(scale: u64, seed: u64) -> Vec<TraceOp> {
-    LogNormalTrace {
-        median_size: 16_384.0,
-        sigma: 1.5,
-        seed,
-        ..LogNormalTrace::default()
-    }
-    .with_scale(scale as f64)
-    .generate()
+fn lognormal_at(scale: u64) -> Vec<TraceOp> {
+    lognormal(scale, lognormal_seed())
 }
 
 const FAMILIES: [Family; 2] = [
@@ -58,10 +48,10 @@ const FAMILIES: [Family; 2] = [
     },
     Family {
         name: "lognormal",
-        capacity: 64 << 20,
+        capacity: LOGNORMAL_CAPACITY,
         scales: &[1, 4],
         max_scale: 32,
-        trace_at: lognormal,
+        trace_at: lognormal_at,
         runs: 11,
     },
 ];
@@ -171,7 +161,6 @@ fn usage() -> ! {
 /// The log-normal family's reserved over in use at scales 1 and 4 under `seeds` seeds: each
 /// allocator's mean, and the seeds where it reserved no more than the best peer.
 fn seed_sweep(seeds: u64) {
-    let lognormal = &FAMILIES[1];
     println!();
     println!("log-normal reserved/live over {seeds} seeds (mean; seeds at or under the best peer)");
     println!(
@@ -183,8 +172,8 @@ fn seed_sweep(seeds: u64) {
         let mut level = [0u64; 4];
         let mut names = [""; 4];
         for seed in 0..seeds {
-            let trace = CompactTrace::new(&lognormal_seeded(scale, 1000 + seed));
-            let contenders = contenders(&trace, lognormal.capacity);
+            let trace = CompactTrace::new(&lognormal(scale, 1000 + seed));
+            let contenders = contenders(&trace, LOGNORMAL_CAPACITY);
             let ratios: Vec<f64> = contenders.iter().map(|c| ratio_of(&c.cold)).collect();
             // The peers are the last two contenders.
             let best_peer = ratios[2].min(ratios[3]);
