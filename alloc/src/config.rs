@@ -60,6 +60,16 @@ pub enum Limit {
     Fraction(f64),
 }
 
+impl std::fmt::Display for Limit {
+    /// A limit as people write it: `24.00 MiB`, or `a fraction 0.5 of the capacity`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bytes(bytes) => f.write_str(&crate::format_bytes(*bytes)),
+            Self::Fraction(fraction) => write!(f, "a fraction {fraction} of the capacity"),
+        }
+    }
+}
+
 /// Everything that shapes an allocator's behaviour.
 ///
 /// ```
@@ -161,8 +171,9 @@ impl AllocatorConfig {
         let bytes = bytes & !(GRANULE - 1);
         if bytes == 0 {
             return Err(Error::InvalidConfig(format!(
-                "the limit ({:?} of a source holding {capacity} bytes) is below one 256-byte granule",
-                self.limit
+                "the limit ({} of a source holding {}) is below one 256-byte granule",
+                self.limit,
+                crate::format_bytes(capacity)
             )));
         }
         Ok(bytes)

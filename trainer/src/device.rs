@@ -49,7 +49,7 @@ impl fmt::Display for DeviceChoice {
 /// on a GPU, of the memory its driver reports (asked without opening the device).
 pub fn budget(config: &TrainConfig) -> Result<Budget> {
     match choice(config)? {
-        DeviceChoice::Cpu => config.memory.budget(),
+        DeviceChoice::Cpu => config.memory.budget(config.default_limit()),
         DeviceChoice::Cuda(ordinal) => config.memory.budget_on(gpu_memory(ordinal)?),
     }
 }
@@ -88,7 +88,11 @@ pub const CUBLAS_HANDLE_BYTES: u64 = 8 << 20;
 /// cuBLAS's handle, with a line saying so.
 pub fn planning(config: &TrainConfig) -> Result<(Budget, PlanTarget, Option<String>)> {
     if choice(config)? == DeviceChoice::Cpu {
-        return Ok((config.memory.budget()?, PlanTarget::Cpu, None));
+        return Ok((
+            config.memory.budget(config.default_limit())?,
+            PlanTarget::Cpu,
+            None,
+        ));
     }
     if let Ok(budget) = budget(config)
         && let Ok(target) = plan_target(config, &budget)

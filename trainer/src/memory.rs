@@ -7,7 +7,7 @@
 use headroom_alloc::{AllocatorConfig, GRANULE, Growth, Limit, format_bytes, parse_size};
 use headroom_kernels::DeviceConfig;
 
-use crate::config::{DEFAULT_LIMIT, MemoryConfig};
+use crate::config::{ADDITION_LIMIT, DataKind, MemoryConfig, TrainConfig};
 use crate::error::{Error, Result};
 
 /// Bytes of a meta device that nothing a step allocates can exhaust.
@@ -59,6 +59,17 @@ impl Budget {
     }
 }
 
+impl TrainConfig {
+    /// The limit of a run that names neither a limit nor a fraction, where its task has one of
+    /// its own: the addition task's [`ADDITION_LIMIT`], tight enough for the planner's choice
+    /// to matter. Every other run may use the whole device.
+    pub fn default_limit(&self) -> Option<u64> {
+        (self.data.kind == DataKind::Addition)
+            .then(|| parse_size(ADDITION_LIMIT).ok())
+            .flatten()
+    }
+}
+
 impl MemoryConfig {
     /// The simulated device's memory as configured: `capacity`, or its old name `device`.
     pub fn capacity_setting(&self) -> (&'static str, &str) {
@@ -68,9 +79,10 @@ impl MemoryConfig {
         }
     }
 
-    /// The budget on the CPU's simulated device of [`capacity`](Self::capacity) bytes, or the
-    /// problems with the settings.
-    pub fn budget(&self) -> Result<Budget> {
+    /// The budget on the CPU's simulated device of [`capacity`](Self::capacity) bytes, whose
+    /// whole memory is the limit unless `default_limit` (a task's own) or the settings name
+    /// another, or the problems with the settings.
+    pub fn budget(&self, default_limit: Option<u64>) -> Result<Budget> {
         let mut problems = Vec::new();
         let (name, text) = self.capacity_setting();
         let capacity = match parse_size(text) {
@@ -91,8 +103,7 @@ impl MemoryConfig {
                 "memory.device is the old name of memory.capacity: give only capacity".into(),
             );
         }
-        let default = parse_size(DEFAULT_LIMIT).unwrap_or(capacity);
-        self.resolve(capacity, default, problems)
+        self.resolve(capacity, default_limit.unwrap_or(capacity), problems)
     }
 
     /// The budget on a GPU of `capacity` bytes, whose whole memory is the default limit, or the
@@ -138,8 +149,9 @@ impl MemoryConfig {
                 .resolve_limit(capacity)
                 .map_err(|_| {
                     problems.push(format!(
-                        "memory.limit: {limit:?} of a {capacity}-byte device is less than the \
-                         allocator's smallest block of {GRANULE} bytes"
+                        "memory.limit: {limit} of a {} device is less than the allocator's \
+                         smallest block of {GRANULE} bytes",
+                        format_bytes(capacity)
                     ))
                 })
                 .ok(),

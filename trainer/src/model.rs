@@ -52,7 +52,7 @@ impl TrainModel {
                 Ok(Self::Mlp(mlp(&mut init, &sizes, Activation::Relu)?))
             }
             (kind, _, _) => Err(Error::config(format!(
-                "model.kind: a {kind:?} model cannot read samples of {shape}"
+                "model.kind: a {kind} model cannot read samples of {shape}"
             ))),
         }
     }

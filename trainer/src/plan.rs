@@ -181,9 +181,9 @@ impl std::fmt::Display for PolicyPlan {
             writeln!(
                 f,
                 "{:<10} {:<12} {:<6} {micro:>12} {peak:>14} {seconds:>14}{chosen}",
-                format!("{recompute:?}").to_lowercase(),
+                recompute,
                 if in_backward { "in backward" } else { "after" },
-                format!("{state:?}").to_lowercase(),
+                state,
             )?;
         }
         writeln!(f, "chosen: {} ({})", self.chosen.describe(), self.reason)

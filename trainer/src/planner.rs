@@ -178,17 +178,18 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
             .filter(|c| c.micro.is_some())
             .count();
         let reason = if tier == 0 {
-            format!("the fastest predicted step of the {fitting} that fit")
+            fastest_of(fitting)
         } else {
             format!(
-                "no candidate with a wider optimizer state fits one sample; {:?} state \
-                 changes the optimization slightly (the fastest of the {fitting} that fit)",
-                chosen.state
+                "no candidate with a wider optimizer state fits one sample; {} state \
+                 changes the optimization slightly; {}",
+                chosen.state,
+                fastest_of(fitting)
             )
         };
         if tier > 0 {
             tracing::warn!(
-                "the memory policy keeps the optimizer state in {:?}: {reason}",
+                "the memory policy keeps the optimizer state in {}: {reason}",
                 chosen.state
             );
         }
@@ -218,6 +219,14 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
 /// True when a step of one sample alone, which peaks no higher than any step in micro-batches
 /// of one, exceeds the whole limit: the candidate cannot fit, known from one probe of one
 /// micro-batch instead of a bisection whose smallest probes run the whole batch.
+/// Why the chosen candidate won: the fastest predicted step of those that fit.
+fn fastest_of(fitting: usize) -> String {
+    match fitting {
+        1 => "the only candidate that fits".into(),
+        n => format!("the fastest predicted step of the {n} that fit"),
+    }
+}
+
 fn one_sample_exceeds(config: &TrainConfig, ground: &Ground<'_>) -> Result<bool> {
     let mut alone = config.clone();
     alone.batch.size = 1;

@@ -19,13 +19,16 @@ pub const RUNS: &str = "runs";
 /// The name in [`RUNS`] of the newest run.
 pub const LATEST: &str = "latest";
 
+/// The run's configuration, as it last started.
+pub const CONFIG_FILE: &str = "config.toml";
+
 /// The files a run writes besides its traces; an overwritten run loses exactly these.
 const RUN_FILES: [&str; 8] = [
     "checkpoint.safetensors",
     crate::shards::TOKENIZER,
     METRICS_FILE,
     "summary.json",
-    "config.toml",
+    CONFIG_FILE,
     "loss.svg",
     "memory.svg",
     "memory-trace.json",

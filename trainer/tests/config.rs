@@ -34,7 +34,7 @@ fn a_file_sets_what_it_names_and_flags_override_it() {
         (None, Some(0.5))
     );
     config.validate().unwrap();
-    let budget = config.memory.budget().unwrap();
+    let budget = config.memory.budget(None).unwrap();
     assert_eq!(budget.limit, 4 << 30, "half of the default 8 GiB device");
     let round_trip: TrainConfig = toml::from_str(&config.to_toml()).unwrap();
     assert_eq!(round_trip, config);
@@ -98,7 +98,7 @@ fn expandable_segments_need_a_gpu_and_exclude_preallocation() {
         ..Overrides::default()
     };
     on_demand.apply(&mut config);
-    assert_eq!(config.memory.budget().unwrap().growth, Growth::OnDemand);
+    assert_eq!(config.memory.budget(None).unwrap().growth, Growth::OnDemand);
 }
 
 #[test]
@@ -129,7 +129,7 @@ fn the_old_name_of_the_device_capacity_still_reads() {
     let path = std::env::temp_dir().join(format!("headroom-old-key-{}.toml", std::process::id()));
     std::fs::write(&path, "[memory]\ndevice = \"1GiB\"\nfraction = 0.5\n").unwrap();
     let config = TrainConfig::from_toml_file(&path).unwrap();
-    let budget = config.memory.budget().unwrap();
+    let budget = config.memory.budget(None).unwrap();
     assert_eq!((budget.capacity, budget.limit), (1 << 30, 1 << 29));
     assert!(
         config.to_toml().contains("capacity = \"1GiB\""),
@@ -173,4 +173,65 @@ fn a_preset_sets_the_shape_and_the_file_and_flags_win_over_it() {
     // Written out and read back, a preset's run keeps its shape.
     let back = TrainConfig::from_toml_over(&config.to_toml(), None).unwrap();
     assert_eq!(back, config);
+}
+
+#[test]
+fn a_run_without_a_limit_may_use_the_whole_device_but_the_addition_task_keeps_its_own() {
+    let addition = TrainConfig::default();
+    let budget = headroom_trainer::device::budget(&addition).unwrap();
+    assert_eq!(budget.limit, 24 << 20, "the default task's tight limit");
+    let mut tokens = TrainConfig::default();
+    tokens.data.kind = DataKind::UniformTokens;
+    let budget = headroom_trainer::device::budget(&tokens).unwrap();
+    assert_eq!(
+        (budget.capacity, budget.limit),
+        (8 << 30, 8 << 30),
+        "the simulated device's whole memory"
+    );
+    let (planned, _, _) = headroom_trainer::device::planning(&tokens).unwrap();
+    assert_eq!(planned.limit, 8 << 30);
+    // A limit the user names wins over either default.
+    tokens.memory.limit = Some("1GiB".into());
+    assert_eq!(
+        headroom_trainer::device::budget(&tokens).unwrap().limit,
+        1 << 30
+    );
+}
+
+#[test]
+fn a_size_may_be_written_as_a_whole_number_of_bytes() {
+    let text = "[memory]\nlimit = 25165824\ncapacity = 1073741824\n";
+    let config: TrainConfig = toml::from_str(text).unwrap();
+    config.validate().unwrap();
+    let budget = config.memory.budget(None).unwrap();
+    assert_eq!((budget.capacity, budget.limit), (1 << 30, 24 << 20));
+    let round_trip: TrainConfig = toml::from_str(&config.to_toml()).unwrap();
+    assert_eq!(round_trip, config);
+    assert!(toml::from_str::<TrainConfig>("[memory]\nlimit = -1\n").is_err());
+}
+
+#[test]
+fn messages_name_settings_as_they_are_written_not_as_rust_prints_them() {
+    let mut config = TrainConfig::default();
+    config.memory.limit = Some("1B".into());
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("1 B of a 8.00 GiB device"), "{err}");
+    config.memory.limit = None;
+    config.memory.fraction = Some(1e-9);
+    let err = config.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("a fraction 0.000000001 of the capacity"),
+        "{err}"
+    );
+    config.memory.fraction = None;
+    config.model.kind = ModelKind::Mlp;
+    config.data.kind = DataKind::TokenShards;
+    config.optimizer.kind = headroom_trainer::config::OptimizerKind::Sgd;
+    config.optimizer.state = Some(headroom_trainer::config::StateKind::Bf16);
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("not token-shards"), "{err}");
+    assert!(err.contains("bf16 state is AdamW's"), "{err}");
+    for debug in ["Bytes(", "Fraction(", "TokenShards", "Bf16", "Some("] {
+        assert!(!err.contains(debug), "`{debug}` in {err}");
+    }
 }

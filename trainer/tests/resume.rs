@@ -43,3 +43,69 @@ fn a_resumed_run_continues_the_same_trajectory_bit_for_bit() {
         "the weights differ"
     );
 }
+
+/// `headroom train ARGS` with the log at the info level; its standard error.
+fn train_logged(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .arg("train")
+        .args(args)
+        .env("HEADROOM_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_resume_starts_from_the_runs_own_settings_and_changes_only_what_its_flags_name() {
+    let dir = TempDir::new("resume-settings");
+    let run = common::text(&dir.0);
+    let flags = [
+        "--run-dir",
+        run,
+        "--batch-size",
+        "16",
+        "--seed",
+        "3",
+        "--memory-limit",
+        "48MiB",
+        "--checkpoint-every",
+        "2",
+        "--eval-every",
+        "0",
+    ];
+    train_logged(&[&flags[..], &["--steps", "3"]].concat());
+    // Only --steps named: every other setting is the run's, not a default.
+    let log = train_logged(&[
+        "--resume",
+        "--run-dir",
+        run,
+        "--steps",
+        "5",
+        "--eval-every",
+        "0",
+    ]);
+    assert!(
+        log.contains("resuming with a change: steps: 3 -> 5"),
+        "{log}"
+    );
+    assert_eq!(log.matches("resuming with a change").count(), 1, "{log}");
+    let saved = std::fs::read_to_string(dir.0.join("config.toml")).unwrap();
+    let config: headroom_trainer::config::TrainConfig = toml::from_str(&saved).unwrap();
+    assert_eq!(
+        (
+            config.seed,
+            config.batch.size,
+            config.checkpoint.every,
+            config.steps
+        ),
+        (3, 16, 2, Some(5))
+    );
+    assert_eq!(config.memory.limit.as_deref(), Some("48MiB"));
+    // Repeating the first run's flags changes nothing but what differs.
+    let again = [&flags[..], &["--resume", "--steps", "6"]].concat();
+    let log = train_logged(&again);
+    assert!(log.contains("steps: 5 -> 6"), "{log}");
+    assert_eq!(log.matches("resuming with a change").count(), 1, "{log}");
+}

@@ -26,6 +26,16 @@ pub enum StatePrecision {
     Int8,
 }
 
+impl std::fmt::Display for StatePrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Self::Full => "the parameter's own dtype",
+            Self::Bf16 => "bf16",
+            Self::Int8 => "int8",
+        })
+    }
+}
+
 impl StatePrecision {
     /// Bytes of one buffer for a parameter of `numel` elements of `dtype`.
     pub fn buffer_bytes(self, numel: usize, dtype: DType) -> u64 {
@@ -210,7 +220,7 @@ impl OptimizerState {
                     return Err(Error::config(
                         "optimizer state",
                         format!(
-                            "parameter `{name}` is {}: state in {precision:?} is for parameters in f32, f16 or bf16",
+                            "parameter `{name}` is {}: state in {precision} is for parameters in f32, f16 or bf16",
                             t.dtype()
                         ),
                     ));
@@ -441,7 +451,7 @@ impl OptimizerState {
                         return Err(Error::config(
                             "optimizer state",
                             format!(
-                                "`{key}` is {} of {}, the optimizer needs {} of {} (state kept as {:?})",
+                                "`{key}` is {} of {}, the optimizer needs {} of {} (state kept as {})",
                                 new.shape(),
                                 new.dtype(),
                                 old.shape(),
@@ -493,7 +503,7 @@ fn problem(
         && !slot.buffers.iter().all(|b| b.fits(param, precision))
     {
         Some(format!(
-            "parameter `{name}` is {} of {}, its state ({precision:?}) is not",
+            "parameter `{name}` is {} of {}, its state ({precision}) is not",
             param.shape(),
             param.dtype(),
         ))

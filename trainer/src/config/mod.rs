@@ -4,6 +4,7 @@
 mod overrides;
 mod preset;
 mod pretrained;
+mod size_text;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -19,9 +20,10 @@ pub const DEFAULT_STEPS: u64 = 1500;
 /// The fraction of the limit the planner keeps free when the configuration sets none.
 pub const DEFAULT_MARGIN: f64 = 0.1;
 
-/// The memory limit of a run that names neither a limit nor a fraction: small enough that the
-/// default GPT's batch does not fit in one micro-batch, so the planner's choice matters.
-pub const DEFAULT_LIMIT: &str = "24MiB";
+/// The memory limit of an addition run (the default task) that names neither a limit nor a
+/// fraction: small enough that the default GPT's batch does not fit in one micro-batch, so the
+/// planner's choice matters. Other runs may use the whole device by default.
+pub const ADDITION_LIMIT: &str = "24MiB";
 
 /// Everything a run needs. Every field has a default: the default run trains a small GPT on
 /// the addition task under a memory limit small enough for the planner's choice to matter.
@@ -530,14 +532,17 @@ pub struct MemoryConfig {
     /// or `calibrated` (this machine's, measured by `headroom plan --calibrate`).
     pub rates: crate::rates::RatesKind,
     /// The simulated device's memory on the CPU, e.g. `8GiB` (a GPU's is what its driver
-    /// reports).
+    /// reports). Sizes are text with a unit or a whole number of bytes.
+    #[serde(deserialize_with = "size_text::size")]
     pub capacity: String,
     /// The old name of `capacity`, still read (with a warning when read from a file), never
     /// written.
-    #[serde(skip_serializing)]
+    #[serde(skip_serializing, deserialize_with = "size_text::optional_size")]
     pub device: Option<String>,
     /// The most the run may use, e.g. `48MiB` (TensorFlow's `memory_limit`); without a limit
-    /// or a fraction, [`DEFAULT_LIMIT`] on the CPU and the whole device on a GPU.
+    /// or a fraction, the whole device (the simulated device's capacity on the CPU), except for
+    /// the addition task on the CPU, whose own default is [`ADDITION_LIMIT`].
+    #[serde(deserialize_with = "size_text::optional_size")]
     pub limit: Option<String>,
     /// Or a fraction of the device's memory (PyTorch's memory fraction).
     pub fraction: Option<f64>,
@@ -687,5 +692,31 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
                 base.insert(key, value);
             }
         }
+    }
+}
+
+/// Writes each setting's value as files and flags write it (`gpt`, `bf16`, `token-shards`), for
+/// messages.
+macro_rules! display_as_written {
+    ($($kind:ty { $($variant:ident => $name:literal),+ $(,)? })+) => {$(
+        impl std::fmt::Display for $kind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(match self { $(Self::$variant => $name),+ })
+            }
+        }
+    )+};
+}
+
+display_as_written! {
+    ModelKind { Gpt => "gpt", Mlp => "mlp" }
+    StateKind { F32 => "f32", Bf16 => "bf16", Int8 => "int8" }
+    PrecisionKind { F32 => "f32", Bf16 => "bf16", F16 => "f16" }
+    Recompute { None => "none", Cheap => "cheap", Blocks => "blocks" }
+    OptimizerKind { Adamw => "adamw", Sgd => "sgd" }
+}
+
+impl std::fmt::Display for DataKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
     }
 }

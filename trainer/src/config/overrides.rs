@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use serde::Deserialize;
 
 use super::{DataKind, ModelKind, PrecisionKind, Preset, Recompute, StateKind, TrainConfig};
 
@@ -166,6 +167,28 @@ impl Overrides {
         Ok(config)
     }
 
+    /// The configuration a resumed run continues with: its own (`run_config`, the run's
+    /// `config.toml`), with what `file` writes and every flag given over it, so that a resume
+    /// changes only what it names. `--preset` stands for `model.preset`, which a resume keeps.
+    pub fn configure_resumed(
+        &self,
+        run_config: &std::path::Path,
+        file: Option<&std::path::Path>,
+    ) -> crate::Result<TrainConfig> {
+        let mut table = read_table(run_config)?;
+        if let Some(file) = file {
+            overlay(&mut table, read_table(file)?);
+        }
+        let mut config = TrainConfig::deserialize(table).map_err(|err| crate::Error::Config {
+            problems: vec![format!("{}: {err}", file.unwrap_or(run_config).display())],
+        })?;
+        if self.preset.is_some() {
+            config.model.preset = self.preset;
+        }
+        self.apply(&mut config);
+        Ok(config)
+    }
+
     /// Applies every flag given to `config`, but `--preset` (see [`configure`](Self::configure)).
     pub fn apply(&self, config: &mut TrainConfig) {
         if self.context.is_some() {
@@ -239,6 +262,26 @@ impl Overrides {
         }
         set(&mut config.checkpoint.every, self.checkpoint_every);
         set(&mut config.eval_every, self.eval_every);
+    }
+}
+
+/// A TOML file's table.
+fn read_table(path: &std::path::Path) -> crate::Result<toml::Table> {
+    let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
+    toml::from_str(&text).map_err(|err| crate::Error::Config {
+        problems: vec![format!("{}: {err}", path.display())],
+    })
+}
+
+/// Writes every value of `over` into `table`, section by section.
+fn overlay(table: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (table.get_mut(&key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(over)) => overlay(inner, over),
+            (_, value) => {
+                table.insert(key, value);
+            }
+        }
     }
 }
 

@@ -69,7 +69,7 @@ impl TrainConfig {
                     ),
                     format!(
                         "data.kind: a GPT reads token sequences (addition, text, token shards \
-                         or uniform tokens), not {:?}",
+                         or uniform tokens), not {}",
                         self.data.kind
                     ),
                 );
@@ -91,7 +91,7 @@ impl TrainConfig {
                 check(
                     matches!(self.data.kind, DataKind::Idx | DataKind::Csv),
                     format!(
-                        "data.kind: an MLP reads feature vectors (idx or csv), not {:?}",
+                        "data.kind: an MLP reads feature vectors (idx or csv), not {}",
                         self.data.kind
                     ),
                 );
@@ -202,7 +202,7 @@ impl TrainConfig {
             o.state.unwrap_or_default() == super::StateKind::F32
                 || o.kind == super::OptimizerKind::Adamw,
             format!(
-                "optimizer.state: {:?} state is AdamW's; SGD keeps its momentum in f32",
+                "optimizer.state: {} state is AdamW's; SGD keeps its momentum in f32",
                 o.state.unwrap_or_default()
             ),
         );
@@ -254,7 +254,7 @@ impl TrainConfig {
                 "precision.growth_interval: at least 1 step".into(),
             );
         }
-        if let Err(Error::Config { problems: memory }) = self.memory.budget() {
+        if let Err(Error::Config { problems: memory }) = self.memory.budget(self.default_limit()) {
             problems.extend(memory);
         }
         if problems.is_empty() {

@@ -44,7 +44,10 @@ impl Trainer {
         let dir = self.files.dir.clone();
         let writes = self.launch().writes();
         let mut metrics = if writes {
-            write_atomically(&dir.join("config.toml"), self.config.to_toml().as_bytes())?;
+            write_atomically(
+                &dir.join(crate::run_dir::CONFIG_FILE),
+                self.config.to_toml().as_bytes(),
+            )?;
             if let Some(source) = self.config.tokenizer() {
                 let bytes = std::fs::read(&source).map_err(Error::io(&source))?;
                 write_atomically(&dir.join(crate::shards::TOKENIZER), &bytes)?;

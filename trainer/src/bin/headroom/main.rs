@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use headroom_alloc::cli::ReplayArgs;
 use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
-use headroom_trainer::run_dir::latest_trace;
+use headroom_trainer::run_dir::{self, latest_trace};
 use headroom_trainer::world::Launch;
 use headroom_trainer::{
     Error, Result, Start, Summary, Trainer, device, fullest_rank, plan, read_all,
@@ -110,6 +110,32 @@ impl RunArgs {
         config.validate()?;
         Ok(config)
     }
+
+    /// The configuration of the run to resume (its `config.toml`), with the file and the flags
+    /// over it: a resume changes only what it names.
+    fn resumed_config(&self) -> Result<TrainConfig> {
+        let given = match (&self.overrides.run_dir, &self.config) {
+            (Some(dir), _) => Some(dir.clone()),
+            (None, Some(file)) => TrainConfig::from_toml_file(file)?.run_dir,
+            (None, None) => None,
+        };
+        let (dir, _) = run_dir::resolve(given.as_deref(), Start::Resume)?;
+        let saved = dir.join(run_dir::CONFIG_FILE);
+        if !saved.is_file() {
+            tracing::warn!(
+                "{} holds no {}: resuming with the defaults and the flags given",
+                dir.display(),
+                run_dir::CONFIG_FILE
+            );
+            return self.config();
+        }
+        let mut config = self
+            .overrides
+            .configure_resumed(&saved, self.config.as_deref())?;
+        config.run_dir = Some(dir);
+        config.validate()?;
+        Ok(config)
+    }
 }
 
 /// Writes `text` and a newline to standard output.
@@ -121,7 +147,10 @@ fn say(text: impl Display) -> Result<()> {
 }
 
 fn train(args: &TrainArgs) -> Result<()> {
-    let config = args.run.config()?;
+    let config = match args.resume {
+        true => args.run.resumed_config()?,
+        false => args.run.config()?,
+    };
     let start = match (args.resume, args.overwrite) {
         (true, _) => Start::Resume,
         (false, true) => Start::Overwrite,
