@@ -54,6 +54,18 @@ pub enum Error {
         report: Box<OomReport>,
     },
 
+    /// The run was stopped by a signal (Ctrl-C or `kill`) after the step under way, its
+    /// checkpoint and summary written.
+    #[error(
+        "stopped by signal {signal} after step {step}; the checkpoint is written: --resume goes on"
+    )]
+    Interrupted {
+        /// The signal's number (2 for SIGINT, 15 for SIGTERM).
+        signal: i32,
+        /// The last step trained.
+        step: u64,
+    },
+
     /// The loss stayed NaN or infinite: the run stopped.
     #[error(
         "the loss was NaN or infinite for {steps} steps in a row, up to step {step}: the run \

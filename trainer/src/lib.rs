@@ -19,6 +19,7 @@ pub mod generate;
 mod growth;
 pub mod head_chunk;
 mod in_backward;
+pub mod interrupt;
 pub mod memory;
 mod metrics;
 mod micro;

@@ -162,3 +162,56 @@ fn a_run_killed_at_random_moments_and_resumed_ends_like_a_run_never_stopped() {
         .count();
     assert!(traces >= 2, "one allocation trace per start: {traces}");
 }
+
+/// Starts a long run in `dir`, waits until it has recorded a few steps, sends it `signal` (by
+/// name, as `kill` takes it) and returns its exit code.
+fn stopped_by(signal: &str, dir: &TempDir) -> Option<i32> {
+    let mut config = small_config(dir);
+    config.steps = Some(1_000_000);
+    config.checkpoint.every = 0;
+    config.eval_every = 0;
+    let path = dir.0.join("config.toml.in");
+    std::fs::write(&path, config.to_toml()).unwrap();
+    let mut child = headroom(&[], &path).spawn().unwrap();
+    let metrics = dir.0.join(headroom_trainer::METRICS_FILE);
+    let started = Instant::now();
+    while std::fs::read_to_string(&metrics).map_or(0, |m| m.lines().count()) < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no steps recorded"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+    assert!(sent.success());
+    child.wait().unwrap().code()
+}
+
+#[test]
+fn ctrl_c_and_sigterm_finish_the_step_and_write_the_checkpoint_and_summary() {
+    for (signal, code) in [("-INT", 130), ("-TERM", 143)] {
+        let dir = TempDir::new("signalled");
+        assert_eq!(stopped_by(signal, &dir), Some(code), "{signal}");
+        let summary: Summary =
+            serde_json::from_str(&std::fs::read_to_string(dir.0.join("summary.json")).unwrap())
+                .unwrap();
+        let steps = read_all(&dir.0).unwrap().len() as u64;
+        assert_eq!(summary.stopped_at, Some(steps), "{signal}");
+        assert!(dir.0.join("checkpoint.safetensors").exists(), "{signal}");
+        assert!(dir.0.join("loss.svg").exists(), "{signal}");
+        // The run goes on from where the signal stopped it.
+        let resumed = headroom(
+            &["--resume", "--steps", &(steps + 2).to_string()],
+            &dir.0.join("config.toml.in"),
+        )
+        .output()
+        .unwrap();
+        assert!(
+            resumed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&resumed.stderr)
+        );
+        assert_eq!(read_all(&dir.0).unwrap().len() as u64, steps + 2);
+    }
+}

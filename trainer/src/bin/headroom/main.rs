@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use headroom_alloc::cli::ReplayArgs;
 use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
+use headroom_trainer::interrupt::{self, StopOnSignal};
 use headroom_trainer::run_dir::{self, latest_trace};
 use headroom_trainer::world::Launch;
 use headroom_trainer::{
@@ -178,13 +179,25 @@ fn train(args: &TrainArgs) -> Result<()> {
         trainer.config().batch.size,
         run_dir.display()
     ))?;
+    if launch.size == 1 {
+        // A data-parallel run's ranks would have to agree on the step to stop at: there a
+        // signal still ends the processes at once.
+        trainer.add_callback(StopOnSignal::install());
+    }
     let summary = trainer.run(!args.quiet)?;
     say(format_args!(
         "{summary}run directory: {}",
         run_dir.display()
     ))?;
     say("  metrics.jsonl, summary.json, loss.svg, memory.svg, memory-trace.json (Perfetto),")?;
-    say("  allocations-*.jsonl (for `headroom replay`), checkpoint.safetensors")
+    say("  allocations-*.jsonl (for `headroom replay`), checkpoint.safetensors")?;
+    match interrupt::received() {
+        Some(signal) => Err(Error::Interrupted {
+            signal,
+            step: summary.steps,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn plan_only(args: &PlanArgs) -> Result<()> {
@@ -353,6 +366,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err @ Error::Interrupted { signal, .. }) => {
+            eprintln!("headroom: {err}");
+            ExitCode::from(interrupt::exit_status(signal))
+        }
         Err(err) => {
             eprintln!("headroom: {err}");
             ExitCode::FAILURE
