@@ -1,6 +1,6 @@
 //! `headroom prepare`: text files tokenized into shards, with a held-out split.
 //!
-//! The files are found ([`Walk`]), each becomes one document, and a document is held out when
+//! The files are found (by `find`), each becomes one document, and a document is held out when
 //! it is among the held-out files the user named, or else when the hash of its name falls in
 //! the held-out fraction (a lone file is split, its last part held out). Documents are grouped
 //! in order into shards of about `shard_bytes` of text; each shard's documents are tokenized in
