@@ -53,8 +53,8 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
     if let Some(size) = data.eval_size {
         config.data.eval_size = size;
     }
-    let task = Task::from_config(&config.data, &config.model, config.seed)?;
-    let shape = task.train.shape();
+    let task = Task::held_out_of(&config.data, &config.model, config.seed)?;
+    let shape = task.eval.shape();
     let mlp = (config.model.kind == ModelKind::Mlp).then(|| shape.clone());
     let run = SavedRun::open(run_dir, settings, mlp)?;
     if let (TrainModel::Gpt(gpt), Some(tokens)) = (&run.model, shape.as_tokens())

@@ -12,8 +12,8 @@ use std::time::SystemTime;
 use common::{TempDir, assert_mentions, error_of, fails, headroom, prose, succeeds};
 use headroom_trainer::data::{DataShape, Dataset, INPUTS, Loader, Position, Sample, TokenShards};
 use headroom_trainer::shards::{
-    FileFilter, HEADER_BYTES, MANIFEST, Manifest, PrepareOptions, Prepared, ShardEntry, ShardFile,
-    TOKENIZER, prepare,
+    FileFilter, HEADER_BYTES, HeldOut, MANIFEST, Manifest, PrepareOptions, Prepared, ShardEntry,
+    ShardFile, TOKENIZER, prepare,
 };
 use headroom_trainer::tokenizer::{END_OF_TEXT, TextTokenizer, fnv1a};
 
@@ -49,7 +49,7 @@ fn options(inputs: &[&Path], out: &Path, shard_bytes: u64) -> PrepareOptions {
         inputs: inputs.iter().map(|p| p.to_path_buf()).collect(),
         filter: FileFilter::default(),
         out: out.to_owned(),
-        held_out: 0.25,
+        held_out: HeldOut::Fraction(0.25),
         shard_bytes,
         progress: false,
     }
@@ -351,7 +351,7 @@ fn a_lone_file_is_split_at_a_line_break() {
             }
             let out = dir.0.join(format!("{name}-shards"));
             let mut options = options(&[&input], &out, 1 << 20);
-            options.held_out = 0.1;
+            options.held_out = HeldOut::Fraction(0.1);
             let manifest = prepare(&tokenizer, &options).unwrap().manifest;
             assert_eq!((manifest.train.len(), manifest.held_out.len()), (1, 1));
             let head = shard_documents(&tokenizer, &out, &manifest.train[0].file);
@@ -393,12 +393,12 @@ fn input_and_option_mistakes_are_explained() {
     write_corpus(&corpus, 3);
     for held_out in [0.0, -0.1, 0.6, 1.0, f64::NAN] {
         let mut bad = options(&[&corpus], &out, 1 << 20);
-        bad.held_out = held_out;
+        bad.held_out = HeldOut::Fraction(held_out);
         let message = error_of(prepare(&tokenizer, &bad));
         assert_mentions(&message, &["--held-out", "(0, 0.5]"]);
     }
     let mut half = options(&[&corpus], &out, 1 << 20);
-    half.held_out = 0.5;
+    half.held_out = HeldOut::Fraction(0.5);
     prepare(&tokenizer, &half).unwrap();
 }
 
@@ -454,8 +454,23 @@ fn a_shard_from_another_preparation_is_refused() {
     );
 }
 
+/// Every file of `dir` (in its subdirectories too) with its bytes, by path.
+fn every_file(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(every_file(&path));
+        } else {
+            files.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    files.sort();
+    files
+}
+
 #[test]
-fn a_failed_rerun_leaves_no_manifest_over_changed_shards() {
+fn a_failed_rerun_changes_nothing_and_says_what_to_change() {
     let dir = TempDir::new("prepare-failed-rerun");
     let tokenizer = tiny_gpt2();
     let corpus = dir.0.join("corpus");
@@ -463,11 +478,58 @@ fn a_failed_rerun_leaves_no_manifest_over_changed_shards() {
     let out = dir.0.join("shards");
     let options = options(&[&corpus], &out, 1 << 20);
     prepare(&tokenizer, &options).unwrap();
-    // One document emptied: a side holds no text, and the run fails after writing shards.
+    let before = every_file(&out);
+    // One document emptied: a side holds no text, which is known only once it is tokenized,
+    // here with another tokenizer, so every shard would be rewritten.
     write(&documents[0].0, "");
-    prepare(&tokenizer, &options).unwrap_err();
+    let files: Vec<PathBuf> = documents.iter().map(|(p, _)| p.clone()).collect();
+    let other = TextTokenizer::train(&files, 280, &dir.0.join("other.json")).unwrap();
+    let message = error_of(prepare(&other, &options));
+    assert_mentions(
+        &message,
+        &[
+            "hold no text",
+            "--held-out (now 0.25)",
+            "nothing in the directory was changed",
+        ],
+    );
+    assert_eq!(every_file(&out), before, "the directory is as it was");
+    TokenShards::open(&out, 8, 100).unwrap();
+
+    // Into a new directory, the failed run leaves none.
+    let fresh = dir.0.join("fresh");
+    let mut into_fresh = options.clone();
+    into_fresh.out = fresh.clone();
+    error_of(prepare(&other, &into_fresh));
+    assert!(!fresh.exists());
+}
+
+#[test]
+fn a_changed_token_is_found_by_the_checksum() {
+    let dir = TempDir::new("prepare-checksum");
+    let corpus = dir.0.join("corpus");
+    write_corpus(&corpus, 4);
+    let out = dir.0.join("shards");
+    let tokenizer = tiny_gpt2();
+    let options = options(&[&corpus], &out, 1 << 20);
+    let first = prepare(&tokenizer, &options).unwrap();
+    let shard = out.join(&first.manifest.train[0].file);
+    let whole = std::fs::read(&shard).unwrap();
+    // A token changed to another of the vocabulary: the header and the length still fit.
+    let mut flipped = whole.clone();
+    flipped[HEADER_BYTES + 6] ^= 1;
+    std::fs::write(&shard, &flipped).unwrap();
+
     let message = error_of(TokenShards::open(&out, 8, 100));
-    assert_mentions(&message, &[MANIFEST, "headroom prepare", "again"]);
+    assert_mentions(
+        &message,
+        &[&shard.display().to_string(), "checksum", "headroom prepare"],
+    );
+    let rerun = prepare(&tokenizer, &options).unwrap();
+    let shards = entries(&rerun.manifest).len();
+    assert_eq!((rerun.written, rerun.kept), (1, shards - 1));
+    assert_eq!(std::fs::read(&shard).unwrap(), whole, "rewritten as it was");
+    TokenShards::open(&out, 8, 100).unwrap();
 }
 
 #[test]
@@ -650,7 +712,7 @@ fn the_command_line_trains_a_tokenizer_and_prepares_shards() {
         "--quiet",
     ];
     let said = succeeds(&headroom(&prepare));
-    assert_mentions(&said, &["0 kept", "1 files skipped"]);
+    assert_mentions(&said, &["0 kept", "1 skipped"]);
     let manifest = Manifest::read(&out).unwrap();
     assert_eq!(manifest.vocab, 300);
     let (train, eval) = TokenShards::open(&out, 8, 4).unwrap();

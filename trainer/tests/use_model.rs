@@ -25,6 +25,7 @@ use headroom_trainer::config::Overrides;
 use headroom_trainer::eval_run::{EvalData, evaluate_run};
 use headroom_trainer::generate::{GenerateOptions, Generated, Stop, generate};
 use headroom_trainer::saved_run::{SavedRun, UseSettings};
+use headroom_trainer::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
 use headroom_trainer::tokenizer::TextTokenizer;
 use headroom_trainer::{Start, TrainModel, Trainer};
 
@@ -202,6 +203,39 @@ fn eval_on_other_shards_judges_as_many_of_their_samples_as_asked() {
     let report = evaluate_run(&run, &data, &UseSettings::default()).unwrap();
     assert_eq!(report.samples, 5);
     assert_close(report.value, value, 1e-12);
+}
+
+#[test]
+fn eval_on_other_shards_reads_only_their_held_out_part() {
+    let dir = TempDir::new("eval-held-out-only");
+    let (run, _, _) = trained(&dir);
+    // A validation set prepared beside a training file far shorter than one window.
+    let few = dir.0.join("few-words.txt");
+    std::fs::write(&few, "the fox.\n").unwrap();
+    let valid = corpus(&dir.0, "valid", 3);
+    let out = dir.0.join("valid-shards");
+    let options = PrepareOptions {
+        inputs: vec![few],
+        filter: FileFilter::default(),
+        out: out.clone(),
+        held_out: HeldOut::Files(vec![valid]),
+        shard_bytes: 1 << 20,
+        progress: false,
+    };
+    let manifest = prepare(&tiny_tokenizer(), &options).unwrap().manifest;
+    assert!(manifest.train_tokens() < 65, "{}", manifest.train_tokens());
+    let path = dir.0.join("valid.json");
+    let args = [
+        "eval",
+        "--checkpoint",
+        text(&run),
+        "--data",
+        text(&out),
+        "--json",
+        text(&path),
+    ];
+    succeeds(&headroom(&args));
+    assert_loss_report(&read_json(&path), 4);
 }
 
 #[test]

@@ -91,6 +91,28 @@ pub struct Task {
 }
 
 impl Task {
+    /// The task a configuration describes for judging a model: of token shards only the
+    /// held-out shards are opened and checked (the training set is the held-out one, for its
+    /// shape), as a model judged on prepared data reads nothing else; any other kind is built
+    /// whole, as [`Task::from_config`] builds it.
+    pub fn held_out_of(config: &DataConfig, model: &ModelConfig, seed: u64) -> Result<Self> {
+        if config.kind != DataKind::TokenShards {
+            return Self::from_config(config, model, seed);
+        }
+        let dir = config
+            .path
+            .clone()
+            .ok_or_else(|| Error::config("data.path: no file given"))?;
+        let window = model.window(config.context);
+        let eval: Arc<dyn Dataset> =
+            Arc::new(TokenShards::open_held_out(&dir, window, config.eval_size)?);
+        Ok(Self {
+            train: eval.clone(),
+            eval,
+            metric: Metric::Loss,
+        })
+    }
+
     /// The task a configuration describes, its files read and checked; token windows take
     /// their length (and uniform tokens their vocabulary) from the `model`.
     pub fn from_config(config: &DataConfig, model: &ModelConfig, seed: u64) -> Result<Self> {

@@ -31,25 +31,30 @@ impl TokenShards {
     /// The training and held-out windows of the prepared directory `dir`, `context` tokens
     /// each, at most `eval_size` held out.
     pub fn open(dir: &Path, context: usize, eval_size: usize) -> Result<(Self, Self)> {
-        let manifest = Manifest::read(dir)?;
-        let tokenizer = dir.join(TOKENIZER);
-        let hash = file_hash(&tokenizer).map_err(Error::io(&tokenizer))?;
-        if hash != manifest.tokenizer_hash {
-            return Err(Error::Data {
-                path: tokenizer,
-                detail: format!(
-                    "its hash {hash} is not the {} the shards were tokenized with: it was \
-                     replaced after `headroom prepare`",
-                    manifest.tokenizer_hash
-                ),
-            });
-        }
+        let manifest = checked_manifest(dir)?;
         let train = Self::of(dir, &manifest, &manifest.train, context, "training")?;
-        let mut eval = Self::of(dir, &manifest, &manifest.held_out, context, "held-out")?;
+        let eval = Self::held_out_of(dir, &manifest, context, eval_size)?;
+        Ok((train, eval))
+    }
+
+    /// The held-out windows alone of the prepared directory `dir` (for judging a model: the
+    /// training shards are neither opened nor checked).
+    pub fn open_held_out(dir: &Path, context: usize, eval_size: usize) -> Result<Self> {
+        let manifest = checked_manifest(dir)?;
+        Self::held_out_of(dir, &manifest, context, eval_size)
+    }
+
+    fn held_out_of(
+        dir: &Path,
+        manifest: &Manifest,
+        context: usize,
+        eval_size: usize,
+    ) -> Result<Self> {
+        let mut eval = Self::of(dir, manifest, &manifest.held_out, context, "held-out")?;
         if eval.windows() > eval_size {
             eval.picks = Some(eval_size.max(1));
         }
-        Ok((train, eval))
+        Ok(eval)
     }
 
     fn of(
@@ -115,6 +120,25 @@ impl TokenShards {
     fn windows(&self) -> usize {
         self.starts.last().copied().unwrap_or(0)
     }
+}
+
+/// The manifest of the prepared directory `dir`, once its copy of the tokenizer is known to be
+/// the one the shards were tokenized with.
+fn checked_manifest(dir: &Path) -> Result<Manifest> {
+    let manifest = Manifest::read(dir)?;
+    let tokenizer = dir.join(TOKENIZER);
+    let hash = file_hash(&tokenizer).map_err(Error::io(&tokenizer))?;
+    if hash != manifest.tokenizer_hash {
+        return Err(Error::Data {
+            path: tokenizer,
+            detail: format!(
+                "its hash {hash} is not the {} the shards were tokenized with: it was \
+                 replaced after `headroom prepare`",
+                manifest.tokenizer_hash
+            ),
+        });
+    }
+    Ok(manifest)
 }
 
 impl Dataset for TokenShards {

@@ -9,13 +9,14 @@
 //! | 24..32 | the tokenizer's hash (FNV-1a of its `tokenizer.json`)     |
 //! | 32..40 | the hash of the shard's sources (names and sizes)         |
 //! | 40..48 | the number of tokens                                      |
-//! | 48..64 | zero                                                      |
+//! | 48..52 | the CRC-32 of the token bytes                             |
+//! | 52..64 | zero                                                      |
 
 /// The first bytes of every shard.
 pub const MAGIC: &[u8; 8] = b"HRTOKENS";
 
-/// The format version this code writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this code writes and reads (2 added the checksum).
+pub const VERSION: u32 = 2;
 
 /// Bytes before the first token.
 pub const HEADER_BYTES: usize = 64;
@@ -34,12 +35,35 @@ pub struct ShardHeader {
     pub sources_hash: u64,
     /// Tokens in the shard.
     pub tokens: u64,
+    /// The CRC-32 of the token bytes after the header: a token changed since the shard was
+    /// written is found.
+    pub checksum: u32,
 }
 
 impl ShardHeader {
     /// The width of tokens below `vocab`: 2 bytes up to 65,536 distinct tokens, else 4.
     pub fn token_bytes_for(vocab: u64) -> usize {
         if vocab <= 1 << 16 { 2 } else { 4 }
+    }
+
+    /// The checksum of `tokens`, the bytes after a header.
+    pub fn checksum_of(tokens: &[u8]) -> u32 {
+        crc32fast::hash(tokens)
+    }
+
+    /// Checks `tokens`, the bytes after this header, against its checksum; the error says
+    /// what to do.
+    pub fn check(&self, tokens: &[u8]) -> Result<(), String> {
+        let actual = Self::checksum_of(tokens);
+        if actual == self.checksum {
+            return Ok(());
+        }
+        Err(format!(
+            "its tokens do not match the checksum in its header ({actual:08x}, not {:08x}): the \
+             file was changed or damaged after `headroom prepare` wrote it (run it again to \
+             rewrite the shard)",
+            self.checksum
+        ))
     }
 
     /// The header as written.
@@ -56,6 +80,7 @@ impl ShardHeader {
         ] {
             bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
         }
+        bytes[48..52].copy_from_slice(&self.checksum.to_le_bytes());
         bytes
     }
 
@@ -77,7 +102,8 @@ impl ShardHeader {
         let version = u32_at(8);
         if version != VERSION {
             return Err(format!(
-                "format version {version}; this build reads {VERSION}"
+                "format version {version}; this build reads {VERSION} (run `headroom prepare` \
+                 again to rewrite the shard)"
             ));
         }
         let token_bytes = u32_at(12) as usize;
@@ -90,6 +116,7 @@ impl ShardHeader {
             tokenizer_hash: u64_at(24),
             sources_hash: u64_at(32),
             tokens: u64_at(40),
+            checksum: u32_at(48),
         };
         if header.vocab == 0 || header.vocab > 1 << (8 * token_bytes as u32) {
             return Err(format!(
@@ -124,6 +151,7 @@ mod tests {
             tokenizer_hash: 0x1234_5678_9abc_def0,
             sources_hash: 42,
             tokens: 10,
+            checksum: 0xdead_beef,
         }
     }
 
@@ -171,6 +199,22 @@ mod tests {
                 .unwrap_err()
                 .contains("shorter")
         );
+    }
+
+    #[test]
+    fn the_checksum_finds_a_changed_token() {
+        let tokens = [1u8, 0, 2, 0, 3, 0];
+        let header = ShardHeader {
+            checksum: ShardHeader::checksum_of(&tokens),
+            ..header()
+        };
+        assert_eq!(header.check(&tokens), Ok(()));
+        let mut flipped = tokens;
+        flipped[2] ^= 1;
+        let message = header.check(&flipped).unwrap_err();
+        assert!(message.contains("checksum"), "{message}");
+        let parsed = ShardHeader::parse(&header.to_bytes(), 64 + 20).unwrap();
+        assert_eq!(parsed.checksum, header.checksum);
     }
 
     #[test]

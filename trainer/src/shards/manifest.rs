@@ -41,12 +41,12 @@ pub struct ShardEntry {
     pub documents: usize,
 }
 
-/// A file `headroom prepare` left out.
+/// A file or directory `headroom prepare` left out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skipped {
     /// The file.
     pub path: PathBuf,
-    /// Why: not UTF-8, binary, unreadable.
+    /// Why: not UTF-8, binary, unreadable (a file, a directory, a link to nowhere).
     pub reason: String,
 }
 

@@ -2,12 +2,16 @@
 //! header ([`ShardHeader`]), grouped in a prepared directory with a [`Manifest`] and a copy of
 //! the tokenizer, and read back memory-mapped ([`ShardFile`]).
 
+mod find;
 mod header;
 mod manifest;
 mod prepare;
 mod reader;
+mod staging;
 
+pub use find::{FileFilter, find_files};
 pub use header::{HEADER_BYTES, MAGIC, ShardHeader, VERSION};
 pub use manifest::{MANIFEST, Manifest, ShardEntry, Skipped, TOKENIZER};
-pub use prepare::{FileFilter, PrepareOptions, Prepared, find_files, prepare, read_text_file};
+pub use prepare::{HeldOut, PrepareOptions, Prepared, prepare, read_text_file};
 pub use reader::{ShardFile, encode};
+pub use staging::UNFINISHED;

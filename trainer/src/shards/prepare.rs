@@ -1,24 +1,31 @@
 //! `headroom prepare`: text files tokenized into shards, with a held-out split.
 //!
-//! The files are found (directories walked, sorted), each becomes one document, and a
-//! document is held out when the hash of its name falls in the held-out fraction (a lone file
-//! is split, its last part held out). Documents are grouped in order into shards of about
-//! `shard_bytes` of text; each shard's documents are tokenized in parallel and written with the
-//! end-of-text token after each. A shard is written whole under a temporary name and renamed
-//! into place, and a re-run keeps every shard whose header names the same tokenizer and the
-//! same sources, so an interrupted run resumes where it stopped. The manifest comes last.
+//! The files are found (by `find`), each becomes one document, and a document is held out when
+//! it is among the held-out files the user named, or else when the hash of its name falls in
+//! the held-out fraction (a lone file is split, its last part held out). Documents are grouped
+//! in order into shards of about `shard_bytes` of text; each shard's documents are tokenized in
+//! parallel and written with the end-of-text token after each.
 //!
-//! A file that is not UTF-8, holds a NUL byte (binary), or cannot be read is reported and
-//! skipped.
+//! Nothing in the output directory changes until the preparation has succeeded: shards are
+//! written whole into its `.unfinished` directory, and only once every shard is there and both
+//! sides hold tokens do they move into place, the tokenizer's copy and the manifest last. A
+//! failed run leaves the directory as it was. A re-run keeps every shard (in place, or left
+//! in `.unfinished` by an interrupted run) whose header names the same tokenizer and the same
+//! sources and whose tokens match its checksum, so an interrupted run resumes where it stopped.
+//!
+//! A file that is not UTF-8, holds a NUL byte (binary), or cannot be read, and a directory
+//! that cannot be read, are reported and skipped.
 
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
+use super::find::{FileFilter, FoundFile, Walk};
 use super::header::{HEADER_BYTES, ShardHeader};
 use super::manifest::{MANIFEST, Manifest, ShardEntry, Skipped, TOKENIZER};
 use super::reader::encode;
+use super::staging::Staging;
 use crate::atomic_file::write_atomically;
 use crate::error::{Error, Result};
 use crate::tokenizer::{TextTokenizer, fnv1a};
@@ -32,37 +39,24 @@ pub struct PrepareOptions {
     pub filter: FileFilter,
     /// The output directory.
     pub out: PathBuf,
-    /// The fraction of documents held out, in `(0, 0.5]`.
-    pub held_out: f64,
+    /// Which documents are held out for evaluation.
+    pub held_out: HeldOut,
     /// Text bytes per shard, about.
     pub shard_bytes: u64,
     /// Show a progress bar.
     pub progress: bool,
 }
 
-/// Which files of the input directories are read.
-#[derive(Debug, Clone, Default)]
-pub struct FileFilter {
-    /// Only files with one of these extensions (without the dot); empty: every file.
-    pub extensions: Vec<String>,
-    /// Directories of these names are not walked (such as `site-packages` or `test`).
-    pub skip_dirs: Vec<String>,
-}
-
-impl FileFilter {
-    fn wants_file(&self, path: &Path) -> bool {
-        self.extensions.is_empty()
-            || path.extension().is_some_and(|e| {
-                self.extensions
-                    .iter()
-                    .any(|w| e == w.trim_start_matches('.'))
-            })
-    }
-
-    fn wants_dir(&self, path: &Path) -> bool {
-        path.file_name()
-            .is_none_or(|name| !self.skip_dirs.iter().any(|skip| name == skip.as_str()))
-    }
+/// Which documents are held out for evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeldOut {
+    /// This fraction of the documents, in `(0, 0.5]`, drawn by the hash of their names (a lone
+    /// file split, its last part held out).
+    Fraction(f64),
+    /// Exactly the files of these files and directories (walked as the inputs are, with the
+    /// same filter), such as a validation split one already has; none of them is trained on,
+    /// even when an input directory holds it.
+    Files(Vec<PathBuf>),
 }
 
 /// What a preparation did.
@@ -86,6 +80,17 @@ struct Document {
     part: Part,
 }
 
+impl From<FoundFile> for Document {
+    fn from(file: FoundFile) -> Self {
+        Self {
+            path: file.path,
+            name: file.name,
+            bytes: file.bytes,
+            part: Part::Whole,
+        }
+    }
+}
+
 /// Which part of a file a document is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Part {
@@ -96,40 +101,34 @@ enum Part {
     Tail(f64),
 }
 
-/// Tokenizes `options.inputs` with `tokenizer` into `options.out`.
+/// Tokenizes `options.inputs` with `tokenizer` into `options.out`, which changes only when
+/// the preparation succeeds.
 pub fn prepare(tokenizer: &TextTokenizer, options: &PrepareOptions) -> Result<Prepared> {
-    if !(options.held_out > 0.0 && options.held_out <= 0.5) {
-        return Err(Error::config(format!(
-            "--held-out {}: the held-out fraction must be in (0, 0.5]",
-            options.held_out
-        )));
-    }
-    let documents = find_documents(&options.inputs, &options.filter, Some(&options.out))?;
-    let (train, held_out) = split(documents, options)?;
-    std::fs::create_dir_all(&options.out).map_err(Error::io(&options.out))?;
-    // An earlier run's manifest describes shards this run may rewrite: it goes before them, so
-    // that a run that stops early leaves a directory without one (unfinished), not one whose
-    // manifest is wrong.
-    let old_manifest = options.out.join(MANIFEST);
-    match std::fs::remove_file(&old_manifest) {
-        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
-            return Err(Error::io(&old_manifest)(err));
-        }
-        _ => {}
-    }
+    let (train, held_out, skipped) = documents(options)?;
+    let staging = Staging::open(&options.out)?;
     let total = train.iter().chain(&held_out).map(|d| d.bytes).sum();
     let bar = progress_bar(total, options.progress);
     let mut job = Job {
         tokenizer,
         options,
+        staging: &staging,
         bar: &bar,
-        skipped: Vec::new(),
+        skipped,
+        staged: Vec::new(),
         written: 0,
         kept: 0,
     };
-    let train = job.shards("train", &train)?;
-    let held_out = job.shards("val", &held_out)?;
+    let tokenized = job
+        .shards("train", &train)
+        .and_then(|train| Ok((train, job.shards("val", &held_out)?)));
     bar.finish_and_clear();
+    let (train, held_out) = match tokenized {
+        Ok(sides) => sides,
+        Err(err) => {
+            staging.discard();
+            return Err(err);
+        }
+    };
     let vocab = tokenizer.vocab() as u64;
     let manifest = Manifest {
         tokenizer_hash: crate::tokenizer::hash_hex(tokenizer.hash()),
@@ -139,33 +138,90 @@ pub fn prepare(tokenizer: &TextTokenizer, options: &PrepareOptions) -> Result<Pr
         held_out,
         skipped: job.skipped,
     };
-    for (tokens, what) in [
-        (manifest.train_tokens(), "training"),
-        (manifest.held_out_tokens(), "held-out"),
+    for (tokens, side) in [
+        (manifest.train_tokens(), Side::Training),
+        (manifest.held_out_tokens(), Side::HeldOut),
     ] {
         if tokens == 0 {
+            staging.discard();
             return Err(Error::Data {
                 path: options.out.clone(),
-                detail: format!("the {what} documents hold no text to tokenize"),
+                detail: no_text(side, &options.held_out),
             });
         }
     }
-    let copy = options.out.join(TOKENIZER);
-    if tokenizer.path() != copy {
-        let bytes = std::fs::read(tokenizer.path()).map_err(Error::io(tokenizer.path()))?;
-        write_atomically(&copy, &bytes)?;
-    }
-    let json = serde_json::to_string_pretty(&manifest).map_err(|err| Error::Data {
-        path: options.out.join(MANIFEST),
-        detail: err.to_string(),
-    })?;
-    write_atomically(&options.out.join(MANIFEST), json.as_bytes())?;
-    remove_stale_shards(&options.out, &manifest)?;
+    commit(&staging, &job.staged, tokenizer, &manifest)?;
     Ok(Prepared {
         manifest,
         written: job.written,
         kept: job.kept,
     })
+}
+
+/// A side of the split.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Training,
+    HeldOut,
+}
+
+/// Why a side holding no tokens stops the preparation, and what to change.
+fn no_text(side: Side, held_out: &HeldOut) -> String {
+    let advice = match (side, held_out) {
+        (Side::HeldOut, HeldOut::Fraction(f)) => format!(
+            "the held-out documents hold no text to tokenize: hold out more of them with a \
+             larger --held-out (now {f}), or name them with --held-out-files"
+        ),
+        (Side::HeldOut, HeldOut::Files(_)) => "the held-out files hold no text to tokenize: \
+             name files with text in --held-out-files"
+            .to_owned(),
+        (Side::Training, HeldOut::Fraction(f)) => format!(
+            "the training documents hold no text to tokenize: hold out fewer with a smaller \
+             --held-out (now {f}), or add files with text"
+        ),
+        (Side::Training, HeldOut::Files(_)) => "the training documents hold no text to \
+             tokenize: give inputs with text besides the --held-out-files"
+            .to_owned(),
+    };
+    format!("{advice}; nothing in the directory was changed")
+}
+
+/// Moves the staged shards into the output directory, then writes the tokenizer's copy and
+/// the manifest. The old manifest goes first, so that a run stopped in between leaves a
+/// directory without one (unfinished), never one whose manifest is wrong.
+fn commit(
+    staging: &Staging,
+    staged: &[String],
+    tokenizer: &TextTokenizer,
+    manifest: &Manifest,
+) -> Result<()> {
+    let out = staging.out();
+    let copy = out.join(TOKENIZER);
+    let tokenizer_bytes = if tokenizer.path() == copy {
+        None
+    } else {
+        Some(std::fs::read(tokenizer.path()).map_err(Error::io(tokenizer.path()))?)
+    };
+    let json = serde_json::to_string_pretty(manifest).map_err(|err| Error::Data {
+        path: out.join(MANIFEST),
+        detail: err.to_string(),
+    })?;
+    let old_manifest = out.join(MANIFEST);
+    match std::fs::remove_file(&old_manifest) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io(&old_manifest)(err));
+        }
+        _ => {}
+    }
+    for file in staged {
+        staging.place(file)?;
+    }
+    if let Some(bytes) = tokenizer_bytes {
+        write_atomically(&copy, &bytes)?;
+    }
+    write_atomically(&out.join(MANIFEST), json.as_bytes())?;
+    remove_stale_shards(out, manifest)?;
+    staging.finish()
 }
 
 /// Deletes the shards of an earlier run of `dir` that `manifest` no longer lists (one that
@@ -190,95 +246,35 @@ fn remove_stale_shards(dir: &Path, manifest: &Manifest) -> Result<()> {
     Ok(())
 }
 
-/// Every file of `inputs` (directories walked in name order) that `filter` wants.
-pub fn find_files(inputs: &[PathBuf], filter: &FileFilter) -> Result<Vec<PathBuf>> {
-    Ok(find_documents(inputs, filter, None)?
-        .into_iter()
-        .map(|d| d.path)
-        .collect())
-}
-
-/// The documents of `inputs`, leaving out the directory `out` when it lies among them (as in
-/// `headroom prepare . --out shards`): its shards, manifest and tokenizer are not input text.
-fn find_documents(
-    inputs: &[PathBuf],
-    filter: &FileFilter,
-    out: Option<&Path>,
-) -> Result<Vec<Document>> {
-    if inputs.is_empty() {
-        return Err(Error::config("no input files or directories given"));
-    }
-    let out = out.and_then(|out| std::fs::canonicalize(out).ok());
-    let is_out = |dir: &Path| {
-        out.as_ref()
-            .is_some_and(|out| std::fs::canonicalize(dir).is_ok_and(|dir| &dir == out))
+/// The training and held-out documents of `options`, and the paths skipped on the way. The
+/// output directory is never read as input (as in `headroom prepare . --out shards`): its
+/// shards, manifest and tokenizer are not input text.
+fn documents(options: &PrepareOptions) -> Result<(Vec<Document>, Vec<Document>, Vec<Skipped>)> {
+    let mut walk = Walk::leaving_out(Some(&options.out));
+    let (train, held_out) = match &options.held_out {
+        HeldOut::Fraction(fraction) => {
+            if !(*fraction > 0.0 && *fraction <= 0.5) {
+                return Err(Error::config(format!(
+                    "--held-out {fraction}: the held-out fraction must be in (0, 0.5]"
+                )));
+            }
+            let found = walk.files(&options.inputs, &options.filter, "")?;
+            split(found.into_iter().map(Document::from).collect(), *fraction)
+        }
+        HeldOut::Files(paths) => {
+            // The held-out files first, so that the inputs' walk leaves them out.
+            let held_out = walk.files(paths, &options.filter, "held-out ")?;
+            let train = walk.files(&options.inputs, &options.filter, "")?;
+            let documents = |found: Vec<FoundFile>| found.into_iter().map(Document::from);
+            (documents(train).collect(), documents(held_out).collect())
+        }
     };
-    let mut documents = Vec::new();
-    for input in inputs {
-        let meta = std::fs::metadata(input).map_err(Error::io(input))?;
-        if meta.is_file() {
-            let name = input.file_name().unwrap_or_default().to_string_lossy();
-            documents.push(Document {
-                path: input.clone(),
-                name: name.into_owned(),
-                bytes: meta.len(),
-                part: Part::Whole,
-            });
-            continue;
-        }
-        let mut stack = vec![input.clone()];
-        let mut found = Vec::new();
-        while let Some(dir) = stack.pop() {
-            if is_out(&dir) {
-                continue;
-            }
-            for entry in std::fs::read_dir(&dir).map_err(Error::io(&dir))? {
-                let entry = entry.map_err(Error::io(&dir))?;
-                let kind = entry.file_type().map_err(Error::io(entry.path()))?;
-                let path = entry.path();
-                if kind.is_dir() && filter.wants_dir(&path) {
-                    stack.push(path);
-                } else if kind.is_file() && filter.wants_file(&path) {
-                    found.push(path);
-                }
-            }
-        }
-        found.sort();
-        for path in found {
-            let bytes = std::fs::metadata(&path).map_err(Error::io(&path))?.len();
-            let name = path.strip_prefix(input).unwrap_or(&path);
-            documents.push(Document {
-                name: name.to_string_lossy().into_owned(),
-                path,
-                bytes,
-                part: Part::Whole,
-            });
-        }
-    }
-    if documents.is_empty() {
-        let only = match filter.extensions.as_slice() {
-            [] => String::new(),
-            some => format!(" ending in .{}", some.join(", .")),
-        };
-        return Err(Error::config(format!(
-            "no files{only} in {}",
-            inputs
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    Ok(documents)
+    Ok((train, held_out, walk.skipped))
 }
 
 /// The training and held-out documents: by the hash of each name, at least one of each; a lone
 /// file split in two.
-fn split(
-    mut documents: Vec<Document>,
-    options: &PrepareOptions,
-) -> Result<(Vec<Document>, Vec<Document>)> {
-    let fraction = options.held_out;
+fn split(mut documents: Vec<Document>, fraction: f64) -> (Vec<Document>, Vec<Document>) {
     if let [lone] = documents.as_slice() {
         let head = Document {
             part: Part::Head(1.0 - fraction),
@@ -290,7 +286,7 @@ fn split(
             bytes: lone.bytes - head.bytes,
             ..lone.clone()
         };
-        return Ok((vec![head], vec![tail]));
+        return (vec![head], vec![tail]);
     }
     let draw = |d: &Document| fnv1a(d.name.as_bytes()) as f64 / u64::MAX as f64;
     let (mut held_out, mut train): (Vec<Document>, Vec<Document>) =
@@ -315,7 +311,7 @@ fn split(
     {
         train.push(held_out.remove(at));
     }
-    Ok((train, held_out))
+    (train, held_out)
 }
 
 fn progress_bar(total: u64, show: bool) -> ProgressBar {
@@ -335,8 +331,11 @@ fn progress_bar(total: u64, show: bool) -> ProgressBar {
 struct Job<'a> {
     tokenizer: &'a TextTokenizer,
     options: &'a PrepareOptions,
+    staging: &'a Staging,
     bar: &'a ProgressBar,
     skipped: Vec<Skipped>,
+    /// The shards of this preparation in the staging directory, to move into place.
+    staged: Vec<String>,
     written: usize,
     kept: usize,
 }
@@ -362,9 +361,9 @@ impl Job<'_> {
         Ok(entries)
     }
 
-    /// One shard: kept when a previous run finished it from the same sources, else tokenized.
+    /// One shard: kept when a previous run finished it from the same sources (in place, or
+    /// staged by a run that stopped), else tokenized into the staging directory.
     fn shard(&mut self, file: &str, documents: &[Document]) -> Result<ShardEntry> {
-        let path = self.options.out.join(file);
         let vocab = self.tokenizer.vocab() as u64;
         let sources_hash = fnv1a(
             documents
@@ -389,17 +388,23 @@ impl Job<'_> {
                 });
             }
         }
-        if let Some(header) = finished(&path)
-            && header.tokenizer_hash == self.tokenizer.hash()
-            && header.sources_hash == sources_hash
-            && header.vocab == vocab
-        {
-            self.kept += 1;
-            return Ok(ShardEntry {
-                file: file.to_owned(),
-                tokens: header.tokens,
-                documents: tokenized,
-            });
+        let staged = self.staging.dir().join(file);
+        for (path, in_place) in [(self.options.out.join(file), true), (staged.clone(), false)] {
+            if let Some(header) = finished(&path)
+                && header.tokenizer_hash == self.tokenizer.hash()
+                && header.sources_hash == sources_hash
+                && header.vocab == vocab
+            {
+                self.kept += 1;
+                if !in_place {
+                    self.staged.push(file.to_owned());
+                }
+                return Ok(ShardEntry {
+                    file: file.to_owned(),
+                    tokens: header.tokens,
+                    documents: tokenized,
+                });
+            }
         }
         let end = self.tokenizer.end_of_text();
         let encoded = texts
@@ -412,17 +417,21 @@ impl Job<'_> {
             })
             .collect::<Result<Vec<Vec<u32>>>>()?;
         let tokens: Vec<u32> = encoded.concat();
+        let token_bytes = ShardHeader::token_bytes_for(vocab);
+        let body = encode(&tokens, token_bytes);
         let header = ShardHeader {
-            token_bytes: ShardHeader::token_bytes_for(vocab),
+            token_bytes,
             vocab,
             tokenizer_hash: self.tokenizer.hash(),
             sources_hash,
             tokens: tokens.len() as u64,
+            checksum: ShardHeader::checksum_of(&body),
         };
-        let mut bytes = Vec::with_capacity(HEADER_BYTES + tokens.len() * header.token_bytes);
+        let mut bytes = Vec::with_capacity(HEADER_BYTES + body.len());
         bytes.extend_from_slice(&header.to_bytes());
-        bytes.extend(encode(&tokens, header.token_bytes));
-        write_atomically(&path, &bytes)?;
+        bytes.extend(body);
+        write_atomically(&staged, &bytes)?;
+        self.staged.push(file.to_owned());
         self.written += 1;
         Ok(ShardEntry {
             file: file.to_owned(),
@@ -432,13 +441,12 @@ impl Job<'_> {
     }
 }
 
-/// The header of the shard at `path` when it is complete.
+/// The header of the shard at `path` when it is complete and its tokens match its checksum.
 fn finished(path: &Path) -> Option<ShardHeader> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut header = [0; HEADER_BYTES];
-    file.read_exact(&mut header).ok()?;
-    ShardHeader::parse(&header, file.metadata().ok()?.len()).ok()
+    let bytes = std::fs::read(path).ok()?;
+    let header = ShardHeader::parse(&bytes, bytes.len() as u64).ok()?;
+    header.check(&bytes[HEADER_BYTES..]).ok()?;
+    Some(header)
 }
 
 /// The text of the file at `path`, or why it is not text: unreadable, not UTF-8, or binary

@@ -1,5 +1,6 @@
-//! A token shard opened for reading: memory-mapped, its header and every token checked once
-//! when it opens, so a damaged shard is an error naming the file, never a wrong sample.
+//! A token shard opened for reading: memory-mapped, its header, every token and the tokens'
+//! checksum checked once when it opens, so a damaged shard is an error naming the file, never
+//! a wrong sample.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,8 @@ pub struct ShardFile {
 }
 
 impl ShardFile {
-    /// Maps the shard at `path` and checks its header, its length and its tokens.
+    /// Maps the shard at `path` and checks its header, its length, its tokens and their
+    /// checksum.
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(Error::io(path))?;
         // SAFETY: shards are written whole under a temporary name and renamed into place, and
@@ -44,6 +46,7 @@ impl ShardFile {
                 header.vocab
             )));
         }
+        header.check(&shard.map[HEADER_BYTES..]).map_err(data)?;
         Ok(shard)
     }
 

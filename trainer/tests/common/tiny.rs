@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use headroom_kernels::{Device, DeviceConfig};
 use headroom_trainer::config::{DataKind, Overrides, ScheduleKind, TrainConfig};
-use headroom_trainer::shards::{FileFilter, PrepareOptions, prepare};
+use headroom_trainer::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
 use headroom_trainer::tokenizer::TextTokenizer;
 use headroom_trainer::{Start, Summary, Trainer};
 
@@ -53,7 +53,7 @@ pub fn shards(tokenizer: &TextTokenizer, corpus: &Path, out: PathBuf) -> PathBuf
         inputs: vec![corpus.to_owned()],
         filter: FileFilter::default(),
         out: out.clone(),
-        held_out: 0.25,
+        held_out: HeldOut::Fraction(0.25),
         shard_bytes: 1 << 20,
         progress: false,
     };

@@ -5,7 +5,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use headroom_trainer::shards::{FileFilter, PrepareOptions, find_files, prepare, read_text_file};
+use headroom_trainer::shards::{
+    FileFilter, HeldOut, PrepareOptions, find_files, prepare, read_text_file,
+};
 use headroom_trainer::tokenizer::TextTokenizer;
 use headroom_trainer::{Error, Result};
 
@@ -21,7 +23,7 @@ pub enum TokenizerCommand {
 /// `headroom tokenizer train`.
 #[derive(Args)]
 pub struct TrainTokenizerArgs {
-    /// Text files, or directories of them (walked).
+    /// Text files, or directories of them (walked, symbolic links followed).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
     /// Tokens in the vocabulary, the 256 bytes and <|endoftext|> included.
@@ -57,7 +59,7 @@ impl FilterArgs {
 /// `headroom prepare`.
 #[derive(Args)]
 pub struct PrepareArgs {
-    /// Text files, or directories of them (walked).
+    /// Text files, or directories of them (walked, symbolic links followed).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
     /// The tokenizer: a tokenizer.json, or a directory holding one.
@@ -66,9 +68,14 @@ pub struct PrepareArgs {
     /// The directory to write the shards into (for data.kind = "token-shards").
     #[arg(long)]
     out: PathBuf,
-    /// The fraction of documents held out for evaluation.
+    /// The fraction of documents held out for evaluation, in (0, 0.5], drawn by the hash of
+    /// their names.
     #[arg(long, default_value_t = 0.02)]
     held_out: f64,
+    /// Hold out exactly this file or directory (walked) instead of a fraction, such as the
+    /// validation split of a dataset; repeatable. Its files are never trained on.
+    #[arg(long, value_name = "FILE_OR_DIR", conflicts_with = "held_out")]
+    held_out_files: Vec<PathBuf>,
     /// Text per shard, about, e.g. 64MiB.
     #[arg(long, default_value = "64MiB")]
     shard_size: String,
@@ -116,7 +123,11 @@ pub fn prepare_shards(args: &PrepareArgs) -> Result<()> {
         inputs: args.inputs.clone(),
         filter: args.filter.filter(),
         out: args.out.clone(),
-        held_out: args.held_out,
+        held_out: if args.held_out_files.is_empty() {
+            HeldOut::Fraction(args.held_out)
+        } else {
+            HeldOut::Files(args.held_out_files.clone())
+        },
         shard_bytes: shard_bytes.max(1),
         progress: !args.quiet && std::io::stderr().is_terminal(),
     };
@@ -125,7 +136,7 @@ pub fn prepare_shards(args: &PrepareArgs) -> Result<()> {
     let manifest = &prepared.manifest;
     say(format_args!(
         "{} training tokens in {} shards, {} held-out tokens in {}; {} shards written, {} kept \
-         from an earlier run, {} files skipped, in {:.1} s: {}",
+         from an earlier run, {} skipped (listed in the manifest), in {:.1} s: {}",
         manifest.train_tokens(),
         manifest.train.len(),
         manifest.held_out_tokens(),
