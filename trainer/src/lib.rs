@@ -64,6 +64,7 @@ pub use plan::{ChunkProbe, Plan, Probe};
 pub use planner::{fullest_rank, plan};
 pub use plots::{loss_curve, memory_timeline};
 pub use precision::{LossScaler, ScaleChange};
+pub use progress::above_the_bar;
 pub use record::{OomRecord, RankPeak, StepRecord, Summary, TagBytes};
 pub use run_dir::Start;
 pub use state::{TrainerState, checkpoint_path};

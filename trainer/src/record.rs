@@ -102,9 +102,12 @@ pub struct Summary {
     pub steps: u64,
     /// Samples trained on.
     pub samples: u64,
-    /// Seconds spent training.
+    /// Seconds spent in steps and evaluations.
     #[serde(with = "crate::float_json")]
     pub elapsed_s: f64,
+    /// Seconds spent in training steps alone (0 in summaries written before it was kept).
+    #[serde(default, with = "crate::float_json")]
+    pub train_s: f64,
     /// The last step's loss.
     #[serde(with = "crate::float_json")]
     pub final_loss: f64,
@@ -162,11 +165,26 @@ pub struct RankPeak {
     pub optimizer_state: u64,
 }
 
+/// Samples a second over `seconds`, with the digits a small rate needs (a one-step run of a
+/// large model trains well under one sample a second).
+fn throughput(samples: u64, seconds: f64) -> String {
+    if seconds <= 0.0 {
+        return "-".into();
+    }
+    let rate = samples as f64 / seconds;
+    if rate == 0.0 {
+        return "0".into();
+    }
+    // Three significant digits, and no decimals from 100 up.
+    let decimals = (2.0 - rate.log10().floor()).clamp(0.0, 9.0) as usize;
+    format!("{rate:.decimals$}")
+}
+
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "== summary")?;
         if let Some(step) = self.stopped_at {
-            writeln!(f, "stopped at step {step} by a callback")?;
+            writeln!(f, "stopped at step {step}, as a signal or a callback asked")?;
         }
         if let Some(step) = self.diverged_at {
             writeln!(
@@ -198,12 +216,14 @@ impl fmt::Display for Summary {
         };
         writeln!(
             f,
-            "steps {} | samples {} | final loss {:.4} | time {:.1} s ({:.0} samples/s{processes})",
+            "steps {} | samples {} | final loss {:.4} | time {:.1} s, {:.1} s of it in training \
+             steps ({} samples/s{processes})",
             self.steps,
             self.samples,
             self.final_loss,
             self.elapsed_s,
-            self.samples as f64 / self.elapsed_s.max(1e-9)
+            self.train_s,
+            throughput(self.samples, self.train_s)
         )?;
         writeln!(
             f,
@@ -235,8 +255,20 @@ impl fmt::Display for Summary {
             format_bytes(self.peak),
             format_bytes(self.limit)
         )?;
+        let width = self
+            .peak_by_tag
+            .iter()
+            .map(|t| t.tag.len())
+            .max()
+            .unwrap_or(0);
         for t in &self.peak_by_tag {
-            writeln!(f, "  {:<16} {:>12}", t.tag, format_bytes(t.peak))?;
+            writeln!(
+                f,
+                "  {:<width$} {:>12}",
+                t.tag,
+                format_bytes(t.peak),
+                width = width.max(16)
+            )?;
         }
         for r in &self.ranks {
             writeln!(

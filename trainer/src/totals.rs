@@ -16,6 +16,9 @@ pub struct Totals {
     /// Seconds spent in steps and evaluations.
     #[serde(with = "crate::float_json")]
     pub seconds: f64,
+    /// Seconds spent in training steps alone: the run's throughput is over these.
+    #[serde(default, with = "crate::float_json")]
+    pub train_seconds: f64,
     /// The first step's peak bytes in use.
     pub first_step_peak: Option<u64>,
     /// The most bytes in use in any step.

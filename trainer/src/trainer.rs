@@ -241,6 +241,7 @@ impl Trainer {
         let stats = self.device.allocator().stats();
         let state = &mut self.state;
         state.totals.seconds += seconds;
+        state.totals.train_seconds += seconds;
         let record = StepRecord {
             step: state.step,
             epoch,

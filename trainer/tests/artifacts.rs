@@ -168,3 +168,34 @@ fn recovered_ooms_are_recorded_with_their_verdict_and_marked_on_the_memory_plot(
     assert_eq!(replayed.peak_in_use, summary.peak);
     assert_eq!(replayed.ooms as usize, summary.ooms_recovered);
 }
+
+#[test]
+fn the_summary_reports_training_throughput_apart_and_aligns_long_tag_names() {
+    let dir = TempDir::new("summary-throughput");
+    let mut config = small_config(&dir);
+    config.steps = Some(2);
+    config.eval_every = 1;
+    let mut trainer = Trainer::new(config).unwrap();
+    let mut summary = trainer.run(false).unwrap();
+    assert!(
+        summary.train_s > 0.0 && summary.train_s < summary.elapsed_s,
+        "the evaluations' time is not training's: {} of {} s",
+        summary.train_s,
+        summary.elapsed_s
+    );
+    // A slow step of a large model still shows its rate, not "0 samples/s".
+    (summary.samples, summary.train_s) = (1, 4.0);
+    let text = summary.to_string();
+    assert!(text.contains("(0.250 samples/s)"), "{text}");
+    summary.peak_by_tag[0].tag = "a tag longer than sixteen characters".into();
+    let text = summary.to_string();
+    let columns: Vec<usize> = text
+        .lines()
+        .skip_while(|line| !line.contains("by tag:"))
+        .skip(1)
+        .take(summary.peak_by_tag.len())
+        .map(|line| line.trim_end().len())
+        .collect();
+    assert!(columns.len() > 1, "{text}");
+    assert!(columns.iter().all(|&end| end == columns[0]), "{text}");
+}

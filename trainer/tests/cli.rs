@@ -421,3 +421,25 @@ fn gpt2_small_plans_on_uniform_tokens_without_a_corpus() {
     let stdout = succeeds(&output);
     assert!(stdout.contains("chosen: micro-batches of"), "{stdout}");
 }
+
+#[test]
+fn the_help_names_every_data_kind_and_negative_numbers_reach_their_checks() {
+    let help = succeeds(&headroom(&["train", "--help"]));
+    for words in [
+        "token-shards",
+        "directory of token shards",
+        "the whole device",
+    ] {
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains(words), "`{words}` not in {help}");
+    }
+    let output = headroom(&[
+        "generate",
+        "--checkpoint",
+        "no-such-run",
+        "--temperature",
+        "-1",
+    ]);
+    let stderr = common::fails(&output);
+    assert!(!stderr.contains("unexpected argument"), "{stderr}");
+}

@@ -40,7 +40,8 @@ pub struct Overrides {
     /// Precision of matrix products: f32, bf16 or f16.
     #[arg(long, value_parser = parse_precision)]
     pub precision: Option<PrecisionKind>,
-    /// The most memory the run may use, e.g. 2GiB.
+    /// The most memory the run may use, e.g. 2GiB (default: the whole device; 24MiB for the
+    /// addition task).
     #[arg(long)]
     pub memory_limit: Option<String>,
     /// Or a fraction of the device's memory, e.g. 0.8.
@@ -58,7 +59,9 @@ pub struct Overrides {
     /// Reserve the whole limit up front.
     #[arg(long)]
     pub preallocate: bool,
-    /// On a GPU, grow one region in place a page at a time (PyTorch's expandable segments).
+    /// On a GPU, grow one region in place a 2 MiB page at a time (PyTorch's expandable
+    /// segments; on-demand growth already does so where memory can be mapped). Refused on the
+    /// CPU, whose default already grows host memory in place on Linux.
     #[arg(long, conflicts_with = "preallocate")]
     pub expandable_segments: bool,
     /// Compute again in the backward pass instead of keeping: none, cheap (each norm's and
@@ -95,10 +98,12 @@ pub struct Overrides {
     /// The model: gpt or mlp.
     #[arg(long, value_parser = parse_model)]
     pub model: Option<ModelKind>,
-    /// The data: addition, text, uniform-tokens, idx or csv.
+    /// The data: addition, text (characters), token-shards (from `headroom prepare`),
+    /// uniform-tokens, idx or csv.
     #[arg(long, value_parser = parse_data)]
     pub data: Option<DataKind>,
-    /// The data file (text or csv).
+    /// The data: a text or CSV file, or the directory of token shards `headroom prepare`
+    /// wrote.
     #[arg(long)]
     pub data_path: Option<PathBuf>,
     /// Write a checkpoint every this many steps.

@@ -196,6 +196,7 @@ impl Trainer {
             steps: self.state.step,
             samples: totals.samples,
             elapsed_s: totals.seconds,
+            train_s: totals.train_seconds,
             final_loss: totals.last_loss,
             ooms_recovered: totals.ooms,
             micro_history: self.state.micro.history.clone(),

@@ -340,6 +340,20 @@ fn is_broken_pipe(err: &Error) -> bool {
     }
 }
 
+/// Standard error for the log, each line written above the progress bar, not over it.
+struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        headroom_trainer::above_the_bar(|| std::io::stderr().lock().write_all(line))?;
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet = matches!(&cli.command, Command::Train(args) if args.quiet);
@@ -348,7 +362,7 @@ fn main() -> ExitCode {
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         .with_ansi(colour)
         .with_target(false)
         .init();

@@ -49,7 +49,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 200)]
     max_tokens: usize,
     /// Divides the logits: below 1 sharper, above 1 flatter; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     temperature: f64,
     /// Draw from the k most likely tokens only.
     #[arg(long)]
