@@ -8,24 +8,27 @@ use headroom_kernels::Device;
 
 use crate::atomic_file::write_atomically;
 use crate::error::{Error, Result};
-use crate::metrics::read_all;
 use crate::record::Summary;
 
-/// Writes `summary.json`, `loss.svg`, `memory.svg` and `memory-trace.json` in `dir`, after
+/// Writes `summary.json`, `loss.svg` and `memory.svg` (with the `plots` feature) and
+/// `memory-trace.json` in `dir`, after
 /// flushing the allocation trace of `device` (streamed to `trace`).
 pub fn write(dir: &Path, summary: &Summary, device: &Device, trace: Option<&Path>) -> Result<()> {
     flush_trace(device, trace);
     let path = dir.join("summary.json");
     let json = serde_json::to_string_pretty(summary).map_err(|e| Error::io(&path)(e.into()))?;
     write_atomically(&path, json.as_bytes())?;
-    let records = read_all(dir)?;
-    crate::plots::loss_curve(
-        &records,
-        &summary.metric_name,
-        summary.metric,
-        &dir.join("loss.svg"),
-    )?;
-    crate::plots::memory_timeline(&records, &summary.micro_history, &dir.join("memory.svg"))?;
+    #[cfg(feature = "plots")]
+    {
+        let records = crate::metrics::read_all(dir)?;
+        crate::plots::loss_curve(
+            &records,
+            &summary.metric_name,
+            summary.metric,
+            &dir.join("loss.svg"),
+        )?;
+        crate::plots::memory_timeline(&records, &summary.micro_history, &dir.join("memory.svg"))?;
+    }
     let chrome = dir.join("memory-trace.json");
     let file = std::fs::File::create(&chrome).map_err(Error::io(&chrome))?;
     device

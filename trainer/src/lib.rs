@@ -30,6 +30,7 @@ mod op_bytes;
 mod optim;
 mod plan;
 mod planner;
+#[cfg(feature = "plots")]
 mod plots;
 pub mod policy;
 mod precision;
@@ -62,6 +63,7 @@ pub use micro::{Change, MicroBatcher, SizeChange};
 pub use model::TrainModel;
 pub use plan::{ChunkProbe, Plan, Probe};
 pub use planner::{fullest_rank, plan};
+#[cfg(feature = "plots")]
 pub use plots::{loss_curve, memory_timeline};
 pub use precision::{LossScaler, ScaleChange};
 pub use progress::above_the_bar;

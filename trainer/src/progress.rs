@@ -1,36 +1,108 @@
 //! What the terminal shows while a run trains: a bar over the steps with the last step's loss,
 //! throughput, micro-batch size and memory.
 
+#[cfg(feature = "progress")]
 use std::sync::Mutex;
 
 use headroom_alloc::format_bytes;
+#[cfg(feature = "progress")]
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::record::StepRecord;
 
 /// The bar on the terminal now, for log lines to step around.
+#[cfg(feature = "progress")]
 static SHOWN: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
-/// A bar over `total` steps, `done` of them done; hidden unless `shown`.
-pub fn bar(shown: bool, total: u64, done: u64) -> ProgressBar {
-    let bar = if shown {
-        ProgressBar::new(total)
-    } else {
-        ProgressBar::hidden()
-    };
-    if shown {
-        show_bar(&bar);
+/// A progress bar on standard error, or nothing where it is hidden or the crate is built
+/// without its `progress` feature.
+pub struct Bar {
+    #[cfg(feature = "progress")]
+    bar: ProgressBar,
+}
+
+impl Bar {
+    /// A bar over `total` steps, `done` of them done; hidden unless `shown`.
+    pub fn steps(shown: bool, total: u64, done: u64) -> Self {
+        let bar = Self::new(
+            shown,
+            total,
+            "{elapsed_precise} [{bar:28}] {pos}/{len} {msg}",
+        );
+        #[cfg(feature = "progress")]
+        bar.bar.set_position(done);
+        #[cfg(not(feature = "progress"))]
+        let _ = done;
+        bar
     }
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:28}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.set_position(done);
-    bar
+
+    /// A bar over `total` bytes of text to tokenize; hidden unless `shown`.
+    pub fn bytes(shown: bool, total: u64) -> Self {
+        Self::new(
+            shown,
+            total,
+            "tokenizing [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} \
+             eta {eta}",
+        )
+    }
+
+    #[cfg(feature = "progress")]
+    fn new(shown: bool, total: u64, template: &str) -> Self {
+        if !shown {
+            return Self {
+                bar: ProgressBar::hidden(),
+            };
+        }
+        let bar = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        show_bar(&bar);
+        Self { bar }
+    }
+
+    #[cfg(not(feature = "progress"))]
+    fn new(_shown: bool, _total: u64, _template: &str) -> Self {
+        Self {}
+    }
+
+    /// Moves the bar to `record`'s step, with its figures and the next step's micro-batch
+    /// size.
+    pub fn show(&self, record: &StepRecord, micro: usize) {
+        let message = format!(
+            "loss {:.4} | {:.0} tok/s | micro {micro} | mem {} (peak {}) of {}",
+            record.loss,
+            record.tokens_per_s,
+            format_bytes(record.in_use),
+            format_bytes(record.peak),
+            format_bytes(record.limit),
+        );
+        #[cfg(feature = "progress")]
+        {
+            self.bar.set_position(record.step);
+            self.bar.set_message(message);
+        }
+        #[cfg(not(feature = "progress"))]
+        let _ = message;
+    }
+
+    /// Moves the bar `by` further.
+    pub fn advance(&self, by: u64) {
+        #[cfg(feature = "progress")]
+        self.bar.inc(by);
+        #[cfg(not(feature = "progress"))]
+        let _ = by;
+    }
+
+    /// Clears the bar from the terminal.
+    pub fn finish(&self) {
+        #[cfg(feature = "progress")]
+        self.bar.finish_and_clear();
+    }
 }
 
 /// Makes `bar` the one log lines step around.
+#[cfg(feature = "progress")]
 fn show_bar(bar: &ProgressBar) {
     if let Ok(mut shown) = SHOWN.lock() {
         *shown = Some(bar.clone());
@@ -41,27 +113,16 @@ fn show_bar(bar: &ProgressBar) {
 /// again after it: what `write` prints (a log line) lands on a line of its own above the bar
 /// instead of on the bar's line.
 pub fn above_the_bar<R>(write: impl FnOnce() -> R) -> R {
-    let bar = SHOWN.lock().ok().and_then(|shown| shown.clone());
-    match bar {
-        Some(bar) if !bar.is_finished() => bar.suspend(write),
-        _ => write(),
+    #[cfg(feature = "progress")]
+    if let Some(bar) = SHOWN.lock().ok().and_then(|shown| shown.clone())
+        && !bar.is_finished()
+    {
+        return bar.suspend(write);
     }
+    write()
 }
 
-/// Moves `bar` to `record`'s step, with its figures and the next step's micro-batch size.
-pub fn show(bar: &ProgressBar, record: &StepRecord, micro: usize) {
-    bar.set_position(record.step);
-    bar.set_message(format!(
-        "loss {:.4} | {:.0} tok/s | micro {micro} | mem {} (peak {}) of {}",
-        record.loss,
-        record.tokens_per_s,
-        format_bytes(record.in_use),
-        format_bytes(record.peak),
-        format_bytes(record.limit),
-    ));
-}
-
-#[cfg(test)]
+#[cfg(all(test, feature = "progress"))]
 mod tests {
     use std::io;
     use std::sync::{Arc, Mutex};

@@ -2,151 +2,160 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
 use serde::Deserialize;
 
 use super::{DataKind, ModelKind, PrecisionKind, Preset, Recompute, StateKind, TrainConfig};
 
 /// Flags that override the configuration (file or defaults), setting by setting; `--preset`
 /// goes under the file instead (preset < file < flag), through [`Overrides::configure`].
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct Overrides {
     /// A GPT shape: gpt2, gpt2-medium, gpt2-large, gpt2-xl or gpt-mini (what the file and
     /// the other flags set wins over it).
-    #[arg(long, value_parser = parse_preset)]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_preset))]
     pub preset: Option<Preset>,
     /// GPT: start from a Hugging Face GPT-2 directory (config.json and model.safetensors),
     /// whose shape wins over --preset.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub init_from: Option<PathBuf>,
     /// GPT: positions, the window length of token data.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub context: Option<usize>,
     /// Optimizer steps to run.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub steps: Option<u64>,
     /// Epochs to run (instead of steps).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub epochs: Option<u64>,
     /// Samples per optimizer step (the effective batch).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub batch_size: Option<usize>,
     /// The first micro-batch size (otherwise the planner picks it).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub micro_batch: Option<usize>,
     /// The peak learning rate.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub lr: Option<f64>,
     /// Precision of matrix products: f32, bf16 or f16.
-    #[arg(long, value_parser = parse_precision)]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_precision))]
     pub precision: Option<PrecisionKind>,
     /// The most memory the run may use, e.g. 2GiB (default: the whole device; 24MiB for the
     /// addition task).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub memory_limit: Option<String>,
     /// Or a fraction of the device's memory, e.g. 0.8.
-    #[arg(long, conflicts_with = "memory_limit")]
+    #[cfg_attr(feature = "cli", arg(long, conflicts_with = "memory_limit"))]
     pub memory_fraction: Option<f64>,
     /// The device to train on: cpu, cuda or cuda:N.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub device: Option<String>,
     /// The simulated device's memory on the CPU, e.g. 8GiB (memory.capacity).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub device_memory: Option<String>,
     /// Reserve memory as it is needed (the default).
-    #[arg(long, conflicts_with_all = ["preallocate", "expandable_segments"])]
+    #[cfg_attr(feature = "cli", arg(long, conflicts_with_all = ["preallocate", "expandable_segments"]))]
     pub allow_growth: bool,
     /// Reserve the whole limit up front.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub preallocate: bool,
     /// On a GPU, grow one region in place a 2 MiB page at a time (PyTorch's expandable
     /// segments; on-demand growth already does so where memory can be mapped). Refused on the
     /// CPU, whose default already grows host memory in place on Linux.
-    #[arg(long, conflicts_with = "preallocate")]
+    #[cfg_attr(feature = "cli", arg(long, conflicts_with = "preallocate"))]
     pub expandable_segments: bool,
     /// Compute again in the backward pass instead of keeping: none, cheap (each norm's and
     /// GELU's output) or blocks (each GPT block run again; the value when none is given).
-    #[arg(long, num_args = 0..=1, default_missing_value = "blocks", value_parser = parse_recompute)]
+    #[cfg_attr(feature = "cli", arg(long, num_args = 0..=1, default_missing_value = "blocks", value_parser = parse_recompute))]
     pub recompute: Option<Recompute>,
     /// auto (choose the memory techniques left unset by predicted step time) or manual
     /// (memory.policy).
-    #[arg(long, value_parser = parse_policy)]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_policy))]
     pub memory_policy: Option<super::PolicyKind>,
     /// fixed or calibrated: the rates the planner predicts step times at (memory.rates).
-    #[arg(long, value_parser = parse_rates)]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_rates))]
     pub memory_rates: Option<crate::rates::RatesKind>,
     /// How AdamW keeps its moments: f32, bf16 or int8 (optimizer.state).
-    #[arg(long, value_parser = parse_state)]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_state))]
     pub optimizer_state: Option<StateKind>,
     /// Update each parameter inside the backward pass as its gradient completes
     /// (optimizer.in_backward; needs --clip 0).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub optimizer_in_backward: bool,
     /// Shard the optimizer's state over the ranks of a data-parallel run, ZeRO stage 1
     /// (optimizer.shard_state).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub shard_state: bool,
     /// The largest global gradient norm (0: no clipping).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub clip: Option<f64>,
     /// The seed of weights, data order and dropout.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub seed: Option<u64>,
     /// The run directory.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub run_dir: Option<PathBuf>,
     /// The model: gpt or mlp.
-    #[arg(long, value_parser = parse_model)]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_model))]
     pub model: Option<ModelKind>,
     /// The data: addition, text (characters), token-shards (from `headroom prepare`),
     /// uniform-tokens, idx or csv.
-    #[arg(long, value_parser = parse_data)]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_data))]
     pub data: Option<DataKind>,
     /// The data: a text or CSV file, or the directory of token shards `headroom prepare`
     /// wrote.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub data_path: Option<PathBuf>,
     /// Write a checkpoint every this many steps.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub checkpoint_every: Option<u64>,
     /// Evaluate every this many steps.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub eval_every: Option<u64>,
 }
 
+#[cfg(feature = "cli")]
 fn parse_kebab<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
     T::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(text))
         .map_err(|err| err.to_string())
 }
 
+#[cfg(feature = "cli")]
 fn parse_precision(text: &str) -> Result<PrecisionKind, String> {
     parse_kebab(text)
 }
 
+#[cfg(feature = "cli")]
 fn parse_model(text: &str) -> Result<ModelKind, String> {
     parse_kebab(text)
 }
 
+#[cfg(feature = "cli")]
 fn parse_data(text: &str) -> Result<DataKind, String> {
     parse_kebab(text)
 }
 
+#[cfg(feature = "cli")]
 fn parse_preset(text: &str) -> Result<Preset, String> {
     parse_kebab(text)
 }
 
+#[cfg(feature = "cli")]
 fn parse_recompute(text: &str) -> Result<Recompute, String> {
     parse_kebab(text)
 }
 
+#[cfg(feature = "cli")]
 fn parse_state(text: &str) -> Result<StateKind, String> {
     parse_kebab(text)
 }
 
+#[cfg(feature = "cli")]
 fn parse_policy(text: &str) -> Result<super::PolicyKind, String> {
     parse_kebab(text)
 }
 
+#[cfg(feature = "cli")]
 fn parse_rates(text: &str) -> Result<crate::rates::RatesKind, String> {
     parse_kebab(text)
 }

@@ -18,7 +18,6 @@
 
 use std::path::{Path, PathBuf};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 use super::find::{FileFilter, FoundFile, Walk};
@@ -28,6 +27,7 @@ use super::reader::encode;
 use super::staging::Staging;
 use crate::atomic_file::write_atomically;
 use crate::error::{Error, Result};
+use crate::progress::Bar;
 use crate::tokenizer::{TextTokenizer, fnv1a};
 
 /// What to prepare, and how.
@@ -107,7 +107,7 @@ pub fn prepare(tokenizer: &TextTokenizer, options: &PrepareOptions) -> Result<Pr
     let (train, held_out, skipped) = documents(options)?;
     let staging = Staging::open(&options.out)?;
     let total = train.iter().chain(&held_out).map(|d| d.bytes).sum();
-    let bar = progress_bar(total, options.progress);
+    let bar = Bar::bytes(options.progress, total);
     let mut job = Job {
         tokenizer,
         options,
@@ -121,7 +121,7 @@ pub fn prepare(tokenizer: &TextTokenizer, options: &PrepareOptions) -> Result<Pr
     let tokenized = job
         .shards("train", &train)
         .and_then(|train| Ok((train, job.shards("val", &held_out)?)));
-    bar.finish_and_clear();
+    bar.finish();
     let (train, held_out) = match tokenized {
         Ok(sides) => sides,
         Err(err) => {
@@ -314,25 +314,12 @@ fn split(mut documents: Vec<Document>, fraction: f64) -> (Vec<Document>, Vec<Doc
     (train, held_out)
 }
 
-fn progress_bar(total: u64, show: bool) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total);
-    if let Ok(style) = ProgressStyle::with_template(
-        "tokenizing [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
-}
-
 /// One preparation under way.
 struct Job<'a> {
     tokenizer: &'a TextTokenizer,
     options: &'a PrepareOptions,
     staging: &'a Staging,
-    bar: &'a ProgressBar,
+    bar: &'a Bar,
     skipped: Vec<Skipped>,
     /// The shards of this preparation in the staging directory, to move into place.
     staged: Vec<String>,
@@ -355,7 +342,7 @@ impl Job<'_> {
             }
             let file = format!("{prefix}-{:05}.tokens", entries.len());
             entries.push(self.shard(&file, &documents[start..end])?);
-            self.bar.inc(bytes);
+            self.bar.advance(bytes);
             start = end;
         }
         Ok(entries)

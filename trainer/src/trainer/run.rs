@@ -11,7 +11,6 @@ use std::time::Instant;
 
 use headroom_alloc::Tag;
 use headroom_dist::ReduceOp;
-use indicatif::ProgressBar;
 
 use super::Trainer;
 use crate::artifacts;
@@ -59,9 +58,9 @@ impl Trainer {
         } else {
             None
         };
-        let bar = progress::bar(progress && writes, self.total_steps, self.state.step);
+        let bar = progress::Bar::steps(progress && writes, self.total_steps, self.state.step);
         let outcome = self.train_to_end(metrics.as_mut(), &bar);
-        bar.finish_and_clear();
+        bar.finish();
         let diverged_at = match outcome {
             Ok(End::Diverged(step)) => Some(step),
             Ok(end) => {
@@ -105,7 +104,7 @@ impl Trainer {
     fn train_to_end(
         &mut self,
         mut metrics: Option<&mut MetricsLog>,
-        bar: &ProgressBar,
+        bar: &progress::Bar,
     ) -> Result<End> {
         while self.state.step < self.total_steps {
             let report = self.train_step()?;
@@ -131,7 +130,7 @@ impl Trainer {
                 if let Some(metrics) = metrics.as_deref_mut() {
                     metrics.append(&record)?;
                 }
-                progress::show(bar, &record, self.state.micro.size());
+                bar.show(&record, self.state.micro.size());
                 flow = flow.and(self.callbacks.each(|c| c.after_step(&record)));
             }
             if self.state.totals.diverged(self.config.max_nonfinite_steps) {
