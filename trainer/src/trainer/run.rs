@@ -4,8 +4,10 @@
 //!
 //! A run whose loss stays NaN or infinite for `max_nonfinite_steps` steps in a row stops there
 //! with [`Error::Diverged`], after writing every artifact but the checkpoint (the last one
-//! written holds the weights before the divergence). A run that fails otherwise writes what
-//! artifacts it can before returning its error.
+//! written holds the weights before the divergence). A run that reaches its end (or a
+//! callback's stop) with a loss that is not finite fails the same way, with
+//! [`Error::EndedNotFinite`]: no exit that looks like success without a finite loss. A run
+//! that fails otherwise writes what artifacts it can before returning its error.
 
 use std::time::Instant;
 
@@ -59,6 +61,10 @@ impl Trainer {
         let bar = progress::bar(progress && writes, self.total_steps, self.state.step);
         let outcome = self.train_to_end(metrics.as_mut(), &bar);
         bar.finish_and_clear();
+        // An end (or a callback's stop) with a loss that is not finite: the weights are not
+        // worth evaluating or keeping, and the run fails as a divergence does.
+        let ended_not_finite = matches!(outcome, Ok(End::Finished | End::Stopped(_)))
+            && self.state.totals.nonfinite_streak > 0;
         let diverged_at = match outcome {
             Ok(End::Diverged(step)) => Some(step),
             Ok(end) => {
@@ -66,9 +72,13 @@ impl Trainer {
                     tracing::info!(step, "a callback stopped the run");
                     self.stopped_at = Some(step);
                 }
-                self.state.totals.metric = self.timed_evaluation()?;
-                self.checkpoint_unless_nonfinite()?;
-                None
+                if ended_not_finite {
+                    Some(self.state.step)
+                } else {
+                    self.state.totals.metric = self.timed_evaluation()?;
+                    self.checkpoint_unless_nonfinite()?;
+                    None
+                }
             }
             Err(err) => {
                 let summary = self.summary(None);
@@ -89,6 +99,12 @@ impl Trainer {
         }
         match diverged_at {
             None => Ok(summary),
+            Some(step) if ended_not_finite => Err(Error::EndedNotFinite {
+                step,
+                steps: self.state.totals.nonfinite_streak,
+                checkpoint_kept: checkpoint_path(&dir).is_file(),
+                run_dir: dir,
+            }),
             Some(step) => Err(Error::Diverged {
                 step,
                 steps: self.config.max_nonfinite_steps,
