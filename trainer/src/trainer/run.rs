@@ -24,6 +24,7 @@ use crate::metrics::MetricsLog;
 use crate::progress;
 use crate::record::{RankPeak, Summary};
 use crate::state::checkpoint_path;
+use crate::tokenizer::TextTokenizer;
 
 /// How the loop of steps ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +48,12 @@ impl Trainer {
         let writes = self.launch().writes();
         let mut metrics = if writes {
             write_atomically(&dir.join("config.toml"), self.config.to_toml().as_bytes())?;
+            let tokenizer = dir.join(crate::shards::TOKENIZER);
             if let Some(source) = self.config.tokenizer() {
                 let bytes = std::fs::read(&source).map_err(Error::io(&source))?;
-                write_atomically(&dir.join(crate::shards::TOKENIZER), &bytes)?;
+                write_atomically(&tokenizer, &bytes)?;
+            } else if let Some(vocab) = self.task.train.characters() {
+                TextTokenizer::characters(vocab, &tokenizer)?;
             }
             Some(match self.files.resumed_from {
                 Some(step) => MetricsLog::resume(&dir, step)?,

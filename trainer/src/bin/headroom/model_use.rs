@@ -60,7 +60,8 @@ pub struct GenerateArgs {
     /// Seeds the draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The tokenizer (the run directory's tokenizer.json, unless given).
+    /// The tokenizer (the run directory's tokenizer.json, unless given: the data's, the
+    /// pretrained model's, or a character-level run's characters).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
 }
@@ -111,8 +112,8 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
     if !tokenizer_path.exists() {
         return Err(Error::Data {
             path: tokenizer_path,
-            detail: "missing: the run kept no tokenizer (it trained on data without one); give \
-                     --tokenizer"
+            detail: "missing: the run kept no tokenizer (it trained on data without one, not on \
+                     text or token shards); give --tokenizer"
                 .into(),
         });
     }
