@@ -354,6 +354,26 @@ fn the_command_line_continues_a_prompt() {
     assert_eq!(said, format!("The fox{}\n", pieces.concat()));
 }
 
+#[test]
+fn the_command_line_refuses_a_prompt_longer_than_the_context_before_printing_it() {
+    let dir = TempDir::new("generate-long-cli");
+    let (run, _, _) = trained(&dir);
+    let prompt = prose(1, 20);
+    let tokens = tiny_tokenizer().encode(&prompt).unwrap().len();
+    assert!(tokens > 64);
+    let output = headroom(&["generate", "--checkpoint", text(&run), "--prompt", &prompt]);
+    let stderr = fails(&output);
+    assert!(
+        output.stdout.is_empty(),
+        "printed: {:?}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert_mentions(
+        &stderr,
+        &[&format!("the prompt is {tokens} tokens"), "context of 64"],
+    );
+}
+
 /// A character-level run (`data.kind = "text"`) of two steps on prose written into `dir`:
 /// the run directory and the text.
 fn character_run(dir: &TempDir) -> (PathBuf, String) {
@@ -414,6 +434,7 @@ fn a_prompt_with_characters_the_run_never_saw_is_refused_naming_them() {
     let prompt = format!("{known}{}{known}{}", unknown[0], unknown[1]);
     let output = headroom(&["generate", "--checkpoint", text(&run), "--prompt", &prompt]);
     let stderr = fails(&output);
+    assert!(output.stdout.is_empty());
     assert_mentions(
         &stderr,
         &[

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 use headroom_nn::Sampling;
 use headroom_trainer::eval_run::{EvalData, evaluate_run};
-use headroom_trainer::generate::{GenerateOptions, Stop, generate};
+use headroom_trainer::generate::{GenerateOptions, Stop, generate, prompt_ids};
 use headroom_trainer::saved_run::{SavedRun, UseSettings};
 use headroom_trainer::tokenizer::TextTokenizer;
 use headroom_trainer::{Error, Result, TrainModel};
@@ -42,7 +42,9 @@ impl UseArgs {
 pub struct GenerateArgs {
     #[command(flatten)]
     model: UseArgs,
-    /// The text to continue (empty: from <|endoftext|>).
+    /// The text to continue (empty: from <|endoftext|>). A prompt longer than the model's
+    /// context is refused before anything is printed (generation stops when the context is
+    /// full: no sliding window); a character-level run refuses characters its text never held.
     #[arg(long, default_value = "")]
     prompt: String,
     /// The most tokens to generate.
@@ -129,6 +131,8 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
         sampling,
         seed: args.seed,
     };
+    // Checked before the prompt is echoed: a refused prompt prints nothing.
+    prompt_ids(gpt, &tokenizer, &args.prompt)?;
     let mut out = std::io::stdout().lock();
     let io = |source| Error::Io {
         path: "standard output".into(),
