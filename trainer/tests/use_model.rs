@@ -425,6 +425,24 @@ fn a_character_run_keeps_its_characters_and_generates_without_a_tokenizer() {
 }
 
 #[test]
+fn text_prepared_with_a_character_runs_tokenizer_is_judged_by_eval() {
+    let dir = TempDir::new("eval-chars");
+    let (run, corpus) = character_run(&dir);
+    let kept = TextTokenizer::load(&run.join("tokenizer.json")).unwrap();
+    let texts = dir.0.join("more-text");
+    std::fs::create_dir_all(&texts).unwrap();
+    std::fs::write(texts.join("input.txt"), &corpus).unwrap();
+    let prepared = shards(&kept, &texts, dir.0.join("char-shards"));
+    let data = EvalData {
+        shards: Some(prepared),
+        eval_size: Some(4),
+    };
+    let report = evaluate_run(&run, &data, &UseSettings::default()).unwrap();
+    assert_eq!(report.samples, 4);
+    assert!(report.value.is_finite() && report.value > 0.0, "{report}");
+}
+
+#[test]
 fn a_prompt_with_characters_the_run_never_saw_is_refused_naming_them() {
     let dir = TempDir::new("generate-unknown-chars");
     let (run, corpus) = character_run(&dir);
