@@ -510,6 +510,28 @@ fn a_tensor_of_another_shape_is_an_error_naming_it_with_both_shapes() {
 }
 
 #[test]
+fn a_non_finite_weight_is_an_error_naming_the_tensor_and_where_it_is() {
+    let dir = copy_of(TIED, "non-finite");
+    let path = dir.0.join(hf::WEIGHTS_FILE);
+    // Stored [16, 64] in f16: a NaN at row 2, column 5, and an infinity further on.
+    edit(&path, |all| {
+        let fc = all
+            .iter_mut()
+            .find(|t| t.0 == "transformer.h.1.mlp.c_fc.weight")
+            .unwrap();
+        let (nan, inf) = (2 * 64 + 5, 7 * 64);
+        fc.3[2 * nan..2 * nan + 2].copy_from_slice(&0x7E00u16.to_le_bytes());
+        fc.3[2 * inf..2 * inf + 2].copy_from_slice(&0x7C00u16.to_le_bytes());
+    });
+    let err = failed_load(&dir.0, None);
+    assert_checkpoint_error(
+        &err,
+        "transformer.h.1.mlp.c_fc.weight",
+        &["NaN at [2, 5]", "2 non-finite values"],
+    );
+}
+
+#[test]
 fn a_missing_tensor_is_an_error_naming_it() {
     let dir = copy_of(TIED, "missing");
     let path = dir.0.join(hf::WEIGHTS_FILE);

@@ -83,6 +83,33 @@ pub enum Error {
         run_dir: PathBuf,
     },
 
+    /// The run reached its end with a loss that was NaN or infinite (too few steps in a row to
+    /// count as diverged, or `max_nonfinite_steps = 0`): it fails, writing no checkpoint for
+    /// those steps.
+    #[error(
+        "the run ended at step {step} with a loss that was NaN or infinite for its last {steps} \
+         step(s), so it wrote no checkpoint for them and {}; its metrics, plots and summary are \
+         in {} (check the starting weights, lower optimizer.lr, clip the gradients with \
+         optimizer.clip, or train in bf16 or f32)",
+        if *checkpoint_kept {
+            "its last checkpoint holds the weights from before"
+        } else {
+            "it has no checkpoint"
+        },
+        run_dir.display()
+    )]
+    EndedNotFinite {
+        /// The last step.
+        step: u64,
+        /// Steps in a row, up to the last, whose loss was not finite.
+        steps: u64,
+        /// Whether the run has a checkpoint from before (written by this process or an
+        /// earlier one).
+        checkpoint_kept: bool,
+        /// Where the run's artifacts are.
+        run_dir: PathBuf,
+    },
+
     /// Memory ran out in a step whose optimizer updates run inside the backward pass, after
     /// some parameters were updated: an update cannot be undone, so the step cannot be redone.
     #[error(

@@ -1,7 +1,8 @@
 //! `headroom generate`: text from a trained GPT, one token at a time through a key/value cache
 //! ([`headroom_nn::KvCache`]), so that each new token costs its own work and attention over the
 //! prefix, not the prefix again. Text is handed on as soon as it forms whole characters, and
-//! generation stops at the end-of-text token, at `max_tokens`, or at the model's context.
+//! generation stops at the end-of-text token, at `max_tokens`, or at the model's context (a
+//! prompt longer than the context is refused before anything is generated: no sliding window).
 //!
 //! The cache and the weights come from the run's device and its allocator, under the same
 //! memory limit as everything else.
@@ -55,14 +56,14 @@ pub struct Generated {
     pub seconds: f64,
 }
 
-/// Continues `options.prompt` with `gpt`, handing each piece of text to `emit` as soon as it
-/// forms whole characters.
-pub fn generate(
-    gpt: &Gpt,
-    tokenizer: &TextTokenizer,
-    options: &GenerateOptions,
-    emit: &mut dyn FnMut(&str) -> Result<()>,
-) -> Result<Generated> {
+/// The token ids of `prompt` for `gpt`, checked before anything is generated or shown: the
+/// tokenizer must fit the model, the prompt must encode (a character run's vocabulary holds
+/// each of its characters), and it must fit the model's context. A prompt longer than the
+/// context is an error, not cropped: generation stops when the context is full (the key/value
+/// cache holds each position once; there is no sliding window as in nanoGPT's `sample.py`), so
+/// a cropped prompt would leave no room to generate. An empty prompt starts from the
+/// end-of-text token.
+pub fn prompt_ids(gpt: &Gpt, tokenizer: &TextTokenizer, prompt: &str) -> Result<Vec<u32>> {
     let context = gpt.config().context;
     let vocab = gpt.config().vocab;
     if tokenizer.vocab() > vocab {
@@ -75,22 +76,39 @@ pub fn generate(
             ),
         });
     }
-    let end = tokenizer.end_of_text();
-    let mut prompt = tokenizer.encode(&options.prompt)?;
-    if prompt.is_empty() {
-        prompt.extend(end);
+    let mut ids = tokenizer.encode(prompt)?;
+    if ids.is_empty() {
+        ids.extend(tokenizer.end_of_text());
     }
-    if prompt.is_empty() {
+    if ids.is_empty() {
         return Err(Error::config(
-            "an empty prompt needs a tokenizer with <|endoftext|> to start from",
+            "an empty prompt needs a tokenizer with <|endoftext|> to start from; give a prompt \
+             (--prompt)",
         ));
     }
-    if prompt.len() > context {
+    if ids.len() > context {
         return Err(Error::config(format!(
-            "the prompt is {} tokens, longer than the model's context of {context}",
-            prompt.len()
+            "the prompt is {} tokens, longer than the model's context of {context}: shorten it \
+             by at least {} tokens (generation stops when the context is full; prompts are not \
+             cropped)",
+            ids.len(),
+            ids.len() - context
         )));
     }
+    Ok(ids)
+}
+
+/// Continues `options.prompt` with `gpt`, handing each piece of text to `emit` as soon as it
+/// forms whole characters; the prompt is checked first (see [`prompt_ids`]).
+pub fn generate(
+    gpt: &Gpt,
+    tokenizer: &TextTokenizer,
+    options: &GenerateOptions,
+    emit: &mut dyn FnMut(&str) -> Result<()>,
+) -> Result<Generated> {
+    let context = gpt.config().context;
+    let end = tokenizer.end_of_text();
+    let prompt = prompt_ids(gpt, tokenizer, &options.prompt)?;
     let mut sampler = Sampler::new(options.sampling, options.seed)?;
     let device = gpt.tok_emb.weight.device().clone();
     let mut cache = gpt.kv_cache(1);

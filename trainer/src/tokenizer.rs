@@ -2,15 +2,24 @@
 //! as it is (GPT-2's, or one trained here), or a byte-level BPE trained on the user's files the
 //! way GPT-2's was (bytes as the first 256 tokens, no prefix space, the end-of-text token).
 //!
+//! A character-level run (`data.kind = "text"`) keeps its character vocabulary the same way,
+//! as a `tokenizer.json` of one token a character (as nanoGPT's `shakespeare_char` keeps its
+//! `meta.pkl`): [`TextTokenizer::characters`].
+//!
 //! A tokenizer is known by the FNV-1a hash of its `tokenizer.json` bytes: token shards record
 //! it, so data tokenized by one tokenizer is never read with another.
 
 use std::path::{Path, PathBuf};
 
+use tokenizers::decoders::fuse::Fuse;
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
+use tokenizers::models::wordlevel::WordLevel;
 use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::{AddedToken, Tokenizer, TokenizerBuilder};
+use tokenizers::pre_tokenizers::fixed_length::FixedLength;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::{AddedToken, ModelWrapper, Tokenizer, TokenizerBuilder};
 
 use crate::error::{Error, Result};
 
@@ -20,11 +29,17 @@ pub const END_OF_TEXT: &str = "<|endoftext|>";
 /// The smallest vocabulary a byte-level BPE can have: the 256 bytes and the end-of-text token.
 pub const MIN_BPE_VOCAB: usize = 257;
 
+/// The unknown token a character vocabulary names but never holds: a character outside the
+/// vocabulary is an error, never a silent stand-in.
+const UNKNOWN: &str = "<unk>";
+
 /// A tokenizer and what identifies it.
 pub struct TextTokenizer {
     inner: Tokenizer,
     path: PathBuf,
     hash: u64,
+    /// One token a character (a character-level run's vocabulary).
+    characters: bool,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -51,11 +66,54 @@ impl TextTokenizer {
             path: path.clone(),
             detail: format!("not a tokenizer.json that Hugging Face's tokenizers reads: {err}"),
         })?;
+        let characters = matches!(inner.get_model(), ModelWrapper::WordLevel(_))
+            && matches!(
+                inner.get_pre_tokenizer(),
+                Some(PreTokenizerWrapper::FixedLength(split)) if split.length == 1
+            );
         Ok(Self {
             inner,
             hash: fnv1a(&bytes),
             path,
+            characters,
         })
+    }
+
+    /// A tokenizer of one token a character, token `i` being `vocab[i]`, saved to `out` as a
+    /// `tokenizer.json` (a word-level model over single characters, joined again on decoding)
+    /// that Hugging Face's `tokenizers` reads as well.
+    pub fn characters(vocab: &[char], out: &Path) -> Result<Self> {
+        let ids = vocab
+            .iter()
+            .enumerate()
+            .map(|(id, c)| (c.to_string(), id as u32))
+            .collect();
+        let cannot = |err: tokenizers::Error| {
+            Error::config(format!("cannot build a character tokenizer: {err}"))
+        };
+        let model = WordLevel::builder()
+            .vocab(ids)
+            .unk_token(UNKNOWN.into())
+            .build()
+            .map_err(cannot)?;
+        let tokenizer = TokenizerBuilder::<
+            WordLevel,
+            NormalizerWrapper,
+            FixedLength,
+            PostProcessorWrapper,
+            Fuse,
+        >::new()
+        .with_model(model)
+        .with_pre_tokenizer(Some(FixedLength::new(1)))
+        .with_decoder(Some(Fuse::new()))
+        .build()
+        .map_err(cannot)?;
+        let json = tokenizer.to_string(false).map_err(|err| Error::Data {
+            path: out.to_owned(),
+            detail: format!("cannot write the tokenizer: {err}"),
+        })?;
+        crate::atomic_file::write_atomically(out, json.as_bytes())?;
+        Self::load(out)
     }
 
     /// Trains a byte-level BPE of `vocab` tokens (the end-of-text token included) on `files`
@@ -121,8 +179,17 @@ impl TextTokenizer {
         self.inner.token_to_id(END_OF_TEXT)
     }
 
-    /// The ids of `text`, without special tokens added.
+    /// True for a character-level run's tokenizer (one token a character).
+    pub fn is_characters(&self) -> bool {
+        self.characters
+    }
+
+    /// The ids of `text`, without special tokens added. A character the character vocabulary
+    /// lacks is an error naming every such character.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        if self.characters {
+            self.check_characters(text)?;
+        }
         let encoding = self
             .inner
             .encode_fast(text, false)
@@ -135,6 +202,27 @@ impl TextTokenizer {
         self.inner
             .decode(ids, false)
             .map_err(|err| self.error(format!("cannot decode ids {ids:?}: {err}")))
+    }
+
+    /// Refuses `text` when it holds characters the character vocabulary lacks.
+    fn check_characters(&self, text: &str) -> Result<()> {
+        let mut unknown: Vec<char> = text
+            .chars()
+            .filter(|c| self.inner.token_to_id(&c.to_string()).is_none())
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let named: Vec<String> = unknown.iter().map(|c| format!("{c:?}")).collect();
+        Err(self.error(format!(
+            "the text holds {} character(s) that the run's vocabulary of {} characters (those \
+             of its training text) lacks: {}",
+            unknown.len(),
+            self.vocab(),
+            named.join(", ")
+        )))
     }
 
     fn error(&self, detail: String) -> Error {
@@ -165,6 +253,27 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_character_tokenizer_round_trips_its_characters_and_names_unknown_ones() {
+        let out = std::env::temp_dir().join(format!("headroom-chars-{}.json", std::process::id()));
+        let vocab = ['\n', ' ', '!', 'a', 'b', 'é'];
+        let tokenizer = TextTokenizer::characters(&vocab, &out).unwrap();
+        assert!(tokenizer.is_characters());
+        assert_eq!(tokenizer.vocab(), 6);
+        assert_eq!(tokenizer.end_of_text(), None);
+        let ids = tokenizer.encode("ab é!\n").unwrap();
+        assert_eq!(ids, vec![3, 4, 1, 5, 2, 0]);
+        assert_eq!(tokenizer.decode(&ids).unwrap(), "ab é!\n");
+        let again = TextTokenizer::load(&out).unwrap();
+        assert!(again.is_characters() && again.hash() == tokenizer.hash());
+        let err = tokenizer.encode("a Zbz").unwrap_err().to_string();
+        assert!(
+            err.contains("2 character(s)") && err.contains("'Z', 'z'"),
+            "{err}"
+        );
+        std::fs::remove_file(&out).ok();
+    }
 
     #[test]
     fn fnv1a_matches_its_published_test_vectors() {

@@ -111,6 +111,47 @@ fn a_run_whose_loss_stays_nan_stops_naming_the_step_and_keeps_its_last_good_chec
 }
 
 #[test]
+fn a_run_that_ends_without_a_finite_loss_fails_and_keeps_its_files() {
+    let dir = TempDir::new("ends-nan");
+    let mut config = small_config(&dir);
+    config.steps = Some(12);
+    config.checkpoint.every = 1;
+    // Never stopped early for divergence: the end itself must not look like success.
+    config.max_nonfinite_steps = 0;
+    config.optimizer.lr = 1e30;
+    config.optimizer.clip = 0.0;
+    config.optimizer.schedule = headroom_trainer::config::ScheduleKind::Constant;
+    let err = Trainer::new(config).unwrap().run(false).unwrap_err();
+    let Error::EndedNotFinite {
+        step,
+        steps,
+        checkpoint_kept,
+        ..
+    } = err
+    else {
+        panic!("expected a run that ended without a finite loss, got {err}");
+    };
+    assert_eq!(step, 12);
+    let records = read_all(&dir.0).unwrap();
+    assert_eq!(records.len(), 12, "every step's record stays");
+    let last_finite = records.iter().rposition(|r| r.loss.is_finite()).unwrap() as u64 + 1;
+    assert_eq!(steps, 12 - last_finite);
+    assert!(checkpoint_kept, "the first step's checkpoint stays");
+    let message = err.to_string();
+    for part in [
+        "ended at step 12",
+        "NaN or infinite",
+        "last checkpoint holds",
+    ] {
+        assert!(message.contains(part), "`{part}` not in: {message}");
+    }
+    assert_eq!(summary_in(&dir).diverged_at, Some(12));
+    for file in ["loss.svg", "memory.svg"] {
+        assert!(dir.0.join(file).exists(), "{file}");
+    }
+}
+
+#[test]
 fn without_held_out_samples_there_is_no_metric() {
     let dir = TempDir::new("no-eval");
     let mut config = small_config(&dir);

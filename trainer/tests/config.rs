@@ -1,6 +1,10 @@
 //! Configuration: TOML with defaults, flags over the file, validation up front.
 
+mod common;
+
+use common::{TempDir, small_config, weights};
 use headroom_alloc::Growth;
+use headroom_trainer::Trainer;
 use headroom_trainer::config::{
     DataKind, ModelKind, Overrides, PrecisionKind, Recompute, TrainConfig,
 };
@@ -233,5 +237,27 @@ fn messages_name_settings_as_they_are_written_not_as_rust_prints_them() {
     assert!(err.contains("bf16 state is AdamW's"), "{err}");
     for debug in ["Bytes(", "Fraction(", "TokenShards", "Bf16", "Some("] {
         assert!(!err.contains(debug), "`{debug}` in {err}");
+    }
+}
+
+#[test]
+fn a_zero_learning_rate_is_a_sanity_run_that_leaves_the_weights_as_they_are() {
+    let dir = TempDir::new("zero-lr");
+    let mut config = small_config(&dir);
+    config.optimizer.lr = 0.0;
+    config.optimizer.weight_decay = 0.1;
+    config.validate().unwrap();
+    let mut trainer = Trainer::new(config.clone()).unwrap();
+    let before = weights(&trainer);
+    for _ in 0..2 {
+        let record = trainer.train_step().unwrap();
+        assert!(record.loss.is_finite(), "{}", record.loss);
+    }
+    assert!(weights(&trainer) == before, "lr = 0 changed the weights");
+
+    for lr in [-1e-3, f64::NAN, f64::INFINITY] {
+        config.optimizer.lr = lr;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("optimizer.lr"), "{lr}: {err}");
     }
 }

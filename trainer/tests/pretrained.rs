@@ -11,7 +11,7 @@ use common::tiny::{
     TINY, configured, corpus, export, hf_tensors, run_config, shards, tiny, tiny_shards,
     tiny_tokenizer, tiny_untied, train, trained_tokenizer,
 };
-use common::{TempDir, assert_mentions, assert_same_checkpoints, error_of, fails, headroom};
+use common::{TempDir, assert_mentions, assert_same_checkpoints, error_of, fails, headroom, text};
 use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 use headroom_nn::hf::{Gpt2Config, load_gpt2};
@@ -20,10 +20,8 @@ use headroom_trainer::config::{Overrides, Preset};
 use headroom_trainer::data::IGNORE;
 use headroom_trainer::{Start, TrainModel, Trainer};
 
-/// The smallest learning rate that moves no weight the f16 files hold: validation refuses 0,
-/// and a step of about 1e-30 is far below half an ulp of any nonzero f16 value. Only the
-/// zero biases move, by about 1e-30.
-const STILL_LR: f64 = 1e-30;
+/// A learning rate that moves no weight: the run only measures (a sanity run).
+const STILL_LR: f64 = 0.0;
 
 /// The GPT the Hugging Face directory `dir` describes, loaded from it.
 fn loaded(dir: &Path) -> Gpt {
@@ -198,6 +196,65 @@ fn a_directory_without_config_json_is_an_error_naming_it() {
             "model.init_from",
             &dir.0.join("config.json").display().to_string(),
         ],
+    );
+}
+
+/// A copy of the tiny model in `dir/name` whose `key` (f16) holds a NaN at flat element
+/// `element`; returns the copy.
+fn poisoned_copy(dir: &Path, name: &str, key: &str, element: usize) -> std::path::PathBuf {
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    for file in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(tiny().join(file), out.join(file)).unwrap();
+    }
+    // A safetensors file: the header's length (8 bytes, little-endian), the JSON header with
+    // each tensor's dtype and byte range, then the data.
+    let path = out.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    assert_eq!(header[key]["dtype"], "F16");
+    let start = header[key]["data_offsets"][0].as_u64().unwrap() as usize;
+    let at = 8 + header_len + start + 2 * element;
+    bytes[at..at + 2].copy_from_slice(&0x7E00u16.to_le_bytes());
+    std::fs::write(&path, bytes).unwrap();
+    out
+}
+
+#[test]
+fn non_finite_pretrained_weights_are_refused_naming_the_tensor_and_where() {
+    let dir = TempDir::new("pretrained-nan");
+    let shards = tiny_shards(&dir);
+    // The NaN at row 3, column 9 of the token embedding, stored [320, 16].
+    let key = "transformer.wte.weight";
+    let poisoned = poisoned_copy(&dir.0, "nan-gpt2", key, 3 * 16 + 9);
+    let run = dir.0.join("run");
+    let stderr = fails(&headroom(&[
+        "train",
+        "--init-from",
+        text(&poisoned),
+        "--data",
+        "token-shards",
+        "--data-path",
+        text(&shards),
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--micro-batch",
+        "4",
+        "--memory-limit",
+        "64MiB",
+        "--eval-every",
+        "0",
+        "--run-dir",
+        text(&run),
+        "--quiet",
+    ]));
+    assert_mentions(&stderr, &[key, "NaN at [3, 9]"]);
+    assert!(
+        !headroom_trainer::checkpoint_path(&run).exists(),
+        "no checkpoint of the poisoned weights"
     );
 }
 

@@ -21,7 +21,7 @@ use common::{
 };
 use headroom_autograd::Tensor;
 use headroom_nn::{Gpt, Module, Sampling};
-use headroom_trainer::config::Overrides;
+use headroom_trainer::config::{DataKind, Overrides};
 use headroom_trainer::eval_run::{EvalData, evaluate_run};
 use headroom_trainer::generate::{GenerateOptions, Generated, Stop, generate};
 use headroom_trainer::saved_run::{SavedRun, UseSettings};
@@ -386,6 +386,115 @@ fn the_command_line_continues_a_prompt() {
     // What the library generates, greedily.
     let (_, pieces) = generated(&open(&run), &options("The fox", 5, Sampling::greedy(), 0));
     assert_eq!(said, format!("The fox{}\n", pieces.concat()));
+}
+
+#[test]
+fn the_command_line_refuses_a_prompt_longer_than_the_context_before_printing_it() {
+    let dir = TempDir::new("generate-long-cli");
+    let (run, _, _) = trained(&dir);
+    let prompt = prose(1, 20);
+    let tokens = tiny_tokenizer().encode(&prompt).unwrap().len();
+    assert!(tokens > 64);
+    let output = headroom(&["generate", "--checkpoint", text(&run), "--prompt", &prompt]);
+    let stderr = fails(&output);
+    assert!(
+        output.stdout.is_empty(),
+        "printed: {:?}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert_mentions(
+        &stderr,
+        &[&format!("the prompt is {tokens} tokens"), "context of 64"],
+    );
+}
+
+/// A character-level run (`data.kind = "text"`) of two steps on prose written into `dir`:
+/// the run directory and the text.
+fn character_run(dir: &TempDir) -> (PathBuf, String) {
+    let corpus = prose(3, 200);
+    let path = dir.0.join("input.txt");
+    std::fs::write(&path, &corpus).unwrap();
+    let run = dir.0.join("run");
+    let mut config = small_config(dir);
+    config.run_dir = Some(run.clone());
+    config.steps = Some(2);
+    config.data.kind = DataKind::Text;
+    config.data.path = Some(path);
+    config.data.context = 32;
+    train(config);
+    (run, corpus)
+}
+
+#[test]
+fn a_character_run_keeps_its_characters_and_generates_without_a_tokenizer() {
+    let dir = TempDir::new("generate-chars");
+    let (run, corpus) = character_run(&dir);
+    let kept = TextTokenizer::load(&run.join("tokenizer.json")).unwrap();
+    let sample: String = corpus.chars().take(300).collect();
+    let ids = kept.encode(&sample).unwrap();
+    assert_eq!(ids.len(), sample.chars().count(), "one token a character");
+    assert_eq!(kept.decode(&ids).unwrap(), sample);
+
+    let prompt: String = corpus.chars().take(10).collect();
+    let args = [
+        "generate",
+        "--checkpoint",
+        text(&run),
+        "--prompt",
+        &prompt,
+        "--max-tokens",
+        "20",
+    ];
+    let said = succeeds(&headroom(&args));
+    let generated = said
+        .strip_prefix(prompt.as_str())
+        .and_then(|rest| rest.strip_suffix('\n'))
+        .unwrap_or_else(|| panic!("{said:?}"));
+    // No end-of-text among characters, and 10 + 20 is within the context of 32.
+    assert_eq!(generated.chars().count(), 20, "{generated:?}");
+    assert!(
+        generated.chars().all(|c| corpus.contains(c)),
+        "{generated:?}"
+    );
+}
+
+#[test]
+fn text_prepared_with_a_character_runs_tokenizer_is_judged_by_eval() {
+    let dir = TempDir::new("eval-chars");
+    let (run, corpus) = character_run(&dir);
+    let kept = TextTokenizer::load(&run.join("tokenizer.json")).unwrap();
+    let texts = dir.0.join("more-text");
+    std::fs::create_dir_all(&texts).unwrap();
+    std::fs::write(texts.join("input.txt"), &corpus).unwrap();
+    let prepared = shards(&kept, &texts, dir.0.join("char-shards"));
+    let data = EvalData {
+        shards: Some(prepared),
+        eval_size: Some(4),
+    };
+    let report = evaluate_run(&run, &data, &UseSettings::default()).unwrap();
+    assert_eq!(report.samples, 4);
+    assert!(report.value.is_finite() && report.value > 0.0, "{report}");
+}
+
+#[test]
+fn a_prompt_with_characters_the_run_never_saw_is_refused_naming_them() {
+    let dir = TempDir::new("generate-unknown-chars");
+    let (run, corpus) = character_run(&dir);
+    let unknown: Vec<char> = "#~{@".chars().filter(|c| !corpus.contains(*c)).collect();
+    assert!(unknown.len() >= 2, "{unknown:?}");
+    let known: String = corpus.chars().take(5).collect();
+    let prompt = format!("{known}{}{known}{}", unknown[0], unknown[1]);
+    let output = headroom(&["generate", "--checkpoint", text(&run), "--prompt", &prompt]);
+    let stderr = fails(&output);
+    assert!(output.stdout.is_empty());
+    assert_mentions(
+        &stderr,
+        &[
+            &format!("{:?}", unknown[0]),
+            &format!("{:?}", unknown[1]),
+            "lacks",
+        ],
+    );
 }
 
 #[test]

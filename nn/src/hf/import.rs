@@ -10,6 +10,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use crate::error::{Error, Result};
 use crate::hf::config::{CONFIG_FILE, Gpt2Config};
+use crate::hf::finite::non_finite;
 use crate::hf::names::{
     LM_HEAD, Layout, PREFIX, WTE, hf_name, is_buffer, stored_dims, transpose_bytes,
 };
@@ -49,6 +50,7 @@ struct Source<'a> {
 ///
 /// Every name and shape is checked before anything changes, and nothing changes on an error:
 /// a tensor the model needs that is missing or of the wrong shape (both shapes in the message),
+/// that holds a NaN or an infinity (the first one's index in the stored shape in the message),
 /// or a tensor the model has no place for, is an [`Error::Checkpoint`] naming the first one; a
 /// file that is not a complete safetensors file is [`Error::CorruptCheckpoint`]; a missing file
 /// is [`Error::Io`].
@@ -164,6 +166,9 @@ impl<'a> Checker<'a> {
                     )
                 })?;
                 self.check_shape(&key, &view, shape.dims(), layout)?;
+                if let Some(found) = non_finite(view.data(), dtype, view.shape()) {
+                    return Err(self.error(&key, found.describe()));
+                }
                 Ok(Source {
                     key,
                     layout,

@@ -34,6 +34,7 @@
 
 mod config;
 mod export;
+mod finite;
 mod import;
 mod names;
 

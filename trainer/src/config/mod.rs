@@ -358,7 +358,8 @@ impl Default for BatchConfig {
 pub struct OptimizerConfig {
     /// `adamw` or `sgd`.
     pub kind: OptimizerKind,
-    /// The peak learning rate.
+    /// The peak learning rate: finite, 0 or more (0 leaves the weights as they are, for
+    /// sanity runs).
     pub lr: f64,
     /// Weight decay (decoupled for AdamW, L2 for SGD).
     pub weight_decay: f64,

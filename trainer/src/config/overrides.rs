@@ -34,7 +34,7 @@ pub struct Overrides {
     /// The first micro-batch size (otherwise the planner picks it).
     #[cfg_attr(feature = "cli", arg(long))]
     pub micro_batch: Option<usize>,
-    /// The peak learning rate.
+    /// The peak learning rate, 0 or more (0 leaves the weights as they are, for sanity runs).
     #[cfg_attr(feature = "cli", arg(long))]
     pub lr: Option<f64>,
     /// Precision of matrix products: f32, bf16 or f16.

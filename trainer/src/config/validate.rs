@@ -172,8 +172,12 @@ impl TrainConfig {
         );
         let o = &self.optimizer;
         check(
-            o.lr.is_finite() && o.lr > 0.0,
-            format!("optimizer.lr: {} is not a positive number", o.lr),
+            o.lr.is_finite() && o.lr >= 0.0,
+            format!(
+                "optimizer.lr: {} is not a finite number of 0 or more (0 trains nothing, \
+                 for sanity runs)",
+                o.lr
+            ),
         );
         check(
             o.weight_decay >= 0.0,

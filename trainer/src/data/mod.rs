@@ -55,6 +55,12 @@ pub trait Dataset: Send + Sync {
 
     /// Sample `index` (below `len`): its arrays in the order of [`shape`](Self::shape).
     fn sample(&self, index: usize) -> Result<Sample>;
+
+    /// A character-level dataset's vocabulary, token `i` being the `i`-th character (what a
+    /// run keeps as its tokenizer); none for other data.
+    fn characters(&self) -> Option<&[char]> {
+        None
+    }
 }
 
 /// How a task's held-out samples are judged.

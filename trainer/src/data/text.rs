@@ -1,5 +1,5 @@
 //! A character-level text file: every character a token, samples are consecutive windows, the
-//! last tenth held out.
+//! last tenth held out. A run keeps the characters as its tokenizer, to generate from.
 
 use std::path::Path;
 
@@ -69,5 +69,9 @@ impl Dataset for CharText {
             self.tokens[start..start + self.context].to_vec(),
             self.tokens[start + 1..start + self.context + 1].to_vec(),
         ))
+    }
+
+    fn characters(&self) -> Option<&[char]> {
+        Some(&self.vocab)
     }
 }

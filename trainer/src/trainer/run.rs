@@ -4,8 +4,10 @@
 //!
 //! A run whose loss stays NaN or infinite for `max_nonfinite_steps` steps in a row stops there
 //! with [`Error::Diverged`], after writing every artifact but the checkpoint (the last one
-//! written holds the weights before the divergence). A run that fails otherwise writes what
-//! artifacts it can before returning its error.
+//! written holds the weights before the divergence). A run that reaches its end (or a
+//! callback's stop) with a loss that is not finite fails the same way, with
+//! [`Error::EndedNotFinite`]: no exit that looks like success without a finite loss. A run
+//! that fails otherwise writes what artifacts it can before returning its error.
 
 use std::time::Instant;
 
@@ -21,6 +23,7 @@ use crate::metrics::MetricsLog;
 use crate::progress;
 use crate::record::{RankPeak, Summary};
 use crate::state::checkpoint_path;
+use crate::tokenizer::TextTokenizer;
 
 /// How the loop of steps ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +50,12 @@ impl Trainer {
                 &dir.join(crate::run_dir::CONFIG_FILE),
                 self.config.to_toml().as_bytes(),
             )?;
+            let tokenizer = dir.join(crate::shards::TOKENIZER);
             if let Some(source) = self.config.tokenizer() {
                 let bytes = std::fs::read(&source).map_err(Error::io(&source))?;
-                write_atomically(&dir.join(crate::shards::TOKENIZER), &bytes)?;
+                write_atomically(&tokenizer, &bytes)?;
+            } else if let Some(vocab) = self.task.train.characters() {
+                TextTokenizer::characters(vocab, &tokenizer)?;
             }
             Some(match self.files.resumed_from {
                 Some(step) => MetricsLog::resume(&dir, step)?,
@@ -61,6 +67,10 @@ impl Trainer {
         let bar = progress::Bar::steps(progress && writes, self.total_steps, self.state.step);
         let outcome = self.train_to_end(metrics.as_mut(), &bar);
         bar.finish();
+        // An end (or a callback's stop) with a loss that is not finite: the weights are not
+        // worth evaluating or keeping, and the run fails as a divergence does.
+        let ended_not_finite = matches!(outcome, Ok(End::Finished | End::Stopped(_)))
+            && self.state.totals.nonfinite_streak > 0;
         let diverged_at = match outcome {
             Ok(End::Diverged(step)) => Some(step),
             Ok(end) => {
@@ -68,9 +78,13 @@ impl Trainer {
                     tracing::info!(step, "a callback stopped the run");
                     self.stopped_at = Some(step);
                 }
-                self.state.totals.metric = self.timed_evaluation()?;
-                self.checkpoint_unless_nonfinite()?;
-                None
+                if ended_not_finite {
+                    Some(self.state.step)
+                } else {
+                    self.state.totals.metric = self.timed_evaluation()?;
+                    self.checkpoint_unless_nonfinite()?;
+                    None
+                }
             }
             Err(err) => {
                 let summary = self.summary(None);
@@ -91,6 +105,12 @@ impl Trainer {
         }
         match diverged_at {
             None => Ok(summary),
+            Some(step) if ended_not_finite => Err(Error::EndedNotFinite {
+                step,
+                steps: self.state.totals.nonfinite_streak,
+                checkpoint_kept: checkpoint_path(&dir).is_file(),
+                run_dir: dir,
+            }),
             Some(step) => Err(Error::Diverged {
                 step,
                 steps: self.config.max_nonfinite_steps,

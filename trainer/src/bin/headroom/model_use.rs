@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 use headroom_nn::Sampling;
 use headroom_trainer::eval_run::{EvalData, evaluate_run};
-use headroom_trainer::generate::{GenerateOptions, Stop, generate};
+use headroom_trainer::generate::{GenerateOptions, Stop, generate, prompt_ids};
 use headroom_trainer::saved_run::{SavedRun, UseSettings};
 use headroom_trainer::tokenizer::TextTokenizer;
 use headroom_trainer::{Error, Result, TrainModel};
@@ -42,7 +42,9 @@ impl UseArgs {
 pub struct GenerateArgs {
     #[command(flatten)]
     model: UseArgs,
-    /// The text to continue (empty: from <|endoftext|>).
+    /// The text to continue (empty: from <|endoftext|>). A prompt longer than the model's
+    /// context is refused before anything is printed (generation stops when the context is
+    /// full: no sliding window); a character-level run refuses characters its text never held.
     #[arg(long, default_value = "")]
     prompt: String,
     /// The most tokens to generate.
@@ -60,7 +62,8 @@ pub struct GenerateArgs {
     /// Seeds the draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The tokenizer (the run directory's tokenizer.json, unless given).
+    /// The tokenizer (the run directory's tokenizer.json, unless given: the data's, the
+    /// pretrained model's, or a character-level run's characters).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
 }
@@ -111,8 +114,8 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
     if !tokenizer_path.exists() {
         return Err(Error::Data {
             path: tokenizer_path,
-            detail: "missing: the run kept no tokenizer (it trained on data without one); give \
-                     --tokenizer"
+            detail: "missing: the run kept no tokenizer (it trained on data without one, not on \
+                     text or token shards); give --tokenizer"
                 .into(),
         });
     }
@@ -128,6 +131,8 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
         sampling,
         seed: args.seed,
     };
+    // Checked before the prompt is echoed: a refused prompt prints nothing.
+    prompt_ids(gpt, &tokenizer, &args.prompt)?;
     let mut out = std::io::stdout().lock();
     let io = |source| Error::Io {
         path: "standard output".into(),
