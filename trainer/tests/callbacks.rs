@@ -118,7 +118,7 @@ fn a_callback_stops_the_run_cleanly_and_a_resume_goes_on_from_there() {
     assert!(
         summary
             .to_string()
-            .contains("stopped at step 5 by a callback")
+            .contains("stopped at step 5, as a signal or a callback asked")
     );
     let log = events(&stopped_log);
     assert_eq!(log[4..], ["step 5", "eval 5", "checkpoint 5"]);
