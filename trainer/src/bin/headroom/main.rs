@@ -127,7 +127,11 @@ fn train(args: &TrainArgs) -> Result<()> {
         (false, true) => Start::Overwrite,
         (false, false) => Start::New,
     };
-    let mut trainer = Trainer::start(config, start, None)?;
+    let mut trainer = match Trainer::start(config, start, None) {
+        // A resume to fewer steps than done: said, and no failure.
+        Err(err @ Error::NothingToDo { .. }) => return say(err),
+        started => started?,
+    };
     let launch = trainer.launch();
     if !launch.writes() {
         // Rank 0 of a data-parallel run speaks and writes for every rank.
