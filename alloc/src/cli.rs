@@ -24,8 +24,9 @@ pub struct ReplayArgs {
     /// Built-in trace to replay when no file is given.
     #[arg(long, value_enum, default_value_t = Builtin::Transformer)]
     pub builtin: Builtin,
-    /// The memory limit (and capacity of the virtual address space), e.g. 64MiB; ignored by
-    /// --find-limit [default: the trace's, else 64MiB].
+    /// The memory limit (and capacity of the virtual address space), e.g. 64MiB; --find-limit
+    /// answers no more than it where the trace fits under it [default: the trace's, else
+    /// 64MiB].
     #[arg(long, value_parser = parse_size)]
     pub limit: Option<u64>,
     /// When regions are reserved [default: as the trace was recorded, else on-demand].

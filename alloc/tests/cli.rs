@@ -284,6 +284,13 @@ fn a_trace_replays_under_its_recorded_settings_unless_a_flag_changes_one() {
         (Some(0), Some(1))
     );
 
+    let help = headroom_alloc(&["replay", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("default: the trace's") && !help.contains("embeds"),
+        "{help}"
+    );
+
     let empty = write_temp("empty.jsonl", "");
     let out = headroom_alloc(&["replay", empty.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);

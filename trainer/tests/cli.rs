@@ -428,6 +428,14 @@ fn a_run_that_recovered_ooms_replays_under_its_own_settings_to_its_ooms_and_peak
         "{found} above the run's {}",
         summary.limit
     );
+    // The help speaks of what a user gives, and of the defaults as they now are.
+    let help = succeeds(&headroom(&["replay", "--help"]));
+    assert!(
+        help.contains("a run directory for its latest trace")
+            && help.contains("default: the trace's")
+            && !help.contains("embeds"),
+        "{help}"
+    );
 }
 
 #[test]
