@@ -518,7 +518,11 @@ impl Allocator {
     /// ```
     pub fn stream_trace(&mut self, mut writer: Option<TraceWriter>) -> Option<TraceWriter> {
         if let Some(writer) = &mut writer {
-            writer.settings(&TraceSettings::of(&self.config, self.limit));
+            writer.settings(&TraceSettings::of(
+                &self.config,
+                self.limit,
+                self.grower.step(),
+            ));
         }
         std::mem::replace(&mut self.trace, writer)
     }

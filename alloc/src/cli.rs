@@ -9,10 +9,10 @@ use serde::Serialize;
 
 use crate::trace::generate::{LogNormalTrace, TransformerTrace};
 use crate::trace::{
-    NumberedTrace, TraceOp, TraceSettings, find_limit, growth_name, read_trace_file_with_settings,
-    replay, write_trace,
+    NumberedTrace, TraceOp, TraceSettings, find_limit_with_growth_step, growth_name,
+    read_trace_file_with_settings, replay_with_growth_step, write_trace,
 };
-use crate::{AllocatorConfig, Error, Growth, Result, format_bytes, parse_size};
+use crate::{AllocatorConfig, EXPANSION_STEP, Error, Growth, Result, format_bytes, parse_size};
 
 /// Replay a JSON Lines trace (or a built-in one) and report peaks, OOMs and fragmentation, or
 /// find the smallest limit it fits in. A trace recorded from an allocator replays under that
@@ -91,12 +91,13 @@ impl std::fmt::Display for ReplaySettings {
         let s = &self.settings;
         writeln!(
             f,
-            "allocator: limit {} ({}), growth {} ({}), chunks split when {} or more would be \
-             left ({}), garbage collection {}",
+            "allocator: limit {} ({}), growth {} ({}) in steps of {}, chunks split when {} or \
+             more would be left ({}), garbage collection {}",
             format_bytes(s.limit),
             self.limit_from.said(),
             growth_name(s.growth),
             self.growth_from.said(),
+            format_bytes(s.growth_step),
             format_bytes(s.max_internal_fragmentation),
             self.max_internal_fragmentation_from.said(),
             if s.garbage_collection { "on" } else { "off" }
@@ -229,6 +230,7 @@ impl ReplayArgs {
             settings: TraceSettings {
                 limit,
                 growth,
+                growth_step: recorded.map_or(EXPANSION_STEP, |s| s.growth_step),
                 max_internal_fragmentation,
                 garbage_collection: recorded
                     .map_or(defaults.garbage_collection, |s| s.garbage_collection),
@@ -250,7 +252,8 @@ impl ReplayArgs {
             None => err,
         };
         if self.find_limit {
-            let search = find_limit(&ops, config).map_err(in_file)?;
+            let search = find_limit_with_growth_step(&ops, config, settings.settings.growth_step)
+                .map_err(in_file)?;
             self.write_report(
                 &Settled {
                     settings: &settings,
@@ -260,7 +263,9 @@ impl ReplayArgs {
             )
         } else {
             let limit = settings.settings.limit;
-            let report = replay(&ops, config, limit).map_err(in_file)?;
+            let report =
+                replay_with_growth_step(&ops, config, limit, settings.settings.growth_step)
+                    .map_err(in_file)?;
             self.write_report(
                 &Settled {
                     settings: &settings,

@@ -238,6 +238,7 @@ fn failed_requests_are_recorded_as_such_and_a_replay_under_the_recorded_settings
         TraceSettings {
             limit: LIMIT,
             growth: Growth::Preallocate,
+            growth_step: 2 << 20,
             max_internal_fragmentation: 256,
             garbage_collection: true,
         }

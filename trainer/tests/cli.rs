@@ -413,6 +413,10 @@ fn a_run_that_recovered_ooms_replays_under_its_own_settings_to_its_ooms_and_peak
     );
     assert_eq!(replayed["recorded_ooms"], summary.ooms_recovered as u64);
     assert_eq!(replayed["peak_in_use"], summary.peak, "{replayed}");
+    assert_eq!(
+        replayed["peak_reserved"], summary.peak_reserved,
+        "{replayed}"
+    );
     let human = succeeds(&headroom(&["replay", run_dir]));
     assert!(human.contains("(the trace's)"), "{human}");
     let search: serde_json::Value = serde_json::from_str(&succeeds(&headroom(&[

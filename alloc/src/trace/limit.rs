@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::replay::{RecordedOoms, ReplayReport, replay_with};
 use super::{NumberedOp, TraceOp};
-use crate::config::{AllocatorConfig, Limit};
+use crate::config::{AllocatorConfig, EXPANSION_STEP, Limit};
 use crate::error::{Error, Result};
 use crate::report::Verdict;
 use crate::size::{GRANULE, format_bytes, round_size};
@@ -87,6 +87,16 @@ pub struct LimitSearch {
 /// # Ok::<(), headroom_alloc::Error>(())
 /// ```
 pub fn find_limit<O: NumberedOp>(ops: &[O], config: AllocatorConfig) -> Result<LimitSearch> {
+    find_limit_with_growth_step(ops, config, EXPANSION_STEP)
+}
+
+/// [`find_limit`] over address spaces that grow a region in place in steps of `growth_step`
+/// bytes ([`replay_with_growth_step`](super::replay_with_growth_step)).
+pub fn find_limit_with_growth_step<O: NumberedOp>(
+    ops: &[O],
+    config: AllocatorConfig,
+    growth_step: u64,
+) -> Result<LimitSearch> {
     let config = config.with_history(0);
     let mut replays = 0;
     let mut replay_at = |limit: u64| {
@@ -95,6 +105,7 @@ pub fn find_limit<O: NumberedOp>(ops: &[O], config: AllocatorConfig) -> Result<L
             ops,
             config.clone().with_limit_bytes(limit),
             limit,
+            growth_step,
             RecordedOoms::Skipped,
         )
     };

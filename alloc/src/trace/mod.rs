@@ -9,7 +9,7 @@
 //! allocator it was recorded from ([`TraceSettings`]):
 //!
 //! ```text
-//! {"op":"allocator","limit":25165824,"growth":"on-demand","max_internal_fragmentation":256,"garbage_collection":true}
+//! {"op":"allocator","limit":25165824,"growth":"on-demand","growth_step":4096,"max_internal_fragmentation":256,"garbage_collection":true}
 //! {"op":"alloc","id":7,"size":4096,"tag":"activations"}
 //! {"op":"oom","size":8388608,"tag":"activations"}
 //! {"op":"free","id":7}
@@ -26,8 +26,10 @@ mod writer;
 
 #[cfg(feature = "testing")]
 pub use generate::{LogNormalTrace, TransformerTrace};
-pub use limit::{FailureBelow, LimitSearch, MAX_SEARCHED_LIMIT, find_limit};
-pub use replay::{OomEvent, ReplayReport, replay};
+pub use limit::{
+    FailureBelow, LimitSearch, MAX_SEARCHED_LIMIT, find_limit, find_limit_with_growth_step,
+};
+pub use replay::{OomEvent, ReplayReport, replay, replay_with_growth_step};
 #[cfg(feature = "testing")]
 pub use rng::SplitMix64;
 pub use settings::{TraceSettings, growth_name};

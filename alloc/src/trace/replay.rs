@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{NumberedOp, TraceOp};
 use crate::allocator::Allocator;
-use crate::config::AllocatorConfig;
+use crate::config::{AllocatorConfig, EXPANSION_STEP};
 use crate::error::{Error, Result};
 use crate::report::{OomReport, Verdict};
 use crate::size::format_bytes;
@@ -103,7 +103,19 @@ pub fn replay<O: NumberedOp>(
     config: AllocatorConfig,
     capacity: u64,
 ) -> Result<ReplayReport> {
-    replay_with(ops, config, capacity, RecordedOoms::Tried)
+    replay_with_growth_step(ops, config, capacity, EXPANSION_STEP)
+}
+
+/// [`replay`] over an address space that grows a region in place in steps of `growth_step`
+/// bytes, as the source the trace was recorded from did ([`TraceSettings`](super::TraceSettings)
+/// gives it): the default, 2 MiB, is CUDA's page; a host page is 4 KiB.
+pub fn replay_with_growth_step<O: NumberedOp>(
+    ops: &[O],
+    config: AllocatorConfig,
+    capacity: u64,
+    growth_step: u64,
+) -> Result<ReplayReport> {
+    replay_with(ops, config, capacity, growth_step, RecordedOoms::Tried)
 }
 
 /// What a replay does with the requests a trace records as failed.
@@ -115,14 +127,16 @@ pub(crate) enum RecordedOoms {
     Skipped,
 }
 
-/// [`replay`], with the recorded failed requests tried or passed over.
+/// [`replay_with_growth_step`], with the recorded failed requests tried or passed over.
 pub(crate) fn replay_with<O: NumberedOp>(
     ops: &[O],
     config: AllocatorConfig,
     capacity: u64,
+    growth_step: u64,
     recorded_ooms: RecordedOoms,
 ) -> Result<ReplayReport> {
-    let mut allocator = Allocator::new(VirtualMemory::new(capacity), config)?;
+    let space = VirtualMemory::new(capacity).with_growth_step(growth_step);
+    let mut allocator = Allocator::new(space, config)?;
     let mut live: HashMap<u64, u64> = HashMap::new();
     let mut failed: HashSet<u64> = HashSet::new();
     let mut report = ReplayReport {
