@@ -264,7 +264,10 @@ fn a_trace_replays_under_its_recorded_settings_unless_a_flag_changes_one() {
         "{text}"
     );
     assert!(text.contains("1 allocs, 1 frees, 1 OOMs"), "{text}");
-    assert!(text.contains("1 failed here too, 0 fitted"), "{text}");
+    assert!(
+        text.contains("records 1 failed request: 1 failed here too, 0 fitted"),
+        "{text}"
+    );
     let out = headroom_alloc(&[
         "replay",
         path.to_str().unwrap(),

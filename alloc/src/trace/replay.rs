@@ -246,9 +246,10 @@ impl fmt::Display for ReplayReport {
         if self.recorded_ooms > 0 {
             writeln!(
                 f,
-                "the trace records {} failed requests: {} failed here too, {} fitted (each freed \
+                "the trace records {} failed request{}: {} failed here too, {} fitted (each freed \
                  at once)",
                 self.recorded_ooms,
+                if self.recorded_ooms == 1 { "" } else { "s" },
                 self.recorded_ooms - self.recorded_ooms_fitted,
                 self.recorded_ooms_fitted
             )?;
