@@ -30,6 +30,7 @@ fn main() -> Result<(), Error> {
                     alloc.free(addr)?;
                 }
             }
+            TraceOp::Oom { .. } => {}
         }
     }
 

@@ -20,7 +20,7 @@ use crate::source::MemorySource;
 use crate::stats::{Counters, Stats, TagTable};
 use crate::stream::{StreamId, Streams};
 use crate::tag::Tag;
-use crate::trace::TraceWriter;
+use crate::trace::{TraceSettings, TraceWriter};
 use crate::validate::validate;
 
 mod streams;
@@ -495,7 +495,8 @@ impl Allocator {
     }
 
     /// Streams every allocation and free from now on to `writer` as a replayable JSON Lines
-    /// trace ([`TraceWriter`] says what is written and what it costs); `None` stops. Returns
+    /// trace, after a first line with this allocator's settings ([`TraceWriter`] says what is
+    /// written and what it costs); `None` stops. Returns
     /// the writer streamed to until now, for the caller to [`finish`](TraceWriter::finish).
     ///
     /// ```
@@ -515,7 +516,14 @@ impl Allocator {
     /// # std::fs::remove_file(path).unwrap();
     /// # Ok::<(), headroom_alloc::Error>(())
     /// ```
-    pub fn stream_trace(&mut self, writer: Option<TraceWriter>) -> Option<TraceWriter> {
+    pub fn stream_trace(&mut self, mut writer: Option<TraceWriter>) -> Option<TraceWriter> {
+        if let Some(writer) = &mut writer {
+            writer.settings(&TraceSettings::of(
+                &self.config,
+                self.limit,
+                self.grower.step(),
+            ));
+        }
         std::mem::replace(&mut self.trace, writer)
     }
 

@@ -68,6 +68,16 @@ pub enum Error {
         message: String,
     },
 
+    /// A trace file holds no operation: there is nothing to replay.
+    #[error(
+        "trace {path} holds no allocation: there is nothing to replay (was the run that wrote \
+         it refused at its start?)"
+    )]
+    EmptyTrace {
+        /// The trace file.
+        path: String,
+    },
+
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {

@@ -95,6 +95,11 @@ impl Grower {
         }
     }
 
+    /// The step the growable region grows and shrinks in.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
     /// How the allocator reserves, under its policy and over its source.
     pub fn reservation(&self) -> Reservation {
         match self.policy {

@@ -43,7 +43,10 @@ fn json_replay_has_exactly_the_documented_keys() {
             "ooms",
             "ops",
             "peak_in_use",
-            "peak_reserved"
+            "peak_reserved",
+            "recorded_ooms",
+            "recorded_ooms_fitted",
+            "settings"
         ]
     );
     // The built-in trace needs about 210 MiB, so 64 MiB must run out: a capacity OOM.
@@ -240,4 +243,62 @@ fn a_reader_that_closes_its_end_is_no_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[test]
+fn a_trace_replays_under_its_recorded_settings_unless_a_flag_changes_one() {
+    let trace = concat!(
+        "{\"op\":\"allocator\",\"limit\":2097152,\"growth\":\"preallocate\",",
+        "\"max_internal_fragmentation\":256,\"garbage_collection\":true}\n",
+        "{\"op\":\"alloc\",\"id\":1,\"size\":1048576,\"tag\":\"weights\"}\n",
+        "{\"op\":\"oom\",\"size\":4194304,\"tag\":\"activations\"}\n",
+        "{\"op\":\"free\",\"id\":1}\n",
+    );
+    let path = write_temp("recorded.jsonl", trace);
+    let out = headroom_alloc(&["replay", path.to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("limit 2.00 MiB (the trace's), growth preallocate (the trace's)")
+            && text.contains("256 B or more would be left (the trace's)"),
+        "{text}"
+    );
+    assert!(text.contains("1 allocs, 1 frees, 1 OOMs"), "{text}");
+    assert!(
+        text.contains("records 1 failed request: 1 failed here too, 0 fitted"),
+        "{text}"
+    );
+    let out = headroom_alloc(&[
+        "replay",
+        path.to_str().unwrap(),
+        "--limit",
+        "8MiB",
+        "--json",
+    ]);
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["settings"]["limit"], 8 << 20);
+    assert_eq!(value["settings"]["limit_from"], "flag");
+    assert_eq!(value["settings"]["growth_from"], "trace");
+    assert_eq!(
+        (
+            value["ooms"].as_u64(),
+            value["recorded_ooms_fitted"].as_u64()
+        ),
+        (Some(0), Some(1))
+    );
+
+    let help = headroom_alloc(&["replay", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("default: the trace's") && !help.contains("embeds"),
+        "{help}"
+    );
+
+    let empty = write_temp("empty.jsonl", "");
+    let out = headroom_alloc(&["replay", empty.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("holds no allocation"), "{stderr}");
+    std::fs::remove_file(path).ok();
+    std::fs::remove_file(empty).ok();
 }

@@ -4,7 +4,10 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 
-use headroom_alloc::trace::{TraceOp, TraceWriter, TransformerTrace, read_trace, replay};
+use headroom_alloc::trace::{
+    TraceOp, TraceSettings, TraceWriter, TransformerTrace, find_limit, read_trace,
+    read_trace_with_settings, replay,
+};
 use headroom_alloc::{
     Allocator, AllocatorConfig, Error, Growth, OomCause, Tag, Verdict, VirtualMemory,
 };
@@ -82,6 +85,7 @@ fn execute(alloc: &mut Allocator, ops: &[TraceOp]) -> Seen {
                     seen.frees += 1;
                 }
             }
+            TraceOp::Oom { .. } => panic!("a generated trace records no failed request"),
         }
     }
     seen
@@ -123,6 +127,7 @@ fn a_streamed_trace_replays_to_the_same_allocations_frees_ooms_and_peaks() {
         match *op {
             TraceOp::Alloc { id, .. } => assert!(live_ids.insert(id), "id {id} reused"),
             TraceOp::Free { id } => assert!(live_ids.remove(&id), "id {id} is not live"),
+            TraceOp::Oom { .. } => {}
         }
     }
     let replayed = replay(&written, config, LIMIT).unwrap();
@@ -207,5 +212,74 @@ fn a_shared_allocator_streams_through_with() {
             },
             TraceOp::Free { id: 0 }
         ]
+    );
+}
+
+#[test]
+fn failed_requests_are_recorded_as_such_and_a_replay_under_the_recorded_settings_reproduces_them() {
+    let ops = TransformerTrace::default().generate();
+    let config = AllocatorConfig::default()
+        .with_limit_bytes(LIMIT)
+        .with_growth(Growth::Preallocate)
+        .with_max_internal_fragmentation(256);
+    let mut alloc = Allocator::new(VirtualMemory::new(LIMIT), config.clone()).unwrap();
+    let text = Shared::default();
+    alloc.stream_trace(Some(TraceWriter::new(text.clone())));
+    let seen = execute(&mut alloc, &ops);
+    alloc.stream_trace(None).unwrap().finish().unwrap();
+    let run = alloc.stats();
+    assert!(seen.ooms.len() > 10, "the limit must cause OOMs: {seen:?}");
+
+    let (settings, written) =
+        read_trace_with_settings(&text.0.lock().unwrap()[..]).expect("the trace reads back");
+    let settings = settings.expect("the trace gives the allocator's settings");
+    assert_eq!(
+        settings,
+        TraceSettings {
+            limit: LIMIT,
+            growth: Growth::Preallocate,
+            growth_step: 2 << 20,
+            max_internal_fragmentation: 256,
+            garbage_collection: true,
+        }
+    );
+    let failed: Vec<(u64, Tag)> = written
+        .iter()
+        .filter_map(|(_, op)| match *op {
+            TraceOp::Oom { size, tag } => Some((size, tag)),
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<(u64, Tag)> = seen.ooms.iter().map(|oom| (oom.0, oom.1)).collect();
+    assert_eq!(failed, expected, "each failed request is recorded as one");
+
+    // Under the recorded settings: the same OOMs and the same peaks.
+    let same = replay(&written, settings.allocator_config(), settings.limit).unwrap();
+    assert_eq!(
+        (same.ooms, same.recorded_ooms, same.recorded_ooms_fitted),
+        (seen.ooms.len() as u64, seen.ooms.len() as u64, 0)
+    );
+    assert!(same.oom_events.iter().all(|event| event.recorded));
+    assert_eq!(same.peak_in_use, run.peak_in_use);
+    assert_eq!(same.peak_reserved, run.peak_reserved);
+    assert_eq!(same.allocs, seen.allocs);
+
+    // Under a larger limit the failed requests fit, and nothing keeps them.
+    let roomy = replay(
+        &written,
+        config.clone().with_limit_bytes(4 * LIMIT),
+        4 * LIMIT,
+    )
+    .unwrap();
+    assert_eq!(roomy.ooms, 0);
+    assert_eq!(roomy.recorded_ooms_fitted, seen.ooms.len() as u64);
+    assert_eq!(roomy.final_stats.unwrap().in_use, run.in_use);
+
+    // What the program held fits under the limit it ran under.
+    let search = find_limit(&written, settings.allocator_config()).unwrap();
+    assert!(
+        search.limit <= LIMIT,
+        "{} above the run's limit {LIMIT}",
+        search.limit
     );
 }

@@ -39,6 +39,8 @@ impl CompactTrace {
                         compact.push(CompactOp::Free { slot });
                     }
                 }
+                // A request that failed when recorded held nothing.
+                TraceOp::Oom { .. } => {}
             }
         }
         Self {

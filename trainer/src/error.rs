@@ -145,6 +145,22 @@ pub enum Error {
         parameter: String,
     },
 
+    /// A resumed run has already done more steps than it was asked for: nothing was trained,
+    /// and nothing in its directory changed.
+    #[error(
+        "the run in {} has done {done} steps, more than the {steps} asked for: there is nothing \
+         to do, and nothing was changed (give more steps than {done} to train further)",
+        run_dir.display()
+    )]
+    NothingToDo {
+        /// The run's directory.
+        run_dir: PathBuf,
+        /// Steps its checkpoint has done.
+        done: u64,
+        /// Steps asked for.
+        steps: u64,
+    },
+
     /// A model, optimizer or checkpoint error, or an out-of-memory the trainer could not absorb.
     #[error(transparent)]
     Nn(#[from] headroom_nn::Error),

@@ -52,7 +52,22 @@ pub enum Start {
 /// The directory of a run that starts as `start`: `given`, or without one a new directory in
 /// [`RUNS`] (and, to resume, the newest one). True when it was made now: the caller removes it
 /// if the run fails to start, or points [`LATEST`] at it once it has started.
+///
+/// A run directory that is a file, and a file where [`LATEST`] should be, are errors, and
+/// nothing is made or changed.
 pub fn resolve(given: Option<&Path>, start: Start) -> Result<(PathBuf, bool)> {
+    let (dir, made) = resolve_unchecked(given, start)?;
+    if !made && std::fs::metadata(&dir).is_ok_and(|found| !found.is_dir()) {
+        return Err(Error::config(format!(
+            "run directory {}: it is a file, not a directory; give another --run-dir",
+            dir.display()
+        )));
+    }
+    Ok((dir, made))
+}
+
+/// [`resolve`] without its checks.
+fn resolve_unchecked(given: Option<&Path>, start: Start) -> Result<(PathBuf, bool)> {
     match (given, start) {
         (Some(dir), _) => Ok((dir.to_owned(), false)),
         (None, Start::Resume) => {
@@ -64,7 +79,24 @@ pub fn resolve(given: Option<&Path>, start: Start) -> Result<(PathBuf, bool)> {
             };
             Ok((dir, false))
         }
-        (None, _) => Ok((new_run_dir(Path::new(RUNS), SystemTime::now())?, true)),
+        (None, _) => {
+            latest_is_replaceable(Path::new(RUNS))?;
+            Ok((new_run_dir(Path::new(RUNS), SystemTime::now())?, true))
+        }
+    }
+}
+
+/// Checks that [`LATEST`] in `runs`, if there is one, is not a file of the user's that pointing
+/// it at a new run would replace (a directory there is left alone: see [`point_latest`]).
+fn latest_is_replaceable(runs: &Path) -> Result<()> {
+    let latest = runs.join(LATEST);
+    match std::fs::symlink_metadata(&latest) {
+        Ok(found) if found.is_file() => Err(Error::config(format!(
+            "{} is a file, where Headroom keeps a link to the newest run: move it away, or give \
+             --run-dir",
+            latest.display()
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -195,7 +227,7 @@ fn new_run_dir(runs: &Path, now: SystemTime) -> Result<PathBuf> {
 }
 
 /// Points [`LATEST`] beside `dir` at `dir` (on Unix, a symbolic link replaced atomically). A
-/// `latest` that is a real directory is left alone, with a warning.
+/// `latest` that is a real directory or a file is left alone, with a warning.
 pub fn point_latest(dir: &Path) {
     #[cfg(unix)]
     {
@@ -203,6 +235,14 @@ pub fn point_latest(dir: &Path) {
             return;
         };
         let latest = runs.join(LATEST);
+        if latest_is_replaceable(runs).is_err() {
+            tracing::warn!(
+                "{} is a file: it does not name the new run {}",
+                latest.display(),
+                dir.display()
+            );
+            return;
+        }
         let temporary = runs.join(format!(".{LATEST}-{}", std::process::id()));
         std::fs::remove_file(&temporary).ok();
         let linked = std::os::unix::fs::symlink(name, &temporary)

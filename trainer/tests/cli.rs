@@ -386,6 +386,63 @@ fn replay_takes_a_run_directory_and_replays_its_latest_trace() {
 }
 
 #[test]
+fn a_run_that_recovered_ooms_replays_under_its_own_settings_to_its_ooms_and_peak() {
+    let dir = TempDir::new("cli-replay-oom");
+    let (_, mut tight, _) = common::tight_limit(&dir, 2);
+    tight.memory.trace = true;
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, tight.to_toml()).unwrap();
+    let trained = headroom(&["train", "--quiet", "--config", file.to_str().unwrap()]);
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    let summary: headroom_trainer::Summary =
+        serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap();
+    assert!(summary.ooms_recovered > 0, "the run must recover an OOM");
+    let run_dir = dir.0.to_str().unwrap();
+    let replayed: serde_json::Value =
+        serde_json::from_str(&succeeds(&headroom(&["replay", run_dir, "--json"]))).unwrap();
+    assert_eq!(replayed["settings"]["limit"], summary.limit, "{replayed}");
+    assert_eq!(replayed["settings"]["limit_from"], "trace", "{replayed}");
+    assert_eq!(replayed["settings"]["max_internal_fragmentation"], 256);
+    assert_eq!(
+        replayed["ooms"], summary.ooms_recovered as u64,
+        "{replayed}"
+    );
+    assert_eq!(replayed["recorded_ooms"], summary.ooms_recovered as u64);
+    assert_eq!(replayed["peak_in_use"], summary.peak, "{replayed}");
+    assert_eq!(
+        replayed["peak_reserved"], summary.peak_reserved,
+        "{replayed}"
+    );
+    let human = succeeds(&headroom(&["replay", run_dir]));
+    assert!(human.contains("(the trace's)"), "{human}");
+    let search: serde_json::Value = serde_json::from_str(&succeeds(&headroom(&[
+        "replay",
+        run_dir,
+        "--find-limit",
+        "--json",
+    ])))
+    .unwrap();
+    let found = search["limit"].as_u64().unwrap();
+    assert!(
+        found <= summary.limit,
+        "{found} above the run's {}",
+        summary.limit
+    );
+    // The help speaks of what a user gives, and of the defaults as they now are.
+    let help = succeeds(&headroom(&["replay", "--help"]));
+    assert!(
+        help.contains("a run directory for its latest trace")
+            && help.contains("default: the trace's")
+            && !help.contains("embeds"),
+        "{help}"
+    );
+}
+
+#[test]
 fn a_recovered_oom_is_logged_with_its_verdict_request_and_largest_free_block() {
     let dir = TempDir::new("cli-oom-log");
     let (_, tight, _) = common::tight_limit(&dir, 2);

@@ -207,3 +207,130 @@ fn the_command_line_gives_each_run_its_own_directory_and_latest_names_the_newest
         4
     );
 }
+
+/// Every file in `dir` with its bytes, by name.
+fn files_in(dir: &std::path::Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().into_string().unwrap();
+            (name, std::fs::read(entry.path()).unwrap_or_default())
+        })
+        .collect()
+}
+
+#[test]
+fn a_refused_start_and_a_resume_to_fewer_steps_than_done_change_nothing() {
+    let dir = TempDir::new("refused-starts");
+    let mut config = small_config(&dir);
+    config.memory.trace = true;
+    config.steps = Some(4);
+    Trainer::new(config.clone()).unwrap().run(false).unwrap();
+    let before = files_in(&dir.0);
+    assert!(
+        before.contains_key("allocations-1.jsonl"),
+        "{:?}",
+        before.keys()
+    );
+    // A resume refused for a changed setting writes no allocation trace.
+    let mut changed = config.clone();
+    changed.seed = 9;
+    assert!(Trainer::resume(changed).is_err());
+    assert_eq!(files_in(&dir.0), before, "a refused resume changed files");
+    // An overwrite refused for a model that cannot fit neither.
+    let mut cramped = config.clone();
+    cramped.memory.limit = Some("16KiB".into());
+    assert!(Trainer::overwrite(cramped).is_err());
+    assert_eq!(
+        files_in(&dir.0),
+        before,
+        "a refused overwrite changed files"
+    );
+    // Fewer steps than done: nothing to do, and nothing changes.
+    let mut fewer = config.clone();
+    fewer.steps = Some(2);
+    match Trainer::resume(fewer) {
+        Err(headroom_trainer::Error::NothingToDo { done, steps, .. }) => {
+            assert_eq!((done, steps), (4, 2));
+        }
+        Err(other) => panic!("expected nothing to do, got {other}"),
+        Ok(_) => panic!("expected nothing to do, got a run"),
+    }
+    assert_eq!(
+        files_in(&dir.0),
+        before,
+        "a resume to fewer steps changed files"
+    );
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, config.to_toml()).unwrap();
+    let before = files_in(&dir.0);
+    let output = common::headroom(&[
+        "train",
+        "--quiet",
+        "--config",
+        file.to_str().unwrap(),
+        "--resume",
+        "--steps",
+        "2",
+    ]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        said.contains("has done 4 steps") && said.contains("nothing to do"),
+        "{said}"
+    );
+    assert_eq!(files_in(&dir.0), before);
+}
+
+#[test]
+fn a_file_named_as_the_run_directory_or_at_runs_latest_is_refused_and_kept() {
+    let cwd = TempDir::new("cli-run-dir-files");
+    let mut config = small_config(&cwd);
+    config.run_dir = None;
+    std::fs::write(cwd.0.join("run.toml"), config.to_toml()).unwrap();
+    let headroom = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .current_dir(&cwd.0)
+            .args(["train", "--quiet", "--config", "run.toml"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    std::fs::write(cwd.0.join("notes.txt"), "mine").unwrap();
+    for how in [&[][..], &["--resume"], &["--overwrite"]] {
+        let output = headroom(&[&["--run-dir", "notes.txt"], how].concat());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("notes.txt: it is a file, not a directory")
+                && !stderr.contains("os error"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(std::fs::read(cwd.0.join("notes.txt")).unwrap(), b"mine");
+    std::fs::create_dir(cwd.0.join("runs")).unwrap();
+    std::fs::write(cwd.0.join("runs/latest"), "mine too").unwrap();
+    for how in [&[][..], &["--resume"]] {
+        let output = headroom(how);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("latest") && stderr.contains("is a file"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(cwd.0.join("runs/latest")).unwrap(),
+        b"mine too"
+    );
+    assert_eq!(
+        std::fs::read_dir(cwd.0.join("runs")).unwrap().count(),
+        1,
+        "no run was made"
+    );
+}

@@ -272,6 +272,7 @@ mod tests {
                     assert!(live.insert(id), "id {id} allocated twice");
                 }
                 TraceOp::Free { id } => assert!(live.remove(&id), "id {id} freed while not live"),
+                TraceOp::Oom { .. } => panic!("a generated trace records no failed request"),
             }
         }
         assert!(live.is_empty(), "{} allocations leak", live.len());
@@ -287,7 +288,7 @@ mod tests {
             ops.iter()
                 .map(|op| match op {
                     TraceOp::Alloc { size, .. } => *size,
-                    TraceOp::Free { .. } => 0,
+                    TraceOp::Free { .. } | TraceOp::Oom { .. } => 0,
                 })
                 .sum()
         };
@@ -304,7 +305,7 @@ mod tests {
             .iter()
             .filter_map(|op| match op {
                 TraceOp::Alloc { size, .. } => Some(*size),
-                TraceOp::Free { .. } => None,
+                TraceOp::Free { .. } | TraceOp::Oom { .. } => None,
             })
             .collect();
         sizes.sort_unstable();

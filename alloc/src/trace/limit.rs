@@ -5,9 +5,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::replay::{ReplayReport, replay};
+use super::replay::{RecordedOoms, ReplayReport, replay_with};
 use super::{NumberedOp, TraceOp};
-use crate::config::AllocatorConfig;
+use crate::config::{AllocatorConfig, EXPANSION_STEP, Limit};
 use crate::error::{Error, Result};
 use crate::report::Verdict;
 use crate::size::{GRANULE, format_bytes, round_size};
@@ -52,12 +52,16 @@ pub struct LimitSearch {
 
 /// Finds the smallest limit, a multiple of the 256-byte granule, at which `ops` replay without
 /// any OOM under `config`'s growth policy, internal-fragmentation cap and garbage collection
-/// (its limit and history are ignored; each replay's capacity is the limit tried).
+/// (its history is ignored; each replay's capacity is the limit tried). The requests the trace
+/// records as failed ([`TraceOp::Oom`]) are passed over: the limit found is one at which every
+/// allocation the recorded program held succeeds.
 ///
 /// The search keeps a limit known to fail and one known to fit. The first is one granule below
 /// the packed peak (the most bytes live at once, each request rounded to the granule), which no
-/// allocator can beat. The second starts at the sum of every rounded request and doubles until a
-/// replay fits. Bisection then closes the gap to one granule, in about log2(limit / 256) replays.
+/// allocator can beat. The second is `config`'s limit when it is in bytes and the trace fits
+/// under it (so the answer is never larger), else the sum of every rounded request, doubled
+/// until a replay fits. Bisection then closes the gap to one granule, in about
+/// log2(limit / 256) replays.
 ///
 /// Whether a trace fits is not monotone in the limit for every policy: the limit caps the last
 /// region or growth step, so a smaller limit changes where a region ends and where chunks land,
@@ -83,18 +87,49 @@ pub struct LimitSearch {
 /// # Ok::<(), headroom_alloc::Error>(())
 /// ```
 pub fn find_limit<O: NumberedOp>(ops: &[O], config: AllocatorConfig) -> Result<LimitSearch> {
+    find_limit_with_growth_step(ops, config, EXPANSION_STEP)
+}
+
+/// [`find_limit`] over address spaces that grow a region in place in steps of `growth_step`
+/// bytes ([`replay_with_growth_step`](super::replay_with_growth_step)).
+pub fn find_limit_with_growth_step<O: NumberedOp>(
+    ops: &[O],
+    config: AllocatorConfig,
+    growth_step: u64,
+) -> Result<LimitSearch> {
     let config = config.with_history(0);
     let mut replays = 0;
     let mut replay_at = |limit: u64| {
         replays += 1;
-        replay(ops, config.clone().with_limit_bytes(limit), limit)
+        replay_with(
+            ops,
+            config.clone().with_limit_bytes(limit),
+            limit,
+            growth_step,
+            RecordedOoms::Skipped,
+        )
     };
     let (packed_peak, total) = packed_sizes(ops)?;
     // Nothing below the packed peak fits (and 0 is no limit at all).
     let mut fails = packed_peak.saturating_sub(GRANULE);
     let mut below_report: Option<ReplayReport> = None;
     let mut fits = total.max(packed_peak).max(GRANULE);
+    // A limit in bytes that the trace fits under (the one it was recorded under, say) bounds
+    // the answer from above.
+    let mut known_fit = None;
+    if let Limit::Bytes(bytes) = config.limit {
+        let known = bytes / GRANULE * GRANULE;
+        if known > fails && known < fits {
+            let report = replay_at(known)?;
+            if report.ooms == 0 {
+                (fits, known_fit) = (known, Some(report));
+            }
+        }
+    }
     let mut fit_report = loop {
+        if let Some(report) = known_fit.take() {
+            break report;
+        }
         let report = replay_at(fits)?;
         if report.ooms == 0 {
             break report;
@@ -159,6 +194,7 @@ fn packed_sizes<O: NumberedOp>(ops: &[O]) -> Result<(u64, u64)> {
                 total = total.saturating_add(rounded);
             }
             TraceOp::Free { id } => in_use -= live.remove(&id).unwrap_or(0),
+            TraceOp::Oom { .. } => {}
         }
     }
     Ok((peak, total.min(MAX_SEARCHED_LIMIT)))
@@ -231,7 +267,7 @@ mod tests {
     use super::*;
     use crate::config::Growth;
     use crate::tag::Tag;
-    use crate::trace::TransformerTrace;
+    use crate::trace::{TransformerTrace, replay};
 
     const KIB: u64 = 1 << 10;
     const MIB: u64 = 1 << 20;

@@ -5,10 +5,13 @@
 //! (`SplitMix64`) are test tooling, public with the `testing` feature only; the `cli` feature
 //! compiles them privately for its `generate` and `replay --builtin` commands.
 //!
-//! A trace is one operation per line:
+//! A trace is one operation per line, after a first line that may give the settings of the
+//! allocator it was recorded from ([`TraceSettings`]):
 //!
 //! ```text
+//! {"op":"allocator","limit":25165824,"growth":"on-demand","growth_step":4096,"max_internal_fragmentation":256,"garbage_collection":true}
 //! {"op":"alloc","id":7,"size":4096,"tag":"activations"}
+//! {"op":"oom","size":8388608,"tag":"activations"}
 //! {"op":"free","id":7}
 //! ```
 
@@ -18,14 +21,18 @@ mod limit;
 mod replay;
 #[cfg(any(feature = "cli", feature = "testing"))]
 mod rng;
+mod settings;
 mod writer;
 
 #[cfg(feature = "testing")]
 pub use generate::{LogNormalTrace, TransformerTrace};
-pub use limit::{FailureBelow, LimitSearch, MAX_SEARCHED_LIMIT, find_limit};
-pub use replay::{OomEvent, ReplayReport, replay};
+pub use limit::{
+    FailureBelow, LimitSearch, MAX_SEARCHED_LIMIT, find_limit, find_limit_with_growth_step,
+};
+pub use replay::{OomEvent, ReplayReport, replay, replay_with_growth_step};
 #[cfg(feature = "testing")]
 pub use rng::SplitMix64;
+pub use settings::{TraceSettings, growth_name};
 pub use writer::TraceWriter;
 
 use std::fs::File;
@@ -55,6 +62,15 @@ pub enum TraceOp {
     Free {
         /// The id given at allocation.
         id: u64,
+    },
+    /// A request of `size` bytes that failed with an out-of-memory when the trace was
+    /// recorded: it held no memory, and nothing frees it.
+    Oom {
+        /// Bytes requested.
+        size: u64,
+        /// What it was for (`other` when absent).
+        #[serde(default)]
+        tag: Tag,
     },
 }
 
@@ -87,7 +103,8 @@ impl NumberedOp for (usize, TraceOp) {
     }
 }
 
-/// Reads a JSON Lines trace; blank lines are skipped, and a bad line is an error naming it.
+/// Reads a JSON Lines trace; blank lines and the allocator's settings are skipped, and a bad
+/// line is an error naming it.
 pub fn read_trace(reader: impl BufRead) -> Result<Vec<TraceOp>> {
     Ok(read_trace_lines(reader)?
         .into_iter()
@@ -96,36 +113,60 @@ pub fn read_trace(reader: impl BufRead) -> Result<Vec<TraceOp>> {
 }
 
 /// Reads a JSON Lines trace, keeping the one-based line number of each operation, so that a
-/// replay names lines of the file (blank lines make them differ from operation indices).
+/// replay names lines of the file (blank lines make them differ from operation indices). The
+/// allocator's settings, if the trace gives them, are skipped ([`read_trace_with_settings`]).
 pub fn read_trace_lines(reader: impl BufRead) -> Result<Vec<(usize, TraceOp)>> {
+    Ok(read_trace_with_settings(reader)?.1)
+}
+
+/// A trace read with its one-based line numbers, and the settings of the allocator it was
+/// recorded from when its first line gives them.
+pub type NumberedTrace = (Option<TraceSettings>, Vec<(usize, TraceOp)>);
+
+/// Reads a JSON Lines trace as [`read_trace_lines`] does, and the settings of the allocator it
+/// was recorded from, which only its first line may give.
+pub fn read_trace_with_settings(reader: impl BufRead) -> Result<NumberedTrace> {
     let mut ops = Vec::new();
+    let mut settings = None;
     for (index, line) in reader.lines().enumerate() {
         let line_number = index + 1;
-        let line = line.map_err(|err| Error::Trace {
+        let bad = |message: String| Error::Trace {
             path: None,
             line: line_number,
-            message: format!("cannot read: {err}"),
-        })?;
+            message,
+        };
+        let line = line.map_err(|err| bad(format!("cannot read: {err}")))?;
         if line.trim().is_empty() {
             continue;
         }
-        let op = serde_json::from_str(&line).map_err(|err| Error::Trace {
-            path: None,
-            line: line_number,
-            message: format!("{err} in {line:?}"),
-        })?;
-        ops.push((line_number, op));
+        match serde_json::from_str(&line) {
+            Ok(op) => ops.push((line_number, op)),
+            Err(err) => match serde_json::from_str::<TraceSettings>(&line) {
+                Ok(_) if !ops.is_empty() || settings.is_some() => {
+                    return Err(bad(
+                        "the allocator's settings may only be given on the first line".into(),
+                    ));
+                }
+                Ok(given) => settings = Some(given),
+                Err(_) => return Err(bad(format!("{err} in {line:?}"))),
+            },
+        }
     }
-    Ok(ops)
+    Ok((settings, ops))
 }
 
 /// Reads the trace file at `path` with [`read_trace_lines`]; its errors name the file.
 pub fn read_trace_file(path: &Path) -> Result<Vec<(usize, TraceOp)>> {
+    Ok(read_trace_file_with_settings(path)?.1)
+}
+
+/// Reads the trace file at `path` with [`read_trace_with_settings`]; its errors name the file.
+pub fn read_trace_file_with_settings(path: &Path) -> Result<NumberedTrace> {
     let file = File::open(path).map_err(|source| Error::Io {
         path: path.display().to_string(),
         source,
     })?;
-    read_trace_lines(BufReader::new(file)).map_err(|err| err.in_trace_file(path))
+    read_trace_with_settings(BufReader::new(file)).map_err(|err| err.in_trace_file(path))
 }
 
 /// Writes a trace as JSON Lines.

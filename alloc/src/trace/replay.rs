@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{NumberedOp, TraceOp};
 use crate::allocator::Allocator;
-use crate::config::AllocatorConfig;
+use crate::config::{AllocatorConfig, EXPANSION_STEP};
 use crate::error::{Error, Result};
 use crate::report::{OomReport, Verdict};
 use crate::size::format_bytes;
@@ -30,6 +30,9 @@ pub struct OomEvent {
     pub tag: Tag,
     /// Fragmentation or capacity.
     pub verdict: Verdict,
+    /// True for a request the trace records as failed: the replay failed where the recorded
+    /// program did.
+    pub recorded: bool,
 }
 
 /// What a replay measured. Serializes to exactly the documented JSON keys.
@@ -41,8 +44,14 @@ pub struct ReplayReport {
     pub allocs: u64,
     /// Frees performed (frees of failed allocations are skipped).
     pub frees: u64,
-    /// Failed allocations.
+    /// Failed allocations, the recorded failed requests that failed again among them.
     pub ooms: u64,
+    /// Requests the trace records as failed (`oom` lines): a replay under the settings the
+    /// trace was recorded with fails each of them again.
+    pub recorded_ooms: u64,
+    /// Recorded failed requests that fitted in this replay; each was freed at once, as the
+    /// recorded program never held it (the peaks count it while it lived).
+    pub recorded_ooms_fitted: u64,
     /// Highest bytes in use.
     pub peak_in_use: u64,
     /// Highest bytes reserved.
@@ -69,10 +78,12 @@ pub struct ReplayReport {
 
 /// Replays `ops` on a fresh allocator over a virtual address space of `capacity` bytes.
 ///
-/// A failed allocation is counted and skipped, and so is its later free. A trace that frees an
-/// id it never allocated, or reuses a live id, is an error naming the operation by its number:
-/// its line, for operations read with [`read_trace_lines`](super::read_trace_lines), else its
-/// one-based index.
+/// A failed allocation is counted and skipped, and so is its later free. A request the trace
+/// records as failed ([`TraceOp::Oom`]) is tried: where it fails again it is an OOM, where it
+/// fits it is freed at once (the recorded program never held it), and both are counted apart.
+/// A trace that frees an id it never allocated, or reuses a live id, is an error naming the
+/// operation by its number: its line, for operations read with
+/// [`read_trace_lines`](super::read_trace_lines), else its one-based index.
 ///
 /// ```
 /// use headroom_alloc::{AllocatorConfig, Tag, trace::{TraceOp, replay}};
@@ -92,7 +103,40 @@ pub fn replay<O: NumberedOp>(
     config: AllocatorConfig,
     capacity: u64,
 ) -> Result<ReplayReport> {
-    let mut allocator = Allocator::new(VirtualMemory::new(capacity), config)?;
+    replay_with_growth_step(ops, config, capacity, EXPANSION_STEP)
+}
+
+/// [`replay`] over an address space that grows a region in place in steps of `growth_step`
+/// bytes, as the source the trace was recorded from did ([`TraceSettings`](super::TraceSettings)
+/// gives it): the default, 2 MiB, is CUDA's page; a host page is 4 KiB.
+pub fn replay_with_growth_step<O: NumberedOp>(
+    ops: &[O],
+    config: AllocatorConfig,
+    capacity: u64,
+    growth_step: u64,
+) -> Result<ReplayReport> {
+    replay_with(ops, config, capacity, growth_step, RecordedOoms::Tried)
+}
+
+/// What a replay does with the requests a trace records as failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecordedOoms {
+    /// Each is tried, and freed at once where it fits.
+    Tried,
+    /// They are passed over: the replay asks only whether what the program held fits.
+    Skipped,
+}
+
+/// [`replay_with_growth_step`], with the recorded failed requests tried or passed over.
+pub(crate) fn replay_with<O: NumberedOp>(
+    ops: &[O],
+    config: AllocatorConfig,
+    capacity: u64,
+    growth_step: u64,
+    recorded_ooms: RecordedOoms,
+) -> Result<ReplayReport> {
+    let space = VirtualMemory::new(capacity).with_growth_step(growth_step);
+    let mut allocator = Allocator::new(space, config)?;
     let mut live: HashMap<u64, u64> = HashMap::new();
     let mut failed: HashSet<u64> = HashSet::new();
     let mut report = ReplayReport {
@@ -100,6 +144,8 @@ pub fn replay<O: NumberedOp>(
         allocs: 0,
         frees: 0,
         ooms: 0,
+        recorded_ooms: 0,
+        recorded_ooms_fitted: 0,
         peak_in_use: 0,
         peak_reserved: 0,
         first_oom_op: None,
@@ -130,20 +176,23 @@ pub fn replay<O: NumberedOp>(
                     }
                     Err(Error::OutOfMemory(oom)) => {
                         failed.insert(id);
-                        report.ooms += 1;
-                        report.oom_events.push(OomEvent {
-                            op: op_number,
-                            requested: size,
-                            tag,
-                            verdict: oom.verdict,
-                        });
-                        if report.first_oom_op.is_none() {
-                            report.first_oom_op = Some(op_number);
-                            report.first_oom_verdict = Some(oom.verdict);
-                            report.fragmentation_at_first_oom = Some(oom.fragmentation);
-                            report.largest_free_at_first_oom = Some(oom.largest_free);
-                            report.first_oom_report = Some(oom);
-                        }
+                        report.count_oom(op_number, size, tag, oom, false);
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            TraceOp::Oom { size, tag } => {
+                if recorded_ooms == RecordedOoms::Skipped {
+                    continue;
+                }
+                report.recorded_ooms += 1;
+                match allocator.allocate(size, tag) {
+                    Ok(allocation) => {
+                        allocator.free(allocation.addr)?;
+                        report.recorded_ooms_fitted += 1;
+                    }
+                    Err(Error::OutOfMemory(oom)) => {
+                        report.count_oom(op_number, size, tag, oom, true);
                     }
                     Err(other) => return Err(other),
                 }
@@ -165,6 +214,28 @@ pub fn replay<O: NumberedOp>(
     Ok(report)
 }
 
+impl ReplayReport {
+    /// Counts an OOM of operation `op`, a request of `size` bytes for `tag` (`recorded` when the
+    /// trace records it as failed), keeping the report of the first.
+    fn count_oom(&mut self, op: usize, size: u64, tag: Tag, oom: Box<OomReport>, recorded: bool) {
+        self.ooms += 1;
+        self.oom_events.push(OomEvent {
+            op,
+            requested: size,
+            tag,
+            verdict: oom.verdict,
+            recorded,
+        });
+        if self.first_oom_op.is_none() {
+            self.first_oom_op = Some(op);
+            self.first_oom_verdict = Some(oom.verdict);
+            self.fragmentation_at_first_oom = Some(oom.fragmentation);
+            self.largest_free_at_first_oom = Some(oom.largest_free);
+            self.first_oom_report = Some(oom);
+        }
+    }
+}
+
 impl fmt::Display for ReplayReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -172,6 +243,17 @@ impl fmt::Display for ReplayReport {
             "replayed {} ops: {} allocs, {} frees, {} OOMs",
             self.ops, self.allocs, self.frees, self.ooms
         )?;
+        if self.recorded_ooms > 0 {
+            writeln!(
+                f,
+                "the trace records {} failed request{}: {} failed here too, {} fitted (each freed \
+                 at once)",
+                self.recorded_ooms,
+                if self.recorded_ooms == 1 { "" } else { "s" },
+                self.recorded_ooms - self.recorded_ooms_fitted,
+                self.recorded_ooms_fitted
+            )?;
+        }
         writeln!(
             f,
             "peak in use {} | peak reserved {}",
@@ -207,11 +289,12 @@ impl fmt::Display for ReplayReport {
         for event in self.oom_events.iter().take(OOMS_LISTED) {
             writeln!(
                 f,
-                "  op {:>8}: {:>12} for {:<16} {} OOM",
+                "  op {:>8}: {:>12} for {:<16} {} OOM{}",
                 event.op,
                 format_bytes(event.requested),
                 event.tag.name(),
-                event.verdict
+                event.verdict,
+                if event.recorded { " (as recorded)" } else { "" }
             )?;
         }
         if self.oom_events.len() > OOMS_LISTED {
@@ -254,7 +337,7 @@ mod tests {
             .keys()
             .map(String::as_str)
             .collect();
-        assert_eq!(keys.len(), 10, "{keys:?}");
+        assert_eq!(keys.len(), 12, "{keys:?}");
     }
 
     #[test]

@@ -6,23 +6,23 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+use super::TraceSettings;
 use crate::error::{Error, Result};
 use crate::tag::Tag;
 
 /// Writes an allocator's operations as a JSON Lines trace that [`read_trace`](super::read_trace)
 /// reads back and [`replay`](super::replay) replays, while the program runs.
 ///
-/// Switched on by [`Allocator::stream_trace`](crate::Allocator::stream_trace), it writes
-/// `{"op":"alloc","id":N,"size":S,"tag":"T"}` for every successful `allocate` and
-/// `try_allocate`, and for every `allocate` that fails with a real out-of-memory (under the same
-/// limit its replay fails too; nothing frees it, and a replay skips frees of failed ids anyway),
-/// and `{"op":"free","id":N}` for every successful free of an allocation it wrote. Ids count
-/// from 0 and are never reused. Not written: an OOM injected with
-/// [`inject_oom`](crate::Allocator::inject_oom) (a replay could not fail there, and would keep
-/// an allocation the program never had), a `try_allocate` that returns `None`, an allocation
-/// that fails for a source fault, allocations made before streaming started and their frees,
-/// and calls that change no allocation (`release_cached`, `reset_peak`), so a replay can differ
-/// from the run in reserved memory.
+/// Switched on by [`Allocator::stream_trace`](crate::Allocator::stream_trace), it first writes
+/// the allocator's settings ([`TraceSettings`]), then `{"op":"alloc","id":N,"size":S,"tag":"T"}`
+/// for every successful `allocate` and `try_allocate`, `{"op":"oom","size":S,"tag":"T"}` for
+/// every `allocate` that fails with a real out-of-memory (a replay under the same settings fails
+/// there too), and `{"op":"free","id":N}` for every successful free of an allocation it wrote.
+/// Ids count from 0 and are never reused. Not written: an OOM injected with
+/// [`inject_oom`](crate::Allocator::inject_oom) (a replay could not fail there), a
+/// `try_allocate` that returns `None`, an allocation that fails for a source fault, allocations
+/// made before streaming started and their frees, and calls that change no allocation
+/// (`release_cached`, `reset_peak`), so a replay can differ from the run in reserved memory.
 ///
 /// Costs, per operation while on: one hash-map update (address to id) and one formatted line of
 /// about 20 to 80 bytes into an 8 KiB buffer. The map holds one entry per live allocation written.
@@ -39,7 +39,7 @@ pub struct TraceWriter {
     next_id: u64,
     /// The id of every live allocation written, by address.
     live: HashMap<u64, u64>,
-    /// Operations written, counting the one that failed.
+    /// Operations written, the failed requests among them (not the settings).
     written: u64,
     /// The first write error; nothing is written after it.
     error: Option<io::Error>,
@@ -92,13 +92,32 @@ impl TraceWriter {
         self.error.as_ref()
     }
 
-    /// Writes an allocation of `size` bytes under `tag` that got `addr`, or failed (`None`).
+    /// Writes the settings of the allocator the trace is streamed from, as its first line.
+    pub(crate) fn settings(&mut self, settings: &TraceSettings) {
+        if self.error.is_some() {
+            return;
+        }
+        let written = serde_json::to_writer(&mut self.out, settings)
+            .map_err(io::Error::from)
+            .and_then(|()| self.out.write_all(b"\n"));
+        if let Err(err) = written {
+            self.error = Some(err);
+        }
+    }
+
+    /// Writes an allocation of `size` bytes under `tag` that got `addr`, or a request that
+    /// failed with an out-of-memory (`None`).
     pub(crate) fn alloc(&mut self, addr: Option<u64>, size: u64, tag: Tag) {
+        let Some(addr) = addr else {
+            return self.write(|out| {
+                write!(out, "{{\"op\":\"oom\",\"size\":{size},\"tag\":")?;
+                serde_json::to_writer(&mut *out, tag.name())?;
+                out.write_all(b"}\n")
+            });
+        };
         let id = self.next_id;
         self.next_id += 1;
-        if let Some(addr) = addr {
-            self.live.insert(addr, id);
-        }
+        self.live.insert(addr, id);
         self.write(|out| {
             write!(
                 out,

@@ -42,7 +42,8 @@ impl Trainer {
 
     /// The run of `config` continued from the checkpoint in its run directory (without one,
     /// the newest run in `runs/`). The checkpoint's run must have had the same seed, model,
-    /// data, optimizer and precision; what may change is logged.
+    /// data, optimizer and precision; what may change is logged. Asked for fewer steps than the
+    /// checkpoint has done, it is [`Error::NothingToDo`] and changes nothing.
     pub fn resume(config: TrainConfig) -> Result<Self> {
         Self::start(config, Start::Resume, None)
     }
@@ -177,14 +178,27 @@ impl Trainer {
             true => Some(Control::new(&device)?),
             false => None,
         };
-        let trace = match launch.writes() {
-            true => stream_allocations(&config, &run_dir, &device)?,
-            false => None,
+        // Removed again, with everything it holds, unless the run starts.
+        let trace = StartTrace {
+            path: match launch.writes() {
+                true => stream_allocations(&config, &run_dir, &device)?,
+                false => None,
+            },
+            device: &device,
         };
         let saved = match start {
             Start::Resume => Some(resumable(&mut config, &run_dir, &device, &task)?),
             _ => None,
         };
+        if let Some(saved) = &saved
+            && saved.state.step > total_steps
+        {
+            return Err(Error::NothingToDo {
+                run_dir,
+                done: saved.state.step,
+                steps: total_steps,
+            });
+        }
         let plan = match (config.batch.micro, &saved) {
             (None, None) => {
                 let target = device.plan_target();
@@ -228,7 +242,7 @@ impl Trainer {
             |p| p.step_limit,
         );
         if start != Start::Resume && launch.writes() {
-            run_dir::clear_earlier_run(&run_dir, trace.as_deref())?;
+            run_dir::clear_earlier_run(&run_dir, trace.path.as_deref())?;
         }
         let batch = launch.shard_size(config.batch.size);
         let mut state = match saved {
@@ -255,6 +269,7 @@ impl Trainer {
             state.micro.set_max(batch);
         }
         state.totals.processes += 1;
+        let trace = trace.keep();
         let pool = rayon::ThreadPoolBuilder::new()
             .thread_name(|i| format!("headroom-{i}"))
             .build()
@@ -284,6 +299,38 @@ impl Trainer {
             total_steps,
             plan,
         })
+    }
+}
+
+/// The allocation trace of a start that has not yet been accepted: unless
+/// [`keep`](StartTrace::keep) is called, dropping it stops the streaming and removes the file,
+/// so that a refused start leaves no trace behind.
+struct StartTrace<'a> {
+    /// The trace file, if the run streams one.
+    path: Option<PathBuf>,
+    /// The device whose allocator streams to it.
+    device: &'a Device,
+}
+
+impl StartTrace<'_> {
+    /// The run has started: its trace stays.
+    fn keep(mut self) -> Option<PathBuf> {
+        self.path.take()
+    }
+}
+
+impl Drop for StartTrace<'_> {
+    fn drop(&mut self) {
+        let Some(path) = self.path.take() else {
+            return;
+        };
+        if let Some(writer) = self.device.allocator().with(|a| a.stream_trace(None)) {
+            // The file goes: what it could not write no longer matters.
+            drop(writer.finish());
+        }
+        if let Err(err) = std::fs::remove_file(&path) {
+            tracing::warn!("{}: cannot remove it ({err})", path.display());
+        }
     }
 }
 

@@ -43,7 +43,12 @@ enum Command {
     /// tables, without training.
     Plan(PlanArgs),
     /// Replay an allocation trace through the allocator: a trace file, a run directory (its
-    /// latest trace), or a built-in trace.
+    /// latest trace), or a built-in trace. A run's trace replays under the run's allocator
+    /// settings unless a flag changes one.
+    #[command(mut_arg("trace", |arg| arg.help(
+        "The trace file, or a run directory for its latest trace (allocations-<n>.jsonl); \
+         without it, the built-in trace given by --builtin"
+    )))]
     Replay(ReplayArgs),
     /// Train a tokenizer on text files.
     #[command(subcommand)]
@@ -157,7 +162,11 @@ fn train(args: &TrainArgs) -> Result<()> {
         (false, true) => Start::Overwrite,
         (false, false) => Start::New,
     };
-    let mut trainer = Trainer::start(config, start, None)?;
+    let mut trainer = match Trainer::start(config, start, None) {
+        // A resume to fewer steps than done: said, and no failure.
+        Err(err @ Error::NothingToDo { .. }) => return say(err),
+        started => started?,
+    };
     let launch = trainer.launch();
     if !launch.writes() {
         // Rank 0 of a data-parallel run speaks and writes for every rank.
