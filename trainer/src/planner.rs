@@ -24,7 +24,7 @@ use crate::head_chunk;
 use crate::memory::{Budget, UNLIMITED};
 use crate::plan::{ChunkProbe, Plan, Probe};
 use crate::policy::{self, Candidate, PolicyKind, PolicyPlan};
-use crate::probe::{Probed, Prober};
+use crate::probe::{FirstSamples, Probed, Prober};
 use crate::tag_bytes::TagBytes;
 use crate::trainable::{BuiltinModel, Knobs, ModelFactory, ModelSettings};
 
@@ -40,6 +40,8 @@ struct Ground<'a> {
     budget: &'a Budget,
     target: PlanTarget,
     rates: Rates,
+    /// The task's first samples, gathered once for every probe.
+    samples: FirstSamples,
 }
 
 impl Ground<'_> {
@@ -54,6 +56,7 @@ impl Ground<'_> {
             self.target,
             self.rates,
         )
+        .sharing(&self.samples)
     }
 }
 
@@ -109,6 +112,7 @@ pub fn plan_with(
         budget,
         target: plan_target,
         rates: crate::rates::rates(config.memory.rates, plan_target)?,
+        samples: FirstSamples::default(),
     };
     let mut config = config.clone();
     if let Some((vocab, _)) = chunking {
@@ -145,6 +149,8 @@ pub fn plan_with(
 fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPlan, Plan)> {
     let mut candidates = Vec::new();
     let mut plans = Vec::new();
+    // Why the last candidate planned did not fit, when its planning said.
+    let mut last_failure = None;
     for (tier, policies) in policy::tiers(config, ground.knobs).into_iter().enumerate() {
         let first = candidates.len();
         for policy in policies {
@@ -158,8 +164,14 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
                 plan_micro_batch(&candidate, ground).map(Some)
             };
             let planned = match planned {
-                Ok(planned) => planned,
-                Err(Error::DoesNotFit { .. } | Error::Config { .. }) => None,
+                Ok(planned) => {
+                    last_failure = None;
+                    planned
+                }
+                Err(err @ (Error::DoesNotFit { .. } | Error::Config { .. })) => {
+                    last_failure = Some(err);
+                    None
+                }
                 Err(err) => return Err(err),
             };
             candidates.push(Candidate {
@@ -213,7 +225,11 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
     };
     let mut lightest = config.clone();
     policy.apply(&mut lightest);
-    let why = match one_sample_does_not_fit(&lightest, ground)? {
+    let failure = match last_failure {
+        Some(err) => Some(err),
+        None => one_sample_does_not_fit(&lightest, ground)?,
+    };
+    let why = match failure {
         Some(err) => err,
         None => match plan_micro_batch(&lightest, ground) {
             Err(err) => err,
@@ -344,12 +360,16 @@ fn plan_micro_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Plan> {
     Ok(answer(&prober, micro, budget, shrunk, true))
 }
 
-/// The largest size in `1..=max` whose step fits `step_limit`, by bisection (0 if none does).
+/// The largest size in `1..=max` whose step fits `step_limit`, by bisection (0 if none does,
+/// known from the size of one before any bisection).
 fn largest_fitting(prober: &mut Prober, max: usize, step_limit: u64) -> Result<usize> {
     if prober.fits(max, step_limit)? {
         return Ok(max);
     }
-    let (mut fits, mut fails) = (0, max);
+    if !prober.fits(1, step_limit)? {
+        return Ok(0);
+    }
+    let (mut fits, mut fails) = (1, max);
     while fails - fits > 1 {
         let mid = (fits + fails) / 2;
         if prober.fits(mid, step_limit)? {

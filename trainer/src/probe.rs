@@ -6,7 +6,7 @@
 //! micro-batches whatever the batch.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use headroom_alloc::OomReport;
 use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
@@ -62,6 +62,31 @@ pub struct Prober {
     breakdowns: Vec<Breakdown>,
     /// `seen`'s index of each size.
     index: BTreeMap<usize, usize>,
+    /// The task's first samples, as probes run them.
+    samples: FirstSamples,
+}
+
+/// The first samples of a task, collected once and shared by the probers of one plan: a
+/// probe of a large batch would otherwise spend most of its time gathering them again.
+#[derive(Debug, Clone, Default)]
+pub struct FirstSamples(Arc<Mutex<Option<HostBatch>>>);
+
+impl FirstSamples {
+    /// The first `count` samples of `task`'s training data.
+    fn of(&self, task: &Task, count: usize) -> Result<HostBatch> {
+        // A poisoned lock only means another probe panicked; what it holds is still whole.
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(batch) = held.as_ref().filter(|b| b.len() >= count) {
+            return Ok(batch.slice(0, count));
+        }
+        let indices: Vec<usize> = (0..count).collect();
+        let batch = HostBatch::collect(&*task.train, &indices)?;
+        *held = Some(batch.clone());
+        Ok(batch)
+    }
 }
 
 impl Prober {
@@ -85,7 +110,15 @@ impl Prober {
             seen: Vec::new(),
             breakdowns: Vec::new(),
             index: BTreeMap::new(),
+            samples: FirstSamples::default(),
         }
+    }
+
+    /// The same probes, taking their samples from `samples`, which other probers of the same
+    /// task share.
+    pub fn sharing(mut self, samples: &FirstSamples) -> Self {
+        self.samples = samples.clone();
+        self
     }
 
     /// The outcome of a step in micro-batches of `micro` (probed once, then remembered).
@@ -149,10 +182,10 @@ impl Prober {
     /// One step with micro-batches of `micro` on a fresh meta device of `budget`. A step of
     /// many micro-batches is probed by its first two and its last (see [`Shortened`]).
     fn run(&self, micro: usize, budget: &Budget) -> Result<(Probed, Breakdown)> {
-        let config = &self.config;
-        let indices: Vec<usize> = (0..config.batch.size.min(self.task.train.len())).collect();
-        let batch = HostBatch::collect(&*self.task.train, &indices)?;
-        let shortened = Shortened::of(batch.len(), micro.max(1));
+        let samples = self.config.batch.size.min(self.task.train.len());
+        let shortened = Shortened::of(samples, micro.max(1));
+        // Only the samples the probe runs.
+        let batch = self.samples.of(&self.task, shortened.sizes.iter().sum())?;
         let run = |sizes: &[usize]| {
             let samples = sizes.iter().sum();
             self.step(&batch.slice(0, samples), sizes, budget)

@@ -118,7 +118,15 @@ fn largest_one_micro_batch(
         let Some(one) = one_micro_batch_peak(&candidate, ground, 1, step_limit)? else {
             continue;
         };
+        // Doubling from one sample until a batch does not fit, then bisecting: a few probes
+        // when little fits, which is when this is asked.
         let (mut fits, mut peak, mut fails) = (1, one, batch + 1);
+        while fits * 2 < fails {
+            match one_micro_batch_peak(&candidate, ground, fits * 2, step_limit)? {
+                Some(at) => (fits, peak) = (fits * 2, at),
+                None => fails = fits * 2,
+            }
+        }
         while fails - fits > 1 {
             let mid = fits + (fails - fits) / 2;
             match one_micro_batch_peak(&candidate, ground, mid, step_limit)? {
