@@ -6,7 +6,9 @@
 //! The margin leaves room for what the allocator does not see (a GPU's context, another
 //! process). When the default margin is all that stands between the limit and one sample's
 //! step, the planner halves it (down to none) until that step fits, and says so; a margin the
-//! user set is never shrunk, and the error then names it as what does not fit.
+//! user set is never shrunk, and the error then names it as what does not fit. When no
+//! candidate of the policy fits, the error also says what kept the optimizer step in the
+//! backward pass out and what would fit without it (`planner/kept_out.rs`).
 
 use headroom_alloc::format_bytes;
 use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
@@ -22,9 +24,11 @@ use crate::head_chunk;
 use crate::memory::{Budget, UNLIMITED};
 use crate::plan::{ChunkProbe, Plan, Probe};
 use crate::policy::{self, Candidate, PolicyKind, PolicyPlan};
-use crate::probe::{Probed, Prober};
+use crate::probe::{FirstSamples, Probed, Prober};
 use crate::tag_bytes::TagBytes;
 use crate::trainable::{BuiltinModel, Knobs, ModelFactory, ModelSettings};
+
+mod kept_out;
 
 /// What every probe of one plan shares: the task, the budget, the device planned for, and the
 /// rates its steps are priced at (resolved once).
@@ -36,6 +40,8 @@ struct Ground<'a> {
     budget: &'a Budget,
     target: PlanTarget,
     rates: Rates,
+    /// The task's first samples, gathered once for every probe.
+    samples: FirstSamples,
 }
 
 impl Ground<'_> {
@@ -50,6 +56,7 @@ impl Ground<'_> {
             self.target,
             self.rates,
         )
+        .sharing(&self.samples)
     }
 }
 
@@ -105,6 +112,7 @@ pub fn plan_with(
         budget,
         target: plan_target,
         rates: crate::rates::rates(config.memory.rates, plan_target)?,
+        samples: FirstSamples::default(),
     };
     let mut config = config.clone();
     if let Some((vocab, _)) = chunking {
@@ -141,6 +149,8 @@ pub fn plan_with(
 fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPlan, Plan)> {
     let mut candidates = Vec::new();
     let mut plans = Vec::new();
+    // Why the last candidate planned did not fit, when its planning said.
+    let mut last_failure = None;
     for (tier, policies) in policy::tiers(config, ground.knobs).into_iter().enumerate() {
         let first = candidates.len();
         for policy in policies {
@@ -154,8 +164,14 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
                 plan_micro_batch(&candidate, ground).map(Some)
             };
             let planned = match planned {
-                Ok(planned) => planned,
-                Err(Error::DoesNotFit { .. } | Error::Config { .. }) => None,
+                Ok(planned) => {
+                    last_failure = None;
+                    planned
+                }
+                Err(err @ (Error::DoesNotFit { .. } | Error::Config { .. })) => {
+                    last_failure = Some(err);
+                    None
+                }
                 Err(err) => return Err(err),
             };
             candidates.push(Candidate {
@@ -203,17 +219,60 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
         ));
     }
     // Nothing fits: the lightest candidate's own planning says why (what the training state
-    // needs, and the cures), as a plan without the policy would.
+    // needs, and the cures), as a plan without the policy would; then what kept the update in
+    // the backward pass out, and what fits without it.
     let Some(policy) = candidates.last().map(|c| c.policy) else {
         return Err(Error::config("memory.policy: no candidate to plan"));
     };
     let mut lightest = config.clone();
     policy.apply(&mut lightest);
-    plan_micro_batch(&lightest, ground)?;
-    Err(Error::config(format!(
-        "memory.policy: {} fits one sample alone but not a step of the batch",
-        policy.describe()
-    )))
+    let failure = match last_failure {
+        Some(err) => Some(err),
+        None => one_sample_does_not_fit(&lightest, ground)?,
+    };
+    let why = match failure {
+        Some(err) => err,
+        None => match plan_micro_batch(&lightest, ground) {
+            Err(err) => err,
+            Ok(_) => Error::config(format!(
+                "memory.policy: {} fits one sample alone but not a step of the batch",
+                policy.describe()
+            )),
+        },
+    };
+    Err(match kept_out::kept_out(config, ground)? {
+        Some(note) => with_note(why, &note),
+        None => why,
+    })
+}
+
+/// The error of a step of one sample alone that runs out of memory, explained; none when that
+/// step fits the limit (one probe of one micro-batch, where [`plan_micro_batch`]'s bisection
+/// would run the whole batch in micro-batches of one to learn the same).
+fn one_sample_does_not_fit(config: &TrainConfig, ground: &Ground<'_>) -> Result<Option<Error>> {
+    let mut alone = config.clone();
+    alone.batch.size = 1;
+    let mut prober = ground.prober(&alone);
+    let Probed::OutOfMemory(report) = prober.probe(1)?.clone() else {
+        return Ok(None);
+    };
+    let diagnosis = prober.explain(&report, Failure::OneSample)?;
+    Ok(Some(Error::DoesNotFit { diagnosis, report }))
+}
+
+/// `err` (nothing fits) with `note` added to what it tells the user.
+fn with_note(err: Error, note: &str) -> Error {
+    match err {
+        Error::DoesNotFit { diagnosis, report } => Error::DoesNotFit {
+            diagnosis: format!("{diagnosis}\nnote: {note}"),
+            report,
+        },
+        Error::Config { mut problems } => {
+            problems.push(format!("note: {note}"));
+            Error::Config { problems }
+        }
+        other => other,
+    }
 }
 
 /// True when a step of one sample alone, which peaks no higher than any step in micro-batches
@@ -310,12 +369,16 @@ fn plan_micro_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Plan> {
     Ok(answer(&prober, micro, budget, shrunk, true))
 }
 
-/// The largest size in `1..=max` whose step fits `step_limit`, by bisection (0 if none does).
+/// The largest size in `1..=max` whose step fits `step_limit`, by bisection (0 if none does,
+/// known from the size of one before any bisection).
 fn largest_fitting(prober: &mut Prober, max: usize, step_limit: u64) -> Result<usize> {
     if prober.fits(max, step_limit)? {
         return Ok(max);
     }
-    let (mut fits, mut fails) = (0, max);
+    if !prober.fits(1, step_limit)? {
+        return Ok(0);
+    }
+    let (mut fits, mut fails) = (1, max);
     while fails - fits > 1 {
         let mid = (fits + fails) / 2;
         if prober.fits(mid, step_limit)? {

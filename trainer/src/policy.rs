@@ -9,7 +9,10 @@
 //! - Each candidate is planned on the meta device: the largest micro-batch whose step fits, and
 //!   the predicted time of a whole step at that size (its kernels' work at the device's rates,
 //!   [`headroom_kernels::PlanTarget::rates`]). The optimizer step in the backward pass saves memory only
-//!   when a step is one micro-batch, so its candidates are planned at the whole batch alone.
+//!   when a step is one micro-batch (a step of several holds every gradient until its last
+//!   micro-batch), so its candidates are planned at the whole batch alone. When no candidate
+//!   fits, the planner's error names the settings that kept that step out (clipping, f16 loss
+//!   scaling, a batch too large for one micro-batch) and the largest batch that fits with it.
 //! - The chosen candidate is the fastest that fits; of those within [`TIE`] of the fastest, the
 //!   first in the order none, cheap, blocks, each without and then with the step in the
 //!   backward pass: a technique must earn its place by time, since each has a cost the rates

@@ -1,10 +1,12 @@
 //! Probes: one training step with a given micro-batch size on a meta device (allocations only,
 //! no arithmetic) under a run's budget, and what it peaks at or the out-of-memory it meets.
 //! The planner searches with them, the trainer asks them before it grows a micro-batch, and a
-//! step that cannot fit is explained with them.
+//! step that cannot fit is explained with them. A probe of many micro-batches runs its first
+//! two and its last alone, which peak as the whole step does, so a probe costs a few
+//! micro-batches whatever the batch.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use headroom_alloc::OomReport;
 use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
@@ -60,6 +62,31 @@ pub struct Prober {
     breakdowns: Vec<Breakdown>,
     /// `seen`'s index of each size.
     index: BTreeMap<usize, usize>,
+    /// The task's first samples, as probes run them.
+    samples: FirstSamples,
+}
+
+/// The first samples of a task, collected once and shared by the probers of one plan: a
+/// probe of a large batch would otherwise spend most of its time gathering them again.
+#[derive(Debug, Clone, Default)]
+pub struct FirstSamples(Arc<Mutex<Option<HostBatch>>>);
+
+impl FirstSamples {
+    /// The first `count` samples of `task`'s training data.
+    fn of(&self, task: &Task, count: usize) -> Result<HostBatch> {
+        // A poisoned lock only means another probe panicked; what it holds is still whole.
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(batch) = held.as_ref().filter(|b| b.len() >= count) {
+            return Ok(batch.slice(0, count));
+        }
+        let indices: Vec<usize> = (0..count).collect();
+        let batch = HostBatch::collect(&*task.train, &indices)?;
+        *held = Some(batch.clone());
+        Ok(batch)
+    }
 }
 
 impl Prober {
@@ -83,7 +110,15 @@ impl Prober {
             seen: Vec::new(),
             breakdowns: Vec::new(),
             index: BTreeMap::new(),
+            samples: FirstSamples::default(),
         }
+    }
+
+    /// The same probes, taking their samples from `samples`, which other probers of the same
+    /// task share.
+    pub fn sharing(mut self, samples: &FirstSamples) -> Self {
+        self.samples = samples.clone();
+        self
     }
 
     /// The outcome of a step in micro-batches of `micro` (probed once, then remembered).
@@ -144,8 +179,43 @@ impl Prober {
         }
     }
 
-    /// One step with micro-batches of `micro` on a fresh meta device of `budget`.
+    /// One step with micro-batches of `micro` on a fresh meta device of `budget`. A step of
+    /// many micro-batches is probed by its first two and its last (see [`Shortened`]).
     fn run(&self, micro: usize, budget: &Budget) -> Result<(Probed, Breakdown)> {
+        let samples = self.config.batch.size.min(self.task.train.len());
+        let shortened = Shortened::of(samples, micro.max(1));
+        // Only the samples the probe runs.
+        let batch = self.samples.of(&self.task, shortened.sizes.iter().sum())?;
+        let run = |sizes: &[usize]| {
+            let samples = sizes.iter().sum();
+            self.step(&batch.slice(0, samples), sizes, budget)
+        };
+        let (peak, mut breakdown) = match run(&shortened.sizes)? {
+            Ok(stepped) => stepped,
+            Err(oom) => return Ok(oom),
+        };
+        if shortened.repeats > 0 {
+            // The work of one more full micro-batch: the step less one of them, subtracted.
+            let mut fewer = shortened.sizes.clone();
+            fewer.remove(0);
+            let fewer_seconds = match run(&fewer)? {
+                Ok((_, fewer)) => fewer.seconds,
+                Err(oom) => return Ok(oom),
+            };
+            let each = (breakdown.seconds - fewer_seconds).max(0.0);
+            breakdown.seconds += each * shortened.repeats as f64;
+        }
+        Ok((Probed::Peak(peak), breakdown))
+    }
+
+    /// One step of `batch` cut in `sizes` on a fresh meta device of `budget`: its peak and
+    /// breakdown, or the out-of-memory it met as a probe's outcome.
+    fn step(
+        &self,
+        batch: &HostBatch,
+        sizes: &[usize],
+        budget: &Budget,
+    ) -> Result<std::result::Result<(u64, Breakdown), (Probed, Breakdown)>> {
         let config = &self.config;
         let device =
             Device::meta_with_rates(self.plan_target, self.rates, budget.device_config(0))?;
@@ -156,26 +226,19 @@ impl Prober {
             .and_then(|model| Ok((build_optimizer(&config.optimizer, model.module())?, model)));
         let (mut optimizer, mut model) = match built {
             Ok(parts) => parts,
-            Err(err) => return out_of_memory(err),
+            Err(err) => return out_of_memory(err).map(Err),
         };
         // A rank of several holds its control buffer beside its model.
         let _control = match config.optimizer.launched_as {
             Some((_, ranks)) if ranks > 1 => match Control::new(&device) {
                 Ok(control) => Some(control),
-                Err(err) => return out_of_memory(err),
+                Err(err) => return out_of_memory(err).map(Err),
             },
             _ => None,
         };
-        let indices: Vec<usize> = (0..config.batch.size.min(self.task.train.len())).collect();
-        let batch = HostBatch::collect(&*self.task.train, &indices)?;
-        let micro = micro.max(1);
-        let mut sizes = vec![micro; batch.len() / micro];
-        if !batch.len().is_multiple_of(micro) {
-            sizes.push(batch.len() % micro);
-        }
         let mut scaler = LossScaler::new(&config.precision);
         let mut ctx = StepContext::new(&device, &mut *model, &mut *optimizer, &mut scaler, config);
-        match train_step(&mut ctx, &batch, 0, Sizes::Fixed(&sizes)) {
+        match train_step(&mut ctx, batch, 0, Sizes::Fixed(sizes)) {
             Ok(report) => {
                 let stats = device.allocator().stats();
                 let breakdown = Breakdown {
@@ -183,9 +246,44 @@ impl Prober {
                     saved: op_bytes(&report.saved),
                     seconds: device.planned_work().map_or(0.0, |w| w.seconds),
                 };
-                Ok((Probed::Peak(stats.peak_in_use), breakdown))
+                Ok(Ok((stats.peak_in_use, breakdown)))
             }
-            Err(err) => out_of_memory(err),
+            Err(err) => out_of_memory(err).map(Err),
+        }
+    }
+}
+
+/// The micro-batches a probe runs for a step of a batch cut in micro-batches of one size.
+///
+/// From the second micro-batch on, each full one starts from the same memory (the weights,
+/// their optimizer state and the one set of gradients the step sums into) and allocates the
+/// same, so the step's peak, in all and per tag, is reached within its first two micro-batches
+/// and its last: a probe runs those alone, and prices the full micro-batches it leaves out at
+/// the work of one of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shortened {
+    /// The sizes the probe runs, in order.
+    sizes: Vec<usize>,
+    /// The full micro-batches of the step left out.
+    repeats: usize,
+}
+
+impl Shortened {
+    /// Full micro-batches beyond which a probe leaves the middle ones out: running two steps
+    /// (the shortened one and one with a micro-batch fewer) must cost less than the whole.
+    const FULL_KEPT: usize = 4;
+
+    /// The probe of a batch of `samples` in micro-batches of `micro` (at least 1).
+    fn of(samples: usize, micro: usize) -> Self {
+        let (full, rest) = (samples / micro, samples % micro);
+        let kept = if full > Self::FULL_KEPT { 2 } else { full };
+        let mut sizes = vec![micro; kept];
+        if rest > 0 {
+            sizes.push(rest);
+        }
+        Self {
+            sizes,
+            repeats: full - kept,
         }
     }
 }
@@ -212,5 +310,23 @@ fn out_of_memory(err: Error) -> Result<(Probed, Breakdown)> {
             Ok((Probed::OutOfMemory(Box::new(report.clone())), breakdown))
         }
         None => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shortened;
+
+    #[test]
+    fn a_probe_of_many_micro_batches_runs_the_first_two_and_the_last() {
+        let many = Shortened::of(128, 3);
+        assert_eq!(many.sizes, [3, 3, 2]);
+        assert_eq!(many.repeats, 40);
+        let even = Shortened::of(128, 8);
+        assert_eq!((even.sizes, even.repeats), (vec![8, 8], 14));
+        let few = Shortened::of(10, 3);
+        assert_eq!((few.sizes, few.repeats), (vec![3, 3, 3, 1], 0));
+        let one = Shortened::of(8, 8);
+        assert_eq!((one.sizes, one.repeats), (vec![8], 0));
     }
 }

@@ -2,10 +2,15 @@
 //!
 //! Each micro-batch's loss is weighted by its share of the batch's scored targets (of its
 //! samples, for data without U32 targets: [`HostBatch::scored`]), so the accumulated gradient
-//! is the full batch's. An out-of-memory anywhere in a micro-batch's
-//! forward or backward pass drops that micro-batch (its tape, activations and gradients), keeps
-//! what earlier micro-batches accumulated, halves the size and redoes only the samples not yet
-//! done. An out-of-memory around the optimizer update releases cached memory and retries once.
+//! is the full batch's. Each parameter's gradient is added into the step's accumulated one as
+//! soon as the backward pass completes it, so a step in several micro-batches holds one set of
+//! gradients plus one parameter's, not two sets. An out-of-memory in a micro-batch's forward or
+//! backward pass drops that micro-batch (its tape, activations and gradients), halves the size
+//! and redoes only the samples not yet done, keeping what earlier micro-batches accumulated; when
+//! the failed micro-batch had already added a gradient into the step's (a sum in place, which
+//! cannot be taken back), the step starts over from its first sample instead, so that its
+//! result is always that of the micro-batches it reports, bit for bit. An out-of-memory around
+//! the optimizer update releases cached memory and retries once.
 //! Each absorbed out-of-memory is logged with its verdict (fragmentation or capacity), the
 //! request and the largest free block. Growing the micro-batch again is the caller's decision
 //! ([`MicroBatcher::finished`]), made after the step.
@@ -18,7 +23,8 @@
 use headroom_alloc::{OomReport, format_bytes};
 use headroom_autograd::{Gradients, SavedReport};
 use headroom_dist::ReduceOp;
-use headroom_kernels::DeviceKind;
+use headroom_kernels::ops::elementwise::{add, add_into};
+use headroom_kernels::{Array, DeviceKind};
 use headroom_nn::clip_grad_norm;
 use serde::{Deserialize, Serialize};
 
@@ -133,9 +139,13 @@ pub fn train_step(
     // The gradients' norm, once the whole batch was updated in its backward pass.
     let mut updated_in_backward = None;
     let mut peer_ooms = 0;
+    // Where the dropout masks stood when the step began, for a step that starts over.
+    let first_dropout_call = ctx.model.dropout_counter().map(|c| c.get());
     loop {
         let left = shard.len() - done;
         let mut attempt = None;
+        // Whether the attempt added into the step's gradients.
+        let mut added = false;
         if left > 0 {
             let size = match &sizes {
                 Sizes::Adaptive(micro) => micro.size(),
@@ -154,12 +164,11 @@ pub fn train_step(
                     updated.loss
                 })
             } else {
-                micro_batch(ctx, &slice, weight).and_then(|(grads, value, account)| {
-                    total.accumulate(grads)?;
+                micro_batch(ctx, &slice, weight, &mut total, &mut added).map(|(value, account)| {
                     if size > saved.0 {
                         saved = (size, account);
                     }
-                    Ok(value)
+                    value
                 })
             };
             attempt = Some((size, slice, dropout_calls, outcome));
@@ -213,6 +222,16 @@ pub fn train_step(
             Err(err) => {
                 let Some(report) = err.oom_report().cloned().map(Box::new) else {
                     return Err(err);
+                };
+                let dropout_calls = if added {
+                    // The failed micro-batch summed into the step's gradients: start over.
+                    total = Gradients::default();
+                    (loss, done, saved) = (0.0, 0, (0, SavedReport::default()));
+                    micro_sizes.clear();
+                    indices.clear();
+                    first_dropout_call
+                } else {
+                    dropout_calls
                 };
                 if let (Some(counter), Some(calls)) = (ctx.model.dropout_counter(), dropout_calls) {
                     counter.set(calls);
@@ -371,26 +390,53 @@ fn update_absorbing_oom(
     })
 }
 
-/// The forward and backward pass of one micro-batch: its gradients, with the loss scaled by
-/// `weight` (and the loss scale), its weighted loss, and what its forward pass saved.
+/// The forward and backward pass of one micro-batch, with the loss scaled by `weight` (and the
+/// loss scale), each parameter's gradient added into `total` as soon as it is complete: its
+/// weighted loss, and what its forward pass saved. `added` turns true once anything was added
+/// into `total`, which a failure after that leaves with part of the micro-batch's gradients.
 fn micro_batch(
     ctx: &StepContext<'_>,
     slice: &HostBatch,
     weight: f64,
-) -> Result<(Gradients, f64, SavedReport)> {
+    total: &mut Gradients,
+    added: &mut bool,
+) -> Result<(f64, SavedReport)> {
     let params = ctx.model.module().parameters();
+    let ids: Vec<_> = params.iter().map(|p| p.id()).collect();
     let Forward {
         tape,
         loss,
         saved,
         seed,
     } = ctx.forward(slice, weight)?;
-    let grads = tape.gradient_with(&loss, seed, &params.iter().collect::<Vec<_>>())?;
+    tape.gradient_each(&loss, seed, &ids, |index, grad| {
+        *added = true;
+        add_gradient(total, &params[index], grad)
+    })?;
     let value = match ctx.device.kind() {
         DeviceKind::Meta => 0.0,
         _ => loss.to_f64()?[0] * weight,
     };
-    Ok((grads, value, saved))
+    Ok((value, saved))
+}
+
+/// Adds `grad`, the gradient of `param`, into `total`: taken as it is when `total` has none,
+/// summed in place into the one there otherwise (into a new array when another handle shares
+/// that one, which an in-place sum would change), as [`Gradients::accumulate`] sums.
+fn add_gradient(
+    total: &mut Gradients,
+    param: &headroom_autograd::Tensor,
+    grad: Array,
+) -> Result<()> {
+    let sum = match total.remove(param) {
+        None => grad,
+        Some(mine) if mine.is_shared() => add(&mine, &grad)?,
+        Some(mut mine) => {
+            add_into(&mut mine, &grad)?;
+            mine
+        }
+    };
+    Ok(total.insert(param, sum)?)
 }
 
 /// Unscales, measures and clips the gradients, and updates the weights unless they overflowed.
@@ -421,3 +467,6 @@ pub fn describe(report: &OomReport) -> String {
         format_bytes(report.largest_free)
     )
 }
+
+#[cfg(test)]
+mod accumulation_tests;

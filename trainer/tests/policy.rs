@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{TempDir, small_config};
+use common::{TempDir, assert_mentions, error_of, small_config};
 use headroom_trainer::Trainer;
-use headroom_trainer::config::{Recompute, StateKind, TrainConfig};
+use headroom_trainer::config::{OptimizerKind, Recompute, StateKind, TrainConfig};
 use headroom_trainer::policy::{Candidate, Policy, PolicyPlan};
 
 /// A two-block GPT wide enough, and batches small enough (4), that its gradients outweigh its
@@ -148,4 +148,59 @@ fn pinned_techniques_stay_and_the_run_trains_and_resumes_with_the_choice() {
     let resumed = Trainer::resume(config).unwrap();
     assert_eq!(resumed.config().optimizer.in_backward, Some(true));
     assert_eq!(resumed.steps_done(), 2);
+}
+
+/// When nothing fits, the error names what kept the update in the backward pass out (clipping,
+/// and a batch that does not fit in one micro-batch) and what fits without it, which plans.
+#[test]
+fn when_nothing_fits_the_error_names_what_kept_the_update_in_the_backward_pass_out() {
+    let dir = TempDir::new("policy-kept-out");
+    let mut config = config(&dir);
+    config.optimizer.kind = OptimizerKind::Sgd;
+    // One sample: the update after it against the update in its backward pass, both with the
+    // blocks recomputed (the least memory), under a roomy limit.
+    let mut one = config.clone();
+    one.batch.size = 1;
+    let (roomy, _) = planned(&one, 256 << 20);
+    let peak = |in_backward| {
+        candidate(
+            &roomy,
+            policy(Recompute::Blocks, in_backward, StateKind::F32),
+        )
+        .predicted_peak
+        .unwrap()
+    };
+    let (after, inside) = (peak(false), peak(true));
+    assert!(limit_for(inside) < after, "{inside} against {after}");
+    // A limit that one sample's update after its backward pass exceeds, and that the update
+    // in the backward pass fits with the margin; clipping on, a batch of 64.
+    config.memory.limit = Some(format!("{}B", (limit_for(inside) + after) / 2));
+    config.optimizer.clip = 1.0;
+    config.batch.size = 64;
+    let message = error_of(Trainer::overwrite(config.clone()));
+    eprintln!("{message}");
+    assert_mentions(
+        &message,
+        &[
+            "not even a micro-batch of one sample fits",
+            "the update in the backward pass",
+            "clipping",
+            "several",
+            "blocks recomputed, update in backward",
+            "--clip 0",
+        ],
+    );
+    // What it says fits does, and the planner then chooses the update in the backward pass.
+    let batch: usize = message
+        .split("--batch-size ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or_else(|| panic!("no batch size in: {message}"));
+    assert!((1..64).contains(&batch), "{message}");
+    config.optimizer.clip = 0.0;
+    config.batch.size = batch;
+    let trainer = Trainer::overwrite(config).unwrap();
+    let chosen = trainer.plan().unwrap().policy.clone().unwrap().chosen;
+    assert!(chosen.in_backward, "{chosen:?}");
 }

@@ -10,8 +10,23 @@ use headroom_trainer::{Phase, Trainer};
 
 #[test]
 fn an_oom_at_every_allocation_of_a_step_is_recovered_exactly() {
-    let dir = TempDir::new("inject");
+    recovers_an_oom_at_every_allocation_exactly("inject", 8);
+}
+
+/// A micro-batch that fails after adding part of its gradients into the step's (the second of
+/// two) starts the step over: the result is still that of the micro-batches reported.
+#[test]
+fn an_oom_at_every_allocation_of_a_step_in_two_micro_batches_is_recovered_exactly() {
+    recovers_an_oom_at_every_allocation_exactly("inject-two", 4);
+}
+
+/// One step of `small_config` in micro-batches of `micro`, with an out-of-memory injected at
+/// each of its allocations in turn: each recovered with every sample once, the bytes in use as
+/// before, and the weights of the same micro-batches without the failure.
+fn recovers_an_oom_at_every_allocation_exactly(name: &str, micro: usize) {
+    let dir = TempDir::new(name);
     let mut config = small_config(&dir);
+    config.batch.micro = Some(micro);
     config.model.dropout = 0.1; // a failed attempt must not shift the masks of the retry
     let mut clean = Trainer::new(config.clone()).unwrap();
     let before = clean.device().allocator().stats();
