@@ -180,10 +180,12 @@ impl fmt::Display for OomReport {
         )?;
         writeln!(f, "reserved as {}", self.reservation)?;
         writeln!(f, "held by tag:")?;
-        for usage in self.tags.iter().filter(|usage| usage.live > 0) {
+        let held = || self.tags.iter().filter(|usage| usage.live > 0);
+        let width = crate::tag::name_width(held().map(|usage| usage.tag));
+        for usage in held() {
             writeln!(
                 f,
-                "  {:<16} {:>12} in {} allocations (peak {})",
+                "  {:<width$} {:>12} in {} allocations (peak {})",
                 usage.tag.name(),
                 format_bytes(usage.live),
                 usage.live_allocations,

@@ -37,6 +37,11 @@ pub(crate) const MAX_NAMED: usize = 4096;
 /// The process-wide table of named tags; index `i` is tag `BUILTIN_NAMES.len() + i`.
 static NAMED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
+/// The width of a table's column of tag names: the longest of `tags`, and at least 16.
+pub(crate) fn name_width(tags: impl Iterator<Item = Tag>) -> usize {
+    tags.map(|tag| tag.name().len()).max().unwrap_or(0).max(16)
+}
+
 impl Tag {
     /// Model parameters.
     pub const WEIGHTS: Tag = Tag(0);

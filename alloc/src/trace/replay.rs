@@ -273,10 +273,11 @@ impl fmt::Display for ReplayReport {
             )?;
             writeln!(f, "reserved as {}", stats.reservation)?;
             writeln!(f, "peak per tag:")?;
+            let width = crate::tag::name_width(stats.tags.iter().map(|usage| usage.tag));
             for usage in &stats.tags {
                 writeln!(
                     f,
-                    "  {:<16} {:>12}",
+                    "  {:<width$} {:>12}",
                     usage.tag.name(),
                     format_bytes(usage.peak)
                 )?;
@@ -338,6 +339,30 @@ mod tests {
             .map(String::as_str)
             .collect();
         assert_eq!(keys.len(), 12, "{keys:?}");
+    }
+
+    #[test]
+    fn the_tag_table_stays_aligned_past_long_tag_names() {
+        let long = Tag::named("activations/a rather long layer name").unwrap();
+        let ops = [
+            alloc(1, 1 << 20),
+            TraceOp::Alloc {
+                id: 2,
+                size: 3 << 20,
+                tag: long,
+            },
+        ];
+        let report = replay(&ops, AllocatorConfig::default(), 64 << 20).unwrap();
+        let text = report.to_string();
+        let rows: Vec<usize> = text
+            .lines()
+            .skip_while(|line| *line != "peak per tag:")
+            .skip(1)
+            .take(2)
+            .map(str::len)
+            .collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert_eq!(rows[0], rows[1], "{text}");
     }
 
     #[test]
