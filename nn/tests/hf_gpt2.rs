@@ -169,8 +169,11 @@ fn the_configuration_reads_as_the_gpt_it_describes() {
     assert_eq!(Gpt2Config::read(&dir.0).unwrap(), config);
 }
 
-/// Every tensor of a safetensors file: name, dtype, shape and bytes, sorted by name.
-type Tensors = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;
+/// One stored tensor: its name, dtype, shape and bytes.
+type Stored = (String, Dtype, Vec<usize>, Vec<u8>);
+
+/// Every tensor of a safetensors file, sorted by name.
+type Tensors = Vec<Stored>;
 
 fn tensors(path: &Path) -> (Tensors, Option<HashMap<String, String>>) {
     let bytes = std::fs::read(path).unwrap();
@@ -375,6 +378,13 @@ fn edit(path: &Path, change: impl FnOnce(&mut Tensors)) {
     write_tensors(path, &all);
 }
 
+/// Rewrites the tensor `name` of the checkpoint at `path` through `change`.
+fn edit_tensor(path: &Path, name: &str, change: impl FnOnce(&mut Stored)) {
+    edit(path, |all| {
+        change(all.iter_mut().find(|t| t.0 == name).unwrap())
+    });
+}
+
 /// Rewrites the `config.json` in `dir` through `change`.
 fn edit_config(dir: &Path, change: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
     let path = dir.join(hf::CONFIG_FILE);
@@ -493,11 +503,7 @@ fn a_model_of_other_heads_is_refused() {
 fn a_tensor_of_another_shape_is_an_error_naming_it_with_both_shapes() {
     let dir = copy_of(TIED, "shape");
     let path = dir.0.join(hf::WEIGHTS_FILE);
-    edit(&path, |all| {
-        let fc = all
-            .iter_mut()
-            .find(|t| t.0 == "transformer.h.1.mlp.c_fc.weight")
-            .unwrap();
+    edit_tensor(&path, "transformer.h.1.mlp.c_fc.weight", |fc| {
         fc.2 = vec![16, 32];
         fc.3.truncate(16 * 32 * 2);
     });
@@ -514,11 +520,7 @@ fn a_non_finite_weight_is_an_error_naming_the_tensor_and_where_it_is() {
     let dir = copy_of(TIED, "non-finite");
     let path = dir.0.join(hf::WEIGHTS_FILE);
     // Stored [16, 64] in f16: a NaN at row 2, column 5, and an infinity further on.
-    edit(&path, |all| {
-        let fc = all
-            .iter_mut()
-            .find(|t| t.0 == "transformer.h.1.mlp.c_fc.weight")
-            .unwrap();
+    edit_tensor(&path, "transformer.h.1.mlp.c_fc.weight", |fc| {
         let (nan, inf) = (2 * 64 + 5, 7 * 64);
         fc.3[2 * nan..2 * nan + 2].copy_from_slice(&0x7E00u16.to_le_bytes());
         fc.3[2 * inf..2 * inf + 2].copy_from_slice(&0x7C00u16.to_le_bytes());

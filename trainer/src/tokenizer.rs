@@ -108,12 +108,7 @@ impl TextTokenizer {
         .with_decoder(Some(Fuse::new()))
         .build()
         .map_err(cannot)?;
-        let json = tokenizer.to_string(false).map_err(|err| Error::Data {
-            path: out.to_owned(),
-            detail: format!("cannot write the tokenizer: {err}"),
-        })?;
-        crate::atomic_file::write_atomically(out, json.as_bytes())?;
-        Self::load(out)
+        Self::write_and_load(&tokenizer, out)
     }
 
     /// Trains a byte-level BPE of `vocab` tokens (the end-of-text token included) on `files`
@@ -151,7 +146,12 @@ impl TextTokenizer {
                 path: files[0].clone(),
                 detail: format!("training the tokenizer on these files failed: {err}"),
             })?;
-        let json = tokenizer.to_string(false).map_err(|err| Error::Data {
+        Self::write_and_load(&tokenizer, out)
+    }
+
+    /// Writes `tokenizer` as a `tokenizer.json` file at `out`, atomically, and loads it back.
+    fn write_and_load(tokenizer: &impl serde::Serialize, out: &Path) -> Result<Self> {
+        let json = serde_json::to_string(tokenizer).map_err(|err| Error::Data {
             path: out.to_owned(),
             detail: format!("cannot write the tokenizer: {err}"),
         })?;

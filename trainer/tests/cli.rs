@@ -346,21 +346,28 @@ fn logs_are_plain_when_piped_a_closed_pipe_is_no_error_and_the_log_variable_is_d
     assert!(String::from_utf8_lossy(&help.stdout).contains("HEADROOM_LOG"));
 }
 
+/// Trains `config` through the command line, its file in `dir`; the run's summary.
+fn trained(
+    config: &headroom_trainer::config::TrainConfig,
+    dir: &TempDir,
+) -> headroom_trainer::Summary {
+    let file = dir.0.join("run.toml");
+    std::fs::write(&file, config.to_toml()).unwrap();
+    succeeds(&headroom(&[
+        "train",
+        "--quiet",
+        "--config",
+        file.to_str().unwrap(),
+    ]));
+    serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap()
+}
+
 #[test]
 fn replay_takes_a_run_directory_and_replays_its_latest_trace() {
     let dir = TempDir::new("cli-replay-run");
     let mut config = small_config(&dir);
     config.memory.trace = true;
-    let file = dir.0.join("run.toml");
-    std::fs::write(&file, config.to_toml()).unwrap();
-    let trained = headroom(&["train", "--quiet", "--config", file.to_str().unwrap()]);
-    assert!(
-        trained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
-    let summary: headroom_trainer::Summary =
-        serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap();
+    let summary = trained(&config, &dir);
     let replayed = headroom(&[
         "replay",
         dir.0.to_str().unwrap(),
@@ -390,16 +397,7 @@ fn a_run_that_recovered_ooms_replays_under_its_own_settings_to_its_ooms_and_peak
     let dir = TempDir::new("cli-replay-oom");
     let (_, mut tight, _) = common::tight_limit(&dir, 2);
     tight.memory.trace = true;
-    let file = dir.0.join("run.toml");
-    std::fs::write(&file, tight.to_toml()).unwrap();
-    let trained = headroom(&["train", "--quiet", "--config", file.to_str().unwrap()]);
-    assert!(
-        trained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
-    let summary: headroom_trainer::Summary =
-        serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap();
+    let summary = trained(&tight, &dir);
     assert!(summary.ooms_recovered > 0, "the run must recover an OOM");
     let run_dir = dir.0.to_str().unwrap();
     let replayed: serde_json::Value =
