@@ -49,14 +49,14 @@ export LD_LIBRARY_PATH="$PWD/$out:$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 export HEADROOM_REQUIRE_CUDA=1 HEADROOM_REQUIRE_NVRTC=1
 # The CUDA test suites of headroom-alloc (its CUDA memory source: regions, expandable growth,
 # refusals and faults), headroom-kernels, the trainer (training on cuda:0: the planner's peak, an
-# OOM recovered mid-step, the CPU's losses), headroom-dist (NCCL's argument checks; its
+# OOM recovered mid-step, the CPU's losses), headroom-collectives (NCCL's argument checks; its
 # collectives need a GPU and NCCL) and the benches (`cuda-compare --smoke`: every GPU
 # bench case runs). One invocation, so that the crates build once; .ci/run's NVRTC step names the
 # same packages and features for the same reason.
 # CUDA_CHECK_FEATURES adds features to the build (.ci/run adds MPI's, so that its MPI tests run
 # in this build instead of one of their own).
-suites=(-p headroom-alloc -p headroom-kernels -p headroom-trainer -p headroom-dist -p headroom-benches
-    --features "headroom-alloc/cuda,headroom-trainer/cuda,headroom-dist/nccl,headroom-benches/cuda${CUDA_CHECK_FEATURES:+,$CUDA_CHECK_FEATURES}")
+suites=(-p headroom-alloc -p headroom-kernels -p headroom-trainer -p headroom-collectives -p headroom-benches
+    --features "headroom-alloc/cuda,headroom-trainer/cuda,headroom-collectives/nccl,headroom-benches/cuda${CUDA_CHECK_FEATURES:+,$CUDA_CHECK_FEATURES}")
 if [ -n "$sanitize" ]; then
     # Built before the sanitizer's runtime is preloaded: rustc crashes under it.
     build_args=()

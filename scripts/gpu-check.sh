@@ -16,7 +16,7 @@
 # `run` runs every headroom-kernels test binary (each op suite runs on cpu and cuda against the
 # f64 reference; device memory under a limit, OOM reported and recovered), headroom-alloc's CUDA
 # memory source's (regions, expandable growth, the driver's refusals, two streams) and its cudarc
-# example (`03-cudarc`), headroom-dist's NCCL suite at world size 1, and the trainer's GPU tests
+# example (`03-cudarc`), headroom-collectives's NCCL suite at world size 1, and the trainer's GPU tests
 # (a run on cuda:0: planned peak, OOM recovered mid-step, the CPU's losses), then the GPU bench
 # alone (its whole table, kept should PyTorch fail) and beside PyTorch (`benches/peers/compare.py
 # cuda`, which checks the backend's targets), and where CuPy is installed the norm kernels' sweep
@@ -52,7 +52,7 @@ build() {
             --test cuda
         cargo test -p headroom-trainer --features cuda --release --no-run --message-format=json \
             --test cuda
-        cargo test -p headroom-dist --features nccl --release --no-run --message-format=json \
+        cargo test -p headroom-collectives --features nccl --release --no-run --message-format=json \
             --test nccl
     } | python3 -c '
 import json, sys
@@ -172,7 +172,7 @@ run() {
         python3 benches/peers/compare.py limits --device cuda:0 --binary "$DIR/fit-compare" --rounds "$rounds" \
             | tee "$results/limits.txt" || failed=1
     fi
-    # NCCL's all-reduce over every GPU through headroom-dist, beside torch.distributed's (one
+    # NCCL's all-reduce over every GPU through headroom-collectives, beside torch.distributed's (one
     # GPU: a world of one, whose bus bandwidth is 0 by NCCL's convention).
     if [ "$allreduce" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
         echo "== allreduce"

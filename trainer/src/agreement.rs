@@ -3,7 +3,7 @@
 //! of micro-batches did, and whether every rank's update succeeded. In a run of one process each
 //! is this process's own.
 
-use headroom_dist::ReduceOp;
+use headroom_collectives::ReduceOp;
 
 use crate::data::HostBatch;
 use crate::error::{Error, Result};

@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use headroom_alloc::{OomReport, Tag};
 use headroom_autograd::{Gradients, Tensor};
-use headroom_dist::ReduceOp;
+use headroom_collectives::ReduceOp;
 use headroom_kernels::Array;
 use headroom_kernels::ops::data::copy_range;
 

@@ -5,7 +5,7 @@
 //! afterwards, never between two of their collectives.
 
 use headroom_alloc::Tag;
-use headroom_dist::{Collective, ReduceOp};
+use headroom_collectives::{Collective, ReduceOp};
 use headroom_kernels::{Array, DType, Device};
 
 use crate::error::Result;

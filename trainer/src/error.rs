@@ -171,7 +171,7 @@ pub enum Error {
 
     /// A collective between the ranks of a data-parallel run failed or timed out.
     #[error(transparent)]
-    Collective(#[from] headroom_dist::Error),
+    Collective(#[from] headroom_collectives::Error),
 
     /// Another rank of a data-parallel run failed in a step; this rank stops with it (that
     /// rank's own error says why).

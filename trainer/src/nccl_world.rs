@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use headroom_dist::{Collective, MpiCollective, NcclCollective, ReduceOp, UniqueId};
+use headroom_collectives::{Collective, MpiCollective, NcclCollective, ReduceOp, UniqueId};
 use headroom_kernels::{Array, Device, DeviceConfig};
 
 use crate::error::Result;
@@ -39,7 +39,7 @@ impl NcclWorld {
         if message[0] == 0 {
             return Err(match mine {
                 Err(err) => err.into(),
-                Ok(_) => headroom_dist::Error::Backend {
+                Ok(_) => headroom_collectives::Error::Backend {
                     backend: "NCCL",
                     op: "joining the ranks",
                     rank,
@@ -72,7 +72,7 @@ impl Collective for NcclWorld {
         self.nccl.device()
     }
 
-    fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> headroom_dist::Result<()> {
+    fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> headroom_collectives::Result<()> {
         self.nccl.all_reduce(array, op)
     }
 
@@ -81,19 +81,23 @@ impl Collective for NcclWorld {
         input: &Array,
         output: &mut Array,
         op: ReduceOp,
-    ) -> headroom_dist::Result<()> {
+    ) -> headroom_collectives::Result<()> {
         self.nccl.reduce_scatter(input, output, op)
     }
 
-    fn all_gather(&mut self, input: &Array, output: &mut Array) -> headroom_dist::Result<()> {
+    fn all_gather(
+        &mut self,
+        input: &Array,
+        output: &mut Array,
+    ) -> headroom_collectives::Result<()> {
         self.nccl.all_gather(input, output)
     }
 
-    fn broadcast(&mut self, array: &mut Array, root: usize) -> headroom_dist::Result<()> {
+    fn broadcast(&mut self, array: &mut Array, root: usize) -> headroom_collectives::Result<()> {
         self.nccl.broadcast(array, root)
     }
 
-    fn barrier(&mut self) -> headroom_dist::Result<()> {
+    fn barrier(&mut self) -> headroom_collectives::Result<()> {
         self.nccl.barrier()
     }
 }

@@ -7,7 +7,7 @@
 //! into rank 0's host memory, so it holds every buffer in the form a run of one process
 //! writes, and resumes on any number of ranks, sharded or not.
 
-use headroom_dist::{Collective, ReduceOp};
+use headroom_collectives::{Collective, ReduceOp};
 use headroom_nn::checkpoint::{HostArray, HostState};
 use headroom_nn::{Optimizer, Shared};
 

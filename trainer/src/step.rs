@@ -22,7 +22,7 @@
 
 use headroom_alloc::{OomReport, format_bytes};
 use headroom_autograd::{Gradients, SavedReport};
-use headroom_dist::ReduceOp;
+use headroom_collectives::ReduceOp;
 use headroom_kernels::ops::elementwise::{add, add_into};
 use headroom_kernels::{Array, DeviceKind};
 use headroom_nn::clip_grad_norm;

@@ -3,7 +3,7 @@
 
 use headroom_alloc::Tag;
 use headroom_autograd::{SavedReport, Tape, Tensor};
-use headroom_dist::{Collective, ReduceOp};
+use headroom_collectives::{Collective, ReduceOp};
 use headroom_kernels::{Array, Device};
 use headroom_nn::Optimizer;
 

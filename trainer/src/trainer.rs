@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use headroom_dist::Collective;
+use headroom_collectives::Collective;
 use headroom_kernels::Device;
 use headroom_nn::checkpoint::HostState;
 use headroom_nn::{LrSchedule, Optimizer};

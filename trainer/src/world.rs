@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use headroom_dist::{Collective, Solo};
+use headroom_collectives::{Collective, Solo};
 use headroom_kernels::{Device, DeviceKind};
 
 use crate::config::TrainConfig;
@@ -156,7 +156,7 @@ fn join_mpi(
     device: &Device,
     timeout: Duration,
 ) -> Result<Box<dyn Collective + Send>> {
-    let world = headroom_dist::MpiCollective::init(device, timeout)?;
+    let world = headroom_collectives::MpiCollective::init(device, timeout)?;
     if (world.rank(), world.world_size()) != (launch.rank, launch.size) {
         return Err(Error::config(format!(
             "the launcher said rank {} of {}, and MPI says rank {} of {}",

@@ -477,7 +477,7 @@ fn ranks_on_cuda_devices_without_nccl_stop_together_naming_it() {
     if common::mpi_missing() {
         return;
     }
-    if headroom_dist::UniqueId::new().is_ok() {
+    if headroom_collectives::UniqueId::new().is_ok() {
         eprintln!("skipped: NCCL is installed, and two ranks would need two GPUs");
         return;
     }

@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::{TempDir, mpi_missing, mpirun, small_config, weights};
-use headroom_dist::{Collective, MpiCollective, ReduceOp};
+use headroom_collectives::{Collective, MpiCollective, ReduceOp};
 use headroom_kernels::{Array, Device};
 use headroom_trainer::config::TrainConfig;
 use headroom_trainer::data::Metric;

@@ -1,4 +1,4 @@
-//! NCCL's all-reduce through headroom-dist, one rank a GPU: each rank a thread of this process
+//! NCCL's all-reduce through headroom-collectives, one rank a GPU: each rank a thread of this process
 //! on its own device (NCCL's ranks may share a process), every GPU of the machine by default.
 //! For f32 arrays from 1 MiB to 256 MiB it times the all-reduce (each call waits for its
 //! completion, as `NcclCollective` does) and reports the algorithm bandwidth (bytes / seconds)
@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use headroom_alloc::AllocatorConfig;
-use headroom_dist::{Collective, NcclCollective, ReduceOp, UniqueId};
+use headroom_collectives::{Collective, NcclCollective, ReduceOp, UniqueId};
 use headroom_kernels::{Array, DType, Device};
 
 /// Timed calls per size after warm-ups; the median is reported.

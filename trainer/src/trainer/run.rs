@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use headroom_alloc::Tag;
-use headroom_dist::ReduceOp;
+use headroom_collectives::ReduceOp;
 
 use super::Trainer;
 use crate::artifacts;

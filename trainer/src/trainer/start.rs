@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use headroom_alloc::trace::TraceWriter;
-use headroom_dist::{Collective, DEFAULT_TIMEOUT};
+use headroom_collectives::{Collective, DEFAULT_TIMEOUT};
 use headroom_kernels::Device;
 use headroom_nn::Optimizer;
 

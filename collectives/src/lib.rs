@@ -8,14 +8,14 @@
 //! `mpi` feature, `MpiCollective` runs them over MPI between CPU processes.
 //!
 //! ```
-//! use headroom_dist::{Collective, ReduceOp, Solo};
+//! use headroom_collectives::{Collective, ReduceOp, Solo};
 //! use headroom_kernels::{Array, DType, Device, DeviceConfig};
 //! let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
 //! let mut world = Solo::new(&cpu);
 //! let mut grads = Array::from_host(&cpu, [3], &[1.0f32, 2.0, 3.0])?;
 //! world.all_reduce(&mut grads, ReduceOp::Sum)?;
 //! assert_eq!(grads.to_host::<f32>()?, [1.0, 2.0, 3.0]);
-//! # Ok::<(), headroom_dist::Error>(())
+//! # Ok::<(), headroom_collectives::Error>(())
 //! ```
 
 mod checks;

@@ -4,7 +4,7 @@
 mod common;
 
 use common::assert_refused;
-use headroom_dist::{Collective, Error, ReduceOp, Solo};
+use headroom_collectives::{Collective, Error, ReduceOp, Solo};
 use headroom_kernels::{Array, DType, Device, DeviceConfig};
 
 fn cpu() -> Device {

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::assert_refused;
-use headroom_dist::{Collective, Error, MpiCollective, ReduceOp};
+use headroom_collectives::{Collective, Error, MpiCollective, ReduceOp};
 use headroom_kernels::{Array, DType, Device, DeviceConfig};
 
 /// The variable that tells a launched process which case it runs.

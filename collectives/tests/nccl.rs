@@ -8,7 +8,9 @@ mod common;
 
 use common::assert_refused;
 use headroom_alloc::AllocatorConfig;
-use headroom_dist::{Collective, DEFAULT_TIMEOUT, Error, NcclCollective, ReduceOp, UniqueId};
+use headroom_collectives::{
+    Collective, DEFAULT_TIMEOUT, Error, NcclCollective, ReduceOp, UniqueId,
+};
 use headroom_kernels::{Array, DType, Device, DeviceConfig};
 
 /// Says why a check did not run, or fails where `variable` asks that it run.

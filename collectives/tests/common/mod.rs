@@ -1,7 +1,7 @@
 //! What the collectives' tests share.
 #![allow(dead_code)]
 
-use headroom_dist::Error;
+use headroom_collectives::Error;
 
 /// Asserts that `err` refuses the arguments of collective `op`.
 pub fn assert_refused(err: &Error, op: &str) {
