@@ -1,0 +1,221 @@
+//! `[model]`: which model, its shape, what it recomputes and where its weights start.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Preset, Problems};
+
+/// Which model, and its sizes. An MLP's input width and classes come from the data; so does a
+/// GPT's vocabulary where the data fixes one (addition, characters).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// `gpt` or `mlp`.
+    pub kind: ModelKind,
+    /// GPT: a published shape ([`Preset`]); the fields a file or a flag sets win over it.
+    pub preset: Option<Preset>,
+    /// GPT: the tokens it reads and predicts. Unset: the data's vocabulary, or the preset's
+    /// for data without one of its own (uniform tokens); set, it must equal the data's.
+    pub vocab: Option<usize>,
+    /// GPT: the positions it reads, the window length of token data. Unset: the preset's, or
+    /// the data's own (`data.context` for text, a problem's length for addition).
+    pub context: Option<usize>,
+    /// GPT: the head shares the token embedding's weight (GPT-2's tied head), one parameter
+    /// with gradients from both uses.
+    pub tie_embeddings: bool,
+    /// GPT: features per position.
+    pub width: usize,
+    /// GPT: attention heads.
+    pub heads: usize,
+    /// GPT: transformer blocks.
+    pub layers: usize,
+    /// GPT: dropout.
+    pub dropout: f64,
+    /// GPT: what to compute again in the backward pass instead of keeping it ([`Recompute`]):
+    /// `"none"`, `"cheap"` (each norm's and GELU's output) or `"blocks"` (activation
+    /// checkpointing); `true` means `"blocks"`, `false` `"none"`. Unset: the memory policy
+    /// chooses (`none` under `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recompute: Option<Recompute>,
+    /// GPT: rows of tokens whose logits the fused head and loss form at a time. Unset: the
+    /// planner chooses (or, with a fixed micro-batch, the model's default of 8 Mi logits).
+    pub head_chunk: Option<usize>,
+    /// MLP: hidden layer sizes.
+    pub hidden: Vec<usize>,
+    /// GPT: the layer norms' epsilon. Unset: PyTorch's 1e-5 (GPT-2's); a pretrained model's
+    /// `layer_norm_epsilon` sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub norm_eps: Option<f64>,
+    /// GPT: start from the weights of a Hugging Face GPT-2 directory (`config.json` and
+    /// `model.safetensors`), whose shape wins over a preset; a shape the configuration sets
+    /// otherwise is an error (a shorter context crops the position table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<PathBuf>,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            kind: ModelKind::Gpt,
+            preset: None,
+            vocab: None,
+            context: None,
+            tie_embeddings: false,
+            width: 128,
+            heads: 4,
+            layers: 2,
+            dropout: 0.0,
+            recompute: None,
+            head_chunk: None,
+            hidden: vec![256, 256],
+            norm_eps: None,
+            init_from: None,
+        }
+    }
+}
+
+impl ModelConfig {
+    /// The GPT `preset` names: its layers, width and heads, and a tied head (its vocabulary and
+    /// context apply where the data and the configuration set none).
+    pub fn preset(preset: Preset) -> Self {
+        let shape = preset.shape();
+        Self {
+            kind: ModelKind::Gpt,
+            preset: Some(preset),
+            tie_embeddings: true,
+            width: shape.width,
+            heads: shape.heads,
+            layers: shape.layers,
+            ..Self::default()
+        }
+    }
+
+    /// The window of token data: `context`, or the preset's, or `data_default`.
+    pub fn window(&self, data_default: usize) -> usize {
+        self.context
+            .or(self.preset.map(|p| p.shape().context))
+            .unwrap_or(data_default)
+    }
+
+    /// The vocabulary for data without one of its own: `vocab`, or the preset's.
+    pub fn own_vocab(&self) -> Option<usize> {
+        self.vocab.or(self.preset.map(|p| p.shape().vocab))
+    }
+}
+
+/// What a GPT computes again in the backward pass instead of keeping it from the forward pass.
+/// Less memory per sample means larger micro-batches under a limit; the variants are ordered
+/// from the least recomputed to the most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recompute {
+    /// Nothing.
+    #[default]
+    None,
+    /// The cheap elementwise results: each norm's output and the GELU's (selective
+    /// recomputation): about a third of a block's activations, for no second product.
+    Cheap,
+    /// Whole blocks (activation checkpointing, `torch.utils.checkpoint`): each keeps only its
+    /// input, for a second forward pass of each block (about a fifth less throughput on the
+    /// training bench's GPT).
+    Blocks,
+}
+
+impl<'de> Deserialize<'de> for Recompute {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Name(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Flag(true) => Ok(Self::Blocks),
+            Written::Flag(false) => Ok(Self::None),
+            Written::Name(name) => match name.as_str() {
+                "none" => Ok(Self::None),
+                "cheap" => Ok(Self::Cheap),
+                "blocks" => Ok(Self::Blocks),
+                other => Err(serde::de::Error::custom(format!(
+                    "`{other}` is not none, cheap or blocks"
+                ))),
+            },
+        }
+    }
+}
+
+impl From<Recompute> for headroom_nn::Recompute {
+    fn from(recompute: Recompute) -> Self {
+        match recompute {
+            Recompute::None => Self::None,
+            Recompute::Cheap => Self::Cheap,
+            Recompute::Blocks => Self::Blocks,
+        }
+    }
+}
+
+/// The kinds of model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// A decoder-only transformer over token sequences.
+    Gpt,
+    /// A multi-layer perceptron over feature vectors.
+    Mlp,
+}
+
+impl ModelConfig {
+    /// The problems of the model's own settings (how they fit the data is checked with the
+    /// whole configuration).
+    pub(super) fn check(&self, problems: &mut Problems) {
+        match self.kind {
+            ModelKind::Gpt => {
+                // The data, read later, may fix the vocabulary and the context: stand-ins for
+                // what is not set here.
+                let shape = headroom_nn::GptConfig {
+                    vocab: self.vocab.unwrap_or(1),
+                    context: self.context.unwrap_or(1),
+                    width: self.width,
+                    heads: self.heads,
+                    layers: self.layers,
+                    dropout: self.dropout,
+                    tie_embeddings: self.tie_embeddings,
+                };
+                for (field, detail) in shape.problems() {
+                    problems.add(format!("model.{field}: {detail}"));
+                }
+                if let Some(eps) = self.norm_eps {
+                    problems.check(
+                        eps.is_finite() && eps > 0.0,
+                        format!("model.norm_eps: {eps} is not a positive number"),
+                    );
+                }
+                for problem in self.pretrained_mismatches() {
+                    problems.add(problem);
+                }
+                problems.check(
+                    self.head_chunk != Some(0),
+                    "model.head_chunk: a chunk of 0 rows; at least 1, or unset for the planner \
+                     to choose"
+                        .into(),
+                );
+            }
+            ModelKind::Mlp => {
+                problems.check(
+                    self.recompute.unwrap_or_default() == Recompute::None,
+                    "model.recompute: recomputation runs a GPT's blocks again; an MLP has none"
+                        .into(),
+                );
+                problems.check(
+                    self.head_chunk.is_none(),
+                    "model.head_chunk: the fused head is a GPT's; an MLP has none".into(),
+                );
+                problems.check(
+                    self.hidden.iter().all(|&h| h > 0),
+                    format!("model.hidden: {:?} has an empty layer", self.hidden),
+                );
+            }
+        }
+    }
+}
