@@ -14,7 +14,7 @@ pub struct BatchConfig {
     pub micro: Option<usize>,
     /// Clean steps before trying a micro-batch twice as large.
     pub grow_after: u64,
-    /// Fraction of the limit the planner keeps free. Unset, [`DEFAULT_MARGIN`], which the
+    /// Fraction of the limit the planner keeps free. Unset, [`DEFAULT_MARGIN`](super::DEFAULT_MARGIN), which the
     /// planner shrinks when it is all that stands between the limit and one sample's step.
     pub margin: Option<f64>,
 }

@@ -38,7 +38,7 @@ pub struct MemoryConfig {
     pub device: Option<String>,
     /// The most the run may use, e.g. `48MiB` (TensorFlow's `memory_limit`); without a limit
     /// or a fraction, the whole device (the simulated device's capacity on the CPU), except for
-    /// the addition task on the CPU, whose own default is [`ADDITION_LIMIT`].
+    /// the addition task on the CPU, whose own default is [`ADDITION_LIMIT`](super::ADDITION_LIMIT).
     #[serde(deserialize_with = "size_text::optional_size")]
     pub limit: Option<String>,
     /// Or a fraction of the device's memory (PyTorch's memory fraction).
