@@ -129,11 +129,7 @@ impl TrainConfig {
 
     /// The keys a TOML configuration file writes in its `[model]` table.
     pub fn written_model_keys(path: &std::path::Path) -> crate::Result<Vec<String>> {
-        let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
-        let table: toml::Table = toml::from_str(&text).map_err(|err| crate::Error::Config {
-            problems: vec![format!("{}: {err}", path.display())],
-        })?;
-        Ok(match table.get("model") {
+        Ok(match read_table(path)?.get("model") {
             Some(toml::Value::Table(model)) => model.keys().cloned().collect(),
             _ => Vec::new(),
         })
@@ -185,6 +181,14 @@ impl TrainConfig {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|err| format!("# not representable: {err}\n"))
     }
+}
+
+/// A TOML file's table, its syntax checked but not its settings.
+fn read_table(path: &std::path::Path) -> crate::Result<toml::Table> {
+    let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
+    toml::from_str(&text).map_err(|err| crate::Error::Config {
+        problems: vec![format!("{}: {err}", path.display())],
+    })
 }
 
 /// Writes every key of `over` into `base`, tables key by key.

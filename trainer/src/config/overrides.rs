@@ -189,9 +189,9 @@ impl Overrides {
         run_config: &std::path::Path,
         file: Option<&std::path::Path>,
     ) -> crate::Result<TrainConfig> {
-        let mut table = read_table(run_config)?;
+        let mut table = super::read_table(run_config)?;
         if let Some(file) = file {
-            overlay(&mut table, read_table(file)?);
+            super::merge(&mut table, super::read_table(file)?);
         }
         let mut config = TrainConfig::deserialize(table).map_err(|err| crate::Error::Config {
             problems: vec![format!("{}: {err}", file.unwrap_or(run_config).display())],
@@ -276,26 +276,6 @@ impl Overrides {
         }
         set(&mut config.checkpoint.every, self.checkpoint_every);
         set(&mut config.eval_every, self.eval_every);
-    }
-}
-
-/// A TOML file's table.
-fn read_table(path: &std::path::Path) -> crate::Result<toml::Table> {
-    let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
-    toml::from_str(&text).map_err(|err| crate::Error::Config {
-        problems: vec![format!("{}: {err}", path.display())],
-    })
-}
-
-/// Writes every value of `over` into `table`, section by section.
-fn overlay(table: &mut toml::Table, over: toml::Table) {
-    for (key, value) in over {
-        match (table.get_mut(&key), value) {
-            (Some(toml::Value::Table(inner)), toml::Value::Table(over)) => overlay(inner, over),
-            (_, value) => {
-                table.insert(key, value);
-            }
-        }
     }
 }
 
