@@ -10,8 +10,9 @@ use std::time::Instant;
 
 use headroom_trainer::config::{DataKind, PrecisionKind, Preset, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
-use headroom_trainer::policy::{Candidate, Policy};
-use headroom_trainer::{Error, Result, Trainer, device, plan};
+use headroom_trainer::planning::policy::{Candidate, Policy};
+use headroom_trainer::planning::{plan, run_device};
+use headroom_trainer::{Error, Result, Trainer};
 
 /// Which memory techniques the policy may choose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,8 +75,8 @@ pub fn config(
 /// with that step's predicted peak; none when no combination does.
 pub fn whole_batch_policy(config: &TrainConfig) -> Result<Option<(Policy, u64)>> {
     let task = Task::from_config(&config.data, &config.model, config.seed)?;
-    let budget = device::budget(config)?;
-    let target = device::plan_target(config, &budget)?;
+    let budget = run_device::budget(config)?;
+    let target = run_device::plan_target(config, &budget)?;
     let planned = match plan(config, &task, &budget, target) {
         Ok(planned) => planned,
         Err(Error::DoesNotFit { .. } | Error::Config { .. }) => return Ok(None),

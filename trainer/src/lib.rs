@@ -1,76 +1,33 @@
 #![doc = include_str!("../README.md")]
 
-mod agreement;
-mod artifacts;
-mod atomic_file;
-mod buckets;
-mod builder;
-pub mod callback;
-pub mod config;
-mod control;
-pub mod data;
-pub mod device;
-mod diagnosis;
-mod error;
-mod eval;
-pub mod eval_run;
-mod float_json;
-pub mod generate;
-mod growth;
-pub mod head_chunk;
-mod in_backward;
-pub mod interrupt;
-pub mod memory;
-mod metrics;
-mod micro;
-mod model;
-#[cfg(feature = "nccl")]
-mod nccl_world;
-mod op_bytes;
-mod optim;
-mod plan;
-mod planner;
-#[cfg(feature = "plots")]
-mod plots;
-pub mod policy;
-mod precision;
-mod probe;
-mod progress;
-pub mod rates;
-mod record;
-mod resume;
-pub mod run_dir;
-pub mod saved_run;
-mod sharded_state;
-pub mod shards;
-mod state;
-mod step;
-mod step_context;
-mod tag_bytes;
-pub mod tokenizer;
-mod totals;
-pub mod trainable;
-mod trainer;
-pub mod world;
+// The table of contents: one folder per subsystem, each item at one public path.
 
-pub use builder::TrainerBuilder;
-pub use callback::{Callback, Flow};
-pub use diagnosis::{Failure, diagnose};
+// Settings: a run's configuration as a file, presets, flags and the builder write it, each
+// section checked beside its fields.
+pub mod config;
+// Data and text: datasets, batches, the loader, tokenizers and token shards.
+pub mod data;
+// Data parallelism: ranks, collectives, agreement, buckets and sharded optimizer state.
+pub mod data_parallel;
+// The model a run trains: the trait any model implements and Headroom's own models.
+pub mod model;
+// Planning: the memory budget, probes on the meta device, the planner and the memory
+// policy, the rates steps are priced at, and what to say when nothing fits.
+pub mod planning;
+// The run's directory and its files: checkpoints, metrics, records, the summary, plots and
+// artifacts, and what a resume may change.
+pub mod run_dir;
+// The step: one optimizer step in micro-batches that adapt to memory, the update in the
+// backward pass, mixed precision and the optimizer.
+pub mod step;
+// Using a trained model: a saved run opened, evaluated, and generating text.
+pub mod trained;
+
+// The trainer: a run started, trained step by step, and finished.
+mod trainer;
+pub use trainer::builder::TrainerBuilder;
+pub use trainer::{Trainer, callback, interrupt};
+
+// The crate's one error type, which every subsystem returns.
+mod error;
 pub use error::{Error, Result};
-pub use eval::evaluate;
-pub use metrics::{METRICS_FILE, read_all};
-pub use micro::{Change, MicroBatcher, SizeChange};
-pub use model::TrainModel;
-pub use plan::{ChunkProbe, Plan, Probe};
-pub use planner::{fullest_rank, plan};
-#[cfg(feature = "plots")]
-pub use plots::{loss_curve, memory_timeline};
-pub use precision::{LossScaler, ScaleChange};
-pub use progress::above_the_bar;
-pub use record::{OomRecord, RankPeak, StepRecord, Summary, TagBytes};
-pub use run_dir::Start;
-pub use state::{TrainerState, checkpoint_path};
-pub use step::{Oom, Phase, StepReport};
-pub use totals::Totals;
-pub use trainable::{BuiltinModel, Knobs, ModelFactory, ModelSettings, TrainableModel};
-pub use trainer::Trainer;

@@ -11,7 +11,8 @@ use common::{TempDir, small_config, tight_limit};
 use headroom_alloc::Verdict;
 use headroom_alloc::trace::{read_trace, replay};
 use headroom_trainer::config::PrecisionKind;
-use headroom_trainer::{Error, Summary, Trainer, read_all};
+use headroom_trainer::run_dir::{Summary, read_all};
+use headroom_trainer::{Error, Trainer};
 
 fn summary_in(dir: &TempDir) -> Summary {
     serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap()
@@ -203,7 +204,7 @@ fn recovered_ooms_are_recorded_with_their_verdict_and_marked_on_the_memory_plot(
     // The allocation trace replays the run: the same peak, and the same OOMs, under its limit.
     let path = dir.0.join("allocations-1.jsonl");
     let ops = read_trace(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
-    let budget = headroom_trainer::device::budget(&tight).unwrap();
+    let budget = headroom_trainer::planning::run_device::budget(&tight).unwrap();
     let config = budget.allocator_config(0);
     let replayed = replay(&ops, config, budget.capacity).unwrap();
     assert_eq!(replayed.peak_in_use, summary.peak);

@@ -9,8 +9,11 @@ use std::sync::{Arc, Mutex};
 
 use common::{TempDir, small_config};
 use headroom_alloc::OomCause;
+use headroom_trainer::Trainer;
+use headroom_trainer::callback::{Callback, Flow};
 use headroom_trainer::data::Metric;
-use headroom_trainer::{Callback, Flow, Oom, Start, StepRecord, Trainer};
+use headroom_trainer::run_dir::{Start, StepRecord};
+use headroom_trainer::step::Oom;
 
 /// Writes down every hook called, as `step 3`, `eval 2`, `oom 1`, `checkpoint 4`, and stops
 /// after step `stop_after` when given.
@@ -127,7 +130,8 @@ fn a_callback_stops_the_run_cleanly_and_a_resume_goes_on_from_there() {
         log,
         "the other callback still saw step 5"
     );
-    let metrics = std::fs::read_to_string(dir.0.join(headroom_trainer::METRICS_FILE)).unwrap();
+    let metrics =
+        std::fs::read_to_string(dir.0.join(headroom_trainer::run_dir::METRICS_FILE)).unwrap();
     assert_eq!(metrics.lines().count(), 5);
 
     let resumed = Trainer::start(config, Start::Resume, None).unwrap();

@@ -219,7 +219,7 @@ fn plan_report_and_replay_print_their_tables() {
         stdout.contains("== summary") && stdout.contains("held-out exact match"),
         "{stdout}"
     );
-    let summary: headroom_trainer::Summary =
+    let summary: headroom_trainer::run_dir::Summary =
         serde_json::from_slice(&std::fs::read(dir.0.join("summary.json")).unwrap()).unwrap();
     assert!(
         summary.peak_reserved >= summary.peak && summary.peak_reserved <= summary.limit,
@@ -350,7 +350,7 @@ fn logs_are_plain_when_piped_a_closed_pipe_is_no_error_and_the_log_variable_is_d
 fn trained(
     config: &headroom_trainer::config::TrainConfig,
     dir: &TempDir,
-) -> headroom_trainer::Summary {
+) -> headroom_trainer::run_dir::Summary {
     let file = dir.0.join("run.toml");
     std::fs::write(&file, config.to_toml()).unwrap();
     succeeds(&headroom(&[

@@ -182,22 +182,24 @@ fn a_preset_sets_the_shape_and_the_file_and_flags_win_over_it() {
 #[test]
 fn a_run_without_a_limit_may_use_the_whole_device_but_the_addition_task_keeps_its_own() {
     let addition = TrainConfig::default();
-    let budget = headroom_trainer::device::budget(&addition).unwrap();
+    let budget = headroom_trainer::planning::run_device::budget(&addition).unwrap();
     assert_eq!(budget.limit, 24 << 20, "the default task's tight limit");
     let mut tokens = TrainConfig::default();
     tokens.data.kind = DataKind::UniformTokens;
-    let budget = headroom_trainer::device::budget(&tokens).unwrap();
+    let budget = headroom_trainer::planning::run_device::budget(&tokens).unwrap();
     assert_eq!(
         (budget.capacity, budget.limit),
         (8 << 30, 8 << 30),
         "the simulated device's whole memory"
     );
-    let (planned, _, _) = headroom_trainer::device::planning(&tokens).unwrap();
+    let (planned, _, _) = headroom_trainer::planning::run_device::planning(&tokens).unwrap();
     assert_eq!(planned.limit, 8 << 30);
     // A limit the user names wins over either default.
     tokens.memory.limit = Some("1GiB".into());
     assert_eq!(
-        headroom_trainer::device::budget(&tokens).unwrap().limit,
+        headroom_trainer::planning::run_device::budget(&tokens)
+            .unwrap()
+            .limit,
         1 << 30
     );
 }

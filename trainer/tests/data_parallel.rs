@@ -64,7 +64,7 @@ fn sgd(dir: &TempDir) -> String {
 
 /// Each step's loss in the run directory's metrics.
 fn losses(dir: &Path) -> Vec<f64> {
-    headroom_trainer::read_all(dir)
+    headroom_trainer::run_dir::read_all(dir)
         .unwrap()
         .iter()
         .map(|record| record.loss)
@@ -138,7 +138,7 @@ fn two_ranks_train_as_one_process_does() {
 
 /// Asserts that the final checkpoints of two runs agree to rounding.
 fn assert_same_weights(one: &TempDir, two: &TempDir) {
-    let path = |dir: &TempDir| headroom_trainer::checkpoint_path(&dir.0);
+    let path = |dir: &TempDir| headroom_trainer::run_dir::checkpoint_path(&dir.0);
     let (worst, name) = worst_difference(&path(one), &path(two));
     assert!(
         worst <= 1e-5,
@@ -257,7 +257,7 @@ fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let metrics = killed.0.join(headroom_trainer::METRICS_FILE);
+    let metrics = killed.0.join(headroom_trainer::run_dir::METRICS_FILE);
     let started = std::time::Instant::now();
     let victim = loop {
         let steps = std::fs::read_to_string(&metrics).map_or(0, |text| text.lines().count());
@@ -295,7 +295,7 @@ fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
 
     succeeded(mpirun(2).args(["train", "--resume"]).args(options(&killed)));
     common::assert_same_checkpoints(&straight.0, &killed.0);
-    let steps: Vec<u64> = headroom_trainer::read_all(&killed.0)
+    let steps: Vec<u64> = headroom_trainer::run_dir::read_all(&killed.0)
         .unwrap()
         .iter()
         .map(|r| r.step)
@@ -366,7 +366,7 @@ fn each_rank_plans_its_shard_and_peaks_as_predicted() {
 }
 
 /// The summary of the run in `dir`.
-fn summary(dir: &Path) -> headroom_trainer::Summary {
+fn summary(dir: &Path) -> headroom_trainer::run_dir::Summary {
     let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{TempDir, assert_same_checkpoints, small_config};
 use headroom_alloc::trace::SplitMix64;
-use headroom_trainer::{Summary, read_all};
+use headroom_trainer::run_dir::{Summary, read_all};
 
 const STEPS: u64 = 6000;
 const KILLS: usize = 24;
@@ -67,7 +67,7 @@ fn a_run_killed_at_random_moments_and_resumed_ends_like_a_run_never_stopped() {
     );
 
     let config = write_config(&killed_dir);
-    let checkpoint = headroom_trainer::checkpoint_path(&killed_dir.0);
+    let checkpoint = headroom_trainer::run_dir::checkpoint_path(&killed_dir.0);
     let mut rng = SplitMix64::new(21);
     let started = Instant::now();
     let (mut kills, mut finished) = (0, false);
@@ -173,7 +173,7 @@ fn stopped_by(signal: &str, dir: &TempDir) -> Option<i32> {
     let path = dir.0.join("config.toml.in");
     std::fs::write(&path, config.to_toml()).unwrap();
     let mut child = headroom(&[], &path).spawn().unwrap();
-    let metrics = dir.0.join(headroom_trainer::METRICS_FILE);
+    let metrics = dir.0.join(headroom_trainer::run_dir::METRICS_FILE);
     let started = Instant::now();
     while std::fs::read_to_string(&metrics).map_or(0, |m| m.lines().count()) < 3 {
         assert!(

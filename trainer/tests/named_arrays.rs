@@ -12,7 +12,8 @@ use headroom_kernels::{DType, Device};
 use headroom_nn::loss::mse;
 use headroom_nn::{Embedding, Init, Initializer, Module, visit_child, visit_child_mut};
 use headroom_trainer::data::{DataShape, Dataset, DeviceBatch, Field, Metric, Sample, Values};
-use headroom_trainer::{Error, ModelFactory, ModelSettings, Result, TrainableModel, Trainer};
+use headroom_trainer::model::{ModelFactory, ModelSettings, TrainableModel};
+use headroom_trainer::{Error, Result, Trainer};
 
 const USERS: usize = 24;
 const ITEMS: usize = 16;

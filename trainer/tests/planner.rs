@@ -5,8 +5,8 @@ mod common;
 
 use common::{TempDir, small_config};
 use headroom_trainer::Trainer;
+use headroom_trainer::config::PolicyKind;
 use headroom_trainer::config::{Recompute, StateKind};
-use headroom_trainer::policy::PolicyKind;
 
 #[test]
 fn the_predicted_peak_is_the_measured_one_and_the_choice_is_the_largest_that_fits() {
@@ -182,7 +182,7 @@ fn a_limit_below_the_training_state_gets_the_diagnosis_with_a_fixed_micro_batch_
         assert!(!text.contains("reduce the batch"), "{text}");
     }
     assert!(
-        headroom_trainer::checkpoint_path(&dir.0).exists(),
+        headroom_trainer::run_dir::checkpoint_path(&dir.0).exists(),
         "an overwrite that could not start destroyed nothing"
     );
 }
@@ -201,7 +201,7 @@ fn the_data_fixes_the_vocabulary_and_a_preset_context_holds_its_samples() {
     };
     // Addition's 13 tokens win over GPT-2's vocabulary; its samples fit GPT-2's 1024 positions.
     let trainer = Trainer::new(config.clone()).unwrap();
-    let Some(headroom_trainer::TrainModel::Gpt(gpt)) = trainer.builtin_model() else {
+    let Some(headroom_trainer::model::TrainModel::Gpt(gpt)) = trainer.builtin_model() else {
         panic!("a GPT")
     };
     assert_eq!((gpt.config().vocab, gpt.config().context), (13, 1024));
@@ -223,7 +223,7 @@ fn the_data_fixes_the_vocabulary_and_a_preset_context_holds_its_samples() {
     uniform.data.kind = DataKind::UniformTokens;
     uniform.model.context = Some(32);
     let trainer = Trainer::new(uniform).unwrap();
-    let Some(headroom_trainer::TrainModel::Gpt(gpt)) = trainer.builtin_model() else {
+    let Some(headroom_trainer::model::TrainModel::Gpt(gpt)) = trainer.builtin_model() else {
         panic!("a GPT")
     };
     assert_eq!((gpt.config().vocab, gpt.config().context), (50257, 32));
@@ -304,7 +304,7 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
     config.batch.margin = Some(0.0);
     config.memory.limit = Some("2GiB".into());
     let chunk = |trainer: &Trainer| match trainer.builtin_model() {
-        Some(headroom_trainer::TrainModel::Gpt(gpt)) => gpt.head_chunk(),
+        Some(headroom_trainer::model::TrainModel::Gpt(gpt)) => gpt.head_chunk(),
         _ => panic!("a GPT"),
     };
     // Roomy: 8 samples of 32 tokens in one micro-batch, chunks of 20 rows (a mebi-logit),

@@ -6,7 +6,7 @@ mod common;
 use common::{TempDir, assert_mentions, error_of, small_config};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{OptimizerKind, Recompute, StateKind, TrainConfig};
-use headroom_trainer::policy::{Candidate, Policy, PolicyPlan};
+use headroom_trainer::planning::policy::{Candidate, Policy, PolicyPlan};
 
 /// A two-block GPT wide enough, and batches small enough (4), that its gradients outweigh its
 /// activations, no clipping (so the step in the backward pass may be chosen), the planner choosing
@@ -91,7 +91,7 @@ fn the_chosen_techniques_for_a_few_limits() {
 
     // Below what any f32 state fits: the state narrows, and the plan says so.
     let mut manual = config.clone();
-    manual.memory.policy = headroom_trainer::policy::PolicyKind::Manual;
+    manual.memory.policy = headroom_trainer::config::PolicyKind::Manual;
     manual.memory.limit = Some("64MiB".into());
     manual.batch.micro = Some(1);
     manual.model.recompute = Some(Recompute::Blocks);

@@ -4,8 +4,9 @@
 mod common;
 
 use common::{TempDir, small_config, weights};
+use headroom_trainer::Trainer;
 use headroom_trainer::config::PrecisionKind;
-use headroom_trainer::{ScaleChange, Trainer};
+use headroom_trainer::step::ScaleChange;
 
 #[test]
 fn an_infinite_gradient_skips_the_step_and_halves_the_scale() {

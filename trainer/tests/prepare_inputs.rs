@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 
 use common::tiny::tiny_tokenizer;
 use common::{TempDir, assert_mentions, error_of, fails, headroom, prose, succeeds, text};
-use headroom_trainer::shards::{
+use headroom_trainer::data::shards::{
     FileFilter, HeldOut, Manifest, PrepareOptions, ShardEntry, ShardFile, find_files, prepare,
 };
-use headroom_trainer::tokenizer::{END_OF_TEXT, TextTokenizer};
+use headroom_trainer::data::tokenizer::{END_OF_TEXT, TextTokenizer};
 
 /// Writes `text` to `path`, making its directory.
 fn write(path: &Path, text: &str) {

@@ -16,9 +16,11 @@ use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 use headroom_nn::hf::{Gpt2Config, load_gpt2};
 use headroom_nn::{Gpt, Initializer};
+use headroom_trainer::Trainer;
 use headroom_trainer::config::{Overrides, Preset};
 use headroom_trainer::data::IGNORE;
-use headroom_trainer::{Start, TrainModel, Trainer};
+use headroom_trainer::model::TrainModel;
+use headroom_trainer::run_dir::Start;
 
 /// A learning rate that moves no weight: the run only measures (a sanity run).
 const STILL_LR: f64 = 0.0;
@@ -253,7 +255,7 @@ fn non_finite_pretrained_weights_are_refused_naming_the_tensor_and_where() {
     ]));
     assert_mentions(&stderr, &[key, "NaN at [3, 9]"]);
     assert!(
-        !headroom_trainer::checkpoint_path(&run).exists(),
+        !headroom_trainer::run_dir::checkpoint_path(&run).exists(),
         "no checkpoint of the poisoned weights"
     );
 }
@@ -457,7 +459,7 @@ fn a_pretrained_epsilon_stays_with_the_run_and_its_saved_model() {
     let run_config = run_config(&run, Some(&pretrained), &shards, 1, 1e-3);
     assert_eq!(run_config.model.norm_eps, Some(1e-3));
     train(run_config);
-    let saved = headroom_trainer::saved_run::SavedRun::open(&run, &Default::default(), None);
+    let saved = headroom_trainer::trained::SavedRun::open(&run, &Default::default(), None);
     let TrainModel::Gpt(gpt) = saved.unwrap().model else {
         panic!("a GPT");
     };

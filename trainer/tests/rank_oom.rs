@@ -16,9 +16,13 @@ use std::time::Duration;
 use common::{TempDir, mpi_missing, mpirun, small_config, weights};
 use headroom_collectives::{Collective, MpiCollective, ReduceOp};
 use headroom_kernels::{Array, Device};
+use headroom_trainer::Trainer;
+use headroom_trainer::callback::{Callback, Flow};
 use headroom_trainer::config::TrainConfig;
 use headroom_trainer::data::Metric;
-use headroom_trainer::{Callback, Flow, Phase, Start, StepReport, Trainer, device};
+use headroom_trainer::planning::run_device;
+use headroom_trainer::run_dir::Start;
+use headroom_trainer::step::{Phase, StepReport};
 
 /// The variable that tells a launched process it is a rank.
 const RANK: &str = "HEADROOM_RANK_OOM";
@@ -92,7 +96,7 @@ fn step(
 fn rank() {
     let dir = TempDir::new("rank-oom");
     let mut config = config(&dir);
-    let device = device::open(&config, &device::budget(&config).unwrap()).unwrap();
+    let device = run_device::open(&config, &run_device::budget(&config).unwrap()).unwrap();
     let mut world: Box<dyn Collective + Send> =
         Box::new(MpiCollective::init(&device, Duration::from_secs(120)).unwrap());
     let me = world.rank();

@@ -6,7 +6,8 @@ mod common;
 
 use common::{TempDir, assert_recovers_like, small_config, tight_limit, weights};
 use headroom_alloc::OomCause;
-use headroom_trainer::{Phase, Trainer};
+use headroom_trainer::Trainer;
+use headroom_trainer::step::Phase;
 
 #[test]
 fn an_oom_at_every_allocation_of_a_step_is_recovered_exactly() {

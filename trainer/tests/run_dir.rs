@@ -9,7 +9,8 @@ use std::process::Command;
 
 use common::{TempDir, small_config};
 use headroom_kernels::{Device, DeviceConfig};
-use headroom_trainer::{Summary, Trainer, checkpoint_path, read_all};
+use headroom_trainer::Trainer;
+use headroom_trainer::run_dir::{Summary, checkpoint_path, read_all};
 
 #[test]
 fn a_new_run_refuses_a_directory_with_a_checkpoint_unless_told_to_overwrite_it() {

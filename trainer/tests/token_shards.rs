@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use common::{TempDir, assert_mentions, error_of, fails, headroom, prose, succeeds};
-use headroom_trainer::data::{DataShape, Dataset, INPUTS, Loader, Position, Sample, TokenShards};
-use headroom_trainer::shards::{
+use headroom_trainer::data::shards::{
     FileFilter, HEADER_BYTES, HeldOut, MANIFEST, Manifest, PrepareOptions, Prepared, ShardEntry,
     ShardFile, TOKENIZER, prepare,
 };
-use headroom_trainer::tokenizer::{END_OF_TEXT, TextTokenizer, fnv1a};
+use headroom_trainer::data::tokenizer::{END_OF_TEXT, TextTokenizer, fnv1a};
+use headroom_trainer::data::{DataShape, Dataset, INPUTS, Loader, Position, Sample, TokenShards};
 
 /// The tiny GPT-2 made with Python's transformers (a 320-token byte-level BPE).
 const TINY_GPT2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../nn/tests/data/tiny-gpt2/");

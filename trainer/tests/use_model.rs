@@ -21,13 +21,15 @@ use common::{
 };
 use headroom_autograd::Tensor;
 use headroom_nn::{Gpt, Module, Sampling};
+use headroom_trainer::Trainer;
 use headroom_trainer::config::{DataKind, Overrides};
-use headroom_trainer::eval_run::{EvalData, evaluate_run};
-use headroom_trainer::generate::{GenerateOptions, Generated, Stop, generate};
-use headroom_trainer::saved_run::{SavedRun, UseSettings};
-use headroom_trainer::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
-use headroom_trainer::tokenizer::TextTokenizer;
-use headroom_trainer::{Start, TrainModel, Trainer};
+use headroom_trainer::data::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
+use headroom_trainer::data::tokenizer::TextTokenizer;
+use headroom_trainer::model::TrainModel;
+use headroom_trainer::run_dir::Start;
+use headroom_trainer::trained::{EvalData, evaluate_run};
+use headroom_trainer::trained::{GenerateOptions, Generated, Stop, generate};
+use headroom_trainer::trained::{SavedRun, UseSettings};
 
 /// A run of three steps from the tiny GPT-2 on shards of its tokenizer, in `dir`: the run
 /// directory, its shards and its final held-out loss.

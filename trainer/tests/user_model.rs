@@ -10,9 +10,11 @@ mod model;
 use std::sync::Arc;
 
 use common::TempDir;
+use headroom_trainer::Trainer;
 use headroom_trainer::config::{PrecisionKind, Recompute, ScheduleKind, TrainConfig};
 use headroom_trainer::data::{Metric, Task};
-use headroom_trainer::{ModelFactory, Start, Trainer};
+use headroom_trainer::model::ModelFactory;
+use headroom_trainer::run_dir::Start;
 use model::{ResidualMlpFactory, quadrants};
 
 fn factory() -> ResidualMlpFactory {

@@ -8,8 +8,10 @@
 
 mod model;
 
+use headroom_trainer::Trainer;
+use headroom_trainer::callback::{Callback, Flow};
 use headroom_trainer::data::Metric;
-use headroom_trainer::{Callback, Flow, Oom, Trainer};
+use headroom_trainer::step::Oom;
 use model::{ResidualMlpFactory, quadrants};
 
 /// Prints each out-of-memory the trainer recovered from.

@@ -10,7 +10,7 @@ use headroom_nn::{
 };
 use headroom_trainer::config::Recompute;
 use headroom_trainer::data::{DataShape, DeviceBatch, FeatureShape, FeatureTable, IGNORE};
-use headroom_trainer::{Knobs, ModelFactory, ModelSettings, TrainableModel};
+use headroom_trainer::model::{Knobs, ModelFactory, ModelSettings, TrainableModel};
 
 /// A residual block: `h + out(gelu(inner(h)))`.
 #[derive(Clone)]

@@ -1,5 +1,5 @@
 //! `[memory]` and `[checkpoint]`: how much memory the run may use and how it is reserved (its
-//! problems are the budget's, `crate::memory`), and when checkpoints are written.
+//! problems are the budget's, `crate::planning::budget`), and when checkpoints are written.
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +16,17 @@ pub enum PolicyKind {
     Manual,
 }
 
+/// Where the planner's rates come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RatesKind {
+    /// The fixed rates of the kind of device ([`PlanTarget::rates`](headroom_kernels::PlanTarget::rates)).
+    #[default]
+    Fixed,
+    /// This machine's, from `headroom plan --calibrate`.
+    Calibrated,
+}
+
 /// How much memory the run may use, and how it is reserved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -27,7 +38,7 @@ pub struct MemoryConfig {
     pub policy: PolicyKind,
     /// The rates the planner predicts step times at: `fixed` (the same plans on every machine)
     /// or `calibrated` (this machine's, measured by `headroom plan --calibrate`).
-    pub rates: crate::rates::RatesKind,
+    pub rates: RatesKind,
     /// The simulated device's memory on the CPU, e.g. `8GiB` (a GPU's is what its driver
     /// reports). Sizes are text with a unit or a whole number of bytes.
     #[serde(deserialize_with = "size_text::size")]
@@ -66,7 +77,7 @@ impl Default for MemoryConfig {
             limit: None,
             fraction: None,
             policy: PolicyKind::Auto,
-            rates: crate::rates::RatesKind::Fixed,
+            rates: RatesKind::Fixed,
             preallocate: false,
             expandable_segments: false,
             history: 200_000,

@@ -11,7 +11,7 @@ mod precision;
 mod preset;
 mod pretrained;
 mod size_text;
-pub mod validate;
+mod validate;
 
 use std::path::PathBuf;
 
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use batch::BatchConfig;
 pub use data::{DataConfig, DataKind};
-pub use memory_settings::{CheckpointConfig, MemoryConfig, PolicyKind};
+pub use memory_settings::{CheckpointConfig, MemoryConfig, PolicyKind, RatesKind};
 pub use model::{ModelConfig, ModelKind, Recompute};
 pub use optimizer::{OptimizerConfig, OptimizerKind, ScheduleKind, StateKind};
 pub use overrides::Overrides;
@@ -98,7 +98,7 @@ impl Default for TrainConfig {
 
 impl TrainConfig {
     /// Reads a TOML file; every setting it leaves out keeps its default, or its preset's.
-    pub fn from_toml_file(path: &std::path::Path) -> crate::Result<Self> {
+    pub fn from_toml_file(path: &std::path::Path) -> crate::error::Result<Self> {
         Self::from_toml_file_over(path, None)
     }
 
@@ -107,10 +107,10 @@ impl TrainConfig {
     pub fn from_toml_file_over(
         path: &std::path::Path,
         preset: Option<Preset>,
-    ) -> crate::Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
+    ) -> crate::error::Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(crate::error::Error::io(path))?;
         let mut config =
-            Self::from_toml_over(&text, preset).map_err(|err| crate::Error::Config {
+            Self::from_toml_over(&text, preset).map_err(|err| crate::error::Error::Config {
                 problems: vec![format!("{}: {err}", path.display())],
             })?;
         if let Some(old) = &config.memory.device {
@@ -128,7 +128,7 @@ impl TrainConfig {
     }
 
     /// The keys a TOML configuration file writes in its `[model]` table.
-    pub fn written_model_keys(path: &std::path::Path) -> crate::Result<Vec<String>> {
+    pub fn written_model_keys(path: &std::path::Path) -> crate::error::Result<Vec<String>> {
         Ok(match read_table(path)?.get("model") {
             Some(toml::Value::Table(model)) => model.keys().cloned().collect(),
             _ => Vec::new(),
@@ -173,7 +173,7 @@ impl TrainConfig {
         };
         data.into_iter()
             .chain(&self.model.init_from)
-            .map(|dir| dir.join(crate::shards::TOKENIZER))
+            .map(|dir| dir.join(crate::data::shards::TOKENIZER))
             .find(|path| path.is_file())
     }
 
@@ -184,9 +184,9 @@ impl TrainConfig {
 }
 
 /// A TOML file's table, its syntax checked but not its settings.
-fn read_table(path: &std::path::Path) -> crate::Result<toml::Table> {
-    let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
-    toml::from_str(&text).map_err(|err| crate::Error::Config {
+fn read_table(path: &std::path::Path) -> crate::error::Result<toml::Table> {
+    let text = std::fs::read_to_string(path).map_err(crate::error::Error::io(path))?;
+    toml::from_str(&text).map_err(|err| crate::error::Error::Config {
         problems: vec![format!("{}: {err}", path.display())],
     })
 }

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{DataKind, ModelKind, PrecisionKind, Preset, Recompute, StateKind, TrainConfig};
+use super::{
+    DataKind, ModelKind, PrecisionKind, Preset, RatesKind, Recompute, StateKind, TrainConfig,
+};
 
 /// Flags that override the configuration (file or defaults), setting by setting; `--preset`
 /// goes under the file instead (preset < file < flag), through [`Overrides::configure`].
@@ -74,7 +76,7 @@ pub struct Overrides {
     pub memory_policy: Option<super::PolicyKind>,
     /// fixed or calibrated: the rates the planner predicts step times at (memory.rates).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_rates))]
-    pub memory_rates: Option<crate::rates::RatesKind>,
+    pub memory_rates: Option<RatesKind>,
     /// How AdamW keeps its moments: f32, bf16 or int8 (optimizer.state).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_state))]
     pub optimizer_state: Option<StateKind>,
@@ -156,14 +158,14 @@ fn parse_policy(text: &str) -> Result<super::PolicyKind, String> {
 }
 
 #[cfg(feature = "cli")]
-fn parse_rates(text: &str) -> Result<crate::rates::RatesKind, String> {
+fn parse_rates(text: &str) -> Result<RatesKind, String> {
     parse_kebab(text)
 }
 
 impl Overrides {
     /// The configuration of `file` (or the defaults) over `--preset`, with every other flag
     /// applied over it.
-    pub fn configure(&self, file: Option<&std::path::Path>) -> crate::Result<TrainConfig> {
+    pub fn configure(&self, file: Option<&std::path::Path>) -> crate::error::Result<TrainConfig> {
         let mut config = match file {
             Some(path) => TrainConfig::from_toml_file_over(path, self.preset)?,
             None => TrainConfig::over(self.preset),
@@ -188,14 +190,15 @@ impl Overrides {
         &self,
         run_config: &std::path::Path,
         file: Option<&std::path::Path>,
-    ) -> crate::Result<TrainConfig> {
+    ) -> crate::error::Result<TrainConfig> {
         let mut table = super::read_table(run_config)?;
         if let Some(file) = file {
             super::merge(&mut table, super::read_table(file)?);
         }
-        let mut config = TrainConfig::deserialize(table).map_err(|err| crate::Error::Config {
-            problems: vec![format!("{}: {err}", file.unwrap_or(run_config).display())],
-        })?;
+        let mut config =
+            TrainConfig::deserialize(table).map_err(|err| crate::error::Error::Config {
+                problems: vec![format!("{}: {err}", file.unwrap_or(run_config).display())],
+            })?;
         if self.preset.is_some() {
             config.model.preset = self.preset;
         }

@@ -128,13 +128,13 @@ impl TrainConfig {
             .model
             .init_from
             .as_ref()?
-            .join(crate::shards::TOKENIZER);
+            .join(crate::data::shards::TOKENIZER);
         let data = self
             .data
             .path
             .as_ref()
             .filter(|_| self.data.kind == DataKind::TokenShards)?;
-        let manifest = crate::shards::Manifest::read(data).ok()?;
+        let manifest = crate::data::shards::Manifest::read(data).ok()?;
         let problem = manifest.tokenizer_mismatch(&pretrained, "the pretrained model's")?;
         Some(format!("data.path: {} was {problem}", data.display()))
     }

@@ -9,8 +9,8 @@ use headroom_kernels::ops::random::uniform;
 use serde::{Deserialize, Serialize};
 
 use super::{Dataset, HostBatch};
+use crate::data_parallel::world::Launch;
 use crate::error::Result;
-use crate::world::Launch;
 
 /// Where a batch starts in the data: its epoch, and how many samples of the epoch's order came
 /// before it (so a run may change its batch size and keep its place).

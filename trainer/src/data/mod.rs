@@ -1,5 +1,6 @@
-//! Datasets, batches and the loader: a seeded shuffle per epoch, batching, and a background
-//! thread that prepares a bounded number of batches ahead.
+//! Data and text: datasets, batches and the loader (a seeded shuffle per epoch, batching, and a
+//! background thread that prepares a bounded number of batches ahead); text tokenized
+//! ([`tokenizer`]) once into token shards ([`shards`]) that runs read memory-mapped.
 //!
 //! A dataset's samples are named arrays of any dtype and shape ([`DataShape`]): ids, features,
 //! labels, masks. The built-in kinds are two instances: token sequences and feature vectors,
@@ -13,8 +14,10 @@ mod idx;
 mod loader;
 mod sample;
 mod shape;
+pub mod shards;
 mod text;
 mod token_shards;
+pub mod tokenizer;
 mod uniform;
 mod values;
 

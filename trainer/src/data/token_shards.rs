@@ -10,9 +10,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{DataShape, Dataset, Sample};
+use crate::data::shards::{Manifest, ShardEntry, ShardFile, TOKENIZER};
+use crate::data::tokenizer::{file_hash, hash_hex};
 use crate::error::{Error, Result};
-use crate::shards::{Manifest, ShardEntry, ShardFile, TOKENIZER};
-use crate::tokenizer::{file_hash, hash_hex};
 
 /// Windows of a prepared directory's shards.
 #[derive(Debug, Clone)]

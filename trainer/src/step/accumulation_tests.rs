@@ -9,10 +9,10 @@ use headroom_kernels::{Device, DeviceConfig};
 use super::{Sizes, StepContext, train_step, update};
 use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{HostBatch, Task};
-use crate::optim::build_optimizer;
-use crate::precision::LossScaler;
-use crate::step_context::Forward;
-use crate::trainable::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
+use crate::model::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
+use crate::step::context::Forward;
+use crate::step::optimizer::build_optimizer;
+use crate::step::precision::LossScaler;
 
 /// A four-block GPT wide enough that its weights' gradients outweigh its activations'.
 fn config() -> TrainConfig {

@@ -15,15 +15,15 @@ use headroom_alloc::Tag;
 use headroom_collectives::ReduceOp;
 
 use super::Trainer;
-use crate::artifacts;
-use crate::atomic_file::write_atomically;
-use crate::callback::Flow;
+use crate::data::tokenizer::TextTokenizer;
 use crate::error::{Error, Result};
-use crate::metrics::MetricsLog;
-use crate::progress;
-use crate::record::{RankPeak, Summary};
-use crate::state::checkpoint_path;
-use crate::tokenizer::TextTokenizer;
+use crate::run_dir::artifacts;
+use crate::run_dir::atomic_file::write_atomically;
+use crate::run_dir::checkpoint::checkpoint_path;
+use crate::run_dir::metrics::MetricsLog;
+use crate::run_dir::progress;
+use crate::run_dir::record::{RankPeak, Summary};
+use crate::trainer::callback::Flow;
 
 /// How the loop of steps ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,10 +47,10 @@ impl Trainer {
         let writes = self.launch().writes();
         let mut metrics = if writes {
             write_atomically(
-                &dir.join(crate::run_dir::CONFIG_FILE),
+                &dir.join(crate::run_dir::location::CONFIG_FILE),
                 self.config.to_toml().as_bytes(),
             )?;
-            let tokenizer = dir.join(crate::shards::TOKENIZER);
+            let tokenizer = dir.join(crate::data::shards::TOKENIZER);
             if let Some(source) = self.config.tokenizer() {
                 let bytes = std::fs::read(&source).map_err(Error::io(&source))?;
                 write_atomically(&tokenizer, &bytes)?;

@@ -12,25 +12,25 @@ use headroom_kernels::Device;
 use headroom_nn::Optimizer;
 
 use super::{RunFiles, Trainer};
-use crate::callback::Callbacks;
 use crate::config::{DEFAULT_MARGIN, TrainConfig};
-use crate::control::Control;
 use crate::data::{Position, Task};
-use crate::device;
-use crate::diagnosis::Failure;
+use crate::data_parallel::control::Control;
+use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
-use crate::growth::GrowthCheck;
-use crate::micro::MicroBatcher;
-use crate::optim::{build_optimizer, schedule};
-use crate::planner::plan_with;
-use crate::precision::LossScaler;
-use crate::probe::Prober;
-use crate::resume;
-use crate::run_dir::{self, Start};
-use crate::state::{self, TrainerState, checkpoint_path};
-use crate::totals::Totals;
-use crate::trainable::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
-use crate::world::Launch;
+use crate::model::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
+use crate::planning::diagnosis::Failure;
+use crate::planning::probe::Prober;
+use crate::planning::run_device;
+use crate::planning::search::plan_with;
+use crate::run_dir::checkpoint::{self, TrainerState, checkpoint_path};
+use crate::run_dir::location::{self, Start};
+use crate::run_dir::resume;
+use crate::run_dir::totals::Totals;
+use crate::step::micro::MicroBatcher;
+use crate::step::micro_growth::GrowthCheck;
+use crate::step::optimizer::{build_optimizer, schedule};
+use crate::step::precision::LossScaler;
+use crate::trainer::callback::Callbacks;
 
 impl Trainer {
     /// A new run of `config`: validated, its data read, its micro-batch size planned (unless
@@ -131,7 +131,7 @@ impl Trainer {
         let (run_dir, made) = match (launch.writes(), &config.run_dir, start) {
             (false, Some(dir), _) => (dir.clone(), false),
             (false, None, Start::New | Start::Overwrite) => (PathBuf::new(), false),
-            _ => run_dir::resolve(config.run_dir.as_deref(), start)?,
+            _ => location::resolve(config.run_dir.as_deref(), start)?,
         };
         let built = Self::build(
             config,
@@ -143,7 +143,7 @@ impl Trainer {
             (launch, world),
         );
         match (&built, made) {
-            (Ok(_), true) => run_dir::point_latest(&run_dir),
+            (Ok(_), true) => location::point_latest(&run_dir),
             (Err(_), true) => {
                 std::fs::remove_dir_all(&run_dir).ok();
             }
@@ -162,14 +162,14 @@ impl Trainer {
         (launch, world): (Launch, Option<Box<dyn Collective + Send>>),
     ) -> Result<Self> {
         if launch.writes() {
-            run_dir::claim(&run_dir, start)?;
+            location::claim(&run_dir, start)?;
         }
         config.run_dir = Some(run_dir.clone());
-        let budget = device::budget(&config)?;
+        let budget = run_device::budget(&config)?;
         let (device, world) = match world {
             Some(world) => (world.device().clone(), world),
             None => {
-                let device = device::open(&config, &budget)?;
+                let device = run_device::open(&config, &budget)?;
                 let world = launch.join(&device, DEFAULT_TIMEOUT)?;
                 (device, world)
             }
@@ -242,7 +242,7 @@ impl Trainer {
             |p| p.step_limit,
         );
         if start != Start::Resume && launch.writes() {
-            run_dir::clear_earlier_run(&run_dir, trace.path.as_deref())?;
+            location::clear_earlier_run(&run_dir, trace.path.as_deref())?;
         }
         let batch = launch.shard_size(config.batch.size);
         let mut state = match saved {
@@ -344,7 +344,7 @@ fn stream_allocations(
     if !config.memory.trace {
         return Ok(None);
     }
-    let path = run_dir::next_trace(dir)?;
+    let path = location::next_trace(dir)?;
     let file = std::fs::File::create(&path).map_err(Error::io(&path))?;
     device
         .allocator()
@@ -359,13 +359,13 @@ fn resumable(
     dir: &Path,
     device: &Device,
     task: &Task,
-) -> Result<state::Saved> {
+) -> Result<checkpoint::Saved> {
     let path = checkpoint_path(dir);
-    let saved = state::load(&path, device, task.train.len())?;
+    let saved = checkpoint::load(&path, device, task.train.len())?;
     match &saved.config {
         Some(before) => {
             // The memory techniques the checkpoint's run trained with stay, unless set.
-            crate::policy::keep_unset(before, config);
+            crate::planning::policy::keep_unset(before, config);
             for change in resume::changes(before, config)? {
                 tracing::info!("resuming with a change: {change}");
             }
@@ -385,7 +385,7 @@ fn build_model(
     task: &Task,
     factory: &dyn ModelFactory,
     device: &Device,
-    saved: Option<&state::Saved>,
+    saved: Option<&checkpoint::Saved>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
     let settings = ModelSettings::of(config);
     let mut model = factory.build(device, &task.train.shape(), &settings)?;

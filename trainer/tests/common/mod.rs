@@ -74,7 +74,7 @@ pub fn safetensors_entries(path: &Path) -> Vec<(String, headroom_kernels::Array)
 
 /// Every entry of the checkpoint in `dir` (weights and optimizer state), by name, as bytes.
 pub fn checkpoint_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let path = headroom_trainer::checkpoint_path(dir);
+    let path = headroom_trainer::run_dir::checkpoint_path(dir);
     safetensors_entries(&path)
         .into_iter()
         .map(|(name, array)| (name, array.to_bytes().unwrap()))

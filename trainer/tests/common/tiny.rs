@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use headroom_kernels::{Device, DeviceConfig};
+use headroom_trainer::Trainer;
 use headroom_trainer::config::{DataKind, Overrides, ScheduleKind, TrainConfig};
-use headroom_trainer::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
-use headroom_trainer::tokenizer::TextTokenizer;
-use headroom_trainer::{Start, Summary, Trainer};
+use headroom_trainer::data::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
+use headroom_trainer::data::tokenizer::TextTokenizer;
+use headroom_trainer::run_dir::{Start, Summary};
 
 use super::{TempDir, headroom, prose, safetensors_entries, succeeds, text};
 

@@ -10,12 +10,12 @@ use clap::{Args, Parser, Subcommand};
 use headroom_alloc::cli::ReplayArgs;
 use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
+use headroom_trainer::data_parallel::Launch;
 use headroom_trainer::interrupt::{self, StopOnSignal};
+use headroom_trainer::planning::{fullest_rank, plan, run_device};
 use headroom_trainer::run_dir::{self, latest_trace};
-use headroom_trainer::world::Launch;
-use headroom_trainer::{
-    Error, Result, Start, Summary, Trainer, device, fullest_rank, plan, read_all,
-};
+use headroom_trainer::run_dir::{Start, Summary, read_all};
+use headroom_trainer::{Error, Result, Trainer};
 use tracing_subscriber::EnvFilter;
 
 mod model_use;
@@ -240,9 +240,9 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
         roomy.memory.limit = None;
         roomy.memory.fraction = Some(1.0);
         roomy.memory.capacity = "1GiB".into();
-        let budget = device::budget(&roomy)?;
-        let device = device::open(&roomy, &budget)?;
-        let (rates, path) = headroom_trainer::rates::calibrate(&device)?;
+        let budget = run_device::budget(&roomy)?;
+        let device = run_device::open(&roomy, &budget)?;
+        let (rates, path) = headroom_trainer::planning::calibrate(&device)?;
         say(format_args!(
             "calibrated {device}: f32 products {:.1} GFLOP/s, bf16 products {:.1} GFLOP/s, \
              other arithmetic {:.1} GFLOP/s, memory {:.1} GB/s, {:.1} µs a kernel ({})",
@@ -253,9 +253,9 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
             rates.launch * 1e6,
             path.display()
         ))?;
-        config.memory.rates = headroom_trainer::rates::RatesKind::Calibrated;
+        config.memory.rates = headroom_trainer::config::RatesKind::Calibrated;
     }
-    let (budget, target, absent) = device::planning(&config)?;
+    let (budget, target, absent) = run_device::planning(&config)?;
     if let Some(note) = absent {
         say(note)?;
     }
@@ -306,13 +306,13 @@ fn report(run_dir: &Path) -> Result<()> {
         detail: err.to_string(),
     })?;
     let records = read_all(run_dir)?;
-    headroom_trainer::loss_curve(
+    headroom_trainer::run_dir::loss_curve(
         &records,
         &summary.metric_name,
         summary.metric,
         &run_dir.join("loss.svg"),
     )?;
-    headroom_trainer::memory_timeline(
+    headroom_trainer::run_dir::memory_timeline(
         &records,
         &summary.micro_history,
         &run_dir.join("memory.svg"),
@@ -354,7 +354,7 @@ struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        headroom_trainer::above_the_bar(|| std::io::stderr().lock().write_all(line))?;
+        headroom_trainer::run_dir::above_the_bar(|| std::io::stderr().lock().write_all(line))?;
         Ok(line.len())
     }
 

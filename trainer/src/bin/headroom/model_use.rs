@@ -6,11 +6,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 use headroom_nn::Sampling;
-use headroom_trainer::eval_run::{EvalData, evaluate_run};
-use headroom_trainer::generate::{GenerateOptions, Stop, generate, prompt_ids};
-use headroom_trainer::saved_run::{SavedRun, UseSettings};
-use headroom_trainer::tokenizer::TextTokenizer;
-use headroom_trainer::{Error, Result, TrainModel};
+use headroom_trainer::data::tokenizer::TextTokenizer;
+use headroom_trainer::model::TrainModel;
+use headroom_trainer::trained::{EvalData, evaluate_run};
+use headroom_trainer::trained::{GenerateOptions, Stop, generate, prompt_ids};
+use headroom_trainer::trained::{SavedRun, UseSettings};
+use headroom_trainer::{Error, Result};
 
 use crate::say;
 

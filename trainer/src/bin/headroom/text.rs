@@ -5,10 +5,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use headroom_trainer::shards::{
+use headroom_trainer::data::shards::{
     FileFilter, HeldOut, PrepareOptions, find_files, prepare, read_text_file,
 };
-use headroom_trainer::tokenizer::TextTokenizer;
+use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::{Error, Result};
 
 use crate::say;

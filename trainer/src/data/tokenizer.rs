@@ -1,0 +1,284 @@
+//! Text to token ids and back, through Hugging Face's `tokenizers`: a `tokenizer.json` loaded
+//! as it is (GPT-2's, or one trained here), or a byte-level BPE trained on the user's files the
+//! way GPT-2's was (bytes as the first 256 tokens, no prefix space, the end-of-text token).
+//!
+//! A character-level run (`data.kind = "text"`) keeps its character vocabulary the same way,
+//! as a `tokenizer.json` of one token a character (as nanoGPT's `shakespeare_char` keeps its
+//! `meta.pkl`): [`TextTokenizer::characters`].
+//!
+//! A tokenizer is known by the FNV-1a hash of its `tokenizer.json` bytes: token shards record
+//! it, so data tokenized by one tokenizer is never read with another.
+
+use std::path::{Path, PathBuf};
+
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
+use tokenizers::models::wordlevel::WordLevel;
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::fixed_length::FixedLength;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::{AddedToken, ModelWrapper, Tokenizer, TokenizerBuilder};
+
+use crate::error::{Error, Result};
+
+/// GPT-2's document separator, which a trained tokenizer reserves as a special token (id 0).
+pub const END_OF_TEXT: &str = "<|endoftext|>";
+
+/// The smallest vocabulary a byte-level BPE can have: the 256 bytes and the end-of-text token.
+pub const MIN_BPE_VOCAB: usize = 257;
+
+/// The unknown token a character vocabulary names but never holds: a character outside the
+/// vocabulary is an error, never a silent stand-in.
+const UNKNOWN: &str = "<unk>";
+
+/// A tokenizer and what identifies it.
+pub struct TextTokenizer {
+    inner: Tokenizer,
+    path: PathBuf,
+    hash: u64,
+    /// One token a character (a character-level run's vocabulary).
+    characters: bool,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("path", &self.path)
+            .field("vocab", &self.vocab())
+            .field("hash", &format_args!("{:016x}", self.hash))
+            .finish()
+    }
+}
+
+impl TextTokenizer {
+    /// Loads a `tokenizer.json` (a file, or a directory holding one, such as a Hugging Face
+    /// model's).
+    pub fn load(path: &Path) -> Result<Self> {
+        let path = if path.is_dir() {
+            path.join("tokenizer.json")
+        } else {
+            path.to_owned()
+        };
+        let bytes = std::fs::read(&path).map_err(Error::io(&path))?;
+        let inner = Tokenizer::from_bytes(&bytes).map_err(|err| Error::Data {
+            path: path.clone(),
+            detail: format!("not a tokenizer.json that Hugging Face's tokenizers reads: {err}"),
+        })?;
+        let characters = matches!(inner.get_model(), ModelWrapper::WordLevel(_))
+            && matches!(
+                inner.get_pre_tokenizer(),
+                Some(PreTokenizerWrapper::FixedLength(split)) if split.length == 1
+            );
+        Ok(Self {
+            inner,
+            hash: fnv1a(&bytes),
+            path,
+            characters,
+        })
+    }
+
+    /// A tokenizer of one token a character, token `i` being `vocab[i]`, saved to `out` as a
+    /// `tokenizer.json` (a word-level model over single characters, joined again on decoding)
+    /// that Hugging Face's `tokenizers` reads as well.
+    pub fn characters(vocab: &[char], out: &Path) -> Result<Self> {
+        let ids = vocab
+            .iter()
+            .enumerate()
+            .map(|(id, c)| (c.to_string(), id as u32))
+            .collect();
+        let cannot = |err: tokenizers::Error| {
+            Error::config(format!("cannot build a character tokenizer: {err}"))
+        };
+        let model = WordLevel::builder()
+            .vocab(ids)
+            .unk_token(UNKNOWN.into())
+            .build()
+            .map_err(cannot)?;
+        let tokenizer = TokenizerBuilder::<
+            WordLevel,
+            NormalizerWrapper,
+            FixedLength,
+            PostProcessorWrapper,
+            Fuse,
+        >::new()
+        .with_model(model)
+        .with_pre_tokenizer(Some(FixedLength::new(1)))
+        .with_decoder(Some(Fuse::new()))
+        .build()
+        .map_err(cannot)?;
+        Self::write_and_load(&tokenizer, out)
+    }
+
+    /// Trains a byte-level BPE of `vocab` tokens (the end-of-text token included) on `files`
+    /// and saves it to `out`. Files that are not UTF-8 text must be left out by the caller.
+    pub fn train(files: &[PathBuf], vocab: usize, out: &Path) -> Result<Self> {
+        if vocab < MIN_BPE_VOCAB {
+            return Err(Error::config(format!(
+                "--vocab {vocab}: a byte-level BPE needs at least {MIN_BPE_VOCAB} tokens (the \
+                 256 bytes and {END_OF_TEXT})"
+            )));
+        }
+        if files.is_empty() {
+            return Err(Error::config("no text files to train a tokenizer on"));
+        }
+        let mut trainer = BpeTrainerBuilder::new()
+            .vocab_size(vocab)
+            .min_frequency(2)
+            .show_progress(false)
+            .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+            .special_tokens(vec![AddedToken::from(END_OF_TEXT, true)])
+            .build();
+        let byte_level = ByteLevel::default().add_prefix_space(false);
+        let mut tokenizer =
+            TokenizerBuilder::<BPE, NormalizerWrapper, ByteLevel, ByteLevel, ByteLevel>::new()
+                .with_model(BPE::default())
+                .with_pre_tokenizer(Some(byte_level))
+                .with_post_processor(Some(byte_level.trim_offsets(false)))
+                .with_decoder(Some(byte_level))
+                .build()
+                .map_err(|err| Error::config(format!("cannot build a byte-level BPE: {err}")))?;
+        let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        tokenizer
+            .train_from_files(&mut trainer, names)
+            .map_err(|err| Error::Data {
+                path: files[0].clone(),
+                detail: format!("training the tokenizer on these files failed: {err}"),
+            })?;
+        Self::write_and_load(&tokenizer, out)
+    }
+
+    /// Writes `tokenizer` as a `tokenizer.json` file at `out`, atomically, and loads it back.
+    fn write_and_load(tokenizer: &impl serde::Serialize, out: &Path) -> Result<Self> {
+        let json = serde_json::to_string(tokenizer).map_err(|err| Error::Data {
+            path: out.to_owned(),
+            detail: format!("cannot write the tokenizer: {err}"),
+        })?;
+        crate::run_dir::atomic_file::write_atomically(out, json.as_bytes())?;
+        Self::load(out)
+    }
+
+    /// The number of token ids, special tokens included.
+    pub fn vocab(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The FNV-1a hash of its `tokenizer.json` bytes.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// Where it was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The id of the end-of-text token, when it has one.
+    pub fn end_of_text(&self) -> Option<u32> {
+        self.inner.token_to_id(END_OF_TEXT)
+    }
+
+    /// True for a character-level run's tokenizer (one token a character).
+    pub fn is_characters(&self) -> bool {
+        self.characters
+    }
+
+    /// The ids of `text`, without special tokens added. A character the character vocabulary
+    /// lacks is an error naming every such character.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        if self.characters {
+            self.check_characters(text)?;
+        }
+        let encoding = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|err| self.error(format!("cannot encode the text: {err}")))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The text of `ids` (special tokens kept, so a sample shows where documents end).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|err| self.error(format!("cannot decode ids {ids:?}: {err}")))
+    }
+
+    /// Refuses `text` when it holds characters the character vocabulary lacks.
+    fn check_characters(&self, text: &str) -> Result<()> {
+        let mut unknown: Vec<char> = text
+            .chars()
+            .filter(|c| self.inner.token_to_id(&c.to_string()).is_none())
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let named: Vec<String> = unknown.iter().map(|c| format!("{c:?}")).collect();
+        Err(self.error(format!(
+            "the text holds {} character(s) that the run's vocabulary of {} characters (those \
+             of its training text) lacks: {}",
+            unknown.len(),
+            self.vocab(),
+            named.join(", ")
+        )))
+    }
+
+    fn error(&self, detail: String) -> Error {
+        Error::Data {
+            path: self.path.clone(),
+            detail,
+        }
+    }
+}
+
+/// A tokenizer's hash as manifests write it: 16 hex digits.
+pub fn hash_hex(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+/// The hash of the `tokenizer.json` at `path`, as manifests write it.
+pub fn file_hash(path: &Path) -> std::io::Result<String> {
+    Ok(hash_hex(fnv1a(&std::fs::read(path)?)))
+}
+
+/// The 64-bit FNV-1a hash of `bytes`.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_tokenizer_round_trips_its_characters_and_names_unknown_ones() {
+        let out = std::env::temp_dir().join(format!("headroom-chars-{}.json", std::process::id()));
+        let vocab = ['\n', ' ', '!', 'a', 'b', 'é'];
+        let tokenizer = TextTokenizer::characters(&vocab, &out).unwrap();
+        assert!(tokenizer.is_characters());
+        assert_eq!(tokenizer.vocab(), 6);
+        assert_eq!(tokenizer.end_of_text(), None);
+        let ids = tokenizer.encode("ab é!\n").unwrap();
+        assert_eq!(ids, vec![3, 4, 1, 5, 2, 0]);
+        assert_eq!(tokenizer.decode(&ids).unwrap(), "ab é!\n");
+        let again = TextTokenizer::load(&out).unwrap();
+        assert!(again.is_characters() && again.hash() == tokenizer.hash());
+        let err = tokenizer.encode("a Zbz").unwrap_err().to_string();
+        assert!(
+            err.contains("2 character(s)") && err.contains("'Z', 'z'"),
+            "{err}"
+        );
+        std::fs::remove_file(&out).ok();
+    }
+
+    #[test]
+    fn fnv1a_matches_its_published_test_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+}

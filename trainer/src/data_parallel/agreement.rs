@@ -1,0 +1,96 @@
+//! What the ranks of a data-parallel step agree on, each in one small all-reduce through the
+//! run's control buffer: the whole batch's counts before the first micro-batch, what each round
+//! of micro-batches did, and whether every rank's update succeeded. In a run of one process each
+//! is this process's own.
+
+use headroom_collectives::ReduceOp;
+
+use crate::data::HostBatch;
+use crate::data_parallel::world::Launch;
+use crate::error::{Error, Result};
+use crate::step::context::StepContext;
+
+/// What every rank agrees happened in one round of micro-batches (one attempt per rank that
+/// had samples left). In a run of one process it is that process's attempt.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Round {
+    /// Every attempt succeeded and some rank has samples left.
+    Fine,
+    /// No rank had samples left: the step's micro-batches are done.
+    Done,
+    /// Rank `rank` ran out of memory in a micro-batch of `size` (the highest such rank).
+    OutOfMemory { rank: usize, size: usize },
+    /// Rank `rank` failed otherwise.
+    Failed { rank: usize },
+}
+
+impl Round {
+    /// The round every rank agrees on, from this rank's samples `left` before its `attempt`.
+    /// In a data-parallel run this is one all-reduce (the largest of each rank's flags).
+    pub(crate) fn agree<T>(
+        ctx: &mut StepContext<'_>,
+        launch: Launch,
+        left: usize,
+        attempt: Option<&(usize, HostBatch, Option<u64>, Result<T>)>,
+    ) -> Result<Self> {
+        let rank = launch.rank as f64 + 1.0;
+        // [failed otherwise, out of memory, the size that ran out, samples left after]
+        let mut flags = [0.0, 0.0, 0.0, left as f64];
+        if let Some((size, _, _, outcome)) = attempt {
+            match outcome {
+                Ok(_) => flags[3] = (left - size) as f64,
+                Err(err) if err.is_out_of_memory() => {
+                    flags[1] = rank;
+                    flags[2] = *size as f64;
+                }
+                Err(_) => flags[0] = rank,
+            }
+        }
+        let flags = ctx.agree(flags, ReduceOp::Max)?;
+        Ok(if flags[0] > 0.0 {
+            Self::Failed {
+                rank: flags[0] as usize - 1,
+            }
+        } else if flags[1] > 0.0 {
+            Self::OutOfMemory {
+                rank: flags[1] as usize - 1,
+                size: flags[2] as usize,
+            }
+        } else if flags[3] > 0.0 {
+            Self::Fine
+        } else {
+            Self::Done
+        })
+    }
+}
+
+/// The samples and scored targets of the whole batch: `batch`'s, summed over the ranks in a
+/// data-parallel run.
+pub(crate) fn whole_batch(ctx: &mut StepContext<'_>, batch: &HostBatch) -> Result<(usize, usize)> {
+    let mine = [batch.len() as f64, batch.scored() as f64, 0.0, 0.0];
+    let counts = ctx.agree(mine, ReduceOp::Sum)?;
+    Ok((counts[0] as usize, counts[1] as usize))
+}
+
+/// `updated`, this rank's update, once every rank of a data-parallel run has said whether its
+/// own succeeded: a rank whose update failed stops every rank, naming it.
+pub(crate) fn agree_on_update(
+    ctx: &mut StepContext<'_>,
+    launch: Launch,
+    step: u64,
+    updated: Result<(bool, f64)>,
+) -> Result<(bool, f64)> {
+    let failed = match updated {
+        Ok(_) => 0.0,
+        Err(_) => launch.rank as f64 + 1.0,
+    };
+    let agreed = ctx.agree([failed, 0.0, 0.0, 0.0], ReduceOp::Max)?;
+    match updated {
+        Ok(_) if agreed[0] > 0.0 => Err(Error::PeerFailed {
+            step: step + 1,
+            rank: agreed[0] as usize - 1,
+            what: "an error in its optimizer update",
+        }),
+        updated => updated,
+    }
+}

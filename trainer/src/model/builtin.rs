@@ -1,0 +1,243 @@
+//! Headroom's own models: a GPT over token sequences or an MLP over feature vectors, with f32
+//! master weights, its inputs' shape taken from the data, built as the configuration's
+//! `[model]` describes ([`BuiltinModel`]) and trained through the same trait as a user's model.
+
+use std::any::Any;
+
+use headroom_autograd::Tensor;
+use headroom_kernels::{DType, Device};
+use headroom_nn::loss::cross_entropy;
+use headroom_nn::{
+    Activation, DropoutCounter, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
+};
+
+use crate::config::{ModelConfig, ModelKind};
+use crate::data::{DataShape, DeviceBatch, FeatureShape, IGNORE, TokenShape};
+use crate::error::{Error, Result};
+use crate::model::trainable::{Knobs, ModelFactory, ModelSettings, TrainableModel};
+
+/// A GPT or an MLP.
+pub enum TrainModel {
+    /// Over token sequences.
+    Gpt(Box<Gpt>),
+    /// Over feature vectors.
+    Mlp(Sequential),
+}
+
+impl TrainModel {
+    /// The model `config` describes for data of `shape`, on `device`, its weights from `seed`.
+    pub fn build(
+        config: &ModelConfig,
+        shape: &DataShape,
+        device: &Device,
+        seed: u64,
+    ) -> Result<Self> {
+        let mut init = Initializer::new(device, DType::F32, seed);
+        match (config.kind, shape.as_tokens(), shape.as_features()) {
+            (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
+                let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
+                if let Some(eps) = config.norm_eps {
+                    let blocks = gpt.blocks.iter_mut();
+                    let norms = blocks.flat_map(|b| [&mut b.ln1, &mut b.ln2]);
+                    for norm in norms.chain([&mut gpt.ln_f]) {
+                        norm.eps = eps;
+                    }
+                }
+                gpt.set_recompute(config.recompute.unwrap_or_default().into());
+                if let Some(rows) = config.head_chunk {
+                    gpt.set_head_chunk(Some(rows));
+                }
+                Ok(Self::Gpt(Box::new(gpt)))
+            }
+            (ModelKind::Mlp, _, Some(FeatureShape { dim, classes })) => {
+                let mut sizes = vec![dim];
+                sizes.extend(&config.hidden);
+                sizes.push(classes.max(2));
+                Ok(Self::Mlp(mlp(&mut init, &sizes, Activation::Relu)?))
+            }
+            (kind, _, _) => Err(Error::config(format!(
+                "model.kind: a {kind} model cannot read samples of {shape}"
+            ))),
+        }
+    }
+
+    /// The same with no weights: its shape, checked against the data's.
+    ///
+    /// A GPT reads the data's vocabulary; an explicit `model.vocab` must equal it. Its
+    /// positions are `model.context` (or the preset's, or the data's sample length), at least
+    /// the data's sample length.
+    pub fn check(config: &ModelConfig, shape: &DataShape) -> Result<()> {
+        match (config.kind, shape.as_tokens()) {
+            (ModelKind::Gpt, Some(TokenShape { vocab, len })) => {
+                gpt_shape(config, vocab, len).map(drop)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// True for a GPT whose blocks keep their activations: one that `model.recompute` would
+    /// make lighter.
+    pub fn could_recompute(&self) -> bool {
+        matches!(self, Self::Gpt(gpt) if gpt.recompute() != headroom_nn::Recompute::Blocks)
+    }
+
+    /// The model as a module (its parameters, for optimizers and checkpoints).
+    pub fn module(&self) -> &dyn Module {
+        match self {
+            Self::Gpt(m) => m.as_ref(),
+            Self::Mlp(m) => m,
+        }
+    }
+
+    /// The model as a module, mutably.
+    pub fn module_mut(&mut self) -> &mut dyn Module {
+        match self {
+            Self::Gpt(m) => m.as_mut(),
+            Self::Mlp(m) => m,
+        }
+    }
+
+    /// The logits for `inputs` (`[B, T, vocab]` or `[B, classes]`).
+    pub fn logits(&self, inputs: &Tensor) -> Result<Tensor> {
+        Ok(self.module().forward(inputs)?)
+    }
+
+    /// The mean cross-entropy over the scored targets; a GPT's head and loss run fused, so
+    /// that its logits never exist whole.
+    pub fn loss(&self, inputs: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Gpt(gpt) => Ok(gpt.loss(inputs, targets, Some(IGNORE))?),
+            Self::Mlp(_) => Ok(cross_entropy(&self.logits(inputs)?, targets, Some(IGNORE))?),
+        }
+    }
+
+    /// The counter of dropout masks drawn (GPT), saved with checkpoints.
+    pub fn dropout_counter(&self) -> Option<&DropoutCounter> {
+        match self {
+            Self::Gpt(m) => Some(m.dropout_counter()),
+            Self::Mlp(_) => None,
+        }
+    }
+}
+
+/// The shape of the GPT `config` describes for token data of `vocab` tokens in samples of
+/// `len`.
+fn gpt_shape(config: &ModelConfig, vocab: usize, len: usize) -> Result<GptConfig> {
+    if let Some(explicit) = config.vocab.filter(|&v| v != vocab) {
+        return Err(Error::config(format!(
+            "model.vocab: {explicit} tokens, where the data has a vocabulary of {vocab}"
+        )));
+    }
+    let context = config.window(len);
+    if context < len {
+        return Err(Error::config(format!(
+            "model.context: {context} positions cannot read the data's samples of {len} tokens"
+        )));
+    }
+    Ok(GptConfig {
+        vocab,
+        context,
+        width: config.width,
+        heads: config.heads,
+        layers: config.layers,
+        dropout: config.dropout,
+        tie_embeddings: config.tie_embeddings,
+    })
+}
+
+/// The built-in models, as a configuration describes them.
+#[derive(Debug, Clone)]
+pub struct BuiltinModel(pub ModelConfig);
+
+impl ModelFactory for BuiltinModel {
+    fn build(
+        &self,
+        device: &Device,
+        shape: &DataShape,
+        settings: &ModelSettings,
+    ) -> Result<Box<dyn TrainableModel>> {
+        let mut config = self.0.clone();
+        if config.kind == ModelKind::Gpt {
+            config.recompute = Some(settings.recompute);
+            config.head_chunk = settings.head_chunk.or(config.head_chunk);
+        }
+        Ok(Box::new(TrainModel::build(
+            &config,
+            shape,
+            device,
+            settings.seed,
+        )?))
+    }
+
+    fn knobs(&self, shape: &DataShape) -> Knobs {
+        match (self.0.kind, shape.as_tokens()) {
+            (ModelKind::Gpt, Some(tokens)) => Knobs {
+                cheap_recompute: true,
+                block_recompute: true,
+                fused_head: Some(tokens.vocab),
+            },
+            _ => Knobs::default(),
+        }
+    }
+
+    /// A GPT's shape against the data's; the log says when the data's vocabulary replaces a
+    /// preset's.
+    fn check(&self, shape: &DataShape) -> Result<()> {
+        TrainModel::check(&self.0, shape)?;
+        if let (Some(preset), None, Some(tokens)) = (self.0.preset, self.0.vocab, shape.as_tokens())
+            && tokens.vocab != preset.shape().vocab
+        {
+            tracing::info!(
+                "the data's vocabulary of {} tokens replaces {}'s {}",
+                tokens.vocab,
+                preset.name(),
+                preset.shape().vocab
+            );
+        }
+        Ok(())
+    }
+
+    /// A GPT from `model.init_from`'s pretrained weights, where the configuration names them.
+    fn initialize(&self, model: &mut dyn TrainableModel) -> Result<()> {
+        let builtin = model.as_any_mut().downcast_mut::<TrainModel>();
+        if let (Some(dir), Some(TrainModel::Gpt(gpt))) = (&self.0.init_from, builtin) {
+            headroom_nn::hf::load_gpt2(dir, gpt)?;
+            tracing::info!("started from the pretrained weights of {}", dir.display());
+        }
+        Ok(())
+    }
+}
+
+impl TrainableModel for TrainModel {
+    fn module(&self) -> &dyn Module {
+        TrainModel::module(self)
+    }
+
+    fn module_mut(&mut self) -> &mut dyn Module {
+        TrainModel::module_mut(self)
+    }
+
+    fn loss(&self, batch: &DeviceBatch) -> Result<Tensor> {
+        TrainModel::loss(self, batch.inputs()?, batch.targets()?)
+    }
+
+    fn logits(&self, inputs: &Tensor) -> Result<Tensor> {
+        TrainModel::logits(self, inputs)
+    }
+
+    fn dropout_counter(&self) -> Option<&DropoutCounter> {
+        TrainModel::dropout_counter(self)
+    }
+
+    fn could_recompute(&self) -> bool {
+        TrainModel::could_recompute(self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}

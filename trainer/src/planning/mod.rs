@@ -1,0 +1,27 @@
+//! Planning: what a step will hold and take, known before it runs. The run's memory budget
+//! and the device it opens ([`run_device`]); probes of one step on the meta device; the
+//! planner's search for the largest micro-batch size, and under the memory policy for the
+//! fastest memory techniques, that fit; the rates it prices steps at; the bytes per op and per
+//! tag it reports; the fused head's chunk; and what to tell a user when nothing fits.
+//!
+//! The planner's answer is a [`Plan`]; [`plan`] finds it (`search.rs`).
+
+pub(crate) mod budget;
+pub(crate) mod diagnosis;
+pub mod head_chunk;
+pub(crate) mod op_bytes;
+pub(crate) mod plan;
+pub mod policy;
+pub(crate) mod probe;
+pub(crate) mod rates;
+pub mod run_device;
+pub(crate) mod search;
+pub(crate) mod tag_bytes;
+
+pub use budget::{Budget, UNLIMITED};
+pub use diagnosis::{Failure, diagnose};
+pub use plan::{ChunkProbe, Plan, Probe};
+pub use rates::{calibrate, rates};
+pub use search::{fullest_rank, plan};
+pub use op_bytes::OpBytes;
+pub use tag_bytes::TagBytes;

@@ -1,0 +1,13 @@
+//! Using a trained model: a run's checkpoint opened for use ([`SavedRun`]), judged on held-out
+//! data by its task's metric ([`evaluate_run`]; [`evaluate`] is the metric itself, which the
+//! trainer also evaluates as it trains), and text generated from it ([`generate`]).
+
+pub(crate) mod eval;
+pub(crate) mod eval_run;
+pub(crate) mod generate;
+pub(crate) mod saved_run;
+
+pub use eval::evaluate;
+pub use eval_run::{EvalData, EvalReport, evaluate_run};
+pub use generate::{GenerateOptions, Generated, Stop, generate, prompt_ids};
+pub use saved_run::{SavedRun, UseSettings};

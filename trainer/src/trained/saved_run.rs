@@ -1,0 +1,168 @@
+//! A run's model opened for use (generation, evaluation, export): the configuration its
+//! checkpoint was saved with, a device under that run's memory settings or the caller's, and
+//! the trained weights. The optimizer state stays on disk.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use headroom_kernels::Device;
+use headroom_nn::checkpoint;
+
+use crate::config::{ModelKind, TrainConfig};
+use crate::data::shards::TOKENIZER;
+use crate::data::{DataShape, TokenShape};
+use crate::error::{Error, Result};
+use crate::model::TrainModel;
+use crate::planning::run_device;
+use crate::run_dir::checkpoint::{CONFIG_KEY, checkpoint_path, saved_config};
+
+/// Where and in how much memory a saved model runs, when not as its run trained.
+#[derive(Debug, Clone, Default)]
+pub struct UseSettings {
+    /// The device: `cpu`, `cuda` or `cuda:N`.
+    pub device: Option<String>,
+    /// The most memory it may use, e.g. `2GiB`.
+    pub memory_limit: Option<String>,
+}
+
+/// A run's trained model, on a device.
+pub struct SavedRun {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// The run's configuration, with the caller's device and memory settings.
+    pub config: TrainConfig,
+    /// The device the model is on.
+    pub device: Device,
+    /// The trained model.
+    pub model: TrainModel,
+}
+
+impl SavedRun {
+    /// The configuration `run_dir`'s checkpoint was saved with.
+    pub fn config_of(run_dir: &Path) -> Result<TrainConfig> {
+        let path = existing_checkpoint(run_dir)?;
+        Header::read(&path)?.config(&path)
+    }
+
+    /// Opens the model of `run_dir`'s checkpoint. A GPT's vocabulary and context come from its
+    /// saved weights; an MLP needs the data's `shape`.
+    pub fn open(run_dir: &Path, settings: &UseSettings, shape: Option<DataShape>) -> Result<Self> {
+        let path = existing_checkpoint(run_dir)?;
+        let header = Header::read(&path)?;
+        let mut config = header.config(&path)?;
+        config.model.init_from = None;
+        if let Some(device) = &settings.device {
+            config.device = device.clone();
+        }
+        if let Some(limit) = &settings.memory_limit {
+            config.memory.limit = Some(limit.clone());
+            config.memory.fraction = None;
+        }
+        config.memory.trace = false;
+        config.model.recompute = None;
+        let shape = match (config.model.kind, shape) {
+            (_, Some(shape)) => shape,
+            (ModelKind::Gpt, None) => {
+                let rows = |key: &str| {
+                    header
+                        .shapes
+                        .get(key)
+                        .and_then(|dims| dims.first().copied())
+                        .ok_or_else(|| Error::Data {
+                            path: path.clone(),
+                            detail: format!("holds no {key}: not a checkpoint of a GPT"),
+                        })
+                };
+                DataShape::tokens(rows("tok_emb.weight")?, rows("pos_emb.weight")?)
+            }
+            (ModelKind::Mlp, None) => {
+                return Err(Error::config(
+                    "an MLP's input width and classes come from its data: give the data",
+                ));
+            }
+        };
+        if let Some(TokenShape { vocab, len }) = shape.as_tokens() {
+            config.model.vocab = Some(vocab);
+            config.model.context = Some(config.model.context.unwrap_or(len));
+        }
+        let budget = run_device::budget(&config)?;
+        let device = run_device::open(&config, &budget)?;
+        let mut model = TrainModel::build(&config.model, &shape, &device, config.seed)?;
+        let saved = checkpoint::load(&path, &device)?;
+        saved.restore_model(model.module_mut())?;
+        model.module_mut().set_training(false);
+        Ok(Self {
+            run_dir: run_dir.to_owned(),
+            config,
+            device,
+            model,
+        })
+    }
+
+    /// The run's tokenizer: `tokenizer.json` in the run directory (copied there from the data
+    /// or the pretrained model when the run started).
+    pub fn tokenizer_path(&self) -> PathBuf {
+        self.run_dir.join(TOKENIZER)
+    }
+}
+
+/// The checkpoint of `run_dir`, which must exist.
+fn existing_checkpoint(run_dir: &Path) -> Result<PathBuf> {
+    let path = checkpoint_path(run_dir);
+    if path.is_file() {
+        return Ok(path);
+    }
+    Err(Error::Data {
+        path,
+        detail: "missing: the directory holds no checkpoint of a headroom run".into(),
+    })
+}
+
+/// What a safetensors header says: the metadata and each entry's shape, read without the
+/// tensors' data.
+struct Header {
+    metadata: BTreeMap<String, String>,
+    shapes: BTreeMap<String, Vec<usize>>,
+}
+
+impl Header {
+    fn read(path: &Path) -> Result<Self> {
+        let corrupt = |detail: String| headroom_nn::Error::CorruptCheckpoint {
+            path: path.to_owned(),
+            detail,
+        };
+        let mut file = std::fs::File::open(path).map_err(Error::io(path))?;
+        let mut len = [0; 8];
+        file.read_exact(&mut len).map_err(Error::io(path))?;
+        let len = u64::from_le_bytes(len);
+        let size = file.metadata().map_err(Error::io(path))?.len();
+        if len > size.saturating_sub(8) {
+            return Err(corrupt(format!("a header of {len} bytes in a file of {size}")).into());
+        }
+        let mut json = vec![0; len as usize];
+        file.read_exact(&mut json).map_err(Error::io(path))?;
+        let header: BTreeMap<String, serde_json::Value> =
+            serde_json::from_slice(&json).map_err(|err| corrupt(err.to_string()))?;
+        let mut metadata = BTreeMap::new();
+        let mut shapes = BTreeMap::new();
+        for (name, value) in header {
+            if name == "__metadata__" {
+                metadata = serde_json::from_value(value).map_err(|err| corrupt(err.to_string()))?;
+            } else if let Some(shape) = value.get("shape") {
+                let dims = serde_json::from_value(shape.clone())
+                    .map_err(|err| corrupt(format!("{name}: {err}")))?;
+                shapes.insert(name, dims);
+            }
+        }
+        Ok(Self { metadata, shapes })
+    }
+
+    /// The configuration saved with the checkpoint at `path`.
+    fn config(&self, path: &Path) -> Result<TrainConfig> {
+        saved_config(&self.metadata, path)?.ok_or_else(|| Error::Data {
+            path: path.to_owned(),
+            detail: format!("holds no {CONFIG_KEY}: it was written before runs saved theirs"),
+        })
+    }
+}
