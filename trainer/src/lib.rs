@@ -31,3 +31,6 @@ pub use trainer::{Trainer, callback, interrupt};
 // The crate's one error type, which every subsystem returns.
 mod error;
 pub use error::{Error, Result};
+
+// Files replaced whole, which the run's files, shards, tokenizers and rates are written as.
+mod atomic_file;

@@ -3,6 +3,7 @@
 
 mod batch;
 mod data;
+mod device_choice;
 mod memory_settings;
 mod model;
 mod optimizer;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use batch::BatchConfig;
 pub use data::{DataConfig, DataKind};
+pub use device_choice::DeviceChoice;
 pub use memory_settings::{CheckpointConfig, MemoryConfig, PolicyKind, RatesKind};
 pub use model::{ModelConfig, ModelKind, Recompute};
 pub use optimizer::{OptimizerConfig, OptimizerKind, ScheduleKind, StateKind};

@@ -54,14 +54,10 @@ impl TrainConfig {
 
     /// The device, and how long the run is.
     fn check_run(&self, problems: &mut Problems) {
-        match self
-            .device
-            .parse::<crate::planning::run_device::DeviceChoice>()
-        {
+        match self.device.parse::<super::DeviceChoice>() {
             Err(problem) => problems.add(problem),
             Ok(device) => problems.check(
-                !self.memory.expandable_segments
-                    || device != crate::planning::run_device::DeviceChoice::Cpu,
+                !self.memory.expandable_segments || device != super::DeviceChoice::Cpu,
                 "memory.expandable_segments: the CPU's memory cannot grow a region in place; \
                  it needs device = \"cuda\""
                     .into(),

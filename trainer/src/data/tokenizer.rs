@@ -155,7 +155,7 @@ impl TextTokenizer {
             path: out.to_owned(),
             detail: format!("cannot write the tokenizer: {err}"),
         })?;
-        crate::run_dir::atomic_file::write_atomically(out, json.as_bytes())?;
+        crate::atomic_file::write_atomically(out, json.as_bytes())?;
         Self::load(out)
     }
 

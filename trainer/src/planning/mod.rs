@@ -20,8 +20,8 @@ pub(crate) mod tag_bytes;
 
 pub use budget::{Budget, UNLIMITED};
 pub use diagnosis::{Failure, diagnose};
+pub use op_bytes::OpBytes;
 pub use plan::{ChunkProbe, Plan, Probe};
 pub use rates::{calibrate, rates};
 pub use search::{fullest_rank, plan};
-pub use op_bytes::OpBytes;
 pub use tag_bytes::TagBytes;

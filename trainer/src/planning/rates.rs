@@ -117,7 +117,7 @@ fn calibrate_into(device: &Device, base: &Path) -> Result<(Rates, PathBuf)> {
         path: path.clone(),
         detail: err.to_string(),
     })?;
-    crate::run_dir::atomic_file::write_atomically(&path, text.as_bytes())?;
+    crate::atomic_file::write_atomically(&path, text.as_bytes())?;
     Ok((rates, path))
 }
 

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use headroom_kernels::Device;
 
+use crate::atomic_file::write_atomically;
 use crate::error::{Error, Result};
-use crate::run_dir::atomic_file::write_atomically;
 use crate::run_dir::record::Summary;
 
 /// Writes `summary.json`, `loss.svg` and `memory.svg` (with the `plots` feature) and

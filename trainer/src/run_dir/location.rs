@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::atomic_file::TEMPORARY;
 use crate::error::{Error, Result};
-use crate::run_dir::atomic_file::TEMPORARY;
 use crate::run_dir::checkpoint::checkpoint_path;
 use crate::run_dir::metrics::METRICS_FILE;
 

@@ -61,7 +61,7 @@ impl MetricsLog {
             );
         }
         let text: String = kept.iter().map(|(_, line)| format!("{line}\n")).collect();
-        crate::run_dir::atomic_file::write_atomically(&path, text.as_bytes())?;
+        crate::atomic_file::write_atomically(&path, text.as_bytes())?;
         Self::open(path)
     }
 

@@ -1,11 +1,10 @@
 //! The run's directory and everything a run writes there: where the directory is and how a
 //! start claims and cleans it (`location.rs`), the checkpoint and the trainer's state in it,
 //! what a resume may change, `metrics.jsonl`, the records and the summary, the run's totals,
-//! the plots and the other artifacts, and files replaced whole. The progress bar the terminal
-//! shows while those are written lives here too.
+//! and the plots and the other artifacts. The progress bar the terminal shows while those are
+//! written lives here too.
 
 pub(crate) mod artifacts;
-pub(crate) mod atomic_file;
 pub(crate) mod checkpoint;
 pub(crate) mod float_json;
 pub(crate) mod location;

@@ -15,10 +15,10 @@ use headroom_alloc::Tag;
 use headroom_collectives::ReduceOp;
 
 use super::Trainer;
+use crate::atomic_file::write_atomically;
 use crate::data::tokenizer::TextTokenizer;
 use crate::error::{Error, Result};
 use crate::run_dir::artifacts;
-use crate::run_dir::atomic_file::write_atomically;
 use crate::run_dir::checkpoint::checkpoint_path;
 use crate::run_dir::metrics::MetricsLog;
 use crate::run_dir::progress;

@@ -25,9 +25,9 @@ use super::header::{HEADER_BYTES, ShardHeader};
 use super::manifest::{MANIFEST, Manifest, ShardEntry, Skipped, TOKENIZER};
 use super::reader::encode;
 use super::staging::Staging;
+use crate::atomic_file::write_atomically;
 use crate::data::tokenizer::{TextTokenizer, fnv1a};
 use crate::error::{Error, Result};
-use crate::run_dir::atomic_file::write_atomically;
 use crate::run_dir::progress::Bar;
 
 /// What to prepare, and how.
