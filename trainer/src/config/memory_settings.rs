@@ -20,7 +20,7 @@ pub enum PolicyKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RatesKind {
-    /// The fixed rates of the kind of device ([`PlanTarget::rates`](headroom_kernels::PlanTarget::rates)).
+    /// The fixed rates of the kind of device (`PlanTarget::rates`).
     #[default]
     Fixed,
     /// This machine's, from `headroom plan --calibrate`.

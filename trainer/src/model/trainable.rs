@@ -4,7 +4,7 @@
 //! so the trainer takes the factory, not one model. The factory also declares which memory
 //! techniques the model offers ([`Knobs`]); the memory policy searches only those.
 //!
-//! The built-in GPT and MLP are one implementation among others ([`BuiltinModel`](super::BuiltinModel)): they get
+//! The built-in GPT and MLP are one implementation among others ([`super::BuiltinModel`]): they get
 //! nothing from the trainer that a user's model does not.
 
 use std::any::Any;

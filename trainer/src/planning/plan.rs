@@ -46,7 +46,7 @@ pub struct Plan {
     /// per kind of op (the tape's account of its activations).
     #[serde(default)]
     pub saved_by_op: Vec<OpBytes>,
-    /// A GPT's fused head: the rows it forms logits for at a time (see [`crate::planning::head_chunk`]),
+    /// A GPT's fused head: the rows it forms logits for at a time (see [`super::head_chunk`]),
     /// none for a model without one. The probes of the micro-batch above ran with the smallest
     /// chunk; the predicted peak and the breakdowns are the chosen chunk's.
     #[serde(default)]

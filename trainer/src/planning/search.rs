@@ -1,6 +1,6 @@
 //! The planner: the largest micro-batch size whose step, probed on the meta device, peaks
 //! within the limit less a safety margin, found by bisection; under `memory.policy = "auto"`,
-//! for each combination of memory techniques that [`crate::planning::policy`] proposes, the fastest
+//! for each combination of memory techniques that [`super::policy`] proposes, the fastest
 //! predicted of those that fit chosen.
 //!
 //! The margin leaves room for what the allocator does not see (a GPU's context, another
@@ -64,8 +64,8 @@ impl Ground<'_> {
 /// Finds the largest micro-batch size whose step fits `budget` with the configured margin, on
 /// meta devices that allocate as `plan_target` does (a device's
 /// [`Device::plan_target`](headroom_kernels::Device::plan_target)), for the memory techniques
-/// the policy chooses ([`crate::planning::policy`]); then, for a GPT whose configuration leaves it unset,
-/// the fused head's chunk ([`crate::planning::head_chunk`]'s rule).
+/// the policy chooses ([`super::policy`]); then, for a GPT whose configuration leaves it unset,
+/// the fused head's chunk ([`super::head_chunk`]'s rule).
 pub fn plan(
     config: &TrainConfig,
     task: &Task,

@@ -17,7 +17,7 @@
 //!
 //! With the optimizer step in the backward pass (`optimizer.in_backward`), a step whose first
 //! micro-batch is the whole batch updates each parameter as its gradient completes, under the
-//! contract of [`crate::step::in_backward`]; a step cut in several micro-batches accumulates and
+//! contract of [`in_backward`]; a step cut in several micro-batches accumulates and
 //! updates after, as above.
 //!
 //! The folder holds the step and what it works with: its context (`context.rs`), the
@@ -331,7 +331,7 @@ fn shrink_for_peer(sizes: &mut Sizes<'_>, step: u64, rank: usize, size: usize) -
     }
 }
 
-/// Sums the gradients over the ranks in buckets ([`crate::data_parallel::buckets`]; zeros where this rank's
+/// Sums the gradients over the ranks in buckets (`data_parallel/buckets.rs`; zeros where this rank's
 /// shard gave none), and `loss`; returns the summed loss. A planner's step for one rank, with no
 /// world, forms the buckets alone.
 fn sum_over_ranks(

@@ -1,4 +1,4 @@
-//! Callbacks: code of the user's own around the loop of [`Trainer::run`](crate::trainer::Trainer::run),
+//! Callbacks: code of the user's own around the loop of [`Trainer::run`](super::Trainer::run),
 //! as Lightning's and Keras's callbacks are. A callback sees every step's record, every
 //! evaluation of the held-out metric, every out-of-memory the step recovered from (with the
 //! allocator's report) and every checkpoint written, in that order within a step.
