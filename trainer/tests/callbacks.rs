@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use common::{TempDir, small_config};
 use headroom_alloc::OomCause;
 use headroom_trainer::data::Metric;
-use headroom_trainer::{Callback, Flow, Oom, Start, StepRecord, Trainer};
+use headroom_trainer::{Callback, Flow, Oom, StepRecord, Trainer};
 
 /// Writes down every hook called, as `step 3`, `eval 2`, `oom 1`, `checkpoint 4`, and stops
 /// after step `stop_after` when given.
@@ -130,7 +130,7 @@ fn a_callback_stops_the_run_cleanly_and_a_resume_goes_on_from_there() {
     let metrics = std::fs::read_to_string(dir.0.join(headroom_trainer::METRICS_FILE)).unwrap();
     assert_eq!(metrics.lines().count(), 5);
 
-    let resumed = Trainer::start(config, Start::Resume, None).unwrap();
+    let resumed = Trainer::builder().config(config).resume().build().unwrap();
     assert_eq!(resumed.steps_done(), 5);
 }
 

@@ -27,7 +27,7 @@ use headroom_trainer::generate::{GenerateOptions, Generated, Stop, generate};
 use headroom_trainer::saved_run::{SavedRun, UseSettings};
 use headroom_trainer::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
 use headroom_trainer::tokenizer::TextTokenizer;
-use headroom_trainer::{Start, TrainModel, Trainer};
+use headroom_trainer::{TrainModel, Trainer};
 
 /// A run of three steps from the tiny GPT-2 on shards of its tokenizer, in `dir`: the run
 /// directory, its shards and its final held-out loss.
@@ -543,7 +543,7 @@ fn an_export_imports_again_bit_for_bit() {
     config.batch.micro = Some(4);
     config.memory.limit = Some("64MiB".into());
     config.memory.trace = false;
-    let again = Trainer::start(config, Start::New, None).unwrap();
+    let again = Trainer::new(config).unwrap();
     let trained_weights: Vec<Vec<u64>> = saved
         .model
         .module()

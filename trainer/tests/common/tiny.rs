@@ -8,7 +8,7 @@ use headroom_kernels::{Device, DeviceConfig};
 use headroom_trainer::config::{DataKind, Overrides, ScheduleKind, TrainConfig};
 use headroom_trainer::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
 use headroom_trainer::tokenizer::TextTokenizer;
-use headroom_trainer::{Start, Summary, Trainer};
+use headroom_trainer::{Summary, Trainer};
 
 use super::{TempDir, headroom, prose, safetensors_entries, succeeds, text};
 
@@ -128,10 +128,7 @@ pub fn run_config(
 
 /// Trains `config` to its end, as a new run.
 pub fn train(config: TrainConfig) -> Summary {
-    Trainer::start(config, Start::New, None)
-        .unwrap()
-        .run(false)
-        .unwrap()
+    Trainer::new(config).unwrap().run(false).unwrap()
 }
 
 /// A CPU device for reading weights.
