@@ -155,7 +155,7 @@ pub struct Confirmed {
 /// Runs one real step of `config`, then `timed` more, timed (PyTorch's peer times the steps
 /// after a warm-up alike).
 pub fn confirm(config: TrainConfig, timed: usize) -> Result<Confirmed> {
-    let mut trainer = Trainer::overwrite(config)?;
+    let mut trainer = Trainer::builder().config(config).overwrite().build()?;
     let plan = trainer.plan().cloned();
     let started = Instant::now();
     trainer.train_step()?;

@@ -12,7 +12,7 @@ use headroom_alloc::OomCause;
 use headroom_trainer::Trainer;
 use headroom_trainer::callback::{Callback, Flow};
 use headroom_trainer::data::Metric;
-use headroom_trainer::run_dir::{Start, StepRecord};
+use headroom_trainer::run_dir::StepRecord;
 use headroom_trainer::step::Oom;
 
 /// Writes down every hook called, as `step 3`, `eval 2`, `oom 1`, `checkpoint 4`, and stops
@@ -134,7 +134,7 @@ fn a_callback_stops_the_run_cleanly_and_a_resume_goes_on_from_there() {
         std::fs::read_to_string(dir.0.join(headroom_trainer::run_dir::METRICS_FILE)).unwrap();
     assert_eq!(metrics.lines().count(), 5);
 
-    let resumed = Trainer::start(config, Start::Resume, None).unwrap();
+    let resumed = Trainer::builder().config(config).resume().build().unwrap();
     assert_eq!(resumed.steps_done(), 5);
 }
 

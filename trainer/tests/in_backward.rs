@@ -45,7 +45,11 @@ fn updating_in_the_backward_pass_is_the_step_after_it_bit_for_bit_with_a_fractio
             // Wide enough that the weights' gradients outweigh the activations' gradients.
             config.model.width = 64;
             config.model.layers = 4;
-            let mut trainer = Trainer::overwrite(config).unwrap();
+            let mut trainer = Trainer::builder()
+                .config(config)
+                .overwrite()
+                .build()
+                .unwrap();
             let losses: Vec<u64> = (0..3)
                 .map(|_| trainer.train_step().unwrap().loss.to_bits())
                 .collect();
@@ -82,21 +86,33 @@ fn an_oom_before_the_first_update_is_recovered_and_one_after_it_ends_the_run_wit
  {
     let dir = TempDir::new("in-backward-oom");
     let config = config(&dir, true);
-    let mut clean = Trainer::overwrite(config.clone()).unwrap();
+    let mut clean = Trainer::builder()
+        .config(config.clone())
+        .overwrite()
+        .build()
+        .unwrap();
     let before = clean.device().allocator().stats().allocations;
     clean.train_step().unwrap();
     let allocations = clean.device().allocator().stats().allocations - before;
     let parameters = clean.model().module().parameters().len();
     let (mut recovered, mut interrupted) = (0, None);
     for k in 0..allocations {
-        let mut trainer = Trainer::overwrite(config.clone()).unwrap();
+        let mut trainer = Trainer::builder()
+            .config(config.clone())
+            .overwrite()
+            .build()
+            .unwrap();
         trainer.device().allocator().with(|a| a.inject_oom(k));
         match trainer.train_step() {
             Ok(report) => {
                 // Recovered as any micro-batch: the same weights as the same cut without a
                 // failure (two micro-batches that accumulate).
                 assert_eq!(report.ooms.len(), 1, "allocation {k}");
-                let mut replay = Trainer::overwrite(config.clone()).unwrap();
+                let mut replay = Trainer::builder()
+                    .config(config.clone())
+                    .overwrite()
+                    .build()
+                    .unwrap();
                 replay.train_step_with(&report.micro_sizes).unwrap();
                 assert_eq!(weights(&trainer), weights(&replay), "allocation {k}");
                 recovered += 1;
@@ -127,7 +143,11 @@ fn an_oom_before_the_first_update_is_recovered_and_one_after_it_ends_the_run_wit
 
     // A run whose second step fails after an update stops, and its checkpoint is the first
     // step's, untouched.
-    let mut trainer = Trainer::overwrite(config.clone()).unwrap();
+    let mut trainer = Trainer::builder()
+        .config(config.clone())
+        .overwrite()
+        .build()
+        .unwrap();
     trainer.train_step().unwrap();
     trainer.save_checkpoint().unwrap();
     let saved = checkpoint_bytes(&dir.0);
@@ -151,7 +171,11 @@ fn a_non_finite_gradient_stops_the_run_naming_the_parameter_before_updating_it()
     // The first update throws every weight out to about 1e38: the next forward pass overflows.
     config.optimizer.lr = 1e38;
     config.optimizer.schedule = headroom_trainer::config::ScheduleKind::Constant;
-    let mut trainer = Trainer::overwrite(config).unwrap();
+    let mut trainer = Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .unwrap();
     trainer.train_step().unwrap();
     let before = weights(&trainer);
     let err = trainer.train_step().unwrap_err();

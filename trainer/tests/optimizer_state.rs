@@ -16,7 +16,11 @@ fn narrow_state_follows_the_full_states_losses_with_a_fraction_of_its_bytes() {
         config.steps = Some(steps);
         config.model.width = 32;
         config.optimizer.state = Some(state);
-        let mut trainer = Trainer::overwrite(config).unwrap();
+        let mut trainer = Trainer::builder()
+            .config(config)
+            .overwrite()
+            .build()
+            .unwrap();
         let losses: Vec<f64> = (0..steps)
             .map(|_| trainer.train_step().unwrap().loss)
             .collect();

@@ -168,8 +168,18 @@ fn a_limit_below_the_training_state_gets_the_diagnosis_with_a_fixed_micro_batch_
     let mut tiny = config.clone();
     tiny.memory.limit = Some("16KiB".into());
     for err in [
-        Trainer::resume(tiny.clone()).err().unwrap(),
-        Trainer::overwrite(tiny).err().unwrap(),
+        Trainer::builder()
+            .config(tiny.clone())
+            .resume()
+            .build()
+            .err()
+            .unwrap(),
+        Trainer::builder()
+            .config(tiny)
+            .overwrite()
+            .build()
+            .err()
+            .unwrap(),
     ] {
         let text = err.to_string();
         assert!(
@@ -339,7 +349,11 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
     // first step peaks where the plan says.
     config.memory.limit = Some(format!("{}B", (peak_of(80) + peak_of(160)) / 2));
     config.checkpoint.every = 1;
-    let mut tight = Trainer::overwrite(config.clone()).unwrap();
+    let mut tight = Trainer::builder()
+        .config(config.clone())
+        .overwrite()
+        .build()
+        .unwrap();
     let plan = tight.plan().unwrap().clone();
     let (last, tried) = plan.chunk_probes.split_last().unwrap();
     assert!(!last.fits && tried.iter().all(|c| c.fits), "{plan}");
@@ -357,7 +371,7 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
 
     // Resumed with room to spare, it chunks as the run it continues did.
     config.memory.limit = Some("2GiB".into());
-    let resumed = Trainer::resume(config).unwrap();
+    let resumed = Trainer::builder().config(config).resume().build().unwrap();
     assert_eq!(chunk(&resumed), Some(chosen));
 }
 
@@ -377,7 +391,11 @@ fn the_training_state_techniques_are_predicted_as_exactly_as_the_rest() {
         config.optimizer.clip = 0.0;
         config.optimizer.state = Some(state);
         config.optimizer.in_backward = Some(in_backward);
-        let mut trainer = Trainer::overwrite(config).unwrap();
+        let mut trainer = Trainer::builder()
+            .config(config)
+            .overwrite()
+            .build()
+            .unwrap();
         let plan = trainer.plan().unwrap().clone();
         trainer.train_step().unwrap();
         let measured = trainer.device().allocator().stats().peak_in_use;

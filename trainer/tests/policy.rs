@@ -25,7 +25,11 @@ fn config(dir: &TempDir) -> TrainConfig {
 fn planned(config: &TrainConfig, limit: u64) -> (PolicyPlan, Trainer) {
     let mut config = config.clone();
     config.memory.limit = Some(format!("{limit}B"));
-    let trainer = Trainer::overwrite(config).unwrap();
+    let trainer = Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .unwrap();
     let policy = trainer.plan().unwrap().policy.clone().unwrap();
     (policy, trainer)
 }
@@ -95,7 +99,11 @@ fn the_chosen_techniques_for_a_few_limits() {
     manual.memory.limit = Some("64MiB".into());
     manual.batch.micro = Some(1);
     manual.model.recompute = Some(Recompute::Blocks);
-    let mut one = Trainer::overwrite(manual).unwrap();
+    let mut one = Trainer::builder()
+        .config(manual)
+        .overwrite()
+        .build()
+        .unwrap();
     one.train_step().unwrap();
     let one_sample = one.device().allocator().stats().peak_in_use;
     let smallest_f32 = roomy
@@ -137,7 +145,11 @@ fn pinned_techniques_stay_and_the_run_trains_and_resumes_with_the_choice() {
     config.memory.limit = Some(format!("{}B", limit_for(inside)));
     config.steps = Some(2);
     config.checkpoint.every = 1;
-    let mut trainer = Trainer::overwrite(config.clone()).unwrap();
+    let mut trainer = Trainer::builder()
+        .config(config.clone())
+        .overwrite()
+        .build()
+        .unwrap();
     trainer.run(false).unwrap();
     let written = std::fs::read_to_string(dir.0.join("config.toml")).unwrap();
     assert!(written.contains("in_backward = true"), "{written}");
@@ -145,7 +157,7 @@ fn pinned_techniques_stay_and_the_run_trains_and_resumes_with_the_choice() {
     // (memory settings may change on a resume). The plan does not run again.
     config.steps = Some(3);
     config.memory.limit = Some("64MiB".into());
-    let resumed = Trainer::resume(config).unwrap();
+    let resumed = Trainer::builder().config(config).resume().build().unwrap();
     assert_eq!(resumed.config().optimizer.in_backward, Some(true));
     assert_eq!(resumed.steps_done(), 2);
 }
@@ -177,7 +189,12 @@ fn when_nothing_fits_the_error_names_what_kept_the_update_in_the_backward_pass_o
     config.memory.limit = Some(format!("{}B", (limit_for(inside) + after) / 2));
     config.optimizer.clip = 1.0;
     config.batch.size = 64;
-    let message = error_of(Trainer::overwrite(config.clone()));
+    let message = error_of(
+        Trainer::builder()
+            .config(config.clone())
+            .overwrite()
+            .build(),
+    );
     eprintln!("{message}");
     assert_mentions(
         &message,
@@ -200,7 +217,11 @@ fn when_nothing_fits_the_error_names_what_kept_the_update_in_the_backward_pass_o
     assert!((1..64).contains(&batch), "{message}");
     config.optimizer.clip = 0.0;
     config.batch.size = batch;
-    let trainer = Trainer::overwrite(config).unwrap();
+    let trainer = Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .unwrap();
     let chosen = trainer.plan().unwrap().policy.clone().unwrap().chosen;
     assert!(chosen.in_backward, "{chosen:?}");
 }

@@ -20,7 +20,6 @@ use headroom_trainer::Trainer;
 use headroom_trainer::config::{Overrides, Preset};
 use headroom_trainer::data::IGNORE;
 use headroom_trainer::model::TrainModel;
-use headroom_trainer::run_dir::Start;
 
 /// A learning rate that moves no weight: the run only measures (a sanity run).
 const STILL_LR: f64 = 0.0;
@@ -267,7 +266,7 @@ fn the_first_step_trains_the_pretrained_weights() {
     // The loss of the batch the run's first step trained on, by a fresh load of the tiny model.
     let first_loss = |init_from: Option<&Path>, run: &str| {
         let config = run_config(&dir.0.join(run), init_from, &shards, 2, 1e-3);
-        let mut trainer = Trainer::start(config, Start::New, None).unwrap();
+        let mut trainer = Trainer::new(config).unwrap();
         let report = trainer.train_step().unwrap();
         let (mut ids, mut targets): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
         for &i in &report.indices {
@@ -350,7 +349,7 @@ fn the_untied_model_loads_with_its_own_head() {
     );
     let run = dir.0.join("run");
     let config = run_config(&run, Some(&tiny_untied()), &shards, 2, STILL_LR);
-    let trainer = Trainer::start(config.clone(), Start::New, None).unwrap();
+    let trainer = Trainer::new(config.clone()).unwrap();
     let Some(TrainModel::Gpt(gpt)) = trainer.builtin_model() else {
         panic!("a GPT");
     };
@@ -376,14 +375,14 @@ fn shards_of_another_vocabulary_are_refused() {
     let shards = shards(&tokenizer, &corpus, dir.0.join("shards-300"));
     // The tied model has a tokenizer, which these shards were not made with.
     let config = run_config(&dir.0.join("run"), Some(&tiny()), &shards, 2, 1e-3);
-    let err = error_of(Trainer::start(config, Start::New, None));
+    let err = error_of(Trainer::new(config));
     assert_mentions(
         &err,
         &["data.path", "tokenizer", "tiny-gpt2/tokenizer.json"],
     );
     // The untied one has none: the vocabularies disagree.
     let config = run_config(&dir.0.join("run"), Some(&tiny_untied()), &shards, 2, 1e-3);
-    let err = error_of(Trainer::start(config, Start::New, None));
+    let err = error_of(Trainer::new(config));
     assert_mentions(&err, &["model.vocab", "320", "300"]);
     assert!(!dir.0.join("run").exists(), "a refused run leaves nothing");
 }
@@ -402,7 +401,7 @@ fn shards_of_another_tokenizer_of_the_same_vocabulary_are_refused() {
     let ours = format!("{:016x}", tiny_tokenizer().hash());
     let theirs = format!("{:016x}", tokenizer.hash());
     assert_mentions(&problem, &[&ours, &theirs, "tiny-gpt2/tokenizer.json"]);
-    let err = error_of(Trainer::start(config.clone(), Start::New, None));
+    let err = error_of(Trainer::new(config.clone()));
     assert_mentions(&err, &[&ours, &theirs]);
     // Shards of the pretrained model's own tokenizer are not.
     config.data.path = Some(tiny_shards(&dir));
@@ -416,12 +415,16 @@ fn a_resumed_run_continues_from_its_checkpoint_not_the_pretrained_weights() {
     let run = dir.0.join("run");
     let mut config = run_config(&run, Some(&tiny()), &shards, 3, 1e-2);
     // Two of its three steps, and a checkpoint.
-    let mut stopped = Trainer::start(config.clone(), Start::New, None).unwrap();
+    let mut stopped = Trainer::new(config.clone()).unwrap();
     stopped.train_step().unwrap();
     stopped.train_step().unwrap();
     stopped.save_checkpoint().unwrap();
     drop(stopped);
-    let mut resumed = Trainer::start(config.clone(), Start::Resume, None).unwrap();
+    let mut resumed = Trainer::builder()
+        .config(config.clone())
+        .resume()
+        .build()
+        .unwrap();
     assert_eq!(resumed.steps_done(), 2);
     resumed.run(false).unwrap();
     // A run never stopped ends with the same weights; one that loaded the pretrained weights

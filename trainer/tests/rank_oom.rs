@@ -21,7 +21,6 @@ use headroom_trainer::callback::{Callback, Flow};
 use headroom_trainer::config::TrainConfig;
 use headroom_trainer::data::Metric;
 use headroom_trainer::planning::run_device;
-use headroom_trainer::run_dir::Start;
 use headroom_trainer::step::{Phase, StepReport};
 
 /// The variable that tells a launched process it is a rank.
@@ -78,7 +77,11 @@ fn step(
     inject: Option<u64>,
     sizes: Option<&[usize]>,
 ) -> (Trainer, StepReport, u64) {
-    let mut run = Trainer::start_in_world(config.clone(), Start::Overwrite, None, None, world)
+    let mut run = Trainer::builder()
+        .config(config.clone())
+        .overwrite()
+        .world(world)
+        .build()
         .unwrap_or_else(|e| panic!("start: {e}"));
     if let Some(successes) = inject {
         run.device().allocator().with(|a| a.inject_oom(successes));
@@ -126,7 +129,11 @@ impl Callback for FullAfterEvaluation {
 /// collective for rank 1.
 fn no_room_at_the_end(config: &TrainConfig, world: Box<dyn Collective + Send>) {
     let me = world.rank();
-    let mut run = Trainer::start_in_world(config.clone(), Start::Overwrite, None, None, world)
+    let mut run = Trainer::builder()
+        .config(config.clone())
+        .overwrite()
+        .world(world)
+        .build()
         .unwrap_or_else(|e| panic!("start: {e}"));
     if me == 1 {
         run.add_callback(FullAfterEvaluation(run.device().clone()));

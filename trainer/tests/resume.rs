@@ -26,7 +26,11 @@ fn a_resumed_run_continues_the_same_trajectory_bit_for_bit() {
     assert_eq!(stopped.micro_batch(), 8, "the OOM halved the micro-batch");
     stopped.save_checkpoint().unwrap();
     drop(stopped);
-    let mut resumed = Trainer::resume(config.clone()).unwrap();
+    let mut resumed = Trainer::builder()
+        .config(config.clone())
+        .resume()
+        .build()
+        .unwrap();
     assert_eq!((resumed.steps_done(), resumed.micro_batch()), (6, 8));
     for _ in 6..12 {
         schedule.push(resumed.train_step().unwrap().micro_sizes);

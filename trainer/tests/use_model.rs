@@ -26,7 +26,6 @@ use headroom_trainer::config::{DataKind, Overrides};
 use headroom_trainer::data::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
 use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::model::TrainModel;
-use headroom_trainer::run_dir::Start;
 use headroom_trainer::trained::{EvalData, evaluate_run};
 use headroom_trainer::trained::{GenerateOptions, Generated, Stop, generate};
 use headroom_trainer::trained::{SavedRun, UseSettings};
@@ -545,7 +544,7 @@ fn an_export_imports_again_bit_for_bit() {
     config.batch.micro = Some(4);
     config.memory.limit = Some("64MiB".into());
     config.memory.trace = false;
-    let again = Trainer::start(config, Start::New, None).unwrap();
+    let again = Trainer::new(config).unwrap();
     let trained_weights: Vec<Vec<u64>> = saved
         .model
         .module()

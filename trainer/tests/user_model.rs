@@ -13,8 +13,6 @@ use common::TempDir;
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{PrecisionKind, Recompute, ScheduleKind, TrainConfig};
 use headroom_trainer::data::{Metric, Task};
-use headroom_trainer::model::ModelFactory;
-use headroom_trainer::run_dir::Start;
 use model::{ResidualMlpFactory, quadrants};
 
 fn factory() -> ResidualMlpFactory {
@@ -66,7 +64,12 @@ fn weights(trainer: &Trainer) -> Vec<Vec<f64>> {
 #[test]
 fn the_planner_fits_a_user_model_under_a_tight_limit_and_it_learns() {
     let dir = TempDir::new("user-model-plan");
-    let mut trainer = Trainer::with_model(config(&dir, 40), task(), factory()).unwrap();
+    let mut trainer = Trainer::builder()
+        .config(config(&dir, 40))
+        .task(task())
+        .model(factory())
+        .build()
+        .unwrap();
     let plan = trainer.plan().expect("the planner ran").clone();
     assert!(
         plan.micro < 256,
@@ -85,13 +88,23 @@ fn an_injected_out_of_memory_mid_step_gives_the_weights_of_a_run_without_it() {
     let mut config = config(&dir, 1);
     config.batch.micro = Some(32);
     config.memory.limit = Some("64MiB".into());
-    let mut failed = Trainer::with_model(config.clone(), task(), factory()).unwrap();
+    let mut failed = Trainer::builder()
+        .config(config.clone())
+        .task(task())
+        .model(factory())
+        .build()
+        .unwrap();
     failed.device().allocator().with(|a| a.inject_oom(40));
     let report = failed.train_step().unwrap();
     assert_eq!(report.ooms.len(), 1, "one failure, recovered");
     let replay_dir = TempDir::new("user-model-oom-replay");
     config.run_dir = Some(replay_dir.0.clone());
-    let mut replay = Trainer::with_model(config, task(), factory()).unwrap();
+    let mut replay = Trainer::builder()
+        .config(config)
+        .task(task())
+        .model(factory())
+        .build()
+        .unwrap();
     replay.train_step_with(&report.micro_sizes).unwrap();
     assert_eq!(weights(&failed), weights(&replay));
 }
@@ -99,15 +112,29 @@ fn an_injected_out_of_memory_mid_step_gives_the_weights_of_a_run_without_it() {
 #[test]
 fn a_resumed_user_model_follows_the_unbroken_run_bit_for_bit() {
     let unbroken_dir = TempDir::new("user-model-unbroken");
-    let mut unbroken = Trainer::with_model(config(&unbroken_dir, 6), task(), factory()).unwrap();
+    let mut unbroken = Trainer::builder()
+        .config(config(&unbroken_dir, 6))
+        .task(task())
+        .model(factory())
+        .build()
+        .unwrap();
     unbroken.run(false).unwrap();
 
     let dir = TempDir::new("user-model-resumed");
-    let mut first = Trainer::with_model(config(&dir, 3), task(), factory()).unwrap();
+    let mut first = Trainer::builder()
+        .config(config(&dir, 3))
+        .task(task())
+        .model(factory())
+        .build()
+        .unwrap();
     first.run(false).unwrap();
-    let factory: Arc<dyn ModelFactory> = Arc::new(factory());
-    let mut resumed =
-        Trainer::start_with(config(&dir, 6), Start::Resume, Some(task()), Some(factory)).unwrap();
+    let mut resumed = Trainer::builder()
+        .config(config(&dir, 6))
+        .task(task())
+        .model(factory())
+        .resume()
+        .build()
+        .unwrap();
     assert_eq!(resumed.steps_done(), 3);
     resumed.run(false).unwrap();
     assert_eq!(weights(&resumed), weights(&unbroken));
@@ -118,7 +145,12 @@ fn a_user_model_trains_under_bf16_autocast() {
     let dir = TempDir::new("user-model-bf16");
     let mut config = config(&dir, 20);
     config.precision.dtype = PrecisionKind::Bf16;
-    let mut trainer = Trainer::with_model(config, task(), factory()).unwrap();
+    let mut trainer = Trainer::builder()
+        .config(config)
+        .task(task())
+        .model(factory())
+        .build()
+        .unwrap();
     let first = trainer.train_step().unwrap().loss;
     let summary = trainer.run(false).unwrap();
     assert!(summary.final_loss.is_finite() && summary.final_loss < first);
@@ -132,7 +164,12 @@ fn the_policy_offers_a_user_model_only_the_techniques_it_declares() {
             offer_recompute,
             ..factory()
         };
-        let trainer = Trainer::with_model(config(&dir, 1), task(), factory).unwrap();
+        let trainer = Trainer::builder()
+            .config(config(&dir, 1))
+            .task(task())
+            .model(factory)
+            .build()
+            .unwrap();
         let policy = trainer
             .plan()
             .unwrap()
@@ -163,7 +200,12 @@ fn a_user_models_own_recomputation_keeps_the_step_and_lowers_its_peak() {
             offer_recompute: true,
             ..factory()
         };
-        let mut trainer = Trainer::with_model(config, task(), factory).unwrap();
+        let mut trainer = Trainer::builder()
+            .config(config)
+            .task(task())
+            .model(factory)
+            .build()
+            .unwrap();
         trainer.train_step().unwrap();
         let peak = trainer.device().allocator().stats().peak_in_use;
         (weights(&trainer), peak)

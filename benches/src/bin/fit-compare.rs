@@ -148,7 +148,10 @@ fn config(device: &str, precision: PrecisionKind, samples: usize) -> TrainConfig
 
 /// The measured and the predicted peak of one step at `samples`, and the trainer, for more.
 fn measured(device: &str, precision: PrecisionKind, samples: usize) -> Result<(u64, u64, Trainer)> {
-    let mut trainer = Trainer::overwrite(config(device, precision, samples))?;
+    let mut trainer = Trainer::builder()
+        .config(config(device, precision, samples))
+        .overwrite()
+        .build()?;
     let predicted = trainer.plan().map_or(0, |p| p.predicted_peak);
     trainer.train_step()?;
     let peak = trainer.device().allocator().stats().peak_in_use;

@@ -195,6 +195,8 @@ pub fn memory_timeline(records: &[StepRecord], changes: &[SizeChange], path: &Pa
     root.present().map_err(|e| fail(e.to_string()))
 }
 
+/// The memory plot of [`memory_timeline`] on `area`: the peaks per tag, the limit, the
+/// recovered out-of-memory failures and the changes of micro-batch size, then the legend.
 fn draw_memory(
     records: &[StepRecord],
     changes: &[SizeChange],
@@ -202,18 +204,43 @@ fn draw_memory(
 ) -> Result<(), String> {
     let last = records.iter().map(|r| r.step).max().unwrap_or(1).max(1) as f64;
     let limit = records.iter().map(|r| r.limit).max().unwrap_or(1);
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let top = mib(limit) * 1.12;
     let caption = format!("memory per step (limit {})", format_bytes(limit));
     let mut chart = linear_chart(area, &caption, (last, top), "MiB")?;
+    draw_peaks(&mut chart, records)?;
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, mib(limit)), (last, mib(limit))],
+            RED.stroke_width(2),
+        ))
+        .map_err(|e| e.to_string())?
+        .label("limit")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    mark_out_of_memory(&mut chart, records)?;
+    mark_size_changes(&mut chart, changes, limit)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// Bytes in MiB, the memory plot's unit.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+/// The peak bytes in use per step in black, and each tag's in a colour of its own (never the
+/// limit's red), each labelled once.
+fn draw_peaks(chart: &mut StepChart<'_, '_>, records: &[StepRecord]) -> Result<(), String> {
     let mut tags: Vec<&str> = records
         .iter()
         .flat_map(|r| r.tags.iter().map(|t| t.tag.as_str()))
         .collect();
     tags.sort_unstable();
     tags.dedup();
-    // The total in black; each tag in a colour of its own (never the limit's red).
-    let total = |r: &StepRecord| mib(r.peak);
     let series = std::iter::once(("in use (peak)", BLACK.to_rgba(), None)).chain(
         tags.iter()
             .enumerate()
@@ -221,7 +248,7 @@ fn draw_memory(
     );
     for (name, color, tag) in series {
         let value = |r: &StepRecord| match tag {
-            None => total(r),
+            None => mib(r.peak),
             Some(tag) => mib(r.tags.iter().find(|t| t.tag == tag).map_or(0, |t| t.peak)),
         };
         for (k, run) in runs(records).into_iter().enumerate() {
@@ -238,14 +265,12 @@ fn draw_memory(
             }
         }
     }
-    chart
-        .draw_series(LineSeries::new(
-            vec![(0.0, mib(limit)), (last, mib(limit))],
-            RED.stroke_width(2),
-        ))
-        .map_err(|e| e.to_string())?
-        .label("limit")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    Ok(())
+}
+
+/// A triangle on the peak in use of each step that recovered from an out-of-memory, coloured
+/// by its verdict.
+fn mark_out_of_memory(chart: &mut StepChart<'_, '_>, records: &[StepRecord]) -> Result<(), String> {
     for (verdict, color) in [
         (Verdict::Capacity, RGBColor(200, 0, 0)),
         (Verdict::Fragmentation, RGBColor(230, 140, 0)),
@@ -253,7 +278,7 @@ fn draw_memory(
         let marks: Vec<(f64, f64)> = records
             .iter()
             .filter(|r| r.ooms.iter().any(|o| o.verdict == verdict))
-            .map(|r| (r.step as f64, total(r)))
+            .map(|r| (r.step as f64, mib(r.peak)))
             .collect();
         if marks.is_empty() {
             continue;
@@ -268,6 +293,16 @@ fn draw_memory(
             .label(format!("out of memory, recovered ({verdict})"))
             .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 6, color.filled()));
     }
+    Ok(())
+}
+
+/// A grey line at each change of micro-batch size in `changes` (but the first size), with
+/// the new size written above it, under the top of a chart of `limit`.
+fn mark_size_changes(
+    chart: &mut StepChart<'_, '_>,
+    changes: &[SizeChange],
+    limit: u64,
+) -> Result<(), String> {
     let grey = RGBColor(120, 120, 120);
     for change in changes.iter().filter(|c| c.change != Change::Start) {
         let x = change.step as f64;
@@ -289,13 +324,7 @@ fn draw_memory(
             )))
             .map_err(|e| e.to_string())?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()
-        .map_err(|e| e.to_string())
+    Ok(())
 }
 
 #[cfg(test)]

@@ -183,6 +183,15 @@ fn throughput(samples: u64, seconds: f64) -> String {
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "== summary")?;
+        self.write_outcome(f)?;
+        self.write_progress(f)?;
+        self.write_memory(f)
+    }
+}
+
+impl Summary {
+    /// How the run ended: stopped or diverged, and its held-out metric.
+    fn write_outcome(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(step) = self.stopped_at {
             writeln!(f, "stopped at step {step}, as a signal or a callback asked")?;
         }
@@ -209,6 +218,12 @@ impl fmt::Display for Summary {
                 }
             )?,
         }
+        Ok(())
+    }
+
+    /// What the run did: its steps, samples, loss and time, the out-of-memory failures it
+    /// recovered from and its micro-batch sizes.
+    fn write_progress(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let processes = if self.processes > 1 {
             format!(", over {} processes", self.processes)
         } else {
@@ -235,7 +250,12 @@ impl fmt::Display for Summary {
             .iter()
             .map(|c| format!("{} at step {} ({:?})", c.size, c.step, c.change).to_lowercase())
             .collect();
-        writeln!(f, "micro-batch sizes: {}", history.join(", "))?;
+        writeln!(f, "micro-batch sizes: {}", history.join(", "))
+    }
+
+    /// The run's memory: the planner's peak against the first step's, the peak by tag and by
+    /// rank, and the allocator history it dropped.
+    fn write_memory(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let (Some(plan), Some(measured)) = (&self.plan, self.first_step_peak) {
             writeln!(
                 f,

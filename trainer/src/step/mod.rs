@@ -47,6 +47,7 @@ use crate::data::HostBatch;
 use crate::data_parallel::agreement::{Round, agree_on_update, whole_batch};
 use crate::data_parallel::buckets::sum_in_buckets;
 use crate::data_parallel::sharded_state;
+use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
 use crate::planning::diagnosis::{Failure, diagnose};
 use crate::step::context::Forward;
@@ -132,158 +133,17 @@ pub(crate) fn train_step(
     ctx: &mut StepContext<'_>,
     batch: &HostBatch,
     step: u64,
-    mut sizes: Sizes<'_>,
+    sizes: Sizes<'_>,
 ) -> Result<StepReport> {
     let launch = ctx.launch();
-    if let Sizes::Fixed(fixed) = &sizes
-        && (fixed.iter().sum::<usize>() != batch.len() || fixed.contains(&0))
-    {
-        return Err(Error::config(format!(
-            "micro-batch sizes {fixed:?} do not cut a batch of {}",
-            batch.len()
-        )));
-    }
+    sizes.check_cut(batch)?;
     let (samples, scored) = whole_batch(ctx, batch)?;
-    let shard = batch;
-    let mut total = Gradients::default();
-    let (mut loss, mut done, mut micro_sizes, mut ooms) = (0.0, 0, Vec::new(), Vec::new());
-    let mut indices = Vec::with_capacity(shard.len());
-    let mut saved = (0, SavedReport::default());
-    // The gradients' norm, once the whole batch was updated in its backward pass.
-    let mut updated_in_backward = None;
-    let mut peer_ooms = 0;
-    // Where the dropout masks stood when the step began, for a step that starts over.
-    let first_dropout_call = ctx.model.dropout_counter().map(|c| c.get());
-    loop {
-        let left = shard.len() - done;
-        let mut attempt = None;
-        // Whether the attempt added into the step's gradients.
-        let mut added = false;
-        if left > 0 {
-            let size = match &sizes {
-                Sizes::Adaptive(micro) => micro.size(),
-                Sizes::Fixed(fixed) => fixed[micro_sizes.len()],
-            }
-            .min(left);
-            let slice = shard.slice(done, done + size);
-            let weight = slice.scored() as f64 / scored.max(1) as f64;
-            // A failed attempt must not advance the dropout masks, so that the retry draws what
-            // a run cut this way from the start would.
-            let dropout_calls = ctx.model.dropout_counter().map(|c| c.get());
-            let outcome = if ctx.in_backward && !launch.is_distributed() && size == batch.len() {
-                step_in_backward(ctx, &slice, step).map(|updated| {
-                    updated_in_backward = Some(updated.grad_norm);
-                    saved = (size, updated.saved);
-                    updated.loss
-                })
-            } else {
-                micro_batch(ctx, &slice, weight, &mut total, &mut added).map(|(value, account)| {
-                    if size > saved.0 {
-                        saved = (size, account);
-                    }
-                    value
-                })
-            };
-            attempt = Some((size, slice, dropout_calls, outcome));
-        }
-        let round = Round::agree(ctx, launch, left, attempt.as_ref())?;
-        let Some((size, slice, dropout_calls, outcome)) = attempt else {
-            // This rank had nothing left; it follows the others' round.
-            match round {
-                Round::Done => break,
-                Round::Fine => continue,
-                Round::Failed { rank } => {
-                    return Err(Error::PeerFailed {
-                        step: step + 1,
-                        rank,
-                        what: "an error",
-                    });
-                }
-                Round::OutOfMemory { rank, size } => {
-                    peer_ooms += 1;
-                    shrink_for_peer(&mut sizes, step, rank, size)?;
-                    continue;
-                }
-            }
-        };
-        let outcome = match (outcome, round) {
-            (Err(err), _) if !err.is_out_of_memory() => return Err(err),
-            (_, Round::Failed { rank }) => {
-                return Err(Error::PeerFailed {
-                    step: step + 1,
-                    rank,
-                    what: "an error",
-                });
-            }
-            (outcome, _) => outcome,
-        };
-        match outcome {
-            Ok(value) => {
-                loss += value;
-                done += size;
-                micro_sizes.push(size);
-                indices.extend(&slice.indices);
-                match round {
-                    Round::Done => break,
-                    Round::OutOfMemory { rank, size } => {
-                        peer_ooms += 1;
-                        shrink_for_peer(&mut sizes, step, rank, size)?;
-                    }
-                    Round::Fine | Round::Failed { .. } => {}
-                }
-            }
-            Err(err) => {
-                let Some(report) = err.oom_report().cloned().map(Box::new) else {
-                    return Err(err);
-                };
-                let dropout_calls = if added {
-                    // The failed micro-batch summed into the step's gradients: start over.
-                    total = Gradients::default();
-                    (loss, done, saved) = (0.0, 0, (0, SavedReport::default()));
-                    micro_sizes.clear();
-                    indices.clear();
-                    first_dropout_call
-                } else {
-                    dropout_calls
-                };
-                if let (Some(counter), Some(calls)) = (ctx.model.dropout_counter(), dropout_calls) {
-                    counter.set(calls);
-                }
-                let Sizes::Adaptive(micro) = &mut sizes else {
-                    return Err(err);
-                };
-                if !micro.shrink(step, size) {
-                    let diagnosis = diagnose(
-                        ctx.model,
-                        &*ctx.optimizer,
-                        &report,
-                        Failure::OneSample,
-                        None,
-                    );
-                    return Err(Error::DoesNotFit { diagnosis, report });
-                }
-                tracing::warn!(
-                    "step {}: {} in a micro-batch of {size}; retrying in micro-batches of {}",
-                    step + 1,
-                    describe(&report),
-                    micro.size()
-                );
-                ooms.push(Oom {
-                    micro: size,
-                    phase: Phase::MicroBatch,
-                    report,
-                });
-            }
-        }
-    }
+    let mut progress = Progress::new(ctx, batch, step, scored, sizes);
+    progress.micro_batches(ctx, launch)?;
     if launch.is_distributed() || ctx.ranks > 1 {
-        loss = sum_over_ranks(ctx, &mut total, (loss, step, shard.len()), &mut ooms)?;
+        progress.sum_over_ranks(ctx)?;
     }
-    let updated = match updated_in_backward {
-        Some(norm) => Ok((true, norm)),
-        None => update_absorbing_oom(ctx, &total, samples, step, &sizes, &mut ooms),
-    };
-    drop(total);
+    let updated = progress.update_absorbing_oom(ctx, samples);
     let (finite, grad_norm) = agree_on_update(ctx, launch, step, updated)?;
     // Every rank saw the same summed gradients, so all updated or none did.
     if let Some(world) = ctx.world.as_deref_mut()
@@ -294,18 +154,364 @@ pub(crate) fn train_step(
     }
     let scale_change = ctx.scaler.update(finite);
     Ok(StepReport {
-        loss,
+        loss: progress.loss,
         samples,
         scored,
-        micro_sizes,
-        indices,
-        ooms,
-        peer_ooms,
+        micro_sizes: progress.micro_sizes,
+        indices: progress.indices,
+        ooms: progress.ooms,
+        peer_ooms: progress.peer_ooms,
         skipped: !finite,
         grad_norm,
         scale_change,
-        saved: saved.1,
+        saved: progress.saved.1,
     })
+}
+
+impl Sizes<'_> {
+    /// Checks that fixed sizes cut `batch`: they add up to it, and none is 0.
+    fn check_cut(&self, batch: &HostBatch) -> Result<()> {
+        match self {
+            Sizes::Fixed(fixed)
+                if fixed.iter().sum::<usize>() != batch.len() || fixed.contains(&0) =>
+            {
+                Err(Error::config(format!(
+                    "micro-batch sizes {fixed:?} do not cut a batch of {}",
+                    batch.len()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One micro-batch tried: its size, its samples, where the dropout masks stood before it (to
+/// rewind them if it fails), and how it went.
+type Attempt = (usize, HostBatch, Option<u64>, Result<Completed>);
+
+/// What a micro-batch that completed gives the step.
+struct Completed {
+    /// Its weighted loss.
+    loss: f64,
+    /// What its forward pass saved for its backward pass.
+    saved: SavedReport,
+    /// The gradients' norm, when it was the whole batch and updated it in its backward pass.
+    updated_norm: Option<f64>,
+}
+
+/// Where a step stands between its micro-batches: what they did, and what they accumulated.
+struct Progress<'a> {
+    /// This rank's shard of the batch.
+    shard: &'a HostBatch,
+    /// The step's number.
+    step: u64,
+    /// The whole batch's scored targets, which weigh each micro-batch.
+    scored: usize,
+    /// How the batch is cut.
+    sizes: Sizes<'a>,
+    /// The weighted loss of the micro-batches done.
+    loss: f64,
+    /// The samples of the shard done: the next micro-batch starts there.
+    done: usize,
+    /// The sizes of the micro-batches done, in order.
+    micro_sizes: Vec<usize>,
+    /// The dataset indices of the samples done, in the order their micro-batches completed.
+    indices: Vec<usize>,
+    /// The size of the largest micro-batch done, and what its forward pass saved.
+    saved: (usize, SavedReport),
+    /// The out-of-memory failures absorbed.
+    ooms: Vec<Oom>,
+    /// The out-of-memory failures of other ranks this rank shrank its micro-batches for.
+    peer_ooms: usize,
+    /// The step's accumulated gradients: those of the micro-batches done, and of the one
+    /// running.
+    total: Gradients,
+    /// Whether the latest attempt added into `total` (a sum in place, which cannot be taken
+    /// back).
+    added: bool,
+    /// The gradients' norm, once the whole batch was updated in its backward pass.
+    updated_in_backward: Option<f64>,
+    /// Where the dropout masks stood when the step began, for a step that starts over.
+    first_dropout_call: Option<u64>,
+}
+
+impl<'a> Progress<'a> {
+    /// A step on `shard` that has done nothing yet.
+    fn new(
+        ctx: &StepContext<'_>,
+        shard: &'a HostBatch,
+        step: u64,
+        scored: usize,
+        sizes: Sizes<'a>,
+    ) -> Self {
+        Self {
+            shard,
+            step,
+            scored,
+            sizes,
+            loss: 0.0,
+            done: 0,
+            micro_sizes: Vec::new(),
+            indices: Vec::with_capacity(shard.len()),
+            saved: (0, SavedReport::default()),
+            ooms: Vec::new(),
+            peer_ooms: 0,
+            total: Gradients::default(),
+            added: false,
+            updated_in_backward: None,
+            first_dropout_call: ctx.model.dropout_counter().map(|c| c.get()),
+        }
+    }
+
+    /// Rounds of micro-batches until no rank has samples left: in each, this rank tries its
+    /// next micro-batch (if it has samples left), the ranks agree on what happened, and this
+    /// rank settles its attempt, or follows the others' round.
+    fn micro_batches(&mut self, ctx: &mut StepContext<'_>, launch: Launch) -> Result<()> {
+        loop {
+            let left = self.shard.len() - self.done;
+            let attempt = (left > 0).then(|| self.attempt(ctx, launch, left));
+            let round = Round::agree(ctx, launch, left, attempt.as_ref())?;
+            let finished = match attempt {
+                // This rank had nothing left; it follows the others' round.
+                None => self.follow(round)?,
+                Some(attempt) => self.settle(ctx, attempt, round)?,
+            };
+            if finished {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Runs the next micro-batch, of at most `left` samples: the whole batch updated in its
+    /// backward pass when the step may and the micro-batch is the batch, else its gradients
+    /// accumulated into the step's.
+    fn attempt(&mut self, ctx: &mut StepContext<'_>, launch: Launch, left: usize) -> Attempt {
+        let size = match &self.sizes {
+            Sizes::Adaptive(micro) => micro.size(),
+            Sizes::Fixed(fixed) => fixed[self.micro_sizes.len()],
+        }
+        .min(left);
+        let slice = self.shard.slice(self.done, self.done + size);
+        let weight = slice.scored() as f64 / self.scored.max(1) as f64;
+        // A failed attempt must not advance the dropout masks, so that the retry draws what
+        // a run cut this way from the start would.
+        let dropout_calls = ctx.model.dropout_counter().map(|c| c.get());
+        self.added = false;
+        let outcome = if ctx.in_backward && !launch.is_distributed() && size == self.shard.len() {
+            step_in_backward(ctx, &slice, self.step).map(|updated| Completed {
+                loss: updated.loss,
+                saved: updated.saved,
+                updated_norm: Some(updated.grad_norm),
+            })
+        } else {
+            micro_batch(ctx, &slice, weight, &mut self.total, &mut self.added).map(
+                |(loss, saved)| Completed {
+                    loss,
+                    saved,
+                    updated_norm: None,
+                },
+            )
+        };
+        (size, slice, dropout_calls, outcome)
+    }
+
+    /// Settles this rank's `attempt` once the ranks agreed on `round`: an error that is not an
+    /// out-of-memory, here or on another rank, fails the step; a success is recorded (and the
+    /// round followed), an out-of-memory recovered from. Returns whether the micro-batches are
+    /// finished.
+    fn settle(
+        &mut self,
+        ctx: &mut StepContext<'_>,
+        (size, slice, dropout_calls, outcome): Attempt,
+        round: Round,
+    ) -> Result<bool> {
+        match (outcome, round) {
+            (Err(err), _) if !err.is_out_of_memory() => Err(err),
+            (_, Round::Failed { rank }) => Err(peer_failed(self.step, rank)),
+            (Ok(completed), round) => {
+                self.record(size, &slice, completed);
+                self.follow(round)
+            }
+            (Err(err), _) => {
+                self.recover(ctx, err, size, dropout_calls)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Follows the round the ranks agreed on: finished when no rank has samples left, on after
+    /// a round that went fine, in smaller micro-batches after another rank's out-of-memory;
+    /// another rank's error fails the step. Returns whether the micro-batches are finished.
+    fn follow(&mut self, round: Round) -> Result<bool> {
+        match round {
+            Round::Done => Ok(true),
+            Round::Fine => Ok(false),
+            Round::Failed { rank } => Err(peer_failed(self.step, rank)),
+            Round::OutOfMemory { rank, size } => {
+                self.peer_ooms += 1;
+                shrink_for_peer(&mut self.sizes, self.step, rank, size)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Records a micro-batch of `size` that completed on `slice`.
+    fn record(&mut self, size: usize, slice: &HostBatch, completed: Completed) {
+        self.loss += completed.loss;
+        self.done += size;
+        self.micro_sizes.push(size);
+        self.indices.extend(&slice.indices);
+        match completed.updated_norm {
+            Some(norm) => {
+                self.updated_in_backward = Some(norm);
+                self.saved = (size, completed.saved);
+            }
+            None if size > self.saved.0 => self.saved = (size, completed.saved),
+            None => {}
+        }
+    }
+
+    /// Recovers from `err`, an out-of-memory in a micro-batch of `size` that began with the
+    /// dropout masks at `dropout_calls`: the masks rewound to there, or the step started over
+    /// from its first sample if the micro-batch had added into the step's gradients; then the
+    /// micro-batch size halved. A fixed cut, or a single sample that does not fit, fails.
+    fn recover(
+        &mut self,
+        ctx: &StepContext<'_>,
+        err: Error,
+        size: usize,
+        dropout_calls: Option<u64>,
+    ) -> Result<()> {
+        let Some(report) = err.oom_report().cloned().map(Box::new) else {
+            return Err(err);
+        };
+        let dropout_calls = if self.added {
+            // The failed micro-batch summed into the step's gradients: start over.
+            self.start_over();
+            self.first_dropout_call
+        } else {
+            dropout_calls
+        };
+        if let (Some(counter), Some(calls)) = (ctx.model.dropout_counter(), dropout_calls) {
+            counter.set(calls);
+        }
+        let Sizes::Adaptive(micro) = &mut self.sizes else {
+            return Err(err);
+        };
+        if !micro.shrink(self.step, size) {
+            let diagnosis = diagnose(
+                ctx.model,
+                &*ctx.optimizer,
+                &report,
+                Failure::OneSample,
+                None,
+            );
+            return Err(Error::DoesNotFit { diagnosis, report });
+        }
+        tracing::warn!(
+            "step {}: {} in a micro-batch of {size}; retrying in micro-batches of {}",
+            self.step + 1,
+            describe(&report),
+            micro.size()
+        );
+        self.ooms.push(Oom {
+            micro: size,
+            phase: Phase::MicroBatch,
+            report,
+        });
+        Ok(())
+    }
+
+    /// Forgets every micro-batch done and what they accumulated (but the out-of-memory
+    /// failures absorbed), for the step to start over from its first sample.
+    fn start_over(&mut self) {
+        self.total = Gradients::default();
+        (self.loss, self.done, self.saved) = (0.0, 0, (0, SavedReport::default()));
+        self.micro_sizes.clear();
+        self.indices.clear();
+    }
+
+    /// Sums the gradients over the ranks in buckets (`data_parallel/buckets.rs`; zeros where this
+    /// rank's shard gave none), and the loss. A planner's step for one rank, with no world,
+    /// forms the buckets alone.
+    fn sum_over_ranks(&mut self, ctx: &mut StepContext<'_>) -> Result<()> {
+        let params = ctx.model.module().parameters();
+        for report in sum_in_buckets(ctx, &params, &mut self.total, self.step)? {
+            tracing::warn!(
+                "step {}: {} forming a bucket of gradients; summing it in place",
+                self.step + 1,
+                describe(&report)
+            );
+            self.ooms.push(Oom {
+                micro: self.shard.len(),
+                phase: Phase::Gradients,
+                report: Box::new(report),
+            });
+        }
+        self.loss = ctx.agree([self.loss, 0.0, 0.0, 0.0], ReduceOp::Sum)?[0];
+        Ok(())
+    }
+
+    /// The update of the step's `samples`, unless the backward pass made it: [`update`],
+    /// retried once after releasing cached memory when it runs out; a second out-of-memory of
+    /// an adaptive step is explained as the training state not fitting. The step's gradients
+    /// are freed after it. Returns whether the gradients were finite, and their norm.
+    fn update_absorbing_oom(
+        &mut self,
+        ctx: &mut StepContext<'_>,
+        samples: usize,
+    ) -> Result<(bool, f64)> {
+        let total = std::mem::take(&mut self.total);
+        if let Some(norm) = self.updated_in_backward {
+            return Ok((true, norm));
+        }
+        Ok(match update(ctx, &total) {
+            Err(err) if err.is_out_of_memory() => {
+                let Some(report) = err.oom_report().cloned().map(Box::new) else {
+                    return Err(err);
+                };
+                tracing::warn!(
+                    "step {}: {} in the optimizer update; releasing cached memory and retrying",
+                    self.step + 1,
+                    describe(&report)
+                );
+                self.ooms.push(Oom {
+                    micro: samples,
+                    phase: Phase::Optimizer,
+                    report,
+                });
+                ctx.device.allocator().release_cached();
+                match update(ctx, &total) {
+                    Err(err)
+                        if matches!(self.sizes, Sizes::Adaptive(_)) && err.is_out_of_memory() =>
+                    {
+                        let Some(report) = err.oom_report().cloned().map(Box::new) else {
+                            return Err(err);
+                        };
+                        let diagnosis = diagnose(
+                            ctx.model,
+                            &*ctx.optimizer,
+                            &report,
+                            Failure::TrainingState,
+                            None,
+                        );
+                        return Err(Error::DoesNotFit { diagnosis, report });
+                    }
+                    other => other?,
+                }
+            }
+            other => other?,
+        })
+    }
+}
+
+/// A step failed because rank `rank` failed with an error.
+fn peer_failed(step: u64, rank: usize) -> Error {
+    Error::PeerFailed {
+        step: step + 1,
+        rank,
+        what: "an error",
+    }
 }
 
 /// Halves this rank's micro-batch size after rank `rank` ran out of memory in a micro-batch of
@@ -329,78 +535,6 @@ fn shrink_for_peer(sizes: &mut Sizes<'_>, step: u64, rank: usize, size: usize) -
             what: "an out-of-memory it could not absorb",
         })
     }
-}
-
-/// Sums the gradients over the ranks in buckets (`data_parallel/buckets.rs`; zeros where this rank's
-/// shard gave none), and `loss`; returns the summed loss. A planner's step for one rank, with no
-/// world, forms the buckets alone.
-fn sum_over_ranks(
-    ctx: &mut StepContext<'_>,
-    total: &mut Gradients,
-    (loss, step, samples): (f64, u64, usize),
-    ooms: &mut Vec<Oom>,
-) -> Result<f64> {
-    let params = ctx.model.module().parameters();
-    for report in sum_in_buckets(ctx, &params, total, step)? {
-        tracing::warn!(
-            "step {}: {} forming a bucket of gradients; summing it in place",
-            step + 1,
-            describe(&report)
-        );
-        ooms.push(Oom {
-            micro: samples,
-            phase: Phase::Gradients,
-            report: Box::new(report),
-        });
-    }
-    Ok(ctx.agree([loss, 0.0, 0.0, 0.0], ReduceOp::Sum)?[0])
-}
-
-/// [`update`], retried once after releasing cached memory when it runs out; a second
-/// out-of-memory of an adaptive step is explained as the training state not fitting.
-fn update_absorbing_oom(
-    ctx: &mut StepContext<'_>,
-    total: &Gradients,
-    samples: usize,
-    step: u64,
-    sizes: &Sizes<'_>,
-    ooms: &mut Vec<Oom>,
-) -> Result<(bool, f64)> {
-    Ok(match update(ctx, total) {
-        Err(err) if err.is_out_of_memory() => {
-            let Some(report) = err.oom_report().cloned().map(Box::new) else {
-                return Err(err);
-            };
-            tracing::warn!(
-                "step {}: {} in the optimizer update; releasing cached memory and retrying",
-                step + 1,
-                describe(&report)
-            );
-            ooms.push(Oom {
-                micro: samples,
-                phase: Phase::Optimizer,
-                report,
-            });
-            ctx.device.allocator().release_cached();
-            match update(ctx, total) {
-                Err(err) if matches!(sizes, Sizes::Adaptive(_)) && err.is_out_of_memory() => {
-                    let Some(report) = err.oom_report().cloned().map(Box::new) else {
-                        return Err(err);
-                    };
-                    let diagnosis = diagnose(
-                        ctx.model,
-                        &*ctx.optimizer,
-                        &report,
-                        Failure::TrainingState,
-                        None,
-                    );
-                    return Err(Error::DoesNotFit { diagnosis, report });
-                }
-                other => other?,
-            }
-        }
-        other => other?,
-    })
 }
 
 /// The forward and backward pass of one micro-batch, with the loss scaled by `weight` (and the

@@ -6,13 +6,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use headroom_collectives::Collective;
+
 use crate::config::{PrecisionKind, Recompute, TrainConfig};
 use crate::data::{Dataset, Metric, Task};
 use crate::error::Result;
 use crate::model::ModelFactory;
-use crate::run_dir::location::Start;
-use crate::trainer::Trainer;
+use crate::run_dir::Start;
 use crate::trainer::callback::Callback;
+use crate::trainer::{StartParts, Trainer};
 
 /// Settings of a run, one call each, then [`build`](Self::build).
 ///
@@ -38,6 +40,7 @@ pub struct TrainerBuilder {
     factory: Option<Arc<dyn ModelFactory>>,
     callbacks: Vec<Box<dyn Callback>>,
     start: Start,
+    world: Option<Box<dyn Collective + Send>>,
 }
 
 impl Trainer {
@@ -50,7 +53,15 @@ impl Trainer {
             factory: None,
             callbacks: Vec::new(),
             start: Start::New,
+            world: None,
         }
+    }
+
+    /// A new run of `config`: `Trainer::builder().config(config).build()`, the way a run
+    /// read from a file starts. Its run directory must not hold a checkpoint (see
+    /// [`TrainerBuilder::resume`] and [`TrainerBuilder::overwrite`]).
+    pub fn new(config: TrainConfig) -> Result<Self> {
+        Self::builder().config(config).build()
     }
 }
 
@@ -61,7 +72,11 @@ impl TrainerBuilder {
         self
     }
 
-    /// Trains the models `factory` builds instead of the built-in one.
+    /// Trains the models `factory` builds (on the run's device, and on the planner's meta
+    /// devices) instead of the built-in one: `config.model` is not read but for the memory
+    /// techniques the policy and the planner choose. Everything else (the planner, adaptive
+    /// micro-batching, recovery, mixed precision, checkpoints) works as for the built-in
+    /// models.
     pub fn model(mut self, factory: impl ModelFactory + 'static) -> Self {
         self.factory = Some(Arc::new(factory));
         self
@@ -70,16 +85,22 @@ impl TrainerBuilder {
     /// Trains on `train` and judges on `eval` by `metric`, instead of the data the
     /// configuration describes.
     pub fn data(
-        mut self,
+        self,
         train: impl Dataset + 'static,
         eval: impl Dataset + 'static,
         metric: Metric,
     ) -> Self {
-        self.task = Some(Task {
+        self.task(Task {
             train: Arc::new(train),
             eval: Arc::new(eval),
             metric,
-        });
+        })
+    }
+
+    /// Trains on `task` (its own datasets and metric) instead of the one the configuration's
+    /// `data` describes.
+    pub fn task(mut self, task: Task) -> Self {
+        self.task = Some(task);
         self
     }
 
@@ -171,15 +192,34 @@ impl TrainerBuilder {
         self
     }
 
-    /// Continues the run in the run directory from its checkpoint.
-    pub fn resume(mut self) -> Self {
-        self.start = Start::Resume;
-        self
+    /// Continues the run in the run directory from its checkpoint (without a run directory,
+    /// the newest run in `runs/`). The checkpoint's run must have had the same seed, model,
+    /// data, optimizer and precision; what may change is logged. Asked for fewer steps than the
+    /// checkpoint has done, [`build`](Self::build) is
+    /// [`Error::NothingToDo`](crate::error::Error::NothingToDo) and changes
+    /// nothing.
+    pub fn resume(self) -> Self {
+        self.start(Start::Resume)
     }
 
     /// Replaces a run the run directory holds, checkpoint included.
-    pub fn overwrite(mut self) -> Self {
-        self.start = Start::Overwrite;
+    pub fn overwrite(self) -> Self {
+        self.start(Start::Overwrite)
+    }
+
+    /// Starts as `start`: a new run (the default), one resumed ([`resume`](Self::resume)) or
+    /// one that replaces the run in its directory ([`overwrite`](Self::overwrite)).
+    pub fn start(mut self, start: Start) -> Self {
+        self.start = start;
+        self
+    }
+
+    /// Trains as a rank of `world`, on its device, instead of the world the launcher's
+    /// environment describes and a device of the run's own: a program that joined its
+    /// collective once trains several runs in turn, each handing the world on
+    /// ([`Trainer::into_world`]).
+    pub fn world(mut self, world: Box<dyn Collective + Send>) -> Self {
+        self.world = Some(world);
         self
     }
 
@@ -189,9 +229,17 @@ impl TrainerBuilder {
     }
 
     /// Checks the settings as a configuration file's and starts the run: its data read, its
-    /// micro-batch planned, its model built.
+    /// micro-batch planned (unless the configuration fixes it), its model and optimizer built.
+    /// A run that fails to start leaves its directory as it found it (and one it made for
+    /// itself is removed).
     pub fn build(self) -> Result<Trainer> {
-        let mut trainer = Trainer::start_with(self.config, self.start, self.task, self.factory)?;
+        let mut trainer = Trainer::start_on(StartParts {
+            config: self.config,
+            start: self.start,
+            task: self.task,
+            factory: self.factory,
+            world: self.world,
+        })?;
         for callback in self.callbacks {
             trainer.add_boxed_callback(callback);
         }

@@ -11,6 +11,8 @@ pub mod interrupt;
 mod run;
 mod start;
 
+pub(crate) use start::StartParts;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -295,7 +297,7 @@ impl Trainer {
     }
 
     /// The collective this run's ranks train over, for the next run of the same ranks
-    /// ([`start_in_world`](Self::start_in_world)).
+    /// ([`TrainerBuilder::world`](builder::TrainerBuilder::world)).
     pub fn into_world(self) -> Box<dyn Collective + Send> {
         self.world
     }

@@ -18,7 +18,9 @@ use crate::data_parallel::control::Control;
 use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
 use crate::model::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
+use crate::planning::budget::Budget;
 use crate::planning::diagnosis::Failure;
+use crate::planning::plan::Plan;
 use crate::planning::probe::Prober;
 use crate::planning::run_device;
 use crate::planning::search::plan_with;
@@ -32,116 +34,54 @@ use crate::step::optimizer::{build_optimizer, schedule};
 use crate::step::precision::LossScaler;
 use crate::trainer::callback::Callbacks;
 
+/// What a run is started from: its configuration, how it starts, and the parts a caller may
+/// give instead of those the configuration and the launcher's environment describe
+/// ([`TrainerBuilder`](super::builder::TrainerBuilder) fills it).
+pub(crate) struct StartParts {
+    /// The run's settings, not yet validated.
+    pub config: TrainConfig,
+    /// New, resumed or overwriting.
+    pub start: Start,
+    /// The data, instead of the task `config.data` describes.
+    pub task: Option<Task>,
+    /// The models to train, instead of the built-in one `config.model` describes.
+    pub factory: Option<Arc<dyn ModelFactory>>,
+    /// The collective to train in as one of its ranks, on its device, instead of the world
+    /// the launcher's environment describes and a device of the run's own.
+    pub world: Option<Box<dyn Collective + Send>>,
+}
+
+/// A start's parts once checked and completed, before anything is claimed or opened.
+struct Inputs {
+    /// The validated configuration, as this rank trains it.
+    config: TrainConfig,
+    start: Start,
+    task: Task,
+    factory: Arc<dyn ModelFactory>,
+    /// Where this process stands among the run's ranks.
+    launch: Launch,
+    /// The world a caller gave; taken when the device opens.
+    world: Option<Box<dyn Collective + Send>>,
+    /// The optimizer steps the run asks for.
+    total_steps: u64,
+}
+
+/// A run's model and optimizer, and the prober that decides its growth, built alike.
+struct Built {
+    prober: Prober,
+    model: Box<dyn TrainableModel>,
+    optimizer: Box<dyn Optimizer>,
+}
+
 impl Trainer {
-    /// A new run of `config`: validated, its data read, its micro-batch size planned (unless
-    /// the configuration fixes it), its model and optimizer built. Its run directory must not
-    /// hold a checkpoint (see [`overwrite`](Self::overwrite)).
-    pub fn new(config: TrainConfig) -> Result<Self> {
-        Self::start(config, Start::New, None)
-    }
-
-    /// The run of `config` continued from the checkpoint in its run directory (without one,
-    /// the newest run in `runs/`). The checkpoint's run must have had the same seed, model,
-    /// data, optimizer and precision; what may change is logged. Asked for fewer steps than the
-    /// checkpoint has done, it is [`Error::NothingToDo`] and changes nothing.
-    pub fn resume(config: TrainConfig) -> Result<Self> {
-        Self::start(config, Start::Resume, None)
-    }
-
-    /// A new run of `config` that replaces the run in its directory, checkpoint included.
-    pub fn overwrite(config: TrainConfig) -> Result<Self> {
-        Self::start(config, Start::Overwrite, None)
-    }
-
-    /// A new run of `config` on a task of the caller's (its own datasets and metric) instead
-    /// of the one `config.data` describes.
-    pub fn with_task(config: TrainConfig, task: Task) -> Result<Self> {
-        Self::start(config, Start::New, Some(task))
-    }
-
-    /// A new run of a model of the caller's: `factory` builds it (on the run's device, and on
-    /// the planner's meta devices), on `task`'s data; `config.model` is not read but for the
-    /// memory techniques the policy and the planner choose. Everything else (the planner,
-    /// adaptive micro-batching, recovery, mixed precision, checkpoints) works as for the
-    /// built-in models.
-    pub fn with_model(
-        config: TrainConfig,
-        task: Task,
-        factory: impl ModelFactory + 'static,
-    ) -> Result<Self> {
-        Self::start_with(config, Start::New, Some(task), Some(Arc::new(factory)))
-    }
-
-    /// A run of `config` that starts as `start`, on `task` or the one `config.data` describes.
-    /// A run that fails to start leaves its directory as it found it (and one it made for
-    /// itself is removed).
-    pub fn start(config: TrainConfig, start: Start, task: Option<Task>) -> Result<Self> {
-        Self::start_with(config, start, task, None)
-    }
-
-    /// [`start`](Self::start) with the models `factory` builds instead of the built-in one
-    /// `config.model` describes (none: that one).
-    pub fn start_with(
-        config: TrainConfig,
-        start: Start,
-        task: Option<Task>,
-        factory: Option<Arc<dyn ModelFactory>>,
-    ) -> Result<Self> {
-        Self::start_on(config, start, task, factory, None)
-    }
-
-    /// [`start_with`](Self::start_with) as a rank of `world`, on its device, instead of the
-    /// world the launcher's environment describes and a device of the run's own: a program
-    /// that joined its collective once trains several runs in turn, each handing the world on
-    /// ([`into_world`](Self::into_world)).
-    pub fn start_in_world(
-        config: TrainConfig,
-        start: Start,
-        task: Option<Task>,
-        factory: Option<Arc<dyn ModelFactory>>,
-        world: Box<dyn Collective + Send>,
-    ) -> Result<Self> {
-        Self::start_on(config, start, task, factory, Some(world))
-    }
-
-    fn start_on(
-        config: TrainConfig,
-        start: Start,
-        task: Option<Task>,
-        factory: Option<Arc<dyn ModelFactory>>,
-        world: Option<Box<dyn Collective + Send>>,
-    ) -> Result<Self> {
-        config.validate()?;
-        let launch = world
-            .as_deref()
-            .map_or_else(Launch::from_env, |world| Launch::of(world));
-        let config = launch.prepare(config)?;
-        let task = match task {
-            Some(task) => task,
-            None => Task::from_config(&config.data, &config.model, config.seed)?,
-        };
-        let factory: Arc<dyn ModelFactory> = match factory {
-            Some(factory) => factory,
-            None => Arc::new(BuiltinModel(config.model.clone())),
-        };
-        factory.check(&task.train.shape())?;
-        let total_steps = total_steps(&config, task.train.len())?;
-        // Rank 0 writes the run's files for every rank; the others read the checkpoint they
-        // resume from, and make or claim nothing.
-        let (run_dir, made) = match (launch.writes(), &config.run_dir, start) {
-            (false, Some(dir), _) => (dir.clone(), false),
-            (false, None, Start::New | Start::Overwrite) => (PathBuf::new(), false),
-            _ => location::resolve(config.run_dir.as_deref(), start)?,
-        };
-        let built = Self::build(
-            config,
-            task,
-            factory,
-            start,
-            run_dir.clone(),
-            total_steps,
-            (launch, world),
-        );
+    /// The one way a run starts (the builder's [`build`](super::builder::TrainerBuilder::build)
+    /// calls it): its parts checked, its directory resolved and the run built in it. A run that
+    /// fails to start leaves its directory as it found it (and one it made for itself is
+    /// removed).
+    pub(crate) fn start_on(parts: StartParts) -> Result<Self> {
+        let inputs = Inputs::check(parts)?;
+        let (run_dir, made) = inputs.run_dir()?;
+        let built = Self::build(inputs, run_dir.clone());
         match (&built, made) {
             (Ok(_), true) => location::point_latest(&run_dir),
             (Err(_), true) => {
@@ -152,128 +92,49 @@ impl Trainer {
         built
     }
 
-    fn build(
-        mut config: TrainConfig,
-        task: Task,
-        factory: Arc<dyn ModelFactory>,
-        start: Start,
-        run_dir: PathBuf,
-        total_steps: u64,
-        (launch, world): (Launch, Option<Box<dyn Collective + Send>>),
-    ) -> Result<Self> {
+    /// The run of `inputs` in `run_dir`: the directory claimed, the device opened, the
+    /// checkpoint checked, the micro-batch planned, the model and optimizer built, in that
+    /// order.
+    fn build(mut inputs: Inputs, run_dir: PathBuf) -> Result<Self> {
+        let (start, launch) = (inputs.start, inputs.launch);
         if launch.writes() {
             location::claim(&run_dir, start)?;
         }
-        config.run_dir = Some(run_dir.clone());
-        let budget = run_device::budget(&config)?;
-        let (device, world) = match world {
-            Some(world) => (world.device().clone(), world),
-            None => {
-                let device = run_device::open(&config, &budget)?;
-                let world = launch.join(&device, DEFAULT_TIMEOUT)?;
-                (device, world)
-            }
-        };
-        let control = match launch.is_distributed() {
-            true => Some(Control::new(&device)?),
-            false => None,
-        };
+        inputs.config.run_dir = Some(run_dir.clone());
+        let budget = run_device::budget(&inputs.config)?;
+        let (device, world, control) = inputs.open(&budget)?;
         // Removed again, with everything it holds, unless the run starts.
         let trace = StartTrace {
             path: match launch.writes() {
-                true => stream_allocations(&config, &run_dir, &device)?,
+                true => stream_allocations(&inputs.config, &run_dir, &device)?,
                 false => None,
             },
             device: &device,
         };
-        let saved = match start {
-            Start::Resume => Some(resumable(&mut config, &run_dir, &device, &task)?),
-            _ => None,
-        };
-        if let Some(saved) = &saved
-            && saved.state.step > total_steps
-        {
-            return Err(Error::NothingToDo {
-                run_dir,
-                done: saved.state.step,
-                steps: total_steps,
-            });
-        }
-        let plan = match (config.batch.micro, &saved) {
-            (None, None) => {
-                let target = device.plan_target();
-                let shard = launch.rank_config(&config);
-                Some(plan_with(&shard, &task, &factory, &budget, target)?)
-            }
-            _ => None,
-        };
-        // The run trains with the memory techniques the policy chose, and its configuration
-        // says which.
-        if let Some(policy) = plan.as_ref().and_then(|p| p.policy.as_ref()) {
-            policy.chosen.apply(&mut config);
-        }
-        // The fused head chunks as the plan chose, or as the checkpoint's run did; the model
-        // and the probes that decide growth are built with that chunk.
-        let head_chunk = match (&saved, &plan) {
-            (Some(saved), _) => saved.state.head_chunk,
-            (None, Some(plan)) => plan.head_chunk,
-            (None, None) => None,
-        }
-        .or(config.model.head_chunk);
-        let chunked = {
-            let mut chunked = config.clone();
-            chunked.model.head_chunk = head_chunk;
-            chunked
-        };
-        // Growth compares peaks alone: its probes' step times are priced at the fixed rates.
-        let target = device.plan_target();
-        let prober = Prober::new(
-            &chunked,
-            &task,
-            Arc::clone(&factory),
-            budget,
-            target,
-            target.rates(),
-        );
-        let (model, optimizer) = build_model(&chunked, &task, &*factory, &device, saved.as_ref())
-            .or_else(|err| explain_if_out_of_memory(err, &prober))?;
+        let saved = inputs.checkpoint(&run_dir, &device)?;
+        let plan = inputs.plan(saved.as_ref(), &budget, &device)?;
+        let head_chunk = head_chunk(&inputs.config, saved.as_ref(), plan.as_ref());
+        let Built {
+            prober,
+            model,
+            optimizer,
+        } = inputs.model(head_chunk, budget, &device, saved.as_ref())?;
         let step_limit = plan.as_ref().map_or_else(
-            || budget.step_limit(config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
+            || budget.step_limit(inputs.config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
             |p| p.step_limit,
         );
         if start != Start::Resume && launch.writes() {
             location::clear_earlier_run(&run_dir, trace.path.as_deref())?;
         }
-        let batch = launch.shard_size(config.batch.size);
-        let mut state = match saved {
-            Some(saved) => saved.state,
-            None => {
-                let micro = plan.as_ref().map(|p| p.micro).or(config.batch.micro);
-                TrainerState {
-                    step: 0,
-                    next: Position::default(),
-                    micro: MicroBatcher::new(
-                        micro.unwrap_or(batch),
-                        batch,
-                        config.batch.grow_after,
-                    ),
-                    scaler: LossScaler::new(&config.precision),
-                    dropout_calls: 0,
-                    predicted_peak: plan.as_ref().map(|p| p.predicted_peak),
-                    head_chunk,
-                    totals: Totals::default(),
-                }
-            }
-        };
-        if state.micro.max() != batch {
-            state.micro.set_max(batch);
-        }
-        state.totals.processes += 1;
+        let state = inputs.state(saved, plan.as_ref(), head_chunk);
         let trace = trace.keep();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .thread_name(|i| format!("headroom-{i}"))
-            .build()
-            .map_err(|e| Error::io("the thread pool")(std::io::Error::other(e)))?;
+        let pool = thread_pool()?;
+        let Inputs {
+            config,
+            task,
+            total_steps,
+            ..
+        } = inputs;
         Ok(Self {
             schedule: schedule(&config.optimizer, total_steps),
             files: RunFiles {
@@ -300,6 +161,213 @@ impl Trainer {
             plan,
         })
     }
+}
+
+impl Inputs {
+    /// `parts` validated, as this rank trains them, with the task and the models the
+    /// configuration describes where the caller gave none, checked against each other.
+    fn check(parts: StartParts) -> Result<Self> {
+        let StartParts {
+            config,
+            start,
+            task,
+            factory,
+            world,
+        } = parts;
+        config.validate()?;
+        let launch = world
+            .as_deref()
+            .map_or_else(Launch::from_env, |world| Launch::of(world));
+        let config = launch.prepare(config)?;
+        let task = match task {
+            Some(task) => task,
+            None => Task::from_config(&config.data, &config.model, config.seed)?,
+        };
+        let factory: Arc<dyn ModelFactory> = match factory {
+            Some(factory) => factory,
+            None => Arc::new(BuiltinModel(config.model.clone())),
+        };
+        factory.check(&task.train.shape())?;
+        let total_steps = total_steps(&config, task.train.len())?;
+        Ok(Self {
+            config,
+            start,
+            task,
+            factory,
+            launch,
+            world,
+            total_steps,
+        })
+    }
+
+    /// The run's directory, and whether it was made for this run.
+    fn run_dir(&self) -> Result<(PathBuf, bool)> {
+        // Rank 0 writes the run's files for every rank; the others read the checkpoint they
+        // resume from, and make or claim nothing.
+        Ok(
+            match (self.launch.writes(), &self.config.run_dir, self.start) {
+                (false, Some(dir), _) => (dir.clone(), false),
+                (false, None, Start::New | Start::Overwrite) => (PathBuf::new(), false),
+                _ => location::resolve(self.config.run_dir.as_deref(), self.start)?,
+            },
+        )
+    }
+
+    /// The run's device, the world it trains in (joined on that device unless the caller gave
+    /// one, whose device it then is), and the buffer its ranks agree through.
+    fn open(
+        &mut self,
+        budget: &Budget,
+    ) -> Result<(Device, Box<dyn Collective + Send>, Option<Control>)> {
+        let (device, world) = match self.world.take() {
+            Some(world) => (world.device().clone(), world),
+            None => {
+                let device = run_device::open(&self.config, budget)?;
+                let world = self.launch.join(&device, DEFAULT_TIMEOUT)?;
+                (device, world)
+            }
+        };
+        let control = match self.launch.is_distributed() {
+            true => Some(Control::new(&device)?),
+            false => None,
+        };
+        Ok((device, world, control))
+    }
+
+    /// The checkpoint a resumed run continues from, read and checked; none for another start.
+    /// A checkpoint past the run's last step is [`Error::NothingToDo`].
+    fn checkpoint(&mut self, run_dir: &Path, device: &Device) -> Result<Option<checkpoint::Saved>> {
+        if self.start != Start::Resume {
+            return Ok(None);
+        }
+        let saved = resumable(&mut self.config, run_dir, device, &self.task)?;
+        if saved.state.step > self.total_steps {
+            return Err(Error::NothingToDo {
+                run_dir: run_dir.to_owned(),
+                done: saved.state.step,
+                steps: self.total_steps,
+            });
+        }
+        Ok(Some(saved))
+    }
+
+    /// The planner's plan, unless the configuration fixes the micro-batch or the run resumes;
+    /// the run trains with the memory techniques its policy chose, and its configuration says
+    /// which.
+    fn plan(
+        &mut self,
+        saved: Option<&checkpoint::Saved>,
+        budget: &Budget,
+        device: &Device,
+    ) -> Result<Option<Plan>> {
+        if self.config.batch.micro.is_some() || saved.is_some() {
+            return Ok(None);
+        }
+        let shard = self.launch.rank_config(&self.config);
+        let plan = plan_with(
+            &shard,
+            &self.task,
+            &self.factory,
+            budget,
+            device.plan_target(),
+        )?;
+        if let Some(policy) = &plan.policy {
+            policy.chosen.apply(&mut self.config);
+        }
+        Ok(Some(plan))
+    }
+
+    /// The model and its optimizer on `device` (restored from `saved` when resuming), and the
+    /// prober that decides growth, both with the head's chunk `head_chunk`. An out-of-memory
+    /// while building them is explained as the training state not fitting.
+    fn model(
+        &self,
+        head_chunk: Option<usize>,
+        budget: Budget,
+        device: &Device,
+        saved: Option<&checkpoint::Saved>,
+    ) -> Result<Built> {
+        let mut chunked = self.config.clone();
+        chunked.model.head_chunk = head_chunk;
+        // Growth compares peaks alone: its probes' step times are priced at the fixed rates.
+        let target = device.plan_target();
+        let prober = Prober::new(
+            &chunked,
+            &self.task,
+            Arc::clone(&self.factory),
+            budget,
+            target,
+            target.rates(),
+        );
+        let (model, optimizer) = build_model(&chunked, &self.task, &*self.factory, device, saved)
+            .or_else(|err| explain_if_out_of_memory(err, &prober))?;
+        Ok(Built {
+            prober,
+            model,
+            optimizer,
+        })
+    }
+
+    /// Where the run stands as it starts: the checkpoint's state when resuming, a first state
+    /// otherwise (at the plan's micro-batch, or the configuration's, or the whole batch); its
+    /// largest micro-batch is this rank's batch, and one more process has trained it.
+    fn state(
+        &self,
+        saved: Option<checkpoint::Saved>,
+        plan: Option<&Plan>,
+        head_chunk: Option<usize>,
+    ) -> TrainerState {
+        let config = &self.config;
+        let batch = self.launch.shard_size(config.batch.size);
+        let mut state = match saved {
+            Some(saved) => saved.state,
+            None => {
+                let micro = plan.map(|p| p.micro).or(config.batch.micro);
+                TrainerState {
+                    step: 0,
+                    next: Position::default(),
+                    micro: MicroBatcher::new(
+                        micro.unwrap_or(batch),
+                        batch,
+                        config.batch.grow_after,
+                    ),
+                    scaler: LossScaler::new(&config.precision),
+                    dropout_calls: 0,
+                    predicted_peak: plan.map(|p| p.predicted_peak),
+                    head_chunk,
+                    totals: Totals::default(),
+                }
+            }
+        };
+        if state.micro.max() != batch {
+            state.micro.set_max(batch);
+        }
+        state.totals.processes += 1;
+        state
+    }
+}
+
+/// The fused head's chunk, as the plan chose or as the checkpoint's run did, or else as the
+/// configuration sets it; the model and the probes that decide growth are built with it.
+fn head_chunk(
+    config: &TrainConfig,
+    saved: Option<&checkpoint::Saved>,
+    plan: Option<&Plan>,
+) -> Option<usize> {
+    match (saved, plan) {
+        (Some(saved), _) => saved.state.head_chunk,
+        (None, Some(plan)) => plan.head_chunk,
+        (None, None) => None,
+    }
+    .or(config.model.head_chunk)
+}
+
+/// The run's thread pool, its threads named `headroom-N`.
+fn thread_pool() -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| format!("headroom-{i}"))
+        .build()
+        .map_err(|e| Error::io("the thread pool")(std::io::Error::other(e)))
 }
 
 /// The allocation trace of a start that has not yet been accepted: unless

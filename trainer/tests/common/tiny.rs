@@ -9,7 +9,7 @@ use headroom_trainer::Trainer;
 use headroom_trainer::config::{DataKind, Overrides, ScheduleKind, TrainConfig};
 use headroom_trainer::data::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
 use headroom_trainer::data::tokenizer::TextTokenizer;
-use headroom_trainer::run_dir::{Start, Summary};
+use headroom_trainer::run_dir::Summary;
 
 use super::{TempDir, headroom, prose, safetensors_entries, succeeds, text};
 
@@ -129,10 +129,7 @@ pub fn run_config(
 
 /// Trains `config` to its end, as a new run.
 pub fn train(config: TrainConfig) -> Summary {
-    Trainer::start(config, Start::New, None)
-        .unwrap()
-        .run(false)
-        .unwrap()
+    Trainer::new(config).unwrap().run(false).unwrap()
 }
 
 /// A CPU device for reading weights.

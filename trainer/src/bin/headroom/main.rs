@@ -162,7 +162,7 @@ fn train(args: &TrainArgs) -> Result<()> {
         (false, true) => Start::Overwrite,
         (false, false) => Start::New,
     };
-    let mut trainer = match Trainer::start(config, start, None) {
+    let mut trainer = match Trainer::builder().config(config).start(start).build() {
         // A resume to fewer steps than done: said, and no failure.
         Err(err @ Error::NothingToDo { .. }) => return say(err),
         started => started?,
