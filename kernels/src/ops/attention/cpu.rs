@@ -9,12 +9,12 @@ use gemm::Parallelism;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::backend::attention::{AttentionKernels, AttentionSpec};
-use crate::backend::random::keeps;
+use super::kernels::{AttentionKernels, AttentionSpec};
 use crate::buffer::Buffer;
 use crate::cpu::CpuBackend;
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
+use crate::ops::random::kernels::keeps;
 
 /// Queries per block.
 const QUERIES: usize = 64;

@@ -9,9 +9,9 @@
 
 use cudarc::driver::LaunchConfig;
 
+use super::kernels::{AttentionKernels, AttentionSpec};
 use super::lse_dtype;
 use crate::DType;
-use crate::backend::attention::{AttentionKernels, AttentionSpec};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, CudaBackend, Family, float_kernel};
 use crate::error::{Error, Result};

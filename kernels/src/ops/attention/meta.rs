@@ -2,8 +2,8 @@
 //! that the CUDA kernels keep in a workspace (the CPU's blocks live on the host, and both
 //! backends' tiles in registers or shared memory).
 
+use super::kernels::{AttentionKernels, AttentionSpec};
 use super::lse_dtype;
-use crate::backend::attention::{AttentionKernels, AttentionSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

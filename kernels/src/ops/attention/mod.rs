@@ -11,9 +11,10 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::attention::{AttentionDropout, AttentionKernels, AttentionSpec};
+pub use kernels::{AttentionDropout, AttentionKernels, AttentionSpec};
 
 use crate::array::Array;
 use crate::dtype::DType;

@@ -5,12 +5,12 @@
 
 use rayon::prelude::*;
 
-use crate::backend::norm::NormKernels;
-use crate::backend::rows::RowSpec;
+use super::kernels::NormKernels;
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, min_rows};
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
+use crate::ops::rows::spec::RowSpec;
 
 /// How many partial sums of `dgamma` and `dbeta` the layer-norm backward makes at most: the
 /// rows are cut into this many blocks (fewer when there are fewer rows), whatever the number of

@@ -2,13 +2,25 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::norm::{NormKernels, parameter_partials};
-use crate::backend::rows::RowSpec;
+use super::kernels::{NormKernels, parameter_partials};
 use crate::buffer::Buffer;
-use crate::cuda::rows::{BACKWARD, FORWARD, LAYER_NORM};
 use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::rows::cuda::{BACKWARD, FORWARD, RowKernels};
+use crate::ops::rows::spec::RowSpec;
+
+/// Layer normalization's row kernels (`norm.cu`): the forward pass, and the input's gradient.
+const LAYER_NORM: RowKernels = RowKernels {
+    forward: "layer_norm",
+    backward: "layer_norm_dx",
+};
+
+/// Every row kernel of `norm.cu` the backend may launch, without its dtype suffix
+/// (`layer_norm_256x16`), for checks that each is in the compiled module.
+pub fn row_kernels() -> Vec<String> {
+    LAYER_NORM.stems()
+}
 
 impl NormKernels for CudaBackend {
     fn layer_norm(

@@ -1,12 +1,12 @@
 //! Meta kernels: nothing to compute; planning for CUDA, the partial sums of the layer-norm
 //! parameter gradients.
 
-use crate::backend::norm::{NormKernels, parameter_partials};
-use crate::backend::rows::RowSpec;
+use super::kernels::{NormKernels, parameter_partials};
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::ops::rows::spec::RowSpec;
 use crate::work::Kernel;
 
 impl NormKernels for MetaBackend {

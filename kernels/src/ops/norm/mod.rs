@@ -11,10 +11,12 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::norm::{NormKernels, stats_dtype};
-pub use crate::backend::rows::RowSpec;
+#[cfg(feature = "cuda")]
+pub use cuda::row_kernels;
+pub use kernels::{NormKernels, stats_dtype};
 
 use super::rows::{check_operand, rows_of};
 use crate::array::Array;

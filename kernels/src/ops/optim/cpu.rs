@@ -5,13 +5,13 @@ use rayon::prelude::*;
 
 use super::QUANT_BLOCK;
 use super::dynamic_map::{decode_signed, decode_unsigned, encode_signed, encode_unsigned};
+use super::kernels::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 use super::rounding::bf16_stochastic;
-use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
-use crate::backend::random::random_bits;
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, DType, Float};
 use crate::error::{Error, Result};
+use crate::ops::random::kernels::random_bits;
 
 /// AdamW's constants for one step, in the compute type `C`.
 struct AdamConstants<C> {

@@ -4,7 +4,7 @@
 use cudarc::driver::LaunchConfig;
 
 use super::QUANT_BLOCK;
-use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
+use super::kernels::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;

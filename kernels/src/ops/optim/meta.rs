@@ -1,6 +1,6 @@
 //! Meta kernels: nothing to compute; each accounts for its work.
 
-use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
+use super::kernels::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

@@ -5,11 +5,12 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod dynamic_map;
+pub(crate) mod kernels;
 mod meta;
 pub mod rounding;
 
-pub use crate::backend::optim::{AdamStep, AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 pub use dynamic_map::QUANT_BLOCK;
+pub use kernels::{AdamStep, AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 
 use crate::array::Array;
 use crate::device::Device;

@@ -124,7 +124,7 @@ impl Update {
     /// second) of this update: a pure function of the step, the stream and the buffer, so that
     /// every backend rounds alike and a resumed run draws what an unbroken one would.
     pub fn rounding_seed(&self, buffer: u64) -> u64 {
-        crate::backend::random::random_bits(
+        crate::ops::random::kernels::random_bits(
             self.step ^ self.stream.wrapping_mul(0xD1B5_4A32_D192_ED03),
             buffer,
         )

@@ -1,10 +1,10 @@
 //! What a backend runs for layer normalization over the last axis, forward and backward, and how
 //! its statistics and parameter gradients are kept.
 
-use super::rows::RowSpec;
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::rows::spec::RowSpec;
 
 /// The kernels of this family that a backend runs. Every buffer is contiguous and row-major;
 /// the op layer has checked lengths, dtypes and devices before calling.
