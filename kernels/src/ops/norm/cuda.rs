@@ -2,8 +2,9 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::kernels::{NormKernels, parameter_partials};
-use crate::buffer::Buffer;
+use super::kernels::{
+    LayerNormBackwardOperands, LayerNormOperands, NormKernels, parameter_partials,
+};
 use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -23,17 +24,15 @@ pub fn row_kernels() -> Vec<String> {
 }
 
 impl NormKernels for CudaBackend {
-    fn layer_norm(
-        &self,
-        spec: RowSpec,
-        eps: f64,
-        x: &Buffer,
-        gamma: &Buffer,
-        beta: &Buffer,
-        y: &mut Buffer,
-        mean: &mut Buffer,
-        rstd: &mut Buffer,
-    ) -> Result<()> {
+    fn layer_norm(&self, spec: RowSpec, eps: f64, operands: LayerNormOperands<'_>) -> Result<()> {
+        let LayerNormOperands {
+            x,
+            gamma,
+            beta,
+            y,
+            mean,
+            rstd,
+        } = operands;
         const OP: &str = "layer_norm";
         float_kernel(OP, x.dtype(), OP)?;
         if spec.rows == 0 {
@@ -57,15 +56,18 @@ impl NormKernels for CudaBackend {
     fn layer_norm_backward(
         &self,
         spec: RowSpec,
-        x: &Buffer,
-        gamma: &Buffer,
-        mean: &Buffer,
-        rstd: &Buffer,
-        dy: &Buffer,
-        dx: &mut Buffer,
-        dgamma: &mut Buffer,
-        dbeta: &mut Buffer,
+        operands: LayerNormBackwardOperands<'_>,
     ) -> Result<()> {
+        let LayerNormBackwardOperands {
+            x,
+            gamma,
+            mean,
+            rstd,
+            dy,
+            dx,
+            dgamma,
+            dbeta,
+        } = operands;
         const OP: &str = "layer_norm_backward";
         let dtype = x.dtype();
         float_kernel(OP, dtype, OP)?;

@@ -6,41 +6,59 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::rows::spec::RowSpec;
 
+/// The operands of [`NormKernels::layer_norm`], every one contiguous and row-major.
+#[derive(Debug)]
+pub struct LayerNormOperands<'a> {
+    /// The input, `[rows, len]`.
+    pub x: &'a Buffer,
+    /// The scale, `[len]` of `x`'s dtype.
+    pub gamma: &'a Buffer,
+    /// The shift, `[len]` of `x`'s dtype.
+    pub beta: &'a Buffer,
+    /// Receives the output, `x`'s shape and dtype.
+    pub y: &'a mut Buffer,
+    /// Receives each row's mean, `[rows]` of the stats dtype ([`stats_dtype`]).
+    pub mean: &'a mut Buffer,
+    /// Receives each row's `1 / sqrt(var + eps)`, shaped and typed as `mean`.
+    pub rstd: &'a mut Buffer,
+}
+
+/// The operands of [`NormKernels::layer_norm_backward`], every one contiguous and row-major.
+#[derive(Debug)]
+pub struct LayerNormBackwardOperands<'a> {
+    /// The forward pass's input, `[rows, len]`.
+    pub x: &'a Buffer,
+    /// The forward pass's scale, `[len]` of `x`'s dtype.
+    pub gamma: &'a Buffer,
+    /// The saved mean of each row, `[rows]` of the stats dtype ([`stats_dtype`]).
+    pub mean: &'a Buffer,
+    /// The saved `1 / sqrt(var + eps)` of each row, shaped and typed as `mean`.
+    pub rstd: &'a Buffer,
+    /// The upstream gradient, `x`'s shape and dtype.
+    pub dy: &'a Buffer,
+    /// Receives the input's gradient, `x`'s shape and dtype.
+    pub dx: &'a mut Buffer,
+    /// Receives the scale's gradient, `[len]`.
+    pub dgamma: &'a mut Buffer,
+    /// Receives the shift's gradient, `[len]`.
+    pub dbeta: &'a mut Buffer,
+}
+
 /// The kernels of this family that a backend runs. Every buffer is contiguous and row-major;
 /// the op layer has checked lengths, dtypes and devices before calling.
 pub trait NormKernels {
     /// Layer normalization of each row of `x` (`[rows, len]`):
     /// `y = (x - mean) * rstd * gamma + beta` with `rstd = 1 / sqrt(var + eps)` (biased
-    /// variance). `gamma` and `beta` are `[len]` of `x`'s dtype; `mean` and `rstd` (`[rows]`,
-    /// the stats dtype, see [`stats_dtype`]) receive each row's statistics.
-    #[allow(clippy::too_many_arguments)]
-    fn layer_norm(
-        &self,
-        spec: RowSpec,
-        eps: f64,
-        x: &Buffer,
-        gamma: &Buffer,
-        beta: &Buffer,
-        y: &mut Buffer,
-        mean: &mut Buffer,
-        rstd: &mut Buffer,
-    ) -> Result<()>;
+    /// variance); `mean` and `rstd` receive each row's statistics.
+    fn layer_norm(&self, spec: RowSpec, eps: f64, operands: LayerNormOperands<'_>) -> Result<()>;
 
     /// The gradients of [`NormKernels::layer_norm`] from its input `x`, `gamma`, the saved
-    /// `mean` and `rstd`, and the upstream `dy` (`x`'s shape): `dx` (`x`'s shape), and
-    /// `dgamma`, `dbeta` (`[len]`), summed over every row in a fixed order (deterministic).
-    #[allow(clippy::too_many_arguments)]
+    /// `mean` and `rstd`, and the upstream `dy`: `dx`, and `dgamma`, `dbeta`, summed over every
+    /// row in a fixed order (deterministic).
     fn layer_norm_backward(
         &self,
         spec: RowSpec,
-        x: &Buffer,
-        gamma: &Buffer,
-        mean: &Buffer,
-        rstd: &Buffer,
-        dy: &Buffer,
-        dx: &mut Buffer,
-        dgamma: &mut Buffer,
-        dbeta: &mut Buffer,
+        operands: LayerNormBackwardOperands<'_>,
     ) -> Result<()>;
 }
 

@@ -142,6 +142,21 @@ pub struct QuantizedMut<'a> {
     pub scales: &'a mut Buffer,
 }
 
+/// The operands of one AdamW step, updated in place: the parameter, its gradient, and its two
+/// moments, each a buffer ([`OptimKernels::adamw`]) or kept block-wise in 8 bits
+/// ([`QuantizedMut`], [`OptimKernels::adamw_8bit`]).
+#[derive(Debug)]
+pub struct AdamWOperands<'a, Moment> {
+    /// The parameter, updated in place.
+    pub param: &'a mut Buffer,
+    /// Its gradient, of the parameter's dtype and length.
+    pub grad: &'a Buffer,
+    /// The first moment, updated in place.
+    pub m: Moment,
+    /// The second moment, updated in place.
+    pub v: Moment,
+}
+
 impl Default for AdamW {
     /// PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01.
     fn default() -> Self {
@@ -164,10 +179,7 @@ pub trait OptimKernels {
         &self,
         config: &AdamW,
         update: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: &mut Buffer,
-        v: &mut Buffer,
+        operands: AdamWOperands<'_, &mut Buffer>,
     ) -> Result<()>;
 
     /// One AdamW step with moments kept block-wise in 8 bits (the first moment on the signed
@@ -178,10 +190,7 @@ pub trait OptimKernels {
         &self,
         config: &AdamW,
         update: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: QuantizedMut<'_>,
-        v: QuantizedMut<'_>,
+        operands: AdamWOperands<'_, QuantizedMut<'_>>,
     ) -> Result<()>;
 
     /// One SGD step, in place, with a momentum buffer when `config.momentum` is not 0; float
