@@ -1,11 +1,11 @@
-"""Bandwidth of the CUDA row kernels of kernels/src/cuda/softmax.cu and norm.cu (softmax, layer
-normalization, softmax's backward pass) over row lengths, as a share of the device's copy
+"""Bandwidth of the CUDA row kernels of kernels/src/ops/softmax/softmax.cu and norm/norm.cu
+(softmax, layer normalization, softmax's backward pass) over row lengths, as a share of the device's copy
 bandwidth, on a GPU.
 
     python3 scripts/norm-sweep.py            # on a machine with a GPU and CuPy
 
 It compiles softmax.cu and norm.cu as the backend does (NVRTC, the prelude first), launches each
-kernel as `kernels/src/cuda/rows.rs` does (in the first shape of its list that holds the row: threads
+kernel as `kernels/src/ops/rows/cuda.rs` does (in the first shape of its list that holds the row: threads
 to a row, elements each keeps in registers), and times it with CUDA events: the median of 20 runs over 1 GiB of f32 rows,
 after 3 untimed ones. Each output is first filled with NaN and checked against a float64
 reference. Prints a table, then one JSON line per result. `cuda-compare` checks the backend's
@@ -21,11 +21,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = ROOT / "kernels" / "src" / "cuda"
+OPS = ROOT / "kernels" / "src" / "ops"
 LENGTHS = (256, 768, 1000, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576)
 ELEMENTS = 1 << 28
 BLOCK = 256
 
-# The shapes of cuda/rows.rs: (group, cache) in the order preferred, then the one for rows
+# The shapes of ops/rows/cuda.rs: (group, cache) in the order preferred, then the one for rows
 # longer than all hold.
 FORWARD = ([(32, 8), (32, 16), (32, 32), (256, 8), (256, 16), (512, 16), (512, 32)], (512, 8))
 BACKWARD = ([(32, 4), (32, 8), (32, 16), (256, 4), (256, 8), (256, 16), (512, 16)], (512, 4))
@@ -38,7 +39,11 @@ KERNELS = {
 }
 
 # kernel: the family file that holds it
-FILES = {"softmax": "softmax.cu", "layer_norm": "norm.cu", "softmax_backward": "softmax.cu"}
+FILES = {
+    "softmax": "softmax/softmax.cu",
+    "layer_norm": "norm/norm.cu",
+    "softmax_backward": "softmax/softmax.cu",
+}
 
 
 def timed(run) -> float:
@@ -75,7 +80,7 @@ def relative_error(got, want) -> float:
 def main() -> None:
     prelude = (CUDA / "prelude.cuh").read_text()
     modules = {
-        file: cp.RawModule(code=prelude + "\n" + (CUDA / file).read_text(), options=("--std=c++17",))
+        file: cp.RawModule(code=prelude + "\n" + (OPS / file).read_text(), options=("--std=c++17",))
         for file in set(FILES.values())
     }
     src, dst = cp.empty(ELEMENTS, cp.float32), cp.empty(ELEMENTS, cp.float32)

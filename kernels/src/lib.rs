@@ -17,10 +17,7 @@ mod vector_math;
 mod work;
 
 pub use array::Array;
-pub use backend::{
-    AttentionKernels, Backend, DataKernels, ElementwiseKernels, GemmKernels, IndexKernels,
-    LayoutKernels, NormKernels, OptimKernels, RandomKernels, ReduceKernels,
-};
+pub use backend::Backend;
 pub use buffer::Buffer;
 pub use cpu::CpuBackend;
 pub use device::{Device, DeviceConfig, HostSource};

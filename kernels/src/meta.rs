@@ -75,7 +75,7 @@ impl PlanTarget {
     /// A CUDA device of compute capability `major`.x with cuBLAS's recommended workspace.
     pub fn cuda(major: u32) -> Self {
         PlanTarget::Cuda {
-            gemm_workspace: crate::backend::gemm::preferred_blas_workspace(major),
+            gemm_workspace: crate::ops::gemm::kernels::preferred_blas_workspace(major),
         }
     }
 

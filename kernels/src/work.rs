@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::backend::gemm::GemmSpec;
 use crate::buffer::Buffer;
 use crate::dtype::DType;
+use crate::ops::gemm::kernels::GemmSpec;
 
 /// How fast a device computes and moves data, per second, and what a kernel launch costs.
 #[derive(Debug, Clone, Copy, PartialEq)]

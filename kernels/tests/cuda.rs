@@ -7,9 +7,10 @@ mod common;
 
 use headroom_alloc::{AllocatorConfig, Growth};
 use headroom_kernels::cuda::{
-    Family, check_machine_code, compile_ptx, device_memory, is_available, norm_row_kernels,
-    softmax_row_kernels,
+    Family, check_machine_code, compile_ptx, device_memory, is_available,
 };
+use headroom_kernels::ops::norm::row_kernels as norm_row_kernels;
+use headroom_kernels::ops::softmax::row_kernels as softmax_row_kernels;
 use headroom_kernels::{Array, DType, Device, Error, PlanTarget};
 
 /// Architectures every kernel must compile for: the oldest CUDA 13 supports (Turing) and Hopper.

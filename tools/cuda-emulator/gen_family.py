@@ -6,7 +6,9 @@ same name in two families must not merge), followed by the table of its kernels.
 The kernel names come from the preprocessed source, since the families build them by token
 pasting; the parameter types are deduced by the compiler (kernel_table.h).
 
-usage: gen_family.py FAMILY CUDA_SOURCE_DIR OUTPUT.cpp
+usage: gen_family.py FAMILY PRELUDE_DIR FAMILY_DIR OUTPUT.cpp
+
+(PRELUDE_DIR holds prelude.cuh, FAMILY_DIR the family's FAMILY.cu.)
 """
 
 import os
@@ -17,12 +19,12 @@ import sys
 KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
 
 
-def kernel_names(family, source_dir):
+def kernel_names(family, prelude_dir, family_dir):
     # The source exactly as the backend hands it to NVRTC: the prelude, a newline, the file.
     # Launch bounds (register hints, which the host ignores as cuda_shim.h does) are dropped.
-    with open(os.path.join(source_dir, "prelude.cuh")) as f:
+    with open(os.path.join(prelude_dir, "prelude.cuh")) as f:
         prelude = f.read()
-    with open(os.path.join(source_dir, family + ".cu")) as f:
+    with open(os.path.join(family_dir, family + ".cu")) as f:
         body = f.read()
     cxx = os.environ.get("CXX", "g++")
     preprocessed = subprocess.run(
@@ -60,10 +62,10 @@ const emu::FamilyRegistration registration("{family}", kernels, sizeof kernels /
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) != 5:
         sys.exit(__doc__)
-    family, source_dir, output = sys.argv[1:]
-    text = translation_unit(family, kernel_names(family, source_dir))
+    family, prelude_dir, family_dir, output = sys.argv[1:]
+    text = translation_unit(family, kernel_names(family, prelude_dir, family_dir))
     with open(output, "w") as f:
         f.write(text)
 

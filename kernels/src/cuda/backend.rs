@@ -18,13 +18,13 @@ use super::compile::{Family, compile};
 use super::driver::{CudaOptions, driver_error, require_device, require_libraries, source_error};
 use super::profile::Profile;
 use super::signature::{Param, check_arguments, signatures};
-use crate::backend::gemm::preferred_blas_workspace;
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::DeviceKind;
 use crate::meta::PlanTarget;
+use crate::ops::gemm::kernels::preferred_blas_workspace;
 
 /// Threads per block of every kernel.
 pub(crate) const BLOCK: u32 = 256;

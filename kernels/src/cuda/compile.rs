@@ -1,4 +1,5 @@
-//! The CUDA C sources of the kernels, one file per op family, and their compilation by NVRTC.
+//! The CUDA C sources of the kernels, one file per op family in its folder under `ops/`
+//! (`ops/norm/norm.cu`), and their compilation by NVRTC.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +14,8 @@ use crate::error::{Error, Result};
 /// What every family's source starts with: storage types, conversions, reductions.
 const PRELUDE: &str = include_str!("prelude.cuh");
 
-/// A family of kernels: one `.cu` file, compiled and loaded as one module.
+/// A family of kernels: one `.cu` file in the family's folder under `ops/`, compiled and loaded
+/// as one module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
     /// Fills and casts (`data.cu`).
@@ -56,7 +58,7 @@ impl Family {
         Family::Attention,
     ];
 
-    /// The source file's name.
+    /// The source file's name (in `ops/<family>/`).
     pub fn file(self) -> &'static str {
         match self {
             Family::Data => "data.cu",
@@ -76,17 +78,17 @@ impl Family {
     /// The file's own source, without the prelude.
     pub(crate) const fn body(self) -> &'static str {
         match self {
-            Family::Data => include_str!("data.cu"),
-            Family::Elementwise => include_str!("elementwise.cu"),
-            Family::Reduce => include_str!("reduce.cu"),
-            Family::Softmax => include_str!("softmax.cu"),
-            Family::Norm => include_str!("norm.cu"),
-            Family::Index => include_str!("index.cu"),
-            Family::Loss => include_str!("loss.cu"),
-            Family::Layout => include_str!("layout.cu"),
-            Family::Optim => include_str!("optim.cu"),
-            Family::Random => include_str!("random.cu"),
-            Family::Attention => include_str!("attention.cu"),
+            Family::Data => include_str!("../ops/data/data.cu"),
+            Family::Elementwise => include_str!("../ops/elementwise/elementwise.cu"),
+            Family::Reduce => include_str!("../ops/reduce/reduce.cu"),
+            Family::Softmax => include_str!("../ops/softmax/softmax.cu"),
+            Family::Norm => include_str!("../ops/norm/norm.cu"),
+            Family::Index => include_str!("../ops/index/index.cu"),
+            Family::Loss => include_str!("../ops/loss/loss.cu"),
+            Family::Layout => include_str!("../ops/layout/layout.cu"),
+            Family::Optim => include_str!("../ops/optim/optim.cu"),
+            Family::Random => include_str!("../ops/random/random.cu"),
+            Family::Attention => include_str!("../ops/attention/attention.cu"),
         }
     }
 

@@ -1,5 +1,7 @@
 //! The CUDA backend (feature `cuda`): NVIDIA GPU memory managed by headroom-alloc, GEMMs through
-//! cuBLAS, and every other op as a CUDA C kernel of this folder compiled by NVRTC.
+//! cuBLAS, and every other op as a CUDA C kernel compiled by NVRTC. This folder holds the
+//! driver, the compilation (NVRTC, the PTX cache) and the launching; each family's kernels and
+//! their `.cu` source live in its folder under `ops/`.
 //!
 //! Nothing CUDA is needed to build or test the crate: [cudarc] loads the driver, cuBLAS and NVRTC
 //! when a CUDA device is first asked for, and a machine without them gets
@@ -21,9 +23,9 @@
 //!
 //! # Kernels
 //!
-//! Each op family is one `.cu` file here ([`Family`]), preceded by `prelude.cuh`. A device
-//! compiles a family with NVRTC for its own architecture the first time one of its kernels runs,
-//! and keeps the module for its lifetime. The embedding and the cross-entropy read their ids
+//! Each op family is one `.cu` file in its folder (`ops/norm/norm.cu`, [`Family`]), preceded by
+//! this folder's `prelude.cuh`. A device compiles a family with NVRTC for its own architecture
+//! the first time one of its kernels runs, and keeps the module for its lifetime. The embedding and the cross-entropy read their ids
 //! (class targets) back to the host to check them against their range, as the CPU backend does,
 //! so they wait for the stream.
 //!
@@ -37,7 +39,6 @@ mod driver;
 pub(crate) mod enum_codes;
 mod profile;
 mod ptx_cache;
-pub(crate) mod rows;
 mod signature;
 
 pub(crate) use args::{Arg, Walk};
@@ -45,15 +46,3 @@ pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
 pub use compile::{Family, check_machine_code, compile_ptx};
 pub use driver::{CudaOptions, device_count, device_memory, is_available, memory_info};
 pub(crate) use enum_codes::enum_codes;
-
-/// Every row kernel of `softmax.cu` the backend may launch, without its dtype suffix
-/// (`softmax_256x16`), for checks that each is in the compiled module.
-pub fn softmax_row_kernels() -> Vec<String> {
-    rows::SOFTMAX.stems()
-}
-
-/// Every row kernel of `norm.cu` the backend may launch, without its dtype suffix
-/// (`layer_norm_256x16`), for checks that each is in the compiled module.
-pub fn norm_row_kernels() -> Vec<String> {
-    rows::LAYER_NORM.stems()
-}

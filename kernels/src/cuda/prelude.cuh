@@ -84,7 +84,7 @@ __device__ __forceinline__ double m_max(double a, double b) { return a != a || a
 template <typename C> __device__ __forceinline__ C neg_infinity() { return (C)(-1.0 / 0.0); }
 
 // 64 random bits that are a pure function of (seed, index), the same as the host's
-// (`backend::random::random_bits`): dropout masks are drawn from them again instead of being
+// (`ops::random::kernels::random_bits`): dropout masks are drawn from them again instead of being
 // stored, and narrow optimizer state is rounded with them.
 __device__ __forceinline__ u64 random_bits(u64 seed, u64 index) {
     u64 z = seed ^ (index * 0x9E3779B97F4A7C15ull);

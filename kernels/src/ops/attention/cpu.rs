@@ -9,12 +9,13 @@ use gemm::Parallelism;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::backend::attention::{AttentionKernels, AttentionSpec};
-use crate::backend::random::keeps;
-use crate::buffer::Buffer;
+use super::kernels::{
+    AttentionBackwardOperands, AttentionKernels, AttentionOperands, AttentionSpec,
+};
 use crate::cpu::CpuBackend;
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
+use crate::ops::random::kernels::keeps;
 
 /// Queries per block.
 const QUERIES: usize = 64;
@@ -22,15 +23,8 @@ const QUERIES: usize = 64;
 const KEYS: usize = 64;
 
 impl AttentionKernels for CpuBackend {
-    fn attention(
-        &self,
-        spec: &AttentionSpec,
-        q: &Buffer,
-        k: &Buffer,
-        v: &Buffer,
-        out: &mut Buffer,
-        lse: &mut Buffer,
-    ) -> Result<()> {
+    fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
+        let AttentionOperands { q, k, v, out, lse } = operands;
         const OP: &str = "attention";
         macro_rules! run {
             ($t:ty) => {{
@@ -51,12 +45,19 @@ impl AttentionKernels for CpuBackend {
     fn attention_backward(
         &self,
         spec: &AttentionSpec,
-        (q, k, v): (&Buffer, &Buffer, &Buffer),
-        (out, lse, dout): (&Buffer, &Buffer, &Buffer),
-        dq: &mut Buffer,
-        dk: &mut Buffer,
-        dv: &mut Buffer,
+        operands: AttentionBackwardOperands<'_>,
     ) -> Result<()> {
+        let AttentionBackwardOperands {
+            q,
+            k,
+            v,
+            out,
+            lse,
+            dout,
+            dq,
+            dk,
+            dv,
+        } = operands;
         const OP: &str = "attention_backward";
         macro_rules! run {
             ($t:ty) => {{
@@ -90,15 +91,12 @@ type Operand<'a, C> = (&'a [C], usize, usize);
 
 /// `c = alpha * c + beta * a b` over an `m x k` and a `k x n` operand, into `c` with row stride
 /// `ldc` (`alpha` 0: `c` is not read), on the calling thread.
-#[allow(clippy::too_many_arguments)]
 fn product<C: Compute>(
     (m, n, k): (usize, usize, usize),
     (a, a_rs, a_cs): Operand<'_, C>,
     (b, b_rs, b_cs): Operand<'_, C>,
-    c: &mut [C],
-    ldc: usize,
-    alpha: C,
-    beta: C,
+    (c, ldc): (&mut [C], usize),
+    (alpha, beta): (C, C),
 ) {
     if m == 0 || n == 0 {
         return;
@@ -238,10 +236,8 @@ fn query_block<T: Float>(
             shape,
             (&q[first * d..], d, 1),
             (&k[key0 * d..], 1, d),
-            w,
-            cols,
-            T::C::ZERO,
-            scale,
+            (w, cols),
+            (T::C::ZERO, scale),
         );
         for r in 0..rows {
             let row = &mut w[r * cols..][..cols];
@@ -275,10 +271,8 @@ fn query_block<T: Float>(
             shape,
             (w, cols, 1),
             (&v[key0 * d..], d, 1),
-            &mut acc,
-            d,
-            T::C::ONE,
-            T::C::ONE,
+            (&mut acc, d),
+            (T::C::ONE, T::C::ONE),
         );
     }
     for r in 0..rows {
@@ -361,7 +355,7 @@ fn head_backward<T: Float>(
             let (qs, ks, vs) = ((&q[q0 * d..], d, 1), &k[key0 * d..], &v[key0 * d..]);
             let dos = (&dout[q0 * d..], d, 1);
             // The weights again: exp(scale q k - lse), 0 where masked.
-            product((rows, cols, d), qs, (ks, 1, d), p, cols, zero, scale);
+            product((rows, cols, d), qs, (ks, 1, d), (p, cols), (zero, scale));
             for r in 0..rows {
                 let visible = spec.visible(q0 + r).saturating_sub(key0).min(cols);
                 let row = &mut p[r * cols..][..cols];
@@ -370,7 +364,7 @@ fn head_backward<T: Float>(
                 row[visible..].iter_mut().for_each(|x| *x = zero);
             }
             // The gradient of the weights, dout v^T, into `g`.
-            product((rows, cols, d), dos, (vs, 1, d), g, cols, zero, one);
+            product((rows, cols, d), dos, (vs, 1, d), (g, cols), (zero, one));
             if spec.dropout.is_some() {
                 // dv += (p * mask)^T dout; the weights' gradient masked the same way.
                 let kept = &mut dropped[..rows * cols];
@@ -385,14 +379,18 @@ fn head_backward<T: Float>(
                     (cols, d, rows),
                     (kept, 1, cols),
                     dos,
-                    &mut dv_acc,
-                    d,
-                    one,
-                    one,
+                    (&mut dv_acc, d),
+                    (one, one),
                 );
             } else {
                 // dv += p^T dout.
-                product((cols, d, rows), (p, 1, cols), dos, &mut dv_acc, d, one, one);
+                product(
+                    (cols, d, rows),
+                    (p, 1, cols),
+                    dos,
+                    (&mut dv_acc, d),
+                    (one, one),
+                );
             }
             // The scores' gradient: p * (g - delta), into `g`.
             for r in 0..rows {
@@ -406,19 +404,15 @@ fn head_backward<T: Float>(
                 (rows, d, cols),
                 (g, cols, 1),
                 (ks, d, 1),
-                dq_rows,
-                d,
-                one,
-                scale,
+                (dq_rows, d),
+                (one, scale),
             );
             product(
                 (cols, d, rows),
                 (g, 1, cols),
                 qs,
-                &mut dk_acc,
-                d,
-                one,
-                scale,
+                (&mut dk_acc, d),
+                (one, scale),
             );
         }
         for (dst, src) in [(&mut *dk, &dk_acc), (&mut *dv, &dv_acc)] {

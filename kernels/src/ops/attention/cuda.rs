@@ -9,9 +9,11 @@
 
 use cudarc::driver::LaunchConfig;
 
+use super::kernels::{
+    AttentionBackwardOperands, AttentionKernels, AttentionOperands, AttentionSpec,
+};
 use super::lse_dtype;
 use crate::DType;
-use crate::backend::attention::{AttentionKernels, AttentionSpec};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, CudaBackend, Family, float_kernel};
 use crate::error::{Error, Result};
@@ -94,15 +96,8 @@ fn dropout_args(spec: &AttentionSpec) -> [Arg; 3] {
 }
 
 impl AttentionKernels for CudaBackend {
-    fn attention(
-        &self,
-        spec: &AttentionSpec,
-        q: &Buffer,
-        k: &Buffer,
-        v: &Buffer,
-        out: &mut Buffer,
-        lse: &mut Buffer,
-    ) -> Result<()> {
+    fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
+        let AttentionOperands { q, k, v, out, lse } = operands;
         const OP: &str = "attention";
         check(spec, OP)?;
         if spec.elements() == 0 {
@@ -129,12 +124,19 @@ impl AttentionKernels for CudaBackend {
     fn attention_backward(
         &self,
         spec: &AttentionSpec,
-        (q, k, v): (&Buffer, &Buffer, &Buffer),
-        (out, lse, dout): (&Buffer, &Buffer, &Buffer),
-        dq: &mut Buffer,
-        dk: &mut Buffer,
-        dv: &mut Buffer,
+        operands: AttentionBackwardOperands<'_>,
     ) -> Result<()> {
+        let AttentionBackwardOperands {
+            q,
+            k,
+            v,
+            out,
+            lse,
+            dout,
+            dq,
+            dk,
+            dv,
+        } = operands;
         const OP: &str = "attention_backward";
         check(spec, OP)?;
         if spec.elements() == 0 {

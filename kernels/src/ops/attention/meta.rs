@@ -2,23 +2,17 @@
 //! that the CUDA kernels keep in a workspace (the CPU's blocks live on the host, and both
 //! backends' tiles in registers or shared memory).
 
+use super::kernels::{
+    AttentionBackwardOperands, AttentionKernels, AttentionOperands, AttentionSpec,
+};
 use super::lse_dtype;
-use crate::backend::attention::{AttentionKernels, AttentionSpec};
-use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 use crate::work::Kernel;
 
 impl AttentionKernels for MetaBackend {
-    fn attention(
-        &self,
-        spec: &AttentionSpec,
-        q: &Buffer,
-        k: &Buffer,
-        v: &Buffer,
-        out: &mut Buffer,
-        lse: &mut Buffer,
-    ) -> Result<()> {
+    fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
+        let AttentionOperands { q, k, v, out, lse } = operands;
         let shape = (spec.heads, spec.len, spec.head);
         // Scores and their weighted sum: two products.
         let buffers = [q, k, v, &*out, &*lse];
@@ -35,12 +29,19 @@ impl AttentionKernels for MetaBackend {
     fn attention_backward(
         &self,
         spec: &AttentionSpec,
-        (q, k, v): (&Buffer, &Buffer, &Buffer),
-        (out, lse, dout): (&Buffer, &Buffer, &Buffer),
-        dq: &mut Buffer,
-        dk: &mut Buffer,
-        dv: &mut Buffer,
+        operands: AttentionBackwardOperands<'_>,
     ) -> Result<()> {
+        let AttentionBackwardOperands {
+            q,
+            k,
+            v,
+            out,
+            lse,
+            dout,
+            dq,
+            dk,
+            dv,
+        } = operands;
         let shape = (spec.heads, spec.len, spec.head);
         // The scores again, then the gradients of values, weights, queries and keys: five.
         let buffers = [q, k, v, out, lse, dout, &*dq, &*dk, &*dv];

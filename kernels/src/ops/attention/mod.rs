@@ -11,9 +11,12 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::attention::{AttentionDropout, AttentionKernels, AttentionSpec};
+pub use kernels::{
+    AttentionBackwardOperands, AttentionDropout, AttentionKernels, AttentionOperands, AttentionSpec,
+};
 
 use crate::array::Array;
 use crate::dtype::DType;
@@ -122,14 +125,14 @@ pub fn attention(q: &Array, k: &Array, v: &Array, how: Attention) -> Result<(Arr
     let device = q.device();
     let mut out = Array::uninit(device, q.shape().clone(), q.dtype(), OP)?;
     let mut lse = Array::uninit(device, lse_shape(q.shape()), lse_dtype(q.dtype()), OP)?;
-    device.backend().attention(
-        &spec,
-        q.buffer(),
-        k.buffer(),
-        v.buffer(),
-        out.buffer_mut(OP)?,
-        lse.buffer_mut(OP)?,
-    )?;
+    let operands = AttentionOperands {
+        q: q.buffer(),
+        k: k.buffer(),
+        v: v.buffer(),
+        out: out.buffer_mut(OP)?,
+        lse: lse.buffer_mut(OP)?,
+    };
+    device.backend().attention(&spec, operands)?;
     Ok((out, lse))
 }
 
@@ -164,13 +167,17 @@ pub fn attention_backward(
     let device = q.device();
     let grad = || Array::uninit(device, q.shape().clone(), q.dtype(), OP);
     let (mut dq, mut dk, mut dv) = (grad()?, grad()?, grad()?);
-    device.backend().attention_backward(
-        &spec,
-        (q.buffer(), k.buffer(), v.buffer()),
-        (out.buffer(), lse.buffer(), dout.buffer()),
-        dq.buffer_mut(OP)?,
-        dk.buffer_mut(OP)?,
-        dv.buffer_mut(OP)?,
-    )?;
+    let operands = AttentionBackwardOperands {
+        q: q.buffer(),
+        k: k.buffer(),
+        v: v.buffer(),
+        out: out.buffer(),
+        lse: lse.buffer(),
+        dout: dout.buffer(),
+        dq: dq.buffer_mut(OP)?,
+        dk: dk.buffer_mut(OP)?,
+        dv: dv.buffer_mut(OP)?,
+    };
+    device.backend().attention_backward(&spec, operands)?;
     Ok((dq, dk, dv))
 }

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::backend::data::{DataKernels, check_bytes, check_len, check_range};
+use super::kernels::{DataKernels, check_bytes, check_len, check_range};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_element};
 use crate::dtype::Element;

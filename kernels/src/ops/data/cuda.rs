@@ -1,6 +1,6 @@
 //! CUDA kernels: fill, host transfers, copies and casts.
 
-use crate::backend::data::{DataKernels, check_bytes, check_len, check_range};
+use super::kernels::{DataKernels, check_bytes, check_len, check_range};
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family};
 use crate::error::{Error, Result};

@@ -1,7 +1,7 @@
 //! Meta kernels for data movement: nothing to move, and nothing to read; each accounts for
 //! the bytes it would move.
 
-use crate::backend::data::{DataKernels, check_range};
+use super::kernels::{DataKernels, check_range};
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::meta::MetaBackend;

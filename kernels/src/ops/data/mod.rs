@@ -3,7 +3,10 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
+
+pub use kernels::DataKernels;
 
 use crate::array::Array;
 use crate::device::Device;

@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use super::isa::{assign_with_best_isa, zip_with_best_isa};
-use crate::backend::elementwise::{BinaryOp, ElementwiseKernels, UnaryOp};
+use super::kernels::{BinaryOp, ElementwiseKernels, UnaryOp};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, par_rows, with_float};
 use crate::dtype::Float;

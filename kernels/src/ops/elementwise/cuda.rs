@@ -1,6 +1,6 @@
 //! CUDA kernels: unary and binary maps (`elementwise.cu`).
 
-use crate::backend::elementwise::{BinaryOp, ElementwiseKernels, UnaryOp};
+use super::kernels::{BinaryOp, ElementwiseKernels, UnaryOp};
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family, Walk, enum_codes, float_kernel};
 use crate::error::Result;

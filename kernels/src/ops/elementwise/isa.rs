@@ -137,7 +137,7 @@ fn has_avx512() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::elementwise::{BinaryOp, UnaryOp};
+    use crate::ops::elementwise::kernels::{BinaryOp, UnaryOp};
 
     /// Inputs across exp's and tanh's ranges, with the edges: infinities, NaN, zeros, subnormals.
     fn inputs() -> Vec<f32> {

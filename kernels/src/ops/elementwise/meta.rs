@@ -1,6 +1,6 @@
 //! Meta kernels for elementwise ops: nothing to compute; each accounts for its work.
 
-use crate::backend::elementwise::{BinaryOp, ElementwiseKernels, UnaryOp};
+use super::kernels::{BinaryOp, ElementwiseKernels, UnaryOp};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

@@ -5,9 +5,10 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod isa;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::elementwise::{BinaryOp, UnaryOp};
+pub use kernels::{BinaryOp, ElementwiseKernels, UnaryOp};
 
 use crate::array::Array;
 use crate::error::Result;

@@ -3,7 +3,7 @@
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use crate::backend::gemm::{GemmKernels, GemmSpec};
+use super::kernels::{GemmKernels, GemmSpec};
 use crate::buffer::Buffer;
 use crate::cpu::CpuBackend;
 use crate::dtype::{DType, Element};

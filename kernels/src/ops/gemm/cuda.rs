@@ -15,12 +15,12 @@ use cudarc::cublas::sys::{
     cublasOperation_t, cublasSetWorkspace_v2, cublasStatus_t, cudaDataType,
 };
 
-use crate::backend::data::DataKernels;
-use crate::backend::gemm::{GemmKernels, GemmSpec, blas_workspace};
+use super::kernels::{GemmKernels, GemmSpec, blas_workspace};
 use crate::buffer::Buffer;
 use crate::cuda::CudaBackend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::data::kernels::DataKernels;
 
 const OP: &str = "gemm";
 

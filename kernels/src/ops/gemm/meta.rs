@@ -1,7 +1,7 @@
 //! Meta kernels for GEMM: nothing to compute, each product's work accounted; planning for CUDA,
 //! each product takes cuBLAS's workspace as the CUDA backend's does.
 
-use crate::backend::gemm::{GemmKernels, GemmSpec, blas_workspace};
+use super::kernels::{GemmKernels, GemmSpec, blas_workspace};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::{MetaBackend, PlanTarget};

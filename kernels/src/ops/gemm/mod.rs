@@ -5,14 +5,15 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod half;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::gemm::GemmSpec;
+pub use kernels::{GemmKernels, GemmSpec};
 
 use crate::array::Array;
-use crate::backend::layout::Strided;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::layout::kernels::Strided;
 use crate::shape::Shape;
 
 /// Splits a shape into (batch dims, rows, cols).

@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use super::grouping::IdGroups;
-use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range};
+use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
 use crate::dtype::{Compute, Float};

@@ -3,7 +3,7 @@
 //! gradient, to group positions by id): these ops wait for the stream.
 
 use super::grouping::{GradScratch, IdGroups};
-use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range};
+use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range};
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family, float_kernel};
 use crate::error::Result;

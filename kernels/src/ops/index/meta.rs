@@ -2,7 +2,7 @@
 //! scratch buffers the CUDA kernels take.
 
 use super::grouping::GradScratch;
-use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
+use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

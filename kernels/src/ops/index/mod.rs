@@ -8,9 +8,10 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod grouping;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::index::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
+pub use kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
 
 use crate::array::Array;
 use crate::error::{Error, Result};

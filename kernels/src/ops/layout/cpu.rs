@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::backend::layout::{LayoutKernels, Strided};
+use super::kernels::{LayoutKernels, Strided};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, par_rows, with_element};
 use crate::error::Result;

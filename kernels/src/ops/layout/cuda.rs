@@ -3,7 +3,7 @@
 //! the last axis, a wide piece of a concatenation), every other stride and the start all fall
 //! on 16 bytes.
 
-use crate::backend::layout::{LayoutKernels, Strided};
+use super::kernels::{LayoutKernels, Strided};
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family, Walk};
 use crate::error::Result;

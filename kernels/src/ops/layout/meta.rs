@@ -1,6 +1,6 @@
 //! Meta kernels: nothing to compute; each accounts for its work.
 
-use crate::backend::layout::{LayoutKernels, Strided};
+use super::kernels::{LayoutKernels, Strided};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

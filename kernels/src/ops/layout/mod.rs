@@ -4,9 +4,10 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::layout::{LayoutKernels, Strided};
+pub use kernels::{LayoutKernels, Strided};
 
 use crate::array::Array;
 use crate::buffer::Buffer;

@@ -2,12 +2,12 @@
 
 use rayon::prelude::*;
 
-use crate::backend::index::check_range;
-use crate::backend::loss::{CrossEntropySpec, LossKernels, counted_rows};
+use super::kernels::{CrossEntropySpec, LossKernels, counted_rows};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
 use crate::dtype::{Compute, Element, Float};
 use crate::error::Result;
+use crate::ops::index::kernels::check_range;
 
 impl LossKernels for CpuBackend {
     fn cross_entropy(

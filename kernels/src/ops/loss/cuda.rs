@@ -3,12 +3,12 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::index::check_range;
-use crate::backend::loss::{CrossEntropySpec, LossKernels, counted_rows};
+use super::kernels::{CrossEntropySpec, LossKernels, counted_rows};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::index::kernels::check_range;
 
 /// The longest row of logits a warp reads (`loss.cu`); longer rows take a whole block each.
 const WARP_ROW: usize = 1024;

@@ -1,7 +1,7 @@
 //! Meta kernels: nothing to compute (and no data to check targets against); planning for CUDA,
 //! the row losses the CUDA kernel sums.
 
-use crate::backend::loss::{CrossEntropySpec, LossKernels};
+use super::kernels::{CrossEntropySpec, LossKernels};
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::Result;

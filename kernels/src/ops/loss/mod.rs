@@ -7,15 +7,16 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::loss::{CrossEntropySpec, LossKernels, loss_dtype};
+pub use kernels::{CrossEntropySpec, LossKernels, loss_dtype};
 
 use crate::array::Array;
-use crate::backend::index::check_range;
-use crate::backend::loss::counted_rows;
 use crate::error::{Error, Result};
+use crate::ops::index::kernels::check_range;
 use crate::shape::Shape;
+use kernels::counted_rows;
 
 /// Checks the operands of a cross-entropy over the first `classes` columns of the logits (all
 /// of them when `None`), and the targets' `host` copy where the caller gives one, and returns

@@ -5,12 +5,11 @@
 
 use rayon::prelude::*;
 
-use crate::backend::norm::NormKernels;
-use crate::backend::rows::RowSpec;
-use crate::buffer::Buffer;
+use super::kernels::{LayerNormBackwardOperands, LayerNormOperands, NormKernels};
 use crate::cpu::{CpuBackend, min_rows};
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
+use crate::ops::rows::spec::RowSpec;
 
 /// How many partial sums of `dgamma` and `dbeta` the layer-norm backward makes at most: the
 /// rows are cut into this many blocks (fewer when there are fewer rows), whatever the number of
@@ -52,17 +51,15 @@ macro_rules! with_float_and_stats {
 }
 
 impl NormKernels for CpuBackend {
-    fn layer_norm(
-        &self,
-        spec: RowSpec,
-        eps: f64,
-        x: &Buffer,
-        gamma: &Buffer,
-        beta: &Buffer,
-        y: &mut Buffer,
-        mean: &mut Buffer,
-        rstd: &mut Buffer,
-    ) -> Result<()> {
+    fn layer_norm(&self, spec: RowSpec, eps: f64, operands: LayerNormOperands<'_>) -> Result<()> {
+        let LayerNormOperands {
+            x,
+            gamma,
+            beta,
+            y,
+            mean,
+            rstd,
+        } = operands;
         const OP: &str = "layer_norm";
         with_float_and_stats!(x.dtype(), OP, |T, S| {
             let x = x.host::<T>(OP)?;
@@ -79,15 +76,18 @@ impl NormKernels for CpuBackend {
     fn layer_norm_backward(
         &self,
         spec: RowSpec,
-        x: &Buffer,
-        gamma: &Buffer,
-        mean: &Buffer,
-        rstd: &Buffer,
-        dy: &Buffer,
-        dx: &mut Buffer,
-        dgamma: &mut Buffer,
-        dbeta: &mut Buffer,
+        operands: LayerNormBackwardOperands<'_>,
     ) -> Result<()> {
+        let LayerNormBackwardOperands {
+            x,
+            gamma,
+            mean,
+            rstd,
+            dy,
+            dx,
+            dgamma,
+            dbeta,
+        } = operands;
         const OP: &str = "layer_norm_backward";
         with_float_and_stats!(x.dtype(), OP, |T, S| {
             let inputs = BackwardInputs {

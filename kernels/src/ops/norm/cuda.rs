@@ -2,26 +2,37 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::norm::{NormKernels, parameter_partials};
-use crate::backend::rows::RowSpec;
-use crate::buffer::Buffer;
-use crate::cuda::rows::{BACKWARD, FORWARD, LAYER_NORM};
+use super::kernels::{
+    LayerNormBackwardOperands, LayerNormOperands, NormKernels, parameter_partials,
+};
 use crate::cuda::{Arg, BLOCK, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::rows::cuda::{BACKWARD, FORWARD, RowKernels};
+use crate::ops::rows::spec::RowSpec;
+
+/// Layer normalization's row kernels (`norm.cu`): the forward pass, and the input's gradient.
+const LAYER_NORM: RowKernels = RowKernels {
+    forward: "layer_norm",
+    backward: "layer_norm_dx",
+};
+
+/// Every row kernel of `norm.cu` the backend may launch, without its dtype suffix
+/// (`layer_norm_256x16`), for checks that each is in the compiled module.
+pub fn row_kernels() -> Vec<String> {
+    LAYER_NORM.stems()
+}
 
 impl NormKernels for CudaBackend {
-    fn layer_norm(
-        &self,
-        spec: RowSpec,
-        eps: f64,
-        x: &Buffer,
-        gamma: &Buffer,
-        beta: &Buffer,
-        y: &mut Buffer,
-        mean: &mut Buffer,
-        rstd: &mut Buffer,
-    ) -> Result<()> {
+    fn layer_norm(&self, spec: RowSpec, eps: f64, operands: LayerNormOperands<'_>) -> Result<()> {
+        let LayerNormOperands {
+            x,
+            gamma,
+            beta,
+            y,
+            mean,
+            rstd,
+        } = operands;
         const OP: &str = "layer_norm";
         float_kernel(OP, x.dtype(), OP)?;
         if spec.rows == 0 {
@@ -45,15 +56,18 @@ impl NormKernels for CudaBackend {
     fn layer_norm_backward(
         &self,
         spec: RowSpec,
-        x: &Buffer,
-        gamma: &Buffer,
-        mean: &Buffer,
-        rstd: &Buffer,
-        dy: &Buffer,
-        dx: &mut Buffer,
-        dgamma: &mut Buffer,
-        dbeta: &mut Buffer,
+        operands: LayerNormBackwardOperands<'_>,
     ) -> Result<()> {
+        let LayerNormBackwardOperands {
+            x,
+            gamma,
+            mean,
+            rstd,
+            dy,
+            dx,
+            dgamma,
+            dbeta,
+        } = operands;
         const OP: &str = "layer_norm_backward";
         let dtype = x.dtype();
         float_kernel(OP, dtype, OP)?;

@@ -11,10 +11,12 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::norm::{NormKernels, stats_dtype};
-pub use crate::backend::rows::RowSpec;
+#[cfg(feature = "cuda")]
+pub use cuda::row_kernels;
+pub use kernels::{LayerNormBackwardOperands, LayerNormOperands, NormKernels, stats_dtype};
 
 use super::rows::{check_operand, rows_of};
 use crate::array::Array;
@@ -105,16 +107,15 @@ pub fn layer_norm(x: &Array, gamma: &Array, beta: &Array, eps: f64) -> Result<La
     let mut y = Array::uninit(device, x.shape().clone(), x.dtype(), OP)?;
     let mut mean = Array::uninit(device, stats.clone(), stats_dtype(x.dtype()), OP)?;
     let mut rstd = Array::uninit(device, stats, stats_dtype(x.dtype()), OP)?;
-    device.backend().layer_norm(
-        spec,
-        eps,
-        x.buffer(),
-        gamma.buffer(),
-        beta.buffer(),
-        y.buffer_mut(OP)?,
-        mean.buffer_mut(OP)?,
-        rstd.buffer_mut(OP)?,
-    )?;
+    let operands = LayerNormOperands {
+        x: x.buffer(),
+        gamma: gamma.buffer(),
+        beta: beta.buffer(),
+        y: y.buffer_mut(OP)?,
+        mean: mean.buffer_mut(OP)?,
+        rstd: rstd.buffer_mut(OP)?,
+    };
+    device.backend().layer_norm(spec, eps, operands)?;
     Ok(LayerNorm { y, mean, rstd })
 }
 
@@ -139,16 +140,16 @@ pub fn layer_norm_backward(
     let mut dx = Array::uninit(device, x.shape().clone(), x.dtype(), OP)?;
     let mut dgamma = Array::uninit(device, param.clone(), x.dtype(), OP)?;
     let mut dbeta = Array::uninit(device, param, x.dtype(), OP)?;
-    device.backend().layer_norm_backward(
-        spec,
-        x.buffer(),
-        gamma.buffer(),
-        mean.buffer(),
-        rstd.buffer(),
-        dy.buffer(),
-        dx.buffer_mut(OP)?,
-        dgamma.buffer_mut(OP)?,
-        dbeta.buffer_mut(OP)?,
-    )?;
+    let operands = LayerNormBackwardOperands {
+        x: x.buffer(),
+        gamma: gamma.buffer(),
+        mean: mean.buffer(),
+        rstd: rstd.buffer(),
+        dy: dy.buffer(),
+        dx: dx.buffer_mut(OP)?,
+        dgamma: dgamma.buffer_mut(OP)?,
+        dbeta: dbeta.buffer_mut(OP)?,
+    };
+    device.backend().layer_norm_backward(spec, operands)?;
     Ok(LayerNormGrads { dx, dgamma, dbeta })
 }

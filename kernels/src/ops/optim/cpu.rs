@@ -5,13 +5,13 @@ use rayon::prelude::*;
 
 use super::QUANT_BLOCK;
 use super::dynamic_map::{decode_signed, decode_unsigned, encode_signed, encode_unsigned};
+use super::kernels::{AdamW, AdamWOperands, OptimKernels, QuantizedMut, Sgd, Update};
 use super::rounding::bf16_stochastic;
-use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
-use crate::backend::random::random_bits;
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, DType, Float};
 use crate::error::{Error, Result};
+use crate::ops::random::kernels::random_bits;
 
 /// AdamW's constants for one step, in the compute type `C`.
 struct AdamConstants<C> {
@@ -153,11 +153,9 @@ impl OptimKernels for CpuBackend {
         &self,
         config: &AdamW,
         update: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: &mut Buffer,
-        v: &mut Buffer,
+        operands: AdamWOperands<'_, &mut Buffer>,
     ) -> Result<()> {
+        let AdamWOperands { param, grad, m, v } = operands;
         if m.dtype() != param.dtype() {
             let consts = AdamConstants::new(config, update);
             let seeds = (update.rounding_seed(0), update.rounding_seed(1));
@@ -200,11 +198,9 @@ impl OptimKernels for CpuBackend {
         &self,
         config: &AdamW,
         update: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: QuantizedMut<'_>,
-        v: QuantizedMut<'_>,
+        operands: AdamWOperands<'_, QuantizedMut<'_>>,
     ) -> Result<()> {
+        let AdamWOperands { param, grad, m, v } = operands;
         let consts = AdamConstants::new(config, update);
         let seeds = (update.rounding_seed(0), update.rounding_seed(1));
         with_f32_compute!(param.dtype(), "adamw", |T| {

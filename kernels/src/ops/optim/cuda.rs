@@ -4,7 +4,7 @@
 use cudarc::driver::LaunchConfig;
 
 use super::QUANT_BLOCK;
-use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
+use super::kernels::{AdamW, AdamWOperands, OptimKernels, QuantizedMut, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, CudaBackend, Family, float_kernel};
 use crate::dtype::DType;
@@ -45,11 +45,9 @@ impl OptimKernels for CudaBackend {
         &self,
         config: &AdamW,
         update: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: &mut Buffer,
-        v: &mut Buffer,
+        operands: AdamWOperands<'_, &mut Buffer>,
     ) -> Result<()> {
+        let AdamWOperands { param, grad, m, v } = operands;
         let n = param.len();
         if n == 0 {
             return Ok(());
@@ -75,11 +73,9 @@ impl OptimKernels for CudaBackend {
         &self,
         config: &AdamW,
         update: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: QuantizedMut<'_>,
-        v: QuantizedMut<'_>,
+        operands: AdamWOperands<'_, QuantizedMut<'_>>,
     ) -> Result<()> {
+        let AdamWOperands { param, grad, m, v } = operands;
         let n = param.len();
         if n == 0 {
             return Ok(());

@@ -112,7 +112,7 @@ pub fn blocks(len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::random::random_bits;
+    use crate::ops::random::kernels::random_bits;
 
     #[test]
     fn codes_grow_with_their_values_and_span_seven_decades() {

@@ -1,21 +1,14 @@
 //! Meta kernels: nothing to compute; each accounts for its work.
 
-use crate::backend::optim::{AdamW, OptimKernels, QuantizedMut, Sgd, Update};
+use super::kernels::{AdamW, AdamWOperands, OptimKernels, QuantizedMut, Sgd, Update};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 use crate::work::Kernel;
 
 impl OptimKernels for MetaBackend {
-    fn adamw(
-        &self,
-        _: &AdamW,
-        _: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: &mut Buffer,
-        v: &mut Buffer,
-    ) -> Result<()> {
+    fn adamw(&self, _: &AdamW, _: Update, operands: AdamWOperands<'_, &mut Buffer>) -> Result<()> {
+        let AdamWOperands { param, grad, m, v } = operands;
         // Each state buffer read and written.
         let buffers = [&*param, &*param, grad, &*m, &*m, &*v, &*v];
         self.record(Kernel::moving_with(&buffers, 12.0));
@@ -26,11 +19,9 @@ impl OptimKernels for MetaBackend {
         &self,
         _: &AdamW,
         _: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: QuantizedMut<'_>,
-        v: QuantizedMut<'_>,
+        operands: AdamWOperands<'_, QuantizedMut<'_>>,
     ) -> Result<()> {
+        let AdamWOperands { param, grad, m, v } = operands;
         let (m, v) = (&*m.codes, &*v.codes);
         let buffers = [&*param, &*param, grad, m, m, v, v];
         // Decoding and encoding (a search over the codes) on top of the update.

@@ -5,11 +5,12 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod dynamic_map;
+pub(crate) mod kernels;
 mod meta;
 pub mod rounding;
 
-pub use crate::backend::optim::{AdamStep, AdamW, OptimKernels, QuantizedMut, Sgd, Update};
 pub use dynamic_map::QUANT_BLOCK;
+pub use kernels::{AdamStep, AdamW, AdamWOperands, OptimKernels, QuantizedMut, Sgd, Update};
 
 use crate::array::Array;
 use crate::device::Device;
@@ -169,14 +170,13 @@ pub fn adamw_step(
         });
     }
     let device = param.device().clone();
-    device.backend().adamw(
-        config,
-        update,
-        param.buffer_mut(OP)?,
-        grad.buffer(),
-        m.buffer_mut(OP)?,
-        v.buffer_mut(OP)?,
-    )
+    let operands = AdamWOperands {
+        param: param.buffer_mut(OP)?,
+        grad: grad.buffer(),
+        m: m.buffer_mut(OP)?,
+        v: v.buffer_mut(OP)?,
+    };
+    device.backend().adamw(config, update, operands)
 }
 
 /// [`adamw_step`] with the moments kept block-wise in 8 bits ([`Quantized`], zeros before step
@@ -214,14 +214,13 @@ pub fn adamw_step_8bit(
     m.check(OP, param)?;
     v.check(OP, param)?;
     let device = param.device().clone();
-    device.backend().adamw_8bit(
-        config,
-        update,
-        param.buffer_mut(OP)?,
-        grad.buffer(),
-        m.as_mut(OP)?,
-        v.as_mut(OP)?,
-    )
+    let operands = AdamWOperands {
+        param: param.buffer_mut(OP)?,
+        grad: grad.buffer(),
+        m: m.as_mut(OP)?,
+        v: v.as_mut(OP)?,
+    };
+    device.backend().adamw_8bit(config, update, operands)
 }
 
 /// One SGD step on `param` with gradient `grad` (times `update.grad_scale`), as

@@ -23,7 +23,7 @@ pub fn bf16_stochastic(x: f32, draw: u64) -> bf16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::random::random_bits;
+    use crate::ops::random::kernels::random_bits;
 
     #[test]
     fn bf16_values_stay_and_others_round_to_a_neighbour_without_bias() {

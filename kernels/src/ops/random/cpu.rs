@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::backend::random::{RandomKernels, keeps};
+use super::kernels::{RandomKernels, keeps};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, Float};

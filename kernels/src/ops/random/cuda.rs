@@ -1,6 +1,6 @@
 //! CUDA kernels: dropout, drawing the same mask as the host.
 
-use crate::backend::random::RandomKernels;
+use super::kernels::RandomKernels;
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family, float_kernel};
 use crate::error::Result;

@@ -1,6 +1,6 @@
 //! Meta kernels: nothing to compute; each accounts for its work.
 
-use crate::backend::random::RandomKernels;
+use super::kernels::RandomKernels;
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

@@ -5,9 +5,10 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::random::{RandomKernels, keeps, uniform};
+pub use kernels::{RandomKernels, keeps, uniform};
 
 use crate::array::Array;
 use crate::error::{Error, Result};

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
+use super::kernels::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
 use crate::dtype::{Compute, Float};

@@ -5,8 +5,8 @@
 
 use cudarc::driver::LaunchConfig;
 
+use super::kernels::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::DType;
-use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
 use crate::cuda::{Arg, BLOCK, CudaBackend, Family, enum_codes, float_kernel};
 use crate::error::Result;

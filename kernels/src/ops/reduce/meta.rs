@@ -1,8 +1,8 @@
 //! Meta kernels for reductions: nothing to compute; planning for CUDA, the workspace of the
 //! partial results of an axis cut into parts ([`ReduceSpec::parts`]).
 
+use super::kernels::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::DType;
-use crate::backend::reduce::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;

@@ -3,9 +3,10 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::reduce::{ReduceOp, ReduceSpec};
+pub use kernels::{ReduceKernels, ReduceOp, ReduceSpec};
 
 use crate::array::Array;
 use crate::error::Result;

@@ -5,12 +5,12 @@
 
 use rayon::prelude::*;
 
-use crate::backend::rows::RowSpec;
-use crate::backend::softmax::{SoftmaxKernels, SoftmaxKind, SoftmaxSpec};
+use super::kernels::{SoftmaxKernels, SoftmaxKind, SoftmaxSpec};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, min_rows, with_float};
 use crate::dtype::{Compute, Float};
 use crate::error::Result;
+use crate::ops::rows::spec::RowSpec;
 
 impl SoftmaxKernels for CpuBackend {
     fn softmax(

@@ -1,11 +1,23 @@
 //! CUDA kernels: softmax and log-softmax over the last axis (`softmax.cu`).
 
-use crate::backend::rows::RowSpec;
-use crate::backend::softmax::{SoftmaxKernels, SoftmaxKind, SoftmaxSpec};
+use super::kernels::{SoftmaxKernels, SoftmaxKind, SoftmaxSpec};
 use crate::buffer::Buffer;
-use crate::cuda::rows::{BACKWARD, FORWARD, SOFTMAX};
 use crate::cuda::{CudaBackend, Family, float_kernel};
 use crate::error::Result;
+use crate::ops::rows::cuda::{BACKWARD, FORWARD, RowKernels};
+use crate::ops::rows::spec::RowSpec;
+
+/// Softmax's row kernels (`softmax.cu`).
+const SOFTMAX: RowKernels = RowKernels {
+    forward: "softmax",
+    backward: "softmax_backward",
+};
+
+/// Every row kernel of `softmax.cu` the backend may launch, without its dtype suffix
+/// (`softmax_256x16`), for checks that each is in the compiled module.
+pub fn row_kernels() -> Vec<String> {
+    SOFTMAX.stems()
+}
 
 impl SoftmaxKernels for CudaBackend {
     fn softmax(

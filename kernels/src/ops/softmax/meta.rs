@@ -1,11 +1,11 @@
 //! Meta kernels: nothing to compute, and no scratch memory on any backend; each accounts for
 //! its work.
 
-use crate::backend::rows::RowSpec;
-use crate::backend::softmax::{SoftmaxKernels, SoftmaxSpec};
+use super::kernels::{SoftmaxKernels, SoftmaxSpec};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
+use crate::ops::rows::spec::RowSpec;
 use crate::work::Kernel;
 
 impl SoftmaxKernels for MetaBackend {

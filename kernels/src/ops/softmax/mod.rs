@@ -9,10 +9,12 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub(crate) mod kernels;
 mod meta;
 
-pub use crate::backend::rows::RowSpec;
-pub use crate::backend::softmax::{SoftmaxKernels, SoftmaxKind, SoftmaxSpec};
+#[cfg(feature = "cuda")]
+pub use cuda::row_kernels;
+pub use kernels::{SoftmaxKernels, SoftmaxKind, SoftmaxSpec};
 
 use super::rows::{check_operand, rows_of};
 use crate::array::Array;

@@ -52,6 +52,46 @@ impl AttentionSpec {
     }
 }
 
+/// The operands of [`AttentionKernels::attention`]: contiguous `[heads, len, head]` of one
+/// float dtype, but the log-sum-exp.
+#[derive(Debug)]
+pub struct AttentionOperands<'a> {
+    /// The queries.
+    pub q: &'a Buffer,
+    /// The keys.
+    pub k: &'a Buffer,
+    /// The values.
+    pub v: &'a Buffer,
+    /// Receives the output.
+    pub out: &'a mut Buffer,
+    /// Receives the log-sum-exp of each row of the scores, `[heads, len]` in f32.
+    pub lse: &'a mut Buffer,
+}
+
+/// The operands of [`AttentionKernels::attention_backward`]: contiguous `[heads, len, head]`
+/// of one float dtype, but the log-sum-exp.
+#[derive(Debug)]
+pub struct AttentionBackwardOperands<'a> {
+    /// The queries.
+    pub q: &'a Buffer,
+    /// The keys.
+    pub k: &'a Buffer,
+    /// The values.
+    pub v: &'a Buffer,
+    /// The forward pass's output.
+    pub out: &'a Buffer,
+    /// The forward pass's log-sum-exp of each row, `[heads, len]` in f32.
+    pub lse: &'a Buffer,
+    /// The upstream gradient of the output.
+    pub dout: &'a Buffer,
+    /// Receives the queries' gradient.
+    pub dq: &'a mut Buffer,
+    /// Receives the keys' gradient.
+    pub dk: &'a mut Buffer,
+    /// Receives the values' gradient.
+    pub dv: &'a mut Buffer,
+}
+
 /// The kernels of this family that a backend runs. Every buffer is contiguous and row-major,
 /// in one float dtype (the log-sum-exp in f32); the op layer has checked lengths, dtypes and
 /// devices before calling.
@@ -59,27 +99,14 @@ pub trait AttentionKernels {
     /// `out = dropout(softmax(scale * q k^T, masked)) v` for every head, and the log-sum-exp of
     /// each row of the masked, scaled scores into `lse` (what the backward pass needs besides
     /// the operands and the output).
-    fn attention(
-        &self,
-        spec: &AttentionSpec,
-        q: &Buffer,
-        k: &Buffer,
-        v: &Buffer,
-        out: &mut Buffer,
-        lse: &mut Buffer,
-    ) -> Result<()>;
+    fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()>;
 
     /// The gradients of [`AttentionKernels::attention`] with respect to `q`, `k` and `v`, from
-    /// the `operands` (`q`, `k`, `v`) and what was `saved` (the output, its log-sum-exp and the
-    /// upstream gradient of the output); the scores and weights are computed again block by
-    /// block.
+    /// them and what the forward pass saved (the output, its log-sum-exp) and the upstream
+    /// gradient of the output; the scores and weights are computed again block by block.
     fn attention_backward(
         &self,
         spec: &AttentionSpec,
-        operands: (&Buffer, &Buffer, &Buffer),
-        saved: (&Buffer, &Buffer, &Buffer),
-        dq: &mut Buffer,
-        dk: &mut Buffer,
-        dv: &mut Buffer,
+        operands: AttentionBackwardOperands<'_>,
     ) -> Result<()>;
 }

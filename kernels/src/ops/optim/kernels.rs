@@ -124,7 +124,7 @@ impl Update {
     /// second) of this update: a pure function of the step, the stream and the buffer, so that
     /// every backend rounds alike and a resumed run draws what an unbroken one would.
     pub fn rounding_seed(&self, buffer: u64) -> u64 {
-        crate::backend::random::random_bits(
+        crate::ops::random::kernels::random_bits(
             self.step ^ self.stream.wrapping_mul(0xD1B5_4A32_D192_ED03),
             buffer,
         )
@@ -140,6 +140,21 @@ pub struct QuantizedMut<'a> {
     pub codes: &'a mut Buffer,
     /// `f32` scales, one per block.
     pub scales: &'a mut Buffer,
+}
+
+/// The operands of one AdamW step, updated in place: the parameter, its gradient, and its two
+/// moments, each a buffer ([`OptimKernels::adamw`]) or kept block-wise in 8 bits
+/// ([`QuantizedMut`], [`OptimKernels::adamw_8bit`]).
+#[derive(Debug)]
+pub struct AdamWOperands<'a, Moment> {
+    /// The parameter, updated in place.
+    pub param: &'a mut Buffer,
+    /// Its gradient, of the parameter's dtype and length.
+    pub grad: &'a Buffer,
+    /// The first moment, updated in place.
+    pub m: Moment,
+    /// The second moment, updated in place.
+    pub v: Moment,
 }
 
 impl Default for AdamW {
@@ -164,10 +179,7 @@ pub trait OptimKernels {
         &self,
         config: &AdamW,
         update: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: &mut Buffer,
-        v: &mut Buffer,
+        operands: AdamWOperands<'_, &mut Buffer>,
     ) -> Result<()>;
 
     /// One AdamW step with moments kept block-wise in 8 bits (the first moment on the signed
@@ -178,10 +190,7 @@ pub trait OptimKernels {
         &self,
         config: &AdamW,
         update: Update,
-        param: &mut Buffer,
-        grad: &Buffer,
-        m: QuantizedMut<'_>,
-        v: QuantizedMut<'_>,
+        operands: AdamWOperands<'_, QuantizedMut<'_>>,
     ) -> Result<()>;
 
     /// One SGD step, in place, with a momentum buffer when `config.momentum` is not 0; float

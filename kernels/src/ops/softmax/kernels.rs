@@ -1,9 +1,9 @@
 //! What a backend runs for softmax and log-softmax over the last axis (scaled and causally
 //! masked as attention needs), forward and backward.
 
-use super::rows::RowSpec;
 use crate::buffer::Buffer;
 use crate::error::Result;
+use crate::ops::rows::spec::RowSpec;
 
 /// Which of the two softmax functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,14 @@
-//! The checks of the row ops (softmax, layer normalization), which see an operand as rows over
-//! its last axis.
+//! What the row ops (softmax, layer normalization) share: they see an operand as rows over its
+//! last axis ([`RowSpec`]); their checks live here, and the shapes their CUDA kernels are built
+//! in (`cuda.rs`).
+
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+pub(crate) mod spec;
+
+pub use spec::RowSpec;
 
 use crate::array::Array;
-use crate::backend::rows::RowSpec;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
 

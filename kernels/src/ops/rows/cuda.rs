@@ -1,11 +1,12 @@
-//! The row kernels of `softmax.cu` and `norm.cu`: each is built in several shapes (`_GxN_` in
-//! its name: `G` threads to a row, each keeping `N` of its elements in registers), as those
-//! files' `*_SHAPES` macros list them, and a launch takes the first shape that holds its rows.
+//! How the row kernels of `softmax.cu` and `norm.cu` are launched: each is built in several
+//! shapes (`_GxN_` in its name: `G` threads to a row, each keeping `N` of its elements in
+//! registers), as those files' `*_SHAPES` macros list them, and a launch takes the first shape
+//! that holds its rows.
 
 use cudarc::driver::LaunchConfig;
 
-use super::backend::{CudaBackend, float_kernel};
-use crate::backend::rows::RowSpec;
+use super::spec::RowSpec;
+use crate::cuda::{CudaBackend, float_kernel};
 use crate::dtype::DType;
 use crate::error::Result;
 
@@ -63,18 +64,6 @@ pub(crate) struct RowKernels {
     /// The backward kernel, built in the [`BACKWARD`] shapes.
     pub(crate) backward: &'static str,
 }
-
-/// Softmax's row kernels (`softmax.cu`).
-pub(crate) const SOFTMAX: RowKernels = RowKernels {
-    forward: "softmax",
-    backward: "softmax_backward",
-};
-
-/// Layer normalization's row kernels (`norm.cu`): the forward pass, and the input's gradient.
-pub(crate) const LAYER_NORM: RowKernels = RowKernels {
-    forward: "layer_norm",
-    backward: "layer_norm_dx",
-};
 
 impl RowKernels {
     /// Every kernel of the two the backend may launch, in every shape, without its dtype
