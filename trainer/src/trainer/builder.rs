@@ -196,8 +196,7 @@ impl TrainerBuilder {
     /// the newest run in `runs/`). The checkpoint's run must have had the same seed, model,
     /// data, optimizer and precision; what may change is logged. Asked for fewer steps than the
     /// checkpoint has done, [`build`](Self::build) is
-    /// [`Error::NothingToDo`](crate::error::Error::NothingToDo) and changes
-    /// nothing.
+    /// [`Error::NothingToDo`](crate::error::Error::NothingToDo) and changes nothing.
     pub fn resume(self) -> Self {
         self.start(Start::Resume)
     }
