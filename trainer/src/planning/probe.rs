@@ -20,9 +20,10 @@ use crate::planning::budget::{Budget, UNLIMITED};
 use crate::planning::diagnosis::{Failure, diagnose};
 use crate::planning::op_bytes::{OpBytes, op_bytes};
 use crate::planning::tag_bytes::{TagBytes, tag_bytes};
+use crate::step::context::StepContext;
 use crate::step::optimizer::build_optimizer;
 use crate::step::precision::LossScaler;
-use crate::step::{Sizes, StepContext, train_step};
+use crate::step::train_step::{Sizes, train_step};
 
 /// Where a probed step held its memory.
 #[derive(Debug, Clone, Default)]

@@ -6,7 +6,8 @@ use headroom_alloc::Tag;
 use headroom_autograd::Gradients;
 use headroom_kernels::{Device, DeviceConfig};
 
-use super::{Sizes, StepContext, train_step, update};
+use super::context::StepContext;
+use super::train_step::{Sizes, train_step, update};
 use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{HostBatch, Task};
 use crate::model::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};

@@ -36,10 +36,12 @@ use crate::planning::tag_bytes::tag_bytes;
 use crate::run_dir::checkpoint::{self, TrainerState, checkpoint_path};
 use crate::run_dir::record::{OomRecord, StepRecord};
 use crate::run_dir::totals::Totals;
+use crate::step::StepReport;
+use crate::step::context::StepContext;
 use crate::step::micro::MicroBatcher;
 use crate::step::micro_growth::GrowthCheck;
 use crate::step::precision::LossScaler;
-use crate::step::{Sizes, StepContext, StepReport, train_step};
+use crate::step::train_step::{Sizes, train_step};
 use crate::trained::eval::evaluate;
 use crate::trainer::callback::{Callback, Callbacks};
 
