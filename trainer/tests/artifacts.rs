@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{TempDir, small_config, tight_limit};
+use common::{TempDir, resume, small_config, tight_limit};
 use headroom_alloc::Verdict;
 use headroom_alloc::trace::{read_trace, replay};
 use headroom_trainer::config::PrecisionKind;
@@ -103,7 +103,7 @@ fn a_run_whose_loss_stays_nan_stops_naming_the_step_and_keeps_its_last_good_chec
     // are numbers.
     config.max_nonfinite_steps = 0;
     config.steps = Some(step);
-    let resumed = Trainer::builder().config(config).resume().build().unwrap();
+    let resumed = resume(config).unwrap();
     let last_finite = records.iter().rposition(|r| r.loss.is_finite()).unwrap() as u64 + 1;
     assert_eq!(resumed.steps_done(), last_finite);
     for p in resumed.model().module().parameters() {

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use common::{TempDir, small_config};
+use common::{TempDir, resume, small_config};
 use headroom_alloc::OomCause;
 use headroom_trainer::Trainer;
 use headroom_trainer::callback::{Callback, Flow};
@@ -134,7 +134,7 @@ fn a_callback_stops_the_run_cleanly_and_a_resume_goes_on_from_there() {
         std::fs::read_to_string(dir.0.join(headroom_trainer::run_dir::METRICS_FILE)).unwrap();
     assert_eq!(metrics.lines().count(), 5);
 
-    let resumed = Trainer::builder().config(config).resume().build().unwrap();
+    let resumed = resume(config).unwrap();
     assert_eq!(resumed.steps_done(), 5);
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TempDir, small_config};
+use common::{TempDir, resume, small_config};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::PolicyKind;
 use headroom_trainer::config::{Recompute, StateKind};
@@ -168,12 +168,7 @@ fn a_limit_below_the_training_state_gets_the_diagnosis_with_a_fixed_micro_batch_
     let mut tiny = config.clone();
     tiny.memory.limit = Some("16KiB".into());
     for err in [
-        Trainer::builder()
-            .config(tiny.clone())
-            .resume()
-            .build()
-            .err()
-            .unwrap(),
+        resume(tiny.clone()).err().unwrap(),
         Trainer::builder()
             .config(tiny)
             .overwrite()
@@ -371,7 +366,7 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
 
     // Resumed with room to spare, it chunks as the run it continues did.
     config.memory.limit = Some("2GiB".into());
-    let resumed = Trainer::builder().config(config).resume().build().unwrap();
+    let resumed = resume(config).unwrap();
     assert_eq!(chunk(&resumed), Some(chosen));
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TempDir, assert_mentions, error_of, small_config};
+use common::{TempDir, assert_mentions, error_of, resume, small_config};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{OptimizerKind, Recompute, StateKind, TrainConfig};
 use headroom_trainer::planning::policy::{Candidate, Policy, PolicyPlan};
@@ -157,7 +157,7 @@ fn pinned_techniques_stay_and_the_run_trains_and_resumes_with_the_choice() {
     // (memory settings may change on a resume). The plan does not run again.
     config.steps = Some(3);
     config.memory.limit = Some("64MiB".into());
-    let resumed = Trainer::builder().config(config).resume().build().unwrap();
+    let resumed = resume(config).unwrap();
     assert_eq!(resumed.config().optimizer.in_backward, Some(true));
     assert_eq!(resumed.steps_done(), 2);
 }

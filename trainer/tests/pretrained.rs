@@ -11,7 +11,9 @@ use common::tiny::{
     TINY, configured, corpus, export, hf_tensors, run_config, shards, tiny, tiny_shards,
     tiny_tokenizer, tiny_untied, train, trained_tokenizer,
 };
-use common::{TempDir, assert_mentions, assert_same_checkpoints, error_of, fails, headroom, text};
+use common::{
+    TempDir, assert_mentions, assert_same_checkpoints, error_of, fails, headroom, resume, text,
+};
 use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 use headroom_nn::hf::{Gpt2Config, load_gpt2};
@@ -420,11 +422,7 @@ fn a_resumed_run_continues_from_its_checkpoint_not_the_pretrained_weights() {
     stopped.train_step().unwrap();
     stopped.save_checkpoint().unwrap();
     drop(stopped);
-    let mut resumed = Trainer::builder()
-        .config(config.clone())
-        .resume()
-        .build()
-        .unwrap();
+    let mut resumed = resume(config.clone()).unwrap();
     assert_eq!(resumed.steps_done(), 2);
     resumed.run(false).unwrap();
     // A run never stopped ends with the same weights; one that loaded the pretrained weights

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TempDir, small_config, weights};
+use common::{TempDir, resume, small_config, weights};
 use headroom_trainer::Trainer;
 
 #[test]
@@ -26,11 +26,7 @@ fn a_resumed_run_continues_the_same_trajectory_bit_for_bit() {
     assert_eq!(stopped.micro_batch(), 8, "the OOM halved the micro-batch");
     stopped.save_checkpoint().unwrap();
     drop(stopped);
-    let mut resumed = Trainer::builder()
-        .config(config.clone())
-        .resume()
-        .build()
-        .unwrap();
+    let mut resumed = resume(config.clone()).unwrap();
     assert_eq!((resumed.steps_done(), resumed.micro_batch()), (6, 8));
     for _ in 6..12 {
         schedule.push(resumed.train_step().unwrap().micro_sizes);

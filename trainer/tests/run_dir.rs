@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::{TempDir, small_config};
+use common::{TempDir, error_of, resume, small_config};
 use headroom_kernels::{Device, DeviceConfig};
 use headroom_trainer::Trainer;
 use headroom_trainer::run_dir::{Summary, checkpoint_path, read_all};
@@ -50,13 +50,7 @@ fn a_resumed_run_continues_its_records_and_its_summary_covers_the_whole_run() {
     let first = Trainer::new(config.clone()).unwrap().run(false).unwrap();
     assert_eq!((first.steps, first.samples, first.processes), (6, 48, 1));
     // Resuming a run that had finished changes nothing but the count of processes.
-    let again = Trainer::builder()
-        .config(config.clone())
-        .resume()
-        .build()
-        .unwrap()
-        .run(false)
-        .unwrap();
+    let again = resume(config.clone()).unwrap().run(false).unwrap();
     assert_eq!(
         (again.steps, again.samples, again.final_loss, again.metric),
         (6, 48, first.final_loss, first.metric)
@@ -67,13 +61,7 @@ fn a_resumed_run_continues_its_records_and_its_summary_covers_the_whole_run() {
     config.steps = Some(9);
     config.batch.size = 16;
     config.batch.micro = Some(16);
-    let longer = Trainer::builder()
-        .config(config)
-        .resume()
-        .build()
-        .unwrap()
-        .run(false)
-        .unwrap();
+    let longer = resume(config).unwrap().run(false).unwrap();
     assert_eq!((longer.steps, longer.samples), (9, 48 + 3 * 16));
     let steps: Vec<u64> = read_all(&dir.0).unwrap().iter().map(|r| r.step).collect();
     assert_eq!(steps, (1..=9).collect::<Vec<_>>());
@@ -90,13 +78,7 @@ fn a_resume_that_changes_the_trajectory_is_refused_naming_the_setting() {
     let refused = |change: &dyn Fn(&mut headroom_trainer::config::TrainConfig), name: &str| {
         let mut changed = config.clone();
         change(&mut changed);
-        let err = Trainer::builder()
-            .config(changed)
-            .resume()
-            .build()
-            .err()
-            .unwrap()
-            .to_string();
+        let err = error_of(resume(changed));
         assert!(err.contains(&format!("--resume: {name}:")), "{name}: {err}");
     };
     refused(&|c| c.seed = 9, "seed");
@@ -111,7 +93,7 @@ fn a_resume_that_changes_the_trajectory_is_refused_naming_the_setting() {
     allowed.memory.limit = Some("48MiB".into());
     allowed.checkpoint.every = 2;
     allowed.eval_every = 1;
-    Trainer::builder().config(allowed).resume().build().unwrap();
+    resume(allowed).unwrap();
 }
 
 /// The metadata of the checkpoint in `dir`, and its trainer's state as JSON.
@@ -137,13 +119,7 @@ fn flipped_bytes_and_impossible_states_in_a_checkpoint_are_refused() {
     let at = flipped.len() - 3;
     flipped[at] ^= 0x10;
     std::fs::write(&path, &flipped).unwrap();
-    let err = Trainer::builder()
-        .config(config.clone())
-        .resume()
-        .build()
-        .err()
-        .unwrap()
-        .to_string();
+    let err = error_of(resume(config.clone()));
     assert!(err.contains("checksum"), "{err}");
 
     // States no run saves, written with valid checksums: a micro-batch of 0, a step count
@@ -164,13 +140,7 @@ fn flipped_bytes_and_impossible_states_in_a_checkpoint_are_refused() {
         let mut metadata = metadata.clone();
         metadata.insert("headroom.trainer".into(), state.to_string());
         headroom_nn::checkpoint::save(&path, trainer.model().module(), None, &metadata).unwrap();
-        let err = Trainer::builder()
-            .config(config.clone())
-            .resume()
-            .build()
-            .err()
-            .unwrap()
-            .to_string();
+        let err = error_of(resume(config.clone()));
         assert!(
             err.contains(named) && err.contains("not a state a run saves"),
             "{field}: {err}"
@@ -273,7 +243,7 @@ fn a_refused_start_and_a_resume_to_fewer_steps_than_done_change_nothing() {
     // A resume refused for a changed setting writes no allocation trace.
     let mut changed = config.clone();
     changed.seed = 9;
-    assert!(Trainer::builder().config(changed).resume().build().is_err());
+    assert!(resume(changed).is_err());
     assert_eq!(files_in(&dir.0), before, "a refused resume changed files");
     // An overwrite refused for a model that cannot fit neither.
     let mut cramped = config.clone();
@@ -293,7 +263,7 @@ fn a_refused_start_and_a_resume_to_fewer_steps_than_done_change_nothing() {
     // Fewer steps than done: nothing to do, and nothing changes.
     let mut fewer = config.clone();
     fewer.steps = Some(2);
-    match Trainer::builder().config(fewer).resume().build() {
+    match resume(fewer) {
         Err(headroom_trainer::Error::NothingToDo { done, steps, .. }) => {
             assert_eq!((done, steps), (4, 2));
         }

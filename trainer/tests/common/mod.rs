@@ -198,6 +198,11 @@ pub fn fails(output: &Output) -> String {
     stderr
 }
 
+/// The run of `config` resumed from its checkpoint.
+pub fn resume(config: TrainConfig) -> headroom_trainer::Result<Trainer> {
+    Trainer::builder().config(config).resume().build()
+}
+
 /// The message of an error that must happen.
 pub fn error_of<T>(result: headroom_trainer::Result<T>) -> String {
     match result {
