@@ -4,7 +4,8 @@
 // Each module sits above the ones it uses:
 // - values and structures: `size`, `tag`, `chunk`, `free_set`, `bins`, `address_map`, `stats`,
 //   `reservation`, `snapshot`, `report`, `history`, `source`, `segment`; then `error`, and above it what can fail to parse
-//   or name: `parse_size`, `tag_naming`, `config`;
+//   or name: `parse_size`, `byte_size` (a size parsed once and kept as written), `tag_naming`,
+//   `config`;
 // - `heap`: regions cut into chunks, with the free ones in bins; the only code that changes them;
 // - `growth`: the memory source and growth policy, which change the heap through its region
 //   operations; `inspect` and `validate`: a read-only view of an allocator, and what is read
@@ -15,6 +16,7 @@
 mod address_map;
 mod allocator;
 mod bins;
+mod byte_size;
 mod chunk;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -44,6 +46,7 @@ mod validate;
 
 pub use allocator::Allocator;
 pub use bins::{BIN_COUNT, bin_index, bin_min_size};
+pub use byte_size::ByteSize;
 pub use config::{
     AllocatorConfig, DEFAULT_MAX_INTERNAL_FRAGMENTATION, EXPANSION_STEP, Growth, Limit,
 };

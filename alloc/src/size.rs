@@ -1,6 +1,7 @@
 //! Byte sizes: the allocation granule, rounding to it, and printing sizes for people.
 //!
-//! Parsing sizes from text can fail, so it lives above the error type, in `parse_size`.
+//! Parsing sizes from text can fail, so it lives above the error type, in `parse_size` and
+//! `byte_size`.
 
 /// Every chunk size and address is a multiple of this many bytes (TensorFlow's 256-byte granule).
 pub const GRANULE: u64 = 256;

@@ -62,8 +62,8 @@ pub fn config(
     config.data.eval_size = 1;
     config.batch.size = samples;
     config.batch.micro = None;
-    config.memory.capacity = "64GiB".into();
-    config.memory.limit = Some(format!("{limit}B"));
+    config.memory.capacity = headroom_alloc::ByteSize::gib(64);
+    config.memory.limit = Some(limit.into());
     config.memory.history = 0;
     config.memory.trace = false;
     config.eval_every = 0;

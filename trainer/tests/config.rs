@@ -34,7 +34,7 @@ fn a_file_sets_what_it_names_and_flags_override_it() {
     assert_eq!(config.precision.dtype, PrecisionKind::Bf16);
     assert_eq!((config.steps, config.epochs), (None, Some(2)));
     assert_eq!(
-        (config.memory.limit.as_deref(), config.memory.fraction),
+        (config.memory.limit.as_ref(), config.memory.fraction),
         (None, Some(0.5))
     );
     config.validate().unwrap();
@@ -53,7 +53,7 @@ fn validation_lists_every_problem_by_setting() {
     config.precision.dtype = PrecisionKind::F16;
     config.precision.backoff_factor = 2.0;
     config.memory.fraction = Some(0.5);
-    config.memory.limit = Some("1GiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::gib(1));
     config.steps = Some(10);
     config.epochs = Some(1);
     let err = config.validate().unwrap_err().to_string();
@@ -195,7 +195,7 @@ fn a_run_without_a_limit_may_use_the_whole_device_but_the_addition_task_keeps_it
     let (planned, _, _) = headroom_trainer::planning::run_device::planning(&tokens).unwrap();
     assert_eq!(planned.limit, 8 << 30);
     // A limit the user names wins over either default.
-    tokens.memory.limit = Some("1GiB".into());
+    tokens.memory.limit = Some(headroom_alloc::ByteSize::gib(1));
     assert_eq!(
         headroom_trainer::planning::run_device::budget(&tokens)
             .unwrap()
@@ -217,9 +217,27 @@ fn a_size_may_be_written_as_a_whole_number_of_bytes() {
 }
 
 #[test]
+fn a_size_a_run_writes_to_its_config_file_reads_back_as_the_user_wrote_it() {
+    let dir = TempDir::new("size-as-written");
+    let mut config = small_config(&dir);
+    config.steps = Some(1);
+    config.memory.limit = Some("24MiB".parse().unwrap());
+    Trainer::new(config).unwrap().run(false).unwrap();
+    let written = std::fs::read_to_string(dir.0.join("config.toml")).unwrap();
+    assert!(written.contains("limit = \"24MiB\""), "{written}");
+    let back = TrainConfig::from_toml_file(&dir.0.join("config.toml")).unwrap();
+    let limit = back.memory.limit.unwrap();
+    assert_eq!((limit.as_str(), limit.bytes()), ("24MiB", 24 << 20));
+    let err = toml::from_str::<TrainConfig>("[memory]\nlimit = \"lots\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("limit") && err.contains("lots"), "{err}");
+}
+
+#[test]
 fn messages_name_settings_as_they_are_written_not_as_rust_prints_them() {
     let mut config = TrainConfig::default();
-    config.memory.limit = Some("1B".into());
+    config.memory.limit = Some(1.into());
     let err = config.validate().unwrap_err().to_string();
     assert!(err.contains("1 B of a 8.00 GiB device"), "{err}");
     config.memory.limit = None;

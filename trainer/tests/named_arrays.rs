@@ -170,7 +170,7 @@ fn trainer(dir: &TempDir, train: Ratings, micro: Option<usize>) -> Result<Traine
         .batch(128)
         .steps(150)
         .lr(5e-2)
-        .memory_limit("8KiB")
+        .memory_limit(headroom_alloc::ByteSize::kib(8))
         .run_dir(&dir.0)
         .overwrite();
     match micro {

@@ -29,7 +29,7 @@ fn the_predicted_peak_is_the_measured_one_and_the_choice_is_the_largest_that_fit
         plan.predicted_peak
     );
     // Then a limit that holds about half the batch's activations.
-    config.memory.limit = Some(format!("{}B", plan.predicted_peak * 3 / 4));
+    config.memory.limit = Some((plan.predicted_peak * 3 / 4).into());
     let mut tight = Trainer::new(config).unwrap();
     let plan = tight.plan().unwrap().clone();
     assert!(plan.micro > 1 && plan.micro < 64, "{plan}");
@@ -55,7 +55,7 @@ fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the
     config.data.train_size = 256;
     let roomy = Trainer::new(config.clone()).unwrap();
     let whole = roomy.plan().unwrap().predicted_peak;
-    config.memory.limit = Some(format!("{}B", whole * 3 / 4));
+    config.memory.limit = Some((whole * 3 / 4).into());
 
     let mut plans = Vec::new();
     let mut losses = Vec::new();
@@ -87,7 +87,7 @@ fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the
 fn one_sample_peak(config: &headroom_trainer::config::TrainConfig) -> u64 {
     let mut config = config.clone();
     config.batch.micro = Some(1);
-    config.memory.limit = Some("64MiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::mib(64));
     let mut trainer = Trainer::new(config).unwrap();
     trainer.train_step().unwrap();
     trainer.device().allocator().stats().peak_in_use
@@ -106,7 +106,7 @@ fn the_default_margin_shrinks_when_it_alone_keeps_one_sample_out_and_a_set_one_i
     let trainer = (one / 256..)
         .take(64)
         .find_map(|granules| {
-            config.memory.limit = Some(format!("{}B", granules * 256));
+            config.memory.limit = Some((granules * 256).into());
             Trainer::new(config.clone()).ok()
         })
         .expect("a limit near one sample's peak fits it");
@@ -166,7 +166,7 @@ fn a_limit_below_the_training_state_gets_the_diagnosis_with_a_fixed_micro_batch_
     let config = small_config(&dir);
     Trainer::new(config.clone()).unwrap().run(false).unwrap();
     let mut tiny = config.clone();
-    tiny.memory.limit = Some("16KiB".into());
+    tiny.memory.limit = Some(headroom_alloc::ByteSize::kib(16));
     for err in [
         resume(tiny.clone()).err().unwrap(),
         Trainer::builder()
@@ -307,7 +307,7 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
     config.data.kind = DataKind::UniformTokens;
     config.batch.micro = None;
     config.batch.margin = Some(0.0);
-    config.memory.limit = Some("2GiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::gib(2));
     let chunk = |trainer: &Trainer| match trainer.builtin_model() {
         Some(headroom_trainer::model::TrainModel::Gpt(gpt)) => gpt.head_chunk(),
         _ => panic!("a GPT"),
@@ -342,7 +342,7 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
     // A limit below chunks of 160 rows: the micro-batch stays whole, and the chunk grows
     // until a chunk does not fit (in use, or in what the allocator reserves for it). The
     // first step peaks where the plan says.
-    config.memory.limit = Some(format!("{}B", (peak_of(80) + peak_of(160)) / 2));
+    config.memory.limit = Some(((peak_of(80) + peak_of(160)) / 2).into());
     config.checkpoint.every = 1;
     let mut tight = Trainer::builder()
         .config(config.clone())
@@ -365,7 +365,7 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
     drop(tight);
 
     // Resumed with room to spare, it chunks as the run it continues did.
-    config.memory.limit = Some("2GiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::gib(2));
     let resumed = resume(config).unwrap();
     assert_eq!(chunk(&resumed), Some(chosen));
 }

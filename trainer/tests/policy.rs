@@ -24,7 +24,7 @@ fn config(dir: &TempDir) -> TrainConfig {
 /// The policy part of the plan of `config` under `limit` bytes.
 fn planned(config: &TrainConfig, limit: u64) -> (PolicyPlan, Trainer) {
     let mut config = config.clone();
-    config.memory.limit = Some(format!("{limit}B"));
+    config.memory.limit = Some(limit.into());
     let trainer = Trainer::builder()
         .config(config)
         .overwrite()
@@ -96,7 +96,7 @@ fn the_chosen_techniques_for_a_few_limits() {
     // Below what any f32 state fits: the state narrows, and the plan says so.
     let mut manual = config.clone();
     manual.memory.policy = headroom_trainer::config::PolicyKind::Manual;
-    manual.memory.limit = Some("64MiB".into());
+    manual.memory.limit = Some(headroom_alloc::ByteSize::mib(64));
     manual.batch.micro = Some(1);
     manual.model.recompute = Some(Recompute::Blocks);
     let mut one = Trainer::builder()
@@ -142,7 +142,7 @@ fn pinned_techniques_stay_and_the_run_trains_and_resumes_with_the_choice() {
     let inside = candidate(&roomy, policy(Recompute::None, true, StateKind::F32))
         .predicted_peak
         .unwrap();
-    config.memory.limit = Some(format!("{}B", limit_for(inside)));
+    config.memory.limit = Some(limit_for(inside).into());
     config.steps = Some(2);
     config.checkpoint.every = 1;
     let mut trainer = Trainer::builder()
@@ -156,7 +156,7 @@ fn pinned_techniques_stay_and_the_run_trains_and_resumes_with_the_choice() {
     // Loading a checkpoint holds its arrays beside the model's for a moment: a roomier limit
     // (memory settings may change on a resume). The plan does not run again.
     config.steps = Some(3);
-    config.memory.limit = Some("64MiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::mib(64));
     let resumed = resume(config).unwrap();
     assert_eq!(resumed.config().optimizer.in_backward, Some(true));
     assert_eq!(resumed.steps_done(), 2);
@@ -186,7 +186,7 @@ fn when_nothing_fits_the_error_names_what_kept_the_update_in_the_backward_pass_o
     assert!(limit_for(inside) < after, "{inside} against {after}");
     // A limit that one sample's update after its backward pass exceeds, and that the update
     // in the backward pass fits with the margin; clipping on, a batch of 64.
-    config.memory.limit = Some(format!("{}B", (limit_for(inside) + after) / 2));
+    config.memory.limit = Some(((limit_for(inside) + after) / 2).into());
     config.optimizer.clip = 1.0;
     config.batch.size = 64;
     let message = error_of(

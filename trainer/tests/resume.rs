@@ -102,7 +102,10 @@ fn a_resume_starts_from_the_runs_own_settings_and_changes_only_what_its_flags_na
         ),
         (3, 16, 2, Some(5))
     );
-    assert_eq!(config.memory.limit.as_deref(), Some("48MiB"));
+    assert_eq!(
+        config.memory.limit.as_ref().map(|limit| limit.as_str()),
+        Some("48MiB")
+    );
     // Repeating the first run's flags changes nothing but what differs.
     let again = [&flags[..], &["--resume", "--steps", "6"]].concat();
     let log = train_logged(&again);

@@ -90,7 +90,7 @@ fn a_resume_that_changes_the_trajectory_is_refused_naming_the_setting() {
     refused(&|c| c.optimizer.lr = 0.5, "optimizer.lr");
     refused(&|c| c.data.train_size = 32, "data.train_size");
     let mut allowed = config.clone();
-    allowed.memory.limit = Some("48MiB".into());
+    allowed.memory.limit = Some(headroom_alloc::ByteSize::mib(48));
     allowed.checkpoint.every = 2;
     allowed.eval_every = 1;
     resume(allowed).unwrap();
@@ -247,7 +247,7 @@ fn a_refused_start_and_a_resume_to_fewer_steps_than_done_change_nothing() {
     assert_eq!(files_in(&dir.0), before, "a refused resume changed files");
     // An overwrite refused for a model that cannot fit neither.
     let mut cramped = config.clone();
-    cramped.memory.limit = Some("16KiB".into());
+    cramped.memory.limit = Some(headroom_alloc::ByteSize::kib(16));
     assert!(
         Trainer::builder()
             .config(cramped)

@@ -542,7 +542,7 @@ fn an_export_imports_again_bit_for_bit() {
     config.run_dir = Some(dir.0.join("again"));
     config.data = saved.config.data.clone();
     config.batch.micro = Some(4);
-    config.memory.limit = Some("64MiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::mib(64));
     config.memory.trace = false;
     let again = Trainer::new(config).unwrap();
     let trained_weights: Vec<Vec<u64>> = saved

@@ -45,7 +45,7 @@ fn config(dir: &TempDir, steps: u64) -> TrainConfig {
     config.batch.micro = None;
     config.optimizer.lr = 1e-2;
     config.optimizer.schedule = ScheduleKind::Constant;
-    config.memory.limit = Some("1700KiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::kib(1700));
     config.memory.history = 0;
     config.memory.trace = false;
     config
@@ -87,7 +87,7 @@ fn an_injected_out_of_memory_mid_step_gives_the_weights_of_a_run_without_it() {
     let dir = TempDir::new("user-model-oom");
     let mut config = config(&dir, 1);
     config.batch.micro = Some(32);
-    config.memory.limit = Some("64MiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::mib(64));
     let mut failed = Trainer::builder()
         .config(config.clone())
         .task(task())
@@ -194,7 +194,7 @@ fn a_user_models_own_recomputation_keeps_the_step_and_lowers_its_peak() {
         let dir = TempDir::new("user-model-recompute");
         let mut config = config(&dir, 1);
         config.batch.micro = Some(256);
-        config.memory.limit = Some("64MiB".into());
+        config.memory.limit = Some(headroom_alloc::ByteSize::mib(64));
         config.model.recompute = Some(recompute);
         let factory = ResidualMlpFactory {
             offer_recompute: true,

@@ -137,8 +137,8 @@ fn config(device: &str, precision: PrecisionKind, samples: usize) -> TrainConfig
     config.batch.micro = None;
     if device == "cpu" {
         // A GPU's memory is what its driver reports; the CPU's is simulated.
-        config.memory.capacity = "64GiB".into();
-        config.memory.limit = Some("64GiB".into());
+        config.memory.capacity = headroom_alloc::ByteSize::gib(64);
+        config.memory.limit = Some(headroom_alloc::ByteSize::gib(64));
     }
     config.memory.history = 0;
     config.memory.trace = false;

@@ -40,7 +40,7 @@ fn main() -> headroom_trainer::Result<()> {
         .batch(1024)
         .steps(60)
         .lr(3e-3)
-        .memory_limit("16MiB")
+        .memory_limit("16MiB".parse()?)
         .run_dir(std::env::temp_dir().join("headroom-example-01"))
         .overwrite()
         .callback(ReportOoms);

@@ -1,9 +1,8 @@
 //! `[memory]` and `[checkpoint]`: how much memory the run may use and how it is reserved (its
 //! problems are the budget's, `crate::planning::budget`), and when checkpoints are written.
 
+use headroom_alloc::ByteSize;
 use serde::{Deserialize, Serialize};
-
-use super::size_text;
 
 /// Whether the memory policy chooses the techniques a configuration leaves unset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -40,18 +39,17 @@ pub struct MemoryConfig {
     /// or `calibrated` (this machine's, measured by `headroom plan --calibrate`).
     pub rates: RatesKind,
     /// The simulated device's memory on the CPU, e.g. `8GiB` (a GPU's is what its driver
-    /// reports). Sizes are text with a unit or a whole number of bytes.
-    #[serde(deserialize_with = "size_text::size")]
-    pub capacity: String,
+    /// reports). Sizes are text with a unit or a whole number of bytes, parsed as they are
+    /// read and written back as they were given.
+    pub capacity: ByteSize,
     /// The old name of `capacity`, still read (with a warning when read from a file), never
     /// written.
-    #[serde(skip_serializing, deserialize_with = "size_text::optional_size")]
-    pub device: Option<String>,
+    #[serde(skip_serializing)]
+    pub device: Option<ByteSize>,
     /// The most the run may use, e.g. `48MiB` (TensorFlow's `memory_limit`); without a limit
     /// or a fraction, the whole device (the simulated device's capacity on the CPU), except for
     /// the addition task on the CPU, whose own default is [`ADDITION_LIMIT`](super::ADDITION_LIMIT).
-    #[serde(deserialize_with = "size_text::optional_size")]
-    pub limit: Option<String>,
+    pub limit: Option<ByteSize>,
     /// Or a fraction of the device's memory (PyTorch's memory fraction).
     pub fraction: Option<f64>,
     /// Reserve the whole limit up front instead of growing on demand.
@@ -72,7 +70,7 @@ pub struct MemoryConfig {
 impl Default for MemoryConfig {
     fn default() -> Self {
         Self {
-            capacity: "8GiB".into(),
+            capacity: ByteSize::gib(8),
             device: None,
             limit: None,
             fraction: None,

@@ -11,7 +11,6 @@ mod overrides;
 mod precision;
 mod preset;
 mod pretrained;
-mod size_text;
 mod validate;
 
 use std::path::PathBuf;
@@ -38,7 +37,7 @@ pub const DEFAULT_MARGIN: f64 = 0.1;
 /// The memory limit of an addition run (the default task) that names neither a limit nor a
 /// fraction: small enough that the default GPT's batch does not fit in one micro-batch, so the
 /// planner's choice matters. Other runs may use the whole device by default.
-pub const ADDITION_LIMIT: &str = "24MiB";
+pub const ADDITION_LIMIT: u64 = 24 << 20;
 
 /// Everything a run needs. Every field has a default: the default run trains a small GPT on
 /// the addition task under a memory limit small enough for the planner's choice to matter.

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use headroom_alloc::ByteSize;
 use serde::Deserialize;
 
 use super::{
@@ -44,8 +45,8 @@ pub struct Overrides {
     pub precision: Option<PrecisionKind>,
     /// The most memory the run may use, e.g. 2GiB (default: the whole device; 24MiB for the
     /// addition task).
-    #[cfg_attr(feature = "cli", arg(long))]
-    pub memory_limit: Option<String>,
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_limit))]
+    pub memory_limit: Option<ByteSize>,
     /// Or a fraction of the device's memory, e.g. 0.8.
     #[cfg_attr(feature = "cli", arg(long, conflicts_with = "memory_limit"))]
     pub memory_fraction: Option<f64>,
@@ -53,8 +54,8 @@ pub struct Overrides {
     #[cfg_attr(feature = "cli", arg(long))]
     pub device: Option<String>,
     /// The simulated device's memory on the CPU, e.g. 8GiB (memory.capacity).
-    #[cfg_attr(feature = "cli", arg(long))]
-    pub device_memory: Option<String>,
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_capacity))]
+    pub device_memory: Option<ByteSize>,
     /// Reserve memory as it is needed (the default).
     #[cfg_attr(feature = "cli", arg(long, conflicts_with_all = ["preallocate", "expandable_segments"]))]
     pub allow_growth: bool,
@@ -120,6 +121,19 @@ pub struct Overrides {
 fn parse_kebab<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
     T::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(text))
         .map_err(|err| err.to_string())
+}
+
+/// `--memory-limit`, its error naming the setting it writes.
+#[cfg(feature = "cli")]
+fn parse_limit(text: &str) -> Result<ByteSize, String> {
+    text.parse().map_err(|err| format!("memory.limit: {err}"))
+}
+
+/// `--device-memory`, its error naming the setting it writes.
+#[cfg(feature = "cli")]
+fn parse_capacity(text: &str) -> Result<ByteSize, String> {
+    text.parse()
+        .map_err(|err| format!("memory.capacity: {err}"))
 }
 
 #[cfg(feature = "cli")]

@@ -1,10 +1,11 @@
 //! The memory a run may use: its budget (the device's capacity, the limit and how regions are
-//! reserved), read once from the configuration; the device configuration built from it; and
-//! the bytes a step may use once the planner's margin is kept free. From here on a limit is a
-//! number of bytes, resolved from the configuration's size or fraction by the allocator's own
-//! rule (clamped to the capacity, rounded down to a 256-byte granule).
+//! reserved), read once from the configuration, whose sizes were parsed where they entered it;
+//! the device configuration built from it; and the bytes a step may use once the planner's
+//! margin is kept free. From here on a limit is a number of bytes, resolved once from the
+//! configuration's size or fraction by the allocator's own rule (clamped to the capacity,
+//! rounded down to a 256-byte granule).
 
-use headroom_alloc::{AllocatorConfig, GRANULE, Growth, Limit, format_bytes, parse_size};
+use headroom_alloc::{AllocatorConfig, ByteSize, GRANULE, Growth, Limit, format_bytes};
 use headroom_kernels::DeviceConfig;
 
 use crate::config::{ADDITION_LIMIT, DataKind, MemoryConfig, TrainConfig};
@@ -64,15 +65,13 @@ impl TrainConfig {
     /// its own: the addition task's [`ADDITION_LIMIT`], tight enough for the planner's choice
     /// to matter. Every other run may use the whole device.
     pub fn default_limit(&self) -> Option<u64> {
-        (self.data.kind == DataKind::Addition)
-            .then(|| parse_size(ADDITION_LIMIT).ok())
-            .flatten()
+        (self.data.kind == DataKind::Addition).then_some(ADDITION_LIMIT)
     }
 }
 
 impl MemoryConfig {
     /// The simulated device's memory as configured: `capacity`, or its old name `device`.
-    pub fn capacity_setting(&self) -> (&'static str, &str) {
+    pub fn capacity_setting(&self) -> (&'static str, &ByteSize) {
         match &self.device {
             Some(old) => ("memory.device", old),
             None => ("memory.capacity", &self.capacity),
@@ -84,20 +83,13 @@ impl MemoryConfig {
     /// another, or the problems with the settings.
     pub fn budget(&self, default_limit: Option<u64>) -> Result<Budget> {
         let mut problems = Vec::new();
-        let (name, text) = self.capacity_setting();
-        let capacity = match parse_size(text) {
-            Ok(0) => {
-                problems.push(format!(
-                    "{name}: a device of 0 bytes has no memory to train in"
-                ));
-                0
-            }
-            Ok(bytes) => bytes,
-            Err(err) => {
-                problems.push(format!("{name}: {err}"));
-                0
-            }
-        };
+        let (name, size) = self.capacity_setting();
+        let capacity = size.bytes();
+        if capacity == 0 {
+            problems.push(format!(
+                "{name}: a device of 0 bytes has no memory to train in"
+            ));
+        }
         if self.device.is_some() && self.capacity != MemoryConfig::default().capacity {
             problems.push(
                 "memory.device is the old name of memory.capacity: give only capacity".into(),
@@ -119,10 +111,7 @@ impl MemoryConfig {
                 problems.push("memory: give a limit or a fraction, not both".into());
                 None
             }
-            (Some(text), None) => parse_size(text)
-                .map_err(|err| problems.push(format!("memory.limit: {err}")))
-                .ok()
-                .map(Limit::Bytes),
+            (Some(size), None) => Some(Limit::Bytes(size.bytes())),
             (None, Some(f)) if f > 0.0 && f <= 1.0 => Some(Limit::Fraction(f)),
             (None, Some(f)) => {
                 problems.push(format!("memory.fraction: {f} is not in (0, 1]"));

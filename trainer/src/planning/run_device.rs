@@ -61,9 +61,8 @@ pub fn planning(config: &TrainConfig) -> Result<(Budget, PlanTarget, Option<Stri
     {
         return Ok((budget, target, None));
     }
-    let (name, text) = config.memory.capacity_setting();
-    let capacity =
-        headroom_alloc::parse_size(text).map_err(|err| Error::config(format!("{name}: {err}")))?;
+    let (name, size) = config.memory.capacity_setting();
+    let capacity = size.bytes();
     let usable = capacity.saturating_sub(CUDA_CONTEXT_BYTES + CUBLAS_HANDLE_BYTES);
     let note = format!(
         "planning for a CUDA device that is not here: compute capability 9.0, {} of memory \

@@ -94,7 +94,7 @@ mod tests {
         let mut now = saved.clone();
         now.steps = Some(3000);
         now.batch.size = 64;
-        now.memory.limit = Some("48MiB".into());
+        now.memory.limit = Some(headroom_alloc::ByteSize::mib(48));
         now.checkpoint.every = 100;
         let allowed = changes(&saved, &now).unwrap();
         assert_eq!(

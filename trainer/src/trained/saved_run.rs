@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use headroom_alloc::ByteSize;
 use headroom_kernels::Device;
 use headroom_nn::checkpoint;
 
@@ -23,7 +24,7 @@ pub struct UseSettings {
     /// The device: `cpu`, `cuda` or `cuda:N`.
     pub device: Option<String>,
     /// The most memory it may use, e.g. `2GiB`.
-    pub memory_limit: Option<String>,
+    pub memory_limit: Option<ByteSize>,
 }
 
 /// A run's trained model, on a device.

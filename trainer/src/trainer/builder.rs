@@ -25,7 +25,7 @@ use crate::trainer::{StartParts, Trainer};
 /// let mut trainer = Trainer::builder()
 ///     .batch(32)
 ///     .steps(2)
-///     .memory_limit("12MiB")
+///     .memory_limit("12MiB".parse()?)
 ///     .run_dir(&dir)
 ///     .overwrite()
 ///     .build()?;
@@ -142,9 +142,9 @@ impl TrainerBuilder {
         self
     }
 
-    /// The most memory the run may use, such as `2GiB`.
-    pub fn memory_limit(mut self, limit: &str) -> Self {
-        self.config.memory.limit = Some(limit.to_owned());
+    /// The most memory the run may use, such as `"2GiB".parse()?`.
+    pub fn memory_limit(mut self, limit: headroom_alloc::ByteSize) -> Self {
+        self.config.memory.limit = Some(limit);
         self.config.memory.fraction = None;
         self
     }

@@ -49,7 +49,7 @@ pub fn small_config(dir: &TempDir) -> TrainConfig {
     config.data.eval_size = 16;
     config.batch.size = 8;
     config.batch.micro = Some(8);
-    config.memory.limit = Some("64MiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::mib(64));
     config.memory.history = 0;
     config.memory.trace = false;
     config
@@ -123,7 +123,7 @@ pub fn tight_limit(dir: &TempDir, steps: u64) -> (TrainConfig, TrainConfig, u64)
     assert!(low < high, "{low} against {high}");
     let limit = (low + high) / 2;
     let mut tight = roomy.clone();
-    tight.memory.limit = Some(format!("{limit}B"));
+    tight.memory.limit = Some(limit.into());
     (roomy, tight, limit)
 }
 

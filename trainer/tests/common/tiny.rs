@@ -121,7 +121,7 @@ pub fn run_config(
     config.batch.micro = Some(4);
     config.optimizer.lr = lr;
     config.optimizer.schedule = ScheduleKind::Constant;
-    config.memory.limit = Some("64MiB".into());
+    config.memory.limit = Some(headroom_alloc::ByteSize::mib(64));
     config.memory.history = 0;
     config.memory.trace = false;
     config

@@ -239,7 +239,7 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
         let mut roomy = config.clone();
         roomy.memory.limit = None;
         roomy.memory.fraction = Some(1.0);
-        roomy.memory.capacity = "1GiB".into();
+        roomy.memory.capacity = headroom_alloc::ByteSize::gib(1);
         let budget = run_device::budget(&roomy)?;
         let device = run_device::open(&roomy, &budget)?;
         let (rates, path) = headroom_trainer::planning::calibrate(&device)?;

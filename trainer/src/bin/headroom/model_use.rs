@@ -26,7 +26,7 @@ pub struct UseArgs {
     device: Option<String>,
     /// The most memory the model may use, e.g. 2GiB (the run's limit, unless given).
     #[arg(long)]
-    memory_limit: Option<String>,
+    memory_limit: Option<headroom_alloc::ByteSize>,
 }
 
 impl UseArgs {

@@ -5,11 +5,11 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use headroom_trainer::Result;
 use headroom_trainer::data::shards::{
     FileFilter, HeldOut, PrepareOptions, find_files, prepare, read_text_file,
 };
 use headroom_trainer::data::tokenizer::TextTokenizer;
-use headroom_trainer::{Error, Result};
 
 use crate::say;
 
@@ -78,7 +78,7 @@ pub struct PrepareArgs {
     held_out_files: Vec<PathBuf>,
     /// Text per shard, about, e.g. 64MiB.
     #[arg(long, default_value = "64MiB")]
-    shard_size: String,
+    shard_size: headroom_alloc::ByteSize,
     #[command(flatten)]
     filter: FilterArgs,
     /// No progress bar.
@@ -115,10 +115,6 @@ pub fn tokenizer(command: &TokenizerCommand) -> Result<()> {
 /// Runs `headroom prepare`.
 pub fn prepare_shards(args: &PrepareArgs) -> Result<()> {
     let tokenizer = TextTokenizer::load(&args.tokenizer)?;
-    let shard_bytes =
-        headroom_alloc::parse_size(&args.shard_size).map_err(|err| Error::Config {
-            problems: vec![format!("--shard-size {}: {err}", args.shard_size)],
-        })?;
     let options = PrepareOptions {
         inputs: args.inputs.clone(),
         filter: args.filter.filter(),
@@ -128,7 +124,7 @@ pub fn prepare_shards(args: &PrepareArgs) -> Result<()> {
         } else {
             HeldOut::Files(args.held_out_files.clone())
         },
-        shard_bytes: shard_bytes.max(1),
+        shard_bytes: args.shard_size.bytes().max(1),
         progress: !args.quiet && std::io::stderr().is_terminal(),
     };
     let started = std::time::Instant::now();
