@@ -1,23 +1,48 @@
 //! Memory-efficient attention against the f64 reference of the materialized weights, forward
 //! and backward, causal or not, with dropout off and on, at lengths that are not multiples of
-//! the blocks; its gradients against finite differences; operand checks.
+//! the blocks, with key/value heads shared by groups of query heads or not; grouped attention
+//! against attention over explicitly repeated keys and values; its gradients against finite
+//! differences; what the meta device plans for it; operand checks.
 
 mod common;
 
 use common::{assert_close_scaled, assert_fails, devices, numeric_gradient, random, rng};
+use headroom_alloc::{AllocatorConfig, EventKind, Tag};
 use headroom_kernels::ops::attention::{
     Attention, AttentionDropout, attention, attention_backward,
 };
 use headroom_kernels::ops::random::keeps;
-use headroom_kernels::{Array, DType, Device, Error};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, PlanTarget};
 
-/// One attention problem: heads, length, head size, how.
+/// One attention problem: query heads (batch times heads), query heads per key/value head,
+/// length, head size, how.
 #[derive(Debug, Clone, Copy)]
 struct Case {
     heads: usize,
+    group: usize,
     len: usize,
     head: usize,
     how: Attention,
+}
+
+/// Batch elements of a grouped case: its heads are `[BATCH, heads / BATCH]`.
+const BATCH: usize = 2;
+
+impl Case {
+    /// The shapes of the queries and of the keys and values: `[heads, len, head]` each without
+    /// groups, `[BATCH, heads / BATCH, len, head]` and `[BATCH, kv_heads / BATCH, len, head]`
+    /// with.
+    fn shapes(&self) -> (Vec<usize>, Vec<usize>) {
+        let (len, head) = (self.len, self.head);
+        if self.group == 1 {
+            return (vec![self.heads, len, head], vec![self.heads, len, head]);
+        }
+        let per_batch = self.heads / BATCH;
+        (
+            vec![BATCH, per_batch, len, head],
+            vec![BATCH, per_batch / self.group, len, head],
+        )
+    }
 }
 
 /// The weights (after dropout) and the output of a head in f64, and each row's log-sum-exp.
@@ -33,6 +58,7 @@ struct Reference {
 fn reference(case: Case, q: &[f64], k: &[f64], v: &[f64]) -> Reference {
     let Case {
         heads,
+        group,
         len,
         head,
         how,
@@ -44,11 +70,13 @@ fn reference(case: Case, q: &[f64], k: &[f64], v: &[f64]) -> Reference {
         lse: vec![0.0; heads * len],
     };
     for h in 0..heads {
+        // Query head h reads key/value head h / group (flat over the batch too).
         let at = |x: &[f64], i: usize, f: usize| x[(h * len + i) * head + f];
+        let kv_at = |x: &[f64], j: usize, f: usize| x[((h / group) * len + j) * head + f];
         for i in 0..len {
             let visible = if how.causal { i + 1 } else { len };
             let scores: Vec<f64> = (0..visible)
-                .map(|j| how.scale * (0..head).map(|f| at(q, i, f) * at(k, j, f)).sum::<f64>())
+                .map(|j| how.scale * (0..head).map(|f| at(q, i, f) * kv_at(k, j, f)).sum::<f64>())
                 .collect();
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let sum: f64 = scores.iter().map(|s| (s - max).exp()).sum();
@@ -62,7 +90,7 @@ fn reference(case: Case, q: &[f64], k: &[f64], v: &[f64]) -> Reference {
                     r.keep[index] = if kept { 1.0 / (1.0 - drop.p) } else { 0.0 };
                 }
                 for f in 0..head {
-                    r.out[(h * len + i) * head + f] += w * r.keep[index] * at(v, j, f);
+                    r.out[(h * len + i) * head + f] += w * r.keep[index] * kv_at(v, j, f);
                 }
             }
         }
@@ -79,6 +107,7 @@ fn reference_grads(
 ) -> [Vec<f64>; 3] {
     let Case {
         heads,
+        group,
         len,
         head,
         how,
@@ -86,6 +115,7 @@ fn reference_grads(
     let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
     for h in 0..heads {
         let row = |i: usize| (h * len + i) * head;
+        let kv_row = |j: usize| ((h / group) * len + j) * head;
         for i in 0..len {
             // The weights' gradient, and its sum against the weights.
             let dw: Vec<f64> = (0..len)
@@ -93,7 +123,7 @@ fn reference_grads(
                     let index = (h * len + i) * len + j;
                     r.keep[index]
                         * (0..head)
-                            .map(|f| g[row(i) + f] * v[row(j) + f])
+                            .map(|f| g[row(i) + f] * v[kv_row(j) + f])
                             .sum::<f64>()
                 })
                 .collect();
@@ -103,9 +133,9 @@ fn reference_grads(
                 let index = (h * len + i) * len + j;
                 let ds = w[j] * (dw[j] - delta) * how.scale;
                 for f in 0..head {
-                    dq[row(i) + f] += ds * k[row(j) + f];
-                    dk[row(j) + f] += ds * q[row(i) + f];
-                    dv[row(j) + f] += w[j] * r.keep[index] * g[row(i) + f];
+                    dq[row(i) + f] += ds * k[kv_row(j) + f];
+                    dk[kv_row(j) + f] += ds * q[row(i) + f];
+                    dv[kv_row(j) + f] += w[j] * r.keep[index] * g[row(i) + f];
                 }
             }
         }
@@ -125,10 +155,10 @@ fn tolerance(dtype: DType) -> f64 {
 
 fn check(device: &Device, case: Case, dtype: DType) {
     let mut rng = rng();
-    let shape = [case.heads, case.len, case.head];
+    let (shape, kv_shape) = case.shapes();
     let (q, qs) = random(device, &mut rng, &shape, dtype, -1.0, 1.0);
-    let (k, ks) = random(device, &mut rng, &shape, dtype, -1.0, 1.0);
-    let (v, vs) = random(device, &mut rng, &shape, dtype, -1.0, 1.0);
+    let (k, ks) = random(device, &mut rng, &kv_shape, dtype, -1.0, 1.0);
+    let (v, vs) = random(device, &mut rng, &kv_shape, dtype, -1.0, 1.0);
     let (g, gs) = random(device, &mut rng, &shape, dtype, -1.0, 1.0);
     let what = format!("{device} {dtype} {case:?}");
     let (out, lse) = attention(&q, &k, &v, case.how).unwrap();
@@ -153,8 +183,11 @@ fn check(device: &Device, case: Case, dtype: DType) {
     );
     let (dq, dk, dv) = attention_backward((&q, &k, &v), (&out, &lse), &g, case.how).unwrap();
     let want = reference_grads(case, (&qs, &ks, &vs), &r, &gs);
-    // Gradients sum over a row of keys or a column of queries: scale the tolerance by length.
-    let scale = vec![(case.len as f64).sqrt(); r.out.len()];
+    // Gradients sum over a row of keys or a column of queries (of every query head of a
+    // group): scale the tolerance by their number.
+    let scale = vec![((case.len * case.group) as f64).sqrt(); r.out.len()];
+    assert_eq!(dk.shape(), k.shape(), "dk {what}");
+    assert_eq!(dv.shape(), v.shape(), "dv {what}");
     for (name, got, want) in [
         ("dq", dq, &want[0]),
         ("dk", dk, &want[1]),
@@ -164,7 +197,7 @@ fn check(device: &Device, case: Case, dtype: DType) {
             &format!("{name} {what}"),
             &got.to_f64().unwrap(),
             want,
-            &scale,
+            &scale[..want.len()],
             rtol,
         );
     }
@@ -190,6 +223,7 @@ fn cases() -> Vec<Case> {
                 };
                 cases.push(Case {
                     heads,
+                    group: 1,
                     len,
                     head,
                     how,
@@ -198,6 +232,48 @@ fn cases() -> Vec<Case> {
         }
     }
     cases
+}
+
+/// Grouped cases: groups of 2 and 4 and multi-query (one key/value head per batch element), at
+/// head sizes that run the tensor-core kernels on CUDA (up to 64) and the warp kernels (80).
+fn grouped_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (heads, group, len, head) in [
+        (4, 2, 70, 16),
+        (16, 4, 130, 64),
+        (12, 6, 33, 8),
+        (8, 2, 40, 80),
+    ] {
+        for causal in [true, false] {
+            for dropout in [None, Some(AttentionDropout { p: 0.2, seed: 77 })] {
+                let scale = 1.0 / (head as f64).sqrt();
+                let how = Attention {
+                    scale,
+                    causal,
+                    dropout,
+                };
+                cases.push(Case {
+                    heads,
+                    group,
+                    len,
+                    head,
+                    how,
+                });
+            }
+        }
+    }
+    cases
+}
+
+#[test]
+fn grouped_attention_equals_the_materialized_reference_forward_and_backward() {
+    for device in devices() {
+        for case in grouped_cases() {
+            for dtype in [DType::F64, DType::F32, DType::BF16, DType::F16] {
+                check(&device, case, dtype);
+            }
+        }
+    }
 }
 
 #[test]
@@ -302,4 +378,244 @@ fn bad_operands_are_named() {
         "attention_backward",
         &["lse is"],
     );
+}
+
+/// `x` (`[batch, kv_heads, len, head]`) with each head repeated `group` times in place:
+/// `[batch, kv_heads * group, len, head]`.
+fn repeat_heads(x: &[f64], kv_shape: &[usize], group: usize) -> Vec<f64> {
+    let per_head = kv_shape[2] * kv_shape[3];
+    x.chunks(per_head)
+        .flat_map(|head| std::iter::repeat_n(head, group).flatten().copied())
+        .collect()
+}
+
+/// The sums over each group of `group` consecutive heads of `x` (`[heads, len, head]` flat).
+fn sum_groups(x: &[f64], per_head: usize, group: usize) -> Vec<f64> {
+    x.chunks(per_head * group)
+        .flat_map(|heads| {
+            (0..per_head).map(move |e| (0..group).map(|m| heads[m * per_head + e]).sum::<f64>())
+        })
+        .collect()
+}
+
+#[test]
+fn grouped_attention_equals_attention_over_repeated_keys_and_values() {
+    for device in devices() {
+        for case in grouped_cases() {
+            for dtype in [DType::F32, DType::BF16] {
+                let mut rng = rng();
+                let (shape, kv_shape) = case.shapes();
+                let (q, _) = random(&device, &mut rng, &shape, dtype, -1.0, 1.0);
+                let (k, ks) = random(&device, &mut rng, &kv_shape, dtype, -1.0, 1.0);
+                let (v, vs) = random(&device, &mut rng, &kv_shape, dtype, -1.0, 1.0);
+                let (g, _) = random(&device, &mut rng, &shape, dtype, -1.0, 1.0);
+                let repeat = |x: &[f64]| {
+                    let values = repeat_heads(x, &kv_shape, case.group);
+                    Array::from_f64(&device, shape.as_slice(), dtype, &values).unwrap()
+                };
+                let (k_rep, v_rep) = (repeat(&ks), repeat(&vs));
+                let what = format!("{device} {dtype} {case:?}");
+                let (out, lse) = attention(&q, &k, &v, case.how).unwrap();
+                let (out_rep, lse_rep) = attention(&q, &k_rep, &v_rep, case.how).unwrap();
+                let rtol = tolerance(dtype);
+                let ones = vec![1.0; out.numel()];
+                let pairs = [("out", &out, &out_rep), ("lse", &lse, &lse_rep)];
+                for (name, got, want) in pairs {
+                    let (got, want) = (got.to_f64().unwrap(), want.to_f64().unwrap());
+                    let what = format!("{name} {what}");
+                    assert_close_scaled(&what, &got, &want, &ones[..got.len()], rtol);
+                }
+                let grads = attention_backward((&q, &k, &v), (&out, &lse), &g, case.how).unwrap();
+                let repeated = (&q, &k_rep, &v_rep);
+                let grads_rep =
+                    attention_backward(repeated, (&out_rep, &lse_rep), &g, case.how).unwrap();
+                let per_head = case.len * case.head;
+                let scale = vec![((case.len * case.group) as f64).sqrt(); out.numel()];
+                let (dq, dq_rep) = (grads.0.to_f64().unwrap(), grads_rep.0.to_f64().unwrap());
+                assert_close_scaled(&format!("dq {what}"), &dq, &dq_rep, &scale, rtol);
+                for (name, got, want) in [
+                    ("dk", &grads.1, &grads_rep.1),
+                    ("dv", &grads.2, &grads_rep.2),
+                ] {
+                    let want = sum_groups(&want.to_f64().unwrap(), per_head, case.group);
+                    let got = got.to_f64().unwrap();
+                    let what = format!("{name} {what}");
+                    assert_close_scaled(&what, &got, &want, &scale[..got.len()], rtol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn grouped_gradients_are_the_same_bits_on_every_run() {
+    for device in devices() {
+        let case = grouped_cases()[5];
+        let mut rng = rng();
+        let (shape, kv_shape) = case.shapes();
+        let draw =
+            |rng: &mut _, shape: &[usize]| random(&device, rng, shape, DType::F32, -1.0, 1.0).0;
+        let (q, k, v) = (
+            draw(&mut rng, &shape),
+            draw(&mut rng, &kv_shape),
+            draw(&mut rng, &kv_shape),
+        );
+        let g = draw(&mut rng, &shape);
+        let (out, lse) = attention(&q, &k, &v, case.how).unwrap();
+        let run = || {
+            let (_, dk, dv) = attention_backward((&q, &k, &v), (&out, &lse), &g, case.how).unwrap();
+            (dk.to_f64().unwrap(), dv.to_f64().unwrap())
+        };
+        let first = run();
+        for _ in 0..3 {
+            assert_eq!(run(), first, "{device} {case:?}");
+        }
+    }
+}
+
+#[test]
+fn grouped_gradients_match_finite_differences() {
+    let device = &devices()[0];
+    let mut rng = rng();
+    let (shape, kv_shape) = ([2, 4, 5, 3], [2, 2, 5, 3]);
+    let how = Attention {
+        scale: 0.7,
+        causal: true,
+        dropout: Some(AttentionDropout { p: 0.3, seed: 5 }),
+    };
+    let draw = |rng: &mut _, shape: &[usize]| random(device, rng, shape, DType::F64, -1.0, 1.0);
+    let ((q, qs), (k, ks), (v, vs), (g, gs)) = (
+        draw(&mut rng, &shape),
+        draw(&mut rng, &kv_shape),
+        draw(&mut rng, &kv_shape),
+        draw(&mut rng, &shape),
+    );
+    let (out, lse) = attention(&q, &k, &v, how).unwrap();
+    let (dq, dk, dv) = attention_backward((&q, &k, &v), (&out, &lse), &g, how).unwrap();
+    let array =
+        |x: &[f64], shape: [usize; 4]| Array::from_f64(device, shape, DType::F64, x).unwrap();
+    let loss = |q: &[f64], k: &[f64], v: &[f64]| {
+        let operands = (array(q, shape), array(k, kv_shape), array(v, kv_shape));
+        let (out, _) = attention(&operands.0, &operands.1, &operands.2, how).unwrap();
+        out.to_f64()
+            .unwrap()
+            .iter()
+            .zip(&gs)
+            .map(|(a, b)| a * b)
+            .sum::<f64>()
+    };
+    let numeric = [
+        numeric_gradient(&qs, |x| loss(x, &ks, &vs)),
+        numeric_gradient(&ks, |x| loss(&qs, x, &vs)),
+        numeric_gradient(&vs, |x| loss(&qs, &ks, x)),
+    ];
+    let ones = vec![1.0; qs.len()];
+    for ((name, got), want) in [("dq", dq), ("dk", dk), ("dv", dv)]
+        .into_iter()
+        .zip(&numeric)
+    {
+        let got = got.to_f64().unwrap();
+        assert_close_scaled(name, &got, want, &ones[..got.len()], 1e-6);
+    }
+}
+
+/// One allocation event: (kind, size, requested, tag).
+type AllocEvent = (EventKind, u64, u64, Option<Tag>);
+
+/// The allocation events of `device` and its peak in use, after a grouped attention forward
+/// and backward over `kv_heads` key/value heads of 8 query heads.
+fn planned(device: &Device, kv_heads: usize) -> (Vec<AllocEvent>, u64) {
+    let (shape, kv_shape) = ([2, 8, 40, 16], [2, kv_heads, 40, 16]);
+    let how = Attention {
+        scale: 0.25,
+        causal: true,
+        dropout: Some(AttentionDropout { p: 0.1, seed: 3 }),
+    };
+    {
+        let zeros = |shape: [usize; 4]| Array::zeros(device, shape, DType::BF16).unwrap();
+        let (q, k, v, g) = (zeros(shape), zeros(kv_shape), zeros(kv_shape), zeros(shape));
+        let (out, lse) = attention(&q, &k, &v, how).unwrap();
+        let grads = attention_backward((&q, &k, &v), (&out, &lse), &g, how).unwrap();
+        assert_eq!((grads.1.shape(), grads.2.shape()), (k.shape(), v.shape()));
+    }
+    let events = device.allocator().with(|alloc| {
+        alloc
+            .history()
+            .expect("recording is on")
+            .events()
+            .filter(|e| matches!(e.kind, EventKind::Alloc | EventKind::Free))
+            .map(|e| (e.kind, e.size, e.requested, e.tag))
+            .collect()
+    });
+    (events, device.allocator().stats().peak_in_use)
+}
+
+/// A 64 MiB device that records its allocations.
+fn config() -> DeviceConfig {
+    DeviceConfig::new(64 << 20).with_allocator(AllocatorConfig::default().with_history(1000))
+}
+
+#[test]
+fn meta_plans_exactly_what_grouped_attention_allocates_and_it_is_less_than_repeated() {
+    for kv_heads in [8, 4, 2, 1] {
+        let cpu = Device::cpu(config()).unwrap();
+        let meta = Device::meta(config()).unwrap();
+        let (cpu_events, cpu_peak) = planned(&cpu, kv_heads);
+        let (meta_events, meta_peak) = planned(&meta, kv_heads);
+        assert_eq!(cpu_events, meta_events, "{kv_heads} key/value heads");
+        assert_eq!(cpu_peak, meta_peak, "{kv_heads} key/value heads");
+    }
+    let peak = |kv_heads| planned(&Device::cpu(config()).unwrap(), kv_heads).1;
+    let (repeated, grouped, multi_query) = (peak(8), peak(2), peak(1));
+    assert!(
+        grouped < repeated && multi_query < grouped,
+        "peaks: repeated {repeated}, grouped {grouped}, multi-query {multi_query}"
+    );
+}
+
+#[test]
+fn the_work_account_counts_every_query_head_and_the_bytes_of_the_shared_heads() {
+    let work = |kv_heads| {
+        let planner = Device::meta_for(PlanTarget::Cpu, config()).unwrap();
+        planned(&planner, kv_heads);
+        planner.planned_work().unwrap()
+    };
+    let (repeated, grouped) = (work(8), work(2));
+    assert_eq!(grouped.matrix_flops, repeated.matrix_flops);
+    assert!(grouped.matrix_flops > 0.0);
+    assert!(
+        grouped.bytes < repeated.bytes,
+        "{grouped:?} against {repeated:?}"
+    );
+}
+
+#[test]
+fn grouped_operands_that_do_not_divide_are_named() {
+    let device = &devices()[0];
+    let how = Attention {
+        scale: 1.0,
+        causal: false,
+        dropout: None,
+    };
+    let zeros = |shape: &[usize]| Array::zeros(device, shape, DType::F32).unwrap();
+    let q = zeros(&[2, 6, 4, 8]);
+    for kv in [
+        zeros(&[2, 4, 4, 8]), // 4 does not divide 6
+        zeros(&[2, 0, 4, 8]), // no key/value heads
+        zeros(&[1, 3, 4, 8]), // another batch
+        zeros(&[2, 3, 5, 8]), // another length
+        zeros(&[6, 4, 8]),    // another rank
+    ] {
+        let err = assert_fails(
+            attention(&q, &kv, &kv, how),
+            "attention",
+            &["k is", "divide"],
+        );
+        assert!(matches!(err, Error::Shape { .. }));
+    }
+    let (k, v) = (zeros(&[2, 3, 4, 8]), zeros(&[2, 2, 4, 8]));
+    assert_fails(attention(&q, &k, &v, how), "attention", &["v is"]);
+    // Without an axis before len, the shapes must match.
+    let (q2, k2) = (zeros(&[4, 8]), zeros(&[2, 8]));
+    assert_fails(attention(&q2, &k2, &k2, how), "attention", &["k is"]);
 }

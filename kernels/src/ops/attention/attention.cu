@@ -4,8 +4,10 @@
 // row's features (lane + 32 k, up to ATT_HEAD_MAX), and each dot product is a reduction over the
 // warp. The four warps of a block share tiles of the other side's rows in shared memory.
 //
-// Operands are [heads, len, head] in T; the log-sum-exp and the backward pass's row sums
-// (delta) are [heads, len] in the compute type. The dropout mask of weight (i, j) of head h is
+// Operands are [heads, len, head] in T, but keys and values (and their gradients), which are
+// [heads / group, len, head]: query head h reads key/value head h / group in place (grouped-query
+// attention). The log-sum-exp and the backward pass's row sums (delta) are [heads, len] in the
+// compute type. The dropout mask of weight (i, j) of head h is
 // drawn at index (h len + i) len + j, as dropout on the materialized weights draws it.
 
 #define ATT_HEAD_MAX 128
@@ -74,12 +76,12 @@ __device__ __forceinline__ AttRows att_rows(u64 len) {
 #define ATTENTION(name, T) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_##name( \
         const T* q, const T* k, const T* v, T* out, typename Io<T>::C* lse, u64 len, u64 head, \
-        double scale, int causal, int dropout, double p, u64 seed) { \
+        u64 group, double scale, int causal, int dropout, double p, u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C keys[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C values[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         const int lane = threadIdx.x % 32; \
-        const u64 h = blockIdx.y, base = h * len * head; \
+        const u64 h = blockIdx.y, base = h * len * head, kv_base = h / group * len * head; \
         const AttRows rows = att_rows(len); \
         C query[ATT_PER_LANE], acc[ATT_PER_LANE]; \
         att_load_row(q + base + (rows.mine ? rows.row : 0) * head, head, lane, query); \
@@ -90,8 +92,8 @@ __device__ __forceinline__ AttRows att_rows(u64 len) {
         const u64 visible = causal ? rows.row + 1 : len; \
         for (u64 key0 = 0; key0 < keys_seen; key0 += AttTile<C>::ROWS) { \
             __syncthreads(); \
-            att_load_tile(k + base, key0, len, head, keys); \
-            att_load_tile(v + base, key0, len, head, values); \
+            att_load_tile(k + kv_base, key0, len, head, keys); \
+            att_load_tile(v + kv_base, key0, len, head, values); \
             __syncthreads(); \
             if (!rows.mine) continue; \
             for (int c = 0; c < AttTile<C>::ROWS && key0 + c < visible; ++c) { \
@@ -130,17 +132,18 @@ FOR_FLOATS(ATTENTION)
     }
 FOR_FLOATS(ATTENTION_DELTA)
 
-// The gradients of the keys and values: a warp per key, over the tiles of queries that see it.
+// The gradients of the keys and values: a warp per key, over its group's query heads in order
+// and, for each, the tiles of queries that see it.
 #define ATTENTION_BACKWARD_KV(name, T) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_kv_##name( \
         const T* q, const T* k, const T* v, const T* dout, const typename Io<T>::C* lse, \
-        const typename Io<T>::C* delta, T* dk, T* dv, u64 len, u64 head, double scale, int causal, \
-        int dropout, double p, u64 seed) { \
+        const typename Io<T>::C* delta, T* dk, T* dv, u64 len, u64 head, u64 group, double scale, \
+        int causal, int dropout, double p, u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C queries[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C grads[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         const int lane = threadIdx.x % 32; \
-        const u64 h = blockIdx.y, base = h * len * head; \
+        const u64 kv = blockIdx.y, base = kv * len * head; \
         const AttRows rows = att_rows(len); \
         const u64 key = rows.mine ? rows.row : 0; \
         C mine_k[ATT_PER_LANE], mine_v[ATT_PER_LANE], gk[ATT_PER_LANE], gv[ATT_PER_LANE]; \
@@ -149,24 +152,27 @@ FOR_FLOATS(ATTENTION_DELTA)
         _Pragma("unroll") for (int f = 0; f < ATT_PER_LANE; ++f) gk[f] = gv[f] = 0; \
         const u64 start = causal ? rows.first : 0; \
         const u64 tile0 = start - start % AttTile<C>::ROWS; \
-        for (u64 q0 = tile0; q0 < len; q0 += AttTile<C>::ROWS) { \
-            __syncthreads(); \
-            att_load_tile(q + base, q0, len, head, queries); \
-            att_load_tile(dout + base, q0, len, head, grads); \
-            __syncthreads(); \
-            if (!rows.mine) continue; \
-            for (int r = 0; r < AttTile<C>::ROWS && q0 + r < len; ++r) { \
-                const u64 i = q0 + r; \
-                if (causal && i < key) continue; \
-                const C* qi = queries + r * ATT_HEAD_MAX; \
-                const C* gi = grads + r * ATT_HEAD_MAX; \
-                const C weight = m_exp((C)scale * att_dot(mine_k, qi, lane) - lse[h * len + i]); \
-                const C keep = att_keep<C>(dropout, p, seed, h, len, i, key); \
-                const C dweight = att_dot(mine_v, gi, lane) * keep; \
-                const C dscore = weight * (dweight - delta[h * len + i]) * (C)scale; \
-                _Pragma("unroll") for (int f = 0; f < ATT_PER_LANE; ++f) { \
-                    gv[f] += weight * keep * gi[lane + 32 * f]; \
-                    gk[f] += dscore * qi[lane + 32 * f]; \
+        for (u64 h = kv * group; h < (kv + 1) * group; ++h) { \
+            const u64 q_base = h * len * head; \
+            for (u64 q0 = tile0; q0 < len; q0 += AttTile<C>::ROWS) { \
+                __syncthreads(); \
+                att_load_tile(q + q_base, q0, len, head, queries); \
+                att_load_tile(dout + q_base, q0, len, head, grads); \
+                __syncthreads(); \
+                if (!rows.mine) continue; \
+                for (int r = 0; r < AttTile<C>::ROWS && q0 + r < len; ++r) { \
+                    const u64 i = q0 + r; \
+                    if (causal && i < key) continue; \
+                    const C* qi = queries + r * ATT_HEAD_MAX; \
+                    const C* gi = grads + r * ATT_HEAD_MAX; \
+                    const C weight = m_exp((C)scale * att_dot(mine_k, qi, lane) - lse[h * len + i]); \
+                    const C keep = att_keep<C>(dropout, p, seed, h, len, i, key); \
+                    const C dweight = att_dot(mine_v, gi, lane) * keep; \
+                    const C dscore = weight * (dweight - delta[h * len + i]) * (C)scale; \
+                    _Pragma("unroll") for (int f = 0; f < ATT_PER_LANE; ++f) { \
+                        gv[f] += weight * keep * gi[lane + 32 * f]; \
+                        gk[f] += dscore * qi[lane + 32 * f]; \
+                    } \
                 } \
             } \
         } \
@@ -185,13 +191,13 @@ FOR_FLOATS(ATTENTION_BACKWARD_KV)
 #define ATTENTION_BACKWARD_Q(name, T) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_q_##name( \
         const T* q, const T* k, const T* v, const T* dout, const typename Io<T>::C* lse, \
-        const typename Io<T>::C* delta, T* dq, u64 len, u64 head, double scale, int causal, \
-        int dropout, double p, u64 seed) { \
+        const typename Io<T>::C* delta, T* dq, u64 len, u64 head, u64 group, double scale, \
+        int causal, int dropout, double p, u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C keys[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C values[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         const int lane = threadIdx.x % 32; \
-        const u64 h = blockIdx.y, base = h * len * head; \
+        const u64 h = blockIdx.y, base = h * len * head, kv_base = h / group * len * head; \
         const AttRows rows = att_rows(len); \
         const u64 i = rows.mine ? rows.row : 0; \
         C mine_q[ATT_PER_LANE], mine_g[ATT_PER_LANE], gq[ATT_PER_LANE]; \
@@ -204,8 +210,8 @@ FOR_FLOATS(ATTENTION_BACKWARD_KV)
         const u64 visible = causal ? i + 1 : len; \
         for (u64 key0 = 0; key0 < keys_seen; key0 += AttTile<C>::ROWS) { \
             __syncthreads(); \
-            att_load_tile(k + base, key0, len, head, keys); \
-            att_load_tile(v + base, key0, len, head, values); \
+            att_load_tile(k + kv_base, key0, len, head, keys); \
+            att_load_tile(v + kv_base, key0, len, head, values); \
             __syncthreads(); \
             if (!rows.mine) continue; \
             for (int c = 0; c < AttTile<C>::ROWS && key0 + c < visible; ++c) { \
@@ -506,18 +512,20 @@ __device__ __forceinline__ float mma_row_max(float v) {
     return m_max(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-// Where a block and its warp stand: lane (g, t), head h and its operands' offset, the block's
-// first row and this warp's.
+// Where a block and its warp stand: lane (g, t), head h (of the grid's y) and its operands'
+// offset, the offset of the key/value head it reads (h / group), the block's first row and this
+// warp's.
 struct MmaRows {
     int g, t;
-    u64 h, base, block0, first;
+    u64 h, base, kv_base, block0, first;
 };
-__device__ __forceinline__ MmaRows mma_rows(u64 len, u64 head) {
+__device__ __forceinline__ MmaRows mma_rows(u64 len, u64 head, u64 group) {
     MmaRows at;
     at.g = threadIdx.x % 32 / 4;
     at.t = threadIdx.x % 4;
     at.h = blockIdx.y;
     at.base = at.h * len * head;
+    at.kv_base = at.h / group * len * head;
     at.block0 = (u64)blockIdx.x * MMA_ROWS;
     at.first = at.block0 + threadIdx.x / 32 * 16;
     return at;
@@ -552,13 +560,15 @@ __device__ __forceinline__ void mma_store_rows(const float (&acc)[DP / 8][4], co
 // and values are double-buffered: the next pair loads while the block works on this one.
 template <typename T, int DP>
 __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v, T* out, float* lse,
-                                              u64 len, u64 head, double scale, int causal, int dropout,
-                                              double p, u64 seed) {
+                                              u64 len, u64 head, u64 group, double scale, int causal,
+                                              int dropout, double p, u64 seed) {
     __shared__ __align__(16) T keys[2][MMA_TILE * (DP + MMA_PAD)];
     __shared__ __align__(16) T values[2][MMA_TILE * (DP + MMA_PAD)];
-    const MmaRows at = mma_rows(len, head);
+    const MmaRows at = mma_rows(len, head, group);
     const int g = at.g, t = at.t;
     const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
+    k += at.kv_base;
+    v += at.kv_base;
     u32 query[DP / 16][4];
     mma_load_a<T, DP>(q + base, first, len, head, query);
     float acc[DP / 8][4], most[2] = {neg_infinity<float>(), neg_infinity<float>()}, sum[2] = {0.0f, 0.0f};
@@ -567,11 +577,10 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
     const float scale2 = (float)(scale * MMA_LOG2E);
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
-    mma_prefetch_tiles<T, DP>(k + base, v + base, 0, keys_seen, len, head, keys[0], values[0]);
+    mma_prefetch_tiles<T, DP>(k, v, 0, keys_seen, len, head, keys[0], values[0]);
     int now = 0;
     for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE, now ^= 1) {
-        mma_prefetch_tiles<T, DP>(k + base, v + base, key0 + MMA_TILE, keys_seen, len, head, keys[now ^ 1],
-                                  values[now ^ 1]);
+        mma_prefetch_tiles<T, DP>(k, v, key0 + MMA_TILE, keys_seen, len, head, keys[now ^ 1], values[now ^ 1]);
         mma_copy_wait<1>();
         __syncthreads();
         // A tile wholly after this warp's rows has nothing for it.
@@ -631,13 +640,15 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
 template <typename T, int DP>
 __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k, const T* v, const T* dout,
                                                          const float* lse, const float* delta, T* dq,
-                                                         u64 len, u64 head, double scale, int causal,
-                                                         int dropout, double p, u64 seed) {
+                                                         u64 len, u64 head, u64 group, double scale,
+                                                         int causal, int dropout, double p, u64 seed) {
     __shared__ __align__(16) T keys[2][MMA_TILE * (DP + MMA_PAD)];
     __shared__ __align__(16) T values[2][MMA_TILE * (DP + MMA_PAD)];
-    const MmaRows at = mma_rows(len, head);
+    const MmaRows at = mma_rows(len, head, group);
     const int g = at.g;
     const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
+    k += at.kv_base;
+    v += at.kv_base;
     u32 query[DP / 16][4], grad[DP / 16][4];
     mma_load_a<T, DP>(q + base, first, len, head, query);
     mma_load_a<T, DP>(dout + base, first, len, head, grad);
@@ -653,11 +664,10 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
     for (int nd = 0; nd < DP / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
-    mma_prefetch_tiles<T, DP>(k + base, v + base, 0, keys_seen, len, head, keys[0], values[0]);
+    mma_prefetch_tiles<T, DP>(k, v, 0, keys_seen, len, head, keys[0], values[0]);
     int now = 0;
     for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE, now ^= 1) {
-        mma_prefetch_tiles<T, DP>(k + base, v + base, key0 + MMA_TILE, keys_seen, len, head, keys[now ^ 1],
-                                  values[now ^ 1]);
+        mma_prefetch_tiles<T, DP>(k, v, key0 + MMA_TILE, keys_seen, len, head, keys[now ^ 1], values[now ^ 1]);
         mma_copy_wait<1>();
         __syncthreads();
         if (!causal || key0 <= first + 15) {
@@ -698,20 +708,21 @@ __device__ __forceinline__ void mma_load_row_stats(const float* lse, const float
     }
 }
 
-// The gradients of MMA_ROWS keys and values of one head, over the tiles of queries that see
-// them.
+// The gradients of MMA_ROWS keys and values of one key/value head, over its group's query heads
+// in order and, for each, the tiles of queries that see them.
 template <typename T, int DP>
 __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k, const T* v, const T* dout,
                                                           const float* lse, const float* delta, T* dk, T* dv,
-                                                          u64 len, u64 head, double scale, int causal,
-                                                          int dropout, double p, u64 seed) {
+                                                          u64 len, u64 head, u64 group, double scale,
+                                                          int causal, int dropout, double p, u64 seed) {
     __shared__ __align__(16) T queries[2][MMA_TILE * (DP + MMA_PAD)];
     __shared__ __align__(16) T grads[2][MMA_TILE * (DP + MMA_PAD)];
     __shared__ __align__(16) float tile_lse[2][MMA_TILE];
     __shared__ __align__(16) float tile_delta[2][MMA_TILE];
-    const MmaRows at = mma_rows(len, head);
+    // The grid's y is the key/value head here.
+    const MmaRows at = mma_rows(len, head, 1);
     const int t = at.t;
-    const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
+    const u64 kv = at.h, base = at.base, block0 = at.block0, first = at.first;
     u32 key_rows[DP / 16][4], value_rows[DP / 16][4];
     mma_load_a<T, DP>(k + base, first, len, head, key_rows);
     mma_load_a<T, DP>(v + base, first, len, head, value_rows);
@@ -722,48 +733,52 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
         gv[nd][0] = gv[nd][1] = gv[nd][2] = gv[nd][3] = 0.0f;
     }
     const float scale2 = (float)(scale * MMA_LOG2E);
-    const float* head_lse = lse + h * len;
-    const float* head_delta = delta + h * len;
     const u64 q_begin = causal ? block0 : 0;
-    mma_load_row_stats(head_lse, head_delta, q_begin, len, tile_lse[0], tile_delta[0]);
-    mma_prefetch_tiles<T, DP>(q + base, dout + base, q_begin, len, len, head, queries[0], grads[0]);
-    int now = 0;
-    for (u64 q0 = q_begin; q0 < len; q0 += MMA_TILE, now ^= 1) {
-        mma_load_row_stats(head_lse, head_delta, q0 + MMA_TILE, len, tile_lse[now ^ 1], tile_delta[now ^ 1]);
-        mma_prefetch_tiles<T, DP>(q + base, dout + base, q0 + MMA_TILE, len, len, head, queries[now ^ 1],
-                                  grads[now ^ 1]);
-        mma_copy_wait<1>();
-        __syncthreads();
-        // A tile whose queries all come before these keys has nothing for them.
-        if (!causal || q0 + MMA_TILE > first) {
-            float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
-            mma_rows_by_tile<T, DP>(key_rows, queries[now], s);
-            mma_rows_by_tile<T, DP>(value_rows, grads[now], dp);
+    for (u64 h = kv * group; h < (kv + 1) * group; ++h) {
+        const T* head_q = q + h * len * head;
+        const T* head_dout = dout + h * len * head;
+        const float* head_lse = lse + h * len;
+        const float* head_delta = delta + h * len;
+        mma_load_row_stats(head_lse, head_delta, q_begin, len, tile_lse[0], tile_delta[0]);
+        mma_prefetch_tiles<T, DP>(head_q, head_dout, q_begin, len, len, head, queries[0], grads[0]);
+        int now = 0;
+        for (u64 q0 = q_begin; q0 < len; q0 += MMA_TILE, now ^= 1) {
+            mma_load_row_stats(head_lse, head_delta, q0 + MMA_TILE, len, tile_lse[now ^ 1], tile_delta[now ^ 1]);
+            mma_prefetch_tiles<T, DP>(head_q, head_dout, q0 + MMA_TILE, len, len, head, queries[now ^ 1],
+                                      grads[now ^ 1]);
+            mma_copy_wait<1>();
+            __syncthreads();
+            // A tile whose queries all come before these keys has nothing for them.
+            if (!causal || q0 + MMA_TILE > first) {
+                float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
+                mma_rows_by_tile<T, DP>(key_rows, queries[now], s);
+                mma_rows_by_tile<T, DP>(value_rows, grads[now], dp);
 #pragma unroll
-            for (int n = 0; n < MMA_TILE / 8; ++n) {
+                for (int n = 0; n < MMA_TILE / 8; ++n) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = n * 8 + 2 * t + e % 2;
-                    s[n][e] = s[n][e] * scale2 - tile_lse[now][col] * (float)MMA_LOG2E;
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * t + e % 2;
+                        s[n][e] = s[n][e] * scale2 - tile_lse[now][col] * (float)MMA_LOG2E;
+                    }
                 }
-            }
-            if (mma_edge<true>(first, q0, len, causal)) mma_mask<true>(s, first, q0, len, causal);
-            if (dropout) mma_dropout<true>(dp, first, q0, h, len, p, seed);
+                if (mma_edge<true>(first, q0, len, causal)) mma_mask<true>(s, first, q0, len, causal);
+                if (dropout) mma_dropout<true>(dp, first, q0, h, len, p, seed);
 #pragma unroll
-            for (int n = 0; n < MMA_TILE / 8; ++n) {
+                for (int n = 0; n < MMA_TILE / 8; ++n) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = n * 8 + 2 * t + e % 2;
-                    const float w = exp2f(s[n][e]);
-                    s[n][e] = w;
-                    dp[n][e] = w * (dp[n][e] - tile_delta[now][col]) * (float)scale;
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * t + e % 2;
+                        const float w = exp2f(s[n][e]);
+                        s[n][e] = w;
+                        dp[n][e] = w * (dp[n][e] - tile_delta[now][col]) * (float)scale;
+                    }
                 }
+                if (dropout) mma_dropout<true>(s, first, q0, h, len, p, seed);
+                mma_weights_by_tile<T, DP>(s, grads[now], gv);
+                mma_weights_by_tile<T, DP>(dp, queries[now], gk);
             }
-            if (dropout) mma_dropout<true>(s, first, q0, h, len, p, seed);
-            mma_weights_by_tile<T, DP>(s, grads[now], gv);
-            mma_weights_by_tile<T, DP>(dp, queries[now], gk);
+            __syncthreads();
         }
-        __syncthreads();
     }
     const float one[2] = {1.0f, 1.0f};
     mma_store_rows<T, DP>(gk, one, dk + base, first, len, head);
@@ -772,21 +787,21 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
 
 #define ATTENTION_MMA(name, T, DP) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_mma##DP##_##name( \
-        const T* q, const T* k, const T* v, T* out, float* lse, u64 len, u64 head, double scale, \
-        int causal, int dropout, double p, u64 seed) { \
-        attention_mma<T, DP>(q, k, v, out, lse, len, head, scale, causal, dropout, p, seed); \
+        const T* q, const T* k, const T* v, T* out, float* lse, u64 len, u64 head, u64 group, \
+        double scale, int causal, int dropout, double p, u64 seed) { \
+        attention_mma<T, DP>(q, k, v, out, lse, len, head, group, scale, causal, dropout, p, seed); \
     } \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_q_mma##DP##_##name( \
         const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq, \
-        u64 len, u64 head, double scale, int causal, int dropout, double p, u64 seed) { \
-        attention_backward_q_mma<T, DP>(q, k, v, dout, lse, delta, dq, len, head, scale, causal, dropout, \
-                                        p, seed); \
+        u64 len, u64 head, u64 group, double scale, int causal, int dropout, double p, u64 seed) { \
+        attention_backward_q_mma<T, DP>(q, k, v, dout, lse, delta, dq, len, head, group, scale, causal, \
+                                        dropout, p, seed); \
     } \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_kv_mma##DP##_##name( \
         const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dk, \
-        T* dv, u64 len, u64 head, double scale, int causal, int dropout, double p, u64 seed) { \
-        attention_backward_kv_mma<T, DP>(q, k, v, dout, lse, delta, dk, dv, len, head, scale, causal, \
-                                         dropout, p, seed); \
+        T* dv, u64 len, u64 head, u64 group, double scale, int causal, int dropout, double p, u64 seed) { \
+        attention_backward_kv_mma<T, DP>(q, k, v, dout, lse, delta, dk, dv, len, head, group, scale, \
+                                         causal, dropout, p, seed); \
     }
 ATTENTION_MMA(bf16, bf16, 64)
 ATTENTION_MMA(f16, f16, 64)

@@ -2,7 +2,9 @@
 //! GEMM of the `gemm` crate. The forward pass runs one task per head and block of queries (its
 //! output rows are its own); the backward pass one task per head, which walks the blocks of
 //! keys and, for each, the blocks of queries that see them, accumulating the keys' and values'
-//! gradients for the block and the queries' gradients for the head. Half types compute in f32,
+//! gradients for the block and the queries' gradients for the head. Grouped-query attention
+//! reads each key/value head once for its group; the backward pass runs one task per key/value
+//! head, which sums its query heads' shares of the keys' and values' gradients in their order. Half types compute in f32,
 //! f64 in f64; every product accumulates in the compute type.
 
 use gemm::Parallelism;
@@ -149,20 +151,19 @@ fn head_of<T: Float>(x: &[T], head: usize, per_head: usize) -> Vec<T::C> {
         .collect()
 }
 
-/// One head's queries, keys and values, `[len, head]` each, in the compute type `C`.
-struct Head<C> {
-    q: Vec<C>,
+/// One key/value head's keys and values, `[len, head]` each, in the compute type `C`: read once
+/// for every query head of its group.
+struct KvHead<C> {
     k: Vec<C>,
     v: Vec<C>,
 }
 
-impl<C: Compute> Head<C> {
-    /// Head `head` of operands of `per_head` elements a head.
-    fn of<T: Float<C = C>>((q, k, v): (&[T], &[T], &[T]), head: usize, per_head: usize) -> Self {
+impl<C: Compute> KvHead<C> {
+    /// Key/value head `kv` of operands of `per_head` elements a head.
+    fn of<T: Float<C = C>>((k, v): (&[T], &[T]), kv: usize, per_head: usize) -> Self {
         Self {
-            q: head_of(q, head, per_head),
-            k: head_of(k, head, per_head),
-            v: head_of(v, head, per_head),
+            k: head_of(k, kv, per_head),
+            v: head_of(v, kv, per_head),
         }
     }
 }
@@ -196,17 +197,28 @@ fn forward<T: Float>(
     if per_head == 0 {
         return;
     }
-    out.par_chunks_mut(per_head)
-        .zip(lse.par_chunks_mut(spec.len))
+    // One task per key/value head, its keys and values read once; within it, one per query
+    // head of its group and block of queries.
+    let group = spec.group;
+    out.par_chunks_mut(group * per_head)
+        .zip(lse.par_chunks_mut(group * spec.len))
         .enumerate()
-        .for_each(|(head, (out, lse))| {
-            let operands = Head::of((q, k, v), head, per_head);
-            out.par_chunks_mut(QUERIES * spec.head)
-                .zip(lse.par_chunks_mut(QUERIES))
+        .for_each(|(kv, (out, lse))| {
+            let keys = KvHead::of((k, v), kv, per_head);
+            out.par_chunks_mut(per_head)
+                .zip(lse.par_chunks_mut(spec.len))
                 .enumerate()
-                .for_each(|(block, (out, lse))| {
-                    let rows = (block * QUERIES, lse.len());
-                    query_block::<T>(spec, head, rows, &operands, out, lse);
+                .for_each(|(member, (out, lse))| {
+                    let head = kv * group + member;
+                    let query = head_of(q, head, per_head);
+                    out.par_chunks_mut(QUERIES * spec.head)
+                        .zip(lse.par_chunks_mut(QUERIES))
+                        .enumerate()
+                        .for_each(|(block, (out, lse))| {
+                            let rows = (block * QUERIES, lse.len());
+                            let operands = (query.as_slice(), &keys);
+                            query_block::<T>(spec, head, rows, operands, out, lse);
+                        });
                 });
         });
 }
@@ -217,7 +229,7 @@ fn query_block<T: Float>(
     spec: &AttentionSpec,
     head: usize,
     (first, rows): (usize, usize),
-    Head { q, k, v }: &Head<T::C>,
+    (q, KvHead { k, v }): (&[T::C], &KvHead<T::C>),
     out: &mut [T],
     lse: &mut [T::C],
 ) {
@@ -302,26 +314,41 @@ fn backward<T: Float>(
     if per_head == 0 {
         return;
     }
-    dq.par_chunks_mut(per_head)
+    // One task per key/value head: its group's query heads in order, each adding its share of
+    // the keys' and values' gradients, so that the sums are the same on every run.
+    let group = spec.group;
+    dq.par_chunks_mut(group * per_head)
         .zip(dk.par_chunks_mut(per_head))
         .zip(dv.par_chunks_mut(per_head))
         .enumerate()
-        .for_each(|(head, ((dq, dk), dv))| {
-            let operands = Head::of((q, k, v), head, per_head);
-            let dout = head_of(dout, head, per_head);
-            let out = head_of(out, head, per_head);
-            let lse = &lse[head * spec.len..][..spec.len];
-            head_backward::<T>(spec, head, &operands, (&out, lse, &dout), (dq, dk, dv));
+        .for_each(|(kv, ((dq, dk), dv))| {
+            let keys = KvHead::of((k, v), kv, per_head);
+            let (mut dk_sum, mut dv_sum) = (vec![T::C::ZERO; per_head], vec![T::C::ZERO; per_head]);
+            for (member, dq) in dq.chunks_mut(per_head).enumerate() {
+                let head = kv * group + member;
+                let query = head_of(q, head, per_head);
+                let dout = head_of(dout, head, per_head);
+                let out = head_of(out, head, per_head);
+                let lse = &lse[head * spec.len..][..spec.len];
+                let saved = (out.as_slice(), lse, dout.as_slice());
+                let sums = (dq, dk_sum.as_mut_slice(), dv_sum.as_mut_slice());
+                head_backward::<T>(spec, head, (&query, &keys), saved, sums);
+            }
+            for (dst, src) in [(dk, &dk_sum), (dv, &dv_sum)] {
+                dst.iter_mut().zip(src).for_each(|(x, &a)| *x = T::store(a));
+            }
         });
 }
 
-/// The gradients of one head: for each block of keys, the blocks of queries that see it.
+/// The gradients of one query head: for each block of keys, the blocks of queries that see
+/// it. Writes the queries' gradient and adds the keys' and values' to `dk` and `dv` (the key/value
+/// head's sums over its group, in the compute type).
 fn head_backward<T: Float>(
     spec: &AttentionSpec,
     head: usize,
-    Head { q, k, v }: &Head<T::C>,
+    (q, KvHead { k, v }): (&[T::C], &KvHead<T::C>),
     (out, lse, dout): Saved<'_, T::C>,
-    (dq, dk, dv): Grads<'_, T>,
+    (dq, dk, dv): (&mut [T], &mut [T::C], &mut [T::C]),
 ) {
     let (len, d) = (spec.len, spec.head);
     let (zero, one, scale) = (T::C::ZERO, T::C::ONE, T::C::of(spec.scale));
@@ -417,7 +444,7 @@ fn head_backward<T: Float>(
         }
         for (dst, src) in [(&mut *dk, &dk_acc), (&mut *dv, &dv_acc)] {
             for (x, &a) in dst[key0 * d..][..cols * d].iter_mut().zip(src.iter()) {
-                *x = T::store(a);
+                *x = *x + a;
             }
         }
     }

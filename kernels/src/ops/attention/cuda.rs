@@ -1,4 +1,6 @@
-//! CUDA kernels: memory-efficient attention (`attention.cu`), one grid row per head. bf16 and
+//! CUDA kernels: memory-efficient attention (`attention.cu`), one grid row per query head (per
+//! key/value head for the keys' and values' gradients, which sum over the group's query heads
+//! in order; a query head reads its key/value head in place). bf16 and
 //! f16 heads of up to 64 features run on the matrix units (compute capability 8.0 and later):
 //! a block holds 64 rows, a warp 16, and every block product is an `mma.sync` on tiles that
 //! `cp.async` double-buffers in shared memory. Other heads and dtypes run the warp kernels: a
@@ -113,6 +115,7 @@ impl AttentionKernels for CudaBackend {
             lse.into(),
             spec.len.into(),
             spec.head.into(),
+            spec.group.into(),
             spec.scale.into(),
             spec.causal.into(),
         ];
@@ -169,6 +172,7 @@ impl AttentionKernels for CudaBackend {
             args.extend([
                 spec.len.into(),
                 spec.head.into(),
+                spec.group.into(),
                 spec.scale.into(),
                 spec.causal.into(),
             ]);
@@ -176,9 +180,12 @@ impl AttentionKernels for CudaBackend {
             args
         };
         let kernels = Kernels::pick(self, spec, dtype);
-        let config = kernels.grid(spec.len, spec.heads);
+        // The keys' and values' gradients: one grid row per key/value head, which walks its
+        // group's query heads in order (no atomics: the same sums on every run).
+        let config = kernels.grid(spec.len, spec.kv_heads());
         let name = kernels.name("attention_backward_kv", dtype, OP)?;
         self.launch(OP, Family::Attention, &name, config, &shared(&[dk, dv]))?;
+        let config = kernels.grid(spec.len, spec.heads);
         let name = kernels.name("attention_backward_q", dtype, OP)?;
         self.launch(OP, Family::Attention, &name, config, &shared(&[dq]))
     }

@@ -16,13 +16,17 @@ pub struct AttentionDropout {
     pub seed: u64,
 }
 
-/// The geometry of one attention: `heads` independent heads (batch times heads), each over
-/// `len` positions of `head` features; queries, keys, values and the output are contiguous
-/// `[heads, len, head]`, the log-sum-exp of each row `[heads, len]` in f32.
+/// The geometry of one attention: `heads` independent query heads (batch times heads), each over
+/// `len` positions of `head` features; queries and the output are contiguous `[heads, len,
+/// head]`, the log-sum-exp of each row `[heads, len]` in f32. Keys and values are `[heads /
+/// group, len, head]`: query head `h` reads key/value head `h / group` in place (grouped-query
+/// attention; a group of 1 is multi-head attention).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionSpec {
-    /// Independent heads: batch times heads.
+    /// Independent query heads: batch times heads.
     pub heads: usize,
+    /// Query heads per key/value head, at least 1; it divides `heads`.
+    pub group: usize,
     /// Positions (queries and keys alike: self-attention).
     pub len: usize,
     /// Features per head.
@@ -36,9 +40,19 @@ pub struct AttentionSpec {
 }
 
 impl AttentionSpec {
-    /// Elements of a `[heads, len, head]` operand.
+    /// Elements of a `[heads, len, head]` operand (the queries, the output).
     pub fn elements(&self) -> usize {
         self.heads * self.len * self.head
+    }
+
+    /// Key/value heads: `heads / group`.
+    pub fn kv_heads(&self) -> usize {
+        self.heads / self.group.max(1)
+    }
+
+    /// The key/value head that query head `head` reads.
+    pub fn kv_head_of(&self, head: usize) -> usize {
+        head / self.group.max(1)
     }
 
     /// Rows of the log-sum-exp: `heads * len`.
@@ -52,8 +66,9 @@ impl AttentionSpec {
     }
 }
 
-/// The operands of [`AttentionKernels::attention`]: contiguous `[heads, len, head]` of one
-/// float dtype, but the log-sum-exp.
+/// The operands of [`AttentionKernels::attention`]: contiguous, of one float dtype but the
+/// log-sum-exp; queries and output `[heads, len, head]`, keys and values `[heads / group, len,
+/// head]`.
 #[derive(Debug)]
 pub struct AttentionOperands<'a> {
     /// The queries.
@@ -68,8 +83,9 @@ pub struct AttentionOperands<'a> {
     pub lse: &'a mut Buffer,
 }
 
-/// The operands of [`AttentionKernels::attention_backward`]: contiguous `[heads, len, head]`
-/// of one float dtype, but the log-sum-exp.
+/// The operands of [`AttentionKernels::attention_backward`]: contiguous, of one float dtype
+/// but the log-sum-exp; the keys, values and their gradients `[heads / group, len, head]`, the
+/// rest `[heads, len, head]`.
 #[derive(Debug)]
 pub struct AttentionBackwardOperands<'a> {
     /// The queries.
@@ -86,9 +102,10 @@ pub struct AttentionBackwardOperands<'a> {
     pub dout: &'a Buffer,
     /// Receives the queries' gradient.
     pub dq: &'a mut Buffer,
-    /// Receives the keys' gradient.
+    /// Receives the keys' gradient: for each key/value head, the sum over its group's query
+    /// heads, in their order.
     pub dk: &'a mut Buffer,
-    /// Receives the values' gradient.
+    /// Receives the values' gradient, summed over each group as `dk`.
     pub dv: &'a mut Buffer,
 }
 

@@ -5,8 +5,9 @@
 //! again from them. Blocks above the diagonal are skipped when causal.
 //!
 //! Operands are `[..., len, head]` arrays (every leading axis a batch of independent heads) in
-//! one float dtype; half types compute in f32, f64 in f64. The log-sum-exp is f32 (f64 for f64
-//! operands), `[..., len]`.
+//! one float dtype, the keys and values with fewer heads on the axis before `len` for
+//! grouped-query attention (each shared by a group of query heads, read in place); half types
+//! compute in f32, f64 in f64. The log-sum-exp is f32 (f64 for f64 operands), `[..., len]`.
 
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -43,29 +44,15 @@ pub fn lse_dtype(dtype: DType) -> DType {
     }
 }
 
-/// Checks three operands of one shape `[..., len, head]`, dtype and device, and `how`, and
-/// returns the kernels' geometry.
+/// Checks the operands (`q` `[..., heads, len, head]`, `k` and `v` of q's shape but for
+/// `kv_heads` on the axis before `len`, which divides q's `heads`; one dtype and device) and
+/// `how`, and returns the kernels' geometry.
 fn spec_of(
     (q, k, v): (&Array, &Array, &Array),
     how: Attention,
     op: &'static str,
 ) -> Result<AttentionSpec> {
     q.check_float(op)?;
-    for (name, x) in [("k", k), ("v", v)] {
-        q.device().check_same(x.device(), op)?;
-        if x.shape() != q.shape() || x.dtype() != q.dtype() {
-            return Err(Error::Shape {
-                op,
-                detail: format!(
-                    "{name} is {} of {}, q {} of {}: they must match",
-                    x.shape(),
-                    x.dtype(),
-                    q.shape(),
-                    q.dtype()
-                ),
-            });
-        }
-    }
     let dims = q.shape().dims();
     let [lead @ .., len, head] = dims else {
         return Err(Error::Shape {
@@ -73,6 +60,7 @@ fn spec_of(
             detail: format!("q {} must be [..., len, head]", q.shape()),
         });
     };
+    let group = group_of((q, k, v), op)?;
     if !how.scale.is_finite() {
         return Err(Error::Argument {
             op,
@@ -89,6 +77,7 @@ fn spec_of(
     }
     Ok(AttentionSpec {
         heads: lead.iter().product(),
+        group,
         len: *len,
         head: *head,
         scale: how.scale,
@@ -97,15 +86,60 @@ fn spec_of(
     })
 }
 
+/// Query heads per key/value head: `k` and `v` match `q` in dtype, device and shape, but for
+/// the axis before `len`, which may hold fewer heads that divide q's.
+fn group_of((q, k, v): (&Array, &Array, &Array), op: &'static str) -> Result<usize> {
+    let mismatch = |name: &str, x: &Array, rule: &str| Error::Shape {
+        op,
+        detail: format!(
+            "{name} is {} of {}, q {} of {}: {rule}",
+            x.shape(),
+            x.dtype(),
+            q.shape(),
+            q.dtype()
+        ),
+    };
+    const RULE: &str = "they must match, but for fewer key/value heads (the axis before len) \
+                        that divide the query heads";
+    let dims = q.shape().dims();
+    let rank = dims.len();
+    let mut group = 1;
+    for (name, x) in [("k", k), ("v", v)] {
+        q.device().check_same(x.device(), op)?;
+        let kv = x.shape().dims();
+        if x.dtype() != q.dtype() || kv.len() != rank {
+            return Err(mismatch(name, x, RULE));
+        }
+        if x.shape() == q.shape() {
+            continue;
+        }
+        // Only the axis before len may differ, and only where there is one.
+        let axis = rank.checked_sub(3).ok_or_else(|| mismatch(name, x, RULE))?;
+        let same_elsewhere = (0..rank).all(|a| a == axis || kv[a] == dims[a]);
+        let (heads, kv_heads) = (dims[axis], kv[axis]);
+        if !same_elsewhere || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(mismatch(name, x, RULE));
+        }
+        group = heads / kv_heads;
+    }
+    if k.shape() != v.shape() {
+        return Err(mismatch("v", v, "k and v must have one shape"));
+    }
+    Ok(group)
+}
+
 /// The shape of the log-sum-exp of operands of `shape` (`[..., len, head]`): `[..., len]`.
 fn lse_shape(shape: &Shape) -> Shape {
     let dims = shape.dims();
     Shape::new(&dims[..dims.len() - 1])
 }
 
-/// Attention over `q`, `k` and `v` (`[..., len, head]`, one float dtype): the output (their
+/// Attention over `q`, `k` and `v` (`[..., len, head]`, one float dtype): the output (q's
 /// shape and dtype) and the log-sum-exp of each row of the scaled, masked scores (`[..., len]`,
-/// of [`lse_dtype`]), which [`attention_backward`] takes.
+/// of [`lse_dtype`]), which [`attention_backward`] takes. Grouped-query attention: `k` and `v`
+/// may hold fewer heads on the axis before `len` (`[batch, kv_heads, len, head]` beside q's
+/// `[batch, heads, len, head]`, `kv_heads` dividing `heads`); query head `h` then reads
+/// key/value head `h / (heads / kv_heads)` of its batch element in place, never a copy.
 ///
 /// ```
 /// use headroom_kernels::{Array, Device, DeviceConfig, DType};
@@ -136,9 +170,10 @@ pub fn attention(q: &Array, k: &Array, v: &Array, how: Attention) -> Result<(Arr
     Ok((out, lse))
 }
 
-/// The gradients of [`attention`] with respect to `q`, `k` and `v`, from them, its output
-/// `out` and log-sum-exp `lse`, and the upstream gradient `dout` (the output's shape), with
-/// the same `how`.
+/// The gradients of [`attention`] with respect to `q`, `k` and `v` (each of its operand's
+/// shape), from them, its output `out` and log-sum-exp `lse`, and the upstream gradient `dout`
+/// (the output's shape), with the same `how`. A grouped key/value head's gradient is the sum
+/// over its query heads, in their order: the same bits on every run.
 pub fn attention_backward(
     (q, k, v): (&Array, &Array, &Array),
     (out, lse): (&Array, &Array),
@@ -165,8 +200,8 @@ pub fn attention_backward(
         }
     }
     let device = q.device();
-    let grad = || Array::uninit(device, q.shape().clone(), q.dtype(), OP);
-    let (mut dq, mut dk, mut dv) = (grad()?, grad()?, grad()?);
+    let grad = |x: &Array| Array::uninit(device, x.shape().clone(), x.dtype(), OP);
+    let (mut dq, mut dk, mut dv) = (grad(q)?, grad(k)?, grad(v)?);
     let operands = AttentionBackwardOperands {
         q: q.buffer(),
         k: k.buffer(),
