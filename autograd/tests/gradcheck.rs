@@ -5,6 +5,7 @@ mod common;
 
 use common::{Input, gradcheck_f64_f32, input, ranged};
 use headroom_autograd::{Result, Tensor};
+use headroom_kernels::ops::attention::{Attention, AttentionDropout};
 use headroom_kernels::ops::reduce::ReduceOp;
 
 /// Checks `f` on `inputs`.
@@ -171,6 +172,27 @@ fn a_causal_attention_head() {
             scores.causal_mask(f64::NEG_INFINITY)?.softmax()?.matmul(&v)
         },
     );
+}
+
+#[test]
+fn grouped_query_attention_gives_gradients_of_the_grouped_shapes() {
+    // Four query heads over two key/value heads (groups of 2), and over one (multi-query); the
+    // check fails unless the keys' and values' gradients have their operands' shapes.
+    let groups: [&'static [usize]; 2] = [&[2, 2, 5, 3], &[2, 1, 5, 3]];
+    for kv in groups {
+        for dropout in [None, Some(AttentionDropout { p: 0.25, seed: 11 })] {
+            let how = Attention {
+                scale: 0.6,
+                causal: true,
+                dropout,
+            };
+            check(
+                "grouped attention",
+                &[input(&[2, 4, 5, 3]), input(kv), input(kv)],
+                |x| x[0].scaled_dot_product_attention(&x[1], &x[2], how),
+            );
+        }
+    }
 }
 
 #[test]

@@ -16,7 +16,10 @@ impl Tensor {
     /// leading axes independent heads): `softmax(mask(how.scale * q k^T)) v`, with dropout on
     /// the weights (`how.dropout`), as PyTorch's `scaled_dot_product_attention`. The
     /// `len x len` weights are never stored: a training step keeps `O(len)` per head where the
-    /// materialized path keeps `O(len^2)`.
+    /// materialized path keeps `O(len^2)`. Grouped-query attention: `k` and `v` may hold fewer
+    /// heads on the axis before `len` (`[batch, kv_heads, len, head]` beside the queries'
+    /// `[batch, heads, len, head]`, `kv_heads` dividing `heads`); they are read in place, never
+    /// repeated, and their gradients (of their own shapes) sum over each group.
     pub fn scaled_dot_product_attention(
         &self,
         k: &Tensor,
