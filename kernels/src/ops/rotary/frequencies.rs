@@ -33,7 +33,7 @@ pub struct Llama3Scaling {
 pub fn inv_freq(head: usize, theta: f64, scaling: Option<Llama3Scaling>) -> Result<Vec<f64>> {
     const OP: &str = "inv_freq";
     let fail = |detail: String| Err(Error::Argument { op: OP, detail });
-    if head % 2 != 0 {
+    if !head.is_multiple_of(2) {
         return fail(format!(
             "a head of {head} features is odd: they rotate in pairs"
         ));

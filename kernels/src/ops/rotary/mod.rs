@@ -52,7 +52,7 @@ fn spec_of(
             detail: format!("the input {} must be [..., len, head]", x.shape()),
         });
     };
-    if head % 2 != 0 {
+    if !head.is_multiple_of(2) {
         return Err(Error::Shape {
             op,
             detail: format!(

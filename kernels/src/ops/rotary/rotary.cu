@@ -1,10 +1,27 @@
 // Rotary position embeddings in Hugging Face's rotate_half layout: in a head of `head` features,
 // feature i < head / 2 pairs with feature i + head / 2, and row t turns by the angle
-// (offset + t) inv_freq[i] (its negative backward). One thread per pair, grid-stride; the angle,
-// its cosine and sine in the compute type (f32, f64 for f64), as the CPU computes them.
+// (offset + t) inv_freq[i] (its negative backward). One thread per pair, grid-stride; the angle in
+// the compute type (f32, f64 for f64), as the CPU forms it, its cosine and sine within an ulp or
+// two of that type.
 
-__device__ __forceinline__ void cos_sin(float a, float& c, float& s) { c = cosf(a); s = sinf(a); }
-__device__ __forceinline__ void cos_sin(double a, double& c, double& s) { c = cos(a); s = sin(a); }
+// An angle in half turns (radians over pi), reduced to [-1, 1] with the same sine and cosine: 1 / pi in
+// two doubles (a product exact to 2^-106) and a whole number of turns taken off exactly. cosf and
+// sinf would reduce large angles themselves, through a table in local memory; sincospi needs
+// none once the angle is in half turns.
+__device__ __forceinline__ double reduced_half_turns(double angle) {
+    const double INV_PI_HI = 0x1.45f306dc9c883p-2, INV_PI_LO = -0x1.6b01ec5417056p-56;
+    const double hi = angle * INV_PI_HI;
+    const double lo = fma(angle, INV_PI_HI, -hi) + angle * INV_PI_LO;
+    const double turns = 2.0 * rint(0.5 * hi);
+    return (hi - turns) + lo;
+}
+
+// The cosine and sine of an angle of the compute type: in f32 from the f32 angle (reduced in
+// f64, rounded to f32 within [-1, 1]), in f64 for f64.
+__device__ __forceinline__ void cos_sin(float a, float& c, float& s) {
+    sincospif((float)reduced_half_turns((double)a), &s, &c);
+}
+__device__ __forceinline__ void cos_sin(double a, double& c, double& s) { sincospi(reduced_half_turns(a), &s, &c); }
 
 // `rows` rows of `2 half` features, row r at position offset + r % len.
 template <bool BACKWARD, typename T>
