@@ -222,13 +222,9 @@ fn llama3_scaling_matches_transformers_rule() {
     let got = inv_freq(64, 500_000.0, Some(LLAMA_3_2)).unwrap();
     assert_eq!(got.len(), 32);
     for (i, value) in want {
-        assert_close_scaled(&format!("pair {i}"), &[got[i]], &[value], &[value], 1e-14);
-        // The relative error is what matters for frequencies this small.
-        assert!(
-            (got[i] / value - 1.0).abs() < 1e-14,
-            "pair {i}: {} vs {value}",
-            got[i]
-        );
+        // Relative: the low frequencies are tiny.
+        let error = (got[i] / value - 1.0).abs();
+        assert!(error < 1e-14, "pair {i}: {} vs {value}", got[i]);
     }
     // Below the high-frequency wavelength nothing changes.
     let plain = inv_freq(64, 500_000.0, None).unwrap();
@@ -291,7 +287,7 @@ fn bad_operands_give_typed_errors_naming_the_op() {
             op,
             &["inv_freq", "f32"],
         );
-        assert!(matches!(err, Error::Shape { .. }), "{err:?}");
+        assert!(matches!(err, Error::DType { .. }), "{err:?}");
         let ids = Array::from_host(&device, [2, 2], &[0u32, 1, 2, 3]).unwrap();
         let err = assert_fails(run(&ids, &freq, 0), op, &["float"]);
         assert!(matches!(err, Error::DType { .. }), "{err:?}");

@@ -62,16 +62,21 @@ fn spec_of(
         });
     }
     let (want_shape, want_dtype) = (Shape::new(&[head / 2]), freq_dtype(x.dtype()));
-    if inv_freq.shape() != &want_shape || inv_freq.dtype() != want_dtype {
+    if inv_freq.shape() != &want_shape {
         return Err(Error::Shape {
             op,
             detail: format!(
-                "inv_freq is {} of {}, the input {} of {} needs {want_shape} of {want_dtype}",
+                "inv_freq has shape {}, the input {} needs {want_shape}",
                 inv_freq.shape(),
-                inv_freq.dtype(),
-                x.shape(),
-                x.dtype()
+                x.shape()
             ),
+        });
+    }
+    if inv_freq.dtype() != want_dtype {
+        return Err(Error::DType {
+            op,
+            expected: format!("{want_dtype} for inv_freq (inputs of {})", x.dtype()),
+            got: inv_freq.dtype(),
         });
     }
     if offset.checked_add(*len).is_none() {
