@@ -7,6 +7,8 @@ use common::{Input, gradcheck_f64_f32, input, ranged};
 use headroom_autograd::{Result, Tensor};
 use headroom_kernels::ops::attention::{Attention, AttentionDropout};
 use headroom_kernels::ops::reduce::ReduceOp;
+use headroom_kernels::ops::rotary::{Llama3Scaling, inv_freq};
+use headroom_kernels::{Array, DType};
 
 /// Checks `f` on `inputs`.
 fn check(name: &str, inputs: &[Input], f: impl Fn(&[Tensor]) -> Result<Tensor>) {
@@ -108,6 +110,41 @@ fn softmax_log_softmax_and_layer_norm() {
         "layer_norm batched",
         &[input(&[2, 2, 5]), input(&[5]), input(&[5])],
         |x| x[0].layer_norm(&x[1], &x[2], 1e-5),
+    );
+}
+
+/// The rotary frequencies of a head of `head` features for `x`'s device, in f64 (cast by the
+/// op to f32 for an f32 input).
+fn frequencies(x: &Tensor, head: usize, theta: f64, scaling: Option<Llama3Scaling>) -> Array {
+    let freqs = inv_freq(head, theta, scaling).unwrap();
+    Array::from_f64(x.array().device(), [head / 2], DType::F64, &freqs).unwrap()
+}
+
+#[test]
+fn rotary_turns_its_gradient_back() {
+    check("rotary", &[input(&[2, 5, 6])], |x| {
+        x[0].rotary(&frequencies(&x[0], 6, 10_000.0, None), 3)
+    });
+    let llama3 = Llama3Scaling {
+        factor: 32.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192,
+    };
+    check(
+        "rotary with llama3 scaling",
+        &[input(&[2, 1, 3, 64])],
+        |x| x[0].rotary(&frequencies(&x[0], 64, 500_000.0, Some(llama3)), 4001),
+    );
+    // Between two products, as queries and keys are: the gradient arriving varies per element.
+    check(
+        "rotary between products",
+        &[input(&[3, 4]), input(&[4, 8]), input(&[8, 2])],
+        |x| {
+            let h = x[0].matmul(&x[1])?.reshape([1, 3, 8])?;
+            let turned = h.rotary(&frequencies(&x[0], 8, 10_000.0, None), 1)?;
+            turned.reshape([3, 8])?.matmul(&x[2])
+        },
     );
 }
 

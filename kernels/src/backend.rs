@@ -33,6 +33,7 @@ use crate::ops::norm::kernels::NormKernels;
 use crate::ops::optim::kernels::OptimKernels;
 use crate::ops::random::kernels::RandomKernels;
 use crate::ops::reduce::kernels::ReduceKernels;
+use crate::ops::rotary::kernels::RotaryKernels;
 use crate::ops::softmax::kernels::SoftmaxKernels;
 
 /// Declares [`Backend`] over the family traits listed, and implements it for every type that
@@ -59,4 +60,5 @@ backend_of_families!(
     LayoutKernels,
     RandomKernels,
     OptimKernels,
+    RotaryKernels,
 );

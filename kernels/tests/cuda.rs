@@ -75,6 +75,7 @@ fn kernels(family: Family) -> Vec<String> {
             "attention_backward_kv",
             "attention_backward_q",
         ]),
+        Family::Rotary => per_float(&["rotary", "rotary_backward"]),
     }
 }
 

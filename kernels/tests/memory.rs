@@ -10,7 +10,7 @@ use headroom_alloc::{AllocatorConfig, EventKind, FaultInjecting, HostMemory, Oom
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
 use headroom_kernels::ops::optim::{AdamW, Sgd, Update, adamw_step, sgd_step};
 use headroom_kernels::ops::reduce::{self, ReduceOp};
-use headroom_kernels::ops::{gemm, index, layout, loss, norm, random as rand, softmax};
+use headroom_kernels::ops::{gemm, index, layout, loss, norm, random as rand, rotary, softmax};
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Error, PlanTarget, Result};
 
 fn config() -> DeviceConfig {
@@ -59,6 +59,9 @@ fn program(device: &Device) -> Result<Vec<Array>> {
     let halves = layout::split(&folded, 0, &[3, 5])?;
     let whole = layout::concat(&[&halves[1], &halves[0]], 0)?;
     let dropped = rand::dropout(&moved, 0.25, 9)?;
+    let freq = Array::from_f64(device, [3], DType::F32, &rotary::inv_freq(6, 1e4, None)?)?;
+    let turned = rotary::rotary(&h.reshape([2, 4, 6])?, &freq, 3)?;
+    let turned_back = rotary::rotary_backward(&turned, &freq, 3)?;
     let mut param = Array::from_f64(device, [8, 6], DType::F32, &data[..48])?;
     let (mut m1, mut m2) = {
         let _scope = device.scoped_tag(Tag::OPTIMIZER_STATE);
@@ -93,6 +96,7 @@ fn program(device: &Device) -> Result<Vec<Array>> {
         m1,
         m2,
         whole,
+        turned_back,
     ])
 }
 
@@ -450,6 +454,16 @@ fn cases() -> Vec<Case> {
                     &x[0], &x[1], &x[2], None,
                 )?])
             },
+        ),
+        case(
+            "rotary",
+            &[Float(&[2, 3, 8], DType::BF16), Float(&[4], DType::F32)],
+            |_, x| Ok(vec![rotary::rotary(&x[0], &x[1], 5)?]),
+        ),
+        case(
+            "rotary_backward",
+            &[Float(&[3, 4], DType::F64), Float(&[2], DType::F64)],
+            |_, x| Ok(vec![rotary::rotary_backward(&x[0], &x[1], 0)?]),
         ),
         case("causal_mask", &[Float(&[2, 3, 3], DType::F64)], |_, x| {
             Ok(vec![index::causal_mask(&x[0], f64::NEG_INFINITY)?])

@@ -13,6 +13,7 @@ mod norm;
 mod pointwise;
 mod random;
 mod reduce;
+mod rotary;
 mod selective;
 mod softmax;
 

@@ -40,11 +40,13 @@ pub enum Family {
     Random,
     /// Memory-efficient attention (`attention.cu`).
     Attention,
+    /// Rotary position embeddings (`rotary.cu`).
+    Rotary,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 11] = [
+    pub const ALL: [Family; 12] = [
         Family::Data,
         Family::Elementwise,
         Family::Reduce,
@@ -56,6 +58,7 @@ impl Family {
         Family::Optim,
         Family::Random,
         Family::Attention,
+        Family::Rotary,
     ];
 
     /// The source file's name (in `ops/<family>/`).
@@ -72,6 +75,7 @@ impl Family {
             Family::Optim => "optim.cu",
             Family::Random => "random.cu",
             Family::Attention => "attention.cu",
+            Family::Rotary => "rotary.cu",
         }
     }
 
@@ -89,6 +93,7 @@ impl Family {
             Family::Optim => include_str!("../ops/optim/optim.cu"),
             Family::Random => include_str!("../ops/random/random.cu"),
             Family::Attention => include_str!("../ops/attention/attention.cu"),
+            Family::Rotary => include_str!("../ops/rotary/rotary.cu"),
         }
     }
 

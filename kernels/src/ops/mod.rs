@@ -18,5 +18,6 @@ pub mod norm;
 pub mod optim;
 pub mod random;
 pub mod reduce;
+pub mod rotary;
 pub mod rows;
 pub mod softmax;

@@ -70,6 +70,18 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline int __clz(unsigned int x) { return x == 0 ? 32 : __builtin_clz(x); }
+// sin(pi x) and cos(pi x) from the radian functions in double: the kernels pass |x| <= 1, where
+// pi x is within an ulp of double.
+inline void sincospi(double x, double* s, double* c) {
+    *s = std::sin(M_PI * x);
+    *c = std::cos(M_PI * x);
+}
+inline void sincospif(float x, float* s, float* c) {
+    double sd, cd;
+    sincospi(x, &sd, &cd);
+    *s = float(sd);
+    *c = float(cd);
+}
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: acc += A B over one warp, computed in
 // software. Each lane holds its fragments as the PTX ISA lays them out (lane = 4 g + t):

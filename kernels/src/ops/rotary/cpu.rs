@@ -1,0 +1,85 @@
+//! CPU kernels: rotary embeddings, one task per group of rows.
+
+use rayon::prelude::*;
+
+use super::kernels::{RotaryKernels, RotaryOperands, RotarySpec, Turn};
+use crate::cpu::{CpuBackend, min_rows};
+use crate::dtype::{Compute, DType, Float};
+use crate::error::{Error, Result};
+
+/// The cosine and sine of a compute type.
+trait Trig: Compute {
+    /// `(cos self, sin self)`.
+    fn cos_sin(self) -> (Self, Self);
+}
+
+impl Trig for f32 {
+    fn cos_sin(self) -> (Self, Self) {
+        (self.cos(), self.sin())
+    }
+}
+
+impl Trig for f64 {
+    fn cos_sin(self) -> (Self, Self) {
+        (self.cos(), self.sin())
+    }
+}
+
+impl RotaryKernels for CpuBackend {
+    fn rotary(&self, spec: &RotarySpec, operands: RotaryOperands<'_>) -> Result<()> {
+        const OP: &str = "rotary";
+        let RotaryOperands { x, inv_freq, out } = operands;
+        match x.dtype() {
+            DType::F32 => rotate::<f32>(spec, x.host(OP)?, inv_freq.host(OP)?, out.host_mut(OP)?),
+            DType::F64 => rotate::<f64>(spec, x.host(OP)?, inv_freq.host(OP)?, out.host_mut(OP)?),
+            DType::F16 => {
+                rotate::<half::f16>(spec, x.host(OP)?, inv_freq.host(OP)?, out.host_mut(OP)?)
+            }
+            DType::BF16 => {
+                rotate::<half::bf16>(spec, x.host(OP)?, inv_freq.host(OP)?, out.host_mut(OP)?)
+            }
+            other => {
+                return Err(Error::DType {
+                    op: OP,
+                    expected: "a float dtype".into(),
+                    got: other,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rotates every row of `x` into `out`; the frequencies are of the compute type.
+fn rotate<T: Float>(spec: &RotarySpec, x: &[T], inv_freq: &[T::C], out: &mut [T])
+where
+    T::C: Trig,
+{
+    let RotarySpec {
+        len,
+        head,
+        offset,
+        turn,
+        ..
+    } = *spec;
+    if head == 0 || len == 0 {
+        return;
+    }
+    let half = head / 2;
+    out.par_chunks_mut(head)
+        .zip(x.par_chunks(head))
+        .enumerate()
+        .with_min_len(min_rows(head))
+        .for_each(|(row, (out, x))| {
+            let position = T::C::of((offset + row % len) as f64);
+            let (x1, x2) = x.split_at(half);
+            let (o1, o2) = out.split_at_mut(half);
+            for i in 0..half {
+                let (cos, sin) = (position * inv_freq[i]).cos_sin();
+                let sin = if turn == Turn::Forward { sin } else { -sin };
+                let (a, b) = (x1[i].load(), x2[i].load());
+                o1[i] = T::store(a * cos - b * sin);
+                o2[i] = T::store(b * cos + a * sin);
+            }
+        });
+}
