@@ -15,6 +15,7 @@ mod random;
 mod reduce;
 mod selective;
 mod softmax;
+mod swiglu;
 
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 use headroom_kernels::ops::reduce::sum_to;
