@@ -6,19 +6,14 @@
 use rayon::prelude::*;
 
 use super::kernels::{
-    LayerNormBackwardOperands, LayerNormOperands, NormKernels, RmsNormBackwardOperands,
-    RmsNormOperands,
+    LayerNormBackwardOperands, LayerNormOperands, MAX_PARTIALS, NormKernels,
+    RmsNormBackwardOperands, RmsNormOperands,
 };
 use super::rms_cpu::{RmsBackwardInputs, rms_norm_backward_rows, rms_norm_rows};
 use crate::cpu::{CpuBackend, min_rows};
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::ops::rows::spec::RowSpec;
-
-/// How many partial sums of `dgamma` and `dbeta` the layer-norm backward makes at most: the
-/// rows are cut into this many blocks (fewer when there are fewer rows), whatever the number of
-/// threads, and the blocks' sums are added in block order, so the result is deterministic.
-pub(super) const MAX_PARTIALS: usize = 64;
 
 /// Runs `$body` with `$t` bound to the Rust type of a float `$dtype` and `$s` to the type of
 /// its layer-norm statistics (f64 for f64, f32 otherwise), or fails naming `$op`.

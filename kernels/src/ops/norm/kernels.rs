@@ -114,6 +114,11 @@ pub fn stats_dtype(dtype: DType) -> DType {
     }
 }
 
+/// How many partial sums of the parameter gradients the CPU backend makes at most: the rows
+/// are cut into this many blocks (fewer when there are fewer rows), whatever the number of
+/// threads, and the blocks' sums are added in block order, so the result is deterministic.
+pub(crate) const MAX_PARTIALS: usize = 64;
+
 /// How the CUDA backend sums the gradients of `params` parameters of `len` elements (two for
 /// layer norm, one for RMS norm): per row slice (at most 128, fewer for rows so long that the
 /// partial sums would pass 16 MiB), then the slices' partial sums in order. Returns the slices

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::cpu::MAX_PARTIALS;
+use super::kernels::MAX_PARTIALS;
 use crate::cpu::min_rows;
 use crate::dtype::{Compute, Element, Float};
 use crate::ops::rows::spec::RowSpec;
