@@ -86,6 +86,12 @@ fn products_run_in_the_half_type_and_sensitive_ops_in_f32() {
         h.layer_norm(&gamma, &beta, 1e-5).unwrap().dtype(),
         DType::F32
     );
+    assert_eq!(h.rms_norm(&gamma, 1e-6).unwrap().dtype(), DType::F32);
+    assert_eq!(
+        h.swiglu(&h).unwrap().dtype(),
+        DType::BF16,
+        "SwiGLU follows its input"
+    );
     assert_eq!(h.sum(1).unwrap().dtype(), DType::F32);
     // f64 is left alone.
     let x64 = Tensor::new(Array::full(&device, [2, 2], DType::F64, 1.0).unwrap());

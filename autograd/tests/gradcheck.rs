@@ -149,6 +149,30 @@ fn rotary_turns_its_gradient_back() {
 }
 
 #[test]
+fn rms_norm_and_swiglu() {
+    check("rms_norm", &[input(&[3, 6]), input(&[6])], |x| {
+        x[0].rms_norm(&x[1], 1e-6)
+    });
+    check("rms_norm batched", &[input(&[2, 2, 5]), input(&[5])], |x| {
+        x[0].rms_norm(&x[1], 1e-6)
+    });
+    // Rows of one element: x / sqrt(x^2 + eps), flat but for eps, which a large eps makes
+    // big enough for finite differences to see.
+    check("rms_norm of one", &[input(&[4, 1]), input(&[1])], |x| {
+        x[0].rms_norm(&x[1], 0.5)
+    });
+    check(
+        "swiglu",
+        &[ranged(&[3, 4], -4.0, 4.0), input(&[3, 4])],
+        |x| x[0].swiglu(&x[1]),
+    );
+    // One tensor as both gate and up: its two gradients add up.
+    check("swiglu of x with itself", &[input(&[2, 3])], |x| {
+        x[0].swiglu(&x[0])
+    });
+}
+
+#[test]
 fn embedding_cross_entropy_and_causal_mask() {
     let device = common::shared_device();
     let ids = Tensor::from_host(&device, [2, 3], &[4u32, 0, 4, 1, 1, 2]).unwrap();

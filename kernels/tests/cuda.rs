@@ -32,7 +32,14 @@ fn kernels(family: Family) -> Vec<String> {
             .flat_map(|s| every.iter().map(move |d| format!("cast_{s}_{d}")))
             .chain(every.iter().map(|d| format!("fill_{d}")))
             .collect(),
-        Family::Elementwise => per_float(&["unary", "binary", "binary_assign", "binary_strided"]),
+        Family::Elementwise => per_float(&[
+            "unary",
+            "binary",
+            "binary_assign",
+            "binary_strided",
+            "swiglu",
+            "swiglu_backward",
+        ]),
         Family::Reduce => per_float(&["reduce_rows", "reduce_columns"]),
         Family::Softmax => per_float(
             &softmax_row_kernels()
@@ -42,8 +49,15 @@ fn kernels(family: Family) -> Vec<String> {
         ),
         Family::Norm => {
             let mut stems = norm_row_kernels();
-            stems
-                .extend(["layer_norm_dparams_partial", "layer_norm_dparams_sum"].map(String::from));
+            stems.extend(
+                [
+                    "layer_norm_dparams_partial",
+                    "layer_norm_dparams_sum",
+                    "rms_norm_dgamma_partial",
+                    "rms_norm_dgamma_sum",
+                ]
+                .map(String::from),
+            );
             per_float(&stems.iter().map(String::as_str).collect::<Vec<_>>())
         }
         Family::Index => per_float(&["embedding", "embedding_backward", "causal_mask"]),

@@ -39,6 +39,10 @@ fn program(device: &Device) -> Result<Vec<Array>> {
     let gamma = Array::full(device, [6], DType::F32, 1.5)?;
     let ln = norm::layer_norm(&h, &gamma, &bias, 1e-5)?;
     let ln_grads = norm::layer_norm_backward(&h, &gamma, &ln.mean, &ln.rstd, &dprobs)?;
+    let rms = norm::rms_norm(&h, &gamma, 1e-6)?;
+    let rms_grads = norm::rms_norm_backward(&h, &gamma, &rms.rstd, &dprobs)?;
+    let gated = ew::swiglu(&h, &g)?;
+    let gated_grads = ew::swiglu_backward(&h, &g, &dprobs)?;
     let ids = Array::from_host(device, [2, 4], &[0u32, 5, 11, 2, 2, 7, 1, 0])?;
     let emb = index::embedding(&x.deep_copy()?.reshape([12, 8])?, &ids)?;
     let demb = index::embedding_backward(&ids, &emb, 12)?;
@@ -87,6 +91,11 @@ fn program(device: &Device) -> Result<Vec<Array>> {
         ln.y,
         ln_grads.dx,
         ln_grads.dgamma,
+        rms.y,
+        rms_grads.dx,
+        rms_grads.dgamma,
+        gated,
+        gated_grads.dgate,
         demb,
         dfrequent,
         loss,
@@ -189,6 +198,7 @@ fn a_plan_for_cuda_takes_the_cuda_kernels_scratch_instead_of_the_cpus_panels() {
         [
             GEMM_WORKSPACE, // the one product's cuBLAS workspace
             768,            // layer-norm partial sums: 8 slices x 2 x 6 f64
+            384,            // RMS-norm partial sums: 8 slices x 1 x 6 f64
             13 * 2 * 4,     // embedding gradient: where each of 12 ids' positions and pieces start
             8 * 4,          // and the 8 positions grouped by id (too few to cut into pieces)
             3 * 2 * 4,      // 80 positions of 2 ids: where each id's positions and pieces start,
@@ -419,6 +429,38 @@ fn cases() -> Vec<Case> {
             |_, x| {
                 let g = norm::layer_norm_backward(&x[0], &x[1], &x[2], &x[3], &x[4])?;
                 Ok(vec![g.dx, g.dgamma, g.dbeta])
+            },
+        ),
+        case(
+            "rms_norm",
+            &[Float(&[2, 3, 8], DType::BF16), Float(&[8], DType::BF16)],
+            |_, x| {
+                let out = norm::rms_norm(&x[0], &x[1], 1e-6)?;
+                Ok(vec![out.y, out.rstd])
+            },
+        ),
+        case(
+            "rms_norm_backward",
+            &[
+                Float(&[2, 3, 8], DType::F16),
+                Float(&[8], DType::F16),
+                Float(&[2, 3], DType::F32),
+                Float(&[2, 3, 8], DType::F16),
+            ],
+            |_, x| {
+                let g = norm::rms_norm_backward(&x[0], &x[1], &x[2], &x[3])?;
+                Ok(vec![g.dx, g.dgamma])
+            },
+        ),
+        case("swiglu", &[Float(&[4, 5], DType::BF16); 2], |_, x| {
+            Ok(vec![ew::swiglu(&x[0], &x[1])?])
+        }),
+        case(
+            "swiglu_backward",
+            &[Float(&[4, 5], DType::F32); 3],
+            |_, x| {
+                let g = ew::swiglu_backward(&x[0], &x[1], &x[2])?;
+                Ok(vec![g.dgate, g.dup])
             },
         ),
         case(

@@ -26,6 +26,7 @@ pub use layers::embedding::Embedding;
 pub use layers::gpt::{Gpt, GptConfig, HEAD_CHUNK_LOGITS};
 pub use layers::layer_norm::LayerNorm;
 pub use layers::linear::Linear;
+pub use layers::rms_norm::RmsNorm;
 pub use layers::sequential::{Sequential, mlp};
 pub use module::{Module, visit_child, visit_child_mut};
 pub use optim::{

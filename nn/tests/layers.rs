@@ -9,7 +9,7 @@ use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{DType, Device};
 use headroom_nn::{
     Activation, Block, CausalSelfAttention, DropoutCounter, Embedding, Gpt, GptConfig, Init,
-    Initializer, LayerNorm, Linear, Module, mlp,
+    Initializer, LayerNorm, Linear, Module, RmsNorm, mlp,
 };
 
 /// `n` values in `[-1, 1)` from `seed`.
@@ -115,6 +115,45 @@ fn layer_norm_normalizes_then_scales_and_shifts() {
         &want,
     );
     check_layer("layer norm", &norm, &x, 1e-6);
+}
+
+#[test]
+fn rms_norm_divides_by_the_root_mean_square_then_scales() {
+    let device = device();
+    let mut init = Initializer::new(&device, DType::F64, seed());
+    let mut norm = RmsNorm::new(&mut init, 2, 0.0).unwrap();
+    let mut names = vec![];
+    norm.visit(&mut |name, t| names.push((name.to_string(), t.to_f64().unwrap())));
+    assert_eq!(names, [("weight".to_string(), vec![1.0, 1.0])]);
+    // Rows [3, 4] (mean square 12.5) and [-2, 2] (mean square 4), scaled by [1, 2].
+    let x = Tensor::from_f64(&device, [2, 2], DType::F64, &[3., 4., -2., 2.]).unwrap();
+    norm.weight = Tensor::from_f64(&device, [2], DType::F64, &[1., 2.]).unwrap();
+    let r = 1.0 / 12.5f64.sqrt();
+    let want = [3. * r, 8. * r, -1., 2.];
+    close(
+        "rms norm",
+        &norm.forward(&x).unwrap().to_f64().unwrap(),
+        &want,
+    );
+    // eps is added to the mean square.
+    let mut norm = RmsNorm::new(&mut init, 2, 1e-6).unwrap();
+    let x = Tensor::from_f64(&device, [1, 2], DType::F64, &[0., 1e-3]).unwrap();
+    let want = [0., 1e-3 / (0.5e-6f64 + 1e-6).sqrt()];
+    close(
+        "rms norm eps",
+        &norm.forward(&x).unwrap().to_f64().unwrap(),
+        &want,
+    );
+    norm.weight = Tensor::variable(input(&device, &[2], seed() + 1).into_array());
+    check_layer(
+        "rms norm",
+        &norm,
+        &input(&device, &[3, 2], seed() + 2),
+        1e-6,
+    );
+    let mut init = Initializer::new(&device, DType::F64, seed());
+    assert!(RmsNorm::new(&mut init, 0, 1e-6).is_err());
+    assert!(RmsNorm::new(&mut init, 4, f64::NAN).is_err());
 }
 
 /// Causal attention in plain loops: x [b, t, c] through qkv weights and heads.

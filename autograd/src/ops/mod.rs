@@ -16,6 +16,7 @@ mod reduce;
 mod rotary;
 mod selective;
 mod softmax;
+mod swiglu;
 
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 use headroom_kernels::ops::reduce::sum_to;

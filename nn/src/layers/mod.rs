@@ -7,4 +7,5 @@ pub mod embedding;
 pub mod gpt;
 pub mod layer_norm;
 pub mod linear;
+pub mod rms_norm;
 pub mod sequential;

@@ -3,7 +3,10 @@
 use rayon::prelude::*;
 
 use super::isa::{assign_with_best_isa, zip_with_best_isa};
-use super::kernels::{BinaryOp, ElementwiseKernels, UnaryOp};
+use super::kernels::{
+    BinaryOp, ElementwiseKernels, SwigluBackwardOperands, SwigluOperands, UnaryOp, swiglu_grads_of,
+    swiglu_of,
+};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, par_rows, with_float};
 use crate::dtype::Float;
@@ -117,6 +120,48 @@ impl ElementwiseKernels for CpuBackend {
                 .par_chunks_mut(CHUNK)
                 .zip(a.par_chunks(CHUNK))
                 .for_each(|(b, a)| assign_with_best_isa(b, a, &f)));
+            Ok(())
+        })
+    }
+
+    fn swiglu(&self, operands: SwigluOperands<'_>) -> Result<()> {
+        let SwigluOperands { gate, up, out } = operands;
+        const OP: &str = "swiglu";
+        with_float!(gate.dtype(), OP, |T| {
+            let (gate, up) = (gate.host::<T>(OP)?, up.host::<T>(OP)?);
+            out.host_mut::<T>(OP)?
+                .par_chunks_mut(CHUNK)
+                .zip(gate.par_chunks(CHUNK).zip(up.par_chunks(CHUNK)))
+                .for_each(|(out, (gate, up))| {
+                    for (o, (&g, &u)) in out.iter_mut().zip(gate.iter().zip(up)) {
+                        *o = swiglu_of(g, u);
+                    }
+                });
+            Ok(())
+        })
+    }
+
+    fn swiglu_backward(&self, operands: SwigluBackwardOperands<'_>) -> Result<()> {
+        let SwigluBackwardOperands {
+            gate,
+            up,
+            dy,
+            dgate,
+            dup,
+        } = operands;
+        const OP: &str = "swiglu_backward";
+        with_float!(gate.dtype(), OP, |T| {
+            let (gate, up, dy) = (gate.host::<T>(OP)?, up.host::<T>(OP)?, dy.host::<T>(OP)?);
+            let inputs = gate.par_chunks(CHUNK).zip(up.par_chunks(CHUNK));
+            let outputs = dgate.host_mut::<T>(OP)?.par_chunks_mut(CHUNK);
+            outputs
+                .zip(dup.host_mut::<T>(OP)?.par_chunks_mut(CHUNK))
+                .zip(inputs.zip(dy.par_chunks(CHUNK)))
+                .for_each(|((dgate, dup), ((gate, up), dy))| {
+                    for (j, (dg, du)) in dgate.iter_mut().zip(dup.iter_mut()).enumerate() {
+                        (*dg, *du) = swiglu_grads_of(gate[j], up[j], dy[j]);
+                    }
+                });
             Ok(())
         })
     }

@@ -1,6 +1,8 @@
-//! CUDA kernels: unary and binary maps (`elementwise.cu`).
+//! CUDA kernels: unary and binary maps, and SwiGLU (`elementwise.cu`).
 
-use super::kernels::{BinaryOp, ElementwiseKernels, UnaryOp};
+use super::kernels::{
+    BinaryOp, ElementwiseKernels, SwigluBackwardOperands, SwigluOperands, UnaryOp,
+};
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family, Walk, enum_codes, float_kernel};
 use crate::error::Result;
@@ -125,6 +127,43 @@ impl ElementwiseKernels for CudaBackend {
         let grid = self.packed_grid(b);
         let args = [code.into(), p.into(), a.into(), b.into(), b.len().into()];
         self.launch(op.name(), Family::Elementwise, &name, grid, &args)
+    }
+
+    fn swiglu(&self, operands: SwigluOperands<'_>) -> Result<()> {
+        let SwigluOperands { gate, up, out } = operands;
+        const OP: &str = "swiglu";
+        let name = float_kernel(OP, gate.dtype(), OP)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let grid = self.packed_grid(out);
+        let args = [gate.into(), up.into(), out.into(), out.len().into()];
+        self.launch(OP, Family::Elementwise, &name, grid, &args)
+    }
+
+    fn swiglu_backward(&self, operands: SwigluBackwardOperands<'_>) -> Result<()> {
+        let SwigluBackwardOperands {
+            gate,
+            up,
+            dy,
+            dgate,
+            dup,
+        } = operands;
+        const OP: &str = "swiglu_backward";
+        let name = float_kernel(OP, gate.dtype(), OP)?;
+        let n = gate.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let args = [
+            gate.into(),
+            up.into(),
+            dy.into(),
+            dgate.into(),
+            dup.into(),
+            n.into(),
+        ];
+        self.launch(OP, Family::Elementwise, &name, self.grid(n as u64), &args)
     }
 }
 

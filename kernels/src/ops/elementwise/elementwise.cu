@@ -1,5 +1,5 @@
 // Elementwise arithmetic: unary maps, binary maps (contiguous, broadcast through strides, and
-// in place). Each op is a template argument, so each loop is compiled for one op; contiguous
+// in place), and the fused SwiGLU gate with its gradients. Each op is a template argument, so each loop is compiled for one op; contiguous
 // loops move sixteen bytes per load and store.
 
 #define GELU_K 0.7978845608028654
@@ -122,7 +122,38 @@ __device__ void binary_strided_any(int op, double p, const T* a, const T* b, T* 
 #undef STRIDED_CASE
 }
 
+// SwiGLU: silu(gate) * up, the SiLU rounded to T before the product (Hugging Face's
+// act_fn(gate) * up in a half type; a no-op for float and double).
+template <typename C> __device__ __forceinline__ C sigmoid(C x) { return (C)1 / ((C)1 + m_exp(-x)); }
+
+template <typename T> struct SwigluFn {
+    typedef typename Io<T>::C C;
+    __device__ __forceinline__ C operator()(C gate, C up) const {
+        return Io<T>::load(Io<T>::store(gate * sigmoid(gate))) * up;
+    }
+};
+
+// dgate = dy up s (1 + gate (1 - s)) with s = sigmoid(gate), and dup = dy round(silu(gate)).
+template <typename T>
+__device__ void swiglu_backward(const T* gate, const T* up, const T* dy, T* dgate, T* dup, u64 n) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    for (u64 i = thread_index(); i < n; i += grid_stride()) {
+        const C x = io::load(gate[i]), d = io::load(dy[i]), s = sigmoid(x);
+        const C silu = io::load(io::store(x * s));
+        dgate[i] = io::store(d * io::load(up[i]) * s * ((C)1 + x * ((C)1 - s)));
+        dup[i] = io::store(d * silu);
+    }
+}
+
 #define ELEMENTWISE(name, T) \
+    extern "C" __global__ void swiglu_##name(const T* gate, const T* up, T* out, u64 n) { \
+        zip_map(gate, up, out, n, SwigluFn<T>()); \
+    } \
+    extern "C" __global__ void swiglu_backward_##name(const T* gate, const T* up, const T* dy, T* dgate, \
+                                                      T* dup, u64 n) { \
+        swiglu_backward<T>(gate, up, dy, dgate, dup, n); \
+    } \
     extern "C" __global__ void unary_##name(int op, double p, const T* x, T* y, u64 n) { \
         unary_any<T>(op, (typename Io<T>::C)p, x, y, n); \
     } \

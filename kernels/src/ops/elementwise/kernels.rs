@@ -1,8 +1,8 @@
-//! What a backend runs for elementwise arithmetic: the functions of one and two elements, and
-//! maps of them with broadcasting.
+//! What a backend runs for elementwise arithmetic: the functions of one and two elements, maps
+//! of them with broadcasting, and the fused SwiGLU gate.
 
 use crate::buffer::Buffer;
-use crate::dtype::Compute;
+use crate::dtype::{Compute, Float};
 use crate::error::Result;
 use crate::shape::Shape;
 
@@ -190,6 +190,58 @@ impl BinaryOp {
     }
 }
 
+/// `round(silu(gate)) * up`, `round` storing in `T` then loading again (nothing for f32 and
+/// f64): the rounding of Hugging Face's `act_fn(gate) * up` in a half dtype.
+#[inline(always)]
+pub(crate) fn swiglu_of<T: Float>(gate: T, up: T) -> T {
+    let x = gate.load();
+    T::store(T::store(x * sigmoid(x)).load() * up.load())
+}
+
+/// The gradients of [`swiglu_of`] for upstream `dy`: `(dgate, dup)`, with
+/// `dgate = dy up s (1 + gate (1 - s))` (`s = sigmoid(gate)`) and `dup = dy round(silu(gate))`.
+#[inline(always)]
+pub(crate) fn swiglu_grads_of<T: Float>(gate: T, up: T, dy: T) -> (T, T) {
+    let (x, d) = (gate.load(), dy.load());
+    let s = sigmoid(x);
+    let silu = T::store(x * s).load();
+    let dgate = d * up.load() * s * (<T::C as Compute>::ONE + x * (<T::C as Compute>::ONE - s));
+    (T::store(dgate), T::store(d * silu))
+}
+
+/// `1 / (1 + e^-x)` in compute precision.
+#[inline(always)]
+fn sigmoid<C: Compute>(x: C) -> C {
+    C::ONE / (C::ONE + (-x).exp())
+}
+
+/// The operands of [`ElementwiseKernels::swiglu`]: three buffers of one float dtype and length.
+#[derive(Debug)]
+pub struct SwigluOperands<'a> {
+    /// The gate, passed through SiLU.
+    pub gate: &'a Buffer,
+    /// The up projection, which the gate scales.
+    pub up: &'a Buffer,
+    /// Receives `silu(gate) * up`.
+    pub out: &'a mut Buffer,
+}
+
+/// The operands of [`ElementwiseKernels::swiglu_backward`]: five buffers of one float dtype and
+/// length.
+#[derive(Debug)]
+pub struct SwigluBackwardOperands<'a> {
+    /// The forward pass's gate.
+    pub gate: &'a Buffer,
+    /// The forward pass's up projection.
+    pub up: &'a Buffer,
+    /// The upstream gradient.
+    pub dy: &'a Buffer,
+    /// Receives the gate's gradient.
+    pub dgate: &'a mut Buffer,
+    /// Receives the up projection's gradient.
+    pub dup: &'a mut Buffer,
+}
+
 /// Elementwise arithmetic, with broadcasting for two operands.
 pub trait ElementwiseKernels {
     /// `out[i] = op(x[i])`; float dtypes, same length.
@@ -207,4 +259,12 @@ pub trait ElementwiseKernels {
 
     /// `b[i] = op(a[i], b[i])`, in place; float dtypes, same dtype and length.
     fn binary_assign(&self, op: BinaryOp, a: &Buffer, b: &mut Buffer) -> Result<()>;
+
+    /// SwiGLU: `out[i] = silu(gate[i]) * up[i]` with `silu(x) = x sigmoid(x)`, the SiLU
+    /// rounded to the dtype before the product.
+    fn swiglu(&self, operands: SwigluOperands<'_>) -> Result<()>;
+
+    /// The gradients of [`ElementwiseKernels::swiglu`] from its operands and the upstream
+    /// `dy`: `dgate` and `dup`, in one pass.
+    fn swiglu_backward(&self, operands: SwigluBackwardOperands<'_>) -> Result<()>;
 }

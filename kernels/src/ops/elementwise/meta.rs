@@ -1,6 +1,8 @@
 //! Meta kernels for elementwise ops: nothing to compute; each accounts for its work.
 
-use super::kernels::{BinaryOp, ElementwiseKernels, UnaryOp};
+use super::kernels::{
+    BinaryOp, ElementwiseKernels, SwigluBackwardOperands, SwigluOperands, UnaryOp,
+};
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::meta::MetaBackend;
@@ -26,6 +28,22 @@ impl ElementwiseKernels for MetaBackend {
     fn binary_assign(&self, _: BinaryOp, b: &Buffer, out: &mut Buffer) -> Result<()> {
         // The target is read and written.
         self.record(Kernel::moving(&[b, out, out]));
+        Ok(())
+    }
+    fn swiglu(&self, operands: SwigluOperands<'_>) -> Result<()> {
+        let SwigluOperands { gate, up, out } = operands;
+        self.record(Kernel::moving_with(&[gate, up, &*out], 6.0));
+        Ok(())
+    }
+    fn swiglu_backward(&self, operands: SwigluBackwardOperands<'_>) -> Result<()> {
+        let SwigluBackwardOperands {
+            gate,
+            up,
+            dy,
+            dgate,
+            dup,
+        } = operands;
+        self.record(Kernel::moving_with(&[gate, up, dy, &*dgate, &*dup], 10.0));
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
-//! Elementwise arithmetic: unary functions, binary operations with NumPy broadcasting, and the
-//! derivatives their backward rules need.
+//! Elementwise arithmetic: unary functions, binary operations with NumPy broadcasting, the
+//! derivatives their backward rules need, and the fused SwiGLU gate.
 
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -7,8 +7,10 @@ mod cuda;
 mod isa;
 pub(crate) mod kernels;
 mod meta;
+mod swiglu;
 
-pub use kernels::{BinaryOp, ElementwiseKernels, UnaryOp};
+pub use kernels::{BinaryOp, ElementwiseKernels, SwigluBackwardOperands, SwigluOperands, UnaryOp};
+pub use swiglu::{SwigluGrads, swiglu, swiglu_backward};
 
 use crate::array::Array;
 use crate::error::Result;

@@ -1,20 +1,19 @@
-//! CPU kernels: layer normalization, forward and backward.
+//! CPU kernels: layer normalization and RMS normalization, forward and backward.
 //!
 //! Every kernel runs one task per group of rows. Sums over a row accumulate in f64; the
 //! per-element arithmetic runs in the compute type (f32 for the half types).
 
 use rayon::prelude::*;
 
-use super::kernels::{LayerNormBackwardOperands, LayerNormOperands, NormKernels};
+use super::kernels::{
+    LayerNormBackwardOperands, LayerNormOperands, MAX_PARTIALS, NormKernels,
+    RmsNormBackwardOperands, RmsNormOperands,
+};
+use super::rms_cpu::{RmsBackwardInputs, rms_norm_backward_rows, rms_norm_rows};
 use crate::cpu::{CpuBackend, min_rows};
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::ops::rows::spec::RowSpec;
-
-/// How many partial sums of `dgamma` and `dbeta` the layer-norm backward makes at most: the
-/// rows are cut into this many blocks (fewer when there are fewer rows), whatever the number of
-/// threads, and the blocks' sums are added in block order, so the result is deterministic.
-const MAX_PARTIALS: usize = 64;
 
 /// Runs `$body` with `$t` bound to the Rust type of a float `$dtype` and `$s` to the type of
 /// its layer-norm statistics (f64 for f64, f32 otherwise), or fails naming `$op`.
@@ -101,6 +100,47 @@ impl NormKernels for CpuBackend {
             let dgamma = dgamma.host_mut::<T>(OP)?;
             let dbeta = dbeta.host_mut::<T>(OP)?;
             layer_norm_backward_rows::<T, S>(spec, &inputs, dx, dgamma, dbeta);
+            Ok(())
+        })
+    }
+
+    fn rms_norm(&self, spec: RowSpec, eps: f64, operands: RmsNormOperands<'_>) -> Result<()> {
+        let RmsNormOperands { x, gamma, y, rstd } = operands;
+        const OP: &str = "rms_norm";
+        with_float_and_stats!(x.dtype(), OP, |T, S| {
+            let x = x.host::<T>(OP)?;
+            let gamma = gamma.host::<T>(OP)?;
+            let y = y.host_mut::<T>(OP)?;
+            let rstd = rstd.host_mut::<S>(OP)?;
+            rms_norm_rows::<T, S>(spec, eps, x, gamma, y, rstd);
+            Ok(())
+        })
+    }
+
+    fn rms_norm_backward(
+        &self,
+        spec: RowSpec,
+        operands: RmsNormBackwardOperands<'_>,
+    ) -> Result<()> {
+        let RmsNormBackwardOperands {
+            x,
+            gamma,
+            rstd,
+            dy,
+            dx,
+            dgamma,
+        } = operands;
+        const OP: &str = "rms_norm_backward";
+        with_float_and_stats!(x.dtype(), OP, |T, S| {
+            let inputs = RmsBackwardInputs {
+                x: x.host::<T>(OP)?,
+                gamma: gamma.host::<T>(OP)?,
+                rstd: rstd.host::<S>(OP)?,
+                dy: dy.host::<T>(OP)?,
+            };
+            let dx = dx.host_mut::<T>(OP)?;
+            let dgamma = dgamma.host_mut::<T>(OP)?;
+            rms_norm_backward_rows::<T, S>(spec, &inputs, dx, dgamma);
             Ok(())
         })
     }

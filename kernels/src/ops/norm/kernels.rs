@@ -1,5 +1,5 @@
-//! What a backend runs for layer normalization over the last axis, forward and backward, and how
-//! its statistics and parameter gradients are kept.
+//! What a backend runs for layer normalization and RMS normalization over the last axis, forward
+//! and backward, and how their statistics and parameter gradients are kept.
 
 use crate::buffer::Buffer;
 use crate::dtype::DType;
@@ -44,6 +44,37 @@ pub struct LayerNormBackwardOperands<'a> {
     pub dbeta: &'a mut Buffer,
 }
 
+/// The operands of [`NormKernels::rms_norm`], every one contiguous and row-major.
+#[derive(Debug)]
+pub struct RmsNormOperands<'a> {
+    /// The input, `[rows, len]`.
+    pub x: &'a Buffer,
+    /// The scale, `[len]` of `x`'s dtype.
+    pub gamma: &'a Buffer,
+    /// Receives the output, `x`'s shape and dtype.
+    pub y: &'a mut Buffer,
+    /// Receives each row's `1 / sqrt(mean(x^2) + eps)`, `[rows]` of the stats dtype
+    /// ([`stats_dtype`]).
+    pub rstd: &'a mut Buffer,
+}
+
+/// The operands of [`NormKernels::rms_norm_backward`], every one contiguous and row-major.
+#[derive(Debug)]
+pub struct RmsNormBackwardOperands<'a> {
+    /// The forward pass's input, `[rows, len]`.
+    pub x: &'a Buffer,
+    /// The forward pass's scale, `[len]` of `x`'s dtype.
+    pub gamma: &'a Buffer,
+    /// The saved `1 / sqrt(mean(x^2) + eps)` of each row, `[rows]` of the stats dtype.
+    pub rstd: &'a Buffer,
+    /// The upstream gradient, `x`'s shape and dtype.
+    pub dy: &'a Buffer,
+    /// Receives the input's gradient, `x`'s shape and dtype.
+    pub dx: &'a mut Buffer,
+    /// Receives the scale's gradient, `[len]`.
+    pub dgamma: &'a mut Buffer,
+}
+
 /// The kernels of this family that a backend runs. Every buffer is contiguous and row-major;
 /// the op layer has checked lengths, dtypes and devices before calling.
 pub trait NormKernels {
@@ -60,6 +91,17 @@ pub trait NormKernels {
         spec: RowSpec,
         operands: LayerNormBackwardOperands<'_>,
     ) -> Result<()>;
+
+    /// RMS normalization of each row of `x` (`[rows, len]`): `y = x * rstd * gamma` with
+    /// `rstd = 1 / sqrt(mean(x^2) + eps)`, which `rstd` receives. Half types round `x * rstd`
+    /// to their dtype before the product with `gamma`, as Hugging Face's `LlamaRMSNorm` does.
+    fn rms_norm(&self, spec: RowSpec, eps: f64, operands: RmsNormOperands<'_>) -> Result<()>;
+
+    /// The gradients of [`NormKernels::rms_norm`] from its input `x`, `gamma`, the saved `rstd`
+    /// and the upstream `dy`: `dx`, and `dgamma` summed over every row in a fixed order
+    /// (deterministic).
+    fn rms_norm_backward(&self, spec: RowSpec, operands: RmsNormBackwardOperands<'_>)
+    -> Result<()>;
 }
 
 /// The dtype of layer normalization statistics for inputs of `dtype`: F64 for F64, F32
@@ -72,14 +114,20 @@ pub fn stats_dtype(dtype: DType) -> DType {
     }
 }
 
-/// How the CUDA backend sums layer-norm parameter gradients: per row slice (at most 128, fewer
-/// for rows so long that the partial sums would pass 16 MiB), then the slices' partial sums in
-/// order. Returns the slices and the f64 elements of the partial sums' workspace, which a meta
-/// device planning for CUDA takes too.
-pub(crate) fn parameter_partials(rows: usize, len: usize) -> (usize, usize) {
+/// How many partial sums of the parameter gradients the CPU backend makes at most: the rows
+/// are cut into this many blocks (fewer when there are fewer rows), whatever the number of
+/// threads, and the blocks' sums are added in block order, so the result is deterministic.
+pub(crate) const MAX_PARTIALS: usize = 64;
+
+/// How the CUDA backend sums the gradients of `params` parameters of `len` elements (two for
+/// layer norm, one for RMS norm): per row slice (at most 128, fewer for rows so long that the
+/// partial sums would pass 16 MiB), then the slices' partial sums in order. Returns the slices
+/// and the f64 elements of the partial sums' workspace, which a meta device planning for CUDA
+/// takes too.
+pub(crate) fn parameter_partials(rows: usize, len: usize, params: usize) -> (usize, usize) {
     const SLICES: usize = 128;
     const MOST_BYTES: usize = 16 << 20;
-    let per_slice = (2 * len * size_of::<f64>()).max(1);
+    let per_slice = (params * len * size_of::<f64>()).max(1);
     let slices = rows.clamp(1, SLICES).min((MOST_BYTES / per_slice).max(1));
-    (slices, 2 * slices * len)
+    (slices, params * slices * len)
 }

@@ -1,22 +1,26 @@
-//! Layer normalization over the last axis, forward and backward.
+//! Layer normalization and RMS normalization over the last axis, forward and backward.
 //!
-//! It sees its operand as `rows` rows of `len` contiguous elements (`len` is the last
+//! They see their operand as `rows` rows of `len` contiguous elements (`len` is the last
 //! dimension, `rows` the product of the others). Half types compute in f32 and store in half;
 //! sums over a row, and over rows for the parameter gradients, accumulate in f64.
 //!
-//! Layer normalization keeps per-row statistics for its backward pass: the mean and the
-//! reciprocal standard deviation, of dtype [`DType::F32`](crate::DType::F32)
-//! ([`DType::F64`](crate::DType::F64) for F64 inputs).
+//! Both keep per-row statistics for their backward pass (layer normalization the mean and the
+//! reciprocal standard deviation, RMS normalization the reciprocal root mean square), of dtype
+//! [`DType::F32`](crate::DType::F32) ([`DType::F64`](crate::DType::F64) for F64 inputs).
 
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub(crate) mod kernels;
 mod meta;
+mod rms_cpu;
 
 #[cfg(feature = "cuda")]
 pub use cuda::row_kernels;
-pub use kernels::{LayerNormBackwardOperands, LayerNormOperands, NormKernels, stats_dtype};
+pub use kernels::{
+    LayerNormBackwardOperands, LayerNormOperands, NormKernels, RmsNormBackwardOperands,
+    RmsNormOperands, stats_dtype,
+};
 
 use super::rows::{check_operand, rows_of};
 use crate::array::Array;
@@ -45,6 +49,25 @@ pub struct LayerNormGrads {
     pub dbeta: Array,
 }
 
+/// The output of [`rms_norm`]: the result and the statistic its backward pass needs.
+#[derive(Debug)]
+pub struct RmsNorm {
+    /// The normalized and scaled input (its shape and dtype).
+    pub y: Array,
+    /// Each row's `1 / sqrt(mean(x^2) + eps)`: the input's shape without the last axis, dtype
+    /// [`stats_dtype`].
+    pub rstd: Array,
+}
+
+/// The gradients computed by [`rms_norm_backward`].
+#[derive(Debug)]
+pub struct RmsNormGrads {
+    /// The gradient of the input (its shape and dtype).
+    pub dx: Array,
+    /// The gradient of `gamma` (`[d]`).
+    pub dgamma: Array,
+}
+
 /// Fails unless the statistic `stat` (called `what`) has `shape`, `dtype` and `x`'s device.
 fn check_stat(x: &Array, stat: &Array, what: &str, shape: &Shape, op: &'static str) -> Result<()> {
     x.device().check_same(stat.device(), op)?;
@@ -67,6 +90,17 @@ fn check_stat(x: &Array, stat: &Array, what: &str, shape: &Shape, op: &'static s
         });
     }
     Ok(())
+}
+
+/// Fails unless `eps` is finite and >= 0.
+fn check_eps(eps: f64, op: &'static str) -> Result<()> {
+    if eps.is_finite() && eps >= 0.0 {
+        return Ok(());
+    }
+    Err(Error::Argument {
+        op,
+        detail: format!("eps must be finite and >= 0, got {eps}"),
+    })
 }
 
 /// The shape of the per-row statistics of `x`: its shape without the last axis.
@@ -96,12 +130,7 @@ pub fn layer_norm(x: &Array, gamma: &Array, beta: &Array, eps: f64) -> Result<La
     let param = Shape::new(&[spec.len]);
     check_operand(x, gamma, "gamma", &param, OP)?;
     check_operand(x, beta, "beta", &param, OP)?;
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(Error::Argument {
-            op: OP,
-            detail: format!("eps must be finite and >= 0, got {eps}"),
-        });
-    }
+    check_eps(eps, OP)?;
     let device = x.device();
     let stats = stats_shape(x);
     let mut y = Array::uninit(device, x.shape().clone(), x.dtype(), OP)?;
@@ -152,4 +181,71 @@ pub fn layer_norm_backward(
     };
     device.backend().layer_norm_backward(spec, operands)?;
     Ok(LayerNormGrads { dx, dgamma, dbeta })
+}
+
+/// RMS normalization over the last axis (of length `d`), as Llama's `LlamaRMSNorm` computes it:
+/// `y = gamma * (x * rstd)` with `rstd = 1 / sqrt(mean(x^2) + eps)`; `gamma` is `[d]` of `x`'s
+/// dtype, `eps` finite and >= 0. Half types compute in f32 and round `x * rstd` to their dtype
+/// before the product with `gamma` (Hugging Face's `weight * x_normed.to(input_dtype)`), so
+/// that a bf16 or f16 result rounds as transformers' does.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::norm::rms_norm;
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::from_f64(&cpu, [1, 2], DType::F64, &[3., 4.])?;
+/// let gamma = Array::from_f64(&cpu, [2], DType::F64, &[1., 2.])?;
+/// let out = rms_norm(&x, &gamma, 0.0)?;
+/// // mean(x^2) = 12.5
+/// let r = 1.0 / 12.5f64.sqrt();
+/// assert_eq!(out.y.to_f64()?, [3. * r, 8. * r]);
+/// assert_eq!(out.rstd.to_f64()?, [r]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn rms_norm(x: &Array, gamma: &Array, eps: f64) -> Result<RmsNorm> {
+    const OP: &str = "rms_norm";
+    let spec = rows_of(x, OP)?;
+    check_operand(x, gamma, "gamma", &Shape::new(&[spec.len]), OP)?;
+    check_eps(eps, OP)?;
+    let device = x.device();
+    let mut y = Array::uninit(device, x.shape().clone(), x.dtype(), OP)?;
+    let mut rstd = Array::uninit(device, stats_shape(x), stats_dtype(x.dtype()), OP)?;
+    let operands = RmsNormOperands {
+        x: x.buffer(),
+        gamma: gamma.buffer(),
+        y: y.buffer_mut(OP)?,
+        rstd: rstd.buffer_mut(OP)?,
+    };
+    device.backend().rms_norm(spec, eps, operands)?;
+    Ok(RmsNorm { y, rstd })
+}
+
+/// The gradients of [`rms_norm`] from its input `x`, `gamma`, the saved `rstd` (as
+/// [`rms_norm`] returned it) and the upstream gradient `dy` (`x`'s shape and dtype). `dgamma`
+/// sums over the rows in a fixed order: it is the same from run to run.
+pub fn rms_norm_backward(
+    x: &Array,
+    gamma: &Array,
+    rstd: &Array,
+    dy: &Array,
+) -> Result<RmsNormGrads> {
+    const OP: &str = "rms_norm_backward";
+    let spec = rows_of(x, OP)?;
+    let param = Shape::new(&[spec.len]);
+    check_operand(x, gamma, "gamma", &param, OP)?;
+    check_operand(x, dy, "dy", x.shape(), OP)?;
+    check_stat(x, rstd, "rstd", &stats_shape(x), OP)?;
+    let device = x.device();
+    let mut dx = Array::uninit(device, x.shape().clone(), x.dtype(), OP)?;
+    let mut dgamma = Array::uninit(device, param, x.dtype(), OP)?;
+    let operands = RmsNormBackwardOperands {
+        x: x.buffer(),
+        gamma: gamma.buffer(),
+        rstd: rstd.buffer(),
+        dy: dy.buffer(),
+        dx: dx.buffer_mut(OP)?,
+        dgamma: dgamma.buffer_mut(OP)?,
+    };
+    device.backend().rms_norm_backward(spec, operands)?;
+    Ok(RmsNormGrads { dx, dgamma })
 }

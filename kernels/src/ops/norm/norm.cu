@@ -1,6 +1,6 @@
-// Layer normalization over the last axis, forward and backward. Its statistics and every sum
-// accumulate in f64, in a fixed order; the parameter gradients sum per-slice partial results
-// in order (no atomics). Row kernels (see prelude.cuh): rows longer than every shape holds are
+// Layer normalization and RMS normalization over the last axis, forward and backward. Their
+// statistics and every sum accumulate in f64, in a fixed order; the parameter gradients sum
+// per-slice partial results in order (no atomics). Row kernels (see prelude.cuh): rows longer than every shape holds are
 // read three times forward, twice backward.
 
 // The reciprocal standard deviation of a row of `len` elements whose squared deviations from its
@@ -201,3 +201,170 @@ NORM(f32, float, float)
 NORM(f64, double, double)
 NORM(f16, f16, float)
 NORM(bf16, bf16, float)
+
+// ---------- RMS normalization ----------
+
+// `gamma * round(xv * rs)`: the normalized value rounded to T before the product, as Hugging
+// Face's `weight * x_normed.to(input_dtype)` (a no-op for float and double).
+template <typename T>
+__device__ __forceinline__ T rms_scaled(typename Io<T>::C xv, typename Io<T>::C rs, T g) {
+    typedef Io<T> io;
+    return io::store(io::load(g) * io::load(io::store(xv * rs)));
+}
+
+// RMS normalization of one row held in registers; its rstd goes to `rstd`.
+template <int GROUP, int N, typename T>
+__device__ __forceinline__ void rms_norm_row_cached(double eps, const T* xr, const T* gamma, T* yr, u64 len,
+                                                    u64 lane, double* scratch, double& rstd) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    const int mine = (int)stride_share(len, lane);
+    C v[N];
+    cache_row<GROUP>(xr + lane, mine, (C)0, v);
+    double squares = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+        if (k * GROUP < mine) squares += (double)v[k] * (double)v[k];
+    rstd = rstd_of(group_reduce<GROUP>(squares, SumOp(), scratch), len, eps);
+    const C rs = (C)rstd;
+    const T* g = gamma + lane;
+    T* y = yr + lane;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+        if (k * GROUP < mine) y[k * GROUP] = rms_scaled<T>(v[k], rs, g[k * GROUP]);
+}
+
+template <int GROUP, int N, typename T, typename S>
+__device__ void rms_norm_rows(double eps, const T* x, const T* gamma, T* y, S* rstd_out, u64 rows, u64 len) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    SCRATCH(double)
+    ROWS_OF(GROUP) {
+        const T* xr = x + r * len;
+        T* yr = y + r * len;
+        double rstd;
+        if (len <= (u64)GROUP * N) {
+            rms_norm_row_cached<GROUP, N, T>(eps, xr, gamma, yr, len, lane, scratch, rstd);
+        } else {
+            double squares = 0;
+            for (u64 j = lane; j < len; j += GROUP) {
+                const double v = (double)io::load(xr[j]);
+                squares += v * v;
+            }
+            rstd = rstd_of(group_reduce<GROUP>(squares, SumOp(), scratch), len, eps);
+            const C rs = (C)rstd;
+            for (u64 j = lane; j < len; j += GROUP) yr[j] = rms_scaled<T>(io::load(xr[j]), rs, gamma[j]);
+        }
+        if (lane == 0) rstd_out[r] = (S)rstd;
+    }
+}
+
+// The input gradient of RMS normalization: with g = dy gamma and xhat = x rstd,
+// dx = rstd (g - xhat mean(g xhat)).
+template <int GROUP, int N, typename T>
+__device__ __forceinline__ void rms_norm_dx_row_cached(const T* xr, const T* gamma, double rs, const T* dyr,
+                                                       T* dxr, u64 len, u64 lane, double* scratch) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    const int mine = (int)stride_share(len, lane);
+    C xv[N], dv[N];
+    cache_row<GROUP>(xr + lane, mine, (C)0, xv);
+    cache_row<GROUP>(dyr + lane, mine, (C)0, dv);
+    const T* gm = gamma + lane;
+    double sum_gx = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        if (k * GROUP >= mine) continue;
+        sum_gx += (double)dv[k] * (double)io::load(gm[k * GROUP]) * (double)xv[k] * rs;
+    }
+    sum_gx = group_reduce<GROUP>(sum_gx, SumOp(), scratch);
+    const C rc = (C)rs, mean_gx = (C)(sum_gx / (double)len);
+    T* dx = dxr + lane;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        if (k * GROUP >= mine) continue;
+        const C xhat = xv[k] * rc, g = dv[k] * io::load(gm[k * GROUP]);
+        dx[k * GROUP] = io::store(rc * (g - xhat * mean_gx));
+    }
+}
+
+template <int GROUP, int N, typename T, typename S>
+__device__ void rms_norm_dx_rows(const T* x, const T* gamma, const S* rstd, const T* dy, T* dx, u64 rows,
+                                 u64 len) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    SCRATCH(double)
+    ROWS_OF(GROUP) {
+        const T* xr = x + r * len;
+        const T* dyr = dy + r * len;
+        T* dxr = dx + r * len;
+        const double rs = (double)rstd[r];
+        if (len <= (u64)GROUP * N) {
+            rms_norm_dx_row_cached<GROUP, N, T>(xr, gamma, rs, dyr, dxr, len, lane, scratch);
+            continue;
+        }
+        double sum_gx = 0;
+        for (u64 j = lane; j < len; j += GROUP)
+            sum_gx += (double)io::load(dyr[j]) * (double)io::load(gamma[j]) * (double)io::load(xr[j]) * rs;
+        sum_gx = group_reduce<GROUP>(sum_gx, SumOp(), scratch);
+        const C rc = (C)rs, mean_gx = (C)(sum_gx / (double)len);
+        for (u64 j = lane; j < len; j += GROUP) {
+            const C xhat = io::load(xr[j]) * rc;
+            const C g = io::load(dyr[j]) * io::load(gamma[j]);
+            dxr[j] = io::store(rc * (g - xhat * mean_gx));
+        }
+    }
+}
+
+// Partial sums of dgamma: slice p (blockIdx.y) of gridDim.y takes rows p, p + P, ...;
+// partial[p len + j] receives its sum for column j.
+template <typename T, typename S>
+__device__ void rms_norm_dgamma_partial(const T* x, const S* rstd, const T* dy, double* partial, u64 rows,
+                                        u64 len) {
+    typedef Io<T> io;
+    const u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x, p = blockIdx.y, slices = gridDim.y;
+    if (j >= len) return;
+    double dg = 0;
+    for (u64 r = p; r < rows; r += slices)
+        dg += (double)io::load(dy[r * len + j]) * (double)io::load(x[r * len + j]) * (double)rstd[r];
+    partial[p * len + j] = dg;
+}
+
+template <typename T>
+__device__ void rms_norm_dgamma_sum(const double* partial, u64 slices, T* dgamma, u64 len) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    for (u64 j = thread_index(); j < len; j += grid_stride()) {
+        double dg = 0;
+        for (u64 p = 0; p < slices; ++p) dg += partial[p * len + j];
+        dgamma[j] = io::store((C)dg);
+    }
+}
+
+#define RMS_FORWARD(G, N, name, T, S) \
+    extern "C" __global__ void ROW_BOUNDS(G, N, T, 1) \
+        rms_norm_##G##x##N##_##name(double eps, const T* x, const T* gamma, T* y, S* rstd, u64 rows, u64 len) { \
+        rms_norm_rows<G, N, T, S>(eps, x, gamma, y, rstd, rows, len); \
+    }
+#define RMS_BACKWARD(G, N, name, T, S) \
+    extern "C" __global__ void ROW_BOUNDS(G, N, T, 3) \
+        rms_norm_dx_##G##x##N##_##name(const T* x, const T* gamma, const S* rstd, const T* dy, T* dx, u64 rows, \
+                                       u64 len) { \
+        rms_norm_dx_rows<G, N, T, S>(x, gamma, rstd, dy, dx, rows, len); \
+    }
+
+#define RMS_NORM(name, T, S) \
+    ROW_SHAPES(RMS_FORWARD, RMS_BACKWARD, name, T, S) \
+    extern "C" __global__ void rms_norm_dgamma_partial_##name(const T* x, const S* rstd, const T* dy, \
+                                                              double* partial, u64 rows, u64 len) { \
+        rms_norm_dgamma_partial<T, S>(x, rstd, dy, partial, rows, len); \
+    } \
+    extern "C" __global__ void rms_norm_dgamma_sum_##name(const double* partial, u64 slices, T* dgamma, \
+                                                          u64 len) { \
+        rms_norm_dgamma_sum<T>(partial, slices, dgamma, len); \
+    }
+
+RMS_NORM(f32, float, float)
+RMS_NORM(f64, double, double)
+RMS_NORM(f16, f16, float)
+RMS_NORM(bf16, bf16, float)
