@@ -101,11 +101,7 @@ impl NormKernels for CudaBackend {
         // dgamma and dbeta: per-slice partial sums in f64, then summed in slice order.
         let (slices, partials) = parameter_partials(rows, len, 2);
         let partial = x.memory().alloc_workspace(DType::F64, partials, OP)?;
-        let grid = LaunchConfig {
-            grid_dim: (len.div_ceil(BLOCK as usize) as u32, slices as u32, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let grid = partials_grid(len, slices);
         let name = float_kernel("layer_norm_dparams_partial", dtype, OP)?;
         let args: [Arg; 7] = [
             x.into(),
@@ -184,11 +180,7 @@ impl NormKernels for CudaBackend {
         // dgamma: per-slice partial sums in f64, then summed in slice order.
         let (slices, partials) = parameter_partials(rows, len, 1);
         let partial = x.memory().alloc_workspace(DType::F64, partials, OP)?;
-        let grid = LaunchConfig {
-            grid_dim: (len.div_ceil(BLOCK as usize) as u32, slices as u32, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let grid = partials_grid(len, slices);
         let name = float_kernel("rms_norm_dgamma_partial", dtype, OP)?;
         let args: [Arg; 6] = [
             x.into(),
@@ -202,5 +194,15 @@ impl NormKernels for CudaBackend {
         let name = float_kernel("rms_norm_dgamma_sum", dtype, OP)?;
         let args = [(&partial).into(), slices.into(), dgamma.into(), len.into()];
         self.launch(OP, Family::Norm, &name, self.grid(len as u64), &args)
+    }
+}
+
+/// The grid of the parameter gradients' partial sums: a column of blocks over `len` parameters
+/// for each of `slices` slices of rows.
+fn partials_grid(len: usize, slices: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (len.div_ceil(BLOCK as usize) as u32, slices as u32, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
