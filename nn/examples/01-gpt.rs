@@ -5,7 +5,9 @@ use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{DType, Device, DeviceConfig};
 use headroom_nn::loss::cross_entropy;
-use headroom_nn::{AdamW, AdamWConfig, Gpt, GptConfig, Initializer, Module, Optimizer, checkpoint};
+use headroom_nn::{
+    AdamW, AdamWConfig, Family, Gpt, GptConfig, Initializer, Module, Optimizer, checkpoint,
+};
 
 const SEP: u32 = 10; // digits are 0-9; the separator is 10
 const SKIP: u32 = u32::MAX; // positions that are not scored
@@ -35,6 +37,7 @@ fn main() -> headroom_nn::Result<()> {
         layers: 2,
         dropout: 0.0,
         tie_embeddings: false,
+        family: Family::Gpt2,
     };
     let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 0), config)?;
     let mut adamw = AdamW::new(&gpt, AdamWConfig::default())?;

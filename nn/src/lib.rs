@@ -21,12 +21,16 @@ pub use kv_cache::KvCache;
 pub use layer_kind::LayerKind;
 pub use layers::activation::{Activation, Dropout, DropoutCounter};
 pub use layers::attention::CausalSelfAttention;
-pub use layers::block::{Block, BlockMlp};
+pub use layers::block::Block;
+pub use layers::block_mlp::{BlockMlp, MlpKind};
 pub use layers::embedding::Embedding;
+pub use layers::family::{Family, LlamaOptions};
 pub use layers::gpt::{Gpt, GptConfig, HEAD_CHUNK_LOGITS};
 pub use layers::layer_norm::LayerNorm;
 pub use layers::linear::Linear;
+pub use layers::norm::Norm;
 pub use layers::rms_norm::RmsNorm;
+pub use layers::rotary::RotaryEmbedding;
 pub use layers::sequential::{Sequential, mlp};
 pub use module::{Module, visit_child, visit_child_mut};
 pub use optim::{

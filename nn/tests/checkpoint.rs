@@ -11,8 +11,8 @@ use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::{DType, Device};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
-    Activation, AdamW, AdamWConfig, Error, Gpt, GptConfig, Initializer, Linear, Module, Optimizer,
-    Sgd, SgdConfig, StatePrecision, checkpoint, mlp,
+    Activation, AdamW, AdamWConfig, Error, Family, Gpt, GptConfig, Initializer, Linear, Module,
+    Optimizer, Sgd, SgdConfig, StatePrecision, checkpoint, mlp,
 };
 
 /// A fresh path in the system's temporary directory, removed when dropped.
@@ -43,6 +43,7 @@ const CONFIG: GptConfig = GptConfig {
     layers: 2,
     dropout: 0.1,
     tie_embeddings: false,
+    family: Family::Gpt2,
 };
 
 /// One training step on the copy task; returns the loss.

@@ -17,7 +17,7 @@ use common::{device, parameter_bytes};
 use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::hf::{self, Gpt2Config};
-use headroom_nn::{Error, Gpt, GptConfig, Initializer, Module};
+use headroom_nn::{Error, Family, Gpt, GptConfig, Initializer, Module};
 use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype, TensorView};
 
@@ -158,6 +158,7 @@ fn the_configuration_reads_as_the_gpt_it_describes() {
             layers: 2,
             dropout: 0.1,
             tie_embeddings: true,
+            family: Family::Gpt2,
         }
     );
     assert_eq!(config.layer_norm_epsilon, 1e-5);
@@ -327,9 +328,9 @@ fn the_norms_take_the_configured_epsilon() {
         model
             .blocks
             .iter()
-            .all(|b| b.ln1.eps == 1e-3 && b.ln2.eps == 1e-3)
+            .all(|b| b.ln1.eps() == 1e-3 && b.ln2.eps() == 1e-3)
     );
-    assert_eq!(model.ln_f.eps, 1e-3);
+    assert_eq!(model.ln_f.eps(), 1e-3);
     let out = TempDir::new("epsilon-export");
     hf::export_gpt2(&model, &out.0, None).unwrap();
     assert_eq!(Gpt2Config::read(&out.0).unwrap().layer_norm_epsilon, 1e-3);
@@ -343,9 +344,15 @@ fn a_smaller_context_crops_the_position_table() {
     config.context = 32;
     let mut cropped = gpt(&device, config, 3);
     hf::load_gpt2(&data(TIED), &mut cropped).unwrap();
-    let rows = full.pos_emb.weight.narrow(0, 0, 32).unwrap();
+    let rows = full
+        .pos_emb
+        .as_ref()
+        .unwrap()
+        .weight
+        .narrow(0, 0, 32)
+        .unwrap();
     assert_eq!(
-        cropped.pos_emb.weight.to_f64().unwrap(),
+        cropped.pos_emb.as_ref().unwrap().weight.to_f64().unwrap(),
         rows.to_f64().unwrap()
     );
     let ids = expected(TIED).ids;
@@ -408,7 +415,7 @@ fn failed_load(dir: &Path, config: Option<GptConfig>) -> Error {
         "a failed load changed the model"
     );
     assert!(
-        model.blocks.iter().all(|b| b.ln1.eps == 1e-5) && model.ln_f.eps == 1e-5,
+        model.blocks.iter().all(|b| b.ln1.eps() == 1e-5) && model.ln_f.eps() == 1e-5,
         "a failed load changed an epsilon"
     );
     err

@@ -5,7 +5,7 @@ mod common;
 use common::{device, seed};
 use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::{DType, Device};
-use headroom_nn::{Error, Gpt, GptConfig, Initializer, KvCache, Module};
+use headroom_nn::{Error, Family, Gpt, GptConfig, Initializer, KvCache, Module};
 
 const CONFIG: GptConfig = GptConfig {
     vocab: 37,
@@ -15,6 +15,7 @@ const CONFIG: GptConfig = GptConfig {
     layers: 2,
     dropout: 0.0,
     tie_embeddings: false,
+    family: Family::Gpt2,
 };
 
 const BATCH: usize = 2;

@@ -8,8 +8,8 @@ use headroom_autograd::Tensor;
 use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{DType, Device};
 use headroom_nn::{
-    Activation, Block, CausalSelfAttention, DropoutCounter, Embedding, Gpt, GptConfig, Init,
-    Initializer, LayerNorm, Linear, Module, RmsNorm, mlp,
+    Activation, Block, CausalSelfAttention, DropoutCounter, Embedding, Family, Gpt, GptConfig,
+    Init, Initializer, LayerNorm, Linear, Module, RmsNorm, mlp,
 };
 
 /// `n` values in `[-1, 1)` from `seed`.
@@ -282,6 +282,7 @@ fn a_tiny_gpt_passes_a_gradient_check_over_every_parameter() {
         layers: 1,
         dropout: 0.0,
         tie_embeddings: false,
+        family: Family::Gpt2,
     };
     let gpt = Gpt::new(&mut Initializer::new(&device, DType::F64, seed()), config).unwrap();
     let ids = Tensor::from_host(&device, [2, 3], &[1u32, 4, 0, 3, 3, 2]).unwrap();
@@ -312,6 +313,7 @@ fn a_tied_head_is_the_token_embedding_with_gradients_from_both_uses() {
         layers: 1,
         dropout: 0.0,
         tie_embeddings: true,
+        family: Family::Gpt2,
     };
     let gpt = Gpt::new(&mut Initializer::new(&device, DType::F64, seed()), config).unwrap();
     let names: Vec<String> = gpt.named_parameters().into_iter().map(|(n, _)| n).collect();
@@ -335,6 +337,7 @@ fn the_same_seed_gives_the_same_weights_and_another_seed_others() {
         layers: 2,
         dropout: 0.1,
         tie_embeddings: false,
+        family: Family::Gpt2,
     };
     let weights = |seed| {
         let gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, seed), config).unwrap();
@@ -372,6 +375,7 @@ fn bad_configurations_are_typed_errors() {
         layers: 2,
         dropout: 0.0,
         tie_embeddings: false,
+        family: Family::Gpt2,
     };
     for (bad, mention) in [
         (GptConfig { heads: 3, ..good }, "heads"),

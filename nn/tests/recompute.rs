@@ -7,7 +7,7 @@ use common::device;
 use headroom_alloc::{AllocatorConfig, GRANULE};
 use headroom_autograd::{Tape, Tensor, autocast};
 use headroom_kernels::{DType, Device, DeviceConfig};
-use headroom_nn::{Gpt, GptConfig, Initializer, Module, Recompute};
+use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute};
 
 /// One step's loss, gradients (in parameter order) and the activation bytes the forward pass
 /// left for the backward pass.
@@ -53,6 +53,7 @@ fn recomputed_blocks_give_the_same_step_bit_for_bit_with_dropout_and_keep_less()
         layers: 3,
         dropout: 0.1,
         tie_embeddings: false,
+        family: Family::Gpt2,
     };
     let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 5), config).unwrap();
     let ids: Vec<u32> = (0..4 * 16).map(|i| (i * 7 % 11) as u32).collect();
@@ -92,6 +93,7 @@ fn memory_efficient_attention_gives_the_materialized_step_and_keeps_no_weights()
         layers: 2,
         dropout: 0.1,
         tie_embeddings: true,
+        family: Family::Gpt2,
     };
     let (b, t) = (3, 70);
     let ids: Vec<u32> = (0..b * t).map(|i| (i * 7 % 11) as u32).collect();
@@ -132,6 +134,7 @@ fn the_fused_head_gives_the_unfused_loss_and_gradients() {
         layers: 1,
         dropout: 0.0,
         tie_embeddings: true,
+        family: Family::Gpt2,
     };
     let (b, t) = (3, 12);
     let ids: Vec<u32> = (0..b * t).map(|i| (i * 7 % 50) as u32).collect();
@@ -196,6 +199,7 @@ fn cheap_recomputation_gives_the_same_step_bit_for_bit_and_keeps_less() {
         layers: 3,
         dropout: 0.1,
         tie_embeddings: false,
+        family: Family::Gpt2,
     };
     let ids: Vec<u32> = (0..4 * 16).map(|i| (i * 7 % 11) as u32).collect();
     let targets: Vec<u32> = ids.iter().map(|&i| (i + 1) % 11).collect();

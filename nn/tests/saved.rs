@@ -7,7 +7,7 @@ mod common;
 use common::device;
 use headroom_autograd::{SavedReport, Tape, Tensor, autocast};
 use headroom_kernels::{DType, Device};
-use headroom_nn::{Gpt, GptConfig, Initializer, Recompute};
+use headroom_nn::{Family, Gpt, GptConfig, Initializer, Recompute};
 
 /// Bytes of activations live on `device`.
 fn live_activations(device: &Device) -> u64 {
@@ -40,6 +40,7 @@ fn the_tape_accounts_for_every_activation_the_forward_pass_keeps() {
         layers: 2,
         dropout: 0.1,
         tie_embeddings: true,
+        family: Family::Gpt2,
     };
     let (b, t) = (3, 21);
     let ids: Vec<u32> = (0..b * t).map(|i| (i * 7 % 37) as u32).collect();

@@ -7,8 +7,8 @@ use headroom_autograd::{Tape, Tensor, no_grad};
 use headroom_kernels::DType;
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
-    Activation, AdamW, AdamWConfig, Gpt, GptConfig, Initializer, LrSchedule, Module, Optimizer,
-    clip_grad_norm, mlp,
+    Activation, AdamW, AdamWConfig, Family, Gpt, GptConfig, Initializer, LrSchedule, Module,
+    Optimizer, clip_grad_norm, mlp,
 };
 
 #[test]
@@ -86,6 +86,7 @@ fn a_small_gpt_learns_to_copy_and_its_loss_falls_below_a_tenth() {
         layers: 2,
         dropout: 0.0,
         tie_embeddings: false,
+        family: Family::Gpt2,
     };
     let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, s), config).unwrap();
     let mut adamw = AdamW::new(

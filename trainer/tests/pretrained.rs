@@ -464,6 +464,6 @@ fn a_pretrained_epsilon_stays_with_the_run_and_its_saved_model() {
     let TrainModel::Gpt(gpt) = saved.unwrap().model else {
         panic!("a GPT");
     };
-    let norms = gpt.blocks.iter().flat_map(|b| [b.ln1.eps, b.ln2.eps]);
-    assert!(norms.chain([gpt.ln_f.eps]).all(|eps| eps == 1e-3));
+    let norms = gpt.blocks.iter().flat_map(|b| [b.ln1.eps(), b.ln2.eps()]);
+    assert!(norms.chain([gpt.ln_f.eps()]).all(|eps| eps == 1e-3));
 }

@@ -13,7 +13,8 @@ use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{DType, Device, DeviceConfig};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
-    Activation, AdamW, AdamWConfig, Gpt, GptConfig, Initializer, Module, Optimizer, Recompute, mlp,
+    Activation, AdamW, AdamWConfig, Family, Gpt, GptConfig, Initializer, Module, Optimizer,
+    Recompute, mlp,
 };
 
 /// Timed steps, after the warm-up ones.
@@ -66,6 +67,7 @@ fn gpt_case_with(device: &Device, recompute: bool) -> headroom_nn::Result<Case> 
         layers: 4,
         dropout: 0.0,
         tie_embeddings: false,
+        family: Family::Gpt2,
     };
     let mut model = Gpt::new(&mut Initializer::new(device, DType::F32, 1), config)?;
     model.set_recompute(if recompute {

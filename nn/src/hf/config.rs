@@ -2,9 +2,11 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
+use crate::hf::fields::{Fields, read_json, write_json};
+use crate::layers::family::Family;
 use crate::layers::gpt::GptConfig;
 
 /// The file name of a model directory's configuration.
@@ -52,85 +54,13 @@ pub struct Gpt2Config {
     pub eos_token_id: Option<u64>,
 }
 
-/// Reads the fields of one `config.json`, each error naming the file and the field.
-struct Fields<'a> {
-    path: &'a Path,
-    map: &'a Map<String, Value>,
-}
-
-impl Fields<'_> {
-    fn error(&self, field: &str, detail: impl Into<String>) -> Error {
-        Error::Checkpoint {
-            path: self.path.to_owned(),
-            key: field.to_owned(),
-            detail: detail.into(),
-        }
-    }
-
-    /// The field's value; none when it is absent or null.
-    fn get(&self, field: &str) -> Option<&Value> {
-        self.map.get(field).filter(|v| !v.is_null())
-    }
-
-    fn count(&self, field: &str) -> Result<Option<u64>> {
-        self.get(field)
-            .map(|v| {
-                v.as_u64()
-                    .ok_or_else(|| self.error(field, format!("{v} is not a whole number")))
-            })
-            .transpose()
-    }
-
-    fn size(&self, field: &str) -> Result<usize> {
-        let value = self
-            .count(field)?
-            .ok_or_else(|| self.error(field, "missing"))?;
-        usize::try_from(value).map_err(|_| self.error(field, format!("{value} is too large")))
-    }
-
-    fn number(&self, field: &str, default: f64) -> Result<f64> {
-        match self.get(field) {
-            None => Ok(default),
-            Some(v) => v
-                .as_f64()
-                .ok_or_else(|| self.error(field, format!("{v} is not a number"))),
-        }
-    }
-
-    fn flag(&self, field: &str, default: bool) -> Result<bool> {
-        match self.get(field) {
-            None => Ok(default),
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| self.error(field, format!("{v} is not true or false"))),
-        }
-    }
-
-    /// Errors unless the flag is `want` (or absent, when `want` is transformers' default).
-    fn require_flag(&self, field: &str, want: bool, why: &str) -> Result<()> {
-        if self.flag(field, want)? != want {
-            return Err(self.error(field, format!("{} is not supported: {why}", !want)));
-        }
-        Ok(())
-    }
-}
-
 impl Gpt2Config {
     /// Reads `dir/config.json`. A missing or unreadable file is [`Error::Io`]; a file that is
     /// not a JSON object, a field of the wrong type, a missing shape field or a setting Headroom
     /// does not compute is [`Error::Checkpoint`] naming the file and the field.
     pub fn read(dir: &Path) -> Result<Self> {
         let path = dir.join(CONFIG_FILE);
-        let text = std::fs::read(&path).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let value: Value = serde_json::from_slice(&text).map_err(|err| Error::Checkpoint {
-            path: path.clone(),
-            key: "(file)".into(),
-            detail: format!("not JSON: {err}"),
-        })?;
-        Self::from_json(&path, &value)
+        Self::from_json(&path, &read_json(&path)?)
     }
 
     /// Reads the configuration from a parsed `config.json` (`path` names it in errors), with
@@ -221,6 +151,7 @@ impl Gpt2Config {
             layers: self.n_layer,
             dropout,
             tie_embeddings: self.tie_word_embeddings,
+            family: Family::Gpt2,
         }
     }
 
@@ -285,15 +216,7 @@ impl Gpt2Config {
 
     /// Writes [`to_json`](Self::to_json) to `dir/config.json`, atomically.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let path = dir.join(CONFIG_FILE);
-        let mut text =
-            serde_json::to_vec_pretty(&self.to_json()).map_err(|err| Error::Checkpoint {
-                path: path.clone(),
-                key: "(file)".into(),
-                detail: err.to_string(),
-            })?;
-        text.push(b'\n');
-        crate::checkpoint::write_atomically(&path, &text)
+        write_json(&dir.join(CONFIG_FILE), &self.to_json())
     }
 }
 

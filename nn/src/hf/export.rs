@@ -86,11 +86,11 @@ pub fn export_gpt2(gpt: &Gpt, dir: &Path, end_of_text: Option<u32>) -> Result<()
 
 /// The epsilon every layer norm of `gpt` uses.
 fn shared_epsilon(gpt: &Gpt) -> Result<f64> {
-    let eps = gpt.ln_f.eps;
+    let eps = gpt.ln_f.eps();
     let all = gpt
         .blocks
         .iter()
-        .flat_map(|b| [b.ln1.eps, b.ln2.eps])
+        .flat_map(|b| [b.ln1.eps(), b.ln2.eps()])
         .all(|e| e == eps);
     match all {
         true => Ok(eps),

@@ -98,10 +98,10 @@ pub fn load_gpt2(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     })?;
     let eps = config.layer_norm_epsilon;
     for block in &mut gpt.blocks {
-        block.ln1.eps = eps;
-        block.ln2.eps = eps;
+        block.ln1.set_eps(eps);
+        block.ln2.set_eps(eps);
     }
-    gpt.ln_f.eps = eps;
+    gpt.ln_f.set_eps(eps);
     Ok(())
 }
 
@@ -287,7 +287,7 @@ impl<'a> Checker<'a> {
 }
 
 /// Headroom's dtype of a floating-point safetensors dtype.
-fn float_dtype(dtype: Dtype) -> Option<DType> {
+pub(crate) fn float_dtype(dtype: Dtype) -> Option<DType> {
     match dtype {
         Dtype::F32 => Some(DType::F32),
         Dtype::F64 => Some(DType::F64),

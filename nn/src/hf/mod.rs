@@ -34,10 +34,18 @@
 
 mod config;
 mod export;
+mod fields;
 mod finite;
 mod import;
+mod llama_config;
+mod llama_import;
+mod llama_names;
 mod names;
+mod weight_files;
 
 pub use config::{CONFIG_FILE, Gpt2Config};
 pub use export::export_gpt2;
 pub use import::{WEIGHTS_FILE, load_gpt2};
+pub use llama_config::{Architecture, LlamaConfig};
+pub use llama_import::load_llama;
+pub use weight_files::{INDEX_FILE, model_dir};

@@ -1,5 +1,6 @@
-//! Multi-head causal self-attention: memory-efficient (FlashAttention-2) by default, the
-//! materialized weights as a reference.
+//! Causal self-attention with grouped key/value heads and rotary positions when the family has
+//! them: memory-efficient (FlashAttention-2) by default, the materialized weights as a
+//! reference.
 
 use headroom_autograd::Tensor;
 use headroom_kernels::ops::attention::{Attention, AttentionDropout};
@@ -8,12 +9,19 @@ use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
 use crate::kv_cache::BlockKv;
 use crate::layers::activation::{Dropout, DropoutCounter};
+use crate::layers::family::LlamaOptions;
 use crate::layers::linear::Linear;
+use crate::layers::rms_norm::RmsNorm;
+use crate::layers::rotary::RotaryEmbedding;
 use crate::module::{Module, visit_child, visit_child_mut};
 
 /// Causal self-attention over `[B, T, C]`: one fused projection to queries, keys and values
-/// (`qkv`, `[3C, C]`), `heads` heads of `C / heads` features, scores masked to the past and
-/// scaled by `1 / sqrt(C / heads)`, and an output projection (`proj`).
+/// (`qkv`, `C -> (heads + 2 kv_heads) head_dim`), `heads` query heads and `kv_heads`
+/// key/value heads of `head_dim` features (each key/value head shared by `heads / kv_heads`
+/// query heads, read in place, never repeated), an optional RMSNorm over each query and key
+/// head (`q_norm`, `k_norm`), rotary positions on queries and keys when the family has them,
+/// scores masked to the past and scaled by `1 / sqrt(head_dim)`, and an output projection
+/// (`proj`, `heads head_dim -> C`).
 ///
 /// The attention itself runs memory-efficiently
 /// ([`Tensor::scaled_dot_product_attention`]): a training step keeps no `T x T` weights. With
@@ -21,20 +29,31 @@ use crate::module::{Module, visit_child, visit_child_mut};
 /// the tests compare with); both draw the same dropout masks and give the same results.
 #[derive(Debug, Clone)]
 pub struct CausalSelfAttention {
-    /// Queries, keys and values, `C -> 3C`.
+    /// Queries, keys and values, `C -> (heads + 2 kv_heads) head_dim`, in that order.
     pub qkv: Linear,
-    /// Output, `C -> C`.
+    /// Over each query head's features, before the rotation (Qwen3); none in most families.
+    pub q_norm: Option<RmsNorm>,
+    /// Over each key head's features, before the rotation (Qwen3); none in most families.
+    pub k_norm: Option<RmsNorm>,
+    /// Output, `heads head_dim -> C`.
     pub proj: Linear,
+    /// Query heads; a multiple of `kv_heads`.
     heads: usize,
+    /// Key/value heads.
+    kv_heads: usize,
+    /// Features per head.
+    head_dim: usize,
+    /// Turns queries and keys by their positions; none where positions are learned (GPT-2).
+    rotary: Option<RotaryEmbedding>,
     attention_dropout: Dropout,
     residual_dropout: Dropout,
     materialized: bool,
 }
 
 impl CausalSelfAttention {
-    /// Attention over `width` features in `heads` heads (which must divide it), GPT-2's
-    /// initialization (weights normal with std 0.02, the output projection's scaled by
-    /// `proj_std`), dropout `p` on the attention weights and the output.
+    /// GPT-2's attention over `width` features in `heads` heads (which must divide it), with
+    /// biases, GPT-2's initialization (weights normal with std 0.02, the output projection's
+    /// scaled by `proj_std`), dropout `p` on the attention weights and the output.
     pub fn new(
         init: &mut Initializer,
         width: usize,
@@ -56,8 +75,68 @@ impl CausalSelfAttention {
         let (p, counter) = dropout;
         Ok(Self {
             qkv,
+            q_norm: None,
+            k_norm: None,
             proj,
             heads,
+            kv_heads: heads,
+            head_dim: width / heads,
+            rotary: None,
+            attention_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
+            residual_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
+            materialized: false,
+        })
+    }
+
+    /// A Llama-family attention over `width` features in `heads` query heads, shaped by
+    /// `options` (key/value heads, head size, query/key norms, q/k/v biases), turned by
+    /// `rotary`; weights normal with std 0.02, the output projection's `proj_std`, no output
+    /// bias.
+    pub fn grouped(
+        init: &mut Initializer,
+        (width, heads): (usize, usize),
+        options: &LlamaOptions,
+        rotary: &RotaryEmbedding,
+        proj_std: f64,
+        dropout: (f64, &DropoutCounter),
+    ) -> Result<Self> {
+        if let Some((field, detail)) = options.problems(heads).into_iter().next() {
+            return Err(Error::config("attention", format!("{field}: {detail}")));
+        }
+        let (kv_heads, head_dim) = (options.kv_heads, options.head_dim);
+        let zero = Init::Constant(0.0);
+        let outputs = (heads + 2 * kv_heads) * head_dim;
+        let qkv = Linear::with_init(
+            init,
+            width,
+            outputs,
+            options.qkv_bias,
+            Init::Normal(0.02),
+            zero,
+        )?;
+        let mut head_norm = || match options.qk_norm {
+            true => RmsNorm::new(init, head_dim, options.norm_eps).map(Some),
+            false => Ok(None),
+        };
+        let (q_norm, k_norm) = (head_norm()?, head_norm()?);
+        let proj = Linear::with_init(
+            init,
+            heads * head_dim,
+            width,
+            false,
+            Init::Normal(proj_std),
+            zero,
+        )?;
+        let (p, counter) = dropout;
+        Ok(Self {
+            qkv,
+            q_norm,
+            k_norm,
+            proj,
+            heads,
+            kv_heads,
+            head_dim,
+            rotary: Some(rotary.clone()),
             attention_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
             residual_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
             materialized: false,
@@ -70,9 +149,19 @@ impl CausalSelfAttention {
         self.materialized = on;
     }
 
-    /// Number of heads.
+    /// Number of query heads.
     pub fn heads(&self) -> usize {
         self.heads
+    }
+
+    /// Number of key/value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads
+    }
+
+    /// Features per head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
     }
 }
 
@@ -89,11 +178,23 @@ impl Module for CausalSelfAttention {
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         visit_child(&self.qkv, "qkv", f);
+        if let Some(norm) = &self.q_norm {
+            visit_child(norm, "q_norm", f);
+        }
+        if let Some(norm) = &self.k_norm {
+            visit_child(norm, "k_norm", f);
+        }
         visit_child(&self.proj, "proj", f);
     }
 
     fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
         visit_child_mut(&mut self.qkv, "qkv", f)?;
+        if let Some(norm) = &mut self.q_norm {
+            visit_child_mut(norm, "q_norm", f)?;
+        }
+        if let Some(norm) = &mut self.k_norm {
+            visit_child_mut(norm, "k_norm", f)?;
+        }
         visit_child_mut(&mut self.proj, "proj", f)
     }
 
@@ -103,45 +204,68 @@ impl Module for CausalSelfAttention {
     }
 }
 
+/// Queries (`[B, heads, T, head_dim]`), keys and values (`[B, kv_heads, T, head_dim]`).
+struct Heads {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+}
+
 impl CausalSelfAttention {
-    /// The attention of queries, keys and values already projected (`qkv`, `[B, T, 3C]`: the
-    /// `qkv` layer's output), through the output projection: [`Module::forward`] after its
-    /// first product.
-    pub fn attend(&self, qkv: &Tensor) -> Result<Tensor> {
-        let &[b, t, c3] = qkv.dims() else {
-            return Err(Error::config(
-                "attention input",
-                format!(
-                    "qkv of shape {}: expected [batch, time, 3 width]",
-                    qkv.shape()
-                ),
-            ));
+    /// The heads of the `qkv` layer's output (`[B, T, (heads + 2 kv_heads) head_dim]`), the
+    /// queries and keys normed and turned as the family does, row `t` at position
+    /// `offset + t`; also the batch and the length.
+    fn heads_of(&self, qkv: &Tensor, offset: usize) -> Result<(Heads, usize, usize)> {
+        let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
+        let &[b, t, n] = qkv.dims() else {
+            let detail = format!("qkv of shape {}: expected [batch, time, qkv]", qkv.shape());
+            return Err(Error::config("attention input", detail));
         };
-        let c = c3 / 3;
-        if c3 != 3 * c || !c.is_multiple_of(self.heads) {
-            return Err(Error::config(
-                "attention input",
-                format!(
-                    "qkv of shape {}: 3 times a width of {} heads",
-                    qkv.shape(),
-                    self.heads
-                ),
-            ));
+        if n != (h + 2 * kv) * d {
+            let detail = format!(
+                "qkv of shape {}: {h} query and 2 x {kv} key/value heads of {d} need {}",
+                qkv.shape(),
+                (h + 2 * kv) * d
+            );
+            return Err(Error::config("attention input", detail));
         }
-        let (h, d) = (self.heads, c / self.heads);
-        let qkv = qkv.split(2, &[c, c, c])?;
-        // [B, T, C] -> [B, H, T, D]
-        let heads =
-            |m: &Tensor| -> Result<Tensor> { Ok(m.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?) };
-        let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
-        drop(qkv);
-        let scale = 1.0 / (d as f64).sqrt();
+        let parts = qkv.split(2, &[h * d, kv * d, kv * d])?;
+        // [B, T, heads * D] -> [B, heads, T, D], normed and turned.
+        let split = |m: &Tensor, heads: usize, norm: Option<&RmsNorm>, turn: bool| {
+            let mut m = m.reshape([b, t, heads, d])?;
+            if let Some(norm) = norm {
+                m = norm.forward(&m)?;
+            }
+            let m = m.permute(&[0, 2, 1, 3])?;
+            match (&self.rotary, turn) {
+                (Some(rotary), true) => rotary.apply(&m, offset),
+                _ => Ok(m),
+            }
+        };
+        let q = split(&parts[0], h, self.q_norm.as_ref(), true)?;
+        let k = split(&parts[1], kv, self.k_norm.as_ref(), true)?;
+        let v = split(&parts[2], kv, None, false)?;
+        Ok((Heads { q, k, v }, b, t))
+    }
+
+    /// The heads' outputs (`[B, heads, t, D]`) merged to `[B, t, heads * D]` and projected.
+    fn merged(&self, y: Tensor, b: usize, t: usize) -> Result<Tensor> {
+        let y = y
+            .permute(&[0, 2, 1, 3])?
+            .reshape([b, t, self.heads * self.head_dim])?;
+        self.proj.forward(&y)
+    }
+
+    fn scale(&self) -> f64 {
+        1.0 / (self.head_dim as f64).sqrt()
+    }
+
+    /// The attention of queries, keys and values already projected (`qkv`, the `qkv` layer's
+    /// output), through the output projection: [`Module::forward`] after its first product.
+    pub fn attend(&self, qkv: &Tensor) -> Result<Tensor> {
+        let (Heads { q, k, v }, b, t) = self.heads_of(qkv, 0)?;
         let y = if self.materialized {
-            // Scale, causal mask and softmax in one pass that keeps only the weights.
-            let weights = q
-                .matmul_t(&k, false, true)?
-                .attention_softmax(scale, true)?;
-            self.attention_dropout.forward(&weights)?.matmul(&v)?
+            self.materialized_attention(&q, &k, &v)?
         } else {
             let dropout = self
                 .attention_dropout
@@ -151,41 +275,55 @@ impl CausalSelfAttention {
                     seed,
                 });
             let how = Attention {
-                scale,
+                scale: self.scale(),
                 causal: true,
                 dropout,
             };
             q.scaled_dot_product_attention(&k, &v, how)?
         };
-        let y = y.permute(&[0, 2, 1, 3])?.reshape([b, t, c])?;
-        self.residual_dropout.forward(&self.proj.forward(&y)?)
+        self.residual_dropout.forward(&self.merged(y, b, t)?)
+    }
+
+    /// The attention with its `[B, heads, T, T]` weights formed: each group of query heads
+    /// that shares a key/value head is one batch of rows of the product with that head.
+    fn materialized_attention(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let &[b, h, t, d] = q.dims() else {
+            unreachable!("queries are [B, heads, T, D]")
+        };
+        let (kv, group) = (self.kv_heads, h / self.kv_heads);
+        // Scale, causal mask and softmax in one pass that keeps only the weights.
+        let weights = q
+            .reshape([b, kv, group * t, d])?
+            .matmul_t(k, false, true)?
+            .reshape([b, h, t, t])?
+            .attention_softmax(self.scale(), true)?;
+        let weights = self.attention_dropout.forward(&weights)?;
+        Ok(weights
+            .reshape([b, kv, group * t, t])?
+            .matmul(v)?
+            .reshape([b, h, t, d])?)
     }
 }
 
 impl CausalSelfAttention {
     /// The attention of `x` (`[B, t, C]`, normalized) at the `t` positions that follow those of
     /// `past`, over the past keys and values and its own (causally among its own), with the
-    /// keys and values of every position seen, `past`'s followed by its own. Inference only: no
-    /// dropout. Without a past (a prompt) it runs memory-efficiently.
+    /// keys and values of every position seen, `past`'s followed by its own (only the
+    /// key/value heads). Inference only: no dropout. Without a past (a prompt) it runs
+    /// memory-efficiently.
     pub(crate) fn forward_cached(
         &self,
         x: &Tensor,
         past: Option<&BlockKv>,
     ) -> Result<(Tensor, BlockKv)> {
-        let &[b, t, c] = x.dims() else {
+        if x.dims().len() != 3 {
             return Err(Error::config(
                 "attention input",
                 format!("shape {}: expected [batch, time, width]", x.shape()),
             ));
-        };
-        let (h, d) = (self.heads, c / self.heads);
-        let qkv = self.qkv.forward(x)?.split(2, &[c, c, c])?;
-        // [B, t, C] -> [B, H, t, D]
-        let heads =
-            |m: &Tensor| -> Result<Tensor> { Ok(m.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?) };
-        let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
-        drop(qkv);
+        }
         let offset = past.map_or(0, BlockKv::len);
+        let (Heads { q, k, v }, b, t) = self.heads_of(&self.qkv.forward(x)?, offset)?;
         let kv = match past {
             None => BlockKv { keys: k, values: v },
             Some(past) => BlockKv {
@@ -193,40 +331,46 @@ impl CausalSelfAttention {
                 values: Tensor::concat(&[&past.values, &v], 2)?,
             },
         };
-        let scale = 1.0 / (d as f64).sqrt();
         let y = if offset == 0 && !self.materialized {
             let how = Attention {
-                scale,
+                scale: self.scale(),
                 causal: true,
                 dropout: None,
             };
             q.scaled_dot_product_attention(&kv.keys, &kv.values, how)?
         } else {
-            // [B, H, t, offset + t] scores; the new positions do not see each other's future.
-            let mut scores = q.matmul_t(&kv.keys, false, true)?;
+            // [B, kv_heads, group * t, offset + t] scores, each group of query heads as rows
+            // over its key/value head; the new positions do not see each other's future.
+            let (h, d) = (self.heads, self.head_dim);
+            let group = h / self.kv_heads;
+            let mut scores = q
+                .reshape([b, self.kv_heads, group * t, d])?
+                .matmul_t(&kv.keys, false, true)?;
             if t > 1 {
-                scores = scores.add(&future_mask(&scores, offset, t)?)?;
+                scores = scores.add(&future_mask(&scores, offset, t, group)?)?;
             }
-            scores.attention_softmax(scale, false)?.matmul(&kv.values)?
+            scores
+                .attention_softmax(self.scale(), false)?
+                .matmul(&kv.values)?
+                .reshape([b, h, t, d])?
         };
-        let y = y.permute(&[0, 2, 1, 3])?.reshape([b, t, c])?;
-        Ok((self.proj.forward(&y)?, kv))
+        Ok((self.merged(y, b, t)?, kv))
     }
 }
 
-/// `[t, offset + t]` in the dtype of `scores`: minus infinity where the column (a key's
-/// position) is after the row's query position (`offset + row`), 0 elsewhere.
-fn future_mask(scores: &Tensor, offset: usize, t: usize) -> Result<Tensor> {
+/// `[group * t, offset + t]` in the dtype of `scores`: minus infinity where the column (a key's
+/// position) is after the row's query position (`offset + row % t`), 0 elsewhere.
+fn future_mask(scores: &Tensor, offset: usize, t: usize, group: usize) -> Result<Tensor> {
     let cols = offset + t;
-    let mask: Vec<f64> = (0..t * cols)
-        .map(|i| match i % cols > offset + i / cols {
+    let mask: Vec<f64> = (0..group * t * cols)
+        .map(|i| match i % cols > offset + (i / cols) % t {
             true => f64::NEG_INFINITY,
             false => 0.0,
         })
         .collect();
     Ok(Tensor::from_f64(
         scores.device(),
-        [t, cols],
+        [group * t, cols],
         scores.dtype(),
         &mask,
     )?)

@@ -3,62 +3,37 @@
 use headroom_autograd::Tensor;
 
 use crate::error::Result;
-use crate::init::{Init, Initializer};
+use crate::init::Initializer;
 use crate::kv_cache::BlockKv;
 use crate::layer_kind::LayerKind;
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::attention::CausalSelfAttention;
+use crate::layers::block_mlp::{BlockMlp, MlpKind};
+use crate::layers::family::LlamaOptions;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
+use crate::layers::norm::Norm;
+use crate::layers::rms_norm::RmsNorm;
+use crate::layers::rotary::RotaryEmbedding;
 use crate::module::{Module, visit_child, visit_child_mut};
 
-/// The block's MLP: `C -> 4C`, GELU, `4C -> C`, dropout.
-#[derive(Debug, Clone)]
-pub struct BlockMlp {
-    /// `C -> 4C`.
-    pub fc: Linear,
-    /// `4C -> C`.
-    pub proj: Linear,
-    dropout: Dropout,
-}
-
-impl Module for BlockMlp {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = self.fc.forward(x)?.gelu()?;
-        self.dropout.forward(&self.proj.forward(&h)?)
-    }
-
-    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        visit_child(&self.fc, "fc", f);
-        visit_child(&self.proj, "proj", f);
-    }
-
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
-        visit_child_mut(&mut self.fc, "fc", f)?;
-        visit_child_mut(&mut self.proj, "proj", f)
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.dropout.set_training(training);
-    }
-}
-
-/// `x + attn(ln1(x))`, then `+ mlp(ln2(x))` (GPT-2's pre-norm block).
+/// `x + attn(ln1(x))`, then `+ mlp(ln2(x))`: GPT-2's pre-norm block, and the Llama family's
+/// with RMSNorm, grouped rotary attention and a SwiGLU MLP.
 #[derive(Debug, Clone)]
 pub struct Block {
     /// Before attention.
-    pub ln1: LayerNorm,
+    pub ln1: Norm,
     /// Causal self-attention.
     pub attn: CausalSelfAttention,
     /// Before the MLP.
-    pub ln2: LayerNorm,
+    pub ln2: Norm,
     /// The MLP.
     pub mlp: BlockMlp,
 }
 
 impl Block {
-    /// A block of `width` features and `heads` heads; the two projections into the residual
-    /// stream are initialized with std `proj_std` (GPT-2: `0.02 / sqrt(2 * layers)`).
+    /// GPT-2's block of `width` features and `heads` heads; the two projections into the
+    /// residual stream are initialized with std `proj_std` (GPT-2: `0.02 / sqrt(2 * layers)`).
     pub fn new(
         init: &mut Initializer,
         width: usize,
@@ -66,18 +41,12 @@ impl Block {
         proj_std: f64,
         dropout: (f64, &DropoutCounter),
     ) -> Result<Self> {
-        let ln1 = LayerNorm::new(init, width)?;
+        let ln1 = Norm::Layer(LayerNorm::new(init, width)?);
         let attn = CausalSelfAttention::new(init, width, heads, proj_std, dropout)?;
-        let ln2 = LayerNorm::new(init, width)?;
-        let zero = Init::Constant(0.0);
-        let fc = Linear::with_init(init, width, 4 * width, true, Init::Normal(0.02), zero)?;
-        let proj = Linear::with_init(init, 4 * width, width, true, Init::Normal(proj_std), zero)?;
+        let ln2 = Norm::Layer(LayerNorm::new(init, width)?);
         let (p, counter) = dropout;
-        let mlp = BlockMlp {
-            fc,
-            proj,
-            dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
-        };
+        let dropout = Dropout::new(p, init.next_seed(), counter.clone())?;
+        let mlp = BlockMlp::gelu(init, width, proj_std, dropout)?;
         Ok(Self {
             ln1,
             attn,
@@ -86,26 +55,64 @@ impl Block {
         })
     }
 
-    /// [`Module::forward`], computing each norm's output and the GELU's output again in the
-    /// backward pass instead of keeping them ([`Tensor::layer_norm_linear`],
-    /// [`Tensor::gelu_linear`]): the same values and gradients, bit for bit, with three
-    /// arrays fewer kept (two of the width, one of four times it).
+    /// A Llama-family block of `width` features and `heads` query heads shaped by `options`,
+    /// its attention turned by `rotary`; the projections into the residual stream drawn with
+    /// std `proj_std`.
+    pub fn llama(
+        init: &mut Initializer,
+        (width, heads): (usize, usize),
+        (options, rotary): (&LlamaOptions, &RotaryEmbedding),
+        proj_std: f64,
+        dropout: (f64, &DropoutCounter),
+    ) -> Result<Self> {
+        let eps = options.norm_eps;
+        let ln1 = Norm::Rms(RmsNorm::new(init, width, eps)?);
+        let attn =
+            CausalSelfAttention::grouped(init, (width, heads), options, rotary, proj_std, dropout)?;
+        let ln2 = Norm::Rms(RmsNorm::new(init, width, eps)?);
+        let (p, counter) = dropout;
+        let dropout = Dropout::new(p, init.next_seed(), counter.clone())?;
+        let mlp = BlockMlp::swiglu(init, (width, options.mlp_width), proj_std, dropout)?;
+        Ok(Self {
+            ln1,
+            attn,
+            ln2,
+            mlp,
+        })
+    }
+
+    /// [`Module::forward`], computing the norms' outputs and the MLP's activation again in the
+    /// backward pass instead of keeping them ([`Norm::linear_recomputed`],
+    /// [`Tensor::gelu_linear`], [`Tensor::swiglu_linear`]): the same values and gradients, bit
+    /// for bit, with an array of the width fewer kept per recomputed norm and one of the MLP's
+    /// width. The norm before a SwiGLU MLP feeds two products, and stays kept.
     pub fn forward_recomputing_cheap(&self, x: &Tensor) -> Result<Tensor> {
-        fn norm(ln: &LayerNorm) -> (&Tensor, &Tensor, f64) {
-            (&ln.weight, &ln.bias, ln.eps)
-        }
         let device = x.device().clone();
         let qkv = &self.attn.qkv;
         let x = {
             let _attention = LayerKind::Attention.scope(&device);
-            let qkv = x.layer_norm_linear(norm(&self.ln1), &qkv.weight, qkv.bias.as_ref())?;
+            let qkv = self
+                .ln1
+                .linear_recomputed(x, &qkv.weight, qkv.bias.as_ref())?;
             x.add(&self.attn.attend(&qkv)?)?
         };
         let _mlp = LayerKind::Mlp.scope(&device);
-        let (fc, proj) = (&self.mlp.fc, &self.mlp.proj);
-        let h = x.layer_norm_linear(norm(&self.ln2), &fc.weight, fc.bias.as_ref())?;
-        let y = h.gelu_linear(&proj.weight, proj.bias.as_ref())?;
-        Ok(x.add(&self.mlp.dropout.forward(&y)?)?)
+        let y = match &self.mlp.kind {
+            MlpKind::Gelu { .. } => {
+                let first = |layer: &Linear| {
+                    self.ln2
+                        .linear_recomputed(&x, &layer.weight, layer.bias.as_ref())
+                };
+                self.mlp.run(&first, true)?
+            }
+            MlpKind::SwiGlu { .. } => {
+                // The norm's output feeds two products (gate and up): it is kept, so that its
+                // gradient is the one sum the plain block forms.
+                let h = self.ln2.forward(&x)?.for_matmul()?;
+                self.mlp.run(&|layer| layer.forward(&h), true)?
+            }
+        };
+        Ok(x.add(&y)?)
     }
 }
 
@@ -125,8 +132,11 @@ impl Block {
             (x.add(&y)?, kv)
         };
         let _mlp = LayerKind::Mlp.scope(&device);
-        let h = self.mlp.fc.forward(&self.ln2.forward(&x)?)?.gelu()?;
-        Ok((x.add(&self.mlp.proj.forward(&h)?)?, kv))
+        let h = self.ln2.forward(&x)?;
+        let y = self
+            .mlp
+            .without_dropout(&|layer| layer.forward(&h), false)?;
+        Ok((x.add(&y)?, kv))
     }
 }
 

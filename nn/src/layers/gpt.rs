@@ -1,4 +1,5 @@
-//! A GPT: token and position embeddings, pre-norm blocks, a final norm and a vocabulary head.
+//! The decoder skeleton every family shares: a token embedding (and learned positions for
+//! GPT-2), pre-norm blocks, a final norm and a vocabulary head; its parts vary by [`Family`].
 
 use headroom_autograd::{Tensor, no_grad};
 use headroom_kernels::DType;
@@ -10,12 +11,16 @@ use crate::layer_kind::LayerKind;
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::block::Block;
 use crate::layers::embedding::Embedding;
+use crate::layers::family::Family;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
+use crate::layers::norm::Norm;
+use crate::layers::rms_norm::RmsNorm;
+use crate::layers::rotary::RotaryEmbedding;
 use crate::module::{Module, visit_child, visit_child_mut};
 use crate::recompute::{Recompute, recomputed};
 
-/// A GPT's shape.
+/// A decoder's shape and family.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GptConfig {
     /// Number of distinct tokens.
@@ -24,7 +29,7 @@ pub struct GptConfig {
     pub context: usize,
     /// Features per position.
     pub width: usize,
-    /// Attention heads (they divide the width).
+    /// Attention (query) heads; for GPT-2 they divide the width.
     pub heads: usize,
     /// Transformer blocks.
     pub layers: usize,
@@ -33,6 +38,8 @@ pub struct GptConfig {
     /// The head shares the token embedding's weight (GPT-2 ties them): one parameter,
     /// `tok_emb.weight`, with gradients from both uses, and no `head.weight`.
     pub tie_embeddings: bool,
+    /// The parts that vary from family to family.
+    pub family: Family,
 }
 
 impl GptConfig {
@@ -51,12 +58,19 @@ impl GptConfig {
                 problems.push((field, "0, where at least 1 is needed".to_owned()));
             }
         }
-        if self.heads == 0 || !self.width.is_multiple_of(self.heads) {
-            let detail = format!(
-                "{} heads do not divide a width of {}",
-                self.heads, self.width
-            );
-            problems.push(("heads", detail));
+        match &self.family {
+            Family::Gpt2 if self.heads == 0 || !self.width.is_multiple_of(self.heads) => {
+                let detail = format!(
+                    "{} heads do not divide a width of {}",
+                    self.heads, self.width
+                );
+                problems.push(("heads", detail));
+            }
+            Family::Gpt2 => {}
+            Family::Llama(_) if self.heads == 0 => {
+                problems.push(("heads", "0, where at least 1 is needed".to_owned()));
+            }
+            Family::Llama(options) => problems.extend(options.problems(self.heads)),
         }
         if !(0.0..1.0).contains(&self.dropout) {
             problems.push(("dropout", format!("{} is not in [0, 1)", self.dropout)));
@@ -71,20 +85,40 @@ impl GptConfig {
             None => Ok(()),
         }
     }
+
+    /// Features per attention head.
+    pub fn head_dim(&self) -> usize {
+        match &self.family {
+            Family::Gpt2 => self.width.checked_div(self.heads).unwrap_or(0),
+            Family::Llama(options) => options.head_dim,
+        }
+    }
+
+    /// Key/value heads: the heads for GPT-2, fewer when grouped.
+    pub fn kv_heads(&self) -> usize {
+        match &self.family {
+            Family::Gpt2 => self.heads,
+            Family::Llama(options) => options.kv_heads,
+        }
+    }
 }
 
 /// A decoder-only transformer. `forward` maps token ids (`[B, T]`, U32, `T <= context`) to
-/// logits (`[B, T, vocab]`). Parameters: `tok_emb.weight`, `pos_emb.weight`,
+/// logits (`[B, T, vocab]`). Parameters of GPT-2's family: `tok_emb.weight`, `pos_emb.weight`,
 /// `blocks.{i}.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias}`, `ln_f.{weight,bias}`,
-/// and `head.weight` unless the head is tied to the token embedding.
+/// and `head.weight` unless the head is tied to the token embedding. Of the Llama family:
+/// `tok_emb.weight`, `blocks.{i}.{ln1,attn.qkv,attn.proj,ln2,mlp.gate,mlp.up,mlp.down}.weight`
+/// (and `attn.qkv.bias` with q/k/v biases, `attn.{q_norm,k_norm}.weight` with query/key norms),
+/// `ln_f.weight` and `head.weight` unless tied.
 ///
 /// ```
-/// use headroom_nn::{Gpt, GptConfig, Initializer, Module};
+/// use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module};
 /// use headroom_autograd::Tensor;
 /// use headroom_kernels::{Device, DeviceConfig, DType};
 /// let cpu = Device::cpu(DeviceConfig::new(64 << 20))?;
 /// let config = GptConfig {
 ///     vocab: 16, context: 8, width: 32, heads: 4, layers: 2, dropout: 0.0, tie_embeddings: false,
+///     family: Family::Gpt2,
 /// };
 /// let gpt = Gpt::new(&mut Initializer::new(&cpu, DType::F32, 1), config)?;
 /// let ids = Tensor::from_host(&cpu, [2, 5], &[1u32, 2, 3, 4, 5, 6, 7, 8, 9, 10])?;
@@ -96,12 +130,12 @@ pub struct Gpt {
     config: GptConfig,
     /// `[vocab, width]`.
     pub tok_emb: Embedding,
-    /// `[context, width]`.
-    pub pos_emb: Embedding,
+    /// `[context, width]`, GPT-2's learned positions; none where positions turn the heads.
+    pub pos_emb: Option<Embedding>,
     /// The blocks.
     pub blocks: Vec<Block>,
     /// The final normalization.
-    pub ln_f: LayerNorm,
+    pub ln_f: Norm,
     /// `width -> vocab`, no bias; none when tied to `tok_emb` (whose weight has its shape).
     pub head: Option<Linear>,
     dropout: Dropout,
@@ -116,19 +150,19 @@ pub struct Gpt {
 pub const HEAD_CHUNK_LOGITS: usize = 8 << 20;
 
 impl Gpt {
-    /// A GPT of `config`, initialized as GPT-2: normal weights with std 0.02 (the projections
-    /// into the residual stream `0.02 / sqrt(2 * layers)`), zero biases.
+    /// A decoder of `config`, initialized as GPT-2: normal weights with std 0.02 (the
+    /// projections into the residual stream `0.02 / sqrt(2 * layers)`), zero biases, norms'
+    /// scales of 1.
     pub fn new(init: &mut Initializer, config: GptConfig) -> Result<Self> {
         config.validate()?;
         let counter = DropoutCounter::default();
         let c = config.width;
         let tok_emb = Embedding::new(init, config.vocab, c, Init::Normal(0.02))?;
-        let pos_emb = Embedding::new(init, config.context, c, Init::Normal(0.02))?;
-        let proj_std = 0.02 / ((2 * config.layers) as f64).sqrt();
-        let blocks = (0..config.layers)
-            .map(|_| Block::new(init, c, config.heads, proj_std, (config.dropout, &counter)))
-            .collect::<Result<Vec<_>>>()?;
-        let ln_f = LayerNorm::new(init, c)?;
+        let pos_emb = match config.family {
+            Family::Gpt2 => Some(Embedding::new(init, config.context, c, Init::Normal(0.02))?),
+            Family::Llama(_) => None,
+        };
+        let (blocks, ln_f) = Self::blocks(init, &config, &counter)?;
         let zero = Init::Constant(0.0);
         let head = match config.tie_embeddings {
             true => None,
@@ -154,6 +188,33 @@ impl Gpt {
             recompute: Recompute::None,
             head_chunk: Some((HEAD_CHUNK_LOGITS / config.vocab.max(1)).max(1)),
         })
+    }
+
+    /// The blocks and the final norm of `config`'s family.
+    fn blocks(
+        init: &mut Initializer,
+        config: &GptConfig,
+        counter: &DropoutCounter,
+    ) -> Result<(Vec<Block>, Norm)> {
+        let (c, heads, p) = (config.width, config.heads, config.dropout);
+        let proj_std = 0.02 / ((2 * config.layers) as f64).sqrt();
+        match &config.family {
+            Family::Gpt2 => {
+                let blocks = (0..config.layers)
+                    .map(|_| Block::new(init, c, heads, proj_std, (p, counter)))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((blocks, Norm::Layer(LayerNorm::new(init, c)?)))
+            }
+            Family::Llama(options) => {
+                let rotary = RotaryEmbedding::new(init, options)?;
+                let parts = (options, &rotary);
+                let blocks = (0..config.layers)
+                    .map(|_| Block::llama(init, (c, heads), parts, proj_std, (p, counter)))
+                    .collect::<Result<Vec<_>>>()?;
+                let eps = options.norm_eps;
+                Ok((blocks, Norm::Rms(RmsNorm::new(init, c, eps)?)))
+            }
+        }
     }
 
     /// Its configuration.
@@ -243,8 +304,7 @@ impl Gpt {
         let device = ids.device().clone();
         let mut x = {
             let _embedding = LayerKind::Embedding.scope(&device);
-            let positions = self.pos_emb.weight.narrow(0, 0, t)?;
-            let x = self.tok_emb.forward(ids)?.add(&positions)?;
+            let x = self.embedded(ids, 0)?;
             self.dropout.forward(&x)?
         };
         for block in &self.blocks {
@@ -256,6 +316,19 @@ impl Gpt {
         }
         let _norm = LayerKind::Norm.scope(&device);
         self.ln_f.forward(&x)
+    }
+
+    /// The embeddings of `ids` (`[B, t]`) at positions from `offset`: the tokens', plus the
+    /// positions' where they are learned.
+    fn embedded(&self, ids: &Tensor, offset: usize) -> Result<Tensor> {
+        let x = self.tok_emb.forward(ids)?;
+        match &self.pos_emb {
+            Some(pos_emb) => {
+                let t = ids.dims().get(1).copied().unwrap_or(0);
+                Ok(x.add(&pos_emb.weight.narrow(0, offset, t)?)?)
+            }
+            None => Ok(x),
+        }
     }
 
     /// The head's weight, `[vocab, width]`: its own, or the token embedding's when tied.
@@ -305,12 +378,13 @@ impl Gpt {
     /// holds another model's blocks, or when the sequence would pass the context.
     ///
     /// ```
-    /// use headroom_nn::{Gpt, GptConfig, Initializer};
+    /// use headroom_nn::{Family, Gpt, GptConfig, Initializer};
     /// use headroom_autograd::Tensor;
     /// use headroom_kernels::{Device, DeviceConfig, DType};
     /// let cpu = Device::cpu(DeviceConfig::new(64 << 20))?;
     /// let config = GptConfig {
     ///     vocab: 16, context: 8, width: 32, heads: 4, layers: 2, dropout: 0.0, tie_embeddings: true,
+    ///     family: Family::Gpt2,
     /// };
     /// let gpt = Gpt::new(&mut Initializer::new(&cpu, DType::F32, 1), config)?;
     /// let mut cache = gpt.kv_cache(1);
@@ -327,8 +401,7 @@ impl Gpt {
         let device = ids.device().clone();
         let mut x = {
             let _embedding = LayerKind::Embedding.scope(&device);
-            let positions = self.pos_emb.weight.narrow(0, cache.len(), t)?;
-            self.tok_emb.forward(ids)?.add(&positions)?
+            self.embedded(ids, cache.len())?
         };
         let mut kvs = Vec::with_capacity(self.blocks.len());
         for (i, block) in self.blocks.iter().enumerate() {
@@ -399,7 +472,9 @@ impl Module for Gpt {
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         visit_child(&self.tok_emb, "tok_emb", f);
-        visit_child(&self.pos_emb, "pos_emb", f);
+        if let Some(pos_emb) = &self.pos_emb {
+            visit_child(pos_emb, "pos_emb", f);
+        }
         for (i, block) in self.blocks.iter().enumerate() {
             visit_child(block, &format!("blocks.{i}"), f);
         }
@@ -411,7 +486,9 @@ impl Module for Gpt {
 
     fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
         visit_child_mut(&mut self.tok_emb, "tok_emb", f)?;
-        visit_child_mut(&mut self.pos_emb, "pos_emb", f)?;
+        if let Some(pos_emb) = &mut self.pos_emb {
+            visit_child_mut(pos_emb, "pos_emb", f)?;
+        }
         for (i, block) in self.blocks.iter_mut().enumerate() {
             visit_child_mut(block, &format!("blocks.{i}"), f)?;
         }

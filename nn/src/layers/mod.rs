@@ -3,9 +3,13 @@
 pub mod activation;
 pub mod attention;
 pub mod block;
+pub mod block_mlp;
 pub mod embedding;
+pub mod family;
 pub mod gpt;
 pub mod layer_norm;
 pub mod linear;
+pub mod norm;
 pub mod rms_norm;
+pub mod rotary;
 pub mod sequential;

@@ -181,6 +181,7 @@ impl ModelConfig {
                     layers: self.layers,
                     dropout: self.dropout,
                     tie_embeddings: self.tie_embeddings,
+                    family: headroom_nn::Family::Gpt2,
                 };
                 for (field, detail) in shape.problems() {
                     problems.add(format!("model.{field}: {detail}"));

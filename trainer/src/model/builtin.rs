@@ -8,7 +8,7 @@ use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
-    Activation, DropoutCounter, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
+    Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
 };
 
 use crate::config::{ModelConfig, ModelKind};
@@ -40,7 +40,7 @@ impl TrainModel {
                     let blocks = gpt.blocks.iter_mut();
                     let norms = blocks.flat_map(|b| [&mut b.ln1, &mut b.ln2]);
                     for norm in norms.chain([&mut gpt.ln_f]) {
-                        norm.eps = eps;
+                        norm.set_eps(eps);
                     }
                 }
                 gpt.set_recompute(config.recompute.unwrap_or_default().into());
@@ -142,6 +142,7 @@ fn gpt_shape(config: &ModelConfig, vocab: usize, len: usize) -> Result<GptConfig
         layers: config.layers,
         dropout: config.dropout,
         tie_embeddings: config.tie_embeddings,
+        family: Family::Gpt2,
     })
 }
 

@@ -1,0 +1,230 @@
+//! Loading a Hugging Face Llama-family directory into a Llama-family [`Gpt`].
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use headroom_alloc::Tag;
+use headroom_kernels::{Array, DType, Shape};
+use safetensors::tensor::TensorView;
+
+use crate::error::{Error, Result};
+use crate::hf::finite::non_finite;
+use crate::hf::import::float_dtype;
+use crate::hf::llama_config::LlamaConfig;
+use crate::hf::llama_names::{EMBED, LM_HEAD, hf_names, is_buffer};
+use crate::hf::weight_files::{WeightFiles, by_name, model_dir};
+use crate::layers::family::Family;
+use crate::layers::gpt::{Gpt, GptConfig};
+use crate::module::Module;
+
+/// The file's tensors that fill one parameter, checked.
+struct Plan<'a> {
+    /// Its parts, stacked along the first axis, each with its name and file.
+    parts: Vec<(String, &'a Path, TensorView<'a>)>,
+    /// The dtype the parts are stored in.
+    stored: DType,
+}
+
+/// Fills every parameter of the Llama-family `gpt` from the Hugging Face directory `dir`
+/// (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM` or `MistralForCausalLM`): its
+/// `config.json` ([`LlamaConfig::read`]) and its `model.safetensors`, or the shards that
+/// `model.safetensors.index.json` lists, mapped into memory. `dir` may also be a Hugging Face
+/// cache entry (`models--{org}--{name}`), whose `refs/main` snapshot is read.
+///
+/// - The query, key and value projections (`q_proj`, `k_proj`, `v_proj`, and their biases in
+///   Qwen2) fill the model's fused `attn.qkv` in that order.
+/// - A tied model takes its head from `model.embed_tokens`; a `lm_head.weight` in the files
+///   must then equal it. An untied model needs `lm_head.weight`.
+/// - Tensors are stored in the parameters' dtype as they are (bf16 into bf16, with no copy in
+///   another dtype); in another float dtype they are cast.
+/// - The model's shape and options (rotary base and scaling, norms' epsilon) must be the
+///   configuration's; its context may be shorter.
+///
+/// Every name, shape and value is checked before any parameter changes: a tensor the model
+/// needs that is missing or of the wrong shape, holds a NaN or an infinity, or a tensor the
+/// model has no place for is an [`Error::Checkpoint`] naming it and its file; a file that is
+/// not a complete safetensors file is [`Error::CorruptCheckpoint`]. Parameters are then
+/// replaced one at a time (so that the old and the new weights are never all held at once):
+/// only running out of memory while doing so leaves some replaced.
+pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
+    let dir = model_dir(dir)?;
+    let config = LlamaConfig::read(&dir)?;
+    check_model(&dir, &config, gpt)?;
+    let files = WeightFiles::open(&dir)?;
+    let parsed = files.parse()?;
+    let tensors = by_name(&parsed)?;
+    let mut params = Vec::new();
+    gpt.visit(&mut |name, t| params.push((name.to_owned(), t.shape().clone())));
+    let config = gpt.config();
+    let (q, kv) = (
+        config.heads * config.head_dim(),
+        config.kv_heads() * config.head_dim(),
+    );
+    let plans = params
+        .iter()
+        .map(|(name, shape)| {
+            let rows = match name.contains("attn.qkv.") {
+                true => vec![q, kv, kv],
+                false => vec![shape.dims()[0]],
+            };
+            plan(&tensors, name, shape, &rows)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    check_rest(&tensors, &plans, gpt.head.is_none())?;
+    let mut plans = plans.into_iter();
+    gpt.visit_mut(&mut |name, t| {
+        let plan = plans.next().ok_or_else(|| Error::Checkpoint {
+            path: dir.clone(),
+            key: name.to_owned(),
+            detail: "the model changed while loading".into(),
+        })?;
+        let device = t.device().clone();
+        let _weights = device.scoped_tag(Tag::WEIGHTS);
+        let bytes: Vec<u8> = match plan.parts.as_slice() {
+            [(_, _, view)] => view.data().to_vec(),
+            parts => parts
+                .iter()
+                .flat_map(|(_, _, v)| v.data())
+                .copied()
+                .collect(),
+        };
+        let array = Array::from_bytes(&device, t.shape().clone(), plan.stored, &bytes)?;
+        drop(bytes);
+        *t.array_mut() = match plan.stored == t.dtype() {
+            true => array,
+            false => array.cast(t.dtype())?,
+        };
+        Ok(())
+    })
+}
+
+/// Checks that `gpt` has the shape and the options of `config` (but for a shorter context).
+fn check_model(dir: &Path, config: &LlamaConfig, gpt: &Gpt) -> Result<()> {
+    let theirs = config.gpt_config(gpt.config().dropout);
+    let ours = gpt.config();
+    let differ = |field: &str, detail: String| Error::Checkpoint {
+        path: dir.join(super::CONFIG_FILE),
+        key: field.to_owned(),
+        detail,
+    };
+    let Family::Llama(options) = ours.family else {
+        let detail = "a Llama-family checkpoint, where the model is a GPT-2".to_owned();
+        return Err(differ("architectures", detail));
+    };
+    if ours.context > theirs.context {
+        let detail = format!(
+            "{} positions, where the model reads {}",
+            theirs.context, ours.context
+        );
+        return Err(differ("max_position_embeddings", detail));
+    }
+    let same_shape = GptConfig {
+        context: ours.context,
+        ..theirs
+    };
+    if same_shape != *ours {
+        let detail = format!(
+            "the checkpoint's model is {same_shape:?}, where the model is {ours:?} ({options:?})"
+        );
+        return Err(differ("(shape)", detail));
+    }
+    Ok(())
+}
+
+/// The parts that fill the parameter `name` of `shape`, each checked: part `i` holds `rows[i]`
+/// rows of the parameter.
+fn plan<'a>(
+    tensors: &HashMap<String, (&'a Path, TensorView<'a>)>,
+    name: &str,
+    shape: &Shape,
+    rows: &[usize],
+) -> Result<Plan<'a>> {
+    let keys = hf_names(name).ok_or_else(|| Error::Checkpoint {
+        path: Path::new("(model)").to_owned(),
+        key: name.to_owned(),
+        detail: "a parameter the Llama family has no tensor for".into(),
+    })?;
+    let mut parts = Vec::new();
+    let mut stored = None;
+    for (key, &part_rows) in keys.into_iter().zip(rows) {
+        let Some((path, view)) = tensors.get(&key) else {
+            let detail = format!("missing: the model's `{name}` needs it (of shape {shape})");
+            return Err(Error::Checkpoint {
+                path: Path::new("(weights)").to_owned(),
+                key,
+                detail,
+            });
+        };
+        let error = |detail: String| Error::Checkpoint {
+            path: path.to_path_buf(),
+            key: key.clone(),
+            detail,
+        };
+        let dtype = float_dtype(view.dtype())
+            .ok_or_else(|| error(format!("holds {:?}, not floating point", view.dtype())))?;
+        if stored.is_some_and(|s| s != dtype) {
+            return Err(error(format!(
+                "holds {dtype}, where the other parts of `{name}` hold another"
+            )));
+        }
+        stored = Some(dtype);
+        let mut want = shape.dims().to_vec();
+        want[0] = part_rows;
+        if view.shape() != want.as_slice() {
+            let detail = format!(
+                "holds {}, where the model's `{name}` ({shape}) needs {}",
+                Shape::new(view.shape()),
+                Shape::new(&want)
+            );
+            return Err(error(detail));
+        }
+        if let Some(found) = non_finite(view.data(), dtype, view.shape()) {
+            return Err(error(found.describe()));
+        }
+        parts.push((key, *path, view.clone()));
+    }
+    let stored = stored.unwrap_or(DType::F32);
+    Ok(Plan { parts, stored })
+}
+
+/// Checks the tensors no parameter takes: a tied head equal to the token embedding, the
+/// rotary buffers, and nothing else.
+fn check_rest(
+    tensors: &HashMap<String, (&Path, TensorView)>,
+    plans: &[Plan],
+    tied: bool,
+) -> Result<()> {
+    let used: HashSet<&str> = plans
+        .iter()
+        .flat_map(|p| p.parts.iter().map(|(k, _, _)| k.as_str()))
+        .collect();
+    let mut rest: Vec<&String> = tensors
+        .keys()
+        .filter(|k| !used.contains(k.as_str()) && !is_buffer(k))
+        .collect();
+    rest.sort();
+    for key in rest {
+        let (path, view) = &tensors[key];
+        let error = |detail: &str| Error::Checkpoint {
+            path: path.to_path_buf(),
+            key: key.clone(),
+            detail: detail.to_owned(),
+        };
+        if tied && key == LM_HEAD {
+            let same = tensors.get(EMBED).is_some_and(|(_, embed)| {
+                embed.shape() == view.shape() && embed.data() == view.data()
+            });
+            if !same {
+                return Err(error(
+                    "differs from the token embedding, and the model ties its head to it \
+                     (build it with tie_embeddings false)",
+                ));
+            }
+            continue;
+        }
+        return Err(error(
+            "the model has no parameter for this tensor (another architecture or size?)",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! Where each of a Llama-family [`Gpt`](crate::Gpt)'s parameters lives in a Hugging Face
+//! checkpoint: the same layout (`[out, in]` weights), other names, and the query, key and value
+//! projections stored apart where the model fuses them.
+
+/// The head's name.
+pub(crate) const LM_HEAD: &str = "lm_head.weight";
+
+/// The token embedding's name.
+pub(crate) const EMBED: &str = "model.embed_tokens.weight";
+
+/// The checkpoint's tensors that fill the model's parameter `name`, in order, stacked along
+/// the first axis (one tensor but for the fused `attn.qkv`); none when the family has no such
+/// parameter.
+pub(crate) fn hf_names(name: &str) -> Option<Vec<String>> {
+    let one = |hf: &str| Some(vec![hf.to_owned()]);
+    match name {
+        "tok_emb.weight" => return one(EMBED),
+        "ln_f.weight" => return one("model.norm.weight"),
+        "head.weight" => return one(LM_HEAD),
+        _ => {}
+    }
+    let rest = name.strip_prefix("blocks.")?;
+    let (index, rest) = rest.split_once('.')?;
+    let index: usize = index.parse().ok()?;
+    let layer = format!("model.layers.{index}");
+    let (module, kind) = rest.rsplit_once('.')?;
+    if module == "attn.qkv" && matches!(kind, "weight" | "bias") {
+        let part = |p: &str| format!("{layer}.self_attn.{p}_proj.{kind}");
+        return Some(vec![part("q"), part("k"), part("v")]);
+    }
+    let hf = match module {
+        "ln1" => "input_layernorm",
+        "ln2" => "post_attention_layernorm",
+        "attn.q_norm" => "self_attn.q_norm",
+        "attn.k_norm" => "self_attn.k_norm",
+        "attn.proj" => "self_attn.o_proj",
+        "mlp.gate" => "mlp.gate_proj",
+        "mlp.up" => "mlp.up_proj",
+        "mlp.down" => "mlp.down_proj",
+        _ => return None,
+    };
+    (kind == "weight").then(|| vec![format!("{layer}.{hf}.weight")])
+}
+
+/// True for the buffers some checkpoints hold beside the weights (the rotary frequencies
+/// `model.layers.{i}.self_attn.rotary_emb.inv_freq`): nothing to load, as the configuration
+/// gives them.
+pub(crate) fn is_buffer(key: &str) -> bool {
+    key.ends_with(".rotary_emb.inv_freq")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_the_published_layout() {
+        assert_eq!(
+            hf_names("blocks.3.attn.qkv.bias").unwrap(),
+            [
+                "model.layers.3.self_attn.q_proj.bias",
+                "model.layers.3.self_attn.k_proj.bias",
+                "model.layers.3.self_attn.v_proj.bias"
+            ]
+        );
+        assert_eq!(
+            hf_names("blocks.0.mlp.down.weight").unwrap(),
+            ["model.layers.0.mlp.down_proj.weight"]
+        );
+        assert_eq!(
+            hf_names("blocks.1.attn.k_norm.weight").unwrap(),
+            ["model.layers.1.self_attn.k_norm.weight"]
+        );
+        assert_eq!(hf_names("blocks.1.ln1.bias"), None);
+        assert_eq!(hf_names("pos_emb.weight"), None);
+        assert!(is_buffer("model.layers.7.self_attn.rotary_emb.inv_freq"));
+    }
+}

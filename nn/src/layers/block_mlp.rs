@@ -1,0 +1,151 @@
+//! A block's MLP: GPT-2's GELU MLP or the Llama family's SwiGLU MLP.
+
+use headroom_autograd::Tensor;
+
+use crate::error::Result;
+use crate::init::{Init, Initializer};
+use crate::layers::activation::Dropout;
+use crate::layers::linear::Linear;
+use crate::module::{Module, visit_child, visit_child_mut};
+
+/// A block's MLP, then dropout on its output. Parameters: `fc` and `proj` (GELU), or `gate`,
+/// `up` and `down` (SwiGLU), each with `weight` and, for GELU, `bias`.
+#[derive(Debug, Clone)]
+pub struct BlockMlp {
+    /// The layers and how they combine.
+    pub kind: MlpKind,
+    pub(crate) dropout: Dropout,
+}
+
+/// The layers of a [`BlockMlp`].
+#[derive(Debug, Clone)]
+pub enum MlpKind {
+    /// `proj(gelu(fc(x)))`, `C -> 4C -> C` with biases (GPT-2).
+    Gelu {
+        /// `C -> 4C`.
+        fc: Linear,
+        /// `4C -> C`.
+        proj: Linear,
+    },
+    /// `down(silu(gate(x)) * up(x))`, `C -> I -> C` without biases (Llama).
+    SwiGlu {
+        /// `C -> I`, through SiLU.
+        gate: Linear,
+        /// `C -> I`, the factor.
+        up: Linear,
+        /// `I -> C`.
+        down: Linear,
+    },
+}
+
+impl BlockMlp {
+    /// GPT-2's MLP over `width` features; the output layer's weight drawn with std `proj_std`.
+    pub fn gelu(
+        init: &mut Initializer,
+        width: usize,
+        proj_std: f64,
+        dropout: Dropout,
+    ) -> Result<Self> {
+        let zero = Init::Constant(0.0);
+        let fc = Linear::with_init(init, width, 4 * width, true, Init::Normal(0.02), zero)?;
+        let proj = Linear::with_init(init, 4 * width, width, true, Init::Normal(proj_std), zero)?;
+        Ok(Self {
+            kind: MlpKind::Gelu { fc, proj },
+            dropout,
+        })
+    }
+
+    /// The Llama family's MLP over `width` features, `inner` wide; the output layer's weight
+    /// drawn with std `proj_std`.
+    pub fn swiglu(
+        init: &mut Initializer,
+        (width, inner): (usize, usize),
+        proj_std: f64,
+        dropout: Dropout,
+    ) -> Result<Self> {
+        let zero = Init::Constant(0.0);
+        let mut layer = |inputs, outputs, std| {
+            Linear::with_init(init, inputs, outputs, false, Init::Normal(std), zero)
+        };
+        let gate = layer(width, inner, 0.02)?;
+        let up = layer(width, inner, 0.02)?;
+        let down = layer(inner, width, proj_std)?;
+        Ok(Self {
+            kind: MlpKind::SwiGlu { gate, up, down },
+            dropout,
+        })
+    }
+
+    /// The MLP of the normalized input, then dropout: `first(layer)` computes a first-layer
+    /// product of the input, and the last product keeps its operand's inputs rather than the
+    /// operand when `recompute` is set ([`Tensor::gelu_linear`], [`Tensor::swiglu_linear`]).
+    pub(crate) fn run(
+        &self,
+        first: &dyn Fn(&Linear) -> Result<Tensor>,
+        recompute: bool,
+    ) -> Result<Tensor> {
+        self.dropout
+            .forward(&self.without_dropout(first, recompute)?)
+    }
+
+    /// [`run`](Self::run) without the dropout (for inference).
+    pub(crate) fn without_dropout(
+        &self,
+        first: &dyn Fn(&Linear) -> Result<Tensor>,
+        recompute: bool,
+    ) -> Result<Tensor> {
+        Ok(match (&self.kind, recompute) {
+            (MlpKind::Gelu { fc, proj }, false) => proj.forward(&first(fc)?.gelu()?)?,
+            (MlpKind::Gelu { fc, proj }, true) => {
+                first(fc)?.gelu_linear(&proj.weight, proj.bias.as_ref())?
+            }
+            (MlpKind::SwiGlu { gate, up, down }, false) => {
+                down.forward(&first(gate)?.swiglu(&first(up)?)?)?
+            }
+            (MlpKind::SwiGlu { gate, up, down }, true) => {
+                let (gate, up) = (first(gate)?, first(up)?);
+                gate.swiglu(&up)?
+                    .for_matmul()?
+                    .linear(&down.weight, down.bias.as_ref())? // TEMP-SWIGLU
+            }
+        })
+    }
+}
+
+impl Module for BlockMlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.run(&|layer| layer.forward(x), false)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        match &self.kind {
+            MlpKind::Gelu { fc, proj } => {
+                visit_child(fc, "fc", f);
+                visit_child(proj, "proj", f);
+            }
+            MlpKind::SwiGlu { gate, up, down } => {
+                visit_child(gate, "gate", f);
+                visit_child(up, "up", f);
+                visit_child(down, "down", f);
+            }
+        }
+    }
+
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
+        match &mut self.kind {
+            MlpKind::Gelu { fc, proj } => {
+                visit_child_mut(fc, "fc", f)?;
+                visit_child_mut(proj, "proj", f)
+            }
+            MlpKind::SwiGlu { gate, up, down } => {
+                visit_child_mut(gate, "gate", f)?;
+                visit_child_mut(up, "up", f)?;
+                visit_child_mut(down, "down", f)
+            }
+        }
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.dropout.set_training(training);
+    }
+}

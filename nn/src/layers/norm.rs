@@ -1,0 +1,76 @@
+//! A decoder's normalization: LayerNorm (GPT-2) or RMSNorm (the Llama family).
+
+use headroom_autograd::Tensor;
+
+use crate::error::Result;
+use crate::layers::layer_norm::LayerNorm;
+use crate::layers::rms_norm::RmsNorm;
+use crate::module::Module;
+
+/// One of the two normalizations a decoder's blocks and final norm use. Its parameters are
+/// those of the norm it holds (`weight` and `bias`, or `weight` alone).
+#[derive(Debug, Clone)]
+pub enum Norm {
+    /// Zero mean and unit variance, then a scale and a shift.
+    Layer(LayerNorm),
+    /// Unit root mean square, then a scale.
+    Rms(RmsNorm),
+}
+
+impl Norm {
+    /// What is added to the variance or the mean square.
+    pub fn eps(&self) -> f64 {
+        match self {
+            Norm::Layer(norm) => norm.eps,
+            Norm::Rms(norm) => norm.eps,
+        }
+    }
+
+    /// Sets what is added to the variance or the mean square.
+    pub fn set_eps(&mut self, eps: f64) {
+        match self {
+            Norm::Layer(norm) => norm.eps = eps,
+            Norm::Rms(norm) => norm.eps = eps,
+        }
+    }
+
+    /// `self(x) @ weight^T (+ bias)`, the norm's output computed again in the backward pass
+    /// instead of kept ([`Tensor::layer_norm_linear`], [`Tensor::rms_norm_linear`]).
+    pub fn linear_recomputed(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        Ok(match self {
+            Norm::Layer(n) => x.layer_norm_linear((&n.weight, &n.bias, n.eps), weight, bias)?,
+            Norm::Rms(n) => x
+                .rms_norm(&n.weight, n.eps)?
+                .for_matmul()?
+                .linear(weight, bias)?, // TEMP-RMS
+        })
+    }
+}
+
+impl Module for Norm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Norm::Layer(norm) => norm.forward(x),
+            Norm::Rms(norm) => norm.forward(x),
+        }
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        match self {
+            Norm::Layer(norm) => norm.visit(f),
+            Norm::Rms(norm) => norm.visit(f),
+        }
+    }
+
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
+        match self {
+            Norm::Layer(norm) => norm.visit_mut(f),
+            Norm::Rms(norm) => norm.visit_mut(f),
+        }
+    }
+}

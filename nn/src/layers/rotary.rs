@@ -1,0 +1,42 @@
+//! Rotary position embeddings: the frequencies of a head, kept on the model's device.
+
+use headroom_alloc::Tag;
+use headroom_autograd::Tensor;
+use headroom_kernels::ops::rotary::freq_dtype;
+use headroom_kernels::{Array, DeviceKind};
+
+use crate::error::{Error, Result};
+use crate::init::Initializer;
+use crate::layers::family::LlamaOptions;
+
+/// Turns each head's feature pairs by angles that grow with the position
+/// ([`Tensor::rotary`]), with the frequencies of [`LlamaOptions`] (`rope_theta` and Llama 3's
+/// scaling), held as a `[head_dim / 2]` array (tagged as weights; not a parameter).
+#[derive(Debug, Clone)]
+pub struct RotaryEmbedding {
+    inv_freq: Array,
+}
+
+impl RotaryEmbedding {
+    /// The frequencies of `options` on the initializer's device, in the dtype rotations of its
+    /// parameters' dtype take them.
+    pub fn new(init: &Initializer, options: &LlamaOptions) -> Result<Self> {
+        let values = options
+            .frequencies()
+            .map_err(|detail| Error::config("rotary embedding", detail))?;
+        let device = init.device();
+        let dtype = freq_dtype(init.dtype());
+        let _weights = device.scoped_tag(Tag::WEIGHTS);
+        let shape = [values.len()];
+        let inv_freq = match device.kind() {
+            DeviceKind::Meta => Array::zeros(device, shape, dtype)?,
+            _ => Array::from_f64(device, shape, dtype, &values)?,
+        };
+        Ok(Self { inv_freq })
+    }
+
+    /// `x` (`[..., len, head_dim]`) rotated, row `t` of each head at position `offset + t`.
+    pub fn apply(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+        Ok(x.rotary(&self.inv_freq, offset)?)
+    }
+}

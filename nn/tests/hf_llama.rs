@@ -1,0 +1,345 @@
+//! Hugging Face Llama-family directories: tiny Llama 3, SmolLM2, Qwen2, Qwen3 and Mistral
+//! models made by transformers (`scripts/hf/make_tiny_llama.py`) give transformers' logits and
+//! loss here, from one file or shards, from a Hugging Face cache entry, in f32 or in the bf16
+//! they were stored in; every way a directory can fail to fit is a typed error that leaves the
+//! model as it was.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{device, parameter_bytes};
+use headroom_autograd::Tensor;
+use headroom_kernels::{DType, Device};
+use headroom_nn::hf::{self, LlamaConfig};
+use headroom_nn::{Error, Gpt, GptConfig, Initializer, Module};
+
+const FAMILIES: [&str; 5] = [
+    "tiny-llama3",
+    "tiny-smollm2",
+    "tiny-qwen2",
+    "tiny-qwen3",
+    "tiny-mistral",
+];
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+/// A fresh directory in the system's temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let unique = format!(
+            "headroom-hf-llama-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = std::env::temp_dir().join(unique);
+        std::fs::remove_dir_all(&path).ok();
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+/// One case of `expected.json`: ids (`[rows, len]`), logits and loss.
+struct Case {
+    rows: usize,
+    ids: Vec<u32>,
+    logits: Vec<f64>,
+    loss: f64,
+}
+
+/// What transformers computed for the tiny model `name`: one row, then a batch of rows.
+fn expected(name: &str) -> Vec<Case> {
+    let text = std::fs::read(data(name).join("expected.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let case = |json: &serde_json::Value| {
+        let ids = &json["ids"];
+        let (rows, ids): (usize, Vec<u32>) = match ids[0].as_array() {
+            Some(_) => {
+                let rows = ids.as_array().unwrap();
+                let flat = rows.iter().flat_map(|r| r.as_array().unwrap().clone());
+                (
+                    rows.len(),
+                    flat.map(|v| v.as_u64().unwrap() as u32).collect(),
+                )
+            }
+            None => (
+                1,
+                ids.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32)
+                    .collect(),
+            ),
+        };
+        let logits = json["logits"].as_array().unwrap();
+        Case {
+            rows,
+            ids,
+            logits: logits.iter().map(|v| v.as_f64().unwrap()).collect(),
+            loss: json["loss"].as_f64().unwrap(),
+        }
+    };
+    let mut cases = vec![case(&json)];
+    if json.get("batch").is_some() {
+        cases.push(case(&json["batch"]));
+    }
+    cases
+}
+
+/// The model a directory's configuration describes, with weights drawn from `seed`.
+fn model(device: &Device, dir: &Path, dtype: DType, seed: u64) -> Gpt {
+    let config = LlamaConfig::read(&hf::model_dir(dir).unwrap()).unwrap();
+    Gpt::new(
+        &mut Initializer::new(device, dtype, seed),
+        config.gpt_config(0.0),
+    )
+    .unwrap()
+}
+
+fn loaded(device: &Device, dir: &Path, dtype: DType) -> Gpt {
+    let mut gpt = model(device, dir, dtype, 7);
+    hf::load_llama(dir, &mut gpt).unwrap();
+    gpt
+}
+
+/// The model's logits and transformers' loss (labels = ids) of `case`.
+fn run(gpt: &Gpt, case: &Case) -> (Vec<f64>, f64) {
+    let device = gpt.tok_emb.weight.device();
+    let len = case.ids.len() / case.rows;
+    let ids = Tensor::from_host(device, [case.rows, len], &case.ids).unwrap();
+    let logits = gpt.forward(&ids).unwrap().to_f64().unwrap();
+    let row = |r: usize, from: usize, to: usize| case.ids[r * len + from..r * len + to].to_vec();
+    let inputs: Vec<u32> = (0..case.rows).flat_map(|r| row(r, 0, len - 1)).collect();
+    let targets: Vec<u32> = (0..case.rows).flat_map(|r| row(r, 1, len)).collect();
+    let inputs = Tensor::from_host(device, [case.rows, len - 1], &inputs).unwrap();
+    let targets = Tensor::from_host(device, [case.rows, len - 1], &targets).unwrap();
+    let loss = gpt.loss(&inputs, &targets, None).unwrap().to_f64().unwrap()[0];
+    (logits, loss)
+}
+
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+fn check_against_transformers(name: &str, dir: &Path) {
+    let device = device();
+    let gpt = loaded(&device, dir, DType::F32);
+    for case in expected(name) {
+        let (logits, loss) = run(&gpt, &case);
+        let diff = max_abs_diff(&logits, &case.logits);
+        let relative = (loss - case.loss).abs() / case.loss;
+        eprintln!("{name}: logits within {diff:e}, loss {relative:e} relative");
+        // The logits are about 8 at most, written with 7 significant digits.
+        assert!(diff < 1e-5, "{name}: logits differ by up to {diff}");
+        assert!(relative < 1e-6, "{name}: loss {loss} against {}", case.loss);
+    }
+}
+
+#[test]
+fn every_family_gives_transformers_logits_and_loss() {
+    for name in FAMILIES {
+        check_against_transformers(name, &data(name));
+    }
+}
+
+#[test]
+fn the_configurations_read_as_the_models_they_describe() {
+    let read = |name| LlamaConfig::read(&data(name)).unwrap();
+    let llama = read("tiny-llama3");
+    assert_eq!(llama.architecture, hf::Architecture::Llama);
+    assert!(llama.options.rope_scaling.is_some());
+    assert!(!llama.tie_word_embeddings);
+    let qwen2 = read("tiny-qwen2");
+    assert!(qwen2.options.qkv_bias && !qwen2.options.qk_norm && qwen2.tie_word_embeddings);
+    let qwen3 = read("tiny-qwen3");
+    assert!(qwen3.options.qk_norm && qwen3.options.head_dim == 16);
+    // transformers 5 writes the rotary base inside `rope_parameters`.
+    assert_eq!(read("tiny-mistral").options.rope_theta, 10_000.0);
+    // What Headroom writes, it reads back the same.
+    for name in FAMILIES {
+        let config = read(name);
+        let dir = TempDir::new("config");
+        config.write(&dir.0, "float32").unwrap();
+        let mut again = LlamaConfig::read(&dir.0).unwrap();
+        again.torch_dtype = config.torch_dtype.clone();
+        assert_eq!(again, config, "{name}");
+    }
+}
+
+#[test]
+fn a_hugging_face_cache_entry_loads_through_its_snapshot_links() {
+    let name = "tiny-llama3";
+    let entry = TempDir::new("cache");
+    let (blobs, snapshot) = (
+        entry.0.join("blobs"),
+        entry.0.join("snapshots").join("0123abcd"),
+    );
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(entry.0.join("refs")).unwrap();
+    std::fs::write(entry.0.join("refs").join("main"), "0123abcd").unwrap();
+    for file in std::fs::read_dir(data(name)).unwrap() {
+        let file = file.unwrap();
+        let blob = blobs.join(format!("blob-{}", file.file_name().to_string_lossy()));
+        std::fs::copy(file.path(), &blob).unwrap();
+        std::os::unix::fs::symlink(&blob, snapshot.join(file.file_name())).unwrap();
+    }
+    check_against_transformers(name, &entry.0);
+}
+
+#[test]
+fn bf16_weights_load_into_bf16_parameters_as_stored() {
+    let device = device();
+    // Stored in bf16 and sharded: the parameters hold the stored bits.
+    let dir = data("tiny-llama3");
+    let bf16 = loaded(&device, &dir, DType::BF16);
+    let f32 = loaded(&device, &dir, DType::F32);
+    for ((name, b), (_, f)) in bf16.named_parameters().iter().zip(f32.named_parameters()) {
+        assert_eq!(b.dtype(), DType::BF16);
+        let widened = b.array().cast(DType::F32).unwrap().to_bytes().unwrap();
+        assert_eq!(widened, f.array().to_bytes().unwrap(), "{name}");
+    }
+}
+
+/// A copy of the test directory `name` in a temporary directory.
+fn copy_of(name: &str) -> TempDir {
+    let dir = TempDir::new(name);
+    for file in std::fs::read_dir(data(name)).unwrap() {
+        let file = file.unwrap();
+        std::fs::copy(file.path(), dir.0.join(file.file_name())).unwrap();
+    }
+    dir
+}
+
+/// Rewrites the tensor `key` of the single-file checkpoint in `dir`: `change` gets its shape
+/// and f32 values and may rename it (to an empty name: drop it).
+fn edit_tensor(
+    dir: &Path,
+    key: &str,
+    change: impl FnOnce(&mut String, &mut Vec<usize>, &mut Vec<f32>),
+) {
+    use safetensors::tensor::{Dtype, TensorView};
+    let path = dir.join(hf::WEIGHTS_FILE);
+    let bytes = std::fs::read(&path).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<(String, Vec<usize>, Vec<u8>)> = file
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    let at = all.iter().position(|t| t.0 == key).unwrap();
+    let (mut name, mut shape, data) = all.remove(at);
+    let mut values: Vec<f32> = data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    change(&mut name, &mut shape, &mut values);
+    if !name.is_empty() {
+        all.push((
+            name,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ));
+    }
+    let views = all.iter().map(|(n, s, d)| {
+        (
+            n.clone(),
+            TensorView::new(Dtype::F32, s.clone(), d).unwrap(),
+        )
+    });
+    safetensors::tensor::serialize_to_file(views, None, &path).unwrap();
+}
+
+/// Loads `dir` into a model of the tiny Qwen3's shape (or `config`), which must fail and
+/// leave the model as it was; returns the error.
+fn failed_load(dir: &Path, config: Option<GptConfig>) -> Error {
+    let device = device();
+    let config = config.unwrap_or_else(|| {
+        LlamaConfig::read(&data("tiny-qwen3"))
+            .unwrap()
+            .gpt_config(0.0)
+    });
+    let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 3), config).unwrap();
+    let before = parameter_bytes(&gpt);
+    let err = hf::load_llama(dir, &mut gpt).unwrap_err();
+    assert_eq!(
+        parameter_bytes(&gpt),
+        before,
+        "a failed load changed the model"
+    );
+    err
+}
+
+fn assert_checkpoint_error(err: &Error, want_key: &str, want: &str) {
+    let Error::Checkpoint { key, detail, .. } = err else {
+        panic!("expected a checkpoint error about `{want_key}`, got {err}");
+    };
+    assert_eq!(key, want_key, "{err}");
+    assert!(detail.contains(want), "{err}");
+}
+
+#[test]
+fn a_missing_misshapen_non_finite_or_extra_tensor_is_an_error_that_changes_nothing() {
+    let k = "model.layers.1.self_attn.k_proj.weight";
+    let dir = copy_of("tiny-qwen3");
+    edit_tensor(&dir.0, k, |name, _, _| name.clear());
+    assert_checkpoint_error(&failed_load(&dir.0, None), k, "missing");
+
+    let dir = copy_of("tiny-qwen3");
+    edit_tensor(&dir.0, k, |_, shape, values| {
+        shape[0] -= 1;
+        values.truncate(shape[0] * shape[1]);
+    });
+    assert_checkpoint_error(&failed_load(&dir.0, None), k, "needs [32, 32]");
+
+    let dir = copy_of("tiny-qwen3");
+    edit_tensor(&dir.0, k, |_, _, values| values[5] = f32::NAN);
+    assert_checkpoint_error(&failed_load(&dir.0, None), k, "NaN");
+
+    let dir = copy_of("tiny-qwen3");
+    let extra = "model.layers.1.self_attn.k_proj.bias";
+    edit_tensor(&dir.0, k, |name, _, _| *name = extra.to_owned());
+    // The renamed tensor leaves k_proj missing, which is found first.
+    assert_checkpoint_error(&failed_load(&dir.0, None), k, "missing");
+}
+
+#[test]
+fn a_model_of_another_shape_or_family_is_an_error_that_changes_nothing() {
+    let dir = data("tiny-qwen3");
+    let config = LlamaConfig::read(&dir).unwrap().gpt_config(0.0);
+    let other = GptConfig {
+        layers: 1,
+        ..config
+    };
+    let err = failed_load(&dir, Some(other));
+    assert!(matches!(err, Error::Checkpoint { .. }), "{err}");
+    let longer = GptConfig {
+        context: config.context + 1,
+        ..config
+    };
+    let err = failed_load(&dir, Some(longer));
+    assert_checkpoint_error(&err, "max_position_embeddings", "positions");
+    let gpt2 = GptConfig {
+        family: headroom_nn::Family::Gpt2,
+        ..config
+    };
+    assert_checkpoint_error(&failed_load(&dir, Some(gpt2)), "architectures", "GPT-2");
+}
