@@ -269,3 +269,54 @@ fn linear_layers() {
         |x| x[0].linear(&x[1], None),
     );
 }
+
+#[test]
+fn products_that_recompute_their_cheap_operand() {
+    check(
+        "rms_norm_linear",
+        &[
+            input(&[2, 3, 6]),
+            ranged(&[6], 0.5, 1.5),
+            input(&[4, 6]),
+            input(&[4]),
+        ],
+        |x| x[0].rms_norm_linear((&x[1], 1e-6), &x[2], Some(&x[3])),
+    );
+    check(
+        "rms_norm_linear, no bias",
+        &[input(&[3, 5]), input(&[5]), input(&[2, 5])],
+        |x| x[0].rms_norm_linear((&x[1], 1e-6), &x[2], None),
+    );
+    check(
+        "swiglu_linear",
+        &[
+            ranged(&[2, 3, 4], -4.0, 4.0),
+            input(&[2, 3, 4]),
+            input(&[5, 4]),
+            input(&[5]),
+        ],
+        |x| x[0].swiglu_linear(&x[1], &x[2], Some(&x[3])),
+    );
+    // One tensor as both gate and up: its two gradients add up.
+    check(
+        "swiglu_linear of x with itself, no bias",
+        &[input(&[3, 4]), input(&[2, 4])],
+        |x| x[0].swiglu_linear(&x[0], &x[1], None),
+    );
+    check(
+        "layer_norm_linear",
+        &[
+            input(&[3, 6]),
+            ranged(&[6], 0.5, 1.5),
+            input(&[6]),
+            input(&[4, 6]),
+            input(&[4]),
+        ],
+        |x| x[0].layer_norm_linear((&x[1], &x[2], 1e-5), &x[3], Some(&x[4])),
+    );
+    check(
+        "gelu_linear",
+        &[ranged(&[2, 3, 5], -3.0, 3.0), input(&[4, 5]), input(&[4])],
+        |x| x[0].gelu_linear(&x[1], Some(&x[2])),
+    );
+}
