@@ -104,9 +104,7 @@ impl BlockMlp {
             }
             (MlpKind::SwiGlu { gate, up, down }, true) => {
                 let (gate, up) = (first(gate)?, first(up)?);
-                gate.swiglu(&up)?
-                    .for_matmul()?
-                    .linear(&down.weight, down.bias.as_ref())? // TEMP-SWIGLU
+                gate.swiglu_linear(&up, &down.weight, down.bias.as_ref())?
             }
         })
     }

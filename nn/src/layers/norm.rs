@@ -44,10 +44,7 @@ impl Norm {
     ) -> Result<Tensor> {
         Ok(match self {
             Norm::Layer(n) => x.layer_norm_linear((&n.weight, &n.bias, n.eps), weight, bias)?,
-            Norm::Rms(n) => x
-                .rms_norm(&n.weight, n.eps)?
-                .for_matmul()?
-                .linear(weight, bias)?, // TEMP-RMS
+            Norm::Rms(n) => x.rms_norm_linear((&n.weight, n.eps), weight, bias)?,
         })
     }
 }
