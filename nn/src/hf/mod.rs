@@ -41,6 +41,7 @@ mod llama_config;
 mod llama_import;
 mod llama_names;
 mod names;
+mod pretrained;
 mod weight_files;
 
 pub use config::{CONFIG_FILE, Gpt2Config};
@@ -48,4 +49,5 @@ pub use export::export_gpt2;
 pub use import::{WEIGHTS_FILE, load_gpt2};
 pub use llama_config::{Architecture, LlamaConfig};
 pub use llama_import::load_llama;
+pub use pretrained::Pretrained;
 pub use weight_files::{INDEX_FILE, model_dir};

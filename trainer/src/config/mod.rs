@@ -6,6 +6,7 @@ mod data;
 mod device_choice;
 mod memory_settings;
 mod model;
+mod model_family;
 mod optimizer;
 mod overrides;
 mod precision;
@@ -22,10 +23,11 @@ pub use data::{DataConfig, DataKind};
 pub use device_choice::DeviceChoice;
 pub use memory_settings::{CheckpointConfig, MemoryConfig, PolicyKind, RatesKind};
 pub use model::{ModelConfig, ModelKind, Recompute};
+pub use model_family::{ModelFamily, RopeScaling};
 pub use optimizer::{OptimizerConfig, OptimizerKind, ScheduleKind, StateKind};
 pub use overrides::Overrides;
 pub use precision::{PrecisionConfig, PrecisionKind};
-pub use preset::{GPT2_VOCAB, Preset, PresetShape};
+pub use preset::{ALL_PRESETS, GPT2_VOCAB, Preset};
 use validate::Problems;
 
 /// Steps of a run that names neither steps nor epochs.

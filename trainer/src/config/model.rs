@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::model_family::{ModelFamily, RopeScaling};
 use super::{Preset, Problems};
 
 /// Which model, and its sizes. An MLP's input width and classes come from the data; so does a
@@ -32,6 +33,28 @@ pub struct ModelConfig {
     pub layers: usize,
     /// GPT: dropout.
     pub dropout: f64,
+    /// GPT: the family of its parts: `gpt2` (learned positions, LayerNorm, a GELU MLP) or
+    /// `llama` (rotary positions, RMSNorm, a SwiGLU MLP, grouped key/value heads).
+    pub family: ModelFamily,
+    /// Llama family: key/value heads, dividing `heads`. Unset: `heads` (multi-head).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_heads: Option<usize>,
+    /// Llama family: features per head. Unset: `width / heads`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    /// Llama family: the MLP's inner width. Unset: 8/3 of the width, rounded up to 256.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mlp_width: Option<usize>,
+    /// Llama family: the rotary base. Unset: 10000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
+    /// Llama family: Llama 3's rescaling of the rotary frequencies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeScaling>,
+    /// Llama family: biases on the query, key and value projections (Qwen2).
+    pub qkv_bias: bool,
+    /// Llama family: an RMSNorm over each query and key head (Qwen3).
+    pub qk_norm: bool,
     /// GPT: what to compute again in the backward pass instead of keeping it ([`Recompute`]):
     /// `"none"`, `"cheap"` (each norm's and GELU's output) or `"blocks"` (activation
     /// checkpointing); `true` means `"blocks"`, `false` `"none"`. Unset: the memory policy
@@ -43,13 +66,14 @@ pub struct ModelConfig {
     pub head_chunk: Option<usize>,
     /// MLP: hidden layer sizes.
     pub hidden: Vec<usize>,
-    /// GPT: the layer norms' epsilon. Unset: PyTorch's 1e-5 (GPT-2's); a pretrained model's
-    /// `layer_norm_epsilon` sets it.
+    /// GPT: the norms' epsilon. Unset: 1e-5 (GPT-2's and Llama's); a pretrained model's
+    /// `layer_norm_epsilon` or `rms_norm_eps` sets it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub norm_eps: Option<f64>,
-    /// GPT: start from the weights of a Hugging Face GPT-2 directory (`config.json` and
-    /// `model.safetensors`), whose shape wins over a preset; a shape the configuration sets
-    /// otherwise is an error (a shorter context crops the position table).
+    /// GPT: start from the weights of a Hugging Face model directory (GPT-2, Llama, Qwen2,
+    /// Qwen3 or Mistral: `config.json` and `model.safetensors` or its shards), whose shape wins
+    /// over a preset; a shape the configuration sets otherwise is an error (a shorter context
+    /// crops GPT-2's position table).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from: Option<PathBuf>,
 }
@@ -66,6 +90,14 @@ impl Default for ModelConfig {
             heads: 4,
             layers: 2,
             dropout: 0.0,
+            family: ModelFamily::Gpt2,
+            kv_heads: None,
+            head_dim: None,
+            mlp_width: None,
+            rope_theta: None,
+            rope_scaling: None,
+            qkv_bias: false,
+            qk_norm: false,
             recompute: None,
             head_chunk: None,
             hidden: vec![256, 256],
@@ -76,25 +108,25 @@ impl Default for ModelConfig {
 }
 
 impl ModelConfig {
-    /// The GPT `preset` names: its layers, width and heads, and a tied head (its vocabulary and
-    /// context apply where the data and the configuration set none).
+    /// The GPT `preset` names: its layers, width, heads, tied head or not, family and the
+    /// family's options (its vocabulary and context apply where the data and the
+    /// configuration set none).
     pub fn preset(preset: Preset) -> Self {
-        let shape = preset.shape();
-        Self {
+        let mut config = Self {
             kind: ModelKind::Gpt,
             preset: Some(preset),
-            tie_embeddings: true,
-            width: shape.width,
-            heads: shape.heads,
-            layers: shape.layers,
             ..Self::default()
-        }
+        };
+        config.take_shape(&preset.shape());
+        config
     }
 
-    /// The window of token data: `context`, or the preset's, or `data_default`.
+    /// The window of token data: `context`, or a GPT-2 preset's, or `data_default` (a rotary
+    /// preset's context is only the longest it reads).
     pub fn window(&self, data_default: usize) -> usize {
+        let preset = self.preset.filter(|p| p.learned_positions());
         self.context
-            .or(self.preset.map(|p| p.shape().context))
+            .or(preset.map(|p| p.shape().context))
             .unwrap_or(data_default)
     }
 
@@ -173,19 +205,11 @@ impl ModelConfig {
             ModelKind::Gpt => {
                 // The data, read later, may fix the vocabulary and the context: stand-ins for
                 // what is not set here.
-                let shape = headroom_nn::GptConfig {
-                    vocab: self.vocab.unwrap_or(1),
-                    context: self.context.unwrap_or(1),
-                    width: self.width,
-                    heads: self.heads,
-                    layers: self.layers,
-                    dropout: self.dropout,
-                    tie_embeddings: self.tie_embeddings,
-                    family: headroom_nn::Family::Gpt2,
-                };
+                let shape = self.gpt_config(self.vocab.unwrap_or(1), self.context.unwrap_or(1));
                 for (field, detail) in shape.problems() {
                     problems.add(format!("model.{field}: {detail}"));
                 }
+                self.family_problems(problems);
                 if let Some(eps) = self.norm_eps {
                     problems.check(
                         eps.is_finite() && eps > 0.0,

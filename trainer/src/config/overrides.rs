@@ -14,12 +14,14 @@ use super::{
 #[derive(Debug, Clone, Default)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct Overrides {
-    /// A GPT shape: gpt2, gpt2-medium, gpt2-large, gpt2-xl or gpt-mini (what the file and
-    /// the other flags set wins over it).
+    /// A published shape: gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt-mini, smollm2-135m,
+    /// smollm2-360m, smollm2-1.7b, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, llama-3.2-1b,
+    /// llama-3.2-3b or llama-3.1-8b (what the file and the other flags set wins over it).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_preset))]
     pub preset: Option<Preset>,
-    /// GPT: start from a Hugging Face GPT-2 directory (config.json and model.safetensors),
-    /// whose shape wins over --preset.
+    /// GPT: start from a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3 or
+    /// Mistral; one file or shards; or a Hugging Face cache entry), whose shape wins over
+    /// --preset.
     #[cfg_attr(feature = "cli", arg(long))]
     pub init_from: Option<PathBuf>,
     /// GPT: positions, the window length of token data.

@@ -1,14 +1,30 @@
-//! `model.init_from`: a Hugging Face GPT-2 directory fixes the model's shape. Its
-//! `config.json` wins over a preset; a shape that the configuration file or a flag sets
-//! otherwise is an error, but for a shorter context, which crops the position table (as
-//! nanoGPT's `crop_block_size`).
+//! `model.init_from`: a Hugging Face model directory (GPT-2 or the Llama family) fixes the
+//! model's shape. Its `config.json` wins over a preset; a shape that the configuration file or
+//! a flag sets otherwise is an error, but for a shorter context (which, for GPT-2, crops the
+//! position table, as nanoGPT's `crop_block_size`).
 
 use std::path::Path;
 
-use headroom_nn::hf::Gpt2Config;
+use headroom_nn::hf::Pretrained;
 
 use super::{DataKind, ModelConfig, ModelKind, TrainConfig};
 use crate::error::{Error, Result};
+
+/// The `[model]` fields a pretrained model's configuration fixes.
+const SHAPE_FIELDS: [&str; 12] = [
+    "layers",
+    "width",
+    "heads",
+    "tie_embeddings",
+    "family",
+    "kv_heads",
+    "head_dim",
+    "mlp_width",
+    "rope_theta",
+    "rope_scaling",
+    "qkv_bias",
+    "qk_norm",
+];
 
 impl ModelConfig {
     /// Takes the shape of the pretrained model `init_from` names: each field still at its value
@@ -19,24 +35,33 @@ impl ModelConfig {
         let Some(dir) = self.init_from.clone() else {
             return Ok(());
         };
-        let pretrained = Gpt2Config::read(&dir)?;
-        let fields = [
-            ("layers", &mut self.layers, base.layers, pretrained.n_layer),
-            ("width", &mut self.width, base.width, pretrained.n_embd),
-            ("heads", &mut self.heads, base.heads, pretrained.n_head),
-        ];
-        let unset = |field: &str| !written.iter().any(|w| w == field);
-        for (field, value, base, theirs) in fields {
-            if *value == base && unset(field) {
-                *value = theirs;
+        let pretrained = Pretrained::read(&dir)?;
+        let theirs = pretrained.gpt_config(self.dropout);
+        let mut adopted = self.clone();
+        adopted.take_shape(&theirs);
+        let table = |config: &ModelConfig| toml::Table::try_from(config).unwrap_or_default();
+        let (mut ours, base, adopted) = (table(self), table(base), table(&adopted));
+        for field in SHAPE_FIELDS {
+            if ours.get(field) == base.get(field) && !written.iter().any(|w| w == field) {
+                match adopted.get(field) {
+                    Some(value) => ours.insert(field.to_owned(), value.clone()),
+                    None => ours.remove(field),
+                };
             }
         }
-        if self.tie_embeddings == base.tie_embeddings && unset("tie_embeddings") {
-            self.tie_embeddings = pretrained.tie_word_embeddings;
+        let kept = (self.vocab, self.context, self.norm_eps);
+        *self = ours
+            .try_into()
+            .map_err(|err: toml::de::Error| Error::Config {
+                problems: vec![format!("model: {err}")],
+            })?;
+        (self.vocab, self.context, self.norm_eps) = kept;
+        self.vocab = self.vocab.or(Some(theirs.vocab));
+        self.norm_eps = self.norm_eps.or(Some(pretrained.norm_eps()));
+        if let Pretrained::Gpt2(_) = pretrained {
+            // GPT-2's positions are a table: its rows are the window unless one is set.
+            self.context = self.context.or(Some(theirs.context));
         }
-        self.vocab = self.vocab.or(Some(pretrained.vocab_size));
-        self.norm_eps = self.norm_eps.or(Some(pretrained.layer_norm_epsilon));
-        self.context = self.context.or(Some(pretrained.n_positions));
         self.preset = None;
         match self.pretrained_problems(&dir, &pretrained).as_slice() {
             [] => Ok(()),
@@ -52,68 +77,73 @@ impl ModelConfig {
         let Some(dir) = &self.init_from else {
             return Vec::new();
         };
-        match Gpt2Config::read(dir) {
+        match Pretrained::read(dir) {
             Ok(pretrained) => self.pretrained_problems(dir, &pretrained),
             Err(err) => vec![format!("model.init_from: {err}")],
         }
     }
 
-    fn pretrained_problems(&self, dir: &Path, pretrained: &Gpt2Config) -> Vec<String> {
+    fn pretrained_problems(&self, dir: &Path, pretrained: &Pretrained) -> Vec<String> {
         let source = dir.join(headroom_nn::hf::CONFIG_FILE);
         let mut problems = Vec::new();
         if self.kind != ModelKind::Gpt {
             problems
                 .push("model.init_from: pretrained weights are a GPT's; model.kind is mlp".into());
         }
-        let mut differ = |field: &str, ours: String, theirs: String, name: &str| {
+        let theirs = pretrained.gpt_config(self.dropout);
+        let ours = self.gpt_config(self.vocab.unwrap_or(theirs.vocab), theirs.context);
+        let mut differ = |field: &str, ours: String, theirs: String| {
             problems.push(format!(
-                "model.{field} = {ours} conflicts with {}, whose {name} is {theirs} (leave it \
-                 unset to take the pretrained model's)",
-                source.display()
+                "model.{field} = {ours} conflicts with {}, whose {} is {theirs} (leave it unset \
+                 to take the pretrained model's)",
+                source.display(),
+                pretrained.field(field)
             ));
         };
-        for (field, ours, theirs, name) in [
-            ("layers", self.layers, pretrained.n_layer, "n_layer"),
-            ("width", self.width, pretrained.n_embd, "n_embd"),
-            ("heads", self.heads, pretrained.n_head, "n_head"),
-            (
-                "vocab",
-                self.vocab.unwrap_or(pretrained.vocab_size),
-                pretrained.vocab_size,
-                "vocab_size",
-            ),
+        for (field, a, b) in [
+            ("layers", ours.layers, theirs.layers),
+            ("width", ours.width, theirs.width),
+            ("heads", ours.heads, theirs.heads),
+            ("vocab", ours.vocab, theirs.vocab),
         ] {
-            if ours != theirs {
-                differ(field, ours.to_string(), theirs.to_string(), name);
+            if a != b {
+                differ(field, a.to_string(), b.to_string());
             }
         }
-        if self.tie_embeddings != pretrained.tie_word_embeddings {
-            let (ours, theirs) = (self.tie_embeddings, pretrained.tie_word_embeddings);
-            differ(
-                "tie_embeddings",
-                ours.to_string(),
-                theirs.to_string(),
-                "tie_word_embeddings",
-            );
+        if ours.tie_embeddings != theirs.tie_embeddings {
+            let (a, b) = (ours.tie_embeddings, theirs.tie_embeddings);
+            differ("tie_embeddings", a.to_string(), b.to_string());
         }
-        if let Some(eps) = self
-            .norm_eps
-            .filter(|&e| e != pretrained.layer_norm_epsilon)
-        {
-            let theirs = pretrained.layer_norm_epsilon;
+        if let Some(eps) = self.norm_eps.filter(|&e| e != pretrained.norm_eps()) {
             differ(
                 "norm_eps",
                 eps.to_string(),
-                theirs.to_string(),
-                "layer_norm_epsilon",
+                pretrained.norm_eps().to_string(),
             );
         }
-        if let Some(context) = self.context.filter(|&c| c > pretrained.n_positions) {
+        let same_family = match (&ours.family, &theirs.family) {
+            (headroom_nn::Family::Llama(a), headroom_nn::Family::Llama(b)) => {
+                headroom_nn::LlamaOptions {
+                    norm_eps: b.norm_eps,
+                    ..*a
+                } == *b
+            }
+            (a, b) => a == b,
+        };
+        if !same_family {
+            differ(
+                "family",
+                format!("{:?}", ours.family),
+                format!("{:?}", theirs.family),
+            );
+        }
+        if let Some(context) = self.context.filter(|&c| c > theirs.context) {
             problems.push(format!(
-                "model.context = {context} is longer than {}'s n_positions of {}: the pretrained \
-                 model has no position embeddings past it",
+                "model.context = {context} is longer than {}'s {} of {}: the pretrained model \
+                 was not made for positions past it",
                 source.display(),
-                pretrained.n_positions
+                pretrained.field("context"),
+                theirs.context
             ));
         }
         problems

@@ -36,7 +36,8 @@ impl TrainModel {
         match (config.kind, shape.as_tokens(), shape.as_features()) {
             (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
                 let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
-                if let Some(eps) = config.norm_eps {
+                // A Llama-family model's options already hold its epsilon.
+                if let (Some(eps), Family::Gpt2) = (config.norm_eps, gpt.config().family) {
                     let blocks = gpt.blocks.iter_mut();
                     let norms = blocks.flat_map(|b| [&mut b.ln1, &mut b.ln2]);
                     for norm in norms.chain([&mut gpt.ln_f]) {
@@ -134,16 +135,7 @@ fn gpt_shape(config: &ModelConfig, vocab: usize, len: usize) -> Result<GptConfig
             "model.context: {context} positions cannot read the data's samples of {len} tokens"
         )));
     }
-    Ok(GptConfig {
-        vocab,
-        context,
-        width: config.width,
-        heads: config.heads,
-        layers: config.layers,
-        dropout: config.dropout,
-        tie_embeddings: config.tie_embeddings,
-        family: Family::Gpt2,
-    })
+    Ok(config.gpt_config(vocab, context))
 }
 
 /// The built-in models, as a configuration describes them.
@@ -202,7 +194,7 @@ impl ModelFactory for BuiltinModel {
     fn initialize(&self, model: &mut dyn TrainableModel) -> Result<()> {
         let builtin = model.as_any_mut().downcast_mut::<TrainModel>();
         if let (Some(dir), Some(TrainModel::Gpt(gpt))) = (&self.0.init_from, builtin) {
-            headroom_nn::hf::load_gpt2(dir, gpt)?;
+            headroom_nn::hf::Pretrained::read(dir)?.load(dir, gpt)?;
             tracing::info!("started from the pretrained weights of {}", dir.display());
         }
         Ok(())

@@ -1,0 +1,92 @@
+//! A Hugging Face model directory of any family Headroom reads: its configuration, the
+//! decoder it describes, and loading its weights into one.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::hf::config::Gpt2Config;
+use crate::hf::fields::read_json;
+use crate::hf::llama_config::LlamaConfig;
+use crate::hf::weight_files::model_dir;
+use crate::layers::gpt::{Gpt, GptConfig};
+
+/// The configuration of a pretrained model directory, of GPT-2's family or the Llama family's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pretrained {
+    /// `GPT2LMHeadModel`.
+    Gpt2(Gpt2Config),
+    /// `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM` or `MistralForCausalLM`.
+    Llama(LlamaConfig),
+}
+
+impl Pretrained {
+    /// Reads the `config.json` of `dir` (or of the snapshot of a Hugging Face cache entry,
+    /// [`model_dir`]), by its `model_type` (or `architectures`): `gpt2` as
+    /// [`Gpt2Config::read`], any other as [`LlamaConfig::read`], which names the
+    /// architectures it reads when the file's is not among them.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let dir = model_dir(dir)?;
+        let path = dir.join(super::CONFIG_FILE);
+        let value = read_json(&path)?;
+        let gpt2 = value.get("model_type").and_then(Value::as_str) == Some("gpt2")
+            || value
+                .get("architectures")
+                .and_then(|a| a.get(0))
+                .and_then(Value::as_str)
+                == Some("GPT2LMHeadModel");
+        match gpt2 {
+            true => Ok(Self::Gpt2(Gpt2Config::from_json(&path, &value)?)),
+            false => Ok(Self::Llama(LlamaConfig::from_json(&path, &value)?)),
+        }
+    }
+
+    /// The decoder that holds this model, with `dropout` everywhere.
+    pub fn gpt_config(&self, dropout: f64) -> GptConfig {
+        match self {
+            Self::Gpt2(config) => config.gpt_config(dropout),
+            Self::Llama(config) => config.gpt_config(dropout),
+        }
+    }
+
+    /// What its norms add to the variance or the mean square.
+    pub fn norm_eps(&self) -> f64 {
+        match self {
+            Self::Gpt2(config) => config.layer_norm_epsilon,
+            Self::Llama(config) => config.options.norm_eps,
+        }
+    }
+
+    /// The `config.json` field that holds a [`GptConfig`] field, for messages.
+    pub fn field(&self, field: &str) -> &'static str {
+        let gpt2 = matches!(self, Self::Gpt2(_));
+        match (field, gpt2) {
+            ("vocab", _) => "vocab_size",
+            ("context", true) => "n_positions",
+            ("context", false) => "max_position_embeddings",
+            ("width", true) => "n_embd",
+            ("width", false) => "hidden_size",
+            ("heads", true) => "n_head",
+            ("heads", false) => "num_attention_heads",
+            ("layers", true) => "n_layer",
+            ("layers", false) => "num_hidden_layers",
+            ("tie_embeddings", _) => "tie_word_embeddings",
+            ("norm_eps", true) => "layer_norm_epsilon",
+            ("norm_eps", false) => "rms_norm_eps",
+            _ => "architectures",
+        }
+    }
+
+    /// Fills every parameter of `gpt` from the weights of `dir` ([`load_gpt2`] or
+    /// [`load_llama`]).
+    ///
+    /// [`load_gpt2`]: crate::hf::load_gpt2
+    /// [`load_llama`]: crate::hf::load_llama
+    pub fn load(&self, dir: &Path, gpt: &mut Gpt) -> Result<()> {
+        match self {
+            Self::Gpt2(_) => super::load_gpt2(&model_dir(dir)?, gpt),
+            Self::Llama(_) => super::load_llama(dir, gpt),
+        }
+    }
+}
