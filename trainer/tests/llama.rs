@@ -1,0 +1,140 @@
+//! The Llama family through the trainer: its peak is predicted exactly under every memory
+//! technique, and `--init-from` a Llama-family directory (the tiny Llama 3 made with
+//! transformers, nn/tests/data/tiny-llama3, sharded and in bf16) takes its family and options,
+//! and starts the run from its weights.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::tiny::{configured, corpus, run_config, shards};
+use common::{TempDir, small_config};
+use headroom_autograd::Tensor;
+use headroom_kernels::DType;
+use headroom_nn::hf::{LlamaConfig, load_llama};
+use headroom_nn::{Family, Gpt, Initializer};
+use headroom_trainer::Trainer;
+use headroom_trainer::config::{
+    ModelFamily, Overrides, PrecisionKind, Recompute, StateKind, TrainConfig,
+};
+use headroom_trainer::data::IGNORE;
+use headroom_trainer::data::tokenizer::TextTokenizer;
+
+fn tiny_llama() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../nn/tests/data/tiny-llama3")
+}
+
+/// A small Llama-family configuration: 4 query heads sharing 2 key/value heads, query/key
+/// norms and q/k/v biases off or on.
+fn llama_config(dir: &TempDir, qwen: bool) -> TrainConfig {
+    let mut config = small_config(dir);
+    let model = &mut config.model;
+    model.family = ModelFamily::Llama;
+    (model.width, model.heads, model.layers) = (32, 4, 2);
+    model.kv_heads = Some(2);
+    model.mlp_width = Some(48);
+    model.qk_norm = qwen;
+    config
+}
+
+#[test]
+fn a_llama_family_step_peaks_where_the_planner_predicts_under_every_technique() {
+    let dir = TempDir::new("llama-plan");
+    for (recompute, precision, state, in_backward) in [
+        (Recompute::None, PrecisionKind::F32, StateKind::F32, false),
+        (Recompute::Cheap, PrecisionKind::F32, StateKind::F32, false),
+        (Recompute::Blocks, PrecisionKind::F32, StateKind::F32, false),
+        (Recompute::None, PrecisionKind::Bf16, StateKind::F32, false),
+        (Recompute::Cheap, PrecisionKind::Bf16, StateKind::Int8, true),
+        (
+            Recompute::Blocks,
+            PrecisionKind::Bf16,
+            StateKind::Bf16,
+            true,
+        ),
+    ] {
+        let mut config = llama_config(&dir, recompute == Recompute::Cheap);
+        config.batch.micro = None;
+        config.model.recompute = Some(recompute);
+        config.precision.dtype = precision;
+        config.optimizer.clip = 0.0;
+        config.optimizer.state = Some(state);
+        config.optimizer.in_backward = Some(in_backward);
+        let mut trainer = Trainer::builder()
+            .config(config)
+            .overwrite()
+            .build()
+            .unwrap();
+        let plan = trainer.plan().unwrap().clone();
+        let report = trainer.train_step().unwrap();
+        assert!(report.loss.is_finite());
+        let measured = trainer.device().allocator().stats().peak_in_use;
+        let case = format!("{recompute:?} {precision:?} {state:?} in backward {in_backward}");
+        assert_eq!(measured, plan.predicted_peak, "{case}: {plan}");
+    }
+}
+
+#[test]
+fn init_from_a_llama_directory_takes_its_family_and_options() {
+    let config = configured(&tiny_llama(), Overrides::default()).unwrap();
+    let model = &config.model;
+    let published = LlamaConfig::read(&tiny_llama()).unwrap();
+    assert_eq!(model.family, ModelFamily::Llama);
+    assert_eq!((model.layers, model.width, model.heads), (2, 32, 4));
+    assert_eq!(model.vocab, Some(320));
+    assert!(!model.tie_embeddings);
+    assert_eq!(
+        model.family_parts(),
+        Family::Llama(published.options),
+        "every option as the file has it"
+    );
+    // A rotary model's context bounds the window without setting it.
+    assert_eq!(model.context, None);
+    config.validate().unwrap();
+    // A shape the configuration sets otherwise is refused, naming both fields.
+    let overrides = Overrides {
+        context: Some(published.max_position_embeddings + 1),
+        ..Overrides::default()
+    };
+    let err = configured(&tiny_llama(), overrides)
+        .and_then(|c| c.validate())
+        .unwrap_err();
+    assert!(err.to_string().contains("max_position_embeddings"), "{err}");
+}
+
+#[test]
+fn the_first_step_trains_the_pretrained_llama_weights() {
+    let dir = TempDir::new("llama-first-step");
+    let tokenizer = TextTokenizer::load(&tiny_llama()).unwrap();
+    let text = corpus(&dir.0, "corpus.txt", 3);
+    let shards = shards(&tokenizer, &text, dir.0.join("shards"));
+    let mut config = run_config(&dir.0.join("run"), Some(&tiny_llama()), &shards, 2, 1e-3);
+    config.data.context = 32;
+    let mut trainer = Trainer::new(config).unwrap();
+    let report = trainer.train_step().unwrap();
+    let (mut ids, mut targets): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
+    for &i in &report.indices {
+        let sample = trainer.task().train.sample(i).unwrap();
+        ids.extend(sample.arrays()[0].as_u32().unwrap());
+        targets.extend(sample.arrays()[1].as_u32().unwrap());
+    }
+    // The same batch through the tiny model loaded by hand.
+    let shape = LlamaConfig::read(&tiny_llama()).unwrap().gpt_config(0.0);
+    let device = common::tiny::cpu();
+    let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 1), shape).unwrap();
+    load_llama(&tiny_llama(), &mut gpt).unwrap();
+    let rows = report.indices.len();
+    let len = ids.len() / rows;
+    let ids = Tensor::from_host(&device, [rows, len], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [rows, len], &targets).unwrap();
+    let want = gpt
+        .loss(&ids, &targets, Some(IGNORE))
+        .unwrap()
+        .to_f64()
+        .unwrap()[0];
+    assert!(
+        (report.loss - want).abs() <= 1e-5 * want,
+        "the run's first loss {}, the tiny model's {want}",
+        report.loss
+    );
+}
