@@ -138,3 +138,34 @@ fn the_first_step_trains_the_pretrained_llama_weights() {
         report.loss
     );
 }
+
+/// The text and ids of a tiny model's `expected.json`.
+fn expected_text(name: &str) -> (String, Vec<u32>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nn/tests/data")
+        .join(name)
+        .join("expected.json");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let ids = json["ids"].as_array().unwrap();
+    let ids = ids.iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    (json["text"].as_str().unwrap().to_owned(), ids)
+}
+
+#[test]
+fn llama_family_tokenizers_encode_as_transformers_and_know_their_special_tokens() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nn/tests/data");
+    // Llama 3: a begin-of-text token in front, <|end_of_text|> at the end.
+    let llama = TextTokenizer::load(&data.join("tiny-llama3")).unwrap();
+    let (text, ids) = expected_text("tiny-llama3");
+    assert_eq!(llama.encode_document(&text).unwrap(), ids);
+    assert_eq!(ids[0], 318, "<|begin_of_text|>");
+    assert_eq!(llama.end_of_text(), Some(319));
+    assert_eq!(llama.stops(), [319]);
+    // SmolLM2: nothing added, <|endoftext|> ends a text and <|im_end|> a turn.
+    let smollm2 = TextTokenizer::load(&data.join("tiny-smollm2")).unwrap();
+    let (text, ids) = expected_text("tiny-smollm2");
+    assert_eq!(smollm2.encode_document(&text).unwrap(), ids);
+    assert_eq!(smollm2.encode(&text).unwrap(), ids);
+    assert_eq!(smollm2.end_of_text(), Some(0));
+    assert_eq!(smollm2.stops().len(), 2);
+}

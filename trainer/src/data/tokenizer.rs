@@ -26,6 +26,15 @@ use crate::error::{Error, Result};
 /// GPT-2's document separator, which a trained tokenizer reserves as a special token (id 0).
 pub const END_OF_TEXT: &str = "<|endoftext|>";
 
+/// The tokens that end a text, by the families that use them: GPT-2's, SmolLM2's and Qwen's
+/// `<|endoftext|>`, Llama 3's `<|end_of_text|>`, Llama 2's and Mistral's `</s>`. A tokenizer's
+/// end of text is the first of them it has.
+pub const END_OF_TEXT_TOKENS: [&str; 3] = [END_OF_TEXT, "<|end_of_text|>", "</s>"];
+
+/// The tokens that end a turn of a chat model (Llama 3's `<|eot_id|>`, Qwen's and SmolLM2's
+/// `<|im_end|>`): generation stops at them too.
+pub const END_OF_TURN_TOKENS: [&str; 2] = ["<|eot_id|>", "<|im_end|>"];
+
 /// The smallest vocabulary a byte-level BPE can have: the 256 bytes and the end-of-text token.
 pub const MIN_BPE_VOCAB: usize = 257;
 
@@ -174,9 +183,34 @@ impl TextTokenizer {
         &self.path
     }
 
-    /// The id of the end-of-text token, when it has one.
+    /// The id of the end-of-text token, when it has one (the first of
+    /// [`END_OF_TEXT_TOKENS`] it has).
     pub fn end_of_text(&self) -> Option<u32> {
-        self.inner.token_to_id(END_OF_TEXT)
+        END_OF_TEXT_TOKENS
+            .iter()
+            .find_map(|token| self.inner.token_to_id(token))
+    }
+
+    /// The ids generation stops at: the end of text and the ends of turns it has.
+    pub fn stops(&self) -> Vec<u32> {
+        let turns = END_OF_TURN_TOKENS
+            .iter()
+            .filter_map(|t| self.inner.token_to_id(t));
+        self.end_of_text().into_iter().chain(turns).collect()
+    }
+
+    /// The ids of a document or a prompt as the model expects to read it: `text` with the
+    /// special tokens the tokenizer's post-processor adds (Llama 3's `<|begin_of_text|>` in
+    /// front; nothing for GPT-2's, Qwen's or SmolLM2's).
+    pub fn encode_document(&self, text: &str) -> Result<Vec<u32>> {
+        if self.characters {
+            self.check_characters(text)?;
+        }
+        let encoding = self
+            .inner
+            .encode_fast(text, true)
+            .map_err(|err| self.error(format!("cannot encode the text: {err}")))?;
+        Ok(encoding.get_ids().to_vec())
     }
 
     /// True for a character-level run's tokenizer (one token a character).

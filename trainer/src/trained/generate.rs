@@ -1,8 +1,10 @@
 //! `headroom generate`: text from a trained GPT, one token at a time through a key/value cache
 //! ([`headroom_nn::KvCache`]), so that each new token costs its own work and attention over the
 //! prefix, not the prefix again. Text is handed on as soon as it forms whole characters, and
-//! generation stops at the end-of-text token, at `max_tokens`, or at the model's context (a
-//! prompt longer than the context is refused before anything is generated: no sliding window).
+//! generation stops at an end-of-text or end-of-turn token ([`TextTokenizer::stops`]), at
+//! `max_tokens`, or at the model's context (a prompt longer than the context is refused before
+//! anything is generated: no sliding window). Prompts are encoded as the model expects to read
+//! them ([`TextTokenizer::encode_document`]: Llama 3's begin-of-text token in front).
 //!
 //! The cache and the weights come from the run's device and its allocator, under the same
 //! memory limit as everything else.
@@ -18,7 +20,8 @@ use crate::error::{Error, Result};
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct GenerateOptions {
-    /// The text to continue; empty: start from the end-of-text token, as GPT-2 does.
+    /// The text to continue; empty: start from the tokenizer's begin-of-text token (Llama 3's)
+    /// or its end-of-text token (as GPT-2 does).
     pub prompt: String,
     /// The most tokens to generate.
     pub max_tokens: usize,
@@ -33,7 +36,7 @@ pub struct GenerateOptions {
 pub enum Stop {
     /// It generated `max_tokens`.
     MaxTokens,
-    /// The model ended the text.
+    /// The model ended the text (or its turn).
     EndOfText,
     /// The sequence filled the model's context.
     Context,
@@ -62,7 +65,7 @@ pub struct Generated {
 /// context is an error, not cropped: generation stops when the context is full (the key/value
 /// cache holds each position once; there is no sliding window as in nanoGPT's `sample.py`), so
 /// a cropped prompt would leave no room to generate. An empty prompt starts from the
-/// end-of-text token.
+/// begin-of-text token the tokenizer adds, or else from the end-of-text token.
 pub fn prompt_ids(gpt: &Gpt, tokenizer: &TextTokenizer, prompt: &str) -> Result<Vec<u32>> {
     let context = gpt.config().context;
     let vocab = gpt.config().vocab;
@@ -76,7 +79,7 @@ pub fn prompt_ids(gpt: &Gpt, tokenizer: &TextTokenizer, prompt: &str) -> Result<
             ),
         });
     }
-    let mut ids = tokenizer.encode(prompt)?;
+    let mut ids = tokenizer.encode_document(prompt)?;
     if ids.is_empty() {
         ids.extend(tokenizer.end_of_text());
     }
@@ -107,7 +110,7 @@ pub fn generate(
     emit: &mut dyn FnMut(&str) -> Result<()>,
 ) -> Result<Generated> {
     let context = gpt.config().context;
-    let end = tokenizer.end_of_text();
+    let stops = tokenizer.stops();
     let prompt = prompt_ids(gpt, tokenizer, &options.prompt)?;
     let mut sampler = Sampler::new(options.sampling, options.seed)?;
     let device = gpt.tok_emb.weight.device().clone();
@@ -126,7 +129,7 @@ pub fn generate(
         let row: Vec<f32> = logits.to_f64()?.iter().map(|&x| x as f32).collect();
         let token = sampler.next(&row)?;
         tokens.push(token);
-        if Some(token) == end {
+        if stops.contains(&token) {
             break Stop::EndOfText;
         }
         pending.push(token);

@@ -398,8 +398,11 @@ impl Job<'_> {
             .into_par_iter()
             .filter_map(|text| text.ok())
             .map(|text| {
-                let mut ids = self.tokenizer.encode(&text)?;
-                ids.extend(end.filter(|_| !ids.is_empty()));
+                if text.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut ids = self.tokenizer.encode_document(&text)?;
+                ids.extend(end);
                 Ok(ids)
             })
             .collect::<Result<Vec<Vec<u32>>>>()?;
