@@ -18,7 +18,8 @@
 #
 # What it cannot: timing and performance, the GPU memory model (blocks run one at a time and
 # the threads of a block in order, so a race between them goes unseen; CUDA_EMULATOR_ORDER=reverse
-# runs them backwards to shake out some), register and shared-memory limits, and the exact
+# runs them backwards to shake out some), register limits and static shared memory (dynamic
+# shared memory above 48 KiB is refused unless the kernel opted in, as on a GPU), and the exact
 # rounding of the GPU's math functions and fused multiply-adds.
 #
 # CUDA_EMULATOR_DEFER=1 runs the suites with deferred streams: queued work runs only when

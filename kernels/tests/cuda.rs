@@ -83,12 +83,23 @@ fn kernels(family: Family) -> Vec<String> {
             names
         }
         Family::Random => per_float(&["dropout"]),
-        Family::Attention => per_float(&[
-            "attention",
-            "attention_delta",
-            "attention_backward_kv",
-            "attention_backward_q",
-        ]),
+        Family::Attention => {
+            let mut names = per_float(&[
+                "attention",
+                "attention_delta",
+                "attention_backward_kv",
+                "attention_backward_q",
+            ]);
+            for stem in ["attention", "attention_backward_kv", "attention_backward_q"] {
+                for (head, dtype) in [64, 128]
+                    .into_iter()
+                    .flat_map(|h| [(h, "bf16"), (h, "f16")])
+                {
+                    names.push(format!("{stem}_mma{head}_{dtype}"));
+                }
+            }
+            names
+        }
         Family::Rotary => per_float(&["rotary", "rotary_backward"]),
     }
 }

@@ -53,6 +53,61 @@ fn casts_between_every_pair_of_dtypes_round_to_nearest() {
     }
 }
 
+/// f32 values whose rounding to the half types is decided by the low bits of the f32 mantissa:
+/// just above a tie, at a tie (to even), just below one.
+const ROUNDING_BITS: [u32; 5] = [
+    0xbf74_8005,
+    0x3f80_8001,
+    0x3f80_8000,
+    0x3f81_8000,
+    0x3f80_7fff,
+];
+
+#[test]
+fn half_types_round_f64_and_f32_values_to_nearest_even_on_upload_fill_and_cast() {
+    let values: Vec<f32> = ROUNDING_BITS.iter().map(|&b| f32::from_bits(b)).collect();
+    let wide: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
+    let want_bf16: Vec<u16> = values
+        .iter()
+        .map(|&v| bf16::from_f32(v).to_bits())
+        .collect();
+    let want_f16: Vec<u16> = values.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
+    let bits = |a: &Array| -> Vec<u16> {
+        match a.dtype() {
+            DType::BF16 => a
+                .to_host::<bf16>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect(),
+            _ => a
+                .to_host::<f16>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect(),
+        }
+    };
+    let n = values.len();
+    for device in devices() {
+        let f32s = Array::from_host(&device, [n], &values).unwrap();
+        for (dtype, want) in [(DType::BF16, &want_bf16), (DType::F16, &want_f16)] {
+            let uploaded = Array::from_f64(&device, [n], dtype, &wide).unwrap();
+            assert_eq!(&bits(&uploaded), want, "from_f64 {device} {dtype}");
+            let mut written = Array::zeros(&device, [n], dtype).unwrap();
+            written.write_f64(&wide).unwrap();
+            assert_eq!(&bits(&written), want, "write_f64 {device} {dtype}");
+            assert_eq!(
+                &bits(&f32s.cast(dtype).unwrap()),
+                want,
+                "cast {device} {dtype}"
+            );
+            let filled = Array::full(&device, [1], dtype, wide[0]).unwrap();
+            assert_eq!(bits(&filled), [want[0]], "full {device} {dtype}");
+        }
+    }
+}
+
 #[test]
 fn copies_are_independent_and_copy_into_checks_shapes() {
     let mut rng = rng();

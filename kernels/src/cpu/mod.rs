@@ -79,6 +79,8 @@ macro_rules! with_float {
 }
 
 /// Runs `$body` with `$t` bound to the Rust type of any `$dtype`.
+/// `$t` aliases a concrete type, whose inherent methods win over the traits': convert with
+/// `<$t as Element>::from_f64`, since half's own `from_f64` rounds bf16 from a truncated value.
 macro_rules! with_element {
     ($dtype:expr, |$t:ident| $body:expr) => {
         match $dtype {

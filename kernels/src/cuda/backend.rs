@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg, result,
 };
@@ -28,6 +29,8 @@ use crate::ops::gemm::kernels::preferred_blas_workspace;
 
 /// Threads per block of every kernel.
 pub(crate) const BLOCK: u32 = 256;
+/// Bytes of dynamic shared memory a kernel may take without opting in to more.
+const SHARED_WITHOUT_OPT_IN: u32 = 48 << 10;
 
 /// Runs kernels on one CUDA device, all queued on its one stream.
 pub(crate) struct CudaBackend {
@@ -45,6 +48,9 @@ pub(crate) struct CudaBackend {
     /// Compute capability 8.0 or later: the matrix units take bf16 and f16 (`mma.sync`
     /// m16n8k16).
     pub(crate) tensor_cores: bool,
+    /// Bytes of shared memory a block may have once its kernel opts in
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`).
+    pub(crate) shared_opt_in: u32,
     modules: Mutex<HashMap<Family, Arc<Module>>>,
     functions: Mutex<HashMap<String, Kernel>>,
     /// Times each piece of work alone, when the environment asks (`profile.rs`).
@@ -62,6 +68,8 @@ struct Module {
 struct Kernel {
     function: CudaFunction,
     params: Arc<[Param]>,
+    /// Bytes of dynamic shared memory its launches may take: 48 KiB until it opts in to more.
+    shared_allowed: Arc<AtomicU32>,
 }
 
 impl Device {
@@ -117,9 +125,15 @@ impl CudaBackend {
         let capability = context
             .compute_capability()
             .map_err(|err| driver_error("cuda", "cuDeviceGetAttribute", err))?;
-        let multiprocessors = context
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|err| driver_error("cuda", "cuDeviceGetAttribute", err))?;
+        let attribute = |which| {
+            context
+                .attribute(which)
+                .map_err(|err| driver_error("cuda", "cuDeviceGetAttribute", err))
+        };
+        let multiprocessors =
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let shared_opt_in =
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
         context
             .bind_to_thread()
             .map_err(|err| driver_error("cuda", "cuCtxSetCurrent", err))?;
@@ -135,6 +149,7 @@ impl CudaBackend {
             }),
             multiprocessors: u32::try_from(multiprocessors).unwrap_or(1).max(1),
             tensor_cores: capability.0 >= 8,
+            shared_opt_in: u32::try_from(shared_opt_in).unwrap_or(0),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             profile: Profile::from_env(),
@@ -167,6 +182,7 @@ impl CudaBackend {
         let kernel = Kernel {
             function,
             params: params.as_slice().into(),
+            shared_allowed: Arc::new(AtomicU32::new(SHARED_WITHOUT_OPT_IN)),
         };
         self.functions
             .lock()
@@ -217,6 +233,7 @@ impl CudaBackend {
             kernel: name.to_owned(),
             detail,
         })?;
+        self.allow_shared(op, name, &kernel, config.shared_mem_bytes)?;
         let mut builder = self.stream.launch_builder(&kernel.function);
         for arg in args {
             match arg {
@@ -241,6 +258,39 @@ impl CudaBackend {
                     .map_err(|err| driver_error(op, "cuLaunchKernel", err))
             },
         )
+    }
+
+    /// Opts `kernel` in to `bytes` of dynamic shared memory where that is more than it may
+    /// take already (`cuFuncSetAttribute`), once; more than the device gives a block is an
+    /// argument error.
+    fn allow_shared(
+        &self,
+        op: &'static str,
+        name: &str,
+        kernel: &Kernel,
+        bytes: u32,
+    ) -> Result<()> {
+        if bytes <= kernel.shared_allowed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if bytes > self.shared_opt_in {
+            return Err(Error::Argument {
+                op,
+                detail: format!(
+                    "{name} needs {bytes} bytes of shared memory; the device gives a block {}",
+                    self.shared_opt_in
+                ),
+            });
+        }
+        let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        // Below the device's opt-in limit, itself an i32 attribute.
+        let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+        kernel
+            .function
+            .set_attribute(attribute, value)
+            .map_err(|err| driver_error(op, "cuFuncSetAttribute", err))?;
+        kernel.shared_allowed.fetch_max(bytes, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Runs `work`, which queues work on the stream; when profiling, alone, and counted as

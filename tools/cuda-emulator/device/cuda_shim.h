@@ -28,6 +28,8 @@
 #define __shared__ static
 
 inline void __syncthreads() { emu::sync_block(); }
+// What `extern __shared__` names on a GPU: the launch's dynamic shared memory.
+inline unsigned char* host_dynamic_shared() { return emu::dynamic_shared(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::sync_warp(mask); }
 
 template <typename T>

@@ -55,6 +55,11 @@ enum CUdevice_attribute {
     CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
 };
 
+enum CUfunction_attribute {
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+
+
 // Virtual memory management: the structures as cuda.h 13.0 lays them out.
 typedef unsigned long long CUmemGenericAllocationHandle;
 
@@ -97,6 +102,8 @@ constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxBlockDim[3] = {1024, 1024, 64};
 constexpr unsigned kMaxGridDim[3] = {2147483647u, 65535, 65535};
 constexpr unsigned kSharedMemoryPerBlock = 48 << 10;
+// What a kernel may opt in to (cuFuncSetAttribute's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+constexpr unsigned kSharedMemoryPerBlockOptin = 227 << 10;
 // Two multiprocessors keep grids small, so that the grid-stride loops of the kernels wrap
 // around on test-sized inputs as they do on large ones on a GPU.
 constexpr int kMultiprocessors = 2;

@@ -1,4 +1,5 @@
-// cuLaunchKernel: checks the launch as the driver does, then runs the whole grid in one go
+// cuLaunchKernel: checks the launch as the driver does (dynamic shared memory within what the
+// kernel opted in to), then runs the whole grid in one go
 // (nothing else runs meanwhile): before returning by default, or when its stream's queue reaches
 // it in the deferred mode (queue.h), which copies the arguments first, as the driver does, so
 // that the caller may reuse them at once.
@@ -60,9 +61,14 @@ CU_API CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, unsigne
     std::lock_guard<std::mutex> guard(emu::driver_lock());
     if (!emu::is_live_function(function) || !emu::is_valid_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
     const dim3 grid{grid_x, grid_y, grid_z}, block{block_x, block_y, block_z};
-    if (!is_valid_shape(grid, block) || shared_bytes > emu::limits::kSharedMemoryPerBlock)
-        return CUDA_ERROR_INVALID_VALUE;
+    if (!is_valid_shape(grid, block)) return CUDA_ERROR_INVALID_VALUE;
     const emu::Kernel& kernel = *function->kernel;
+    if (shared_bytes > function->max_dynamic_shared)
+        return emu::complain(CUDA_ERROR_INVALID_VALUE,
+                             "cuLaunchKernel: %s asks for %u bytes of dynamic shared memory, more than the "
+                             "%u it may (cuFuncSetAttribute opts in to up to %u)",
+                             kernel.name, shared_bytes, function->max_dynamic_shared,
+                             emu::limits::kSharedMemoryPerBlockOptin);
     if (extra)
         return emu::complain(CUDA_ERROR_NOT_SUPPORTED, "cuLaunchKernel: arguments through `extra` are not emulated");
     if (kernel.param_count > 0 && !params) return CUDA_ERROR_INVALID_VALUE;
@@ -70,12 +76,12 @@ CU_API CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, unsigne
         std::fprintf(stderr, "cuda-emulator: launch %s grid (%u, %u, %u) block (%u, %u, %u)\n",
                      kernel.name, grid_x, grid_y, grid_z, block_x, block_y, block_z);
     if (!emu::deferred()) {
-        emu::run_grid(kernel.name, kernel.body, params, grid, block);
+        emu::run_grid(kernel.name, kernel.body, params, grid, block, shared_bytes);
         return CUDA_SUCCESS;
     }
     const auto arguments = std::make_shared<Arguments>(kernel, params);
-    emu::enqueue(stream, [&kernel, arguments, grid, block] {
-        emu::run_grid(kernel.name, kernel.body, arguments->params.data(), grid, block);
+    emu::enqueue(stream, [&kernel, arguments, grid, block, shared_bytes] {
+        emu::run_grid(kernel.name, kernel.body, arguments->params.data(), grid, block, shared_bytes);
     });
     return CUDA_SUCCESS;
 }

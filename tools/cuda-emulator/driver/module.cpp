@@ -79,6 +79,19 @@ CU_API CUresult cuModuleUnload(CUmodule module) {
     return CUDA_SUCCESS;
 }
 
+// Only the opt-in to more dynamic shared memory is emulated; other attributes are refused loudly.
+CU_API CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute, int value) {
+    if (CUresult r = emu::check_context()) return r;
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    if (!emu::is_live_function(function)) return CUDA_ERROR_INVALID_HANDLE;
+    if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        return emu::complain(CUDA_ERROR_NOT_SUPPORTED, "cuFuncSetAttribute: attribute %d is not emulated",
+                             int(attribute));
+    if (value < 0 || unsigned(value) > emu::limits::kSharedMemoryPerBlockOptin) return CUDA_ERROR_INVALID_VALUE;
+    function->max_dynamic_shared = unsigned(value);
+    return CUDA_SUCCESS;
+}
+
 CU_API CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
     if (CUresult r = emu::check_context()) return r;
     if (!function || !name) return CUDA_ERROR_INVALID_VALUE;

@@ -10,6 +10,8 @@
 
 struct EmuFunction {
     const emu::Kernel* kernel;
+    // The dynamic shared memory a launch may ask for: 48 KiB unless the kernel opted in to more.
+    unsigned max_dynamic_shared = emu::limits::kSharedMemoryPerBlock;
 };
 
 struct EmuModule {

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,12 @@ struct Block {
 };
 
 Block block;
+
+struct alignas(16) Aligned {
+    unsigned char bytes[16];
+};
+// The launch's dynamic shared memory.
+std::vector<Aligned> shared_memory;
 
 // Set CUDA_EMULATOR_ORDER=reverse to run blocks and threads last first: a kernel whose result
 // depends on the order (a race on a GPU) then gives a different answer.
@@ -178,6 +185,8 @@ void run_block(uint3 block_index) {
 
 }  // namespace
 
+unsigned char* dynamic_shared() { return shared_memory.empty() ? nullptr : shared_memory[0].bytes; }
+
 void sync_block() { wait_as(State::AtBlockBarrier, 0); }
 
 void sync_warp(unsigned mask) {
@@ -196,7 +205,10 @@ uint64_t shuffle_xor(unsigned mask, uint64_t bits, int lane_mask, int width) {
     return block.slots[set][self ^ unsigned(lane_mask)];
 }
 
-void run_grid(const char* kernel, KernelBody body, void** params, dim3 grid, dim3 shape) {
+void run_grid(const char* kernel, KernelBody body, void** params, dim3 grid, dim3 shape, unsigned shared_bytes) {
+    // In 16-byte units, so that the memory is aligned as a GPU's.
+    shared_memory.assign((shared_bytes + 15) / 16, Aligned{});
+    std::memset(shared_memory.data(), 0xff, shared_memory.size() * sizeof(Aligned));
     gridDim = grid;
     blockDim = shape;
     block.count = shape.x * shape.y * shape.z;

@@ -9,9 +9,10 @@ namespace emu {
 using KernelBody = void (*)(void** params);
 
 // Runs every block of `grid` one after another, each block's threads as fibers, and returns
-// when all have finished. The dimensions must be valid (the driver checks them). A barrier that
+// when all have finished; `shared_bytes` of dynamic shared memory (emu::dynamic_shared) are
+// fresh for the launch, filled with 0xff bytes as fresh device memory is. The dimensions must be valid (the driver checks them). A barrier that
 // some thread of its block or warp never reaches is reported and aborts the process: on a GPU
 // it would hang or do something undefined.
-void run_grid(const char* kernel, KernelBody body, void** params, dim3 grid, dim3 block);
+void run_grid(const char* kernel, KernelBody body, void** params, dim3 grid, dim3 block, unsigned shared_bytes);
 
 }  // namespace emu

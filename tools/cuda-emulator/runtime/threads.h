@@ -21,6 +21,10 @@ extern dim3 gridDim;
 
 namespace emu {
 
+// The running launch's dynamic shared memory (`extern __shared__`), 16-byte aligned; shared by
+// its blocks, which run one after another.
+unsigned char* dynamic_shared();
+
 // __syncthreads(): waits until every thread of the block has arrived.
 void sync_block();
 

@@ -49,7 +49,7 @@ __global__ void early_exit_then_barrier() {
 
 template <auto K>
 void launch(dim3 grid, dim3 block, std::vector<void*> params) {
-    emu::run_grid("test", &emu::call_kernel<K>, params.data(), grid, block);
+    emu::run_grid("test", &emu::call_kernel<K>, params.data(), grid, block, 0);
 }
 
 void test_indices() {

@@ -236,7 +236,7 @@ FOR_FLOATS(ATTENTION_BACKWARD_Q)
 // Tensor-core kernels for bf16 and f16 (compute capability 8.0 and later): the same algorithm,
 // with every block product on the matrix units (mma.sync m16n8k16, f32 accumulation). A block
 // holds MMA_ROWS rows of one head, 16 per warp; the other side's rows come through shared
-// memory MMA_TILE at a time. Scores, weights and their gradients stay in the accumulators'
+// memory TILE at a time. Scores, weights and their gradients stay in the accumulators'
 // registers, whose layout the PTX ISA fixes: lane (g, t) = (lane / 4, lane % 4) holds
 //   A (16 x 16, row-major): (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..);
 //   B (16 x 8, by columns): (k = 2t..2t+1, n = g), (k = 2t + 8.., n = g);
@@ -246,14 +246,27 @@ FOR_FLOATS(ATTENTION_BACKWARD_Q)
 // The other side's tiles are double-buffered: the next one is copied to shared memory
 // (cp.async) while the block works on this one, and the fragments come out of it by ldmatrix,
 // four 8 x 8 matrices a load. Only the tiles at the diagonal and past the end are masked.
-// DP is the head rounded up to 64 (every GPT-2 size has heads of 64); features past the head
-// are zeros. Wider heads run the warp kernels: a warp's registers cannot hold the key side's
-// four accumulators at 128 features without spilling.
+// DP is the head rounded up to 64 (every GPT-2 size has heads of 64) or to 128 (Llama's);
+// features past the head are zeros. The tiles live in dynamic shared memory: the forward pass
+// of heads of 128 needs more than the 48 KiB a block gets without opting in.
 
 #define MMA_ROWS 64
-#define MMA_TILE 64
 // Padding of a shared row, so that the lanes of a fragment load hit distinct banks.
 #define MMA_PAD 8
+
+// The block's dynamic shared memory (16-byte aligned), sized by the launch.
+#if defined(HEADROOM_HOST_EMULATION)
+__device__ __forceinline__ unsigned char* mma_shared() { return host_dynamic_shared(); }
+#else
+extern __shared__ __align__(16) unsigned char mma_shared_memory[];
+__device__ __forceinline__ unsigned char* mma_shared() { return mma_shared_memory; }
+#endif
+// The other side's rows come TILE at a time (a template parameter: 64, or 32 and 16 in the
+// backward pass of heads of 128, whose accumulators leave the registers no room for the scores
+// of 64 rows), each tile TILE rows of DP + MMA_PAD elements in
+// shared memory. The forward pass and the queries' gradients hold two tiles (double-buffered)
+// of each of two operands; the keys' and values' gradients hold the same and, after them, two
+// tiles of row statistics (2 x 2 x TILE floats). The host sizes the launch to match (`cuda.rs`).
 
 // acc += a b for one 16 x 16 by 16 x 8 tile of T (bf16 or f16).
 template <typename T>
@@ -371,21 +384,21 @@ __device__ __forceinline__ void mma_load_a(const T* x, u64 first, u64 len, u64 h
     }
 }
 
-// Starts loading rows first..first + MMA_TILE of a head's [len, head] rows into `tile` (rows
+// Starts loading rows first..first + TILE of a head's [len, head] rows into `tile` (rows
 // of DP + MMA_PAD), zeros past the rows and the head. Heads of whole 16-byte units are copied
 // asynchronously, in the caller's group; others pass through registers at once.
-template <typename T, int DP>
+template <typename T, int DP, int TILE>
 __device__ __forceinline__ void mma_load_tile(const T* x, u64 first, u64 len, u64 head, T* tile) {
     const int stride = DP + MMA_PAD;
     const int per_pack = 16 / sizeof(T);
     if (head % per_pack == 0) {
-        for (int e = threadIdx.x; e < MMA_TILE * DP / per_pack; e += blockDim.x) {
+        for (int e = threadIdx.x; e < TILE * DP / per_pack; e += blockDim.x) {
             const int r = e / (DP / per_pack), f = e % (DP / per_pack) * per_pack;
             const bool valid = first + r < len && (u64)f < head;
             mma_copy_async<16>(tile + r * stride + f, valid ? x + (first + r) * head + f : x, valid);
         }
     } else {
-        for (int e = threadIdx.x; e < MMA_TILE * DP; e += blockDim.x) {
+        for (int e = threadIdx.x; e < TILE * DP; e += blockDim.x) {
             const int r = e / DP, f = e % DP;
             T value;
             value.bits = 0;
@@ -395,32 +408,32 @@ __device__ __forceinline__ void mma_load_tile(const T* x, u64 first, u64 len, u6
     }
 }
 
-// Starts loading rows first..first + MMA_TILE of two operands into their tiles, where first
+// Starts loading rows first..first + TILE of two operands into their tiles, where first
 // is before `end`, and closes the group of copies (an empty group past the last tile, so that
 // every step waits the same way).
-template <typename T, int DP>
+template <typename T, int DP, int TILE>
 __device__ __forceinline__ void mma_prefetch_tiles(const T* a, const T* b, u64 first, u64 end, u64 len,
                                                    u64 head, T* a_tile, T* b_tile) {
     if (first < end) {
-        mma_load_tile<T, DP>(a, first, len, head, a_tile);
-        mma_load_tile<T, DP>(b, first, len, head, b_tile);
+        mma_load_tile<T, DP, TILE>(a, first, len, head, a_tile);
+        mma_load_tile<T, DP, TILE>(b, first, len, head, b_tile);
     }
     mma_copy_commit();
 }
 
 // s[n] (16 rows x 8 of the tile's rows n) = a . tile^T: each row of `a` against each row of
 // `tile` over DP features. The tile's rows are the B operand's columns as they lie (ldmatrix).
-template <typename T, int DP>
+template <typename T, int DP, int TILE>
 __device__ __forceinline__ void mma_rows_by_tile(const u32 (&a)[DP / 16][4], const T* tile,
-                                                 float (&s)[MMA_TILE / 8][4]) {
+                                                 float (&s)[TILE / 8][4]) {
     const int lane = threadIdx.x % 32;
     const int stride = DP + MMA_PAD;
     // Matrix j of each load: tile rows 8 (j / 2).., features 8 (j % 2)..
     const T* mine = tile + (8 * (lane / 16) + lane % 8) * stride + 8 * (lane / 8 % 2);
 #pragma unroll
-    for (int n = 0; n < MMA_TILE / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int n = 0; n < TILE / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-    for (int np = 0; np < MMA_TILE / 16; ++np) {
+    for (int np = 0; np < TILE / 16; ++np) {
 #pragma unroll
         for (int kk = 0; kk < DP / 16; ++kk) {
             u32 b[4];
@@ -432,17 +445,17 @@ __device__ __forceinline__ void mma_rows_by_tile(const u32 (&a)[DP / 16][4], con
     }
 }
 
-// acc (16 rows x DP) += w . tile, with w (16 rows x MMA_TILE, as C tiles) rounded to T. The
+// acc (16 rows x DP) += w . tile, with w (16 rows x TILE, as C tiles) rounded to T. The
 // tile's rows are the B operand's rows: ldmatrix transposes them.
-template <typename T, int DP>
-__device__ __forceinline__ void mma_weights_by_tile(const float (&w)[MMA_TILE / 8][4], const T* tile,
+template <typename T, int DP, int TILE>
+__device__ __forceinline__ void mma_weights_by_tile(const float (&w)[TILE / 8][4], const T* tile,
                                                     float (&acc)[DP / 8][4]) {
     const int lane = threadIdx.x % 32;
     const int stride = DP + MMA_PAD;
     // Matrix j of each load: tile rows 8 (j % 2).., features 8 (j / 2)..
     const T* mine = tile + (8 * (lane / 8 % 2) + lane % 8) * stride + 8 * (lane / 16);
 #pragma unroll
-    for (int kc = 0; kc < MMA_TILE / 16; ++kc) {
+    for (int kc = 0; kc < TILE / 16; ++kc) {
         const u32 a[4] = {
             mma_pack<T>(w[2 * kc][0], w[2 * kc][1]),
             mma_pack<T>(w[2 * kc][2], w[2 * kc][3]),
@@ -463,11 +476,11 @@ __device__ __forceinline__ void mma_weights_by_tile(const float (&w)[MMA_TILE / 
 // Sets s[n] (rows row0 + g and + 8 by columns col0 + 8 n + 2 t and + 1) to -infinity where the
 // pair is hidden: a query or key past len or, when causal, a key after its query. The rows
 // are queries, or keys where ROWS_ARE_KEYS. Only tiles at the edges call it.
-template <bool ROWS_ARE_KEYS>
-__device__ __forceinline__ void mma_mask(float (&s)[MMA_TILE / 8][4], u64 row0, u64 col0, u64 len, int causal) {
+template <bool ROWS_ARE_KEYS, int TILE>
+__device__ __forceinline__ void mma_mask(float (&s)[TILE / 8][4], u64 row0, u64 col0, u64 len, int causal) {
     const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
-    for (int n = 0; n < MMA_TILE / 8; ++n) {
+    for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const u64 row = row0 + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
@@ -478,12 +491,12 @@ __device__ __forceinline__ void mma_mask(float (&s)[MMA_TILE / 8][4], u64 row0, 
 }
 
 // Multiplies s[n] (laid out as mma_mask's) by the dropout factors of its pairs.
-template <bool ROWS_ARE_KEYS>
-__device__ __forceinline__ void mma_dropout(float (&s)[MMA_TILE / 8][4], u64 row0, u64 col0, u64 h, u64 len,
+template <bool ROWS_ARE_KEYS, int TILE>
+__device__ __forceinline__ void mma_dropout(float (&s)[TILE / 8][4], u64 row0, u64 col0, u64 h, u64 len,
                                             double p, u64 seed) {
     const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
-    for (int n = 0; n < MMA_TILE / 8; ++n) {
+    for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const u64 row = row0 + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
@@ -493,13 +506,13 @@ __device__ __forceinline__ void mma_dropout(float (&s)[MMA_TILE / 8][4], u64 row
     }
 }
 
-// Whether rows row0..row0 + 15 against columns col0..col0 + MMA_TILE - 1 (queries against
+// Whether rows row0..row0 + 15 against columns col0..col0 + TILE - 1 (queries against
 // keys, or keys against queries where ROWS_ARE_KEYS) may hold a hidden pair.
-template <bool ROWS_ARE_KEYS>
+template <bool ROWS_ARE_KEYS, int TILE>
 __device__ __forceinline__ bool mma_edge(u64 row0, u64 col0, u64 len, int causal) {
-    if (row0 + 16 > len || col0 + MMA_TILE > len) return true;
+    if (row0 + 16 > len || col0 + TILE > len) return true;
     // The latest key against the earliest query.
-    return causal && (ROWS_ARE_KEYS ? row0 + 15 > col0 : col0 + MMA_TILE - 1 > row0);
+    return causal && (ROWS_ARE_KEYS ? row0 + 15 > col0 : col0 + TILE - 1 > row0);
 }
 
 // The sum of `v` over the four lanes that hold one row of a C tile.
@@ -558,12 +571,13 @@ __device__ __forceinline__ void mma_store_rows(const float (&acc)[DP / 8][4], co
 
 // The forward pass: out and the log-sum-exp of MMA_ROWS queries of one head. The tiles of keys
 // and values are double-buffered: the next pair loads while the block works on this one.
-template <typename T, int DP>
+template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v, T* out, float* lse,
                                               u64 len, u64 head, u64 group, double scale, int causal,
                                               int dropout, double p, u64 seed) {
-    __shared__ __align__(16) T keys[2][MMA_TILE * (DP + MMA_PAD)];
-    __shared__ __align__(16) T values[2][MMA_TILE * (DP + MMA_PAD)];
+    const int tile_size = TILE * (DP + MMA_PAD);
+    T* const keys = (T*)mma_shared();
+    T* const values = keys + 2 * tile_size;
     const MmaRows at = mma_rows(len, head, group);
     const int g = at.g, t = at.t;
     const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
@@ -577,34 +591,35 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
     const float scale2 = (float)(scale * MMA_LOG2E);
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
-    mma_prefetch_tiles<T, DP>(k, v, 0, keys_seen, len, head, keys[0], values[0]);
+    mma_prefetch_tiles<T, DP, TILE>(k, v, 0, keys_seen, len, head, keys, values);
     int now = 0;
-    for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE, now ^= 1) {
-        mma_prefetch_tiles<T, DP>(k, v, key0 + MMA_TILE, keys_seen, len, head, keys[now ^ 1], values[now ^ 1]);
+    for (u64 key0 = 0; key0 < keys_seen; key0 += TILE, now ^= 1) {
+        mma_prefetch_tiles<T, DP, TILE>(k, v, key0 + TILE, keys_seen, len, head, keys + (now ^ 1) * tile_size,
+                                        values + (now ^ 1) * tile_size);
         mma_copy_wait<1>();
         __syncthreads();
         // A tile wholly after this warp's rows has nothing for it.
         if (!causal || key0 <= first + 15) {
-            float s[MMA_TILE / 8][4];
-            mma_rows_by_tile<T, DP>(query, keys[now], s);
+            float s[TILE / 8][4];
+            mma_rows_by_tile<T, DP, TILE>(query, keys + now * tile_size, s);
 #pragma unroll
-            for (int n = 0; n < MMA_TILE / 8; ++n) {
+            for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
             }
-            if (mma_edge<false>(first, key0, len, causal)) mma_mask<false>(s, first, key0, len, causal);
+            if (mma_edge<false, TILE>(first, key0, len, causal)) mma_mask<false, TILE>(s, first, key0, len, causal);
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 float tile_most = neg_infinity<float>();
 #pragma unroll
-                for (int n = 0; n < MMA_TILE / 8; ++n) tile_most = m_max(tile_most, m_max(s[n][2 * r], s[n][2 * r + 1]));
+                for (int n = 0; n < TILE / 8; ++n) tile_most = m_max(tile_most, m_max(s[n][2 * r], s[n][2 * r + 1]));
                 const float new_most = m_max(most[r], mma_row_max(tile_most));
                 // A row that has seen no key yet keeps a sum of 0 whatever its reference.
                 const float ref = new_most == neg_infinity<float>() ? 0.0f : new_most;
                 const float rescale = exp2f(most[r] - ref);
                 float tile_sum = 0.0f;
 #pragma unroll
-                for (int n = 0; n < MMA_TILE / 8; ++n) {
+                for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
                         const float w = exp2f(s[n][2 * r + c] - ref);
@@ -620,8 +635,8 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
                     acc[nd][2 * r + 1] *= rescale;
                 }
             }
-            if (dropout) mma_dropout<false>(s, first, key0, h, len, p, seed);
-            mma_weights_by_tile<T, DP>(s, values[now], acc);
+            if (dropout) mma_dropout<false, TILE>(s, first, key0, h, len, p, seed);
+            mma_weights_by_tile<T, DP, TILE>(s, values + now * tile_size, acc);
         }
         __syncthreads();
     }
@@ -637,13 +652,14 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
 }
 
 // The gradients of MMA_ROWS queries of one head, over the tiles of keys they see.
-template <typename T, int DP>
+template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k, const T* v, const T* dout,
                                                          const float* lse, const float* delta, T* dq,
                                                          u64 len, u64 head, u64 group, double scale,
                                                          int causal, int dropout, double p, u64 seed) {
-    __shared__ __align__(16) T keys[2][MMA_TILE * (DP + MMA_PAD)];
-    __shared__ __align__(16) T values[2][MMA_TILE * (DP + MMA_PAD)];
+    const int tile_size = TILE * (DP + MMA_PAD);
+    T* const keys = (T*)mma_shared();
+    T* const values = keys + 2 * tile_size;
     const MmaRows at = mma_rows(len, head, group);
     const int g = at.g;
     const u64 h = at.h, base = at.base, block0 = at.block0, first = at.first;
@@ -664,29 +680,30 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
     for (int nd = 0; nd < DP / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
-    mma_prefetch_tiles<T, DP>(k, v, 0, keys_seen, len, head, keys[0], values[0]);
+    mma_prefetch_tiles<T, DP, TILE>(k, v, 0, keys_seen, len, head, keys, values);
     int now = 0;
-    for (u64 key0 = 0; key0 < keys_seen; key0 += MMA_TILE, now ^= 1) {
-        mma_prefetch_tiles<T, DP>(k, v, key0 + MMA_TILE, keys_seen, len, head, keys[now ^ 1], values[now ^ 1]);
+    for (u64 key0 = 0; key0 < keys_seen; key0 += TILE, now ^= 1) {
+        mma_prefetch_tiles<T, DP, TILE>(k, v, key0 + TILE, keys_seen, len, head, keys + (now ^ 1) * tile_size,
+                                        values + (now ^ 1) * tile_size);
         mma_copy_wait<1>();
         __syncthreads();
         if (!causal || key0 <= first + 15) {
-            float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
-            mma_rows_by_tile<T, DP>(query, keys[now], s);
-            mma_rows_by_tile<T, DP>(grad, values[now], dp);
+            float s[TILE / 8][4], dp[TILE / 8][4];
+            mma_rows_by_tile<T, DP, TILE>(query, keys + now * tile_size, s);
+            mma_rows_by_tile<T, DP, TILE>(grad, values + now * tile_size, dp);
 #pragma unroll
-            for (int n = 0; n < MMA_TILE / 8; ++n) {
+            for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[n][e] = s[n][e] * scale2 - row_lse2[e / 2];
             }
-            if (mma_edge<false>(first, key0, len, causal)) mma_mask<false>(s, first, key0, len, causal);
-            if (dropout) mma_dropout<false>(dp, first, key0, h, len, p, seed);
+            if (mma_edge<false, TILE>(first, key0, len, causal)) mma_mask<false, TILE>(s, first, key0, len, causal);
+            if (dropout) mma_dropout<false, TILE>(dp, first, key0, h, len, p, seed);
 #pragma unroll
-            for (int n = 0; n < MMA_TILE / 8; ++n) {
+            for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[n][e] = exp2f(s[n][e]) * (dp[n][e] - row_delta[e / 2]) * (float)scale;
             }
-            mma_weights_by_tile<T, DP>(s, keys[now], acc);
+            mma_weights_by_tile<T, DP, TILE>(s, keys + now * tile_size, acc);
         }
         __syncthreads();
     }
@@ -694,31 +711,33 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
     mma_store_rows<T, DP>(acc, one, dq + base, first, len, head);
 }
 
-// Starts loading the log-sum-exp and delta of queries first..first + MMA_TILE of a head (zeros
+// Starts loading the log-sum-exp and delta of queries first..first + TILE of a head (zeros
 // past len) into the block's row statistics, in the caller's group of copies.
+template <int TILE>
 __device__ __forceinline__ void mma_load_row_stats(const float* lse, const float* delta, u64 first, u64 len,
                                                    float* lse_tile, float* delta_tile) {
     if (first >= len) return;
-    for (int e = threadIdx.x; e < 2 * MMA_TILE; e += blockDim.x) {
-        const int i = e % MMA_TILE;
+    for (int e = threadIdx.x; e < 2 * TILE; e += blockDim.x) {
+        const int i = e % TILE;
         const bool valid = first + i < len;
-        const float* from = e < MMA_TILE ? lse : delta;
-        float* to = e < MMA_TILE ? lse_tile : delta_tile;
+        const float* from = e < TILE ? lse : delta;
+        float* to = e < TILE ? lse_tile : delta_tile;
         mma_copy_async<4>(to + i, valid ? from + first + i : from, valid);
     }
 }
 
 // The gradients of MMA_ROWS keys and values of one key/value head, over its group's query heads
 // in order and, for each, the tiles of queries that see them.
-template <typename T, int DP>
+template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k, const T* v, const T* dout,
                                                           const float* lse, const float* delta, T* dk, T* dv,
                                                           u64 len, u64 head, u64 group, double scale,
                                                           int causal, int dropout, double p, u64 seed) {
-    __shared__ __align__(16) T queries[2][MMA_TILE * (DP + MMA_PAD)];
-    __shared__ __align__(16) T grads[2][MMA_TILE * (DP + MMA_PAD)];
-    __shared__ __align__(16) float tile_lse[2][MMA_TILE];
-    __shared__ __align__(16) float tile_delta[2][MMA_TILE];
+    const int tile_size = TILE * (DP + MMA_PAD);
+    T* const queries = (T*)mma_shared();
+    T* const grads = queries + 2 * tile_size;
+    float* const tile_lse = (float*)(grads + 2 * tile_size);
+    float* const tile_delta = tile_lse + 2 * TILE;
     // The grid's y is the key/value head here.
     const MmaRows at = mma_rows(len, head, 1);
     const int t = at.t;
@@ -739,43 +758,44 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
         const T* head_dout = dout + h * len * head;
         const float* head_lse = lse + h * len;
         const float* head_delta = delta + h * len;
-        mma_load_row_stats(head_lse, head_delta, q_begin, len, tile_lse[0], tile_delta[0]);
-        mma_prefetch_tiles<T, DP>(head_q, head_dout, q_begin, len, len, head, queries[0], grads[0]);
+        mma_load_row_stats<TILE>(head_lse, head_delta, q_begin, len, tile_lse, tile_delta);
+        mma_prefetch_tiles<T, DP, TILE>(head_q, head_dout, q_begin, len, len, head, queries, grads);
         int now = 0;
-        for (u64 q0 = q_begin; q0 < len; q0 += MMA_TILE, now ^= 1) {
-            mma_load_row_stats(head_lse, head_delta, q0 + MMA_TILE, len, tile_lse[now ^ 1], tile_delta[now ^ 1]);
-            mma_prefetch_tiles<T, DP>(head_q, head_dout, q0 + MMA_TILE, len, len, head, queries[now ^ 1],
-                                      grads[now ^ 1]);
+        for (u64 q0 = q_begin; q0 < len; q0 += TILE, now ^= 1) {
+            mma_load_row_stats<TILE>(head_lse, head_delta, q0 + TILE, len, tile_lse + (now ^ 1) * TILE,
+                                     tile_delta + (now ^ 1) * TILE);
+            mma_prefetch_tiles<T, DP, TILE>(head_q, head_dout, q0 + TILE, len, len, head,
+                                            queries + (now ^ 1) * tile_size, grads + (now ^ 1) * tile_size);
             mma_copy_wait<1>();
             __syncthreads();
             // A tile whose queries all come before these keys has nothing for them.
-            if (!causal || q0 + MMA_TILE > first) {
-                float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
-                mma_rows_by_tile<T, DP>(key_rows, queries[now], s);
-                mma_rows_by_tile<T, DP>(value_rows, grads[now], dp);
+            if (!causal || q0 + TILE > first) {
+                float s[TILE / 8][4], dp[TILE / 8][4];
+                mma_rows_by_tile<T, DP, TILE>(key_rows, queries + now * tile_size, s);
+                mma_rows_by_tile<T, DP, TILE>(value_rows, grads + now * tile_size, dp);
 #pragma unroll
-                for (int n = 0; n < MMA_TILE / 8; ++n) {
+                for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int col = n * 8 + 2 * t + e % 2;
-                        s[n][e] = s[n][e] * scale2 - tile_lse[now][col] * (float)MMA_LOG2E;
+                        s[n][e] = s[n][e] * scale2 - tile_lse[now * TILE + col] * (float)MMA_LOG2E;
                     }
                 }
-                if (mma_edge<true>(first, q0, len, causal)) mma_mask<true>(s, first, q0, len, causal);
-                if (dropout) mma_dropout<true>(dp, first, q0, h, len, p, seed);
+                if (mma_edge<true, TILE>(first, q0, len, causal)) mma_mask<true, TILE>(s, first, q0, len, causal);
+                if (dropout) mma_dropout<true, TILE>(dp, first, q0, h, len, p, seed);
 #pragma unroll
-                for (int n = 0; n < MMA_TILE / 8; ++n) {
+                for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int col = n * 8 + 2 * t + e % 2;
                         const float w = exp2f(s[n][e]);
                         s[n][e] = w;
-                        dp[n][e] = w * (dp[n][e] - tile_delta[now][col]) * (float)scale;
+                        dp[n][e] = w * (dp[n][e] - tile_delta[now * TILE + col]) * (float)scale;
                     }
                 }
-                if (dropout) mma_dropout<true>(s, first, q0, h, len, p, seed);
-                mma_weights_by_tile<T, DP>(s, grads[now], gv);
-                mma_weights_by_tile<T, DP>(dp, queries[now], gk);
+                if (dropout) mma_dropout<true, TILE>(s, first, q0, h, len, p, seed);
+                mma_weights_by_tile<T, DP, TILE>(s, grads + now * tile_size, gv);
+                mma_weights_by_tile<T, DP, TILE>(dp, queries + now * tile_size, gk);
             }
             __syncthreads();
         }
@@ -785,23 +805,27 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
     mma_store_rows<T, DP>(gv, one, dv + base, first, len, head);
 }
 
-#define ATTENTION_MMA(name, T, DP) \
+// The kernels of heads of up to DP features, with tiles of FORWARD_TILE, Q_TILE and KV_TILE rows
+// (`cuda.rs` sizes their shared memory alike).
+#define ATTENTION_MMA(name, T, DP, FORWARD_TILE, Q_TILE, KV_TILE) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_mma##DP##_##name( \
         const T* q, const T* k, const T* v, T* out, float* lse, u64 len, u64 head, u64 group, \
         double scale, int causal, int dropout, double p, u64 seed) { \
-        attention_mma<T, DP>(q, k, v, out, lse, len, head, group, scale, causal, dropout, p, seed); \
+        attention_mma<T, DP, FORWARD_TILE>(q, k, v, out, lse, len, head, group, scale, causal, dropout, p, seed); \
     } \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_q_mma##DP##_##name( \
         const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq, \
         u64 len, u64 head, u64 group, double scale, int causal, int dropout, double p, u64 seed) { \
-        attention_backward_q_mma<T, DP>(q, k, v, dout, lse, delta, dq, len, head, group, scale, causal, \
-                                        dropout, p, seed); \
+        attention_backward_q_mma<T, DP, Q_TILE>(q, k, v, dout, lse, delta, dq, len, head, group, scale, causal, \
+                                                dropout, p, seed); \
     } \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_kv_mma##DP##_##name( \
         const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dk, \
         T* dv, u64 len, u64 head, u64 group, double scale, int causal, int dropout, double p, u64 seed) { \
-        attention_backward_kv_mma<T, DP>(q, k, v, dout, lse, delta, dk, dv, len, head, group, scale, \
-                                         causal, dropout, p, seed); \
+        attention_backward_kv_mma<T, DP, KV_TILE>(q, k, v, dout, lse, delta, dk, dv, len, head, group, scale, \
+                                                  causal, dropout, p, seed); \
     }
-ATTENTION_MMA(bf16, bf16, 64)
-ATTENTION_MMA(f16, f16, 64)
+ATTENTION_MMA(bf16, bf16, 64, 64, 64, 64)
+ATTENTION_MMA(f16, f16, 64, 64, 64, 64)
+ATTENTION_MMA(bf16, bf16, 128, 64, 32, 16)
+ATTENTION_MMA(f16, f16, 128, 64, 32, 16)

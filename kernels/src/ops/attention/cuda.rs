@@ -1,10 +1,12 @@
 //! CUDA kernels: memory-efficient attention (`attention.cu`), one grid row per query head (per
 //! key/value head for the keys' and values' gradients, which sum over the group's query heads
 //! in order; a query head reads its key/value head in place). bf16 and
-//! f16 heads of up to 64 features run on the matrix units (compute capability 8.0 and later):
+//! f16 heads of up to 128 features run on the matrix units (compute capability 8.0 and later):
 //! a block holds 64 rows, a warp 16, and every block product is an `mma.sync` on tiles that
-//! `cp.async` double-buffers in shared memory. Other heads and dtypes run the warp kernels: a
-//! warp per row, four rows to a block. The backward pass first sums each row's output times
+//! `cp.async` double-buffers in dynamic shared memory (heads of up to 64 in one instance, of
+//! up to 128 in another, with smaller tiles in the backward pass so that its accumulators fit
+//! the registers, and a forward pass that opts in to more than 48 KiB). Other dtypes run the
+//! warp kernels: a warp per row, four rows to a block. The backward pass first sums each row's output times
 //! its gradient into a workspace (`delta`, one value per row in the compute type), then runs
 //! the keys' and values' gradients and the queries' in two kernels, so that nothing
 //! accumulates across blocks.
@@ -22,14 +24,65 @@ use crate::error::{Error, Result};
 
 /// Features a head may have: what a warp's lanes hold (`ATT_HEAD_MAX`).
 pub(crate) const HEAD_MAX: usize = 128;
-/// Features a head may have for the tensor-core kernels (`DP` of their instances).
-const MMA_HEAD_MAX: usize = 64;
 /// Rows per block of the tensor-core kernels (`MMA_ROWS`).
 const MMA_ROWS: usize = 64;
+/// Padding of a shared tile's rows, in elements (`MMA_PAD`).
+const MMA_PAD: usize = 8;
 /// Warps per block of either kind (`ATT_WARPS`); a warp kernel's warp holds one row.
 const WARPS: usize = 4;
 /// Heads a grid holds: its y dimension.
 const GRID_HEADS: usize = 65_535;
+
+/// One instance of the tensor-core kernels (`ATTENTION_MMA` in attention.cu): heads of up to
+/// `head` features, and the rows of the tiles of each of its kernels.
+struct MmaShape {
+    head: usize,
+    forward_tile: usize,
+    q_tile: usize,
+    kv_tile: usize,
+}
+
+/// The instances, narrowest first.
+const MMA_SHAPES: [MmaShape; 2] = [
+    MmaShape {
+        head: 64,
+        forward_tile: 64,
+        q_tile: 64,
+        kv_tile: 64,
+    },
+    MmaShape {
+        head: 128,
+        forward_tile: 64,
+        q_tile: 32,
+        kv_tile: 16,
+    },
+];
+
+/// One of an attention's kernels.
+#[derive(Clone, Copy)]
+enum Pass {
+    Forward,
+    BackwardQ,
+    BackwardKv,
+}
+
+impl MmaShape {
+    /// Bytes of dynamic shared memory `pass` takes, as attention.cu lays it out: two
+    /// double-buffered tiles of 16-bit elements, and for the keys' and values' gradients two
+    /// double-buffered tiles of f32 row statistics.
+    fn shared_bytes(&self, pass: Pass) -> usize {
+        let tile = match pass {
+            Pass::Forward => self.forward_tile,
+            Pass::BackwardQ => self.q_tile,
+            Pass::BackwardKv => self.kv_tile,
+        };
+        let tiles = 2 * 2 * tile * (self.head + MMA_PAD) * 2;
+        match pass {
+            Pass::BackwardKv => tiles + 2 * 2 * tile * 4,
+            _ => tiles,
+        }
+    }
+}
 
 /// Which kernels run an attention.
 #[derive(Clone, Copy)]
@@ -37,17 +90,23 @@ enum Kernels {
     /// A warp per row.
     Warp,
     /// The matrix units, 64 rows a block.
-    Mma,
+    Mma(&'static MmaShape),
 }
 
 impl Kernels {
-    /// The kernels for `spec` in `dtype` on `backend`.
+    /// The kernels for `spec` in `dtype` on `backend`: the narrowest tensor-core instance that
+    /// holds the head, where the device has matrix units and gives a block the shared memory
+    /// each of its kernels takes.
     fn pick(backend: &CudaBackend, spec: &AttentionSpec, dtype: DType) -> Self {
         let half = matches!(dtype, DType::BF16 | DType::F16);
-        if backend.tensor_cores && half && spec.head <= MMA_HEAD_MAX {
-            Self::Mma
-        } else {
-            Self::Warp
+        let fits = |shape: &MmaShape| {
+            [Pass::Forward, Pass::BackwardQ, Pass::BackwardKv]
+                .into_iter()
+                .all(|pass| shape.shared_bytes(pass) <= backend.shared_opt_in as usize)
+        };
+        match MMA_SHAPES.iter().find(|shape| spec.head <= shape.head) {
+            Some(shape) if backend.tensor_cores && half && fits(shape) => Self::Mma(shape),
+            _ => Self::Warp,
         }
     }
 
@@ -55,20 +114,21 @@ impl Kernels {
     fn name(self, base: &str, dtype: DType, op: &'static str) -> Result<String> {
         match self {
             Self::Warp => float_kernel(base, dtype, op),
-            Self::Mma => float_kernel(&format!("{base}_mma{MMA_HEAD_MAX}"), dtype, op),
+            Self::Mma(shape) => float_kernel(&format!("{base}_mma{}", shape.head), dtype, op),
         }
     }
 
-    /// The launch over `rows` rows of each of `heads` heads.
-    fn grid(self, rows: usize, heads: usize) -> LaunchConfig {
-        let per_block = match self {
-            Self::Warp => WARPS,
-            Self::Mma => MMA_ROWS,
+    /// The launch of `pass` over `rows` rows of each of `heads` heads.
+    fn grid(self, pass: Pass, rows: usize, heads: usize) -> LaunchConfig {
+        let (per_block, shared) = match self {
+            Self::Warp => (WARPS, 0),
+            Self::Mma(shape) => (MMA_ROWS, shape.shared_bytes(pass)),
         };
         LaunchConfig {
             grid_dim: (rows.div_ceil(per_block).max(1) as u32, heads as u32, 1),
             block_dim: (32 * WARPS as u32, 1, 1),
-            shared_mem_bytes: 0,
+            // At most 2 x 2 x 64 x 136 x 2 + 1 KiB: well within a u32.
+            shared_mem_bytes: shared as u32,
         }
     }
 }
@@ -120,7 +180,7 @@ impl AttentionKernels for CudaBackend {
             spec.causal.into(),
         ];
         args.extend(dropout_args(spec));
-        let config = kernels.grid(spec.len, spec.heads);
+        let config = kernels.grid(Pass::Forward, spec.len, spec.heads);
         self.launch(OP, Family::Attention, &name, config, &args)
     }
 
@@ -157,7 +217,7 @@ impl AttentionKernels for CudaBackend {
             spec.rows().into(),
             spec.head.into(),
         ];
-        let rows = Kernels::Warp.grid(spec.rows(), 1);
+        let rows = Kernels::Warp.grid(Pass::Forward, spec.rows(), 1);
         self.launch(OP, Family::Attention, &name, rows, &args)?;
         let shared = |grads: &[&mut Buffer]| -> Vec<Arg> {
             let mut args: Vec<Arg> = vec![
@@ -182,10 +242,10 @@ impl AttentionKernels for CudaBackend {
         let kernels = Kernels::pick(self, spec, dtype);
         // The keys' and values' gradients: one grid row per key/value head, which walks its
         // group's query heads in order (no atomics: the same sums on every run).
-        let config = kernels.grid(spec.len, spec.kv_heads());
+        let config = kernels.grid(Pass::BackwardKv, spec.len, spec.kv_heads());
         let name = kernels.name("attention_backward_kv", dtype, OP)?;
         self.launch(OP, Family::Attention, &name, config, &shared(&[dk, dv]))?;
-        let config = kernels.grid(spec.len, spec.heads);
+        let config = kernels.grid(Pass::BackwardQ, spec.len, spec.heads);
         let name = kernels.name("attention_backward_q", dtype, OP)?;
         self.launch(OP, Family::Attention, &name, config, &shared(&[dq]))
     }

@@ -11,7 +11,7 @@ use crate::error::Result;
 impl DataKernels for CpuBackend {
     fn fill(&self, out: &mut Buffer, value: f64) -> Result<()> {
         with_element!(out.dtype(), |T| {
-            let value = T::from_f64(value);
+            let value = <T as Element>::from_f64(value);
             out.host_mut::<T>("fill")?
                 .par_chunks_mut(CHUNK)
                 .for_each(|chunk| chunk.fill(value));
@@ -72,7 +72,7 @@ impl DataKernels for CpuBackend {
                     .zip(from.par_chunks(CHUNK))
                     .for_each(|(to, from)| {
                         for (t, &f) in to.iter_mut().zip(from) {
-                            *t = D::from_f64(f.to_f64());
+                            *t = <D as Element>::from_f64(f.to_f64());
                         }
                     });
                 Ok(())

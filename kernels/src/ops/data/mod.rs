@@ -90,7 +90,7 @@ impl Array {
     /// nearest), in place: nothing on the device is allocated.
     pub fn write_f64(&mut self, data: &[f64]) -> Result<()> {
         crate::cpu::with_element!(self.dtype(), |T| {
-            let converted: Vec<T> = data.iter().map(|&v| T::from_f64(v)).collect();
+            let converted: Vec<T> = data.iter().map(|&v| <T as Element>::from_f64(v)).collect();
             self.write_host(&converted)
         })
     }
@@ -103,7 +103,7 @@ impl Array {
         data: &[f64],
     ) -> Result<Array> {
         crate::cpu::with_element!(dtype, |T| {
-            let converted: Vec<T> = data.iter().map(|&v| T::from_f64(v)).collect();
+            let converted: Vec<T> = data.iter().map(|&v| <T as Element>::from_f64(v)).collect();
             Self::from_host(device, shape, &converted)
         })
     }

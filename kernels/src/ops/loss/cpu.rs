@@ -44,7 +44,7 @@ impl LossKernels for CpuBackend {
             losses.iter().sum::<f64>() / counted as f64
         };
         with_float!(out.dtype(), OP, |O| {
-            out.host_mut::<O>(OP)?.fill(O::from_f64(loss));
+            out.host_mut::<O>(OP)?.fill(<O as Element>::from_f64(loss));
             Ok(())
         })
     }
