@@ -212,6 +212,18 @@ pub fn save_with_state(
 /// Writes `bytes` to a temporary file beside `path`, syncs it, renames it to `path` and syncs
 /// the directory.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomically_with(path, |temporary| {
+        let mut file = File::create(temporary)?;
+        file.write_all(bytes)
+    })
+}
+
+/// As [`write_atomically`], with `write` creating the temporary file it is given (so that a
+/// large file can be written piece by piece rather than from one buffer).
+pub(crate) fn write_atomically_with(
+    path: &Path,
+    write: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> Result<()> {
     let io = |source| Error::Io {
         path: path.to_owned(),
         source,
@@ -220,9 +232,8 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     name.push(format!(".tmp-{}", std::process::id()));
     let temporary = path.with_file_name(name);
     let written = (|| {
-        let mut file = File::create(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
+        write(&temporary)?;
+        File::open(&temporary)?.sync_all()?;
         std::fs::rename(&temporary, path)
     })();
     if let Err(err) = written {

@@ -1,21 +1,27 @@
-//! Hugging Face GPT-2 directories: a `config.json` and a `model.safetensors`, as
-//! `transformers`' `save_pretrained` writes them and the Hub serves them.
+//! Hugging Face model directories, as `transformers`' `save_pretrained` writes them and the Hub
+//! serves them: a `config.json` and the weights, in one `model.safetensors` or in shards that
+//! `model.safetensors.index.json` lists. Two families are read and written:
 //!
-//! [`Gpt2Config::read`] reads the configuration and [`Gpt2Config::gpt_config`] turns it into
-//! the shape of a [`Gpt`](crate::Gpt); [`load_gpt2`] fills that model's parameters from the
-//! weights; [`export_gpt2`] writes a model back as a directory that
-//! `transformers.GPT2LMHeadModel.from_pretrained` loads.
+//! - **GPT-2** (`GPT2LMHeadModel`): [`Gpt2Config::read`] reads the configuration and
+//!   [`Gpt2Config::gpt_config`] turns it into the shape of a [`Gpt`](crate::Gpt);
+//!   [`load_gpt2`] fills that model's parameters; [`export_gpt2`] writes a model back. The
+//!   layouts differ in names and in GPT-2's `Conv1D` weights, stored `[in, out]` where a
+//!   [`Linear`](crate::Linear) holds `[out, in]`.
+//! - **The Llama family** (`LlamaForCausalLM` for Llama 2 and 3 and SmolLM2,
+//!   `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `MistralForCausalLM`): [`LlamaConfig::read`] and
+//!   [`LlamaConfig::gpt_config`], [`load_llama`] (one file or shards, bf16 kept as stored, a
+//!   Hugging Face cache entry through [`model_dir`]), and [`export_llama`], which writes one
+//!   file or shards ([`LlamaExport`]) with the query, key and value projections stored apart
+//!   as transformers holds them.
 //!
-//! The two layouts differ in names (`blocks.0.attn.qkv.weight` is
-//! `transformer.h.0.attn.c_attn.weight`) and in GPT-2's `Conv1D` layers, whose weights are
-//! stored `[in, out]` where a [`Linear`](crate::Linear) holds `[out, in]`. The computation is
-//! the same: pre-norm blocks, the tanh GELU (`gelu_new`), scores scaled by
-//! `1 / sqrt(head width)`, a head tied to the token embedding unless the configuration says
-//! otherwise. The model's logits match transformers' within float rounding (the tests compare
-//! them on a tiny model made by `scripts/hf/make_tiny_gpt2.py`).
+//! Loading checks every tensor before any parameter changes. The models' logits match
+//! transformers' within float rounding, and an export loads back bit for bit (the tests
+//! compare them on tiny models made by `scripts/hf/make_tiny_gpt2.py` and
+//! `scripts/hf/make_tiny_llama.py`; `scripts/hf/check_export.py` checks an export with
+//! transformers itself).
 //!
-//! Only the model travels: the tokenizer (`tokenizer.json`) and the generation settings are
-//! left to other tools.
+//! Only the model travels, with its token ids: the tokenizer (`tokenizer.json`) is left to
+//! other tools.
 //!
 //! ```
 //! use headroom_nn::{Gpt, Initializer, Module, hf};
@@ -31,6 +37,25 @@
 //! # std::fs::remove_dir_all(&out).ok();
 //! # Ok::<(), headroom_nn::Error>(())
 //! ```
+//!
+//! A Llama-family model, exported in shards of at most 64 kB:
+//!
+//! ```
+//! use headroom_nn::{Gpt, Initializer, Module, hf};
+//! use headroom_kernels::{Device, DeviceConfig, DType};
+//! let cpu = Device::cpu(DeviceConfig::new(64 << 20))?;
+//! let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny-qwen3");
+//! let config = hf::LlamaConfig::read(&dir)?;
+//! let mut gpt = Gpt::new(&mut Initializer::new(&cpu, DType::F32, 0), config.gpt_config(0.0))?;
+//! hf::load_llama(&dir, &mut gpt)?;
+//! let out = std::env::temp_dir().join(format!("headroom-doc-hf-llama-{}", std::process::id()));
+//! let options = hf::LlamaExport { shard_bytes: 64_000, ..Default::default() };
+//! hf::export_llama(&gpt, &out, &options)?;
+//! assert!(out.join(hf::INDEX_FILE).exists());
+//! assert_eq!(hf::LlamaConfig::read(&out)?.gpt_config(0.0), *gpt.config());
+//! # std::fs::remove_dir_all(&out).ok();
+//! # Ok::<(), headroom_nn::Error>(())
+//! ```
 
 mod config;
 mod export;
@@ -38,16 +63,20 @@ mod fields;
 mod finite;
 mod import;
 mod llama_config;
+mod llama_export;
 mod llama_import;
 mod llama_names;
 mod names;
 mod pretrained;
+mod shards;
 mod weight_files;
 
 pub use config::{CONFIG_FILE, Gpt2Config};
 pub use export::export_gpt2;
 pub use import::{WEIGHTS_FILE, load_gpt2};
 pub use llama_config::{Architecture, LlamaConfig};
+pub use llama_export::{LlamaExport, export_llama};
 pub use llama_import::load_llama;
 pub use pretrained::Pretrained;
+pub use shards::DEFAULT_SHARD_BYTES;
 pub use weight_files::{INDEX_FILE, model_dir};
