@@ -14,6 +14,12 @@ AdamW that nanoGPT picks there):
 - samples and tokens per second at a micro-batch of `--micro-batch` (4 on the CPU, 8 on a GPU),
   the median of timed steps.
 
+With `--model NAME` (a Llama-family preset: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, ...), the
+model is Hugging Face transformers' instead, as people fine-tune it: `AutoModelForCausalLM`
+built from the published `config.json` (nn/tests/data/published/NAME.json) with
+`attn_implementation="sdpa"`, its loss from `labels`, AdamW; checkpointed with
+`gradient_checkpointing_enable()`.
+
 Prints one JSON line per result with the keys model, device, precision, micro_batch, peak_bytes,
 activation_bytes_per_sample, samples_per_s, tokens_per_s.
 
@@ -42,6 +48,30 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.checkpoint import checkpoint
 
 VOCAB = 50257
+
+PUBLISHED = os.path.join(os.path.dirname(__file__), "..", "..", "nn", "tests", "data", "published")
+
+
+class HfCausalLm(nn.Module):
+    """A transformers causal LM of a published configuration, trained as its users train it:
+    the loss from `labels` (transformers shifts them), sdpa attention."""
+
+    def __init__(self, name, checkpointed=False):
+        super().__init__()
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with open(os.path.join(PUBLISHED, f"{name}.json")) as f:
+            fields = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        fields.pop("architectures", None)
+        fields.pop("torch_dtype", None)
+        config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+        self.model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=torch.float32)
+        self.vocab = config.vocab_size
+        if checkpointed:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def forward(self, ids, targets):
+        return self.model(input_ids=ids, labels=ids).loss
 
 
 class Block(nn.Module):
@@ -91,9 +121,9 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
-def batch(samples, context, seed):
+def batch(samples, context, seed, vocab=VOCAB):
     generator = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, VOCAB, (samples, context + 1), generator=generator)
+    tokens = torch.randint(0, vocab, (samples, context + 1), generator=generator)
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
@@ -107,9 +137,15 @@ def step(model, optimizer, ids, targets, precision):
     optimizer.step()
 
 
+MODEL = "gpt2"
+
+
 def model_and_optimizer(context, device, checkpointed=False):
     torch.manual_seed(0)
-    model = Gpt(context=context, checkpointed=checkpointed).to(device)
+    if MODEL == "gpt2":
+        model = Gpt(context=context, checkpointed=checkpointed).to(device)
+    else:
+        model = HfCausalLm(MODEL, checkpointed).to(device)
     # nanoGPT's choice: the fused AdamW where the device has it.
     fused = {"fused": True} if device.type == "cuda" else {}
     return model, torch.optim.AdamW(model.parameters(), lr=3e-4, **fused)
@@ -117,7 +153,7 @@ def model_and_optimizer(context, device, checkpointed=False):
 
 def peak_bytes(precision, samples, context, device, checkpointed=False):
     model, optimizer = model_and_optimizer(context, device, checkpointed)
-    ids, targets = (t.to(device) for t in batch(samples, context, 1))
+    ids, targets = (t.to(device) for t in batch(samples, context, 1, vocab_of(model)))
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -141,7 +177,7 @@ def peak_bytes(precision, samples, context, device, checkpointed=False):
 
 def samples_per_s(precision, micro_batch, context, steps, warmup, device):
     model, optimizer = model_and_optimizer(context, device)
-    ids, targets = (t.to(device) for t in batch(micro_batch, context, 2))
+    ids, targets = (t.to(device) for t in batch(micro_batch, context, 2, vocab_of(model)))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
     for i in range(warmup + steps):
@@ -152,6 +188,10 @@ def samples_per_s(precision, micro_batch, context, steps, warmup, device):
         if i >= warmup:
             times.append(time.perf_counter() - start)
     return micro_batch / statistics.median(times)
+
+
+def vocab_of(model):
+    return getattr(model, "vocab", VOCAB)
 
 
 def parse_size(text):
@@ -180,7 +220,7 @@ def under_limits(args, device):
             rate = samples_per_s(precision, micro, args.context, args.steps, args.warmup, device) if micro else 0.0
             line = {
                 "bench": "largest-micro-batch",
-                "model": "gpt2",
+                "model": MODEL,
                 "precision": precision,
                 "limit_bytes": limit,
                 "micro_batch": micro,
@@ -203,7 +243,10 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--limit", action="append", help="what fits under this limit (4GiB, ...)")
+    parser.add_argument("--model", default="gpt2", help="gpt2 (nanoGPT), or a Llama-family preset (transformers)")
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     device = torch.device(args.device)
     if args.limit:
         torch.set_num_threads(os.cpu_count() or 1)
@@ -216,7 +259,7 @@ def main():
         one, two = peaks[1], peaks[2]
         rate = samples_per_s(precision, micro, args.context, args.steps, args.warmup, device)
         line = {
-            "model": "gpt2",
+            "model": MODEL,
             "device": args.device,
             "precision": precision,
             "micro_batch": micro,

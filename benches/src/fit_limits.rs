@@ -33,18 +33,43 @@ impl Techniques {
     }
 }
 
-/// A step of `samples` of `preset` on `device` (on the CPU, a simulated device of 64 GiB)
+/// The model a bench trains: a preset, at its own context or another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subject {
+    /// The published shape.
+    pub preset: Preset,
+    /// Positions per sample; none for the preset's.
+    pub context: Option<usize>,
+}
+
+impl Subject {
+    /// The defaults over the preset, at the subject's context.
+    pub fn config(self) -> TrainConfig {
+        let mut config = TrainConfig::over(Some(self.preset));
+        if let Some(context) = self.context {
+            config.model.context = Some(context);
+        }
+        config
+    }
+
+    /// Positions per sample.
+    pub fn context(self) -> usize {
+        self.context.unwrap_or(self.preset.shape().context)
+    }
+}
+
+/// A step of `samples` of `subject` on `device` (on the CPU, a simulated device of 64 GiB)
 /// under `limit` bytes, in `precision`, without clipping, the memory policy choosing among
 /// `techniques`.
 pub fn config(
     device: &str,
-    preset: Preset,
+    subject: Subject,
     precision: PrecisionKind,
     samples: usize,
     limit: u64,
     techniques: Techniques,
 ) -> TrainConfig {
-    let mut config = TrainConfig::over(Some(preset));
+    let mut config = subject.config();
     config.run_dir = Some(std::env::temp_dir().join(format!(
         "headroom-fit-limit-{}-{}-{samples}",
         std::process::id(),
@@ -105,14 +130,14 @@ pub fn whole_batch_policy(config: &TrainConfig) -> Result<Option<(Policy, u64)>>
 /// even one sample fits.
 pub fn largest(
     device: &str,
-    preset: Preset,
+    subject: Subject,
     precision: PrecisionKind,
     limit: u64,
     techniques: Techniques,
     most: usize,
 ) -> Result<Option<(usize, Policy)>> {
     let fits = |samples| {
-        let config = config(device, preset, precision, samples, limit, techniques);
+        let config = config(device, subject, precision, samples, limit, techniques);
         Ok::<_, Error>(whole_batch_policy(&config)?.map(|(policy, _)| (samples, policy)))
     };
     let Some(mut best) = fits(1)? else {

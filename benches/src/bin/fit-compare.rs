@@ -12,10 +12,15 @@
 //! - samples and tokens per second at the micro-batch, the median of timed steps.
 //!
 //! ```text
-//! fit-compare [--device cpu|cuda:N] [--precision f32|bf16]... [--micro-batch N] [--steps N]
-//! fit-compare --limit SIZE [--limit SIZE]... [--at N]... [--precision f32|bf16]...
+//! fit-compare [--preset NAME] [--context N] [--device cpu|cuda:N] [--precision f32|bf16]...
+//!             [--micro-batch N] [--steps N]
+//! fit-compare [--preset NAME] [--context N] --limit SIZE [--limit SIZE]... [--at N]...
+//!             [--precision f32|bf16]...
 //! fit-compare --largest-preset SIZE [--precision f32|bf16]...
 //! ```
+//!
+//! `--preset` picks another model than GPT-2 small (`smollm2-135m`, `llama-3.2-1b`, ...), and
+//! `--context` its positions per sample (by default the preset's).
 //!
 //! `--limit` asks what fits under each limit (on the CPU's simulated device, or a GPU), with gradient
 //! clipping off (so the optimizer step in the backward pass may be chosen): the largest
@@ -37,13 +42,17 @@
 use std::time::Instant;
 
 use headroom_benches::fit_limits::{
-    Techniques, config as limit_config, confirm, largest, whole_batch_policy,
+    Subject, Techniques, config as limit_config, confirm, largest, whole_batch_policy,
 };
-use headroom_trainer::config::{DataKind, PrecisionKind, Preset, Recompute, TrainConfig};
+use headroom_trainer::config::{
+    ALL_PRESETS, DataKind, PrecisionKind, Preset, Recompute, TrainConfig,
+};
 use headroom_trainer::{Result, Trainer};
 
 /// What to measure, from the command line.
 struct Args {
+    /// The model and its context.
+    subject: Subject,
     device: String,
     precisions: Vec<PrecisionKind>,
     micro: usize,
@@ -59,6 +68,7 @@ struct Args {
 impl Args {
     fn parse() -> std::result::Result<Self, String> {
         let mut device = "cpu".to_owned();
+        let (mut preset, mut context) = (Preset::Gpt2, None);
         let (mut precisions, mut micro, mut steps) = (Vec::new(), None, 3);
         let (mut limits, mut at, mut largest_preset) = (Vec::new(), Vec::new(), None);
         let size = |flag: &str, value: &str| {
@@ -74,6 +84,13 @@ impl Args {
             };
             match flag.as_str() {
                 "--device" => device = value.clone(),
+                "--preset" => {
+                    preset = ALL_PRESETS
+                        .into_iter()
+                        .find(|p| p.name() == value)
+                        .ok_or_else(|| format!("--preset {value}: not a preset's name"))?
+                }
+                "--context" => context = Some(number()?.max(1)),
                 "--precision" => precisions.push(match value.as_str() {
                     "f32" => PrecisionKind::F32,
                     "bf16" => PrecisionKind::Bf16,
@@ -107,6 +124,7 @@ impl Args {
         }
         let micro = micro.unwrap_or(if gpu { 8 } else { 4 });
         Ok(Self {
+            subject: Subject { preset, context },
             device,
             precisions,
             micro,
@@ -118,10 +136,10 @@ impl Args {
     }
 }
 
-/// A run of GPT-2 small on `device` in `precision` with batches of `samples`, in a directory
-/// of its own.
-fn config(device: &str, precision: PrecisionKind, samples: usize) -> TrainConfig {
-    let mut config = TrainConfig::over(Some(Preset::Gpt2));
+/// A run of `subject` on `device` in `precision` with batches of `samples`, in a directory of
+/// its own.
+fn config(subject: Subject, device: &str, precision: PrecisionKind, samples: usize) -> TrainConfig {
+    let mut config = subject.config();
     config.run_dir = Some(std::env::temp_dir().join(format!(
         "headroom-fit-{}-{}-{samples}",
         std::process::id(),
@@ -147,9 +165,14 @@ fn config(device: &str, precision: PrecisionKind, samples: usize) -> TrainConfig
 }
 
 /// The measured and the predicted peak of one step at `samples`, and the trainer, for more.
-fn measured(device: &str, precision: PrecisionKind, samples: usize) -> Result<(u64, u64, Trainer)> {
+fn measured(
+    subject: Subject,
+    device: &str,
+    precision: PrecisionKind,
+    samples: usize,
+) -> Result<(u64, u64, Trainer)> {
     let mut trainer = Trainer::builder()
-        .config(config(device, precision, samples))
+        .config(config(subject, device, precision, samples))
         .overwrite()
         .build()?;
     let predicted = trainer.plan().map_or(0, |p| p.predicted_peak);
@@ -163,6 +186,7 @@ fn measured(device: &str, precision: PrecisionKind, samples: usize) -> Result<(u
 /// techniques, confirmed, and a step at PyTorch's largest size.
 fn under_limits(args: &Args) -> Result<()> {
     let device = args.device.as_str();
+    let model = args.subject.preset.name();
     println!(
         "{:<6} {:>10} {:<16} {:>6} {:>12} {:>12} {:>10}  policy",
         "prec", "limit", "bench", "micro", "peak", "predicted", "samples/s"
@@ -184,12 +208,12 @@ fn under_limits(args: &Args) -> Result<()> {
                     confirmed.policy
                 );
                 lines.push(format!(
-                    "{{\"bench\":\"{bench}\",\"model\":\"gpt2\",\"device\":\"{device}\",\"precision\":\"{name}\",\"limit_bytes\":{limit},{extra}\"micro_batch\":{micro},\"peak_bytes\":{},\"predicted_peak_bytes\":{},\"samples_per_s\":{samples_per_s:.4},\"policy\":\"{}\"}}",
+                    "{{\"bench\":\"{bench}\",\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"limit_bytes\":{limit},{extra}\"micro_batch\":{micro},\"peak_bytes\":{},\"predicted_peak_bytes\":{},\"samples_per_s\":{samples_per_s:.4},\"policy\":\"{}\"}}",
                     confirmed.peak, confirmed.predicted, confirmed.policy
                 ));
             };
             for techniques in [Techniques::Any, Techniques::NoBlocks] {
-                let found = largest(device, Preset::Gpt2, precision, limit, techniques, 64)?;
+                let found = largest(device, args.subject, precision, limit, techniques, 64)?;
                 let Some((micro, policy)) = found else {
                     println!(
                         "{name:<6} {limit:>10} largest          none fits ({})",
@@ -199,7 +223,7 @@ fn under_limits(args: &Args) -> Result<()> {
                 };
                 // The plan confirmed with those techniques pinned, by one step.
                 let mut config =
-                    limit_config(device, Preset::Gpt2, precision, micro, limit, techniques);
+                    limit_config(device, args.subject, precision, micro, limit, techniques);
                 policy.apply(&mut config);
                 let confirmed = confirm(config, 0)?;
                 let extra = format!("\"techniques\":\"{}\",", techniques.name());
@@ -208,7 +232,7 @@ fn under_limits(args: &Args) -> Result<()> {
             if let Some(&size) = args.at.get(at) {
                 let config = limit_config(
                     device,
-                    Preset::Gpt2,
+                    args.subject,
                     precision,
                     size,
                     limit,
@@ -238,8 +262,12 @@ fn largest_preset(args: &Args, limit: u64) -> Result<()> {
         let name = precision.name();
         let mut fitting = None;
         for preset in presets {
+            let subject = Subject {
+                preset,
+                context: None,
+            };
             let mut config =
-                limit_config(&args.device, preset, precision, 1, limit, Techniques::Any);
+                limit_config(&args.device, subject, precision, 1, limit, Techniques::Any);
             let plan = whole_batch_policy(&config)?;
             let policy = plan
                 .as_ref()
@@ -289,15 +317,17 @@ fn main() -> Result<()> {
         return largest_preset(&args, limit);
     }
     let (device, micro) = (args.device.as_str(), args.micro);
+    let model = args.subject.preset.name();
     println!(
         "{:<8} {:<6} {:>6} {:>14} {:>14} {:>16} {:>10} {:>10}",
         "device", "prec", "micro", "peak", "predicted", "activation/smp", "samples/s", "tokens/s"
     );
     let mut lines = Vec::new();
     for precision in args.precisions {
-        let (one, one_predicted, _) = measured(device, precision, 1)?;
-        let (two, two_predicted, _) = measured(device, precision, 2)?;
-        let (peak, predicted, mut trainer) = measured(device, precision, micro)?;
+        let subject = args.subject;
+        let (one, one_predicted, _) = measured(subject, device, precision, 1)?;
+        let (two, two_predicted, _) = measured(subject, device, precision, 2)?;
+        let (peak, predicted, mut trainer) = measured(subject, device, precision, micro)?;
         let exactly = [
             (one, one_predicted),
             (two, two_predicted),
@@ -305,7 +335,7 @@ fn main() -> Result<()> {
         ]
         .iter()
         .all(|&(m, p)| m.abs_diff(p) <= headroom_alloc::GRANULE);
-        let context = trainer.config().model.window(1024);
+        let context = subject.context();
         let mut times = Vec::new();
         for _ in 0..args.steps {
             let started = Instant::now();
@@ -323,7 +353,7 @@ fn main() -> Result<()> {
              {samples_per_s:>10.3} {tokens_per_s:>10.0}"
         );
         lines.push(format!(
-            "{{\"model\":\"gpt2\",\"device\":\"{device}\",\"precision\":\"{name}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}}}"
+            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}}}"
         ));
     }
     for line in lines {
