@@ -12,7 +12,7 @@ use common::{TempDir, small_config};
 use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 use headroom_nn::hf::{LlamaConfig, load_llama};
-use headroom_nn::{Family, Gpt, Initializer};
+use headroom_nn::{Family, Gpt, Initializer, Module};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{
     ModelFamily, Overrides, PrecisionKind, Recompute, StateKind, TrainConfig,
@@ -168,4 +168,60 @@ fn llama_family_tokenizers_encode_as_transformers_and_know_their_special_tokens(
     assert_eq!(smollm2.encode(&text).unwrap(), ids);
     assert_eq!(smollm2.end_of_text(), Some(0));
     assert_eq!(smollm2.stops().len(), 2);
+}
+
+#[test]
+fn an_export_of_a_llama_run_is_the_pretrained_model_and_shards_on_request() {
+    let dir = TempDir::new("llama-export");
+    let tokenizer = TextTokenizer::load(&tiny_llama()).unwrap();
+    let text = corpus(&dir.0, "corpus.txt", 5);
+    let shards = shards(&tokenizer, &text, dir.0.join("shards"));
+    // A learning rate of 0: the run holds the pretrained weights.
+    let mut config = run_config(&dir.0.join("run"), Some(&tiny_llama()), &shards, 1, 0.0);
+    config.data.context = 32;
+    common::tiny::train(config);
+    let out = dir.0.join("export");
+    common::tiny::export(&dir.0.join("run"), &out);
+    let sharded = dir.0.join("export-sharded");
+    common::succeeds(&common::headroom(&[
+        "export",
+        "--hf",
+        "--dtype",
+        "bf16",
+        "--shard-size",
+        "60KB",
+        common::text(&dir.0.join("run")),
+        common::text(&sharded),
+    ]));
+    assert!(sharded.join(headroom_nn::hf::INDEX_FILE).exists());
+    assert_eq!(
+        LlamaConfig::read(&out).unwrap().gpt_config(0.0),
+        LlamaConfig::read(&tiny_llama()).unwrap().gpt_config(0.0),
+    );
+    let device = common::tiny::cpu();
+    let load = |dir: &Path| {
+        let shape = LlamaConfig::read(dir).unwrap().gpt_config(0.0);
+        let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 9), shape).unwrap();
+        load_llama(dir, &mut gpt).unwrap();
+        gpt.named_parameters()
+            .into_iter()
+            .map(|(name, t)| (name, t.array().to_bytes().unwrap()))
+            .collect::<Vec<_>>()
+    };
+    let original = load(&tiny_llama());
+    assert!(
+        load(&out) == original,
+        "the f32 export holds the pretrained weights"
+    );
+    assert!(
+        load(&sharded) == original,
+        "so does the bf16 one, in shards"
+    );
+    // The tokenizer travels with it, and its begin and end of text are named.
+    assert!(out.join("tokenizer.json").exists());
+    let generation: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("generation_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(generation["bos_token_id"], 318);
+    assert_eq!(generation["eos_token_id"], 319);
 }

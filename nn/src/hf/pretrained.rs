@@ -64,7 +64,7 @@ impl Pretrained {
         match (field, gpt2) {
             ("vocab", _) => "vocab_size",
             ("context", true) => "n_positions",
-            ("context", false) => "max_position_embeddings",
+            ("context" | "max_positions", false) => "max_position_embeddings",
             ("width", true) => "n_embd",
             ("width", false) => "hidden_size",
             ("heads", true) => "n_head",

@@ -51,6 +51,10 @@ pub struct ModelConfig {
     /// Llama family: Llama 3's rescaling of the rotary frequencies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rope_scaling: Option<RopeScaling>,
+    /// Llama family: the longest sequence the model is made for (`max_position_embeddings`,
+    /// what an export writes); the window of its data may be shorter. Unset: the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_positions: Option<usize>,
     /// Llama family: biases on the query, key and value projections (Qwen2).
     pub qkv_bias: bool,
     /// Llama family: an RMSNorm over each query and key head (Qwen3).
@@ -96,6 +100,7 @@ impl Default for ModelConfig {
             mlp_width: None,
             rope_theta: None,
             rope_scaling: None,
+            max_positions: None,
             qkv_bias: false,
             qk_norm: false,
             recompute: None,

@@ -77,8 +77,13 @@ impl ModelConfig {
         }
     }
 
-    /// The GPT it describes for a vocabulary of `vocab` and a context of `context`.
-    pub fn gpt_config(&self, vocab: usize, context: usize) -> GptConfig {
+    /// The GPT it describes for a vocabulary of `vocab` and windows of `window` tokens: its
+    /// context is the window, or for the Llama family `max_positions` when that is longer.
+    pub fn gpt_config(&self, vocab: usize, window: usize) -> GptConfig {
+        let context = match self.family {
+            ModelFamily::Gpt2 => window,
+            ModelFamily::Llama => self.max_positions.map_or(window, |m| m.max(window)),
+        };
         GptConfig {
             vocab,
             context,
@@ -92,7 +97,8 @@ impl ModelConfig {
     }
 
     /// Sets every shape field, the family and its options to those of `shape` (a preset's or
-    /// a pretrained model's); the vocabulary and context stay as they are.
+    /// a pretrained model's; for the Llama family its context is `max_positions`); the
+    /// vocabulary and the window stay as they are.
     pub fn take_shape(&mut self, shape: &GptConfig) {
         self.width = shape.width;
         self.heads = shape.heads;
@@ -107,6 +113,7 @@ impl ModelConfig {
                 self.mlp_width = Some(o.mlp_width);
                 self.rope_theta = Some(o.rope_theta);
                 self.rope_scaling = o.rope_scaling.map(RopeScaling::from);
+                self.max_positions = Some(shape.context);
                 self.norm_eps = Some(o.norm_eps);
                 self.qkv_bias = o.qkv_bias;
                 self.qk_norm = o.qk_norm;
@@ -125,6 +132,7 @@ impl ModelConfig {
             ("mlp_width", self.mlp_width.is_some()),
             ("rope_theta", self.rope_theta.is_some()),
             ("rope_scaling", self.rope_scaling.is_some()),
+            ("max_positions", self.max_positions.is_some()),
             ("qkv_bias", self.qkv_bias),
             ("qk_norm", self.qk_norm),
         ];

@@ -11,7 +11,7 @@ use super::{DataKind, ModelConfig, ModelKind, TrainConfig};
 use crate::error::{Error, Result};
 
 /// The `[model]` fields a pretrained model's configuration fixes.
-const SHAPE_FIELDS: [&str; 12] = [
+const SHAPE_FIELDS: [&str; 13] = [
     "layers",
     "width",
     "heads",
@@ -22,6 +22,7 @@ const SHAPE_FIELDS: [&str; 12] = [
     "mlp_width",
     "rope_theta",
     "rope_scaling",
+    "max_positions",
     "qkv_bias",
     "qk_norm",
 ];
@@ -91,7 +92,11 @@ impl ModelConfig {
                 .push("model.init_from: pretrained weights are a GPT's; model.kind is mlp".into());
         }
         let theirs = pretrained.gpt_config(self.dropout);
-        let ours = self.gpt_config(self.vocab.unwrap_or(theirs.vocab), theirs.context);
+        let ours = self.gpt_config(self.vocab.unwrap_or(theirs.vocab), 1);
+        let ours = headroom_nn::GptConfig {
+            context: theirs.context,
+            ..ours
+        };
         let mut differ = |field: &str, ours: String, theirs: String| {
             problems.push(format!(
                 "model.{field} = {ours} conflicts with {}, whose {} is {theirs} (leave it unset \
@@ -136,6 +141,11 @@ impl ModelConfig {
                 format!("{:?}", ours.family),
                 format!("{:?}", theirs.family),
             );
+        }
+        if let (Some(m), Pretrained::Llama(_)) = (self.max_positions, pretrained)
+            && m != theirs.context
+        {
+            differ("max_positions", m.to_string(), theirs.context.to_string());
         }
         if let Some(context) = self.context.filter(|&c| c > theirs.context) {
             problems.push(format!(

@@ -191,6 +191,13 @@ impl TextTokenizer {
             .find_map(|token| self.inner.token_to_id(token))
     }
 
+    /// The id of the token the tokenizer puts in front of a document (Llama 3's
+    /// `<|begin_of_text|>`), when it puts one.
+    pub fn begin_of_text(&self) -> Option<u32> {
+        let empty = self.inner.encode_fast("", true).ok()?;
+        empty.get_ids().first().copied()
+    }
+
     /// The ids generation stops at: the end of text and the ends of turns it has.
     pub fn stops(&self) -> Vec<u32> {
         let turns = END_OF_TURN_TOKENS

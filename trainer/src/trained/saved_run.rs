@@ -10,7 +10,7 @@ use headroom_alloc::ByteSize;
 use headroom_kernels::Device;
 use headroom_nn::checkpoint;
 
-use crate::config::{ModelKind, TrainConfig};
+use crate::config::{ModelFamily, ModelKind, TrainConfig};
 use crate::data::shards::TOKENIZER;
 use crate::data::{DataShape, TokenShape};
 use crate::error::{Error, Result};
@@ -75,7 +75,13 @@ impl SavedRun {
                             detail: format!("holds no {key}: not a checkpoint of a GPT"),
                         })
                 };
-                DataShape::tokens(rows("tok_emb.weight")?, rows("pos_emb.weight")?)
+                // A GPT-2's positions are a table of its context; a rotary model's context is
+                // the window it trained on.
+                let len = match config.model.family {
+                    ModelFamily::Gpt2 => rows("pos_emb.weight")?,
+                    ModelFamily::Llama => config.model.window(config.data.context),
+                };
+                DataShape::tokens(rows("tok_emb.weight")?, len)
             }
             (ModelKind::Mlp, None) => {
                 return Err(Error::config(

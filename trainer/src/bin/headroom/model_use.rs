@@ -5,7 +5,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use headroom_nn::Sampling;
+use headroom_kernels::DType;
+use headroom_nn::hf::{DEFAULT_SHARD_BYTES, LlamaExport};
+use headroom_nn::{Family, Sampling};
 use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::model::TrainModel;
 use headroom_trainer::trained::{EvalData, evaluate_run};
@@ -89,10 +91,22 @@ pub struct EvalArgs {
 /// `headroom export`.
 #[derive(Args)]
 pub struct ExportArgs {
-    /// Write a Hugging Face GPT-2 directory (config.json, model.safetensors and the run's
-    /// tokenizer.json) that transformers.GPT2LMHeadModel.from_pretrained loads.
+    /// Write a Hugging Face directory (config.json, the weights and the run's tokenizer.json)
+    /// that transformers' AutoModelForCausalLM.from_pretrained loads: GPT2LMHeadModel for a
+    /// GPT-2, LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM for the Llama family.
     #[arg(long, required = true)]
     hf: bool,
+    /// Llama family: the dtype of the weights written, f32, bf16 or f16 (default: the
+    /// parameters').
+    #[arg(long, value_parser = parse_dtype)]
+    dtype: Option<DType>,
+    /// Llama family: the largest weight file; a larger model is written in shards with a
+    /// model.safetensors.index.json, e.g. 2GB (default: 5GB, as transformers).
+    #[arg(long, value_parser = parse_shard_size)]
+    shard_size: Option<u64>,
+    /// Llama family: replace the weight files the directory already holds.
+    #[arg(long)]
+    overwrite: bool,
     /// The run directory.
     run_dir: PathBuf,
     /// The directory to write.
@@ -196,24 +210,57 @@ pub fn export(args: &ExportArgs) -> Result<()> {
     let run = SavedRun::open(&args.run_dir, &settings, None)?;
     let TrainModel::Gpt(gpt) = &run.model else {
         return Err(Error::Config {
-            problems: vec!["export --hf: the run's model is an MLP, not a GPT-2".into()],
+            problems: vec!["export --hf: the run's model is an MLP, not a GPT".into()],
         });
     };
-    // The start and end of a text are the tokenizer's <|endoftext|>: a tokenizer trained by
-    // `headroom tokenizer train` has it first, not last as GPT-2's does.
+    // The start and end of a text are the tokenizer's: a tokenizer trained by `headroom
+    // tokenizer train` has <|endoftext|> first, not last as GPT-2's does.
     let tokenizer = run.tokenizer_path();
-    let end_of_text = match tokenizer.exists() {
-        true => TextTokenizer::load(&tokenizer)?.end_of_text(),
+    let loaded = match tokenizer.exists() {
+        true => Some(TextTokenizer::load(&tokenizer)?),
         false => None,
     };
-    headroom_nn::hf::export_gpt2(gpt, &args.out_dir, end_of_text)?;
+    let end_of_text = loaded.as_ref().and_then(TextTokenizer::end_of_text);
+    let family = match gpt.config().family {
+        Family::Gpt2 => {
+            headroom_nn::hf::export_gpt2(gpt, &args.out_dir, end_of_text)?;
+            "GPT-2"
+        }
+        Family::Llama(_) => {
+            let begin = loaded.as_ref().and_then(TextTokenizer::begin_of_text);
+            let options = LlamaExport {
+                dtype: args.dtype,
+                shard_bytes: args.shard_size.unwrap_or(DEFAULT_SHARD_BYTES),
+                bos: begin.or(end_of_text).map(u64::from),
+                eos: end_of_text.map(u64::from),
+                overwrite: args.overwrite,
+            };
+            headroom_nn::hf::export_llama(gpt, &args.out_dir, &options)?;
+            "Llama-family"
+        }
+    };
     if tokenizer.exists() {
         let copy = args.out_dir.join("tokenizer.json");
         std::fs::copy(&tokenizer, &copy).map_err(|source| Error::Io { path: copy, source })?;
     }
     say(format_args!(
-        "exported {} as a Hugging Face GPT-2 directory: {}",
+        "exported {} as a Hugging Face {family} directory: {}",
         args.run_dir.display(),
         args.out_dir.display()
     ))
+}
+
+/// `--dtype`.
+fn parse_dtype(text: &str) -> std::result::Result<DType, String> {
+    match text {
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        "f16" => Ok(DType::F16),
+        other => Err(format!("{other} is not f32, bf16 or f16")),
+    }
+}
+
+/// `--shard-size`: a size such as 2GB or 500MiB.
+fn parse_shard_size(text: &str) -> std::result::Result<u64, String> {
+    headroom_alloc::parse_size(text).map_err(|err| err.to_string())
 }
