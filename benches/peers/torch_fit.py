@@ -5,8 +5,8 @@ headroom-benches --bin fit-compare`.
 
 For each precision it measures whole training steps (forward, backward, AdamW; on a GPU the fused
 AdamW that nanoGPT picks there):
-- the peak bytes of a step at one and at two samples and at the micro-batch, over two steps each:
-  on the CPU from PyTorch's memory profiler timeline (`export_memory_timeline`: every category
+- the peak bytes of a step at one and at two samples and at the micro-batch, over the second
+  step (the first creates AdamW's state): on the CPU from PyTorch's memory profiler timeline (`export_memory_timeline`: every category
   summed, parameters, gradients and optimizer state included, as Headroom's allocator counts
   them), on a GPU from `torch.cuda.max_memory_allocated` (the same, as the caching allocator
   counts them);
@@ -164,9 +164,11 @@ def peak_bytes(precision, samples, context, device, checkpointed=False):
         del model, optimizer, ids, targets
         torch.cuda.empty_cache()
         return peak
+    # The first step creates AdamW's state; the second, profiled, is every later step (one
+    # profiled step, not two, keeps the profiler's own memory within reach of large models).
+    step(model, optimizer, ids, targets, precision)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        for _ in range(2):
-            step(model, optimizer, ids, targets, precision)
+        step(model, optimizer, ids, targets, precision)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "timeline.json")
         prof.export_memory_timeline(path, device="cpu")

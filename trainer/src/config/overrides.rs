@@ -117,6 +117,9 @@ pub struct Overrides {
     /// Evaluate every this many steps.
     #[cfg_attr(feature = "cli", arg(long))]
     pub eval_every: Option<u64>,
+    /// Held-out samples (windows of token data) an evaluation reads at most (data.eval_size).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub eval_size: Option<usize>,
 }
 
 #[cfg(feature = "cli")]
@@ -295,6 +298,7 @@ impl Overrides {
         }
         set(&mut config.checkpoint.every, self.checkpoint_every);
         set(&mut config.eval_every, self.eval_every);
+        set(&mut config.data.eval_size, self.eval_size);
     }
 }
 
