@@ -11,9 +11,8 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{device, parameter_bytes};
+use common::{device, parameter_bytes, TempDir};
 use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::hf::{self, Gpt2Config};
@@ -29,29 +28,6 @@ fn data(name: &str) -> PathBuf {
 
 const TIED: &str = "tiny-gpt2";
 const UNTIED: &str = "tiny-gpt2-untied";
-
-/// A fresh directory in the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let unique = format!(
-            "headroom-hf-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = std::env::temp_dir().join(unique);
-        std::fs::remove_dir_all(&path).ok();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.0).ok();
-    }
-}
 
 /// What transformers computed for the tiny model (`expected.json`).
 struct Expected {

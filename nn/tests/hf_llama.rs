@@ -11,9 +11,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{device, parameter_bytes};
+use common::{device, parameter_bytes, TempDir};
 use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::hf::{self, LlamaConfig};
@@ -31,30 +30,6 @@ fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name)
-}
-
-/// A fresh directory in the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let unique = format!(
-            "headroom-hf-llama-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = std::env::temp_dir().join(unique);
-        std::fs::remove_dir_all(&path).ok();
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.0).ok();
-    }
 }
 
 /// One case of `expected.json`: ids (`[rows, len]`), logits and loss.
@@ -180,7 +155,7 @@ fn the_configurations_read_as_the_models_they_describe() {
     // What Headroom writes, it reads back the same.
     for name in FAMILIES {
         let config = read(name);
-        let dir = TempDir::new("config");
+        let dir = TempDir::created("config");
         config.write(&dir.0, "float32").unwrap();
         let mut again = LlamaConfig::read(&dir.0).unwrap();
         again.torch_dtype = config.torch_dtype.clone();
@@ -191,7 +166,7 @@ fn the_configurations_read_as_the_models_they_describe() {
 #[test]
 fn a_hugging_face_cache_entry_loads_through_its_snapshot_links() {
     let name = "tiny-llama3";
-    let entry = TempDir::new("cache");
+    let entry = TempDir::created("cache");
     let (blobs, snapshot) = (
         entry.0.join("blobs"),
         entry.0.join("snapshots").join("0123abcd"),
@@ -225,7 +200,7 @@ fn bf16_weights_load_into_bf16_parameters_as_stored() {
 
 /// A copy of the test directory `name` in a temporary directory.
 fn copy_of(name: &str) -> TempDir {
-    let dir = TempDir::new(name);
+    let dir = TempDir::created(name);
     for file in std::fs::read_dir(data(name)).unwrap() {
         let file = file.unwrap();
         std::fs::copy(file.path(), dir.0.join(file.file_name())).unwrap();
@@ -415,7 +390,7 @@ fn export_round_trip(name: &str) {
     let device = device();
     let config = LlamaConfig::read(&data(name)).unwrap();
     let gpt = loaded(&device, &data(name), DType::F32);
-    let out = TempDir::new("export");
+    let out = TempDir::created("export");
     let options = export_options(&config, Some(DType::F32));
     hf::export_llama(&gpt, &out.0, &options).unwrap();
     if let Ok(keep) = std::env::var("HEADROOM_KEEP_HF_EXPORT") {
@@ -485,7 +460,7 @@ fn a_small_shard_size_writes_shards_and_an_index_that_load_back() {
     let device = device();
     let name = "tiny-qwen3";
     let gpt = loaded(&device, &data(name), DType::F32);
-    let out = TempDir::new("shards");
+    let out = TempDir::created("shards");
     let limit = 40_000;
     let options = hf::LlamaExport {
         shard_bytes: limit,
@@ -522,7 +497,7 @@ fn a_small_shard_size_writes_shards_and_an_index_that_load_back() {
     hf::load_llama(&out.0, &mut again).unwrap();
     assert_eq!(parameter_bytes(&again), parameter_bytes(&gpt));
     // The same tensors as one file holds.
-    let one = TempDir::new("one-file");
+    let one = TempDir::created("one-file");
     hf::export_llama(&gpt, &one.0, &hf::LlamaExport::default()).unwrap();
     assert_eq!(all, stored(&one.0));
 }
@@ -532,7 +507,7 @@ fn a_bf16_export_of_a_bf16_model_keeps_the_bits_transformers_stored() {
     let device = device();
     let name = "tiny-llama3";
     let gpt = loaded(&device, &data(name), DType::BF16);
-    let out = TempDir::new("bf16");
+    let out = TempDir::created("bf16");
     hf::export_llama(&gpt, &out.0, &hf::LlamaExport::default()).unwrap();
     // transformers stored this model in bf16, sharded: the same tensors, bit for bit.
     assert_eq!(stored(&out.0), stored(&data(name)));
@@ -543,7 +518,7 @@ fn a_bf16_export_of_a_bf16_model_keeps_the_bits_transformers_stored() {
     assert_eq!(parameter_bytes(&again), parameter_bytes(&gpt));
     // An f32 model of the same weights exported as bf16 stores the same bits.
     let f32 = loaded(&device, &data(name), DType::F32);
-    let narrowed = TempDir::new("bf16-from-f32");
+    let narrowed = TempDir::created("bf16-from-f32");
     let options = hf::LlamaExport {
         dtype: Some(DType::BF16),
         ..Default::default()
@@ -556,7 +531,7 @@ fn a_bf16_export_of_a_bf16_model_keeps_the_bits_transformers_stored() {
 fn exporting_over_existing_weights_needs_overwrite_and_touches_nothing_else() {
     let device = device();
     let gpt = loaded(&device, &data("tiny-qwen2"), DType::F32);
-    let out = TempDir::new("overwrite");
+    let out = TempDir::created("overwrite");
     std::fs::write(out.0.join("tokenizer.json"), "{}").unwrap();
     hf::export_llama(&gpt, &out.0, &hf::LlamaExport::default()).unwrap();
     let before = files_in(&out.0);
@@ -617,7 +592,7 @@ fn a_model_no_llama_architecture_holds_is_a_config_error_that_writes_nothing() {
         family: headroom_nn::Family::Gpt2,
         ..config
     };
-    let out = TempDir::new("refused");
+    let out = TempDir::created("refused");
     let dir = out.0.join("model");
     let refuse = |gpt: &Gpt, options: hf::LlamaExport, want: &str| {
         let err = hf::export_llama(gpt, &dir, &options).unwrap_err();

@@ -1,6 +1,9 @@
 //! Shared test machinery: devices, seeds, and gradient checks of a layer's parameters.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use headroom_autograd::Tensor;
 use headroom_autograd::check::gradcheck;
 use headroom_kernels::{Device, DeviceConfig};
@@ -171,4 +174,35 @@ pub fn parameter_bytes(model: &dyn headroom_nn::Module) -> Vec<(String, Vec<u8>)
         .into_iter()
         .map(|(n, t)| (n, t.array().to_bytes().unwrap()))
         .collect()
+}
+
+/// A fresh directory path in the system's temporary directory, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A path no other test uses (not created).
+    pub fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let unique = format!(
+            "headroom-nn-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = std::env::temp_dir().join(unique);
+        std::fs::remove_dir_all(&path).ok();
+        Self(path)
+    }
+
+    /// The same, created.
+    pub fn created(name: &str) -> Self {
+        let dir = Self::new(name);
+        std::fs::create_dir_all(&dir.0).unwrap();
+        dir
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
 }
