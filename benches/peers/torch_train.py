@@ -2,7 +2,9 @@
 `cargo run --release -p headroom-benches --bin train-compare`: an MLP 784-1024-1024-10 on a batch
 of 256 and a GPT (4 layers, width 256, 4 heads, context 64, vocabulary 64) on a batch of 32, one
 forward, backward and AdamW step each, in f32 and under bf16 autocast; and the GPT with each
-block recomputed in the backward pass (`gpt-recompute`, torch.utils.checkpoint).
+block recomputed in the backward pass (`gpt-recompute`, torch.utils.checkpoint); and `gpt-text`, a
+GPT of the real-text job's size (4 layers of width 256, context 256, vocabulary 4096, batch 16, the
+head tied to the token embedding as nanoGPT ties it), in f32 only.
 
 Prints one JSON line per result with the keys model, precision, samples_per_s, tokens_per_s,
 peak_bytes. The peak comes from PyTorch's memory profiler (`export_memory_timeline`) over two
@@ -14,6 +16,7 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -25,6 +28,7 @@ from torch.utils.checkpoint import checkpoint
 
 STEPS = 10
 WARMUP = 3
+MODELS = ["mlp", "gpt", "gpt-recompute", "gpt-text"]
 
 
 class Block(nn.Module):
@@ -52,7 +56,7 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab=64, context=64, width=256, heads=4, layers=4, recompute=False):
+    def __init__(self, vocab=64, context=64, width=256, heads=4, layers=4, recompute=False, tie=False):
         super().__init__()
         self.recompute = recompute
         self.tok_emb = nn.Embedding(vocab, width)
@@ -60,6 +64,8 @@ class Gpt(nn.Module):
         self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
+        if tie:
+            self.head.weight = self.tok_emb.weight
 
     def forward(self, ids):
         t = ids.shape[1]
@@ -79,6 +85,9 @@ def cases():
     # Each block recomputed in the backward pass (torch.utils.checkpoint).
     gpt = Gpt(recompute=True)
     yield "gpt-recompute", gpt, ids, torch.randint(0, 64, (32, 64)), 32, 32 * 64
+    gpt = Gpt(vocab=4096, context=256, tie=True)
+    ids = torch.randint(0, 4096, (16, 256))
+    yield "gpt-text", gpt, ids, torch.randint(0, 4096, (16, 256)), 16, 16 * 256
 
 
 def step(model, optimizer, inputs, targets, precision):
@@ -104,10 +113,19 @@ def peak_bytes(model, inputs, targets, precision):
     return max(sum(row) for row in sizes)
 
 
+def picked(name, among):
+    """Whether the command line keeps `name`: it names nothing among `among`, or names it
+    (`torch_train.py gpt-text f32`, as `train-compare gpt-text f32`)."""
+    asked = [a for a in sys.argv[1:] if a in among]
+    return not asked or name in asked
+
+
 def main():
     torch.set_num_threads(os.cpu_count() or 1)
     for name, model, inputs, targets, samples, tokens in cases():
-        for precision in ["f32", "bf16"]:
+        for precision in ["f32"] if name == "gpt-text" else ["f32", "bf16"]:
+            if not picked(name, MODELS) or not picked(precision, ["f32", "bf16"]):
+                continue
             optimizer = torch.optim.AdamW(model.parameters())
             times = []
             for i in range(WARMUP + STEPS):

@@ -3,7 +3,9 @@
 //! backward and an AdamW update, with the products in f32 or bf16 (autocast). Prints a table,
 //! then one JSON line per result with the keys
 //! `model, precision, samples_per_s, tokens_per_s, peak_bytes`. `gpt-recompute` is the GPT with
-//! each block recomputed in the backward pass (activation checkpointing).
+//! each block recomputed in the backward pass (activation checkpointing). `gpt-text` is a GPT of
+//! the real-text job's size (4 layers of width 256, context 256, vocabulary 4096, batch 16, the
+//! head tied to the token embedding, as nanoGPT ties it), in f32 only.
 
 use std::time::Instant;
 
@@ -69,25 +71,55 @@ fn gpt_case_with(device: &Device, recompute: bool) -> headroom_nn::Result<Case> 
         tie_embeddings: false,
         family: Family::Gpt2,
     };
-    let mut model = Gpt::new(&mut Initializer::new(device, DType::F32, 1), config)?;
-    model.set_recompute(if recompute {
+    let name = if recompute { "gpt-recompute" } else { "gpt" };
+    let recompute = if recompute {
         Recompute::Blocks
     } else {
         Recompute::None
-    });
-    let ids: Vec<u32> = (0..32 * 64)
-        .map(|i| (uniform(4, i) * 64.0) as u32)
+    };
+    gpt_of(device, name, config, 32, recompute)
+}
+
+/// The GPT of the real-text job's size (`gpt-mini` with a vocabulary of 4096), on a batch of 16.
+fn gpt_text_case(device: &Device) -> headroom_nn::Result<Case> {
+    let config = GptConfig {
+        vocab: 4096,
+        context: 256,
+        width: 256,
+        heads: 4,
+        layers: 4,
+        dropout: 0.0,
+        tie_embeddings: true,
+        family: Family::Gpt2,
+    };
+    gpt_of(device, "gpt-text", config, 16, Recompute::None)
+}
+
+/// A GPT of `config` and a batch of `batch` full-context windows of seeded tokens.
+fn gpt_of(
+    device: &Device,
+    name: &'static str,
+    config: GptConfig,
+    batch: usize,
+    recompute: Recompute,
+) -> headroom_nn::Result<Case> {
+    let (vocab, context) = (config.vocab, config.context);
+    let mut model = Gpt::new(&mut Initializer::new(device, DType::F32, 1), config)?;
+    model.set_recompute(recompute);
+    let tokens = (batch * context) as u64;
+    let ids: Vec<u32> = (0..tokens)
+        .map(|i| (uniform(4, i) * vocab as f64) as u32)
         .collect();
-    let next: Vec<u32> = (0..32 * 64)
-        .map(|i| (uniform(5, i) * 64.0) as u32)
+    let next: Vec<u32> = (0..tokens)
+        .map(|i| (uniform(5, i) * vocab as f64) as u32)
         .collect();
     Ok(Case {
-        name: if recompute { "gpt-recompute" } else { "gpt" },
+        name,
         model: Box::new(model),
-        inputs: Tensor::from_host(device, [32, 64], &ids)?,
-        targets: Tensor::from_host(device, [32, 64], &next)?,
-        samples: 32,
-        tokens: 32 * 64,
+        inputs: Tensor::from_host(device, [batch, context], &ids)?,
+        targets: Tensor::from_host(device, [batch, context], &next)?,
+        samples: batch,
+        tokens: tokens as usize,
     })
 }
 
@@ -146,10 +178,13 @@ fn main() -> headroom_nn::Result<()> {
             ("mlp", mlp_case as MakeCase),
             ("gpt", gpt_case),
             ("gpt-recompute", gpt_recompute_case),
+            ("gpt-text", gpt_text_case),
         ];
+        let names = models.map(|(model, _)| model);
         for (model, make) in models {
             for (name, precision) in [("f32", None), ("bf16", Some(DType::BF16))] {
-                if !keep(model, &["mlp", "gpt", "gpt-recompute"]) || !keep(name, &["f32", "bf16"]) {
+                let f32_only = model == "gpt-text" && precision.is_some();
+                if f32_only || !keep(model, &names) || !keep(name, &["f32", "bf16"]) {
                     continue;
                 }
                 // As the trainer configures it: chunks split whenever anything would be left.

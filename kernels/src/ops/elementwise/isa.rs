@@ -123,14 +123,14 @@ pub(super) fn zip_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(
 /// True when the CPU has AVX2 and FMA (detected once, then cached by `std`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
 /// True when the CPU has AVX-512F besides AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn has_avx512() -> bool {
+pub(crate) fn has_avx512() -> bool {
     std::arch::is_x86_feature_detected!("avx512f") && has_avx2()
 }
 

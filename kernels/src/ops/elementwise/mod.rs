@@ -4,7 +4,7 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
-mod isa;
+pub(crate) mod isa;
 pub(crate) mod kernels;
 mod meta;
 mod swiglu;

@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use super::kernels::{CrossEntropySpec, LossKernels, counted_rows};
+use super::rows::{row_grad_best_isa, row_loss_best_isa};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
 use crate::dtype::{Compute, Element, Float};
@@ -29,10 +30,7 @@ impl LossKernels for CpuBackend {
                     if Some(t) == spec.ignore {
                         return 0.0;
                     }
-                    let row = &row[..spec.classes];
-                    let (max, sum) = max_and_sum_exp::<T>(row);
-                    // (max - x_t) + ln(sum): no cancellation between two large logits' sums.
-                    ((max - row[t as usize].load()) + sum.ln()).f64()
+                    row_loss_best_isa(&row[..spec.classes], t as usize)
                 })
                 .collect())
         })?;
@@ -76,28 +74,9 @@ impl LossKernels for CpuBackend {
                         dx.fill(T::store(<T as Float>::C::ZERO));
                         return;
                     }
-                    let row = &row[..spec.classes];
-                    let (max, sum) = max_and_sum_exp::<T>(row);
-                    for (j, (d, &x)) in dx.iter_mut().zip(row).enumerate() {
-                        let p = (x.load() - max).exp() / sum;
-                        let p = if j == t as usize {
-                            p - <T as Float>::C::ONE
-                        } else {
-                            p
-                        };
-                        *d = T::store(p * scale);
-                    }
+                    row_grad_best_isa(dx, &row[..spec.classes], t as usize, scale);
                 });
             Ok(())
         })
     }
-}
-
-/// The largest element of a row and `sum_j exp(row[j] - max)`, in the compute type.
-fn max_and_sum_exp<T: Float>(row: &[T]) -> (T::C, T::C) {
-    let max = row.iter().fold(T::C::NEG_INFINITY, |m, &x| m.max(x.load()));
-    let sum = row
-        .iter()
-        .fold(T::C::ZERO, |s, &x| s + (x.load() - max).exp());
-    (max, sum)
 }

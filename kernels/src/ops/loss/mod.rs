@@ -9,6 +9,7 @@ mod cpu;
 mod cuda;
 pub(crate) mod kernels;
 mod meta;
+mod rows;
 
 pub use kernels::{CrossEntropySpec, LossKernels, loss_dtype};
 
