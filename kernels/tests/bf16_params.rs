@@ -29,7 +29,14 @@ const LR: f64 = 0.3 / 128.0;
 
 /// The parameter after one step of `step` (fresh state, lr [`LR`], no weight decay) on `p`
 /// with gradient `g`, both of `dtype`.
-fn one_step(device: &Device, step: Step, update: Update, dtype: DType, p: &[f64], g: &[f64]) -> Vec<f64> {
+fn one_step(
+    device: &Device,
+    step: Step,
+    update: Update,
+    dtype: DType,
+    p: &[f64],
+    g: &[f64],
+) -> Vec<f64> {
     let n = p.len();
     let mut param = Array::from_f64(device, [n], dtype, p).unwrap();
     let grad = Array::from_f64(device, [n], dtype, g).unwrap();
@@ -38,7 +45,11 @@ fn one_step(device: &Device, step: Step, update: Update, dtype: DType, p: &[f64]
         weight_decay: 0.0,
         ..AdamW::default()
     };
-    let state = if dtype == DType::F32 { DType::BF16 } else { dtype };
+    let state = if dtype == DType::F32 {
+        DType::BF16
+    } else {
+        dtype
+    };
     match step {
         Step::Adam => {
             let mut m = Array::zeros(device, [n], state).unwrap();
@@ -127,7 +138,14 @@ fn bf16_steps_under_half_a_spacing_move_the_mean_without_bias() {
         for step in STEPS {
             let p = vec![1.5; n];
             let g = vec![1.0; n];
-            let got = one_step(&device, step, Update::new(1).on_stream(3), DType::BF16, &p, &g);
+            let got = one_step(
+                &device,
+                step,
+                Update::new(1).on_stream(3),
+                DType::BF16,
+                &p,
+                &g,
+            );
             let (below, above) = (1.5 - 1.0 / 128.0, 1.5);
             assert!(
                 got.iter().all(|&x| x == below || x == above),
@@ -155,7 +173,14 @@ fn bf16_draws_are_a_function_of_step_and_stream() {
             assert_eq!(first, again, "{device} {step:?}: one update, two draws");
             let other = one_step(&device, step, update.on_stream(9), DType::BF16, &p, &g);
             assert_ne!(first, other, "{device} {step:?}: two streams, one draw");
-            let later = one_step(&device, step, Update::new(6).on_stream(2), DType::BF16, &p, &g);
+            let later = one_step(
+                &device,
+                step,
+                Update::new(6).on_stream(2),
+                DType::BF16,
+                &p,
+                &g,
+            );
             assert_ne!(first, later, "{device} {step:?}: two steps, one draw");
         }
     }
@@ -170,7 +195,14 @@ fn f32_parameters_never_see_a_draw() {
     for device in devices() {
         for step in STEPS {
             let got = one_step(&device, step, Update::new(4), DType::F32, &p, &g);
-            let other = one_step(&device, step, Update::new(4).on_stream(8), DType::F32, &p, &g);
+            let other = one_step(
+                &device,
+                step,
+                Update::new(4).on_stream(8),
+                DType::F32,
+                &p,
+                &g,
+            );
             assert_eq!(got, other, "{device} {step:?}: an f32 parameter drew");
         }
     }

@@ -303,7 +303,14 @@ fn a_bf16_model_learns_from_steps_under_half_of_bf16s_spacing() {
         .unwrap();
     // Inputs and softmax's error are within [-1, 1], so is every gradient: lr * g < 2^-8.
     let lr = 1.0 / 512.0;
-    let mut sgd = Sgd::new(&model, SgdConfig { lr, ..SgdConfig::default() }).unwrap();
+    let mut sgd = Sgd::new(
+        &model,
+        SgdConfig {
+            lr,
+            ..SgdConfig::default()
+        },
+    )
+    .unwrap();
     let mut losses = Vec::new();
     for _ in 0..600 {
         let tape = Tape::new();
