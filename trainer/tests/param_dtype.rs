@@ -52,8 +52,13 @@ fn bf16_config(dir: &TempDir) -> TrainConfig {
 #[test]
 fn a_bf16_run_is_planned_exactly_with_and_without_the_update_in_the_backward_pass() {
     let dir = TempDir::new("param-dtype-plan");
-    for in_backward in [false, true] {
+    for (in_backward, precision) in [
+        (false, PrecisionKind::F32),
+        (true, PrecisionKind::F32),
+        (false, PrecisionKind::Bf16),
+    ] {
         let mut config = bf16_config(&dir);
+        config.precision.dtype = precision;
         config.batch.micro = None;
         config.model.width = 64;
         config.model.layers = 2;
@@ -78,7 +83,7 @@ fn a_bf16_run_is_planned_exactly_with_and_without_the_update_in_the_backward_pas
         let measured = trainer.device().allocator().stats().peak_in_use;
         assert_eq!(
             measured, plan.predicted_peak,
-            "in backward {in_backward}: {plan}"
+            "in backward {in_backward}, precision {precision:?}: {plan}"
         );
     }
 }

@@ -197,8 +197,9 @@ impl Head {
 impl Tensor {
     /// The mean cross-entropy of the logits `self @ weight^T` against `targets`, over the rows
     /// whose target is not `ignore`, computed `chunk` rows at a time so that the logits never
-    /// exist whole: `self` is `[rows, features]` (a model's last hidden states, f32 or f64),
-    /// `weight` `[vocabulary, features]` of the same dtype (the head, or a tied embedding),
+    /// exist whole: `self` is `[rows, features]` (a model's last hidden states, f32 or f64, or
+    /// a half dtype for half parameters, whose weight gradient is summed over the chunks in
+    /// f32), `weight` `[vocabulary, features]` of the same dtype (the head, or a tied embedding),
     /// `targets` `[rows]` (U32). Equal to `self.linear(weight, None)` followed by
     /// [`Tensor::cross_entropy`], to float tolerance, gradients included. Reads the targets
     /// back to count each chunk's rows.
