@@ -7,11 +7,11 @@ use super::{PrecisionKind, Problems, TrainConfig};
 
 /// The dtype of a GPT's parameters, and so of their gradients and of an optimizer state kept
 /// in the parameter's dtype. bf16 halves the weights, the gradients and such a state, as
-/// torchtune trains: every product runs in bf16 whatever `precision` says (the norms and the
-/// loss compute in f32 inside their kernels), micro-batch gradients are summed in bf16, and
-/// each update is rounded to bf16 stochastically so that steps under half of bf16's spacing
-/// still move the weights on average. The memory policy never chooses it: the user does, or
-/// a plan that fits nothing else names it as a remedy.
+/// torchtune trains: every product runs in bf16 whatever `precision` says (under bf16
+/// autocast, which keeps the norms and the loss in f32), micro-batch gradients are summed in
+/// bf16, and each update is rounded to bf16 stochastically so that steps under half of bf16's
+/// spacing still move the weights on average. The memory policy never chooses it: the user
+/// does, or a plan that fits nothing else names it as a remedy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ParamDtype {
@@ -46,6 +46,16 @@ impl ParamDtype {
 }
 
 impl TrainConfig {
+    /// The precision a step runs under: `precision`, but bf16 for bf16 parameters, whose
+    /// products are bf16 whatever it says, so that autocast keeps the norms and the loss in
+    /// f32 as it does for f32 parameters.
+    pub fn compute_precision(&self) -> PrecisionKind {
+        match (self.model.param_dtype, self.precision.dtype) {
+            (ParamDtype::Bf16, PrecisionKind::F32) => PrecisionKind::Bf16,
+            (_, precision) => precision,
+        }
+    }
+
     /// The problems of bf16 parameters with the rest of the configuration.
     pub(super) fn check_param_dtype(&self, problems: &mut Problems) {
         if self.model.param_dtype.is_f32() {
