@@ -78,7 +78,7 @@ fn kernels(family: Family) -> Vec<String> {
             .collect(),
         Family::Optim => {
             let mut names = per_float(&["adamw", "sgd"]);
-            names.extend(["f32", "f16"].map(|p| format!("adamw_bf16_state_{p}")));
+            names.extend(["f32", "f16", "bf16"].map(|p| format!("adamw_bf16_state_{p}")));
             names.extend(["f32", "f16", "bf16"].map(|p| format!("adamw_8bit_{p}")));
             names
         }

@@ -2,9 +2,10 @@
 
 mod common;
 
-use common::device;
+use common::{device, seed};
 use headroom_autograd::{Gradients, Tape, Tensor};
-use headroom_kernels::DType;
+use headroom_kernels::{Array, DType};
+use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
     Activation, AdamW, AdamWConfig, Initializer, LrSchedule, Module, Optimizer, Sgd, SgdConfig,
     Shared, StatePrecision, StateShard, clip_grad_norm, mlp, training_memory,
@@ -273,4 +274,66 @@ fn a_sharded_state_updates_its_share_as_the_whole_state_does() {
             assert_eq!(own, names, "rank {rank} sends what it keeps");
         }
     }
+}
+
+#[test]
+fn a_bf16_model_learns_from_steps_under_half_of_bf16s_spacing() {
+    let device = device();
+    let s = seed();
+    let task = common::TeacherTask::new(2, 3, s);
+    let (x, y) = task.sample(512, s + 1);
+    let (x, y) = (
+        Tensor::from_f64(&device, [512, 2], DType::BF16, &x).unwrap(),
+        Tensor::from_host(&device, [512], &y).unwrap(),
+    );
+    // Every parameter at 1.5, where bf16's spacing is 2^-7: a step under 2^-8 rounded to
+    // nearest would leave it where it was.
+    let mut model = mlp(
+        &mut Initializer::new(&device, DType::BF16, s),
+        &[2, 3],
+        Activation::Relu,
+    )
+    .unwrap();
+    model
+        .visit_mut(&mut |_, t| {
+            let array = Array::full(&device, t.shape().clone(), DType::BF16, 1.5)?;
+            *t = Tensor::variable(array);
+            Ok(())
+        })
+        .unwrap();
+    // Inputs and softmax's error are within [-1, 1], so is every gradient: lr * g < 2^-8.
+    let lr = 1.0 / 512.0;
+    let mut sgd = Sgd::new(
+        &model,
+        SgdConfig {
+            lr,
+            ..SgdConfig::default()
+        },
+    )
+    .unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..600 {
+        let tape = Tape::new();
+        let loss = tape
+            .record(|| cross_entropy(&model.forward(&x)?, &y, None))
+            .unwrap();
+        losses.push(loss.to_f64().unwrap()[0]);
+        let grads = tape
+            .gradient(&loss, &model.parameters().iter().collect::<Vec<_>>())
+            .unwrap();
+        drop(tape);
+        // Each element's step is under half of bf16's spacing at its value (the smaller
+        // spacing below a power of two), so rounding to nearest would keep every one.
+        for param in model.parameters() {
+            let grad = grads.get(&param).unwrap().to_f64().unwrap();
+            for (v, g) in param.to_f64().unwrap().iter().zip(grad) {
+                let half_spacing = 2f64.powi(v.abs().log2().ceil() as i32 - 9);
+                assert!(lr * g.abs() < half_spacing, "a step of {} at {v}", lr * g);
+            }
+        }
+        sgd.step(&mut model, &grads, 1.0).unwrap();
+    }
+    let (start, end) = (losses[0], losses[losses.len() - 1]);
+    eprintln!("bf16 loss from {start} to {end}");
+    assert!(end < 0.95 * start, "loss from {start} to {end}");
 }

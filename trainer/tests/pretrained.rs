@@ -467,3 +467,30 @@ fn a_pretrained_epsilon_stays_with_the_run_and_its_saved_model() {
     let norms = gpt.blocks.iter().flat_map(|b| [b.ln1.eps(), b.ln2.eps()]);
     assert!(norms.chain([gpt.ln_f.eps()]).all(|eps| eps == 1e-3));
 }
+
+#[test]
+fn a_bf16_run_starts_from_the_pretrained_weights_rounded_and_exports_them() {
+    let dir = TempDir::new("pretrained-bf16");
+    let shards = tiny_shards(&dir);
+    let run = dir.0.join("run");
+    let mut config = run_config(&run, Some(&tiny()), &shards, 2, STILL_LR);
+    config.model.param_dtype = headroom_trainer::config::ParamDtype::Bf16;
+    train(config);
+    let out = dir.0.join("export");
+    export(&run, &out);
+    let (exported, pretrained) = (hf_tensors(&out), hf_tensors(&tiny()));
+    let mut rounded = 0;
+    for (name, (dims, values)) in &pretrained {
+        let (their_dims, theirs) = &exported[name];
+        assert_eq!(dims, their_dims, "{name}");
+        for (x, y) in values.iter().zip(theirs) {
+            // bf16 keeps 7 bits of fraction: rounded to nearest, within 2^-8 of the value.
+            assert!(
+                (x - y).abs() <= x.abs() / 256.0,
+                "{name}: {y} exported for {x}"
+            );
+            rounded += usize::from(x != y);
+        }
+    }
+    assert!(rounded > 0, "no weight was rounded to bf16");
+}

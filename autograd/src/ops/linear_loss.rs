@@ -145,11 +145,16 @@ impl Head {
     /// gradient `g`.
     fn grads(&self, g: &Array, (hidden, weight): (bool, bool)) -> Result<[Option<Array>; 2]> {
         let device = self.hidden.device();
-        // The weight's gradient with the padded rows, cut back once all chunks are in.
+        // The weight's gradient with the padded rows, cut back once all chunks are in; a half
+        // weight's (bf16 parameters) is summed over the chunks in f32 and rounded once.
+        let summed_in = match self.weight.dtype() {
+            DType::F16 | DType::BF16 => DType::F32,
+            dtype => dtype,
+        };
         let mut dweight = when(weight, || {
             let features = self.weight.shape().dims()[1];
             let rows = self.vocab() + self.pad;
-            Array::zeros(device, [rows, features], self.weight.dtype()).map_err(Into::into)
+            Array::zeros(device, [rows, features], summed_in).map_err(Into::into)
         })?;
         let mut dhidden = Vec::with_capacity(self.chunks.len());
         for &c in &self.chunks {
@@ -178,6 +183,9 @@ impl Head {
             Some(dw) if self.pad > 0 => Some(narrow(&dw, 0, 0, self.vocab())?),
             dw => dw,
         };
+        let dweight = dweight
+            .map(|dw| in_dtype(&dw, self.weight.dtype()))
+            .transpose()?;
         let dhidden = when(hidden, || {
             let parts: Vec<&Array> = dhidden.iter().collect();
             concat(&parts, 0).map_err(Into::into)
@@ -189,8 +197,9 @@ impl Head {
 impl Tensor {
     /// The mean cross-entropy of the logits `self @ weight^T` against `targets`, over the rows
     /// whose target is not `ignore`, computed `chunk` rows at a time so that the logits never
-    /// exist whole: `self` is `[rows, features]` (a model's last hidden states, f32 or f64),
-    /// `weight` `[vocabulary, features]` of the same dtype (the head, or a tied embedding),
+    /// exist whole: `self` is `[rows, features]` (a model's last hidden states, f32 or f64, or
+    /// a half dtype for half parameters, whose weight gradient is summed over the chunks in
+    /// f32), `weight` `[vocabulary, features]` of the same dtype (the head, or a tied embedding),
     /// `targets` `[rows]` (U32). Equal to `self.linear(weight, None)` followed by
     /// [`Tensor::cross_entropy`], to float tolerance, gradients included. Reads the targets
     /// back to count each chunk's rows.

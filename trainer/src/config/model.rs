@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::model_family::{ModelFamily, RopeScaling};
-use super::{Preset, Problems};
+use super::{ParamDtype, Preset, Problems};
 
 /// Which model, and its sizes. An MLP's input width and classes come from the data; so does a
 /// GPT's vocabulary where the data fixes one (addition, characters).
@@ -80,6 +80,10 @@ pub struct ModelConfig {
     /// crops GPT-2's position table).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from: Option<PathBuf>,
+    /// GPT: the dtype its parameters are kept in ([`ParamDtype`]): `"f32"` (the default) or
+    /// `"bf16"` (half the weights' and gradients' memory, updates rounded stochastically).
+    #[serde(skip_serializing_if = "ParamDtype::is_f32")]
+    pub param_dtype: ParamDtype,
 }
 
 impl Default for ModelConfig {
@@ -108,6 +112,7 @@ impl Default for ModelConfig {
             hidden: vec![256, 256],
             norm_eps: None,
             init_from: None,
+            param_dtype: ParamDtype::F32,
         }
     }
 }

@@ -6,7 +6,8 @@ use headroom_alloc::ByteSize;
 use serde::Deserialize;
 
 use super::{
-    DataKind, ModelKind, PrecisionKind, Preset, RatesKind, Recompute, StateKind, TrainConfig,
+    DataKind, ModelKind, ParamDtype, PrecisionKind, Preset, RatesKind, Recompute, StateKind,
+    TrainConfig,
 };
 
 /// Flags that override the configuration (file or defaults), setting by setting; `--preset`
@@ -73,6 +74,10 @@ pub struct Overrides {
     /// GELU's output) or blocks (each GPT block run again; the value when none is given).
     #[cfg_attr(feature = "cli", arg(long, num_args = 0..=1, default_missing_value = "blocks", value_parser = parse_recompute))]
     pub recompute: Option<Recompute>,
+    /// f32 or bf16: the dtype a GPT keeps its parameters in (model.param_dtype; bf16 rounds
+    /// each update stochastically).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_param_dtype))]
+    pub param_dtype: Option<ParamDtype>,
     /// auto (choose the memory techniques left unset by predicted step time) or manual
     /// (memory.policy).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_policy))]
@@ -158,6 +163,11 @@ fn parse_data(text: &str) -> Result<DataKind, String> {
 
 #[cfg(feature = "cli")]
 fn parse_preset(text: &str) -> Result<Preset, String> {
+    parse_kebab(text)
+}
+
+#[cfg(feature = "cli")]
+fn parse_param_dtype(text: &str) -> Result<ParamDtype, String> {
     parse_kebab(text)
 }
 
@@ -275,6 +285,7 @@ impl Overrides {
         if self.recompute.is_some() {
             config.model.recompute = self.recompute;
         }
+        set(&mut config.model.param_dtype, self.param_dtype);
         set(&mut config.memory.policy, self.memory_policy);
         set(&mut config.memory.rates, self.memory_rates);
         if self.optimizer_state.is_some() {

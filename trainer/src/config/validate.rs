@@ -29,6 +29,7 @@ impl TrainConfig {
         let mut problems = Problems::default();
         self.check_run(&mut problems);
         self.model.check(&mut problems);
+        self.check_param_dtype(&mut problems);
         self.check_model_reads_the_data(&mut problems);
         self.data.check(&mut problems);
         self.check_data_fits_the_model(&mut problems);

@@ -1,11 +1,11 @@
 //! Headroom's own models: a GPT over token sequences or an MLP over feature vectors, with f32
-//! master weights, its inputs' shape taken from the data, built as the configuration's
+//! master weights (or a GPT's in bf16, `model.param_dtype`), its inputs' shape taken from the data, built as the configuration's
 //! `[model]` describes ([`BuiltinModel`]) and trained through the same trait as a user's model.
 
 use std::any::Any;
 
 use headroom_autograd::Tensor;
-use headroom_kernels::{DType, Device};
+use headroom_kernels::Device;
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
     Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
@@ -32,7 +32,7 @@ impl TrainModel {
         device: &Device,
         seed: u64,
     ) -> Result<Self> {
-        let mut init = Initializer::new(device, DType::F32, seed);
+        let mut init = Initializer::new(device, config.param_dtype.dtype(), seed);
         match (config.kind, shape.as_tokens(), shape.as_features()) {
             (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
                 let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;

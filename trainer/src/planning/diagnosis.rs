@@ -4,6 +4,7 @@
 use headroom_alloc::{OomReport, format_bytes};
 use headroom_nn::{Optimizer, training_memory};
 
+use super::bf16_remedy::bf16_remedy;
 use crate::model::TrainableModel;
 
 /// What could not fit.
@@ -66,9 +67,10 @@ pub fn diagnose(
         None => "raise --memory-limit (`headroom plan` measures what one sample needs)".into(),
     };
     let suggestion = if fixed >= limit {
+        let bf16 = bf16_remedy(model, optimizer, &memory, limit).unwrap_or_default();
         format!(
             "the model, its gradients and its optimizer state alone exceed the limit; {raise}, \
-             or make the model smaller"
+             or make the model smaller{bf16}"
         )
     } else {
         let recompute = if model.could_recompute() {

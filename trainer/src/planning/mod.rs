@@ -6,6 +6,7 @@
 //!
 //! The planner's answer is a [`Plan`]; [`plan`] finds it (`search.rs`).
 
+pub(crate) mod bf16_remedy;
 pub(crate) mod budget;
 pub(crate) mod diagnosis;
 pub mod head_chunk;

@@ -67,7 +67,7 @@ impl<'a> StepContext<'a> {
             model,
             optimizer,
             scaler,
-            precision: config.precision.dtype,
+            precision: config.compute_precision(),
             clip: config.optimizer.clip,
             in_backward: config.optimizer.in_backward.unwrap_or(false),
             world: None,

@@ -76,7 +76,7 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
         &run.model,
         &task,
         &run.device,
-        config.precision.dtype,
+        config.compute_precision(),
         chunk,
     )?;
     let described = match &config.data.path {

@@ -292,7 +292,7 @@ impl Trainer {
                 &*t.model,
                 &t.task,
                 &t.device,
-                t.config.precision.dtype,
+                t.config.compute_precision(),
                 t.state.micro.size(),
             )
         })

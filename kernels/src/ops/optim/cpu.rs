@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::QUANT_BLOCK;
 use super::dynamic_map::{decode_signed, decode_unsigned, encode_signed, encode_unsigned};
 use super::kernels::{AdamW, AdamWOperands, OptimKernels, QuantizedMut, Sgd, Update};
-use super::rounding::bf16_stochastic;
+use super::rounding::{bf16_stochastic, store_param};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, DType, Float};
@@ -50,10 +50,29 @@ impl<C: Compute> AdamConstants<C> {
     }
 }
 
-/// AdamW with its moments in bf16 for a parameter `T` computed in f32, rounded stochastically.
+/// The rounding streams of one update: AdamW's two moments and a bf16 parameter.
+#[derive(Debug, Clone, Copy)]
+struct Seeds {
+    m: u64,
+    v: u64,
+    param: u64,
+}
+
+impl Seeds {
+    fn of(update: Update) -> Self {
+        Self {
+            m: update.rounding_seed(0),
+            v: update.rounding_seed(1),
+            param: update.rounding_seed(2),
+        }
+    }
+}
+
+/// AdamW with its moments in bf16 for a parameter `T` computed in f32, rounded stochastically,
+/// and the parameter too where it is bf16.
 fn adamw_bf16_state<T: Float<C = f32>>(
     consts: &AdamConstants<f32>,
-    seeds: (u64, u64),
+    seeds: Seeds,
     param: &mut [T],
     grad: &[T],
     m: &mut [bf16],
@@ -70,18 +89,18 @@ fn adamw_bf16_state<T: Float<C = f32>>(
                 let at = first + i as u64;
                 let (p_new, m_new, v_new) =
                     consts.apply(p.load(), g.load(), m.to_f32(), v.to_f32());
-                *p = T::store(p_new);
-                *m = bf16_stochastic(m_new, random_bits(seeds.0, at));
-                *v = bf16_stochastic(v_new, random_bits(seeds.1, at));
+                *p = store_param::<T>(p_new, seeds.param, at);
+                *m = bf16_stochastic(m_new, random_bits(seeds.m, at));
+                *v = bf16_stochastic(v_new, random_bits(seeds.v, at));
             }
         });
 }
 
-/// AdamW with its moments block-wise in 8 bits, for a parameter `T` computed in f32: one block
-/// of [`QUANT_BLOCK`] elements a task.
+/// AdamW with its moments block-wise in 8 bits, for a parameter `T` computed in f32 (rounded
+/// stochastically where it is bf16): one block of [`QUANT_BLOCK`] elements a task.
 fn adamw_8bit_state<T: Float<C = f32>>(
     consts: &AdamConstants<f32>,
-    seeds: (u64, u64),
+    seeds: Seeds,
     param: &mut [T],
     grad: &[T],
     (m, m_scales): (&mut [u8], &mut [f32]),
@@ -96,21 +115,21 @@ fn adamw_8bit_state<T: Float<C = f32>>(
         .for_each(|(block, (((p, g), (m, m_scale)), (v, v_scale)))| {
             let mut moments = [(0f32, 0f32); QUANT_BLOCK];
             let (mut m_max, mut v_max) = (0f32, 0f32);
+            let first = (block * QUANT_BLOCK) as u64;
             for (i, (p, &g)) in p.iter_mut().zip(g).enumerate() {
                 let m_old = decode_signed(m[i]) * *m_scale;
                 let v_old = decode_unsigned(v[i]) * *v_scale;
                 let (p_new, m_new, v_new) = consts.apply(p.load(), g.load(), m_old, v_old);
-                *p = T::store(p_new);
+                *p = store_param::<T>(p_new, seeds.param, first + i as u64);
                 moments[i] = (m_new, v_new);
                 // NaN-propagating, as the CUDA kernel reduces.
                 m_max = Compute::max(m_max, m_new.abs());
                 v_max = Compute::max(v_max, v_new);
             }
-            let first = (block * QUANT_BLOCK) as u64;
             for (i, &(m_new, v_new)) in moments[..p.len()].iter().enumerate() {
                 let at = first + i as u64;
-                m[i] = encode_signed(relative(m_new, m_max), random_bits(seeds.0, at));
-                v[i] = encode_unsigned(relative(v_new, v_max), random_bits(seeds.1, at));
+                m[i] = encode_signed(relative(m_new, m_max), random_bits(seeds.m, at));
+                v[i] = encode_unsigned(relative(v_new, v_max), random_bits(seeds.v, at));
             }
             *m_scale = m_max;
             *v_scale = v_max;
@@ -156,9 +175,11 @@ impl OptimKernels for CpuBackend {
         operands: AdamWOperands<'_, &mut Buffer>,
     ) -> Result<()> {
         let AdamWOperands { param, grad, m, v } = operands;
-        if m.dtype() != param.dtype() {
+        // Narrow moments, or a bf16 parameter (whose moments are bf16 too): rounded
+        // stochastically.
+        if m.dtype() != param.dtype() || param.dtype() == DType::BF16 {
             let consts = AdamConstants::new(config, update);
-            let seeds = (update.rounding_seed(0), update.rounding_seed(1));
+            let seeds = Seeds::of(update);
             return with_f32_compute!(param.dtype(), "adamw", |T| {
                 adamw_bf16_state::<T>(
                     &consts,
@@ -202,7 +223,7 @@ impl OptimKernels for CpuBackend {
     ) -> Result<()> {
         let AdamWOperands { param, grad, m, v } = operands;
         let consts = AdamConstants::new(config, update);
-        let seeds = (update.rounding_seed(0), update.rounding_seed(1));
+        let seeds = Seeds::of(update);
         with_f32_compute!(param.dtype(), "adamw", |T| {
             adamw_8bit_state::<T>(
                 &consts,
@@ -236,24 +257,29 @@ impl OptimKernels for CpuBackend {
             let (lr, wd, mu) = (c(config.lr), c(config.weight_decay), c(config.momentum));
             let (scale, undamped) = (c(update.grad_scale), c(1.0 - config.dampening));
             let (first, nesterov) = (update.step == 1, config.nesterov);
+            let seed = update.rounding_seed(2);
             let grad = grad.host::<T>("sgd")?;
             let param = param.host_mut::<T>("sgd")?;
             match momentum {
                 None => param
                     .par_chunks_mut(CHUNK)
                     .zip(grad.par_chunks(CHUNK))
-                    .for_each(|(p, g)| {
-                        for (p, &g) in p.iter_mut().zip(g) {
+                    .enumerate()
+                    .for_each(|(chunk, (p, g))| {
+                        let at = (chunk * CHUNK) as u64;
+                        for (i, (p, &g)) in p.iter_mut().zip(g).enumerate() {
                             let d = g.load() * scale + wd * p.load();
-                            *p = T::store(p.load() - lr * d);
+                            *p = store_param::<T>(p.load() - lr * d, seed, at + i as u64);
                         }
                     }),
                 Some(buffer) => param
                     .par_chunks_mut(CHUNK)
                     .zip(grad.par_chunks(CHUNK))
                     .zip(buffer.host_mut::<T>("sgd")?.par_chunks_mut(CHUNK))
-                    .for_each(|((p, g), b)| {
-                        for ((p, &g), b) in p.iter_mut().zip(g).zip(b) {
+                    .enumerate()
+                    .for_each(|(chunk, ((p, g), b))| {
+                        let at = (chunk * CHUNK) as u64;
+                        for (i, ((p, &g), b)) in p.iter_mut().zip(g).zip(b).enumerate() {
                             let d = g.load() * scale + wd * p.load();
                             let buf = if first {
                                 d
@@ -262,7 +288,7 @@ impl OptimKernels for CpuBackend {
                             };
                             let step = if nesterov { d + mu * buf } else { buf };
                             *b = T::store(buf);
-                            *p = T::store(p.load() - lr * step);
+                            *p = store_param::<T>(p.load() - lr * step, seed, at + i as u64);
                         }
                     }),
             }

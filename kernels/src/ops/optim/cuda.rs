@@ -26,6 +26,12 @@ fn adamw_constants(config: &AdamW, update: Update) -> [Arg; 7] {
     ]
 }
 
+/// The seeds that round an update's first moment, second moment and bf16 parameter
+/// ([`Update::rounding_seed`]).
+fn rounding_seeds(update: Update) -> [Arg; 3] {
+    [0, 1, 2].map(|buffer| update.rounding_seed(buffer).into())
+}
+
 /// The suffix of a narrow-state kernel for a parameter of `dtype` (computed in f32).
 fn f32_compute(dtype: DType) -> Result<&'static str> {
     match dtype {
@@ -53,14 +59,13 @@ impl OptimKernels for CudaBackend {
             return Ok(());
         }
         let constants = adamw_constants(config, update);
-        if m.dtype() != param.dtype() {
+        // Narrow moments, or a bf16 parameter (whose moments are bf16 too): rounded
+        // stochastically.
+        if m.dtype() != param.dtype() || param.dtype() == DType::BF16 {
             let name = format!("adamw_bf16_state_{}", f32_compute(param.dtype())?);
             let mut args: Vec<Arg> = vec![param.into(), grad.into(), m.into(), v.into(), n.into()];
             args.extend(constants);
-            args.extend([
-                update.rounding_seed(0).into(),
-                update.rounding_seed(1).into(),
-            ]);
+            args.extend(rounding_seeds(update));
             return self.launch("adamw", Family::Optim, &name, self.grid(n as u64), &args);
         }
         let name = float_kernel("adamw", param.dtype(), "adamw")?;
@@ -91,10 +96,7 @@ impl OptimKernels for CudaBackend {
             n.into(),
         ];
         args.extend(adamw_constants(config, update));
-        args.extend([
-            update.rounding_seed(0).into(),
-            update.rounding_seed(1).into(),
-        ]);
+        args.extend(rounding_seeds(update));
         // One block of 256 threads per quantization block.
         let blocks = n.div_ceil(QUANT_BLOCK) as u32;
         let launch = LaunchConfig {
@@ -120,7 +122,7 @@ impl OptimKernels for CudaBackend {
         }
         // A null momentum buffer means plain SGD.
         let buffer = momentum.map_or(0, |b| b.addr());
-        let args: [Arg; 11] = [
+        let args: [Arg; 12] = [
             param.into(),
             grad.into(),
             buffer.into(),
@@ -132,6 +134,7 @@ impl OptimKernels for CudaBackend {
             (1.0 - config.dampening).into(),
             (update.step == 1).into(),
             config.nesterov.into(),
+            update.rounding_seed(2).into(),
         ];
         self.launch("sgd", Family::Optim, &name, self.grid(n as u64), &args)
     }

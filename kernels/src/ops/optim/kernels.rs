@@ -86,7 +86,8 @@ impl Default for Sgd {
 /// Which update this is and how to read the gradient: its number (from 1), a factor every
 /// gradient element is multiplied by first (to unscale a loss scale or clip by norm without
 /// touching the gradient's memory), and the stream of random numbers that rounds state kept
-/// narrower than its parameter (one per parameter, so that no two share their draws).
+/// narrower than its parameter, and a bf16 parameter (one per parameter, so that no two share
+/// their draws).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Update {
     /// The update's number, from 1.
@@ -120,9 +121,10 @@ impl Update {
         Self { stream, ..self }
     }
 
-    /// The seed that rounds state buffer `buffer` (0 for AdamW's first moment, 1 for its
-    /// second) of this update: a pure function of the step, the stream and the buffer, so that
-    /// every backend rounds alike and a resumed run draws what an unbroken one would.
+    /// The seed that rounds buffer `buffer` of this update (0 for AdamW's first moment, 1 for
+    /// its second, 2 for a bf16 parameter): a pure function of the step, the stream and the
+    /// buffer, so that every backend rounds alike and a resumed run draws what an unbroken one
+    /// would.
     pub fn rounding_seed(&self, buffer: u64) -> u64 {
         crate::ops::random::kernels::random_bits(
             self.step ^ self.stream.wrapping_mul(0xD1B5_4A32_D192_ED03),
@@ -174,7 +176,8 @@ impl Default for AdamW {
 pub trait OptimKernels {
     /// One AdamW step, in place; float dtypes, the gradient of the parameter's dtype and
     /// length, and the moments of its length in its dtype or in bf16 (for a parameter computed
-    /// in f32), then rounded stochastically ([`Update::rounding_seed`]).
+    /// in f32). bf16 moments, and a bf16 parameter, are rounded stochastically
+    /// ([`Update::rounding_seed`]); every other dtype to nearest.
     fn adamw(
         &self,
         config: &AdamW,
@@ -185,7 +188,8 @@ pub trait OptimKernels {
     /// One AdamW step with moments kept block-wise in 8 bits (the first moment on the signed
     /// dynamic map, the second on the unsigned one): each block is decoded, updated in f32,
     /// the parameter updated from the new moments, and the moments encoded again against the
-    /// block's new largest magnitude, rounded stochastically. A parameter computed in f32.
+    /// block's new largest magnitude, rounded stochastically. A parameter computed in f32,
+    /// rounded stochastically where it is bf16.
     fn adamw_8bit(
         &self,
         config: &AdamW,
@@ -194,7 +198,8 @@ pub trait OptimKernels {
     ) -> Result<()>;
 
     /// One SGD step, in place, with a momentum buffer when `config.momentum` is not 0; float
-    /// dtypes, every buffer of one dtype and length.
+    /// dtypes, every buffer of one dtype and length. A bf16 parameter is rounded
+    /// stochastically ([`Update::rounding_seed`] 2), the momentum buffer to nearest.
     fn sgd(
         &self,
         config: &Sgd,

@@ -127,8 +127,10 @@ impl Quantized {
 /// One AdamW step on `param` with gradient `grad` (times `update.grad_scale`) and moments `m`,
 /// `v` (zeros before step 1): `p -= lr * wd * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 /// p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)`. The moments are in the
-/// parameter's dtype, or in bf16 for a parameter computed in f32, then rounded stochastically
-/// ([`rounding`]) on the update's stream.
+/// parameter's dtype, or in bf16 for a parameter computed in f32. bf16 moments and a bf16
+/// parameter are rounded stochastically ([`rounding`]) on the update's stream, so that an
+/// update smaller than half of bf16's spacing still moves them on average; f32 and f16 are
+/// rounded to nearest.
 ///
 /// ```
 /// use headroom_kernels::{Array, Device, DeviceConfig, DType};
@@ -183,7 +185,8 @@ pub fn adamw_step(
 /// 1): each block is decoded, updated in f32 and encoded again against its new largest
 /// magnitude, the first moment on the signed [`dynamic_map`], the second on the unsigned one,
 /// rounded stochastically on the update's stream. The parameter moves by the moments before
-/// they are encoded. For a parameter computed in f32.
+/// they are encoded. For a parameter computed in f32; a bf16 parameter is rounded
+/// stochastically.
 ///
 /// ```
 /// use headroom_kernels::{Array, Device, DeviceConfig, DType};
@@ -227,7 +230,8 @@ pub fn adamw_step_8bit(
 /// `torch.optim.SGD`: `d = g + wd * p`; with momentum, `buf = d` at step 1 and
 /// `buf = momentum * buf + (1 - dampening) * d` after, then `d = buf` (or `d + momentum * buf`
 /// with Nesterov); `p -= lr * d`. `momentum` is the buffer, required exactly when
-/// `config.momentum` is not 0.
+/// `config.momentum` is not 0. A bf16 parameter is rounded stochastically on the update's
+/// stream ([`rounding`]), every other dtype to nearest.
 ///
 /// ```
 /// use headroom_kernels::{Array, Device, DeviceConfig, DType};

@@ -1,6 +1,32 @@
 // Optimizer updates, one pass over each parameter and its state. The step's constants come
 // from the host in f64 and are rounded to the compute precision here, as on the host.
 
+// f32 rounded to bf16 up or down at random (`ops::optim::rounding`): the dropped 16 bits plus 16
+// random ones carry into the kept bits with probability equal to the dropped fraction.
+__device__ __forceinline__ bf16 bf16_stochastic(float x, u64 draw) {
+    const u32 u = __float_as_uint(x);
+    bf16 r;
+    if ((u & 0x7f800000u) == 0x7f800000u) {
+        r.bits = f32_to_bf16(x);  // infinities and NaN stay what they are
+    } else {
+        r.bits = (u16)((u + (u32)(draw >> 48)) >> 16);
+    }
+    return r;
+}
+
+// A parameter's new value stored as T (`ops::optim::rounding::store_param`): a bf16 parameter
+// rounded stochastically with the draw of element i on `seed`, any other to nearest.
+template <typename T>
+__device__ __forceinline__ T store_param(typename Io<T>::C x, u64 seed, u64 i) {
+    (void)seed;
+    (void)i;
+    return Io<T>::store(x);
+}
+template <>
+__device__ __forceinline__ bf16 store_param<bf16>(float x, u64 seed, u64 i) {
+    return bf16_stochastic(x, random_bits(seed, i));
+}
+
 #define OPTIM(name, T) \
     extern "C" __global__ void adamw_##name(T* param, const T* grad, T* m, T* v, u64 n, \
                                             double scale, double b1, double b2, double decay, \
@@ -21,7 +47,7 @@
     } \
     extern "C" __global__ void sgd_##name(T* param, const T* grad, T* buffer, u64 n, double lr, \
                                           double weight_decay, double momentum, double scale, \
-                                          double undamped, int first, int nesterov) { \
+                                          double undamped, int first, int nesterov, u64 seed) { \
         typedef Io<T> io; \
         typedef typename io::C C; \
         const C rate = (C)lr, wd = (C)weight_decay, mu = (C)momentum, s = (C)scale, u = (C)undamped; \
@@ -34,7 +60,7 @@
                 buffer[i] = io::store(b); \
                 step = nesterov ? d + mu * b : b; \
             } \
-            param[i] = io::store(p - rate * step); \
+            param[i] = store_param<T>(p - rate * step, seed, i); \
         } \
     }
 FOR_FLOATS(OPTIM)
@@ -56,36 +82,25 @@ struct AdamF32 {
     }
 };
 
-// f32 rounded to bf16 up or down at random (`ops::optim::rounding`): the dropped 16 bits plus 16
-// random ones carry into the kept bits with probability equal to the dropped fraction.
-__device__ __forceinline__ bf16 bf16_stochastic(float x, u64 draw) {
-    const u32 u = __float_as_uint(x);
-    bf16 r;
-    if ((u & 0x7f800000u) == 0x7f800000u) {
-        r.bits = f32_to_bf16(x);  // infinities and NaN stay what they are
-    } else {
-        r.bits = (u16)((u + (u32)(draw >> 48)) >> 16);
-    }
-    return r;
-}
-
-// AdamW with bf16 moments for a parameter computed in f32, rounded stochastically.
+// AdamW with bf16 moments for a parameter computed in f32, rounded stochastically, and the
+// parameter too where it is bf16.
 #define ADAMW_BF16_STATE(name, T) \
     extern "C" __global__ void adamw_bf16_state_##name(T* param, const T* grad, bf16* m, bf16* v, u64 n, \
                                                        double scale, double b1, double b2, double decay, \
                                                        double step_size, double root_correction, double eps, \
-                                                       u64 m_seed, u64 v_seed) { \
+                                                       u64 m_seed, u64 v_seed, u64 p_seed) { \
         typedef Io<T> io; \
         const AdamF32 adam(scale, b1, b2, decay, step_size, root_correction, eps); \
         for (u64 i = thread_index(); i < n; i += grid_stride()) { \
             float m_new = bf16_to_f32(m[i].bits), v_new = bf16_to_f32(v[i].bits); \
-            param[i] = io::store(adam.apply(io::load(param[i]), io::load(grad[i]), m_new, v_new)); \
+            param[i] = store_param<T>(adam.apply(io::load(param[i]), io::load(grad[i]), m_new, v_new), p_seed, i); \
             m[i] = bf16_stochastic(m_new, random_bits(m_seed, i)); \
             v[i] = bf16_stochastic(v_new, random_bits(v_seed, i)); \
         } \
     }
 ADAMW_BF16_STATE(f32, float)
 ADAMW_BF16_STATE(f16, f16)
+ADAMW_BF16_STATE(bf16, bf16)
 
 // The 8-bit dynamic map (`ops::optim::dynamic_map`), with the host's f32 operations in the
 // host's order (none contracted into a fused multiply-add), so that both store the same codes.
@@ -151,7 +166,7 @@ __device__ __forceinline__ float relative(float x, float scale) { return scale =
     extern "C" __global__ void __launch_bounds__(256) adamw_8bit_##name( \
         T* param, const T* grad, u8* m, float* m_scales, u8* v, float* v_scales, u64 n, double scale, \
         double b1, double b2, double decay, double step_size, double root_correction, double eps, \
-        u64 m_seed, u64 v_seed) { \
+        u64 m_seed, u64 v_seed, u64 p_seed) { \
         typedef Io<T> io; \
         __shared__ float scratch[8]; \
         const AdamF32 adam(scale, b1, b2, decay, step_size, root_correction, eps); \
@@ -166,7 +181,7 @@ __device__ __forceinline__ float relative(float x, float scale) { return scale =
             if (i < n) { \
                 ms[k] = __fmul_rn(decode_signed(m[i]), m_scale); \
                 vs[k] = __fmul_rn(map_magnitude(v[i], 8), v_scale); \
-                param[i] = io::store(adam.apply(io::load(param[i]), io::load(grad[i]), ms[k], vs[k])); \
+                param[i] = store_param<T>(adam.apply(io::load(param[i]), io::load(grad[i]), ms[k], vs[k]), p_seed, i); \
                 m_most = m_max(m_most, fabsf(ms[k])); \
                 v_most = m_max(v_most, vs[k]); \
             } \
