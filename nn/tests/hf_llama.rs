@@ -12,7 +12,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{device, parameter_bytes, TempDir};
+use common::{TempDir, device, parameter_bytes};
 use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::hf::{self, LlamaConfig};
