@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::init::Initializer;
 use crate::kv_cache::BlockKv;
 use crate::layer_kind::LayerKind;
-use crate::layers::activation::{Dropout, DropoutCounter};
+use crate::layers::activation::DropoutCounter;
 use crate::layers::attention::CausalSelfAttention;
 use crate::layers::block_mlp::{BlockMlp, MlpKind};
 use crate::layers::family::LlamaOptions;
@@ -44,8 +44,6 @@ impl Block {
         let ln1 = Norm::Layer(LayerNorm::new(init, width)?);
         let attn = CausalSelfAttention::new(init, width, heads, proj_std, dropout)?;
         let ln2 = Norm::Layer(LayerNorm::new(init, width)?);
-        let (p, counter) = dropout;
-        let dropout = Dropout::new(p, init.next_seed(), counter.clone())?;
         let mlp = BlockMlp::gelu(init, width, proj_std, dropout)?;
         Ok(Self {
             ln1,
@@ -70,8 +68,6 @@ impl Block {
         let attn =
             CausalSelfAttention::grouped(init, (width, heads), options, rotary, proj_std, dropout)?;
         let ln2 = Norm::Rms(RmsNorm::new(init, width, eps)?);
-        let (p, counter) = dropout;
-        let dropout = Dropout::new(p, init.next_seed(), counter.clone())?;
         let mlp = BlockMlp::swiglu(init, (width, options.mlp_width), proj_std, dropout)?;
         Ok(Self {
             ln1,

@@ -4,7 +4,7 @@ use headroom_autograd::Tensor;
 
 use crate::error::Result;
 use crate::init::{Init, Initializer};
-use crate::layers::activation::Dropout;
+use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::linear::Linear;
 use crate::module::{Module, visit_child, visit_child_mut};
 
@@ -39,29 +39,31 @@ pub enum MlpKind {
 }
 
 impl BlockMlp {
-    /// GPT-2's MLP over `width` features; the output layer's weight drawn with std `proj_std`.
+    /// GPT-2's MLP over `width` features; the output layer's weight drawn with std `proj_std`;
+    /// dropout `p` on its output. Its weights are drawn before its dropout's seed, so that a
+    /// seed gives the weights it always gave.
     pub fn gelu(
         init: &mut Initializer,
         width: usize,
         proj_std: f64,
-        dropout: Dropout,
+        (p, counter): (f64, &DropoutCounter),
     ) -> Result<Self> {
         let zero = Init::Constant(0.0);
         let fc = Linear::with_init(init, width, 4 * width, true, Init::Normal(0.02), zero)?;
         let proj = Linear::with_init(init, 4 * width, width, true, Init::Normal(proj_std), zero)?;
         Ok(Self {
             kind: MlpKind::Gelu { fc, proj },
-            dropout,
+            dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
         })
     }
 
     /// The Llama family's MLP over `width` features, `inner` wide; the output layer's weight
-    /// drawn with std `proj_std`.
+    /// drawn with std `proj_std`; dropout `p` on its output.
     pub fn swiglu(
         init: &mut Initializer,
         (width, inner): (usize, usize),
         proj_std: f64,
-        dropout: Dropout,
+        (p, counter): (f64, &DropoutCounter),
     ) -> Result<Self> {
         let zero = Init::Constant(0.0);
         let mut layer = |inputs, outputs, std| {
@@ -72,7 +74,7 @@ impl BlockMlp {
         let down = layer(inner, width, proj_std)?;
         Ok(Self {
             kind: MlpKind::SwiGlu { gate, up, down },
-            dropout,
+            dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
         })
     }
 
