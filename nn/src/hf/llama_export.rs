@@ -7,6 +7,7 @@ use std::path::Path;
 
 use headroom_autograd::Tensor;
 use headroom_kernels::DType;
+use headroom_kernels::ops::layout::narrow;
 use safetensors::tensor::{Dtype, View};
 use serde_json::{Value, json};
 
@@ -263,17 +264,17 @@ fn write_shard(path: &Path, entries: &[Entry]) -> Result<()> {
     })
 }
 
-/// The entry's rows of its parameter, in its dtype, on the host.
+/// The entry's rows of its parameter, in its dtype, on the host: only those rows are copied
+/// (a part of the fused q/k/v projection is narrowed on the device first).
 fn host_bytes(entry: &Entry) -> Result<Bytes> {
     let array = entry.param.array();
-    let all = match array.dtype() == entry.dtype {
-        true => array.to_bytes()?,
-        false => array.cast(entry.dtype)?.to_bytes()?,
+    let rows = match entry.rows.len() == array.shape().dims()[0] {
+        true => array.clone(),
+        false => narrow(array, 0, entry.rows.start, entry.rows.len())?,
     };
-    let row = entry.dims[1..].iter().product::<usize>() * entry.dtype.size();
-    let data = match entry.rows.len() * row == all.len() {
-        true => all,
-        false => all[entry.rows.start * row..entry.rows.end * row].to_vec(),
+    let data = match rows.dtype() == entry.dtype {
+        true => rows.to_bytes()?,
+        false => rows.cast(entry.dtype)?.to_bytes()?,
     };
     Ok(Bytes {
         dtype: torch_dtype(entry.dtype)?.0,
