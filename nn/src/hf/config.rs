@@ -220,14 +220,18 @@ impl Gpt2Config {
     }
 }
 
-/// The `config.json` field of a [`GptConfig`] field.
-fn hf_field(field: &str) -> &'static str {
+/// The `config.json` field of a [`GptConfig`] field (or of the trainer's `norm_eps` and
+/// `family`).
+pub(crate) fn hf_field(field: &str) -> &'static str {
     match field {
         "vocab" => "vocab_size",
         "context" => "n_positions",
         "width" => "n_embd",
         "heads" => "n_head",
         "layers" => "n_layer",
+        "tie_embeddings" => "tie_word_embeddings",
+        "norm_eps" => "layer_norm_epsilon",
+        "family" => "architectures",
         _ => "(file)",
     }
 }

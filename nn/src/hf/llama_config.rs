@@ -375,11 +375,14 @@ fn token_ids(fields: &Fields, field: &str) -> Result<Vec<u64>> {
     }
 }
 
-/// The `config.json` field of a [`GptConfig`] or [`LlamaOptions`] field.
-fn hf_field(field: &str) -> &'static str {
+/// The `config.json` field of a [`GptConfig`] or [`LlamaOptions`] field (or of the
+/// trainer's `max_positions` and `family`).
+pub(crate) fn hf_field(field: &str) -> &'static str {
     match field {
         "vocab" => "vocab_size",
-        "context" => "max_position_embeddings",
+        "context" | "max_positions" => "max_position_embeddings",
+        "tie_embeddings" => "tie_word_embeddings",
+        "family" => "architectures",
         "width" => "hidden_size",
         "heads" => "num_attention_heads",
         "layers" => "num_hidden_layers",

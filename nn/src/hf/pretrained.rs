@@ -60,21 +60,9 @@ impl Pretrained {
 
     /// The `config.json` field that holds a [`GptConfig`] field, for messages.
     pub fn field(&self, field: &str) -> &'static str {
-        let gpt2 = matches!(self, Self::Gpt2(_));
-        match (field, gpt2) {
-            ("vocab", _) => "vocab_size",
-            ("context", true) => "n_positions",
-            ("context" | "max_positions", false) => "max_position_embeddings",
-            ("width", true) => "n_embd",
-            ("width", false) => "hidden_size",
-            ("heads", true) => "n_head",
-            ("heads", false) => "num_attention_heads",
-            ("layers", true) => "n_layer",
-            ("layers", false) => "num_hidden_layers",
-            ("tie_embeddings", _) => "tie_word_embeddings",
-            ("norm_eps", true) => "layer_norm_epsilon",
-            ("norm_eps", false) => "rms_norm_eps",
-            _ => "architectures",
+        match self {
+            Self::Gpt2(_) => super::config::hf_field(field),
+            Self::Llama(_) => super::llama_config::hf_field(field),
         }
     }
 
