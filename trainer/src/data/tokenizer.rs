@@ -210,14 +210,7 @@ impl TextTokenizer {
     /// special tokens the tokenizer's post-processor adds (Llama 3's `<|begin_of_text|>` in
     /// front; nothing for GPT-2's, Qwen's or SmolLM2's).
     pub fn encode_document(&self, text: &str) -> Result<Vec<u32>> {
-        if self.characters {
-            self.check_characters(text)?;
-        }
-        let encoding = self
-            .inner
-            .encode_fast(text, true)
-            .map_err(|err| self.error(format!("cannot encode the text: {err}")))?;
-        Ok(encoding.get_ids().to_vec())
+        self.encoded(text, true)
     }
 
     /// True for a character-level run's tokenizer (one token a character).
@@ -228,12 +221,18 @@ impl TextTokenizer {
     /// The ids of `text`, without special tokens added. A character the character vocabulary
     /// lacks is an error naming every such character.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.encoded(text, false)
+    }
+
+    /// The ids of `text`, with the post-processor's special tokens when `special`; refused for
+    /// characters a character vocabulary lacks.
+    fn encoded(&self, text: &str, special: bool) -> Result<Vec<u32>> {
         if self.characters {
             self.check_characters(text)?;
         }
         let encoding = self
             .inner
-            .encode_fast(text, false)
+            .encode_fast(text, special)
             .map_err(|err| self.error(format!("cannot encode the text: {err}")))?;
         Ok(encoding.get_ids().to_vec())
     }
