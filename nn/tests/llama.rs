@@ -6,7 +6,7 @@ mod common;
 
 use common::{device, seed};
 use headroom_alloc::{AllocatorConfig, GRANULE};
-use headroom_autograd::{Tape, Tensor, autocast};
+use headroom_autograd::{Tensor, autocast};
 use headroom_kernels::ops::rotary::Llama3Scaling;
 use headroom_kernels::{Array, DType, Device, DeviceConfig};
 use headroom_nn::{Error, Family, Gpt, GptConfig, Initializer, LlamaOptions, Module, Recompute};
@@ -144,28 +144,9 @@ fn a_tiny_llama_passes_a_gradient_check_over_every_parameter() {
     }
 }
 
-/// The loss and every gradient of one step.
+/// The loss, every gradient and the activation bytes kept of one step.
 fn step(gpt: &Gpt, ids: &Tensor, targets: &Tensor) -> (Vec<f64>, Vec<Vec<f64>>, u64) {
-    let device = ids.device().clone();
-    let activations = || {
-        let tags = device.allocator().stats().tags;
-        tags.iter()
-            .filter(|usage| usage.tag.is_activations())
-            .map(|usage| usage.live)
-            .sum::<u64>()
-    };
-    let before = activations();
-    let tape = Tape::new();
-    let loss = tape.record(|| gpt.loss(ids, targets, None)).unwrap();
-    let kept = activations() - before;
-    let parameters = gpt.parameters();
-    let sources: Vec<&Tensor> = parameters.iter().collect();
-    let grads = tape.gradient(&loss, &sources).unwrap();
-    let grads = sources
-        .iter()
-        .map(|p| grads.get(p).unwrap().to_f64().unwrap())
-        .collect();
-    (loss.to_f64().unwrap(), grads, kept)
+    common::recorded_step(gpt, ids.device(), || gpt.loss(ids, targets, None))
 }
 
 #[test]

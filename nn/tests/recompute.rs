@@ -12,34 +12,13 @@ use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute};
 /// One step's loss, gradients (in parameter order) and the activation bytes the forward pass
 /// left for the backward pass.
 fn step(gpt: &Gpt, ids: &Tensor, targets: &Tensor) -> (Vec<f64>, Vec<Vec<f64>>, u64) {
-    let device = ids.device().clone();
-    let activations = || {
-        let tags = device.allocator().stats().tags;
-        tags.iter()
-            .filter(|usage| usage.tag.is_activations())
-            .map(|usage| usage.live)
-            .sum::<u64>()
-    };
-    let before = activations();
-    let tape = Tape::new();
-    let loss = tape
-        .record(|| {
-            let logits = gpt.forward(ids)?;
-            let [b, t, v] = logits.dims()[..] else {
-                unreachable!("logits are [B, T, vocab]")
-            };
-            Ok::<_, headroom_nn::Error>(logits.reshape([b * t, v])?.cross_entropy(targets, None)?)
-        })
-        .unwrap();
-    let kept = activations() - before;
-    let parameters = gpt.parameters();
-    let sources: Vec<&Tensor> = parameters.iter().collect();
-    let grads = tape.gradient(&loss, &sources).unwrap();
-    let grads = sources
-        .iter()
-        .map(|p| grads.get(p).unwrap().to_f64().unwrap())
-        .collect();
-    (loss.to_f64().unwrap(), grads, kept)
+    common::recorded_step(gpt, ids.device(), || {
+        let logits = gpt.forward(ids)?;
+        let [b, t, v] = logits.dims()[..] else {
+            unreachable!("logits are [B, T, vocab]")
+        };
+        Ok(logits.reshape([b * t, v])?.cross_entropy(targets, None)?)
+    })
 }
 
 #[test]

@@ -206,3 +206,32 @@ impl Drop for TempDir {
         std::fs::remove_dir_all(&self.0).ok();
     }
 }
+
+/// One recorded step of `model`: the loss `loss` computes on the tape, every parameter's
+/// gradient (in parameter order) and the activation bytes on `device` the forward pass left
+/// for the backward pass.
+pub fn recorded_step(
+    model: &dyn Module,
+    device: &Device,
+    loss: impl FnOnce() -> headroom_nn::Result<Tensor>,
+) -> (Vec<f64>, Vec<Vec<f64>>, u64) {
+    let activations = || {
+        let tags = device.allocator().stats().tags;
+        tags.iter()
+            .filter(|usage| usage.tag.is_activations())
+            .map(|usage| usage.live)
+            .sum::<u64>()
+    };
+    let before = activations();
+    let tape = headroom_autograd::Tape::new();
+    let loss = tape.record(loss).unwrap();
+    let kept = activations() - before;
+    let parameters = model.parameters();
+    let sources: Vec<&Tensor> = parameters.iter().collect();
+    let grads = tape.gradient(&loss, &sources).unwrap();
+    let grads = sources
+        .iter()
+        .map(|p| grads.get(p).unwrap().to_f64().unwrap())
+        .collect();
+    (loss.to_f64().unwrap(), grads, kept)
+}
