@@ -22,13 +22,7 @@ batch=${BATCH:-8}
 eval_size=${EVAL_SIZE:-32}
 started=$SECONDS
 
-if [[ -z "${HEADROOM_BIN:-}" ]]; then
-    cargo build --release -p headroom-trainer
-fi
-headroom=${HEADROOM_BIN:-target/release/headroom}
-stdlib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
-files=(--ext py --skip-dir site-packages --skip-dir dist-packages --skip-dir test
-       --skip-dir tests --skip-dir idlelib --skip-dir encodings)
+source scripts/stdlib-setup.sh
 mkdir -p "$out"
 built=$SECONDS
 

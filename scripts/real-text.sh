@@ -13,14 +13,7 @@ out=${1:-runs/real-text}
 steps=${STEPS:-300}
 started=$SECONDS
 
-if [[ -z "${HEADROOM_BIN:-}" ]]; then
-    cargo build --release -p headroom-trainer
-fi
-headroom=${HEADROOM_BIN:-target/release/headroom}
-stdlib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
-# The library's modules: not its tests, its codecs' tables, nor third-party packages beside it.
-files=(--ext py --skip-dir site-packages --skip-dir dist-packages --skip-dir test
-       --skip-dir tests --skip-dir idlelib --skip-dir encodings)
+source scripts/stdlib-setup.sh
 mkdir -p "$out"
 built=$SECONDS
 
