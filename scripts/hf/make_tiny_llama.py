@@ -70,18 +70,12 @@ from transformers import (
 )
 from transformers.utils import logging
 
+from make_tiny_gpt2 import CORPUS as GPT2_CORPUS
+
 logging.disable_progress_bar()
 
-CORPUS = """\
-The quick brown fox jumps over the lazy dog. The dog sleeps in the sun, and the fox
-runs into the woods. Memory is a resource: a training run that runs out of it should
-recover, not crash. A small model learns the shape of the text before it learns its
-meaning. Tokens are bytes merged into pieces; pieces are merged into words. The river
-flows to the sea, the sea rises to the clouds, and the clouds rain on the hills again.
-Every step of training reads a batch, runs the model forward and backward, and updates
-the weights. Numbers in a computer are rounded; the rounding is small but it adds up.
-In 2024 the fox ran 123 steps, then 45 more, and 6789 in all.
-"""
+# make_tiny_gpt2.py's corpus, and a line of numbers for the digit-splitting pre-tokenizer.
+CORPUS = GPT2_CORPUS + "In 2024 the fox ran 123 steps, then 45 more, and 6789 in all.\n"
 
 TEXT = "The fox runs 123 steps."
 VOCAB_SIZE = 320
