@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use common::tiny::{configured, corpus, run_config, shards};
 use common::{TempDir, small_config};
-use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 use headroom_nn::hf::{LlamaConfig, load_llama};
 use headroom_nn::{Family, Gpt, Initializer, Module};
@@ -17,7 +16,6 @@ use headroom_trainer::Trainer;
 use headroom_trainer::config::{
     ModelFamily, Overrides, PrecisionKind, Recompute, StateKind, TrainConfig,
 };
-use headroom_trainer::data::IGNORE;
 use headroom_trainer::data::tokenizer::TextTokenizer;
 
 fn tiny_llama() -> PathBuf {
@@ -112,26 +110,12 @@ fn the_first_step_trains_the_pretrained_llama_weights() {
     config.data.context = 32;
     let mut trainer = Trainer::new(config).unwrap();
     let report = trainer.train_step().unwrap();
-    let (mut ids, mut targets): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
-    for &i in &report.indices {
-        let sample = trainer.task().train.sample(i).unwrap();
-        ids.extend(sample.arrays()[0].as_u32().unwrap());
-        targets.extend(sample.arrays()[1].as_u32().unwrap());
-    }
     // The same batch through the tiny model loaded by hand.
     let shape = LlamaConfig::read(&tiny_llama()).unwrap().gpt_config(0.0);
     let device = common::tiny::cpu();
     let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 1), shape).unwrap();
     load_llama(&tiny_llama(), &mut gpt).unwrap();
-    let rows = report.indices.len();
-    let len = ids.len() / rows;
-    let ids = Tensor::from_host(&device, [rows, len], &ids).unwrap();
-    let targets = Tensor::from_host(&device, [rows, len], &targets).unwrap();
-    let want = gpt
-        .loss(&ids, &targets, Some(IGNORE))
-        .unwrap()
-        .to_f64()
-        .unwrap()[0];
+    let want = common::tiny::batch_loss(&trainer, &report.indices, &gpt);
     assert!(
         (report.loss - want).abs() <= 1e-5 * want,
         "the run's first loss {}, the tiny model's {want}",

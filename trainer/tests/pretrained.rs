@@ -8,19 +8,17 @@ mod common;
 use std::path::Path;
 
 use common::tiny::{
-    TINY, configured, corpus, export, hf_tensors, run_config, shards, tiny, tiny_shards,
-    tiny_tokenizer, tiny_untied, train, trained_tokenizer,
+    TINY, batch_loss, configured, corpus, export, hf_tensors, run_config, shards, tiny,
+    tiny_shards, tiny_tokenizer, tiny_untied, train, trained_tokenizer,
 };
 use common::{
     TempDir, assert_mentions, assert_same_checkpoints, error_of, fails, headroom, resume, text,
 };
-use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 use headroom_nn::hf::{Gpt2Config, load_gpt2};
 use headroom_nn::{Gpt, Initializer};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{Overrides, Preset};
-use headroom_trainer::data::IGNORE;
 use headroom_trainer::model::TrainModel;
 
 /// A learning rate that moves no weight: the run only measures (a sanity run).
@@ -270,19 +268,8 @@ fn the_first_step_trains_the_pretrained_weights() {
         let config = run_config(&dir.0.join(run), init_from, &shards, 2, 1e-3);
         let mut trainer = Trainer::new(config).unwrap();
         let report = trainer.train_step().unwrap();
-        let (mut ids, mut targets): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
-        for &i in &report.indices {
-            let sample = trainer.task().train.sample(i).unwrap();
-            ids.extend(sample.arrays()[0].as_u32().unwrap());
-            targets.extend(sample.arrays()[1].as_u32().unwrap());
-        }
-        let reference = loaded(&tiny());
-        let device = reference.tok_emb.weight.device().clone();
-        let shape = [report.indices.len(), 64];
-        let ids = Tensor::from_host(&device, shape, &ids).unwrap();
-        let targets = Tensor::from_host(&device, shape, &targets).unwrap();
-        let want = reference.loss(&ids, &targets, Some(IGNORE)).unwrap();
-        (report.loss, want.to_f64().unwrap()[0])
+        let want = batch_loss(&trainer, &report.indices, &loaded(&tiny()));
+        (report.loss, want)
     };
     let (loss, want) = first_loss(Some(&tiny()), "pretrained");
     assert!(

@@ -4,9 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use headroom_autograd::Tensor;
 use headroom_kernels::{Device, DeviceConfig};
+use headroom_nn::Gpt;
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{DataKind, Overrides, ScheduleKind, TrainConfig};
+use headroom_trainer::data::IGNORE;
 use headroom_trainer::data::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
 use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::run_dir::Summary;
@@ -152,4 +155,23 @@ pub fn hf_tensors(dir: &Path) -> BTreeMap<String, (Vec<usize>, Vec<f64>)> {
 /// `headroom export --hf run_dir out`, which must succeed.
 pub fn export(run_dir: &Path, out: &Path) {
     succeeds(&headroom(&["export", "--hf", text(run_dir), text(out)]));
+}
+
+/// The loss `gpt` (on its own device) gives the training samples `indices` of `trainer`'s task:
+/// a step's batch, as its report lists it, judged by a model loaded by hand.
+pub fn batch_loss(trainer: &Trainer, indices: &[usize], gpt: &Gpt) -> f64 {
+    let (mut ids, mut targets): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
+    for &i in indices {
+        let sample = trainer.task().train.sample(i).unwrap();
+        ids.extend(sample.arrays()[0].as_u32().unwrap());
+        targets.extend(sample.arrays()[1].as_u32().unwrap());
+    }
+    let device = gpt.tok_emb.weight.device();
+    let shape = [indices.len(), ids.len() / indices.len()];
+    let ids = Tensor::from_host(device, shape, &ids).unwrap();
+    let targets = Tensor::from_host(device, shape, &targets).unwrap();
+    gpt.loss(&ids, &targets, Some(IGNORE))
+        .unwrap()
+        .to_f64()
+        .unwrap()[0]
 }
