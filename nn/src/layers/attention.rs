@@ -167,13 +167,7 @@ impl CausalSelfAttention {
 
 impl Module for CausalSelfAttention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if x.dims().len() != 3 {
-            return Err(Error::config(
-                "attention input",
-                format!("shape {}: expected [batch, time, width]", x.shape()),
-            ));
-        }
-        self.attend(&self.qkv.forward(x)?)
+        self.attend(&self.projected(x)?)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
@@ -248,6 +242,17 @@ impl CausalSelfAttention {
         Ok((Heads { q, k, v }, b, t))
     }
 
+    /// The `qkv` layer's output for `x`, which must be `[batch, time, width]`.
+    fn projected(&self, x: &Tensor) -> Result<Tensor> {
+        if x.dims().len() != 3 {
+            return Err(Error::config(
+                "attention input",
+                format!("shape {}: expected [batch, time, width]", x.shape()),
+            ));
+        }
+        self.qkv.forward(x)
+    }
+
     /// The heads' outputs (`[B, heads, t, D]`) merged to `[B, t, heads * D]` and projected.
     fn merged(&self, y: Tensor, b: usize, t: usize) -> Result<Tensor> {
         let y = y
@@ -316,14 +321,8 @@ impl CausalSelfAttention {
         x: &Tensor,
         past: Option<&BlockKv>,
     ) -> Result<(Tensor, BlockKv)> {
-        if x.dims().len() != 3 {
-            return Err(Error::config(
-                "attention input",
-                format!("shape {}: expected [batch, time, width]", x.shape()),
-            ));
-        }
         let offset = past.map_or(0, BlockKv::len);
-        let (Heads { q, k, v }, b, t) = self.heads_of(&self.qkv.forward(x)?, offset)?;
+        let (Heads { q, k, v }, b, t) = self.heads_of(&self.projected(x)?, offset)?;
         let kv = match past {
             None => BlockKv { keys: k, values: v },
             Some(past) => BlockKv {
