@@ -66,16 +66,29 @@ where
         return;
     }
     let half = head / 2;
+    // The angles' cosines and sines, once per position and frequency (every head and sample
+    // shares them).
+    let zero = T::C::of(0.0);
+    let mut table = vec![(zero, zero); len * half];
+    table
+        .par_chunks_mut(half)
+        .enumerate()
+        .for_each(|(p, angles)| {
+            let position = T::C::of((offset + p) as f64);
+            for (angle, &f) in angles.iter_mut().zip(inv_freq) {
+                *angle = (position * f).cos_sin();
+            }
+        });
     out.par_chunks_mut(head)
         .zip(x.par_chunks(head))
         .enumerate()
         .with_min_len(min_rows(head))
         .for_each(|(row, (out, x))| {
-            let position = T::C::of((offset + row % len) as f64);
+            let angles = &table[(row % len) * half..][..half];
             let (x1, x2) = x.split_at(half);
             let (o1, o2) = out.split_at_mut(half);
             for i in 0..half {
-                let (cos, sin) = (position * inv_freq[i]).cos_sin();
+                let (cos, sin) = angles[i];
                 let sin = if turn == Turn::Forward { sin } else { -sin };
                 let (a, b) = (x1[i].load(), x2[i].load());
                 o1[i] = T::store(a * cos - b * sin);
