@@ -1,6 +1,7 @@
 //! Selective recomputation: each product that computes its cheap operand again in the backward
-//! pass (`layer_norm_linear`, `rms_norm_linear`, `gelu_linear`, `swiglu_linear`) gives what the
-//! two ops apart give, values and every gradient bit for bit, in f32 and under bf16 autocast;
+//! pass (`layer_norm_linear`, `rms_norm_linear(s)`, `gelu_linear`, `swiglu_linear`,
+//! `merged_heads_linear`, and `rms_norm_swiglu` beside the first ones) gives what the ops apart
+//! give, values and every gradient bit for bit, in f32 and under bf16 autocast;
 //! keeps exactly one operand-sized array less; and the meta device plans what the CPU allocates.
 
 mod common;
@@ -82,6 +83,78 @@ const CASES: &[Case] = &[
                 .linear(&x[3], None)
         },
         operand: &[10, 24],
+    },
+    Case {
+        name: "rms_norm_linears: a SwiGLU MLP's gate and up",
+        inputs: &[
+            (&[10, 16], -2.0, 2.0),
+            (&[16], 0.5, 1.5),
+            (&[24, 16], -0.5, 0.5),
+            (&[24, 16], -0.5, 0.5),
+            (&[16, 24], -0.5, 0.5),
+        ],
+        selective: |x| {
+            let gate_up = x[0].rms_norm_linears((&x[1], EPS), &[(&x[2], None), (&x[3], None)])?;
+            gate_up[0].swiglu_linear(&gate_up[1], &x[4], None)
+        },
+        apart: |x| {
+            // The norm's output cast once for both products, as a block casts it.
+            let h = x[0].rms_norm(&x[1], EPS)?.for_matmul()?;
+            h.linear(&x[2], None)?
+                .swiglu_linear(&h.linear(&x[3], None)?, &x[4], None)
+        },
+        operand: &[10, 16],
+    },
+    Case {
+        name: "rms_norm_swiglu: a Llama MLP keeping its gate alone",
+        inputs: &[
+            (&[2, 5, 16], -2.0, 2.0),
+            (&[16], 0.5, 1.5),
+            (&[24, 16], -0.5, 0.5),
+            (&[24, 16], -0.5, 0.5),
+            (&[16, 24], -0.5, 0.5),
+        ],
+        selective: |x| x[0].rms_norm_swiglu((&x[1], EPS), [&x[2], &x[3], &x[4]]),
+        apart: |x| {
+            let gate_up = x[0].rms_norm_linears((&x[1], EPS), &[(&x[2], None), (&x[3], None)])?;
+            gate_up[0].swiglu_linear(&gate_up[1], &x[4], None)
+        },
+        // The up projection's output.
+        operand: &[2, 5, 24],
+    },
+    Case {
+        name: "rms_norm_linears, one with a bias",
+        inputs: &[
+            (&[2, 5, 16], -2.0, 2.0),
+            (&[16], 0.5, 1.5),
+            (&[24, 16], -0.5, 0.5),
+            (&[24], -0.5, 0.5),
+            (&[24, 16], -0.5, 0.5),
+        ],
+        selective: |x| {
+            let ys = x[0].rms_norm_linears((&x[1], EPS), &[(&x[2], Some(&x[3])), (&x[4], None)])?;
+            ys[0].mul(&ys[1])
+        },
+        apart: |x| {
+            let h = x[0].rms_norm(&x[1], EPS)?.for_matmul()?;
+            h.linear(&x[2], Some(&x[3]))?.mul(&h.linear(&x[4], None)?)
+        },
+        operand: &[2, 5, 16],
+    },
+    Case {
+        name: "merged_heads_linear",
+        inputs: &[
+            (&[2, 3, 5, 8], -2.0, 2.0),
+            (&[16, 24], -0.5, 0.5),
+            (&[16], -0.5, 0.5),
+        ],
+        selective: |x| x[0].merged_heads_linear(&x[1], Some(&x[2])),
+        apart: |x| {
+            x[0].permute(&[0, 2, 1, 3])?
+                .reshape([2, 5, 24])?
+                .linear(&x[1], Some(&x[2]))
+        },
+        operand: &[2, 5, 24],
     },
     Case {
         name: "layer_norm_linear",
@@ -295,9 +368,19 @@ fn mismatched_operands_are_typed_errors() {
             .unwrap_err(),
         x.swiglu_linear(&t(&[3, 7]), &t(&[4, 7]), None).unwrap_err(),
         x.swiglu_linear(&x, &t(&[4, 7]), None).unwrap_err(),
+        t(&[2, 3, 5, 8])
+            .merged_heads_linear(&t(&[4, 20]), None)
+            .unwrap_err(),
     ];
     for err in errors {
         assert!(matches!(err, headroom_autograd::Error::Kernel(_)), "{err}");
         assert!(!err.is_out_of_memory(), "{err}");
     }
+    let err = t(&[2, 3, 8])
+        .merged_heads_linear(&t(&[4, 24]), None)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("[batch, heads, time, head]"),
+        "{err}"
+    );
 }

@@ -18,6 +18,11 @@ pub enum Recompute {
     /// norm's output from its input and statistics, the GELU's output from its input. The
     /// products are not run again; the step is the same, bit for bit.
     Cheap,
+    /// [`Cheap`](Self::Cheap), and a SwiGLU MLP's up projection: each Llama block keeps the
+    /// gate alone of its MLP's two products and runs the up projection again, one product more
+    /// per block ([`Tensor::rms_norm_swiglu`]). A GELU block recomputes as `Cheap`. The step is
+    /// the same, bit for bit.
+    CheapUp,
     /// Whole blocks (activation checkpointing): each keeps only its input, and runs again.
     Blocks,
 }

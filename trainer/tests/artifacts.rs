@@ -9,7 +9,7 @@ use std::process::Command;
 
 use common::{TempDir, resume, small_config, tight_limit};
 use headroom_alloc::Verdict;
-use headroom_alloc::trace::{read_trace, replay};
+use headroom_alloc::trace::{read_trace_file_with_settings, replay_with_growth_step};
 use headroom_trainer::config::PrecisionKind;
 use headroom_trainer::run_dir::{Summary, read_all};
 use headroom_trainer::{Error, Trainer};
@@ -171,16 +171,21 @@ fn recovered_ooms_are_recorded_with_their_verdict_and_marked_on_the_memory_plot(
     let summary = Trainer::new(tight.clone()).unwrap().run(false).unwrap();
     let records = read_all(&dir.0).unwrap();
     let oom = &records[0].ooms[0];
-    assert_eq!((oom.micro, oom.verdict), (32, Verdict::Capacity));
+    // Under a limit halfway between the peaks at 4 and at 32 samples, the step of 32 runs out
+    // for lack of bytes or of a free range long enough, as the order of its frees has it; the
+    // record and the plot say which.
+    assert_eq!(oom.micro, 32);
+    assert!(
+        matches!(oom.verdict, Verdict::Capacity | Verdict::Fragmentation),
+        "{oom:?}"
+    );
     assert!(
         oom.requested > 0 && oom.largest_free < oom.requested,
         "{oom:?}"
     );
     let svg = std::fs::read_to_string(dir.0.join("memory.svg")).unwrap();
-    assert!(
-        svg.contains("out of memory, recovered (capacity)"),
-        "no OOM mark"
-    );
+    let mark = format!("out of memory, recovered ({})", oom.verdict);
+    assert!(svg.contains(&mark), "no OOM mark `{mark}`");
     assert!(svg.contains("micro 16"), "no micro-batch change mark");
     let loss = std::fs::read_to_string(dir.0.join("loss.svg")).unwrap();
     assert!(loss.contains("log scale") && loss.contains("held-out exact match"));
@@ -201,12 +206,15 @@ fn recovered_ooms_are_recorded_with_their_verdict_and_marked_on_the_memory_plot(
         "the trace says what it dropped"
     );
 
-    // The allocation trace replays the run: the same peak, and the same OOMs, under its limit.
+    // The allocation trace replays the run under the settings it records: the same peak, and
+    // the same OOMs.
     let path = dir.0.join("allocations-1.jsonl");
-    let ops = read_trace(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    let (settings, ops) = read_trace_file_with_settings(&path).unwrap();
+    let settings = settings.expect("the trace records its allocator's settings");
     let budget = headroom_trainer::planning::run_device::budget(&tight).unwrap();
-    let config = budget.allocator_config(0);
-    let replayed = replay(&ops, config, budget.capacity).unwrap();
+    let config = settings.allocator_config();
+    let replayed =
+        replay_with_growth_step(&ops, config, budget.capacity, settings.growth_step).unwrap();
     assert_eq!(replayed.peak_in_use, summary.peak);
     assert_eq!(replayed.ooms as usize, summary.ooms_recovered);
 }

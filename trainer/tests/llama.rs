@@ -41,9 +41,21 @@ fn a_llama_family_step_peaks_where_the_planner_predicts_under_every_technique() 
     for (recompute, precision, state, in_backward) in [
         (Recompute::None, PrecisionKind::F32, StateKind::F32, false),
         (Recompute::Cheap, PrecisionKind::F32, StateKind::F32, false),
+        (
+            Recompute::CheapUp,
+            PrecisionKind::F32,
+            StateKind::F32,
+            false,
+        ),
         (Recompute::Blocks, PrecisionKind::F32, StateKind::F32, false),
         (Recompute::None, PrecisionKind::Bf16, StateKind::F32, false),
         (Recompute::Cheap, PrecisionKind::Bf16, StateKind::Int8, true),
+        (
+            Recompute::CheapUp,
+            PrecisionKind::Bf16,
+            StateKind::Bf16,
+            true,
+        ),
         (
             Recompute::Blocks,
             PrecisionKind::Bf16,

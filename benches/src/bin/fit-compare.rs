@@ -13,14 +13,15 @@
 //!
 //! ```text
 //! fit-compare [--preset NAME] [--context N] [--device cpu|cuda:N] [--precision f32|bf16]...
-//!             [--micro-batch N] [--steps N]
+//!             [--micro-batch N] [--steps N] [--recompute cheap|cheap-up]
 //! fit-compare [--preset NAME] [--context N] --limit SIZE [--limit SIZE]... [--at N]...
 //!             [--precision f32|bf16]...
 //! fit-compare --largest-preset SIZE [--precision f32|bf16]...
 //! ```
 //!
 //! `--preset` picks another model than GPT-2 small (`smollm2-135m`, `llama-3.2-1b`, ...), and
-//! `--context` its positions per sample (by default the preset's).
+//! `--context` its positions per sample (by default the preset's). `--recompute cheap-up` has a
+//! Llama-family model run its MLPs' up projections again too (by default `cheap`).
 //!
 //! `--limit` asks what fits under each limit (on the CPU's simulated device, or a GPU), with gradient
 //! clipping off (so the optimizer step in the backward pass may be chosen): the largest
@@ -57,6 +58,8 @@ struct Args {
     precisions: Vec<PrecisionKind>,
     micro: usize,
     steps: usize,
+    /// What the measured steps compute again.
+    recompute: Recompute,
     /// Limits to find the largest micro-batch under.
     limits: Vec<u64>,
     /// For each limit, the size to time a step at.
@@ -70,6 +73,7 @@ impl Args {
         let mut device = "cpu".to_owned();
         let (mut preset, mut context) = (Preset::Gpt2, None);
         let (mut precisions, mut micro, mut steps) = (Vec::new(), None, 3);
+        let mut recompute = Recompute::Cheap;
         let (mut limits, mut at, mut largest_preset) = (Vec::new(), Vec::new(), None);
         let size = |flag: &str, value: &str| {
             headroom_alloc::parse_size(value).map_err(|e| format!("{flag} {value}: {e}"))
@@ -98,6 +102,13 @@ impl Args {
                 }),
                 "--micro-batch" => micro = Some(number()?.max(2)),
                 "--steps" => steps = number()?.max(1),
+                "--recompute" => {
+                    recompute = match value.as_str() {
+                        "cheap" => Recompute::Cheap,
+                        "cheap-up" => Recompute::CheapUp,
+                        other => return Err(format!("--recompute {other}: cheap or cheap-up")),
+                    }
+                }
                 "--limit" => limits.push(size(&flag, &value)?),
                 "--at" => at.push(number()?.max(1)),
                 "--largest-preset" => largest_preset = Some(size(&flag, &value)?),
@@ -129,6 +140,7 @@ impl Args {
             precisions,
             micro,
             steps,
+            recompute,
             limits,
             at,
             largest_preset,
@@ -138,7 +150,12 @@ impl Args {
 
 /// A run of `subject` on `device` in `precision` with batches of `samples`, in a directory of
 /// its own.
-fn config(subject: Subject, device: &str, precision: PrecisionKind, samples: usize) -> TrainConfig {
+fn config(
+    subject: Subject,
+    device: &str,
+    (precision, recompute): (PrecisionKind, Recompute),
+    samples: usize,
+) -> TrainConfig {
     let mut config = subject.config();
     config.run_dir = Some(std::env::temp_dir().join(format!(
         "headroom-fit-{}-{}-{samples}",
@@ -147,7 +164,7 @@ fn config(subject: Subject, device: &str, precision: PrecisionKind, samples: usi
     )));
     config.device = device.to_owned();
     config.precision.dtype = precision;
-    config.model.recompute = Some(Recompute::Cheap);
+    config.model.recompute = Some(recompute);
     config.data.kind = DataKind::UniformTokens;
     config.data.train_size = 64;
     config.data.eval_size = 1;
@@ -168,11 +185,11 @@ fn config(subject: Subject, device: &str, precision: PrecisionKind, samples: usi
 fn measured(
     subject: Subject,
     device: &str,
-    precision: PrecisionKind,
+    how: (PrecisionKind, Recompute),
     samples: usize,
 ) -> Result<(u64, u64, Trainer)> {
     let mut trainer = Trainer::builder()
-        .config(config(subject, device, precision, samples))
+        .config(config(subject, device, how, samples))
         .overwrite()
         .build()?;
     let predicted = trainer.plan().map_or(0, |p| p.predicted_peak);
@@ -325,9 +342,10 @@ fn main() -> Result<()> {
     let mut lines = Vec::new();
     for precision in args.precisions {
         let subject = args.subject;
-        let (one, one_predicted, _) = measured(subject, device, precision, 1)?;
-        let (two, two_predicted, _) = measured(subject, device, precision, 2)?;
-        let (peak, predicted, mut trainer) = measured(subject, device, precision, micro)?;
+        let how = (precision, args.recompute);
+        let (one, one_predicted, _) = measured(subject, device, how, 1)?;
+        let (two, two_predicted, _) = measured(subject, device, how, 2)?;
+        let (peak, predicted, mut trainer) = measured(subject, device, how, micro)?;
         let exactly = [
             (one, one_predicted),
             (two, two_predicted),
@@ -347,13 +365,13 @@ fn main() -> Result<()> {
         let samples_per_s = micro as f64 / times[times.len() / 2];
         let tokens_per_s = samples_per_s * context as f64;
         let per_sample = two.saturating_sub(one);
-        let name = precision.name();
+        let (name, recompute) = (precision.name(), args.recompute);
         println!(
             "{device:<8} {name:<6} {micro:>6} {peak:>14} {predicted:>14} {per_sample:>16} \
              {samples_per_s:>10.3} {tokens_per_s:>10.0}"
         );
         lines.push(format!(
-            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}}}"
+            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"recompute\":\"{recompute}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}}}"
         ));
     }
     for line in lines {

@@ -253,12 +253,10 @@ impl CausalSelfAttention {
         self.qkv.forward(x)
     }
 
-    /// The heads' outputs (`[B, heads, t, D]`) merged to `[B, t, heads * D]` and projected.
-    fn merged(&self, y: Tensor, b: usize, t: usize) -> Result<Tensor> {
-        let y = y
-            .permute(&[0, 2, 1, 3])?
-            .reshape([b, t, self.heads * self.head_dim])?;
-        self.proj.forward(&y)
+    /// The heads' outputs (`[B, heads, t, D]`) merged to `[B, t, heads * D]` and projected,
+    /// keeping the heads (which attention keeps anyway) rather than a merged copy.
+    fn merged(&self, y: &Tensor) -> Result<Tensor> {
+        Ok(y.merged_heads_linear(&self.proj.weight, self.proj.bias.as_ref())?)
     }
 
     fn scale(&self) -> f64 {
@@ -268,7 +266,7 @@ impl CausalSelfAttention {
     /// The attention of queries, keys and values already projected (`qkv`, the `qkv` layer's
     /// output), through the output projection: [`Module::forward`] after its first product.
     pub fn attend(&self, qkv: &Tensor) -> Result<Tensor> {
-        let (Heads { q, k, v }, b, t) = self.heads_of(qkv, 0)?;
+        let (Heads { q, k, v }, _, _) = self.heads_of(qkv, 0)?;
         let y = if self.materialized {
             self.materialized_attention(&q, &k, &v)?
         } else {
@@ -286,7 +284,7 @@ impl CausalSelfAttention {
             };
             q.scaled_dot_product_attention(&k, &v, how)?
         };
-        self.residual_dropout.forward(&self.merged(y, b, t)?)
+        self.residual_dropout.forward(&self.merged(&y)?)
     }
 
     /// The attention with its `[B, heads, T, T]` weights formed: each group of query heads
@@ -353,7 +351,7 @@ impl CausalSelfAttention {
                 .matmul(&kv.values)?
                 .reshape([b, h, t, d])?
         };
-        Ok((self.merged(y, b, t)?, kv))
+        Ok((self.merged(&y)?, kv))
     }
 }
 

@@ -8,7 +8,7 @@ use crate::kv_cache::BlockKv;
 use crate::layer_kind::LayerKind;
 use crate::layers::activation::DropoutCounter;
 use crate::layers::attention::CausalSelfAttention;
-use crate::layers::block_mlp::{BlockMlp, MlpKind};
+use crate::layers::block_mlp::{BlockMlp, each_of, products};
 use crate::layers::family::LlamaOptions;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
@@ -78,35 +78,28 @@ impl Block {
     }
 
     /// [`Module::forward`], computing the norms' outputs and the MLP's activation again in the
-    /// backward pass instead of keeping them ([`Norm::linear_recomputed`],
+    /// backward pass instead of keeping them ([`Norm::linears_recomputed`],
     /// [`Tensor::gelu_linear`], [`Tensor::swiglu_linear`]): the same values and gradients, bit
-    /// for bit, with an array of the width fewer kept per recomputed norm and one of the MLP's
-    /// width. The norm before a SwiGLU MLP feeds two products, and stays kept.
-    pub fn forward_recomputing_cheap(&self, x: &Tensor) -> Result<Tensor> {
+    /// for bit, with an array of the width fewer kept per norm and one of the MLP's width. With
+    /// `up`, a SwiGLU MLP after an RMSNorm keeps its gate alone and runs its up projection
+    /// again ([`Tensor::rms_norm_swiglu`]): one array of the MLP's width fewer still.
+    pub fn forward_recomputing_cheap(&self, x: &Tensor, up: bool) -> Result<Tensor> {
         let device = x.device().clone();
-        let qkv = &self.attn.qkv;
         let x = {
             let _attention = LayerKind::Attention.scope(&device);
-            let qkv = self
-                .ln1
-                .linear_recomputed(x, &qkv.weight, qkv.bias.as_ref())?;
+            let first = |layers: &[&Linear]| self.ln1.linears_recomputed(x, layers);
+            let [qkv] = products(&first, [&self.attn.qkv])?;
             x.add(&self.attn.attend(&qkv)?)?
         };
         let _mlp = LayerKind::Mlp.scope(&device);
-        let y = match &self.mlp.kind {
-            MlpKind::Gelu { .. } => {
-                let first = |layer: &Linear| {
-                    self.ln2
-                        .linear_recomputed(&x, &layer.weight, layer.bias.as_ref())
-                };
-                self.mlp.run(&first, true)?
-            }
-            MlpKind::SwiGlu { .. } => {
-                // The norm's output feeds two products (gate and up): it is kept, so that its
-                // gradient is the one sum the plain block forms.
-                let h = self.ln2.forward(&x)?.for_matmul()?;
-                self.mlp.run(&|layer| layer.forward(&h), true)?
-            }
+        let y = match (&self.ln2, self.mlp.unbiased_swiglu()) {
+            (Norm::Rms(norm), Some(weights)) if up => self
+                .mlp
+                .dropout
+                .forward(&x.rms_norm_swiglu((&norm.weight, norm.eps), weights)?)?,
+            _ => self
+                .mlp
+                .run(&|layers| self.ln2.linears_recomputed(&x, layers), true)?,
         };
         Ok(x.add(&y)?)
     }
@@ -131,7 +124,7 @@ impl Block {
         let h = self.ln2.forward(&x)?;
         let y = self
             .mlp
-            .without_dropout(&|layer| layer.forward(&h), false)?;
+            .without_dropout(&|layers| each_of(&h, layers), false)?;
         Ok((x.add(&y)?, kv))
     }
 }

@@ -2,7 +2,7 @@
 
 use headroom_autograd::Tensor;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::linear::Linear;
@@ -78,43 +78,75 @@ impl BlockMlp {
         })
     }
 
-    /// The MLP of the normalized input, then dropout: `first(layer)` computes a first-layer
-    /// product of the input, and the last product keeps its operand's inputs rather than the
-    /// operand when `recompute` is set ([`Tensor::gelu_linear`], [`Tensor::swiglu_linear`]).
-    pub(crate) fn run(
-        &self,
-        first: &dyn Fn(&Linear) -> Result<Tensor>,
-        recompute: bool,
-    ) -> Result<Tensor> {
+    /// The gate's, up's and down's weights of a SwiGLU MLP without biases; `None` for any
+    /// other.
+    pub(crate) fn unbiased_swiglu(&self) -> Option<[&Tensor; 3]> {
+        match &self.kind {
+            MlpKind::SwiGlu { gate, up, down }
+                if [gate, up, down].iter().all(|layer| layer.bias.is_none()) =>
+            {
+                Some([&gate.weight, &up.weight, &down.weight])
+            }
+            _ => None,
+        }
+    }
+
+    /// The MLP of the normalized input, then dropout: `first(layers)` computes the first-layer
+    /// products of the input (`fc`, or `gate` and `up`), and the last product keeps its
+    /// operand's inputs rather than the operand when `recompute` is set
+    /// ([`Tensor::gelu_linear`], [`Tensor::swiglu_linear`]).
+    pub(crate) fn run(&self, first: &FirstProducts, recompute: bool) -> Result<Tensor> {
         self.dropout
             .forward(&self.without_dropout(first, recompute)?)
     }
 
     /// [`run`](Self::run) without the dropout (for inference).
-    pub(crate) fn without_dropout(
-        &self,
-        first: &dyn Fn(&Linear) -> Result<Tensor>,
-        recompute: bool,
-    ) -> Result<Tensor> {
+    pub(crate) fn without_dropout(&self, first: &FirstProducts, recompute: bool) -> Result<Tensor> {
         Ok(match (&self.kind, recompute) {
-            (MlpKind::Gelu { fc, proj }, false) => proj.forward(&first(fc)?.gelu()?)?,
+            (MlpKind::Gelu { fc, proj }, false) => {
+                let [h] = products(first, [fc])?;
+                proj.forward(&h.gelu()?)?
+            }
             (MlpKind::Gelu { fc, proj }, true) => {
-                first(fc)?.gelu_linear(&proj.weight, proj.bias.as_ref())?
+                let [h] = products(first, [fc])?;
+                h.gelu_linear(&proj.weight, proj.bias.as_ref())?
             }
             (MlpKind::SwiGlu { gate, up, down }, false) => {
-                down.forward(&first(gate)?.swiglu(&first(up)?)?)?
+                let [gate, up] = products(first, [gate, up])?;
+                down.forward(&gate.swiglu(&up)?)?
             }
             (MlpKind::SwiGlu { gate, up, down }, true) => {
-                let (gate, up) = (first(gate)?, first(up)?);
+                let [gate, up] = products(first, [gate, up])?;
                 gate.swiglu_linear(&up, &down.weight, down.bias.as_ref())?
             }
         })
     }
 }
 
+/// Computes an MLP's first-layer products of its input, one output per layer given.
+pub(crate) type FirstProducts<'a> = dyn Fn(&[&Linear]) -> Result<Vec<Tensor>> + 'a;
+
+/// The products of an input by each layer of `layers`, as `first` computes them.
+pub(crate) fn products<const N: usize>(
+    first: &FirstProducts,
+    layers: [&Linear; N],
+) -> Result<[Tensor; N]> {
+    let outputs = first(&layers)?;
+    let count = outputs.len();
+    outputs
+        .try_into()
+        .map_err(|_| Error::config("mlp", format!("{count} first-layer outputs for {N} layers")))
+}
+
+/// Each layer of `layers` applied to `x`: the first products of an MLP whose norm's output is
+/// kept.
+pub(crate) fn each_of(x: &Tensor, layers: &[&Linear]) -> Result<Vec<Tensor>> {
+    layers.iter().map(|layer| layer.forward(x)).collect()
+}
+
 impl Module for BlockMlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.run(&|layer| layer.forward(x), false)
+        self.run(&|layers| each_of(x, layers), false)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {

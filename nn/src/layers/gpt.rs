@@ -310,7 +310,8 @@ impl Gpt {
         for block in &self.blocks {
             x = match self.recompute {
                 Recompute::None => block.forward(&x)?,
-                Recompute::Cheap => block.forward_recomputing_cheap(&x)?,
+                Recompute::Cheap => block.forward_recomputing_cheap(&x, false)?,
+                Recompute::CheapUp => block.forward_recomputing_cheap(&x, true)?,
                 Recompute::Blocks => recomputed(block, &self.counter, &x)?,
             };
         }

@@ -3,7 +3,9 @@
 use headroom_autograd::Tensor;
 
 use crate::error::Result;
+use crate::layers::block_mlp::each_of;
 use crate::layers::layer_norm::LayerNorm;
+use crate::layers::linear::Linear;
 use crate::layers::rms_norm::RmsNorm;
 use crate::module::Module;
 
@@ -34,17 +36,24 @@ impl Norm {
         }
     }
 
-    /// `self(x) @ weight^T (+ bias)`, the norm's output computed again in the backward pass
-    /// instead of kept ([`Tensor::layer_norm_linear`], [`Tensor::rms_norm_linear`]).
-    pub fn linear_recomputed(
-        &self,
-        x: &Tensor,
-        weight: &Tensor,
-        bias: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        Ok(match self {
-            Norm::Layer(n) => x.layer_norm_linear((&n.weight, &n.bias, n.eps), weight, bias)?,
-            Norm::Rms(n) => x.rms_norm_linear((&n.weight, n.eps), weight, bias)?,
+    /// `self(x) @ layer.weight^T (+ layer.bias)` for each of `layers`, the norm's output
+    /// computed again in the backward pass instead of kept ([`Tensor::layer_norm_linear`],
+    /// [`Tensor::rms_norm_linears`]). A LayerNorm feeding several layers keeps its output.
+    pub fn linears_recomputed(&self, x: &Tensor, layers: &[&Linear]) -> Result<Vec<Tensor>> {
+        Ok(match (self, layers) {
+            (Norm::Layer(n), [layer]) => vec![x.layer_norm_linear(
+                (&n.weight, &n.bias, n.eps),
+                &layer.weight,
+                layer.bias.as_ref(),
+            )?],
+            (Norm::Layer(_), _) => each_of(&self.forward(x)?.for_matmul()?, layers)?,
+            (Norm::Rms(n), _) => {
+                let layers: Vec<_> = layers
+                    .iter()
+                    .map(|layer| (&layer.weight, layer.bias.as_ref()))
+                    .collect();
+                x.rms_norm_linears((&n.weight, n.eps), &layers)?
+            }
         })
     }
 }

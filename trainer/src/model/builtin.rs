@@ -11,7 +11,7 @@ use headroom_nn::{
     Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
 };
 
-use crate::config::{ModelConfig, ModelKind};
+use crate::config::{ModelConfig, ModelFamily, ModelKind};
 use crate::data::{DataShape, DeviceBatch, FeatureShape, IGNORE, TokenShape};
 use crate::error::{Error, Result};
 use crate::model::trainable::{Knobs, ModelFactory, ModelSettings, TrainableModel};
@@ -166,6 +166,7 @@ impl ModelFactory for BuiltinModel {
         match (self.0.kind, shape.as_tokens()) {
             (ModelKind::Gpt, Some(tokens)) => Knobs {
                 cheap_recompute: true,
+                up_recompute: self.0.family == ModelFamily::Llama,
                 block_recompute: true,
                 fused_head: Some(tokens.vocab),
             },

@@ -89,6 +89,8 @@ impl ModelSettings {
 pub struct Knobs {
     /// [`Recompute::Cheap`]: each norm's and activation's output computed again.
     pub cheap_recompute: bool,
+    /// [`Recompute::CheapUp`]: a SwiGLU MLP's up projection run again too.
+    pub up_recompute: bool,
     /// [`Recompute::Blocks`]: whole blocks run again (activation checkpointing).
     pub block_recompute: bool,
     /// A head fused with its loss over this vocabulary, whose chunk the planner sizes.
@@ -100,6 +102,7 @@ impl Knobs {
     pub fn recomputes(&self) -> Vec<Recompute> {
         let mut offered = vec![Recompute::None];
         offered.extend(self.cheap_recompute.then_some(Recompute::Cheap));
+        offered.extend(self.up_recompute.then_some(Recompute::CheapUp));
         offered.extend(self.block_recompute.then_some(Recompute::Blocks));
         offered
     }

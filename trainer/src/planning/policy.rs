@@ -14,7 +14,7 @@
 //!   fits, the planner's error names the settings that kept that step out (clipping, f16 loss
 //!   scaling, a batch too large for one micro-batch) and the largest batch that fits with it.
 //! - The chosen candidate is the fastest that fits; of those within [`TIE`] of the fastest, the
-//!   first in the order none, cheap, blocks, each without and then with the step in the
+//!   first in the order none, cheap, cheap-up, blocks, each without and then with the step in the
 //!   backward pass: a technique must earn its place by time, since each has a cost the rates
 //!   do not price (an update in the backward pass cannot be redone after an out-of-memory).
 //! - The state's precision is lowered (bf16, then int8) only when no candidate of the
@@ -61,6 +61,7 @@ impl Policy {
         let recompute = match self.recompute {
             Recompute::None => "no recomputation",
             Recompute::Cheap => "cheap recomputation",
+            Recompute::CheapUp => "cheap recomputation and the up projection",
             Recompute::Blocks => "blocks recomputed",
         };
         let update = if self.in_backward {
@@ -174,9 +175,10 @@ pub struct PolicyPlan {
 mod tests {
     use super::*;
 
-    /// What the built-in GPT offers.
+    /// What the built-in GPT-2 offers (a Llama-family model offers `up_recompute` too).
     const GPT: Knobs = Knobs {
         cheap_recompute: true,
+        up_recompute: false,
         block_recompute: true,
         fused_head: None,
     };

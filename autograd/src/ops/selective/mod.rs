@@ -3,12 +3,18 @@
 //! the backward pass. [`Tensor::layer_norm_linear`] and [`Tensor::rms_norm_linear`] keep the
 //! norm's input and statistics, not its output; [`Tensor::gelu_linear`] keeps the GELU's
 //! input, not its output; [`Tensor::swiglu_linear`] keeps the gate and the up projection, not
-//! their product. Each gives what the two ops apart give, bit for bit, and keeps one array the
-//! size of its operand less.
+//! their product; [`Tensor::merged_heads_linear`] keeps attention's output, not the copy of it
+//! merged for the output projection. [`Tensor::rms_norm_linears`] feeds one norm to several
+//! products. Each gives what the ops apart give, bit for bit, and keeps one array the size of
+//! its operand less. [`Tensor::rms_norm_swiglu`], a Llama block's whole MLP, goes one step
+//! further: it keeps the gate alone of the MLP's two products, and runs the up projection
+//! again.
 
 mod gelu;
 mod layer_norm;
+mod merged_heads;
 mod rms_norm;
+mod rms_norm_swiglu;
 mod swiglu;
 
 use headroom_kernels::ops::gemm;

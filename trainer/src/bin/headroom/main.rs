@@ -270,13 +270,19 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
             "--recompute cheap (each norm's and GELU's output computed again)",
         ),
         (
+            Recompute::CheapUp,
+            "--recompute cheap-up (and each SwiGLU MLP's up projection)",
+        ),
+        (
             Recompute::Blocks,
             "--recompute (each block run again in the backward pass)",
         ),
     ];
     for (recompute, what) in lighter {
+        let swiglu = config.model.family == headroom_trainer::config::ModelFamily::Llama;
         if chosen.policy.is_some()
             || config.model.kind != ModelKind::Gpt
+            || (recompute == Recompute::CheapUp && !swiglu)
             || config.model.recompute.unwrap_or_default() >= recompute
             || chosen.micro >= batch
         {
