@@ -4,7 +4,10 @@ of 256 and a GPT (4 layers, width 256, 4 heads, context 64, vocabulary 64) on a 
 forward, backward and AdamW step each, in f32 and under bf16 autocast; and the GPT with each
 block recomputed in the backward pass (`gpt-recompute`, torch.utils.checkpoint); and `gpt-text`, a
 GPT of the real-text job's size (4 layers of width 256, context 256, vocabulary 4096, batch 16, the
-head tied to the token embedding as nanoGPT ties it), in f32 only.
+head tied to the token embedding as nanoGPT ties it), in f32 only; and `llama-text`, a model of
+the Llama family of the same size (SmolLM2's design: 2 key/value heads for 4 query heads, a
+SwiGLU MLP of 768, tied) as transformers' `LlamaForCausalLM` with `attn_implementation="sdpa"`,
+in f32 only. The GPT's attention is `scaled_dot_product_attention`, as nanoGPT's.
 
 Prints one JSON line per result with the keys model, precision, samples_per_s, tokens_per_s,
 peak_bytes. The peak comes from PyTorch's memory profiler (`export_memory_timeline`) over two
@@ -28,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 STEPS = 10
 WARMUP = 3
-MODELS = ["mlp", "gpt", "gpt-recompute", "gpt-text"]
+MODELS = ["mlp", "gpt", "gpt-recompute", "gpt-text", "llama-text"]
 
 
 class Block(nn.Module):
@@ -47,10 +50,7 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(c, 2)
         heads = lambda m: m.view(b, t, self.heads, c // self.heads).transpose(1, 2)
         q, k, v = heads(q), heads(k), heads(v)
-        scores = (q @ k.transpose(-2, -1)) / (c // self.heads) ** 0.5
-        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
-        weights = scores.masked_fill(mask, float("-inf")).softmax(-1)
-        y = (weights @ v).transpose(1, 2).reshape(b, t, c)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
         x = x + self.proj(y)
         return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
@@ -75,6 +75,35 @@ class Gpt(nn.Module):
         return self.head(self.ln_f(x))
 
 
+class HfLogits(nn.Module):
+    """A transformers causal language model that returns its logits."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids).logits
+
+
+def llama_text():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=4096,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+    )
+    return HfLogits(LlamaForCausalLM._from_config(config, attn_implementation="sdpa"))
+
+
 def cases():
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
@@ -88,6 +117,13 @@ def cases():
     gpt = Gpt(vocab=4096, context=256, tie=True)
     ids = torch.randint(0, 4096, (16, 256))
     yield "gpt-text", gpt, ids, torch.randint(0, 4096, (16, 256)), 16, 16 * 256
+    if picked("llama-text", MODELS):
+        try:
+            llama = llama_text()
+        except ImportError:
+            print("llama-text needs transformers (pip install transformers); skipped", file=sys.stderr)
+            return
+        yield "llama-text", llama, ids, torch.randint(0, 4096, (16, 256)), 16, 16 * 256
 
 
 def step(model, optimizer, inputs, targets, precision):
@@ -123,7 +159,7 @@ def picked(name, among):
 def main():
     torch.set_num_threads(os.cpu_count() or 1)
     for name, model, inputs, targets, samples, tokens in cases():
-        for precision in ["f32"] if name == "gpt-text" else ["f32", "bf16"]:
+        for precision in ["f32"] if name.endswith("-text") else ["f32", "bf16"]:
             if not picked(name, MODELS) or not picked(precision, ["f32", "bf16"]):
                 continue
             optimizer = torch.optim.AdamW(model.parameters())

@@ -5,7 +5,9 @@
 //! `model, precision, samples_per_s, tokens_per_s, peak_bytes`. `gpt-recompute` is the GPT with
 //! each block recomputed in the backward pass (activation checkpointing). `gpt-text` is a GPT of
 //! the real-text job's size (4 layers of width 256, context 256, vocabulary 4096, batch 16, the
-//! head tied to the token embedding, as nanoGPT ties it), in f32 only.
+//! head tied to the token embedding, as nanoGPT ties it), in f32 only; `llama-text` is a model of
+//! the Llama family of the same size (SmolLM2's design: rotary positions, RMSNorm, a SwiGLU MLP
+//! of 768, 2 key/value heads for 4 query heads, tied), beside transformers' `LlamaForCausalLM`.
 
 use std::time::Instant;
 
@@ -15,8 +17,8 @@ use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{DType, Device, DeviceConfig};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
-    Activation, AdamW, AdamWConfig, Family, Gpt, GptConfig, Initializer, Module, Optimizer,
-    Recompute, mlp,
+    Activation, AdamW, AdamWConfig, Family, Gpt, GptConfig, Initializer, LlamaOptions, Module,
+    Optimizer, Recompute, mlp,
 };
 
 /// Timed steps, after the warm-up ones.
@@ -82,7 +84,35 @@ fn gpt_case_with(device: &Device, recompute: bool) -> headroom_nn::Result<Case> 
 
 /// The GPT of the real-text job's size (`gpt-mini` with a vocabulary of 4096), on a batch of 16.
 fn gpt_text_case(device: &Device) -> headroom_nn::Result<Case> {
-    let config = GptConfig {
+    gpt_of(
+        device,
+        "gpt-text",
+        text_sized(Family::Gpt2),
+        16,
+        Recompute::None,
+    )
+}
+
+/// A Llama-family model of `gpt-text`'s size: SmolLM2's design (2 key/value heads for 4 query
+/// heads, a SwiGLU MLP of 8/3 the width rounded up to 256, tied), on a batch of 16.
+fn llama_text_case(device: &Device) -> headroom_nn::Result<Case> {
+    let family = Family::Llama(LlamaOptions {
+        kv_heads: 2,
+        ..LlamaOptions::for_width(256, 4)
+    });
+    gpt_of(
+        device,
+        "llama-text",
+        text_sized(family),
+        16,
+        Recompute::None,
+    )
+}
+
+/// A model of `family` of the real-text job's size: 4 layers of width 256, 4 heads, context
+/// 256, a vocabulary of 4096, the head tied to the token embedding.
+fn text_sized(family: Family) -> GptConfig {
+    GptConfig {
         vocab: 4096,
         context: 256,
         width: 256,
@@ -90,9 +120,8 @@ fn gpt_text_case(device: &Device) -> headroom_nn::Result<Case> {
         layers: 4,
         dropout: 0.0,
         tie_embeddings: true,
-        family: Family::Gpt2,
-    };
-    gpt_of(device, "gpt-text", config, 16, Recompute::None)
+        family,
+    }
 }
 
 /// A GPT of `config` and a batch of `batch` full-context windows of seeded tokens.
@@ -179,11 +208,12 @@ fn main() -> headroom_nn::Result<()> {
             ("gpt", gpt_case),
             ("gpt-recompute", gpt_recompute_case),
             ("gpt-text", gpt_text_case),
+            ("llama-text", llama_text_case),
         ];
         let names = models.map(|(model, _)| model);
         for (model, make) in models {
             for (name, precision) in [("f32", None), ("bf16", Some(DType::BF16))] {
-                let f32_only = model == "gpt-text" && precision.is_some();
+                let f32_only = model.ends_with("-text") && precision.is_some();
                 if f32_only || !keep(model, &names) || !keep(name, &["f32", "bf16"]) {
                     continue;
                 }
