@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use super::kernels::{RotaryKernels, RotaryOperands, RotarySpec, Turn};
-use crate::cpu::{CpuBackend, min_rows};
+use crate::cpu::{CHUNK, CpuBackend, min_rows};
 use crate::dtype::{Compute, DType, Float};
 use crate::error::{Error, Result};
 
@@ -70,15 +70,18 @@ where
     // shares them).
     let zero = T::C::of(0.0);
     let mut table = vec![(zero, zero); len * half];
-    table
-        .par_chunks_mut(half)
-        .enumerate()
-        .for_each(|(p, angles)| {
-            let position = T::C::of((offset + p) as f64);
-            for (angle, &f) in angles.iter_mut().zip(inv_freq) {
-                *angle = (position * f).cos_sin();
-            }
-        });
+    let at = |p: usize| T::C::of((offset + p) as f64);
+    // A few positions (a generated token's) are not worth the pool's hand-off.
+    if table.len() <= CHUNK {
+        for (p, angles) in table.chunks_mut(half).enumerate() {
+            cos_sin_at(at(p), inv_freq, angles);
+        }
+    } else {
+        table
+            .par_chunks_mut(half)
+            .enumerate()
+            .for_each(|(p, angles)| cos_sin_at(at(p), inv_freq, angles));
+    }
     out.par_chunks_mut(head)
         .zip(x.par_chunks(head))
         .enumerate()
@@ -95,4 +98,11 @@ where
                 o2[i] = T::store(b * cos + a * sin);
             }
         });
+}
+
+/// The cosine and sine of each frequency's angle at `position`, into `angles`.
+fn cos_sin_at<C: Trig>(position: C, inv_freq: &[C], angles: &mut [(C, C)]) {
+    for (angle, &f) in angles.iter_mut().zip(inv_freq) {
+        *angle = (position * f).cos_sin();
+    }
 }
