@@ -12,6 +12,7 @@ mod error;
 mod memory;
 mod meta;
 pub mod ops;
+pub mod quant;
 mod shape;
 mod vector_math;
 mod work;
