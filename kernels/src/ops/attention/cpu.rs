@@ -18,6 +18,7 @@ use crate::cpu::CpuBackend;
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::ops::random::kernels::keeps;
+use crate::ops::rows::lanes::{max_by, sum_by};
 
 /// Queries per block.
 const QUERIES: usize = 64;
@@ -254,7 +255,7 @@ fn query_block<T: Float>(
         for r in 0..rows {
             let row = &mut w[r * cols..][..cols];
             let visible = spec.visible(first + r).saturating_sub(key0).min(cols);
-            let block_max = lanes_max(&row[..visible]);
+            let block_max = max_by(&row[..visible], |x| x);
             let new_max = max[r].max(block_max);
             if new_max == T::C::NEG_INFINITY {
                 row.iter_mut().for_each(|x| *x = T::C::ZERO);
@@ -264,7 +265,7 @@ fn query_block<T: Float>(
             row[..visible]
                 .iter_mut()
                 .for_each(|x| *x = (*x - new_max).exp());
-            let block_sum = lanes_sum(&row[..visible]);
+            let block_sum = sum_by(&row[..visible], |x| x);
             row[visible..].iter_mut().for_each(|x| *x = T::C::ZERO);
             if spec.dropout.is_some() {
                 for (c, x) in row[..visible].iter_mut().enumerate() {
@@ -292,37 +293,6 @@ fn query_block<T: Float>(
         }
         lse[r] = max[r] + sum[r].ln();
     }
-}
-
-/// Lanes a row's reductions keep apart, so that they vectorize.
-const LANES: usize = 16;
-
-/// The largest of `xs` (NaN if one is), `LANES` at a time: the same in any order.
-fn lanes_max<C: Compute>(xs: &[C]) -> C {
-    let mut lanes = [C::NEG_INFINITY; LANES];
-    let chunks = xs.chunks_exact(LANES);
-    let tail = chunks
-        .remainder()
-        .iter()
-        .fold(C::NEG_INFINITY, |m, &x| m.max(x));
-    for chunk in chunks {
-        lanes
-            .iter_mut()
-            .zip(chunk)
-            .for_each(|(m, &x)| *m = m.max(x));
-    }
-    lanes.iter().fold(tail, |m, &x| m.max(x))
-}
-
-/// The sum of `xs`, `LANES` partial sums at a time.
-fn lanes_sum<C: Compute>(xs: &[C]) -> C {
-    let mut lanes = [C::ZERO; LANES];
-    let chunks = xs.chunks_exact(LANES);
-    let tail = chunks.remainder().iter().fold(C::ZERO, |s, &x| s + x);
-    for chunk in chunks {
-        lanes.iter_mut().zip(chunk).for_each(|(s, &x)| *s = *s + x);
-    }
-    lanes.iter().fold(tail, |s, &x| s + x)
 }
 
 /// The operands (`q`, `k`, `v`), what the forward pass kept with the upstream gradient (`out`,

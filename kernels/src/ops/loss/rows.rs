@@ -1,37 +1,18 @@
 //! The arithmetic of one row of the fused cross-entropy, written so that it vectorizes: the
-//! row's maximum and its sum of exponentials run in `LANES` independent accumulators (a fixed
-//! order, so the result does not depend on the machine), and the loops are compiled for the
+//! row's maximum and its sum of exponentials run in independent accumulators
+//! ([`crate::ops::rows::lanes`]), and the loops are compiled for the
 //! widest instruction set the CPU has (see [`crate::ops::elementwise::isa`]).
 
 use crate::dtype::{Compute, Float};
 use crate::ops::elementwise::isa::{has_avx2, has_avx512};
-
-/// Independent accumulators of a row's maximum and sum.
-const LANES: usize = 16;
+use crate::ops::rows::lanes::{max_by, sum_by};
 
 /// The largest element of a row (NaN-propagating) and `sum_j exp(row[j] - max)`, in the
 /// compute type.
 #[inline(always)]
 fn max_and_sum_exp<T: Float>(row: &[T]) -> (T::C, T::C) {
-    let blocks = row.chunks_exact(LANES);
-    let tail = blocks.remainder();
-    let mut maxes = [T::C::NEG_INFINITY; LANES];
-    for block in blocks.clone() {
-        for (m, &x) in maxes.iter_mut().zip(block) {
-            *m = m.max(x.load());
-        }
-    }
-    let max = maxes.iter().fold(T::C::NEG_INFINITY, |m, &x| m.max(x));
-    let max = tail.iter().fold(max, |m, &x| m.max(x.load()));
-    let mut sums = [T::C::ZERO; LANES];
-    for block in blocks {
-        for (s, &x) in sums.iter_mut().zip(block) {
-            *s = *s + (x.load() - max).exp();
-        }
-    }
-    let sum = sums.iter().fold(T::C::ZERO, |s, &x| s + x);
-    let sum = tail.iter().fold(sum, |s, &x| s + (x.load() - max).exp());
-    (max, sum)
+    let max = max_by(row, |x: T| x.load());
+    (max, sum_by(row, |x: T| (x.load() - max).exp()))
 }
 
 /// The loss of one row against its target: `(max - x_t) + ln(sum_j exp(x_j - max))`.

@@ -1,9 +1,11 @@
 //! What the row ops (softmax, layer normalization) share: they see an operand as rows over its
 //! last axis ([`RowSpec`]); their checks live here, and the shapes their CUDA kernels are built
-//! in (`cuda.rs`).
+//! in (`cuda.rs`). `lanes` holds the vectorizing reductions of a row the CPU's cross-entropy
+//! and attention share.
 
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+pub(crate) mod lanes;
 pub(crate) mod spec;
 
 pub use spec::RowSpec;
