@@ -2,6 +2,7 @@
 
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 use headroom_kernels::ops::norm;
+use headroom_kernels::{Array, DType};
 
 use super::super::{promoted, rule_many};
 use super::{Linear, in_dtype};
@@ -33,9 +34,7 @@ impl Tensor {
         (gamma, eps): (&Tensor, f64),
         layers: &[(&Tensor, Option<&Tensor>)],
     ) -> Result<Vec<Tensor>> {
-        let x = self.for_f32_op()?;
-        let dtype = promoted(x.dtype(), gamma.dtype());
-        let (x, gamma) = (x.cast(dtype)?, gamma.cast(dtype)?);
+        let (x, gamma) = rms_inputs(self, gamma)?;
         let linears = layers
             .iter()
             .map(|&(w, b)| Linear::new(w, b))
@@ -43,12 +42,10 @@ impl Tensor {
         let Some(first) = linears.first() else {
             return Ok(Vec::new());
         };
-        let normed = norm::rms_norm(x.array(), gamma.array(), eps)?;
-        let rstd = normed.rstd;
         // Cast once for all the products (under autocast), as the ops apart cast the norm's
         // output once.
-        let operands = vec![in_dtype(&normed.y, first.w.dtype())?; linears.len()];
-        drop(normed.y);
+        let (norm, operand) = RecomputedRms::forward(&x, &gamma, eps, first.w.dtype())?;
+        let operands = vec![operand; linears.len()];
         let ys = linears
             .iter()
             .zip(operands)
@@ -59,16 +56,12 @@ impl Tensor {
             inputs = linear.inputs(&inputs);
         }
         if let Some(rec) = begin(&inputs) {
-            let (xs, gs) = (x.array().clone(), gamma.array().clone());
             let layers: Vec<_> = linears.iter().map(Linear::saved).collect();
-            let mut kept = vec![&xs, &gs, &rstd];
+            let mut kept = norm.kept().to_vec();
             kept.extend(layers.iter().map(|layer| &layer.w));
             let saved = saves(&kept);
             let backward = rule_many(move |outputs, needs| {
-                let normed = norm::rms_norm(&xs, &gs, eps)?.y;
-                let normed_dtype = normed.dtype();
-                let operands = vec![in_dtype(&normed, layers[0].w.dtype())?; layers.len()];
-                drop(normed);
+                let operands = vec![norm.output(layers[0].w.dtype())?; layers.len()];
                 let mut grads = vec![None, None];
                 let mut dnormed = None;
                 for ((layer, g), operand) in layers.iter().zip(outputs).zip(operands) {
@@ -85,10 +78,7 @@ impl Tensor {
                     grads.extend(layer_grads);
                 }
                 if let Some(dnormed) = dnormed {
-                    let dnormed = in_dtype(&dnormed, normed_dtype)?;
-                    let n = norm::rms_norm_backward(&xs, &gs, &rstd, &dnormed)?;
-                    grads[0] = needs[0].then_some(n.dx);
-                    grads[1] = needs[1].then_some(n.dgamma);
+                    [grads[0], grads[1]] = norm.grads(&dnormed, needs)?;
                 }
                 Ok(grads)
             });
@@ -96,5 +86,61 @@ impl Tensor {
             rec.finish("rms_norm_linear", &outputs, saved, backward);
         }
         Ok(ys)
+    }
+}
+
+/// An RMS norm's input and scale in the one dtype the norm computes in (f32 under autocast),
+/// as the ops that recompute the norm track them.
+pub(super) fn rms_inputs(x: &Tensor, gamma: &Tensor) -> Result<(Tensor, Tensor)> {
+    let x = x.for_f32_op()?;
+    let dtype = promoted(x.dtype(), gamma.dtype());
+    Ok((x.cast(dtype)?, gamma.cast(dtype)?))
+}
+
+/// An RMS norm whose output only feeds products and is computed again in the backward pass
+/// ([`Tensor::rms_norm_linears`], [`Tensor::rms_norm_swiglu`]): what its backward rule keeps.
+pub(super) struct RecomputedRms {
+    x: Array,
+    gamma: Array,
+    /// Each row's reciprocal root mean square.
+    rstd: Array,
+    eps: f64,
+}
+
+impl RecomputedRms {
+    /// The norm of `x` by `gamma` (as [`rms_inputs`] gives them), and its output cast to
+    /// `dtype`, the products'.
+    pub(super) fn forward(
+        x: &Tensor,
+        gamma: &Tensor,
+        eps: f64,
+        dtype: DType,
+    ) -> Result<(Self, Array)> {
+        let normed = norm::rms_norm(x.array(), gamma.array(), eps)?;
+        let kept = Self {
+            x: x.array().clone(),
+            gamma: gamma.array().clone(),
+            rstd: normed.rstd,
+            eps,
+        };
+        Ok((kept, in_dtype(&normed.y, dtype)?))
+    }
+
+    /// The arrays it holds, for the tape's account.
+    pub(super) fn kept(&self) -> [&Array; 3] {
+        [&self.x, &self.gamma, &self.rstd]
+    }
+
+    /// The norm's output again, cast to `dtype`.
+    pub(super) fn output(&self, dtype: DType) -> Result<Array> {
+        in_dtype(&norm::rms_norm(&self.x, &self.gamma, self.eps)?.y, dtype)
+    }
+
+    /// The gradients of the input and of gamma, where `needs[0]` and `needs[1]` ask for them,
+    /// from the output's gradient `doutput` (in the products' dtype: cast back here).
+    pub(super) fn grads(&self, doutput: &Array, needs: &[bool]) -> Result<[Option<Array>; 2]> {
+        let doutput = in_dtype(doutput, self.x.dtype())?;
+        let n = norm::rms_norm_backward(&self.x, &self.gamma, &self.rstd, &doutput)?;
+        Ok([needs[0].then_some(n.dx), needs[1].then_some(n.dgamma)])
     }
 }

@@ -2,10 +2,11 @@
 //! and the gate alone.
 
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
-use headroom_kernels::ops::{gemm, norm};
+use headroom_kernels::ops::gemm;
 
-use super::super::{promoted, rule};
-use super::{Linear, in_dtype};
+use super::super::rule;
+use super::Linear;
+use super::rms_norm::{RecomputedRms, rms_inputs};
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -23,32 +24,25 @@ impl Tensor {
         (gamma, eps): (&Tensor, f64),
         [gate, up, down]: [&Tensor; 3],
     ) -> Result<Tensor> {
-        let x = self.for_f32_op()?;
-        let dtype = promoted(x.dtype(), gamma.dtype());
-        let (x, gamma) = (x.cast(dtype)?, gamma.cast(dtype)?);
+        let (x, gamma) = rms_inputs(self, gamma)?;
         let (gate, up, down) = (
             Linear::new(gate, None)?,
             Linear::new(up, None)?,
             Linear::new(down, None)?,
         );
-        let normed = norm::rms_norm(x.array(), gamma.array(), eps)?;
-        let rstd = normed.rstd;
-        let operand = in_dtype(&normed.y, gate.w.dtype())?;
-        drop(normed.y);
+        let (norm, operand) = RecomputedRms::forward(&x, &gamma, eps, gate.w.dtype())?;
         let g = gate.forward(operand.clone())?;
         let u = up.forward(operand)?;
         let y = down.forward(ew::swiglu(g.array(), u.array())?)?;
         drop(u);
         let inputs = down.inputs(&up.inputs(&gate.inputs(&[&x, &gamma])));
         if let Some(rec) = begin(&inputs) {
-            let (xs, gs, gated) = (x.array().clone(), gamma.array().clone(), g.array().clone());
+            let gated = g.array().clone();
             let (gate, up, down) = (gate.saved(), up.saved(), down.saved());
-            let saved = saves(&[&xs, &gs, &rstd, &gated, &gate.w, &up.w, &down.w]);
+            let [xs, gs, rstd] = norm.kept();
+            let saved = saves(&[xs, gs, rstd, &gated, &gate.w, &up.w, &down.w]);
             let backward = rule(move |dy, needs| {
-                let normed = norm::rms_norm(&xs, &gs, eps)?.y;
-                let normed_dtype = normed.dtype();
-                let operand = in_dtype(&normed, gate.w.dtype())?;
-                drop(normed);
+                let operand = norm.output(gate.w.dtype())?;
                 // The inputs: x, gamma, then the gate's, the up's and the down's weights.
                 let upped = gemm::matmul(&operand, &up.w, false, true)?;
                 let (dgated, down_grads) = down.grads(ew::swiglu(&gated, &upped)?, dy, needs)?;
@@ -58,9 +52,7 @@ impl Tensor {
                 let (dn_up, up_grads) = up.grads(operand, &d.dup, &needs[..4])?;
                 let dnormed = ew::binary(BinaryOp::Add, &dn_gate, &dn_up)?;
                 drop((dn_gate, dn_up));
-                let dnormed = in_dtype(&dnormed, normed_dtype)?;
-                let n = norm::rms_norm_backward(&xs, &gs, &rstd, &dnormed)?;
-                let mut grads = vec![needs[0].then_some(n.dx), needs[1].then_some(n.dgamma)];
+                let mut grads = norm.grads(&dnormed, needs)?.to_vec();
                 grads.extend(gate_grads);
                 grads.extend(up_grads);
                 grads.extend(down_grads);

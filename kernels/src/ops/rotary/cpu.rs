@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use super::kernels::{RotaryKernels, RotaryOperands, RotarySpec, Turn};
-use crate::cpu::{CHUNK, CpuBackend, min_rows};
+use crate::cpu::{CpuBackend, min_rows};
 use crate::dtype::{Compute, DType, Float};
 use crate::error::{Error, Result};
 
@@ -70,18 +70,11 @@ where
     // shares them).
     let zero = T::C::of(0.0);
     let mut table = vec![(zero, zero); len * half];
-    let at = |p: usize| T::C::of((offset + p) as f64);
-    // A few positions (a generated token's) are not worth the pool's hand-off.
-    if table.len() <= CHUNK {
-        for (p, angles) in table.chunks_mut(half).enumerate() {
-            cos_sin_at(at(p), inv_freq, angles);
-        }
-    } else {
-        table
-            .par_chunks_mut(half)
-            .enumerate()
-            .for_each(|(p, angles)| cos_sin_at(at(p), inv_freq, angles));
-    }
+    table
+        .par_chunks_mut(half)
+        .enumerate()
+        .with_min_len(min_rows(half))
+        .for_each(|(p, angles)| cos_sin_at(T::C::of((offset + p) as f64), inv_freq, angles));
     out.par_chunks_mut(head)
         .zip(x.par_chunks(head))
         .enumerate()
