@@ -20,8 +20,13 @@ built from the published `config.json` (nn/tests/data/published/NAME.json) with
 `attn_implementation="sdpa"`, its loss from `labels`, AdamW; checkpointed with
 `gradient_checkpointing_enable()`.
 
+With `--lora RANK` (a Llama-family `--model`), LoRA as PEFT users run it: the base model in
+`--base` (bf16 by default) and frozen, `peft.get_peft_model` with `LoraConfig(r=RANK,
+lora_alpha=2 RANK, lora_dropout=0, target_modules="all-linear")` (every linear layer but the
+head; PEFT keeps the adapters in f32), AdamW over the adapters.
+
 Prints one JSON line per result with the keys model, device, precision, micro_batch, peak_bytes,
-activation_bytes_per_sample, samples_per_s, tokens_per_s.
+activation_bytes_per_sample, samples_per_s, tokens_per_s (and lora, base with `--lora`).
 
 With `--limit SIZE` (repeatable, e.g. 4GiB), what fits under each limit instead, as
 `fit-compare --limit` asks it of Headroom: PyTorch's largest micro-batch, from the peaks at one
@@ -56,7 +61,7 @@ class HfCausalLm(nn.Module):
     """A transformers causal LM of a published configuration, trained as its users train it:
     the loss from `labels` (transformers shifts them), sdpa attention."""
 
-    def __init__(self, name, checkpointed=False):
+    def __init__(self, name, checkpointed=False, lora=None, base=torch.float32):
         super().__init__()
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -65,10 +70,17 @@ class HfCausalLm(nn.Module):
         fields.pop("architectures", None)
         fields.pop("torch_dtype", None)
         config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-        self.model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=torch.float32)
+        self.model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=base)
         self.vocab = config.vocab_size
         if checkpointed:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if lora:
+            from peft import LoraConfig, get_peft_model
+
+            adapters = LoraConfig(
+                r=lora, lora_alpha=2 * lora, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+            )
+            self.model = get_peft_model(self.model, adapters)
 
     def forward(self, ids, targets):
         return self.model(input_ids=ids, labels=ids).loss
@@ -138,6 +150,8 @@ def step(model, optimizer, ids, targets, precision):
 
 
 MODEL = "gpt2"
+LORA = None
+BASE = torch.float32
 
 
 def model_and_optimizer(context, device, checkpointed=False):
@@ -145,10 +159,11 @@ def model_and_optimizer(context, device, checkpointed=False):
     if MODEL == "gpt2":
         model = Gpt(context=context, checkpointed=checkpointed).to(device)
     else:
-        model = HfCausalLm(MODEL, checkpointed).to(device)
+        model = HfCausalLm(MODEL, checkpointed, LORA, BASE).to(device)
     # nanoGPT's choice: the fused AdamW where the device has it.
     fused = {"fused": True} if device.type == "cuda" else {}
-    return model, torch.optim.AdamW(model.parameters(), lr=3e-4, **fused)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return model, torch.optim.AdamW(trained, lr=3e-4, **fused)
 
 
 def peak_bytes(precision, samples, context, device, checkpointed=False):
@@ -246,9 +261,16 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--limit", action="append", help="what fits under this limit (4GiB, ...)")
     parser.add_argument("--model", default="gpt2", help="gpt2 (nanoGPT), or a Llama-family preset (transformers)")
+    parser.add_argument("--lora", type=int, help="LoRA of this rank on every linear layer (PEFT)")
+    parser.add_argument("--base", choices=["f32", "bf16"], default="bf16", help="the frozen base's dtype with --lora")
     args = parser.parse_args()
-    global MODEL
+    global MODEL, LORA, BASE
     MODEL = args.model
+    if args.lora:
+        if args.model == "gpt2":
+            parser.error("--lora needs a Llama-family --model")
+        LORA = args.lora
+        BASE = torch.bfloat16 if args.base == "bf16" else torch.float32
     device = torch.device(args.device)
     if args.limit:
         torch.set_num_threads(os.cpu_count() or 1)
@@ -270,6 +292,8 @@ def main():
             "samples_per_s": rate,
             "tokens_per_s": rate * args.context,
         }
+        if LORA:
+            line.update(lora=LORA, base=args.base)
         print(json.dumps(line), flush=True)
 
 

@@ -9,9 +9,9 @@ use crate::optim::Optimizer;
 /// allocator's granule (what the allocator really hands out).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TrainingMemory {
-    /// The parameters.
+    /// The parameters and the frozen tensors.
     pub parameters: u64,
-    /// One gradient per parameter, as a backward pass produces them.
+    /// One gradient per parameter (none for frozen tensors), as a backward pass produces them.
     pub gradients: u64,
     /// The optimizer's state (moments, momentum).
     pub optimizer_state: u64,
@@ -39,9 +39,13 @@ impl TrainingMemory {
 /// # Ok::<(), headroom_nn::Error>(())
 /// ```
 pub fn training_memory(model: &dyn Module, optimizer: Option<&dyn Optimizer>) -> TrainingMemory {
-    let mut parameters = 0;
+    let (mut parameters, mut gradients) = (0u64, 0u64);
     model.visit(&mut |_, t| {
-        parameters += round_size(t.array().buffer().bytes() as u64).unwrap_or(u64::MAX);
+        let bytes = round_size(t.array().buffer().bytes() as u64).unwrap_or(u64::MAX);
+        parameters = parameters.saturating_add(bytes);
+        if t.is_variable() {
+            gradients = gradients.saturating_add(bytes);
+        }
     });
     let optimizer_state = optimizer.map_or(0, |o| {
         let (state, _) = o.state();
@@ -52,7 +56,7 @@ pub fn training_memory(model: &dyn Module, optimizer: Option<&dyn Optimizer>) ->
     });
     TrainingMemory {
         parameters,
-        gradients: parameters,
+        gradients,
         optimizer_state,
     }
 }

@@ -379,11 +379,11 @@ impl Checkpoint {
     /// shape and dtype. Nothing changes unless every parameter is found and fits.
     pub fn restore_model(&self, model: &mut dyn Module) -> Result<()> {
         let mut loaded = Vec::new();
-        model.visit(&mut |name, t| {
+        model.visit_parameters(&mut |name, t| {
             loaded.push(self.array(name, Some((t.shape(), t.dtype())), Tag::WEIGHTS));
         });
         let mut loaded = loaded.into_iter().collect::<Result<Vec<_>>>()?.into_iter();
-        model.visit_mut(&mut |name, t| {
+        model.visit_parameters_mut(&mut |name, t| {
             let array = loaded
                 .next()
                 .ok_or_else(|| self.error(name, "the model changed while restoring"))?;

@@ -61,6 +61,12 @@ impl Initializer {
         self.dtype
     }
 
+    /// Draws the parameters that follow in `dtype` (f32 adapters over a bf16 model), from the
+    /// streams that follow.
+    pub fn set_dtype(&mut self, dtype: DType) {
+        self.dtype = dtype;
+    }
+
     /// A new seed, for a generator of one's own (dropout masks, say).
     pub fn next_seed(&mut self) -> u64 {
         let stream = self.streams;

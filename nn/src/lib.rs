@@ -8,6 +8,7 @@ mod init;
 mod kv_cache;
 mod layer_kind;
 pub mod layers;
+pub mod lora;
 pub mod loss;
 mod module;
 pub mod optim;

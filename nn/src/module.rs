@@ -7,19 +7,40 @@ use crate::error::Result;
 
 /// A layer or a model.
 ///
-/// Parameters are named like PyTorch state-dict keys (`blocks.0.attn.qkv.weight`), relative
-/// to the module; containers prefix their children's names. Both visitors walk the parameters
-/// in the same fixed order.
+/// Its tensors are named like PyTorch state-dict keys (`blocks.0.attn.qkv.weight`), relative
+/// to the module; containers prefix their children's names. Both visitors walk every tensor in
+/// the same fixed order. The *parameters* are the variables among them, what training
+/// updates; the others are frozen (LoRA's base weights): no gradient, no optimizer state.
 pub trait Module: Send + Sync {
     /// The output for `x`.
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 
-    /// Calls `f` with each parameter's name and tensor.
+    /// Calls `f` with each tensor's name and tensor, frozen ones included.
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor));
 
-    /// Calls `f` with each parameter's name and tensor, mutably (to update or replace it), and
+    /// Calls `f` with each tensor's name and tensor, mutably (to update or replace it), and
     /// stops at the first error.
     fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()>;
+
+    /// Calls `f` with each parameter (each variable) and its name.
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        self.visit(&mut |name, t| {
+            if t.is_variable() {
+                f(name, t);
+            }
+        });
+    }
+
+    /// Calls `f` with each parameter and its name, mutably, and stops at the first error.
+    fn visit_parameters_mut(
+        &mut self,
+        f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
+    ) -> Result<()> {
+        self.visit_mut(&mut |name, t| match t.is_variable() {
+            true => f(name, t),
+            false => Ok(()),
+        })
+    }
 
     /// Switches training behaviour (dropout) on or off; on by default.
     fn set_training(&mut self, _training: bool) {}
@@ -27,21 +48,28 @@ pub trait Module: Send + Sync {
     /// Every parameter with its name, in visiting order.
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         let mut out = Vec::new();
-        self.visit(&mut |name, t| out.push((name.to_owned(), t.clone())));
+        self.visit_parameters(&mut |name, t| out.push((name.to_owned(), t.clone())));
         out
     }
 
     /// Every parameter (shared handles), in visiting order.
     fn parameters(&self) -> Vec<Tensor> {
         let mut out = Vec::new();
-        self.visit(&mut |_, t| out.push(t.clone()));
+        self.visit_parameters(&mut |_, t| out.push(t.clone()));
         out
     }
 
     /// Number of scalar parameters.
     fn parameter_count(&self) -> usize {
         let mut count = 0;
-        self.visit(&mut |_, t| count += t.numel());
+        self.visit_parameters(&mut |_, t| count += t.numel());
+        count
+    }
+
+    /// Number of scalars in frozen tensors.
+    fn frozen_count(&self) -> usize {
+        let mut count = 0;
+        self.visit(&mut |_, t| count += usize::from(!t.is_variable()) * t.numel());
         count
     }
 }

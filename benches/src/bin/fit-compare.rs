@@ -14,6 +14,7 @@
 //! ```text
 //! fit-compare [--preset NAME] [--context N] [--device cpu|cuda:N] [--precision f32|bf16]...
 //!             [--micro-batch N] [--steps N] [--recompute cheap|cheap-up]
+//!             [--lora RANK [--base bf16|f32]]
 //! fit-compare [--preset NAME] [--context N] --limit SIZE [--limit SIZE]... [--at N]...
 //!             [--precision f32|bf16]...
 //! fit-compare --largest-preset SIZE [--precision f32|bf16]...
@@ -21,7 +22,10 @@
 //!
 //! `--preset` picks another model than GPT-2 small (`smollm2-135m`, `llama-3.2-1b`, ...), and
 //! `--context` its positions per sample (by default the preset's). `--recompute cheap-up` has a
-//! Llama-family model run its MLPs' up projections again too (by default `cheap`).
+//! Llama-family model run its MLPs' up projections again too (by default `cheap`). `--lora
+//! RANK` trains LoRA adapters of that rank (alpha twice the rank) on every linear layer of the
+//! blocks over the frozen model, kept in `--base` (bf16 by default), as `torch_fit.py --lora`
+//! runs PEFT; its JSON lines gain `lora` and `base`.
 //!
 //! `--limit` asks what fits under each limit (on the CPU's simulated device, or a GPU), with gradient
 //! clipping off (so the optimizer step in the backward pass may be chosen): the largest
@@ -45,8 +49,9 @@ use std::time::Instant;
 use headroom_benches::fit_limits::{
     Subject, Techniques, config as limit_config, confirm, largest, whole_batch_policy,
 };
+use headroom_nn::lora::LoraConfig;
 use headroom_trainer::config::{
-    ALL_PRESETS, DataKind, PrecisionKind, Preset, Recompute, TrainConfig,
+    ALL_PRESETS, DataKind, ParamDtype, PrecisionKind, Preset, Recompute, TrainConfig,
 };
 use headroom_trainer::{Result, Trainer};
 
@@ -60,6 +65,8 @@ struct Args {
     steps: usize,
     /// What the measured steps compute again.
     recompute: Recompute,
+    /// LoRA adapters of this rank over a frozen base of this dtype.
+    lora: Option<(usize, ParamDtype)>,
     /// Limits to find the largest micro-batch under.
     limits: Vec<u64>,
     /// For each limit, the size to time a step at.
@@ -74,6 +81,7 @@ impl Args {
         let (mut preset, mut context) = (Preset::Gpt2, None);
         let (mut precisions, mut micro, mut steps) = (Vec::new(), None, 3);
         let mut recompute = Recompute::Cheap;
+        let (mut rank, mut base) = (None, ParamDtype::Bf16);
         let (mut limits, mut at, mut largest_preset) = (Vec::new(), Vec::new(), None);
         let size = |flag: &str, value: &str| {
             headroom_alloc::parse_size(value).map_err(|e| format!("{flag} {value}: {e}"))
@@ -109,6 +117,14 @@ impl Args {
                         other => return Err(format!("--recompute {other}: cheap or cheap-up")),
                     }
                 }
+                "--lora" => rank = Some(number()?.max(1)),
+                "--base" => {
+                    base = match value.as_str() {
+                        "bf16" => ParamDtype::Bf16,
+                        "f32" => ParamDtype::F32,
+                        other => return Err(format!("--base {other}: bf16 or f32")),
+                    }
+                }
                 "--limit" => limits.push(size(&flag, &value)?),
                 "--at" => at.push(number()?.max(1)),
                 "--largest-preset" => largest_preset = Some(size(&flag, &value)?),
@@ -141,6 +157,7 @@ impl Args {
             micro,
             steps,
             recompute,
+            lora: rank.map(|rank| (rank, base)),
             limits,
             at,
             largest_preset,
@@ -148,12 +165,15 @@ impl Args {
     }
 }
 
+/// A step's precision, recomputation and LoRA rank and base, if any.
+type How = (PrecisionKind, Recompute, Option<(usize, ParamDtype)>);
+
 /// A run of `subject` on `device` in `precision` with batches of `samples`, in a directory of
 /// its own.
 fn config(
     subject: Subject,
     device: &str,
-    (precision, recompute): (PrecisionKind, Recompute),
+    (precision, recompute, lora): How,
     samples: usize,
 ) -> TrainConfig {
     let mut config = subject.config();
@@ -165,6 +185,14 @@ fn config(
     config.device = device.to_owned();
     config.precision.dtype = precision;
     config.model.recompute = Some(recompute);
+    if let Some((rank, base)) = lora {
+        config.model.lora = Some(LoraConfig {
+            rank,
+            alpha: 2.0 * rank as f64,
+            ..LoraConfig::default()
+        });
+        config.model.param_dtype = base;
+    }
     config.data.kind = DataKind::UniformTokens;
     config.data.train_size = 64;
     config.data.eval_size = 1;
@@ -185,7 +213,7 @@ fn config(
 fn measured(
     subject: Subject,
     device: &str,
-    how: (PrecisionKind, Recompute),
+    how: How,
     samples: usize,
 ) -> Result<(u64, u64, Trainer)> {
     let mut trainer = Trainer::builder()
@@ -342,7 +370,7 @@ fn main() -> Result<()> {
     let mut lines = Vec::new();
     for precision in args.precisions {
         let subject = args.subject;
-        let how = (precision, args.recompute);
+        let how = (precision, args.recompute, args.lora);
         let (one, one_predicted, _) = measured(subject, device, how, 1)?;
         let (two, two_predicted, _) = measured(subject, device, how, 2)?;
         let (peak, predicted, mut trainer) = measured(subject, device, how, micro)?;
@@ -366,12 +394,15 @@ fn main() -> Result<()> {
         let tokens_per_s = samples_per_s * context as f64;
         let per_sample = two.saturating_sub(one);
         let (name, recompute) = (precision.name(), args.recompute);
+        let adapters = args.lora.map_or(String::new(), |(rank, base)| {
+            format!(",\"lora\":{rank},\"base\":\"{}\"", base.name())
+        });
         println!(
             "{device:<8} {name:<6} {micro:>6} {peak:>14} {predicted:>14} {per_sample:>16} \
              {samples_per_s:>10.3} {tokens_per_s:>10.0}"
         );
         lines.push(format!(
-            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"recompute\":\"{recompute}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}}}"
+            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"recompute\":\"{recompute}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}{adapters}}}"
         ));
     }
     for line in lines {

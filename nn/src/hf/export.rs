@@ -11,7 +11,6 @@ use crate::hf::config::Gpt2Config;
 use crate::hf::import::WEIGHTS_FILE;
 use crate::hf::names::{LM_HEAD, Layout, PREFIX, hf_name, stored_dims, transpose_bytes};
 use crate::layers::gpt::Gpt;
-use crate::module::Module;
 
 /// Writes `gpt` as a Hugging Face GPT-2 directory that
 /// `transformers.GPT2LMHeadModel.from_pretrained(dir)` loads: creates `dir` (and its parents)
@@ -32,8 +31,7 @@ pub fn export_gpt2(gpt: &Gpt, dir: &Path, end_of_text: Option<u32>) -> Result<()
         config.bos_token_id = Some(u64::from(end));
         config.eos_token_id = Some(u64::from(end));
     }
-    let tensors = gpt
-        .named_parameters()
+    let tensors = crate::lora::base_tensors(gpt)
         .into_iter()
         .map(|(name, t)| {
             let (hf, layout) = hf_name(&name).ok_or_else(|| {

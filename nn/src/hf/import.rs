@@ -15,7 +15,6 @@ use crate::hf::names::{
     LM_HEAD, Layout, PREFIX, WTE, hf_name, is_buffer, stored_dims, transpose_bytes,
 };
 use crate::layers::gpt::Gpt;
-use crate::module::Module;
 
 /// The file name of a model directory's weights.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -88,7 +87,7 @@ pub fn load_gpt2(dir: &Path, gpt: &mut Gpt) -> Result<()> {
         .map(|source| checker.array(source))
         .collect::<Result<Vec<_>>>()?
         .into_iter();
-    gpt.visit_mut(&mut |name, t| {
+    crate::lora::visit_base_mut(gpt, &mut |name, t| {
         *t.array_mut() = arrays.next().ok_or_else(|| Error::Checkpoint {
             path: path.clone(),
             key: name.to_owned(),
@@ -135,7 +134,7 @@ impl<'a> Checker<'a> {
     fn sources(&self, gpt: &Gpt) -> Result<Vec<Source<'a>>> {
         let prefix = self.prefix();
         let mut params = Vec::new();
-        gpt.visit(&mut |name, t| {
+        crate::lora::visit_base(gpt, &mut |name, t| {
             params.push((
                 name.to_owned(),
                 t.shape().clone(),

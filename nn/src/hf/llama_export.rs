@@ -18,7 +18,6 @@ use crate::hf::llama_names::hf_names;
 use crate::hf::shards::{DEFAULT_SHARD_BYTES, index_json, shard_name, split, weight_files_in};
 use crate::hf::weight_files::INDEX_FILE;
 use crate::layers::gpt::Gpt;
-use crate::module::Module;
 
 /// The file name of the generation settings.
 const GENERATION_FILE: &str = "generation_config.json";
@@ -159,7 +158,7 @@ fn entries(gpt: &Gpt, dtype: Option<DType>) -> Result<Vec<Entry>> {
         config.kv_heads() * config.head_dim(),
     );
     let mut entries = Vec::new();
-    for (name, param) in gpt.named_parameters() {
+    for (name, param) in crate::lora::base_tensors(gpt) {
         let names = hf_names(&name).ok_or_else(|| {
             Error::config(
                 "llama export",

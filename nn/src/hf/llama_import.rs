@@ -15,7 +15,6 @@ use crate::hf::llama_names::{EMBED, LM_HEAD, hf_names, is_buffer};
 use crate::hf::weight_files::{WeightFiles, by_name, model_dir};
 use crate::layers::family::Family;
 use crate::layers::gpt::{Gpt, GptConfig};
-use crate::module::Module;
 
 /// The file's tensors that fill one parameter, checked.
 struct Plan<'a> {
@@ -54,7 +53,9 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     let parsed = files.parse()?;
     let tensors = by_name(&parsed)?;
     let mut params = Vec::new();
-    gpt.visit(&mut |name, t| params.push((name.to_owned(), t.shape().clone())));
+    crate::lora::visit_base(gpt, &mut |name, t| {
+        params.push((name.to_owned(), t.shape().clone()))
+    });
     let config = gpt.config();
     let (q, kv) = (
         config.heads * config.head_dim(),
@@ -72,7 +73,7 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     check_rest(&tensors, &plans, gpt.head.is_none())?;
     let mut plans = plans.into_iter();
-    gpt.visit_mut(&mut |name, t| {
+    crate::lora::visit_base_mut(gpt, &mut |name, t| {
         let plan = plans.next().ok_or_else(|| Error::Checkpoint {
             path: dir.clone(),
             key: name.to_owned(),

@@ -1,14 +1,15 @@
 //! A Hugging Face model directory of any family Headroom reads: its configuration, the
 //! decoder it describes, and loading its weights into one.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hf::config::Gpt2Config;
 use crate::hf::fields::read_json;
 use crate::hf::llama_config::LlamaConfig;
+use crate::hf::peft::{ADAPTER_CONFIG, PeftAdapter, load_peft};
 use crate::hf::weight_files::model_dir;
 use crate::layers::gpt::{Gpt, GptConfig};
 
@@ -26,7 +27,12 @@ impl Pretrained {
     /// [`model_dir`]), by its `model_type` (or `architectures`): `gpt2` as
     /// [`Gpt2Config::read`], any other as [`LlamaConfig::read`], which names the
     /// architectures it reads when the file's is not among them.
+    ///
+    /// A PEFT adapter directory reads as its base model's ([`adapter_base`]).
     pub fn read(dir: &Path) -> Result<Self> {
+        if PeftAdapter::is_adapter_dir(dir) {
+            return Self::read(&adapter_base(dir)?);
+        }
         let dir = model_dir(dir)?;
         let path = dir.join(super::CONFIG_FILE);
         let value = read_json(&path)?;
@@ -71,10 +77,31 @@ impl Pretrained {
     ///
     /// [`load_gpt2`]: crate::hf::load_gpt2
     /// [`load_llama`]: crate::hf::load_llama
+    ///
+    /// From a PEFT adapter directory: the base's weights, then the adapters ([`load_peft`]).
     pub fn load(&self, dir: &Path, gpt: &mut Gpt) -> Result<()> {
+        if PeftAdapter::is_adapter_dir(dir) {
+            self.load(&adapter_base(dir)?, gpt)?;
+            return load_peft(dir, gpt).map(drop);
+        }
         match self {
             Self::Gpt2(_) => super::load_gpt2(&model_dir(dir)?, gpt),
             Self::Llama(_) => super::load_llama(dir, gpt),
         }
     }
+}
+
+/// The base model directory of the PEFT adapter directory `dir`: its
+/// `base_model_name_or_path`, relative to `dir` when relative, which must be a directory
+/// here.
+pub fn adapter_base(dir: &Path) -> Result<PathBuf> {
+    let adapter = PeftAdapter::read(dir)?;
+    adapter.base_dir(dir).ok_or_else(|| Error::Checkpoint {
+        path: dir.join(ADAPTER_CONFIG),
+        key: "base_model_name_or_path".into(),
+        detail: format!(
+            "{:?} is no directory here: the base model must be a local directory",
+            adapter.base
+        ),
+    })
 }

@@ -99,6 +99,11 @@ impl Dropout {
         self.p
     }
 
+    /// True while training (masks are drawn), false in evaluation.
+    pub fn is_training(&self) -> bool {
+        self.training
+    }
+
     /// The seed of the next mask, drawn as [`Module::forward`] draws it (the counter moves on);
     /// none in evaluation or with `p = 0`, where nothing is dropped. For ops that drop inside
     /// a fused kernel (attention's weights).

@@ -78,12 +78,14 @@ impl BlockMlp {
         })
     }
 
-    /// The gate's, up's and down's weights of a SwiGLU MLP without biases; `None` for any
-    /// other.
+    /// The gate's, up's and down's weights of a SwiGLU MLP without biases or adapters; `None`
+    /// for any other.
     pub(crate) fn unbiased_swiglu(&self) -> Option<[&Tensor; 3]> {
         match &self.kind {
             MlpKind::SwiGlu { gate, up, down }
-                if [gate, up, down].iter().all(|layer| layer.bias.is_none()) =>
+                if [gate, up, down]
+                    .iter()
+                    .all(|layer| layer.bias.is_none() && !layer.is_adapted()) =>
             {
                 Some([&gate.weight, &up.weight, &down.weight])
             }
@@ -103,21 +105,21 @@ impl BlockMlp {
     /// [`run`](Self::run) without the dropout (for inference).
     pub(crate) fn without_dropout(&self, first: &FirstProducts, recompute: bool) -> Result<Tensor> {
         Ok(match (&self.kind, recompute) {
-            (MlpKind::Gelu { fc, proj }, false) => {
-                let [h] = products(first, [fc])?;
-                proj.forward(&h.gelu()?)?
-            }
-            (MlpKind::Gelu { fc, proj }, true) => {
+            (MlpKind::Gelu { fc, proj }, true) if !proj.is_adapted() => {
                 let [h] = products(first, [fc])?;
                 h.gelu_linear(&proj.weight, proj.bias.as_ref())?
             }
-            (MlpKind::SwiGlu { gate, up, down }, false) => {
-                let [gate, up] = products(first, [gate, up])?;
-                down.forward(&gate.swiglu(&up)?)?
+            (MlpKind::Gelu { fc, proj }, _) => {
+                let [h] = products(first, [fc])?;
+                proj.forward(&h.gelu()?)?
             }
-            (MlpKind::SwiGlu { gate, up, down }, true) => {
+            (MlpKind::SwiGlu { gate, up, down }, true) if !down.is_adapted() => {
                 let [gate, up] = products(first, [gate, up])?;
                 gate.swiglu_linear(&up, &down.weight, down.bias.as_ref())?
+            }
+            (MlpKind::SwiGlu { gate, up, down }, _) => {
+                let [gate, up] = products(first, [gate, up])?;
+                down.forward(&gate.swiglu(&up)?)?
             }
         })
     }
@@ -178,6 +180,17 @@ impl Module for BlockMlp {
     }
 
     fn set_training(&mut self, training: bool) {
+        match &mut self.kind {
+            MlpKind::Gelu { fc, proj } => {
+                fc.set_training(training);
+                proj.set_training(training);
+            }
+            MlpKind::SwiGlu { gate, up, down } => {
+                for layer in [gate, up, down] {
+                    layer.set_training(training);
+                }
+            }
+        }
         self.dropout.set_training(training);
     }
 }

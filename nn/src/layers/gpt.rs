@@ -222,6 +222,11 @@ impl Gpt {
         &self.config
     }
 
+    /// True while training (dropout on), false in evaluation ([`Module::set_training`]).
+    pub fn is_training(&self) -> bool {
+        self.dropout.is_training()
+    }
+
     /// The dropout masks drawn so far (saved with a checkpoint so a resumed run draws the same).
     pub fn dropout_counter(&self) -> &DropoutCounter {
         &self.counter

@@ -4,16 +4,21 @@ use headroom_autograd::Tensor;
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
+use crate::layers::lora_adapter::LoraAdapter;
 use crate::module::Module;
 
-/// `y = x W^T + b`, with PyTorch's layout: `weight` is `[out, in]`, `bias` `[out]`. Runs in
-/// the autocast dtype when a policy applies.
+/// `y = x W^T + b`, with PyTorch's layout: `weight` is `[out, in]`, `bias` `[out]`, plus its
+/// low-rank adapters' output when it has any. Runs in the autocast dtype when a policy
+/// applies.
 #[derive(Debug, Clone)]
 pub struct Linear {
     /// `[out, in]`.
     pub weight: Tensor,
     /// `[out]`, if any.
     pub bias: Option<Tensor>,
+    /// LoRA adapters over the (then frozen) weight ([`crate::lora`]); their tensors are
+    /// named `lora_A.weight` and `lora_B.weight`, under a part's name for a slice.
+    pub adapter: Option<Box<LoraAdapter>>,
 }
 
 impl Linear {
@@ -53,19 +58,55 @@ impl Linear {
             } else {
                 None
             },
+            adapter: None,
         })
+    }
+
+    /// The output of `x` from the first products its input takes, as
+    /// [`adapter_inputs`](Self::adapter_inputs) lists them: the base product `base` and, with
+    /// adapters, each part's `A x` in `down`.
+    pub fn finish(&self, base: Tensor, down: Vec<Tensor>) -> Result<Tensor> {
+        match &self.adapter {
+            Some(adapter) => adapter.add_to(&base, down),
+            None => Ok(base),
+        }
+    }
+
+    /// The `A` matrices whose products of the layer's own input its adapters need (none
+    /// without adapters, or when they read a dropped-out input instead), each a product
+    /// without bias: an op that computes several products of one input (a norm recomputed for
+    /// them) takes these too and hands them to [`finish`](Self::finish). `None` when the
+    /// adapters need an input of their own.
+    pub fn adapter_inputs(&self) -> Option<Vec<&Tensor>> {
+        match &self.adapter {
+            None => Some(Vec::new()),
+            Some(adapter) if adapter.reads_input() => Some(adapter.down_weights()),
+            Some(_) => None,
+        }
+    }
+
+    /// True when adapters add to its output.
+    pub fn is_adapted(&self) -> bool {
+        self.adapter.is_some()
     }
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.linear(&self.weight, self.bias.as_ref())?)
+        let base = x.linear(&self.weight, self.bias.as_ref())?;
+        match &self.adapter {
+            Some(adapter) => adapter.add_to(&base, adapter.down(x)?),
+            None => Ok(base),
+        }
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         f("weight", &self.weight);
         if let Some(bias) = &self.bias {
             f("bias", bias);
+        }
+        if let Some(adapter) = &self.adapter {
+            adapter.visit(f);
         }
     }
 
@@ -74,6 +115,15 @@ impl Module for Linear {
         if let Some(bias) = &mut self.bias {
             f("bias", bias)?;
         }
+        if let Some(adapter) = &mut self.adapter {
+            adapter.visit_mut(f)?;
+        }
         Ok(())
+    }
+
+    fn set_training(&mut self, training: bool) {
+        if let Some(adapter) = &mut self.adapter {
+            adapter.set_training(training);
+        }
     }
 }

@@ -9,6 +9,7 @@ pub mod family;
 pub mod gpt;
 pub mod layer_norm;
 pub mod linear;
+pub mod lora_adapter;
 pub mod norm;
 pub mod rms_norm;
 pub mod rotary;

@@ -2,7 +2,7 @@
 
 use headroom_autograd::Tensor;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layers::block_mlp::each_of;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
@@ -36,26 +36,51 @@ impl Norm {
         }
     }
 
-    /// `self(x) @ layer.weight^T (+ layer.bias)` for each of `layers`, the norm's output
-    /// computed again in the backward pass instead of kept ([`Tensor::layer_norm_linear`],
-    /// [`Tensor::rms_norm_linears`]). A LayerNorm feeding several layers keeps its output.
+    /// Each of `layers` applied to `self(x)`, the norm's output computed again in the
+    /// backward pass instead of kept ([`Tensor::layer_norm_linear`],
+    /// [`Tensor::rms_norm_linears`]). An RMSNorm's op takes the adapters' first products too
+    /// (where they read the layer's input itself); a LayerNorm feeding several layers, or an
+    /// adapted one, keeps its output.
     pub fn linears_recomputed(&self, x: &Tensor, layers: &[&Linear]) -> Result<Vec<Tensor>> {
-        Ok(match (self, layers) {
-            (Norm::Layer(n), [layer]) => vec![x.layer_norm_linear(
+        let downs: Option<Vec<Vec<&Tensor>>> =
+            layers.iter().map(|layer| layer.adapter_inputs()).collect();
+        match (self, layers, downs) {
+            (Norm::Layer(n), [layer], _) if !layer.is_adapted() => Ok(vec![x.layer_norm_linear(
                 (&n.weight, &n.bias, n.eps),
                 &layer.weight,
                 layer.bias.as_ref(),
-            )?],
-            (Norm::Layer(_), _) => each_of(&self.forward(x)?.for_matmul()?, layers)?,
-            (Norm::Rms(n), _) => {
-                let layers: Vec<_> = layers
+            )?]),
+            (Norm::Rms(n), _, Some(downs)) => {
+                let mut weights = Vec::new();
+                for (layer, down) in layers.iter().zip(&downs) {
+                    weights.push((&layer.weight, layer.bias.as_ref()));
+                    weights.extend(down.iter().map(|&a| (a, None)));
+                }
+                let mut outputs = x
+                    .rms_norm_linears((&n.weight, n.eps), &weights)?
+                    .into_iter();
+                let mut next = || outputs.next().ok_or_else(|| missing(weights.len()));
+                layers
                     .iter()
-                    .map(|layer| (&layer.weight, layer.bias.as_ref()))
-                    .collect();
-                x.rms_norm_linears((&n.weight, n.eps), &layers)?
+                    .zip(downs)
+                    .map(|(layer, down)| {
+                        let base = next()?;
+                        let down = down.iter().map(|_| next()).collect::<Result<_>>()?;
+                        layer.finish(base, down)
+                    })
+                    .collect()
             }
-        })
+            _ => each_of(&self.forward(x)?.for_matmul()?, layers),
+        }
     }
+}
+
+/// The error of an op that gave fewer outputs than the `expected` products it was asked for.
+fn missing(expected: usize) -> Error {
+    Error::config(
+        "norm products",
+        format!("fewer outputs than the {expected} products asked for"),
+    )
 }
 
 impl Module for Norm {

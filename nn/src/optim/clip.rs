@@ -42,7 +42,7 @@ pub fn clip_grad_norm(
     let mut squares = 0.0f64;
     let mut on_device: Option<Array> = None;
     let mut failure = None;
-    model.visit(&mut |_, param| {
+    model.visit_parameters(&mut |_, param| {
         if failure.is_some() {
             return;
         }

@@ -274,7 +274,7 @@ impl OptimizerState {
         let step = Update::new(self.steps + 1).scaled(grad_scale);
         let mut index = 0;
         let (slots, shard) = (&mut self.slots, &self.shard);
-        model.visit_mut(&mut |_, param| {
+        model.visit_parameters_mut(&mut |_, param| {
             let slot = &mut slots[index];
             index += 1;
             match grads.get(param) {
@@ -342,7 +342,7 @@ impl OptimizerState {
         let slots = &self.slots;
         let mut problems = Vec::new();
         let mut count = 0;
-        model.visit(&mut |name, param| {
+        model.visit_parameters(&mut |name, param| {
             let found = match slots.get(count) {
                 None => Some(format!(
                     "parameter `{name}` has no state: the optimizer was built for a smaller model"

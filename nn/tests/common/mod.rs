@@ -33,7 +33,7 @@ pub fn seed() -> u64 {
 pub fn with_params<L: Module + Clone>(layer: &L, params: &[Tensor]) -> L {
     let mut copy = layer.clone();
     let mut next = params.iter();
-    copy.visit_mut(&mut |_, t| {
+    copy.visit_parameters_mut(&mut |_, t| {
         *t = next.next().expect("one tensor per parameter").clone();
         Ok(())
     })

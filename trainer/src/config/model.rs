@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use headroom_nn::lora::LoraConfig;
 use serde::{Deserialize, Serialize};
 
 use super::model_family::{ModelFamily, RopeScaling};
@@ -84,6 +85,12 @@ pub struct ModelConfig {
     /// `"bf16"` (half the weights' and gradients' memory, updates rounded stochastically).
     #[serde(skip_serializing_if = "ParamDtype::is_f32")]
     pub param_dtype: ParamDtype,
+    /// GPT: train low-rank adapters over the frozen model instead of the model itself
+    /// (`[model.lora]`: `rank`, `alpha`, `dropout`, `rslora`, `targets`, as PEFT names
+    /// them). The base keeps `param_dtype`; the adapters are f32. Checkpoints hold the
+    /// adapters alone, so the base comes from `init_from` (or the seed) again on resume.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
 }
 
 impl Default for ModelConfig {
@@ -113,6 +120,7 @@ impl Default for ModelConfig {
             norm_eps: None,
             init_from: None,
             param_dtype: ParamDtype::F32,
+            lora: None,
         }
     }
 }
@@ -234,6 +242,11 @@ impl ModelConfig {
                 for problem in self.pretrained_mismatches() {
                     problems.add(problem);
                 }
+                if let Some(lora) = &self.lora {
+                    for (field, detail) in lora.problems() {
+                        problems.add(format!("model.lora.{field}: {detail}"));
+                    }
+                }
                 problems.check(
                     self.head_chunk != Some(0),
                     "model.head_chunk: a chunk of 0 rows; at least 1, or unset for the planner \
@@ -250,6 +263,10 @@ impl ModelConfig {
                 problems.check(
                     self.head_chunk.is_none(),
                     "model.head_chunk: the fused head is a GPT's; an MLP has none".into(),
+                );
+                problems.check(
+                    self.lora.is_none(),
+                    "model.lora: adapters go on a GPT's linear layers; train an MLP whole".into(),
                 );
                 problems.check(
                     self.hidden.iter().all(|&h| h > 0),

@@ -79,6 +79,13 @@ pub struct Overrides {
     /// each update stochastically).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_param_dtype))]
     pub param_dtype: Option<ParamDtype>,
+    /// GPT: train LoRA adapters over the frozen model (model.lora; rank 8, alpha 16 on every
+    /// linear layer of the blocks unless the file says otherwise).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub lora: bool,
+    /// GPT: the adapters' rank (model.lora.rank; implies --lora).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub lora_rank: Option<usize>,
     /// auto (choose the memory techniques left unset by predicted step time) or manual
     /// (memory.policy).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_policy))]
@@ -287,6 +294,10 @@ impl Overrides {
             config.model.recompute = self.recompute;
         }
         set(&mut config.model.param_dtype, self.param_dtype);
+        if self.lora || self.lora_rank.is_some() {
+            let lora = config.model.lora.get_or_insert_with(Default::default);
+            set(&mut lora.rank, self.lora_rank);
+        }
         set(&mut config.memory.policy, self.memory_policy);
         set(&mut config.memory.rates, self.memory_rates);
         if self.optimizer_state.is_some() {

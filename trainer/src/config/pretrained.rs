@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use headroom_nn::hf::Pretrained;
+use headroom_nn::hf::{PeftAdapter, Pretrained};
 
 use super::{DataKind, ModelConfig, ModelKind, TrainConfig};
 use crate::error::{Error, Result};
@@ -36,6 +36,11 @@ impl ModelConfig {
         let Some(dir) = self.init_from.clone() else {
             return Ok(());
         };
+        // A PEFT adapter directory trains its adapters on (as its configuration shapes them,
+        // unless `[model.lora]` does) over its base.
+        if PeftAdapter::is_adapter_dir(&dir) && self.lora.is_none() {
+            self.lora = Some(PeftAdapter::read(&dir)?.lora);
+        }
         let pretrained = Pretrained::read(&dir)?;
         let theirs = pretrained.gpt_config(self.dropout);
         let mut adopted = self.clone();

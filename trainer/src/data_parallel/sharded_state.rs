@@ -30,7 +30,7 @@ pub fn broadcast_from_owners(
     let shard = optimizer.buffers().shard();
     let mut index = 0;
     let mut failed = None;
-    model.module_mut().visit_mut(&mut |_, param| {
+    model.module_mut().visit_parameters_mut(&mut |_, param| {
         let owner = shard.owner(index).unwrap_or(0);
         index += 1;
         if failed.is_none()

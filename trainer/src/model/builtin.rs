@@ -5,7 +5,8 @@
 use std::any::Any;
 
 use headroom_autograd::Tensor;
-use headroom_kernels::Device;
+use headroom_kernels::{DType, Device};
+use headroom_nn::lora;
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
     Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
@@ -47,6 +48,16 @@ impl TrainModel {
                 gpt.set_recompute(config.recompute.unwrap_or_default().into());
                 if let Some(rows) = config.head_chunk {
                     gpt.set_head_chunk(Some(rows));
+                }
+                if let Some(adapters) = &config.lora {
+                    init.set_dtype(DType::F32);
+                    let attached = lora::attach(&mut gpt, adapters, &mut init)?;
+                    tracing::debug!(
+                        "LoRA: {} modules, {} parameters trained, {} frozen",
+                        attached.modules,
+                        attached.trainable,
+                        attached.frozen
+                    );
                 }
                 Ok(Self::Gpt(Box::new(gpt)))
             }

@@ -45,7 +45,7 @@ pub(crate) fn step_in_backward(
     // forbid its update in place.
     let mut ids: Vec<TensorId> = Vec::new();
     let mut names: Vec<String> = Vec::new();
-    ctx.model.module().visit(&mut |name, t| {
+    ctx.model.module().visit_parameters(&mut |name, t| {
         ids.push(t.id());
         names.push(name.to_owned());
     });
@@ -69,13 +69,15 @@ pub(crate) fn step_in_backward(
         squares += sum;
         let optimizer = &mut *ctx.optimizer;
         let mut at = 0;
-        ctx.model.module_mut().visit_mut(&mut |name, param| {
-            at += 1;
-            if at - 1 == index {
-                optimizer.step_parameter(index, name, param, &grad, unscale)?;
-            }
-            Ok(())
-        })?;
+        ctx.model
+            .module_mut()
+            .visit_parameters_mut(&mut |name, param| {
+                at += 1;
+                if at - 1 == index {
+                    optimizer.step_parameter(index, name, param, &grad, unscale)?;
+                }
+                Ok(())
+            })?;
         updated += 1;
         Ok(())
     });

@@ -14,7 +14,7 @@ use crate::config::{ModelFamily, ModelKind, TrainConfig};
 use crate::data::shards::TOKENIZER;
 use crate::data::{DataShape, TokenShape};
 use crate::error::{Error, Result};
-use crate::model::TrainModel;
+use crate::model::{BuiltinModel, ModelFactory, TrainModel};
 use crate::planning::run_device;
 use crate::run_dir::checkpoint::{CONFIG_KEY, checkpoint_path, saved_config};
 
@@ -52,7 +52,11 @@ impl SavedRun {
         let path = existing_checkpoint(run_dir)?;
         let header = Header::read(&path)?;
         let mut config = header.config(&path)?;
-        config.model.init_from = None;
+        // A LoRA run's checkpoint holds its adapters alone: its base comes from where the run
+        // took it.
+        if config.model.lora.is_none() {
+            config.model.init_from = None;
+        }
         if let Some(device) = &settings.device {
             config.device = device.clone();
         }
@@ -64,6 +68,21 @@ impl SavedRun {
         config.model.recompute = None;
         let shape = match (config.model.kind, shape) {
             (_, Some(shape)) => shape,
+            (ModelKind::Gpt, None) if config.model.lora.is_some() => {
+                let unsaved = |what: &str| Error::Data {
+                    path: path.clone(),
+                    detail: format!(
+                        "a LoRA checkpoint holds the adapters alone, and the run's \
+                         configuration names no {what}"
+                    ),
+                };
+                let vocab = config.model.vocab.ok_or_else(|| unsaved("vocabulary"))?;
+                let len = match config.model.family {
+                    ModelFamily::Gpt2 => config.model.context.ok_or_else(|| unsaved("context"))?,
+                    ModelFamily::Llama => config.model.window(config.data.context),
+                };
+                DataShape::tokens(vocab, len)
+            }
             (ModelKind::Gpt, None) => {
                 let rows = |key: &str| {
                     header
@@ -96,6 +115,10 @@ impl SavedRun {
         let budget = run_device::budget(&config)?;
         let device = run_device::open(&config, &budget)?;
         let mut model = TrainModel::build(&config.model, &shape, &device, config.seed)?;
+        if config.model.lora.is_some() {
+            // The checkpoint holds the adapters alone: the base as the run started from it.
+            BuiltinModel(config.model.clone()).initialize(&mut model)?;
+        }
         let saved = checkpoint::load(&path, &device)?;
         saved.restore_model(model.module_mut())?;
         model.module_mut().set_training(false);

@@ -457,7 +457,9 @@ fn build_model(
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
     let settings = ModelSettings::of(config);
     let mut model = factory.build(device, &task.train.shape(), &settings)?;
-    if saved.is_none() {
+    // A LoRA checkpoint holds the adapters alone: the frozen base comes from where it came
+    // from at the start.
+    if saved.is_none() || config.model.lora.is_some() {
         factory.initialize(&mut *model)?;
     }
     let mut optimizer = build_optimizer(&config.optimizer, model.module())?;

@@ -107,6 +107,11 @@ pub struct ExportArgs {
     /// Llama family: replace the weight files the directory already holds.
     #[arg(long)]
     overwrite: bool,
+    /// A LoRA run: write the model with its adapters merged into the weights (a Hugging Face
+    /// model directory) instead of the adapters alone (a PEFT adapter directory that
+    /// peft.PeftModel.from_pretrained(base, DIR) loads).
+    #[arg(long)]
+    merge: bool,
     /// The run directory.
     run_dir: PathBuf,
     /// The directory to write.
@@ -212,6 +217,34 @@ pub fn export(args: &ExportArgs) -> Result<()> {
         return Err(Error::Config {
             problems: vec!["export --hf: the run's model is an MLP, not a GPT".into()],
         });
+    };
+    let mut merged;
+    let gpt = match (&run.config.model.lora, args.merge) {
+        (Some(lora), false) => {
+            let base = run
+                .config
+                .model
+                .init_from
+                .as_ref()
+                .map(|p| p.display().to_string());
+            headroom_nn::hf::export_peft(gpt, lora, &args.out_dir, base.as_deref())?;
+            return say(format_args!(
+                "exported the LoRA adapters of {} as a PEFT adapter directory: {}",
+                args.run_dir.display(),
+                args.out_dir.display()
+            ));
+        }
+        (Some(_), true) => {
+            merged = gpt.as_ref().clone();
+            headroom_nn::lora::merge(&mut merged)?;
+            &merged
+        }
+        (None, true) => {
+            return Err(Error::Config {
+                problems: vec!["export --merge: the run trained no LoRA adapters".into()],
+            });
+        }
+        (None, false) => gpt.as_ref(),
     };
     // The start and end of a text are the tokenizer's: a tokenizer trained by `headroom
     // tokenizer train` has <|endoftext|> first, not last as GPT-2's does.

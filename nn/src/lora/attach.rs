@@ -1,0 +1,211 @@
+//! Puts adapters on a decoder: freezes every tensor it holds, then gives each targeted linear
+//! layer an adapter, named and shaped as PEFT names and shapes them.
+
+use headroom_alloc::Tag;
+use headroom_autograd::Tensor;
+use headroom_kernels::DType;
+
+use crate::error::{Error, Result};
+use crate::init::{Init, Initializer};
+use crate::layers::activation::Dropout;
+use crate::layers::block_mlp::MlpKind;
+use crate::layers::family::Family;
+use crate::layers::gpt::Gpt;
+use crate::layers::linear::Linear;
+use crate::layers::lora_adapter::{LoraAdapter, LoraPart};
+use crate::lora::config::LoraConfig;
+use crate::module::Module;
+
+/// A linear layer an adapter can go on, with the PEFT modules it stands for: one covering it
+/// whole, or a slice each where transformers keeps apart what Headroom fuses (`q_proj`,
+/// `k_proj` and `v_proj` in `qkv`).
+pub(crate) struct Adaptable<'a> {
+    pub layer: &'a mut Linear,
+    /// `(module path, first row, rows)`, in output order.
+    pub modules: Vec<(String, usize, usize)>,
+}
+
+/// Every layer of `gpt`'s blocks an adapter can go on, in visiting order, with transformers'
+/// module paths (`model.layers.{i}.self_attn.q_proj`, `transformer.h.{i}.attn.c_attn`).
+pub(crate) fn adaptable(gpt: &mut Gpt) -> Vec<Adaptable<'_>> {
+    let llama = matches!(gpt.config().family, Family::Llama(_));
+    let mut out = Vec::new();
+    for (i, block) in gpt.blocks.iter_mut().enumerate() {
+        let attn = &mut block.attn;
+        let (q, kv) = (
+            attn.heads() * attn.head_dim(),
+            attn.kv_heads() * attn.head_dim(),
+        );
+        if llama {
+            let at = format!("model.layers.{i}.self_attn");
+            let modules = vec![
+                (format!("{at}.q_proj"), 0, q),
+                (format!("{at}.k_proj"), q, kv),
+                (format!("{at}.v_proj"), q + kv, kv),
+            ];
+            let o = whole(&attn.proj.weight, format!("{at}.o_proj"));
+            out.push(Adaptable {
+                layer: &mut attn.qkv,
+                modules,
+            });
+            out.push(Adaptable {
+                layer: &mut attn.proj,
+                modules: o,
+            });
+        } else {
+            let at = format!("transformer.h.{i}.attn");
+            let qkv = whole(&attn.qkv.weight, format!("{at}.c_attn"));
+            let proj = whole(&attn.proj.weight, format!("{at}.c_proj"));
+            out.push(Adaptable {
+                layer: &mut attn.qkv,
+                modules: qkv,
+            });
+            out.push(Adaptable {
+                layer: &mut attn.proj,
+                modules: proj,
+            });
+        }
+        match &mut block.mlp.kind {
+            MlpKind::Gelu { fc, proj } => {
+                push(fc, format!("transformer.h.{i}.mlp.c_fc"), &mut out);
+                push(proj, format!("transformer.h.{i}.mlp.c_proj"), &mut out);
+            }
+            MlpKind::SwiGlu { gate, up, down } => {
+                let at = format!("model.layers.{i}.mlp");
+                push(gate, format!("{at}.gate_proj"), &mut out);
+                push(up, format!("{at}.up_proj"), &mut out);
+                push(down, format!("{at}.down_proj"), &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// The module at `path` covering all of `weight`'s rows.
+fn whole(weight: &Tensor, path: String) -> Vec<(String, usize, usize)> {
+    vec![(path, 0, weight.dims()[0])]
+}
+
+/// `layer`, covered whole by the module at `path`, onto `out`.
+fn push<'a>(layer: &'a mut Linear, path: String, out: &mut Vec<Adaptable<'a>>) {
+    let modules = whole(&layer.weight, path);
+    out.push(Adaptable { layer, modules });
+}
+
+/// What [`attach`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attached {
+    /// PEFT modules given an adapter.
+    pub modules: usize,
+    /// Scalars in the adapters: what training now updates.
+    pub trainable: usize,
+    /// Scalars frozen.
+    pub frozen: usize,
+}
+
+/// Freezes every tensor of `gpt` (no gradient, no optimizer state from now on) and gives each
+/// layer `config` targets an adapter of `config`'s rank and scale: `A` drawn from `init`
+/// (whose dtype the adapters keep; f32 is PEFT's choice for a half-precision base) and `B`
+/// zeros, so that the model's outputs are unchanged until training moves `B`.
+///
+/// A target that names no module of this family is an error naming the modules there are.
+pub fn attach(gpt: &mut Gpt, config: &LoraConfig, init: &mut Initializer) -> Result<Attached> {
+    config.validate()?;
+    if gpt.parameter_count() == 0 {
+        return Err(Error::config(
+            "lora",
+            "the model is frozen already".to_owned(),
+        ));
+    }
+    check_targets(gpt, config)?;
+    gpt.visit_mut(&mut |_, t| {
+        *t = t.detach();
+        Ok(())
+    })?;
+    let (counter, training) = (gpt.dropout_counter().clone(), gpt.is_training());
+    let mut modules = 0;
+    for Adaptable {
+        layer,
+        modules: paths,
+    } in adaptable(gpt)
+    {
+        let inputs = layer.weight.dims()[1];
+        let mut parts = Vec::new();
+        for (path, start, rows) in paths.iter().filter(|(p, ..)| config.targets.matches(p)) {
+            let name = match paths.len() {
+                1 => String::new(),
+                _ => path.rsplit('.').next().unwrap_or(path).to_owned(),
+            };
+            let bound = 1.0 / (inputs as f64).sqrt();
+            parts.push(LoraPart {
+                module: path.clone(),
+                name,
+                start: *start,
+                a: init.param([config.rank, inputs], Init::Uniform(bound))?,
+                b: init.param([*rows, config.rank], Init::Constant(0.0))?,
+            });
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        modules += parts.len();
+        let mut dropout = Dropout::new(config.dropout, init.next_seed(), counter.clone())?;
+        dropout.set_training(training);
+        let outputs = layer.weight.dims()[0];
+        layer.adapter = Some(Box::new(LoraAdapter::new(
+            parts,
+            outputs,
+            config.scale(),
+            dropout,
+        )?));
+    }
+    Ok(Attached {
+        modules,
+        trainable: gpt.parameter_count(),
+        frozen: gpt.frozen_count(),
+    })
+}
+
+/// Casts every frozen floating tensor of `gpt` to `dtype` (a bf16 base under f32 adapters),
+/// tagged as weights; the adapters keep theirs.
+pub fn cast_frozen(gpt: &mut Gpt, dtype: DType) -> Result<()> {
+    gpt.visit_mut(&mut |_, t| {
+        if t.is_variable() || t.dtype() == dtype || !t.dtype().is_float() {
+            return Ok(());
+        }
+        let device = t.device().clone();
+        let _weights = device.scoped_tag(Tag::WEIGHTS);
+        let cast = t.array().cast(dtype)?;
+        *t = Tensor::new(cast);
+        Ok(())
+    })
+}
+
+/// An error for a target naming no module of `gpt`'s family.
+fn check_targets(gpt: &mut Gpt, config: &LoraConfig) -> Result<()> {
+    let crate::lora::LoraTargets::Names(names) = &config.targets else {
+        return Ok(());
+    };
+    let paths: Vec<String> = adaptable(gpt)
+        .into_iter()
+        .flat_map(|a| a.modules.into_iter().map(|(p, ..)| p))
+        .collect();
+    for name in names {
+        if !paths
+            .iter()
+            .any(|p| crate::lora::config::ends_with_module(p, name))
+        {
+            let mut known: Vec<&str> = paths.iter().filter_map(|p| p.rsplit('.').next()).collect();
+            known.sort_unstable();
+            known.dedup();
+            return Err(Error::config(
+                "lora.targets",
+                format!(
+                    "`{name}` names no linear layer of this model; its layers are {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

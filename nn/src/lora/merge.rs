@@ -1,0 +1,62 @@
+//! Folds adapters into their layers' weights: `W + scale * B A` over each part's rows.
+
+use headroom_alloc::Tag;
+use headroom_autograd::{Tensor, no_grad};
+use headroom_kernels::DType;
+
+use crate::error::Result;
+use crate::layers::gpt::Gpt;
+use crate::layers::linear::Linear;
+use crate::layers::lora_adapter::LoraAdapter;
+use crate::lora::attach::adaptable;
+use crate::module::Module;
+
+/// Adds each adapter's product to its layer's weight (summed in f32, or f64 for an f64
+/// weight, and stored in the weight's dtype), drops the adapters, and makes every tensor a parameter again: the model a full
+/// fine-tune would export, with the same outputs to the weight dtype's rounding. Returns the
+/// layers merged.
+pub fn merge(gpt: &mut Gpt) -> Result<usize> {
+    let _off = no_grad();
+    let mut merged = 0;
+    for entry in adaptable(gpt) {
+        if let Some(adapter) = entry.layer.adapter.take() {
+            merge_layer(entry.layer, &adapter)?;
+            merged += 1;
+        }
+    }
+    gpt.visit_mut(&mut |_, t| {
+        *t = Tensor::variable(t.array().clone());
+        Ok(())
+    })?;
+    Ok(merged)
+}
+
+/// `layer.weight += scale * B A` over each part's rows.
+fn merge_layer(layer: &mut Linear, adapter: &LoraAdapter) -> Result<()> {
+    let weight = &layer.weight;
+    let (device, dtype) = (weight.device().clone(), weight.dtype());
+    let [total, cols] = [weight.dims()[0], weight.dims()[1]];
+    let wide = match dtype {
+        DType::F64 => DType::F64,
+        _ => DType::F32,
+    };
+    let zeros = |rows| Tensor::full(&device, [rows, cols], wide, 0.0);
+    let mut rows = Vec::new();
+    let mut end = 0;
+    for part in adapter.parts() {
+        if part.start > end {
+            rows.push(zeros(part.start - end)?);
+        }
+        let ba = part.b.cast(wide)?.matmul(&part.a.cast(wide)?)?;
+        rows.push(ba.scale(adapter.scale())?);
+        end = part.start + part.rows();
+    }
+    if end < total {
+        rows.push(zeros(total - end)?);
+    }
+    let delta = Tensor::concat(&rows.iter().collect::<Vec<_>>(), 0)?;
+    let _weights = device.scoped_tag(Tag::WEIGHTS);
+    let sum = weight.cast(wide)?.add(&delta)?.cast(dtype)?;
+    layer.weight = Tensor::new(sum.into_array());
+    Ok(())
+}
