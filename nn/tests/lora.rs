@@ -5,6 +5,7 @@
 mod common;
 
 use common::{check_layer, device, seed};
+use headroom_alloc::Tag;
 use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::{Array, DType, Device};
 use headroom_nn::lora::{self, LoraConfig, LoraTargets};
@@ -63,6 +64,8 @@ fn redraw(gpt: &mut Gpt, seed: u64) {
         let values: Vec<f64> = (0..t.numel())
             .map(|_| shift + 0.5 * next(&mut state))
             .collect();
+        let device = t.device().clone();
+        let _weights = device.scoped_tag(Tag::WEIGHTS);
         let array = Array::from_f64(t.device(), t.shape().clone(), t.dtype(), &values)?;
         *t = match t.is_variable() {
             true => Tensor::variable(array),
@@ -386,4 +389,48 @@ fn a_bf16_base_runs_under_f32_adapters() {
     let (loss, grads) = loss_and_grads(&gpt, &device);
     assert!(loss.is_finite());
     assert!(grads.iter().all(|(_, g)| !g.is_empty()));
+}
+
+/// The activation bytes a forward pass of `gpt` keeps for its backward pass, on `ids`.
+fn kept(gpt: &Gpt, device: &Device) -> usize {
+    let (ids, targets) = (ids(device, 2, 8), ids(device, 2, 8));
+    let tape = Tape::new();
+    let _loss = tape
+        .record(|| {
+            gpt.loss(&ids, &targets, None).map_err(|e| match e {
+                headroom_nn::Error::Autograd(e) => e,
+                other => panic!("{other}"),
+            })
+        })
+        .unwrap();
+    tape.saved().activation_bytes()
+}
+
+#[test]
+fn under_cheap_recomputation_adapters_keep_only_their_rank_sized_products() {
+    let device = device();
+    let config = GptConfig {
+        context: 8,
+        ..llama()
+    };
+    let mut full = Gpt::new(&mut Initializer::new(&device, DType::F32, 3), config).unwrap();
+    full.set_recompute(Recompute::Cheap);
+    let rank_ = 2;
+    let mut adapted = adapted(
+        &device,
+        config,
+        DType::F32,
+        &rank(rank_, LoraTargets::default()),
+    );
+    adapted.set_recompute(Recompute::Cheap);
+    // Per layer, seven adapted modules (q, k, v, o, gate, up, down) each keep `A x`, scaled:
+    // [tokens, rank] in f32, in a buffer of the allocator's granularity.
+    let tokens = 2 * 8;
+    let product = headroom_alloc::round_size((tokens * rank_ * 4) as u64).unwrap() as usize;
+    let products = config.layers * 7 * product;
+    let (full, adapted) = (kept(&full, &device), kept(&adapted, &device));
+    assert!(
+        adapted <= full + products,
+        "adapted {adapted} against full {full} + products {products}"
+    );
 }

@@ -180,3 +180,41 @@ fn export_writes_peft_adapters_and_merge_the_merged_model() {
     gpt.set_training(false);
     assert_eq!(logits(&gpt), a);
 }
+
+#[test]
+fn a_plan_that_fits_no_full_fine_tune_names_the_lora_run_that_fits() {
+    use headroom_trainer::config::{DataKind, Overrides, Preset};
+    use headroom_trainer::data::Task;
+    use headroom_trainer::planning::{lora_advice, plan, run_device};
+    let mut config = Overrides {
+        preset: Some(Preset::Smollm2_135m),
+        context: Some(256),
+        batch_size: Some(1),
+        memory_limit: Some(headroom_alloc::ByteSize::mib(900)),
+        ..Overrides::default()
+    }
+    .configure(None)
+    .unwrap();
+    config.data.kind = DataKind::UniformTokens;
+    let task = Task::from_config(&config.data, &config.model, config.seed).unwrap();
+    let (budget, target, _) = run_device::planning(&config).unwrap();
+    let err = plan(&config, &task, &budget, target).unwrap_err();
+    assert!(
+        matches!(err, headroom_trainer::Error::DoesNotFit { .. }),
+        "{err}"
+    );
+    let advice = lora_advice(&config, &task, &budget, target).unwrap();
+    assert!(
+        advice.contains("LoRA would") && advice.contains("--lora --param-dtype bf16"),
+        "{advice}"
+    );
+    // The run it names does fit.
+    config.model.lora = Some(LoraConfig::default());
+    config.model.param_dtype = headroom_trainer::config::ParamDtype::Bf16;
+    let fits = plan(&config, &task, &budget, target).unwrap();
+    assert!(
+        advice.contains(&format!("micro-batches of {}", fits.micro)),
+        "{advice}"
+    );
+    assert!(lora_advice(&config, &task, &budget, target).is_none());
+}

@@ -257,18 +257,18 @@ impl CausalSelfAttention {
 
     /// The heads' outputs (`[B, heads, t, D]`) merged to `[B, t, heads * D]` and projected,
     /// keeping the heads (which attention keeps anyway) rather than a merged copy.
-    /// With adapters on the projection, the heads are merged first and the adapters keep the
-    /// merged copy.
+    /// With adapters that read a dropped-out input, the heads are merged first and the
+    /// adapters keep the merged copy.
     fn merged(&self, y: &Tensor) -> Result<Tensor> {
-        if self.proj.is_adapted() {
-            let &[b, h, t, d] = y.dims() else {
-                let detail = format!("heads of shape {}: expected [B, heads, T, D]", y.shape());
-                return Err(Error::config("attention output", detail));
-            };
-            let merged = y.permute(&[0, 2, 1, 3])?.reshape([b, t, h * d])?;
-            return self.proj.forward(&merged);
+        if let Some(products) = self.proj.products() {
+            return self.proj.from_products(y.merged_heads_linears(&products)?);
         }
-        Ok(y.merged_heads_linear(&self.proj.weight, self.proj.bias.as_ref())?)
+        let &[b, h, t, d] = y.dims() else {
+            let detail = format!("heads of shape {}: expected [B, heads, T, D]", y.shape());
+            return Err(Error::config("attention output", detail));
+        };
+        let merged = y.permute(&[0, 2, 1, 3])?.reshape([b, t, h * d])?;
+        self.proj.forward(&merged)
     }
 
     fn scale(&self) -> f64 {

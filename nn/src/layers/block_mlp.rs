@@ -113,9 +113,10 @@ impl BlockMlp {
                 let [h] = products(first, [fc])?;
                 proj.forward(&h.gelu()?)?
             }
-            (MlpKind::SwiGlu { gate, up, down }, true) if !down.is_adapted() => {
+            (MlpKind::SwiGlu { gate, up, down }, true) if down.products().is_some() => {
                 let [gate, up] = products(first, [gate, up])?;
-                gate.swiglu_linear(&up, &down.weight, down.bias.as_ref())?
+                let own = down.products().unwrap_or_default();
+                down.from_products(gate.swiglu_linears(&up, &own)?)?
             }
             (MlpKind::SwiGlu { gate, up, down }, _) => {
                 let [gate, up] = products(first, [gate, up])?;

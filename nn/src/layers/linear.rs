@@ -62,26 +62,31 @@ impl Linear {
         })
     }
 
-    /// The output of `x` from the first products its input takes, as
-    /// [`adapter_inputs`](Self::adapter_inputs) lists them: the base product `base` and, with
-    /// adapters, each part's `A x` in `down`.
-    pub fn finish(&self, base: Tensor, down: Vec<Tensor>) -> Result<Tensor> {
+    /// The products this layer takes of its input, for an op that computes several products
+    /// of one operand it computes again in the backward pass (a norm's output, SwiGLU's,
+    /// merged heads): the base `(weight, bias)`, then each adapter part's `(A, None)`. `None`
+    /// when the adapters read a dropped-out input of their own.
+    pub fn products(&self) -> Option<Vec<(&Tensor, Option<&Tensor>)>> {
+        let mut products = vec![(&self.weight, self.bias.as_ref())];
         match &self.adapter {
-            Some(adapter) => adapter.add_to(&base, down),
-            None => Ok(base),
+            None => {}
+            Some(adapter) if adapter.reads_input() => {
+                products.extend(adapter.down_weights().into_iter().map(|a| (a, None)));
+            }
+            Some(_) => return None,
         }
+        Some(products)
     }
 
-    /// The `A` matrices whose products of the layer's own input its adapters need (none
-    /// without adapters, or when they read a dropped-out input instead), each a product
-    /// without bias: an op that computes several products of one input (a norm recomputed for
-    /// them) takes these too and hands them to [`finish`](Self::finish). `None` when the
-    /// adapters need an input of their own.
-    pub fn adapter_inputs(&self) -> Option<Vec<&Tensor>> {
+    /// The layer's output from the outputs of [`products`](Self::products), in its order.
+    pub fn from_products(&self, outputs: Vec<Tensor>) -> Result<Tensor> {
+        let mut outputs = outputs.into_iter();
+        let base = outputs.next().ok_or_else(|| {
+            Error::config("linear layer", "no output for its base product".to_owned())
+        })?;
         match &self.adapter {
-            None => Some(Vec::new()),
-            Some(adapter) if adapter.reads_input() => Some(adapter.down_weights()),
-            Some(_) => None,
+            Some(adapter) => adapter.add_to(&base, outputs.collect()),
+            None => Ok(base),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use headroom_autograd::Tensor;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layers::block_mlp::each_of;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
@@ -42,45 +42,27 @@ impl Norm {
     /// (where they read the layer's input itself); a LayerNorm feeding several layers, or an
     /// adapted one, keeps its output.
     pub fn linears_recomputed(&self, x: &Tensor, layers: &[&Linear]) -> Result<Vec<Tensor>> {
-        let downs: Option<Vec<Vec<&Tensor>>> =
-            layers.iter().map(|layer| layer.adapter_inputs()).collect();
-        match (self, layers, downs) {
+        let products: Option<Vec<_>> = layers.iter().map(|layer| layer.products()).collect();
+        match (self, layers, products) {
             (Norm::Layer(n), [layer], _) if !layer.is_adapted() => Ok(vec![x.layer_norm_linear(
                 (&n.weight, &n.bias, n.eps),
                 &layer.weight,
                 layer.bias.as_ref(),
             )?]),
-            (Norm::Rms(n), _, Some(downs)) => {
-                let mut weights = Vec::new();
-                for (layer, down) in layers.iter().zip(&downs) {
-                    weights.push((&layer.weight, layer.bias.as_ref()));
-                    weights.extend(down.iter().map(|&a| (a, None)));
-                }
-                let mut outputs = x
-                    .rms_norm_linears((&n.weight, n.eps), &weights)?
-                    .into_iter();
-                let mut next = || outputs.next().ok_or_else(|| missing(weights.len()));
+            (Norm::Rms(n), _, Some(products)) => {
+                let all: Vec<_> = products.iter().flatten().copied().collect();
+                let mut outputs = x.rms_norm_linears((&n.weight, n.eps), &all)?.into_iter();
                 layers
                     .iter()
-                    .zip(downs)
-                    .map(|(layer, down)| {
-                        let base = next()?;
-                        let down = down.iter().map(|_| next()).collect::<Result<_>>()?;
-                        layer.finish(base, down)
+                    .zip(&products)
+                    .map(|(layer, own)| {
+                        layer.from_products(outputs.by_ref().take(own.len()).collect())
                     })
                     .collect()
             }
             _ => each_of(&self.forward(x)?.for_matmul()?, layers),
         }
     }
-}
-
-/// The error of an op that gave fewer outputs than the `expected` products it was asked for.
-fn missing(expected: usize) -> Error {
-    Error::config(
-        "norm products",
-        format!("fewer outputs than the {expected} products asked for"),
-    )
 }
 
 impl Module for Norm {

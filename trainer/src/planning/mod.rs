@@ -10,6 +10,7 @@ pub(crate) mod bf16_remedy;
 pub(crate) mod budget;
 pub(crate) mod diagnosis;
 pub mod head_chunk;
+pub mod lora_advice;
 pub(crate) mod op_bytes;
 pub(crate) mod plan;
 pub mod policy;
@@ -21,6 +22,7 @@ pub(crate) mod tag_bytes;
 
 pub use budget::{Budget, UNLIMITED};
 pub use diagnosis::{Failure, diagnose};
+pub use lora_advice::lora_advice;
 pub use op_bytes::OpBytes;
 pub use plan::{ChunkProbe, Plan, Probe};
 pub use rates::{calibrate, rates};

@@ -1,10 +1,11 @@
-//! Attention heads merged, then a linear layer, keeping the heads as attention gave them.
+//! Attention heads merged, then one or more linear layers, keeping the heads as attention gave
+//! them.
 
 use headroom_kernels::Array;
 use headroom_kernels::ops::layout;
 
-use super::super::{rule, when};
-use super::Linear;
+use super::super::{rule_many, when};
+use super::{inputs_of, layers_of, shared_operand_grads};
 use crate::error::{Error, Result};
 use crate::recording::begin;
 use crate::saved::saves;
@@ -16,6 +17,16 @@ impl Tensor {
     /// It keeps the heads, which attention keeps for its own backward pass anyway, and merges
     /// them again in the backward pass, instead of keeping a merged copy.
     pub fn merged_heads_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let mut ys = self.merged_heads_linears(&[(weight, bias)])?;
+        Ok(ys.remove(0))
+    }
+
+    /// [`merged_heads_linear`](Self::merged_heads_linear) for each `(weight, bias)` of
+    /// `layers` (an output projection and its adapter's first product).
+    pub fn merged_heads_linears(
+        &self,
+        layers: &[(&Tensor, Option<&Tensor>)],
+    ) -> Result<Vec<Tensor>> {
         let &[b, h, t, d] = self.dims() else {
             return Err(Error::Argument {
                 op: "merged_heads_linear",
@@ -28,24 +39,38 @@ impl Tensor {
         let merge = move |heads: &Array| -> Result<Array> {
             Ok(layout::permute(heads, &[0, 2, 1, 3])?.reshape([b, t, h * d])?)
         };
-        let linear = Linear::new(weight, bias)?;
-        let y = linear.forward(merge(self.array())?)?;
-        if let Some(rec) = begin(&linear.inputs(&[self])) {
-            let (heads, layer) = (self.array().clone(), linear.saved());
-            let saved = saves(&[&heads, &layer.w]);
-            let backward = rule(move |g, needs| {
-                let (dmerged, layer_grads) = layer.grads(merge(&heads)?, g, needs)?;
+        let linears = layers_of(layers)?;
+        let merged = merge(self.array())?;
+        let ys = linears
+            .iter()
+            .map(|linear| linear.forward(merged.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        drop(merged);
+        if let Some(rec) = begin(&inputs_of(&[self], &linears)) {
+            let heads = self.array().clone();
+            let layers: Vec<_> = linears.iter().map(|l| l.saved()).collect();
+            let mut kept = vec![&heads];
+            kept.extend(layers.iter().map(|layer| &layer.w));
+            let saved = saves(&kept);
+            let backward = rule_many(move |outputs, needs| {
+                let merged = merge(&heads)?;
                 drop(heads);
-                let dheads = when(needs[0], || {
-                    let dmerged = dmerged.reshape([b, t, h, d])?;
-                    Ok(layout::permute(&dmerged, &[0, 2, 1, 3])?)
-                })?;
+                let (dmerged, layer_grads) =
+                    shared_operand_grads(&layers, merged, outputs, needs, 1)?;
+                let dheads = match dmerged {
+                    Some(dmerged) => when(needs[0], || {
+                        let dmerged = dmerged.reshape([b, t, h, d])?;
+                        Ok(layout::permute(&dmerged, &[0, 2, 1, 3])?)
+                    })?,
+                    None => None,
+                };
                 let mut grads = vec![dheads];
                 grads.extend(layer_grads);
                 Ok(grads)
             });
-            rec.finish("merged_heads_linear", &[&y], saved, backward);
+            let outputs: Vec<&Tensor> = ys.iter().collect();
+            rec.finish("merged_heads_linear", &outputs, saved, backward);
         }
-        Ok(y)
+        Ok(ys)
     }
 }

@@ -17,6 +17,7 @@ mod rms_norm;
 mod rms_norm_swiglu;
 mod swiglu;
 
+use headroom_kernels::ops::elementwise as ew;
 use headroom_kernels::ops::gemm;
 use headroom_kernels::{Array, DType, Shape};
 
@@ -111,4 +112,54 @@ impl LinearSaved {
         let dx = grad_a(&x_shape, w, g, false, true)?;
         Ok((in_dtype(&dx, x_dtype)?, grads))
     }
+}
+
+/// The gradients of an operand that several layers took (recomputed as `operand`): the
+/// operand's (the sum of each layer's, in the operand's dtype; `None` when no output got a
+/// gradient) and each layer's weight and bias gradients, in order, from the outputs'
+/// gradients `outputs`. `needs` lists the op's `own` inputs first, then each layer's weight
+/// and bias. The operand is let go of with the last layer's weight gradient, before that
+/// layer's operand gradient is made.
+fn shared_operand_grads(
+    layers: &[LinearSaved],
+    operand: Array,
+    outputs: &[Option<Array>],
+    needs: &[bool],
+    own: usize,
+) -> Result<(Option<Array>, InputGrads)> {
+    let mut grads = Vec::new();
+    let mut doperand: Option<Array> = None;
+    let mut end = own;
+    let mut operands = vec![operand; layers.len()].into_iter();
+    for (layer, g) in layers.iter().zip(outputs) {
+        let count = 1 + usize::from(layer.bias.is_some());
+        end += count;
+        let operand = operands.next();
+        let (Some(g), Some(operand)) = (g, operand) else {
+            grads.resize(grads.len() + count, None);
+            continue;
+        };
+        let (d, layer_grads) = layer.grads(operand, g, &needs[..end])?;
+        doperand = Some(match doperand {
+            None => d,
+            Some(sum) => ew::binary(ew::BinaryOp::Add, &sum, &d)?,
+        });
+        grads.extend(layer_grads);
+    }
+    Ok((doperand, grads))
+}
+
+/// The layers of `weights`, and the op's own `inputs` followed by each layer's weight and
+/// bias: what a rule over several layers answers for.
+fn layers_of(weights: &[(&Tensor, Option<&Tensor>)]) -> Result<Vec<Linear>> {
+    weights.iter().map(|&(w, b)| Linear::new(w, b)).collect()
+}
+
+/// The op's own `inputs`, then every layer's weight and bias.
+fn inputs_of<'a>(own: &[&'a Tensor], layers: &'a [Linear]) -> Vec<&'a Tensor> {
+    let mut all = own.to_vec();
+    for layer in layers {
+        all = layer.inputs(&all);
+    }
+    all
 }

@@ -1,11 +1,10 @@
 //! RMS norm, then one or more linear layers, keeping the norm's input and statistic.
 
-use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 use headroom_kernels::ops::norm;
 use headroom_kernels::{Array, DType};
 
 use super::super::{promoted, rule_many};
-use super::{Linear, in_dtype};
+use super::{Linear, in_dtype, inputs_of, layers_of, shared_operand_grads};
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -35,10 +34,7 @@ impl Tensor {
         layers: &[(&Tensor, Option<&Tensor>)],
     ) -> Result<Vec<Tensor>> {
         let (x, gamma) = rms_inputs(self, gamma)?;
-        let linears = layers
-            .iter()
-            .map(|&(w, b)| Linear::new(w, b))
-            .collect::<Result<Vec<_>>>()?;
+        let linears = layers_of(layers)?;
         let Some(first) = linears.first() else {
             return Ok(Vec::new());
         };
@@ -51,35 +47,20 @@ impl Tensor {
             .zip(operands)
             .map(|(linear, operand)| linear.forward(operand))
             .collect::<Result<Vec<_>>>()?;
-        let mut inputs = vec![&x, &gamma];
-        for linear in &linears {
-            inputs = linear.inputs(&inputs);
-        }
-        if let Some(rec) = begin(&inputs) {
+        if let Some(rec) = begin(&inputs_of(&[&x, &gamma], &linears)) {
             let layers: Vec<_> = linears.iter().map(Linear::saved).collect();
             let mut kept = norm.kept().to_vec();
             kept.extend(layers.iter().map(|layer| &layer.w));
             let saved = saves(&kept);
             let backward = rule_many(move |outputs, needs| {
-                let operands = vec![norm.output(layers[0].w.dtype())?; layers.len()];
-                let mut grads = vec![None, None];
-                let mut dnormed = None;
-                for ((layer, g), operand) in layers.iter().zip(outputs).zip(operands) {
-                    let end = grads.len() + 1 + usize::from(layer.bias.is_some());
-                    let Some(g) = g else {
-                        grads.resize(end, None);
-                        continue;
-                    };
-                    let (d, layer_grads) = layer.grads(operand, g, &needs[..end])?;
-                    dnormed = Some(match dnormed {
-                        None => d,
-                        Some(sum) => ew::binary(BinaryOp::Add, &sum, &d)?,
-                    });
-                    grads.extend(layer_grads);
-                }
-                if let Some(dnormed) = dnormed {
-                    [grads[0], grads[1]] = norm.grads(&dnormed, needs)?;
-                }
+                let operand = norm.output(layers[0].w.dtype())?;
+                let (dnormed, layer_grads) =
+                    shared_operand_grads(&layers, operand, outputs, needs, 2)?;
+                let mut grads = match dnormed {
+                    Some(dnormed) => norm.grads(&dnormed, needs)?.to_vec(),
+                    None => vec![None, None],
+                };
+                grads.extend(layer_grads);
                 Ok(grads)
             });
             let outputs: Vec<&Tensor> = ys.iter().collect();
@@ -89,16 +70,17 @@ impl Tensor {
     }
 }
 
-/// An RMS norm's input and scale in the one dtype the norm computes in (f32 under autocast),
-/// as the ops that recompute the norm track them.
+/// An RMS norm's input as it is, and its scale in the one dtype the norm computes in (f32
+/// under autocast), as the ops that recompute the norm track them.
 pub(super) fn rms_inputs(x: &Tensor, gamma: &Tensor) -> Result<(Tensor, Tensor)> {
-    let x = x.for_f32_op()?;
-    let dtype = promoted(x.dtype(), gamma.dtype());
-    Ok((x.cast(dtype)?, gamma.cast(dtype)?))
+    let dtype = promoted(x.for_f32_op()?.dtype(), gamma.dtype());
+    Ok((x.clone(), gamma.cast(dtype)?))
 }
 
 /// An RMS norm whose output only feeds products and is computed again in the backward pass
 /// ([`Tensor::rms_norm_linears`], [`Tensor::rms_norm_swiglu`]): what its backward rule keeps.
+/// It keeps the input in its own dtype (a bf16 residual stream stays bf16) and computes in
+/// `gamma`'s, as a cast and then the norm would, to the bit.
 pub(super) struct RecomputedRms {
     x: Array,
     gamma: Array,
@@ -116,7 +98,9 @@ impl RecomputedRms {
         eps: f64,
         dtype: DType,
     ) -> Result<(Self, Array)> {
-        let normed = norm::rms_norm(x.array(), gamma.array(), eps)?;
+        let wide = in_dtype(x.array(), gamma.dtype())?;
+        let normed = norm::rms_norm(&wide, gamma.array(), eps)?;
+        drop(wide);
         let kept = Self {
             x: x.array().clone(),
             gamma: gamma.array().clone(),
@@ -133,14 +117,23 @@ impl RecomputedRms {
 
     /// The norm's output again, cast to `dtype`.
     pub(super) fn output(&self, dtype: DType) -> Result<Array> {
-        in_dtype(&norm::rms_norm(&self.x, &self.gamma, self.eps)?.y, dtype)
+        let wide = in_dtype(&self.x, self.gamma.dtype())?;
+        in_dtype(&norm::rms_norm(&wide, &self.gamma, self.eps)?.y, dtype)
     }
 
-    /// The gradients of the input and of gamma, where `needs[0]` and `needs[1]` ask for them,
-    /// from the output's gradient `doutput` (in the products' dtype: cast back here).
+    /// The gradients of the input (in its dtype) and of gamma, where `needs[0]` and
+    /// `needs[1]` ask for them, from the output's gradient `doutput` (in the products' dtype:
+    /// cast back here).
     pub(super) fn grads(&self, doutput: &Array, needs: &[bool]) -> Result<[Option<Array>; 2]> {
-        let doutput = in_dtype(doutput, self.x.dtype())?;
-        let n = norm::rms_norm_backward(&self.x, &self.gamma, &self.rstd, &doutput)?;
-        Ok([needs[0].then_some(n.dx), needs[1].then_some(n.dgamma)])
+        let dtype = self.gamma.dtype();
+        let doutput = in_dtype(doutput, dtype)?;
+        let wide = in_dtype(&self.x, dtype)?;
+        let n = norm::rms_norm_backward(&wide, &self.gamma, &self.rstd, &doutput)?;
+        drop(wide);
+        let dx = match needs[0] {
+            true => Some(in_dtype(&n.dx, self.x.dtype())?),
+            false => None,
+        };
+        Ok([dx, needs[1].then_some(n.dgamma)])
     }
 }

@@ -1,9 +1,9 @@
-//! SwiGLU, then a linear layer, keeping the gate and the up projection.
+//! SwiGLU, then one or more linear layers, keeping the gate and the up projection.
 
 use headroom_kernels::ops::elementwise as ew;
 
-use super::super::{promote, rule};
-use super::Linear;
+use super::super::{promote, rule_many};
+use super::{inputs_of, layers_of, shared_operand_grads};
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -19,25 +19,49 @@ impl Tensor {
         weight: &Tensor,
         bias: Option<&Tensor>,
     ) -> Result<Tensor> {
+        let mut ys = self.swiglu_linears(up, &[(weight, bias)])?;
+        Ok(ys.remove(0))
+    }
+
+    /// [`swiglu_linear`](Self::swiglu_linear) for each `(weight, bias)` of `layers`, one
+    /// product `silu(gate) * up` feeding them all (a down projection and its adapter's first
+    /// product), kept for none of them.
+    pub fn swiglu_linears(
+        &self,
+        up: &Tensor,
+        layers: &[(&Tensor, Option<&Tensor>)],
+    ) -> Result<Vec<Tensor>> {
         let (gate, up) = promote(self, up)?;
-        let linear = Linear::new(weight, bias)?;
-        let y = linear.forward(ew::swiglu(gate.array(), up.array())?)?;
-        if let Some(rec) = begin(&linear.inputs(&[&gate, &up])) {
-            let (gs, us, layer) = (gate.array().clone(), up.array().clone(), linear.saved());
-            let saved = saves(&[&gs, &us, &layer.w]);
-            let backward = rule(move |g, needs| {
-                let (dgated, layer_grads) = layer.grads(ew::swiglu(&gs, &us)?, g, needs)?;
-                let mut grads = if needs[0] || needs[1] {
-                    let d = ew::swiglu_backward(&gs, &us, &dgated)?;
-                    vec![needs[0].then_some(d.dgate), needs[1].then_some(d.dup)]
-                } else {
-                    vec![None, None]
+        let linears = layers_of(layers)?;
+        let operand = ew::swiglu(gate.array(), up.array())?;
+        let ys = linears
+            .iter()
+            .map(|linear| linear.forward(operand.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        drop(operand);
+        if let Some(rec) = begin(&inputs_of(&[&gate, &up], &linears)) {
+            let (gs, us) = (gate.array().clone(), up.array().clone());
+            let layers: Vec<_> = linears.iter().map(|l| l.saved()).collect();
+            let mut kept = vec![&gs, &us];
+            kept.extend(layers.iter().map(|layer| &layer.w));
+            let saved = saves(&kept);
+            let backward = rule_many(move |outputs, needs| {
+                let gated = ew::swiglu(&gs, &us)?;
+                let (dgated, layer_grads) =
+                    shared_operand_grads(&layers, gated, outputs, needs, 2)?;
+                let mut grads = match dgated {
+                    Some(dgated) if needs[0] || needs[1] => {
+                        let d = ew::swiglu_backward(&gs, &us, &dgated)?;
+                        vec![needs[0].then_some(d.dgate), needs[1].then_some(d.dup)]
+                    }
+                    _ => vec![None, None],
                 };
                 grads.extend(layer_grads);
                 Ok(grads)
             });
-            rec.finish("swiglu_linear", &[&y], saved, backward);
+            let outputs: Vec<&Tensor> = ys.iter().collect();
+            rec.finish("swiglu_linear", &outputs, saved, backward);
         }
-        Ok(y)
+        Ok(ys)
     }
 }

@@ -12,7 +12,7 @@ use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
 use headroom_trainer::data_parallel::Launch;
 use headroom_trainer::interrupt::{self, StopOnSignal};
-use headroom_trainer::planning::{fullest_rank, plan, run_device};
+use headroom_trainer::planning::{fullest_rank, lora_advice, plan, run_device};
 use headroom_trainer::run_dir::{self, latest_trace};
 use headroom_trainer::run_dir::{Start, Summary, read_all};
 use headroom_trainer::{Error, Result, Trainer};
@@ -259,7 +259,17 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
     if let Some(note) = absent {
         say(note)?;
     }
-    let chosen = plan(&config, &task, &budget, target)?;
+    let chosen = match plan(&config, &task, &budget, target) {
+        Ok(chosen) => chosen,
+        Err(err) => {
+            if matches!(err, Error::DoesNotFit { .. })
+                && let Some(advice) = lora_advice(&config, &task, &budget, target)
+            {
+                say(advice)?;
+            }
+            return Err(err);
+        }
+    };
     say(&chosen)?;
     // Under a manual policy, a GPT that needs several micro-batches per step: what recomputing
     // would fit.
