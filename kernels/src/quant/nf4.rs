@@ -8,8 +8,8 @@
 //! divided by it instead), clamped to [-1, 1], and bucketed against the midpoints of the
 //! levels, a value on a midpoint going to the lower level; the even element of each pair takes
 //! the high nibble, and an odd count is padded with a zero. A value dequantizes to its level
-//! times its block's absmax. Double quantization (the absmaxes quantized again) is not here
-//! yet: the absmaxes stay f32.
+//! times its block's absmax. The absmaxes stay f32 here; [`crate::quant::double`] quantizes
+//! them again, as QLoRA does.
 
 use crate::error::{Error, Result};
 
