@@ -8,7 +8,7 @@
 # `build` also packs .gpu-check/ into .gpu-check.tar.xz (about 7 MiB, where the folder holds over
 # 80): carry the archive alone, and `run` unpacks it where the folder is missing.
 #
-# `run tests`, `run benches`, `run fit`, `run limits` and `run llama` run one part alone, or the parts named
+# `run tests`, `run benches`, `run fit`, `run limits`, `run llama` and `run lora` run one part alone, or the parts named
 # (for a machine that limits how long one command may take: the parts in calls of their own);
 # `tests=loss,gemm` runs those test binaries alone; `--rounds=N` runs each comparison with PyTorch
 # N times, alternating the two sides (1 by default).
@@ -28,8 +28,11 @@
 # beside torch.distributed's (`compare.py allreduce`); and (`llama`) Llama 3.2 1B in bf16 at context
 # 2048 beside transformers (`torch_fit.py --model llama-3.2-1b`, sdpa attention; needs
 # transformers), at micro-batches of $LLAMA_MICRO (4), checked against the Llama issue's targets:
-# activation bytes per sample at most 0.3 of transformers', tokens/s at least 1.2 of its. Results
-# land in .gpu-check/results/ (or $OUT when set).
+# activation bytes per sample at most 0.3 of transformers', tokens/s at least 1.2 of its; and
+# (`lora`) LoRA of rank 16 on every linear layer of Llama 3.2 1B over its bf16 base, context 2048,
+# beside PEFT (`torch_fit.py --lora 16`; needs peft), checked against the LoRA issue's targets:
+# the peak at a micro-batch of one at most 0.5 of PEFT's, tokens/s at least 1.0 of its (QLoRA's
+# row waits for quantized bases). Results land in .gpu-check/results/ (or $OUT when set).
 # The exit status is 1 when a test failed or a target was missed.
 #
 # Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
@@ -92,7 +95,7 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 only= name
+    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 only= name
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
@@ -104,12 +107,13 @@ run() {
             limits) limits=1 ;;
             allreduce) allreduce=1 ;;
             llama) llama=1 ;;
+            lora) lora=1 ;;
             *) usage ;;
         esac
     done
     # No part named: all of them.
-    if [ $((tests + benches + fit + limits + allreduce + llama)) -eq 0 ]; then
-        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1
+    if [ $((tests + benches + fit + limits + allreduce + llama + lora)) -eq 0 ]; then
+        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1
     fi
     if [ ! -d "$DIR" ] && [ -f "$DIR.tar.xz" ]; then
         tar -xJf "$DIR.tar.xz"
@@ -203,11 +207,33 @@ print(f"llama-3.2-1b bf16: activation bytes per sample {activations:.2f} of tran
 sys.exit(0 if activations <= 0.3 and speed >= 1.2 and ours["predicted_exactly"] else 1)
 CHECK
     fi
+    # LoRA on Llama 3.2 1B, bf16 base, context 2048, beside PEFT at equal micro-batches.
+    if [ "$lora" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
+        echo "== lora"
+        local micro=${LLAMA_MICRO:-4}
+        {
+            "$DIR/fit-compare" --device cuda:0 --preset llama-3.2-1b --context 2048 --precision bf16 \
+                --micro-batch "$micro" --steps 3 --lora 16 --base bf16 | grep '^{'
+            python3 benches/peers/torch_fit.py --device cuda:0 --model llama-3.2-1b --context 2048 \
+                --precision bf16 --micro-batch "$micro" --steps 3 --warmup 1 --lora 16 --base bf16 | grep '^{'
+        } | tee "$results/lora.txt" || failed=1
+        python3 - "$results/lora.txt" <<'CHECK' || failed=1
+import json, sys
+ours, theirs = (json.loads(line) for line in open(sys.argv[1]))
+def one(r):
+    return r["peak_bytes"] - (r["micro_batch"] - 1) * r["activation_bytes_per_sample"]
+peak = one(ours) / one(theirs)
+speed = ours["tokens_per_s"] / theirs["tokens_per_s"]
+print(f"llama-3.2-1b LoRA r16 bf16 base: peak at one sample {peak:.2f} of PEFT's (target 0.5), "
+      f"tokens/s {speed:.2f} of its (target 1.0), predicted exactly: {ours['predicted_exactly']}")
+sys.exit(0 if peak <= 0.5 and speed >= 1.0 and ours["predicted_exactly"] else 1)
+CHECK
+    fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama]" >&2
+    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora]" >&2
     exit 2
 }
 

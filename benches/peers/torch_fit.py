@@ -26,7 +26,9 @@ lora_alpha=2 RANK, lora_dropout=0, target_modules="all-linear")` (every linear l
 head; PEFT keeps the adapters in f32), AdamW over the adapters.
 
 Prints one JSON line per result with the keys model, device, precision, micro_batch, peak_bytes,
-activation_bytes_per_sample, samples_per_s, tokens_per_s (and lora, base with `--lora`).
+activation_bytes_per_sample, samples_per_s, tokens_per_s (and lora, base with `--lora`);
+`--speed-only` leaves the peaks out (null), for models whose profiled steps need more host
+memory than the machine has.
 
 With `--limit SIZE` (repeatable, e.g. 4GiB), what fits under each limit instead, as
 `fit-compare --limit` asks it of Headroom: PyTorch's largest micro-batch, from the peaks at one
@@ -263,6 +265,7 @@ def main():
     parser.add_argument("--model", default="gpt2", help="gpt2 (nanoGPT), or a Llama-family preset (transformers)")
     parser.add_argument("--lora", type=int, help="LoRA of this rank on every linear layer (PEFT)")
     parser.add_argument("--base", choices=["f32", "bf16"], default="bf16", help="the frozen base's dtype with --lora")
+    parser.add_argument("--speed-only", action="store_true", help="samples/s alone (the profiler's peaks need much host memory)")
     args = parser.parse_args()
     global MODEL, LORA, BASE
     MODEL = args.model
@@ -279,8 +282,10 @@ def main():
     micro = args.micro_batch or (8 if gpu else 4)
     torch.set_num_threads(os.cpu_count() or 1)
     for precision in args.precision or (["bf16"] if gpu else ["f32", "bf16"]):
-        peaks = {n: peak_bytes(precision, n, args.context, device) for n in sorted({1, 2, micro})}
-        one, two = peaks[1], peaks[2]
+        sizes = set() if args.speed_only else {1, 2, micro}
+        peaks = {n: peak_bytes(precision, n, args.context, device) for n in sorted(sizes)}
+        peaks.setdefault(micro, None)
+        one, two = peaks.get(1), peaks.get(2)
         rate = samples_per_s(precision, micro, args.context, args.steps, args.warmup, device)
         line = {
             "model": MODEL,
@@ -288,7 +293,7 @@ def main():
             "precision": precision,
             "micro_batch": micro,
             "peak_bytes": peaks[micro],
-            "activation_bytes_per_sample": two - one,
+            "activation_bytes_per_sample": None if one is None else two - one,
             "samples_per_s": rate,
             "tokens_per_s": rate * args.context,
         }

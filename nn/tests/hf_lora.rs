@@ -108,6 +108,11 @@ fn an_export_holds_peft_names_and_values_and_reads_back() {
             adapter.base.as_deref(),
         )
         .unwrap();
+        // scripts/hf/check_peft_export.py checks a kept export with PEFT itself.
+        if let Ok(keep) = std::env::var("HEADROOM_KEEP_PEFT_EXPORT") {
+            let dir = Path::new(&keep).join(name);
+            hf::export_peft(&gpt, &adapter.lora, &dir, adapter.base.as_deref()).unwrap();
+        }
         let theirs = std::fs::read(data(name).join(hf::ADAPTER_WEIGHTS)).unwrap();
         let ours = std::fs::read(out.0.as_path().join(hf::ADAPTER_WEIGHTS)).unwrap();
         let (theirs, ours) = (
