@@ -204,10 +204,9 @@ fn adapter_gradients_match_finite_differences() {
     }
 }
 
-/// Loss of `gpt` on fixed ids and targets, and the gradients of its parameters by name.
-fn loss_and_grads(gpt: &Gpt, device: &Device) -> (f64, Vec<(String, Vec<f64>)>) {
-    let (ids, targets) = (ids(device, 2, 6), ids(device, 2, 6));
-    let params = gpt.named_parameters();
+/// The tape of `gpt`'s loss on fixed ids and targets of 2 rows of `len`, and the loss.
+fn recorded_loss(gpt: &Gpt, device: &Device, len: usize) -> (Tape, Tensor) {
+    let (ids, targets) = (ids(device, 2, len), ids(device, 2, len));
     let tape = Tape::new();
     let loss = tape
         .record(|| {
@@ -217,6 +216,13 @@ fn loss_and_grads(gpt: &Gpt, device: &Device) -> (f64, Vec<(String, Vec<f64>)>) 
             })
         })
         .unwrap();
+    (tape, loss)
+}
+
+/// Loss of `gpt` on fixed ids and targets, and the gradients of its parameters by name.
+fn loss_and_grads(gpt: &Gpt, device: &Device) -> (f64, Vec<(String, Vec<f64>)>) {
+    let params = gpt.named_parameters();
+    let (tape, loss) = recorded_loss(gpt, device, 6);
     let sources: Vec<&Tensor> = params.iter().map(|(_, t)| t).collect();
     let grads = tape.gradient(&loss, &sources).unwrap();
     let named = params
@@ -332,16 +338,7 @@ fn a_step_updates_the_adapters_alone_and_keeps_state_for_them_alone() {
     let state_scalars: usize = state.iter().map(|(_, a)| a.numel()).sum();
     drop(state);
     assert_eq!(state_scalars, 2 * gpt.parameter_count());
-    let (ids, targets) = (ids(&device, 2, 6), ids(&device, 2, 6));
-    let tape = Tape::new();
-    let loss = tape
-        .record(|| {
-            gpt.loss(&ids, &targets, None).map_err(|e| match e {
-                headroom_nn::Error::Autograd(e) => e,
-                other => panic!("{other}"),
-            })
-        })
-        .unwrap();
+    let (tape, loss) = recorded_loss(&gpt, &device, 6);
     let params = gpt.parameters();
     let grads = tape
         .gradient(&loss, &params.iter().collect::<Vec<_>>())
@@ -393,16 +390,7 @@ fn a_bf16_base_runs_under_f32_adapters() {
 
 /// The activation bytes a forward pass of `gpt` keeps for its backward pass, on `ids`.
 fn kept(gpt: &Gpt, device: &Device) -> usize {
-    let (ids, targets) = (ids(device, 2, 8), ids(device, 2, 8));
-    let tape = Tape::new();
-    let _loss = tape
-        .record(|| {
-            gpt.loss(&ids, &targets, None).map_err(|e| match e {
-                headroom_nn::Error::Autograd(e) => e,
-                other => panic!("{other}"),
-            })
-        })
-        .unwrap();
+    let (tape, _loss) = recorded_loss(gpt, device, 8);
     tape.saved().activation_bytes()
 }
 

@@ -7,7 +7,8 @@
 //! A block of values is stored as its largest magnitude and, per value, the index of the code
 //! nearest to the value over that magnitude (the lower of two at equal distance).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::quant::check_input;
 
 /// The decades of the seven exponents, as f64 literals (Python's `10 ** e`), rounded to f32
 /// where used.
@@ -64,18 +65,7 @@ impl Blockwise {
     /// `values` in blocks of `block` (positive) on `map` (ascending); every value finite. A
     /// block of zeros stores index 0 throughout, and comes back as zeros.
     pub fn quantize(values: &[f32], block: usize, map: &[f32; 256]) -> Result<Self> {
-        if block == 0 {
-            return Err(Error::Argument {
-                op: "blockwise quantization",
-                detail: "blocks of 0 values".into(),
-            });
-        }
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return Err(Error::Argument {
-                op: "blockwise quantization",
-                detail: format!("value {i} is {}: only finite values quantize", values[i]),
-            });
-        }
+        check_input("blockwise quantization", values, block)?;
         let mut codes = Vec::with_capacity(values.len());
         let mut absmax = Vec::with_capacity(values.len().div_ceil(block));
         for chunk in values.chunks(block) {

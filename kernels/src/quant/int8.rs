@@ -3,7 +3,8 @@
 //! quantizes a row (here a block is a row). A value comes back as its code times its block's
 //! absmax over 127. 8.5 bits a value for blocks of 64.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::quant::check_input;
 
 /// A tensor's values in int8.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,18 +21,7 @@ impl Int8 {
     /// `values` in blocks of `block` (positive); every value finite. A block of zeros stores
     /// zeros.
     pub fn quantize(values: &[f32], block: usize) -> Result<Self> {
-        if block == 0 {
-            return Err(Error::Argument {
-                op: "int8",
-                detail: "blocks of 0 values".into(),
-            });
-        }
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return Err(Error::Argument {
-                op: "int8",
-                detail: format!("value {i} is {}: only finite values quantize", values[i]),
-            });
-        }
+        check_input("int8", values, block)?;
         let mut codes = Vec::with_capacity(values.len());
         let mut absmax = Vec::with_capacity(values.len().div_ceil(block));
         for chunk in values.chunks(block) {

@@ -12,6 +12,7 @@
 //! them again, as QLoRA does.
 
 use crate::error::{Error, Result};
+use crate::quant::check_input;
 
 /// The 16 levels, in ascending order, as bitsandbytes' `get_4bit_type("nf4")` lists them.
 pub const LEVELS: [f32; 16] = [
@@ -61,12 +62,7 @@ impl Nf4 {
                 ),
             });
         }
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return Err(Error::Argument {
-                op: "nf4",
-                detail: format!("value {i} is {}: only finite values quantize", values[i]),
-            });
-        }
+        check_input("nf4", values, block)?;
         let bounds: [f32; 15] = std::array::from_fn(|i| (LEVELS[i] + LEVELS[i + 1]) / 2.0);
         let level = |scaled: f32| bounds.iter().filter(|&&b| b < scaled).count() as u8;
         let mut indices = Vec::with_capacity(values.len() + 1);

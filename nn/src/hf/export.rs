@@ -1,10 +1,8 @@
 //! Writing a [`Gpt`] as a Hugging Face GPT-2 directory.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use headroom_kernels::DType;
-use safetensors::tensor::{Dtype, TensorView};
 
 use crate::error::{Error, Result};
 use crate::hf::config::Gpt2Config;
@@ -57,28 +55,7 @@ pub fn export_gpt2(gpt: &Gpt, dir: &Path, end_of_text: Option<u32>) -> Result<()
         path: dir.to_owned(),
         source,
     })?;
-    let path = dir.join(WEIGHTS_FILE);
-    let views = tensors
-        .iter()
-        .map(|(key, dims, bytes)| {
-            let view = TensorView::new(Dtype::F32, dims.clone(), bytes).map_err(|err| {
-                Error::Checkpoint {
-                    path: path.clone(),
-                    key: key.clone(),
-                    detail: err.to_string(),
-                }
-            })?;
-            Ok((key.as_str(), view))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let metadata = HashMap::from([("format".to_owned(), "pt".to_owned())]);
-    let buffer = safetensors::tensor::serialize(views, Some(metadata)).map_err(|err| {
-        Error::CorruptCheckpoint {
-            path: path.clone(),
-            detail: err.to_string(),
-        }
-    })?;
-    crate::checkpoint::write_atomically(&path, &buffer)?;
+    super::safetensors_file::write_f32(&dir.join(WEIGHTS_FILE), &tensors)?;
     config.write(dir)
 }
 

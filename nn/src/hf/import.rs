@@ -67,14 +67,8 @@ pub fn load_gpt2(dir: &Path, gpt: &mut Gpt) -> Result<()> {
         });
     }
     let path = dir.join(WEIGHTS_FILE);
-    let bytes = std::fs::read(&path).map_err(|source| Error::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|err| Error::CorruptCheckpoint {
-        path: path.clone(),
-        detail: err.to_string(),
-    })?;
+    let bytes = super::safetensors_file::read(&path)?;
+    let file = super::safetensors_file::parse(&path, &bytes)?;
     let checker = Checker {
         path: &path,
         file: &file,

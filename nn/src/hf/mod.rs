@@ -69,6 +69,7 @@ mod llama_names;
 mod names;
 mod peft;
 mod pretrained;
+mod safetensors_file;
 mod shards;
 mod weight_files;
 

@@ -11,12 +11,11 @@ use std::path::{Path, PathBuf};
 use headroom_alloc::Tag;
 use headroom_autograd::Tensor;
 use headroom_kernels::{Array, DType, DeviceKind};
-use safetensors::SafeTensors;
-use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::hf::import::float_dtype;
+use crate::hf::safetensors_file;
 use crate::init::Initializer;
 use crate::layers::gpt::Gpt;
 use crate::lora::{Attached, LoraConfig, LoraTargets, attach};
@@ -156,14 +155,8 @@ impl PeftAdapter {
 pub fn load_peft(dir: &Path, gpt: &mut Gpt) -> Result<Attached> {
     let adapter = PeftAdapter::read(dir)?;
     let path = dir.join(ADAPTER_WEIGHTS);
-    let bytes = std::fs::read(&path).map_err(|source| Error::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|err| Error::CorruptCheckpoint {
-        path: path.clone(),
-        detail: err.to_string(),
-    })?;
+    let bytes = safetensors_file::read(&path)?;
+    let file = safetensors_file::parse(&path, &bytes)?;
     let bad = |key: &str, detail: String| Error::Checkpoint {
         path: path.clone(),
         key: key.to_owned(),
@@ -281,28 +274,7 @@ pub fn export_peft(gpt: &Gpt, lora: &LoraConfig, dir: &Path, base: Option<&str>)
         path: dir.to_owned(),
         source,
     })?;
-    let path = dir.join(ADAPTER_WEIGHTS);
-    let views = tensors
-        .iter()
-        .map(|(key, dims, bytes)| {
-            let view = TensorView::new(Dtype::F32, dims.clone(), bytes).map_err(|err| {
-                Error::Checkpoint {
-                    path: path.clone(),
-                    key: key.clone(),
-                    detail: err.to_string(),
-                }
-            })?;
-            Ok((key.as_str(), view))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let metadata = HashMap::from([("format".to_owned(), "pt".to_owned())]);
-    let buffer = safetensors::tensor::serialize(views, Some(metadata)).map_err(|err| {
-        Error::CorruptCheckpoint {
-            path: path.clone(),
-            detail: err.to_string(),
-        }
-    })?;
-    crate::checkpoint::write_atomically(&path, &buffer)?;
+    safetensors_file::write_f32(&dir.join(ADAPTER_WEIGHTS), &tensors)?;
     let config = json!({
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
