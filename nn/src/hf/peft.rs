@@ -135,15 +135,14 @@ impl PeftAdapter {
         Ok(Self { lora, base })
     }
 
-    /// The base model's directory: `base_model_name_or_path` as a path, relative to the
-    /// adapter's directory when it is relative; none when it is not a directory here.
+    /// The base model's directory: `base_model_name_or_path` as a path, a relative one taken
+    /// from the adapter's directory first, then from the working directory (as PEFT takes
+    /// it); none when it is not a directory here.
     pub fn base_dir(&self, dir: &Path) -> Option<PathBuf> {
         let base = Path::new(self.base.as_deref()?);
-        let path = match base.is_absolute() {
-            true => base.to_owned(),
-            false => dir.join(base),
-        };
-        path.is_dir().then_some(path)
+        [dir.join(base), base.to_owned()]
+            .into_iter()
+            .find(|path| path.is_dir())
     }
 }
 

@@ -221,12 +221,11 @@ pub fn export(args: &ExportArgs) -> Result<()> {
     let mut merged;
     let gpt = match (&run.config.model.lora, args.merge) {
         (Some(lora), false) => {
-            let base = run
-                .config
-                .model
-                .init_from
-                .as_ref()
-                .map(|p| p.display().to_string());
+            // Where the base is, as an absolute path where it can be found.
+            let base = run.config.model.init_from.as_ref().map(|p| {
+                let found = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+                found.display().to_string()
+            });
             headroom_nn::hf::export_peft(gpt, lora, &args.out_dir, base.as_deref())?;
             return say(format_args!(
                 "exported the LoRA adapters of {} as a PEFT adapter directory: {}",
