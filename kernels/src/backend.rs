@@ -31,6 +31,7 @@ use crate::ops::layout::kernels::LayoutKernels;
 use crate::ops::loss::kernels::LossKernels;
 use crate::ops::norm::kernels::NormKernels;
 use crate::ops::optim::kernels::OptimKernels;
+use crate::ops::quant::kernels::QuantKernels;
 use crate::ops::random::kernels::RandomKernels;
 use crate::ops::reduce::kernels::ReduceKernels;
 use crate::ops::rotary::kernels::RotaryKernels;
@@ -61,4 +62,5 @@ backend_of_families!(
     RandomKernels,
     OptimKernels,
     RotaryKernels,
+    QuantKernels,
 );

@@ -2,10 +2,12 @@
 
 use headroom_alloc::Tag;
 use headroom_autograd::Tensor;
+use headroom_kernels::ops::quant::{QuantFormat, Quantized};
 use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{Array, DType, Device, DeviceKind, Shape};
 
 use crate::error::Result;
+use crate::layers::linear_weight::Weight;
 
 /// How a parameter's values are drawn.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,6 +40,8 @@ pub struct Initializer {
     dtype: DType,
     seed: u64,
     streams: u64,
+    /// How linear layers' weights are stored: quantized (frozen), or `None` for tensors.
+    quantize: Option<QuantFormat>,
 }
 
 impl Initializer {
@@ -48,7 +52,40 @@ impl Initializer {
             dtype,
             seed,
             streams: 0,
+            quantize: None,
         }
+    }
+
+    /// Stores the linear layers' weights that follow quantized, drawn as they would be and
+    /// quantized on the host, one at a time, so that they never exist whole on the device
+    /// (`None`: as tensors).
+    pub fn set_quantize(&mut self, format: Option<QuantFormat>) {
+        self.quantize = format;
+    }
+
+    /// How the linear layers' weights that follow are stored.
+    pub fn quantize(&self) -> Option<QuantFormat> {
+        self.quantize
+    }
+
+    /// A linear layer's weight of `shape`, drawn by `init`: a parameter, or frozen codes
+    /// stored quantized after [`set_quantize`](Self::set_quantize).
+    pub fn linear_weight(&mut self, shape: impl Into<Shape>, init: Init) -> Result<Weight> {
+        let Some(format) = self.quantize else {
+            return Ok(Weight::Dense(self.param(shape, init)?));
+        };
+        let shape = shape.into();
+        let seed = self.next_seed();
+        let _weights = self.device.scoped_tag(Tag::WEIGHTS);
+        let values: Vec<f32> = match self.device.kind() {
+            DeviceKind::Meta => Vec::new(),
+            _ => draw(seed, shape.numel(), init)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect(),
+        };
+        let stored = Quantized::quantize(&self.device, shape, &values, format, self.dtype)?;
+        Ok(Weight::Quantized(Box::new(stored)))
     }
 
     /// The device parameters go to.
@@ -89,16 +126,21 @@ impl Initializer {
                 self.dtype,
             )?));
         }
-        let n = shape.numel() as u64;
-        let values: Vec<f64> = match init {
-            Init::Constant(c) => vec![c; n as usize],
-            Init::Uniform(bound) => (0..n)
-                .map(|i| bound * (2.0 * uniform(seed, i) - 1.0))
-                .collect(),
-            Init::Normal(std) => (0..n).map(|i| std * standard_normal(seed, i)).collect(),
-        };
+        let values = draw(seed, shape.numel(), init);
         let array = Array::from_f64(&self.device, shape, self.dtype, &values)?;
         Ok(Tensor::variable(array))
+    }
+}
+
+/// `n` values of stream `seed` drawn by `init`.
+fn draw(seed: u64, n: usize, init: Init) -> Vec<f64> {
+    let n = n as u64;
+    match init {
+        Init::Constant(c) => vec![c; n as usize],
+        Init::Uniform(bound) => (0..n)
+            .map(|i| bound * (2.0 * uniform(seed, i) - 1.0))
+            .collect(),
+        Init::Normal(std) => (0..n).map(|i| std * standard_normal(seed, i)).collect(),
     }
 }
 

@@ -66,11 +66,16 @@ pub trait Module: Send + Sync {
         count
     }
 
-    /// Number of scalars in frozen tensors.
+    /// Number of scalars in weights stored quantized (frozen, and not among the tensors).
+    fn quantized_count(&self) -> usize {
+        0
+    }
+
+    /// Number of frozen scalars: in frozen tensors and in weights stored quantized.
     fn frozen_count(&self) -> usize {
         let mut count = 0;
         self.visit(&mut |_, t| count += usize::from(!t.is_variable()) * t.numel());
-        count
+        count + self.quantized_count()
     }
 }
 

@@ -7,6 +7,7 @@ use common::{check_layer, device, seed};
 use headroom_autograd::Tensor;
 use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{DType, Device};
+use headroom_nn::layers::linear_weight::Weight;
 use headroom_nn::{
     Activation, Block, CausalSelfAttention, DropoutCounter, Embedding, Family, Gpt, GptConfig,
     Init, Initializer, LayerNorm, Linear, Module, RmsNorm, mlp,
@@ -41,7 +42,7 @@ fn linear_is_x_times_w_transposed_plus_b() {
     let layer = Linear::new(&mut Initializer::new(&device, DType::F64, s), 3, 4, true).unwrap();
     let x = input(&device, &[2, 3], s + 1);
     let (w, b) = (
-        layer.weight.to_f64().unwrap(),
+        layer.weight.values().unwrap().to_f64().unwrap(),
         layer.bias.as_ref().unwrap().to_f64().unwrap(),
     );
     let xs = x.to_f64().unwrap();
@@ -165,11 +166,11 @@ fn reference_attention(
     let h = attn.heads();
     let d = c / h;
     let (wq, bq) = (
-        attn.qkv.weight.to_f64().unwrap(),
+        attn.qkv.weight.values().unwrap().to_f64().unwrap(),
         attn.qkv.bias.as_ref().unwrap().to_f64().unwrap(),
     );
     let (wp, bp) = (
-        attn.proj.weight.to_f64().unwrap(),
+        attn.proj.weight.values().unwrap().to_f64().unwrap(),
         attn.proj.bias.as_ref().unwrap().to_f64().unwrap(),
     );
     let linear = |row: &[f64], w: &[f64], bias: &[f64], out: usize| -> Vec<f64> {
@@ -229,7 +230,9 @@ fn attention_matches_a_loop_reference_and_only_looks_back() {
     let counter = DropoutCounter::default();
     let mut attn = CausalSelfAttention::new(&mut init, 6, 2, 0.5, (0.0, &counter)).unwrap();
     // Larger weights than GPT's, so the softmax is far from uniform.
-    attn.qkv.weight = Tensor::variable(input(&device, &[18, 6], s + 1).into_array());
+    attn.qkv.weight = Weight::Dense(Tensor::variable(
+        input(&device, &[18, 6], s + 1).into_array(),
+    ));
     let x = input(&device, &[2, 4, 6], s + 2);
     let got = attn.forward(&x).unwrap().to_f64().unwrap();
     close(

@@ -15,7 +15,7 @@ use common::{
 use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 use headroom_nn::hf::{self, Gpt2Config};
-use headroom_nn::lora::{self, LoraConfig, LoraTargets};
+use headroom_nn::lora::{self, LoraConfig, LoraTargets, QuantizedBase};
 use headroom_nn::{Gpt, Initializer, Module};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{ModelFamily, PrecisionKind, Recompute, TrainConfig};
@@ -28,6 +28,51 @@ fn adapters(rank: usize) -> LoraConfig {
     }
 }
 
+/// Trains one step of a small Llama with adapters under `recompute` and `precision` (and
+/// adapter dropout `dropout`), its base stored as `base` says, and checks that it peaks at the
+/// planned bytes.
+fn assert_step_peaks_as_planned(
+    dir: &TempDir,
+    recompute: Recompute,
+    precision: PrecisionKind,
+    dropout: f64,
+    base: Option<QuantizedBase>,
+) {
+    let mut config = small_config(dir);
+    let model = &mut config.model;
+    model.family = ModelFamily::Llama;
+    (model.width, model.heads, model.layers) = (32, 4, 2);
+    model.kv_heads = Some(2);
+    model.mlp_width = Some(48);
+    model.recompute = Some(recompute);
+    model.lora = Some(LoraConfig {
+        dropout,
+        targets: LoraTargets::Names(vec![
+            "q_proj".into(),
+            "v_proj".into(),
+            "down_proj".into(),
+            "gate_proj".into(),
+        ]),
+        base,
+        ..adapters(4)
+    });
+    config.batch.micro = None;
+    config.precision.dtype = precision;
+    let mut trainer = Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .unwrap();
+    let plan = trainer.plan().unwrap().clone();
+    let report = trainer.train_step().unwrap();
+    assert!(report.loss.is_finite());
+    let measured = trainer.device().allocator().stats().peak_in_use;
+    assert_eq!(
+        measured, plan.predicted_peak,
+        "{recompute:?} {precision:?} {base:?}: {plan}"
+    );
+}
+
 #[test]
 fn a_lora_step_peaks_where_the_planner_predicts_under_every_technique() {
     let dir = TempDir::new("lora-plan");
@@ -38,38 +83,20 @@ fn a_lora_step_peaks_where_the_planner_predicts_under_every_technique() {
         Recompute::Blocks,
     ] {
         for (precision, dropout) in [(PrecisionKind::F32, 0.0), (PrecisionKind::Bf16, 0.1)] {
-            let mut config = small_config(&dir);
-            let model = &mut config.model;
-            model.family = ModelFamily::Llama;
-            (model.width, model.heads, model.layers) = (32, 4, 2);
-            model.kv_heads = Some(2);
-            model.mlp_width = Some(48);
-            model.recompute = Some(recompute);
-            model.lora = Some(LoraConfig {
-                dropout,
-                targets: LoraTargets::Names(vec![
-                    "q_proj".into(),
-                    "v_proj".into(),
-                    "down_proj".into(),
-                    "gate_proj".into(),
-                ]),
-                ..adapters(4)
-            });
-            config.batch.micro = None;
-            config.precision.dtype = precision;
-            let mut trainer = Trainer::builder()
-                .config(config)
-                .overwrite()
-                .build()
-                .unwrap();
-            let plan = trainer.plan().unwrap().clone();
-            let report = trainer.train_step().unwrap();
-            assert!(report.loss.is_finite());
-            let measured = trainer.device().allocator().stats().peak_in_use;
-            assert_eq!(
-                measured, plan.predicted_peak,
-                "{recompute:?} {precision:?}: {plan}"
-            );
+            assert_step_peaks_as_planned(&dir, recompute, precision, dropout, None);
+        }
+    }
+}
+
+#[test]
+fn a_qlora_step_peaks_where_the_planner_predicts() {
+    let dir = TempDir::new("qlora-plan");
+    for recompute in [Recompute::None, Recompute::Cheap, Recompute::Blocks] {
+        for (base, precision) in [
+            (QuantizedBase::Nf4, PrecisionKind::Bf16),
+            (QuantizedBase::Int8, PrecisionKind::F32),
+        ] {
+            assert_step_peaks_as_planned(&dir, recompute, precision, 0.0, Some(base));
         }
     }
 }
@@ -211,6 +238,24 @@ fn a_plan_that_fits_no_full_fine_tune_names_the_lora_run_that_fits() {
     // The run it names does fit.
     config.model.lora = Some(LoraConfig::default());
     config.model.param_dtype = headroom_trainer::config::ParamDtype::Bf16;
+    let fits = plan(&config, &task, &budget, target).unwrap();
+    assert!(
+        advice.contains(&format!("micro-batches of {}", fits.micro)),
+        "{advice}"
+    );
+    // Under a limit LoRA over a bf16 base does not fit, the plan names QLoRA, which does.
+    config.memory.limit = Some(headroom_alloc::ByteSize::mib(330));
+    let (budget, target, _) = run_device::planning(&config).unwrap();
+    assert!(plan(&config, &task, &budget, target).is_err());
+    let advice = lora_advice(&config, &task, &budget, target).unwrap();
+    assert!(
+        advice.starts_with("LoRA fits nothing, but QLoRA would") && advice.contains("--base nf4"),
+        "{advice}"
+    );
+    config.model.lora = Some(LoraConfig {
+        base: Some(QuantizedBase::Nf4),
+        ..LoraConfig::default()
+    });
     let fits = plan(&config, &task, &budget, target).unwrap();
     assert!(
         advice.contains(&format!("micro-batches of {}", fits.micro)),

@@ -11,6 +11,7 @@ mod loss;
 mod matmul;
 mod norm;
 mod pointwise;
+mod quantized;
 mod random;
 mod reduce;
 mod rotary;

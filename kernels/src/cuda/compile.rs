@@ -42,11 +42,13 @@ pub enum Family {
     Attention,
     /// Rotary position embeddings (`rotary.cu`).
     Rotary,
+    /// Dequantization of quantized weights (`quant.cu`).
+    Quant,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 12] = [
+    pub const ALL: [Family; 13] = [
         Family::Data,
         Family::Elementwise,
         Family::Reduce,
@@ -59,6 +61,7 @@ impl Family {
         Family::Random,
         Family::Attention,
         Family::Rotary,
+        Family::Quant,
     ];
 
     /// The source file's name (in `ops/<family>/`).
@@ -76,6 +79,7 @@ impl Family {
             Family::Random => "random.cu",
             Family::Attention => "attention.cu",
             Family::Rotary => "rotary.cu",
+            Family::Quant => "quant.cu",
         }
     }
 
@@ -94,6 +98,7 @@ impl Family {
             Family::Random => include_str!("../ops/random/random.cu"),
             Family::Attention => include_str!("../ops/attention/attention.cu"),
             Family::Rotary => include_str!("../ops/rotary/rotary.cu"),
+            Family::Quant => include_str!("../ops/quant/quant.cu"),
         }
     }
 

@@ -16,6 +16,7 @@ pub mod layout;
 pub mod loss;
 pub mod norm;
 pub mod optim;
+pub mod quant;
 pub mod random;
 pub mod reduce;
 pub mod rotary;

@@ -23,6 +23,7 @@ use crate::layers::gpt::Gpt;
 /// then the configuration. A model whose layer norms do not share one epsilon is an
 /// [`Error::Config`], as GPT-2's configuration holds one.
 pub fn export_gpt2(gpt: &Gpt, dir: &Path, end_of_text: Option<u32>) -> Result<()> {
+    crate::hf::check_dense(gpt, "gpt-2 export")?;
     let mut config = Gpt2Config::from_gpt(gpt.config());
     config.layer_norm_epsilon = shared_epsilon(gpt)?;
     if let Some(end) = end_of_text {

@@ -54,6 +54,14 @@ struct Source<'a> {
 /// file that is not a complete safetensors file is [`Error::CorruptCheckpoint`]; a missing file
 /// is [`Error::Io`].
 pub fn load_gpt2(dir: &Path, gpt: &mut Gpt) -> Result<()> {
+    if crate::module::Module::quantized_count(gpt) > 0 {
+        return Err(Error::config(
+            "gpt-2 import",
+            "the model stores weights quantized, which the GPT-2 loader does not fill \
+             (Llama-family models load quantized)"
+                .to_owned(),
+        ));
+    }
     let config = Gpt2Config::read(dir)?;
     if config.n_head != gpt.config().heads {
         return Err(Error::Checkpoint {

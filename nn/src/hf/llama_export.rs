@@ -100,6 +100,7 @@ impl Entry {
 /// `options.dtype`) and `shard_bytes` 0 are an [`Error::Config`], found before any file is
 /// written.
 pub fn export_llama(gpt: &Gpt, dir: &Path, options: &LlamaExport) -> Result<()> {
+    super::check_dense(gpt, "llama export")?;
     let config = LlamaConfig::from_gpt(gpt.config(), options.bos, options.eos)
         .ok_or_else(|| not_exportable(gpt))?;
     if options.shard_bytes == 0 {

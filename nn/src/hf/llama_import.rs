@@ -56,6 +56,10 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     crate::lora::visit_base(gpt, &mut |name, t| {
         params.push((name.to_owned(), t.shape().clone()))
     });
+    let quantized = gpt.quantized_weights_mut().into_iter();
+    let quantized: Vec<_> = quantized
+        .map(|(name, q)| (name, q.shape().clone()))
+        .collect();
     let config = gpt.config();
     let (q, kv) = (
         config.heads * config.head_dim(),
@@ -63,6 +67,7 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     );
     let plans = params
         .iter()
+        .chain(&quantized)
         .map(|(name, shape)| {
             let rows = match name.contains("attn.qkv.") {
                 true => vec![q, kv, kv],
@@ -72,6 +77,8 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
         })
         .collect::<Result<Vec<_>>>()?;
     check_rest(&tensors, &plans, gpt.head.is_none())?;
+    let mut plans = plans;
+    let quantized_plans = plans.split_off(params.len());
     let mut plans = plans.into_iter();
     crate::lora::visit_base_mut(gpt, &mut |name, t| {
         let plan = plans.next().ok_or_else(|| Error::Checkpoint {
@@ -96,7 +103,29 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
             false => array.cast(t.dtype())?,
         };
         Ok(())
-    })
+    })?;
+    // Weights stored quantized: quantized on the host one at a time, only their codes uploaded.
+    for ((_, stored), plan) in gpt.quantized_weights_mut().into_iter().zip(quantized_plans) {
+        let values: Vec<f32> = plan
+            .parts
+            .iter()
+            .flat_map(|(_, _, view)| host_f32(view.data(), plan.stored))
+            .collect();
+        stored.write(&values)?;
+    }
+    Ok(())
+}
+
+/// Little-endian values of `dtype` (a float dtype the loader accepts) as f32.
+fn host_f32(bytes: &[u8], dtype: DType) -> Vec<f32> {
+    let size = dtype.size();
+    let value = |b: &[u8]| match dtype {
+        DType::F64 => f64::from_le_bytes(b.try_into().unwrap_or_default()) as f32,
+        DType::F32 => f32::from_le_bytes(b.try_into().unwrap_or_default()),
+        DType::F16 => half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+        _ => half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+    };
+    bytes.chunks_exact(size).map(value).collect()
 }
 
 /// Checks that `gpt` has the shape and the options of `config` (but for a shorter context).

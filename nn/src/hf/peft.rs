@@ -124,6 +124,7 @@ impl PeftAdapter {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             targets,
+            base: None,
         };
         if rank.fract() != 0.0 || rank < 1.0 {
             return Err(bad("r", format!("{rank}: a whole number of at least 1")));

@@ -87,7 +87,11 @@ impl BlockMlp {
                     .iter()
                     .all(|layer| layer.bias.is_none() && !layer.is_adapted()) =>
             {
-                Some([&gate.weight, &up.weight, &down.weight])
+                Some([
+                    gate.weight.dense()?,
+                    up.weight.dense()?,
+                    down.weight.dense()?,
+                ])
             }
             _ => None,
         }
@@ -104,21 +108,26 @@ impl BlockMlp {
 
     /// [`run`](Self::run) without the dropout (for inference).
     pub(crate) fn without_dropout(&self, first: &FirstProducts, recompute: bool) -> Result<Tensor> {
-        Ok(match (&self.kind, recompute) {
-            (MlpKind::Gelu { fc, proj }, true) if !proj.is_adapted() => {
+        // The operands' own weights where the last product can keep its operand's inputs: a
+        // GELU MLP's projection as a tensor without adapters, a SwiGLU MLP's down products.
+        let (plain_proj, down_products) = match &self.kind {
+            MlpKind::Gelu { proj, .. } => (proj.plain_weight(), None),
+            MlpKind::SwiGlu { down, .. } => (None, down.products()),
+        };
+        Ok(match (&self.kind, recompute, plain_proj, down_products) {
+            (MlpKind::Gelu { fc, proj }, true, Some(weight), _) => {
                 let [h] = products(first, [fc])?;
-                h.gelu_linear(&proj.weight, proj.bias.as_ref())?
+                h.gelu_linear(weight, proj.bias.as_ref())?
             }
-            (MlpKind::Gelu { fc, proj }, _) => {
+            (MlpKind::Gelu { fc, proj }, ..) => {
                 let [h] = products(first, [fc])?;
                 proj.forward(&h.gelu()?)?
             }
-            (MlpKind::SwiGlu { gate, up, down }, true) if down.products().is_some() => {
+            (MlpKind::SwiGlu { gate, up, down }, true, _, Some(own)) => {
                 let [gate, up] = products(first, [gate, up])?;
-                let own = down.products().unwrap_or_default();
                 down.from_products(gate.swiglu_linears(&up, &own)?)?
             }
-            (MlpKind::SwiGlu { gate, up, down }, _) => {
+            (MlpKind::SwiGlu { gate, up, down }, ..) => {
                 let [gate, up] = products(first, [gate, up])?;
                 down.forward(&gate.swiglu(&up)?)?
             }

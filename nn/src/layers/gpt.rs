@@ -164,6 +164,10 @@ impl Gpt {
         };
         let (blocks, ln_f) = Self::blocks(init, &config, &counter)?;
         let zero = Init::Constant(0.0);
+        // The head stays a tensor where the blocks' layers are stored quantized (as QLoRA
+        // keeps it): the fused loss reads it in chunks.
+        let quantize = init.quantize();
+        init.set_quantize(None);
         let head = match config.tie_embeddings {
             true => None,
             false => Some(Linear::with_init(
@@ -175,6 +179,7 @@ impl Gpt {
                 zero,
             )?),
         };
+        init.set_quantize(quantize);
         let dropout = Dropout::new(config.dropout, init.next_seed(), counter.clone())?;
         Ok(Self {
             config,
@@ -278,7 +283,7 @@ impl Gpt {
         let targets = targets.reshape([b * t])?;
         match self.head_chunk {
             Some(chunk) => {
-                let weight = self.head_weight();
+                let weight = self.head_weight()?;
                 let h = h.reshape([b * t, c])?;
                 Ok(h.linear_cross_entropy(weight, &targets, ignore, chunk)?)
             }
@@ -338,10 +343,12 @@ impl Gpt {
     }
 
     /// The head's weight, `[vocab, width]`: its own, or the token embedding's when tied.
-    pub fn head_weight(&self) -> &Tensor {
+    pub fn head_weight(&self) -> Result<&Tensor> {
         match &self.head {
-            Some(head) => &head.weight,
-            None => &self.tok_emb.weight,
+            Some(head) => head.weight.dense().ok_or_else(|| {
+                Error::config("gpt head", "its weight is stored quantized".to_owned())
+            }),
+            None => Ok(&self.tok_emb.weight),
         }
     }
 
@@ -503,6 +510,10 @@ impl Module for Gpt {
             Some(head) => visit_child_mut(head, "head", f),
             None => Ok(()),
         }
+    }
+
+    fn quantized_count(&self) -> usize {
+        crate::layers::quantized_weights::quantized_count(self)
     }
 
     fn set_training(&mut self, training: bool) {

@@ -4,16 +4,17 @@ use headroom_autograd::Tensor;
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
+use crate::layers::linear_weight::Weight;
 use crate::layers::lora_adapter::LoraAdapter;
 use crate::module::Module;
 
 /// `y = x W^T + b`, with PyTorch's layout: `weight` is `[out, in]`, `bias` `[out]`, plus its
 /// low-rank adapters' output when it has any. Runs in the autocast dtype when a policy
-/// applies.
+/// applies. The weight may be stored quantized (frozen, under adapters: QLoRA).
 #[derive(Debug, Clone)]
 pub struct Linear {
     /// `[out, in]`.
-    pub weight: Tensor,
+    pub weight: Weight,
     /// `[out]`, if any.
     pub bias: Option<Tensor>,
     /// LoRA adapters over the (then frozen) weight ([`crate::lora`]); their tensors are
@@ -52,7 +53,7 @@ impl Linear {
             ));
         }
         Ok(Self {
-            weight: init.param([outputs, inputs], weight_init)?,
+            weight: init.linear_weight([outputs, inputs], weight_init)?,
             bias: if bias {
                 Some(init.param([outputs], bias_init)?)
             } else {
@@ -65,9 +66,10 @@ impl Linear {
     /// The products this layer takes of its input, for an op that computes several products
     /// of one operand it computes again in the backward pass (a norm's output, SwiGLU's,
     /// merged heads): the base `(weight, bias)`, then each adapter part's `(A, None)`. `None`
-    /// when the adapters read a dropped-out input of their own.
+    /// when the adapters read a dropped-out input of their own, or the weight is stored
+    /// quantized.
     pub fn products(&self) -> Option<Vec<(&Tensor, Option<&Tensor>)>> {
-        let mut products = vec![(&self.weight, self.bias.as_ref())];
+        let mut products = vec![(self.weight.dense()?, self.bias.as_ref())];
         match &self.adapter {
             None => {}
             Some(adapter) if adapter.reads_input() => {
@@ -90,6 +92,14 @@ impl Linear {
         }
     }
 
+    /// The weight, when it is a tensor and no adapters add to the output: all the layer is.
+    pub fn plain_weight(&self) -> Option<&Tensor> {
+        match self.adapter {
+            None => self.weight.dense(),
+            Some(_) => None,
+        }
+    }
+
     /// True when adapters add to its output.
     pub fn is_adapted(&self) -> bool {
         self.adapter.is_some()
@@ -98,7 +108,7 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let base = x.linear(&self.weight, self.bias.as_ref())?;
+        let base = self.weight.linear(x, self.bias.as_ref())?;
         match &self.adapter {
             Some(adapter) => adapter.add_to(&base, adapter.down(x)?),
             None => Ok(base),
@@ -106,7 +116,9 @@ impl Module for Linear {
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        f("weight", &self.weight);
+        if let Weight::Dense(weight) = &self.weight {
+            f("weight", weight);
+        }
         if let Some(bias) = &self.bias {
             f("bias", bias);
         }
@@ -116,7 +128,9 @@ impl Module for Linear {
     }
 
     fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
-        f("weight", &mut self.weight)?;
+        if let Weight::Dense(weight) = &mut self.weight {
+            f("weight", weight)?;
+        }
         if let Some(bias) = &mut self.bias {
             f("bias", bias)?;
         }

@@ -43,13 +43,14 @@ impl Norm {
     /// adapted one, keeps its output.
     pub fn linears_recomputed(&self, x: &Tensor, layers: &[&Linear]) -> Result<Vec<Tensor>> {
         let products: Option<Vec<_>> = layers.iter().map(|layer| layer.products()).collect();
-        match (self, layers, products) {
-            (Norm::Layer(n), [layer], _) if !layer.is_adapted() => Ok(vec![x.layer_norm_linear(
+        let plain: Option<Vec<_>> = layers.iter().map(|layer| layer.plain_weight()).collect();
+        match (self, layers, products, plain.as_deref()) {
+            (Norm::Layer(n), [layer], _, Some([weight])) => Ok(vec![x.layer_norm_linear(
                 (&n.weight, &n.bias, n.eps),
-                &layer.weight,
+                weight,
                 layer.bias.as_ref(),
             )?]),
-            (Norm::Rms(n), _, Some(products)) => {
+            (Norm::Rms(n), _, Some(products), _) => {
                 let all: Vec<_> = products.iter().flatten().copied().collect();
                 let mut outputs = x.rms_norm_linears((&n.weight, n.eps), &all)?.into_iter();
                 layers

@@ -12,6 +12,7 @@ use crate::layers::block_mlp::MlpKind;
 use crate::layers::family::Family;
 use crate::layers::gpt::Gpt;
 use crate::layers::linear::Linear;
+use crate::layers::linear_weight::Weight;
 use crate::layers::lora_adapter::{LoraAdapter, LoraPart};
 use crate::lora::config::LoraConfig;
 use crate::module::Module;
@@ -82,7 +83,7 @@ pub(crate) fn adaptable(gpt: &mut Gpt) -> Vec<Adaptable<'_>> {
 }
 
 /// The module at `path` covering all of `weight`'s rows.
-fn whole(weight: &Tensor, path: String) -> Vec<(String, usize, usize)> {
+fn whole(weight: &Weight, path: String) -> Vec<(String, usize, usize)> {
     vec![(path, 0, weight.dims()[0])]
 }
 

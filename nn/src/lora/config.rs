@@ -1,5 +1,6 @@
 //! What a LoRA run adapts, and how: rank, scaling, dropout and the layers it targets.
 
+use headroom_kernels::ops::quant::QuantFormat;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -19,6 +20,30 @@ pub struct LoraConfig {
     pub rslora: bool,
     /// The layers adapted.
     pub targets: LoraTargets,
+    /// How the blocks' linear layers are stored under the adapters: quantized (QLoRA), or
+    /// `None` for tensors in the model's parameter dtype.
+    pub base: Option<QuantizedBase>,
+}
+
+/// A frozen base stored quantized: QLoRA's NF4 (double-quantized, blocks of 64) or block-wise
+/// int8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuantizedBase {
+    /// 4-bit NormalFloat.
+    Nf4,
+    /// Block-wise absmax int8.
+    Int8,
+}
+
+impl QuantizedBase {
+    /// The storage format.
+    pub fn format(self) -> QuantFormat {
+        match self {
+            QuantizedBase::Nf4 => QuantFormat::Nf4,
+            QuantizedBase::Int8 => QuantFormat::Int8,
+        }
+    }
 }
 
 impl Default for LoraConfig {
@@ -30,6 +55,7 @@ impl Default for LoraConfig {
             dropout: 0.0,
             rslora: false,
             targets: LoraTargets::default(),
+            base: None,
         }
     }
 }

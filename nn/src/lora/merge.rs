@@ -1,4 +1,5 @@
-//! Folds adapters into their layers' weights: `W + scale * B A` over each part's rows.
+//! Folds adapters into their layers' weights: `W + scale * B A` over each part's rows, a
+//! weight stored quantized taken at its dequantized values.
 
 use headroom_alloc::Tag;
 use headroom_autograd::{Tensor, no_grad};
@@ -7,14 +8,15 @@ use headroom_kernels::DType;
 use crate::error::Result;
 use crate::layers::gpt::Gpt;
 use crate::layers::linear::Linear;
+use crate::layers::linear_weight::Weight;
 use crate::layers::lora_adapter::LoraAdapter;
 use crate::lora::attach::adaptable;
 use crate::module::Module;
 
 /// Adds each adapter's product to its layer's weight (summed in f32, or f64 for an f64
 /// weight, and stored in the weight's dtype), drops the adapters, and makes every tensor a parameter again: the model a full
-/// fine-tune would export, with the same outputs to the weight dtype's rounding. Returns the
-/// layers merged.
+/// fine-tune would export, with the same outputs to the weight dtype's rounding. Weights stored
+/// quantized become tensors of their values. Returns the layers merged.
 pub fn merge(gpt: &mut Gpt) -> Result<usize> {
     let _off = no_grad();
     let mut merged = 0;
@@ -22,6 +24,10 @@ pub fn merge(gpt: &mut Gpt) -> Result<usize> {
         if let Some(adapter) = entry.layer.adapter.take() {
             merge_layer(entry.layer, &adapter)?;
             merged += 1;
+        } else if let Weight::Quantized(stored) = &entry.layer.weight {
+            let device = stored.device().clone();
+            let _weights = device.scoped_tag(Tag::WEIGHTS);
+            entry.layer.weight = Weight::Dense(entry.layer.weight.values()?);
         }
     }
     gpt.visit_mut(&mut |_, t| {
@@ -33,8 +39,11 @@ pub fn merge(gpt: &mut Gpt) -> Result<usize> {
 
 /// `layer.weight += scale * B A` over each part's rows.
 fn merge_layer(layer: &mut Linear, adapter: &LoraAdapter) -> Result<()> {
-    let weight = &layer.weight;
-    let (device, dtype) = (weight.device().clone(), weight.dtype());
+    let (device, dtype) = (layer.weight.device().clone(), layer.weight.dtype());
+    let weight = {
+        let _weights = device.scoped_tag(Tag::WEIGHTS);
+        layer.weight.values()?
+    };
     let [total, cols] = [weight.dims()[0], weight.dims()[1]];
     let wide = match dtype {
         DType::F64 => DType::F64,
@@ -57,6 +66,7 @@ fn merge_layer(layer: &mut Linear, adapter: &LoraAdapter) -> Result<()> {
     let delta = Tensor::concat(&rows.iter().collect::<Vec<_>>(), 0)?;
     let _weights = device.scoped_tag(Tag::WEIGHTS);
     let sum = weight.cast(wide)?.add(&delta)?.cast(dtype)?;
-    layer.weight = Tensor::new(sum.into_array());
+    drop(weight);
+    layer.weight = Weight::Dense(Tensor::new(sum.into_array()));
     Ok(())
 }

@@ -30,7 +30,7 @@ mod merge;
 
 pub use crate::layers::lora_adapter::{LoraAdapter, LoraPart};
 pub use attach::{Attached, attach, cast_frozen};
-pub use config::{AllLinear, LoraConfig, LoraTargets};
+pub use config::{AllLinear, LoraConfig, LoraTargets, QuantizedBase};
 pub use merge::merge;
 
 use headroom_autograd::Tensor;

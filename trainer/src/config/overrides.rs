@@ -86,6 +86,10 @@ pub struct Overrides {
     /// GPT: the adapters' rank (model.lora.rank; implies --lora).
     #[cfg_attr(feature = "cli", arg(long))]
     pub lora_rank: Option<usize>,
+    /// GPT: nf4 or int8, the blocks' frozen weights stored quantized under the adapters
+    /// (model.lora.base; QLoRA with nf4; implies --lora).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_base))]
+    pub base: Option<headroom_nn::lora::QuantizedBase>,
     /// auto (choose the memory techniques left unset by predicted step time) or manual
     /// (memory.policy).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_policy))]
@@ -176,6 +180,11 @@ fn parse_preset(text: &str) -> Result<Preset, String> {
 
 #[cfg(feature = "cli")]
 fn parse_param_dtype(text: &str) -> Result<ParamDtype, String> {
+    parse_kebab(text)
+}
+
+#[cfg(feature = "cli")]
+fn parse_base(text: &str) -> Result<headroom_nn::lora::QuantizedBase, String> {
     parse_kebab(text)
 }
 
@@ -294,9 +303,12 @@ impl Overrides {
             config.model.recompute = self.recompute;
         }
         set(&mut config.model.param_dtype, self.param_dtype);
-        if self.lora || self.lora_rank.is_some() {
+        if self.lora || self.lora_rank.is_some() || self.base.is_some() {
             let lora = config.model.lora.get_or_insert_with(Default::default);
             set(&mut lora.rank, self.lora_rank);
+            if self.base.is_some() {
+                lora.base = self.base;
+            }
         }
         set(&mut config.memory.policy, self.memory_policy);
         set(&mut config.memory.rates, self.memory_rates);

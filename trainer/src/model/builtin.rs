@@ -6,7 +6,7 @@ use std::any::Any;
 
 use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
-use headroom_nn::lora;
+use headroom_nn::lora::{self, QuantizedBase};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
     Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
@@ -34,6 +34,9 @@ impl TrainModel {
         seed: u64,
     ) -> Result<Self> {
         let mut init = Initializer::new(device, config.param_dtype.dtype(), seed);
+        // QLoRA: the blocks' linear layers are drawn (or loaded, later) into quantized storage.
+        let base = config.lora.as_ref().and_then(|lora| lora.base);
+        init.set_quantize(base.map(QuantizedBase::format));
         match (config.kind, shape.as_tokens(), shape.as_features()) {
             (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
                 let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;

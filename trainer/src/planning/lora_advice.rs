@@ -1,44 +1,59 @@
-//! What a plan says when a full fine-tune of a GPT fits nothing: the LoRA run that would fit
-//! (adapters over the frozen model kept in bf16). LoRA changes what is trained, so the memory
-//! policy never switches to it by itself; the plan names it for the user to choose.
+//! What a plan says when a GPT's run fits nothing: the LoRA run that would fit (adapters over
+//! the frozen model kept in bf16), or failing that the QLoRA run (the frozen base stored in
+//! NF4). LoRA changes what is trained, and QLoRA the base's values, so the memory policy never
+//! switches to either by itself; the plan names the run for the user to choose.
 
 use headroom_alloc::format_bytes;
 use headroom_kernels::PlanTarget;
-use headroom_nn::lora::LoraConfig;
+use headroom_nn::lora::{LoraConfig, QuantizedBase};
 
 use crate::config::{ModelKind, ParamDtype, TrainConfig};
 use crate::data::Task;
 use crate::planning::{Budget, plan};
 
-/// The sentence naming the LoRA run (default adapters, a bf16 base) that fits where `config`,
-/// a full fine-tune of a GPT, does not: its micro-batch, its predicted peak and how to ask for
-/// it. `None` for a LoRA run already, a model that is not a GPT, or when LoRA does not fit
-/// either.
+/// The sentence naming the run that fits where `config`, a GPT's, does not: for a full
+/// fine-tune, LoRA with default adapters over a bf16 base, else QLoRA; for LoRA over a base
+/// kept as tensors, QLoRA with the same adapters. It gives the micro-batch, the predicted peak
+/// and how to ask for it. `None` for a model that is not a GPT, a QLoRA run already, or when
+/// nothing named fits either.
 pub fn lora_advice(
     config: &TrainConfig,
     task: &Task,
     budget: &Budget,
     target: PlanTarget,
 ) -> Option<String> {
-    if config.model.kind != ModelKind::Gpt || config.model.lora.is_some() {
+    if config.model.kind != ModelKind::Gpt {
         return None;
     }
-    let mut adapted = config.clone();
-    let lora = LoraConfig::default();
-    adapted.model.lora = Some(lora.clone());
-    adapted.model.param_dtype = ParamDtype::Bf16;
-    let chosen = plan(&adapted, task, budget, target).ok()?;
-    Some(format!(
-        "a full fine-tune fits nothing, but LoRA would (rank {}, alpha {}, every linear \
-         layer of the blocks, the base frozen in bf16; [model.lora] with model.param_dtype = \
-         \"bf16\", or --lora --param-dtype bf16): micro-batches of {}, predicted peak {}, \
-         training {} of the model's parameters",
-        lora.rank,
-        lora.alpha,
-        chosen.micro,
-        format_bytes(chosen.predicted_peak),
-        trained_share(&adapted, task).unwrap_or_else(|| "a small share".into()),
-    ))
+    let (what, bases): (&str, &[Option<QuantizedBase>]) = match &config.model.lora {
+        None => ("a full fine-tune", &[None, Some(QuantizedBase::Nf4)]),
+        Some(lora) if lora.base.is_none() => ("LoRA", &[Some(QuantizedBase::Nf4)]),
+        Some(_) => return None,
+    };
+    bases.iter().find_map(|&base| {
+        let mut adapted = config.clone();
+        let lora = LoraConfig {
+            base,
+            ..config.model.lora.clone().unwrap_or_default()
+        };
+        adapted.model.lora = Some(lora.clone());
+        adapted.model.param_dtype = ParamDtype::Bf16;
+        let chosen = plan(&adapted, task, budget, target).ok()?;
+        let (run, storage, flags) = match base {
+            None => ("LoRA", "frozen in bf16", "[model.lora] with model.param_dtype = \"bf16\", or --lora --param-dtype bf16"),
+            Some(_) => ("QLoRA", "stored in NF4", "[model.lora] base = \"nf4\" with model.param_dtype = \"bf16\", or --base nf4 --param-dtype bf16"),
+        };
+        Some(format!(
+            "{what} fits nothing, but {run} would (rank {}, alpha {}, the base {storage}; \
+             {flags}): micro-batches of {}, predicted peak {}, training {} of the model's \
+             parameters",
+            lora.rank,
+            lora.alpha,
+            chosen.micro,
+            format_bytes(chosen.predicted_peak),
+            trained_share(&adapted, task).unwrap_or_else(|| "a small share".into()),
+        ))
+    })
 }
 
 /// The share of the parameters a LoRA run of `config` trains, as a percentage, from a model

@@ -1,0 +1,50 @@
+//! Products with a weight stored quantized (QLoRA's frozen base): the weight is dequantized for
+//! the product and let go of after it, in the forward pass and again in the backward pass. The
+//! rule keeps the stored codes alone: a frozen weight needs no gradient, so the input is not
+//! kept either.
+
+use headroom_kernels::ops::gemm;
+use headroom_kernels::ops::quant::Quantized;
+
+use super::matmul::grad_a;
+use super::{reduce_to, rule, when};
+use crate::error::Result;
+use crate::recording::begin;
+use crate::saved::saves;
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// `self @ weight^T + bias` for a frozen `weight` (`[out, in]`) stored quantized, in the
+    /// input's dtype (the autocast dtype under autocast): what [`linear`](Self::linear) gives
+    /// with the dequantized weight, bit for bit.
+    pub fn quantized_linear(&self, weight: &Quantized, bias: Option<&Tensor>) -> Result<Tensor> {
+        let x = self.for_matmul()?;
+        let b = bias.map(Tensor::for_matmul).transpose()?;
+        let w = weight.dequantize(x.dtype())?;
+        let y = match &b {
+            Some(b) => gemm::matmul_bias(x.array(), &w, b.array(), false, true)?,
+            None => gemm::matmul(x.array(), &w, false, true)?,
+        };
+        drop(w);
+        let y = Tensor::output(y);
+        let inputs: Vec<&Tensor> = std::iter::once(&x).chain(&b).collect();
+        if let Some(rec) = begin(&inputs) {
+            let stored = weight.clone();
+            let account = saves(&stored.arrays());
+            let (x_shape, b_shape) = (x.shape().clone(), b.as_ref().map(|b| b.shape().clone()));
+            let dtype = x.dtype();
+            let backward = rule(move |g, needs| {
+                let db = match &b_shape {
+                    Some(shape) => Some(when(needs[1], || reduce_to(g, shape))?),
+                    None => None,
+                };
+                let dx = when(needs[0], || {
+                    grad_a(&x_shape, &stored.dequantize(dtype)?, g, false, true)
+                })?;
+                Ok(std::iter::once(dx).chain(db).collect())
+            });
+            rec.finish("quantized_linear", &[&y], account, backward);
+        }
+        Ok(y)
+    }
+}

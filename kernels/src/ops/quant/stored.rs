@@ -1,0 +1,275 @@
+//! One matrix stored quantized on a device.
+
+use std::fmt;
+
+use super::dequantize;
+use super::kernels::Codes;
+use crate::array::Array;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::memory::DeviceKind;
+use crate::quant::double::{DoubleQuantized, SCALE_BLOCK};
+use crate::quant::dynamic::dynamic_map;
+use crate::quant::int8::Int8;
+use crate::shape::Shape;
+
+/// How a frozen weight is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuantFormat {
+    /// QLoRA's: NF4 in blocks of 64, the blocks' scales quantized again in blocks of 256 on the
+    /// 8-bit dynamic map (4.13 bits a value).
+    Nf4,
+    /// Block-wise absmax int8 in blocks of 64 (8.5 bits a value).
+    Int8,
+}
+
+impl QuantFormat {
+    /// Values per block.
+    pub const BLOCK: usize = 64;
+
+    /// Its name in configurations: `nf4` or `int8`.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantFormat::Nf4 => "nf4",
+            QuantFormat::Int8 => "int8",
+        }
+    }
+
+    /// The format named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "nf4" => Some(QuantFormat::Nf4),
+            "int8" => Some(QuantFormat::Int8),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for QuantFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The blocks' scales: f32, or quantized again (NF4's double quantization).
+#[derive(Debug, Clone)]
+enum Scales {
+    /// One f32 a block.
+    Plain(Array),
+    /// One dynamic-map code a block, in blocks of [`SCALE_BLOCK`] with an f32 scale each, plus
+    /// the scales' mean.
+    Double {
+        codes: Array,
+        absmax: Array,
+        map: Array,
+        offset: f32,
+    },
+}
+
+/// A matrix (or any array) stored as codes and block scales on its device. Its values come back
+/// by [`dequantize`](Self::dequantize), equal to the host's [`DoubleQuantized`] or [`Int8`]
+/// values of the same input, to the bit.
+#[derive(Debug, Clone)]
+pub struct Quantized {
+    shape: Shape,
+    /// The dtype its values come back in unless asked otherwise (the model's).
+    dtype: DType,
+    format: QuantFormat,
+    /// Invariant: u8, as many as `format` needs for `shape`.
+    codes: Array,
+    scales: Scales,
+}
+
+impl Quantized {
+    /// `values` (of `shape`, finite) quantized on the host and uploaded, coming back in `dtype`.
+    /// On a meta device, which holds no values, `values` may be empty: only the sizes count.
+    pub fn quantize(
+        device: &Device,
+        shape: impl Into<Shape>,
+        values: &[f32],
+        format: QuantFormat,
+        dtype: DType,
+    ) -> Result<Self> {
+        let mut stored = Self::zeros(device, shape, format, dtype)?;
+        if device.kind() != DeviceKind::Meta || !values.is_empty() {
+            stored.write(values)?;
+        }
+        Ok(stored)
+    }
+
+    /// Storage for `shape` of zeros, to be written by [`write`](Self::write).
+    pub fn zeros(
+        device: &Device,
+        shape: impl Into<Shape>,
+        format: QuantFormat,
+        dtype: DType,
+    ) -> Result<Self> {
+        let shape = shape.into();
+        if !dtype.is_float() {
+            return Err(Error::DType {
+                op: "quantize",
+                expected: "a float dtype to dequantize to".into(),
+                got: dtype,
+            });
+        }
+        let len = shape.numel();
+        let blocks = len.div_ceil(QuantFormat::BLOCK);
+        let (codes, scales) = match format {
+            QuantFormat::Nf4 => (
+                Array::zeros(device, [len.div_ceil(2)], DType::U8)?,
+                Scales::Double {
+                    codes: Array::zeros(device, [blocks], DType::U8)?,
+                    absmax: Array::zeros(device, [blocks.div_ceil(SCALE_BLOCK)], DType::F32)?,
+                    map: Array::from_host(device, [256], &dynamic_map())?,
+                    offset: 0.0,
+                },
+            ),
+            QuantFormat::Int8 => (
+                Array::zeros(device, [len], DType::U8)?,
+                Scales::Plain(Array::zeros(device, [blocks], DType::F32)?),
+            ),
+        };
+        Ok(Self {
+            shape,
+            dtype,
+            format,
+            codes,
+            scales,
+        })
+    }
+
+    /// Quantizes `values` (as many as the shape holds, finite) into this storage, in place:
+    /// nothing is allocated on the device.
+    pub fn write(&mut self, values: &[f32]) -> Result<()> {
+        if values.len() != self.shape.numel() {
+            return Err(Error::HostLength {
+                op: "quantize",
+                expected: self.shape.numel(),
+                got: values.len(),
+                shape: self.shape.clone(),
+            });
+        }
+        match (self.format, &mut self.scales) {
+            (
+                QuantFormat::Nf4,
+                Scales::Double {
+                    codes,
+                    absmax,
+                    offset,
+                    ..
+                },
+            ) => {
+                let q = DoubleQuantized::quantize(values, QuantFormat::BLOCK)?;
+                self.codes.write_host(&q.packed)?;
+                codes.write_host(&q.scales.codes)?;
+                absmax.write_host(&q.scales.absmax)?;
+                *offset = q.offset;
+            }
+            (QuantFormat::Int8, Scales::Plain(scales)) => {
+                let q = Int8::quantize(values, QuantFormat::BLOCK)?;
+                self.codes
+                    .write_host(bytemuck::cast_slice::<i8, u8>(&q.codes))?;
+                scales.write_host(&q.absmax)?;
+            }
+            _ => unreachable!("a format's scales are made with it"),
+        }
+        Ok(())
+    }
+
+    /// The values, in `dtype`: a new array of the shape, computed from the codes.
+    pub fn dequantize(&self, dtype: DType) -> Result<Array> {
+        let block = QuantFormat::BLOCK;
+        match (&self.scales, self.format) {
+            (Scales::Plain(scales), _) => dequantize(
+                &self.codes,
+                scales,
+                None,
+                Codes::Int8,
+                block,
+                self.shape.clone(),
+                dtype,
+            ),
+            (
+                Scales::Double {
+                    codes,
+                    absmax,
+                    map,
+                    offset,
+                },
+                _,
+            ) => {
+                let offset = Codes::Dynamic { offset: *offset };
+                let blocks = codes.numel();
+                let scales = dequantize(
+                    codes,
+                    absmax,
+                    Some(map),
+                    offset,
+                    SCALE_BLOCK,
+                    [blocks],
+                    DType::F32,
+                )?;
+                dequantize(
+                    &self.codes,
+                    &scales,
+                    None,
+                    Codes::Nf4,
+                    block,
+                    self.shape.clone(),
+                    dtype,
+                )
+            }
+        }
+    }
+
+    /// The shape of the values.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// The dims of the values.
+    pub fn dims(&self) -> &[usize] {
+        self.shape.dims()
+    }
+
+    /// How many values.
+    pub fn numel(&self) -> usize {
+        self.shape.numel()
+    }
+
+    /// The dtype its values come back in by default.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// How it is stored.
+    pub fn format(&self) -> QuantFormat {
+        self.format
+    }
+
+    /// Its device.
+    pub fn device(&self) -> &Device {
+        self.codes.device()
+    }
+
+    /// The arrays it holds on its device.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut arrays = vec![&self.codes];
+        match &self.scales {
+            Scales::Plain(scales) => arrays.push(scales),
+            Scales::Double {
+                codes, absmax, map, ..
+            } => arrays.extend([codes, absmax, map]),
+        }
+        arrays
+    }
+
+    /// Bytes it holds on its device (the allocator's reservations).
+    pub fn bytes(&self) -> usize {
+        self.arrays()
+            .iter()
+            .map(|a| a.buffer().reserved_bytes())
+            .sum()
+    }
+}

@@ -1,0 +1,167 @@
+//! Weights stored quantized on a device: on every backend and float dtype, the values come back
+//! as the host's quantizers give them, to the bit; the device holds codes and scales alone; bad
+//! operands are typed errors.
+
+mod common;
+
+use common::{assert_fails, devices, rng, values};
+use headroom_kernels::ops::quant::{Codes, QuantFormat, Quantized, dequantize};
+use headroom_kernels::quant::double::DoubleQuantized;
+use headroom_kernels::quant::int8::Int8;
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Element};
+
+/// Shapes with partial blocks, odd counts, several blocks of scales (256 blocks of 64 values
+/// is one block of scales) and more values than one pass of a GPU's grid covers.
+const SHAPES: [&[usize]; 5] = [&[1, 3], &[7, 9], &[64, 64], &[300, 129], &[17, 1000]];
+
+/// The host's values of `format`, as `T` rounds them.
+fn host_values<T: Element>(values: &[f32], format: QuantFormat) -> Vec<T> {
+    let back = match format {
+        QuantFormat::Nf4 => DoubleQuantized::quantize(values, 64).unwrap().dequantize(),
+        QuantFormat::Int8 => Int8::quantize(values, 64).unwrap().dequantize(),
+    };
+    back.iter().map(|&v| T::from_f64(f64::from(v))).collect()
+}
+
+fn bits<T: Element>(values: &[T]) -> Vec<u8> {
+    bytemuck::cast_slice(values).to_vec()
+}
+
+#[test]
+fn stored_weights_come_back_as_the_host_quantizers_give_them_to_the_bit() {
+    let mut rng = rng();
+    for device in devices() {
+        for shape in SHAPES {
+            let n: usize = shape.iter().product();
+            let mut input: Vec<f32> = values(&mut rng, n, -0.2, 0.2)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            // One block of zeros and one outlier, as real weights have.
+            input.iter_mut().take(64.min(n)).for_each(|v| *v = 0.0);
+            input[n - 1] = 3.5;
+            for format in [QuantFormat::Nf4, QuantFormat::Int8] {
+                let stored =
+                    Quantized::quantize(&device, shape, &input, format, DType::BF16).unwrap();
+                assert_eq!(stored.dims(), shape);
+                let what = format!("{device} {format} {shape:?}");
+                for dtype in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+                    let got = stored.dequantize(dtype).unwrap();
+                    assert_eq!((got.shape().dims(), got.dtype()), (shape, dtype), "{what}");
+                    let (got, want) = match dtype {
+                        DType::F32 => (
+                            got.to_bytes().unwrap(),
+                            bits(&host_values::<f32>(&input, format)),
+                        ),
+                        DType::F64 => (
+                            got.to_bytes().unwrap(),
+                            bits(&host_values::<f64>(&input, format)),
+                        ),
+                        DType::F16 => (
+                            got.to_bytes().unwrap(),
+                            bits(&host_values::<half::f16>(&input, format)),
+                        ),
+                        _ => (
+                            got.to_bytes().unwrap(),
+                            bits(&host_values::<half::bf16>(&input, format)),
+                        ),
+                    };
+                    assert!(got == want, "{what} in {dtype}: not the host's values");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn writing_new_values_reuses_the_storage_and_changes_the_values() {
+    for device in devices() {
+        let mut stored = Quantized::zeros(&device, [8, 64], QuantFormat::Nf4, DType::F32).unwrap();
+        assert!(
+            stored
+                .dequantize(DType::F32)
+                .unwrap()
+                .to_f64()
+                .unwrap()
+                .iter()
+                .all(|&v| v == 0.0)
+        );
+        let before = device.allocator().with(|a| a.stats().in_use);
+        let input: Vec<f32> = (0..512).map(|i| (i as f32 - 256.0) / 100.0).collect();
+        stored.write(&input).unwrap();
+        assert_eq!(device.allocator().with(|a| a.stats().in_use), before);
+        let got = stored
+            .dequantize(DType::F32)
+            .unwrap()
+            .to_host::<f32>()
+            .unwrap();
+        assert_eq!(got, host_values::<f32>(&input, QuantFormat::Nf4));
+    }
+}
+
+#[test]
+fn nf4_holds_about_a_quarter_of_the_bf16_bytes_on_the_device() {
+    let meta = Device::meta(DeviceConfig::new(1 << 30)).unwrap();
+    // Llama 3.1 8B's up projection: quantized on the meta device (sizes only).
+    let stored =
+        Quantized::quantize(&meta, [14336, 4096], &[], QuantFormat::Nf4, DType::BF16).unwrap();
+    let bf16 = 14336 * 4096 * 2;
+    let ratio = stored.bytes() as f64 / bf16 as f64;
+    assert!(
+        (0.25..0.27).contains(&ratio),
+        "NF4 holds {ratio} of bf16's bytes"
+    );
+    let int8 =
+        Quantized::quantize(&meta, [14336, 4096], &[], QuantFormat::Int8, DType::BF16).unwrap();
+    let ratio = int8.bytes() as f64 / bf16 as f64;
+    assert!(
+        (0.5..0.54).contains(&ratio),
+        "int8 holds {ratio} of bf16's bytes"
+    );
+}
+
+#[test]
+fn bad_values_and_operands_are_typed_errors() {
+    let cpu = Device::cpu(DeviceConfig::new(1 << 20)).unwrap();
+    let nan = [0.0, f32::NAN, 1.0, 2.0];
+    assert_fails(
+        Quantized::quantize(&cpu, [2, 2], &nan, QuantFormat::Nf4, DType::F32),
+        "nf4",
+        &["value 1 is NaN"],
+    );
+    assert_fails(
+        Quantized::quantize(&cpu, [2, 2], &[1.0; 3], QuantFormat::Int8, DType::F32),
+        "quantize",
+        &["4"],
+    );
+    assert_fails(
+        Quantized::zeros(&cpu, [2, 2], QuantFormat::Int8, DType::U32),
+        "quantize",
+        &["float"],
+    );
+    let codes = Array::zeros(&cpu, [3], DType::U8).unwrap();
+    let scales = Array::zeros(&cpu, [1], DType::F32).unwrap();
+    assert_fails(
+        dequantize(&codes, &scales, None, Codes::Nf4, 64, [8], DType::F32),
+        "dequantize",
+        &["codes of 3 u8", "needs 4"],
+    );
+    assert_fails(
+        dequantize(
+            &codes,
+            &scales,
+            None,
+            Codes::Dynamic { offset: 0.0 },
+            64,
+            [3],
+            DType::F32,
+        ),
+        "dequantize",
+        &["code book"],
+    );
+    assert_fails(
+        dequantize(&codes, &scales, None, Codes::Int8, 64, [3], DType::U8),
+        "dequantize",
+        &["float"],
+    );
+}

@@ -1,0 +1,198 @@
+//! LoRA over a base stored quantized (QLoRA): the same outputs and adapter gradients as the same
+//! model with the dequantized weights as tensors, to the bit; adapter gradients against finite
+//! differences; a Hugging Face model quantized as it loads; exports that would leave the codes
+//! out refused; merging gives tensors back.
+
+mod common;
+
+use common::{check_layer, device, recorded_step, seed};
+use headroom_autograd::Tensor;
+use headroom_kernels::ops::quant::QuantFormat;
+use headroom_kernels::quant::double::DoubleQuantized;
+use headroom_kernels::{DType, Device};
+use headroom_nn::layers::linear_weight::Weight;
+use headroom_nn::lora::{self, LoraConfig, LoraTargets};
+use headroom_nn::{Family, Gpt, GptConfig, Initializer, LlamaOptions, Module, hf};
+
+fn llama() -> GptConfig {
+    GptConfig {
+        vocab: 11,
+        context: 8,
+        width: 32,
+        heads: 4,
+        layers: 2,
+        dropout: 0.0,
+        tie_embeddings: false,
+        family: Family::Llama(LlamaOptions {
+            kv_heads: 2,
+            head_dim: 8,
+            mlp_width: 48,
+            rope_theta: 10_000.0,
+            rope_scaling: None,
+            norm_eps: 1e-5,
+            qkv_bias: false,
+            qk_norm: false,
+        }),
+    }
+}
+
+fn gpt2() -> GptConfig {
+    GptConfig {
+        family: Family::Gpt2,
+        ..llama()
+    }
+}
+
+/// A model of `config` in `dtype`, its blocks' weights stored in `format`, with rank-2 adapters
+/// on every linear layer whose `B` is drawn away from zero.
+fn qlora(device: &Device, config: GptConfig, dtype: DType, format: QuantFormat) -> Gpt {
+    let mut init = Initializer::new(device, dtype, 3);
+    init.set_quantize(Some(format));
+    let mut gpt = Gpt::new(&mut init, config).unwrap();
+    let adapters = LoraConfig {
+        rank: 2,
+        alpha: 3.0,
+        targets: LoraTargets::default(),
+        ..LoraConfig::default()
+    };
+    lora::attach(&mut gpt, &adapters, &mut Initializer::new(device, dtype, 4)).unwrap();
+    gpt.visit_mut(&mut |name, t| {
+        if name.ends_with("lora_B.weight") {
+            let values: Vec<f64> = (0..t.numel())
+                .map(|i| ((i % 7) as f64 - 3.0) / 20.0)
+                .collect();
+            *t = Tensor::variable(
+                Tensor::from_f64(t.device(), t.dims(), dtype, &values)?.into_array(),
+            );
+        }
+        Ok(())
+    })
+    .unwrap();
+    gpt
+}
+
+/// `gpt` with each weight stored quantized replaced by a frozen tensor of its values.
+fn dequantized(gpt: &Gpt) -> Gpt {
+    let mut dense = gpt.clone();
+    for block in &mut dense.blocks {
+        for (_, layer) in block.linears_mut() {
+            layer.weight = Weight::Dense(layer.weight.values().unwrap());
+        }
+    }
+    assert_eq!(dense.quantized_count(), 0);
+    dense
+}
+
+fn ids(device: &Device, len: usize) -> Tensor {
+    let ids: Vec<u32> = (0..2 * len).map(|i| (i * 7 + 3) as u32 % 11).collect();
+    Tensor::from_host(device, [2, len], &ids).unwrap()
+}
+
+#[test]
+fn a_quantized_base_gives_the_dequantized_models_loss_and_gradients_to_the_bit() {
+    let device = device();
+    for config in [llama(), gpt2()] {
+        for dtype in [DType::F32, DType::BF16] {
+            for format in [QuantFormat::Nf4, QuantFormat::Int8] {
+                let gpt = qlora(&device, config, dtype, format);
+                let what = format!("{:?} {dtype} {format}", config.family);
+                // Every linear layer of the blocks stored quantized; the trained scalars are
+                // the adapters', the frozen ones count the stored weights.
+                assert!(gpt.quantized_count() > 0, "{what}");
+                let dense = dequantized(&gpt);
+                assert_eq!(gpt.frozen_count(), dense.frozen_count(), "{what}");
+                assert_eq!(gpt.parameter_count(), dense.parameter_count(), "{what}");
+                let (x, y) = (ids(&device, 6), ids(&device, 6));
+                let (loss, grads, _) = recorded_step(&gpt, &device, || gpt.loss(&x, &y, None));
+                let (dense_loss, dense_grads, _) =
+                    recorded_step(&dense, &device, || dense.loss(&x, &y, None));
+                assert_eq!(loss, dense_loss, "{what}");
+                assert_eq!(grads, dense_grads, "{what}");
+                assert!(grads.iter().all(|g| g.iter().any(|&v| v != 0.0)), "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn adapter_gradients_over_a_quantized_base_match_finite_differences() {
+    let device = device();
+    seed();
+    for format in [QuantFormat::Nf4, QuantFormat::Int8] {
+        let gpt = qlora(&device, llama(), DType::F64, format);
+        check_layer("adapted quantized decoder", &gpt, &ids(&device, 4), 1e-6);
+    }
+}
+
+#[test]
+fn a_hugging_face_model_is_quantized_as_it_loads() {
+    let device = device();
+    let dir = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/tiny-llama3"
+    ));
+    let config = hf::LlamaConfig::read(dir).unwrap().gpt_config(0.0);
+    let mut dense = Gpt::new(&mut Initializer::new(&device, DType::F32, 1), config).unwrap();
+    hf::load_llama(dir, &mut dense).unwrap();
+    let mut init = Initializer::new(&device, DType::F32, 2);
+    init.set_quantize(Some(QuantFormat::Nf4));
+    let mut stored = Gpt::new(&mut init, config).unwrap();
+    hf::load_llama(dir, &mut stored).unwrap();
+    // Every stored weight holds the loaded tensor's values as NF4 gives them back; every other
+    // tensor is the loaded one.
+    let mut values = dequantized(&stored);
+    for (block, loaded) in values.blocks.iter_mut().zip(dense.blocks.iter_mut()) {
+        for ((name, ours), (_, theirs)) in block.linears_mut().into_iter().zip(loaded.linears_mut())
+        {
+            let theirs = theirs.weight.dense().unwrap().to_f64().unwrap();
+            let theirs: Vec<f32> = theirs.iter().map(|&v| v as f32).collect();
+            let want = DoubleQuantized::quantize(&theirs, 64).unwrap().dequantize();
+            let ours = ours.weight.dense().unwrap().to_f64().unwrap();
+            let ours: Vec<f32> = ours.iter().map(|&v| v as f32).collect();
+            assert_eq!(ours, want, "{name}");
+        }
+    }
+    let mut rest = Vec::new();
+    stored.visit(&mut |name, t| rest.push((name.to_owned(), t.to_f64().unwrap())));
+    let mut want = Vec::new();
+    dense.visit(&mut |name, t| {
+        if !name.starts_with("blocks.") || name.contains("ln") || name.contains("norm") {
+            want.push((name.to_owned(), t.to_f64().unwrap()));
+        }
+    });
+    assert_eq!(rest, want);
+    // The GPT-2 loader does not fill quantized storage, and says so.
+    let mut gpt2_init = Initializer::new(&device, DType::F32, 2);
+    gpt2_init.set_quantize(Some(QuantFormat::Nf4));
+    let mut quantized_gpt2 = Gpt::new(&mut gpt2_init, gpt2()).unwrap();
+    let gpt2_dir = dir.with_file_name("tiny-gpt2");
+    let err = hf::load_gpt2(&gpt2_dir, &mut quantized_gpt2).unwrap_err();
+    assert!(err.to_string().contains("quantized"), "{err}");
+}
+
+#[test]
+fn exports_refuse_quantized_weights_and_merging_makes_them_tensors() {
+    let device = device();
+    let gpt = qlora(&device, llama(), DType::F32, QuantFormat::Nf4);
+    let out = std::env::temp_dir().join(format!("headroom-qlora-export-{}", std::process::id()));
+    let options = hf::LlamaExport {
+        bos: None,
+        eos: None,
+        dtype: None,
+        shard_bytes: hf::DEFAULT_SHARD_BYTES,
+        overwrite: false,
+    };
+    let err = hf::export_llama(&gpt, &out, &options).unwrap_err();
+    assert!(err.to_string().contains("stored quantized"), "{err}");
+    assert!(!out.exists(), "nothing is written");
+    let x = ids(&device, 5);
+    let before = gpt.forward(&x).unwrap().to_f64().unwrap();
+    let mut merged = gpt.clone();
+    assert_eq!(lora::merge(&mut merged).unwrap(), 10);
+    assert_eq!(merged.quantized_count(), 0);
+    assert_eq!(merged.frozen_count(), 0);
+    let after = merged.forward(&x).unwrap().to_f64().unwrap();
+    for (a, b) in before.iter().zip(&after) {
+        assert!((a - b).abs() < 1e-4, "{a} against {b}");
+    }
+}
