@@ -14,7 +14,7 @@
 //! ```text
 //! fit-compare [--preset NAME] [--context N] [--device cpu|cuda:N] [--precision f32|bf16]...
 //!             [--micro-batch N] [--steps N] [--recompute cheap|cheap-up]
-//!             [--lora RANK [--base bf16|f32]]
+//!             [--lora RANK [--base bf16|f32|nf4|int8]]
 //! fit-compare [--preset NAME] [--context N] --limit SIZE [--limit SIZE]... [--at N]...
 //!             [--precision f32|bf16]...
 //! fit-compare --largest-preset SIZE [--precision f32|bf16]...
@@ -24,8 +24,9 @@
 //! `--context` its positions per sample (by default the preset's). `--recompute cheap-up` has a
 //! Llama-family model run its MLPs' up projections again too (by default `cheap`). `--lora
 //! RANK` trains LoRA adapters of that rank (alpha twice the rank) on every linear layer of the
-//! blocks over the frozen model, kept in `--base` (bf16 by default), as `torch_fit.py --lora`
-//! runs PEFT; its JSON lines gain `lora` and `base`.
+//! blocks over the frozen model, kept in `--base` (bf16 by default; `nf4` and `int8` store the
+//! blocks' weights quantized under a bf16 model: QLoRA), as `torch_fit.py --lora` runs PEFT;
+//! its JSON lines gain `lora` and `base`.
 //!
 //! `--limit` asks what fits under each limit (on the CPU's simulated device, or a GPU), with gradient
 //! clipping off (so the optimizer step in the backward pass may be chosen): the largest
@@ -49,7 +50,7 @@ use std::time::Instant;
 use headroom_benches::fit_limits::{
     Subject, Techniques, config as limit_config, confirm, largest, whole_batch_policy,
 };
-use headroom_nn::lora::LoraConfig;
+use headroom_nn::lora::{LoraConfig, QuantizedBase};
 use headroom_trainer::config::{
     ALL_PRESETS, DataKind, ParamDtype, PrecisionKind, Preset, Recompute, TrainConfig,
 };
@@ -65,8 +66,9 @@ struct Args {
     steps: usize,
     /// What the measured steps compute again.
     recompute: Recompute,
-    /// LoRA adapters of this rank over a frozen base of this dtype.
-    lora: Option<(usize, ParamDtype)>,
+    /// LoRA adapters of this rank over a frozen base of this dtype, its blocks' weights stored
+    /// quantized if so named.
+    lora: Option<(usize, ParamDtype, Option<QuantizedBase>)>,
     /// Limits to find the largest micro-batch under.
     limits: Vec<u64>,
     /// For each limit, the size to time a step at.
@@ -81,7 +83,7 @@ impl Args {
         let (mut preset, mut context) = (Preset::Gpt2, None);
         let (mut precisions, mut micro, mut steps) = (Vec::new(), None, 3);
         let mut recompute = Recompute::Cheap;
-        let (mut rank, mut base) = (None, ParamDtype::Bf16);
+        let (mut rank, mut base) = (None, (ParamDtype::Bf16, None));
         let (mut limits, mut at, mut largest_preset) = (Vec::new(), Vec::new(), None);
         let size = |flag: &str, value: &str| {
             headroom_alloc::parse_size(value).map_err(|e| format!("{flag} {value}: {e}"))
@@ -120,9 +122,11 @@ impl Args {
                 "--lora" => rank = Some(number()?.max(1)),
                 "--base" => {
                     base = match value.as_str() {
-                        "bf16" => ParamDtype::Bf16,
-                        "f32" => ParamDtype::F32,
-                        other => return Err(format!("--base {other}: bf16 or f32")),
+                        "bf16" => (ParamDtype::Bf16, None),
+                        "f32" => (ParamDtype::F32, None),
+                        "nf4" => (ParamDtype::Bf16, Some(QuantizedBase::Nf4)),
+                        "int8" => (ParamDtype::Bf16, Some(QuantizedBase::Int8)),
+                        other => return Err(format!("--base {other}: bf16, f32, nf4 or int8")),
                     }
                 }
                 "--limit" => limits.push(size(&flag, &value)?),
@@ -157,7 +161,7 @@ impl Args {
             micro,
             steps,
             recompute,
-            lora: rank.map(|rank| (rank, base)),
+            lora: rank.map(|rank| (rank, base.0, base.1)),
             limits,
             at,
             largest_preset,
@@ -166,7 +170,11 @@ impl Args {
 }
 
 /// A step's precision, recomputation and LoRA rank and base, if any.
-type How = (PrecisionKind, Recompute, Option<(usize, ParamDtype)>);
+type How = (
+    PrecisionKind,
+    Recompute,
+    Option<(usize, ParamDtype, Option<QuantizedBase>)>,
+);
 
 /// A run of `subject` on `device` in `precision` with batches of `samples`, in a directory of
 /// its own.
@@ -185,13 +193,14 @@ fn config(
     config.device = device.to_owned();
     config.precision.dtype = precision;
     config.model.recompute = Some(recompute);
-    if let Some((rank, base)) = lora {
+    if let Some((rank, dtype, base)) = lora {
         config.model.lora = Some(LoraConfig {
             rank,
             alpha: 2.0 * rank as f64,
+            base,
             ..LoraConfig::default()
         });
-        config.model.param_dtype = base;
+        config.model.param_dtype = dtype;
     }
     config.data.kind = DataKind::UniformTokens;
     config.data.train_size = 64;
@@ -394,8 +403,9 @@ fn main() -> Result<()> {
         let tokens_per_s = samples_per_s * context as f64;
         let per_sample = two.saturating_sub(one);
         let (name, recompute) = (precision.name(), args.recompute);
-        let adapters = args.lora.map_or(String::new(), |(rank, base)| {
-            format!(",\"lora\":{rank},\"base\":\"{}\"", base.name())
+        let adapters = args.lora.map_or(String::new(), |(rank, dtype, base)| {
+            let base = base.map_or(dtype.name(), |b| b.format().name());
+            format!(",\"lora\":{rank},\"base\":\"{base}\"")
         });
         println!(
             "{device:<8} {name:<6} {micro:>6} {peak:>14} {predicted:>14} {per_sample:>16} \
