@@ -31,8 +31,9 @@
 # activation bytes per sample at most 0.3 of transformers', tokens/s at least 1.2 of its; and
 # (`lora`) LoRA of rank 16 on every linear layer of Llama 3.2 1B over its bf16 base, context 2048,
 # beside PEFT (`torch_fit.py --lora 16`; needs peft), checked against the LoRA issue's targets:
-# the peak at a micro-batch of one at most 0.5 of PEFT's, tokens/s at least 1.0 of its (QLoRA's
-# row waits for quantized bases). Results land in .gpu-check/results/ (or $OUT when set).
+# the peak at a micro-batch of one at most 0.5 of PEFT's, tokens/s at least 1.0 of its; and the
+# same for QLoRA, the base in NF4 on both sides (`--base nf4`: bitsandbytes for PEFT; needs
+# bitsandbytes). Results land in .gpu-check/results/ (or $OUT when set).
 # The exit status is 1 when a test failed or a target was missed.
 #
 # Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
@@ -207,27 +208,30 @@ print(f"llama-3.2-1b bf16: activation bytes per sample {activations:.2f} of tran
 sys.exit(0 if activations <= 0.3 and speed >= 1.2 and ours["predicted_exactly"] else 1)
 CHECK
     fi
-    # LoRA on Llama 3.2 1B, bf16 base, context 2048, beside PEFT at equal micro-batches.
+    # LoRA and QLoRA on Llama 3.2 1B, a bf16 or NF4 base, context 2048, beside PEFT (and
+    # bitsandbytes) at equal micro-batches.
     if [ "$lora" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
-        echo "== lora"
-        local micro=${LLAMA_MICRO:-4}
-        {
-            "$DIR/fit-compare" --device cuda:0 --preset llama-3.2-1b --context 2048 --precision bf16 \
-                --micro-batch "$micro" --steps 3 --lora 16 --base bf16 | grep '^{'
-            python3 benches/peers/torch_fit.py --device cuda:0 --model llama-3.2-1b --context 2048 \
-                --precision bf16 --micro-batch "$micro" --steps 3 --warmup 1 --lora 16 --base bf16 | grep '^{'
-        } | tee "$results/lora.txt" || failed=1
-        python3 - "$results/lora.txt" <<'CHECK' || failed=1
+        local micro=${LLAMA_MICRO:-4} base
+        for base in bf16 nf4; do
+            echo "== lora, $base base"
+            {
+                "$DIR/fit-compare" --device cuda:0 --preset llama-3.2-1b --context 2048 --precision bf16 \
+                    --micro-batch "$micro" --steps 3 --lora 16 --base "$base" | grep '^{'
+                python3 benches/peers/torch_fit.py --device cuda:0 --model llama-3.2-1b --context 2048 \
+                    --precision bf16 --micro-batch "$micro" --steps 3 --warmup 1 --lora 16 --base "$base" | grep '^{'
+            } | tee "$results/lora-$base.txt" || failed=1
+            python3 - "$results/lora-$base.txt" "$base" <<'CHECK' || failed=1
 import json, sys
 ours, theirs = (json.loads(line) for line in open(sys.argv[1]))
 def one(r):
     return r["peak_bytes"] - (r["micro_batch"] - 1) * r["activation_bytes_per_sample"]
 peak = one(ours) / one(theirs)
 speed = ours["tokens_per_s"] / theirs["tokens_per_s"]
-print(f"llama-3.2-1b LoRA r16 bf16 base: peak at one sample {peak:.2f} of PEFT's (target 0.5), "
+print(f"llama-3.2-1b LoRA r16, {sys.argv[2]} base: peak at one sample {peak:.2f} of PEFT's (target 0.5), "
       f"tokens/s {speed:.2f} of its (target 1.0), predicted exactly: {ours['predicted_exactly']}")
 sys.exit(0 if peak <= 0.5 and speed >= 1.0 and ours["predicted_exactly"] else 1)
 CHECK
+        done
     fi
     exit "$failed"
 }

@@ -14,6 +14,7 @@ mod tensor;
 pub use autocast::{AutocastGuard, autocast, autocast_dtype};
 pub use error::{Error, Result};
 pub use gradients::Gradients;
+pub use ops::LinearWeight;
 pub use recompute::recompute;
 pub use recording::{RecordingGuard, no_grad};
 pub use saved::{OpSaved, SavedArray, SavedReport};

@@ -23,7 +23,10 @@ built from the published `config.json` (nn/tests/data/published/NAME.json) with
 With `--lora RANK` (a Llama-family `--model`), LoRA as PEFT users run it: the base model in
 `--base` (bf16 by default) and frozen, `peft.get_peft_model` with `LoraConfig(r=RANK,
 lora_alpha=2 RANK, lora_dropout=0, target_modules="all-linear")` (every linear layer but the
-head; PEFT keeps the adapters in f32), AdamW over the adapters.
+head; PEFT keeps the adapters in f32), AdamW over the adapters. `--base nf4` is QLoRA as PEFT
+users run it: the bf16 model loaded through `BitsAndBytesConfig(load_in_4bit=True,
+bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=bfloat16)`
+(every linear layer but the head in bitsandbytes' `Linear4bit`), the rest kept in bf16.
 
 Prints one JSON line per result with the keys model, device, precision, micro_batch, peak_bytes,
 activation_bytes_per_sample, samples_per_s, tokens_per_s (and lora, base with `--lora`);
@@ -59,11 +62,38 @@ VOCAB = 50257
 PUBLISHED = os.path.join(os.path.dirname(__file__), "..", "..", "nn", "tests", "data", "published")
 
 
+def quantized_nf4(config, device):
+    """A model of `config` with its linear layers (not the head) in bitsandbytes' NF4 with double
+    quantization, computing in bf16, as QLoRA loads a pretrained model: drawn in bf16, saved, and
+    loaded back quantized onto `device`."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    dense = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=torch.bfloat16)
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
+    with tempfile.TemporaryDirectory() as saved:
+        dense.save_pretrained(saved)
+        del dense
+        return AutoModelForCausalLM.from_pretrained(
+            saved,
+            quantization_config=quantization,
+            attn_implementation="sdpa",
+            torch_dtype=torch.bfloat16,
+            device_map={"": device},
+        )
+
+
 class HfCausalLm(nn.Module):
     """A transformers causal LM of a published configuration, trained as its users train it:
     the loss from `labels` (transformers shifts them), sdpa attention."""
 
-    def __init__(self, name, checkpointed=False, lora=None, base=torch.float32):
+    def __init__(self, name, checkpointed=False, lora=None, base=torch.float32, device=None):
         super().__init__()
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -72,7 +102,10 @@ class HfCausalLm(nn.Module):
         fields.pop("architectures", None)
         fields.pop("torch_dtype", None)
         config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-        self.model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=base)
+        if base == "nf4":
+            self.model = quantized_nf4(config, device)
+        else:
+            self.model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=base)
         self.vocab = config.vocab_size
         if checkpointed:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -161,7 +194,9 @@ def model_and_optimizer(context, device, checkpointed=False):
     if MODEL == "gpt2":
         model = Gpt(context=context, checkpointed=checkpointed).to(device)
     else:
-        model = HfCausalLm(MODEL, checkpointed, LORA, BASE).to(device)
+        model = HfCausalLm(MODEL, checkpointed, LORA, BASE, device)
+        # A bitsandbytes model is loaded onto its device (and refuses to move).
+        model = model if BASE == "nf4" else model.to(device)
     # nanoGPT's choice: the fused AdamW where the device has it.
     fused = {"fused": True} if device.type == "cuda" else {}
     trained = [p for p in model.parameters() if p.requires_grad]
@@ -264,7 +299,9 @@ def main():
     parser.add_argument("--limit", action="append", help="what fits under this limit (4GiB, ...)")
     parser.add_argument("--model", default="gpt2", help="gpt2 (nanoGPT), or a Llama-family preset (transformers)")
     parser.add_argument("--lora", type=int, help="LoRA of this rank on every linear layer (PEFT)")
-    parser.add_argument("--base", choices=["f32", "bf16"], default="bf16", help="the frozen base's dtype with --lora")
+    parser.add_argument(
+        "--base", choices=["f32", "bf16", "nf4"], default="bf16", help="the frozen base's dtype with --lora (nf4: QLoRA)"
+    )
     parser.add_argument("--speed-only", action="store_true", help="samples/s alone (the profiler's peaks need much host memory)")
     args = parser.parse_args()
     global MODEL, LORA, BASE
@@ -273,7 +310,7 @@ def main():
         if args.model == "gpt2":
             parser.error("--lora needs a Llama-family --model")
         LORA = args.lora
-        BASE = torch.bfloat16 if args.base == "bf16" else torch.float32
+        BASE = {"bf16": torch.bfloat16, "f32": torch.float32, "nf4": "nf4"}[args.base]
     device = torch.device(args.device)
     if args.limit:
         torch.set_num_threads(os.cpu_count() or 1)

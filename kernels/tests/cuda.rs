@@ -84,7 +84,12 @@ fn kernels(family: Family) -> Vec<String> {
         }
         Family::Random => per_float(&["dropout"]),
         Family::Quant => {
-            let mut names = per_float(&["dequantize_nf4", "dequantize_int8"]);
+            let mut names = per_float(&[
+                "dequantize_nf4",
+                "dequantize_int8",
+                "gather_nf4",
+                "gather_int8",
+            ]);
             names.push("dequantize_dynamic_f32".into());
             names
         }

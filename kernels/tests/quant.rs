@@ -74,6 +74,53 @@ fn stored_weights_come_back_as_the_host_quantizers_give_them_to_the_bit() {
 }
 
 #[test]
+fn rows_gathered_by_id_are_the_rows_of_the_dequantized_table_to_the_bit() {
+    let mut rng = rng();
+    for device in devices() {
+        // 600 rows of 96: a row's blocks straddle rows and blocks of scales.
+        let (rows, width) = (600, 96);
+        let input: Vec<f32> = values(&mut rng, rows * width, -0.1, 0.1)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let ids: Vec<u32> = [0, 599, 7, 7, 300, 2, 511, 256, 1, 598].to_vec();
+        let ids_array = Array::from_host(&device, [2, 5], &ids).unwrap();
+        for format in [QuantFormat::Nf4, QuantFormat::Int8] {
+            let stored =
+                Quantized::quantize(&device, [rows, width], &input, format, DType::BF16).unwrap();
+            let table = stored
+                .dequantize(DType::F32)
+                .unwrap()
+                .to_host::<f32>()
+                .unwrap();
+            for dtype in [DType::F32, DType::BF16] {
+                let got = stored.gather_rows(&ids_array, dtype).unwrap();
+                assert_eq!(got.shape().dims(), [2, 5, width]);
+                let got = got.cast(DType::F32).unwrap().to_host::<f32>().unwrap();
+                let want: Vec<f32> = ids
+                    .iter()
+                    .flat_map(|&id| &table[id as usize * width..][..width])
+                    .map(|&v| f32::from(half::bf16::from_f32(v)))
+                    .collect();
+                let want = match dtype {
+                    DType::F32 => ids
+                        .iter()
+                        .flat_map(|&id| table[id as usize * width..][..width].to_vec())
+                        .collect(),
+                    _ => want,
+                };
+                assert!(
+                    got == want,
+                    "{device} {format} in {dtype}: not the table's rows"
+                );
+            }
+            let bad = Array::from_host(&device, [2], &[3u32, rows as u32]).unwrap();
+            assert_fails(stored.gather_rows(&bad, DType::F32), "gather_rows", &["id"]);
+        }
+    }
+}
+
+#[test]
 fn writing_new_values_reuses_the_storage_and_changes_the_values() {
     for device in devices() {
         let mut stored = Quantized::zeros(&device, [8, 64], QuantFormat::Nf4, DType::F32).unwrap();

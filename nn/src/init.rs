@@ -56,21 +56,21 @@ impl Initializer {
         }
     }
 
-    /// Stores the linear layers' weights that follow quantized, drawn as they would be and
+    /// Stores the layers' weights that follow (linear layers', embeddings') quantized, drawn as they would be and
     /// quantized on the host, one at a time, so that they never exist whole on the device
     /// (`None`: as tensors).
     pub fn set_quantize(&mut self, format: Option<QuantFormat>) {
         self.quantize = format;
     }
 
-    /// How the linear layers' weights that follow are stored.
+    /// How the layers' weights that follow are stored.
     pub fn quantize(&self) -> Option<QuantFormat> {
         self.quantize
     }
 
-    /// A linear layer's weight of `shape`, drawn by `init`: a parameter, or frozen codes
-    /// stored quantized after [`set_quantize`](Self::set_quantize).
-    pub fn linear_weight(&mut self, shape: impl Into<Shape>, init: Init) -> Result<Weight> {
+    /// A layer's weight of `shape` (a linear layer's, an embedding's), drawn by `init`: a
+    /// parameter, or frozen codes stored quantized after [`set_quantize`](Self::set_quantize).
+    pub fn weight(&mut self, shape: impl Into<Shape>, init: Init) -> Result<Weight> {
         let Some(format) = self.quantize else {
             return Ok(Weight::Dense(self.param(shape, init)?));
         };

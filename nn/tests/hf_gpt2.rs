@@ -325,10 +325,20 @@ fn a_smaller_context_crops_the_position_table() {
         .as_ref()
         .unwrap()
         .weight
+        .values()
+        .unwrap()
         .narrow(0, 0, 32)
         .unwrap();
     assert_eq!(
-        cropped.pos_emb.as_ref().unwrap().weight.to_f64().unwrap(),
+        cropped
+            .pos_emb
+            .as_ref()
+            .unwrap()
+            .weight
+            .values()
+            .unwrap()
+            .to_f64()
+            .unwrap(),
         rows.to_f64().unwrap()
     );
     let ids = expected(TIED).ids;

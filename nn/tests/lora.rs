@@ -4,36 +4,17 @@
 
 mod common;
 
-use common::{check_layer, device, seed};
+use common::{check_layer, device, seed, small_llama};
 use headroom_alloc::Tag;
 use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::{Array, DType, Device};
 use headroom_nn::lora::{self, LoraConfig, LoraTargets};
 use headroom_nn::{
-    AdamW, AdamWConfig, Family, Gpt, GptConfig, Initializer, LlamaOptions, Module, Optimizer,
-    Recompute,
+    AdamW, AdamWConfig, Family, Gpt, GptConfig, Initializer, Module, Optimizer, Recompute,
 };
 
 fn llama() -> GptConfig {
-    GptConfig {
-        vocab: 11,
-        context: 8,
-        width: 16,
-        heads: 4,
-        layers: 2,
-        dropout: 0.0,
-        tie_embeddings: false,
-        family: Family::Llama(LlamaOptions {
-            kv_heads: 2,
-            head_dim: 4,
-            mlp_width: 24,
-            rope_theta: 10_000.0,
-            rope_scaling: None,
-            norm_eps: 1e-5,
-            qkv_bias: false,
-            qk_norm: false,
-        }),
-    }
+    small_llama(16, 4, 24)
 }
 
 fn gpt2() -> GptConfig {

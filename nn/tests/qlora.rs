@@ -5,35 +5,17 @@
 
 mod common;
 
-use common::{check_layer, device, recorded_step, seed};
-use headroom_autograd::Tensor;
+use common::{check_layer, device, recorded_step, seed, small_llama};
+use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::ops::quant::QuantFormat;
 use headroom_kernels::quant::double::DoubleQuantized;
 use headroom_kernels::{DType, Device};
 use headroom_nn::layers::linear_weight::Weight;
 use headroom_nn::lora::{self, LoraConfig, LoraTargets};
-use headroom_nn::{Family, Gpt, GptConfig, Initializer, LlamaOptions, Module, hf};
+use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute, hf};
 
 fn llama() -> GptConfig {
-    GptConfig {
-        vocab: 11,
-        context: 8,
-        width: 32,
-        heads: 4,
-        layers: 2,
-        dropout: 0.0,
-        tie_embeddings: false,
-        family: Family::Llama(LlamaOptions {
-            kv_heads: 2,
-            head_dim: 8,
-            mlp_width: 48,
-            rope_theta: 10_000.0,
-            rope_scaling: None,
-            norm_eps: 1e-5,
-            qkv_bias: false,
-            qk_norm: false,
-        }),
-    }
+    small_llama(32, 8, 48)
 }
 
 fn gpt2() -> GptConfig {
@@ -74,6 +56,7 @@ fn qlora(device: &Device, config: GptConfig, dtype: DType, format: QuantFormat) 
 /// `gpt` with each weight stored quantized replaced by a frozen tensor of its values.
 fn dequantized(gpt: &Gpt) -> Gpt {
     let mut dense = gpt.clone();
+    dense.tok_emb.weight = Weight::Dense(dense.tok_emb.weight.values().unwrap());
     for block in &mut dense.blocks {
         for (_, layer) in block.linears_mut() {
             layer.weight = Weight::Dense(layer.weight.values().unwrap());
@@ -83,9 +66,34 @@ fn dequantized(gpt: &Gpt) -> Gpt {
     dense
 }
 
+/// A weight's values (dequantized when stored quantized), as f32.
+fn f32_values(weight: &Weight) -> Vec<f32> {
+    let values = weight.values().unwrap().to_f64().unwrap();
+    values.iter().map(|&v| v as f32).collect()
+}
+
 fn ids(device: &Device, len: usize) -> Tensor {
     let ids: Vec<u32> = (0..2 * len).map(|i| (i * 7 + 3) as u32 % 11).collect();
     Tensor::from_host(device, [2, len], &ids).unwrap()
+}
+
+/// The activations the tape keeps for `gpt`'s loss on `x` and `y`: each buffer once, with its
+/// shape and dtype.
+fn saved_activations(gpt: &Gpt, x: &Tensor, y: &Tensor) -> Vec<(Vec<usize>, DType)> {
+    let tape = Tape::new();
+    let _loss = tape
+        .record(|| {
+            gpt.loss(x, y, None).map_err(|e| match e {
+                headroom_nn::Error::Autograd(e) => e,
+                other => panic!("{other}"),
+            })
+        })
+        .unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let ops = tape.saved().ops.into_iter().flat_map(|op| op.arrays);
+    ops.filter(|a| a.tag.is_activations() && seen.insert(a.addr))
+        .map(|a| (a.shape.dims().to_vec(), a.dtype))
+        .collect()
 }
 
 #[test]
@@ -94,21 +102,33 @@ fn a_quantized_base_gives_the_dequantized_models_loss_and_gradients_to_the_bit()
     for config in [llama(), gpt2()] {
         for dtype in [DType::F32, DType::BF16] {
             for format in [QuantFormat::Nf4, QuantFormat::Int8] {
-                let gpt = qlora(&device, config, dtype, format);
+                let mut gpt = qlora(&device, config, dtype, format);
                 let what = format!("{:?} {dtype} {format}", config.family);
                 // Every linear layer of the blocks stored quantized; the trained scalars are
                 // the adapters', the frozen ones count the stored weights.
                 assert!(gpt.quantized_count() > 0, "{what}");
-                let dense = dequantized(&gpt);
+                let mut dense = dequantized(&gpt);
                 assert_eq!(gpt.frozen_count(), dense.frozen_count(), "{what}");
                 assert_eq!(gpt.parameter_count(), dense.parameter_count(), "{what}");
                 let (x, y) = (ids(&device, 6), ids(&device, 6));
-                let (loss, grads, _) = recorded_step(&gpt, &device, || gpt.loss(&x, &y, None));
-                let (dense_loss, dense_grads, _) =
-                    recorded_step(&dense, &device, || dense.loss(&x, &y, None));
-                assert_eq!(loss, dense_loss, "{what}");
-                assert_eq!(grads, dense_grads, "{what}");
-                assert!(grads.iter().all(|g| g.iter().any(|&v| v != 0.0)), "{what}");
+                for recompute in [Recompute::None, Recompute::Cheap, Recompute::Blocks] {
+                    gpt.set_recompute(recompute);
+                    dense.set_recompute(recompute);
+                    let what = format!("{what} {recompute:?}");
+                    let (loss, grads, _) = recorded_step(&gpt, &device, || gpt.loss(&x, &y, None));
+                    let (dense_loss, dense_grads, _) =
+                        recorded_step(&dense, &device, || dense.loss(&x, &y, None));
+                    assert_eq!(loss, dense_loss, "{what}");
+                    assert_eq!(grads, dense_grads, "{what}");
+                    assert!(grads.iter().all(|g| g.iter().any(|&v| v != 0.0)), "{what}");
+                    // The codes replace the weights, and the ops that compute an operand
+                    // again take them as they take tensors: the same activations are kept.
+                    assert_eq!(
+                        saved_activations(&gpt, &x, &y),
+                        saved_activations(&dense, &x, &y),
+                        "{what}: activations kept"
+                    );
+                }
             }
         }
     }
@@ -144,19 +164,26 @@ fn a_hugging_face_model_is_quantized_as_it_loads() {
     for (block, loaded) in values.blocks.iter_mut().zip(dense.blocks.iter_mut()) {
         for ((name, ours), (_, theirs)) in block.linears_mut().into_iter().zip(loaded.linears_mut())
         {
-            let theirs = theirs.weight.dense().unwrap().to_f64().unwrap();
-            let theirs: Vec<f32> = theirs.iter().map(|&v| v as f32).collect();
-            let want = DoubleQuantized::quantize(&theirs, 64).unwrap().dequantize();
-            let ours = ours.weight.dense().unwrap().to_f64().unwrap();
-            let ours: Vec<f32> = ours.iter().map(|&v| v as f32).collect();
-            assert_eq!(ours, want, "{name}");
+            let want = DoubleQuantized::quantize(&f32_values(&theirs.weight), 64).unwrap();
+            assert_eq!(f32_values(&ours.weight), want.dequantize(), "{name}");
         }
     }
+    // So does the token embedding (untied here).
+    let (theirs, ours) = (
+        f32_values(&dense.tok_emb.weight),
+        f32_values(&values.tok_emb.weight),
+    );
+    assert_eq!(
+        ours,
+        DoubleQuantized::quantize(&theirs, 64).unwrap().dequantize()
+    );
     let mut rest = Vec::new();
     stored.visit(&mut |name, t| rest.push((name.to_owned(), t.to_f64().unwrap())));
     let mut want = Vec::new();
     dense.visit(&mut |name, t| {
-        if !name.starts_with("blocks.") || name.contains("ln") || name.contains("norm") {
+        let quantized = name == "tok_emb.weight"
+            || name.starts_with("blocks.") && !name.contains("norm") && !name.contains("ln");
+        if !quantized {
             want.push((name.to_owned(), t.to_f64().unwrap()));
         }
     });

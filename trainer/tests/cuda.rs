@@ -77,6 +77,43 @@ fn a_tight_limit_on_the_gpu_is_recovered_and_trains_as_the_cpu_does() {
 }
 
 #[test]
+fn a_qlora_step_on_the_gpu_peaks_as_planned_and_follows_the_cpu() {
+    use headroom_nn::lora::{LoraConfig, QuantizedBase};
+    use headroom_trainer::config::{ModelFamily, PrecisionKind};
+    let dir = TempDir::new("cuda-qlora");
+    let mut config = small_config(&dir);
+    let model = &mut config.model;
+    model.family = ModelFamily::Llama;
+    (model.width, model.heads, model.layers) = (64, 4, 2);
+    model.kv_heads = Some(2);
+    model.mlp_width = Some(96);
+    model.tie_embeddings = false;
+    model.lora = Some(LoraConfig {
+        rank: 4,
+        base: Some(QuantizedBase::Nf4),
+        ..LoraConfig::default()
+    });
+    config.batch.micro = None;
+    config.precision.dtype = PrecisionKind::Bf16;
+    let Some(mut gpu) = on_gpu(&config) else {
+        return;
+    };
+    let plan = gpu.plan().expect("a planned run").clone();
+    let on_gpu = gpu.train_step().unwrap().loss;
+    assert_eq!(
+        gpu.device().allocator().stats().peak_in_use,
+        plan.predicted_peak,
+        "{plan}"
+    );
+    let mut cpu = Trainer::new(config).unwrap();
+    let on_cpu = cpu.train_step().unwrap().loss;
+    assert!(
+        (on_gpu - on_cpu).abs() <= 2e-2 * on_cpu.abs(),
+        "{on_gpu} on the GPU, {on_cpu} on the CPU"
+    );
+}
+
+#[test]
 fn a_device_that_is_neither_cpu_nor_cuda_is_a_configuration_error() {
     let dir = TempDir::new("cuda-bad-device");
     let mut config = small_config(&dir);

@@ -18,7 +18,7 @@ use headroom_nn::hf::{self, Gpt2Config};
 use headroom_nn::lora::{self, LoraConfig, LoraTargets, QuantizedBase};
 use headroom_nn::{Gpt, Initializer, Module};
 use headroom_trainer::Trainer;
-use headroom_trainer::config::{ModelFamily, PrecisionKind, Recompute, TrainConfig};
+use headroom_trainer::config::{ModelFamily, Overrides, PrecisionKind, Recompute, TrainConfig};
 
 fn adapters(rank: usize) -> LoraConfig {
     LoraConfig {
@@ -195,6 +195,17 @@ fn export_writes_peft_adapters_and_merge_the_merged_model() {
     // from their values, over its base.
     let config = run_config(&dir.0.join("again"), Some(&adapter), &shards, 1, 0.0);
     assert_eq!(config.model.lora.as_ref().map(|l| l.rank), Some(4));
+    // Asking for the base's storage alone keeps the adapter's shape.
+    let quantized = Overrides {
+        base: Some(QuantizedBase::Int8),
+        ..Overrides::default()
+    };
+    let lora = common::tiny::configured(&adapter, quantized)
+        .unwrap()
+        .model
+        .lora
+        .unwrap();
+    assert_eq!((lora.rank, lora.base), (4, Some(QuantizedBase::Int8)));
     let trainer = Trainer::new(config).unwrap();
     let gpt = trainer
         .model()

@@ -16,6 +16,8 @@ mod random;
 mod reduce;
 mod rotary;
 mod selective;
+
+pub use selective::LinearWeight;
 mod softmax;
 mod swiglu;
 

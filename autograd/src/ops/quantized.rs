@@ -3,11 +3,13 @@
 //! rule keeps the stored codes alone: a frozen weight needs no gradient, so the input is not
 //! kept either.
 
+use headroom_kernels::DType;
 use headroom_kernels::ops::gemm;
 use headroom_kernels::ops::quant::Quantized;
 
 use super::matmul::grad_a;
 use super::{reduce_to, rule, when};
+use crate::autocast::autocast_dtype;
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -15,12 +17,13 @@ use crate::tensor::Tensor;
 
 impl Tensor {
     /// `self @ weight^T + bias` for a frozen `weight` (`[out, in]`) stored quantized, in the
-    /// input's dtype (the autocast dtype under autocast): what [`linear`](Self::linear) gives
-    /// with the dequantized weight, bit for bit.
+    /// weight's dtype (the autocast dtype under autocast), the input cast to it: what
+    /// [`linear`](Self::linear) gives with the dequantized weight, bit for bit.
     pub fn quantized_linear(&self, weight: &Quantized, bias: Option<&Tensor>) -> Result<Tensor> {
-        let x = self.for_matmul()?;
+        let dtype = product_dtype(weight);
+        let x = self.for_matmul()?.cast(dtype)?;
         let b = bias.map(Tensor::for_matmul).transpose()?;
-        let w = weight.dequantize(x.dtype())?;
+        let w = weight.dequantize(dtype)?;
         let y = match &b {
             Some(b) => gemm::matmul_bias(x.array(), &w, b.array(), false, true)?,
             None => gemm::matmul(x.array(), &w, false, true)?,
@@ -32,7 +35,6 @@ impl Tensor {
             let stored = weight.clone();
             let account = saves(&stored.arrays());
             let (x_shape, b_shape) = (x.shape().clone(), b.as_ref().map(|b| b.shape().clone()));
-            let dtype = x.dtype();
             let backward = rule(move |g, needs| {
                 let db = match &b_shape {
                     Some(shape) => Some(when(needs[1], || reduce_to(g, shape))?),
@@ -46,5 +48,15 @@ impl Tensor {
             rec.finish("quantized_linear", &[&y], account, backward);
         }
         Ok(y)
+    }
+}
+
+/// The dtype a product with `weight` runs in: the autocast dtype under autocast (but for an f64
+/// weight), the weight's own otherwise, as [`Tensor::for_matmul`] casts a weight that is a
+/// tensor.
+pub(super) fn product_dtype(weight: &Quantized) -> DType {
+    match autocast_dtype() {
+        Some(half) if weight.dtype() != DType::F64 => half,
+        _ => weight.dtype(),
     }
 }

@@ -8,7 +8,7 @@ use crate::kv_cache::BlockKv;
 use crate::layer_kind::LayerKind;
 use crate::layers::activation::DropoutCounter;
 use crate::layers::attention::CausalSelfAttention;
-use crate::layers::block_mlp::{BlockMlp, each_of, products};
+use crate::layers::block_mlp::{BlockMlp, MlpKind, each_of, products};
 use crate::layers::family::LlamaOptions;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
@@ -126,6 +126,36 @@ impl Block {
             .mlp
             .without_dropout(&|layers| each_of(&h, layers), false)?;
         Ok((x.add(&y)?, kv))
+    }
+}
+
+impl Block {
+    /// Its linear layers with their names under the block (`attn.qkv`, `mlp.down`), in
+    /// visiting order.
+    pub fn linears(&self) -> Vec<(&'static str, &Linear)> {
+        let mut out = vec![("attn.qkv", &self.attn.qkv), ("attn.proj", &self.attn.proj)];
+        match &self.mlp.kind {
+            MlpKind::Gelu { fc, proj } => out.extend([("mlp.fc", fc), ("mlp.proj", proj)]),
+            MlpKind::SwiGlu { gate, up, down } => {
+                out.extend([("mlp.gate", gate), ("mlp.up", up), ("mlp.down", down)])
+            }
+        }
+        out
+    }
+
+    /// [`linears`](Self::linears), mutably.
+    pub fn linears_mut(&mut self) -> Vec<(&'static str, &mut Linear)> {
+        let mut out = vec![
+            ("attn.qkv", &mut self.attn.qkv),
+            ("attn.proj", &mut self.attn.proj),
+        ];
+        match &mut self.mlp.kind {
+            MlpKind::Gelu { fc, proj } => out.extend([("mlp.fc", fc), ("mlp.proj", proj)]),
+            MlpKind::SwiGlu { gate, up, down } => {
+                out.extend([("mlp.gate", gate), ("mlp.up", up), ("mlp.down", down)])
+            }
+        }
+        out
     }
 }
 

@@ -4,13 +4,15 @@ use headroom_autograd::Tensor;
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
+use crate::layers::linear_weight::Weight;
 use crate::module::Module;
 
-/// Rows of a `[count, dim]` table looked up by U32 ids of any shape: `ids.shape + [dim]`.
+/// Rows of a `[count, dim]` table looked up by U32 ids of any shape: `ids.shape + [dim]`. The
+/// table may be stored quantized (frozen: QLoRA's base), its rows dequantized as they are read.
 #[derive(Debug, Clone)]
 pub struct Embedding {
     /// `[count, dim]`.
-    pub weight: Tensor,
+    pub weight: Weight,
 }
 
 impl Embedding {
@@ -29,21 +31,33 @@ impl Embedding {
             ));
         }
         Ok(Self {
-            weight: init.param([count, dim], weight_init)?,
+            weight: init.weight([count, dim], weight_init)?,
         })
     }
 }
 
 impl Module for Embedding {
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        Ok(self.weight.embedding(ids)?)
+        match &self.weight {
+            Weight::Dense(table) => Ok(table.embedding(ids)?),
+            // A frozen table: the rows are constants.
+            Weight::Quantized(table) => {
+                let rows = table.gather_rows(ids.array(), table.dtype())?;
+                Ok(Tensor::new(rows))
+            }
+        }
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        f("weight", &self.weight);
+        if let Weight::Dense(table) = &self.weight {
+            f("weight", table);
+        }
     }
 
     fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
-        f("weight", &mut self.weight)
+        match &mut self.weight {
+            Weight::Dense(table) => f("weight", table),
+            Weight::Quantized(_) => Ok(()),
+        }
     }
 }

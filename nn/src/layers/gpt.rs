@@ -14,6 +14,7 @@ use crate::layers::embedding::Embedding;
 use crate::layers::family::Family;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
+use crate::layers::linear_weight::Weight;
 use crate::layers::norm::Norm;
 use crate::layers::rms_norm::RmsNorm;
 use crate::layers::rotary::RotaryEmbedding;
@@ -157,16 +158,22 @@ impl Gpt {
         config.validate()?;
         let counter = DropoutCounter::default();
         let c = config.width;
+        // Where the blocks' layers are stored quantized, so is the token embedding, unless the
+        // head reads it too; the positions and the head stay tensors (the fused loss reads the
+        // head in chunks).
+        let quantize = init.quantize();
+        if config.tie_embeddings {
+            init.set_quantize(None);
+        }
         let tok_emb = Embedding::new(init, config.vocab, c, Init::Normal(0.02))?;
+        init.set_quantize(None);
         let pos_emb = match config.family {
             Family::Gpt2 => Some(Embedding::new(init, config.context, c, Init::Normal(0.02))?),
             Family::Llama(_) => None,
         };
+        init.set_quantize(quantize);
         let (blocks, ln_f) = Self::blocks(init, &config, &counter)?;
         let zero = Init::Constant(0.0);
-        // The head stays a tensor where the blocks' layers are stored quantized (as QLoRA
-        // keeps it): the fused loss reads it in chunks.
-        let quantize = init.quantize();
         init.set_quantize(None);
         let head = match config.tie_embeddings {
             true => None,
@@ -336,7 +343,7 @@ impl Gpt {
         match &self.pos_emb {
             Some(pos_emb) => {
                 let t = ids.dims().get(1).copied().unwrap_or(0);
-                Ok(x.add(&pos_emb.weight.narrow(0, offset, t)?)?)
+                Ok(x.add(&pos_emb.weight.values()?.narrow(0, offset, t)?)?)
             }
             None => Ok(x),
         }
@@ -344,12 +351,13 @@ impl Gpt {
 
     /// The head's weight, `[vocab, width]`: its own, or the token embedding's when tied.
     pub fn head_weight(&self) -> Result<&Tensor> {
-        match &self.head {
-            Some(head) => head.weight.dense().ok_or_else(|| {
-                Error::config("gpt head", "its weight is stored quantized".to_owned())
-            }),
-            None => Ok(&self.tok_emb.weight),
-        }
+        let weight = match &self.head {
+            Some(head) => &head.weight,
+            None => &self.tok_emb.weight,
+        };
+        weight
+            .dense()
+            .ok_or_else(|| Error::config("gpt head", "its weight is stored quantized".to_owned()))
     }
 
     /// The logits of the hidden states `h` (`[..., width]`).
@@ -357,7 +365,7 @@ impl Gpt {
         let h = h.for_matmul()?;
         match &self.head {
             Some(head) => head.forward(&h),
-            None => Ok(h.linear(&self.tok_emb.weight, None)?),
+            None => Ok(h.linear(self.head_weight()?, None)?),
         }
     }
 
@@ -513,7 +521,13 @@ impl Module for Gpt {
     }
 
     fn quantized_count(&self) -> usize {
-        crate::layers::quantized_weights::quantized_count(self)
+        let blocks = self.blocks.iter().flat_map(Block::linears);
+        let layers = blocks.map(|(_, layer)| &layer.weight);
+        std::iter::once(&self.tok_emb.weight)
+            .chain(layers)
+            .filter_map(Weight::quantized)
+            .map(|stored| stored.numel())
+            .sum()
     }
 
     fn set_training(&mut self, training: bool) {

@@ -1,6 +1,6 @@
 //! Fully connected layers.
 
-use headroom_autograd::Tensor;
+use headroom_autograd::{LinearWeight, Tensor};
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
@@ -53,7 +53,7 @@ impl Linear {
             ));
         }
         Ok(Self {
-            weight: init.linear_weight([outputs, inputs], weight_init)?,
+            weight: init.weight([outputs, inputs], weight_init)?,
             bias: if bias {
                 Some(init.param([outputs], bias_init)?)
             } else {
@@ -66,14 +66,14 @@ impl Linear {
     /// The products this layer takes of its input, for an op that computes several products
     /// of one operand it computes again in the backward pass (a norm's output, SwiGLU's,
     /// merged heads): the base `(weight, bias)`, then each adapter part's `(A, None)`. `None`
-    /// when the adapters read a dropped-out input of their own, or the weight is stored
-    /// quantized.
-    pub fn products(&self) -> Option<Vec<(&Tensor, Option<&Tensor>)>> {
-        let mut products = vec![(self.weight.dense()?, self.bias.as_ref())];
+    /// when the adapters read a dropped-out input of their own.
+    pub fn products(&self) -> Option<Vec<(LinearWeight<'_>, Option<&Tensor>)>> {
+        let mut products = vec![(self.weight.product(), self.bias.as_ref())];
         match &self.adapter {
             None => {}
             Some(adapter) if adapter.reads_input() => {
-                products.extend(adapter.down_weights().into_iter().map(|a| (a, None)));
+                let down = adapter.down_weights().into_iter();
+                products.extend(down.map(|a| (LinearWeight::Dense(a), None)));
             }
             Some(_) => return None,
         }

@@ -1,6 +1,7 @@
 //! A linear layer's weight: a tensor, or codes stored quantized (QLoRA's frozen base).
 
-use headroom_autograd::Tensor;
+use headroom_alloc::Tag;
+use headroom_autograd::{LinearWeight, Tensor};
 use headroom_kernels::ops::quant::Quantized;
 use headroom_kernels::{DType, Device};
 
@@ -56,12 +57,23 @@ impl Weight {
         }
     }
 
-    /// Its values as a frozen tensor when stored quantized (a new array), the tensor itself
-    /// otherwise.
+    /// Its values as a frozen tensor when stored quantized (a new array, tagged as weights),
+    /// the tensor itself otherwise.
     pub fn values(&self) -> Result<Tensor> {
         match self {
             Weight::Dense(t) => Ok(t.clone()),
-            Weight::Quantized(q) => Ok(Tensor::new(q.dequantize(q.dtype())?)),
+            Weight::Quantized(q) => {
+                let _weights = q.device().scoped_tag(Tag::WEIGHTS);
+                Ok(Tensor::new(q.dequantize(q.dtype())?))
+            }
+        }
+    }
+
+    /// The weight as a selective op takes it.
+    pub fn product(&self) -> LinearWeight<'_> {
+        match self {
+            Weight::Dense(t) => LinearWeight::Dense(t),
+            Weight::Quantized(q) => LinearWeight::Quantized(q),
         }
     }
 

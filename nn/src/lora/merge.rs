@@ -24,11 +24,12 @@ pub fn merge(gpt: &mut Gpt) -> Result<usize> {
         if let Some(adapter) = entry.layer.adapter.take() {
             merge_layer(entry.layer, &adapter)?;
             merged += 1;
-        } else if let Weight::Quantized(stored) = &entry.layer.weight {
-            let device = stored.device().clone();
-            let _weights = device.scoped_tag(Tag::WEIGHTS);
+        } else if let Weight::Quantized(_) = &entry.layer.weight {
             entry.layer.weight = Weight::Dense(entry.layer.weight.values()?);
         }
+    }
+    if let Weight::Quantized(_) = &gpt.tok_emb.weight {
+        gpt.tok_emb.weight = Weight::Dense(gpt.tok_emb.weight.values()?);
     }
     gpt.visit_mut(&mut |_, t| {
         *t = Tensor::variable(t.array().clone());
@@ -40,10 +41,7 @@ pub fn merge(gpt: &mut Gpt) -> Result<usize> {
 /// `layer.weight += scale * B A` over each part's rows.
 fn merge_layer(layer: &mut Linear, adapter: &LoraAdapter) -> Result<()> {
     let (device, dtype) = (layer.weight.device().clone(), layer.weight.dtype());
-    let weight = {
-        let _weights = device.scoped_tag(Tag::WEIGHTS);
-        layer.weight.values()?
-    };
+    let weight = layer.weight.values()?;
     let [total, cols] = [weight.dims()[0], weight.dims()[1]];
     let wide = match dtype {
         DType::F64 => DType::F64,

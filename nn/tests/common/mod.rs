@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use headroom_autograd::Tensor;
 use headroom_autograd::check::gradcheck;
 use headroom_kernels::{Device, DeviceConfig};
-use headroom_nn::Module;
+use headroom_nn::{Family, GptConfig, LlamaOptions, Module};
 
 /// A CPU device of its own.
 pub fn device() -> Device {
@@ -234,4 +234,28 @@ pub fn recorded_step(
         .map(|p| grads.get(p).unwrap().to_f64().unwrap())
         .collect();
     (loss.to_f64().unwrap(), grads, kept)
+}
+
+/// A small Llama (two blocks, four heads over two key/value heads, vocabulary 11, context 8)
+/// of `width` features, heads of `head_dim` and an MLP of `mlp_width`, untied.
+pub fn small_llama(width: usize, head_dim: usize, mlp_width: usize) -> GptConfig {
+    GptConfig {
+        vocab: 11,
+        context: 8,
+        width,
+        heads: 4,
+        layers: 2,
+        dropout: 0.0,
+        tie_embeddings: false,
+        family: Family::Llama(LlamaOptions {
+            kv_heads: 2,
+            head_dim,
+            mlp_width,
+            rope_theta: 10_000.0,
+            rope_scaling: None,
+            norm_eps: 1e-5,
+            qkv_bias: false,
+            qk_norm: false,
+        }),
+    }
 }

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use headroom_nn::hf::{PeftAdapter, Pretrained};
+use headroom_nn::lora::LoraConfig;
 
 use super::{DataKind, ModelConfig, ModelKind, TrainConfig};
 use crate::error::{Error, Result};
@@ -37,9 +38,21 @@ impl ModelConfig {
             return Ok(());
         };
         // A PEFT adapter directory trains its adapters on (as its configuration shapes them,
-        // unless `[model.lora]` does) over its base.
-        if PeftAdapter::is_adapter_dir(&dir) && self.lora.is_none() {
-            self.lora = Some(PeftAdapter::read(&dir)?.lora);
+        // unless `[model.lora]` does beyond the base's storage) over its base.
+        let storage = self.lora.as_ref().and_then(|lora| lora.base);
+        let shaped = self.lora.as_ref().is_some_and(|lora| {
+            let unquantized = LoraConfig {
+                base: None,
+                ..lora.clone()
+            };
+            unquantized != LoraConfig::default()
+        });
+        if PeftAdapter::is_adapter_dir(&dir) && !shaped {
+            let adapter = PeftAdapter::read(&dir)?.lora;
+            self.lora = Some(LoraConfig {
+                base: storage,
+                ..adapter
+            });
         }
         let pretrained = Pretrained::read(&dir)?;
         let theirs = pretrained.gpt_config(self.dropout);

@@ -13,11 +13,13 @@ impl Tensor {
     /// `gelu(self) @ weight^T + bias` (an MLP's second product), keeping the GELU's input but
     /// not its output, which the backward pass computes again.
     pub fn gelu_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        let linear = Linear::new(weight, bias)?;
+        let linear = Linear::new(weight.into(), bias)?;
         let y = linear.forward(ew::gelu(self.array())?)?;
         if let Some(rec) = begin(&linear.inputs(&[self])) {
             let (hs, layer) = (self.array().clone(), linear.saved());
-            let saved = saves(&[&hs, &layer.w]);
+            let mut kept = vec![&hs];
+            kept.extend(layer.arrays());
+            let saved = saves(&kept);
             let backward = rule(move |g, needs| {
                 let (dactivated, layer_grads) = layer.grads(ew::gelu(&hs)?, g, needs)?;
                 let dh = when(needs[0], || {

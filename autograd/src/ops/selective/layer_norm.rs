@@ -22,7 +22,7 @@ impl Tensor {
         let x = self.for_f32_op()?;
         let dtype = promoted(promoted(x.dtype(), gamma.dtype()), beta.dtype());
         let (x, gamma, beta) = (x.cast(dtype)?, gamma.cast(dtype)?, beta.cast(dtype)?);
-        let linear = Linear::new(weight, bias)?;
+        let linear = Linear::new(weight.into(), bias)?;
         let normed = norm::layer_norm(x.array(), gamma.array(), beta.array(), eps)?;
         let (mean, rstd) = (normed.mean, normed.rstd);
         let y = linear.forward(normed.y)?;
@@ -30,7 +30,9 @@ impl Tensor {
             let (xs, gs) = (x.array().clone(), gamma.array().clone());
             let bs = beta.array().clone();
             let layer = linear.saved();
-            let saved = saves(&[&xs, &gs, &bs, &layer.w, &mean, &rstd]);
+            let mut kept = vec![&xs, &gs, &bs, &mean, &rstd];
+            kept.extend(layer.arrays());
+            let saved = saves(&kept);
             let backward = rule(move |g, needs| {
                 let normed = norm::layer_norm(&xs, &gs, &bs, eps)?.y;
                 let (dnormed, layer_grads) = layer.grads(normed, g, needs)?;

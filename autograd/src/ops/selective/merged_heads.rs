@@ -5,7 +5,7 @@ use headroom_kernels::Array;
 use headroom_kernels::ops::layout;
 
 use super::super::{rule_many, when};
-use super::{inputs_of, layers_of, shared_operand_grads};
+use super::{LinearSaved, LinearWeight, inputs_of, layers_of, shared_operand_grads};
 use crate::error::{Error, Result};
 use crate::recording::begin;
 use crate::saved::saves;
@@ -22,10 +22,11 @@ impl Tensor {
     }
 
     /// [`merged_heads_linear`](Self::merged_heads_linear) for each `(weight, bias)` of
-    /// `layers` (an output projection and its adapter's first product).
-    pub fn merged_heads_linears(
+    /// `layers` (an output projection and its adapter's first product; a weight a tensor or
+    /// stored quantized, [`LinearWeight`]).
+    pub fn merged_heads_linears<'a, W: Copy + Into<LinearWeight<'a>>>(
         &self,
-        layers: &[(&Tensor, Option<&Tensor>)],
+        layers: &[(W, Option<&'a Tensor>)],
     ) -> Result<Vec<Tensor>> {
         let &[b, h, t, d] = self.dims() else {
             return Err(Error::Argument {
@@ -50,7 +51,7 @@ impl Tensor {
             let heads = self.array().clone();
             let layers: Vec<_> = linears.iter().map(|l| l.saved()).collect();
             let mut kept = vec![&heads];
-            kept.extend(layers.iter().map(|layer| &layer.w));
+            kept.extend(layers.iter().flat_map(LinearSaved::arrays));
             let saved = saves(&kept);
             let backward = rule_many(move |outputs, needs| {
                 let merged = merge(&heads)?;

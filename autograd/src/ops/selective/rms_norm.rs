@@ -4,7 +4,9 @@ use headroom_kernels::ops::norm;
 use headroom_kernels::{Array, DType};
 
 use super::super::{promoted, rule_many};
-use super::{Linear, in_dtype, inputs_of, layers_of, shared_operand_grads};
+use super::{
+    Linear, LinearSaved, LinearWeight, in_dtype, inputs_of, layers_of, shared_operand_grads,
+};
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -24,14 +26,15 @@ impl Tensor {
         Ok(ys.remove(0))
     }
 
-    /// [`rms_norm_linear`](Self::rms_norm_linear) for each `(weight, bias)` of `layers`, one
+    /// [`rms_norm_linear`](Self::rms_norm_linear) for each `(weight, bias)` of `layers` (a
+    /// weight a tensor or stored quantized, [`LinearWeight`]), one
     /// normalized input feeding them all (a SwiGLU MLP's gate and up): the norm's output is
     /// kept for none of them. Its gradient is the sum of the products' gradients, formed in
     /// the products' dtype as the ops apart form it.
-    pub fn rms_norm_linears(
+    pub fn rms_norm_linears<'a, W: Copy + Into<LinearWeight<'a>>>(
         &self,
         (gamma, eps): (&Tensor, f64),
-        layers: &[(&Tensor, Option<&Tensor>)],
+        layers: &[(W, Option<&'a Tensor>)],
     ) -> Result<Vec<Tensor>> {
         let (x, gamma) = rms_inputs(self, gamma)?;
         let linears = layers_of(layers)?;
@@ -40,7 +43,7 @@ impl Tensor {
         };
         // Cast once for all the products (under autocast), as the ops apart cast the norm's
         // output once.
-        let (norm, operand) = RecomputedRms::forward(&x, &gamma, eps, first.w.dtype())?;
+        let (norm, operand) = RecomputedRms::forward(&x, &gamma, eps, first.dtype())?;
         let operands = vec![operand; linears.len()];
         let ys = linears
             .iter()
@@ -50,10 +53,10 @@ impl Tensor {
         if let Some(rec) = begin(&inputs_of(&[&x, &gamma], &linears)) {
             let layers: Vec<_> = linears.iter().map(Linear::saved).collect();
             let mut kept = norm.kept().to_vec();
-            kept.extend(layers.iter().map(|layer| &layer.w));
+            kept.extend(layers.iter().flat_map(LinearSaved::arrays));
             let saved = saves(&kept);
             let backward = rule_many(move |outputs, needs| {
-                let operand = norm.output(layers[0].w.dtype())?;
+                let operand = norm.output(layers[0].dtype())?;
                 let (dnormed, layer_grads) =
                     shared_operand_grads(&layers, operand, outputs, needs, 2)?;
                 let mut grads = match dnormed {

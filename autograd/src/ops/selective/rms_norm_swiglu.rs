@@ -26,11 +26,11 @@ impl Tensor {
     ) -> Result<Tensor> {
         let (x, gamma) = rms_inputs(self, gamma)?;
         let (gate, up, down) = (
-            Linear::new(gate, None)?,
-            Linear::new(up, None)?,
-            Linear::new(down, None)?,
+            Linear::new(gate.into(), None)?,
+            Linear::new(up.into(), None)?,
+            Linear::new(down.into(), None)?,
         );
-        let (norm, operand) = RecomputedRms::forward(&x, &gamma, eps, gate.w.dtype())?;
+        let (norm, operand) = RecomputedRms::forward(&x, &gamma, eps, gate.dtype())?;
         let g = gate.forward(operand.clone())?;
         let u = up.forward(operand)?;
         let y = down.forward(ew::swiglu(g.array(), u.array())?)?;
@@ -40,11 +40,13 @@ impl Tensor {
             let gated = g.array().clone();
             let (gate, up, down) = (gate.saved(), up.saved(), down.saved());
             let [xs, gs, rstd] = norm.kept();
-            let saved = saves(&[xs, gs, rstd, &gated, &gate.w, &up.w, &down.w]);
+            let mut kept = vec![xs, gs, rstd, &gated];
+            kept.extend([&gate, &up, &down].into_iter().flat_map(|l| l.arrays()));
+            let saved = saves(&kept);
             let backward = rule(move |dy, needs| {
-                let operand = norm.output(gate.w.dtype())?;
+                let operand = norm.output(gate.dtype())?;
                 // The inputs: x, gamma, then the gate's, the up's and the down's weights.
-                let upped = gemm::matmul(&operand, &up.w, false, true)?;
+                let upped = gemm::matmul(&operand, &up.weight()?, false, true)?;
                 let (dgated, down_grads) = down.grads(ew::swiglu(&gated, &upped)?, dy, needs)?;
                 let d = ew::swiglu_backward(&gated, &upped, &dgated)?;
                 drop((gated, upped, dgated));

@@ -3,7 +3,7 @@
 use headroom_kernels::ops::elementwise as ew;
 
 use super::super::{promote, rule_many};
-use super::{inputs_of, layers_of, shared_operand_grads};
+use super::{LinearSaved, LinearWeight, inputs_of, layers_of, shared_operand_grads};
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -23,13 +23,14 @@ impl Tensor {
         Ok(ys.remove(0))
     }
 
-    /// [`swiglu_linear`](Self::swiglu_linear) for each `(weight, bias)` of `layers`, one
+    /// [`swiglu_linear`](Self::swiglu_linear) for each `(weight, bias)` of `layers` (a weight a
+    /// tensor or stored quantized, [`LinearWeight`]), one
     /// product `silu(gate) * up` feeding them all (a down projection and its adapter's first
     /// product), kept for none of them.
-    pub fn swiglu_linears(
+    pub fn swiglu_linears<'a, W: Copy + Into<LinearWeight<'a>>>(
         &self,
         up: &Tensor,
-        layers: &[(&Tensor, Option<&Tensor>)],
+        layers: &[(W, Option<&'a Tensor>)],
     ) -> Result<Vec<Tensor>> {
         let (gate, up) = promote(self, up)?;
         let linears = layers_of(layers)?;
@@ -43,7 +44,7 @@ impl Tensor {
             let (gs, us) = (gate.array().clone(), up.array().clone());
             let layers: Vec<_> = linears.iter().map(|l| l.saved()).collect();
             let mut kept = vec![&gs, &us];
-            kept.extend(layers.iter().map(|layer| &layer.w));
+            kept.extend(layers.iter().flat_map(LinearSaved::arrays));
             let saved = saves(&kept);
             let backward = rule_many(move |outputs, needs| {
                 let gated = ew::swiglu(&gs, &us)?;

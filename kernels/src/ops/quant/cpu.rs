@@ -2,14 +2,22 @@
 
 use rayon::prelude::*;
 
-use super::kernels::{Codes, DequantOperands, DequantSpec, QuantKernels};
+use super::kernels::{
+    Codes, DequantOperands, DequantSpec, GatherOperands, GatherSpec, QuantKernels, code_book,
+    nf4_tables,
+};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, Float};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::ops::index::kernels::check_range;
 use crate::quant::nf4::LEVELS;
 
 impl QuantKernels for CpuBackend {
+    fn gather_rows(&self, spec: &GatherSpec, operands: GatherOperands<'_>) -> Result<()> {
+        gather(spec, operands)
+    }
+
     fn dequantize(&self, spec: &DequantSpec, operands: DequantOperands<'_>) -> Result<()> {
         const OP: &str = "dequantize";
         let DequantOperands {
@@ -34,17 +42,65 @@ impl QuantKernels for CpuBackend {
                 f32::from(codes[i] as i8) * (scales[i / block] / 127.0)
             }),
             Codes::Dynamic { offset } => {
-                let map = map.ok_or_else(|| Error::Argument {
-                    op: OP,
-                    detail: "dynamic codes without their code book".into(),
-                })?;
-                let map = map.host::<f32>(OP)?;
+                let map = code_book(map, OP)?.host::<f32>(OP)?;
                 fill(out, |i| match scales[i / block] {
                     0.0 => offset,
                     scale => map[usize::from(codes[i])] * scale + offset,
                 })
             }
         }
+    }
+}
+
+/// Each NF4 block's scale from its dynamic-map code: as [`Codes::Dynamic`] dequantizes it.
+fn nf4_scale(
+    scale_codes: &[u8],
+    absmax: &[f32],
+    map: &[f32],
+    block: usize,
+    spec: &GatherSpec,
+) -> f32 {
+    match absmax[block / spec.scale_block.max(1)] {
+        0.0 => spec.offset,
+        scale => map[usize::from(scale_codes[block])] * scale + spec.offset,
+    }
+}
+
+/// The gathered rows' values, `out[i * width + j]` from row `ids[i]`.
+fn gather(spec: &GatherSpec, operands: GatherOperands<'_>) -> Result<()> {
+    const OP: &str = "gather_rows";
+    let GatherOperands {
+        codes,
+        scales,
+        scale_codes,
+        map,
+        ids,
+        out,
+    } = operands;
+    let ids = ids.host::<u32>(OP)?;
+    check_range(OP, "id", ids, spec.rows, None)?;
+    let (codes, scales) = (codes.host::<u8>(OP)?, scales.host::<f32>(OP)?);
+    let (width, block) = (spec.width.max(1), spec.block);
+    let at = |i: usize| ids[i / width] as usize * spec.width + i % width;
+    match spec.codes {
+        Codes::Nf4 => {
+            let (scale_codes, map) = nf4_tables(scale_codes, map, OP)?;
+            let (scale_codes, map) = (scale_codes.host::<u8>(OP)?, map.host::<f32>(OP)?);
+            fill(out, |i| {
+                let v = at(i);
+                let byte = codes[v / 2];
+                let index = if v.is_multiple_of(2) {
+                    byte >> 4
+                } else {
+                    byte & 0x0F
+                };
+                LEVELS[usize::from(index)] * nf4_scale(scale_codes, scales, map, v / block, spec)
+            })
+        }
+        _ => fill(out, |i| {
+            let v = at(i);
+            f32::from(codes[v] as i8) * (scales[v / block] / 127.0)
+        }),
     }
 }
 

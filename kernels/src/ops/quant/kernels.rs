@@ -1,7 +1,7 @@
 //! What a backend runs to read quantized weights back, and the operands it takes.
 
 use crate::buffer::Buffer;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// How a quantized array's codes stand for values.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,4 +51,66 @@ pub trait QuantKernels {
     /// Each value from its code and its block's scale, computed in f32 and rounded once into
     /// `out`'s dtype.
     fn dequantize(&self, spec: &DequantSpec, operands: DequantOperands<'_>) -> Result<()>;
+
+    /// The rows of a quantized table that the ids name, each value as
+    /// [`dequantize`](Self::dequantize) gives it (an NF4 block's scale from its code as
+    /// [`Codes::Dynamic`] gives it). An id out of range is an [`Error::Argument`](crate::Error).
+    fn gather_rows(&self, spec: &GatherSpec, operands: GatherOperands<'_>) -> Result<()>;
+}
+
+/// The geometry of a row gather from a quantized `[rows, width]` table (a token embedding):
+/// `count` ids, each naming a row whose `width` values come back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GatherSpec {
+    /// [`Codes::Nf4`] (its scales double-quantized) or [`Codes::Int8`] (f32 scales).
+    pub codes: Codes,
+    /// Ids.
+    pub count: usize,
+    /// The table's rows: every id must be below.
+    pub rows: usize,
+    /// Values a row.
+    pub width: usize,
+    /// Values per block.
+    pub block: usize,
+    /// NF4: blocks per block of scales, and the scales' offset.
+    pub scale_block: usize,
+    /// NF4: added to every dequantized scale.
+    pub offset: f32,
+}
+
+/// The operands of [`QuantKernels::gather_rows`], every one contiguous.
+#[derive(Debug)]
+pub struct GatherOperands<'a> {
+    /// The table's codes, u8, as [`DequantOperands::codes`].
+    pub codes: &'a Buffer,
+    /// f32: each block's scale (int8), or each block of scales' scale (NF4).
+    pub scales: &'a Buffer,
+    /// NF4: each block's scale as a dynamic-map code, u8.
+    pub scale_codes: Option<&'a Buffer>,
+    /// NF4: the dynamic map, 256 f32.
+    pub map: Option<&'a Buffer>,
+    /// The ids, u32.
+    pub ids: &'a Buffer,
+    /// Receives `count * width` values of a float dtype.
+    pub out: &'a mut Buffer,
+}
+
+/// The code book of dynamic codes, or an error naming `op` without it.
+pub(crate) fn code_book<'a>(map: Option<&'a Buffer>, op: &'static str) -> Result<&'a Buffer> {
+    map.ok_or_else(|| Error::Argument {
+        op,
+        detail: "dynamic codes without their code book".into(),
+    })
+}
+
+/// NF4's scale codes and the code book they index, or an error naming `op` without them.
+pub(crate) fn nf4_tables<'a>(
+    scale_codes: Option<&'a Buffer>,
+    map: Option<&'a Buffer>,
+    op: &'static str,
+) -> Result<(&'a Buffer, &'a Buffer)> {
+    scale_codes.zip(map).ok_or_else(|| Error::Argument {
+        op,
+        detail: "NF4 rows without their scales' codes and code book".into(),
+    })
 }

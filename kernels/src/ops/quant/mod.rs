@@ -2,7 +2,8 @@
 //! frozen base. [`Quantized`] holds a matrix as [`crate::quant`] quantizes it on the host (NF4
 //! with its scales quantized again, or block-wise int8), uploaded as codes and scales alone;
 //! [`Quantized::dequantize`] gives its values in a float dtype, block by block from the codes,
-//! for one product at a time.
+//! for one product at a time, and [`Quantized::gather_rows`] the rows of a table (a token
+//! embedding) that ids name, dequantized as they are read.
 //!
 //! [`dequantize`] is the op beneath: each value from its code and its block's scale, computed in
 //! f32 as the host's `dequantize` does (the same operations, no fused multiply-add), rounded
@@ -15,7 +16,7 @@ pub(crate) mod kernels;
 mod meta;
 mod stored;
 
-pub use kernels::{Codes, DequantOperands, DequantSpec, QuantKernels};
+pub use kernels::{Codes, DequantOperands, DequantSpec, GatherOperands, GatherSpec, QuantKernels};
 pub use stored::{QuantFormat, Quantized};
 
 use crate::array::Array;

@@ -55,3 +55,46 @@ extern "C" __global__ void dequantize_dynamic_f32(const u8* codes, const float* 
         out[i] = __fadd_rn(value, shift);
     }
 }
+
+// Rows of a quantized [rows, width] table by id (a token embedding), each value as the kernels above
+// give it; an NF4 block's scale from its dynamic-map code as dequantize_dynamic_f32 gives it. The
+// host has checked every id against its range.
+template <typename T>
+__device__ void gather_nf4_rows(const u8* codes, const u8* scale_codes, const float* absmax, const float* map,
+                                const u32* ids, T* out, u64 count, u64 width, u64 block, u64 scale_block,
+                                float offset) {
+    for (u64 i = thread_index(); i < count * width; i += grid_stride()) {
+        const u64 v = (u64)ids[i / width] * width + i % width, b = v / block;
+        const float most = absmax[b / scale_block];
+        const float scale = most == 0.0f ? offset : __fadd_rn(__fmul_rn(map[scale_codes[b]], most), offset);
+        const u8 byte = codes[v / 2];
+        const float level = NF4_LEVELS[v % 2 == 0 ? byte >> 4 : byte & 0x0f];
+        out[i] = Io<T>::store((typename Io<T>::C)__fmul_rn(level, scale));
+    }
+}
+
+template <typename T>
+__device__ void gather_int8_rows(const u8* codes, const float* scales, const u32* ids, T* out, u64 count, u64 width,
+                                 u64 block) {
+    for (u64 i = thread_index(); i < count * width; i += grid_stride()) {
+        const u64 v = (u64)ids[i / width] * width + i % width;
+        const float step = __fdiv_rn(scales[v / block], 127.0f);
+        out[i] = Io<T>::store((typename Io<T>::C)__fmul_rn((float)(signed char)codes[v], step));
+    }
+}
+
+#define GATHER(name, T) \
+    extern "C" __global__ void gather_nf4_##name(const u8* codes, const u8* scale_codes, const float* absmax, \
+                                                 const float* map, const u32* ids, T* out, u64 count, u64 width, \
+                                                 u64 block, u64 scale_block, double offset) { \
+        gather_nf4_rows<T>(codes, scale_codes, absmax, map, ids, out, count, width, block, scale_block, \
+                           (float)offset); \
+    } \
+    extern "C" __global__ void gather_int8_##name(const u8* codes, const float* scales, const u32* ids, T* out, \
+                                                  u64 count, u64 width, u64 block) { \
+        gather_int8_rows<T>(codes, scales, ids, out, count, width, block); \
+    }
+GATHER(f32, float)
+GATHER(f64, double)
+GATHER(f16, f16)
+GATHER(bf16, bf16)

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::dequantize;
-use super::kernels::Codes;
+use super::kernels::{Codes, GatherOperands, GatherSpec};
 use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -221,6 +221,65 @@ impl Quantized {
                 )
             }
         }
+    }
+
+    /// The rows of this `[rows, width]` table that `ids` (u32, any shape) name, in `dtype`:
+    /// `ids.shape + [width]`, each value as [`dequantize`](Self::dequantize) gives it. An id
+    /// out of range is an [`Error::Argument`].
+    pub fn gather_rows(&self, ids: &Array, dtype: DType) -> Result<Array> {
+        const OP: &str = "gather_rows";
+        ids.check_indices(OP)?;
+        self.device().check_same(ids.device(), OP)?;
+        let &[rows, width] = self.shape.dims() else {
+            return Err(Error::Shape {
+                op: OP,
+                detail: format!("the table {} must be [rows, width]", self.shape),
+            });
+        };
+        if !dtype.is_float() {
+            return Err(Error::DType {
+                op: OP,
+                expected: "a float dtype".into(),
+                got: dtype,
+            });
+        }
+        let mut dims = ids.shape().dims().to_vec();
+        dims.push(width);
+        let mut out = Array::uninit(self.device(), Shape::new(&dims), dtype, OP)?;
+        let (codes, scales, scale_codes, map, offset) = match &self.scales {
+            Scales::Plain(scales) => (Codes::Int8, scales, None, None, 0.0),
+            Scales::Double {
+                codes,
+                absmax,
+                map,
+                offset,
+            } => (
+                Codes::Nf4,
+                absmax,
+                Some(codes.buffer()),
+                Some(map.buffer()),
+                *offset,
+            ),
+        };
+        let spec = GatherSpec {
+            codes,
+            count: ids.numel(),
+            rows,
+            width,
+            block: QuantFormat::BLOCK,
+            scale_block: SCALE_BLOCK,
+            offset,
+        };
+        let operands = GatherOperands {
+            codes: self.codes.buffer(),
+            scales: scales.buffer(),
+            scale_codes,
+            map,
+            ids: ids.buffer(),
+            out: out.buffer_mut(OP)?,
+        };
+        self.device().backend().gather_rows(&spec, operands)?;
+        Ok(out)
     }
 
     /// The shape of the values.
