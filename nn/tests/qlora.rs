@@ -135,6 +135,29 @@ fn a_quantized_base_gives_the_dequantized_models_loss_and_gradients_to_the_bit()
 }
 
 #[test]
+fn generation_over_a_quantized_base_gives_the_dequantized_models_logits() {
+    let device = device();
+    let gpt = qlora(&device, llama(), DType::BF16, QuantFormat::Nf4);
+    let dense = dequantized(&gpt);
+    let (mut ours, mut theirs) = (gpt.kv_cache(2), dense.kv_cache(2));
+    let steps = [ids(&device, 3), ids(&device, 1), ids(&device, 1)];
+    for step in &steps {
+        let a = gpt
+            .forward_cached(step, &mut ours)
+            .unwrap()
+            .to_f64()
+            .unwrap();
+        let b = dense
+            .forward_cached(step, &mut theirs)
+            .unwrap()
+            .to_f64()
+            .unwrap();
+        assert_eq!(a, b);
+    }
+    assert_eq!(ours.len(), 5);
+}
+
+#[test]
 fn adapter_gradients_over_a_quantized_base_match_finite_differences() {
     let device = device();
     seed();

@@ -84,16 +84,12 @@ pub use pretrained::{Pretrained, adapter_base};
 pub use shards::DEFAULT_SHARD_BYTES;
 pub use weight_files::{INDEX_FILE, model_dir};
 
-use crate::error::{Error, Result};
-use crate::layers::gpt::Gpt;
-use crate::module::Module;
-
 /// An error naming `op` when `gpt` stores weights quantized, which an export would leave out:
 /// merged ([`crate::lora::merge`]) they are tensors again.
-fn check_dense(gpt: &Gpt, op: &'static str) -> Result<()> {
-    match gpt.quantized_count() {
+fn check_dense(gpt: &crate::Gpt, op: &'static str) -> crate::Result<()> {
+    match crate::Module::quantized_count(gpt) {
         0 => Ok(()),
-        n => Err(Error::config(
+        n => Err(crate::Error::config(
             op,
             format!(
                 "{n} weights are stored quantized: merge the adapters first (`headroom export \
