@@ -9,8 +9,8 @@ use std::path::Path;
 
 use common::tiny::{cpu, export, run_config, tiny, tiny_shards, train};
 use common::{
-    TempDir, assert_same_checkpoints, checkpoint_bytes, headroom, resume, small_config, succeeds,
-    text,
+    TempDir, assert_recovers_like, assert_same_checkpoints, checkpoint_bytes, headroom, resume,
+    small_config, succeeds, text, tight_limit_of,
 };
 use headroom_autograd::Tensor;
 use headroom_kernels::DType;
@@ -28,16 +28,15 @@ fn adapters(rank: usize) -> LoraConfig {
     }
 }
 
-/// Trains one step of a small Llama with adapters under `recompute` and `precision` (and
-/// adapter dropout `dropout`), its base stored as `base` says, and checks that it peaks at the
-/// planned bytes.
-fn assert_step_peaks_as_planned(
+/// A small Llama with adapters on four of its layers, under `recompute` and `precision` (and
+/// adapter dropout `dropout`), its base stored as `base` says.
+fn small_lora(
     dir: &TempDir,
     recompute: Recompute,
     precision: PrecisionKind,
     dropout: f64,
     base: Option<QuantizedBase>,
-) {
+) -> TrainConfig {
     let mut config = small_config(dir);
     let model = &mut config.model;
     model.family = ModelFamily::Llama;
@@ -58,6 +57,18 @@ fn assert_step_peaks_as_planned(
     });
     config.batch.micro = None;
     config.precision.dtype = precision;
+    config
+}
+
+/// Trains one step of [`small_lora`] and checks that it peaks at the planned bytes.
+fn assert_step_peaks_as_planned(
+    dir: &TempDir,
+    recompute: Recompute,
+    precision: PrecisionKind,
+    dropout: f64,
+    base: Option<QuantizedBase>,
+) {
+    let config = small_lora(dir, recompute, precision, dropout, base);
     let mut trainer = Trainer::builder()
         .config(config)
         .overwrite()
@@ -99,6 +110,17 @@ fn a_qlora_step_peaks_where_the_planner_predicts() {
             assert_step_peaks_as_planned(&dir, recompute, precision, 0.0, Some(base));
         }
     }
+}
+
+#[test]
+fn a_qlora_run_out_of_memory_recovers_like_one_with_room() {
+    let dir = TempDir::new("qlora-oom");
+    let base = Some(QuantizedBase::Nf4);
+    let config = small_lora(&dir, Recompute::None, PrecisionKind::F32, 0.0, base);
+    let (roomy, tight, limit) = tight_limit_of(config, 3);
+    let mut free = Trainer::new(roomy).unwrap();
+    let mut constrained = Trainer::new(tight).unwrap();
+    assert_recovers_like(&mut free, &mut constrained, 3, limit, 1e-4);
 }
 
 fn lora_run(run: &Path, shards: &Path, steps: u64) -> TrainConfig {
@@ -250,6 +272,8 @@ fn a_plan_that_fits_no_full_fine_tune_names_the_lora_run_that_fits() {
         advice.contains("LoRA would") && advice.contains("--lora --param-dtype bf16"),
         "{advice}"
     );
+    // QLoRA too, with less.
+    assert!(advice.contains("; and QLoRA would"), "{advice}");
     // The run it names does fit.
     config.model.lora = Some(LoraConfig::default());
     config.model.param_dtype = headroom_trainer::config::ParamDtype::Bf16;

@@ -1,6 +1,5 @@
 //! What a plan says when a GPT's run fits nothing: the LoRA run that would fit (adapters over
-//! the frozen model kept in bf16), or failing that the QLoRA run (the frozen base stored in
-//! NF4). LoRA changes what is trained, and QLoRA the base's values, so the memory policy never
+//! the frozen model kept in bf16) and the QLoRA run (the frozen base stored in NF4). LoRA changes what is trained, and QLoRA the base's values, so the memory policy never
 //! switches to either by itself; the plan names the run for the user to choose.
 
 use headroom_alloc::format_bytes;
@@ -11,11 +10,11 @@ use crate::config::{ModelKind, ParamDtype, TrainConfig};
 use crate::data::Task;
 use crate::planning::{Budget, plan};
 
-/// The sentence naming the run that fits where `config`, a GPT's, does not: for a full
-/// fine-tune, LoRA with default adapters over a bf16 base, else QLoRA; for LoRA over a base
-/// kept as tensors, QLoRA with the same adapters. It gives the micro-batch, the predicted peak
-/// and how to ask for it. `None` for a model that is not a GPT, a QLoRA run already, or when
-/// nothing named fits either.
+/// The sentence naming the runs that fit where `config`, a GPT's, does not: for a full
+/// fine-tune, LoRA with default adapters over a bf16 base and QLoRA; for LoRA over a base kept
+/// as tensors, QLoRA with the same adapters. Each with its micro-batch, its predicted peak and
+/// how to ask for it. `None` for a model that is not a GPT, a QLoRA run already, or when none
+/// of them fits either.
 pub fn lora_advice(
     config: &TrainConfig,
     task: &Task,
@@ -30,7 +29,7 @@ pub fn lora_advice(
         Some(lora) if lora.base.is_none() => ("LoRA", &[Some(QuantizedBase::Nf4)]),
         Some(_) => return None,
     };
-    bases.iter().find_map(|&base| {
+    let runs: Vec<String> = bases.iter().filter_map(|&base| {
         let mut adapted = config.clone();
         let lora = LoraConfig {
             base,
@@ -44,16 +43,16 @@ pub fn lora_advice(
             Some(_) => ("QLoRA", "stored in NF4", "[model.lora] base = \"nf4\" with model.param_dtype = \"bf16\", or --base nf4 --param-dtype bf16"),
         };
         Some(format!(
-            "{what} fits nothing, but {run} would (rank {}, alpha {}, the base {storage}; \
-             {flags}): micro-batches of {}, predicted peak {}, training {} of the model's \
-             parameters",
+            "{run} would (rank {}, alpha {}, the base {storage}; {flags}): micro-batches of \
+             {}, predicted peak {}, training {} of the model's parameters",
             lora.rank,
             lora.alpha,
             chosen.micro,
             format_bytes(chosen.predicted_peak),
             trained_share(&adapted, task).unwrap_or_else(|| "a small share".into()),
         ))
-    })
+    }).collect();
+    (!runs.is_empty()).then(|| format!("{what} fits nothing, but {}", runs.join("; and ")))
 }
 
 /// The share of the parameters a LoRA run of `config` trains, as a percentage, from a model

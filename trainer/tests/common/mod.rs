@@ -115,7 +115,12 @@ fn step_peak(config: &TrainConfig, micro: usize) -> u64 {
 /// tight limit, the same under a limit between the (CPU) peaks of micro-batches of 4 and of 32,
 /// and that limit.
 pub fn tight_limit(dir: &TempDir, steps: u64) -> (TrainConfig, TrainConfig, u64) {
-    let mut roomy = small_config(dir);
+    tight_limit_of(small_config(dir), steps)
+}
+
+/// [`tight_limit`] for the run `config` describes.
+pub fn tight_limit_of(config: TrainConfig, steps: u64) -> (TrainConfig, TrainConfig, u64) {
+    let mut roomy = config;
     roomy.steps = Some(steps);
     roomy.batch.size = 32;
     roomy.batch.micro = Some(32);
