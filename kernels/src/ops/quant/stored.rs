@@ -35,15 +35,6 @@ impl QuantFormat {
             QuantFormat::Int8 => "int8",
         }
     }
-
-    /// The format named `name`.
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "nf4" => Some(QuantFormat::Nf4),
-            "int8" => Some(QuantFormat::Int8),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for QuantFormat {
@@ -52,7 +43,8 @@ impl fmt::Display for QuantFormat {
     }
 }
 
-/// The blocks' scales: f32, or quantized again (NF4's double quantization).
+/// The blocks' scales, which also say the format: f32 (int8), or quantized again (NF4's double
+/// quantization).
 #[derive(Debug, Clone)]
 enum Scales {
     /// One f32 a block.
@@ -75,8 +67,7 @@ pub struct Quantized {
     shape: Shape,
     /// The dtype its values come back in unless asked otherwise (the model's).
     dtype: DType,
-    format: QuantFormat,
-    /// Invariant: u8, as many as `format` needs for `shape`.
+    /// Invariant: u8, as many as the format needs for `shape`.
     codes: Array,
     scales: Scales,
 }
@@ -133,7 +124,6 @@ impl Quantized {
         Ok(Self {
             shape,
             dtype,
-            format,
             codes,
             scales,
         })
@@ -150,29 +140,25 @@ impl Quantized {
                 shape: self.shape.clone(),
             });
         }
-        match (self.format, &mut self.scales) {
-            (
-                QuantFormat::Nf4,
-                Scales::Double {
-                    codes,
-                    absmax,
-                    offset,
-                    ..
-                },
-            ) => {
+        match &mut self.scales {
+            Scales::Double {
+                codes,
+                absmax,
+                offset,
+                ..
+            } => {
                 let q = DoubleQuantized::quantize(values, QuantFormat::BLOCK)?;
                 self.codes.write_host(&q.packed)?;
                 codes.write_host(&q.scales.codes)?;
                 absmax.write_host(&q.scales.absmax)?;
                 *offset = q.offset;
             }
-            (QuantFormat::Int8, Scales::Plain(scales)) => {
+            Scales::Plain(scales) => {
                 let q = Int8::quantize(values, QuantFormat::BLOCK)?;
                 self.codes
                     .write_host(bytemuck::cast_slice::<i8, u8>(&q.codes))?;
                 scales.write_host(&q.absmax)?;
             }
-            _ => unreachable!("a format's scales are made with it"),
         }
         Ok(())
     }
@@ -180,8 +166,8 @@ impl Quantized {
     /// The values, in `dtype`: a new array of the shape, computed from the codes.
     pub fn dequantize(&self, dtype: DType) -> Result<Array> {
         let block = QuantFormat::BLOCK;
-        match (&self.scales, self.format) {
-            (Scales::Plain(scales), _) => dequantize(
+        match &self.scales {
+            Scales::Plain(scales) => dequantize(
                 &self.codes,
                 scales,
                 None,
@@ -190,15 +176,12 @@ impl Quantized {
                 self.shape.clone(),
                 dtype,
             ),
-            (
-                Scales::Double {
-                    codes,
-                    absmax,
-                    map,
-                    offset,
-                },
-                _,
-            ) => {
+            Scales::Double {
+                codes,
+                absmax,
+                map,
+                offset,
+            } => {
                 let offset = Codes::Dynamic { offset: *offset };
                 let blocks = codes.numel();
                 let scales = dequantize(
@@ -304,7 +287,10 @@ impl Quantized {
 
     /// How it is stored.
     pub fn format(&self) -> QuantFormat {
-        self.format
+        match self.scales {
+            Scales::Plain(_) => QuantFormat::Int8,
+            Scales::Double { .. } => QuantFormat::Nf4,
+        }
     }
 
     /// Its device.
