@@ -25,6 +25,21 @@ pub enum Recompute {
     CheapUp,
     /// Whole blocks (activation checkpointing): each keeps only its input, and runs again.
     Blocks,
+    /// Whole blocks, each running its MLP over tiles of at most `rows` rows of tokens, each
+    /// tile a recomputed segment of its own (a tiled MLP): the MLP's wide intermediate exists
+    /// for one tile at a time, for a third forward pass of each MLP. The step is the same as
+    /// with [`Blocks`](Self::Blocks) up to the order of the weights' gradient sums over tiles.
+    BlocksTiledMlp {
+        /// Rows of tokens per tile, at least 1.
+        rows: usize,
+    },
+}
+
+impl Recompute {
+    /// Whether whole blocks run again (with their MLPs tiled or not).
+    pub fn whole_blocks(&self) -> bool {
+        matches!(self, Self::Blocks | Self::BlocksTiledMlp { .. })
+    }
 }
 
 /// `module.forward(x)` as one recomputed segment ([`headroom_autograd::recompute`]): it keeps

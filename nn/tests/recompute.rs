@@ -205,3 +205,84 @@ fn cheap_recomputation_gives_the_same_step_bit_for_bit_and_keeps_less() {
         );
     }
 }
+
+#[test]
+fn a_tiled_mlp_gives_the_recomputed_step_and_peaks_lower() {
+    // GPT-2's MLP and a wide SwiGLU one, over 4 x 32 rows of tokens in tiles of 16.
+    let wide_llama = GptConfig {
+        context: 32,
+        ..common::small_llama(32, 8, 512)
+    };
+    let gpt2 = GptConfig {
+        vocab: 11,
+        context: 32,
+        width: 64,
+        heads: 4,
+        layers: 2,
+        dropout: 0.1,
+        tie_embeddings: false,
+        family: Family::Gpt2,
+    };
+    for config in [gpt2, wide_llama] {
+        let device = device();
+        let ids: Vec<u32> = (0..4 * 32).map(|i| (i * 7 % 11) as u32).collect();
+        let targets: Vec<u32> = ids.iter().map(|&i| (i + 1) % 11).collect();
+        let ids = Tensor::from_host(&device, [4, 32], &ids).unwrap();
+        let targets = Tensor::from_host(&device, [128], &targets).unwrap();
+        let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 5), config).unwrap();
+        // Dropout draws a mask per tile where the untiled MLP draws one: compare without it.
+        gpt.set_training(false);
+        let mut run = |recompute: Recompute| {
+            gpt.set_recompute(recompute);
+            device.allocator().with(|a| a.reset_peak());
+            let (loss, grads, _) = step(&gpt, &ids, &targets);
+            (loss, grads, device.allocator().stats().peak_in_use)
+        };
+        let (loss, grads, peak) = run(Recompute::Blocks);
+        let (tiled_loss, tiled_grads, tiled_peak) = run(Recompute::BlocksTiledMlp { rows: 16 });
+        let close = |a: &[f64], b: &[f64]| {
+            a.iter()
+                .zip(b)
+                .all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + x.abs().max(y.abs())))
+        };
+        assert!(close(&loss, &tiled_loss), "{loss:?} against {tiled_loss:?}");
+        for (g, t) in grads.iter().zip(&tiled_grads) {
+            assert!(close(g, t), "the gradients differ");
+        }
+        // The untiled MLP holds its intermediate for all 128 rows, the tiled for 16.
+        assert!(tiled_peak < peak, "tiled {tiled_peak} against {peak} bytes");
+    }
+}
+
+#[test]
+fn a_tiled_mlp_in_recomputed_blocks_draws_its_dropout_masks_again_the_same() {
+    let device = device();
+    let config = GptConfig {
+        vocab: 11,
+        context: 32,
+        width: 32,
+        heads: 4,
+        layers: 2,
+        dropout: 0.2,
+        tie_embeddings: false,
+        family: Family::Gpt2,
+    };
+    let ids: Vec<u32> = (0..2 * 32).map(|i| (i * 5 % 11) as u32).collect();
+    let targets: Vec<u32> = ids.iter().map(|&i| (i + 3) % 11).collect();
+    let ids = Tensor::from_host(&device, [2, 32], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [64], &targets).unwrap();
+    let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 9), config).unwrap();
+    let start = gpt.dropout_counter().get();
+    // Tiles in blocks that keep their activations: each tile draws its masks once.
+    for block in &mut gpt.blocks {
+        block.set_mlp_tile(Some(24));
+    }
+    let (loss, grads, _) = step(&gpt, &ids, &targets);
+    let drawn = gpt.dropout_counter().get() - start;
+    gpt.dropout_counter().set(start);
+    gpt.set_recompute(Recompute::BlocksTiledMlp { rows: 24 });
+    let (tiled_loss, tiled_grads, _) = step(&gpt, &ids, &targets);
+    assert_eq!(loss, tiled_loss);
+    assert!(grads == tiled_grads, "the gradients differ");
+    assert_eq!(gpt.dropout_counter().get() - start, drawn);
+}

@@ -51,7 +51,8 @@ fn the_tape_accounts_for_every_activation_the_forward_pass_keeps() {
     for policy in [None, Some(DType::BF16)] {
         let _policy = policy.map(autocast);
         let mut kept = Vec::new();
-        for mode in [Recompute::None, Recompute::Cheap, Recompute::Blocks] {
+        let tiled = Recompute::BlocksTiledMlp { rows: 16 };
+        for mode in [Recompute::None, Recompute::Cheap, Recompute::Blocks, tiled] {
             gpt.set_recompute(mode);
             let (saved, left) = forward(&gpt, &ids, &targets);
             assert_eq!(
@@ -72,7 +73,9 @@ fn the_tape_accounts_for_every_activation_the_forward_pass_keeps() {
                     assert!(!ops.contains(&"gelu"), "{policy:?}: {ops:?}");
                     assert!(ops.contains(&"gelu_linear") && ops.contains(&"layer_norm_linear"));
                 }
-                Recompute::Blocks => assert!(ops.contains(&"recompute"), "{ops:?}"),
+                Recompute::Blocks | Recompute::BlocksTiledMlp { .. } => {
+                    assert!(ops.contains(&"recompute"), "{ops:?}")
+                }
             }
             // Every block's saved activations are its layers' kinds, named.
             let tags: Vec<&str> = saved
@@ -91,5 +94,8 @@ fn the_tape_accounts_for_every_activation_the_forward_pass_keeps() {
             kept[0] > kept[1] && kept[1] > kept[2],
             "{policy:?}: none, cheap and blocks keep {kept:?}"
         );
+        // Tiles keep nothing past their block: the blocks' inputs alone, as untiled (chunks
+        // padded otherwise may differ by a granule or two).
+        assert!(kept[3] <= kept[2], "{policy:?}: {kept:?}");
     }
 }

@@ -48,6 +48,12 @@ fn a_llama_family_step_peaks_where_the_planner_predicts_under_every_technique() 
             false,
         ),
         (Recompute::Blocks, PrecisionKind::F32, StateKind::F32, false),
+        (
+            Recompute::BlocksTiled,
+            PrecisionKind::F32,
+            StateKind::F32,
+            false,
+        ),
         (Recompute::None, PrecisionKind::Bf16, StateKind::F32, false),
         (Recompute::Cheap, PrecisionKind::Bf16, StateKind::Int8, true),
         (
@@ -58,6 +64,12 @@ fn a_llama_family_step_peaks_where_the_planner_predicts_under_every_technique() 
         ),
         (
             Recompute::Blocks,
+            PrecisionKind::Bf16,
+            StateKind::Bf16,
+            true,
+        ),
+        (
+            Recompute::BlocksTiled,
             PrecisionKind::Bf16,
             StateKind::Bf16,
             true,

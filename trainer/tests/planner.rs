@@ -59,7 +59,7 @@ fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the
 
     let mut plans = Vec::new();
     let mut losses = Vec::new();
-    for recompute in [Recompute::None, Recompute::Blocks] {
+    for recompute in [Recompute::None, Recompute::Blocks, Recompute::BlocksTiled] {
         let mut config = config.clone();
         config.model.recompute = Some(recompute);
         let mut trainer = Trainer::new(config).unwrap();
@@ -79,8 +79,16 @@ fn recomputed_blocks_fit_a_larger_micro_batch_predicted_as_exactly_and_train_the
         plans[1],
         plans[0]
     );
+    // Tiled MLPs fit at least what whole MLPs do.
+    assert!(
+        plans[2].micro >= plans[1].micro,
+        "{} against {}",
+        plans[2],
+        plans[1]
+    );
     // The same step in other micro-batches: equal to float tolerance.
     assert!((losses[0] - losses[1]).abs() < 1e-4, "{losses:?}");
+    assert!((losses[1] - losses[2]).abs() < 1e-4, "{losses:?}");
 }
 
 /// The peak of a step of `config` with one sample per micro-batch, on a roomy limit.

@@ -67,7 +67,7 @@ fn the_chosen_techniques_for_a_few_limits() {
         "{roomy}"
     );
     assert_eq!(trainer.plan().unwrap().micro, 4);
-    assert_eq!(roomy.candidates.len(), 6, "{roomy}");
+    assert_eq!(roomy.candidates.len(), 8, "{roomy}");
     let peak = |p: Policy| candidate(&roomy, p).predicted_peak.unwrap();
     let plain = peak(policy(Recompute::None, false, StateKind::F32));
     let inside = peak(policy(Recompute::None, true, StateKind::F32));
@@ -203,7 +203,7 @@ fn when_nothing_fits_the_error_names_what_kept_the_update_in_the_backward_pass_o
             "the update in the backward pass",
             "clipping",
             "several",
-            "blocks recomputed, update in backward",
+            "blocks recomputed, MLPs tiled, update in backward",
             "--clip 0",
         ],
     );

@@ -99,6 +99,11 @@ impl Dropout {
         self.p
     }
 
+    /// The counter its masks are drawn from.
+    pub(crate) fn counter(&self) -> &DropoutCounter {
+        &self.counter
+    }
+
     /// True while training (masks are drawn), false in evaluation.
     pub fn is_training(&self) -> bool {
         self.training

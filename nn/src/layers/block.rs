@@ -15,6 +15,7 @@ use crate::layers::linear::Linear;
 use crate::layers::norm::Norm;
 use crate::layers::rms_norm::RmsNorm;
 use crate::layers::rotary::RotaryEmbedding;
+use crate::layers::tiled_mlp::MlpSublayer;
 use crate::module::{Module, visit_child, visit_child_mut};
 
 /// `x + attn(ln1(x))`, then `+ mlp(ln2(x))`: GPT-2's pre-norm block, and the Llama family's
@@ -29,6 +30,8 @@ pub struct Block {
     pub ln2: Norm,
     /// The MLP.
     pub mlp: BlockMlp,
+    /// Rows of tokens per tile of the MLP sublayer ([`Block::set_mlp_tile`]); none: untiled.
+    mlp_tile: Option<usize>,
 }
 
 impl Block {
@@ -50,6 +53,7 @@ impl Block {
             attn,
             ln2,
             mlp,
+            mlp_tile: None,
         })
     }
 
@@ -74,6 +78,7 @@ impl Block {
             attn,
             ln2,
             mlp,
+            mlp_tile: None,
         })
     }
 
@@ -106,6 +111,18 @@ impl Block {
 }
 
 impl Block {
+    /// Runs [`Module::forward`]'s MLP sublayer (`mlp(ln2(x))`) over tiles of at most `rows`
+    /// rows of tokens, each tile a recomputed segment (a tiled MLP): its wide intermediate
+    /// exists for one tile at a time. None runs it whole.
+    pub fn set_mlp_tile(&mut self, rows: Option<usize>) {
+        self.mlp_tile = rows.map(|r| r.max(1));
+    }
+
+    /// Rows of tokens per tile of the MLP sublayer; none when it runs whole.
+    pub fn mlp_tile(&self) -> Option<usize> {
+        self.mlp_tile
+    }
+
     /// The block at the positions that follow those of `past` (`x`: `[B, t, C]`), with the
     /// keys and values of every position seen (the attention's `forward_cached`). Inference
     /// only: no dropout.
@@ -173,6 +190,14 @@ impl Module for Block {
             x.add(&self.attn.forward(&h)?)?
         };
         drop(h);
+        if let Some(rows) = self.mlp_tile {
+            let _mlp = LayerKind::Mlp.scope(&device);
+            let sublayer = MlpSublayer {
+                norm: self.ln2.clone(),
+                mlp: self.mlp.clone(),
+            };
+            return Ok(x.add(&sublayer.tiled(&x, rows)?)?);
+        }
         let h = {
             let _norm = LayerKind::Norm.scope(&device);
             self.ln2.forward(&x)?.for_matmul()?

@@ -250,8 +250,18 @@ impl Gpt {
     /// recomputed segment ([`recomputed`]) that keeps only its input (activation
     /// checkpointing: about half the peak for a fifth less throughput on the training bench's
     /// GPT). The gradients are the same, bit for bit.
+    ///
+    /// [`Recompute::BlocksTiledMlp`] recomputes whole blocks and runs each block's MLP over
+    /// tiles of the rows of tokens ([`Block::set_mlp_tile`]).
     pub fn set_recompute(&mut self, recompute: Recompute) {
         self.recompute = recompute;
+        let tile = match recompute {
+            Recompute::BlocksTiledMlp { rows } => Some(rows),
+            _ => None,
+        };
+        for block in &mut self.blocks {
+            block.set_mlp_tile(tile);
+        }
     }
 
     /// What the blocks compute again in the backward pass.
@@ -329,7 +339,9 @@ impl Gpt {
                 Recompute::None => block.forward(&x)?,
                 Recompute::Cheap => block.forward_recomputing_cheap(&x, false)?,
                 Recompute::CheapUp => block.forward_recomputing_cheap(&x, true)?,
-                Recompute::Blocks => recomputed(block, &self.counter, &x)?,
+                Recompute::Blocks | Recompute::BlocksTiledMlp { .. } => {
+                    recomputed(block, &self.counter, &x)?
+                }
             };
         }
         let _norm = LayerKind::Norm.scope(&device);

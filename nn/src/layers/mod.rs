@@ -16,3 +16,4 @@ pub mod quantized_weights;
 pub mod rms_norm;
 pub mod rotary;
 pub mod sequential;
+pub(crate) mod tiled_mlp;

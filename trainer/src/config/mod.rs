@@ -224,7 +224,8 @@ display_as_written! {
     ModelKind { Gpt => "gpt", Mlp => "mlp" }
     StateKind { F32 => "f32", Bf16 => "bf16", Int8 => "int8" }
     PrecisionKind { F32 => "f32", Bf16 => "bf16", F16 => "f16" }
-    Recompute { None => "none", Cheap => "cheap", CheapUp => "cheap-up", Blocks => "blocks" }
+    Recompute { None => "none", Cheap => "cheap", CheapUp => "cheap-up", Blocks => "blocks",
+        BlocksTiled => "blocks-tiled" }
     OptimizerKind { Adamw => "adamw", Sgd => "sgd" }
 }
 

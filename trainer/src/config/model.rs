@@ -62,7 +62,8 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// GPT: what to compute again in the backward pass instead of keeping it ([`Recompute`]):
     /// `"none"`, `"cheap"` (each norm's and GELU's output), `"cheap-up"` (and a SwiGLU MLP's
-    /// up projection) or `"blocks"` (activation checkpointing); `true` means `"blocks"`, `false` `"none"`. Unset: the memory policy
+    /// up projection), `"blocks"` (activation checkpointing) or `"blocks-tiled"` (and each
+    /// MLP over tiles of the sequence); `true` means `"blocks"`, `false` `"none"`. Unset: the memory policy
     /// chooses (`none` under `memory.policy = "manual"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recompute: Option<Recompute>,
@@ -173,6 +174,23 @@ pub enum Recompute {
     /// input, for a second forward pass of each block (about a fifth less throughput on the
     /// training bench's GPT).
     Blocks,
+    /// Whole blocks, each running its MLP over tiles of as many rows of tokens as the model is
+    /// wide (the tiled MLP of Arctic Long Sequence Training): the MLP's wide intermediate
+    /// exists for one tile at a time, for a third forward pass of each MLP. For long contexts.
+    BlocksTiled,
+}
+
+impl Recompute {
+    /// What a GPT `width` features wide recomputes under this setting.
+    pub fn for_gpt(self, width: usize) -> headroom_nn::Recompute {
+        match self {
+            Self::None => headroom_nn::Recompute::None,
+            Self::Cheap => headroom_nn::Recompute::Cheap,
+            Self::CheapUp => headroom_nn::Recompute::CheapUp,
+            Self::Blocks => headroom_nn::Recompute::Blocks,
+            Self::BlocksTiled => headroom_nn::Recompute::BlocksTiledMlp { rows: width.max(1) },
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Recompute {
@@ -191,21 +209,11 @@ impl<'de> Deserialize<'de> for Recompute {
                 "cheap" => Ok(Self::Cheap),
                 "cheap-up" => Ok(Self::CheapUp),
                 "blocks" => Ok(Self::Blocks),
+                "blocks-tiled" => Ok(Self::BlocksTiled),
                 other => Err(serde::de::Error::custom(format!(
-                    "`{other}` is not none, cheap, cheap-up or blocks"
+                    "`{other}` is not none, cheap, cheap-up, blocks or blocks-tiled"
                 ))),
             },
-        }
-    }
-}
-
-impl From<Recompute> for headroom_nn::Recompute {
-    fn from(recompute: Recompute) -> Self {
-        match recompute {
-            Recompute::None => Self::None,
-            Recompute::Cheap => Self::Cheap,
-            Recompute::CheapUp => Self::CheapUp,
-            Recompute::Blocks => Self::Blocks,
         }
     }
 }

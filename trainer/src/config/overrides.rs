@@ -71,8 +71,9 @@ pub struct Overrides {
     #[cfg_attr(feature = "cli", arg(long, conflicts_with = "preallocate"))]
     pub expandable_segments: bool,
     /// Compute again in the backward pass instead of keeping: none, cheap (each norm's and
-    /// GELU's output), cheap-up (and a SwiGLU MLP's up projection) or blocks (each GPT block
-    /// run again; the value when none is given).
+    /// GELU's output), cheap-up (and a SwiGLU MLP's up projection), blocks (each GPT block
+    /// run again; the value when none is given) or blocks-tiled (and each MLP over tiles of
+    /// the sequence, for long contexts).
     #[cfg_attr(feature = "cli", arg(long, num_args = 0..=1, default_missing_value = "blocks", value_parser = parse_recompute))]
     pub recompute: Option<Recompute>,
     /// f32 or bf16: the dtype a GPT keeps its parameters in (model.param_dtype; bf16 rounds

@@ -48,7 +48,8 @@ impl TrainModel {
                         norm.set_eps(eps);
                     }
                 }
-                gpt.set_recompute(config.recompute.unwrap_or_default().into());
+                let width = gpt.config().width;
+                gpt.set_recompute(config.recompute.unwrap_or_default().for_gpt(width));
                 if let Some(rows) = config.head_chunk {
                     gpt.set_head_chunk(Some(rows));
                 }
@@ -93,7 +94,7 @@ impl TrainModel {
     /// True for a GPT whose blocks keep their activations: one that `model.recompute` would
     /// make lighter.
     pub fn could_recompute(&self) -> bool {
-        matches!(self, Self::Gpt(gpt) if gpt.recompute() != headroom_nn::Recompute::Blocks)
+        matches!(self, Self::Gpt(gpt) if !gpt.recompute().whole_blocks())
     }
 
     /// The model as a module (its parameters, for optimizers and checkpoints).
@@ -182,6 +183,7 @@ impl ModelFactory for BuiltinModel {
                 cheap_recompute: true,
                 up_recompute: self.0.family == ModelFamily::Llama,
                 block_recompute: true,
+                tiled_mlp: true,
                 fused_head: Some(tokens.vocab),
             },
             _ => Knobs::default(),

@@ -93,6 +93,8 @@ pub struct Knobs {
     pub up_recompute: bool,
     /// [`Recompute::Blocks`]: whole blocks run again (activation checkpointing).
     pub block_recompute: bool,
+    /// [`Recompute::BlocksTiled`]: whole blocks, their MLPs over tiles of the sequence.
+    pub tiled_mlp: bool,
     /// A head fused with its loss over this vocabulary, whose chunk the planner sizes.
     pub fused_head: Option<usize>,
 }
@@ -104,6 +106,7 @@ impl Knobs {
         offered.extend(self.cheap_recompute.then_some(Recompute::Cheap));
         offered.extend(self.up_recompute.then_some(Recompute::CheapUp));
         offered.extend(self.block_recompute.then_some(Recompute::Blocks));
+        offered.extend(self.tiled_mlp.then_some(Recompute::BlocksTiled));
         offered
     }
 }

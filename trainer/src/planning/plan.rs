@@ -157,7 +157,7 @@ impl std::fmt::Display for PolicyPlan {
         )?;
         writeln!(
             f,
-            "{:<10} {:<12} {:<6} {:>12} {:>14} {:>14}",
+            "{:<12} {:<12} {:<6} {:>12} {:>14} {:>14}",
             "recompute", "update", "state", "micro-batch", "predicted peak", "predicted step"
         )?;
         for c in &self.candidates {
@@ -180,7 +180,7 @@ impl std::fmt::Display for PolicyPlan {
             };
             writeln!(
                 f,
-                "{:<10} {:<12} {:<6} {micro:>12} {peak:>14} {seconds:>14}{chosen}",
+                "{:<12} {:<12} {:<6} {micro:>12} {peak:>14} {seconds:>14}{chosen}",
                 recompute,
                 if in_backward { "in backward" } else { "after" },
                 state,

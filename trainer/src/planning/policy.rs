@@ -2,10 +2,10 @@
 //! techniques a run uses, chosen for its batch and limit by predicted step time.
 //!
 //! The rule:
-//! - The techniques are recomputation (`none`, `cheap`, `blocks`; a GPT's), the optimizer step
-//!   in the backward pass (only where clipping is off and the precision is not f16), and the
-//!   optimizer state's precision. A technique the configuration sets is pinned: every candidate
-//!   keeps it.
+//! - The techniques are recomputation (`none`, `cheap`, `cheap-up`, `blocks`, `blocks-tiled`; a
+//!   GPT's), the optimizer step in the backward pass (only where clipping is off and the
+//!   precision is not f16), and the optimizer state's precision. A technique the
+//!   configuration sets is pinned: every candidate keeps it.
 //! - Each candidate is planned on the meta device: the largest micro-batch whose step fits, and
 //!   the predicted time of a whole step at that size (its kernels' work at the device's rates,
 //!   [`headroom_kernels::PlanTarget::rates`]). The optimizer step in the backward pass saves memory only
@@ -14,7 +14,7 @@
 //!   fits, the planner's error names the settings that kept that step out (clipping, f16 loss
 //!   scaling, a batch too large for one micro-batch) and the largest batch that fits with it.
 //! - The chosen candidate is the fastest that fits; of those within [`TIE`] of the fastest, the
-//!   first in the order none, cheap, cheap-up, blocks, each without and then with the step in the
+//!   first in the order none, cheap, cheap-up, blocks, blocks-tiled, each without and then with the step in the
 //!   backward pass: a technique must earn its place by time, since each has a cost the rates
 //!   do not price (an update in the backward pass cannot be redone after an out-of-memory).
 //! - The state's precision is lowered (bf16, then int8) only when no candidate of the
@@ -63,6 +63,7 @@ impl Policy {
             Recompute::Cheap => "cheap recomputation",
             Recompute::CheapUp => "cheap recomputation and the up projection",
             Recompute::Blocks => "blocks recomputed",
+            Recompute::BlocksTiled => "blocks recomputed, MLPs tiled",
         };
         let update = if self.in_backward {
             "update in backward"
@@ -180,6 +181,7 @@ mod tests {
         cheap_recompute: true,
         up_recompute: false,
         block_recompute: true,
+        tiled_mlp: true,
         fused_head: None,
     };
 
@@ -218,11 +220,11 @@ mod tests {
         let all = tiers(&config, GPT);
         // Clipping is on by default: no step in the backward pass.
         assert_eq!(all.len(), 3);
-        assert_eq!(all[0].len(), 3);
+        assert_eq!(all[0].len(), 4);
         assert!(all.iter().flatten().all(|p| !p.in_backward));
         assert_eq!(all[2][0].state, StateKind::Int8);
         config.optimizer.clip = 0.0;
-        assert_eq!(tiers(&config, GPT)[0].len(), 6);
+        assert_eq!(tiers(&config, GPT)[0].len(), 8);
         config.precision.dtype = PrecisionKind::F16;
         assert!(tiers(&config, GPT).iter().flatten().all(|p| !p.in_backward));
         config.precision.dtype = PrecisionKind::Bf16;

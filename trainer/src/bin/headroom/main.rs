@@ -287,6 +287,10 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
             Recompute::Blocks,
             "--recompute (each block run again in the backward pass)",
         ),
+        (
+            Recompute::BlocksTiled,
+            "--recompute blocks-tiled (and each MLP over tiles of the sequence)",
+        ),
     ];
     for (recompute, what) in lighter {
         let swiglu = config.model.family == headroom_trainer::config::ModelFamily::Llama;
