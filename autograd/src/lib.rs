@@ -15,7 +15,7 @@ pub use autocast::{AutocastGuard, autocast, autocast_dtype};
 pub use error::{Error, Result};
 pub use gradients::Gradients;
 pub use ops::LinearWeight;
-pub use recompute::recompute;
+pub use recompute::{recompute, recompute_offloaded};
 pub use recording::{RecordingGuard, no_grad};
 pub use saved::{OpSaved, SavedArray, SavedReport};
 pub use tape::Tape;

@@ -2,7 +2,7 @@
 //! nothing for the backward pass but its inputs, and runs again when its gradient is needed.
 
 use headroom_alloc::Tag;
-use headroom_kernels::{Array, DType};
+use headroom_kernels::{Array, DType, Device};
 
 use crate::autocast::{autocast, autocast_dtype};
 use crate::error::Result;
@@ -44,6 +44,35 @@ pub fn recompute<F>(inputs: &[&Tensor], variables: &[&Tensor], f: F) -> Result<T
 where
     F: Fn(&[Tensor]) -> Result<Tensor> + Send + 'static,
 {
+    segment(inputs, variables, None, f)
+}
+
+/// [`recompute`], keeping the segment's inputs on `host` (the device's host tier) instead of
+/// the device (activation offloading): each is copied there once the forward pass has run the
+/// segment, and back to the device when the backward rule runs it again. The device keeps
+/// nothing for the segment; `host` keeps its inputs, tagged as activations.
+pub fn recompute_offloaded<F>(
+    inputs: &[&Tensor],
+    variables: &[&Tensor],
+    host: &Device,
+    f: F,
+) -> Result<Tensor>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor> + Send + 'static,
+{
+    segment(inputs, variables, Some(host), f)
+}
+
+/// [`recompute`] with its inputs kept on `host` when there is one.
+fn segment<F>(
+    inputs: &[&Tensor],
+    variables: &[&Tensor],
+    host: Option<&Device>,
+    f: F,
+) -> Result<Tensor>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor> + Send + 'static,
+{
     let owned: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
     let operands: Vec<&Tensor> = inputs.iter().chain(variables).copied().collect();
     let Some(recording) = begin(&operands) else {
@@ -59,18 +88,40 @@ where
         return Ok(output);
     }
     let policy = autocast_dtype();
-    // What `f` captures itself (a layer's parameters, say) is not in this account.
-    let saved = saves(&operands.iter().map(|t| t.array()).collect::<Vec<_>>());
+    // What `f` captures itself (a layer's parameters, say) is not in this account, nor are
+    // the inputs kept on the host.
+    let on_device = match host {
+        Some(_) => variables,
+        None => &operands[..],
+    };
+    let saved = saves(&on_device.iter().map(|t| t.array()).collect::<Vec<_>>());
     let variables: Vec<Tensor> = variables.iter().map(|&t| t.clone()).collect();
+    let kept: Vec<Array> = match host {
+        Some(host) => {
+            let _activations = host.scoped_tag(Tag::ACTIVATIONS);
+            let kept = owned.iter().map(|t| t.array().to_device(host));
+            kept.collect::<Result<_, _>>()?
+        }
+        None => owned.iter().map(|t| t.array().clone()).collect(),
+    };
+    drop(owned);
+    let offloaded = host.is_some();
     let rule = move |dy: Array, needs: &[bool]| {
         // The policy of the forward pass: off is any dtype but the half ones.
         let _policy = autocast(policy.unwrap_or(DType::F32));
         let tape = Tape::new();
-        // Fresh handles on the same arrays, so that the inner tape tracks exactly these.
-        let inputs: Vec<Tensor> = owned
-            .iter()
-            .map(|t| Tensor::new(t.array().clone()))
-            .collect();
+        // Fresh handles on the same arrays (or on copies back from the host), so that the
+        // inner tape tracks exactly these.
+        let inputs: Vec<Tensor> = {
+            let device = dy.device();
+            let _activations = device.scoped_tag(Tag::ACTIVATIONS);
+            let fetch = |a: &Array| match offloaded {
+                true => a.to_device(device),
+                false => Ok(a.clone()),
+            };
+            let arrays = kept.iter().map(fetch).collect::<Result<Vec<_>, _>>()?;
+            arrays.into_iter().map(Tensor::new).collect()
+        };
         let sources: Vec<&Tensor> = inputs.iter().chain(&variables).collect();
         for (source, &need) in sources.iter().zip(needs) {
             if need {

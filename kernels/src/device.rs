@@ -65,14 +65,14 @@ mod sealed {
 /// Host memory for a CPU device of `bytes`: on Linux pages committed into reserved address
 /// space, so that its allocator grows one region in place; elsewhere the global allocator's.
 #[cfg(target_os = "linux")]
-fn host_memory(bytes: u64) -> headroom_alloc::HostPages {
+pub(crate) fn host_memory(bytes: u64) -> headroom_alloc::HostPages {
     headroom_alloc::HostPages::new(bytes)
 }
 
 /// Host memory for a CPU device of `bytes`: on Linux pages committed into reserved address
 /// space, so that its allocator grows one region in place; elsewhere the global allocator's.
 #[cfg(not(target_os = "linux"))]
-fn host_memory(bytes: u64) -> HostMemory {
+pub(crate) fn host_memory(bytes: u64) -> HostMemory {
     HostMemory::new(bytes)
 }
 
@@ -156,6 +156,16 @@ impl Device {
             VirtualMemory::new(config.memory).with_growth_step(target.growth_step()),
             target.resizes_regions(),
         );
+        Self::meta_over(target, rates, Box::new(source), config)
+    }
+
+    /// A meta device planning for `target` over `source`, its work priced at `rates`.
+    pub(crate) fn meta_over(
+        target: PlanTarget,
+        rates: Rates,
+        source: Box<dyn MemorySource>,
+        config: DeviceConfig,
+    ) -> Result<Device> {
         let work = WorkLog::new(rates);
         let mut device = Self::assemble(
             DeviceKind::Meta,
@@ -164,7 +174,7 @@ impl Device {
                 target,
                 work: work.clone(),
             }),
-            Box::new(source),
+            source,
             config.allocator,
         )?;
         // Nothing else holds the device yet.
@@ -312,6 +322,13 @@ impl Device {
         TimedBackend {
             backend: &*self.0.backend,
             _timer: self.0.memory.timer(),
+        }
+    }
+
+    /// Adds `kernel` to a meta device's account of work (nothing on a device that computes).
+    pub(crate) fn record_work(&self, kernel: crate::work::Kernel) {
+        if let Some(work) = &self.0.work {
+            work.record(kernel);
         }
     }
 

@@ -114,6 +114,7 @@ impl PlanTarget {
                 vector_flops: 10e9,
                 bytes: 10e9,
                 launch: 5e-6,
+                transfer: 10e9,
             },
             PlanTarget::Cuda { .. } => Rates {
                 matrix_flops: 50e12,
@@ -121,6 +122,8 @@ impl PlanTarget {
                 vector_flops: 25e12,
                 bytes: 2.5e12,
                 launch: 5e-6,
+                // Pinned host memory over PCIe 5.0 x16, as copies reach it in practice.
+                transfer: 25e9,
             },
         }
     }

@@ -3,7 +3,8 @@
 //!
 //! Each kernel is priced as a launch plus the longer of its arithmetic and its memory traffic
 //! (a roofline): matrix products at the matrix rate (f32 or half precision), everything else at
-//! the vector rate, and the bytes every operand and result occupies at the memory bandwidth.
+//! the vector rate, and the bytes every operand and result occupies at the memory bandwidth;
+//! a copy between a device and its host tier at the transfer rate.
 //! The rates are fixed per kind of device ([`PlanTarget::rates`](crate::PlanTarget::rates)) so
 //! that plans are the same on every machine; measured ones can replace them ([`Rates`] is
 //! plain data).
@@ -29,6 +30,9 @@ pub struct Rates {
     pub bytes: f64,
     /// Seconds a kernel costs beyond its work (launch, synchronization, a thread pool's fork).
     pub launch: f64,
+    /// Bytes copied between the device and its host tier (over PCIe for a GPU's pinned host
+    /// memory; between two pools of host memory for the CPU).
+    pub transfer: f64,
 }
 
 impl Rates {
@@ -40,7 +44,7 @@ impl Rates {
             self.matrix_flops
         };
         let compute = kernel.matrix_flops / matrix + kernel.vector_flops / self.vector_flops;
-        self.launch + compute.max(kernel.bytes / self.bytes)
+        self.launch + compute.max(kernel.bytes / self.bytes) + kernel.transferred / self.transfer
     }
 }
 
@@ -56,6 +60,8 @@ pub struct Work {
     pub vector_flops: f64,
     /// Bytes read and written.
     pub bytes: f64,
+    /// Bytes copied between the device and its host tier.
+    pub transferred: f64,
     /// Predicted seconds.
     pub seconds: f64,
 }
@@ -68,9 +74,19 @@ pub(crate) struct Kernel {
     half: bool,
     vector_flops: f64,
     bytes: f64,
+    /// Bytes copied between a device and its host tier.
+    transferred: f64,
 }
 
 impl Kernel {
+    /// A copy of `bytes` between a device and its host tier.
+    pub fn transfer(bytes: usize) -> Self {
+        Self {
+            transferred: bytes as f64,
+            ..Self::default()
+        }
+    }
+
     /// A kernel that reads and writes `buffers` whole, with an operation or so per element of
     /// the largest: what elementwise ops, reductions, copies and optimizer updates do.
     pub fn moving(buffers: &[&Buffer]) -> Self {
@@ -154,6 +170,7 @@ impl WorkLog {
         work.matrix_flops += kernel.matrix_flops;
         work.vector_flops += kernel.vector_flops;
         work.bytes += kernel.bytes;
+        work.transferred += kernel.transferred;
         work.seconds += seconds;
     }
 

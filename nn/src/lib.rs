@@ -38,5 +38,5 @@ pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, Shared,
     StatePrecision, StateShard, clip_grad_norm,
 };
-pub use recompute::{Recompute, recomputed};
+pub use recompute::{Recompute, recomputed, recomputed_offloaded};
 pub use sampling::{Sampler, Sampling};

@@ -3,6 +3,7 @@
 //! masks drawn again the same.
 
 use headroom_autograd::Tensor;
+use headroom_kernels::Device;
 
 use crate::error::{Error, Result};
 use crate::layers::activation::DropoutCounter;
@@ -65,11 +66,39 @@ pub fn recomputed<M>(module: &M, counter: &DropoutCounter, x: &Tensor) -> Result
 where
     M: Module + Clone + 'static,
 {
+    segment(module, counter, x, None)
+}
+
+/// [`recomputed`], keeping `x` on `host` (the device's host tier) until the backward pass
+/// needs it back ([`headroom_autograd::recompute_offloaded`]): the device keeps nothing for
+/// the segment.
+pub fn recomputed_offloaded<M>(
+    module: &M,
+    counter: &DropoutCounter,
+    x: &Tensor,
+    host: &Device,
+) -> Result<Tensor>
+where
+    M: Module + Clone + 'static,
+{
+    segment(module, counter, x, Some(host))
+}
+
+/// [`recomputed`], its input kept on `host` when there is one.
+fn segment<M>(
+    module: &M,
+    counter: &DropoutCounter,
+    x: &Tensor,
+    host: Option<&Device>,
+) -> Result<Tensor>
+where
+    M: Module + Clone + 'static,
+{
     let parameters = module.parameters();
     let variables: Vec<&Tensor> = parameters.iter().collect();
     let (module, counter) = (module.clone(), counter.clone());
     let start = counter.get();
-    let segment = move |inputs: &[Tensor]| {
+    let run = move |inputs: &[Tensor]| {
         // The forward pass finds the counter at `start` and leaves it past its masks; the
         // recomputation, later, draws from `start` again and puts the counter back.
         let resume = counter.get();
@@ -78,7 +107,10 @@ where
         counter.set(resume.max(counter.get()));
         out.map_err(into_autograd)
     };
-    Ok(headroom_autograd::recompute(&[x], &variables, segment)?)
+    Ok(match host {
+        Some(host) => headroom_autograd::recompute_offloaded(&[x], &variables, host, run)?,
+        None => headroom_autograd::recompute(&[x], &variables, run)?,
+    })
 }
 
 /// An error of a module's forward pass as the tape carries it: an op's error as it is (an

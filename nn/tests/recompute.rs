@@ -286,3 +286,39 @@ fn a_tiled_mlp_in_recomputed_blocks_draws_its_dropout_masks_again_the_same() {
     assert!(grads == tiled_grads, "the gradients differ");
     assert_eq!(gpt.dropout_counter().get() - start, drawn);
 }
+
+#[test]
+fn offloaded_block_inputs_give_the_same_step_bit_for_bit_and_live_on_the_host() {
+    let (device, host) = (device(), device());
+    let config = GptConfig {
+        context: 32,
+        ..common::small_llama(32, 8, 96)
+    };
+    let ids: Vec<u32> = (0..2 * 32).map(|i| (i * 7 % 11) as u32).collect();
+    let targets: Vec<u32> = ids.iter().map(|&i| (i + 1) % 11).collect();
+    let ids = Tensor::from_host(&device, [2, 32], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [64], &targets).unwrap();
+    let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 5), config).unwrap();
+    for (recompute, policy) in [
+        (Recompute::Blocks, None),
+        (Recompute::BlocksTiledMlp { rows: 24 }, Some(DType::BF16)),
+    ] {
+        let _policy = policy.map(autocast);
+        gpt.set_recompute(recompute);
+        gpt.set_offload_activations(None);
+        let (loss, grads, kept) = step(&gpt, &ids, &targets);
+        gpt.set_offload_activations(Some(host.clone()));
+        let on_host = || host.allocator().stats().in_use;
+        let (host_loss, host_grads, host_kept) = common::recorded_step(&gpt, &device, || {
+            let logits = gpt.forward(&ids)?;
+            // Each block's input, [2, 32, 32] f32, waits on the host.
+            assert_eq!(on_host(), (config.layers * 2 * 32 * 32 * 4) as u64);
+            Ok(logits.reshape([64, 11])?.cross_entropy(&targets, None)?)
+        });
+        assert_eq!(loss, host_loss, "{recompute:?}");
+        assert!(grads == host_grads, "{recompute:?}: the gradients differ");
+        // The device keeps the blocks' inputs no longer: two of [2, 32, 32] f32.
+        assert_eq!(kept - host_kept, (config.layers * 2 * 32 * 32 * 4) as u64);
+        assert_eq!(on_host(), 0, "the backward pass frees what it fetched");
+    }
+}

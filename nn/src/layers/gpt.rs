@@ -2,7 +2,7 @@
 //! GPT-2), pre-norm blocks, a final norm and a vocabulary head; its parts vary by [`Family`].
 
 use headroom_autograd::{Tensor, no_grad};
-use headroom_kernels::DType;
+use headroom_kernels::{DType, Device};
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
@@ -19,7 +19,7 @@ use crate::layers::norm::Norm;
 use crate::layers::rms_norm::RmsNorm;
 use crate::layers::rotary::RotaryEmbedding;
 use crate::module::{Module, visit_child, visit_child_mut};
-use crate::recompute::{Recompute, recomputed};
+use crate::recompute::{Recompute, recomputed, recomputed_offloaded};
 
 /// A decoder's shape and family.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -142,6 +142,8 @@ pub struct Gpt {
     dropout: Dropout,
     counter: DropoutCounter,
     recompute: Recompute,
+    /// The host tier that recomputed blocks keep their inputs on; none: the device.
+    offload: Option<Device>,
     /// Rows per chunk of the fused head and loss in [`Gpt::loss`]; none: the logits whole.
     head_chunk: Option<usize>,
 }
@@ -198,6 +200,7 @@ impl Gpt {
             dropout,
             counter,
             recompute: Recompute::None,
+            offload: None,
             head_chunk: Some((HEAD_CHUNK_LOGITS / config.vocab.max(1)).max(1)),
         })
     }
@@ -267,6 +270,20 @@ impl Gpt {
     /// What the blocks compute again in the backward pass.
     pub fn recompute(&self) -> Recompute {
         self.recompute
+    }
+
+    /// Keeps each recomputed block's input on `host`, the device's host tier, from the block's
+    /// forward pass until its backward pass copies it back (activation offloading,
+    /// [`recomputed_offloaded`]): with whole blocks recomputed, the device then keeps no
+    /// activation of the blocks between the two passes. Other recomputations keep theirs on
+    /// the device. None (the default) keeps every input on the device.
+    pub fn set_offload_activations(&mut self, host: Option<Device>) {
+        self.offload = host;
+    }
+
+    /// The host tier the recomputed blocks keep their inputs on, if any.
+    pub fn offload_activations(&self) -> Option<&Device> {
+        self.offload.as_ref()
     }
 
     /// Computes the head and the loss of [`Gpt::loss`] together, `rows` rows of logits at a time
@@ -339,9 +356,10 @@ impl Gpt {
                 Recompute::None => block.forward(&x)?,
                 Recompute::Cheap => block.forward_recomputing_cheap(&x, false)?,
                 Recompute::CheapUp => block.forward_recomputing_cheap(&x, true)?,
-                Recompute::Blocks | Recompute::BlocksTiledMlp { .. } => {
-                    recomputed(block, &self.counter, &x)?
-                }
+                Recompute::Blocks | Recompute::BlocksTiledMlp { .. } => match &self.offload {
+                    Some(host) => recomputed_offloaded(block, &self.counter, &x, host)?,
+                    None => recomputed(block, &self.counter, &x)?,
+                },
             };
         }
         let _norm = LayerKind::Norm.scope(&device);

@@ -52,6 +52,11 @@ pub struct MemoryConfig {
     pub limit: Option<ByteSize>,
     /// Or a fraction of the device's memory (PyTorch's memory fraction).
     pub fraction: Option<f64>,
+    /// The most the host tier may hold, e.g. `64GiB`: the second pool, over host memory, that
+    /// offloaded activations wait in (`model.offload_activations`). Unset: the machine's
+    /// memory for a run, no limit for a plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_limit: Option<ByteSize>,
     /// Reserve the whole limit up front instead of growing on demand.
     pub preallocate: bool,
     /// One region that grows and shrinks in place a page at a time (PyTorch's
@@ -74,6 +79,7 @@ impl Default for MemoryConfig {
             device: None,
             limit: None,
             fraction: None,
+            host_limit: None,
             policy: PolicyKind::Auto,
             rates: RatesKind::Fixed,
             preallocate: false,

@@ -67,6 +67,13 @@ pub struct ModelConfig {
     /// chooses (`none` under `memory.policy = "manual"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recompute: Option<Recompute>,
+    /// GPT: keep each recomputed block's input in the host tier (`memory.host_limit`) from
+    /// its forward pass until its backward pass copies it back (activation offloading), so
+    /// that the device keeps no activation of the blocks between the passes. Needs whole
+    /// blocks recomputed: with `recompute` unset, the memory policy chooses among `blocks` and
+    /// `blocks-tiled`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub offload_activations: bool,
     /// GPT: rows of tokens whose logits the fused head and loss form at a time. Unset: the
     /// planner chooses (or, with a fixed micro-batch, the model's default of 8 Mi logits).
     pub head_chunk: Option<usize>,
@@ -116,6 +123,7 @@ impl Default for ModelConfig {
             qkv_bias: false,
             qk_norm: false,
             recompute: None,
+            offload_activations: false,
             head_chunk: None,
             hidden: vec![256, 256],
             norm_eps: None,
@@ -256,6 +264,15 @@ impl ModelConfig {
                     }
                 }
                 problems.check(
+                    !self.offload_activations
+                        || self.recompute.is_none_or(|r| r >= Recompute::Blocks),
+                    format!(
+                        "model.offload_activations: offloads the inputs of recomputed blocks, \
+                         but model.recompute is {}; set it to blocks or blocks-tiled, or unset",
+                        self.recompute.unwrap_or_default()
+                    ),
+                );
+                problems.check(
                     self.head_chunk != Some(0),
                     "model.head_chunk: a chunk of 0 rows; at least 1, or unset for the planner \
                      to choose"
@@ -271,6 +288,10 @@ impl ModelConfig {
                 problems.check(
                     self.head_chunk.is_none(),
                     "model.head_chunk: the fused head is a GPT's; an MLP has none".into(),
+                );
+                problems.check(
+                    !self.offload_activations,
+                    "model.offload_activations: offloads a GPT's blocks; an MLP has none".into(),
                 );
                 problems.check(
                     self.lora.is_none(),

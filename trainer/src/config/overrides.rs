@@ -70,6 +70,13 @@ pub struct Overrides {
     /// CPU, whose default already grows host memory in place on Linux.
     #[cfg_attr(feature = "cli", arg(long, conflicts_with = "preallocate"))]
     pub expandable_segments: bool,
+    /// Keep each recomputed block's input in the host tier between the forward and the
+    /// backward pass (model.offload_activations; needs whole blocks recomputed).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub offload_activations: bool,
+    /// The most the host tier may hold, e.g. 64GiB (memory.host_limit).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_host_limit))]
+    pub host_limit: Option<ByteSize>,
     /// Compute again in the backward pass instead of keeping: none, cheap (each norm's and
     /// GELU's output), cheap-up (and a SwiGLU MLP's up projection), blocks (each GPT block
     /// run again; the value when none is given) or blocks-tiled (and each MLP over tiles of
@@ -157,6 +164,12 @@ fn parse_limit(text: &str) -> Result<ByteSize, String> {
 fn parse_capacity(text: &str) -> Result<ByteSize, String> {
     text.parse()
         .map_err(|err| format!("memory.capacity: {err}"))
+}
+
+#[cfg(feature = "cli")]
+fn parse_host_limit(text: &str) -> Result<ByteSize, String> {
+    text.parse()
+        .map_err(|err| format!("memory.host_limit: {err}"))
 }
 
 #[cfg(feature = "cli")]
@@ -302,6 +315,12 @@ impl Overrides {
         }
         if self.recompute.is_some() {
             config.model.recompute = self.recompute;
+        }
+        if self.offload_activations {
+            config.model.offload_activations = true;
+        }
+        if self.host_limit.is_some() {
+            config.memory.host_limit = self.host_limit.clone();
         }
         set(&mut config.model.param_dtype, self.param_dtype);
         if self.lora || self.lora_rank.is_some() || self.base.is_some() {

@@ -184,6 +184,7 @@ impl ModelFactory for BuiltinModel {
                 up_recompute: self.0.family == ModelFamily::Llama,
                 block_recompute: true,
                 tiled_mlp: true,
+                offload_activations: true,
                 fused_head: Some(tokens.vocab),
             },
             _ => Knobs::default(),
@@ -241,6 +242,12 @@ impl TrainableModel for TrainModel {
 
     fn could_recompute(&self) -> bool {
         TrainModel::could_recompute(self)
+    }
+
+    fn set_host_tier(&mut self, host: Option<Device>) {
+        if let TrainModel::Gpt(gpt) = self {
+            gpt.set_offload_activations(host);
+        }
     }
 
     fn as_any(&self) -> &dyn Any {

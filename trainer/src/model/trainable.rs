@@ -54,6 +54,13 @@ pub trait TrainableModel: Send + Any {
         false
     }
 
+    /// Keeps what its recomputed segments save on `host`, the device's host tier, between
+    /// the forward and the backward pass, as [`Knobs::offload_activations`] offers (the
+    /// default offers nothing and ignores it).
+    fn set_host_tier(&mut self, host: Option<Device>) {
+        let _ = host;
+    }
+
     /// The model as [`Any`], to reach its own type.
     fn as_any(&self) -> &dyn Any;
 
@@ -95,6 +102,9 @@ pub struct Knobs {
     pub block_recompute: bool,
     /// [`Recompute::BlocksTiled`]: whole blocks, their MLPs over tiles of the sequence.
     pub tiled_mlp: bool,
+    /// Its recomputed segments keep their inputs in the host tier when asked
+    /// ([`TrainableModel::set_host_tier`]).
+    pub offload_activations: bool,
     /// A head fused with its loss over this vocabulary, whose chunk the planner sizes.
     pub fused_head: Option<usize>,
 }

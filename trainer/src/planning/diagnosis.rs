@@ -2,6 +2,7 @@
 //! model with its gradients and optimizer state.
 
 use headroom_alloc::{OomReport, format_bytes};
+use headroom_kernels::HOST_TIER;
 use headroom_nn::{Optimizer, training_memory};
 
 use super::bf16_remedy::bf16_remedy;
@@ -27,6 +28,16 @@ pub fn diagnose(
     failure: Failure,
     one_sample_peak: Option<u64>,
 ) -> String {
+    if report.source == HOST_TIER {
+        return format!(
+            "the host tier ran out of memory: {} of offloaded activations held, {} more asked \
+             for, under its {} limit\nsuggestion: raise memory.host_limit (--host-limit), or \
+             unset it for the machine's memory; `headroom plan` predicts the host tier's peak",
+            format_bytes(report.in_use),
+            format_bytes(report.requested),
+            format_bytes(report.limit),
+        );
+    }
     let memory = training_memory(model.module(), Some(optimizer));
     // Every kind of activation (attention's, the MLP's, ...) counts.
     let activations: u64 = report

@@ -2,7 +2,8 @@
 //! and the device it opens ([`run_device`]); probes of one step on the meta device; the
 //! planner's search for the largest micro-batch size, and under the memory policy for the
 //! fastest memory techniques, that fit; the rates it prices steps at; the bytes per op and per
-//! tag it reports; the fused head's chunk; and what to tell a user when nothing fits.
+//! tag it reports; the fused head's chunk; the host tier offloaded activations wait in; and
+//! what to tell a user when nothing fits.
 //!
 //! The planner's answer is a [`Plan`]; [`plan`] finds it (`search.rs`).
 
@@ -10,6 +11,7 @@ pub(crate) mod bf16_remedy;
 pub(crate) mod budget;
 pub(crate) mod diagnosis;
 pub mod head_chunk;
+pub mod host_tier;
 pub mod lora_advice;
 pub(crate) mod op_bytes;
 pub(crate) mod plan;

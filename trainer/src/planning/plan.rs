@@ -28,6 +28,9 @@ pub struct Plan {
     pub micro: usize,
     /// Its predicted peak.
     pub predicted_peak: u64,
+    /// The predicted peak of the host tier, for a step that offloads to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_host_peak: Option<u64>,
     /// The most a step may use: the limit less the margin.
     #[serde(alias = "target")]
     pub step_limit: u64,
@@ -130,6 +133,13 @@ impl std::fmt::Display for Plan {
             format_bytes(self.predicted_peak),
             format_bytes(self.step_limit)
         )?;
+        if let Some(host) = self.predicted_host_peak {
+            write!(
+                f,
+                "\nthe host tier: predicted peak {} (the offloaded activations)",
+                format_bytes(host)
+            )?;
+        }
         if !self.peak_by_tag.is_empty() {
             write!(f, "\nthe most each tag holds during its step:")?;
             for t in &self.peak_by_tag {

@@ -40,8 +40,13 @@ pub struct Policy {
 impl Policy {
     /// The techniques `config` sets, with the unset ones off.
     pub fn manual(config: &TrainConfig) -> Self {
+        // Offloaded activations are the inputs of recomputed blocks.
+        let fallback = match config.model.offload_activations {
+            true => Recompute::Blocks,
+            false => Recompute::None,
+        };
         Self {
-            recompute: config.model.recompute.unwrap_or_default(),
+            recompute: config.model.recompute.unwrap_or(fallback),
             in_backward: config.optimizer.in_backward.unwrap_or(false),
             state: config.optimizer.state.unwrap_or_default(),
         }
@@ -99,6 +104,12 @@ pub fn keep_unset(saved: &TrainConfig, config: &mut TrainConfig) {
 pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
     let recomputes: Vec<Recompute> = match config.model.recompute {
         Some(pinned) => vec![pinned],
+        // Offloaded activations are the inputs of recomputed blocks.
+        None if config.model.offload_activations => knobs
+            .recomputes()
+            .into_iter()
+            .filter(|&r| r >= Recompute::Blocks)
+            .collect(),
         None => knobs.recomputes(),
     };
     let allowed = config.optimizer.clip == 0.0 && config.precision.dtype != PrecisionKind::F16;
@@ -182,6 +193,7 @@ mod tests {
         up_recompute: false,
         block_recompute: true,
         tiled_mlp: true,
+        offload_activations: true,
         fused_head: None,
     };
 

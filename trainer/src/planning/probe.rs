@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::model::{ModelFactory, ModelSettings};
 use crate::planning::budget::{Budget, UNLIMITED};
 use crate::planning::diagnosis::{Failure, diagnose};
+use crate::planning::host_tier;
 use crate::planning::op_bytes::{OpBytes, op_bytes};
 use crate::planning::tag_bytes::{TagBytes, tag_bytes};
 use crate::step::context::StepContext;
@@ -36,6 +37,8 @@ pub struct Breakdown {
     /// The step's predicted seconds at the planned device's rates (0 when it ran out of
     /// memory).
     pub seconds: f64,
+    /// The most the host tier held, for a step that offloads to it.
+    pub host_peak: Option<u64>,
 }
 
 /// What one probe found.
@@ -229,6 +232,8 @@ impl Prober {
             Ok(parts) => parts,
             Err(err) => return out_of_memory(err).map(Err),
         };
+        let host = host_tier::planned(config, self.rates)?;
+        model.set_host_tier(host.clone());
         // A rank of several holds its control buffer beside its model.
         let _control = match config.optimizer.launched_as {
             Some((_, ranks)) if ranks > 1 => match Control::new(&device) {
@@ -246,6 +251,7 @@ impl Prober {
                     tags: tag_bytes(&stats),
                     saved: op_bytes(&report.saved),
                     seconds: device.planned_work().map_or(0.0, |w| w.seconds),
+                    host_peak: host.map(|h| h.allocator().stats().peak_in_use),
                 };
                 Ok(Ok((stats.peak_in_use, breakdown)))
             }
@@ -307,6 +313,7 @@ fn out_of_memory(err: Error) -> Result<(Probed, Breakdown)> {
                 tags,
                 saved: Vec::new(),
                 seconds: 0.0,
+                host_peak: None,
             };
             Ok((Probed::OutOfMemory(Box::new(report.clone())), breakdown))
         }

@@ -6,14 +6,15 @@
 //! Calibration times the kernels the rates stand for on the run's device, each the median of
 //! a few runs after a warm-up: an f32 and a bf16 matrix product of 1024 x 1024 x 1024, an
 //! exponential over 16 Mi elements (the vector rate), a sum of two 64 MiB arrays (the memory
-//! rate) and a hundred additions of 256 elements (a kernel's fixed cost).
+//! rate), a hundred additions of 256 elements (a kernel's fixed cost) and a copy of 64 MiB to
+//! a second pool of host memory and back (the host tier's transfer rate).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use headroom_kernels::ops::elementwise::{add, exp};
 use headroom_kernels::ops::gemm::matmul;
-use headroom_kernels::{Array, DType, Device, PlanTarget, Rates};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, PlanTarget, Rates};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RatesKind;
@@ -27,6 +28,9 @@ struct Cached {
     vector_flops: f64,
     bytes: f64,
     launch: f64,
+    /// Bytes per second between the device and its host tier (a cache written before it was
+    /// measured is refused, asking for `--calibrate` again).
+    transfer: f64,
 }
 
 impl From<Rates> for Cached {
@@ -37,6 +41,7 @@ impl From<Rates> for Cached {
             vector_flops: r.vector_flops,
             bytes: r.bytes,
             launch: r.launch,
+            transfer: r.transfer,
         }
     }
 }
@@ -49,6 +54,7 @@ impl From<Cached> for Rates {
             vector_flops: c.vector_flops,
             bytes: c.bytes,
             launch: c.launch,
+            transfer: c.transfer,
         }
     }
 }
@@ -93,7 +99,7 @@ fn cached(base: &Path, target: PlanTarget) -> Result<Rates> {
     })?;
     let cached: Cached = toml::from_str(&text).map_err(|err| Error::Data {
         path: path.clone(),
-        detail: err.to_string(),
+        detail: format!("{err}; run `headroom plan --calibrate` again"),
     })?;
     Ok(cached.into())
 }
@@ -163,19 +169,22 @@ fn measure(device: &Device) -> Result<Rates> {
         }
         Ok(sum)
     })? / launches as f64;
+    // A copy of 64 MiB to a second pool of host memory and back.
+    let host = Device::cpu(DeviceConfig::new(256 << 20))?;
+    let transfer = median_seconds(device, 5, || Ok(x.to_device(&host)?.to_device(device)?))?;
     Ok(Rates {
         matrix_flops: product / matrix,
         half_matrix_flops: product / half_matrix,
         vector_flops: long as f64 / vector,
         bytes: (3 * 4 * long) as f64 / moved,
         launch,
+        transfer: (2 * 4 * long) as f64 / transfer,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headroom_kernels::DeviceConfig;
 
     #[test]
     fn calibrated_rates_are_positive_and_round_trip_through_the_cache() {
@@ -189,6 +198,7 @@ mod tests {
             measured.vector_flops,
             measured.bytes,
             measured.launch,
+            measured.transfer,
         ];
         assert!(
             every.iter().all(|r| r.is_finite() && *r > 0.0),

@@ -320,6 +320,7 @@ fn try_chunk(plan: &mut Plan, config: &TrainConfig, ground: &Ground<'_>) -> Resu
         plan.head_chunk = Some(rows);
         plan.predicted_peak = peak;
         plan.predicted_seconds = breakdown.seconds;
+        plan.predicted_host_peak = breakdown.host_peak;
         plan.peak_by_tag = largest_first(breakdown.tags.clone());
         plan.saved_by_op = breakdown.saved.clone();
     }
@@ -425,6 +426,7 @@ fn answer(
         probes,
         micro,
         predicted_peak,
+        predicted_host_peak: breakdown.host_peak,
         step_limit,
         margin,
         margin_shrunk,

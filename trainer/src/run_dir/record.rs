@@ -81,6 +81,9 @@ pub struct StepRecord {
     pub limit: u64,
     /// Per tag.
     pub tags: Vec<TagBytes>,
+    /// The most the host tier held during the step, for a run that offloads to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_peak: Option<u64>,
     /// The held-out metric, when evaluated after this step.
     #[serde(with = "crate::run_dir::float_json::option")]
     pub metric: Option<f64>,
@@ -132,6 +135,9 @@ pub struct Summary {
     pub reservation: Option<Reservation>,
     /// The limit.
     pub limit: u64,
+    /// The most the host tier held, for a run that offloads to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_peak: Option<u64>,
     /// Processes that worked on the run: 1, and one more for each resume.
     #[serde(default)]
     pub processes: u64,
@@ -290,6 +296,17 @@ impl Summary {
                 width = width.max(16)
             )?;
         }
+        if let Some(host) = self.host_peak {
+            let predicted = self.plan.as_ref().and_then(|p| p.predicted_host_peak);
+            let predicted = predicted.map_or_else(String::new, |p| {
+                format!(" (predicted {} by the planner)", format_bytes(p))
+            });
+            writeln!(
+                f,
+                "host tier: peak {} of offloaded activations{predicted}",
+                format_bytes(host)
+            )?;
+        }
         for r in &self.ranks {
             writeln!(
                 f,
@@ -334,6 +351,7 @@ impl StepRecord {
             peak: 0,
             limit: 1,
             tags: Vec::new(),
+            host_peak: None,
             metric: None,
             elapsed_s: step as f64,
         }

@@ -28,6 +28,9 @@ pub struct Totals {
     pub peak_reserved: u64,
     /// The most bytes of each tag.
     pub peak_by_tag: Vec<TagBytes>,
+    /// The most bytes the host tier held in any step, for a run that offloads to it.
+    #[serde(default)]
+    pub host_peak: Option<u64>,
     /// The last step's loss.
     #[serde(with = "crate::run_dir::float_json")]
     pub last_loss: f64,
@@ -49,6 +52,9 @@ impl Totals {
         self.ooms += record.ooms.len();
         self.peak = self.peak.max(record.peak);
         self.peak_reserved = self.peak_reserved.max(peak_reserved);
+        if let Some(host) = record.host_peak {
+            self.host_peak = Some(self.host_peak.unwrap_or(0).max(host));
+        }
         self.last_loss = record.loss;
         self.nonfinite_streak = if record.loss.is_finite() {
             0

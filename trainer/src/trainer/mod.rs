@@ -51,6 +51,8 @@ pub struct Trainer {
     files: RunFiles,
     budget: Budget,
     device: Device,
+    /// The host tier offloaded activations wait in, if the run offloads.
+    host: Option<Device>,
     task: Task,
     model: Box<dyn TrainableModel>,
     optimizer: Box<dyn Optimizer>,
@@ -98,6 +100,12 @@ impl Trainer {
     /// The device the run trains on.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The host tier offloaded activations wait in (its allocator's statistics, reports and
+    /// history are the tier's); none unless the run offloads.
+    pub fn host_tier(&self) -> Option<&Device> {
+        self.host.as_ref()
     }
 
     /// The model.
@@ -218,7 +226,9 @@ impl Trainer {
         let state = &mut self.state;
         let lr = self.schedule.at(state.step);
         self.optimizer.set_lr(lr);
-        self.device.allocator().with(|a| a.reset_peak());
+        for device in std::iter::once(&self.device).chain(&self.host) {
+            device.allocator().with(|a| a.reset_peak());
+        }
         let sizes = match fixed {
             Some(sizes) => Sizes::Fixed(sizes),
             None => Sizes::Adaptive(&mut state.micro),
@@ -267,6 +277,10 @@ impl Trainer {
             peak: stats.peak_in_use,
             limit: self.budget.limit,
             tags: tag_bytes(&stats),
+            host_peak: self
+                .host
+                .as_ref()
+                .map(|h| h.allocator().stats().peak_in_use),
             metric: None,
             elapsed_s: state.totals.seconds,
         };

@@ -226,6 +226,7 @@ impl Trainer {
             peak_reserved: totals.peak_reserved,
             reservation: Some(self.device.allocator().stats().reservation),
             limit: self.budget.limit,
+            host_peak: totals.host_peak,
             processes: totals.processes,
             diverged_at,
             stopped_at: self.stopped_at,

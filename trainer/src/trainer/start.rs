@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::model::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
 use crate::planning::budget::Budget;
 use crate::planning::diagnosis::Failure;
+use crate::planning::host_tier;
 use crate::planning::plan::Plan;
 use crate::planning::probe::Prober;
 use crate::planning::run_device;
@@ -71,6 +72,7 @@ struct Built {
     prober: Prober,
     model: Box<dyn TrainableModel>,
     optimizer: Box<dyn Optimizer>,
+    host: Option<Device>,
 }
 
 impl Trainer {
@@ -118,6 +120,7 @@ impl Trainer {
             prober,
             model,
             optimizer,
+            host,
         } = inputs.model(head_chunk, budget, &device, saved.as_ref())?;
         let step_limit = plan.as_ref().map_or_else(
             || budget.step_limit(inputs.config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
@@ -154,6 +157,7 @@ impl Trainer {
             config,
             budget,
             device,
+            host,
             task,
             model,
             optimizer,
@@ -299,12 +303,27 @@ impl Inputs {
             target,
             target.rates(),
         );
-        let (model, optimizer) = build_model(&chunked, &self.task, &*self.factory, device, saved)
-            .or_else(|err| explain_if_out_of_memory(err, &prober))?;
+        let (mut model, optimizer) =
+            build_model(&chunked, &self.task, &*self.factory, device, saved)
+                .or_else(|err| explain_if_out_of_memory(err, &prober))?;
+        let host = host_tier::open(&chunked)?;
+        if host.is_some()
+            && !self
+                .factory
+                .knobs(&self.task.train.shape())
+                .offload_activations
+        {
+            return Err(Error::config(
+                "model.offload_activations: this model keeps no recomputed segments' inputs in a \
+                 host tier",
+            ));
+        }
+        model.set_host_tier(host.clone());
         Ok(Built {
             prober,
             model,
             optimizer,
+            host,
         })
     }
 

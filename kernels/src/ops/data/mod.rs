@@ -5,6 +5,7 @@ mod cpu;
 mod cuda;
 pub(crate) mod kernels;
 mod meta;
+mod transfer;
 
 pub use kernels::DataKernels;
 

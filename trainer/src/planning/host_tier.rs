@@ -1,0 +1,60 @@
+//! The host tier: a second pool of memory, over host memory, with an allocator of its own
+//! (limit, tags, statistics, out-of-memory reports), that holds what the device does not need
+//! for a while: the inputs of recomputed blocks between their forward and backward passes
+//! (`model.offload_activations`). A run opens one over real host memory; a probe plans one on
+//! a meta device, whose copies to and from it are priced at the transfer rate.
+//!
+//! The rule: the tier's limit is `memory.host_limit`; unset, a run's is the machine's memory
+//! and a plan's has none, so that a plan says what the host must hold instead of depending on
+//! the machine it was made on.
+
+use headroom_kernels::{Device, DeviceConfig, Rates};
+
+use crate::config::TrainConfig;
+use crate::error::Result;
+use crate::planning::budget::UNLIMITED;
+
+/// What a run keeps on the host when the machine's memory cannot be read.
+const FALLBACK_HOST_MEMORY: u64 = 64 << 30;
+
+/// The host tier a run of `config` opens; none unless it offloads activations.
+pub fn open(config: &TrainConfig) -> Result<Option<Device>> {
+    if !config.model.offload_activations {
+        return Ok(None);
+    }
+    let limit = config
+        .memory
+        .host_limit
+        .as_ref()
+        .map_or_else(machine_memory, |limit| limit.bytes());
+    Ok(Some(Device::host_tier(DeviceConfig::new(limit))?))
+}
+
+/// The host tier a probe of `config` plans, its copies priced at `rates`; none unless it
+/// offloads activations.
+pub fn planned(config: &TrainConfig, rates: Rates) -> Result<Option<Device>> {
+    if !config.model.offload_activations {
+        return Ok(None);
+    }
+    let limit = config
+        .memory
+        .host_limit
+        .as_ref()
+        .map_or(UNLIMITED, |l| l.bytes());
+    Ok(Some(Device::meta_host_tier(
+        rates,
+        DeviceConfig::new(limit),
+    )?))
+}
+
+/// The machine's memory (Linux's `MemTotal`), or [`FALLBACK_HOST_MEMORY`].
+fn machine_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib << 10)
+        })
+        .unwrap_or(FALLBACK_HOST_MEMORY)
+}

@@ -1,0 +1,120 @@
+//! Activations offloaded to the host tier: a step that keeps its recomputed blocks' inputs on
+//! the host peaks on each tier where the planner predicts, equals the step that keeps them on
+//! the device, and a host tier too small for them is reported as the host tier's
+//! out-of-memory.
+
+mod common;
+
+use common::{TempDir, small_config};
+use headroom_trainer::Trainer;
+use headroom_trainer::config::{DataKind, ModelFamily, PrecisionKind, Recompute, TrainConfig};
+
+/// A small Llama-family run over sequences of 128 uniform tokens, whose activations outweigh
+/// its weights, in micro-batches the planner sizes.
+fn config(dir: &TempDir) -> TrainConfig {
+    let mut config = small_config(dir);
+    config.data.kind = DataKind::UniformTokens;
+    let model = &mut config.model;
+    model.family = ModelFamily::Llama;
+    (model.width, model.heads, model.layers) = (32, 4, 3);
+    (model.vocab, model.context) = (Some(64), Some(128));
+    model.kv_heads = Some(2);
+    model.mlp_width = Some(96);
+    config.batch.micro = None;
+    config
+}
+
+#[test]
+fn offloaded_block_inputs_peak_on_each_tier_as_planned_and_train_the_same() {
+    let dir = TempDir::new("offload");
+    for (recompute, precision) in [
+        (Recompute::Blocks, PrecisionKind::F32),
+        (Recompute::BlocksTiled, PrecisionKind::Bf16),
+    ] {
+        let mut config = config(&dir);
+        config.model.recompute = Some(recompute);
+        config.precision.dtype = precision;
+        let mut kept = Trainer::builder()
+            .config(config.clone())
+            .overwrite()
+            .build()
+            .unwrap();
+        let kept_loss = kept.train_step().unwrap().loss;
+        let kept_peak = kept.device().allocator().stats().peak_in_use;
+        assert!(kept.host_tier().is_none());
+
+        config.model.offload_activations = true;
+        let mut offloaded = Trainer::builder()
+            .config(config)
+            .overwrite()
+            .build()
+            .unwrap();
+        let plan = offloaded.plan().unwrap().clone();
+        let loss = offloaded.train_step().unwrap().loss;
+        let case = format!("{recompute:?} {precision:?}");
+        assert_eq!(loss, kept_loss, "{case}: the same step");
+        let device_peak = offloaded.device().allocator().stats().peak_in_use;
+        assert_eq!(device_peak, plan.predicted_peak, "{case}: {plan}");
+        let host = offloaded.host_tier().unwrap().allocator().stats();
+        assert_eq!(
+            Some(host.peak_in_use),
+            plan.predicted_host_peak,
+            "{case}: {plan}"
+        );
+        assert!(host.peak_in_use > 0 && host.in_use == 0, "{case}: {host:?}");
+        let summary = offloaded.summary(None);
+        assert_eq!(summary.host_peak, Some(host.peak_in_use), "{case}");
+        assert!(
+            summary.to_string().contains("host tier: peak"),
+            "{case}: {summary}"
+        );
+        assert!(
+            device_peak < kept_peak,
+            "{case}: {device_peak} against {kept_peak}"
+        );
+    }
+}
+
+#[test]
+fn a_host_tier_too_small_is_reported_as_the_host_tiers_out_of_memory() {
+    let dir = TempDir::new("offload-small");
+    let mut config = config(&dir);
+    config.model.recompute = Some(Recompute::Blocks);
+    config.model.offload_activations = true;
+    config.batch.micro = Some(8);
+    config.memory.host_limit = Some(headroom_alloc::ByteSize::kib(1));
+    let err = Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .and_then(|mut t| t.train_step().map(drop))
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(err.oom_report().is_some(), "{message}");
+    assert!(
+        message.contains("the host tier ran out of memory")
+            && message.contains("1.00 KiB limit")
+            && message.contains("--host-limit"),
+        "{message}"
+    );
+}
+
+#[test]
+fn offloading_needs_whole_blocks_recomputed() {
+    let dir = TempDir::new("offload-config");
+    let mut config = config(&dir);
+    config.model.offload_activations = true;
+    config.model.recompute = Some(Recompute::Cheap);
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("model.offload_activations"), "{err}");
+    // Unset, the policy recomputes whole blocks.
+    config.model.recompute = None;
+    let mut trainer = Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .unwrap();
+    trainer.train_step().unwrap();
+    let chosen = trainer.config().model.recompute.unwrap();
+    assert!(chosen >= Recompute::Blocks, "{chosen:?}");
+}
