@@ -337,3 +337,81 @@ fn a_bf16_model_learns_from_steps_under_half_of_bf16s_spacing() {
     eprintln!("bf16 loss from {start} to {end}");
     assert!(end < 0.95 * start, "loss from {start} to {end}");
 }
+
+#[test]
+fn an_offloaded_state_updates_as_the_device_does_bit_for_bit_and_lives_on_the_host() {
+    let (device, host) = (device(), device());
+    let build = || {
+        mlp(
+            &mut Initializer::new(&device, DType::F32, 4),
+            &[16, 32, 8],
+            Activation::Relu,
+        )
+        .unwrap()
+    };
+    let x = Tensor::from_f64(&device, [3, 16], DType::F32, &[0.3; 48]).unwrap();
+    let weights = |model: &dyn Module| -> Vec<Vec<f64>> {
+        model
+            .parameters()
+            .iter()
+            .map(|p| p.to_f64().unwrap())
+            .collect()
+    };
+    for precision in [
+        StatePrecision::Full,
+        StatePrecision::Bf16,
+        StatePrecision::Int8,
+    ] {
+        let (mut kept_model, mut offloaded_model) = (build(), build());
+        let whole = StateShard::whole(&kept_model);
+        let config = AdamWConfig::default();
+        let mut kept = AdamW::with_shard_on(&kept_model, config, precision, whole.clone(), None);
+        let kept = kept.as_mut().unwrap();
+        let on_device = device.allocator().stats().in_use;
+        let mut offloaded =
+            AdamW::with_shard_on(&offloaded_model, config, precision, whole, Some(&host)).unwrap();
+        assert_eq!(
+            device.allocator().stats().in_use,
+            on_device,
+            "no state on the device"
+        );
+        let state_bytes = host.allocator().stats().in_use;
+        assert!(state_bytes > 0);
+        for _ in 0..3 {
+            let grads = gradients_of_sum(&kept_model, &x);
+            kept.step(&mut kept_model, &grads, 0.5).unwrap();
+            let grads = gradients_of_sum(&offloaded_model, &x);
+            offloaded.step(&mut offloaded_model, &grads, 0.5).unwrap();
+            assert!(
+                weights(&kept_model) == weights(&offloaded_model),
+                "{precision:?}: the weights differ"
+            );
+            assert_eq!(
+                host.allocator().stats().in_use,
+                state_bytes,
+                "{precision:?}"
+            );
+        }
+        let state = |o: &AdamW| -> Vec<Vec<f64>> {
+            let (named, _) = o.state();
+            named.iter().map(|(_, a)| a.to_f64().unwrap()).collect()
+        };
+        assert_eq!(state(kept), state(&offloaded), "{precision:?}");
+    }
+    // SGD's momentum too.
+    let (mut kept_model, mut offloaded_model) = (build(), build());
+    let config = SgdConfig {
+        momentum: 0.9,
+        ..SgdConfig::default()
+    };
+    let whole = StateShard::whole(&kept_model);
+    let mut kept = Sgd::new(&kept_model, config).unwrap();
+    let mut offloaded = Sgd::with_shard_on(&offloaded_model, config, whole, Some(&host)).unwrap();
+    for _ in 0..2 {
+        let grads = gradients_of_sum(&kept_model, &x);
+        kept.step(&mut kept_model, &grads, 1.0).unwrap();
+        let grads = gradients_of_sum(&offloaded_model, &x);
+        offloaded.step(&mut offloaded_model, &grads, 1.0).unwrap();
+    }
+    assert!(weights(&kept_model) == weights(&offloaded_model));
+}

@@ -1,13 +1,15 @@
-//! Activations offloaded to the host tier: a step that keeps its recomputed blocks' inputs on
-//! the host peaks on each tier where the planner predicts, equals the step that keeps them on
-//! the device, and a host tier too small for them is reported as the host tier's
-//! out-of-memory.
+//! The host tier: a step that keeps its recomputed blocks' inputs there, or its optimizer's
+//! state and updates (ZeRO-Offload), peaks on each tier where the planner predicts and equals
+//! the step that keeps them on the device; a host tier too small is reported as the host
+//! tier's out-of-memory.
 
 mod common;
 
 use common::{TempDir, small_config};
 use headroom_trainer::Trainer;
-use headroom_trainer::config::{DataKind, ModelFamily, PrecisionKind, Recompute, TrainConfig};
+use headroom_trainer::config::{
+    DataKind, ModelFamily, PrecisionKind, Recompute, StateKind, TrainConfig,
+};
 
 /// A small Llama-family run over sequences of 128 uniform tokens, whose activations outweigh
 /// its weights, in micro-batches the planner sizes.
@@ -117,4 +119,64 @@ fn offloading_needs_whole_blocks_recomputed() {
     trainer.train_step().unwrap();
     let chosen = trainer.config().model.recompute.unwrap();
     assert!(chosen >= Recompute::Blocks, "{chosen:?}");
+}
+
+#[test]
+fn an_offloaded_optimizer_peaks_on_each_tier_as_planned_and_trains_the_same() {
+    let dir = TempDir::new("offload-optimizer");
+    for (in_backward, state, activations) in [
+        (false, StateKind::F32, false),
+        (true, StateKind::Int8, true),
+    ] {
+        let mut config = config(&dir);
+        config.model.recompute = Some(Recompute::Blocks);
+        config.model.offload_activations = activations;
+        config.optimizer.clip = 0.0;
+        config.optimizer.in_backward = Some(in_backward);
+        config.optimizer.state = Some(state);
+        let train = |config: TrainConfig| {
+            let mut trainer = Trainer::builder()
+                .config(config)
+                .overwrite()
+                .build()
+                .unwrap();
+            let losses: Vec<f64> = (0..2).map(|_| trainer.train_step().unwrap().loss).collect();
+            (trainer, losses)
+        };
+        let (kept, kept_losses) = train(config.clone());
+        config.optimizer.offload = true;
+        let (offloaded, losses) = train(config);
+        let case = format!("in backward {in_backward}, {state:?}, activations {activations}");
+        assert_eq!(losses, kept_losses, "{case}: the same steps");
+        let weights = |t: &Trainer| -> Vec<Vec<f64>> {
+            let params = t.model().module().parameters();
+            params.iter().map(|p| p.to_f64().unwrap()).collect()
+        };
+        assert!(
+            weights(&kept) == weights(&offloaded),
+            "{case}: the weights differ"
+        );
+        let plan = offloaded.plan().unwrap();
+        let device = offloaded.device().allocator().stats();
+        assert_eq!(device.peak_in_use, plan.predicted_peak, "{case}: {plan}");
+        let host = offloaded.host_tier().unwrap().allocator().stats();
+        assert_eq!(
+            Some(host.peak_in_use),
+            plan.predicted_host_peak,
+            "{case}: {plan}"
+        );
+        // The state alone stays on the host between steps, and none of it on the device.
+        let state_on = |stats: &headroom_alloc::Stats| {
+            let tags = stats.tags.iter();
+            tags.filter(|t| t.tag == headroom_alloc::Tag::OPTIMIZER_STATE)
+                .map(|t| t.live)
+                .sum::<u64>()
+        };
+        assert_eq!(state_on(&device), 0, "{case}");
+        assert_eq!(
+            state_on(&host),
+            state_on(&kept.device().allocator().stats()),
+            "{case}"
+        );
+    }
 }

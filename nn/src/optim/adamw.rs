@@ -1,8 +1,8 @@
 //! AdamW on the fused kernel.
 
 use headroom_autograd::Tensor;
-use headroom_kernels::Array;
 use headroom_kernels::ops::optim::{Update, adamw_step, adamw_step_8bit};
+use headroom_kernels::{Array, Device};
 
 use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision, StateShard, UpdateRule};
 use crate::error::{Error, Result};
@@ -44,9 +44,22 @@ impl AdamW {
         precision: StatePrecision,
         shard: StateShard,
     ) -> Result<Self> {
+        Self::with_shard_on(model, config, precision, shard, None)
+    }
+
+    /// [`AdamW::with_shard`], its moments kept and its updates run on `host` when given (the
+    /// device's host tier, [`OptimizerState::zeroed_on`]): the same updates, bit for bit
+    /// where the host computes as the device does.
+    pub fn with_shard_on(
+        model: &dyn Module,
+        config: super::AdamWConfig,
+        precision: StatePrecision,
+        shard: StateShard,
+        host: Option<&Device>,
+    ) -> Result<Self> {
         Ok(Self {
             config,
-            state: OptimizerState::zeroed_shard(model, &BUFFERS, precision, shard)?,
+            state: OptimizerState::zeroed_on(model, &BUFFERS, precision, shard, host)?,
         })
     }
 

@@ -1,8 +1,8 @@
 //! SGD with momentum on the fused kernel.
 
 use headroom_autograd::Tensor;
-use headroom_kernels::Array;
 use headroom_kernels::ops::optim::{Update, sgd_step};
+use headroom_kernels::{Array, Device};
 
 use super::{Optimizer, OptimizerState, StateBuffer, StatePrecision, StateShard, UpdateRule};
 use crate::error::{Error, Result};
@@ -32,6 +32,17 @@ impl Sgd {
         config: super::SgdConfig,
         shard: StateShard,
     ) -> Result<Self> {
+        Self::with_shard_on(model, config, shard, None)
+    }
+
+    /// [`Sgd::with_shard`], its buffers kept and its updates run on `host` when given (the
+    /// device's host tier, [`OptimizerState::zeroed_on`]).
+    pub fn with_shard_on(
+        model: &dyn Module,
+        config: super::SgdConfig,
+        shard: StateShard,
+        host: Option<&Device>,
+    ) -> Result<Self> {
         if config.nesterov && (config.momentum <= 0.0 || config.dampening != 0.0) {
             return Err(Error::config(
                 "sgd",
@@ -45,7 +56,7 @@ impl Sgd {
         };
         Ok(Self {
             config,
-            state: OptimizerState::zeroed_shard(model, buffers, StatePrecision::Full, shard)?,
+            state: OptimizerState::zeroed_on(model, buffers, StatePrecision::Full, shard, host)?,
         })
     }
 }

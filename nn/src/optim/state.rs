@@ -146,6 +146,9 @@ pub struct OptimizerState {
     slots: Vec<Slot>,
     /// Which rank keeps each slot's buffers; it assigns one owner to each slot.
     shard: StateShard,
+    /// The host tier that holds every buffer and runs the updates (optimizer offloading);
+    /// none: the buffers are on their parameters' devices.
+    host: Option<Device>,
 }
 
 /// The buffers of one parameter.
@@ -199,6 +202,20 @@ impl OptimizerState {
         precision: StatePrecision,
         shard: StateShard,
     ) -> Result<Self> {
+        Self::zeroed_on(model, names, precision, shard, None)
+    }
+
+    /// [`OptimizerState::zeroed_shard`], the buffers on `host` when given (the device's host
+    /// tier, ZeRO-Offload's placement): each update then copies its parameter and gradient
+    /// there, runs there, and copies the parameter back, with the same arithmetic as on the
+    /// device.
+    pub fn zeroed_on(
+        model: &dyn Module,
+        names: &'static [&'static str],
+        precision: StatePrecision,
+        shard: StateShard,
+        host: Option<&Device>,
+    ) -> Result<Self> {
         let params = model.named_parameters();
         if shard.len() != params.len() {
             return Err(Error::config(
@@ -226,9 +243,10 @@ impl OptimizerState {
                     ));
                 }
                 let kept = if shard.keeps(index) { names } else { &[] };
+                let device = host.unwrap_or(t.device());
                 let buffers = kept
                     .iter()
-                    .map(|_| StateBuffer::zeros(t.device(), &t, precision, Tag::OPTIMIZER_STATE))
+                    .map(|_| StateBuffer::zeros(device, &t, precision, Tag::OPTIMIZER_STATE))
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Slot { name, buffers })
             })
@@ -239,7 +257,13 @@ impl OptimizerState {
             precision,
             slots,
             shard,
+            host: host.cloned(),
         })
+    }
+
+    /// The host tier that holds the buffers and runs the updates, if the state is offloaded.
+    pub fn host(&self) -> Option<&Device> {
+        self.host.as_ref()
     }
 
     /// Which rank keeps each parameter's buffers.
@@ -273,17 +297,15 @@ impl OptimizerState {
         self.check(model, grads)?;
         let step = Update::new(self.steps + 1).scaled(grad_scale);
         let mut index = 0;
-        let (slots, shard) = (&mut self.slots, &self.shard);
+        let (slots, shard, host) = (&mut self.slots, &self.shard, self.host.as_ref());
         model.visit_parameters_mut(&mut |_, param| {
             let slot = &mut slots[index];
             index += 1;
             match grads.get(param) {
-                Some(grad) if shard.keeps(index - 1) => rule.update(
-                    step.on_stream(index as u64 - 1),
-                    param,
-                    grad,
-                    &mut slot.buffers,
-                ),
+                Some(grad) if shard.keeps(index - 1) => {
+                    let update = step.on_stream(index as u64 - 1);
+                    update_slot(rule, update, param, grad, &mut slot.buffers, host)
+                }
                 _ => Ok(()),
             }
         })?;
@@ -328,7 +350,14 @@ impl OptimizerState {
         let step = Update::new(self.steps + 1)
             .scaled(grad_scale)
             .on_stream(index as u64);
-        rule.update(step, param, grad, &mut slot.buffers)
+        update_slot(
+            rule,
+            step,
+            param,
+            grad,
+            &mut slot.buffers,
+            self.host.as_ref(),
+        )
     }
 
     /// Ends the step whose parameters [`OptimizerState::step_one`] updated: the count grows by
@@ -444,7 +473,13 @@ impl OptimizerState {
                 let mut at = 0;
                 let new = old.reloaded(&mut |suffix| {
                     let key = key(&slot.name, n, suffix);
-                    let new = load(&key)?;
+                    let new = match &self.host {
+                        Some(host) => {
+                            let _state = host.scoped_tag(Tag::OPTIMIZER_STATE);
+                            load(&key)?.to_device(host)?
+                        }
+                        None => load(&key)?,
+                    };
                     let (_, old) = olds[at];
                     at += 1;
                     if new.shape() != old.shape() || new.dtype() != old.dtype() {
@@ -486,6 +521,32 @@ impl OptimizerState {
 
 /// Why `slot` cannot take a step of parameter `name` with gradient `grad`, if it cannot; its
 /// buffers are checked against `precision` where this rank keeps them (`Some`).
+/// `rule`'s update of `param` from `grad` with its `buffers`, run on `host` where the buffers
+/// are kept there: the parameter and the gradient are copied to it, updated there, and the
+/// parameter copied back in place.
+fn update_slot(
+    rule: &dyn UpdateRule,
+    update: Update,
+    param: &mut Tensor,
+    grad: &Array,
+    buffers: &mut [StateBuffer],
+    host: Option<&Device>,
+) -> Result<()> {
+    let Some(host) = host else {
+        return rule.update(update, param, grad, buffers);
+    };
+    let mut on_host = {
+        let _weights = host.scoped_tag(Tag::WEIGHTS);
+        Tensor::new(param.array().to_device(host)?)
+    };
+    let grad = {
+        let _gradients = host.scoped_tag(Tag::GRADIENTS);
+        grad.to_device(host)?
+    };
+    rule.update(update, &mut on_host, &grad, buffers)?;
+    Ok(param.array_mut().write_from(on_host.array())?)
+}
+
 fn problem(
     slot: &Slot,
     precision: Option<StatePrecision>,

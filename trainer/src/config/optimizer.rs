@@ -42,6 +42,12 @@ pub struct OptimizerConfig {
     /// the others. A run of one process keeps all of it. Not with `in_backward`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shard_state: bool,
+    /// Keep the state in the host tier (`memory.host_limit`) and run each update there
+    /// (ZeRO-Offload): the parameter and its gradient are copied to the host, updated, and
+    /// the parameter copied back, so the device holds no optimizer state. The same updates,
+    /// bit for bit, where the host computes as the device does. Not with `shard_state`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub offload: bool,
     /// This process's rank and the number of ranks, as the launcher started it: set at launch,
     /// never read from or written to a file. With `shard_state` it decides which share of the
     /// state the optimizer keeps.
@@ -69,6 +75,7 @@ impl Default for OptimizerConfig {
             state: None,
             in_backward: None,
             shard_state: false,
+            offload: false,
             launched_as: None,
             schedule: ScheduleKind::WarmupCosine,
             warmup: 50,
@@ -162,6 +169,12 @@ impl OptimizerConfig {
                 "optimizer.state: {} state is AdamW's; SGD keeps its momentum in f32",
                 self.state.unwrap_or_default()
             ),
+        );
+        problems.check(
+            !(self.offload && self.shard_state),
+            "optimizer.offload: a sharded state (optimizer.shard_state) is shared between the \
+             ranks' devices; turn one of them off"
+                .into(),
         );
         if self.in_backward == Some(true) {
             problems.check(

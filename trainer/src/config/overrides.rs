@@ -116,6 +116,10 @@ pub struct Overrides {
     /// (optimizer.shard_state).
     #[cfg_attr(feature = "cli", arg(long))]
     pub shard_state: bool,
+    /// Keep the optimizer's state in the host tier and update there, ZeRO-Offload
+    /// (optimizer.offload).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub offload_optimizer: bool,
     /// The largest global gradient norm (0: no clipping).
     #[cfg_attr(feature = "cli", arg(long))]
     pub clip: Option<f64>,
@@ -337,6 +341,9 @@ impl Overrides {
         }
         if self.optimizer_in_backward {
             config.optimizer.in_backward = Some(true);
+        }
+        if self.offload_optimizer {
+            config.optimizer.offload = true;
         }
         if self.shard_state {
             config.optimizer.shard_state = true;

@@ -1,7 +1,8 @@
 //! The host tier: a second pool of memory, over host memory, with an allocator of its own
 //! (limit, tags, statistics, out-of-memory reports), that holds what the device does not need
 //! for a while: the inputs of recomputed blocks between their forward and backward passes
-//! (`model.offload_activations`). A run opens one over real host memory; a probe plans one on
+//! (`model.offload_activations`), and the optimizer's state, whose updates run there
+//! (`optimizer.offload`). A run opens one over real host memory; a probe plans one on
 //! a meta device, whose copies to and from it are priced at the transfer rate.
 //!
 //! The rule: the tier's limit is `memory.host_limit`; unset, a run's is the machine's memory
@@ -17,9 +18,14 @@ use crate::planning::budget::UNLIMITED;
 /// What a run keeps on the host when the machine's memory cannot be read.
 const FALLBACK_HOST_MEMORY: u64 = 64 << 30;
 
-/// The host tier a run of `config` opens; none unless it offloads activations.
+/// Whether a run of `config` keeps anything in the host tier.
+pub fn wanted(config: &TrainConfig) -> bool {
+    config.model.offload_activations || config.optimizer.offload
+}
+
+/// The host tier a run of `config` opens; none unless it offloads.
 pub fn open(config: &TrainConfig) -> Result<Option<Device>> {
-    if !config.model.offload_activations {
+    if !wanted(config) {
         return Ok(None);
     }
     let limit = config
@@ -31,9 +37,9 @@ pub fn open(config: &TrainConfig) -> Result<Option<Device>> {
 }
 
 /// The host tier a probe of `config` plans, its copies priced at `rates`; none unless it
-/// offloads activations.
+/// offloads.
 pub fn planned(config: &TrainConfig, rates: Rates) -> Result<Option<Device>> {
-    if !config.model.offload_activations {
+    if !wanted(config) {
         return Ok(None);
     }
     let limit = config

@@ -136,7 +136,7 @@ impl std::fmt::Display for Plan {
         if let Some(host) = self.predicted_host_peak {
             write!(
                 f,
-                "\nthe host tier: predicted peak {} (the offloaded activations)",
+                "\nthe host tier: predicted peak {} (what the step offloads)",
                 format_bytes(host)
             )?;
         }

@@ -164,7 +164,7 @@ impl Prober {
         let model = self
             .factory
             .build(&roomy, &self.task.train.shape(), &settings)?;
-        let optimizer = build_optimizer(&self.config.optimizer, model.module())?;
+        let optimizer = build_optimizer(&self.config.optimizer, model.module(), None)?;
         let one_sample_peak = self.one_sample_peak();
         Ok(diagnose(
             &*model,
@@ -224,16 +224,22 @@ impl Prober {
         let device =
             Device::meta_with_rates(self.plan_target, self.rates, budget.device_config(0))?;
         let settings = ModelSettings::of(config);
+        let host = host_tier::planned(config, self.rates)?;
         let built = self
             .factory
             .build(&device, &self.task.train.shape(), &settings)
-            .and_then(|model| Ok((build_optimizer(&config.optimizer, model.module())?, model)));
+            .and_then(|mut model| {
+                model.set_host_tier(host.clone().filter(|_| config.model.offload_activations));
+                let module = model.module();
+                Ok((
+                    build_optimizer(&config.optimizer, module, host.as_ref())?,
+                    model,
+                ))
+            });
         let (mut optimizer, mut model) = match built {
             Ok(parts) => parts,
             Err(err) => return out_of_memory(err).map(Err),
         };
-        let host = host_tier::planned(config, self.rates)?;
-        model.set_host_tier(host.clone());
         // A rank of several holds its control buffer beside its model.
         let _control = match config.optimizer.launched_as {
             Some((_, ranks)) if ranks > 1 => match Control::new(&device) {

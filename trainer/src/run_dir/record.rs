@@ -301,11 +301,7 @@ impl Summary {
             let predicted = predicted.map_or_else(String::new, |p| {
                 format!(" (predicted {} by the planner)", format_bytes(p))
             });
-            writeln!(
-                f,
-                "host tier: peak {} of offloaded activations{predicted}",
-                format_bytes(host)
-            )?;
+            writeln!(f, "host tier: peak {}{predicted}", format_bytes(host))?;
         }
         for r in &self.ranks {
             writeln!(

@@ -51,7 +51,7 @@ impl Run {
             .build(&device, &task.train.shape(), &settings)
             .unwrap();
         factory.initialize(&mut *model).unwrap();
-        let optimizer = build_optimizer(&config.optimizer, model.module()).unwrap();
+        let optimizer = build_optimizer(&config.optimizer, model.module(), None).unwrap();
         let scaler = LossScaler::new(&config.precision);
         Run {
             device,

@@ -1,19 +1,26 @@
 //! The optimizer and learning-rate schedule a configuration describes.
 
+use headroom_kernels::Device;
 use headroom_nn::{AdamW, AdamWConfig, LrSchedule, Module, Optimizer, Sgd, SgdConfig, StateShard};
 
 use crate::config::{OptimizerConfig, OptimizerKind, ScheduleKind};
 use crate::error::Result;
 
 /// The optimizer for `model`, its state allocated now: all of it, or this rank's share where
-/// the configuration shards it over the ranks it was launched with.
-pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<Box<dyn Optimizer>> {
+/// the configuration shards it over the ranks it was launched with; on `host` (the host tier)
+/// where the configuration offloads it.
+pub fn build_optimizer(
+    config: &OptimizerConfig,
+    model: &dyn Module,
+    host: Option<&Device>,
+) -> Result<Box<dyn Optimizer>> {
+    let host = host.filter(|_| config.offload);
     let shard = match (config.shard_state, config.launched_as) {
         (true, Some((rank, ranks))) => StateShard::balanced(model, rank, ranks)?,
         _ => StateShard::whole(model),
     };
     Ok(match config.kind {
-        OptimizerKind::Adamw => Box::new(AdamW::with_shard(
+        OptimizerKind::Adamw => Box::new(AdamW::with_shard_on(
             model,
             AdamWConfig {
                 lr: config.lr,
@@ -24,8 +31,9 @@ pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<B
             },
             config.state.unwrap_or_default().precision(),
             shard,
+            host,
         )?),
-        OptimizerKind::Sgd => Box::new(Sgd::with_shard(
+        OptimizerKind::Sgd => Box::new(Sgd::with_shard_on(
             model,
             SgdConfig {
                 lr: config.lr,
@@ -34,6 +42,7 @@ pub fn build_optimizer(config: &OptimizerConfig, model: &dyn Module) -> Result<B
                 ..SgdConfig::default()
             },
             shard,
+            host,
         )?),
     })
 }

@@ -303,22 +303,17 @@ impl Inputs {
             target,
             target.rates(),
         );
-        let (mut model, optimizer) =
-            build_model(&chunked, &self.task, &*self.factory, device, saved)
-                .or_else(|err| explain_if_out_of_memory(err, &prober))?;
         let host = host_tier::open(&chunked)?;
-        if host.is_some()
-            && !self
-                .factory
-                .knobs(&self.task.train.shape())
-                .offload_activations
-        {
+        let offers = self.factory.knobs(&self.task.train.shape());
+        if chunked.model.offload_activations && !offers.offload_activations {
             return Err(Error::config(
                 "model.offload_activations: this model keeps no recomputed segments' inputs in a \
                  host tier",
             ));
         }
-        model.set_host_tier(host.clone());
+        let parts = (&*self.factory, device, host.as_ref());
+        let (model, optimizer) = build_model(&chunked, &self.task, parts, saved)
+            .or_else(|err| explain_if_out_of_memory(err, &prober))?;
         Ok(Built {
             prober,
             model,
@@ -466,12 +461,12 @@ fn resumable(
     Ok(saved)
 }
 
-/// The model and its optimizer on `device`, restored from `saved` when resuming.
+/// The model and its optimizer on `device`, restored from `saved` when resuming, with what
+/// the configuration offloads kept on `host`.
 fn build_model(
     config: &TrainConfig,
     task: &Task,
-    factory: &dyn ModelFactory,
-    device: &Device,
+    (factory, device, host): (&dyn ModelFactory, &Device, Option<&Device>),
     saved: Option<&checkpoint::Saved>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
     let settings = ModelSettings::of(config);
@@ -481,7 +476,8 @@ fn build_model(
     if saved.is_none() || config.model.lora.is_some() {
         factory.initialize(&mut *model)?;
     }
-    let mut optimizer = build_optimizer(&config.optimizer, model.module())?;
+    model.set_host_tier(host.cloned().filter(|_| config.model.offload_activations));
+    let mut optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
     if let Some(saved) = saved {
         saved.restore(&mut *model, &mut *optimizer)?;
     }

@@ -22,37 +22,73 @@ impl Array {
     /// let offloaded = a.to_device(&host)?;
     /// assert_eq!(host.allocator().stats().in_use, 512);
     /// assert_eq!(offloaded.to_device(&device)?.to_f64()?, [1., 2., 3., 4.]);
+    /// let mut b = Array::zeros(&device, [2, 2], DType::BF16)?;
+    /// b.write_from(&offloaded)?;
+    /// assert_eq!(b.to_f64()?, [1., 2., 3., 4.]);
     /// # Ok::<(), headroom_kernels::Error>(())
     /// ```
     pub fn to_device(&self, target: &Device) -> Result<Array> {
         const OP: &str = "to_device";
-        let source = self.device();
-        let (from, to) = (source.kind(), target.kind());
-        let meta = [from, to].map(|kind| kind == DeviceKind::Meta);
-        if meta[0] != meta[1] || !(meta[0] || from == DeviceKind::Cpu || to == DeviceKind::Cpu) {
-            return Err(Error::Device {
+        check_route(OP, self.device(), target)?;
+        let mut out = Array::uninit(target, self.shape().clone(), self.dtype(), OP)?;
+        copy(OP, self, &mut out)?;
+        Ok(out)
+    }
+
+    /// Overwrites the elements, in place, with those of `src` (of the same shape and dtype) on
+    /// another device: the array's host tier, or the device of a host tier's array. Nothing is
+    /// allocated; the routes are [`Array::to_device`]'s.
+    pub fn write_from(&mut self, src: &Array) -> Result<()> {
+        const OP: &str = "write_from";
+        check_route(OP, src.device(), self.device())?;
+        if src.shape() != self.shape() || src.dtype() != self.dtype() {
+            return Err(Error::Argument {
                 op: OP,
-                left: source.to_string(),
-                right: target.to_string(),
+                detail: format!(
+                    "{} of {} into {} of {}",
+                    src.shape(),
+                    src.dtype(),
+                    self.shape(),
+                    self.dtype()
+                ),
             });
         }
-        let mut out = Array::uninit(target, self.shape().clone(), self.dtype(), OP)?;
-        if meta[0] {
-            for device in [source, target] {
-                device.record_work(Kernel::transfer(self.buffer().bytes()));
-            }
-        } else if to == DeviceKind::Cpu {
-            with_element!(self.dtype(), |T| {
-                let bytes = bytemuck::cast_slice_mut(out.buffer_mut(OP)?.host_mut::<T>(OP)?);
-                source.backend().read(self.buffer(), bytes)
-            })?;
-        } else {
-            with_element!(self.dtype(), |T| {
-                let bytes = bytemuck::cast_slice(self.buffer().host::<T>(OP)?);
-                target.backend().write(out.buffer_mut(OP)?, bytes)
-            })?;
+        copy(OP, src, self)
+    }
+}
+
+/// Fails unless `from` and `to` are both meta devices, or one of them holds host memory.
+fn check_route(op: &'static str, from: &Device, to: &Device) -> Result<()> {
+    let meta = [from.kind(), to.kind()].map(|kind| kind == DeviceKind::Meta);
+    let host = from.kind() == DeviceKind::Cpu || to.kind() == DeviceKind::Cpu;
+    if meta[0] != meta[1] || !(meta[0] || host) {
+        return Err(Error::Device {
+            op,
+            left: from.to_string(),
+            right: to.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Copies `src` into `dst` (of its size) over a route [`check_route`] allowed.
+fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
+    let (source, target) = (src.device().clone(), dst.device().clone());
+    if source.kind() == DeviceKind::Meta {
+        for device in [&source, &target] {
+            device.record_work(Kernel::transfer(src.buffer().bytes()));
         }
-        Ok(out)
+        Ok(())
+    } else if target.kind() == DeviceKind::Cpu {
+        with_element!(src.dtype(), |T| {
+            let bytes = bytemuck::cast_slice_mut(dst.buffer_mut(op)?.host_mut::<T>(op)?);
+            source.backend().read(src.buffer(), bytes)
+        })
+    } else {
+        with_element!(src.dtype(), |T| {
+            let bytes = bytemuck::cast_slice(src.buffer().host::<T>(op)?);
+            target.backend().write(dst.buffer_mut(op)?, bytes)
+        })
     }
 }
 
