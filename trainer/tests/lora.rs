@@ -260,6 +260,8 @@ fn a_plan_that_fits_no_full_fine_tune_names_the_lora_run_that_fits() {
     // too): planned in a fraction of a second.
     config.model.layers = 4;
     config.model.tie_embeddings = false;
+    // Without the host tier, which would hold the full fine-tune's optimizer.
+    config.optimizer.offload = Some(false);
     let task = Task::from_config(&config.data, &config.model, config.seed).unwrap();
     let (budget, target, _) = run_device::planning(&config).unwrap();
     let err = plan(&config, &task, &budget, target).unwrap_err();

@@ -8,7 +8,7 @@ mod common;
 use common::{TempDir, small_config};
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{
-    DataKind, ModelFamily, PrecisionKind, Recompute, StateKind, TrainConfig,
+    DataKind, ModelFamily, PolicyKind, PrecisionKind, Recompute, StateKind, TrainConfig,
 };
 
 /// A small Llama-family run over sequences of 128 uniform tokens, whose activations outweigh
@@ -45,7 +45,7 @@ fn offloaded_block_inputs_peak_on_each_tier_as_planned_and_train_the_same() {
         let kept_peak = kept.device().allocator().stats().peak_in_use;
         assert!(kept.host_tier().is_none());
 
-        config.model.offload_activations = true;
+        config.model.offload_activations = Some(true);
         let mut offloaded = Trainer::builder()
             .config(config)
             .overwrite()
@@ -82,7 +82,7 @@ fn a_host_tier_too_small_is_reported_as_the_host_tiers_out_of_memory() {
     let dir = TempDir::new("offload-small");
     let mut config = config(&dir);
     config.model.recompute = Some(Recompute::Blocks);
-    config.model.offload_activations = true;
+    config.model.offload_activations = Some(true);
     config.batch.micro = Some(8);
     config.memory.host_limit = Some(headroom_alloc::ByteSize::kib(1));
     let err = Trainer::builder()
@@ -105,7 +105,7 @@ fn a_host_tier_too_small_is_reported_as_the_host_tiers_out_of_memory() {
 fn offloading_needs_whole_blocks_recomputed() {
     let dir = TempDir::new("offload-config");
     let mut config = config(&dir);
-    config.model.offload_activations = true;
+    config.model.offload_activations = Some(true);
     config.model.recompute = Some(Recompute::Cheap);
     let err = config.validate().unwrap_err().to_string();
     assert!(err.contains("model.offload_activations"), "{err}");
@@ -130,7 +130,7 @@ fn an_offloaded_optimizer_peaks_on_each_tier_as_planned_and_trains_the_same() {
     ] {
         let mut config = config(&dir);
         config.model.recompute = Some(Recompute::Blocks);
-        config.model.offload_activations = activations;
+        config.model.offload_activations = Some(activations);
         config.optimizer.clip = 0.0;
         config.optimizer.in_backward = Some(in_backward);
         config.optimizer.state = Some(state);
@@ -144,7 +144,7 @@ fn an_offloaded_optimizer_peaks_on_each_tier_as_planned_and_trains_the_same() {
             (trainer, losses)
         };
         let (kept, kept_losses) = train(config.clone());
-        config.optimizer.offload = true;
+        config.optimizer.offload = Some(true);
         let (offloaded, losses) = train(config);
         let case = format!("in backward {in_backward}, {state:?}, activations {activations}");
         assert_eq!(losses, kept_losses, "{case}: the same steps");
@@ -179,4 +179,49 @@ fn an_offloaded_optimizer_peaks_on_each_tier_as_planned_and_trains_the_same() {
             "{case}"
         );
     }
+}
+
+#[test]
+fn the_policy_offloads_only_where_nothing_on_the_device_fits() {
+    let dir = TempDir::new("offload-policy");
+    let mut config = config(&dir);
+    config.optimizer.clip = 0.0;
+    config.batch.margin = Some(0.0);
+    config.memory.limit = Some(headroom_alloc::ByteSize::mib(256));
+    let chosen = |config: &TrainConfig| {
+        let trainer = Trainer::new(config.clone()).unwrap();
+        let plan = trainer.plan().unwrap().clone();
+        (plan.policy.clone().unwrap().chosen, plan, trainer)
+    };
+    let (roomy, ..) = chosen(&config);
+    assert!(!roomy.offloads(), "{roomy:?}");
+    // The lightest step of one sample on the device, and with the host tier.
+    let one_sample = |offload: bool| {
+        let mut pinned = config.clone();
+        pinned.memory.policy = PolicyKind::Manual;
+        pinned.batch.size = 1;
+        pinned.model.recompute = Some(Recompute::BlocksTiled);
+        pinned.optimizer.in_backward = Some(true);
+        pinned.model.offload_activations = Some(offload);
+        pinned.optimizer.offload = Some(offload);
+        Trainer::new(pinned).unwrap().plan().unwrap().predicted_peak
+    };
+    let (device_alone, with_host) = (one_sample(false), one_sample(true));
+    assert!(
+        with_host < device_alone,
+        "{with_host} against {device_alone}"
+    );
+    config.memory.limit = Some(((device_alone + with_host) / 2).into());
+    let (tight, plan, mut trainer) = chosen(&config);
+    assert!(tight.offloads() && tight.state == StateKind::F32, "{plan}");
+    assert!(
+        plan.to_string()
+            .contains("nothing without the host tier fits"),
+        "{plan}"
+    );
+    trainer.train_step().unwrap();
+    let device = trainer.device().allocator().stats().peak_in_use;
+    assert_eq!(device, plan.predicted_peak, "{plan}");
+    let host = trainer.host_tier().unwrap().allocator().stats().peak_in_use;
+    assert_eq!(Some(host), plan.predicted_host_peak, "{plan}");
 }

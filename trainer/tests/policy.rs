@@ -10,9 +10,11 @@ use headroom_trainer::planning::policy::{Candidate, Policy, PolicyPlan};
 
 /// A two-block GPT wide enough, and batches small enough (4), that its gradients outweigh its
 /// activations, no clipping (so the step in the backward pass may be chosen), the planner choosing
-/// the micro-batch.
+/// the micro-batch; the host tier apart (tests/offload.rs has it).
 fn config(dir: &TempDir) -> TrainConfig {
     let mut config = small_config(dir);
+    config.model.offload_activations = Some(false);
+    config.optimizer.offload = Some(false);
     config.model.width = 128;
     config.model.layers = 2;
     config.batch.size = 4;
@@ -52,6 +54,8 @@ fn policy(recompute: Recompute, in_backward: bool, state: StateKind) -> Policy {
         recompute,
         in_backward,
         state,
+        offload_activations: false,
+        offload_optimizer: false,
     }
 }
 

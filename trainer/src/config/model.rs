@@ -71,9 +71,10 @@ pub struct ModelConfig {
     /// its forward pass until its backward pass copies it back (activation offloading), so
     /// that the device keeps no activation of the blocks between the passes. Needs whole
     /// blocks recomputed: with `recompute` unset, the memory policy chooses among `blocks` and
-    /// `blocks-tiled`.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub offload_activations: bool,
+    /// `blocks-tiled`. Unset: the memory policy offloads where nothing faster fits (never
+    /// under `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload_activations: Option<bool>,
     /// GPT: rows of tokens whose logits the fused head and loss form at a time. Unset: the
     /// planner chooses (or, with a fixed micro-batch, the model's default of 8 Mi logits).
     pub head_chunk: Option<usize>,
@@ -123,7 +124,7 @@ impl Default for ModelConfig {
             qkv_bias: false,
             qk_norm: false,
             recompute: None,
-            offload_activations: false,
+            offload_activations: None,
             head_chunk: None,
             hidden: vec![256, 256],
             norm_eps: None,
@@ -155,6 +156,11 @@ impl ModelConfig {
         self.context
             .or(preset.map(|p| p.shape().context))
             .unwrap_or(data_default)
+    }
+
+    /// Whether the recomputed blocks' inputs wait in the host tier (`offload_activations`).
+    pub fn offloads_activations(&self) -> bool {
+        self.offload_activations == Some(true)
     }
 
     /// The vocabulary for data without one of its own: `vocab`, or the preset's.
@@ -264,7 +270,7 @@ impl ModelConfig {
                     }
                 }
                 problems.check(
-                    !self.offload_activations
+                    !self.offloads_activations()
                         || self.recompute.is_none_or(|r| r >= Recompute::Blocks),
                     format!(
                         "model.offload_activations: offloads the inputs of recomputed blocks, \
@@ -290,7 +296,7 @@ impl ModelConfig {
                     "model.head_chunk: the fused head is a GPT's; an MLP has none".into(),
                 );
                 problems.check(
-                    !self.offload_activations,
+                    !self.offloads_activations(),
                     "model.offload_activations: offloads a GPT's blocks; an MLP has none".into(),
                 );
                 problems.check(

@@ -46,8 +46,10 @@ pub struct OptimizerConfig {
     /// (ZeRO-Offload): the parameter and its gradient are copied to the host, updated, and
     /// the parameter copied back, so the device holds no optimizer state. The same updates,
     /// bit for bit, where the host computes as the device does. Not with `shard_state`.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub offload: bool,
+    /// Unset: the memory policy offloads where nothing faster fits (never under
+    /// `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<bool>,
     /// This process's rank and the number of ranks, as the launcher started it: set at launch,
     /// never read from or written to a file. With `shard_state` it decides which share of the
     /// state the optimizer keeps.
@@ -75,7 +77,7 @@ impl Default for OptimizerConfig {
             state: None,
             in_backward: None,
             shard_state: false,
-            offload: false,
+            offload: None,
             launched_as: None,
             schedule: ScheduleKind::WarmupCosine,
             warmup: 50,
@@ -171,7 +173,7 @@ impl OptimizerConfig {
             ),
         );
         problems.check(
-            !(self.offload && self.shard_state),
+            !(self.offload == Some(true) && self.shard_state),
             "optimizer.offload: a sharded state (optimizer.shard_state) is shared between the \
              ranks' devices; turn one of them off"
                 .into(),

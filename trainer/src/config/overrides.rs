@@ -321,7 +321,7 @@ impl Overrides {
             config.model.recompute = self.recompute;
         }
         if self.offload_activations {
-            config.model.offload_activations = true;
+            config.model.offload_activations = Some(true);
         }
         if self.host_limit.is_some() {
             config.memory.host_limit = self.host_limit.clone();
@@ -343,7 +343,7 @@ impl Overrides {
             config.optimizer.in_backward = Some(true);
         }
         if self.offload_optimizer {
-            config.optimizer.offload = true;
+            config.optimizer.offload = Some(true);
         }
         if self.shard_state {
             config.optimizer.shard_state = true;

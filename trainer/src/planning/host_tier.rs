@@ -20,7 +20,7 @@ const FALLBACK_HOST_MEMORY: u64 = 64 << 30;
 
 /// Whether a run of `config` keeps anything in the host tier.
 pub fn wanted(config: &TrainConfig) -> bool {
-    config.model.offload_activations || config.optimizer.offload
+    config.model.offloads_activations() || config.optimizer.offload == Some(true)
 }
 
 /// The host tier a run of `config` opens; none unless it offloads.

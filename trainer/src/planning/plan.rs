@@ -167,14 +167,21 @@ impl std::fmt::Display for PolicyPlan {
         )?;
         writeln!(
             f,
-            "{:<12} {:<12} {:<6} {:>12} {:>14} {:>14}",
-            "recompute", "update", "state", "micro-batch", "predicted peak", "predicted step"
+            "{:<12} {:<12} {:<6} {:<11} {:>12} {:>14} {:>14}",
+            "recompute",
+            "update",
+            "state",
+            "offloaded",
+            "micro-batch",
+            "predicted peak",
+            "predicted step"
         )?;
         for c in &self.candidates {
             let Policy {
                 recompute,
                 in_backward,
                 state,
+                ..
             } = c.policy;
             let micro = c
                 .micro
@@ -190,10 +197,11 @@ impl std::fmt::Display for PolicyPlan {
             };
             writeln!(
                 f,
-                "{:<12} {:<12} {:<6} {micro:>12} {peak:>14} {seconds:>14}{chosen}",
+                "{:<12} {:<12} {:<6} {:<11} {micro:>12} {peak:>14} {seconds:>14}{chosen}",
                 recompute,
                 if in_backward { "in backward" } else { "after" },
                 state,
+                c.policy.offloaded(),
             )?;
         }
         writeln!(f, "chosen: {} ({})", self.chosen.describe(), self.reason)

@@ -35,13 +35,20 @@ pub struct Policy {
     pub in_backward: bool,
     /// The optimizer state's precision.
     pub state: StateKind,
+    /// Whether the recomputed blocks' inputs wait in the host tier.
+    #[serde(default)]
+    pub offload_activations: bool,
+    /// Whether the optimizer's state and updates are in the host tier.
+    #[serde(default)]
+    pub offload_optimizer: bool,
 }
 
 impl Policy {
     /// The techniques `config` sets, with the unset ones off.
     pub fn manual(config: &TrainConfig) -> Self {
+        let offload_activations = config.model.offloads_activations();
         // Offloaded activations are the inputs of recomputed blocks.
-        let fallback = match config.model.offload_activations {
+        let fallback = match offload_activations {
             true => Recompute::Blocks,
             false => Recompute::None,
         };
@@ -49,6 +56,8 @@ impl Policy {
             recompute: config.model.recompute.unwrap_or(fallback),
             in_backward: config.optimizer.in_backward.unwrap_or(false),
             state: config.optimizer.state.unwrap_or_default(),
+            offload_activations,
+            offload_optimizer: config.optimizer.offload == Some(true),
         }
     }
 
@@ -56,9 +65,26 @@ impl Policy {
     pub fn apply(&self, config: &mut TrainConfig) {
         if config.model.kind == ModelKind::Gpt || config.model.recompute.is_some() {
             config.model.recompute = Some(self.recompute);
+            config.model.offload_activations = Some(self.offload_activations);
         }
         config.optimizer.in_backward = Some(self.in_backward);
         config.optimizer.state = Some(self.state);
+        config.optimizer.offload = Some(self.offload_optimizer);
+    }
+
+    /// Whether anything waits in the host tier.
+    pub fn offloads(&self) -> bool {
+        self.offload_activations || self.offload_optimizer
+    }
+
+    /// What it keeps in the host tier, as the plan's table names it.
+    pub fn offloaded(&self) -> &'static str {
+        match (self.offload_activations, self.offload_optimizer) {
+            (false, false) => "-",
+            (true, false) => "activations",
+            (false, true) => "optimizer",
+            (true, true) => "both",
+        }
     }
 
     /// The policy in a few words, as the plan prints it.
@@ -80,7 +106,13 @@ impl Policy {
             StateKind::Bf16 => "bf16 state",
             StateKind::Int8 => "int8 state",
         };
-        format!("{recompute}, {update}, {state}")
+        let offloaded = match (self.offload_activations, self.offload_optimizer) {
+            (false, false) => "",
+            (true, false) => ", activations offloaded",
+            (false, true) => ", optimizer offloaded",
+            (true, true) => ", activations and optimizer offloaded",
+        };
+        format!("{recompute}, {update}, {state}{offloaded}")
     }
 }
 
@@ -90,28 +122,25 @@ pub fn keep_unset(saved: &TrainConfig, config: &mut TrainConfig) {
     if config.model.recompute.is_none() {
         config.model.recompute = saved.model.recompute;
     }
+    if config.model.offload_activations.is_none() {
+        config.model.offload_activations = saved.model.offload_activations;
+    }
     if config.optimizer.in_backward.is_none() {
         config.optimizer.in_backward = saved.optimizer.in_backward;
     }
     if config.optimizer.state.is_none() {
         config.optimizer.state = saved.optimizer.state;
     }
+    if config.optimizer.offload.is_none() {
+        config.optimizer.offload = saved.optimizer.offload;
+    }
 }
 
 /// The candidates of `config`'s policy for a model that offers `knobs`, by precision of the
-/// optimizer state, each tier in the order of preference: the first tier is tried alone, the
-/// next only if none of it fits.
+/// optimizer state and, within a precision, without and then with the host tier, each tier in
+/// the order of preference: the first tier is tried alone, the next only if none of it fits.
+/// Offloading, which changes nothing of the optimization, comes before a narrower state.
 pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
-    let recomputes: Vec<Recompute> = match config.model.recompute {
-        Some(pinned) => vec![pinned],
-        // Offloaded activations are the inputs of recomputed blocks.
-        None if config.model.offload_activations => knobs
-            .recomputes()
-            .into_iter()
-            .filter(|&r| r >= Recompute::Blocks)
-            .collect(),
-        None => knobs.recomputes(),
-    };
     let allowed = config.optimizer.clip == 0.0 && config.precision.dtype != PrecisionKind::F16;
     let in_backward: Vec<bool> = match config.optimizer.in_backward {
         Some(pinned) => vec![pinned],
@@ -125,20 +154,86 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
         }
         None => vec![StateKind::F32],
     };
-    states
-        .into_iter()
-        .map(|state| {
-            recomputes
-                .iter()
-                .flat_map(|&recompute| {
+    let offloads = offloads(config, knobs);
+    let mut tiers = Vec::new();
+    for state in states {
+        for group in &offloads {
+            let tier = group.iter().flat_map(|&(activations, optimizer)| {
+                let recomputes = recomputes(config, knobs, activations);
+                let in_backward = &in_backward;
+                recomputes.into_iter().flat_map(move |recompute| {
                     in_backward.iter().map(move |&in_backward| Policy {
                         recompute,
                         in_backward,
                         state,
+                        offload_activations: activations,
+                        offload_optimizer: optimizer,
                     })
                 })
-                .collect()
-        })
+            });
+            tiers.push(tier.collect());
+        }
+    }
+    tiers
+}
+
+/// The recomputations a candidate that offloads activations (or not) may use: whole blocks
+/// alone where it does.
+fn recomputes(config: &TrainConfig, knobs: Knobs, offload_activations: bool) -> Vec<Recompute> {
+    match config.model.recompute {
+        Some(pinned) => vec![pinned],
+        None if offload_activations => knobs
+            .recomputes()
+            .into_iter()
+            .filter(|&r| r >= Recompute::Blocks)
+            .collect(),
+        None => knobs.recomputes(),
+    }
+}
+
+/// The (activations, optimizer) offloads to try, in groups tried in order: without the host
+/// tier first, then with it, pinned settings kept, each only where the model and the run
+/// allow it (activations: a model that offers it, with whole blocks recomputable; optimizer:
+/// an unsharded state).
+fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool)>> {
+    let blocks = knobs.block_recompute
+        && config
+            .model
+            .recompute
+            .is_none_or(|r| r >= Recompute::Blocks);
+    let activations: &[bool] = match config.model.offload_activations {
+        Some(pinned) => {
+            if pinned {
+                &[true]
+            } else {
+                &[false]
+            }
+        }
+        None if knobs.offload_activations && blocks => &[false, true],
+        None => &[false],
+    };
+    let optimizer: &[bool] = match config.optimizer.offload {
+        Some(pinned) => {
+            if pinned {
+                &[true]
+            } else {
+                &[false]
+            }
+        }
+        None if !config.optimizer.shard_state => &[false, true],
+        None => &[false],
+    };
+    let all: Vec<(bool, bool)> = activations
+        .iter()
+        .flat_map(|&a| optimizer.iter().map(move |&o| (a, o)))
+        .collect();
+    let (first, rest): (Vec<_>, Vec<_>) = all.into_iter().partition(|&(a, o)| {
+        (a == config.model.offloads_activations())
+            && (o == (config.optimizer.offload == Some(true)))
+    });
+    [first, rest]
+        .into_iter()
+        .filter(|g| !g.is_empty())
         .collect()
 }
 
@@ -203,6 +298,8 @@ mod tests {
                 recompute,
                 in_backward: false,
                 state: StateKind::F32,
+                offload_activations: false,
+                offload_optimizer: false,
             },
             micro,
             predicted_peak: micro.map(|m| m as u64),
@@ -230,11 +327,22 @@ mod tests {
     fn pinned_techniques_stay_and_forbidden_ones_are_never_proposed() {
         let mut config = TrainConfig::default();
         let all = tiers(&config, GPT);
-        // Clipping is on by default: no step in the backward pass.
-        assert_eq!(all.len(), 3);
+        // Clipping is on by default: no step in the backward pass. Each precision is tried
+        // without the host tier, then with it.
+        assert_eq!(all.len(), 6);
         assert_eq!(all[0].len(), 4);
         assert!(all.iter().flatten().all(|p| !p.in_backward));
-        assert_eq!(all[2][0].state, StateKind::Int8);
+        assert_eq!(all[4][0].state, StateKind::Int8);
+        assert!(all[0].iter().all(|p| !p.offloads()));
+        assert!(
+            all[1]
+                .iter()
+                .all(|p| p.offloads() && p.state == StateKind::F32)
+        );
+        // Activations are offloaded from recomputed blocks alone.
+        let offloading = all[1].iter().filter(|p| p.offload_activations);
+        assert!(offloading.clone().count() > 0);
+        assert!(offloading.clone().all(|p| p.recompute >= Recompute::Blocks));
         config.optimizer.clip = 0.0;
         assert_eq!(tiers(&config, GPT)[0].len(), 8);
         config.precision.dtype = PrecisionKind::F16;
@@ -243,12 +351,18 @@ mod tests {
         config.model.recompute = Some(Recompute::Cheap);
         config.optimizer.state = Some(StateKind::Bf16);
         let pinned = tiers(&config, GPT);
-        assert_eq!(pinned.len(), 1);
+        // Cheap recomputation keeps its activations on the device: the optimizer alone may go.
+        assert_eq!(pinned.len(), 2);
         assert!(
-            pinned[0]
+            pinned
                 .iter()
-                .all(|p| p.recompute == Recompute::Cheap && p.state == StateKind::Bf16)
+                .flatten()
+                .all(|p| p.recompute == Recompute::Cheap
+                    && p.state == StateKind::Bf16
+                    && !p.offload_activations)
         );
+        config.optimizer.offload = Some(false);
+        assert_eq!(tiers(&config, GPT).len(), 1);
         let mut applied = TrainConfig::default();
         pinned[0][1].apply(&mut applied);
         assert_eq!(applied.optimizer.in_backward, Some(true));

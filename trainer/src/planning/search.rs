@@ -25,7 +25,7 @@ use crate::planning::budget::{Budget, UNLIMITED};
 use crate::planning::diagnosis::Failure;
 use crate::planning::head_chunk;
 use crate::planning::plan::{ChunkProbe, Plan, Probe};
-use crate::planning::policy::{self, Candidate, PolicyPlan};
+use crate::planning::policy::{self, Candidate, Policy, PolicyPlan};
 use crate::planning::probe::{FirstSamples, Probed, Prober};
 use crate::planning::tag_bytes::TagBytes;
 
@@ -152,7 +152,10 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
     let mut plans = Vec::new();
     // Why the last candidate planned did not fit, when its planning said.
     let mut last_failure = None;
-    for (tier, policies) in policy::tiers(config, ground.knobs).into_iter().enumerate() {
+    let tiers = policy::tiers(config, ground.knobs);
+    let widest = tiers.first().and_then(|t| t.first()).map(|p| p.state);
+    let pinned_offload = Policy::manual(config).offloads();
+    for policies in tiers {
         let first = candidates.len();
         for policy in policies {
             let mut candidate = config.clone();
@@ -194,17 +197,22 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
             .iter()
             .filter(|c| c.micro.is_some())
             .count();
-        let reason = if tier == 0 {
-            fastest_of(fitting)
-        } else {
-            format!(
+        let narrowed = Some(chosen.state) != widest;
+        let mut reason = fastest_of(fitting);
+        if chosen.offloads() && !pinned_offload {
+            reason = format!(
+                "nothing without the host tier fits; offloading changes nothing of the \
+                 optimization, for copies between the tiers; {reason}"
+            );
+        }
+        if narrowed {
+            reason = format!(
                 "no candidate with a wider optimizer state fits one sample; {} state \
-                 changes the optimization slightly; {}",
-                chosen.state,
-                fastest_of(fitting)
-            )
-        };
-        if tier > 0 {
+                 changes the optimization slightly; {reason}",
+                chosen.state
+            );
+        }
+        if narrowed {
             tracing::warn!(
                 "the memory policy keeps the optimizer state in {}: {reason}",
                 chosen.state

@@ -305,7 +305,7 @@ impl Inputs {
         );
         let host = host_tier::open(&chunked)?;
         let offers = self.factory.knobs(&self.task.train.shape());
-        if chunked.model.offload_activations && !offers.offload_activations {
+        if chunked.model.offloads_activations() && !offers.offload_activations {
             return Err(Error::config(
                 "model.offload_activations: this model keeps no recomputed segments' inputs in a \
                  host tier",
@@ -476,7 +476,10 @@ fn build_model(
     if saved.is_none() || config.model.lora.is_some() {
         factory.initialize(&mut *model)?;
     }
-    model.set_host_tier(host.cloned().filter(|_| config.model.offload_activations));
+    model.set_host_tier(
+        host.cloned()
+            .filter(|_| config.model.offloads_activations()),
+    );
     let mut optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
     if let Some(saved) = saved {
         saved.restore(&mut *model, &mut *optimizer)?;

@@ -112,6 +112,7 @@ fn largest_one_micro_batch(
             recompute,
             in_backward: true,
             state,
+            ..Policy::manual(config)
         };
         let mut candidate = config.clone();
         policy.apply(&mut candidate);
