@@ -8,7 +8,7 @@
 # `build` also packs .gpu-check/ into .gpu-check.tar.xz (about 7 MiB, where the folder holds over
 # 80): carry the archive alone, and `run` unpacks it where the folder is missing.
 #
-# `run tests`, `run benches`, `run fit`, `run limits`, `run llama` and `run lora` run one part alone, or the parts named
+# `run tests`, `run benches`, `run fit`, `run limits`, `run llama`, `run lora` and `run long` run one part alone, or the parts named
 # (for a machine that limits how long one command may take: the parts in calls of their own);
 # `tests=loss,gemm` runs those test binaries alone; `--rounds=N` runs each comparison with PyTorch
 # N times, alternating the two sides (1 by default).
@@ -33,7 +33,11 @@
 # beside PEFT (`torch_fit.py --lora 16`; needs peft), checked against the LoRA issue's targets:
 # the peak at a micro-batch of one at most 0.5 of PEFT's, tokens/s at least 1.0 of its; and the
 # same for QLoRA, the base in NF4 on both sides (`--base nf4`: bitsandbytes for PEFT; needs
-# bitsandbytes). Results land in .gpu-check/results/ (or $OUT when set).
+# bitsandbytes); and (`long`) the longest context of SmolLM2-135M at a micro-batch of one under 8
+# and 16 GiB (`fit-compare --longest-context`, the host tier included, confirmed by a real step)
+# beside transformers with gradient checkpointing (`torch_fit.py --longest-context`), checked
+# against the host-tier issue's target of 10 times its context. Results land in
+# .gpu-check/results/ (or $OUT when set).
 # The exit status is 1 when a test failed or a target was missed.
 #
 # Off a GPU, `bash scripts/cuda-emulated-check.sh` runs the same tests, and the bench at smoke
@@ -96,7 +100,7 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 only= name
+    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 long=0 only= name
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
@@ -109,12 +113,13 @@ run() {
             allreduce) allreduce=1 ;;
             llama) llama=1 ;;
             lora) lora=1 ;;
+            long) long=1 ;;
             *) usage ;;
         esac
     done
     # No part named: all of them.
-    if [ $((tests + benches + fit + limits + allreduce + llama + lora)) -eq 0 ]; then
-        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1
+    if [ $((tests + benches + fit + limits + allreduce + llama + lora + long)) -eq 0 ]; then
+        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1 long=1
     fi
     if [ ! -d "$DIR" ] && [ -f "$DIR.tar.xz" ]; then
         tar -xJf "$DIR.tar.xz"
@@ -233,11 +238,35 @@ sys.exit(0 if peak <= 0.5 and speed >= 1.0 and ours["predicted_exactly"] else 1)
 CHECK
         done
     fi
+    # The longest context of SmolLM2-135M at a micro-batch of one under 8 and 16 GiB, the memory
+    # policy choosing (the host tier included), confirmed by a real step, beside transformers
+    # with gradient checkpointing (its real steps, doubling then bisecting).
+    if [ "$long" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
+        local limit
+        for limit in 8GiB 16GiB; do
+            echo "== longest context under $limit"
+            {
+                "$DIR/fit-compare" --device cuda:0 --preset smollm2-135m --longest-context "$limit" \
+                    --confirm yes | grep '^{'
+                python3 benches/peers/torch_fit.py --device cuda:0 --model smollm2-135m \
+                    --longest-context "$limit" | grep '^{'
+            } | tee "$results/longest-$limit.txt" || failed=1
+            python3 - "$results/longest-$limit.txt" "$limit" <<'CHECK' || failed=1
+import json, sys
+ours, theirs = (json.loads(line) for line in open(sys.argv[1]))
+ratio = ours["context"] / max(theirs["context"], 1)
+exact = ours["peak_bytes"] == ours["predicted_peak_bytes"]
+print(f"smollm2-135m under {sys.argv[2]}: {ours['context']} tokens against transformers' {theirs['context']} "
+      f"({ratio:.1f}x, target 10), real step at the prediction: {exact}")
+sys.exit(0 if ratio >= 10 and exact else 1)
+CHECK
+        done
+    fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora]" >&2
+    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora] [long]" >&2
     exit 2
 }
 

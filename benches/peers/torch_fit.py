@@ -28,6 +28,15 @@ users run it: the bf16 model loaded through `BitsAndBytesConfig(load_in_4bit=Tru
 bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=bfloat16)`
 (every linear layer but the head in bitsandbytes' `Linear4bit`), the rest kept in bf16.
 
+With `--longest-context SIZE` (a Llama-family `--model`), the longest context whose step of one
+sample fits under SIZE with gradient checkpointing, as transformers users stretch a context: on a
+GPU the longest multiple of 1024 tokens whose real step peaks within the limit (doubling, then
+bisecting; an out-of-memory is a step that does not fit); on the CPU, whose profiled steps at such
+lengths would take hours, the peaks at 1024 and 2048 tokens extrapolated in a line (memory-efficient
+attention and the logits both grow linearly with the context), cut to a multiple of 256. One JSON
+line per precision with the keys bench (`longest-context`), model, device, precision, limit_bytes,
+context, method (`measured` or `extrapolated`) and the peaks it read.
+
 Prints one JSON line per result with the keys model, device, precision, micro_batch, peak_bytes,
 activation_bytes_per_sample, samples_per_s, tokens_per_s (and lora, base with `--lora`);
 `--speed-only` leaves the peaks out (null), for models whose profiled steps need more host
@@ -288,6 +297,51 @@ def under_limits(args, device):
             print(json.dumps(line), flush=True)
 
 
+def fits(precision, context, device, limit):
+    """Whether a real checkpointed step of one sample of `context` tokens peaks within `limit`
+    on a GPU (an out-of-memory does not)."""
+    try:
+        return peak_bytes(precision, 1, context, device, True) <= limit
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return False
+
+
+def longest_context(args, device):
+    limit = parse_size(args.longest_context)
+    for precision in args.precision or ["bf16"]:
+        if device.type == "cuda":
+            step, good, bad = 1024, 0, None
+            while bad is None:
+                trying = max(2 * good, step)
+                if fits(precision, trying, device, limit):
+                    good = trying
+                else:
+                    bad = trying
+            while bad - good > step:
+                mid = (good + bad) // 2 // step * step
+                good, bad = (mid, bad) if fits(precision, mid, device, limit) else (good, mid)
+            context, method, peaks = good, "measured", {}
+        else:
+            short, long = 1024, 2048
+            peaks = {n: peak_bytes(precision, 1, n, device, True) for n in (short, long)}
+            per_token = (peaks[long] - peaks[short]) / (long - short)
+            context = short + int((limit - peaks[short]) / per_token)
+            context, method = max(context // 256 * 256, 0), "extrapolated"
+        line = {
+            "bench": "longest-context",
+            "model": MODEL,
+            "device": args.device,
+            "precision": precision,
+            "limit_bytes": limit,
+            "micro_batch": 1,
+            "context": context,
+            "method": method,
+            "peaks": {str(n): p for n, p in peaks.items()},
+        }
+        print(json.dumps(line), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--precision", choices=["f32", "bf16"], action="append")
@@ -302,6 +356,7 @@ def main():
     parser.add_argument(
         "--base", choices=["f32", "bf16", "nf4"], default="bf16", help="the frozen base's dtype with --lora (nf4: QLoRA)"
     )
+    parser.add_argument("--longest-context", help="the longest context under this limit, checkpointed (8GiB, ...)")
     parser.add_argument("--speed-only", action="store_true", help="samples/s alone (the profiler's peaks need much host memory)")
     args = parser.parse_args()
     global MODEL, LORA, BASE
@@ -312,6 +367,11 @@ def main():
         LORA = args.lora
         BASE = {"bf16": torch.bfloat16, "f32": torch.float32, "nf4": "nf4"}[args.base]
     device = torch.device(args.device)
+    if args.longest_context:
+        if args.model == "gpt2":
+            parser.error("--longest-context needs a Llama-family --model")
+        torch.set_num_threads(os.cpu_count() or 1)
+        return longest_context(args, device)
     if args.limit:
         torch.set_num_threads(os.cpu_count() or 1)
         return under_limits(args, device)

@@ -273,3 +273,23 @@ fn a_product_too_tight_for_the_preferred_workspace_runs_with_a_small_one_and_no_
     }
     assert_eq!(device.allocator().stats().ooms, 0);
 }
+
+#[test]
+fn arrays_go_to_the_host_tier_and_back_and_write_in_place() {
+    let device = match Device::cuda(0, AllocatorConfig::default()) {
+        Ok(device) => device,
+        Err(why) => return common::cuda_skipped(&why.to_string()),
+    };
+    let host = Device::host_tier(headroom_kernels::DeviceConfig::new(16 << 20)).unwrap();
+    let values: Vec<f64> = (0..4096).map(|i| (i % 251) as f64 - 100.0).collect();
+    let on_gpu = Array::from_f64(&device, [64, 64], DType::BF16, &values).unwrap();
+    let offloaded = on_gpu.to_device(&host).unwrap();
+    assert_eq!(host.allocator().stats().in_use, 8192);
+    assert_eq!(offloaded.to_f64().unwrap(), values);
+    let back = offloaded.to_device(&device).unwrap();
+    assert_eq!(back.to_f64().unwrap(), values);
+    let mut target = Array::zeros(&device, [64, 64], DType::BF16).unwrap();
+    target.write_from(&offloaded).unwrap();
+    assert_eq!(target.to_f64().unwrap(), values);
+    device.synchronize().unwrap();
+}

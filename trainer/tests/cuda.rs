@@ -114,6 +114,42 @@ fn a_qlora_step_on_the_gpu_peaks_as_planned_and_follows_the_cpu() {
 }
 
 #[test]
+fn a_step_offloading_to_the_host_tier_peaks_as_planned_on_both_tiers_and_follows_the_cpu() {
+    use headroom_trainer::config::{ModelFamily, Recompute};
+    let dir = TempDir::new("cuda-offload");
+    let mut config = small_config(&dir);
+    let model = &mut config.model;
+    model.family = ModelFamily::Llama;
+    (model.width, model.heads, model.layers) = (64, 4, 2);
+    model.kv_heads = Some(2);
+    model.mlp_width = Some(96);
+    model.recompute = Some(Recompute::BlocksTiled);
+    model.offload_activations = Some(true);
+    config.optimizer.offload = Some(true);
+    config.batch.micro = None;
+    let Some(mut gpu) = on_gpu(&config) else {
+        return;
+    };
+    let plan = gpu.plan().expect("a planned run").clone();
+    let losses: Vec<f64> = (0..2).map(|_| gpu.train_step().unwrap().loss).collect();
+    assert_eq!(
+        gpu.device().allocator().stats().peak_in_use,
+        plan.predicted_peak,
+        "{plan}"
+    );
+    let host = gpu.host_tier().unwrap().allocator().stats().peak_in_use;
+    assert_eq!(Some(host), plan.predicted_host_peak, "{plan}");
+    let mut cpu = Trainer::new(config).unwrap();
+    for (on_gpu, _) in losses.iter().zip(0..) {
+        let on_cpu = cpu.train_step().unwrap().loss;
+        assert!(
+            (on_gpu - on_cpu).abs() <= 1e-3 * on_cpu.abs(),
+            "{on_gpu} against {on_cpu}"
+        );
+    }
+}
+
+#[test]
 fn a_device_that_is_neither_cpu_nor_cuda_is_a_configuration_error() {
     let dir = TempDir::new("cuda-bad-device");
     let mut config = small_config(&dir);

@@ -18,6 +18,8 @@
 //! fit-compare [--preset NAME] [--context N] --limit SIZE [--limit SIZE]... [--at N]...
 //!             [--precision f32|bf16]...
 //! fit-compare --largest-preset SIZE [--precision f32|bf16]...
+//! fit-compare [--preset NAME] --longest-context SIZE [--most N] [--confirm yes|no]
+//!             [--precision f32|bf16]...
 //! ```
 //!
 //! `--preset` picks another model than GPT-2 small (`smollm2-135m`, `llama-3.2-1b`, ...), and
@@ -35,8 +37,13 @@
 //! size `--at` gives for that limit (PyTorch's largest; by default 1 under the first limit and
 //! 4 under the second, as PyTorch's peaks of 2.93 and 4.36 GB at one and two samples allow).
 //! `--largest-preset` asks which GPT-2 presets train at a micro-batch of one under the limit,
-//! and confirms the largest with a real step. Both print one JSON line per result, with a
-//! `bench` key (`largest-micro-batch`, `at-size`, `largest-preset`).
+//! and confirms the largest with a real step. `--longest-context` asks for the longest context
+//! (a multiple of 1024 tokens up to `--most`, 1 Mi by default) whose step of one sample the
+//! memory policy fits under the limit with every technique, the host tier included; with
+//! `--confirm yes` (the default on a GPU; a CPU's step at such lengths takes hours) one real
+//! step at that context checks the peak against the prediction. Each prints one JSON line per
+//! result, with a `bench` key (`largest-micro-batch`, `at-size`, `largest-preset`,
+//! `longest-context`).
 //!
 //! On the CPU the defaults are both precisions and micro-batches of 4; on a GPU bf16 and 8.
 //! Prints a table, then one JSON line per precision with the keys `model, device, precision,
@@ -50,6 +57,7 @@ use std::time::Instant;
 use headroom_benches::fit_limits::{
     Subject, Techniques, config as limit_config, confirm, largest, whole_batch_policy,
 };
+use headroom_benches::longest_context::{STEP, longest_context};
 use headroom_nn::lora::{LoraConfig, QuantizedBase};
 use headroom_trainer::config::{
     ALL_PRESETS, DataKind, ParamDtype, PrecisionKind, Preset, Recompute, TrainConfig,
@@ -75,6 +83,9 @@ struct Args {
     at: Vec<usize>,
     /// The limit to find the largest preset under.
     largest_preset: Option<u64>,
+    /// The limit to find the longest context under, the longest tried, and whether to
+    /// confirm it by a real step.
+    longest: Option<(u64, usize, bool)>,
 }
 
 impl Args {
@@ -85,6 +96,7 @@ impl Args {
         let mut recompute = Recompute::Cheap;
         let (mut rank, mut base) = (None, (ParamDtype::Bf16, None));
         let (mut limits, mut at, mut largest_preset) = (Vec::new(), Vec::new(), None);
+        let (mut longest, mut most, mut confirm_longest) = (None, 1 << 20, None);
         let size = |flag: &str, value: &str| {
             headroom_alloc::parse_size(value).map_err(|e| format!("{flag} {value}: {e}"))
         };
@@ -132,12 +144,24 @@ impl Args {
                 "--limit" => limits.push(size(&flag, &value)?),
                 "--at" => at.push(number()?.max(1)),
                 "--largest-preset" => largest_preset = Some(size(&flag, &value)?),
+                "--longest-context" => longest = Some(size(&flag, &value)?),
+                "--most" => most = number()?.max(1),
+                "--confirm" => {
+                    confirm_longest = match value.as_str() {
+                        "yes" => Some(true),
+                        "no" => Some(false),
+                        other => return Err(format!("--confirm {other}: yes or no")),
+                    }
+                }
                 other => return Err(format!("unknown flag {other}")),
             }
         }
         let gpu = device != "cpu";
         if at.is_empty() {
             at = vec![1, 4];
+        }
+        if precisions.is_empty() && longest.is_some() {
+            precisions = vec![PrecisionKind::Bf16];
         }
         if precisions.is_empty() && (!limits.is_empty() || largest_preset.is_some()) {
             precisions = vec![if gpu {
@@ -165,6 +189,7 @@ impl Args {
             limits,
             at,
             largest_preset,
+            longest: longest.map(|limit| (limit, most, confirm_longest.unwrap_or(gpu))),
         })
     }
 }
@@ -359,11 +384,57 @@ fn largest_preset(args: &Args, limit: u64) -> Result<()> {
     Ok(())
 }
 
+/// The longest context of `args`' preset under `limit`, for each precision, confirmed by a
+/// real step when `confirm`.
+fn longest(args: &Args, (limit, most, confirm_it): (u64, usize, bool)) -> Result<()> {
+    let (device, preset) = (args.device.as_str(), args.subject.preset);
+    let mut lines = Vec::new();
+    for &precision in &args.precisions {
+        let name = precision.name();
+        let found = longest_context(device, preset, precision, limit, most)?;
+        let Some(found) = found else {
+            println!("{name:<6} {}: not even {STEP} tokens fit", preset.name());
+            continue;
+        };
+        let (context, predicted) = (found.context, found.predicted_peak);
+        println!(
+            "{name:<6} {}: {context} tokens, predicted peak {} ({})",
+            preset.name(),
+            headroom_alloc::format_bytes(predicted),
+            found.policy
+        );
+        let measured = match confirm_it {
+            true => {
+                let confirmed = confirm(found.config, 0)?;
+                println!(
+                    "{name:<6} one real step peaked at {} in {:.1} s",
+                    headroom_alloc::format_bytes(confirmed.peak),
+                    confirmed.seconds
+                );
+                confirmed.peak.to_string()
+            }
+            false => "null".to_owned(),
+        };
+        lines.push(format!(
+            "{{\"bench\":\"longest-context\",\"model\":\"{}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"limit_bytes\":{limit},\"micro_batch\":1,\"context\":{context},\"predicted_peak_bytes\":{predicted},\"peak_bytes\":{measured},\"policy\":\"{}\"}}",
+            preset.name(),
+            found.policy
+        ));
+    }
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args = Args::parse().unwrap_or_else(|message| {
         eprintln!("fit-compare: {message}");
         std::process::exit(2)
     });
+    if let Some(longest_under) = args.longest {
+        return longest(&args, longest_under);
+    }
     if !args.limits.is_empty() {
         return under_limits(&args);
     }
