@@ -11,6 +11,12 @@ use headroom_nn::{
     Shared, StatePrecision, StateShard, clip_grad_norm, mlp, training_memory,
 };
 
+/// Every parameter's values, in visiting order.
+fn weights(model: &dyn Module) -> Vec<Vec<f64>> {
+    let parameters = model.parameters();
+    parameters.iter().map(|p| p.to_f64().unwrap()).collect()
+}
+
 /// The gradients of every parameter of `model` for the sum of its output on `x`.
 fn gradients_of_sum(model: &dyn Module, x: &Tensor) -> Gradients {
     let tape = Tape::new();
@@ -196,13 +202,6 @@ fn a_sharded_state_updates_its_share_as_the_whole_state_does() {
             measured.iter().all(|&b| b * 100 <= whole_bytes * 52),
             "{precision:?}: {measured:?} of {whole_bytes}"
         );
-        let weights = |model: &dyn Module| -> Vec<Vec<f64>> {
-            model
-                .parameters()
-                .iter()
-                .map(|p| p.to_f64().unwrap())
-                .collect()
-        };
         for _ in 0..2 {
             let before = weights(&whole_model);
             let grads = gradients(&whole_model);
@@ -350,13 +349,6 @@ fn an_offloaded_state_updates_as_the_device_does_bit_for_bit_and_lives_on_the_ho
         .unwrap()
     };
     let x = Tensor::from_f64(&device, [3, 16], DType::F32, &[0.3; 48]).unwrap();
-    let weights = |model: &dyn Module| -> Vec<Vec<f64>> {
-        model
-            .parameters()
-            .iter()
-            .map(|p| p.to_f64().unwrap())
-            .collect()
-    };
     for precision in [
         StatePrecision::Full,
         StatePrecision::Bf16,

@@ -76,17 +76,24 @@ fn a_tight_limit_on_the_gpu_is_recovered_and_trains_as_the_cpu_does() {
     assert_recovers_like(&mut cpu, &mut gpu, 4, limit, 1e-3);
 }
 
-#[test]
-fn a_qlora_step_on_the_gpu_peaks_as_planned_and_follows_the_cpu() {
-    use headroom_nn::lora::{LoraConfig, QuantizedBase};
-    use headroom_trainer::config::{ModelFamily, PrecisionKind};
-    let dir = TempDir::new("cuda-qlora");
-    let mut config = small_config(&dir);
+/// A small Llama-family run: width 64, four heads over two key/value heads, two blocks.
+fn small_llama(dir: &TempDir) -> TrainConfig {
+    let mut config = small_config(dir);
     let model = &mut config.model;
-    model.family = ModelFamily::Llama;
+    model.family = headroom_trainer::config::ModelFamily::Llama;
     (model.width, model.heads, model.layers) = (64, 4, 2);
     model.kv_heads = Some(2);
     model.mlp_width = Some(96);
+    config
+}
+
+#[test]
+fn a_qlora_step_on_the_gpu_peaks_as_planned_and_follows_the_cpu() {
+    use headroom_nn::lora::{LoraConfig, QuantizedBase};
+    use headroom_trainer::config::PrecisionKind;
+    let dir = TempDir::new("cuda-qlora");
+    let mut config = small_llama(&dir);
+    let model = &mut config.model;
     model.tie_embeddings = false;
     model.lora = Some(LoraConfig {
         rank: 4,
@@ -115,14 +122,10 @@ fn a_qlora_step_on_the_gpu_peaks_as_planned_and_follows_the_cpu() {
 
 #[test]
 fn a_step_offloading_to_the_host_tier_peaks_as_planned_on_both_tiers_and_follows_the_cpu() {
-    use headroom_trainer::config::{ModelFamily, Recompute};
+    use headroom_trainer::config::Recompute;
     let dir = TempDir::new("cuda-offload");
-    let mut config = small_config(&dir);
+    let mut config = small_llama(&dir);
     let model = &mut config.model;
-    model.family = ModelFamily::Llama;
-    (model.width, model.heads, model.layers) = (64, 4, 2);
-    model.kv_heads = Some(2);
-    model.mlp_width = Some(96);
     model.recompute = Some(Recompute::BlocksTiled);
     model.offload_activations = Some(true);
     config.optimizer.offload = Some(true);

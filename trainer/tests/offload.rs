@@ -225,3 +225,28 @@ fn the_policy_offloads_only_where_nothing_on_the_device_fits() {
     let host = trainer.host_tier().unwrap().allocator().stats().peak_in_use;
     assert_eq!(Some(host), plan.predicted_host_peak, "{plan}");
 }
+
+#[test]
+fn a_run_that_offloads_writes_both_tiers_down() {
+    let dir = TempDir::new("offload-run");
+    let mut config = config(&dir);
+    config.model.recompute = Some(Recompute::Blocks);
+    config.model.offload_activations = Some(true);
+    config.memory.history = 1000;
+    config.steps = Some(2);
+    let mut trainer = Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .unwrap();
+    let summary = trainer.run(false).unwrap();
+    assert!(summary.host_peak.is_some_and(|p| p > 0));
+    let run_dir = trainer.run_dir().to_path_buf();
+    let host_trace = std::fs::read_to_string(run_dir.join("memory-trace-host.json")).unwrap();
+    assert!(
+        host_trace.contains("activations"),
+        "the host tier's allocations, by tag"
+    );
+    let plot = std::fs::read_to_string(run_dir.join("memory.svg")).unwrap();
+    assert!(plot.contains("host tier (peak)"));
+}

@@ -9,6 +9,7 @@
 //! and a plan's has none, so that a plan says what the host must hold instead of depending on
 //! the machine it was made on.
 
+use headroom_alloc::AllocatorConfig;
 use headroom_kernels::{Device, DeviceConfig, Rates};
 
 use crate::config::TrainConfig;
@@ -28,12 +29,10 @@ pub fn open(config: &TrainConfig) -> Result<Option<Device>> {
     if !wanted(config) {
         return Ok(None);
     }
-    let limit = config
-        .memory
-        .host_limit
-        .as_ref()
-        .map_or_else(machine_memory, |limit| limit.bytes());
-    Ok(Some(Device::host_tier(DeviceConfig::new(limit))?))
+    let limit = limit(config).unwrap_or_else(machine_memory);
+    let allocator = AllocatorConfig::default().with_history(config.memory.history);
+    let tier = DeviceConfig::new(limit).with_allocator(allocator);
+    Ok(Some(Device::host_tier(tier)?))
 }
 
 /// The host tier a probe of `config` plans, its copies priced at `rates`; none unless it
@@ -42,15 +41,16 @@ pub fn planned(config: &TrainConfig, rates: Rates) -> Result<Option<Device>> {
     if !wanted(config) {
         return Ok(None);
     }
-    let limit = config
-        .memory
-        .host_limit
-        .as_ref()
-        .map_or(UNLIMITED, |l| l.bytes());
+    let limit = limit(config).unwrap_or(UNLIMITED);
     Ok(Some(Device::meta_host_tier(
         rates,
         DeviceConfig::new(limit),
     )?))
+}
+
+/// The host tier's limit that `config` sets, if it does.
+fn limit(config: &TrainConfig) -> Option<u64> {
+    config.memory.host_limit.as_ref().map(|limit| limit.bytes())
 }
 
 /// The machine's memory (Linux's `MemTotal`), or [`FALLBACK_HOST_MEMORY`].

@@ -11,9 +11,15 @@ use crate::error::{Error, Result};
 use crate::run_dir::record::Summary;
 
 /// Writes `summary.json`, `loss.svg` and `memory.svg` (with the `plots` feature) and
-/// `memory-trace.json` in `dir`, after
-/// flushing the allocation trace of `device` (streamed to `trace`).
-pub fn write(dir: &Path, summary: &Summary, device: &Device, trace: Option<&Path>) -> Result<()> {
+/// `memory-trace.json` in `dir` (and the host tier's history, where the run has one, as
+/// `memory-trace-host.json`), after flushing the allocation trace of `device` (streamed to
+/// `trace`).
+pub fn write(
+    dir: &Path,
+    summary: &Summary,
+    (device, host): (&Device, Option<&Device>),
+    trace: Option<&Path>,
+) -> Result<()> {
     flush_trace(device, trace);
     let path = dir.join("summary.json");
     let json = serde_json::to_string_pretty(summary).map_err(|e| Error::io(&path)(e.into()))?;
@@ -33,15 +39,23 @@ pub fn write(dir: &Path, summary: &Summary, device: &Device, trace: Option<&Path
             &dir.join("memory.svg"),
         )?;
     }
-    let chrome = dir.join("memory-trace.json");
-    let file = std::fs::File::create(&chrome).map_err(Error::io(&chrome))?;
+    chrome_trace(&dir.join("memory-trace.json"), device)?;
+    match host {
+        Some(host) => chrome_trace(&dir.join("memory-trace-host.json"), host),
+        None => Ok(()),
+    }
+}
+
+/// Writes the allocator history of `device` to `path` as a Chrome trace (for Perfetto).
+fn chrome_trace(path: &Path, device: &Device) -> Result<()> {
+    let file = std::fs::File::create(path).map_err(Error::io(path))?;
     device
         .allocator()
         .with(|a| match a.history() {
             Some(history) => history.write_chrome_trace(std::io::BufWriter::new(file)),
             None => Ok(()),
         })
-        .map_err(Error::io(&chrome))
+        .map_err(Error::io(path))
 }
 
 /// Flushes the allocation trace `device` streams to `trace`; a failure to write it is a

@@ -232,8 +232,8 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
 
-/// The peak bytes in use per step in black, and each tag's in a colour of its own (never the
-/// limit's red), each labelled once.
+/// The peak bytes in use per step in black, each tag's in a colour of its own (never the
+/// limit's red), and the host tier's peak where the run offloads to it, each labelled once.
 fn draw_peaks(chart: &mut StepChart<'_, '_>, records: &[StepRecord]) -> Result<(), String> {
     let mut tags: Vec<&str> = records
         .iter()
@@ -241,15 +241,25 @@ fn draw_peaks(chart: &mut StepChart<'_, '_>, records: &[StepRecord]) -> Result<(
         .collect();
     tags.sort_unstable();
     tags.dedup();
-    let series = std::iter::once(("in use (peak)", BLACK.to_rgba(), None)).chain(
-        tags.iter()
-            .enumerate()
-            .map(|(k, &tag)| (tag, Palette99::pick(k + 2).to_rgba(), Some(tag))),
-    );
-    for (name, color, tag) in series {
-        let value = |r: &StepRecord| match tag {
-            None => mib(r.peak),
-            Some(tag) => mib(r.tags.iter().find(|t| t.tag == tag).map_or(0, |t| t.peak)),
+    /// What a line of the plot follows.
+    enum Line<'a> {
+        Peak,
+        Tag(&'a str),
+        Host,
+    }
+    let host = records.iter().any(|r| r.host_peak.is_some());
+    let series = std::iter::once(("in use (peak)", BLACK.to_rgba(), Line::Peak))
+        .chain(
+            tags.iter()
+                .enumerate()
+                .map(|(k, &tag)| (tag, Palette99::pick(k + 2).to_rgba(), Line::Tag(tag))),
+        )
+        .chain(host.then(|| ("host tier (peak)", Palette99::pick(1).to_rgba(), Line::Host)));
+    for (name, color, line) in series {
+        let value = |r: &StepRecord| match line {
+            Line::Peak => mib(r.peak),
+            Line::Tag(tag) => mib(r.tags.iter().find(|t| t.tag == tag).map_or(0, |t| t.peak)),
+            Line::Host => mib(r.host_peak.unwrap_or(0)),
         };
         for (k, run) in runs(records).into_iter().enumerate() {
             let drawn = chart

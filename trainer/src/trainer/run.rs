@@ -92,7 +92,9 @@ impl Trainer {
                 if !writes {
                     return Err(err);
                 }
-                if let Err(also) = artifacts::write(&dir, &summary, &self.device, trace) {
+                if let Err(also) =
+                    artifacts::write(&dir, &summary, (&self.device, self.host.as_ref()), trace)
+                {
                     tracing::warn!("the run's artifacts could not all be written: {also}");
                 }
                 return Err(err);
@@ -101,7 +103,8 @@ impl Trainer {
         let mut summary = self.summary(diverged_at);
         summary.ranks = self.rank_peaks()?;
         if writes {
-            artifacts::write(&dir, &summary, &self.device, self.files.trace.as_deref())?;
+            let devices = (&self.device, self.host.as_ref());
+            artifacts::write(&dir, &summary, devices, self.files.trace.as_deref())?;
         }
         match diverged_at {
             None => Ok(summary),
