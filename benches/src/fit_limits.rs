@@ -136,18 +136,28 @@ pub fn largest(
     techniques: Techniques,
     most: usize,
 ) -> Result<Option<(usize, Policy)>> {
-    let fits = |samples| {
+    largest_fitting(most, |samples| {
         let config = config(device, subject, precision, samples, limit, techniques);
-        Ok::<_, Error>(whole_batch_policy(&config)?.map(|(policy, _)| (samples, policy)))
-    };
-    let Some(mut best) = fits(1)? else {
+        Ok::<_, Error>(whole_batch_policy(&config)?.map(|(policy, _)| policy))
+    })
+}
+
+/// The largest `n` in `1..=most` for which `fits(n)` finds something, with what it found
+/// (galloping from 1, then bisecting: a fit at `n` is taken to mean a fit at every size below);
+/// none when not even 1 fits.
+pub fn largest_fitting<T>(
+    most: usize,
+    mut fits: impl FnMut(usize) -> Result<Option<T>>,
+) -> Result<Option<(usize, T)>> {
+    let Some(first) = fits(1)? else {
         return Ok(None);
     };
+    let mut best = (1, first);
     let mut fails = None;
     while fails.is_none() && best.0 < most {
         let next = (best.0 * 2).min(most);
         match fits(next)? {
-            Some(found) => best = found,
+            Some(found) => best = (next, found),
             None => fails = Some(next),
         }
     }
@@ -155,7 +165,7 @@ pub fn largest(
         while fails - best.0 > 1 {
             let mid = (best.0 + fails) / 2;
             match fits(mid)? {
-                Some(found) => best = found,
+                Some(found) => best = (mid, found),
                 None => fails = mid,
             }
         }

@@ -9,7 +9,7 @@
 use headroom_trainer::Result;
 use headroom_trainer::config::{PrecisionKind, Preset, TrainConfig};
 
-use crate::fit_limits::{Subject, Techniques, config, whole_batch_policy};
+use crate::fit_limits::{Subject, Techniques, config, largest_fitting, whole_batch_policy};
 
 /// Contexts are tried in multiples of this many tokens.
 pub const STEP: usize = 1024;
@@ -55,26 +55,6 @@ pub fn longest_context(
             config,
         }))
     };
-    let most = (most / STEP).max(1);
-    let Some(mut best) = fits(1)? else {
-        return Ok(None);
-    };
-    let (mut good, mut bad) = (1, None);
-    while bad.is_none() && good < most {
-        let next = (good * 2).min(most);
-        match fits(next)? {
-            Some(found) => (good, best) = (next, found),
-            None => bad = Some(next),
-        }
-    }
-    if let Some(mut bad) = bad {
-        while bad - good > 1 {
-            let mid = (good + bad) / 2;
-            match fits(mid)? {
-                Some(found) => (good, best) = (mid, found),
-                None => bad = mid,
-            }
-        }
-    }
-    Ok(Some(best))
+    let found = largest_fitting((most / STEP).max(1), fits)?;
+    Ok(found.map(|(_, longest)| longest))
 }

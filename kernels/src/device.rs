@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use headroom_alloc::{
     Allocator, AllocatorConfig, FaultInjecting, HostMemory, MemorySource, SharedAllocator, Tag,
-    VirtualMemory,
 };
 
 use crate::backend::Backend;
@@ -152,10 +151,7 @@ impl Device {
         rates: Rates,
         config: DeviceConfig,
     ) -> Result<Device> {
-        let source = PlanningMemory::new(
-            VirtualMemory::new(config.memory).with_growth_step(target.growth_step()),
-            target.resizes_regions(),
-        );
+        let source = PlanningMemory::for_target(target, config.memory);
         Self::meta_over(target, rates, Box::new(source), config)
     }
 

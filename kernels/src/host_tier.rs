@@ -3,7 +3,7 @@
 //! allocator of its own. Its reports name their source [`HOST_TIER`], so that an
 //! out-of-memory there is told apart from the device's.
 
-use headroom_alloc::{MemorySource, SourceError, VirtualMemory};
+use headroom_alloc::{MemorySource, SourceError};
 
 use crate::cpu::CpuBackend;
 use crate::device::{Device, DeviceConfig, host_memory};
@@ -63,8 +63,7 @@ impl Device {
     /// priced at `rates`.
     pub fn meta_host_tier(rates: Rates, config: DeviceConfig) -> Result<Device> {
         let target = PlanTarget::Cpu;
-        let space = VirtualMemory::new(config.memory).with_growth_step(target.growth_step());
-        let source = PlanningMemory::new(space, target.resizes_regions());
+        let source = PlanningMemory::for_target(target, config.memory);
         Self::meta_over(
             target,
             rates,

@@ -15,6 +15,13 @@ pub struct PlanningMemory {
 }
 
 impl PlanningMemory {
+    /// `memory` bytes of virtual address space that grows and resizes as `target`'s memory
+    /// does: what a meta device planning for `target` allocates from.
+    pub fn for_target(target: PlanTarget, memory: u64) -> Self {
+        let space = VirtualMemory::new(memory).with_growth_step(target.growth_step());
+        Self::new(space, target.resizes_regions())
+    }
+
     /// Plans over `inner`, resizing in place only if `resizable`.
     pub fn new(inner: VirtualMemory, resizable: bool) -> Self {
         let inner = if resizable {

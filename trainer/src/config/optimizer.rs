@@ -131,6 +131,11 @@ pub enum ScheduleKind {
 }
 
 impl OptimizerConfig {
+    /// Whether the state and the updates are in the host tier (`offload`).
+    pub fn offloads(&self) -> bool {
+        self.offload == Some(true)
+    }
+
     /// The problems of the optimizer's own settings (how the update in the backward pass fits
     /// the precision is checked with the whole configuration).
     pub(super) fn check(&self, problems: &mut Problems) {
@@ -173,7 +178,7 @@ impl OptimizerConfig {
             ),
         );
         problems.check(
-            !(self.offload == Some(true) && self.shard_state),
+            !(self.offloads() && self.shard_state),
             "optimizer.offload: a sharded state (optimizer.shard_state) is shared between the \
              ranks' devices; turn one of them off"
                 .into(),

@@ -31,8 +31,9 @@ pub fn diagnose(
     if report.source == HOST_TIER {
         return format!(
             "the host tier ran out of memory: {} held (offloaded activations and optimizer \
-             state), {} more asked for, under its {} limit\nsuggestion: raise memory.host_limit (--host-limit), or \
-             unset it for the machine's memory; `headroom plan` predicts the host tier's peak",
+             state), {} more asked for, under its {} limit\nsuggestion: raise \
+             memory.host_limit (--host-limit), or unset it for the machine's memory; `headroom \
+             plan` predicts the host tier's peak",
             format_bytes(report.in_use),
             format_bytes(report.requested),
             format_bytes(report.limit),

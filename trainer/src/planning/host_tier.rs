@@ -21,7 +21,14 @@ const FALLBACK_HOST_MEMORY: u64 = 64 << 30;
 
 /// Whether a run of `config` keeps anything in the host tier.
 pub fn wanted(config: &TrainConfig) -> bool {
-    config.model.offloads_activations() || config.optimizer.offload == Some(true)
+    config.model.offloads_activations() || config.optimizer.offloads()
+}
+
+/// The host tier the model of `config` keeps its recomputed blocks' inputs on: `host`, where
+/// `config` offloads activations.
+pub fn for_activations(config: &TrainConfig, host: Option<&Device>) -> Option<Device> {
+    host.filter(|_| config.model.offloads_activations())
+        .cloned()
 }
 
 /// The host tier a run of `config` opens; none unless it offloads.

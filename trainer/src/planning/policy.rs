@@ -8,15 +8,21 @@
 //!   configuration sets is pinned: every candidate keeps it.
 //! - Each candidate is planned on the meta device: the largest micro-batch whose step fits, and
 //!   the predicted time of a whole step at that size (its kernels' work at the device's rates,
-//!   [`headroom_kernels::PlanTarget::rates`]). The optimizer step in the backward pass saves memory only
-//!   when a step is one micro-batch (a step of several holds every gradient until its last
-//!   micro-batch), so its candidates are planned at the whole batch alone. When no candidate
-//!   fits, the planner's error names the settings that kept that step out (clipping, f16 loss
-//!   scaling, a batch too large for one micro-batch) and the largest batch that fits with it.
+//!   [`headroom_kernels::PlanTarget::rates`]). The optimizer step in the backward pass saves
+//!   memory only when a step is one micro-batch (a step of several holds every gradient until
+//!   its last micro-batch), so its candidates are planned at the whole batch alone. When no
+//!   candidate fits, the planner's error names the settings that kept that step out (clipping,
+//!   f16 loss scaling, a batch too large for one micro-batch) and the largest batch that fits
+//!   with it.
 //! - The chosen candidate is the fastest that fits; of those within [`TIE`] of the fastest, the
-//!   first in the order none, cheap, cheap-up, blocks, blocks-tiled, each without and then with the step in the
-//!   backward pass: a technique must earn its place by time, since each has a cost the rates
-//!   do not price (an update in the backward pass cannot be redone after an out-of-memory).
+//!   first in the order none, cheap, cheap-up, blocks, blocks-tiled, each without and then with
+//!   the step in the backward pass: a technique must earn its place by time, since each has a
+//!   cost the rates do not price (an update in the backward pass cannot be redone after an
+//!   out-of-memory).
+//! - The host tier (the optimizer, the recomputed blocks' inputs, or both, offloaded) is tried
+//!   only when no candidate of the same state precision fits on the device alone, and before a
+//!   narrower state: it changes nothing of the optimization, so it comes first; the copies
+//!   between the tiers are priced at the transfer rate.
 //! - The state's precision is lowered (bf16, then int8) only when no candidate of the
 //!   precision above fits even one sample: it changes the optimization slightly, so the plan
 //!   says so. A resumed run keeps its checkpoint's techniques instead of choosing again.
@@ -57,7 +63,7 @@ impl Policy {
             in_backward: config.optimizer.in_backward.unwrap_or(false),
             state: config.optimizer.state.unwrap_or_default(),
             offload_activations,
-            offload_optimizer: config.optimizer.offload == Some(true),
+            offload_optimizer: config.optimizer.offloads(),
         }
     }
 
@@ -142,21 +148,10 @@ pub fn keep_unset(saved: &TrainConfig, config: &mut TrainConfig) {
 /// Offloading, which changes nothing of the optimization, comes before a narrower state.
 pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
     let allowed = config.optimizer.clip == 0.0 && config.precision.dtype != PrecisionKind::F16;
-    let in_backward: Vec<bool> = match config.optimizer.in_backward {
-        Some(pinned) => vec![pinned],
-        None if allowed => vec![false, true],
-        None => vec![false],
-    };
-    let states: Vec<StateKind> = match config.optimizer.state {
-        Some(pinned) => vec![pinned],
-        None if config.optimizer.kind == crate::config::OptimizerKind::Adamw => {
-            vec![StateKind::F32, StateKind::Bf16, StateKind::Int8]
-        }
-        None => vec![StateKind::F32],
-    };
+    let in_backward = choices(config.optimizer.in_backward, allowed);
     let offloads = offloads(config, knobs);
     let mut tiers = Vec::new();
-    for state in states {
+    for state in states(config) {
         for group in &offloads {
             let tier = group.iter().flat_map(|&(activations, optimizer)| {
                 let recomputes = recomputes(config, knobs, activations);
@@ -201,40 +196,42 @@ fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool)>> {
             .model
             .recompute
             .is_none_or(|r| r >= Recompute::Blocks);
-    let activations: &[bool] = match config.model.offload_activations {
-        Some(pinned) => {
-            if pinned {
-                &[true]
-            } else {
-                &[false]
-            }
-        }
-        None if knobs.offload_activations && blocks => &[false, true],
-        None => &[false],
-    };
-    let optimizer: &[bool] = match config.optimizer.offload {
-        Some(pinned) => {
-            if pinned {
-                &[true]
-            } else {
-                &[false]
-            }
-        }
-        None if !config.optimizer.shard_state => &[false, true],
-        None => &[false],
-    };
-    let all: Vec<(bool, bool)> = activations
+    let activations = choices(
+        config.model.offload_activations,
+        knobs.offload_activations && blocks,
+    );
+    let optimizer = choices(config.optimizer.offload, !config.optimizer.shard_state);
+    let all = activations
         .iter()
-        .flat_map(|&a| optimizer.iter().map(move |&o| (a, o)))
-        .collect();
-    let (first, rest): (Vec<_>, Vec<_>) = all.into_iter().partition(|&(a, o)| {
-        (a == config.model.offloads_activations())
-            && (o == (config.optimizer.offload == Some(true)))
-    });
+        .flat_map(|&a| optimizer.iter().map(move |&o| (a, o)));
+    // Each list starts with its preferred setting: the pinned one, or off.
+    let (first, rest): (Vec<_>, Vec<_>) = all.partition(|&p| p == (activations[0], optimizer[0]));
     [first, rest]
         .into_iter()
         .filter(|g| !g.is_empty())
         .collect()
+}
+
+/// The settings to try of a switch: the pinned one alone, or off then on where `allowed`, or
+/// off.
+fn choices(pinned: Option<bool>, allowed: bool) -> Vec<bool> {
+    match pinned {
+        Some(pinned) => vec![pinned],
+        None if allowed => vec![false, true],
+        None => vec![false],
+    }
+}
+
+/// The optimizer state's precisions to try, the widest first: the pinned one alone, AdamW's
+/// three, or SGD's f32.
+pub(crate) fn states(config: &TrainConfig) -> Vec<StateKind> {
+    match config.optimizer.state {
+        Some(pinned) => vec![pinned],
+        None if config.optimizer.kind == crate::config::OptimizerKind::Adamw => {
+            vec![StateKind::F32, StateKind::Bf16, StateKind::Int8]
+        }
+        None => vec![StateKind::F32],
+    }
 }
 
 /// One candidate as planned.

@@ -229,7 +229,7 @@ impl Prober {
             .factory
             .build(&device, &self.task.train.shape(), &settings)
             .and_then(|mut model| {
-                model.set_host_tier(host.clone().filter(|_| config.model.offloads_activations()));
+                model.set_host_tier(host_tier::for_activations(config, host.as_ref()));
                 let module = model.module();
                 Ok((
                     build_optimizer(&config.optimizer, module, host.as_ref())?,

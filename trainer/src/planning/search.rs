@@ -211,8 +211,6 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
                  changes the optimization slightly; {reason}",
                 chosen.state
             );
-        }
-        if narrowed {
             tracing::warn!(
                 "the memory policy keeps the optimizer state in {}: {reason}",
                 chosen.state

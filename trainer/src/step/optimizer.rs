@@ -14,7 +14,7 @@ pub fn build_optimizer(
     model: &dyn Module,
     host: Option<&Device>,
 ) -> Result<Box<dyn Optimizer>> {
-    let host = host.filter(|_| config.offload == Some(true));
+    let host = host.filter(|_| config.offloads());
     let shard = match (config.shard_state, config.launched_as) {
         (true, Some((rank, ranks))) => StateShard::balanced(model, rank, ranks)?,
         _ => StateShard::whole(model),

@@ -476,10 +476,7 @@ fn build_model(
     if saved.is_none() || config.model.lora.is_some() {
         factory.initialize(&mut *model)?;
     }
-    model.set_host_tier(
-        host.cloned()
-            .filter(|_| config.model.offloads_activations()),
-    );
+    model.set_host_tier(host_tier::for_activations(config, host));
     let mut optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
     if let Some(saved) = saved {
         saved.restore(&mut *model, &mut *optimizer)?;

@@ -10,9 +10,9 @@
 use headroom_alloc::format_bytes;
 
 use super::{DEFAULT_MARGIN, Ground};
-use crate::config::{OptimizerKind, PrecisionKind, StateKind, TrainConfig};
+use crate::config::{PrecisionKind, TrainConfig};
 use crate::error::Result;
-use crate::planning::policy::Policy;
+use crate::planning::policy::{self, Policy};
 use crate::planning::probe::Probed;
 
 /// What kept the update in the backward pass out of a plan of `config` where nothing fit, and
@@ -100,14 +100,7 @@ fn largest_one_micro_batch(
             .copied()
             .unwrap_or_default(),
     };
-    let states = match config.optimizer.state {
-        Some(pinned) => vec![pinned],
-        None if config.optimizer.kind == OptimizerKind::Adamw => {
-            vec![StateKind::F32, StateKind::Bf16, StateKind::Int8]
-        }
-        None => vec![StateKind::F32],
-    };
-    for state in states {
+    for state in policy::states(config) {
         let policy = Policy {
             recompute,
             in_backward: true,
