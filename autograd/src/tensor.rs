@@ -155,4 +155,13 @@ impl Tensor {
     pub(crate) fn output(array: Array) -> Self {
         Self::new(array)
     }
+
+    /// [`Tensor::output`], a variable when `variable`: a parameter's copy on another device is
+    /// a parameter of the module it is copied into.
+    pub(crate) fn output_variable(array: Array, variable: bool) -> Self {
+        Self {
+            variable,
+            ..Self::new(array)
+        }
+    }
 }

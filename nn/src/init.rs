@@ -93,6 +93,12 @@ impl Initializer {
         &self.device
     }
 
+    /// Draws the parameters that follow on `device` (a model's blocks on its host tier), from
+    /// the streams that follow: the same values as on any other device.
+    pub fn set_device(&mut self, device: &Device) {
+        self.device = device.clone();
+    }
+
     /// The dtype of the parameters.
     pub fn dtype(&self) -> DType {
         self.dtype

@@ -14,6 +14,7 @@ mod module;
 pub mod optim;
 mod recompute;
 mod sampling;
+mod streaming;
 
 pub use accounting::{TrainingMemory, training_memory};
 pub use error::{Error, Result};
@@ -38,5 +39,6 @@ pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, Shared,
     StatePrecision, StateShard, clip_grad_norm,
 };
-pub use recompute::{Recompute, recomputed, recomputed_offloaded};
+pub use recompute::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
 pub use sampling::{Sampler, Sampling};
+pub use streaming::{fetched, move_to};

@@ -8,6 +8,7 @@ use headroom_kernels::Device;
 use crate::error::{Error, Result};
 use crate::layers::activation::DropoutCounter;
 use crate::module::Module;
+use crate::streaming::fetched;
 
 /// What a model computes again in the backward pass instead of keeping from the forward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,7 +67,7 @@ pub fn recomputed<M>(module: &M, counter: &DropoutCounter, x: &Tensor) -> Result
 where
     M: Module + Clone + 'static,
 {
-    segment(module, counter, x, None)
+    segment(module, counter, x, None, false)
 }
 
 /// [`recomputed`], keeping `x` on `host` (the device's host tier) until the backward pass
@@ -81,15 +82,35 @@ pub fn recomputed_offloaded<M>(
 where
     M: Module + Clone + 'static,
 {
-    segment(module, counter, x, Some(host))
+    segment(module, counter, x, Some(host), false)
 }
 
-/// [`recomputed`], its input kept on `host` when there is one.
+/// [`recomputed`] for a module whose weights live elsewhere (the host tier: weight streaming):
+/// each time the segment runs, in the forward pass and again in the backward pass, it copies
+/// the module's tensors to `x`'s device ([`fetched`]) and drops the copies once done, so that
+/// the device holds the module's weights only while it runs; their gradients go back to where
+/// the weights live. Its input waits on `activations` when given
+/// ([`recomputed_offloaded`]), on the device otherwise.
+pub fn recomputed_streamed<M>(
+    module: &M,
+    counter: &DropoutCounter,
+    x: &Tensor,
+    activations: Option<&Device>,
+) -> Result<Tensor>
+where
+    M: Module + Clone + 'static,
+{
+    segment(module, counter, x, activations, true)
+}
+
+/// [`recomputed`], its input kept on `host` when there is one, its weights fetched to the
+/// input's device each run when `streamed`.
 fn segment<M>(
     module: &M,
     counter: &DropoutCounter,
     x: &Tensor,
     host: Option<&Device>,
+    streamed: bool,
 ) -> Result<Tensor>
 where
     M: Module + Clone + 'static,
@@ -103,7 +124,10 @@ where
         // recomputation, later, draws from `start` again and puts the counter back.
         let resume = counter.get();
         counter.set(start);
-        let out = module.forward(&inputs[0]);
+        let out = match streamed {
+            true => fetched(&module, inputs[0].device()).and_then(|m| m.forward(&inputs[0])),
+            false => module.forward(&inputs[0]),
+        };
         counter.set(resume.max(counter.get()));
         out.map_err(into_autograd)
     };

@@ -322,3 +322,128 @@ fn offloaded_block_inputs_give_the_same_step_bit_for_bit_and_live_on_the_host() 
         assert_eq!(on_host(), 0, "the backward pass frees what it fetched");
     }
 }
+
+#[test]
+fn streamed_block_weights_give_the_same_step_bit_for_bit_and_live_on_the_host() {
+    let (device, host) = (device(), device());
+    let config = GptConfig {
+        context: 32,
+        ..common::small_llama(32, 8, 96)
+    };
+    let ids: Vec<u32> = (0..2 * 32).map(|i| (i * 5 % 11) as u32).collect();
+    let targets: Vec<u32> = ids.iter().map(|&i| (i + 3) % 11).collect();
+    let ids = Tensor::from_host(&device, [2, 32], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [64], &targets).unwrap();
+    let weights = |d: &Device| {
+        let tags = d.allocator().stats().tags;
+        let weights = tags
+            .iter()
+            .filter(|u| u.tag == headroom_alloc::Tag::WEIGHTS);
+        weights.map(|u| u.live).sum::<u64>()
+    };
+    let mut gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 5), config).unwrap();
+    let all = weights(&device);
+    let init = &mut Initializer::new(&device, DType::F32, 5);
+    let mut streamed = Gpt::new_offloaded(init, config, &host).unwrap();
+    let block_bytes: u64 = streamed
+        .blocks
+        .iter()
+        .flat_map(|b| b.parameters())
+        .map(|p| (p.array().buffer().bytes() as u64).next_multiple_of(GRANULE as u64))
+        .sum();
+    // The blocks' weights were drawn on the host alone, and are the same.
+    assert_eq!(weights(&host), block_bytes);
+    assert_eq!(weights(&device), 2 * all - block_bytes);
+    let values = |g: &Gpt| {
+        g.parameters()
+            .iter()
+            .map(|p| p.to_f64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert!(values(&gpt) == values(&streamed), "the weights differ");
+    for (recompute, policy, activations) in [
+        (Recompute::Blocks, None, None),
+        (
+            Recompute::BlocksTiledMlp { rows: 24 },
+            Some(DType::BF16),
+            Some(host.clone()),
+        ),
+    ] {
+        let _policy = policy.map(autocast);
+        gpt.set_recompute(recompute);
+        streamed.set_recompute(recompute);
+        streamed.set_offload_activations(activations);
+        let (loss, grads, _) = step(&gpt, &ids, &targets);
+        let (streamed_loss, streamed_grads, _) = step(&streamed, &ids, &targets);
+        assert_eq!(loss, streamed_loss, "{recompute:?}");
+        assert!(
+            grads == streamed_grads,
+            "{recompute:?}: the gradients differ"
+        );
+        // Nothing fetched outlives the step.
+        assert_eq!(weights(&device), 2 * all - block_bytes, "{recompute:?}");
+    }
+    // Generation streams the blocks too.
+    let mut cache = gpt.kv_cache(2);
+    let mut streamed_cache = streamed.kv_cache(2);
+    let prompt = ids.narrow(1, 0, 5).unwrap();
+    let plain = gpt
+        .forward_cached(&prompt, &mut cache)
+        .unwrap()
+        .to_f64()
+        .unwrap();
+    let fetched = streamed
+        .forward_cached(&prompt, &mut streamed_cache)
+        .unwrap();
+    assert_eq!(plain, fetched.to_f64().unwrap());
+    // And back on the device, the blocks' weights leave the host.
+    let tensors = |d: &Device| {
+        let tags = d.allocator().stats().tags;
+        let weights = tags.iter().filter(|u| u.tag == headroom_alloc::Tag::WEIGHTS);
+        weights.map(|u| u.live_allocations).sum::<u64>()
+    };
+    let (before, moved) = (tensors(&device), tensors(&host));
+    streamed.set_offload_weights(None).unwrap();
+    assert_eq!((weights(&host), tensors(&host)), (0, 0));
+    assert_eq!(tensors(&device), before + moved);
+    assert!(values(&gpt) == values(&streamed), "the weights differ");
+}
+
+#[test]
+fn a_streamed_block_holds_one_block_of_weights_on_the_device_at_a_time() {
+    let (device, host) = (device(), device());
+    let config = GptConfig {
+        layers: 4,
+        ..common::small_llama(64, 16, 192)
+    };
+    let ids = Tensor::from_host(&device, [1, 8], &[1u32, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+    let targets = Tensor::from_host(&device, [8], &[2u32, 3, 4, 5, 6, 7, 8, 9]).unwrap();
+    let peak = |streamed: bool| {
+        let init = &mut Initializer::new(&device, DType::F32, 1);
+        let gpt = match streamed {
+            true => Gpt::new_offloaded(init, config, &host).unwrap(),
+            false => Gpt::new(init, config).unwrap(),
+        };
+        let mut gpt = gpt;
+        gpt.set_recompute(Recompute::Blocks);
+        device.allocator().with(|a| a.reset_peak());
+        let before = device.allocator().stats().in_use;
+        step(&gpt, &ids, &targets);
+        device.allocator().stats().peak_in_use - before
+    };
+    let block: u64 = {
+        let gpt = Gpt::new(&mut Initializer::new(&device, DType::F32, 1), config).unwrap();
+        gpt.blocks[0]
+            .parameters()
+            .iter()
+            .map(|p| p.numel() as u64 * 4)
+            .sum()
+    };
+    let (plain, streamed) = (peak(false), peak(true));
+    // The plain step's gradients of all four blocks against the streamed step's one block's
+    // weights and gradient at a time: at least two blocks' weights less.
+    assert!(
+        plain >= streamed + 2 * block,
+        "plain {plain}, streamed {streamed}, block {block}"
+    );
+}

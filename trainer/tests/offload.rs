@@ -250,3 +250,89 @@ fn a_run_that_offloads_writes_both_tiers_down() {
     let plot = std::fs::read_to_string(run_dir.join("memory.svg")).unwrap();
     assert!(plot.contains("host tier (peak)"));
 }
+
+#[test]
+fn streamed_weights_peak_on_each_tier_as_planned_and_train_the_same() {
+    let dir = TempDir::new("offload-weights");
+    for (in_backward, recompute, precision, activations) in [
+        (false, Recompute::Blocks, PrecisionKind::F32, false),
+        (true, Recompute::BlocksTiled, PrecisionKind::Bf16, true),
+    ] {
+        let mut config = config(&dir);
+        config.model.recompute = Some(recompute);
+        config.precision.dtype = precision;
+        config.optimizer.clip = 0.0;
+        config.optimizer.in_backward = Some(in_backward);
+        let train = |config: TrainConfig| {
+            let mut trainer = Trainer::builder()
+                .config(config)
+                .overwrite()
+                .build()
+                .unwrap();
+            let losses: Vec<f64> = (0..2).map(|_| trainer.train_step().unwrap().loss).collect();
+            (trainer, losses)
+        };
+        let (kept, kept_losses) = train(config.clone());
+        config.model.offload_activations = Some(activations);
+        config.model.offload_weights = Some(true);
+        config.optimizer.offload = Some(true);
+        let (streamed, losses) = train(config);
+        let case = format!("in backward {in_backward}, {recompute:?}, {precision:?}");
+        assert_eq!(losses, kept_losses, "{case}: the same steps");
+        let weights = |t: &Trainer| -> Vec<Vec<f64>> {
+            let params = t.model().module().parameters();
+            params.iter().map(|p| p.to_f64().unwrap()).collect()
+        };
+        assert!(
+            weights(&kept) == weights(&streamed),
+            "{case}: the weights differ"
+        );
+        let plan = streamed.plan().unwrap();
+        let device = streamed.device().allocator().stats();
+        assert_eq!(device.peak_in_use, plan.predicted_peak, "{case}: {plan}");
+        let host = streamed.host_tier().unwrap().allocator().stats();
+        assert_eq!(
+            Some(host.peak_in_use),
+            plan.predicted_host_peak,
+            "{case}: {plan}"
+        );
+        // Between steps the device keeps the embedding, the final norm and the head; the
+        // blocks' weights live on the host.
+        let weights_on = |stats: &headroom_alloc::Stats| {
+            let tags = stats.tags.iter();
+            tags.filter(|t| t.tag == headroom_alloc::Tag::WEIGHTS)
+                .map(|t| t.live)
+                .sum::<u64>()
+        };
+        let model = streamed.model().module();
+        let block_bytes: u64 = model
+            .named_parameters()
+            .iter()
+            .filter(|(name, _)| name.starts_with("blocks."))
+            .map(|(_, p)| (p.numel() * p.dtype().size()) as u64)
+            .sum();
+        assert!(weights_on(&host) >= block_bytes, "{case}: {host:?}");
+        let on_device = weights_on(&device);
+        let all_on_device = weights_on(&kept.device().allocator().stats());
+        assert!(on_device + block_bytes <= all_on_device, "{case}: {device:?}");
+        assert!(
+            device.peak_in_use < kept.device().allocator().stats().peak_in_use,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn streamed_weights_need_the_optimizer_offloaded_and_whole_blocks() {
+    let dir = TempDir::new("offload-weights-config");
+    let mut config = config(&dir);
+    config.model.offload_weights = Some(true);
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("set optimizer.offload = true"), "{err}");
+    config.optimizer.offload = Some(true);
+    config.model.recompute = Some(Recompute::CheapUp);
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("model.offload_weights: streamed blocks are recomputed whole"), "{err}");
+    config.model.recompute = None;
+    config.validate().unwrap();
+}

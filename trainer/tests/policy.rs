@@ -56,6 +56,7 @@ fn policy(recompute: Recompute, in_backward: bool, state: StateKind) -> Policy {
         state,
         offload_activations: false,
         offload_optimizer: false,
+        offload_weights: false,
     }
 }
 

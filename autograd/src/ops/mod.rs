@@ -20,6 +20,7 @@ mod selective;
 pub use selective::LinearWeight;
 mod softmax;
 mod swiglu;
+mod transfer;
 
 use headroom_kernels::ops::elementwise::{self as ew, BinaryOp};
 use headroom_kernels::ops::reduce::sum_to;

@@ -19,7 +19,8 @@ use crate::layers::norm::Norm;
 use crate::layers::rms_norm::RmsNorm;
 use crate::layers::rotary::RotaryEmbedding;
 use crate::module::{Module, visit_child, visit_child_mut};
-use crate::recompute::{Recompute, recomputed, recomputed_offloaded};
+use crate::recompute::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
+use crate::streaming::{fetched, move_to};
 
 /// A decoder's shape and family.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -144,6 +145,9 @@ pub struct Gpt {
     recompute: Recompute,
     /// The host tier that recomputed blocks keep their inputs on; none: the device.
     offload: Option<Device>,
+    /// The host tier the blocks' weights live on, streamed to the device block by block;
+    /// none: the device.
+    weights_host: Option<Device>,
     /// Rows per chunk of the fused head and loss in [`Gpt::loss`]; none: the logits whole.
     head_chunk: Option<usize>,
 }
@@ -157,6 +161,18 @@ impl Gpt {
     /// projections into the residual stream `0.02 / sqrt(2 * layers)`), zero biases, norms'
     /// scales of 1.
     pub fn new(init: &mut Initializer, config: GptConfig) -> Result<Self> {
+        Self::build(init, config, None)
+    }
+
+    /// [`Gpt::new`] with its blocks' weights drawn straight into `host`, the device's host
+    /// tier, and streamed from there ([`Gpt::set_offload_weights`]): the device never holds
+    /// them all, not even while the model is made. The same weights as [`Gpt::new`]'s.
+    pub fn new_offloaded(init: &mut Initializer, config: GptConfig, host: &Device) -> Result<Self> {
+        Self::build(init, config, Some(host))
+    }
+
+    /// A decoder of `config`, its blocks drawn on `host` when given.
+    fn build(init: &mut Initializer, config: GptConfig, host: Option<&Device>) -> Result<Self> {
         config.validate()?;
         let counter = DropoutCounter::default();
         let c = config.width;
@@ -174,7 +190,7 @@ impl Gpt {
             Family::Llama(_) => None,
         };
         init.set_quantize(quantize);
-        let (blocks, ln_f) = Self::blocks(init, &config, &counter)?;
+        let (blocks, ln_f) = Self::blocks(init, &config, &counter, host)?;
         let zero = Init::Constant(0.0);
         init.set_quantize(None);
         let head = match config.tie_embeddings {
@@ -201,31 +217,43 @@ impl Gpt {
             counter,
             recompute: Recompute::None,
             offload: None,
+            weights_host: host.cloned(),
             head_chunk: Some((HEAD_CHUNK_LOGITS / config.vocab.max(1)).max(1)),
         })
     }
 
-    /// The blocks and the final norm of `config`'s family.
+    /// The blocks (drawn on `host` when given) and the final norm of `config`'s family.
     fn blocks(
         init: &mut Initializer,
         config: &GptConfig,
         counter: &DropoutCounter,
+        host: Option<&Device>,
     ) -> Result<(Vec<Block>, Norm)> {
         let (c, heads, p) = (config.width, config.heads, config.dropout);
         let proj_std = 0.02 / ((2 * config.layers) as f64).sqrt();
+        let device = init.device().clone();
+        let drawn = |init: &mut Initializer, block: &dyn Fn(&mut Initializer) -> Result<Block>| {
+            init.set_device(host.unwrap_or(&device));
+            let blocks = (0..config.layers)
+                .map(|_| block(init))
+                .collect::<Result<Vec<_>>>();
+            init.set_device(&device);
+            blocks
+        };
         match &config.family {
             Family::Gpt2 => {
-                let blocks = (0..config.layers)
-                    .map(|_| Block::new(init, c, heads, proj_std, (p, counter)))
-                    .collect::<Result<Vec<_>>>()?;
+                let blocks = drawn(init, &|init| {
+                    Block::new(init, c, heads, proj_std, (p, counter))
+                })?;
                 Ok((blocks, Norm::Layer(LayerNorm::new(init, c)?)))
             }
             Family::Llama(options) => {
+                // The rotary tables stay on the device: every block reads them.
                 let rotary = RotaryEmbedding::new(init, options)?;
                 let parts = (options, &rotary);
-                let blocks = (0..config.layers)
-                    .map(|_| Block::llama(init, (c, heads), parts, proj_std, (p, counter)))
-                    .collect::<Result<Vec<_>>>()?;
+                let blocks = drawn(init, &|init| {
+                    Block::llama(init, (c, heads), parts, proj_std, (p, counter))
+                })?;
                 let eps = options.norm_eps;
                 Ok((blocks, Norm::Rms(RmsNorm::new(init, c, eps)?)))
             }
@@ -284,6 +312,37 @@ impl Gpt {
     /// The host tier the recomputed blocks keep their inputs on, if any.
     pub fn offload_activations(&self) -> Option<&Device> {
         self.offload.as_ref()
+    }
+
+    /// Keeps the blocks' weights on `host`, the device's host tier, and streams each block's
+    /// to the device as it runs, in the forward pass and again in the backward pass, dropping
+    /// them after (ZeRO-Infinity's parameter offload, [`recomputed_streamed`]): the device holds
+    /// one block's weights at a time, and their gradients arrive on the host, where the
+    /// optimizer updates them. Streamed blocks are recomputed whole whatever
+    /// [`Gpt::set_recompute`] says (their MLPs tiled as it says). Moves every block tensor
+    /// there now (and back to the device with none); weights stored quantized stay where they
+    /// are, so a quantized model is refused.
+    pub fn set_offload_weights(&mut self, host: Option<Device>) -> Result<()> {
+        if host.is_some() && self.quantized_count() > 0 {
+            return Err(Error::config(
+                "gpt weights offload",
+                "weights stored quantized are not streamed".to_owned(),
+            ));
+        }
+        let to = match &host {
+            Some(host) => host.clone(),
+            None => self.ln_f.weight().device().clone(),
+        };
+        for block in &mut self.blocks {
+            move_to(block, &to)?;
+        }
+        self.weights_host = host;
+        Ok(())
+    }
+
+    /// The host tier the blocks' weights live on, if they are streamed.
+    pub fn offload_weights(&self) -> Option<&Device> {
+        self.weights_host.as_ref()
     }
 
     /// Computes the head and the loss of [`Gpt::loss`] together, `rows` rows of logits at a time
@@ -352,6 +411,10 @@ impl Gpt {
             self.dropout.forward(&x)?
         };
         for block in &self.blocks {
+            if self.weights_host.is_some() {
+                x = recomputed_streamed(block, &self.counter, &x, self.offload.as_ref())?;
+                continue;
+            }
             x = match self.recompute {
                 Recompute::None => block.forward(&x)?,
                 Recompute::Cheap => block.forward_recomputing_cheap(&x, false)?,
@@ -456,7 +519,10 @@ impl Gpt {
         };
         let mut kvs = Vec::with_capacity(self.blocks.len());
         for (i, block) in self.blocks.iter().enumerate() {
-            let (y, kv) = block.forward_cached(&x, cache.block(i))?;
+            let (y, kv) = match &self.weights_host {
+                Some(_) => fetched(block, &device)?.forward_cached(&x, cache.block(i))?,
+                None => block.forward_cached(&x, cache.block(i))?,
+            };
             x = y;
             kvs.push(kv);
         }

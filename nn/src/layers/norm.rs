@@ -20,6 +20,14 @@ pub enum Norm {
 }
 
 impl Norm {
+    /// Its scale (`weight`).
+    pub fn weight(&self) -> &Tensor {
+        match self {
+            Norm::Layer(norm) => &norm.weight,
+            Norm::Rms(norm) => &norm.weight,
+        }
+    }
+
     /// What is added to the variance or the mean square.
     pub fn eps(&self) -> f64 {
         match self {

@@ -519,8 +519,6 @@ impl OptimizerState {
     }
 }
 
-/// Why `slot` cannot take a step of parameter `name` with gradient `grad`, if it cannot; its
-/// buffers are checked against `precision` where this rank keeps them (`Some`).
 /// `rule`'s update of `param` from `grad` with its `buffers`, run on `host` where the buffers
 /// are kept there: the parameter and the gradient are copied to it, updated there, and the
 /// parameter copied back in place.
@@ -532,7 +530,8 @@ fn update_slot(
     buffers: &mut [StateBuffer],
     host: Option<&Device>,
 ) -> Result<()> {
-    let Some(host) = host else {
+    let Some(host) = host.filter(|host| !param.device().same(host)) else {
+        // On the device, or a streamed weight already on the host with its state.
         return rule.update(update, param, grad, buffers);
     };
     let mut on_host = {
@@ -547,6 +546,8 @@ fn update_slot(
     Ok(param.array_mut().write_from(on_host.array())?)
 }
 
+/// Why `slot` cannot take a step of parameter `name` with gradient `grad`, if it cannot; its
+/// buffers are checked against `precision` where this rank keeps them (`Some`).
 fn problem(
     slot: &Slot,
     precision: Option<StatePrecision>,

@@ -75,6 +75,14 @@ pub struct ModelConfig {
     /// under `memory.policy = "manual"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload_activations: Option<bool>,
+    /// GPT: keep the blocks' weights in the host tier and stream each block's to the device as
+    /// it runs, forward and again backward (ZeRO-Infinity's parameter offload): the device
+    /// holds one block's weights at a time, and their gradients and updates are on the host.
+    /// Needs whole blocks recomputed and the optimizer offloaded (`optimizer.offload =
+    /// true`). Unset: the memory policy streams them where nothing faster fits (never under
+    /// `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload_weights: Option<bool>,
     /// GPT: rows of tokens whose logits the fused head and loss form at a time. Unset: the
     /// planner chooses (or, with a fixed micro-batch, the model's default of 8 Mi logits).
     pub head_chunk: Option<usize>,
@@ -125,6 +133,7 @@ impl Default for ModelConfig {
             qk_norm: false,
             recompute: None,
             offload_activations: None,
+            offload_weights: None,
             head_chunk: None,
             hidden: vec![256, 256],
             norm_eps: None,
@@ -161,6 +170,11 @@ impl ModelConfig {
     /// Whether the recomputed blocks' inputs wait in the host tier (`offload_activations`).
     pub fn offloads_activations(&self) -> bool {
         self.offload_activations == Some(true)
+    }
+
+    /// Whether the blocks' weights live in the host tier (`offload_weights`).
+    pub fn offloads_weights(&self) -> bool {
+        self.offload_weights == Some(true)
     }
 
     /// The vocabulary for data without one of its own: `vocab`, or the preset's.
@@ -279,6 +293,22 @@ impl ModelConfig {
                     ),
                 );
                 problems.check(
+                    !self.offloads_weights()
+                        || self.recompute.is_none_or(|r| r >= Recompute::Blocks),
+                    format!(
+                        "model.offload_weights: streamed blocks are recomputed whole, but \
+                         model.recompute is {}; set it to blocks or blocks-tiled, or unset",
+                        self.recompute.unwrap_or_default()
+                    ),
+                );
+                problems.check(
+                    !self.offloads_weights()
+                        || self.lora.as_ref().is_none_or(|lora| lora.base.is_none()),
+                    "model.offload_weights: a quantized base (model.lora.base) is not streamed; \
+                     keep it on the device, or train over a bf16 base"
+                        .into(),
+                );
+                problems.check(
                     self.head_chunk != Some(0),
                     "model.head_chunk: a chunk of 0 rows; at least 1, or unset for the planner \
                      to choose"
@@ -298,6 +328,10 @@ impl ModelConfig {
                 problems.check(
                     !self.offloads_activations(),
                     "model.offload_activations: offloads a GPT's blocks; an MLP has none".into(),
+                );
+                problems.check(
+                    !self.offloads_weights(),
+                    "model.offload_weights: streams a GPT's blocks; an MLP has none".into(),
                 );
                 problems.check(
                     self.lora.is_none(),

@@ -74,6 +74,11 @@ pub struct Overrides {
     /// backward pass (model.offload_activations; needs whole blocks recomputed).
     #[cfg_attr(feature = "cli", arg(long))]
     pub offload_activations: bool,
+    /// Keep the blocks' weights in the host tier and stream them to the device block by block,
+    /// ZeRO-Infinity's parameter offload (model.offload_weights, with optimizer.offload; needs
+    /// whole blocks recomputed).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub offload_weights: bool,
     /// The most the host tier may hold, e.g. 64GiB (memory.host_limit).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_host_limit))]
     pub host_limit: Option<ByteSize>,
@@ -322,6 +327,10 @@ impl Overrides {
         }
         if self.offload_activations {
             config.model.offload_activations = Some(true);
+        }
+        if self.offload_weights {
+            config.model.offload_weights = Some(true);
+            config.optimizer.offload = Some(true);
         }
         if self.host_limit.is_some() {
             config.memory.host_limit = self.host_limit.clone();

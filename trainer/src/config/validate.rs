@@ -41,6 +41,12 @@ impl TrainConfig {
              before the first update; use precision bf16 or f32"
                 .into(),
         );
+        problems.check(
+            !self.model.offloads_weights() || self.optimizer.offloads(),
+            "model.offload_weights: streamed weights are updated where they live, on the host: \
+             set optimizer.offload = true too"
+                .into(),
+        );
         self.precision.check(&mut problems);
         if let Err(Error::Config { problems: memory }) = self.memory.budget(self.default_limit()) {
             problems.0.extend(memory);

@@ -15,7 +15,7 @@ use headroom_nn::{
 use crate::config::{ModelConfig, ModelFamily, ModelKind};
 use crate::data::{DataShape, DeviceBatch, FeatureShape, IGNORE, TokenShape};
 use crate::error::{Error, Result};
-use crate::model::trainable::{Knobs, ModelFactory, ModelSettings, TrainableModel};
+use crate::model::trainable::{Knobs, ModelFactory, ModelSettings, Offloads, TrainableModel};
 
 /// A GPT or an MLP.
 pub enum TrainModel {
@@ -27,11 +27,13 @@ pub enum TrainModel {
 
 impl TrainModel {
     /// The model `config` describes for data of `shape`, on `device`, its weights from `seed`.
+    /// With `weights_on`, the blocks' weights are drawn there, the host tier they stream from
+    /// ([`Gpt::new_offloaded`]).
     pub fn build(
         config: &ModelConfig,
         shape: &DataShape,
         device: &Device,
-        seed: u64,
+        (seed, weights_on): (u64, Option<&Device>),
     ) -> Result<Self> {
         let mut init = Initializer::new(device, config.param_dtype.dtype(), seed);
         // QLoRA: the blocks' linear layers are drawn (or loaded, later) into quantized storage.
@@ -39,7 +41,11 @@ impl TrainModel {
         init.set_quantize(base.map(QuantizedBase::format));
         match (config.kind, shape.as_tokens(), shape.as_features()) {
             (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
-                let mut gpt = Gpt::new(&mut init, gpt_shape(config, vocab, len)?)?;
+                let shape = gpt_shape(config, vocab, len)?;
+                let mut gpt = match weights_on {
+                    Some(host) => Gpt::new_offloaded(&mut init, shape, host)?,
+                    None => Gpt::new(&mut init, shape)?,
+                };
                 // A Llama-family model's options already hold its epsilon.
                 if let (Some(eps), Family::Gpt2) = (config.norm_eps, gpt.config().family) {
                     let blocks = gpt.blocks.iter_mut();
@@ -62,6 +68,10 @@ impl TrainModel {
                         attached.trainable,
                         attached.frozen
                     );
+                    // The adapters join the streamed weights.
+                    if let Some(host) = weights_on {
+                        gpt.set_offload_weights(Some(host.clone()))?;
+                    }
                 }
                 Ok(Self::Gpt(Box::new(gpt)))
             }
@@ -173,7 +183,7 @@ impl ModelFactory for BuiltinModel {
             &config,
             shape,
             device,
-            settings.seed,
+            (settings.seed, settings.weights_on.as_ref()),
         )?))
     }
 
@@ -185,6 +195,8 @@ impl ModelFactory for BuiltinModel {
                 block_recompute: true,
                 tiled_mlp: true,
                 offload_activations: true,
+                // A quantized base stays on the device.
+                offload_weights: self.0.lora.as_ref().is_none_or(|l| l.base.is_none()),
                 fused_head: Some(tokens.vocab),
             },
             _ => Knobs::default(),
@@ -244,10 +256,12 @@ impl TrainableModel for TrainModel {
         TrainModel::could_recompute(self)
     }
 
-    fn set_host_tier(&mut self, host: Option<Device>) {
+    fn set_host_tier(&mut self, offloads: &Offloads) -> Result<()> {
         if let TrainModel::Gpt(gpt) = self {
-            gpt.set_offload_activations(host);
+            gpt.set_offload_activations(offloads.activations.clone());
+            gpt.set_offload_weights(offloads.weights.clone())?;
         }
+        Ok(())
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -7,4 +7,4 @@ pub(crate) mod builtin;
 pub(crate) mod trainable;
 
 pub use builtin::{BuiltinModel, TrainModel};
-pub use trainable::{Knobs, ModelFactory, ModelSettings, TrainableModel};
+pub use trainable::{Knobs, ModelFactory, ModelSettings, Offloads, TrainableModel};

@@ -54,11 +54,13 @@ pub trait TrainableModel: Send + Any {
         false
     }
 
-    /// Keeps what its recomputed segments save on `host`, the device's host tier, between
-    /// the forward and the backward pass, as [`Knobs::offload_activations`] offers (the
-    /// default offers nothing and ignores it).
-    fn set_host_tier(&mut self, host: Option<Device>) {
-        let _ = host;
+    /// Keeps in the device's host tier what `offloads` names: what its recomputed segments
+    /// save, between the forward and the backward pass ([`Knobs::offload_activations`]), and
+    /// its blocks' weights, streamed to the device as they run ([`Knobs::offload_weights`]),
+    /// moving there any weight that is not. The default offers nothing and ignores it.
+    fn set_host_tier(&mut self, offloads: &Offloads) -> Result<()> {
+        let _ = offloads;
+        Ok(())
     }
 
     /// The model as [`Any`], to reach its own type.
@@ -68,8 +70,17 @@ pub trait TrainableModel: Send + Any {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+/// What a model keeps in the device's host tier ([`TrainableModel::set_host_tier`]).
+#[derive(Debug, Clone, Default)]
+pub struct Offloads {
+    /// The host tier its recomputed segments keep their inputs on.
+    pub activations: Option<Device>,
+    /// The host tier its blocks' weights live on.
+    pub weights: Option<Device>,
+}
+
 /// What the planner chose for the model being built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ModelSettings {
     /// Seeds the weights (the same seed, the same weights).
     pub seed: u64,
@@ -77,6 +88,9 @@ pub struct ModelSettings {
     pub recompute: Recompute,
     /// Rows of the fused head's chunk, for a model that offers one.
     pub head_chunk: Option<usize>,
+    /// The host tier to draw the blocks' weights into, where they are streamed from
+    /// ([`Knobs::offload_weights`]): the device never holds them all.
+    pub weights_on: Option<Device>,
 }
 
 impl ModelSettings {
@@ -87,6 +101,16 @@ impl ModelSettings {
             seed: config.seed,
             recompute: config.model.recompute.unwrap_or_default(),
             head_chunk: config.model.head_chunk,
+            weights_on: None,
+        }
+    }
+
+    /// [`ModelSettings::of`], with the blocks' weights drawn into `host` where `config`
+    /// streams them.
+    pub fn with_host_tier(config: &crate::config::TrainConfig, host: Option<&Device>) -> Self {
+        Self {
+            weights_on: host.filter(|_| config.model.offloads_weights()).cloned(),
+            ..Self::of(config)
         }
     }
 }
@@ -105,6 +129,9 @@ pub struct Knobs {
     /// Its recomputed segments keep their inputs in the host tier when asked
     /// ([`TrainableModel::set_host_tier`]).
     pub offload_activations: bool,
+    /// Its blocks' weights live in the host tier and stream to the device when asked
+    /// ([`TrainableModel::set_host_tier`], [`ModelSettings::weights_on`]).
+    pub offload_weights: bool,
     /// A head fused with its loss over this vocabulary, whose chunk the planner sizes.
     pub fused_head: Option<usize>,
 }

@@ -1,8 +1,9 @@
 //! The host tier: a second pool of memory, over host memory, with an allocator of its own
 //! (limit, tags, statistics, out-of-memory reports), that holds what the device does not need
 //! for a while: the inputs of recomputed blocks between their forward and backward passes
-//! (`model.offload_activations`), and the optimizer's state, whose updates run there
-//! (`optimizer.offload`). A run opens one over real host memory; a probe plans one on
+//! (`model.offload_activations`), the optimizer's state, whose updates run there
+//! (`optimizer.offload`), and the blocks' weights, streamed to the device as they run
+//! (`model.offload_weights`). A run opens one over real host memory; a probe plans one on
 //! a meta device, whose copies to and from it are priced at the transfer rate.
 //!
 //! The rule: the tier's limit is `memory.host_limit`; unset, a run's is the machine's memory
@@ -14,6 +15,7 @@ use headroom_kernels::{Device, DeviceConfig, Rates};
 
 use crate::config::TrainConfig;
 use crate::error::Result;
+use crate::model::Offloads;
 use crate::planning::budget::UNLIMITED;
 
 /// What a run keeps on the host when the machine's memory cannot be read.
@@ -21,14 +23,19 @@ const FALLBACK_HOST_MEMORY: u64 = 64 << 30;
 
 /// Whether a run of `config` keeps anything in the host tier.
 pub fn wanted(config: &TrainConfig) -> bool {
-    config.model.offloads_activations() || config.optimizer.offloads()
+    config.model.offloads_activations()
+        || config.model.offloads_weights()
+        || config.optimizer.offloads()
 }
 
-/// The host tier the model of `config` keeps its recomputed blocks' inputs on: `host`, where
-/// `config` offloads activations.
-pub fn for_activations(config: &TrainConfig, host: Option<&Device>) -> Option<Device> {
-    host.filter(|_| config.model.offloads_activations())
-        .cloned()
+/// What the model of `config` keeps on `host`: its recomputed blocks' inputs where `config`
+/// offloads activations, its blocks' weights where it streams them.
+pub fn for_model(config: &TrainConfig, host: Option<&Device>) -> Offloads {
+    let on = |wanted: bool| host.filter(|_| wanted).cloned();
+    Offloads {
+        activations: on(config.model.offloads_activations()),
+        weights: on(config.model.offloads_weights()),
+    }
 }
 
 /// The host tier a run of `config` opens; none unless it offloads.

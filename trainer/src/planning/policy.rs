@@ -22,7 +22,9 @@
 //! - The host tier (the optimizer, the recomputed blocks' inputs, or both, offloaded) is tried
 //!   only when no candidate of the same state precision fits on the device alone, and before a
 //!   narrower state: it changes nothing of the optimization, so it comes first; the copies
-//!   between the tiers are priced at the transfer rate.
+//!   between the tiers are priced at the transfer rate. Streaming the blocks' weights from the
+//!   host tier (with the optimizer there, and whole blocks recomputed) comes last of the host
+//!   tier's candidates, still before a narrower state: it moves every weight twice a step.
 //! - The state's precision is lowered (bf16, then int8) only when no candidate of the
 //!   precision above fits even one sample: it changes the optimization slightly, so the plan
 //!   says so. A resumed run keeps its checkpoint's techniques instead of choosing again.
@@ -47,14 +49,20 @@ pub struct Policy {
     /// Whether the optimizer's state and updates are in the host tier.
     #[serde(default)]
     pub offload_optimizer: bool,
+    /// Whether the blocks' weights live in the host tier, streamed to the device block by
+    /// block (with the optimizer offloaded).
+    #[serde(default)]
+    pub offload_weights: bool,
 }
 
 impl Policy {
     /// The techniques `config` sets, with the unset ones off.
     pub fn manual(config: &TrainConfig) -> Self {
         let offload_activations = config.model.offloads_activations();
-        // Offloaded activations are the inputs of recomputed blocks.
-        let fallback = match offload_activations {
+        let offload_weights = config.model.offloads_weights();
+        // Offloaded activations are the inputs of recomputed blocks; streamed blocks are
+        // recomputed.
+        let fallback = match offload_activations || offload_weights {
             true => Recompute::Blocks,
             false => Recompute::None,
         };
@@ -64,6 +72,7 @@ impl Policy {
             state: config.optimizer.state.unwrap_or_default(),
             offload_activations,
             offload_optimizer: config.optimizer.offloads(),
+            offload_weights,
         }
     }
 
@@ -72,6 +81,7 @@ impl Policy {
         if config.model.kind == ModelKind::Gpt || config.model.recompute.is_some() {
             config.model.recompute = Some(self.recompute);
             config.model.offload_activations = Some(self.offload_activations);
+            config.model.offload_weights = Some(self.offload_weights);
         }
         config.optimizer.in_backward = Some(self.in_backward);
         config.optimizer.state = Some(self.state);
@@ -80,16 +90,18 @@ impl Policy {
 
     /// Whether anything waits in the host tier.
     pub fn offloads(&self) -> bool {
-        self.offload_activations || self.offload_optimizer
+        self.offload_activations || self.offload_optimizer || self.offload_weights
     }
 
     /// What it keeps in the host tier, as the plan's table names it.
     pub fn offloaded(&self) -> &'static str {
-        match (self.offload_activations, self.offload_optimizer) {
-            (false, false) => "-",
-            (true, false) => "activations",
-            (false, true) => "optimizer",
-            (true, true) => "both",
+        match (self.offload_activations, self.offload_optimizer, self.offload_weights) {
+            (false, false, false) => "-",
+            (true, false, _) => "activations",
+            (false, true, false) => "optimizer",
+            (true, true, false) => "both",
+            (false, _, true) => "weights",
+            (true, _, true) => "all",
         }
     }
 
@@ -112,11 +124,13 @@ impl Policy {
             StateKind::Bf16 => "bf16 state",
             StateKind::Int8 => "int8 state",
         };
-        let offloaded = match (self.offload_activations, self.offload_optimizer) {
-            (false, false) => "",
-            (true, false) => ", activations offloaded",
-            (false, true) => ", optimizer offloaded",
-            (true, true) => ", activations and optimizer offloaded",
+        let offloaded = match (self.offload_activations, self.offload_optimizer, self.offload_weights) {
+            (false, false, false) => "",
+            (true, false, _) => ", activations offloaded",
+            (false, true, false) => ", optimizer offloaded",
+            (true, true, false) => ", activations and optimizer offloaded",
+            (false, _, true) => ", weights streamed, optimizer offloaded",
+            (true, _, true) => ", weights streamed, activations and optimizer offloaded",
         };
         format!("{recompute}, {update}, {state}{offloaded}")
     }
@@ -140,6 +154,9 @@ pub fn keep_unset(saved: &TrainConfig, config: &mut TrainConfig) {
     if config.optimizer.offload.is_none() {
         config.optimizer.offload = saved.optimizer.offload;
     }
+    if config.model.offload_weights.is_none() {
+        config.model.offload_weights = saved.model.offload_weights;
+    }
 }
 
 /// The candidates of `config`'s policy for a model that offers `knobs`, by precision of the
@@ -153,8 +170,8 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
     let mut tiers = Vec::new();
     for state in states(config) {
         for group in &offloads {
-            let tier = group.iter().flat_map(|&(activations, optimizer)| {
-                let recomputes = recomputes(config, knobs, activations);
+            let tier = group.iter().flat_map(|&(activations, optimizer, weights)| {
+                let recomputes = recomputes(config, knobs, activations || weights);
                 let in_backward = &in_backward;
                 recomputes.into_iter().flat_map(move |recompute| {
                     in_backward.iter().map(move |&in_backward| Policy {
@@ -163,6 +180,7 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
                         state,
                         offload_activations: activations,
                         offload_optimizer: optimizer,
+                        offload_weights: weights,
                     })
                 })
             });
@@ -172,12 +190,12 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
     tiers
 }
 
-/// The recomputations a candidate that offloads activations (or not) may use: whole blocks
-/// alone where it does.
-fn recomputes(config: &TrainConfig, knobs: Knobs, offload_activations: bool) -> Vec<Recompute> {
+/// The recomputations a candidate that offloads activations or streams weights (or not) may
+/// use: whole blocks alone where it does.
+fn recomputes(config: &TrainConfig, knobs: Knobs, whole_blocks: bool) -> Vec<Recompute> {
     match config.model.recompute {
         Some(pinned) => vec![pinned],
-        None if offload_activations => knobs
+        None if whole_blocks => knobs
             .recomputes()
             .into_iter()
             .filter(|&r| r >= Recompute::Blocks)
@@ -186,11 +204,12 @@ fn recomputes(config: &TrainConfig, knobs: Knobs, offload_activations: bool) -> 
     }
 }
 
-/// The (activations, optimizer) offloads to try, in groups tried in order: without the host
-/// tier first, then with it, pinned settings kept, each only where the model and the run
-/// allow it (activations: a model that offers it, with whole blocks recomputable; optimizer:
-/// an unsharded state).
-fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool)>> {
+/// The (activations, optimizer, weights) offloads to try, in groups tried in order: the
+/// preferred one (without the host tier unless pinned), then the others without streamed
+/// weights, then those with them, pinned settings kept, each only where the model and the run
+/// allow it (activations and weights: a model that offers it, with whole blocks recomputable;
+/// optimizer: an unsharded state; weights: with the optimizer offloaded).
+fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool, bool)>> {
     let blocks = knobs.block_recompute
         && config
             .model
@@ -201,13 +220,25 @@ fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool)>> {
         knobs.offload_activations && blocks,
     );
     let optimizer = choices(config.optimizer.offload, !config.optimizer.shard_state);
-    let all = activations
+    let weights = choices(config.model.offload_weights, knobs.offload_weights && blocks);
+    let all: Vec<_> = activations
         .iter()
-        .flat_map(|&a| optimizer.iter().map(move |&o| (a, o)));
-    // Each list starts with its preferred setting: the pinned one, or off.
-    let (first, rest): (Vec<_>, Vec<_>) = all.partition(|&p| p == (activations[0], optimizer[0]));
-    [first, rest]
-        .into_iter()
+        .flat_map(|&a| optimizer.iter().map(move |&o| (a, o)))
+        .flat_map(|(a, o)| weights.iter().map(move |&w| (a, o, w)))
+        .filter(|&(_, optimizer, weights)| optimizer || !weights)
+        .collect();
+    // Each list starts with its preferred setting (the pinned one, or off): the first
+    // combination that may be is the preferred one.
+    let Some(&first) = all.first() else {
+        return Vec::new();
+    };
+    let group = |p: &(bool, bool, bool)| match *p {
+        p if p == first => 0,
+        (_, _, false) => 1,
+        (_, _, true) => 2,
+    };
+    (0..3)
+        .map(|g| all.iter().copied().filter(|p| group(p) == g).collect::<Vec<_>>())
         .filter(|g| !g.is_empty())
         .collect()
 }
@@ -286,6 +317,7 @@ mod tests {
         block_recompute: true,
         tiled_mlp: true,
         offload_activations: true,
+        offload_weights: true,
         fused_head: None,
     };
 
@@ -297,6 +329,7 @@ mod tests {
                 state: StateKind::F32,
                 offload_activations: false,
                 offload_optimizer: false,
+                offload_weights: false,
             },
             micro,
             predicted_peak: micro.map(|m| m as u64),
@@ -325,17 +358,23 @@ mod tests {
         let mut config = TrainConfig::default();
         let all = tiers(&config, GPT);
         // Clipping is on by default: no step in the backward pass. Each precision is tried
-        // without the host tier, then with it.
-        assert_eq!(all.len(), 6);
+        // without the host tier, then with it, then with the weights streamed.
+        assert_eq!(all.len(), 9);
         assert_eq!(all[0].len(), 4);
         assert!(all.iter().flatten().all(|p| !p.in_backward));
-        assert_eq!(all[4][0].state, StateKind::Int8);
+        assert_eq!(all[6][0].state, StateKind::Int8);
         assert!(all[0].iter().all(|p| !p.offloads()));
         assert!(
             all[1]
                 .iter()
-                .all(|p| p.offloads() && p.state == StateKind::F32)
+                .all(|p| p.offloads() && !p.offload_weights && p.state == StateKind::F32)
         );
+        // Streamed weights go with the optimizer on the host and whole blocks recomputed.
+        assert!(all[2].iter().all(|p| p.offload_weights
+            && p.offload_optimizer
+            && p.recompute >= Recompute::Blocks
+            && p.state == StateKind::F32));
+        assert_eq!(all[2].len(), 4, "blocks or tiled, activations offloaded or not");
         // Activations are offloaded from recomputed blocks alone.
         let offloading = all[1].iter().filter(|p| p.offload_activations);
         assert!(offloading.clone().count() > 0);

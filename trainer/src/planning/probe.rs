@@ -223,13 +223,13 @@ impl Prober {
         let config = &self.config;
         let device =
             Device::meta_with_rates(self.plan_target, self.rates, budget.device_config(0))?;
-        let settings = ModelSettings::of(config);
         let host = host_tier::planned(config, self.rates)?;
+        let settings = ModelSettings::with_host_tier(config, host.as_ref());
         let built = self
             .factory
             .build(&device, &self.task.train.shape(), &settings)
             .and_then(|mut model| {
-                model.set_host_tier(host_tier::for_activations(config, host.as_ref()));
+                model.set_host_tier(&host_tier::for_model(config, host.as_ref()))?;
                 let module = model.module();
                 Ok((
                     build_optimizer(&config.optimizer, module, host.as_ref())?,

@@ -114,7 +114,7 @@ impl SavedRun {
         }
         let budget = run_device::budget(&config)?;
         let device = run_device::open(&config, &budget)?;
-        let mut model = TrainModel::build(&config.model, &shape, &device, config.seed)?;
+        let mut model = TrainModel::build(&config.model, &shape, &device, (config.seed, None))?;
         if config.model.lora.is_some() {
             // The checkpoint holds the adapters alone: the base as the run started from it.
             BuiltinModel(config.model.clone()).initialize(&mut model)?;

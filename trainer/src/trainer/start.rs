@@ -311,6 +311,11 @@ impl Inputs {
                  host tier",
             ));
         }
+        if chunked.model.offloads_weights() && !offers.offload_weights {
+            return Err(Error::config(
+                "model.offload_weights: this model streams no weights from a host tier",
+            ));
+        }
         let parts = (&*self.factory, device, host.as_ref());
         let (model, optimizer) = build_model(&chunked, &self.task, parts, saved)
             .or_else(|err| explain_if_out_of_memory(err, &prober))?;
@@ -469,17 +474,20 @@ fn build_model(
     (factory, device, host): (&dyn ModelFactory, &Device, Option<&Device>),
     saved: Option<&checkpoint::Saved>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
-    let settings = ModelSettings::of(config);
+    let settings = ModelSettings::with_host_tier(config, host);
     let mut model = factory.build(device, &task.train.shape(), &settings)?;
     // A LoRA checkpoint holds the adapters alone: the frozen base comes from where it came
     // from at the start.
     if saved.is_none() || config.model.lora.is_some() {
         factory.initialize(&mut *model)?;
     }
-    model.set_host_tier(host_tier::for_activations(config, host));
+    let offloads = host_tier::for_model(config, host);
+    model.set_host_tier(&offloads)?;
     let mut optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
     if let Some(saved) = saved {
         saved.restore(&mut *model, &mut *optimizer)?;
+        // A checkpoint's weights arrive on the device: the streamed ones go back to the host.
+        model.set_host_tier(&offloads)?;
     }
     Ok((model, optimizer))
 }

@@ -1,0 +1,34 @@
+//! Copies between a device and its host tier, differentiable: the gradient goes back the
+//! other way.
+
+use headroom_alloc::Tag;
+use headroom_kernels::Device;
+
+use super::rule;
+use crate::error::Result;
+use crate::recording::begin;
+use crate::saved::saves;
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// The values copied to `device` (the device of this tensor's host tier, or its host tier;
+    /// itself, no copy, when it is already there); the gradient is copied back to this
+    /// tensor's device, tagged as gradients there. A weight kept on the host streams to the
+    /// device this way, and its gradient back to the host. The copy of a variable is a variable
+    /// (a parameter of the module it is copied into), tracked through this op.
+    pub fn to_device(&self, device: &Device) -> Result<Tensor> {
+        if self.device().same(device) {
+            return Ok(self.clone());
+        }
+        let y = Tensor::output_variable(self.array().to_device(device)?, self.is_variable());
+        if let Some(rec) = begin(&[self]) {
+            let home = self.device().clone();
+            let back = move |g: &headroom_kernels::Array, _: &[bool]| {
+                let _gradients = home.scoped_tag(Tag::GRADIENTS);
+                Ok(vec![Some(g.to_device(&home)?)])
+            };
+            rec.finish("to_device", &[&y], saves(&[]), rule(back));
+        }
+        Ok(y)
+    }
+}
