@@ -8,7 +8,7 @@
 # `build` also packs .gpu-check/ into .gpu-check.tar.xz (about 7 MiB, where the folder holds over
 # 80): carry the archive alone, and `run` unpacks it where the folder is missing.
 #
-# `run tests`, `run benches`, `run fit`, `run limits`, `run llama`, `run lora` and `run long` run one part alone, or the parts named
+# `run tests`, `run benches`, `run fit`, `run limits`, `run llama`, `run lora`, `run long` and `run offload` run one part alone, or the parts named
 # (for a machine that limits how long one command may take: the parts in calls of their own);
 # `tests=loss,gemm` runs those test binaries alone; `--rounds=N` runs each comparison with PyTorch
 # N times, alternating the two sides (1 by default).
@@ -36,7 +36,11 @@
 # bitsandbytes); and (`long`) the longest context of SmolLM2-135M at a micro-batch of one under 8
 # and 16 GiB (`fit-compare --longest-context`, the host tier included, confirmed by a real step)
 # beside transformers with gradient checkpointing (`torch_fit.py --longest-context`), checked
-# against the host-tier issue's target of 10 times its context. Results land in
+# against the host-tier issue's target of 10 times its context; and (`offload`) Llama 3.2 1B in
+# bf16 at context 2048, blocks recomputed, with its optimizer's state and updates in the host
+# tier (page-locked memory) and then its weights streamed too, beside the same step on the
+# device alone (`fit-compare --offload`), checked against the host-tier issue's target: the
+# offloaded state's step at most 1.3 times the on-device step's. Results land in
 # .gpu-check/results/ (or $OUT when set).
 # The exit status is 1 when a test failed or a target was missed.
 #
@@ -100,7 +104,7 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 long=0 only= name
+    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 long=0 offload=0 only= name
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
@@ -114,12 +118,13 @@ run() {
             llama) llama=1 ;;
             lora) lora=1 ;;
             long) long=1 ;;
+            offload) offload=1 ;;
             *) usage ;;
         esac
     done
     # No part named: all of them.
-    if [ $((tests + benches + fit + limits + allreduce + llama + lora + long)) -eq 0 ]; then
-        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1 long=1
+    if [ $((tests + benches + fit + limits + allreduce + llama + lora + long + offload)) -eq 0 ]; then
+        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1 long=1 offload=1
     fi
     if [ ! -d "$DIR" ] && [ -f "$DIR.tar.xz" ]; then
         tar -xJf "$DIR.tar.xz"
@@ -262,11 +267,35 @@ sys.exit(0 if ratio >= 10 and exact else 1)
 CHECK
         done
     fi
+    # Llama 3.2 1B with its optimizer offloaded, then its weights streamed, beside the step on
+    # the device alone (blocks recomputed on every side, so that the host tier is the only
+    # difference).
+    if [ "$offload" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
+        local micro=${LLAMA_MICRO:-4} what
+        echo "== offload"
+        for what in none optimizer weights; do
+            local flags=()
+            [ "$what" = none ] || flags=(--offload "$what")
+            "$DIR/fit-compare" --device cuda:0 --preset llama-3.2-1b --context 2048 --precision bf16 \
+                --micro-batch "$micro" --steps 5 --recompute blocks "${flags[@]}" | grep '^{'
+        done | tee "$results/offload.txt" || failed=1
+        python3 - "$results/offload.txt" <<'CHECK' || failed=1
+import json, sys
+device, optimizer, weights = (json.loads(line) for line in open(sys.argv[1]))
+slower = device["tokens_per_s"] / optimizer["tokens_per_s"]
+streamed = device["tokens_per_s"] / weights["tokens_per_s"]
+exact = all(r["predicted_exactly"] for r in (device, optimizer, weights))
+print(f"llama-3.2-1b bf16: offloaded state's step {slower:.2f}x the on-device step's (target 1.3), "
+      f"streamed weights' {streamed:.2f}x; device peaks {device['peak_bytes']}, {optimizer['peak_bytes']}, "
+      f"{weights['peak_bytes']}; predicted exactly: {exact}")
+sys.exit(0 if slower <= 1.3 and exact else 1)
+CHECK
+    fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora] [long]" >&2
+    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora] [long] [offload]" >&2
     exit 2
 }
 

@@ -63,7 +63,7 @@ pub use snapshot::{BinRow, ChunkSnapshot, MemorySnapshot, RegionSnapshot};
 #[cfg(target_os = "linux")]
 pub use source::HostPages;
 #[cfg(feature = "cuda")]
-pub use source::{CudaError, CudaMemory, CudaStreamClock};
+pub use source::{CudaError, CudaMemory, CudaPageLocked, CudaStreamClock};
 pub use source::{FaultInjecting, HostMemory, MemorySource, SourceError, VirtualMemory};
 pub use stats::{Stats, TagUsage, fragmentation};
 pub use stream::{StreamClock, StreamEvent, StreamId};

@@ -1,6 +1,6 @@
-//! A device's host tier: a second device over host memory (ordinary on the CPU; page-locked
-//! memory for a GPU is to come) that holds what the device does not need for a while, with an
-//! allocator of its own. Its reports name their source [`HOST_TIER`], so that an
+//! A device's host tier: a second device over host memory (ordinary for the CPU, page-locked
+//! for a CUDA device, so that its copies run at the link's full rate) that holds what the
+//! device does not need for a while, with an allocator of its own. Its reports name their source [`HOST_TIER`], so that an
 //! out-of-memory there is told apart from the device's.
 
 use headroom_alloc::{MemorySource, SourceError};
@@ -57,6 +57,27 @@ impl Device {
             Box::new(source),
             config.allocator,
         )
+    }
+
+    /// The host tier of `device` over `config.memory` bytes: page-locked memory of its context
+    /// for a CUDA device (`cuMemHostAlloc`: the copy engines reach it directly, where the
+    /// driver stages pageable memory first), [`Device::host_tier`] otherwise.
+    pub fn host_tier_of(device: &Device, config: DeviceConfig) -> Result<Device> {
+        #[cfg(feature = "cuda")]
+        if let Some(stream) = device.cuda_stream() {
+            let context = stream.context().clone();
+            let source = headroom_alloc::CudaPageLocked::new(context, config.memory)
+                .map_err(|err| crate::cuda::source_error("host tier", err))?;
+            return Self::assemble(
+                DeviceKind::Cpu,
+                PlanTarget::Cpu,
+                Box::new(CpuBackend),
+                Box::new(HostTierMemory(Box::new(source))),
+                config.allocator,
+            );
+        }
+        let _ = device;
+        Self::host_tier(config)
     }
 
     /// The meta device that plans [`Device::host_tier`] of the same configuration, its copies

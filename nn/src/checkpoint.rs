@@ -352,6 +352,17 @@ impl Checkpoint {
     /// The entry `key` as a new array on the device, tagged `tag`; it must have `shape` and
     /// `dtype` when they are given.
     pub fn array(&self, key: &str, expect: Option<(&Shape, DType)>, tag: Tag) -> Result<Array> {
+        self.array_on(&self.device, key, expect, tag)
+    }
+
+    /// [`Checkpoint::array`] on `device` instead.
+    fn array_on(
+        &self,
+        device: &Device,
+        key: &str,
+        expect: Option<(&Shape, DType)>,
+        tag: Tag,
+    ) -> Result<Array> {
         let entry = self
             .entries
             .get(key)
@@ -367,20 +378,22 @@ impl Checkpoint {
                 format!("holds {shape} of {dtype}, the model needs {want_shape} of {want_dtype}"),
             ));
         }
-        let _tag = self.device.scoped_tag(tag);
+        let _tag = device.scoped_tag(tag);
         let bytes = self
             .bytes
             .get(entry.bytes.clone())
             .ok_or_else(|| self.error(key, "truncated"))?;
-        Ok(Array::from_bytes(&self.device, shape, dtype, bytes)?)
+        Ok(Array::from_bytes(device, shape, dtype, bytes)?)
     }
 
     /// Replaces every parameter of `model` with the entry of its name, which must match its
-    /// shape and dtype. Nothing changes unless every parameter is found and fits.
+    /// shape and dtype, on the parameter's own device (a streamed weight's host tier). Nothing
+    /// changes unless every parameter is found and fits.
     pub fn restore_model(&self, model: &mut dyn Module) -> Result<()> {
         let mut loaded = Vec::new();
         model.visit_parameters(&mut |name, t| {
-            loaded.push(self.array(name, Some((t.shape(), t.dtype())), Tag::WEIGHTS));
+            let expect = Some((t.shape(), t.dtype()));
+            loaded.push(self.array_on(t.device(), name, expect, Tag::WEIGHTS));
         });
         let mut loaded = loaded.into_iter().collect::<Result<Vec<_>>>()?.into_iter();
         model.visit_parameters_mut(&mut |name, t| {

@@ -349,7 +349,7 @@ fn streamed_block_weights_give_the_same_step_bit_for_bit_and_live_on_the_host() 
         .blocks
         .iter()
         .flat_map(|b| b.parameters())
-        .map(|p| (p.array().buffer().bytes() as u64).next_multiple_of(GRANULE as u64))
+        .map(|p| (p.array().buffer().bytes() as u64).next_multiple_of(GRANULE))
         .sum();
     // The blocks' weights were drawn on the host alone, and are the same.
     assert_eq!(weights(&host), block_bytes);
@@ -399,7 +399,9 @@ fn streamed_block_weights_give_the_same_step_bit_for_bit_and_live_on_the_host() 
     // And back on the device, the blocks' weights leave the host.
     let tensors = |d: &Device| {
         let tags = d.allocator().stats().tags;
-        let weights = tags.iter().filter(|u| u.tag == headroom_alloc::Tag::WEIGHTS);
+        let weights = tags
+            .iter()
+            .filter(|u| u.tag == headroom_alloc::Tag::WEIGHTS);
         weights.map(|u| u.live_allocations).sum::<u64>()
     };
     let (before, moved) = (tensors(&device), tensors(&host));

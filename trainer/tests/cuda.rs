@@ -124,31 +124,35 @@ fn a_qlora_step_on_the_gpu_peaks_as_planned_and_follows_the_cpu() {
 fn a_step_offloading_to_the_host_tier_peaks_as_planned_on_both_tiers_and_follows_the_cpu() {
     use headroom_trainer::config::Recompute;
     let dir = TempDir::new("cuda-offload");
-    let mut config = small_llama(&dir);
-    let model = &mut config.model;
-    model.recompute = Some(Recompute::BlocksTiled);
-    model.offload_activations = Some(true);
-    config.optimizer.offload = Some(true);
-    config.batch.micro = None;
-    let Some(mut gpu) = on_gpu(&config) else {
-        return;
-    };
-    let plan = gpu.plan().expect("a planned run").clone();
-    let losses: Vec<f64> = (0..2).map(|_| gpu.train_step().unwrap().loss).collect();
-    assert_eq!(
-        gpu.device().allocator().stats().peak_in_use,
-        plan.predicted_peak,
-        "{plan}"
-    );
-    let host = gpu.host_tier().unwrap().allocator().stats().peak_in_use;
-    assert_eq!(Some(host), plan.predicted_host_peak, "{plan}");
-    let mut cpu = Trainer::new(config).unwrap();
-    for (on_gpu, _) in losses.iter().zip(0..) {
-        let on_cpu = cpu.train_step().unwrap().loss;
-        assert!(
-            (on_gpu - on_cpu).abs() <= 1e-3 * on_cpu.abs(),
-            "{on_gpu} against {on_cpu}"
+    // The activations and the optimizer offloaded; then the weights streamed too.
+    for weights in [false, true] {
+        let mut config = small_llama(&dir);
+        let model = &mut config.model;
+        model.recompute = Some(Recompute::BlocksTiled);
+        model.offload_activations = Some(true);
+        model.offload_weights = Some(weights);
+        config.optimizer.offload = Some(true);
+        config.batch.micro = None;
+        let Some(mut gpu) = on_gpu(&config) else {
+            return;
+        };
+        let plan = gpu.plan().expect("a planned run").clone();
+        let losses: Vec<f64> = (0..2).map(|_| gpu.train_step().unwrap().loss).collect();
+        assert_eq!(
+            gpu.device().allocator().stats().peak_in_use,
+            plan.predicted_peak,
+            "weights streamed {weights}: {plan}"
         );
+        let host = gpu.host_tier().unwrap().allocator().stats().peak_in_use;
+        assert_eq!(Some(host), plan.predicted_host_peak, "{plan}");
+        let mut cpu = Trainer::new(config).unwrap();
+        for (on_gpu, _) in losses.iter().zip(0..) {
+            let on_cpu = cpu.train_step().unwrap().loss;
+            assert!(
+                (on_gpu - on_cpu).abs() <= 1e-3 * on_cpu.abs(),
+                "weights streamed {weights}: {on_gpu} against {on_cpu}"
+            );
+        }
     }
 }
 

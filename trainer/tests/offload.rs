@@ -314,7 +314,10 @@ fn streamed_weights_peak_on_each_tier_as_planned_and_train_the_same() {
         assert!(weights_on(&host) >= block_bytes, "{case}: {host:?}");
         let on_device = weights_on(&device);
         let all_on_device = weights_on(&kept.device().allocator().stats());
-        assert!(on_device + block_bytes <= all_on_device, "{case}: {device:?}");
+        assert!(
+            on_device + block_bytes <= all_on_device,
+            "{case}: {device:?}"
+        );
         assert!(
             device.peak_in_use < kept.device().allocator().stats().peak_in_use,
             "{case}"
@@ -332,7 +335,43 @@ fn streamed_weights_need_the_optimizer_offloaded_and_whole_blocks() {
     config.optimizer.offload = Some(true);
     config.model.recompute = Some(Recompute::CheapUp);
     let err = config.validate().unwrap_err().to_string();
-    assert!(err.contains("model.offload_weights: streamed blocks are recomputed whole"), "{err}");
+    assert!(
+        err.contains("model.offload_weights: streamed blocks are recomputed whole"),
+        "{err}"
+    );
     config.model.recompute = None;
     config.validate().unwrap();
+}
+
+#[test]
+fn a_run_with_streamed_weights_resumes_on_the_same_trajectory() {
+    let dir = TempDir::new("offload-weights-resume");
+    let mut config = config(&dir);
+    config.model.recompute = Some(Recompute::Blocks);
+    config.model.offload_weights = Some(true);
+    config.optimizer.offload = Some(true);
+    config.batch.micro = Some(4);
+    config.steps = Some(4);
+    let mut straight = Trainer::new(config.clone()).unwrap();
+    let losses: Vec<f64> = (0..4)
+        .map(|_| straight.train_step().unwrap().loss)
+        .collect();
+    let mut stopped = Trainer::new(config.clone()).unwrap();
+    for _ in 0..2 {
+        stopped.train_step().unwrap();
+    }
+    stopped.save_checkpoint().unwrap();
+    drop(stopped);
+    let mut resumed = common::resume(config).unwrap();
+    let again: Vec<f64> = (0..2).map(|_| resumed.train_step().unwrap().loss).collect();
+    assert_eq!(again, losses[2..], "the resumed steps");
+    // The checkpoint's block weights were restored on the host tier, never on the device.
+    let host = resumed.host_tier().unwrap().allocator().stats();
+    let on_host = host
+        .tags
+        .iter()
+        .filter(|t| t.tag == headroom_alloc::Tag::WEIGHTS);
+    assert!(on_host.map(|t| t.live).sum::<u64>() > 0, "{host:?}");
+    let peak = |t: &Trainer| t.device().allocator().stats().peak_in_use;
+    assert_eq!(peak(&resumed), peak(&straight));
 }

@@ -3,7 +3,8 @@
 //! The allocator asks a source for a few large regions and carves them up itself. This crate
 //! provides host memory (from the global allocator, or on Linux as pages committed into
 //! reserved address space, which grows in place), a virtual address space, a fault-injecting
-//! wrapper for tests and, with the `cuda` feature, the memory of a CUDA device.
+//! wrapper for tests and, with the `cuda` feature, the memory of a CUDA device and page-locked
+//! host memory of its context.
 
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -15,7 +16,7 @@ mod region_book;
 mod virtual_memory;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{CudaError, CudaMemory, CudaStreamClock};
+pub use cuda::{CudaError, CudaMemory, CudaPageLocked, CudaStreamClock};
 pub use fault::FaultInjecting;
 pub use host::HostMemory;
 #[cfg(target_os = "linux")]

@@ -13,8 +13,8 @@
 //!
 //! ```text
 //! fit-compare [--preset NAME] [--context N] [--device cpu|cuda:N] [--precision f32|bf16]...
-//!             [--micro-batch N] [--steps N] [--recompute cheap|cheap-up]
-//!             [--lora RANK [--base bf16|f32|nf4|int8]]
+//!             [--micro-batch N] [--steps N] [--recompute cheap|cheap-up|blocks]
+//!             [--lora RANK [--base bf16|f32|nf4|int8]] [--offload optimizer|weights]
 //! fit-compare [--preset NAME] [--context N] --limit SIZE [--limit SIZE]... [--at N]...
 //!             [--precision f32|bf16]...
 //! fit-compare --largest-preset SIZE [--precision f32|bf16]...
@@ -28,7 +28,10 @@
 //! RANK` trains LoRA adapters of that rank (alpha twice the rank) on every linear layer of the
 //! blocks over the frozen model, kept in `--base` (bf16 by default; `nf4` and `int8` store the
 //! blocks' weights quantized under a bf16 model: QLoRA), as `torch_fit.py --lora` runs PEFT;
-//! its JSON lines gain `lora` and `base`.
+//! its JSON lines gain `lora` and `base`. `--offload optimizer` keeps the optimizer's state and
+//! updates in the host tier (ZeRO-Offload), `--offload weights` the blocks' weights too,
+//! streamed to the device block by block (with `--recompute blocks`); their JSON lines gain
+//! `offload`, and their peaks are the device's.
 //!
 //! `--limit` asks what fits under each limit (on the CPU's simulated device, or a GPU), with gradient
 //! clipping off (so the optimizer step in the backward pass may be chosen): the largest
@@ -77,6 +80,8 @@ struct Args {
     /// LoRA adapters of this rank over a frozen base of this dtype, its blocks' weights stored
     /// quantized if so named.
     lora: Option<(usize, ParamDtype, Option<QuantizedBase>)>,
+    /// What the measured steps keep in the host tier.
+    offload: Offload,
     /// Limits to find the largest micro-batch under.
     limits: Vec<u64>,
     /// For each limit, the size to time a step at.
@@ -97,6 +102,7 @@ impl Args {
         let (mut rank, mut base) = (None, (ParamDtype::Bf16, None));
         let (mut limits, mut at, mut largest_preset) = (Vec::new(), Vec::new(), None);
         let (mut longest, mut most, mut confirm_longest) = (None, 1 << 20, None);
+        let mut offload = Offload::Nothing;
         let size = |flag: &str, value: &str| {
             headroom_alloc::parse_size(value).map_err(|e| format!("{flag} {value}: {e}"))
         };
@@ -128,7 +134,10 @@ impl Args {
                     recompute = match value.as_str() {
                         "cheap" => Recompute::Cheap,
                         "cheap-up" => Recompute::CheapUp,
-                        other => return Err(format!("--recompute {other}: cheap or cheap-up")),
+                        "blocks" => Recompute::Blocks,
+                        other => {
+                            return Err(format!("--recompute {other}: cheap, cheap-up or blocks"));
+                        }
                     }
                 }
                 "--lora" => rank = Some(number()?.max(1)),
@@ -139,6 +148,13 @@ impl Args {
                         "nf4" => (ParamDtype::Bf16, Some(QuantizedBase::Nf4)),
                         "int8" => (ParamDtype::Bf16, Some(QuantizedBase::Int8)),
                         other => return Err(format!("--base {other}: bf16, f32, nf4 or int8")),
+                    }
+                }
+                "--offload" => {
+                    offload = match value.as_str() {
+                        "optimizer" => Offload::Optimizer,
+                        "weights" => Offload::Weights,
+                        other => return Err(format!("--offload {other}: optimizer or weights")),
                     }
                 }
                 "--limit" => limits.push(size(&flag, &value)?),
@@ -186,6 +202,7 @@ impl Args {
             steps,
             recompute,
             lora: rank.map(|rank| (rank, base.0, base.1)),
+            offload,
             limits,
             at,
             largest_preset,
@@ -194,11 +211,34 @@ impl Args {
     }
 }
 
-/// A step's precision, recomputation and LoRA rank and base, if any.
+/// What a measured step keeps in the host tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offload {
+    /// Nothing: every byte on the device.
+    Nothing,
+    /// The optimizer's state and updates (`optimizer.offload`).
+    Optimizer,
+    /// The optimizer's, and the blocks' weights, streamed (`model.offload_weights`).
+    Weights,
+}
+
+impl Offload {
+    /// The name the command line and the JSON lines give it.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Nothing => "none",
+            Self::Optimizer => "optimizer",
+            Self::Weights => "weights",
+        }
+    }
+}
+
+/// A step's precision, recomputation, LoRA rank and base if any, and offload.
 type How = (
     PrecisionKind,
     Recompute,
     Option<(usize, ParamDtype, Option<QuantizedBase>)>,
+    Offload,
 );
 
 /// A run of `subject` on `device` in `precision` with batches of `samples`, in a directory of
@@ -206,7 +246,7 @@ type How = (
 fn config(
     subject: Subject,
     device: &str,
-    (precision, recompute, lora): How,
+    (precision, recompute, lora, offload): How,
     samples: usize,
 ) -> TrainConfig {
     let mut config = subject.config();
@@ -227,6 +267,8 @@ fn config(
         });
         config.model.param_dtype = dtype;
     }
+    config.optimizer.offload = Some(offload != Offload::Nothing);
+    config.model.offload_weights = Some(offload == Offload::Weights);
     config.data.kind = DataKind::UniformTokens;
     config.data.train_size = 64;
     config.data.eval_size = 1;
@@ -450,7 +492,7 @@ fn main() -> Result<()> {
     let mut lines = Vec::new();
     for precision in args.precisions {
         let subject = args.subject;
-        let how = (precision, args.recompute, args.lora);
+        let how = (precision, args.recompute, args.lora, args.offload);
         let (one, one_predicted, _) = measured(subject, device, how, 1)?;
         let (two, two_predicted, _) = measured(subject, device, how, 2)?;
         let (peak, predicted, mut trainer) = measured(subject, device, how, micro)?;
@@ -478,12 +520,16 @@ fn main() -> Result<()> {
             let base = base.map_or(dtype.name(), |b| b.format().name());
             format!(",\"lora\":{rank},\"base\":\"{base}\"")
         });
+        let offloaded = match args.offload {
+            Offload::Nothing => String::new(),
+            offload => format!(",\"offload\":\"{}\"", offload.name()),
+        };
         println!(
             "{device:<8} {name:<6} {micro:>6} {peak:>14} {predicted:>14} {per_sample:>16} \
              {samples_per_s:>10.3} {tokens_per_s:>10.0}"
         );
         lines.push(format!(
-            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"recompute\":\"{recompute}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}{adapters}}}"
+            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"recompute\":\"{recompute}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}{adapters}{offloaded}}}"
         ));
     }
     for line in lines {

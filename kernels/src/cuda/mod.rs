@@ -44,5 +44,6 @@ mod signature;
 pub(crate) use args::{Arg, Walk};
 pub(crate) use backend::{BLOCK, CudaBackend, float_kernel};
 pub use compile::{Family, check_machine_code, compile_ptx};
+pub(crate) use driver::source_error;
 pub use driver::{CudaOptions, device_count, device_memory, is_available, memory_info};
 pub(crate) use enum_codes::enum_codes;

@@ -174,6 +174,9 @@ impl Gpt {
     /// A decoder of `config`, its blocks drawn on `host` when given.
     fn build(init: &mut Initializer, config: GptConfig, host: Option<&Device>) -> Result<Self> {
         config.validate()?;
+        if host.is_some() && init.quantize().is_some() {
+            return Err(quantized_not_streamed());
+        }
         let counter = DropoutCounter::default();
         let c = config.width;
         // Where the blocks' layers are stored quantized, so is the token embedding, unless the
@@ -324,10 +327,7 @@ impl Gpt {
     /// are, so a quantized model is refused.
     pub fn set_offload_weights(&mut self, host: Option<Device>) -> Result<()> {
         if host.is_some() && self.quantized_count() > 0 {
-            return Err(Error::config(
-                "gpt weights offload",
-                "weights stored quantized are not streamed".to_owned(),
-            ));
+            return Err(quantized_not_streamed());
         }
         let to = match &host {
             Some(host) => host.clone(),
@@ -472,6 +472,14 @@ impl Gpt {
             block.attn.set_materialized(on);
         }
     }
+}
+
+/// Why a model with weights stored quantized cannot stream them.
+fn quantized_not_streamed() -> Error {
+    Error::config(
+        "gpt weights offload",
+        "weights stored quantized are not streamed".to_owned(),
+    )
 }
 
 impl Gpt {

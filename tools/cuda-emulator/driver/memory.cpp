@@ -5,9 +5,11 @@
 // copy whose ranges overlap).
 //
 // Async copies and fills are stream work (queue.h): checked when called, run in their stream's
-// order. An async copy from the host stages the host bytes when called (as the driver stages
-// pageable memory); one to the host writes them when it runs, so the host must synchronize
-// before reading. Synchronous copies and fills, and cuMemFree, first run every stream's queued
+// order. An async copy from pageable host memory stages the host bytes when called (as the
+// driver does); one from page-locked memory (cuMemHostAlloc) reads them when it runs, as the
+// GPU's copy engine does, so the host must not write them before then; one to the host writes
+// them when it runs, so the host must synchronize before reading. Page-locked memory is
+// 256-byte aligned host memory that does not count against the device's. Synchronous copies and fills, and cuMemFree, first run every stream's queued
 // work: cuMemFree does not wait on a GPU, but here memory freed under queued work would be
 // freed under the emulator's own hands, so it never is. cuMemFreeAsync frees in stream order.
 
@@ -27,6 +29,16 @@ constexpr size_t kAlignment = 256;
 
 std::map<CUdeviceptr, size_t> allocations;  // base -> bytes, under the driver lock
 size_t in_use = 0;  // bytes of allocations and physical handles, under the driver lock
+std::map<const void*, size_t> page_locked;  // cuMemHostAlloc's base -> bytes, under the lock
+
+// True when [address, address + bytes) lies inside one page-locked allocation.
+bool is_page_locked(const void* address, size_t bytes) {
+    auto next = page_locked.upper_bound(address);
+    if (next == page_locked.begin()) return false;
+    const auto& [base, size] = *std::prev(next);
+    const auto offset = static_cast<const unsigned char*>(address) - static_cast<const unsigned char*>(base);
+    return offset >= 0 && static_cast<size_t>(offset) <= size && bytes <= size - offset;
+}
 
 // True when [address, address + bytes) lies inside one live allocation or mapped range.
 bool is_device_range(CUdeviceptr address, size_t bytes) {
@@ -105,7 +117,7 @@ CUresult copy_to_device(CUdeviceptr dst, const void* src, size_t bytes, CUstream
     std::lock_guard<std::mutex> guard(emu::driver_lock());
     if (CUresult r = check_copy(stream)) return r;
     if (!src || !is_device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
-    if (!async || !emu::deferred()) {
+    if (!async || !emu::deferred() || is_page_locked(src, bytes)) {
         submit(async, stream, [dst, src, bytes] { std::memcpy(host(dst), src, bytes); });
         return CUDA_SUCCESS;
     }
@@ -179,6 +191,31 @@ CU_API CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
     std::lock_guard<std::mutex> guard(emu::driver_lock());
     *total = emu::limits::kTotalMemory;
     *free = emu::limits::kTotalMemory - emu::memory_in_use();
+    return CUDA_SUCCESS;
+}
+
+CU_API CUresult cuMemHostAlloc(void** pointer, size_t bytes, unsigned int) {
+    if (CUresult r = emu::check_context()) return r;
+    if (!pointer || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* memory = std::aligned_alloc(kAlignment, rounded);
+    if (!memory) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::memset(memory, emu::kPoison, rounded);
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    page_locked.emplace(memory, bytes);
+    *pointer = memory;
+    return CUDA_SUCCESS;
+}
+
+CU_API CUresult cuMemFreeHost(void* pointer) {
+    if (CUresult r = emu::check_context()) return r;
+    std::lock_guard<std::mutex> guard(emu::driver_lock());
+    if (page_locked.count(pointer) == 0) return CUDA_ERROR_INVALID_VALUE;
+    // The driver does not wait for queued copies; freeing under them would free under the
+    // emulator's own hands, so they run first.
+    emu::run_all_queues();
+    page_locked.erase(pointer);
+    std::free(pointer);
     return CUDA_SUCCESS;
 }
 

@@ -20,6 +20,8 @@ CU_API CUresult cuMemFree_v2(CUdeviceptr);
 CU_API CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CU_API CUresult cuMemGetInfo_v2(size_t*, size_t*);
 CU_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void*, size_t, CUstream);
+CU_API CUresult cuMemHostAlloc(void**, size_t, unsigned int);
+CU_API CUresult cuMemFreeHost(void*);
 CU_API CUresult cuMemcpyDtoHAsync_v2(void*, CUdeviceptr, size_t, CUstream);
 CU_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 CU_API CUresult cuMemcpyDtoH_v2(void*, CUdeviceptr, size_t);
@@ -93,6 +95,28 @@ void test_copies_wait_for_their_stream_synchronized() {
     CHECK(all_are(d, 7), "the device holds %u, not the bytes staged when the copy was queued", peek(d));
     CHECK(back[0] == 7 && back[kWords - 1] == 7, "the host got %u", back[0]);
     CHECK(cuStreamQuery(a) == CUDA_SUCCESS, "a synchronized stream is ready");
+    cuMemFree_v2(d);
+    cuStreamDestroy_v2(a);
+}
+
+void test_a_copy_from_page_locked_memory_reads_it_when_it_runs() {
+    const CUstream a = stream();
+    const CUdeviceptr d = words(0);
+    void* pinned = nullptr;
+    CHECK(cuMemHostAlloc(&pinned, kWords * 4, 0) == CUDA_SUCCESS, "page-locked memory");
+    CHECK(reinterpret_cast<uintptr_t>(pinned) % 256 == 0, "aligned to 256 bytes");
+    auto* host = static_cast<unsigned*>(pinned);
+    for (size_t i = 0; i < kWords; ++i) host[i] = 7;
+    CHECK(cuMemcpyHtoDAsync_v2(d, host, kWords * 4, a) == CUDA_SUCCESS, "queue a copy to the device");
+    for (size_t i = 0; i < kWords; ++i) host[i] = 9;  // not staged: the copy reads this
+    size_t free_before = 0, free_after = 0, total = 0;
+    cuMemGetInfo_v2(&free_before, &total);
+    CHECK(cuStreamSynchronize(a) == CUDA_SUCCESS, "synchronize");
+    CHECK(all_are(d, 9), "the copy read %u, not the page-locked bytes as they were when it ran", peek(d));
+    cuMemGetInfo_v2(&free_after, &total);
+    CHECK(free_before == free_after, "page-locked memory is not the device's");
+    CHECK(cuMemFreeHost(pinned) == CUDA_SUCCESS, "free it");
+    CHECK(cuMemFreeHost(pinned) == CUDA_ERROR_INVALID_VALUE, "a second free is refused");
     cuMemFree_v2(d);
     cuStreamDestroy_v2(a);
 }
@@ -294,6 +318,7 @@ int main(int argc, char** argv) {
     open_device();
     if (mode == "deferred") {
         test_copies_wait_for_their_stream_synchronized();
+        test_a_copy_from_page_locked_memory_reads_it_when_it_runs();
         test_a_stream_runs_its_queue_in_order();
         test_an_event_pends_until_synchronized();
         test_a_stream_waiting_on_an_event_runs_after_it();

@@ -47,6 +47,17 @@ impl TrainConfig {
              set optimizer.offload = true too"
                 .into(),
         );
+        problems.check(
+            !self.model.offloads_weights()
+                || self
+                    .optimizer
+                    .launched_as
+                    .is_none_or(|(_, ranks)| ranks <= 1),
+            "model.offload_weights: a data-parallel run sums its gradients on the devices, and \
+             streamed weights' gradients are on the host; train on one rank, or keep the \
+             weights on the device"
+                .into(),
+        );
         self.precision.check(&mut problems);
         if let Err(Error::Config { problems: memory }) = self.memory.budget(self.default_limit()) {
             problems.0.extend(memory);

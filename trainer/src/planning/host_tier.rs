@@ -38,15 +38,16 @@ pub fn for_model(config: &TrainConfig, host: Option<&Device>) -> Offloads {
     }
 }
 
-/// The host tier a run of `config` opens; none unless it offloads.
-pub fn open(config: &TrainConfig) -> Result<Option<Device>> {
+/// The host tier a run of `config` on `device` opens (page-locked memory for a CUDA device);
+/// none unless it offloads.
+pub fn open(config: &TrainConfig, device: &Device) -> Result<Option<Device>> {
     if !wanted(config) {
         return Ok(None);
     }
     let limit = limit(config).unwrap_or_else(machine_memory);
     let allocator = AllocatorConfig::default().with_history(config.memory.history);
     let tier = DeviceConfig::new(limit).with_allocator(allocator);
-    Ok(Some(Device::host_tier(tier)?))
+    Ok(Some(Device::host_tier_of(device, tier)?))
 }
 
 /// The host tier a probe of `config` plans, its copies priced at `rates`; none unless it

@@ -84,7 +84,8 @@ fn trained_share(config: &TrainConfig, task: &Task) -> Option<String> {
     let device =
         headroom_kernels::Device::meta(headroom_kernels::DeviceConfig::new(u64::MAX / 4)).ok()?;
     let model =
-        crate::model::TrainModel::build(&config.model, &task.train.shape(), &device, (0, None)).ok()?;
+        crate::model::TrainModel::build(&config.model, &task.train.shape(), &device, (0, None))
+            .ok()?;
     let module = model.module();
     let (trained, frozen) = (module.parameter_count(), module.frozen_count());
     Some(format!(

@@ -95,7 +95,11 @@ impl Policy {
 
     /// What it keeps in the host tier, as the plan's table names it.
     pub fn offloaded(&self) -> &'static str {
-        match (self.offload_activations, self.offload_optimizer, self.offload_weights) {
+        match (
+            self.offload_activations,
+            self.offload_optimizer,
+            self.offload_weights,
+        ) {
             (false, false, false) => "-",
             (true, false, _) => "activations",
             (false, true, false) => "optimizer",
@@ -124,7 +128,11 @@ impl Policy {
             StateKind::Bf16 => "bf16 state",
             StateKind::Int8 => "int8 state",
         };
-        let offloaded = match (self.offload_activations, self.offload_optimizer, self.offload_weights) {
+        let offloaded = match (
+            self.offload_activations,
+            self.offload_optimizer,
+            self.offload_weights,
+        ) {
             (false, false, false) => "",
             (true, false, _) => ", activations offloaded",
             (false, true, false) => ", optimizer offloaded",
@@ -220,7 +228,10 @@ fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool, bool)>> 
         knobs.offload_activations && blocks,
     );
     let optimizer = choices(config.optimizer.offload, !config.optimizer.shard_state);
-    let weights = choices(config.model.offload_weights, knobs.offload_weights && blocks);
+    let weights = choices(
+        config.model.offload_weights,
+        knobs.offload_weights && blocks,
+    );
     let all: Vec<_> = activations
         .iter()
         .flat_map(|&a| optimizer.iter().map(move |&o| (a, o)))
@@ -238,7 +249,12 @@ fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool, bool)>> 
         (_, _, true) => 2,
     };
     (0..3)
-        .map(|g| all.iter().copied().filter(|p| group(p) == g).collect::<Vec<_>>())
+        .map(|g| {
+            all.iter()
+                .copied()
+                .filter(|p| group(p) == g)
+                .collect::<Vec<_>>()
+        })
         .filter(|g| !g.is_empty())
         .collect()
 }
@@ -374,7 +390,11 @@ mod tests {
             && p.offload_optimizer
             && p.recompute >= Recompute::Blocks
             && p.state == StateKind::F32));
-        assert_eq!(all[2].len(), 4, "blocks or tiled, activations offloaded or not");
+        assert_eq!(
+            all[2].len(),
+            4,
+            "blocks or tiled, activations offloaded or not"
+        );
         // Activations are offloaded from recomputed blocks alone.
         let offloading = all[1].iter().filter(|p| p.offload_activations);
         assert!(offloading.clone().count() > 0);

@@ -303,7 +303,7 @@ impl Inputs {
             target,
             target.rates(),
         );
-        let host = host_tier::open(&chunked)?;
+        let host = host_tier::open(&chunked, device)?;
         let offers = self.factory.knobs(&self.task.train.shape());
         if chunked.model.offloads_activations() && !offers.offload_activations {
             return Err(Error::config(
@@ -481,13 +481,11 @@ fn build_model(
     if saved.is_none() || config.model.lora.is_some() {
         factory.initialize(&mut *model)?;
     }
-    let offloads = host_tier::for_model(config, host);
-    model.set_host_tier(&offloads)?;
+    model.set_host_tier(&host_tier::for_model(config, host))?;
     let mut optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
+    // A checkpoint's weights are restored where the model keeps them (streamed: the host).
     if let Some(saved) = saved {
         saved.restore(&mut *model, &mut *optimizer)?;
-        // A checkpoint's weights arrive on the device: the streamed ones go back to the host.
-        model.set_host_tier(&offloads)?;
     }
     Ok((model, optimizer))
 }

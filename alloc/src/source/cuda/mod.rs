@@ -7,7 +7,8 @@
 //! - `pages`: a range of addresses that grows and shrinks in place, a page at a time;
 //! - `driver`: the device's context and stream, and a driver error as a refusal or a fault;
 //! - `memory`: [`CudaMemory`], the source itself;
-//! - `clock`: [`CudaStreamClock`], CUDA streams and events for stream-aware blocks.
+//! - `clock`: [`CudaStreamClock`], CUDA streams and events for stream-aware blocks;
+//! - `page_locked`: [`CudaPageLocked`], page-locked host memory of a context.
 
 // Driver calls are foreign functions; every unsafe block says why its call is sound.
 #![allow(unsafe_code)]
@@ -16,8 +17,10 @@ mod clock;
 mod driver;
 mod error;
 mod memory;
+mod page_locked;
 mod pages;
 
 pub use clock::CudaStreamClock;
 pub use error::CudaError;
 pub use memory::CudaMemory;
+pub use page_locked::CudaPageLocked;

@@ -88,7 +88,10 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
         with_element!(src.dtype(), |T| {
             let bytes = bytemuck::cast_slice(src.buffer().host::<T>(op)?);
             target.backend().write(dst.buffer_mut(op)?, bytes)
-        })
+        })?;
+        // A GPU reads page-locked memory when the copy runs, not when it is queued, and the
+        // host tier may hand the source's memory out again at once: the copy is waited for.
+        target.synchronize()
     }
 }
 
