@@ -1,6 +1,7 @@
 //! What a model and its optimizer hold in memory, from their own parameter lists.
 
 use headroom_alloc::round_size;
+use headroom_kernels::{Array, Device};
 
 use crate::module::Module;
 use crate::optim::Optimizer;
@@ -39,19 +40,43 @@ impl TrainingMemory {
 /// # Ok::<(), headroom_nn::Error>(())
 /// ```
 pub fn training_memory(model: &dyn Module, optimizer: Option<&dyn Optimizer>) -> TrainingMemory {
+    held(model, optimizer, &|_| true)
+}
+
+/// [`training_memory`] on `device` alone: what a host tier holds (streamed weights with their
+/// gradients, an offloaded optimizer's state) is left out.
+pub fn training_memory_on(
+    model: &dyn Module,
+    optimizer: Option<&dyn Optimizer>,
+    device: &Device,
+) -> TrainingMemory {
+    held(model, optimizer, &|a| a.device().same(device))
+}
+
+/// [`training_memory`] of the arrays `counts` accepts (a gradient lives where its parameter
+/// does).
+fn held(
+    model: &dyn Module,
+    optimizer: Option<&dyn Optimizer>,
+    counts: &dyn Fn(&Array) -> bool,
+) -> TrainingMemory {
+    let bytes = |a: &Array| round_size(a.buffer().bytes() as u64).unwrap_or(u64::MAX);
     let (mut parameters, mut gradients) = (0u64, 0u64);
     model.visit(&mut |_, t| {
-        let bytes = round_size(t.array().buffer().bytes() as u64).unwrap_or(u64::MAX);
-        parameters = parameters.saturating_add(bytes);
+        if !counts(t.array()) {
+            return;
+        }
+        parameters = parameters.saturating_add(bytes(t.array()));
         if t.is_variable() {
-            gradients = gradients.saturating_add(bytes);
+            gradients = gradients.saturating_add(bytes(t.array()));
         }
     });
     let optimizer_state = optimizer.map_or(0, |o| {
         let (state, _) = o.state();
         state
             .iter()
-            .map(|(_, a)| round_size(a.buffer().bytes() as u64).unwrap_or(u64::MAX))
+            .filter(|(_, a)| counts(a))
+            .map(|(_, a)| bytes(a))
             .sum()
     });
     TrainingMemory {

@@ -16,7 +16,7 @@ mod recompute;
 mod sampling;
 mod streaming;
 
-pub use accounting::{TrainingMemory, training_memory};
+pub use accounting::{TrainingMemory, training_memory, training_memory_on};
 pub use error::{Error, Result};
 pub use init::{Init, Initializer};
 pub use kv_cache::KvCache;

@@ -214,6 +214,16 @@ fn the_policy_offloads_only_where_nothing_on_the_device_fits() {
     config.memory.limit = Some(((device_alone + with_host) / 2).into());
     let (tight, plan, mut trainer) = chosen(&config);
     assert!(tight.offloads() && tight.state == StateKind::F32, "{plan}");
+    // Each candidate that fits says what its host tier would hold; one without it, nothing.
+    let candidates = &plan.policy.as_ref().unwrap().candidates;
+    for c in candidates.iter().filter(|c| c.micro.is_some()) {
+        assert_eq!(
+            c.predicted_host_peak.is_some(),
+            c.policy.offloads(),
+            "{c:?}"
+        );
+    }
+    assert!(plan.to_string().contains("host tier peak"), "{plan}");
     assert!(
         plan.to_string()
             .contains("nothing without the host tier fits"),
@@ -374,4 +384,37 @@ fn a_run_with_streamed_weights_resumes_on_the_same_trajectory() {
     assert!(on_host.map(|t| t.live).sum::<u64>() > 0, "{host:?}");
     let peak = |t: &Trainer| t.device().allocator().stats().peak_in_use;
     assert_eq!(peak(&resumed), peak(&straight));
+}
+
+#[test]
+fn an_out_of_memory_with_streamed_weights_counts_what_the_device_holds() {
+    let dir = TempDir::new("offload-weights-diagnosis");
+    let mut config = config(&dir);
+    // Weights that outweigh one sample's activations.
+    (config.model.width, config.model.mlp_width) = (128, Some(512));
+    config.model.context = Some(8);
+    config.batch.size = 1;
+    config.memory.policy = PolicyKind::Manual;
+    config.model.recompute = Some(Recompute::Blocks);
+    config.model.offload_weights = Some(true);
+    config.optimizer.offload = Some(true);
+    let roomy = Trainer::new(config.clone()).unwrap();
+    let one_sample = roomy.plan().unwrap().predicted_peak;
+    // The whole model with its gradients, as if it were on the device.
+    let whole = headroom_nn::training_memory(roomy.model().module(), None).total();
+    drop(roomy);
+    let limit = one_sample - 4096;
+    assert!(
+        whole > limit,
+        "the model alone ({whole}) must not fit {limit}"
+    );
+    config.memory.limit = Some(limit.into());
+    let Err(err) = Trainer::new(config) else {
+        panic!("{limit} bytes fit a step");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("is left for activations") && !err.contains("alone exceed"),
+        "{err}"
+    );
 }

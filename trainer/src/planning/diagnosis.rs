@@ -2,8 +2,8 @@
 //! model with its gradients and optimizer state.
 
 use headroom_alloc::{OomReport, format_bytes};
-use headroom_kernels::HOST_TIER;
-use headroom_nn::{Optimizer, training_memory};
+use headroom_kernels::{Device, HOST_TIER};
+use headroom_nn::{Optimizer, training_memory_on};
 
 use super::bf16_remedy::bf16_remedy;
 use crate::model::TrainableModel;
@@ -18,12 +18,13 @@ pub enum Failure {
     TrainingState,
 }
 
-/// Per tag, what the model, its gradients and its optimizer state need against the limit, what
-/// the activations held when memory ran out, and what to do. `one_sample_peak` is the peak of a
-/// step with one sample when known (the planner measures it on an unlimited meta device).
+/// Per tag, what the model, its gradients and its optimizer state need on `device` against the
+/// limit (what its host tier holds apart), what the activations held when memory ran out, and
+/// what to do. `one_sample_peak` is the peak of a step with one sample when known (the planner
+/// measures it on an unlimited meta device).
 pub fn diagnose(
-    model: &dyn TrainableModel,
-    optimizer: &dyn Optimizer,
+    (model, optimizer): (&dyn TrainableModel, &dyn Optimizer),
+    device: &Device,
     report: &OomReport,
     failure: Failure,
     one_sample_peak: Option<u64>,
@@ -39,7 +40,7 @@ pub fn diagnose(
             format_bytes(report.limit),
         );
     }
-    let memory = training_memory(model.module(), Some(optimizer));
+    let memory = training_memory_on(model.module(), Some(optimizer), device);
     // Every kind of activation (attention's, the MLP's, ...) counts.
     let activations: u64 = report
         .tags

@@ -167,13 +167,14 @@ impl std::fmt::Display for PolicyPlan {
         )?;
         writeln!(
             f,
-            "{:<12} {:<12} {:<6} {:<11} {:>12} {:>14} {:>14}",
+            "{:<12} {:<12} {:<6} {:<11} {:>12} {:>14} {:>14} {:>14}",
             "recompute",
             "update",
             "state",
             "offloaded",
             "micro-batch",
             "predicted peak",
+            "host tier peak",
             "predicted step"
         )?;
         for c in &self.candidates {
@@ -187,6 +188,9 @@ impl std::fmt::Display for PolicyPlan {
                 .micro
                 .map_or_else(|| "none fits".into(), |m| m.to_string());
             let peak = c.predicted_peak.map_or_else(|| "-".into(), format_bytes);
+            let host = c
+                .predicted_host_peak
+                .map_or_else(|| "-".into(), format_bytes);
             let seconds = c
                 .predicted_seconds
                 .map_or_else(|| "-".into(), |s| format!("{s:.3} s"));
@@ -197,7 +201,7 @@ impl std::fmt::Display for PolicyPlan {
             };
             writeln!(
                 f,
-                "{:<12} {:<12} {:<6} {:<11} {micro:>12} {peak:>14} {seconds:>14}{chosen}",
+                "{:<12} {:<12} {:<6} {:<11} {micro:>12} {peak:>14} {host:>14} {seconds:>14}{chosen}",
                 recompute,
                 if in_backward { "in backward" } else { "after" },
                 state,

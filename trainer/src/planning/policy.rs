@@ -293,6 +293,9 @@ pub struct Candidate {
     pub predicted_peak: Option<u64>,
     /// The predicted seconds of a step at that size.
     pub predicted_seconds: Option<f64>,
+    /// The host tier's predicted peak in that step, where the candidate offloads.
+    #[serde(default)]
+    pub predicted_host_peak: Option<u64>,
 }
 
 /// Predicted times within this fraction of the fastest count as equally fast.
@@ -350,6 +353,7 @@ mod tests {
             micro,
             predicted_peak: micro.map(|m| m as u64),
             predicted_seconds: micro.map(|_| seconds),
+            predicted_host_peak: None,
         }
     }
 

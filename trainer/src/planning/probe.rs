@@ -159,16 +159,19 @@ impl Prober {
     /// its gradients and its optimizer state need against the limit, and one sample's peak
     /// without a limit.
     pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
+        let config = &self.config;
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
-        let settings = ModelSettings::of(&self.config);
-        let model = self
+        let host = host_tier::planned(config, self.rates)?;
+        let settings = ModelSettings::with_host_tier(config, host.as_ref());
+        let mut model = self
             .factory
             .build(&roomy, &self.task.train.shape(), &settings)?;
-        let optimizer = build_optimizer(&self.config.optimizer, model.module(), None)?;
+        model.set_host_tier(&host_tier::for_model(config, host.as_ref()))?;
+        let optimizer = build_optimizer(&config.optimizer, model.module(), host.as_ref())?;
         let one_sample_peak = self.one_sample_peak();
         Ok(diagnose(
-            &*model,
-            &*optimizer,
+            (&*model, &*optimizer),
+            &roomy,
             report,
             failure,
             one_sample_peak,

@@ -183,6 +183,7 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
                 micro: planned.as_ref().map(|p| p.micro),
                 predicted_peak: planned.as_ref().map(|p| p.predicted_peak),
                 predicted_seconds: planned.as_ref().map(|p| p.predicted_seconds),
+                predicted_host_peak: planned.as_ref().and_then(|p| p.predicted_host_peak),
             });
             plans.push(planned);
         }

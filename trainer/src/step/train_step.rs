@@ -313,8 +313,8 @@ impl<'a> Progress<'a> {
         };
         if !micro.shrink(self.step, size) {
             let diagnosis = diagnose(
-                ctx.model,
-                &*ctx.optimizer,
+                (&*ctx.model, &*ctx.optimizer),
+                ctx.device,
                 &report,
                 Failure::OneSample,
                 None,
@@ -402,8 +402,8 @@ impl<'a> Progress<'a> {
                             return Err(err);
                         };
                         let diagnosis = diagnose(
-                            ctx.model,
-                            &*ctx.optimizer,
+                            (&*ctx.model, &*ctx.optimizer),
+                            ctx.device,
                             &report,
                             Failure::TrainingState,
                             None,
