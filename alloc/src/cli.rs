@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use crate::pytorch::{Snapshot, replay_snapshot};
 use crate::trace::generate::{LogNormalTrace, TransformerTrace};
 use crate::trace::{
     NumberedTrace, TraceOp, TraceSettings, find_limit_with_growth_step, growth_name,
@@ -16,10 +17,13 @@ use crate::{AllocatorConfig, EXPANSION_STEP, Error, Growth, Result, format_bytes
 
 /// Replay a JSON Lines trace (or a built-in one) and report peaks, OOMs and fragmentation, or
 /// find the smallest limit it fits in. A trace recorded from an allocator replays under that
-/// allocator's settings, unless a flag changes one.
+/// allocator's settings, unless a flag changes one. A PyTorch memory snapshot (the pickle
+/// `torch.cuda.memory._dump_snapshot` writes) replays each device's allocation stream under the
+/// default and the expandable policy, beside what PyTorch reserved for it.
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
-    /// The trace file; without it, the built-in trace given by --builtin.
+    /// The trace file, or a PyTorch memory snapshot; without it, the built-in trace given by
+    /// --builtin.
     pub trace: Option<PathBuf>,
     /// Built-in trace to replay when no file is given.
     #[arg(long, value_enum, default_value_t = Builtin::Transformer)]
@@ -180,6 +184,15 @@ fn builtin_trace(builtin: Builtin, scale: u64) -> Vec<TraceOp> {
     }
 }
 
+/// Whether the file at `path` starts as a pickle does (protocol 2 or later: a PyTorch memory
+/// snapshot); an unreadable file is left to the trace reader's error.
+fn is_pickle(path: &std::path::Path) -> bool {
+    let mut first = [0u8; 1];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut first))
+        .is_ok_and(|()| first[0] == 0x80)
+}
+
 fn output_error(source: std::io::Error) -> Error {
     Error::Io {
         path: "standard output".into(),
@@ -244,6 +257,11 @@ impl ReplayArgs {
     /// Replays the trace (or searches for its smallest limit) under the settings these
     /// arguments and the trace give, and writes them and the report to `out`.
     pub fn run(&self, out: impl Write) -> Result<()> {
+        if let Some(path) = self.trace.as_deref().filter(|p| is_pickle(p)) {
+            let snapshot = Snapshot::read(path)?;
+            let report = replay_snapshot(&snapshot, self.limit, self.find_limit)?;
+            return self.write_report(&report, out);
+        }
         let (recorded, ops) = self.load_trace()?;
         let settings = self.settings(recorded.as_ref());
         let config = settings.settings.allocator_config();

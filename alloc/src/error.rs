@@ -78,6 +78,15 @@ pub enum Error {
         path: String,
     },
 
+    /// A file is not a PyTorch memory snapshot that can be replayed.
+    #[error("{path}: {detail}")]
+    Snapshot {
+        /// The file.
+        path: String,
+        /// What is wrong or missing, and how to record what is.
+        detail: String,
+    },
+
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {

@@ -30,6 +30,7 @@ mod inspect;
 #[cfg(feature = "testing")]
 pub mod model;
 mod parse_size;
+pub mod pytorch;
 mod report;
 mod reservation;
 mod segment;

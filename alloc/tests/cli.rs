@@ -302,3 +302,46 @@ fn a_trace_replays_under_its_recorded_settings_unless_a_flag_changes_one() {
     std::fs::remove_file(path).ok();
     std::fs::remove_file(empty).ok();
 }
+
+#[test]
+fn a_pytorch_snapshot_replays_beside_what_pytorch_held() {
+    let snapshot = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/torch-cpu-step.pickle"
+    );
+    let out = headroom_alloc(&["replay", snapshot]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("device 0: 4416 events, 1530 blocks allocated")
+            && text.contains("peak requested")
+            && text.contains("on-demand")
+            && text.contains("expandable"),
+        "{text}"
+    );
+    let out = headroom_alloc(&["replay", snapshot, "--json", "--find-limit"]);
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let device = &value["devices"][0];
+    assert_eq!(device["peak_requested"], 3_275_132);
+    assert!(
+        device["replays"][1]["smallest_limit"]["limit"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // A file that is a pickle but not a snapshot names itself and what is wrong.
+    let path =
+        std::env::temp_dir().join(format!("headroom-alloc-{}-list.pickle", std::process::id()));
+    std::fs::write(&path, b"\x80\x02]q\x00.").unwrap();
+    let out = headroom_alloc(&["replay", path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not a PyTorch memory snapshot"),
+        "{err}"
+    );
+    std::fs::remove_file(&path).ok();
+}

@@ -26,6 +26,47 @@ fn config(dir: &TempDir) -> TrainConfig {
     config
 }
 
+/// A trainer of `config` after two steps, and their losses.
+fn two_steps(config: TrainConfig) -> (Trainer, Vec<f64>) {
+    let mut trainer = Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .unwrap();
+    let losses: Vec<f64> = (0..2).map(|_| trainer.train_step().unwrap().loss).collect();
+    (trainer, losses)
+}
+
+/// Every parameter's values, in the model's order.
+fn weights(trainer: &Trainer) -> Vec<Vec<f64>> {
+    let params = trainer.model().module().parameters();
+    params.iter().map(|p| p.to_f64().unwrap()).collect()
+}
+
+/// Bytes live under `tag` in `stats`.
+fn live(stats: &headroom_alloc::Stats, tag: headroom_alloc::Tag) -> u64 {
+    let tags = stats.tags.iter().filter(|t| t.tag == tag);
+    tags.map(|t| t.live).sum()
+}
+
+/// Checks that both tiers of `trainer`'s run peaked at its plan's predictions; returns their
+/// statistics.
+fn peaks_as_planned(
+    trainer: &Trainer,
+    case: &str,
+) -> (headroom_alloc::Stats, headroom_alloc::Stats) {
+    let plan = trainer.plan().unwrap();
+    let device = trainer.device().allocator().stats();
+    assert_eq!(device.peak_in_use, plan.predicted_peak, "{case}: {plan}");
+    let host = trainer.host_tier().unwrap().allocator().stats();
+    assert_eq!(
+        Some(host.peak_in_use),
+        plan.predicted_host_peak,
+        "{case}: {plan}"
+    );
+    (device, host)
+}
+
 #[test]
 fn offloaded_block_inputs_peak_on_each_tier_as_planned_and_train_the_same() {
     let dir = TempDir::new("offload");
@@ -134,50 +175,21 @@ fn an_offloaded_optimizer_peaks_on_each_tier_as_planned_and_trains_the_same() {
         config.optimizer.clip = 0.0;
         config.optimizer.in_backward = Some(in_backward);
         config.optimizer.state = Some(state);
-        let train = |config: TrainConfig| {
-            let mut trainer = Trainer::builder()
-                .config(config)
-                .overwrite()
-                .build()
-                .unwrap();
-            let losses: Vec<f64> = (0..2).map(|_| trainer.train_step().unwrap().loss).collect();
-            (trainer, losses)
-        };
-        let (kept, kept_losses) = train(config.clone());
+        let (kept, kept_losses) = two_steps(config.clone());
         config.optimizer.offload = Some(true);
-        let (offloaded, losses) = train(config);
+        let (offloaded, losses) = two_steps(config);
         let case = format!("in backward {in_backward}, {state:?}, activations {activations}");
         assert_eq!(losses, kept_losses, "{case}: the same steps");
-        let weights = |t: &Trainer| -> Vec<Vec<f64>> {
-            let params = t.model().module().parameters();
-            params.iter().map(|p| p.to_f64().unwrap()).collect()
-        };
         assert!(
             weights(&kept) == weights(&offloaded),
             "{case}: the weights differ"
         );
-        let plan = offloaded.plan().unwrap();
-        let device = offloaded.device().allocator().stats();
-        assert_eq!(device.peak_in_use, plan.predicted_peak, "{case}: {plan}");
-        let host = offloaded.host_tier().unwrap().allocator().stats();
-        assert_eq!(
-            Some(host.peak_in_use),
-            plan.predicted_host_peak,
-            "{case}: {plan}"
-        );
+        let (device, host) = peaks_as_planned(&offloaded, &case);
         // The state alone stays on the host between steps, and none of it on the device.
-        let state_on = |stats: &headroom_alloc::Stats| {
-            let tags = stats.tags.iter();
-            tags.filter(|t| t.tag == headroom_alloc::Tag::OPTIMIZER_STATE)
-                .map(|t| t.live)
-                .sum::<u64>()
-        };
-        assert_eq!(state_on(&device), 0, "{case}");
-        assert_eq!(
-            state_on(&host),
-            state_on(&kept.device().allocator().stats()),
-            "{case}"
-        );
+        let state = headroom_alloc::Tag::OPTIMIZER_STATE;
+        assert_eq!(live(&device, state), 0, "{case}");
+        let kept_state = live(&kept.device().allocator().stats(), state);
+        assert_eq!(live(&host, state), kept_state, "{case}");
     }
 }
 
@@ -273,47 +285,20 @@ fn streamed_weights_peak_on_each_tier_as_planned_and_train_the_same() {
         config.precision.dtype = precision;
         config.optimizer.clip = 0.0;
         config.optimizer.in_backward = Some(in_backward);
-        let train = |config: TrainConfig| {
-            let mut trainer = Trainer::builder()
-                .config(config)
-                .overwrite()
-                .build()
-                .unwrap();
-            let losses: Vec<f64> = (0..2).map(|_| trainer.train_step().unwrap().loss).collect();
-            (trainer, losses)
-        };
-        let (kept, kept_losses) = train(config.clone());
+        let (kept, kept_losses) = two_steps(config.clone());
         config.model.offload_activations = Some(activations);
         config.model.offload_weights = Some(true);
         config.optimizer.offload = Some(true);
-        let (streamed, losses) = train(config);
+        let (streamed, losses) = two_steps(config);
         let case = format!("in backward {in_backward}, {recompute:?}, {precision:?}");
         assert_eq!(losses, kept_losses, "{case}: the same steps");
-        let weights = |t: &Trainer| -> Vec<Vec<f64>> {
-            let params = t.model().module().parameters();
-            params.iter().map(|p| p.to_f64().unwrap()).collect()
-        };
         assert!(
             weights(&kept) == weights(&streamed),
             "{case}: the weights differ"
         );
-        let plan = streamed.plan().unwrap();
-        let device = streamed.device().allocator().stats();
-        assert_eq!(device.peak_in_use, plan.predicted_peak, "{case}: {plan}");
-        let host = streamed.host_tier().unwrap().allocator().stats();
-        assert_eq!(
-            Some(host.peak_in_use),
-            plan.predicted_host_peak,
-            "{case}: {plan}"
-        );
+        let (device, host) = peaks_as_planned(&streamed, &case);
         // Between steps the device keeps the embedding, the final norm and the head; the
         // blocks' weights live on the host.
-        let weights_on = |stats: &headroom_alloc::Stats| {
-            let tags = stats.tags.iter();
-            tags.filter(|t| t.tag == headroom_alloc::Tag::WEIGHTS)
-                .map(|t| t.live)
-                .sum::<u64>()
-        };
         let model = streamed.model().module();
         let block_bytes: u64 = model
             .named_parameters()
@@ -321,11 +306,11 @@ fn streamed_weights_peak_on_each_tier_as_planned_and_train_the_same() {
             .filter(|(name, _)| name.starts_with("blocks."))
             .map(|(_, p)| (p.numel() * p.dtype().size()) as u64)
             .sum();
-        assert!(weights_on(&host) >= block_bytes, "{case}: {host:?}");
-        let on_device = weights_on(&device);
-        let all_on_device = weights_on(&kept.device().allocator().stats());
+        let on = |stats: &headroom_alloc::Stats| live(stats, headroom_alloc::Tag::WEIGHTS);
+        assert!(on(&host) >= block_bytes, "{case}: {host:?}");
+        let all_on_device = on(&kept.device().allocator().stats());
         assert!(
-            on_device + block_bytes <= all_on_device,
+            on(&device) + block_bytes <= all_on_device,
             "{case}: {device:?}"
         );
         assert!(

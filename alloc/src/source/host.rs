@@ -87,11 +87,7 @@ impl MemorySource for HostMemory {
     fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError> {
         let layout = match self.regions.get(&base) {
             Some(layout) if layout.size() as u64 == bytes => *layout,
-            _ => {
-                return Err(SourceError::new(format!(
-                    "release of {bytes} bytes at {base:#x}, which is not a region of this source"
-                )));
-            }
+            _ => return Err(SourceError::not_a_region(base, bytes)),
         };
         self.regions.remove(&base);
         // SAFETY: `base` was returned by `alloc_zeroed` with exactly `layout` (looked up above)

@@ -36,6 +36,14 @@ pub struct SourceError {
 }
 
 impl SourceError {
+    /// The refusal of a release of `bytes` at `base` that is not a region the source handed
+    /// out.
+    pub(crate) fn not_a_region(base: u64, bytes: u64) -> Self {
+        Self::new(format!(
+            "release of {bytes} bytes at {base:#x}, which is not a region of this source"
+        ))
+    }
+
     /// A refusal for lack of memory, with this explanation: the allocator backs off, collects
     /// free regions and, failing that, reports an out-of-memory.
     pub fn new(message: impl Into<String>) -> Self {

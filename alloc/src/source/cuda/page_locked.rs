@@ -76,9 +76,7 @@ impl MemorySource for CudaPageLocked {
 
     fn release(&mut self, base: u64, bytes: u64) -> Result<(), SourceError> {
         if self.regions.get(&base) != Some(&bytes) {
-            return Err(SourceError::new(format!(
-                "release of {bytes} bytes at {base:#x}, which is not a region of this source"
-            )));
+            return Err(SourceError::not_a_region(base, bytes));
         }
         self.context
             .bind_to_thread()

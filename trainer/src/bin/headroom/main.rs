@@ -43,11 +43,12 @@ enum Command {
     /// tables, without training.
     Plan(PlanArgs),
     /// Replay an allocation trace through the allocator: a trace file, a run directory (its
-    /// latest trace), or a built-in trace. A run's trace replays under the run's allocator
-    /// settings unless a flag changes one.
+    /// latest trace), a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`'s pickle),
+    /// or a built-in trace. A run's trace replays under the run's allocator settings unless a
+    /// flag changes one.
     #[command(mut_arg("trace", |arg| arg.help(
-        "The trace file, or a run directory for its latest trace (allocations-<n>.jsonl); \
-         without it, the built-in trace given by --builtin"
+        "The trace file, a run directory for its latest trace (allocations-<n>.jsonl), or a \
+         PyTorch memory snapshot; without it, the built-in trace given by --builtin"
     )))]
     Replay(ReplayArgs),
     /// Train a tokenizer on text files.

@@ -1,0 +1,20 @@
+//! PyTorch's memory snapshots: what `torch.cuda.memory._dump_snapshot`
+//! writes after `torch.cuda.memory._record_memory_history()`, read and replayed under this
+//! allocator, so that a PyTorch run's allocation stream says what headroom-alloc would have
+//! reserved for it, and whether its out-of-memory was fragmentation or demand.
+//!
+//! Modules, each above the ones it uses:
+//! - `pickle`: Python's pickle, the plain values a snapshot is made of;
+//! - `snapshot`: the snapshot's devices and their traces of events, read from the pickle;
+//! - `stream`: a device's trace as operations to replay, with what the trace itself implies
+//!   (its peak of requested bytes, PyTorch's own reserved bytes where it records its segments);
+//! - `report`: the replay of each device under the allocator's policies, as the tool prints it.
+
+mod pickle;
+mod report;
+mod snapshot;
+mod stream;
+
+pub use report::{DeviceReport, PolicyReplay, SnapshotReport, replay_snapshot};
+pub use snapshot::{Action, DeviceTrace, Event, Snapshot};
+pub use stream::{AllocationStream, SnapshotOp};

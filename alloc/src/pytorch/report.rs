@@ -1,0 +1,208 @@
+//! A snapshot's devices replayed under headroom-alloc's policies, beside what PyTorch's caching
+//! allocator reserved for the same stream.
+
+use serde::Serialize;
+
+use super::snapshot::Snapshot;
+use super::stream::AllocationStream;
+use crate::config::{AllocatorConfig, EXPANSION_STEP, Growth};
+use crate::error::Result;
+use crate::report::Verdict;
+use crate::size::{format_bytes, round_size};
+use crate::trace::{
+    LimitSearch, MAX_SEARCHED_LIMIT, find_limit_with_growth_step, growth_name,
+    replay_with_growth_step,
+};
+
+/// The policies a snapshot is replayed under: the allocator's default, and one region that
+/// grows and shrinks in place (PyTorch's `expandable_segments:True`).
+const POLICIES: [Growth; 2] = [Growth::OnDemand, Growth::Expandable];
+
+/// Every device of a snapshot, replayed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotReport {
+    /// The limit the replays ran under; none: room for every block at once.
+    pub limit: Option<u64>,
+    /// Each device whose trace holds events.
+    pub devices: Vec<DeviceReport>,
+}
+
+/// One device's trace, what it implies and its replays.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceReport {
+    /// The device's index among the snapshot's traces.
+    pub device: usize,
+    /// Events in its trace.
+    pub events: usize,
+    /// Blocks allocated in the trace.
+    pub allocs: usize,
+    /// Blocks allocated before the trace began (freed in it), held from its start.
+    pub held_before: usize,
+    /// The most requested bytes held at once (the program's demand).
+    pub peak_requested: u64,
+    /// The most bytes PyTorch's segments held at once, where the trace records them.
+    pub torch_reserved_peak: Option<u64>,
+    /// Bytes of PyTorch's segments when the snapshot was taken, where the trace records its
+    /// segments (a profiler's snapshot spans its tensors with one made-up segment).
+    pub torch_reserved_at_end: Option<u64>,
+    /// The event at which PyTorch ran out of memory, if it did.
+    pub torch_oom_event: Option<usize>,
+    /// The replays, one per policy.
+    pub replays: Vec<PolicyReplay>,
+}
+
+/// The stream replayed under one policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyReplay {
+    /// The growth policy.
+    pub growth: &'static str,
+    /// Peak bytes in use (each request rounded to the granule).
+    pub peak_in_use: u64,
+    /// Peak bytes reserved.
+    pub peak_reserved: u64,
+    /// Requests that ran out of memory under the limit (the ones the trace records as failed
+    /// included, where they still fail).
+    pub ooms: u64,
+    /// The event of the first out-of-memory and its verdict: fragmentation (enough bytes free,
+    /// none contiguous) or capacity.
+    pub first_oom: Option<(usize, Verdict)>,
+    /// The smallest limit the stream fits in, when asked for.
+    pub smallest_limit: Option<LimitSearch>,
+}
+
+/// Replays every device of `snapshot` under each policy, with `limit` (none: room for every
+/// block at once), and with `find_limit` the smallest limit each fits in.
+pub fn replay_snapshot(
+    snapshot: &Snapshot,
+    limit: Option<u64>,
+    find_limit: bool,
+) -> Result<SnapshotReport> {
+    let mut devices = Vec::new();
+    for trace in &snapshot.devices {
+        let stream = AllocationStream::of(trace);
+        let capacity = limit.unwrap_or_else(|| room_for_all(&stream));
+        let mut replays = Vec::new();
+        for growth in POLICIES {
+            let config = AllocatorConfig::default()
+                .with_growth(growth)
+                .with_limit_bytes(capacity);
+            let replay = replay_with_growth_step(&stream.ops, config, capacity, EXPANSION_STEP)?;
+            let smallest_limit = match find_limit {
+                true => Some(find_limit_with_growth_step(
+                    &stream.ops,
+                    AllocatorConfig::default().with_growth(growth),
+                    EXPANSION_STEP,
+                )?),
+                false => None,
+            };
+            replays.push(PolicyReplay {
+                growth: growth_name(growth),
+                peak_in_use: replay.peak_in_use,
+                peak_reserved: replay.peak_reserved,
+                ooms: replay.ooms,
+                first_oom: replay.first_oom_op.zip(replay.first_oom_verdict),
+                smallest_limit,
+            });
+        }
+        devices.push(DeviceReport {
+            device: trace.device,
+            events: trace.events.len(),
+            allocs: trace
+                .events
+                .iter()
+                .filter(|e| e.action == super::snapshot::Action::Alloc)
+                .count(),
+            held_before: stream.held_before,
+            peak_requested: stream.peak_requested,
+            torch_reserved_peak: stream.torch_reserved_peak,
+            torch_reserved_at_end: stream.torch_reserved_peak.map(|_| trace.segments_at_end),
+            torch_oom_event: stream.torch_oom,
+            replays,
+        });
+    }
+    Ok(SnapshotReport { limit, devices })
+}
+
+/// A capacity that holds every block of `stream` at once, in whole growth steps.
+fn room_for_all(stream: &AllocationStream) -> u64 {
+    let total: u64 = stream
+        .ops
+        .iter()
+        .filter_map(|op| match op.op {
+            crate::trace::TraceOp::Alloc { size, .. } => round_size(size),
+            _ => None,
+        })
+        .sum();
+    total
+        .div_ceil(EXPANSION_STEP)
+        .saturating_add(1)
+        .saturating_mul(EXPANSION_STEP)
+        .min(MAX_SEARCHED_LIMIT)
+}
+
+impl std::fmt::Display for SnapshotReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for device in &self.devices {
+            write!(f, "{device}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for DeviceReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "device {}: {} events, {} blocks allocated ({} more from before the trace)",
+            self.device, self.events, self.allocs, self.held_before
+        )?;
+        writeln!(
+            f,
+            "  peak requested             {:>12}  (the program's demand)",
+            format_bytes(self.peak_requested)
+        )?;
+        match self.torch_reserved_peak {
+            Some(peak) => writeln!(
+                f,
+                "  PyTorch reserved (peak)    {:>12}  ({} at the snapshot)",
+                format_bytes(peak),
+                format_bytes(self.torch_reserved_at_end.unwrap_or(0))
+            )?,
+            None => writeln!(
+                f,
+                "  PyTorch reserved (peak)    {:>12}  (the trace records no segments: a profiler's \
+                 snapshot, or one recorded without them)",
+                "-"
+            )?,
+        }
+        if let Some(event) = self.torch_oom_event {
+            writeln!(f, "  PyTorch ran out of memory at event {event}")?;
+        }
+        for replay in &self.replays {
+            write!(
+                f,
+                "  headroom-alloc, {:<10} {:>12} reserved at the peak, {} in use",
+                replay.growth,
+                format_bytes(replay.peak_reserved),
+                format_bytes(replay.peak_in_use),
+            )?;
+            match replay.first_oom {
+                Some((event, verdict)) => writeln!(
+                    f,
+                    "; {} out-of-memory, the first at event {event} ({verdict})",
+                    replay.ooms
+                )?,
+                None => writeln!(f)?,
+            }
+            if let Some(search) = &replay.smallest_limit {
+                writeln!(
+                    f,
+                    "    fits in {} at the least ({} packed: what no allocator can beat)",
+                    format_bytes(search.limit),
+                    format_bytes(search.packed_peak)
+                )?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,162 @@
+//! A device's trace as the allocation stream a replay runs, and what the trace itself implies.
+//!
+//! The rule: a block is held from its `alloc` to its `free_completed` (until then PyTorch's
+//! allocator keeps it, for the streams that used it); a block freed in the trace without being
+//! allocated there was allocated before the trace began (its ring buffer had dropped the
+//! event) and is held from the start. An `oom` is a failed request that held nothing. PyTorch's
+//! own reserved bytes follow its segment events, where the trace has them.
+
+use std::collections::HashMap;
+
+use super::snapshot::{Action, DeviceTrace, Event};
+use crate::tag::Tag;
+use crate::trace::{NumberedOp, TraceOp};
+
+/// An operation of a snapshot's stream, known by its event's index in the device's trace (a
+/// block held from before the trace, by the event that frees it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotOp {
+    /// The event's index in the trace.
+    pub event: usize,
+    /// The operation.
+    pub op: TraceOp,
+}
+
+impl NumberedOp for SnapshotOp {
+    fn op(&self) -> TraceOp {
+        self.op
+    }
+    fn number(&self, _index: usize) -> usize {
+        self.event
+    }
+}
+
+/// A device's trace as operations, with the figures the trace implies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocationStream {
+    /// The operations, the blocks held from before the trace first.
+    pub ops: Vec<SnapshotOp>,
+    /// Blocks allocated before the trace began (freed in it without an `alloc` there).
+    pub held_before: usize,
+    /// The most requested bytes held at once.
+    pub peak_requested: u64,
+    /// The most bytes PyTorch's segments held at once, where the trace records its segments.
+    pub torch_reserved_peak: Option<u64>,
+    /// The index of the first `oom` event, if PyTorch ran out of memory.
+    pub torch_oom: Option<usize>,
+}
+
+impl AllocationStream {
+    /// The stream of `trace`.
+    pub fn of(trace: &DeviceTrace) -> Self {
+        let held_before = held_before(&trace.events);
+        let mut ops: Vec<SnapshotOp> = held_before
+            .iter()
+            .enumerate()
+            .map(|(id, &(event, size))| SnapshotOp {
+                event,
+                op: TraceOp::Alloc {
+                    id: id as u64,
+                    size,
+                    tag: tag(&trace.events[event]),
+                },
+            })
+            .collect();
+        let mut live: HashMap<u64, (u64, u64)> = HashMap::new();
+        for (id, &(event, _)) in held_before.iter().enumerate() {
+            let e = &trace.events[event];
+            live.entry(e.addr).or_insert((id as u64, e.size));
+        }
+        let mut next_id = held_before.len() as u64;
+        let mut held: u64 = held_before.iter().map(|&(_, size)| size).sum();
+        let mut peak_requested = held;
+        let (mut reserved, mut reserved_peak, mut segments) = (0u64, 0u64, false);
+        let mut torch_oom = None;
+        for (at, event) in trace.events.iter().enumerate() {
+            match event.action {
+                Action::Alloc => {
+                    let id = next_id;
+                    next_id += 1;
+                    live.insert(event.addr, (id, event.size));
+                    let (size, tag) = (event.size, tag(event));
+                    ops.push(SnapshotOp {
+                        event: at,
+                        op: TraceOp::Alloc { id, size, tag },
+                    });
+                    held += size;
+                    peak_requested = peak_requested.max(held);
+                }
+                Action::FreeCompleted => {
+                    if let Some((id, size)) = live.remove(&event.addr) {
+                        ops.push(SnapshotOp {
+                            event: at,
+                            op: TraceOp::Free { id },
+                        });
+                        held -= size;
+                    }
+                }
+                Action::Oom => {
+                    torch_oom.get_or_insert(at);
+                    ops.push(SnapshotOp {
+                        event: at,
+                        op: TraceOp::Oom {
+                            size: event.size,
+                            tag: tag(event),
+                        },
+                    });
+                }
+                Action::SegmentAlloc | Action::SegmentMap => {
+                    segments = true;
+                    reserved += event.size;
+                    reserved_peak = reserved_peak.max(reserved);
+                }
+                Action::SegmentFree | Action::SegmentUnmap => {
+                    segments = true;
+                    reserved = reserved.saturating_sub(event.size);
+                }
+                Action::FreeRequested | Action::Snapshot => {}
+            }
+        }
+        Self {
+            ops,
+            held_before: held_before.len(),
+            peak_requested,
+            torch_reserved_peak: segments.then_some(reserved_peak),
+            torch_oom,
+        }
+    }
+}
+
+/// The blocks freed in `events` without an `alloc` before their free: each event's index and
+/// the block's size, in the order of the trace.
+fn held_before(events: &[Event]) -> Vec<(usize, u64)> {
+    let mut live = std::collections::HashSet::new();
+    let mut before = Vec::new();
+    for (at, event) in events.iter().enumerate() {
+        match event.action {
+            Action::Alloc => {
+                live.insert(event.addr);
+            }
+            Action::FreeCompleted if !live.remove(&event.addr) => before.push((at, event.size)),
+            _ => {}
+        }
+    }
+    before
+}
+
+/// The tag of an event's block: its profiler category where it names one of the built-in
+/// kinds, else the module its innermost frame names, else `other`.
+fn tag(event: &Event) -> Tag {
+    let category = match event.category.as_deref() {
+        Some("parameter") => Some(Tag::WEIGHTS),
+        Some("gradient") => Some(Tag::GRADIENTS),
+        Some("activation") => Some(Tag::ACTIVATIONS),
+        Some("optimizer_state") => Some(Tag::OPTIMIZER_STATE),
+        Some("temporary") => Some(Tag::WORKSPACE),
+        Some("input") => Some(Tag::DATA),
+        _ => None,
+    };
+    category
+        .or_else(|| event.module.as_deref().and_then(|m| Tag::named(m).ok()))
+        .unwrap_or(Tag::OTHER)
+}
