@@ -49,14 +49,7 @@ impl Device {
     /// A host tier over `config.memory` bytes of host memory: a CPU device whose reports name
     /// their source [`HOST_TIER`].
     pub fn host_tier(config: DeviceConfig) -> Result<Device> {
-        let source = HostTierMemory(Box::new(host_memory(config.memory)));
-        Self::assemble(
-            DeviceKind::Cpu,
-            PlanTarget::Cpu,
-            Box::new(CpuBackend),
-            Box::new(source),
-            config.allocator,
-        )
+        Self::host_tier_over(Box::new(host_memory(config.memory)), config)
     }
 
     /// The host tier of `device` over `config.memory` bytes: page-locked memory of its context
@@ -68,16 +61,21 @@ impl Device {
             let context = stream.context().clone();
             let source = headroom_alloc::CudaPageLocked::new(context, config.memory)
                 .map_err(|err| crate::cuda::source_error("host tier", err))?;
-            return Self::assemble(
-                DeviceKind::Cpu,
-                PlanTarget::Cpu,
-                Box::new(CpuBackend),
-                Box::new(HostTierMemory(Box::new(source))),
-                config.allocator,
-            );
+            return Self::host_tier_over(Box::new(source), config);
         }
         let _ = device;
         Self::host_tier(config)
+    }
+
+    /// A CPU device over host memory from `source`, its reports naming [`HOST_TIER`].
+    fn host_tier_over(source: Box<dyn MemorySource>, config: DeviceConfig) -> Result<Device> {
+        Self::assemble(
+            DeviceKind::Cpu,
+            PlanTarget::Cpu,
+            Box::new(CpuBackend),
+            Box::new(HostTierMemory(source)),
+            config.allocator,
+        )
     }
 
     /// The meta device that plans [`Device::host_tier`] of the same configuration, its copies
