@@ -8,7 +8,7 @@
 # `build` also packs .gpu-check/ into .gpu-check.tar.xz (about 7 MiB, where the folder holds over
 # 80): carry the archive alone, and `run` unpacks it where the folder is missing.
 #
-# `run tests`, `run benches`, `run fit`, `run limits`, `run llama`, `run lora`, `run long` and `run offload` run one part alone, or the parts named
+# `run tests`, `run benches`, `run fit`, `run limits`, `run llama`, `run lora`, `run long`, `run offload` and `run snapshot` run one part alone, or the parts named
 # (for a machine that limits how long one command may take: the parts in calls of their own);
 # `tests=loss,gemm` runs those test binaries alone; `--rounds=N` runs each comparison with PyTorch
 # N times, alternating the two sides (1 by default).
@@ -40,7 +40,10 @@
 # bf16 at context 2048, blocks recomputed, with its optimizer's state and updates in the host
 # tier (page-locked memory) and then its weights streamed too, beside the same step on the
 # device alone (`fit-compare --offload`), checked against the host-tier issue's target: the
-# offloaded state's step at most 1.3 times the on-device step's. Results land in
+# offloaded state's step at most 1.3 times the on-device step's; and (`snapshot`) GPT-2 small's
+# training steps recorded by PyTorch on the GPU (`scripts/pytorch/gpt2_memory_snapshot.py
+# --device cuda`: `_record_memory_history`, `_dump_snapshot`) and replayed by `headroom-alloc
+# replay --find-limit` beside PyTorch's reserved bytes. Results land in
 # .gpu-check/results/ (or $OUT when set).
 # The exit status is 1 when a test failed or a target was missed.
 #
@@ -57,7 +60,8 @@ build() {
     exclude=$(git rev-parse --git-path info/exclude)
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
-    rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" "$DIR/03-cudarc"
+    rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" "$DIR/03-cudarc" \
+        "$DIR/headroom-alloc"
     mkdir -p "$DIR/tests"
     # Every headroom-kernels test binary, headroom-alloc's CUDA memory source, and the trainer's
     # GPU run.
@@ -82,8 +86,11 @@ for line in sys.stdin:
     # headroom-alloc's example of a cudarc program over the allocator.
     cargo build -p headroom-alloc --features cuda --release --example 03-cudarc
     cp target/release/examples/03-cudarc "$DIR/"
+    # The replay of PyTorch's memory snapshots.
+    cargo build -p headroom-alloc --features cli --release --bin headroom-alloc
+    cp target/release/headroom-alloc "$DIR/"
     strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" \
-        "$DIR/03-cudarc"
+        "$DIR/03-cudarc" "$DIR/headroom-alloc"
     # The stripped binaries take over 80 MiB; packed, they travel in a few.
     grep -qx "/$DIR.tar.xz" "$exclude" 2>/dev/null || echo "/$DIR.tar.xz" >>"$exclude"
     tar -cJf "$DIR.tar.xz" "$DIR"
@@ -104,7 +111,7 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 long=0 offload=0 only= name
+    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 long=0 offload=0 snapshot=0 only= name
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
@@ -119,12 +126,13 @@ run() {
             lora) lora=1 ;;
             long) long=1 ;;
             offload) offload=1 ;;
+            snapshot) snapshot=1 ;;
             *) usage ;;
         esac
     done
     # No part named: all of them.
-    if [ $((tests + benches + fit + limits + allreduce + llama + lora + long + offload)) -eq 0 ]; then
-        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1 long=1 offload=1
+    if [ $((tests + benches + fit + limits + allreduce + llama + lora + long + offload + snapshot)) -eq 0 ]; then
+        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1 long=1 offload=1 snapshot=1
     fi
     if [ ! -d "$DIR" ] && [ -f "$DIR.tar.xz" ]; then
         tar -xJf "$DIR.tar.xz"
@@ -291,11 +299,21 @@ print(f"llama-3.2-1b bf16: offloaded state's step {slower:.2f}x the on-device st
 sys.exit(0 if slower <= 1.3 and exact else 1)
 CHECK
     fi
+    # GPT-2 small's training steps recorded by PyTorch on the GPU (_record_memory_history and
+    # _dump_snapshot), replayed by headroom-alloc beside what PyTorch's caching allocator
+    # reserved.
+    if [ "$snapshot" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
+        echo "== snapshot"
+        python3 scripts/pytorch/gpt2_memory_snapshot.py "$results/gpt2-small-cuda.pickle" \
+            --device cuda --batch 8 --context 1024 | tee "$results/snapshot.txt" || failed=1
+        "$DIR/headroom-alloc" replay "$results/gpt2-small-cuda.pickle" --find-limit \
+            | tee -a "$results/snapshot.txt" || failed=1
+    fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora] [long] [offload]" >&2
+    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora] [long] [offload] [snapshot]" >&2
     exit 2
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::pytorch::{Snapshot, replay_snapshot};
+use crate::pytorch::{Snapshot, replay_snapshot, write_trace_memory_viz};
 use crate::trace::generate::{LogNormalTrace, TransformerTrace};
 use crate::trace::{
     NumberedTrace, TraceOp, TraceSettings, find_limit_with_growth_step, growth_name,
@@ -48,6 +48,10 @@ pub struct ReplayArgs {
     /// Print one JSON object instead of the human report.
     #[arg(long)]
     pub json: bool,
+    /// Also write the replay's allocator history as a PyTorch memory snapshot to this file,
+    /// which pytorch.org/memory_viz and `python -m torch.cuda._memory_viz trace_plot` draw.
+    #[arg(long, value_name = "OUT.pickle", conflicts_with = "find_limit")]
+    pub memory_viz: Option<PathBuf>,
 }
 
 /// The limit a replay uses when neither a flag nor the trace gives one.
@@ -258,6 +262,14 @@ impl ReplayArgs {
     /// arguments and the trace give, and writes them and the report to `out`.
     pub fn run(&self, out: impl Write) -> Result<()> {
         if let Some(path) = self.trace.as_deref().filter(|p| is_pickle(p)) {
+            if self.memory_viz.is_some() {
+                return Err(Error::Snapshot {
+                    path: path.display().to_string(),
+                    detail: "already a PyTorch memory snapshot: --memory-viz writes the replay of \
+                             a Headroom trace in that format"
+                        .into(),
+                });
+            }
             let snapshot = Snapshot::read(path)?;
             let report = replay_snapshot(&snapshot, self.limit, self.find_limit)?;
             return self.write_report(&report, out);
@@ -284,6 +296,11 @@ impl ReplayArgs {
             let report =
                 replay_with_growth_step(&ops, config, limit, settings.settings.growth_step)
                     .map_err(in_file)?;
+            if let Some(viz) = &self.memory_viz {
+                let counts =
+                    write_trace_memory_viz(&ops, &settings.settings, viz).map_err(in_file)?;
+                eprintln!("{}: {counts} (for pytorch.org/memory_viz)", viz.display());
+            }
             self.write_report(
                 &Settled {
                     settings: &settings,

@@ -345,3 +345,31 @@ fn a_pytorch_snapshot_replays_beside_what_pytorch_held() {
     );
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn a_trace_replays_into_a_snapshot_for_pytorchs_viewer() {
+    let viz =
+        std::env::temp_dir().join(format!("headroom-alloc-{}-viz.pickle", std::process::id()));
+    let viz_arg = viz.to_str().unwrap();
+    let out = headroom_alloc(&["replay", "--limit", "64MiB", "--memory-viz", viz_arg]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("820 events") && err.contains("pytorch.org/memory_viz"),
+        "{err}"
+    );
+    // The snapshot replays as PyTorch's do.
+    let out = headroom_alloc(&["replay", viz_arg, "--json"]);
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["devices"][0]["held_before"], 0);
+    // A snapshot is not written as one again, and --find-limit replays no history.
+    let out = headroom_alloc(&["replay", viz_arg, "--memory-viz", viz_arg]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("already a PyTorch memory snapshot"),
+        "{err}"
+    );
+    let out = headroom_alloc(&["replay", "--find-limit", "--memory-viz", viz_arg]);
+    assert!(!out.status.success());
+    std::fs::remove_file(&viz).ok();
+}

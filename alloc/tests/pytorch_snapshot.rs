@@ -172,6 +172,43 @@ fn a_gpu_trace_says_what_pytorch_reserved_and_why_its_request_failed() {
 }
 
 #[test]
+fn devices_and_streams_are_kept_apart() {
+    let side = 0x5555_0000;
+    let on = |stream: u64, e: Event| Event { stream, ..e };
+    // Device 0: 1 MiB on the default stream, and on a side stream 2 MiB then 512 KiB while
+    // the first is held; device 1: one 4 MiB block.
+    let device_0 = vec![
+        event("alloc", 0x1000_0000, MIB),
+        on(side, event("alloc", 0x2000_0000, 2 * MIB)),
+        on(side, event("alloc", 0x2020_0000, MIB / 2)),
+        on(side, event("free_completed", 0x2000_0000, 2 * MIB)),
+        event("free_completed", 0x1000_0000, MIB),
+    ];
+    let device_1 = vec![event("alloc", 0x3000_0000, 4 * MIB)];
+    let bytes = pickled(&RawSnapshot {
+        segments: Vec::new(),
+        device_traces: vec![device_0, device_1],
+    });
+    let snapshot = Snapshot::from_bytes(&bytes).unwrap();
+    let report = replay_snapshot(&snapshot, None, false).unwrap();
+    let [first, second] = &report.devices[..] else {
+        panic!("two devices, read {:?}", report.devices);
+    };
+    assert_eq!((first.device, second.device), (0, 1));
+    assert_eq!(first.peak_requested, 3 * MIB + MIB / 2);
+    assert_eq!(second.peak_requested, 4 * MIB);
+    let streams: Vec<(u64, usize, u64)> = first
+        .streams
+        .iter()
+        .map(|s| (s.stream, s.blocks, s.peak_requested))
+        .collect();
+    assert_eq!(streams, [(0, 1, MIB), (side, 2, 2 * MIB + MIB / 2)]);
+    let text = report.to_string();
+    assert!(text.contains("stream 0x55550000"), "{text}");
+    assert_eq!(second.streams.len(), 1);
+}
+
+#[test]
 fn what_is_not_a_replayable_snapshot_is_a_clear_error() {
     let gpu = gpu_trace();
     let truncated = Snapshot::from_bytes(&gpu[..gpu.len() / 2]).unwrap_err();

@@ -209,6 +209,7 @@ fn plan_report_and_replay_print_their_tables() {
 
     let mut config = small_config(&dir);
     config.steps = Some(5);
+    config.memory.trace = true;
     let file = dir.0.join("run.toml");
     std::fs::write(&file, config.to_toml()).unwrap();
     let trained = headroom(&["train", "--quiet", "--config", file.to_str().unwrap()]);
@@ -260,6 +261,33 @@ fn plan_report_and_replay_print_their_tables() {
     fails_with(
         &headroom(&["report", dir.0.join("nothing").to_str().unwrap()]),
         &["summary.json"],
+    );
+    // The run's allocations, written for PyTorch's viewer, read back as a PyTorch snapshot
+    // whose peak is the run's.
+    let viz = dir.0.join("run.pickle");
+    let report = headroom(&[
+        "report",
+        dir.0.to_str().unwrap(),
+        "--memory-viz",
+        viz.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success() && text.contains("pytorch.org/memory_viz"),
+        "{text}{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let snapshot = headroom_alloc::pytorch::Snapshot::read(&viz).unwrap();
+    let stream = headroom_alloc::pytorch::AllocationStream::of(&snapshot.devices[0]);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(stream.held_before, 0);
+    assert!(stream.peak_requested > 0);
+    assert_eq!(
+        Some(stream.peak_requested),
+        summary["peak"].as_u64(),
+        "{summary}"
     );
 
     let replay = headroom(&["replay", "--limit", "512MiB"]);

@@ -8,13 +8,25 @@
 //! - `snapshot`: the snapshot's devices and their traces of events, read from the pickle;
 //! - `stream`: a device's trace as operations to replay, with what the trace itself implies
 //!   (its peak of requested bytes, PyTorch's own reserved bytes where it records its segments);
-//! - `report`: the replay of each device under the allocator's policies, as the tool prints it.
+//! - `report`: the replay of each device under the allocator's policies, as the tool prints it;
+//! - `pickler`: Python's pickle, written;
+//! - `export`: an allocator's history written as a snapshot, for PyTorch's viewers;
+//! - `category`: the profiler's categories of tensors as tags, both ways.
+//!
+//! A Headroom trace becomes a snapshot through its replay: the replay's allocator records its
+//! history, with the addresses and regions the trace itself does not hold.
 
+mod category;
+mod export;
 mod pickle;
+mod pickler;
 mod report;
 mod snapshot;
 mod stream;
 
+pub use export::{
+    ExportCounts, write_memory_viz, write_trace_file_memory_viz, write_trace_memory_viz,
+};
 pub use report::{DeviceReport, PolicyReplay, SnapshotReport, replay_snapshot};
 pub use snapshot::{Action, DeviceTrace, Event, Snapshot};
-pub use stream::{AllocationStream, SnapshotOp};
+pub use stream::{AllocationStream, SnapshotOp, StreamDemand};

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::snapshot::Snapshot;
-use super::stream::AllocationStream;
+use super::stream::{AllocationStream, StreamDemand};
 use crate::config::{AllocatorConfig, EXPANSION_STEP, Growth};
 use crate::error::Result;
 use crate::report::Verdict;
@@ -47,6 +47,9 @@ pub struct DeviceReport {
     pub torch_reserved_at_end: Option<u64>,
     /// The event at which PyTorch ran out of memory, if it did.
     pub torch_oom_event: Option<usize>,
+    /// Each stream's blocks and demand, kept apart as PyTorch's allocator keeps them (the
+    /// replays below hold every stream's blocks in one pool).
+    pub streams: Vec<StreamDemand>,
     /// The replays, one per policy.
     pub replays: Vec<PolicyReplay>,
 }
@@ -117,6 +120,7 @@ pub fn replay_snapshot(
             torch_reserved_peak: stream.torch_reserved_peak,
             torch_reserved_at_end: stream.torch_reserved_peak.map(|_| trace.segments_at_end),
             torch_oom_event: stream.torch_oom,
+            streams: stream.streams,
             replays,
         });
     }
@@ -174,6 +178,17 @@ impl std::fmt::Display for DeviceReport {
                  snapshot, or one recorded without them)",
                 "-"
             )?,
+        }
+        if self.streams.len() > 1 {
+            for demand in &self.streams {
+                writeln!(
+                    f,
+                    "    stream {:<#14x} {:>12}  at its peak, {} blocks",
+                    demand.stream,
+                    format_bytes(demand.peak_requested),
+                    demand.blocks
+                )?;
+            }
         }
         if let Some(event) = self.torch_oom_event {
             writeln!(f, "  PyTorch ran out of memory at event {event}")?;

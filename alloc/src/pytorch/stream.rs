@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use super::category;
 use super::snapshot::{Action, DeviceTrace, Event};
 use crate::tag::Tag;
 use crate::trace::{NumberedOp, TraceOp};
@@ -44,6 +45,58 @@ pub struct AllocationStream {
     pub torch_reserved_peak: Option<u64>,
     /// The index of the first `oom` event, if PyTorch ran out of memory.
     pub torch_oom: Option<usize>,
+    /// Each stream's blocks and demand, in the order the streams first appear: PyTorch's
+    /// allocator keeps each stream's blocks apart, so a trace of several streams says what
+    /// each held.
+    pub streams: Vec<StreamDemand>,
+}
+
+/// What one stream of a trace held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct StreamDemand {
+    /// The stream, as PyTorch records it (0: the default stream).
+    pub stream: u64,
+    /// Blocks allocated on it in the trace, and held from before it.
+    pub blocks: usize,
+    /// The most requested bytes it held at once.
+    pub peak_requested: u64,
+}
+
+/// The streams of a trace as it is read: what each holds now and has held.
+#[derive(Default)]
+struct StreamTally {
+    streams: Vec<StreamDemand>,
+    /// Bytes each stream holds now.
+    held: HashMap<u64, u64>,
+}
+
+impl StreamTally {
+    /// Counts a block of `size` bytes taken on `stream`.
+    fn take(&mut self, stream: u64, size: u64) {
+        let held = self.held.entry(stream).or_default();
+        *held += size;
+        let at = match self.streams.iter().position(|s| s.stream == stream) {
+            Some(at) => at,
+            None => {
+                self.streams.push(StreamDemand {
+                    stream,
+                    blocks: 0,
+                    peak_requested: 0,
+                });
+                self.streams.len() - 1
+            }
+        };
+        let demand = &mut self.streams[at];
+        demand.blocks += 1;
+        demand.peak_requested = demand.peak_requested.max(*held);
+    }
+
+    /// Counts a block of `size` bytes given back on `stream`.
+    fn give(&mut self, stream: u64, size: u64) {
+        if let Some(held) = self.held.get_mut(&stream) {
+            *held -= size;
+        }
+    }
 }
 
 impl AllocationStream {
@@ -62,10 +115,13 @@ impl AllocationStream {
                 },
             })
             .collect();
-        let mut live: HashMap<u64, (u64, u64)> = HashMap::new();
+        // Live blocks by address: id, size and stream; bytes held per stream.
+        let mut live: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+        let mut streams = StreamTally::default();
         for (id, &(event, _)) in held_before.iter().enumerate() {
             let e = &trace.events[event];
-            live.entry(e.addr).or_insert((id as u64, e.size));
+            live.entry(e.addr).or_insert((id as u64, e.size, e.stream));
+            streams.take(e.stream, e.size);
         }
         let mut next_id = held_before.len() as u64;
         let mut held: u64 = held_before.iter().map(|&(_, size)| size).sum();
@@ -77,7 +133,8 @@ impl AllocationStream {
                 Action::Alloc => {
                     let id = next_id;
                     next_id += 1;
-                    live.insert(event.addr, (id, event.size));
+                    live.insert(event.addr, (id, event.size, event.stream));
+                    streams.take(event.stream, event.size);
                     let (size, tag) = (event.size, tag(event));
                     ops.push(SnapshotOp {
                         event: at,
@@ -87,12 +144,13 @@ impl AllocationStream {
                     peak_requested = peak_requested.max(held);
                 }
                 Action::FreeCompleted => {
-                    if let Some((id, size)) = live.remove(&event.addr) {
+                    if let Some((id, size, stream)) = live.remove(&event.addr) {
                         ops.push(SnapshotOp {
                             event: at,
                             op: TraceOp::Free { id },
                         });
                         held -= size;
+                        streams.give(stream, size);
                     }
                 }
                 Action::Oom => {
@@ -123,6 +181,7 @@ impl AllocationStream {
             peak_requested,
             torch_reserved_peak: segments.then_some(reserved_peak),
             torch_oom,
+            streams: streams.streams,
         }
     }
 }
@@ -144,19 +203,12 @@ fn held_before(events: &[Event]) -> Vec<(usize, u64)> {
     before
 }
 
-/// The tag of an event's block: its profiler category where it names one of the built-in
-/// kinds, else the module its innermost frame names, else `other`.
+/// The tag of an event's block: its profiler category where it names one (a built-in kind, or
+/// a tag of Headroom's export), else the module its innermost frame names, else `other`.
 fn tag(event: &Event) -> Tag {
-    let category = match event.category.as_deref() {
-        Some("parameter") => Some(Tag::WEIGHTS),
-        Some("gradient") => Some(Tag::GRADIENTS),
-        Some("activation") => Some(Tag::ACTIVATIONS),
-        Some("optimizer_state") => Some(Tag::OPTIMIZER_STATE),
-        Some("temporary") => Some(Tag::WORKSPACE),
-        Some("input") => Some(Tag::DATA),
-        _ => None,
-    };
+    let category = event.category.as_deref().filter(|c| *c != "unknown");
     category
+        .and_then(category::tag_of)
         .or_else(|| event.module.as_deref().and_then(|m| Tag::named(m).ok()))
         .unwrap_or(Tag::OTHER)
 }

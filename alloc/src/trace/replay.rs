@@ -9,6 +9,7 @@ use super::{NumberedOp, TraceOp};
 use crate::allocator::Allocator;
 use crate::config::{AllocatorConfig, EXPANSION_STEP};
 use crate::error::{Error, Result};
+use crate::history::History;
 use crate::report::{OomReport, Verdict};
 use crate::size::format_bytes;
 use crate::source::VirtualMemory;
@@ -74,6 +75,9 @@ pub struct ReplayReport {
     /// Statistics at the end of the replay.
     #[serde(skip)]
     pub final_stats: Option<Stats>,
+    /// The allocator's history, where its configuration records one.
+    #[serde(skip)]
+    pub history: Option<History>,
 }
 
 /// Replays `ops` on a fresh allocator over a virtual address space of `capacity` bytes.
@@ -155,6 +159,7 @@ pub(crate) fn replay_with<O: NumberedOp>(
         oom_events: Vec::new(),
         first_oom_report: None,
         final_stats: None,
+        history: None,
     };
     for (index, numbered) in ops.iter().enumerate() {
         let op_number = numbered.number(index);
@@ -211,6 +216,7 @@ pub(crate) fn replay_with<O: NumberedOp>(
     report.peak_in_use = stats.peak_in_use;
     report.peak_reserved = stats.peak_reserved;
     report.final_stats = Some(stats);
+    report.history = allocator.history().cloned();
     Ok(report)
 }
 

@@ -9,13 +9,19 @@
 //! 2000 blocks live. Prints a table and one JSON line, the medians of `--rounds N` (3)
 //! rounds.
 //!
+//! Then the other way: a Headroom trace of the same sizes, replayed with its history and
+//! written as a snapshot of as many events (`pytorch::write_trace_memory_viz`, as `headroom
+//! report RUN_DIR --memory-viz` runs it), and that snapshot read back.
+//!
 //! ```text
 //! cargo run --release -p headroom-benches --bin snapshot-replay [-- --events N] [--rounds N]
 //! ```
 
 use std::time::Instant;
 
-use headroom_alloc::pytorch::{Snapshot, replay_snapshot};
+use headroom_alloc::pytorch::{Snapshot, replay_snapshot, write_trace_memory_viz};
+use headroom_alloc::trace::{TraceOp, TraceSettings};
+use headroom_alloc::{AllocatorConfig, EXPANSION_STEP, Tag};
 
 /// Sizes a block may have.
 const SIZES: [u64; 6] = [512, 4096, 65536, 1 << 20, 4 << 20, 16 << 20];
@@ -61,6 +67,75 @@ fn main() {
         bytes.len(),
         read + replay
     );
+    export(events, rounds);
+}
+
+/// Times the export of a Headroom trace of `events` snapshot events, and its reading back.
+fn export(events: usize, rounds: usize) {
+    let ops = headroom_trace(events);
+    let settings = TraceSettings::of(&AllocatorConfig::default(), 64 << 30, EXPANSION_STEP);
+    let path = std::env::temp_dir().join(format!("snapshot-replay-{}.pickle", std::process::id()));
+    let (mut write, mut read) = (Vec::new(), Vec::new());
+    let mut written = 0;
+    for _ in 0..rounds.max(1) {
+        let started = Instant::now();
+        let counts = write_trace_memory_viz(&ops, &settings, &path).expect("the trace exports");
+        write.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let snapshot = Snapshot::read(&path).expect("the export reads back");
+        read.push(started.elapsed().as_secs_f64());
+        assert_eq!(snapshot.devices[0].events.len(), counts.events());
+        written = counts.events();
+    }
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    std::fs::remove_file(&path).ok();
+    let (write, read) = (median(write), median(read));
+    let mib = bytes as f64 / (1 << 20) as f64;
+    println!(
+        "{:>10} {:>10} {:>10} {:>10}",
+        "exported", "pickle", "write", "read"
+    );
+    println!("{written:>10} {mib:>7.1} MiB {write:>8.3} s {read:>8.3} s");
+    println!(
+        "{{\"bench\":\"snapshot-export\",\"events\":{written},\"pickle_bytes\":{bytes},\"write_s\":{write:.4},\"read_s\":{read:.4}}}"
+    );
+}
+
+/// A Headroom trace whose snapshot holds about `events` events: the sizes and order of
+/// [`snapshot`]'s blocks (an allocation is one event, a free two).
+fn headroom_trace(events: usize) -> Vec<TraceOp> {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let (mut ops, mut live, mut counted, mut id) = (Vec::new(), Vec::new(), 0, 0);
+    while counted < events {
+        if !live.is_empty() && (next() % 2 == 0 || live.len() > 2000) {
+            let at = if next() % 5 == 0 {
+                (next() % live.len() as u64) as usize
+            } else {
+                live.len() - 1
+            };
+            ops.push(TraceOp::Free {
+                id: live.swap_remove(at),
+            });
+            counted += 2;
+        } else {
+            let size = SIZES[(next() % SIZES.len() as u64) as usize];
+            id += 1;
+            live.push(id);
+            ops.push(TraceOp::Alloc {
+                id,
+                size,
+                tag: Tag::ACTIVATIONS,
+            });
+            counted += 1;
+        }
+    }
+    ops
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {

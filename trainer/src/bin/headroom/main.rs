@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use headroom_alloc::cli::ReplayArgs;
+use headroom_alloc::cli::{DEFAULT_REPLAY_LIMIT, ReplayArgs};
+use headroom_alloc::pytorch::write_trace_file_memory_viz;
 use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
 use headroom_trainer::data_parallel::Launch;
@@ -67,6 +68,11 @@ enum Command {
     Report {
         /// The run directory.
         run_dir: PathBuf,
+        /// Also write the allocator's history of the run's latest allocation trace as a
+        /// PyTorch memory snapshot to this file, which pytorch.org/memory_viz and
+        /// `python -m torch.cuda._memory_viz trace_plot` draw.
+        #[arg(long, value_name = "OUT.pickle")]
+        memory_viz: Option<PathBuf>,
     },
 }
 
@@ -316,7 +322,7 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
     Ok(())
 }
 
-fn report(run_dir: &Path) -> Result<()> {
+fn report(run_dir: &Path, memory_viz: Option<&Path>) -> Result<()> {
     let path = run_dir.join("summary.json");
     let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
         path: path.clone(),
@@ -342,20 +348,36 @@ fn report(run_dir: &Path) -> Result<()> {
         "{summary}{} steps recorded; plots redrawn in {}",
         records.len(),
         run_dir.display()
-    ))
+    ))?;
+    match memory_viz {
+        Some(out) => {
+            let trace = run_trace(run_dir)?;
+            let counts = write_trace_file_memory_viz(&trace, DEFAULT_REPLAY_LIMIT, out)?;
+            say(format_args!(
+                "{}: {counts}, from {} (for pytorch.org/memory_viz)",
+                out.display(),
+                trace.display()
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
+/// The latest allocation trace of the run in `dir`, or why it has none.
+fn run_trace(dir: &Path) -> Result<PathBuf> {
+    latest_trace(dir)?.ok_or_else(|| Error::Data {
+        path: dir.to_path_buf(),
+        detail: "holds no allocation trace (allocations-<n>.jsonl): was it trained with \
+                 memory.trace = false?"
+            .into(),
+    })
 }
 
 /// Replays a trace; a run directory stands for its latest allocation trace.
 fn replay(args: &ReplayArgs) -> Result<()> {
     let mut args = args.clone();
     if let Some(dir) = args.trace.as_ref().filter(|path| path.is_dir()) {
-        let trace = latest_trace(dir)?.ok_or_else(|| Error::Data {
-            path: dir.clone(),
-            detail: "holds no allocation trace (allocations-<n>.jsonl): was it trained with \
-                     memory.trace = false?"
-                .into(),
-        })?;
-        args.trace = Some(trace);
+        args.trace = Some(run_trace(dir)?);
     }
     args.run(std::io::stdout().lock()).map_err(Error::from)
 }
@@ -400,7 +422,10 @@ fn main() -> ExitCode {
         Command::Train(args) => train(args),
         Command::Plan(args) => plan_only(args),
         Command::Replay(args) => replay(args),
-        Command::Report { run_dir } => report(run_dir),
+        Command::Report {
+            run_dir,
+            memory_viz,
+        } => report(run_dir, memory_viz.as_deref()),
         Command::Tokenizer(command) => text::tokenizer(command),
         Command::Prepare(args) => text::prepare_shards(args),
         Command::Generate(args) => model_use::generate_text(args),
