@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::pytorch::{Snapshot, replay_snapshot, write_trace_memory_viz};
+use crate::pytorch::{SNAPSHOT_POLICIES, Snapshot, replay_snapshot, write_trace_memory_viz};
 use crate::trace::generate::{LogNormalTrace, TransformerTrace};
 use crate::trace::{
     NumberedTrace, TraceOp, TraceSettings, find_limit_with_growth_step, growth_name,
@@ -19,7 +19,8 @@ use crate::{AllocatorConfig, EXPANSION_STEP, Error, Growth, Result, format_bytes
 /// find the smallest limit it fits in. A trace recorded from an allocator replays under that
 /// allocator's settings, unless a flag changes one. A PyTorch memory snapshot (the pickle
 /// `torch.cuda.memory._dump_snapshot` writes) replays each device's allocation stream under the
-/// default and the expandable policy, beside what PyTorch reserved for it.
+/// default and the expandable policy (or the one --growth names), beside what PyTorch reserved
+/// for it.
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
     /// The trace file, or a PyTorch memory snapshot; without it, the built-in trace given by
@@ -271,7 +272,11 @@ impl ReplayArgs {
                 });
             }
             let snapshot = Snapshot::read(path)?;
-            let report = replay_snapshot(&snapshot, self.limit, self.find_limit)?;
+            let policies = match self.growth {
+                Some(growth) => vec![Growth::from(growth)],
+                None => SNAPSHOT_POLICIES.to_vec(),
+            };
+            let report = replay_snapshot(&snapshot, &policies, self.limit, self.find_limit)?;
             return self.write_report(&report, out);
         }
         let (recorded, ops) = self.load_trace()?;

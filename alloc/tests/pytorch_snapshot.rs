@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use headroom_alloc::pytorch::{AllocationStream, Snapshot, replay_snapshot};
+use headroom_alloc::pytorch::{AllocationStream, SNAPSHOT_POLICIES, Snapshot, replay_snapshot};
 use headroom_alloc::trace::TraceOp;
 use headroom_alloc::{Error, Tag, Verdict};
 use serde::Serialize;
@@ -30,7 +30,7 @@ fn a_recorded_training_step_replays_to_the_figures_it_implies() {
     let snapshot = Snapshot::read(&data("torch-cpu-step.pickle")).unwrap();
     assert_eq!(snapshot.devices.len(), 1, "the CPU's trace alone");
     let expected = implied();
-    let report = replay_snapshot(&snapshot, None, true).unwrap();
+    let report = replay_snapshot(&snapshot, &SNAPSHOT_POLICIES, None, true).unwrap();
     let device = &report.devices[0];
     assert_eq!(device.events as u64, expected["events"].as_u64().unwrap());
     assert_eq!(device.allocs as u64, expected["allocs"].as_u64().unwrap());
@@ -51,6 +51,15 @@ fn a_recorded_training_step_replays_to_the_figures_it_implies() {
             "{replay:?}"
         );
         assert_eq!(replay.ooms, 0, "room for every block at once");
+        // At the program's peak the allocator holds its blocks, rounded, and no more.
+        let at_peak = &replay.at_peak;
+        assert!(
+            at_peak.in_use >= device.peak_requested
+                && at_peak.in_use <= device.peak_requested + rounding
+                && at_peak.reserved >= at_peak.in_use
+                && at_peak.reserved - at_peak.in_use >= at_peak.largest_free,
+            "{at_peak:?}"
+        );
         let search = replay.smallest_limit.as_ref().unwrap();
         assert!(search.limit >= search.packed_peak && search.packed_peak >= device.peak_requested);
     }
@@ -156,18 +165,21 @@ fn a_gpu_trace_says_what_pytorch_reserved_and_why_its_request_failed() {
     assert_eq!(stream.peak_requested, 3 * MIB / 2);
     // Under PyTorch's 2 MiB: 1.5 MiB is free in all after the first block goes, in two
     // pieces, so the request fails by fragmentation, as it did for PyTorch.
-    let report = replay_snapshot(&snapshot, Some(2 * MIB), false).unwrap();
+    let report = replay_snapshot(&snapshot, &SNAPSHOT_POLICIES, Some(2 * MIB), false).unwrap();
     let device = &report.devices[0];
     assert_eq!(device.torch_oom_event, Some(7));
     assert_eq!(device.torch_reserved_at_end, Some(2 * MIB));
     let default = &device.replays[0];
+    // The program held the most once both blocks were allocated, event 4.
+    assert_eq!(default.at_peak.event, 4);
+    assert_eq!(default.at_peak.in_use, 3 * MIB / 2);
     assert_eq!(
         default.first_oom,
         Some((7, Verdict::Fragmentation)),
         "{default:?}"
     );
     // With room for it, the request is tried and fits.
-    let roomy = replay_snapshot(&snapshot, Some(4 * MIB), false).unwrap();
+    let roomy = replay_snapshot(&snapshot, &SNAPSHOT_POLICIES, Some(4 * MIB), false).unwrap();
     assert!(roomy.devices[0].replays.iter().all(|r| r.ooms == 0));
 }
 
@@ -190,7 +202,7 @@ fn devices_and_streams_are_kept_apart() {
         device_traces: vec![device_0, device_1],
     });
     let snapshot = Snapshot::from_bytes(&bytes).unwrap();
-    let report = replay_snapshot(&snapshot, None, false).unwrap();
+    let report = replay_snapshot(&snapshot, &SNAPSHOT_POLICIES, None, false).unwrap();
     let [first, second] = &report.devices[..] else {
         panic!("two devices, read {:?}", report.devices);
     };

@@ -27,6 +27,8 @@ mod stream;
 pub use export::{
     ExportCounts, write_memory_viz, write_trace_file_memory_viz, write_trace_memory_viz,
 };
-pub use report::{DeviceReport, PolicyReplay, SnapshotReport, replay_snapshot};
+pub use report::{
+    DeviceReport, PeakState, PolicyReplay, SNAPSHOT_POLICIES, SnapshotReport, replay_snapshot,
+};
 pub use snapshot::{Action, DeviceTrace, Event, Snapshot};
 pub use stream::{AllocationStream, SnapshotOp, StreamDemand};

@@ -14,9 +14,9 @@ use crate::trace::{
     replay_with_growth_step,
 };
 
-/// The policies a snapshot is replayed under: the allocator's default, and one region that
-/// grows and shrinks in place (PyTorch's `expandable_segments:True`).
-const POLICIES: [Growth; 2] = [Growth::OnDemand, Growth::Expandable];
+/// The policies a snapshot is replayed under unless told others: the allocator's default, and
+/// one region that grows and shrinks in place (PyTorch's `expandable_segments:True`).
+pub const SNAPSHOT_POLICIES: [Growth; 2] = [Growth::OnDemand, Growth::Expandable];
 
 /// Every device of a snapshot, replayed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -71,12 +71,34 @@ pub struct PolicyReplay {
     pub first_oom: Option<(usize, Verdict)>,
     /// The smallest limit the stream fits in, when asked for.
     pub smallest_limit: Option<LimitSearch>,
+    /// The allocator when the program held the most (where PyTorch's own allocator was
+    /// fullest, or its out-of-memory would come).
+    pub at_peak: PeakState,
 }
 
-/// Replays every device of `snapshot` under each policy, with `limit` (none: room for every
-/// block at once), and with `find_limit` the smallest limit each fits in.
+/// The allocator's state at one moment of a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PeakState {
+    /// The event of the trace after which it was taken.
+    pub event: usize,
+    /// Bytes reserved.
+    pub reserved: u64,
+    /// Bytes in use.
+    pub in_use: u64,
+    /// The largest free block of what is reserved: the biggest request that fits without
+    /// growing.
+    pub largest_free: u64,
+    /// `(free - largest_free) / free` of the reserved bytes not in use: 0 when they are one
+    /// block, towards 1 when they are many small ones.
+    pub fragmentation: f64,
+}
+
+/// Replays every device of `snapshot` under each of `policies` (the snapshot's report names
+/// [`SNAPSHOT_POLICIES`]), with `limit` (none: room for every block at once), and with
+/// `find_limit` the smallest limit each fits in.
 pub fn replay_snapshot(
     snapshot: &Snapshot,
+    policies: &[Growth],
     limit: Option<u64>,
     find_limit: bool,
 ) -> Result<SnapshotReport> {
@@ -85,11 +107,12 @@ pub fn replay_snapshot(
         let stream = AllocationStream::of(trace);
         let capacity = limit.unwrap_or_else(|| room_for_all(&stream));
         let mut replays = Vec::new();
-        for growth in POLICIES {
+        for &growth in policies {
             let config = AllocatorConfig::default()
                 .with_growth(growth)
                 .with_limit_bytes(capacity);
-            let replay = replay_with_growth_step(&stream.ops, config, capacity, EXPANSION_STEP)?;
+            let replay =
+                replay_with_growth_step(&stream.ops, config.clone(), capacity, EXPANSION_STEP)?;
             let smallest_limit = match find_limit {
                 true => Some(find_limit_with_growth_step(
                     &stream.ops,
@@ -98,7 +121,19 @@ pub fn replay_snapshot(
                 )?),
                 false => None,
             };
+            let to_peak = &stream.ops[..stream.ops_to_peak];
+            let at_peak = replay_with_growth_step(to_peak, config, capacity, EXPANSION_STEP)?
+                .final_stats
+                .map(|stats| PeakState {
+                    event: to_peak.last().map_or(0, |op| op.event),
+                    reserved: stats.reserved,
+                    in_use: stats.in_use,
+                    largest_free: stats.largest_free,
+                    fragmentation: stats.fragmentation,
+                })
+                .ok_or_else(|| crate::Error::Corrupted("a replay without statistics".into()))?;
             replays.push(PolicyReplay {
+                at_peak,
                 growth: growth_name(growth),
                 peak_in_use: replay.peak_in_use,
                 peak_reserved: replay.peak_reserved,
@@ -209,6 +244,17 @@ impl std::fmt::Display for DeviceReport {
                 )?,
                 None => writeln!(f)?,
             }
+            let peak = &replay.at_peak;
+            writeln!(
+                f,
+                "    at the program's peak (event {}): {} reserved, {} in use, largest free {}, \
+                 fragmentation {:.1}%",
+                peak.event,
+                format_bytes(peak.reserved),
+                format_bytes(peak.in_use),
+                format_bytes(peak.largest_free),
+                peak.fragmentation * 100.0
+            )?;
             if let Some(search) = &replay.smallest_limit {
                 writeln!(
                     f,

@@ -41,6 +41,9 @@ pub struct AllocationStream {
     pub held_before: usize,
     /// The most requested bytes held at once.
     pub peak_requested: u64,
+    /// How many of `ops` had run when the most was held (the operation that reached it
+    /// included).
+    pub ops_to_peak: usize,
     /// The most bytes PyTorch's segments held at once, where the trace records its segments.
     pub torch_reserved_peak: Option<u64>,
     /// The index of the first `oom` event, if PyTorch ran out of memory.
@@ -126,6 +129,7 @@ impl AllocationStream {
         let mut next_id = held_before.len() as u64;
         let mut held: u64 = held_before.iter().map(|&(_, size)| size).sum();
         let mut peak_requested = held;
+        let mut ops_to_peak = ops.len();
         let (mut reserved, mut reserved_peak, mut segments) = (0u64, 0u64, false);
         let mut torch_oom = None;
         for (at, event) in trace.events.iter().enumerate() {
@@ -141,7 +145,10 @@ impl AllocationStream {
                         op: TraceOp::Alloc { id, size, tag },
                     });
                     held += size;
-                    peak_requested = peak_requested.max(held);
+                    if held > peak_requested {
+                        peak_requested = held;
+                        ops_to_peak = ops.len();
+                    }
                 }
                 Action::FreeCompleted => {
                     if let Some((id, size, stream)) = live.remove(&event.addr) {
@@ -179,6 +186,7 @@ impl AllocationStream {
             ops,
             held_before: held_before.len(),
             peak_requested,
+            ops_to_peak,
             torch_reserved_peak: segments.then_some(reserved_peak),
             torch_oom,
             streams: streams.streams,

@@ -19,7 +19,9 @@
 
 use std::time::Instant;
 
-use headroom_alloc::pytorch::{Snapshot, replay_snapshot, write_trace_memory_viz};
+use headroom_alloc::pytorch::{
+    SNAPSHOT_POLICIES, Snapshot, replay_snapshot, write_trace_memory_viz,
+};
 use headroom_alloc::trace::{TraceOp, TraceSettings};
 use headroom_alloc::{AllocatorConfig, EXPANSION_STEP, Tag};
 
@@ -48,7 +50,8 @@ fn main() {
         let snapshot = Snapshot::from_bytes(&bytes).expect("the snapshot reads");
         read.push(started.elapsed().as_secs_f64());
         let started = Instant::now();
-        let report = replay_snapshot(&snapshot, None, false).expect("the snapshot replays");
+        let report = replay_snapshot(&snapshot, &SNAPSHOT_POLICIES, None, false)
+            .expect("the snapshot replays");
         replay.push(started.elapsed().as_secs_f64());
         peak = report.devices[0].peak_requested;
     }
