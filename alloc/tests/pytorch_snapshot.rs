@@ -92,6 +92,43 @@ fn the_profilers_categories_become_tags() {
     }
 }
 
+#[test]
+fn a_recorded_stacks_layer_becomes_the_tag() {
+    let frame = |filename: &'static str, name: &'static str| {
+        BTreeMap::from([("filename", filename), ("name", name), ("line", "1")])
+    };
+    let linear = frame(
+        "/opt/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+        "forward",
+    );
+    let script = frame("train.py", "main");
+    let mut events = vec![
+        Event {
+            frames: vec![linear, script.clone()],
+            ..event("alloc", 0x1000, 4096)
+        },
+        Event {
+            frames: vec![script],
+            ..event("alloc", 0x2000, 4096)
+        },
+    ];
+    events.push(event("free_completed", 0x1000, 4096));
+    let bytes = pickled(&RawSnapshot {
+        segments: Vec::new(),
+        device_traces: vec![events],
+    });
+    let snapshot = Snapshot::from_bytes(&bytes).unwrap();
+    let tags: Vec<Tag> = AllocationStream::of(&snapshot.devices[0])
+        .ops
+        .iter()
+        .filter_map(|op| match op.op {
+            TraceOp::Alloc { tag, .. } => Some(tag),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tags, [Tag::named("linear").unwrap(), Tag::OTHER]);
+}
+
 /// An event as PyTorch's caching allocator records it.
 #[derive(Serialize)]
 struct Event {

@@ -39,7 +39,9 @@ pub struct Event {
     pub stream: u64,
     /// The profiler's category of the tensor (`parameter`, `activation`, ...), when given.
     pub category: Option<String>,
-    /// The innermost frame that names a module (`nn.Module: Block_0`), when one does.
+    /// The module or layer its innermost frame that names one names: a profiler's
+    /// `nn.Module: Block_0`, or the `forward` of one of torch.nn's modules' files, as a GPU's
+    /// recorded stacks give it (`torch/nn/modules/linear.py` names `linear`).
     pub module: Option<String>,
 }
 
@@ -86,6 +88,25 @@ impl Action {
 
 /// The prefix of the profiler's frame that names a module.
 const MODULE_FRAME: &str = "nn.Module: ";
+
+/// The folder of torch.nn's modules, one file per kind of layer, in a recorded stack's paths.
+const MODULES_FOLDER: &str = "torch/nn/modules/";
+
+/// The module or layer `frame` names, if it names one: the profiler's `nn.Module: Name`, or
+/// the kind of layer whose file in torch.nn's modules holds the `forward` it is in.
+fn layer(frame: &Value) -> Option<String> {
+    let name = frame.get("name")?.as_str()?;
+    if let Some(module) = name.strip_prefix(MODULE_FRAME) {
+        return Some(module.to_owned());
+    }
+    if &*name != "forward" {
+        return None;
+    }
+    let filename = frame.get("filename")?.as_str()?;
+    let file = filename.replace('\\', "/");
+    let (_, kind) = file.rsplit_once(MODULES_FOLDER)?;
+    kind.strip_suffix(".py").map(str::to_owned)
+}
 
 impl Snapshot {
     /// Reads the snapshot pickled in `path`. A file that is not a complete pickle of a
@@ -182,10 +203,7 @@ fn event(raw: &Value, device: usize, at: usize) -> std::result::Result<Event, St
         .get("frames")
         .and_then(|f| f.items())
         .unwrap_or_default();
-    let module = frames.iter().find_map(|f| {
-        let name = f.get("name")?.as_str()?;
-        name.strip_prefix(MODULE_FRAME).map(str::to_owned)
-    });
+    let module = frames.iter().find_map(layer);
     Ok(Event {
         action,
         addr: number("addr"),
