@@ -13,10 +13,14 @@
 use headroom_alloc::AllocatorConfig;
 use headroom_kernels::{Device, DeviceConfig, Rates};
 
+use headroom_nn::Optimizer;
+
 use crate::config::TrainConfig;
+use crate::data::DataShape;
 use crate::error::Result;
-use crate::model::Offloads;
+use crate::model::{ModelFactory, ModelSettings, Offloads, TrainableModel};
 use crate::planning::budget::UNLIMITED;
+use crate::step::optimizer::build_optimizer;
 
 /// What a run keeps on the host when the machine's memory cannot be read.
 const FALLBACK_HOST_MEMORY: u64 = 64 << 30;
@@ -36,6 +40,25 @@ pub fn for_model(config: &TrainConfig, host: Option<&Device>) -> Offloads {
         activations: on(config.model.offloads_activations()),
         weights: on(config.model.offloads_weights()),
     }
+}
+
+/// The model of `config` that `factory` builds on `device` for samples of `shape`, drawn and
+/// kept where the configuration says (its streamed weights and offloaded inputs on `host`),
+/// and its optimizer (its state on `host` where offloaded). `prepare` runs between the build
+/// and the move to the host tier: a run's initialization, which may load weights onto the
+/// device.
+pub fn build_training_state(
+    config: &TrainConfig,
+    (factory, device, host): (&dyn ModelFactory, &Device, Option<&Device>),
+    shape: &DataShape,
+    prepare: impl FnOnce(&mut dyn TrainableModel) -> Result<()>,
+) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
+    let settings = ModelSettings::with_host_tier(config, host);
+    let mut model = factory.build(device, shape, &settings)?;
+    prepare(&mut *model)?;
+    model.set_host_tier(&for_model(config, host))?;
+    let optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
+    Ok((model, optimizer))
 }
 
 /// The host tier a run of `config` on `device` opens (page-locked memory for a CUDA device);

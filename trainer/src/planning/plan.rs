@@ -4,6 +4,7 @@
 
 use headroom_alloc::format_bytes;
 
+use crate::config::StateKind;
 use crate::planning::op_bytes::OpBytes;
 use crate::planning::policy::{Policy, PolicyPlan};
 use crate::planning::tag_bytes::TagBytes;
@@ -204,7 +205,11 @@ impl std::fmt::Display for PolicyPlan {
                 "{:<12} {:<12} {:<6} {:<11} {micro:>12} {peak:>14} {host:>14} {seconds:>14}{chosen}",
                 recompute,
                 if in_backward { "in backward" } else { "after" },
-                state,
+                // The default state is in the parameters' dtype, f32 or bf16.
+                match state {
+                    StateKind::F32 => "full".to_string(),
+                    narrower => narrower.to_string(),
+                },
                 c.policy.offloaded(),
             )?;
         }

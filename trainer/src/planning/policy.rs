@@ -124,7 +124,7 @@ impl Policy {
             "update after"
         };
         let state = match self.state {
-            StateKind::F32 => "f32 state",
+            StateKind::F32 => "state in the parameters' dtype",
             StateKind::Bf16 => "bf16 state",
             StateKind::Int8 => "int8 state",
         };

@@ -15,14 +15,13 @@ use crate::config::TrainConfig;
 use crate::data::{HostBatch, Task};
 use crate::data_parallel::control::Control;
 use crate::error::{Error, Result};
-use crate::model::{ModelFactory, ModelSettings};
+use crate::model::ModelFactory;
 use crate::planning::budget::{Budget, UNLIMITED};
 use crate::planning::diagnosis::{Failure, diagnose};
 use crate::planning::host_tier;
 use crate::planning::op_bytes::{OpBytes, op_bytes};
 use crate::planning::tag_bytes::{TagBytes, tag_bytes};
 use crate::step::context::StepContext;
-use crate::step::optimizer::build_optimizer;
 use crate::step::precision::LossScaler;
 use crate::step::train_step::{Sizes, train_step};
 
@@ -162,12 +161,12 @@ impl Prober {
         let config = &self.config;
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
         let host = host_tier::planned(config, self.rates)?;
-        let settings = ModelSettings::with_host_tier(config, host.as_ref());
-        let mut model = self
-            .factory
-            .build(&roomy, &self.task.train.shape(), &settings)?;
-        model.set_host_tier(&host_tier::for_model(config, host.as_ref()))?;
-        let optimizer = build_optimizer(&config.optimizer, model.module(), host.as_ref())?;
+        let (model, optimizer) = host_tier::build_training_state(
+            config,
+            (&*self.factory, &roomy, host.as_ref()),
+            &self.task.train.shape(),
+            |_| Ok(()),
+        )?;
         let one_sample_peak = self.one_sample_peak();
         Ok(diagnose(
             (&*model, &*optimizer),
@@ -227,19 +226,13 @@ impl Prober {
         let device =
             Device::meta_with_rates(self.plan_target, self.rates, budget.device_config(0))?;
         let host = host_tier::planned(config, self.rates)?;
-        let settings = ModelSettings::with_host_tier(config, host.as_ref());
-        let built = self
-            .factory
-            .build(&device, &self.task.train.shape(), &settings)
-            .and_then(|mut model| {
-                model.set_host_tier(&host_tier::for_model(config, host.as_ref()))?;
-                let module = model.module();
-                Ok((
-                    build_optimizer(&config.optimizer, module, host.as_ref())?,
-                    model,
-                ))
-            });
-        let (mut optimizer, mut model) = match built {
+        let built = host_tier::build_training_state(
+            config,
+            (&*self.factory, &device, host.as_ref()),
+            &self.task.train.shape(),
+            |_| Ok(()),
+        );
+        let (mut model, mut optimizer) = match built {
             Ok(parts) => parts,
             Err(err) => return out_of_memory(err).map(Err),
         };

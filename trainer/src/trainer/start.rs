@@ -17,7 +17,7 @@ use crate::data::{Position, Task};
 use crate::data_parallel::control::Control;
 use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
-use crate::model::{BuiltinModel, ModelFactory, ModelSettings, TrainableModel};
+use crate::model::{BuiltinModel, ModelFactory, TrainableModel};
 use crate::planning::budget::Budget;
 use crate::planning::diagnosis::Failure;
 use crate::planning::host_tier;
@@ -31,7 +31,7 @@ use crate::run_dir::resume;
 use crate::run_dir::totals::Totals;
 use crate::step::micro::MicroBatcher;
 use crate::step::micro_growth::GrowthCheck;
-use crate::step::optimizer::{build_optimizer, schedule};
+use crate::step::optimizer::schedule;
 use crate::step::precision::LossScaler;
 use crate::trainer::callback::Callbacks;
 
@@ -474,15 +474,19 @@ fn build_model(
     (factory, device, host): (&dyn ModelFactory, &Device, Option<&Device>),
     saved: Option<&checkpoint::Saved>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
-    let settings = ModelSettings::with_host_tier(config, host);
-    let mut model = factory.build(device, &task.train.shape(), &settings)?;
-    // A LoRA checkpoint holds the adapters alone: the frozen base comes from where it came
-    // from at the start.
-    if saved.is_none() || config.model.lora.is_some() {
-        factory.initialize(&mut *model)?;
-    }
-    model.set_host_tier(&host_tier::for_model(config, host))?;
-    let mut optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
+    let (mut model, mut optimizer) = host_tier::build_training_state(
+        config,
+        (factory, device, host),
+        &task.train.shape(),
+        |model| {
+            // A LoRA checkpoint holds the adapters alone: the frozen base comes from where it
+            // came from at the start.
+            match saved.is_none() || config.model.lora.is_some() {
+                true => factory.initialize(model),
+                false => Ok(()),
+            }
+        },
+    )?;
     // A checkpoint's weights are restored where the model keeps them (streamed: the host).
     if let Some(saved) = saved {
         saved.restore(&mut *model, &mut *optimizer)?;
