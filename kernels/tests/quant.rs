@@ -212,3 +212,27 @@ fn bad_values_and_operands_are_typed_errors() {
         &["float"],
     );
 }
+
+#[test]
+fn stored_weights_go_to_the_host_tier_and_back_unchanged() {
+    let mut rng = rng();
+    for device in devices() {
+        let host = Device::host_tier_of(&device, DeviceConfig::new(64 << 20)).unwrap();
+        let input: Vec<f32> = values(&mut rng, 300 * 129, -0.2, 0.2)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        for format in [QuantFormat::Nf4, QuantFormat::Int8] {
+            let stored =
+                Quantized::quantize(&device, [300, 129], &input, format, DType::BF16).unwrap();
+            let offloaded = stored.to_device(&host).unwrap();
+            assert!(offloaded.device().same(&host));
+            assert_eq!(host.allocator().stats().in_use, offloaded.bytes() as u64);
+            let back = offloaded.to_device(&device).unwrap();
+            let values = |q: &Quantized| q.dequantize(DType::BF16).unwrap().to_f64().unwrap();
+            assert_eq!(values(&back), values(&stored), "{device} {format}");
+            drop(offloaded);
+            assert_eq!(host.allocator().stats().in_use, 0);
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! checkpoints and trainers need no per-model code.
 
 use headroom_autograd::Tensor;
+use headroom_kernels::ops::quant::Quantized;
 
 use crate::error::Result;
 
@@ -40,6 +41,16 @@ pub trait Module: Send + Sync {
             true => f(name, t),
             false => Ok(()),
         })
+    }
+
+    /// Calls `f` with each weight stored quantized (frozen, and not among the tensors),
+    /// mutably, and stops at the first error; there are none by default.
+    fn visit_quantized_mut(
+        &mut self,
+        f: &mut dyn FnMut(&mut Quantized) -> Result<()>,
+    ) -> Result<()> {
+        let _ = f;
+        Ok(())
     }
 
     /// Switches training behaviour (dropout) on or off; on by default.

@@ -1,5 +1,6 @@
 //! Weight streaming (ZeRO-Infinity's parameter offload): a module's weights kept on another
-//! device, the device's host tier, and copied to the device that runs it each time it runs.
+//! device, the device's host tier, and copied to the device that runs it each time it runs;
+//! weights stored quantized (QLoRA's frozen base) travel as their codes and scales.
 
 use headroom_alloc::Tag;
 use headroom_kernels::Device;
@@ -18,17 +19,30 @@ pub fn fetched<M: Module + Clone>(module: &M, device: &Device) -> Result<M> {
         *t = t.to_device(device)?;
         Ok(())
     })?;
+    copy.visit_quantized_mut(&mut |stored| {
+        if !stored.device().same(device) {
+            *stored = stored.to_device(device)?;
+        }
+        Ok(())
+    })?;
     Ok(copy)
 }
 
 /// Moves every tensor of `module` that is not on `to` there (tagged as weights), keeping each
 /// tensor's identity and whether it is a parameter: the storage changes, nothing is recorded.
+/// Weights stored quantized move too.
 pub fn move_to(module: &mut dyn Module, to: &Device) -> Result<()> {
     let _weights = to.scoped_tag(Tag::WEIGHTS);
     module.visit_mut(&mut |_, t| {
         if !t.device().same(to) {
             let moved = t.array().to_device(to)?;
             *t.array_mut() = moved;
+        }
+        Ok(())
+    })?;
+    module.visit_quantized_mut(&mut |stored| {
+        if !stored.device().same(to) {
+            *stored = stored.to_device(to)?;
         }
         Ok(())
     })

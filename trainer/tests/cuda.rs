@@ -8,7 +8,7 @@ mod common;
 
 use common::{TempDir, assert_recovers_like, small_config, tight_limit};
 use headroom_kernels::{DeviceKind, PlanTarget};
-use headroom_trainer::config::TrainConfig;
+use headroom_trainer::config::{Recompute, TrainConfig};
 use headroom_trainer::{Error, Trainer};
 
 /// The run on cuda:0, or None (after saying why) where there is no GPU to run it on.
@@ -92,37 +92,48 @@ fn a_qlora_step_on_the_gpu_peaks_as_planned_and_follows_the_cpu() {
     use headroom_nn::lora::{LoraConfig, QuantizedBase};
     use headroom_trainer::config::PrecisionKind;
     let dir = TempDir::new("cuda-qlora");
-    let mut config = small_llama(&dir);
-    let model = &mut config.model;
-    model.tie_embeddings = false;
-    model.lora = Some(LoraConfig {
-        rank: 4,
-        base: Some(QuantizedBase::Nf4),
-        ..LoraConfig::default()
-    });
-    config.batch.micro = None;
-    config.precision.dtype = PrecisionKind::Bf16;
-    let Some(mut gpu) = on_gpu(&config) else {
-        return;
-    };
-    let plan = gpu.plan().expect("a planned run").clone();
-    let on_gpu = gpu.train_step().unwrap().loss;
-    assert_eq!(
-        gpu.device().allocator().stats().peak_in_use,
-        plan.predicted_peak,
-        "{plan}"
-    );
-    let mut cpu = Trainer::new(config).unwrap();
-    let on_cpu = cpu.train_step().unwrap().loss;
-    assert!(
-        (on_gpu - on_cpu).abs() <= 2e-2 * on_cpu.abs(),
-        "{on_gpu} on the GPU, {on_cpu} on the CPU"
-    );
+    // On the device, then with the base streamed from page-locked host memory.
+    for streamed in [false, true] {
+        let mut config = small_llama(&dir);
+        let model = &mut config.model;
+        model.tie_embeddings = false;
+        model.lora = Some(LoraConfig {
+            rank: 4,
+            base: Some(QuantizedBase::Nf4),
+            ..LoraConfig::default()
+        });
+        if streamed {
+            model.recompute = Some(Recompute::Blocks);
+            model.offload_weights = Some(true);
+            config.optimizer.offload = Some(true);
+        }
+        config.batch.micro = None;
+        config.precision.dtype = PrecisionKind::Bf16;
+        let Some(mut gpu) = on_gpu(&config) else {
+            return;
+        };
+        let plan = gpu.plan().expect("a planned run").clone();
+        let on_gpu = gpu.train_step().unwrap().loss;
+        assert_eq!(
+            gpu.device().allocator().stats().peak_in_use,
+            plan.predicted_peak,
+            "streamed {streamed}: {plan}"
+        );
+        if streamed {
+            let host = gpu.host_tier().unwrap().allocator().stats().peak_in_use;
+            assert_eq!(Some(host), plan.predicted_host_peak, "{plan}");
+        }
+        let mut cpu = Trainer::new(config).unwrap();
+        let on_cpu = cpu.train_step().unwrap().loss;
+        assert!(
+            (on_gpu - on_cpu).abs() <= 2e-2 * on_cpu.abs(),
+            "streamed {streamed}: {on_gpu} on the GPU, {on_cpu} on the CPU"
+        );
+    }
 }
 
 #[test]
 fn a_step_offloading_to_the_host_tier_peaks_as_planned_on_both_tiers_and_follows_the_cpu() {
-    use headroom_trainer::config::Recompute;
     let dir = TempDir::new("cuda-offload");
     // The activations and the optimizer offloaded; then the weights streamed too.
     for weights in [false, true] {

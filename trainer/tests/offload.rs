@@ -403,3 +403,59 @@ fn an_out_of_memory_with_streamed_weights_counts_what_the_device_holds() {
         "{err}"
     );
 }
+
+#[test]
+fn a_quantized_base_streams_with_its_adapters() {
+    use headroom_nn::lora::{LoraConfig, QuantizedBase};
+    let dir = TempDir::new("offload-qlora");
+    for base in [QuantizedBase::Nf4, QuantizedBase::Int8] {
+        let mut config = config(&dir);
+        config.model.recompute = Some(Recompute::Blocks);
+        config.precision.dtype = PrecisionKind::Bf16;
+        config.optimizer.clip = 0.0;
+        config.model.lora = Some(LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            base: Some(base),
+            ..LoraConfig::default()
+        });
+        let (kept, kept_losses) = two_steps(config.clone());
+        config.model.offload_weights = Some(true);
+        config.optimizer.offload = Some(true);
+        let (streamed, losses) = two_steps(config);
+        let case = format!("{base:?}");
+        assert_eq!(losses, kept_losses, "{case}: the same steps");
+        assert!(
+            weights(&kept) == weights(&streamed),
+            "{case}: the adapters differ"
+        );
+        let (device, host) = peaks_as_planned(&streamed, &case);
+        // Between steps the blocks' codes (3 blocks of 12 288 values, 4 or 8 bits each) and
+        // scales are the host's, with the adapters.
+        let on = |stats: &headroom_alloc::Stats| live(stats, headroom_alloc::Tag::WEIGHTS);
+        let kept_device = kept.device().allocator().stats();
+        let adapters: u64 = streamed
+            .model()
+            .module()
+            .named_parameters()
+            .iter()
+            .filter(|(name, _)| name.starts_with("blocks."))
+            .map(|(_, p)| (p.numel() * p.dtype().size()) as u64)
+            .sum();
+        let bits = match base {
+            QuantizedBase::Nf4 => 4,
+            QuantizedBase::Int8 => 8,
+        };
+        let codes = 3 * 12_288 * bits / 8;
+        assert!(
+            on(&kept_device) - on(&device) >= adapters + codes,
+            "{case}: {device:?}"
+        );
+        assert_eq!(
+            on(&device) + on(&host),
+            on(&kept_device),
+            "{case}: the weights moved, none copied"
+        );
+        assert!(device.peak_in_use < kept_device.peak_in_use, "{case}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The pre-norm transformer block.
 
 use headroom_autograd::Tensor;
+use headroom_kernels::ops::quant::Quantized;
 
 use crate::error::Result;
 use crate::init::Initializer;
@@ -218,6 +219,16 @@ impl Module for Block {
         visit_child_mut(&mut self.attn, "attn", f)?;
         visit_child_mut(&mut self.ln2, "ln2", f)?;
         visit_child_mut(&mut self.mlp, "mlp", f)
+    }
+
+    fn visit_quantized_mut(
+        &mut self,
+        f: &mut dyn FnMut(&mut Quantized) -> Result<()>,
+    ) -> Result<()> {
+        for (_, linear) in self.linears_mut() {
+            linear.visit_quantized_mut(f)?;
+        }
+        Ok(())
     }
 
     fn set_training(&mut self, training: bool) {

@@ -2,6 +2,7 @@
 //! GPT-2), pre-norm blocks, a final norm and a vocabulary head; its parts vary by [`Family`].
 
 use headroom_autograd::{Tensor, no_grad};
+use headroom_kernels::ops::quant::Quantized;
 use headroom_kernels::{DType, Device};
 
 use crate::error::{Error, Result};
@@ -174,9 +175,6 @@ impl Gpt {
     /// A decoder of `config`, its blocks drawn on `host` when given.
     fn build(init: &mut Initializer, config: GptConfig, host: Option<&Device>) -> Result<Self> {
         config.validate()?;
-        if host.is_some() && init.quantize().is_some() {
-            return Err(quantized_not_streamed());
-        }
         let counter = DropoutCounter::default();
         let c = config.width;
         // Where the blocks' layers are stored quantized, so is the token embedding, unless the
@@ -323,12 +321,9 @@ impl Gpt {
     /// one block's weights at a time, and their gradients arrive on the host, where the
     /// optimizer updates them. Streamed blocks are recomputed whole whatever
     /// [`Gpt::set_recompute`] says (their MLPs tiled as it says). Moves every block tensor
-    /// there now (and back to the device with none); weights stored quantized stay where they
-    /// are, so a quantized model is refused.
+    /// there now, and the blocks' weights stored quantized (QLoRA's base, which streams as its
+    /// codes and scales), and back to the device with none.
     pub fn set_offload_weights(&mut self, host: Option<Device>) -> Result<()> {
-        if host.is_some() && self.quantized_count() > 0 {
-            return Err(quantized_not_streamed());
-        }
         let to = match &host {
             Some(host) => host.clone(),
             None => self.ln_f.weight().device().clone(),
@@ -474,14 +469,6 @@ impl Gpt {
     }
 }
 
-/// Why a model with weights stored quantized cannot stream them.
-fn quantized_not_streamed() -> Error {
-    Error::config(
-        "gpt weights offload",
-        "weights stored quantized are not streamed".to_owned(),
-    )
-}
-
 impl Gpt {
     /// An empty key/value cache for generating `batch` sequences side by side with
     /// [`Gpt::forward_cached`].
@@ -622,6 +609,16 @@ impl Module for Gpt {
             Some(head) => visit_child_mut(head, "head", f),
             None => Ok(()),
         }
+    }
+
+    fn visit_quantized_mut(
+        &mut self,
+        f: &mut dyn FnMut(&mut Quantized) -> Result<()>,
+    ) -> Result<()> {
+        for (_, stored) in self.quantized_weights_mut() {
+            f(stored)?;
+        }
+        Ok(())
     }
 
     fn quantized_count(&self) -> usize {

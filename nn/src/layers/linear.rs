@@ -1,6 +1,7 @@
 //! Fully connected layers.
 
 use headroom_autograd::{LinearWeight, Tensor};
+use headroom_kernels::ops::quant::Quantized;
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
@@ -138,6 +139,16 @@ impl Module for Linear {
             adapter.visit_mut(f)?;
         }
         Ok(())
+    }
+
+    fn visit_quantized_mut(
+        &mut self,
+        f: &mut dyn FnMut(&mut Quantized) -> Result<()>,
+    ) -> Result<()> {
+        match &mut self.weight {
+            Weight::Quantized(stored) => f(stored),
+            Weight::Dense(_) => Ok(()),
+        }
     }
 
     fn set_training(&mut self, training: bool) {

@@ -302,13 +302,6 @@ impl ModelConfig {
                     ),
                 );
                 problems.check(
-                    !self.offloads_weights()
-                        || self.lora.as_ref().is_none_or(|lora| lora.base.is_none()),
-                    "model.offload_weights: a quantized base (model.lora.base) is not streamed; \
-                     keep it on the device, or train over a bf16 base"
-                        .into(),
-                );
-                problems.check(
                     self.head_chunk != Some(0),
                     "model.head_chunk: a chunk of 0 rows; at least 1, or unset for the planner \
                      to choose"

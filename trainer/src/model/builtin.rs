@@ -195,8 +195,7 @@ impl ModelFactory for BuiltinModel {
                 block_recompute: true,
                 tiled_mlp: true,
                 offload_activations: true,
-                // A quantized base stays on the device.
-                offload_weights: self.0.lora.as_ref().is_none_or(|l| l.base.is_none()),
+                offload_weights: true,
                 fused_head: Some(tokens.vocab),
             },
             _ => Knobs::default(),

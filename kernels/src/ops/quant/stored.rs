@@ -298,6 +298,31 @@ impl Quantized {
         self.codes.device()
     }
 
+    /// A copy on `target`, the host tier of its device or the device of its host tier (the
+    /// routes of [`Array::to_device`]): the same codes and scales, so the same values.
+    pub fn to_device(&self, target: &Device) -> Result<Quantized> {
+        let scales = match &self.scales {
+            Scales::Plain(scales) => Scales::Plain(scales.to_device(target)?),
+            Scales::Double {
+                codes,
+                absmax,
+                map,
+                offset,
+            } => Scales::Double {
+                codes: codes.to_device(target)?,
+                absmax: absmax.to_device(target)?,
+                map: map.to_device(target)?,
+                offset: *offset,
+            },
+        };
+        Ok(Self {
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            codes: self.codes.to_device(target)?,
+            scales,
+        })
+    }
+
     /// The arrays it holds on its device.
     pub fn arrays(&self) -> Vec<&Array> {
         let mut arrays = vec![&self.codes];
