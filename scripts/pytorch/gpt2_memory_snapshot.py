@@ -30,11 +30,10 @@ import sys
 import time
 
 import torch
-from torch.cuda._memory_viz import _profile_to_snapshot
 from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_memory_snapshot import implied  # noqa: E402
+from make_memory_snapshot import implied_figures, profiled_snapshot  # noqa: E402
 
 
 def steps(model, optimizer, ids, device):
@@ -74,21 +73,10 @@ def main():
         with open(args.out, "rb") as f:
             snapshot = pickle.load(f)
     else:
-        with torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU],
-            profile_memory=True,
-            record_shapes=True,
-            with_stack=True,
-        ) as profile:
-            steps(model, optimizer, ids, args.device)
-        snapshot = _profile_to_snapshot(profile)
+        snapshot = profiled_snapshot(lambda: steps(model, optimizer, ids, args.device))
         with open(args.out, "wb") as f:
             pickle.dump(snapshot, f)
-    figures = {
-        str(device): implied(trace)
-        for device, trace in enumerate(snapshot["device_traces"])
-        if trace
-    }
+    figures = implied_figures(snapshot)
     summary = {
         "torch": torch.__version__,
         "device": args.device,

@@ -90,6 +90,27 @@ def implied(trace):
     }
 
 
+def implied_figures(snapshot):
+    """`implied` of each device whose trace holds events, by its index as text."""
+    return {
+        str(device): implied(trace)
+        for device, trace in enumerate(snapshot["device_traces"])
+        if trace
+    }
+
+
+def profiled_snapshot(run):
+    """The snapshot of the tensors `run()` allocates, recorded by PyTorch's profiler."""
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        profile_memory=True,
+        record_shapes=True,
+        with_stack=True,
+    ) as profile:
+        run()
+    return _profile_to_snapshot(profile)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join("alloc", "tests", "data")
     os.makedirs(out, exist_ok=True)
@@ -98,12 +119,8 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, 256, (4, 32))
     targets = torch.randint(0, 256, (4, 32))
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        profile_memory=True,
-        record_shapes=True,
-        with_stack=True,
-    ) as profile:
+
+    def steps():
         for _ in range(2):
             logits = model(ids)
             loss = nn.functional.cross_entropy(logits.reshape(-1, 256), targets.reshape(-1))
@@ -111,14 +128,11 @@ def main():
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             del logits, loss
-    snapshot = _profile_to_snapshot(profile)
+
+    snapshot = profiled_snapshot(steps)
     with open(os.path.join(out, "torch-cpu-step.pickle"), "wb") as f:
         pickle.dump(snapshot, f)
-    figures = {
-        str(device): implied(trace)
-        for device, trace in enumerate(snapshot["device_traces"])
-        if trace
-    }
+    figures = implied_figures(snapshot)
     with open(os.path.join(out, "torch-cpu-step.json"), "w") as f:
         json.dump({"torch": torch.__version__, "devices": figures}, f, indent=1)
         f.write("\n")

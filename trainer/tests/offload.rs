@@ -67,6 +67,22 @@ fn peaks_as_planned(
     (device, host)
 }
 
+/// Asserts that the run that offloads took the steps of the run that `kept` everything on
+/// the device, to the bit (its losses and weights), and peaked on each tier as planned; its
+/// peaks.
+fn same_steps_as_planned(
+    (kept, kept_losses): (&Trainer, &[f64]),
+    (offloaded, losses): (&Trainer, &[f64]),
+    case: &str,
+) -> (headroom_alloc::Stats, headroom_alloc::Stats) {
+    assert_eq!(losses, kept_losses, "{case}: the same steps");
+    assert!(
+        weights(kept) == weights(offloaded),
+        "{case}: the weights differ"
+    );
+    peaks_as_planned(offloaded, case)
+}
+
 #[test]
 fn offloaded_block_inputs_peak_on_each_tier_as_planned_and_train_the_same() {
     let dir = TempDir::new("offload");
@@ -179,12 +195,8 @@ fn an_offloaded_optimizer_peaks_on_each_tier_as_planned_and_trains_the_same() {
         config.optimizer.offload = Some(true);
         let (offloaded, losses) = two_steps(config);
         let case = format!("in backward {in_backward}, {state:?}, activations {activations}");
-        assert_eq!(losses, kept_losses, "{case}: the same steps");
-        assert!(
-            weights(&kept) == weights(&offloaded),
-            "{case}: the weights differ"
-        );
-        let (device, host) = peaks_as_planned(&offloaded, &case);
+        let (device, host) =
+            same_steps_as_planned((&kept, &kept_losses), (&offloaded, &losses), &case);
         // The state alone stays on the host between steps, and none of it on the device.
         let state = headroom_alloc::Tag::OPTIMIZER_STATE;
         assert_eq!(live(&device, state), 0, "{case}");
@@ -291,12 +303,8 @@ fn streamed_weights_peak_on_each_tier_as_planned_and_train_the_same() {
         config.optimizer.offload = Some(true);
         let (streamed, losses) = two_steps(config);
         let case = format!("in backward {in_backward}, {recompute:?}, {precision:?}");
-        assert_eq!(losses, kept_losses, "{case}: the same steps");
-        assert!(
-            weights(&kept) == weights(&streamed),
-            "{case}: the weights differ"
-        );
-        let (device, host) = peaks_as_planned(&streamed, &case);
+        let (device, host) =
+            same_steps_as_planned((&kept, &kept_losses), (&streamed, &losses), &case);
         // Between steps the device keeps the embedding, the final norm and the head; the
         // blocks' weights live on the host.
         let model = streamed.model().module();
@@ -424,12 +432,8 @@ fn a_quantized_base_streams_with_its_adapters() {
         config.optimizer.offload = Some(true);
         let (streamed, losses) = two_steps(config);
         let case = format!("{base:?}");
-        assert_eq!(losses, kept_losses, "{case}: the same steps");
-        assert!(
-            weights(&kept) == weights(&streamed),
-            "{case}: the adapters differ"
-        );
-        let (device, host) = peaks_as_planned(&streamed, &case);
+        let (device, host) =
+            same_steps_as_planned((&kept, &kept_losses), (&streamed, &losses), &case);
         // Between steps the blocks' codes (3 blocks of 12 288 values, 4 or 8 bits each) and
         // scales are the host's, with the adapters.
         let on = |stats: &headroom_alloc::Stats| live(stats, headroom_alloc::Tag::WEIGHTS);

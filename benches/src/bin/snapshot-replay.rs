@@ -104,9 +104,33 @@ fn export(events: usize, rounds: usize) {
     );
 }
 
-/// A Headroom trace whose snapshot holds about `events` events: the sizes and order of
-/// [`snapshot`]'s blocks (an allocation is one event, a free two).
+/// A Headroom trace whose snapshot holds about `events` events: the program of [`turns`].
 fn headroom_trace(events: usize) -> Vec<TraceOp> {
+    turns(events)
+        .into_iter()
+        .enumerate()
+        .map(|(at, turn)| match turn {
+            Turn::Take(size) => TraceOp::Alloc {
+                id: at as u64,
+                size,
+                tag: Tag::ACTIVATIONS,
+            },
+            Turn::Give(taken) => TraceOp::Free { id: taken as u64 },
+        })
+        .collect()
+}
+
+/// One turn of the bench's program.
+enum Turn {
+    /// A block of this many bytes taken.
+    Take(u64),
+    /// The block taken at this turn given back.
+    Give(usize),
+}
+
+/// A program of blocks of 512 B to 16 MiB, mostly given back in stack order, at most 2000
+/// held, whose snapshot holds about `events` events (a block taken is one, given back two).
+fn turns(events: usize) -> Vec<Turn> {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         rng ^= rng << 13;
@@ -114,7 +138,7 @@ fn headroom_trace(events: usize) -> Vec<TraceOp> {
         rng ^= rng << 17;
         rng
     };
-    let (mut ops, mut live, mut counted, mut id) = (Vec::new(), Vec::new(), 0, 0);
+    let (mut turns, mut live, mut counted) = (Vec::new(), Vec::new(), 0);
     while counted < events {
         if !live.is_empty() && (next() % 2 == 0 || live.len() > 2000) {
             let at = if next() % 5 == 0 {
@@ -122,23 +146,15 @@ fn headroom_trace(events: usize) -> Vec<TraceOp> {
             } else {
                 live.len() - 1
             };
-            ops.push(TraceOp::Free {
-                id: live.swap_remove(at),
-            });
+            turns.push(Turn::Give(live.swap_remove(at)));
             counted += 2;
         } else {
-            let size = SIZES[(next() % SIZES.len() as u64) as usize];
-            id += 1;
-            live.push(id);
-            ops.push(TraceOp::Alloc {
-                id,
-                size,
-                tag: Tag::ACTIVATIONS,
-            });
+            live.push(turns.len());
+            turns.push(Turn::Take(SIZES[(next() % SIZES.len() as u64) as usize]));
             counted += 1;
         }
     }
-    ops
+    turns
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -146,35 +162,30 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-/// A pickled snapshot of `events` events (protocol 2, as Python writes plain values).
+/// A pickled snapshot of `events` events (protocol 2, as Python writes plain values): the
+/// program of [`turns`], each block at the next free address of one 8 GiB segment.
 fn snapshot(events: usize) -> Vec<u8> {
     let mut out = vec![0x80, 2];
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
     let base = 0x7e00_0000_0000u64;
     let mut trace = vec![("segment_alloc", base, 8u64 << 30)];
-    let (mut live, mut addr) = (Vec::new(), base);
-    while trace.len() < events {
-        if !live.is_empty() && (next() % 2 == 0 || live.len() > 2000) {
-            let at = if next() % 5 == 0 {
-                (next() % live.len() as u64) as usize
-            } else {
-                live.len() - 1
-            };
-            let (a, s) = live.swap_remove(at);
-            trace.push(("free_requested", a, s));
-            trace.push(("free_completed", a, s));
-        } else {
-            let size = SIZES[(next() % SIZES.len() as u64) as usize];
-            live.push((addr, size));
-            trace.push(("alloc", addr, size));
-            addr += size.next_multiple_of(512);
-        }
+    // Each turn's block: its address and size (none for a turn that gives one back).
+    let (mut placed, mut addr) = (Vec::new(), base);
+    for turn in turns(events.saturating_sub(1)) {
+        let block = match turn {
+            Turn::Take(size) => {
+                let at = addr;
+                addr += size.next_multiple_of(512);
+                trace.push(("alloc", at, size));
+                (at, size)
+            }
+            Turn::Give(taken) => {
+                let (a, s) = placed[taken];
+                trace.push(("free_requested", a, s));
+                trace.push(("free_completed", a, s));
+                (0, 0)
+            }
+        };
+        placed.push(block);
     }
     dict_open(&mut out);
     text(&mut out, "segments");
