@@ -298,3 +298,58 @@ fn what_is_not_a_replayable_snapshot_is_a_clear_error() {
     );
     std::fs::remove_file(&path).ok();
 }
+
+mod any_bytes {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The committed snapshot's first 4 KiB: long enough to hold whole events.
+    fn prefix() -> Vec<u8> {
+        let bytes = std::fs::read(data("torch-cpu-step.pickle")).unwrap();
+        bytes[..4096].to_vec()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever a file holds, reading it is a snapshot or an error, never a panic, and a
+        /// snapshot read replays or fails with an error.
+        #[test]
+        fn corrupt_snapshots_are_errors_not_panics(
+            edits in proptest::collection::vec((0usize..4096, any::<u8>()), 0..16),
+            cut in 0usize..4096,
+        ) {
+            let mut bytes = prefix();
+            for (at, byte) in edits {
+                bytes[at] = byte;
+            }
+            bytes.truncate(cut.max(1));
+            if let Ok(snapshot) = Snapshot::from_bytes(&bytes) {
+                let _ = replay_snapshot(&snapshot, &SNAPSHOT_POLICIES, Some(1 << 20), true);
+            }
+        }
+
+        /// Events of any sizes and addresses (a huge block, a free of what was never
+        /// allocated, segments freed twice) replay or fail with an error.
+        #[test]
+        fn any_events_replay_or_fail_cleanly(
+            events in proptest::collection::vec(
+                (0usize..5, 0u64..8, prop_oneof![Just(i64::MAX as u64), Just(1u64 << 62), 0u64..(1 << 24)]),
+                1..40,
+            ),
+        ) {
+            const ACTIONS: [&str; 5] =
+                ["alloc", "free_completed", "segment_alloc", "segment_free", "oom"];
+            let events = events
+                .into_iter()
+                .map(|(action, addr, size)| event(ACTIONS[action], addr << 20, size))
+                .collect();
+            let bytes = pickled(&RawSnapshot {
+                segments: Vec::new(),
+                device_traces: vec![events],
+            });
+            let snapshot = Snapshot::from_bytes(&bytes).unwrap();
+            let _ = replay_snapshot(&snapshot, &SNAPSHOT_POLICIES, None, true);
+        }
+    }
+}

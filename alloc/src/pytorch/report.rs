@@ -164,14 +164,14 @@ pub fn replay_snapshot(
 
 /// A capacity that holds every block of `stream` at once, in whole growth steps.
 fn room_for_all(stream: &AllocationStream) -> u64 {
-    let total: u64 = stream
+    let total = stream
         .ops
         .iter()
         .filter_map(|op| match op.op {
             crate::trace::TraceOp::Alloc { size, .. } => round_size(size),
             _ => None,
         })
-        .sum();
+        .fold(0u64, u64::saturating_add);
     total
         .div_ceil(EXPANSION_STEP)
         .saturating_add(1)

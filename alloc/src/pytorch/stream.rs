@@ -4,7 +4,8 @@
 //! allocator keeps it, for the streams that used it); a block freed in the trace without being
 //! allocated there was allocated before the trace began (its ring buffer had dropped the
 //! event) and is held from the start. An `oom` is a failed request that held nothing. PyTorch's
-//! own reserved bytes follow its segment events, where the trace has them.
+//! own reserved bytes follow its segment events, where the trace has them. Byte counts
+//! saturate: a corrupt trace's absurd sizes give absurd figures, not an overflow.
 
 use std::collections::HashMap;
 
@@ -77,7 +78,7 @@ impl StreamTally {
     /// Counts a block of `size` bytes taken on `stream`.
     fn take(&mut self, stream: u64, size: u64) {
         let held = self.held.entry(stream).or_default();
-        *held += size;
+        *held = held.saturating_add(size);
         let at = match self.streams.iter().position(|s| s.stream == stream) {
             Some(at) => at,
             None => {
@@ -97,7 +98,7 @@ impl StreamTally {
     /// Counts a block of `size` bytes given back on `stream`.
     fn give(&mut self, stream: u64, size: u64) {
         if let Some(held) = self.held.get_mut(&stream) {
-            *held -= size;
+            *held = held.saturating_sub(size);
         }
     }
 }
@@ -127,7 +128,9 @@ impl AllocationStream {
             streams.take(e.stream, e.size);
         }
         let mut next_id = held_before.len() as u64;
-        let mut held: u64 = held_before.iter().map(|&(_, size)| size).sum();
+        let mut held = held_before
+            .iter()
+            .fold(0u64, |held, &(_, size)| held.saturating_add(size));
         let mut peak_requested = held;
         let mut ops_to_peak = ops.len();
         let (mut reserved, mut reserved_peak, mut segments) = (0u64, 0u64, false);
@@ -144,7 +147,7 @@ impl AllocationStream {
                         event: at,
                         op: TraceOp::Alloc { id, size, tag },
                     });
-                    held += size;
+                    held = held.saturating_add(size);
                     if held > peak_requested {
                         peak_requested = held;
                         ops_to_peak = ops.len();
@@ -156,7 +159,7 @@ impl AllocationStream {
                             event: at,
                             op: TraceOp::Free { id },
                         });
-                        held -= size;
+                        held = held.saturating_sub(size);
                         streams.give(stream, size);
                     }
                 }
@@ -172,7 +175,7 @@ impl AllocationStream {
                 }
                 Action::SegmentAlloc | Action::SegmentMap => {
                     segments = true;
-                    reserved += event.size;
+                    reserved = reserved.saturating_add(event.size);
                     reserved_peak = reserved_peak.max(reserved);
                 }
                 Action::SegmentFree | Action::SegmentUnmap => {

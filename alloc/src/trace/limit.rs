@@ -188,12 +188,14 @@ fn packed_sizes<O: NumberedOp>(ops: &[O]) -> Result<(u64, u64)> {
                         ),
                     })?;
                 // An id allocated again while live is the replay's error to report.
-                in_use -= live.insert(id, rounded).unwrap_or(0);
-                in_use += rounded;
+                in_use = in_use.saturating_sub(live.insert(id, rounded).unwrap_or(0));
+                in_use = in_use.saturating_add(rounded);
                 peak = peak.max(in_use);
                 total = total.saturating_add(rounded);
             }
-            TraceOp::Free { id } => in_use -= live.remove(&id).unwrap_or(0),
+            TraceOp::Free { id } => {
+                in_use = in_use.saturating_sub(live.remove(&id).unwrap_or(0));
+            }
             TraceOp::Oom { .. } => {}
         }
     }
