@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::pytorch::{SNAPSHOT_POLICIES, Snapshot, replay_snapshot, write_trace_memory_viz};
+use crate::pytorch::{
+    SNAPSHOT_POLICIES, Snapshot, replay_snapshot, write_snapshot_replay_memory_viz,
+    write_trace_memory_viz,
+};
 use crate::trace::generate::{LogNormalTrace, TransformerTrace};
 use crate::trace::{
     NumberedTrace, TraceOp, TraceSettings, find_limit_with_growth_step, growth_name,
@@ -50,7 +53,9 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub json: bool,
     /// Also write the replay's allocator history as a PyTorch memory snapshot to this file,
-    /// which pytorch.org/memory_viz and `python -m torch.cuda._memory_viz trace_plot` draw.
+    /// which pytorch.org/memory_viz and `python -m torch.cuda._memory_viz trace_plot` draw (of
+    /// a PyTorch snapshot: its blocks as headroom-alloc places them, under --growth, on-demand
+    /// by default).
     #[arg(long, value_name = "OUT.pickle", conflicts_with = "find_limit")]
     pub memory_viz: Option<PathBuf>,
 }
@@ -263,15 +268,16 @@ impl ReplayArgs {
     /// arguments and the trace give, and writes them and the report to `out`.
     pub fn run(&self, out: impl Write) -> Result<()> {
         if let Some(path) = self.trace.as_deref().filter(|p| is_pickle(p)) {
-            if self.memory_viz.is_some() {
-                return Err(Error::Snapshot {
-                    path: path.display().to_string(),
-                    detail: "already a PyTorch memory snapshot: --memory-viz writes the replay of \
-                             a Headroom trace in that format"
-                        .into(),
-                });
-            }
             let snapshot = Snapshot::read(path)?;
+            if let Some(viz) = &self.memory_viz {
+                let growth = self.growth.map_or(Growth::OnDemand, Growth::from);
+                let counts = write_snapshot_replay_memory_viz(&snapshot, growth, self.limit, viz)?;
+                eprintln!(
+                    "{}: {counts}, headroom-alloc's {} replay (for pytorch.org/memory_viz)",
+                    viz.display(),
+                    growth_name(growth)
+                );
+            }
             let policies = match self.growth {
                 Some(growth) => vec![Growth::from(growth)],
                 None => SNAPSHOT_POLICIES.to_vec(),

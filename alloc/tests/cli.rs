@@ -362,13 +362,15 @@ fn a_trace_replays_into_a_snapshot_for_pytorchs_viewer() {
     let out = headroom_alloc(&["replay", viz_arg, "--json"]);
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(value["devices"][0]["held_before"], 0);
-    // A snapshot is not written as one again, and --find-limit replays no history.
-    let out = headroom_alloc(&["replay", viz_arg, "--memory-viz", viz_arg]);
+    // A PyTorch snapshot's replay is written the same way; --find-limit replays no history.
+    let again = viz.with_extension("again.pickle");
+    let out = headroom_alloc(&["replay", viz_arg, "--memory-viz", again.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && err.contains("already a PyTorch memory snapshot"),
+        out.status.success() && err.contains("on-demand replay"),
         "{err}"
     );
+    std::fs::remove_file(&again).ok();
     let out = headroom_alloc(&["replay", "--find-limit", "--memory-viz", viz_arg]);
     assert!(!out.status.success());
     std::fs::remove_file(&viz).ok();

@@ -1,11 +1,15 @@
 //! A Headroom trace written as a PyTorch memory snapshot reads back with every event of its
 //! replay's history: each allocation an `alloc`, each free a `free_requested` and a
 //! `free_completed`, each region a segment event, each failed request an `oom`, every tag its
-//! category; and the snapshot replays to the peaks of the trace it came from.
+//! category; and the snapshot replays to the peaks of the trace it came from. A PyTorch
+//! snapshot written the same way holds its blocks where headroom-alloc's replay put them.
 
 use std::path::PathBuf;
 
-use headroom_alloc::pytorch::{Action, AllocationStream, Event, Snapshot, write_trace_memory_viz};
+use headroom_alloc::pytorch::{
+    Action, AllocationStream, DeviceTrace, Event, Snapshot, write_snapshot_replay_memory_viz,
+    write_trace_memory_viz,
+};
 use headroom_alloc::trace::{TraceOp, TraceSettings, TransformerTrace, replay_with_growth_step};
 use headroom_alloc::{AllocatorConfig, EventKind, Growth, Tag};
 
@@ -170,4 +174,42 @@ fn tags_and_failed_requests_come_back() {
     // The weights and the kv cache are held at the end, the workspace was freed.
     let held: u64 = 3 << 20;
     assert!(trace.segments_at_end >= held + 1024);
+}
+
+#[test]
+fn a_pytorch_snapshot_is_written_as_headroom_alloc_places_its_blocks() {
+    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch-cpu-step.pickle");
+    let snapshot = Snapshot::read(&input).unwrap();
+    let stream = AllocationStream::of(&snapshot.devices[0]);
+    let path = out("replayed.pickle");
+    let counts =
+        write_snapshot_replay_memory_viz(&snapshot, Growth::Expandable, None, &path).unwrap();
+    let written = Snapshot::read(&path).unwrap();
+    let trace = &written.devices[0];
+    assert_eq!(trace.device, snapshot.devices[0].device);
+    // Every block of the program, those from before its trace included, allocated in order.
+    let allocs = |trace: &DeviceTrace| {
+        trace
+            .events
+            .iter()
+            .filter(|e| e.action == Action::Alloc)
+            .count()
+    };
+    assert_eq!(
+        allocs(trace),
+        allocs(&snapshot.devices[0]) + stream.held_before
+    );
+    assert_eq!(counts.allocs, allocs(trace));
+    let again = AllocationStream::of(trace);
+    assert_eq!(again.held_before, 0);
+    // The blocks are the replay's chunks: the most held at once is its peak in use.
+    let replay = replay_with_growth_step(
+        &stream.ops,
+        AllocatorConfig::default().with_growth(Growth::Expandable),
+        stream.room_for_all(),
+        headroom_alloc::EXPANSION_STEP,
+    )
+    .unwrap();
+    assert_eq!(again.peak_requested, replay.peak_in_use);
+    assert_eq!(again.torch_reserved_peak, Some(replay.peak_reserved));
 }

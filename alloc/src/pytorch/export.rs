@@ -18,7 +18,9 @@ use std::path::Path;
 
 use super::category;
 use super::pickler::Pickler;
-use crate::config::{AllocatorConfig, EXPANSION_STEP};
+use super::snapshot::Snapshot;
+use super::stream::AllocationStream;
+use crate::config::{AllocatorConfig, EXPANSION_STEP, Growth};
 use crate::error::{Error, Result};
 use crate::history::{Event, EventKind, History};
 use crate::tag::Tag;
@@ -88,12 +90,55 @@ pub fn write_trace_memory_viz<O: NumberedOp>(
     let history = replay
         .history
         .ok_or_else(|| Error::Corrupted("a replay with its history on kept none".into()))?;
+    write_file(path, |file| {
+        write_memory_viz(&history, settings.limit, file)
+    })
+}
+
+/// Replays every device of a PyTorch `snapshot` under `growth` (limited to `limit`, else with
+/// room for every block at once) with the allocator's history on, and writes the histories to
+/// `path` as a snapshot of the same devices: where headroom-alloc would have put the program's
+/// blocks, for PyTorch's own viewers to draw beside the original.
+pub fn write_snapshot_replay_memory_viz(
+    snapshot: &Snapshot,
+    growth: Growth,
+    limit: Option<u64>,
+    path: &Path,
+) -> Result<ExportCounts> {
+    let mut histories = Vec::new();
+    for trace in &snapshot.devices {
+        let stream = AllocationStream::of(trace);
+        let capacity = limit.unwrap_or_else(|| stream.room_for_all());
+        let config = AllocatorConfig::default()
+            .with_growth(growth)
+            .with_limit_bytes(capacity)
+            .with_history(usize::MAX);
+        let replay = replay_with_growth_step(&stream.ops, config, capacity, EXPANSION_STEP)?;
+        let history = replay
+            .history
+            .ok_or_else(|| Error::Corrupted("a replay with its history on kept none".into()))?;
+        histories.push((trace.device, history, capacity));
+    }
+    let mut devices: Vec<Option<(&History, u64)>> = Vec::new();
+    for (device, history, capacity) in &histories {
+        if devices.len() <= *device {
+            devices.resize(device + 1, None);
+        }
+        devices[*device] = Some((history, *capacity));
+    }
+    write_file(path, |file| write_devices_memory_viz(&devices, file))
+}
+
+/// Writes the file at `path` with `write`, errors naming it.
+fn write_file(
+    path: &Path,
+    write: impl FnOnce(std::fs::File) -> io::Result<ExportCounts>,
+) -> Result<ExportCounts> {
     let io = |source| Error::Io {
         path: path.display().to_string(),
         source,
     };
-    let file = std::fs::File::create(path).map_err(io)?;
-    write_memory_viz(&history, settings.limit, file).map_err(io)
+    write(std::fs::File::create(path).map_err(io)?).map_err(io)
 }
 
 /// Writes `history`, recorded by an allocator limited to `limit` bytes, as a PyTorch memory
@@ -103,22 +148,37 @@ pub fn write_memory_viz(
     limit: u64,
     out: impl Write,
 ) -> io::Result<ExportCounts> {
+    write_devices_memory_viz(&[Some((history, limit))], out)
+}
+
+/// Writes a PyTorch memory snapshot of several devices, each device's index its place in
+/// `devices`: its history and its allocator's limit, or none for a device without a trace.
+pub fn write_devices_memory_viz(
+    devices: &[Option<(&History, u64)>],
+    out: impl Write,
+) -> io::Result<ExportCounts> {
     let mut writer = SnapshotWriter {
         pickle: Pickler::new(io::BufWriter::new(out))?,
         frames: HashMap::new(),
         no_frames: None,
         segments: BTreeMap::new(),
         blocks: BTreeMap::new(),
+        held_at_end: Vec::new(),
         counts: ExportCounts::default(),
     };
     writer.pickle.begin_dict()?;
     writer.pickle.str("device_traces")?;
     writer.pickle.begin_list()?;
-    writer.pickle.begin_list()?;
-    for event in history.events() {
-        writer.event(event, limit)?;
+    for (device, recorded) in devices.iter().enumerate() {
+        writer.pickle.begin_list()?;
+        if let Some((history, limit)) = recorded {
+            for event in history.events() {
+                writer.event(event, *limit)?;
+            }
+        }
+        writer.pickle.end_list()?;
+        writer.end_device(device);
     }
-    writer.pickle.end_list()?;
     writer.pickle.end_list()?;
     writer.pickle.str("segments")?;
     writer.segments()?;
@@ -140,7 +200,16 @@ struct SnapshotWriter<W: Write> {
     segments: BTreeMap<u64, u64>,
     /// Live blocks: address to size, bytes requested and tag.
     blocks: BTreeMap<u64, (u64, u64, Tag)>,
+    /// What each device written so far held at its end: its index, its segments and blocks.
+    held_at_end: Vec<HeldAtEnd>,
     counts: ExportCounts,
+}
+
+/// A device's segments and blocks when its trace ended.
+struct HeldAtEnd {
+    device: usize,
+    segments: BTreeMap<u64, u64>,
+    blocks: BTreeMap<u64, (u64, u64, Tag)>,
 }
 
 impl<W: Write> SnapshotWriter<W> {
@@ -313,63 +382,84 @@ impl<W: Write> SnapshotWriter<W> {
         "segment_unmap"
     }
 
-    /// Writes the segments held at the end, each with its blocks and the free gaps between.
+    /// Keeps what device `device`'s trace, just written, left held, for the segments.
+    fn end_device(&mut self, device: usize) {
+        self.held_at_end.push(HeldAtEnd {
+            device,
+            segments: std::mem::take(&mut self.segments),
+            blocks: std::mem::take(&mut self.blocks),
+        });
+    }
+
+    /// Writes the segments every device held at its end, each with its blocks and the free
+    /// gaps between.
     fn segments(&mut self) -> io::Result<()> {
         self.pickle.begin_list()?;
-        let segments: Vec<(u64, u64)> = self.segments.iter().map(|(&a, &s)| (a, s)).collect();
-        for (start, size) in segments {
-            let end = start + size;
-            let blocks: Vec<(u64, (u64, u64, Tag))> = self
-                .blocks
-                .range(start..end)
-                .map(|(&addr, &block)| (addr, block))
-                .collect();
-            let allocated: u64 = blocks.iter().map(|(_, (size, _, _))| size).sum();
-            let requested: u64 = blocks.iter().map(|(_, (_, requested, _))| requested).sum();
+        for held in std::mem::take(&mut self.held_at_end) {
+            for (&start, &size) in &held.segments {
+                self.segment(held.device, (start, size), &held.blocks)?;
+            }
+        }
+        self.pickle.end_list()
+    }
+
+    /// Writes the segment of `size` bytes at `start` of device `device`, with the `blocks` in it.
+    fn segment(
+        &mut self,
+        device: usize,
+        (start, size): (u64, u64),
+        blocks: &BTreeMap<u64, (u64, u64, Tag)>,
+    ) -> io::Result<()> {
+        let end = start + size;
+        let blocks: Vec<(u64, (u64, u64, Tag))> = blocks
+            .range(start..end)
+            .map(|(&addr, &block)| (addr, block))
+            .collect();
+        let allocated: u64 = blocks.iter().map(|(_, (size, _, _))| size).sum();
+        let requested: u64 = blocks.iter().map(|(_, (_, requested, _))| requested).sum();
+        let p = &mut self.pickle;
+        p.begin_dict()?;
+        for (key, value) in [
+            ("device", device as u64),
+            ("address", start),
+            ("total_size", size),
+            ("allocated_size", allocated),
+            ("active_size", allocated),
+            ("requested_size", requested),
+            ("stream", 0),
+        ] {
+            p.str(key)?;
+            p.int(value.into())?;
+        }
+        p.str("segment_type")?;
+        p.str("large")?;
+        self.no_frames()?;
+        self.pickle.str("blocks")?;
+        self.pickle.begin_list()?;
+        let mut at = start;
+        for (addr, (size, requested, tag)) in blocks {
+            self.free_block(at, addr - at)?;
             let p = &mut self.pickle;
             p.begin_dict()?;
             for (key, value) in [
-                ("device", 0),
-                ("address", start),
-                ("total_size", size),
-                ("allocated_size", allocated),
-                ("active_size", allocated),
+                ("address", addr),
+                ("size", size),
                 ("requested_size", requested),
-                ("stream", 0),
             ] {
                 p.str(key)?;
                 p.int(value.into())?;
             }
-            p.str("segment_type")?;
-            p.str("large")?;
-            self.no_frames()?;
-            self.pickle.str("blocks")?;
-            self.pickle.begin_list()?;
-            let mut at = start;
-            for (addr, (size, requested, tag)) in blocks {
-                self.free_block(at, addr - at)?;
-                let p = &mut self.pickle;
-                p.begin_dict()?;
-                for (key, value) in [
-                    ("address", addr),
-                    ("size", size),
-                    ("requested_size", requested),
-                ] {
-                    p.str(key)?;
-                    p.int(value.into())?;
-                }
-                p.str("state")?;
-                p.str("active_allocated")?;
-                self.frames_of(tag)?;
-                self.pickle.end_dict()?;
-                at = addr + size;
-            }
-            self.free_block(at, end - at)?;
-            self.pickle.end_list()?;
+            p.str("state")?;
+            p.str("active_allocated")?;
+            self.frames_of(tag)?;
             self.pickle.end_dict()?;
-            self.counts.segments += 1;
+            at = addr + size;
         }
-        self.pickle.end_list()
+        self.free_block(at, end - at)?;
+        self.pickle.end_list()?;
+        self.pickle.end_dict()?;
+        self.counts.segments += 1;
+        Ok(())
     }
 
     /// Writes a free block of `size` bytes at `addr` (nothing when `size` is 0).

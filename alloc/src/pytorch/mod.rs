@@ -10,7 +10,8 @@
 //!   (its peak of requested bytes, PyTorch's own reserved bytes where it records its segments);
 //! - `report`: the replay of each device under the allocator's policies, as the tool prints it;
 //! - `pickler`: Python's pickle, written;
-//! - `export`: an allocator's history written as a snapshot, for PyTorch's viewers;
+//! - `export`: an allocator's history written as a snapshot, for PyTorch's viewers (a
+//!   Headroom trace's replay, or a PyTorch snapshot's);
 //! - `category`: the profiler's categories of tensors as tags, both ways.
 //!
 //! A Headroom trace becomes a snapshot through its replay: the replay's allocator records its
@@ -25,7 +26,8 @@ mod snapshot;
 mod stream;
 
 pub use export::{
-    ExportCounts, write_memory_viz, write_trace_file_memory_viz, write_trace_memory_viz,
+    ExportCounts, write_devices_memory_viz, write_memory_viz, write_snapshot_replay_memory_viz,
+    write_trace_file_memory_viz, write_trace_memory_viz,
 };
 pub use report::{
     DeviceReport, PeakState, PolicyReplay, SNAPSHOT_POLICIES, SnapshotReport, replay_snapshot,

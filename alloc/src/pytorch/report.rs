@@ -8,10 +8,9 @@ use super::stream::{AllocationStream, StreamDemand};
 use crate::config::{AllocatorConfig, EXPANSION_STEP, Growth};
 use crate::error::Result;
 use crate::report::Verdict;
-use crate::size::{format_bytes, round_size};
+use crate::size::format_bytes;
 use crate::trace::{
-    LimitSearch, MAX_SEARCHED_LIMIT, find_limit_with_growth_step, growth_name,
-    replay_with_growth_step,
+    LimitSearch, find_limit_with_growth_step, growth_name, replay_with_growth_step,
 };
 
 /// The policies a snapshot is replayed under unless told others: the allocator's default, and
@@ -105,7 +104,7 @@ pub fn replay_snapshot(
     let mut devices = Vec::new();
     for trace in &snapshot.devices {
         let stream = AllocationStream::of(trace);
-        let capacity = limit.unwrap_or_else(|| room_for_all(&stream));
+        let capacity = limit.unwrap_or_else(|| stream.room_for_all());
         let mut replays = Vec::new();
         for &growth in policies {
             let config = AllocatorConfig::default()
@@ -160,23 +159,6 @@ pub fn replay_snapshot(
         });
     }
     Ok(SnapshotReport { limit, devices })
-}
-
-/// A capacity that holds every block of `stream` at once, in whole growth steps.
-fn room_for_all(stream: &AllocationStream) -> u64 {
-    let total = stream
-        .ops
-        .iter()
-        .filter_map(|op| match op.op {
-            crate::trace::TraceOp::Alloc { size, .. } => round_size(size),
-            _ => None,
-        })
-        .fold(0u64, u64::saturating_add);
-    total
-        .div_ceil(EXPANSION_STEP)
-        .saturating_add(1)
-        .saturating_mul(EXPANSION_STEP)
-        .min(MAX_SEARCHED_LIMIT)
 }
 
 impl std::fmt::Display for SnapshotReport {

@@ -11,8 +11,10 @@ use std::collections::HashMap;
 
 use super::category;
 use super::snapshot::{Action, DeviceTrace, Event};
+use crate::config::EXPANSION_STEP;
+use crate::size::round_size;
 use crate::tag::Tag;
-use crate::trace::{NumberedOp, TraceOp};
+use crate::trace::{MAX_SEARCHED_LIMIT, NumberedOp, TraceOp};
 
 /// An operation of a snapshot's stream, known by its event's index in the device's trace (a
 /// block held from before the trace, by the event that frees it).
@@ -194,6 +196,26 @@ impl AllocationStream {
             torch_oom,
             streams: streams.streams,
         }
+    }
+}
+
+impl AllocationStream {
+    /// A capacity that holds every block of the stream at once, in whole growth steps: the
+    /// limit of a replay that is not given one.
+    pub fn room_for_all(&self) -> u64 {
+        let total = self
+            .ops
+            .iter()
+            .filter_map(|op| match op.op {
+                TraceOp::Alloc { size, .. } => round_size(size),
+                _ => None,
+            })
+            .fold(0u64, u64::saturating_add);
+        total
+            .div_ceil(EXPANSION_STEP)
+            .saturating_add(1)
+            .saturating_mul(EXPANSION_STEP)
+            .min(MAX_SEARCHED_LIMIT)
     }
 }
 
