@@ -2,6 +2,7 @@
 //! and how a device's memory makes them.
 
 use headroom_alloc::{Block, Tag};
+use parking_lot::Mutex;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -17,6 +18,17 @@ pub struct Buffer {
     block: Block,
     dtype: DType,
     len: usize,
+    /// Work queued on a device that still reads this buffer of host memory (a copy from
+    /// page-locked memory to a GPU reads it when it runs): waited for before the host writes
+    /// the buffer or frees it.
+    pending_read: Mutex<Option<Box<dyn PendingRead>>>,
+}
+
+/// Queued device work that reads a buffer of host memory: what the host waits for before it
+/// writes or frees the buffer.
+pub(crate) trait PendingRead: Send + Sync + std::fmt::Debug {
+    /// Waits until the work has run.
+    fn wait(&self) -> Result<()>;
 }
 
 impl Buffer {
@@ -89,9 +101,23 @@ impl Buffer {
         Ok(unsafe { std::slice::from_raw_parts(self.addr() as *const T, self.len) })
     }
 
-    /// The elements, mutably, on a CPU device.
+    /// Notes that work `reader` has queued reads this buffer until it runs (an earlier
+    /// reader's work is waited for first).
+    pub(crate) fn read_later_by(&self, reader: Box<dyn PendingRead>) -> Result<()> {
+        let mut pending = self.pending_read.lock();
+        if let Some(earlier) = pending.take() {
+            earlier.wait()?;
+        }
+        *pending = Some(reader);
+        Ok(())
+    }
+
+    /// The elements, mutably, on a CPU device, once queued work that reads them has run.
     pub(crate) fn host_mut<T: Element>(&mut self, op: &'static str) -> Result<&mut [T]> {
         self.check_host::<T>(op)?;
+        if let Some(reader) = self.pending_read.get_mut().take() {
+            reader.wait()?;
+        }
         // SAFETY: as in `host`; in addition `&mut self` guarantees exclusive access, and no two
         // live blocks of one allocator overlap, so no other slice aliases this memory.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.addr() as *mut T, self.len) })
@@ -149,6 +175,18 @@ impl DeviceMemory {
             block,
             dtype,
             len,
+            pending_read: Mutex::new(None),
+        }
+    }
+}
+
+impl Drop for Buffer {
+    /// Waits for queued work that reads the buffer before its block goes back to the allocator,
+    /// which may hand the memory out at once. An error of that work has no one left to report
+    /// to.
+    fn drop(&mut self) {
+        if let Some(reader) = self.pending_read.get_mut().take() {
+            let _ = reader.wait();
         }
     }
 }

@@ -301,6 +301,16 @@ fn arrays_go_to_the_host_tier_and_back_and_write_in_place() {
     let mut target = Array::zeros(&device, [64, 64], DType::BF16).unwrap();
     target.write_from(&over).unwrap();
     assert_eq!(target.to_f64().unwrap(), vec![0.0; 4096]);
+    // A source that stays (a weight streamed to the device) is not waited for when the copy is
+    // queued, but before the host writes it in place: the device still gets what it held.
+    let mut kept = Array::from_f64(&host, [64, 64], DType::BF16, &values).unwrap();
+    let fetched = kept.to_device(&device).unwrap();
+    let zeros: Vec<half::bf16> = vec![half::bf16::ZERO; 4096];
+    kept.write_host(&zeros).unwrap();
+    assert!(
+        fetched.to_f64().unwrap() == values,
+        "the copy read the host tier after it was written in place"
+    );
     device.synchronize().unwrap();
-    drop((over, host));
+    drop((over, kept, host));
 }

@@ -2,6 +2,7 @@
 //! the CPU, page-locked for a GPU) that holds what the device does not need for a while.
 
 use crate::array::Array;
+use crate::buffer::PendingRead;
 use crate::cpu::with_element;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -89,9 +90,17 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
             let bytes = bytemuck::cast_slice(src.buffer().host::<T>(op)?);
             target.backend().write(dst.buffer_mut(op)?, bytes)
         })?;
-        // A GPU reads page-locked memory when the copy runs, not when it is queued, and the
-        // host tier may hand the source's memory out again at once: the copy is waited for.
-        target.synchronize()
+        // A GPU reads page-locked memory when the copy runs, not when it is queued: the host
+        // waits for the device before it writes the source or frees it (the host tier could
+        // hand the memory out again at once), and not before, so that the copy is queued with
+        // the work around it instead of draining the device's queue.
+        src.buffer().read_later_by(Box::new(target))
+    }
+}
+
+impl PendingRead for Device {
+    fn wait(&self) -> Result<()> {
+        self.synchronize()
     }
 }
 
