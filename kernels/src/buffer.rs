@@ -18,15 +18,15 @@ pub struct Buffer {
     block: Block,
     dtype: DType,
     len: usize,
-    /// Work queued on a device that still reads this buffer of host memory (a copy from
-    /// page-locked memory to a GPU reads it when it runs): waited for before the host writes
-    /// the buffer or frees it.
-    pending_read: Mutex<Option<Box<dyn PendingRead>>>,
+    /// Work queued on a device that still reads or writes this buffer of host memory (a copy
+    /// between page-locked memory and a GPU touches it when it runs): waited for before the
+    /// host reads the buffer, writes it or frees it.
+    pending: Mutex<Option<Box<dyn PendingWork>>>,
 }
 
-/// Queued device work that reads a buffer of host memory: what the host waits for before it
-/// writes or frees the buffer.
-pub(crate) trait PendingRead: Send + Sync + std::fmt::Debug {
+/// Queued device work that reads or writes a buffer of host memory: what the host waits for
+/// before it touches or frees the buffer.
+pub trait PendingWork: Send + Sync + std::fmt::Debug {
     /// Waits until the work has run.
     fn wait(&self) -> Result<()>;
 }
@@ -91,9 +91,10 @@ impl Buffer {
         Ok(())
     }
 
-    /// The elements, on a CPU device.
+    /// The elements, on a CPU device, once queued work that touches them has run.
     pub(crate) fn host<T: Element>(&self, op: &'static str) -> Result<&[T]> {
         self.check_host::<T>(op)?;
+        self.settle()?;
         // SAFETY: on a CPU device the block's address comes from a `HostSource` (real host
         // memory, sealed), it spans at least `len * size_of::<T>()` bytes, is 256-byte aligned
         // (enough for every element type), and lives as long as `self`. Every bit pattern is a
@@ -101,23 +102,29 @@ impl Buffer {
         Ok(unsafe { std::slice::from_raw_parts(self.addr() as *const T, self.len) })
     }
 
-    /// Notes that work `reader` has queued reads this buffer until it runs (an earlier
-    /// reader's work is waited for first).
-    pub(crate) fn read_later_by(&self, reader: Box<dyn PendingRead>) -> Result<()> {
-        let mut pending = self.pending_read.lock();
+    /// Notes that work `device` has queued touches this buffer until it runs (an earlier
+    /// device's work is waited for first).
+    pub fn touched_later_by(&self, device: Box<dyn PendingWork>) -> Result<()> {
+        let mut pending = self.pending.lock();
         if let Some(earlier) = pending.take() {
             earlier.wait()?;
         }
-        *pending = Some(reader);
+        *pending = Some(device);
         Ok(())
     }
 
-    /// The elements, mutably, on a CPU device, once queued work that reads them has run.
+    /// Waits for queued device work that touches this buffer.
+    fn settle(&self) -> Result<()> {
+        match self.pending.lock().take() {
+            Some(device) => device.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// The elements, mutably, on a CPU device, once queued work that touches them has run.
     pub(crate) fn host_mut<T: Element>(&mut self, op: &'static str) -> Result<&mut [T]> {
         self.check_host::<T>(op)?;
-        if let Some(reader) = self.pending_read.get_mut().take() {
-            reader.wait()?;
-        }
+        self.settle()?;
         // SAFETY: as in `host`; in addition `&mut self` guarantees exclusive access, and no two
         // live blocks of one allocator overlap, so no other slice aliases this memory.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.addr() as *mut T, self.len) })
@@ -175,18 +182,16 @@ impl DeviceMemory {
             block,
             dtype,
             len,
-            pending_read: Mutex::new(None),
+            pending: Mutex::new(None),
         }
     }
 }
 
 impl Drop for Buffer {
-    /// Waits for queued work that reads the buffer before its block goes back to the allocator,
-    /// which may hand the memory out at once. An error of that work has no one left to report
-    /// to.
+    /// Waits for queued work that touches the buffer before its block goes back to the
+    /// allocator, which may hand the memory out at once. An error of that work has no one left
+    /// to report to.
     fn drop(&mut self) {
-        if let Some(reader) = self.pending_read.get_mut().take() {
-            let _ = reader.wait();
-        }
+        let _ = self.settle();
     }
 }

@@ -20,7 +20,7 @@ mod work;
 
 pub use array::Array;
 pub use backend::Backend;
-pub use buffer::Buffer;
+pub use buffer::{Buffer, PendingWork};
 pub use cpu::CpuBackend;
 pub use device::{Device, DeviceConfig, HostSource};
 pub use dtype::{Compute, DType, Element, Float};

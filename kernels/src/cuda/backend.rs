@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg, result,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
+    result,
 };
 use headroom_alloc::{AllocatorConfig, CudaMemory, Growth};
 use parking_lot::Mutex;
@@ -19,7 +20,7 @@ use super::compile::{Family, compile};
 use super::driver::{CudaOptions, driver_error, require_device, require_libraries, source_error};
 use super::profile::Profile;
 use super::signature::{Param, check_arguments, signatures};
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, PendingWork};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -362,6 +363,38 @@ impl CudaBackend {
         self.wait(op)
     }
 
+    /// Queues a copy of device bytes from `src` into host bytes, without waiting for it.
+    ///
+    /// # Safety
+    /// `bytes` must stay allocated, and the host must neither read nor write them, until the
+    /// work queued on the stream so far has run.
+    pub(crate) unsafe fn copy_to_host_queued(
+        &self,
+        op: &'static str,
+        src: u64,
+        bytes: &mut [u8],
+    ) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.bind(op)?;
+        // SAFETY: `src` starts a live buffer of at least `bytes.len()` bytes (checked by the
+        // caller), whose memory later work on the stream may reuse only after the copy (it is
+        // queued first); the caller keeps `bytes` allocated and untouched until the copy runs.
+        unsafe { result::memcpy_dtoh_async(bytes, src, self.stream.cu_stream()) }
+            .map_err(|err| driver_error(op, "cuMemcpyDtoHAsync", err))
+    }
+
+    /// An event after the work queued on the stream so far.
+    pub(crate) fn record(&self, op: &'static str) -> Result<StreamMark> {
+        self.bind(op)?;
+        let event = self
+            .stream
+            .record_event(None)
+            .map_err(|err| driver_error(op, "cuEventRecord", err))?;
+        Ok(StreamMark(event))
+    }
+
     /// Waits for everything queued on the stream.
     pub(crate) fn wait(&self, op: &'static str) -> Result<()> {
         self.stream
@@ -374,6 +407,23 @@ impl CudaBackend {
         let mut host = vec![0u32; ids.len()];
         self.copy_to_host(op, ids.addr(), bytemuck::cast_slice_mut(&mut host))?;
         Ok(host)
+    }
+}
+
+/// A point in a device's stream: the work queued before it, which the host can wait for.
+pub(crate) struct StreamMark(CudaEvent);
+
+impl std::fmt::Debug for StreamMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamMark")
+    }
+}
+
+impl PendingWork for StreamMark {
+    fn wait(&self) -> Result<()> {
+        self.0
+            .synchronize()
+            .map_err(|err| driver_error("wait", "cuEventSynchronize", err))
     }
 }
 

@@ -1,7 +1,7 @@
 //! CUDA kernels: fill, host transfers, copies and casts.
 
 use super::kernels::{DataKernels, check_bytes, check_len, check_range};
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, PendingWork};
 use crate::cuda::{CudaBackend, Family};
 use crate::error::{Error, Result};
 
@@ -29,6 +29,13 @@ impl DataKernels for CudaBackend {
     fn read(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()> {
         check_bytes("read", src, bytes.len())?;
         self.copy_to_host("read", src.addr(), bytes)
+    }
+
+    unsafe fn read_queued(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()> {
+        check_bytes("read", src, bytes.len())?;
+        // SAFETY: the caller keeps `bytes` allocated and untouched by the host until the
+        // stream's work has run.
+        unsafe { self.copy_to_host_queued("read", src.addr(), bytes) }
     }
 
     fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
@@ -73,5 +80,9 @@ impl DataKernels for CudaBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.wait("synchronize")
+    }
+
+    fn mark(&self) -> Result<Option<Box<dyn PendingWork>>> {
+        Ok(Some(Box::new(self.record("mark")?)))
     }
 }

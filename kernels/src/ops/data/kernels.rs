@@ -1,7 +1,7 @@
 //! What a backend runs to move data (fills, host transfers, copies and casts), and the checks
 //! its kernels make of their buffers.
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, PendingWork};
 use crate::error::{Error, Result};
 
 /// Moving data: fill, host transfers, copies and casts.
@@ -12,6 +12,16 @@ pub trait DataKernels {
     fn write(&self, out: &mut Buffer, bytes: &[u8]) -> Result<()>;
     /// Copies `src` into host bytes (exactly `src.bytes()` of them).
     fn read(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()>;
+    /// [`read`](Self::read), queued: a backend whose work waits in a queue (a GPU's stream)
+    /// returns before the bytes arrive; a synchronous one copies them at once.
+    ///
+    /// # Safety
+    /// `bytes` must stay allocated, and the host must neither read nor write them, until the
+    /// work this backend has queued so far has run (the memory of a host buffer that waits for
+    /// this device before the host touches or frees it: [`Buffer::touched_later_by`]).
+    unsafe fn read_queued(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()> {
+        self.read(src, bytes)
+    }
     /// Copies `src` into `dst` (same dtype and length).
     fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
     /// Converts every element of `src` into `dst`'s dtype (same length).
@@ -33,6 +43,11 @@ pub trait DataKernels {
     /// to wait for.
     fn synchronize(&self) -> Result<()> {
         Ok(())
+    }
+    /// A mark after the work queued so far, for the host to wait for; none for a synchronous
+    /// backend, whose work is done when it returns.
+    fn mark(&self) -> Result<Option<Box<dyn PendingWork>>> {
+        Ok(None)
     }
 }
 

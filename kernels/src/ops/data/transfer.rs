@@ -2,7 +2,6 @@
 //! the CPU, page-locked for a GPU) that holds what the device does not need for a while.
 
 use crate::array::Array;
-use crate::buffer::PendingRead;
 use crate::cpu::with_element;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -81,10 +80,19 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
         }
         Ok(())
     } else if target.kind() == DeviceKind::Cpu {
+        let buffer = dst.buffer_mut(op)?;
         with_element!(src.dtype(), |T| {
-            let bytes = bytemuck::cast_slice_mut(dst.buffer_mut(op)?.host_mut::<T>(op)?);
-            source.backend().read(src.buffer(), bytes)
-        })
+            let bytes = bytemuck::cast_slice_mut(buffer.host_mut::<T>(op)?);
+            // SAFETY: `bytes` is the memory of `buffer`, which waits for `source` before the
+            // host reads, writes or frees it (noted below, before anything else can).
+            unsafe { source.backend().read_queued(src.buffer(), bytes) }
+        })?;
+        // The host waits for the copy only where it touches the array: an offloaded input,
+        // which goes back to the device on the same queue, is never waited for.
+        match source.backend().mark()? {
+            Some(copied) => buffer.touched_later_by(copied),
+            None => Ok(()),
+        }
     } else {
         with_element!(src.dtype(), |T| {
             let bytes = bytemuck::cast_slice(src.buffer().host::<T>(op)?);
@@ -94,13 +102,10 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
         // waits for the device before it writes the source or frees it (the host tier could
         // hand the memory out again at once), and not before, so that the copy is queued with
         // the work around it instead of draining the device's queue.
-        src.buffer().read_later_by(Box::new(target))
-    }
-}
-
-impl PendingRead for Device {
-    fn wait(&self) -> Result<()> {
-        self.synchronize()
+        match target.backend().mark()? {
+            Some(copied) => src.buffer().touched_later_by(copied),
+            None => Ok(()),
+        }
     }
 }
 
