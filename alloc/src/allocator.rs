@@ -488,6 +488,12 @@ impl Allocator {
         self.history.as_ref()
     }
 
+    /// Stops recording and hands back what the recorder kept, when recording was on.
+    pub fn take_history(&mut self) -> Option<History> {
+        self.config.history_capacity = 0;
+        self.history.take()
+    }
+
     /// Starts recording the last `events` events (replacing any earlier recording); 0 stops.
     pub fn record_history(&mut self, events: usize) {
         self.config.history_capacity = events;

@@ -8,8 +8,8 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use crate::pytorch::{
-    SNAPSHOT_POLICIES, Snapshot, replay_snapshot, write_snapshot_replay_memory_viz,
-    write_trace_memory_viz,
+    SNAPSHOT_POLICIES, Snapshot, replay_snapshot, write_history_memory_viz,
+    write_snapshot_replay_memory_viz,
 };
 use crate::trace::generate::{LogNormalTrace, TransformerTrace};
 use crate::trace::{
@@ -304,12 +304,16 @@ impl ReplayArgs {
             )
         } else {
             let limit = settings.settings.limit;
-            let report =
+            // With --memory-viz, the replay records its history for the snapshot.
+            let config = match self.memory_viz {
+                Some(_) => config.with_history(usize::MAX),
+                None => config,
+            };
+            let mut report =
                 replay_with_growth_step(&ops, config, limit, settings.settings.growth_step)
                     .map_err(in_file)?;
-            if let Some(viz) = &self.memory_viz {
-                let counts =
-                    write_trace_memory_viz(&ops, &settings.settings, viz).map_err(in_file)?;
+            if let (Some(viz), Some(history)) = (&self.memory_viz, report.history.take()) {
+                let counts = write_history_memory_viz(&history, limit, viz)?;
                 eprintln!("{}: {counts} (for pytorch.org/memory_viz)", viz.display());
             }
             self.write_report(

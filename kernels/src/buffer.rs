@@ -102,14 +102,17 @@ impl Buffer {
         Ok(unsafe { std::slice::from_raw_parts(self.addr() as *const T, self.len) })
     }
 
-    /// Notes that work `device` has queued touches this buffer until it runs (an earlier
-    /// device's work is waited for first).
-    pub fn touched_later_by(&self, device: Box<dyn PendingWork>) -> Result<()> {
+    /// Notes that work a device has queued, up to `mark`, touches this buffer until it runs (an
+    /// earlier device's work is waited for first); a synchronous backend's none changes nothing.
+    pub fn touched_later_by(&self, mark: Option<Box<dyn PendingWork>>) -> Result<()> {
+        let Some(mark) = mark else {
+            return Ok(());
+        };
         let mut pending = self.pending.lock();
         if let Some(earlier) = pending.take() {
             earlier.wait()?;
         }
-        *pending = Some(device);
+        *pending = Some(mark);
         Ok(())
     }
 

@@ -39,14 +39,33 @@ pub fn write_trace_memory_viz<O: NumberedOp>(
     settings: &TraceSettings,
     path: &Path,
 ) -> Result<ExportCounts> {
-    let config = settings.allocator_config().with_history(usize::MAX);
-    let replay = replay_with_growth_step(ops, config, settings.limit, settings.growth_step)?;
-    let history = replay
+    let config = settings.allocator_config();
+    let history = replayed_history(ops, config, settings.limit, settings.growth_step)?;
+    write_history_memory_viz(&history, settings.limit, path)
+}
+
+/// Writes `history`, recorded by an allocator limited to `limit` bytes, to `path` as a PyTorch
+/// memory snapshot of one device.
+pub fn write_history_memory_viz(
+    history: &History,
+    limit: u64,
+    path: &Path,
+) -> Result<ExportCounts> {
+    write_file(path, |file| write_memory_viz(history, limit, file))
+}
+
+/// The history of `ops` replayed under `config` (its history turned on) over `capacity` bytes
+/// grown in steps of `growth_step`.
+fn replayed_history<O: NumberedOp>(
+    ops: &[O],
+    config: AllocatorConfig,
+    capacity: u64,
+    growth_step: u64,
+) -> Result<History> {
+    let config = config.with_history(usize::MAX);
+    replay_with_growth_step(ops, config, capacity, growth_step)?
         .history
-        .ok_or_else(|| Error::Corrupted("a replay with its history on kept none".into()))?;
-    write_file(path, |file| {
-        write_memory_viz(&history, settings.limit, file)
-    })
+        .ok_or_else(|| Error::Corrupted("a replay with its history on kept none".into()))
 }
 
 /// Replays every device of a PyTorch `snapshot` under `growth` (limited to `limit`, else with
@@ -65,12 +84,8 @@ pub fn write_snapshot_replay_memory_viz(
         let capacity = limit.unwrap_or_else(|| stream.room_for_all());
         let config = AllocatorConfig::default()
             .with_growth(growth)
-            .with_limit_bytes(capacity)
-            .with_history(usize::MAX);
-        let replay = replay_with_growth_step(&stream.ops, config, capacity, EXPANSION_STEP)?;
-        let history = replay
-            .history
-            .ok_or_else(|| Error::Corrupted("a replay with its history on kept none".into()))?;
+            .with_limit_bytes(capacity);
+        let history = replayed_history(&stream.ops, config, capacity, EXPANSION_STEP)?;
         histories.push((trace.device, history, capacity));
     }
     let mut devices: Vec<Option<(&History, u64)>> = Vec::new();

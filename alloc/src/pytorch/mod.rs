@@ -28,7 +28,8 @@ mod stream;
 mod viz_writer;
 
 pub use export::{
-    write_snapshot_replay_memory_viz, write_trace_file_memory_viz, write_trace_memory_viz,
+    write_history_memory_viz, write_snapshot_replay_memory_viz, write_trace_file_memory_viz,
+    write_trace_memory_viz,
 };
 pub use report::{
     DeviceReport, PeakState, PolicyReplay, SNAPSHOT_POLICIES, SnapshotReport, replay_snapshot,

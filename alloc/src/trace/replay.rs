@@ -216,7 +216,7 @@ pub(crate) fn replay_with<O: NumberedOp>(
     report.peak_in_use = stats.peak_in_use;
     report.peak_reserved = stats.peak_reserved;
     report.final_stats = Some(stats);
-    report.history = allocator.history().cloned();
+    report.history = allocator.take_history();
     Ok(report)
 }
 

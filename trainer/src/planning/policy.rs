@@ -95,17 +95,25 @@ impl Policy {
 
     /// What it keeps in the host tier, as the plan's table names it.
     pub fn offloaded(&self) -> &'static str {
+        self.offload_words().0
+    }
+
+    /// What it keeps in the host tier: the plan table's word, and the description's phrase.
+    fn offload_words(&self) -> (&'static str, &'static str) {
         match (
             self.offload_activations,
             self.offload_optimizer,
             self.offload_weights,
         ) {
-            (false, false, false) => "-",
-            (true, false, _) => "activations",
-            (false, true, false) => "optimizer",
-            (true, true, false) => "both",
-            (false, _, true) => "weights",
-            (true, _, true) => "all",
+            (false, false, false) => ("-", ""),
+            (true, false, _) => ("activations", ", activations offloaded"),
+            (false, true, false) => ("optimizer", ", optimizer offloaded"),
+            (true, true, false) => ("both", ", activations and optimizer offloaded"),
+            (false, _, true) => ("weights", ", weights streamed, optimizer offloaded"),
+            (true, _, true) => (
+                "all",
+                ", weights streamed, activations and optimizer offloaded",
+            ),
         }
     }
 
@@ -128,18 +136,7 @@ impl Policy {
             StateKind::Bf16 => "bf16 state",
             StateKind::Int8 => "int8 state",
         };
-        let offloaded = match (
-            self.offload_activations,
-            self.offload_optimizer,
-            self.offload_weights,
-        ) {
-            (false, false, false) => "",
-            (true, false, _) => ", activations offloaded",
-            (false, true, false) => ", optimizer offloaded",
-            (true, true, false) => ", activations and optimizer offloaded",
-            (false, _, true) => ", weights streamed, optimizer offloaded",
-            (true, _, true) => ", weights streamed, activations and optimizer offloaded",
-        };
+        let (_, offloaded) = self.offload_words();
         format!("{recompute}, {update}, {state}{offloaded}")
     }
 }

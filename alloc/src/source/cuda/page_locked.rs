@@ -83,8 +83,8 @@ impl MemorySource for CudaPageLocked {
             .map_err(|err| Self::refusal("cuCtxSetCurrent", bytes, err))?;
         // SAFETY: `base` came from cuMemHostAlloc in `reserve` (looked up above) and is removed
         // from `regions` below, so it is freed once; the allocator releases only regions no
-        // buffer uses, and every copy from them was waited for (the device's copies from the
-        // host tier synchronize its stream).
+        // buffer uses, and a buffer that a queued copy touches waits for that copy before its
+        // block goes back to the allocator (headroom-kernels' buffers do).
         unsafe { result::free_host(base as *mut std::ffi::c_void) }
             .map_err(|err| Self::refusal("cuMemFreeHost", bytes, err))?;
         self.regions.remove(&base);

@@ -89,10 +89,7 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
         })?;
         // The host waits for the copy only where it touches the array: an offloaded input,
         // which goes back to the device on the same queue, is never waited for.
-        match source.backend().mark()? {
-            Some(copied) => buffer.touched_later_by(copied),
-            None => Ok(()),
-        }
+        buffer.touched_later_by(source.backend().mark()?)
     } else {
         with_element!(src.dtype(), |T| {
             let bytes = bytemuck::cast_slice(src.buffer().host::<T>(op)?);
@@ -102,10 +99,7 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
         // waits for the device before it writes the source or frees it (the host tier could
         // hand the memory out again at once), and not before, so that the copy is queued with
         // the work around it instead of draining the device's queue.
-        match target.backend().mark()? {
-            Some(copied) => src.buffer().touched_later_by(copied),
-            None => Ok(()),
-        }
+        src.buffer().touched_later_by(target.backend().mark()?)
     }
 }
 
