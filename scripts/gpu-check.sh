@@ -37,9 +37,10 @@
 # and 16 GiB (`fit-compare --longest-context`, the host tier included, confirmed by a real step)
 # beside transformers with gradient checkpointing (`torch_fit.py --longest-context`), checked
 # against the host-tier issue's target of 10 times its context; and (`offload`) Llama 3.2 1B in
-# bf16 at context 2048, blocks recomputed, with its optimizer's state and updates in the host
-# tier (page-locked memory) and then its weights streamed too, beside the same step on the
-# device alone (`fit-compare --offload`), checked against the host-tier issue's target: the
+# bf16 at context 2048, blocks recomputed, each parameter updated in the backward pass, with
+# its optimizer's state and updates in the host tier (page-locked memory) and then its weights
+# streamed too, beside the same step on the device alone (`fit-compare --offload --update
+# in-backward`), checked against the host-tier issue's target: the
 # offloaded state's step at most 1.3 times the on-device step's; and (`snapshot`) GPT-2 small's
 # training steps recorded by PyTorch on the GPU (`scripts/pytorch/gpt2_memory_snapshot.py
 # --device cuda`: `_record_memory_history`, `_dump_snapshot`) and replayed by `headroom-alloc
@@ -276,8 +277,9 @@ CHECK
         done
     fi
     # Llama 3.2 1B with its optimizer offloaded, then its weights streamed, beside the step on
-    # the device alone (blocks recomputed on every side, so that the host tier is the only
-    # difference).
+    # the device alone (blocks recomputed and each parameter updated in the backward pass on
+    # every side, so that the host tier is the only difference: offloaded, the host thread runs
+    # each update while the device goes on with the backward pass).
     if [ "$offload" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
         local micro=${LLAMA_MICRO:-4} what
         echo "== offload"
@@ -285,7 +287,8 @@ CHECK
             local flags=()
             [ "$what" = none ] || flags=(--offload "$what")
             "$DIR/fit-compare" --device cuda:0 --preset llama-3.2-1b --context 2048 --precision bf16 \
-                --micro-batch "$micro" --steps 5 --recompute blocks "${flags[@]}" | grep '^{'
+                --micro-batch "$micro" --steps 5 --recompute blocks --update in-backward "${flags[@]}" \
+                | grep '^{'
         done | tee "$results/offload.txt" || failed=1
         python3 - "$results/offload.txt" <<'CHECK' || failed=1
 import json, sys

@@ -48,7 +48,7 @@ where
 }
 
 /// [`recompute`], keeping the segment's inputs on `host` (the device's host tier) instead of
-/// the device (activation offloading): each is copied there once the forward pass has run the
+/// the device (activation offloading): each is copied there as the forward pass runs the
 /// segment, and back to the device when the backward rule runs it again. The device keeps
 /// nothing for the segment; `host` keeps its inputs, tagged as activations.
 pub fn recompute_offloaded<F>(
@@ -78,6 +78,16 @@ where
     let Some(recording) = begin(&operands) else {
         return f(&owned);
     };
+    // The inputs go to the host before the segment runs, so that on a GPU their copies overlap
+    // its kernels.
+    let kept: Vec<Array> = match host {
+        Some(host) => {
+            let _activations = host.scoped_tag(Tag::ACTIVATIONS);
+            let kept = owned.iter().map(|t| t.array().to_device(host));
+            kept.collect::<Result<_, _>>()?
+        }
+        None => owned.iter().map(|t| t.array().clone()).collect(),
+    };
     let output = {
         let _nothing_saved = no_grad();
         f(&owned)?
@@ -96,14 +106,6 @@ where
     };
     let saved = saves(&on_device.iter().map(|t| t.array()).collect::<Vec<_>>());
     let variables: Vec<Tensor> = variables.iter().map(|&t| t.clone()).collect();
-    let kept: Vec<Array> = match host {
-        Some(host) => {
-            let _activations = host.scoped_tag(Tag::ACTIVATIONS);
-            let kept = owned.iter().map(|t| t.array().to_device(host));
-            kept.collect::<Result<_, _>>()?
-        }
-        None => owned.iter().map(|t| t.array().clone()).collect(),
-    };
     drop(owned);
     let offloaded = host.is_some();
     let rule = move |dy: Array, needs: &[bool]| {

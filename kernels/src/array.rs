@@ -100,7 +100,10 @@ impl Array {
     /// The buffer, mutably, for `op` to write in place: fails with [`Error::Shared`] while another
     /// handle (a clone, a reshaped view) shares it.
     pub fn buffer_mut(&mut self, op: &'static str) -> Result<&mut Buffer> {
-        Arc::get_mut(&mut self.buffer).ok_or(Error::Shared { op })
+        let buffer = Arc::get_mut(&mut self.buffer).ok_or(Error::Shared { op })?;
+        // Whatever is queued that still reads the buffer comes before the write.
+        buffer.settle()?;
+        Ok(buffer)
     }
 
     /// True when another handle shares this array's buffer.

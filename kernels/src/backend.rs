@@ -17,9 +17,10 @@
 //!   stream; [`DataKernels::synchronize`] waits without reading. An error of queued work may
 //!   surface at either.
 //! - A copy between a host buffer (the page-locked host tier) and the device is queued without
-//!   waiting ([`DataKernels::read_queued`], and a write from page-locked memory, which the
-//!   device reads when the copy runs): the host buffer keeps a [`DataKernels::mark`] after it
-//!   and waits for it before the host reads, writes or frees the buffer.
+//!   waiting ([`DataKernels::read_queued`], [`DataKernels::write_queued`]), on a stream of its
+//!   own on a GPU: the host buffer keeps the copy's mark and waits for it before the host
+//!   reads, writes or frees the buffer; the device buffer a copy reads has the kernels wait for
+//!   it before they overwrite it or reuse its memory.
 //!
 //! Each family's kernel trait and the types it takes (an op's geometry, its variants, its
 //! hyper-parameters) live in that family's folder, `ops/<family>/kernels.rs`, below the op layer

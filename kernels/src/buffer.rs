@@ -18,16 +18,18 @@ pub struct Buffer {
     block: Block,
     dtype: DType,
     len: usize,
-    /// Work queued on a device that still reads or writes this buffer of host memory (a copy
-    /// between page-locked memory and a GPU touches it when it runs): waited for before the
-    /// host reads the buffer, writes it or frees it.
+    /// Work queued on a device that still reads or writes this buffer: a copy between
+    /// page-locked host memory and a GPU touches the host's buffer when it runs, and a copy on
+    /// a GPU's copy stream reads the device's. Waited for before the buffer is read on the
+    /// host, written or freed.
     pending: Mutex<Option<Box<dyn PendingWork>>>,
 }
 
-/// Queued device work that reads or writes a buffer of host memory: what the host waits for
-/// before it touches or frees the buffer.
+/// Queued device work that touches a buffer: what comes first before the buffer is read on
+/// the host, written or freed.
 pub trait PendingWork: Send + Sync + std::fmt::Debug {
-    /// Waits until the work has run.
+    /// Orders what comes next after the work: the host waits until it has run (a host
+    /// buffer's), or the device's kernels will (a device buffer's).
     fn wait(&self) -> Result<()>;
 }
 
@@ -117,7 +119,7 @@ impl Buffer {
     }
 
     /// Waits for queued device work that touches this buffer.
-    fn settle(&self) -> Result<()> {
+    pub(crate) fn settle(&self) -> Result<()> {
         match self.pending.lock().take() {
             Some(device) => device.wait(),
             None => Ok(()),

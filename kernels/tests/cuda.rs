@@ -275,6 +275,46 @@ fn a_product_too_tight_for_the_preferred_workspace_runs_with_a_small_one_and_no_
 }
 
 #[test]
+fn a_copy_to_the_host_tier_reads_its_source_before_the_device_reuses_or_writes_it() {
+    use headroom_kernels::ops::data::copy_range;
+    let device = match Device::cuda(0, AllocatorConfig::default()) {
+        Ok(device) => device,
+        Err(why) => return common::cuda_skipped(&why.to_string()),
+    };
+    let host = Device::host_tier_of(&device, headroom_kernels::DeviceConfig::new(1 << 20)).unwrap();
+    let values: Vec<f64> = (0..4096).map(|i| (i % 97) as f64).collect();
+    // Offloaded and freed at once: the device hands the memory out again to work queued after
+    // the copy, which runs on a stream of its own. Under CUDA_EMULATOR_DEFER=1 the kernels run
+    // first here (the device's synchronization), so the fill would land before the copy read
+    // unless the kernels wait for it.
+    let on_gpu = Array::from_f64(&device, [4096], DType::F32, &values).unwrap();
+    let addr = on_gpu.buffer().addr();
+    let offloaded = on_gpu.to_device(&host).unwrap();
+    drop(on_gpu);
+    let reused = Array::full(&device, [4096], DType::F32, 7.0).unwrap();
+    assert_eq!(
+        reused.buffer().addr(),
+        addr,
+        "the freed memory, handed out again"
+    );
+    device.synchronize().unwrap();
+    assert!(
+        offloaded.to_f64().unwrap() == values,
+        "the copy read its source after the device reused its memory"
+    );
+    // Written in place by a kernel after the copy was queued: the copy still reads what was.
+    let mut source = Array::from_f64(&device, [4096], DType::F32, &values).unwrap();
+    let offloaded = source.to_device(&host).unwrap();
+    copy_range(&reused, 0, &mut source, 0, 4096).unwrap();
+    device.synchronize().unwrap();
+    assert!(
+        offloaded.to_f64().unwrap() == values,
+        "the copy read its source after a kernel wrote it"
+    );
+    assert_eq!(source.to_f64().unwrap(), vec![7.0; 4096]);
+}
+
+#[test]
 fn arrays_go_to_the_host_tier_and_back_and_write_in_place() {
     let device = match Device::cuda(0, AllocatorConfig::default()) {
         Ok(device) => device,

@@ -36,7 +36,7 @@ pub use layers::rotary::RotaryEmbedding;
 pub use layers::sequential::{Sequential, mlp};
 pub use module::{Module, visit_child, visit_child_mut};
 pub use optim::{
-    AdamW, AdamWConfig, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, Shared,
+    AdamW, AdamWConfig, Landed, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, Shared,
     StatePrecision, StateShard, clip_grad_norm,
 };
 pub use recompute::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};

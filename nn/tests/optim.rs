@@ -407,3 +407,105 @@ fn an_offloaded_state_updates_as_the_device_does_bit_for_bit_and_lives_on_the_ho
     }
     assert!(weights(&kept_model) == weights(&offloaded_model));
 }
+
+#[test]
+fn offloaded_updates_started_one_by_one_land_together_and_stop_at_a_non_finite_gradient() {
+    let (device, host) = (device(), device());
+    let build = || {
+        mlp(
+            &mut Initializer::new(&device, DType::F32, 5),
+            &[16, 32, 8],
+            Activation::Relu,
+        )
+        .unwrap()
+    };
+    let x = Tensor::from_f64(&device, [3, 16], DType::F32, &[0.3; 48]).unwrap();
+    let (mut kept_model, mut model) = (build(), build());
+    let config = AdamWConfig::default();
+    let mut kept = AdamW::new(&kept_model, config).unwrap();
+    let whole = StateShard::whole(&model);
+    let mut offloaded =
+        AdamW::with_shard_on(&model, config, StatePrecision::Full, whole, Some(&host)).unwrap();
+    let state_in_use = host.allocator().stats().in_use;
+    // Each parameter's update started as the optimizer step in the backward pass starts it,
+    // last parameter first.
+    let start = |offloaded: &mut AdamW, model: &mut dyn Module, grads: &[Array]| {
+        for index in (0..grads.len()).rev() {
+            let mut at = 0;
+            model
+                .visit_parameters_mut(&mut |name, param| {
+                    if at == index {
+                        offloaded.step_parameter(index, name, param, &grads[index], 1.0)?;
+                    }
+                    at += 1;
+                    Ok(())
+                })
+                .unwrap();
+        }
+    };
+    let grads = gradients_of_sum(&model, &x);
+    let grads: Vec<Array> = model
+        .parameters()
+        .iter()
+        .map(|p| grads.get(p).unwrap().clone())
+        .collect();
+    let before = weights(&model);
+    start(&mut offloaded, &mut model, &grads);
+    assert_eq!(
+        weights(&model),
+        before,
+        "nothing lands before the step ends"
+    );
+    let landed = offloaded.finish_step(&mut model).unwrap();
+    let kept_grads = gradients_of_sum(&kept_model, &x);
+    kept.step(&mut kept_model, &kept_grads, 1.0).unwrap();
+    assert!(weights(&model) == weights(&kept_model), "the step's update");
+    assert_eq!((landed.updated, landed.non_finite), (grads.len(), None));
+    let squares: f64 = grads
+        .iter()
+        .flat_map(|g| g.to_f64().unwrap())
+        .map(|v| v * v)
+        .sum();
+    assert!(
+        (landed.squares - squares).abs() <= 1e-12 * squares,
+        "{landed:?}"
+    );
+    assert_eq!(offloaded.steps(), 1);
+
+    // A NaN in the third gradient to start: the two started before it land, it and the one
+    // after it stay as they were, state included, and the count does not move.
+    let grads = gradients_of_sum(&model, &x);
+    let mut grads: Vec<Array> = model
+        .parameters()
+        .iter()
+        .map(|p| grads.get(p).unwrap().clone())
+        .collect();
+    grads[1] = Array::full(&device, grads[1].shape().clone(), DType::F32, f64::NAN).unwrap();
+    let state = |o: &AdamW| -> Vec<Vec<f64>> {
+        let (named, _) = o.state();
+        named.iter().map(|(_, a)| a.to_f64().unwrap()).collect()
+    };
+    let (before, state_before) = (weights(&model), state(&offloaded));
+    start(&mut offloaded, &mut model, &grads);
+    let landed = offloaded.finish_step(&mut model).unwrap();
+    assert_eq!((landed.updated, landed.non_finite), (2, Some(1)));
+    let after = weights(&model);
+    assert!(
+        after[3] != before[3] && after[2] != before[2],
+        "started first, landed"
+    );
+    assert!(after[1] == before[1] && after[0] == before[0], "stopped");
+    let state = state(&offloaded);
+    // Two moments per parameter, in visiting order.
+    assert!(
+        state[..4] == state_before[..4],
+        "the stopped parameters' state is as it was"
+    );
+    assert!(state[4..] != state_before[4..]);
+    assert_eq!(offloaded.steps(), 1);
+    assert_eq!(
+        host.allocator().stats().in_use,
+        state_in_use,
+        "only the state stays in the host tier"
+    );
+}

@@ -167,32 +167,44 @@ fn an_oom_before_the_first_update_is_recovered_and_one_after_it_ends_the_run_wit
 #[test]
 fn a_non_finite_gradient_stops_the_run_naming_the_parameter_before_updating_it() {
     let dir = TempDir::new("in-backward-nan");
-    let mut config = config(&dir, true);
-    // The first update throws every weight out to about 1e38: the next forward pass overflows.
-    config.optimizer.lr = 1e38;
-    config.optimizer.schedule = headroom_trainer::config::ScheduleKind::Constant;
-    let mut trainer = Trainer::builder()
-        .config(config)
-        .overwrite()
-        .build()
-        .unwrap();
-    trainer.train_step().unwrap();
-    let before = weights(&trainer);
-    let err = trainer.train_step().unwrap_err();
-    let Error::NonFiniteGradient { step, parameter } = &err else {
-        panic!("{err}");
-    };
-    assert_eq!(*step, 2);
-    assert!(
-        trainer
-            .model()
-            .module()
-            .named_parameters()
-            .iter()
-            .any(|(name, _)| name == parameter),
-        "{parameter}"
-    );
-    assert_eq!(weights(&trainer), before, "no parameter was updated");
+    // On the device the trainer checks each gradient; offloaded, the host tier's thread checks
+    // its copy. Both name the same parameter.
+    let named = [false, true].map(|offload| {
+        let mut config = config(&dir, true);
+        // The first update throws every weight out to about 1e38: the next forward pass
+        // overflows.
+        config.optimizer.lr = 1e38;
+        config.optimizer.schedule = headroom_trainer::config::ScheduleKind::Constant;
+        config.optimizer.offload = Some(offload);
+        let mut trainer = Trainer::builder()
+            .config(config)
+            .overwrite()
+            .build()
+            .unwrap();
+        trainer.train_step().unwrap();
+        let before = weights(&trainer);
+        let err = trainer.train_step().unwrap_err();
+        let Error::NonFiniteGradient { step, parameter } = &err else {
+            panic!("offload {offload}: {err}");
+        };
+        assert_eq!(*step, 2);
+        assert!(
+            trainer
+                .model()
+                .module()
+                .named_parameters()
+                .iter()
+                .any(|(name, _)| name == parameter),
+            "{parameter}"
+        );
+        assert_eq!(
+            weights(&trainer),
+            before,
+            "offload {offload}: no parameter was updated"
+        );
+        parameter.clone()
+    });
+    assert_eq!(named[0], named[1]);
 }
 
 #[test]

@@ -15,6 +15,7 @@
 //! fit-compare [--preset NAME] [--context N] [--device cpu|cuda:N] [--precision f32|bf16]...
 //!             [--micro-batch N] [--steps N] [--recompute cheap|cheap-up|blocks]
 //!             [--lora RANK [--base bf16|f32|nf4|int8]] [--offload optimizer|weights]
+//!             [--update after|in-backward]
 //! fit-compare [--preset NAME] [--context N] --limit SIZE [--limit SIZE]... [--at N]...
 //!             [--precision f32|bf16]...
 //! fit-compare --largest-preset SIZE [--precision f32|bf16]...
@@ -31,7 +32,10 @@
 //! its JSON lines gain `lora` and `base`. `--offload optimizer` keeps the optimizer's state and
 //! updates in the host tier (ZeRO-Offload), `--offload weights` the blocks' weights too,
 //! streamed to the device block by block (with `--recompute blocks`); their JSON lines gain
-//! `offload`, and their peaks are the device's.
+//! `offload`, and their peaks are the device's. `--update in-backward` updates each parameter
+//! as its gradient completes (`optimizer.in_backward`, clipping off), where an offloaded
+//! optimizer's host thread runs each update while the device goes on with the backward pass;
+//! its JSON lines gain `"update":"in_backward"`.
 //!
 //! `--limit` asks what fits under each limit (on the CPU's simulated device, or a GPU), with gradient
 //! clipping off (so the optimizer step in the backward pass may be chosen): the largest
@@ -82,6 +86,8 @@ struct Args {
     lora: Option<(usize, ParamDtype, Option<QuantizedBase>)>,
     /// What the measured steps keep in the host tier.
     offload: Offload,
+    /// The measured steps update each parameter in the backward pass.
+    in_backward: bool,
     /// Limits to find the largest micro-batch under.
     limits: Vec<u64>,
     /// For each limit, the size to time a step at.
@@ -102,7 +108,7 @@ impl Args {
         let (mut rank, mut base) = (None, (ParamDtype::Bf16, None));
         let (mut limits, mut at, mut largest_preset) = (Vec::new(), Vec::new(), None);
         let (mut longest, mut most, mut confirm_longest) = (None, 1 << 20, None);
-        let mut offload = Offload::Nothing;
+        let (mut offload, mut in_backward) = (Offload::Nothing, false);
         let size = |flag: &str, value: &str| {
             headroom_alloc::parse_size(value).map_err(|e| format!("{flag} {value}: {e}"))
         };
@@ -157,6 +163,13 @@ impl Args {
                         other => return Err(format!("--offload {other}: optimizer or weights")),
                     }
                 }
+                "--update" => {
+                    in_backward = match value.as_str() {
+                        "after" => false,
+                        "in-backward" => true,
+                        other => return Err(format!("--update {other}: after or in-backward")),
+                    }
+                }
                 "--limit" => limits.push(size(&flag, &value)?),
                 "--at" => at.push(number()?.max(1)),
                 "--largest-preset" => largest_preset = Some(size(&flag, &value)?),
@@ -203,6 +216,7 @@ impl Args {
             recompute,
             lora: rank.map(|rank| (rank, base.0, base.1)),
             offload,
+            in_backward,
             limits,
             at,
             largest_preset,
@@ -233,12 +247,14 @@ impl Offload {
     }
 }
 
-/// A step's precision, recomputation, LoRA rank and base if any, and offload.
+/// A step's precision, recomputation, LoRA rank and base if any, offload, and whether it
+/// updates in the backward pass.
 type How = (
     PrecisionKind,
     Recompute,
     Option<(usize, ParamDtype, Option<QuantizedBase>)>,
     Offload,
+    bool,
 );
 
 /// A run of `subject` on `device` in `precision` with batches of `samples`, in a directory of
@@ -246,7 +262,7 @@ type How = (
 fn config(
     subject: Subject,
     device: &str,
-    (precision, recompute, lora, offload): How,
+    (precision, recompute, lora, offload, in_backward): How,
     samples: usize,
 ) -> TrainConfig {
     let mut config = subject.config();
@@ -269,6 +285,11 @@ fn config(
     }
     config.optimizer.offload = Some(offload != Offload::Nothing);
     config.model.offload_weights = Some(offload == Offload::Weights);
+    config.optimizer.in_backward = Some(in_backward);
+    if in_backward {
+        // Clipping by the global norm needs every gradient before the first update.
+        config.optimizer.clip = 0.0;
+    }
     config.data.kind = DataKind::UniformTokens;
     config.data.train_size = 64;
     config.data.eval_size = 1;
@@ -492,7 +513,13 @@ fn main() -> Result<()> {
     let mut lines = Vec::new();
     for precision in args.precisions {
         let subject = args.subject;
-        let how = (precision, args.recompute, args.lora, args.offload);
+        let how = (
+            precision,
+            args.recompute,
+            args.lora,
+            args.offload,
+            args.in_backward,
+        );
         let (one, one_predicted, _) = measured(subject, device, how, 1)?;
         let (two, two_predicted, _) = measured(subject, device, how, 2)?;
         let (peak, predicted, mut trainer) = measured(subject, device, how, micro)?;
@@ -524,12 +551,16 @@ fn main() -> Result<()> {
             Offload::Nothing => String::new(),
             offload => format!(",\"offload\":\"{}\"", offload.name()),
         };
+        let update = match args.in_backward {
+            true => ",\"update\":\"in_backward\"",
+            false => "",
+        };
         println!(
             "{device:<8} {name:<6} {micro:>6} {peak:>14} {predicted:>14} {per_sample:>16} \
              {samples_per_s:>10.3} {tokens_per_s:>10.0}"
         );
         lines.push(format!(
-            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"recompute\":\"{recompute}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}{adapters}{offloaded}}}"
+            "{{\"model\":\"{model}\",\"device\":\"{device}\",\"precision\":\"{name}\",\"recompute\":\"{recompute}\",\"micro_batch\":{micro},\"peak_bytes\":{peak},\"activation_bytes_per_sample\":{per_sample},\"samples_per_s\":{samples_per_s:.4},\"tokens_per_s\":{tokens_per_s:.1},\"predicted_peak_bytes\":{predicted},\"predicted_exactly\":{exactly}{adapters}{offloaded}{update}}}"
         ));
     }
     for line in lines {

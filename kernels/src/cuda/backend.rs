@@ -33,10 +33,14 @@ pub(crate) const BLOCK: u32 = 256;
 /// Bytes of dynamic shared memory a kernel may take without opting in to more.
 const SHARED_WITHOUT_OPT_IN: u32 = 48 << 10;
 
-/// Runs kernels on one CUDA device, all queued on its one stream.
+/// Runs kernels on one CUDA device, all queued on its one stream, and copies between the
+/// device and its host tier on a second stream, so that they overlap the kernels.
 pub(crate) struct CudaBackend {
     context: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Copies between the device and page-locked host memory: each waits for the kernels
+    /// queued before it, and the kernels wait for it only where they need what it moved.
+    copies: Arc<CudaStream>,
     /// cuBLAS handle bound to the stream; a handle serves one call at a time.
     pub(crate) blas: Mutex<BlasHandle>,
     pub(crate) options: CudaOptions,
@@ -139,9 +143,13 @@ impl CudaBackend {
             .bind_to_thread()
             .map_err(|err| driver_error("cuda", "cuCtxSetCurrent", err))?;
         let blas = BlasHandle::new(Arc::clone(&stream))?;
+        let copies = context
+            .new_stream()
+            .map_err(|err| driver_error("cuda", "cuStreamCreate", err))?;
         Ok(Self {
             context,
             stream,
+            copies,
             blas: Mutex::new(blas),
             options,
             arch: format!("compute_{}{}", capability.0, capability.1),
@@ -252,7 +260,7 @@ impl CudaBackend {
                 // SAFETY: `args` match the kernel's parameter list as its PTX declares it, in number,
                 // size and kind (checked above): pointers as u64 device addresses of live buffers
                 // borrowed for this call, u64 sizes, doubles, ints, `Walk` as its `#[repr(C)]` mirror. The kernels index only below the sizes passed,
-                // which the op layer checked against the buffers' lengths. Work on the one stream runs
+                // which the op layer checked against the buffers' lengths. Work on the kernels' stream runs
                 // in order, so the buffers' memory is not reused under it (see the module docs).
                 unsafe { builder.launch(config) }
                     .map(drop)
@@ -363,36 +371,85 @@ impl CudaBackend {
         self.wait(op)
     }
 
-    /// Queues a copy of device bytes from `src` into host bytes, without waiting for it.
+    /// Queues a copy of device bytes from `src` into host bytes on the copy stream, after the
+    /// kernels queued so far (which compute them), without waiting for it. Returns the copy's
+    /// mark, for the host to wait for before it touches `bytes`, and the wait the kernels'
+    /// stream queues before anything reuses or overwrites `src`'s memory.
     ///
     /// # Safety
     /// `bytes` must stay allocated, and the host must neither read nor write them, until the
-    /// work queued on the stream so far has run.
+    /// returned mark has been reached.
     pub(crate) unsafe fn copy_to_host_queued(
         &self,
         op: &'static str,
         src: u64,
         bytes: &mut [u8],
-    ) -> Result<()> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
+    ) -> Result<(StreamMark, KernelsWait)> {
         self.bind(op)?;
-        // SAFETY: `src` starts a live buffer of at least `bytes.len()` bytes (checked by the
-        // caller), whose memory later work on the stream may reuse only after the copy (it is
-        // queued first); the caller keeps `bytes` allocated and untouched until the copy runs.
-        unsafe { result::memcpy_dtoh_async(bytes, src, self.stream.cu_stream()) }
-            .map_err(|err| driver_error(op, "cuMemcpyDtoHAsync", err))
+        self.after_kernels(op)?;
+        if !bytes.is_empty() {
+            // SAFETY: `src` starts a live buffer of at least `bytes.len()` bytes (checked by
+            // the caller), whose memory the kernels' stream neither reuses nor overwrites
+            // before the copy (the caller queues the returned wait first); the caller keeps
+            // `bytes` allocated and untouched until the copy has run.
+            unsafe { result::memcpy_dtoh_async(bytes, src, self.copies.cu_stream()) }
+                .map_err(|err| driver_error(op, "cuMemcpyDtoHAsync", err))?;
+        }
+        let done = Arc::new(self.record_copies(op)?);
+        let wait = KernelsWait {
+            kernels: Arc::clone(&self.stream),
+            copy: Arc::clone(&done),
+        };
+        Ok((StreamMark(done), wait))
     }
 
-    /// An event after the work queued on the stream so far.
-    pub(crate) fn record(&self, op: &'static str) -> Result<StreamMark> {
+    /// Queues a copy of page-locked host bytes to device address `dst` on the copy stream,
+    /// after the kernels queued so far (the allocator hands memory out again in their order);
+    /// the kernels queued from now on wait for it. Returns the copy's mark, for the host to
+    /// wait for before it writes or frees `bytes`.
+    ///
+    /// # Safety
+    /// `bytes` must be page-locked, stay allocated and go unwritten until the returned mark
+    /// has been reached.
+    pub(crate) unsafe fn copy_to_device_queued(
+        &self,
+        op: &'static str,
+        bytes: &[u8],
+        dst: u64,
+    ) -> Result<StreamMark> {
         self.bind(op)?;
-        let event = self
+        self.after_kernels(op)?;
+        if !bytes.is_empty() {
+            // SAFETY: `dst` starts a live buffer of at least `bytes.len()` bytes (checked by
+            // the caller), which the kernels' stream no longer uses (the copy waits for it)
+            // and reads only after the copy (it waits below); the caller keeps the page-locked
+            // `bytes` allocated and unwritten until the copy has run.
+            unsafe { result::memcpy_htod_async(dst, bytes, self.copies.cu_stream()) }
+                .map_err(|err| driver_error(op, "cuMemcpyHtoDAsync", err))?;
+        }
+        let done = self.record_copies(op)?;
+        self.stream
+            .wait(&done)
+            .map_err(|err| driver_error(op, "cuStreamWaitEvent", err))?;
+        Ok(StreamMark(Arc::new(done)))
+    }
+
+    /// Has the copy stream wait for the kernels queued so far.
+    fn after_kernels(&self, op: &'static str) -> Result<()> {
+        let kernels = self
             .stream
             .record_event(None)
             .map_err(|err| driver_error(op, "cuEventRecord", err))?;
-        Ok(StreamMark(event))
+        self.copies
+            .wait(&kernels)
+            .map_err(|err| driver_error(op, "cuStreamWaitEvent", err))
+    }
+
+    /// An event after the copies queued so far.
+    fn record_copies(&self, op: &'static str) -> Result<CudaEvent> {
+        self.copies
+            .record_event(None)
+            .map_err(|err| driver_error(op, "cuEventRecord", err))
     }
 
     /// Waits for everything queued on the stream.
@@ -410,8 +467,30 @@ impl CudaBackend {
     }
 }
 
-/// A point in a device's stream: the work queued before it, which the host can wait for.
-pub(crate) struct StreamMark(CudaEvent);
+/// A point in one of a device's streams: the work queued before it, which the host can wait
+/// for.
+pub(crate) struct StreamMark(Arc<CudaEvent>);
+
+/// A copy that reads a device buffer on the copy stream: before the buffer's memory is
+/// overwritten or handed out again, the kernels' stream waits for it (the host does not).
+pub(crate) struct KernelsWait {
+    kernels: Arc<CudaStream>,
+    copy: Arc<CudaEvent>,
+}
+
+impl std::fmt::Debug for KernelsWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KernelsWait")
+    }
+}
+
+impl PendingWork for KernelsWait {
+    fn wait(&self) -> Result<()> {
+        self.kernels
+            .wait(&self.copy)
+            .map_err(|err| driver_error("wait", "cuStreamWaitEvent", err))
+    }
+}
 
 impl std::fmt::Debug for StreamMark {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -434,6 +513,7 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         if self.context.bind_to_thread().is_ok() {
             // An error of earlier work has no one left to report to.
+            let _ = self.copies.synchronize();
             let _ = self.stream.synchronize();
             if let Some(profile) = &self.profile {
                 eprint!("{}", profile.table());

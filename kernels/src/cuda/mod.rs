@@ -8,10 +8,13 @@
 //! [`Error::NoCudaDriver`](crate::Error::NoCudaDriver) or
 //! [`Error::NoCudaLibrary`](crate::Error::NoCudaLibrary), never a panic.
 //!
-//! # One stream per device, and when memory is free
+//! # One stream per device for its kernels, and when memory is free
 //!
-//! Each CUDA device queues all of its work, kernels, cuBLAS calls and copies, on one stream of
-//! its own, so work runs in the order it was asked for. A buffer's bytes go back to the
+//! Each CUDA device queues its kernels, cuBLAS calls and copies within the device on one stream
+//! of its own, so work runs in the order it was asked for. Copies between the device and its
+//! host tier run on a second stream: each waits for the kernels queued before it, and the
+//! kernels wait for it (an event) only before they read what it wrote, or overwrite or reuse
+//! what it reads (the pending work of the buffer it reads). A buffer's bytes go back to the
 //! allocator as soon as the buffer drops, even while kernels queued before still use them: any
 //! later user of those bytes is itself queued behind those kernels on the same stream, so it
 //! cannot touch them early. This is the stream order PyTorch's caching allocator relies on, and

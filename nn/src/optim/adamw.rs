@@ -93,6 +93,10 @@ impl Optimizer for AdamW {
 
 /// One parameter's AdamW update on its two moments, however they are kept.
 impl UpdateRule for super::AdamWConfig {
+    fn boxed(&self) -> Box<dyn UpdateRule> {
+        Box::new(*self)
+    }
+
     fn update(
         &self,
         update: Update,

@@ -3,6 +3,7 @@
 
 mod adamw;
 mod clip;
+mod host_updates;
 mod schedule;
 mod sgd;
 mod shard;
@@ -21,7 +22,7 @@ pub use headroom_kernels::ops::optim::Sgd as SgdConfig;
 pub use schedule::LrSchedule;
 pub use sgd::Sgd;
 pub use shard::StateShard;
-pub use state::{OptimizerState, Shared, StateBuffer, StatePrecision, UpdateRule};
+pub use state::{Landed, OptimizerState, Shared, StateBuffer, StatePrecision, UpdateRule};
 
 /// Updates a model's parameters from their gradients. State (moments, momentum) is allocated
 /// when the optimizer is built, tagged as optimizer state, so a step allocates nothing. An
@@ -55,9 +56,11 @@ pub trait Optimizer: Send {
         state.step_one(index, name, param, grad, grad_scale, rule)
     }
 
-    /// Ends a step made of [`Optimizer::step_parameter`] calls: the step count moves on.
-    fn finish_step(&mut self) {
-        self.buffers_mut().finish_step();
+    /// Ends a step made of [`Optimizer::step_parameter`] calls: updates still running on the
+    /// host tier land in `model`, and the step count moves on
+    /// ([`OptimizerState::finish_step`]).
+    fn finish_step(&mut self, model: &mut dyn Module) -> Result<Landed> {
+        self.buffers_mut().finish_step(model)
     }
 
     /// The learning rate of the next step.

@@ -85,6 +85,10 @@ impl Optimizer for Sgd {
 
 /// One parameter's SGD update, with its momentum buffer when it has one.
 impl UpdateRule for super::SgdConfig {
+    fn boxed(&self) -> Box<dyn UpdateRule> {
+        Box::new(*self)
+    }
+
     fn update(
         &self,
         update: Update,

@@ -8,6 +8,7 @@ use headroom_kernels::ops::optim::{Quantized, Update};
 use headroom_kernels::{Array, DType, Device};
 
 use super::StateShard;
+use super::host_updates::{HostCopies, HostUpdate, HostUpdates, Outcome};
 use crate::error::{Error, Result};
 use crate::module::Module;
 
@@ -121,7 +122,7 @@ impl StateBuffer {
 
 /// How an optimizer updates one parameter from its gradient and its state buffers (the
 /// hyper-parameters of a fused kernel: AdamW's, SGD's).
-pub trait UpdateRule {
+pub trait UpdateRule: Send + Sync + std::fmt::Debug {
     /// Updates `param` from `grad` as `update` says, with the parameter's `buffers`.
     fn update(
         &self,
@@ -130,6 +131,25 @@ pub trait UpdateRule {
         grad: &Array,
         buffers: &mut [StateBuffer],
     ) -> Result<()>;
+
+    /// The rule as it is now (its learning rate changes between steps), for an update run by
+    /// another thread.
+    fn boxed(&self) -> Box<dyn UpdateRule>;
+}
+
+/// What the updates of a step run by the host tier's thread came to, once landed
+/// ([`OptimizerState::land`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Landed {
+    /// Parameters written back.
+    pub updated: usize,
+    /// The squares of the gradients checked on the host ([`OptimizerState::step_one`]'s),
+    /// summed: their share of the square of the global norm.
+    pub squares: f64,
+    /// The first parameter (its index in visiting order) whose gradient held a NaN or an
+    /// infinity: it, and every parameter whose update started after it, are as they were,
+    /// state included.
+    pub non_finite: Option<usize>,
 }
 
 /// An optimizer's state: the updates done, and each parameter's buffers, or this rank's share
@@ -149,6 +169,8 @@ pub struct OptimizerState {
     /// The host tier that holds every buffer and runs the updates (optimizer offloading);
     /// none: the buffers are on their parameters' devices.
     host: Option<Device>,
+    /// The updates started on the host tier's thread and not landed yet.
+    updates: HostUpdates,
 }
 
 /// The buffers of one parameter.
@@ -157,6 +179,9 @@ struct Slot {
     name: String,
     /// One per name of the state's, or none where another rank keeps them.
     buffers: Vec<StateBuffer>,
+    /// Where the state is in the host tier apart from the parameter: the copies of the
+    /// parameter and of its gradient that its updates are made on there.
+    copies: Option<HostCopies>,
 }
 
 /// One buffer as [`OptimizerState::share_buffers`] hands it over.
@@ -206,9 +231,9 @@ impl OptimizerState {
     }
 
     /// [`OptimizerState::zeroed_shard`], the buffers on `host` when given (the device's host
-    /// tier, ZeRO-Offload's placement): each update then copies its parameter and gradient
-    /// there, runs there, and copies the parameter back, with the same arithmetic as on the
-    /// device.
+    /// tier, ZeRO-Offload's placement), with a copy of each parameter and of its gradient
+    /// there: each update then copies its parameter and gradient into them, runs there on a
+    /// host thread, and copies the parameter back, with the same arithmetic as on the device.
     pub fn zeroed_on(
         model: &dyn Module,
         names: &'static [&'static str],
@@ -248,7 +273,17 @@ impl OptimizerState {
                     .iter()
                     .map(|_| StateBuffer::zeros(device, &t, precision, Tag::OPTIMIZER_STATE))
                     .collect::<Result<Vec<_>>>()?;
-                Ok(Slot { name, buffers })
+                let copies = match host {
+                    Some(host) if !kept.is_empty() && !t.device().same(host) => {
+                        Some(HostCopies::new(host, &t)?)
+                    }
+                    _ => None,
+                };
+                Ok(Slot {
+                    name,
+                    buffers,
+                    copies,
+                })
             })
             .collect::<Result<_>>()?;
         Ok(Self {
@@ -258,6 +293,7 @@ impl OptimizerState {
             slots,
             shard,
             host: host.cloned(),
+            updates: HostUpdates::default(),
         })
     }
 
@@ -286,7 +322,9 @@ impl OptimizerState {
     /// as its rounding stream) and the parameter's buffers; then the count grows by one.
     /// Everything is checked before anything is updated (names, shapes and dtypes of
     /// parameters, gradients and state, and that no other handle shares a parameter), so a
-    /// refused step leaves the model as it was.
+    /// refused step leaves the model as it was. An offloaded state's updates run on the host
+    /// tier's thread, one parameter's while the next one's copies are queued, and land before
+    /// this returns.
     pub fn step(
         &mut self,
         model: &mut dyn Module,
@@ -297,18 +335,23 @@ impl OptimizerState {
         self.check(model, grads)?;
         let step = Update::new(self.steps + 1).scaled(grad_scale);
         let mut index = 0;
-        let (slots, shard, host) = (&mut self.slots, &self.shard, self.host.as_ref());
-        model.visit_parameters_mut(&mut |_, param| {
+        let (slots, shard) = (&mut self.slots, &self.shard);
+        let (host, updates) = (self.host.as_ref(), &mut self.updates);
+        let started = model.visit_parameters_mut(&mut |_, param| {
             let slot = &mut slots[index];
             index += 1;
             match grads.get(param) {
                 Some(grad) if shard.keeps(index - 1) => {
                     let update = step.on_stream(index as u64 - 1);
-                    update_slot(rule, update, param, grad, &mut slot.buffers, host)
+                    let host = host.map(|host| (host, &mut *updates));
+                    update_slot(rule, update, (index - 1, param), grad, slot, host, false)
                 }
                 _ => Ok(()),
             }
-        })?;
+        });
+        let landed = self.land(model);
+        started?;
+        landed?;
         self.steps += 1;
         Ok(())
     }
@@ -316,7 +359,10 @@ impl OptimizerState {
     /// The update of parameter number `index` (in visiting order, named `name`) within the
     /// step under way, as [`OptimizerState::step`] makes it for that parameter, after the same
     /// checks; the count does not move until [`OptimizerState::finish_step`]. For updates made
-    /// one parameter at a time, as each gradient completes.
+    /// one parameter at a time, as each gradient completes. Where the state is offloaded, the
+    /// update is only started: the host tier's thread checks the gradient (its squares summed,
+    /// no update unless finite) and runs it while the caller goes on, and
+    /// [`OptimizerState::land`] writes the parameter back.
     pub fn step_one(
         &mut self,
         index: usize,
@@ -350,20 +396,68 @@ impl OptimizerState {
         let step = Update::new(self.steps + 1)
             .scaled(grad_scale)
             .on_stream(index as u64);
-        update_slot(
-            rule,
-            step,
-            param,
-            grad,
-            &mut slot.buffers,
-            self.host.as_ref(),
-        )
+        let host = self.host.as_ref().map(|host| (host, &mut self.updates));
+        update_slot(rule, step, (index, param), grad, slot, host, true)
     }
 
-    /// Ends the step whose parameters [`OptimizerState::step_one`] updated: the count grows by
-    /// one.
-    pub fn finish_step(&mut self) {
-        self.steps += 1;
+    /// Ends the step whose parameters [`OptimizerState::step_one`] updated: the updates still
+    /// on the host tier land ([`OptimizerState::land`]), and the count grows by one unless a
+    /// gradient was not finite.
+    pub fn finish_step(&mut self, model: &mut dyn Module) -> Result<Landed> {
+        let landed = self.land(model)?;
+        if landed.non_finite.is_none() {
+            self.steps += 1;
+        }
+        Ok(landed)
+    }
+
+    /// Waits for the updates started on the host tier's thread, writes each updated parameter
+    /// of `model` back in place (queued on its device), gives each its state back and frees the
+    /// host tier's copies, in the order the updates started. An update that failed leaves its
+    /// parameter as it was, and the first failure is returned once everything else landed.
+    /// Nothing to land: nothing happens.
+    pub fn land(&mut self, model: &mut dyn Module) -> Result<Landed> {
+        let mut done = self.updates.wait_all()?;
+        if done.is_empty() {
+            return Ok(Landed::default());
+        }
+        let mut landed = Landed::default();
+        let mut failure = None;
+        let mut written: Vec<Option<&Tensor>> = vec![None; self.slots.len()];
+        for job in &mut done {
+            self.slots[job.index].buffers = std::mem::take(&mut job.buffers);
+            match std::mem::replace(&mut job.outcome, Outcome::Waiting) {
+                Outcome::Updated { squares } => {
+                    landed.updated += 1;
+                    landed.squares += squares;
+                    written[job.index] = Some(&job.copies.param);
+                }
+                Outcome::NonFinite => {
+                    landed.non_finite.get_or_insert(job.index);
+                }
+                Outcome::Failed(err) => {
+                    failure.get_or_insert(err);
+                }
+                Outcome::Waiting | Outcome::Skipped => {}
+            }
+        }
+        let mut index = 0;
+        let wrote = model.visit_parameters_mut(&mut |_, param| {
+            if let Some(copy) = written.get(index).copied().flatten() {
+                param.array_mut().write_from(copy.array())?;
+            }
+            index += 1;
+            Ok(())
+        });
+        drop(written);
+        for job in done {
+            self.slots[job.index].copies = Some(job.copies);
+        }
+        wrote?;
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(landed),
+        }
     }
 
     /// The first reason a step of `model` with `grads` cannot run on this state, if any.
@@ -519,31 +613,42 @@ impl OptimizerState {
     }
 }
 
-/// `rule`'s update of `param` from `grad` with its `buffers`, run on `host` where the buffers
-/// are kept there: the parameter and the gradient are copied to it, updated there, and the
-/// parameter copied back in place.
+/// `rule`'s update of parameter `index`, `param`, from `grad` with the buffers of its `slot`:
+/// where they are, or, where the state is on `host` apart from the parameter, started on the
+/// host tier's thread ([`HostUpdates`]) on the slot's copies of the parameter and the
+/// gradient, the gradient `check`ed there first.
 fn update_slot(
     rule: &dyn UpdateRule,
     update: Update,
-    param: &mut Tensor,
+    (index, param): (usize, &mut Tensor),
     grad: &Array,
-    buffers: &mut [StateBuffer],
-    host: Option<&Device>,
+    slot: &mut Slot,
+    host: Option<(&Device, &mut HostUpdates)>,
+    check: bool,
 ) -> Result<()> {
-    let Some(host) = host.filter(|host| !param.device().same(host)) else {
+    let Some((host, updates)) = host.filter(|(host, _)| !param.device().same(host)) else {
         // On the device, or a streamed weight already on the host with its state.
-        return rule.update(update, param, grad, buffers);
+        return rule.update(update, param, grad, &mut slot.buffers);
     };
-    let mut on_host = {
-        let _weights = host.scoped_tag(Tag::WEIGHTS);
-        Tensor::new(param.array().to_device(host)?)
+    let mut copies = match slot.copies.take() {
+        Some(copies) => copies,
+        None => HostCopies::new(host, param)?,
     };
-    let grad = {
-        let _gradients = host.scoped_tag(Tag::GRADIENTS);
-        grad.to_device(host)?
-    };
-    rule.update(update, &mut on_host, &grad, buffers)?;
-    Ok(param.array_mut().write_from(on_host.array())?)
+    copies.param.array_mut().write_from(param.array())?;
+    copies.grad.write_from(grad)?;
+    updates.start(
+        HostUpdate {
+            index,
+            rule: rule.boxed(),
+            update,
+            copies,
+            buffers: std::mem::take(&mut slot.buffers),
+            check,
+            step: 0,
+            outcome: Outcome::Waiting,
+        },
+        grad,
+    )
 }
 
 /// Why `slot` cannot take a step of parameter `name` with gradient `grad`, if it cannot; its

@@ -43,9 +43,11 @@ pub struct OptimizerConfig {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shard_state: bool,
     /// Keep the state in the host tier (`memory.host_limit`) and run each update there
-    /// (ZeRO-Offload): the parameter and its gradient are copied to the host, updated, and
-    /// the parameter copied back, so the device holds no optimizer state. The same updates,
-    /// bit for bit, where the host computes as the device does. Not with `shard_state`.
+    /// (ZeRO-Offload): the parameter and its gradient are copied into the host's copies of
+    /// them (kept there beside the state), updated by a host thread while the device goes on
+    /// (with `in_backward`, on with the backward pass), and the parameter copied back, so the
+    /// device holds no optimizer state. The same updates, bit for bit, where the host computes
+    /// as the device does. Not with `shard_state`.
     /// Unset: the memory policy offloads where nothing faster fits (never under
     /// `memory.policy = "manual"`).
     #[serde(skip_serializing_if = "Option::is_none")]

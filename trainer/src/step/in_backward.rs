@@ -11,6 +11,9 @@
 //!   before the step;
 //! - a gradient holding a NaN or an infinity ends the run with [`Error::NonFiniteGradient`]
 //!   naming the parameter, before that parameter is updated: the step cannot be skipped.
+//!   Where the optimizer is offloaded, the host tier's thread checks each gradient on its
+//!   copy instead (reading it here would wait for the device) and leaves that parameter, and
+//!   those whose updates started after it, as they were.
 //!
 //! Each parameter's update is the one [`Optimizer::step`](headroom_nn::Optimizer::step) makes
 //! from the same gradient, so the step equals the ordinary one bit for bit. Clipping by the
@@ -57,16 +60,19 @@ pub(crate) fn step_in_backward(
     } = ctx.forward(batch, 1.0)?;
     let meta = ctx.device.kind() == DeviceKind::Meta;
     let unscale = 1.0 / ctx.scaler.scale;
+    let host = ctx.optimizer.buffers().host().cloned();
     let (mut updated, mut squares) = (0, 0.0);
     let outcome = tape.gradient_each(&loss, seed, &ids, |index, grad| {
-        let sum = square_sum(&grad, meta)?;
-        if !sum.is_finite() {
-            return Err(Error::NonFiniteGradient {
-                step: step + 1,
-                parameter: names[index].clone(),
-            });
+        // A gradient headed for the host tier's thread is checked there, on its copy: reading
+        // it here would wait for the device. One already in the host tier (a streamed
+        // weight's), or with no host tier, is checked here.
+        if host.as_ref().is_none_or(|host| grad.device().same(host)) {
+            let sum = square_sum(&grad, meta)?;
+            if !sum.is_finite() {
+                return Err(non_finite(step, &names[index]));
+            }
+            squares += sum;
         }
-        squares += sum;
         let optimizer = &mut *ctx.optimizer;
         let mut at = 0;
         ctx.model
@@ -82,6 +88,9 @@ pub(crate) fn step_in_backward(
         Ok(())
     });
     if let Err(err) = outcome {
+        // The updates started land, so that each parameter and its state agree; the error
+        // says what ended the step.
+        let _ = ctx.optimizer.buffers_mut().land(ctx.model.module_mut());
         let after_an_update = (err.is_out_of_memory() && updated > 0)
             .then(|| err.oom_report().cloned())
             .flatten();
@@ -95,13 +104,26 @@ pub(crate) fn step_in_backward(
             None => err,
         });
     }
-    ctx.optimizer.finish_step();
+    let landed = ctx.optimizer.finish_step(ctx.model.module_mut())?;
+    if let Some(index) = landed.non_finite {
+        return Err(non_finite(step, &names[index]));
+    }
+    squares += landed.squares;
     let loss = if meta { 0.0 } else { loss_value(&loss)? };
     Ok(Updated {
         loss,
         grad_norm: squares.sqrt() * unscale.abs(),
         saved,
     })
+}
+
+/// The error of a gradient of parameter `name` that holds a NaN or an infinity in step `step`
+/// (from 0).
+fn non_finite(step: u64, name: &str) -> Error {
+    Error::NonFiniteGradient {
+        step: step + 1,
+        parameter: name.to_owned(),
+    }
 }
 
 /// The sum of a gradient's squared elements (0 on a planning device, which allocates as a

@@ -31,11 +31,30 @@ impl DataKernels for CudaBackend {
         self.copy_to_host("read", src.addr(), bytes)
     }
 
-    unsafe fn read_queued(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()> {
+    unsafe fn read_queued(
+        &self,
+        src: &Buffer,
+        bytes: &mut [u8],
+    ) -> Result<Option<Box<dyn PendingWork>>> {
         check_bytes("read", src, bytes.len())?;
         // SAFETY: the caller keeps `bytes` allocated and untouched by the host until the
-        // stream's work has run.
-        unsafe { self.copy_to_host_queued("read", src.addr(), bytes) }
+        // returned mark; `src` keeps the kernels' wait, queued before its memory is written
+        // or reused.
+        let (done, kernels_wait) = unsafe { self.copy_to_host_queued("read", src.addr(), bytes) }?;
+        src.touched_later_by(Some(Box::new(kernels_wait)))?;
+        Ok(Some(Box::new(done)))
+    }
+
+    unsafe fn write_queued(
+        &self,
+        out: &mut Buffer,
+        bytes: &[u8],
+    ) -> Result<Option<Box<dyn PendingWork>>> {
+        check_bytes("write", out, bytes.len())?;
+        // SAFETY: the caller's page-locked `bytes` stay allocated and unwritten until the
+        // returned mark.
+        let done = unsafe { self.copy_to_device_queued("write", bytes, out.addr()) }?;
+        Ok(Some(Box::new(done)))
     }
 
     fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()> {
@@ -80,9 +99,5 @@ impl DataKernels for CudaBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.wait("synchronize")
-    }
-
-    fn mark(&self) -> Result<Option<Box<dyn PendingWork>>> {
-        Ok(Some(Box::new(self.record("mark")?)))
     }
 }

@@ -12,15 +12,37 @@ pub trait DataKernels {
     fn write(&self, out: &mut Buffer, bytes: &[u8]) -> Result<()>;
     /// Copies `src` into host bytes (exactly `src.bytes()` of them).
     fn read(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()>;
-    /// [`read`](Self::read), queued: a backend whose work waits in a queue (a GPU's stream)
-    /// returns before the bytes arrive; a synchronous one copies them at once.
+    /// [`read`](Self::read), queued: a backend whose work waits in a queue (a GPU's) returns
+    /// before the bytes arrive, with the mark the host waits for before it touches them, and
+    /// notes on `src` that the device waits for the copy before it overwrites or frees `src`;
+    /// a synchronous one copies them at once and returns no mark.
     ///
     /// # Safety
     /// `bytes` must stay allocated, and the host must neither read nor write them, until the
-    /// work this backend has queued so far has run (the memory of a host buffer that waits for
-    /// this device before the host touches or frees it: [`Buffer::touched_later_by`]).
-    unsafe fn read_queued(&self, src: &Buffer, bytes: &mut [u8]) -> Result<()> {
-        self.read(src, bytes)
+    /// returned mark has been reached (the memory of a host buffer that waits for it before the
+    /// host touches or frees it: [`Buffer::touched_later_by`]).
+    unsafe fn read_queued(
+        &self,
+        src: &Buffer,
+        bytes: &mut [u8],
+    ) -> Result<Option<Box<dyn PendingWork>>> {
+        self.read(src, bytes).map(|()| None)
+    }
+    /// [`write`](Self::write) from host memory the device can read as the copy runs (the host
+    /// tier's), queued: a backend whose work waits in a queue returns before the bytes have
+    /// been read, with the mark the host waits for before it writes or frees them; the
+    /// device's later work sees what arrived. A synchronous one copies them at once and returns
+    /// no mark.
+    ///
+    /// # Safety
+    /// `bytes` must be such memory (page-locked for a GPU), stay allocated and go unwritten
+    /// until the returned mark has been reached.
+    unsafe fn write_queued(
+        &self,
+        out: &mut Buffer,
+        bytes: &[u8],
+    ) -> Result<Option<Box<dyn PendingWork>>> {
+        self.write(out, bytes).map(|()| None)
     }
     /// Copies `src` into `dst` (same dtype and length).
     fn copy(&self, src: &Buffer, dst: &mut Buffer) -> Result<()>;
@@ -43,11 +65,6 @@ pub trait DataKernels {
     /// to wait for.
     fn synchronize(&self) -> Result<()> {
         Ok(())
-    }
-    /// A mark after the work queued so far, for the host to wait for; none for a synchronous
-    /// backend, whose work is done when it returns.
-    fn mark(&self) -> Result<Option<Box<dyn PendingWork>>> {
-        Ok(None)
     }
 }
 

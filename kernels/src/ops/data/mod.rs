@@ -5,6 +5,7 @@ mod cpu;
 mod cuda;
 pub(crate) mod kernels;
 mod meta;
+mod square_sum;
 mod transfer;
 
 pub use kernels::DataKernels;

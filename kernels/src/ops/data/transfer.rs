@@ -81,25 +81,28 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
         Ok(())
     } else if target.kind() == DeviceKind::Cpu {
         let buffer = dst.buffer_mut(op)?;
-        with_element!(src.dtype(), |T| {
+        let done = with_element!(src.dtype(), |T| {
             let bytes = bytemuck::cast_slice_mut(buffer.host_mut::<T>(op)?);
-            // SAFETY: `bytes` is the memory of `buffer`, which waits for `source` before the
-            // host reads, writes or frees it (noted below, before anything else can).
+            // SAFETY: `bytes` is the memory of `buffer`, which waits for the copy's mark before
+            // the host reads, writes or frees it (noted below, before anything else can).
             unsafe { source.backend().read_queued(src.buffer(), bytes) }
         })?;
         // The host waits for the copy only where it touches the array: an offloaded input,
-        // which goes back to the device on the same queue, is never waited for.
-        buffer.touched_later_by(source.backend().mark()?)
+        // which goes back to the device after it, is never waited for.
+        buffer.touched_later_by(done)
     } else {
-        with_element!(src.dtype(), |T| {
+        let done = with_element!(src.dtype(), |T| {
             let bytes = bytemuck::cast_slice(src.buffer().host::<T>(op)?);
-            target.backend().write(dst.buffer_mut(op)?, bytes)
+            // SAFETY: `bytes` is the memory of the host tier's `src` (page-locked for a GPU),
+            // which waits for the copy's mark before the host writes or frees it (noted
+            // below, before anything else can).
+            unsafe { target.backend().write_queued(dst.buffer_mut(op)?, bytes) }
         })?;
         // A GPU reads page-locked memory when the copy runs, not when it is queued: the host
-        // waits for the device before it writes the source or frees it (the host tier could
+        // waits for the copy before it writes the source or frees it (the host tier could
         // hand the memory out again at once), and not before, so that the copy is queued with
         // the work around it instead of draining the device's queue.
-        src.buffer().touched_later_by(target.backend().mark()?)
+        src.buffer().touched_later_by(done)
     }
 }
 
