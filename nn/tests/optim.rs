@@ -337,17 +337,20 @@ fn a_bf16_model_learns_from_steps_under_half_of_bf16s_spacing() {
     assert!(end < 0.95 * start, "loss from {start} to {end}");
 }
 
+/// An MLP 16-32-8 with ReLU, initialized from `seed`.
+fn small_mlp(device: &headroom_kernels::Device, seed: u64) -> headroom_nn::Sequential {
+    mlp(
+        &mut Initializer::new(device, DType::F32, seed),
+        &[16, 32, 8],
+        Activation::Relu,
+    )
+    .unwrap()
+}
+
 #[test]
 fn an_offloaded_state_updates_as_the_device_does_bit_for_bit_and_lives_on_the_host() {
     let (device, host) = (device(), device());
-    let build = || {
-        mlp(
-            &mut Initializer::new(&device, DType::F32, 4),
-            &[16, 32, 8],
-            Activation::Relu,
-        )
-        .unwrap()
-    };
+    let build = || small_mlp(&device, 4);
     let x = Tensor::from_f64(&device, [3, 16], DType::F32, &[0.3; 48]).unwrap();
     for precision in [
         StatePrecision::Full,
@@ -411,14 +414,7 @@ fn an_offloaded_state_updates_as_the_device_does_bit_for_bit_and_lives_on_the_ho
 #[test]
 fn offloaded_updates_started_one_by_one_land_together_and_stop_at_a_non_finite_gradient() {
     let (device, host) = (device(), device());
-    let build = || {
-        mlp(
-            &mut Initializer::new(&device, DType::F32, 5),
-            &[16, 32, 8],
-            Activation::Relu,
-        )
-        .unwrap()
-    };
+    let build = || small_mlp(&device, 5);
     let x = Tensor::from_f64(&device, [3, 16], DType::F32, &[0.3; 48]).unwrap();
     let (mut kept_model, mut model) = (build(), build());
     let config = AdamWConfig::default();

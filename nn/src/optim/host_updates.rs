@@ -125,7 +125,10 @@ impl HostUpdates {
             Some(worker) => worker,
             empty => empty.insert(Worker::spawn()?),
         };
-        let sent = worker.jobs.as_ref().map(|jobs| jobs.send(Box::new(job)).is_ok());
+        let sent = worker
+            .jobs
+            .as_ref()
+            .map(|jobs| jobs.send(Box::new(job)).is_ok());
         if sent != Some(true) {
             return Err(stopped_thread());
         }
