@@ -412,10 +412,9 @@ impl OptimizerState {
     }
 
     /// Waits for the updates started on the host tier's thread, writes each updated parameter
-    /// of `model` back in place (queued on its device), gives each its state back and frees the
-    /// host tier's copies, in the order the updates started. An update that failed leaves its
-    /// parameter as it was, and the first failure is returned once everything else landed.
-    /// Nothing to land: nothing happens.
+    /// of `model` back in place (queued on its device) and gives each slot its state and its
+    /// copies back. An update that failed leaves its parameter as it was, and the first
+    /// failure is returned once everything else landed. Nothing to land: nothing happens.
     pub fn land(&mut self, model: &mut dyn Module) -> Result<Landed> {
         let mut done = self.updates.wait_all()?;
         if done.is_empty() {
@@ -634,8 +633,11 @@ fn update_slot(
         Some(copies) => copies,
         None => HostCopies::new(host, param)?,
     };
-    copies.param.array_mut().write_from(param.array())?;
-    copies.grad.write_from(grad)?;
+    let copied = copies.param.array_mut().write_from(param.array());
+    if let Err(err) = copied.and_then(|()| copies.grad.write_from(grad)) {
+        slot.copies = Some(copies);
+        return Err(err.into());
+    }
     updates.start(
         HostUpdate {
             index,
