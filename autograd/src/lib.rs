@@ -5,6 +5,7 @@ pub mod check;
 mod error;
 mod gradients;
 mod ops;
+mod prefetch;
 mod recompute;
 mod recording;
 mod saved;

@@ -1,11 +1,14 @@
 //! Activation recomputation (gradient checkpointing): a segment of the forward pass that keeps
 //! nothing for the backward pass but its inputs, and runs again when its gradient is needed.
 
+use std::sync::Arc;
+
 use headroom_alloc::Tag;
 use headroom_kernels::{Array, DType, Device};
 
 use crate::autocast::{autocast, autocast_dtype};
 use crate::error::Result;
+use crate::prefetch::OffloadedInputs;
 use crate::recording::{begin, no_grad};
 use crate::saved::saves;
 use crate::tape::{Backward, Tape};
@@ -49,8 +52,10 @@ where
 
 /// [`recompute`], keeping the segment's inputs on `host` (the device's host tier) instead of
 /// the device (activation offloading): each is copied there as the forward pass runs the
-/// segment, and back to the device when the backward rule runs it again. The device keeps
-/// nothing for the segment; `host` keeps its inputs, tagged as activations.
+/// segment, and back to the device when the backward rule runs it again, one segment ahead:
+/// the rule of the segment after it (which runs first) starts the copy, so that it runs beside
+/// that rule's kernels. Between the passes the device keeps nothing for the segment; `host`
+/// keeps its inputs, tagged as activations.
 pub fn recompute_offloaded<F>(
     inputs: &[&Tensor],
     variables: &[&Tensor],
@@ -107,7 +112,12 @@ where
     let saved = saves(&on_device.iter().map(|t| t.array()).collect::<Vec<_>>());
     let variables: Vec<Tensor> = variables.iter().map(|&t| t.clone()).collect();
     drop(owned);
-    let offloaded = host.is_some();
+    let kept = match host {
+        Some(_) => Inputs::Offloaded(
+            recording.chain_offloaded(|earlier| OffloadedInputs::new(kept, earlier)),
+        ),
+        None => Inputs::Kept(kept),
+    };
     let rule = move |dy: Array, needs: &[bool]| {
         // The policy of the forward pass: off is any dtype but the half ones.
         let _policy = autocast(policy.unwrap_or(DType::F32));
@@ -117,11 +127,10 @@ where
         let inputs: Vec<Tensor> = {
             let device = dy.device();
             let _activations = device.scoped_tag(Tag::ACTIVATIONS);
-            let fetch = |a: &Array| match offloaded {
-                true => a.to_device(device),
-                false => Ok(a.clone()),
+            let arrays = match &kept {
+                Inputs::Kept(arrays) => arrays.clone(),
+                Inputs::Offloaded(offloaded) => offloaded.fetch(device)?,
             };
-            let arrays = kept.iter().map(fetch).collect::<Result<Vec<_>, _>>()?;
             arrays.into_iter().map(Tensor::new).collect()
         };
         let sources: Vec<&Tensor> = inputs.iter().chain(&variables).collect();
@@ -156,4 +165,12 @@ where
         Backward::One(Box::new(rule)),
     );
     Ok(output)
+}
+
+/// What a segment keeps of its inputs for its backward rule.
+enum Inputs {
+    /// The arrays themselves, on the device.
+    Kept(Vec<Array>),
+    /// Copies in the host tier, brought back one segment ahead ([`OffloadedInputs`]).
+    Offloaded(Arc<OffloadedInputs>),
 }

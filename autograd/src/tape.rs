@@ -2,7 +2,7 @@
 //! rule needs (a Wengert list, as `tf.GradientTape` keeps). Gradients run the list backwards.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use headroom_alloc::Tag;
 use headroom_kernels::ops::elementwise as ew;
@@ -12,6 +12,7 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::gradients::Gradients;
+use crate::prefetch::OffloadedInputs;
 use crate::saved::{OpSaved, Saved, SavedReport};
 use crate::tensor::{Tensor, TensorId};
 
@@ -68,6 +69,8 @@ struct State {
     ids: HashMap<TensorId, SlotId>,
     /// Set once gradients were computed: the nodes are gone.
     used: bool,
+    /// The last recomputed segment recorded with its inputs in the host tier.
+    last_offloaded: Option<Weak<OffloadedInputs>>,
 }
 
 impl State {
@@ -443,6 +446,18 @@ impl Tape {
 }
 
 impl Recording {
+    /// The inputs `build` makes from those of the last recomputed segment recorded with its
+    /// inputs in the host tier, if any, noted as the last such segment now.
+    pub(crate) fn chain_offloaded(
+        &self,
+        build: impl FnOnce(Option<Weak<OffloadedInputs>>) -> Arc<OffloadedInputs>,
+    ) -> Arc<OffloadedInputs> {
+        let mut state = self.tape.state();
+        let inputs = build(state.last_offloaded.take());
+        state.last_offloaded = Some(Arc::downgrade(&inputs));
+        inputs
+    }
+
     /// True when input `i` is tracked (so the backward rule may need to produce its gradient).
     pub(crate) fn tracks(&self, i: usize) -> bool {
         self.inputs.get(i).is_some_and(Option::is_some)

@@ -315,6 +315,27 @@ fn a_copy_to_the_host_tier_reads_its_source_before_the_device_reuses_or_writes_i
 }
 
 #[test]
+fn an_array_fetched_ahead_is_waited_for_where_it_is_handed_over() {
+    let device = match Device::cuda(0, AllocatorConfig::default()) {
+        Ok(device) => device,
+        Err(why) => return common::cuda_skipped(&why.to_string()),
+    };
+    let host = Device::host_tier_of(&device, headroom_kernels::DeviceConfig::new(1 << 20)).unwrap();
+    let values: Vec<f64> = (0..4096).map(|i| (i % 89) as f64).collect();
+    let on_host = Array::from_f64(&host, [4096], DType::F32, &values).unwrap();
+    // The copy runs on the copy stream; a kernel queued once the array is handed over waits
+    // for it (under CUDA_EMULATOR_DEFER=1 the kernels' stream runs first here, so the product
+    // of a kernel that did not wait would be the memory's earlier contents).
+    let arriving = on_host.to_device_ahead(&device).unwrap();
+    let copied = arriving.arrived().unwrap().deep_copy().unwrap();
+    device.synchronize().unwrap();
+    assert!(
+        copied.to_f64().unwrap() == values,
+        "a kernel read the array before its copy arrived"
+    );
+}
+
+#[test]
 fn arrays_go_to_the_host_tier_and_back_and_write_in_place() {
     let device = match Device::cuda(0, AllocatorConfig::default()) {
         Ok(device) => device,

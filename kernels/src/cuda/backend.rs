@@ -404,9 +404,9 @@ impl CudaBackend {
     }
 
     /// Queues a copy of page-locked host bytes to device address `dst` on the copy stream,
-    /// after the kernels queued so far (the allocator hands memory out again in their order);
-    /// the kernels queued from now on wait for it. Returns the copy's mark, for the host to
-    /// wait for before it writes or frees `bytes`.
+    /// after the kernels queued so far (the allocator hands memory out again in their order).
+    /// Returns the copy's mark, for the host to wait for before it writes or frees `bytes`,
+    /// and the wait the kernels' stream queues before anything uses `dst`.
     ///
     /// # Safety
     /// `bytes` must be page-locked, stay allocated and go unwritten until the returned mark
@@ -416,22 +416,24 @@ impl CudaBackend {
         op: &'static str,
         bytes: &[u8],
         dst: u64,
-    ) -> Result<StreamMark> {
+    ) -> Result<(StreamMark, KernelsWait)> {
         self.bind(op)?;
         self.after_kernels(op)?;
         if !bytes.is_empty() {
             // SAFETY: `dst` starts a live buffer of at least `bytes.len()` bytes (checked by
             // the caller), which the kernels' stream no longer uses (the copy waits for it)
-            // and reads only after the copy (it waits below); the caller keeps the page-locked
-            // `bytes` allocated and unwritten until the copy has run.
+            // and uses only after the copy (the caller queues the returned wait first); the
+            // caller keeps the page-locked `bytes` allocated and unwritten until the copy has
+            // run.
             unsafe { result::memcpy_htod_async(dst, bytes, self.copies.cu_stream()) }
                 .map_err(|err| driver_error(op, "cuMemcpyHtoDAsync", err))?;
         }
-        let done = self.record_copies(op)?;
-        self.stream
-            .wait(&done)
-            .map_err(|err| driver_error(op, "cuStreamWaitEvent", err))?;
-        Ok(StreamMark(Arc::new(done)))
+        let done = Arc::new(self.record_copies(op)?);
+        let wait = KernelsWait {
+            kernels: Arc::clone(&self.stream),
+            copy: Arc::clone(&done),
+        };
+        Ok((StreamMark(done), wait))
     }
 
     /// Has the copy stream wait for the kernels queued so far.
@@ -471,8 +473,9 @@ impl CudaBackend {
 /// for.
 pub(crate) struct StreamMark(Arc<CudaEvent>);
 
-/// A copy that reads a device buffer on the copy stream: before the buffer's memory is
-/// overwritten or handed out again, the kernels' stream waits for it (the host does not).
+/// A copy on the copy stream that reads or writes a device buffer: before the kernels use what
+/// it wrote, or overwrite or reuse what it reads, their stream waits for it (the host does
+/// not).
 pub(crate) struct KernelsWait {
     kernels: Arc<CudaStream>,
     copy: Arc<CudaEvent>,

@@ -52,8 +52,10 @@ impl DataKernels for CudaBackend {
     ) -> Result<Option<Box<dyn PendingWork>>> {
         check_bytes("write", out, bytes.len())?;
         // SAFETY: the caller's page-locked `bytes` stay allocated and unwritten until the
-        // returned mark.
-        let done = unsafe { self.copy_to_device_queued("write", bytes, out.addr()) }?;
+        // returned mark; `out` keeps the kernels' wait, queued before they use it.
+        let (done, kernels_wait) =
+            unsafe { self.copy_to_device_queued("write", bytes, out.addr()) }?;
+        out.touched_later_by(Some(Box::new(kernels_wait)))?;
         Ok(Some(Box::new(done)))
     }
 

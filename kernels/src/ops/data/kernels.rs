@@ -30,9 +30,9 @@ pub trait DataKernels {
     }
     /// [`write`](Self::write) from host memory the device can read as the copy runs (the host
     /// tier's), queued: a backend whose work waits in a queue returns before the bytes have
-    /// been read, with the mark the host waits for before it writes or frees them; the
-    /// device's later work sees what arrived. A synchronous one copies them at once and returns
-    /// no mark.
+    /// been read, with the mark the host waits for before it writes or frees them, and notes
+    /// on `out` the wait its kernels queue before they use it (settled where it is handed
+    /// over, written or freed). A synchronous one copies them at once and returns no mark.
     ///
     /// # Safety
     /// `bytes` must be such memory (page-locked for a GPU), stay allocated and go unwritten

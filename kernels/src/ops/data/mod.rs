@@ -9,6 +9,7 @@ mod square_sum;
 mod transfer;
 
 pub use kernels::DataKernels;
+pub use transfer::Arriving;
 
 use crate::array::Array;
 use crate::device::Device;

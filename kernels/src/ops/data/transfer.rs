@@ -31,8 +31,21 @@ impl Array {
         const OP: &str = "to_device";
         check_route(OP, self.device(), target)?;
         let mut out = Array::uninit(target, self.shape().clone(), self.dtype(), OP)?;
-        copy(OP, self, &mut out)?;
+        copy(OP, self, &mut out, Arrival::Now)?;
         Ok(out)
+    }
+
+    /// [`Array::to_device`] from the host tier to a GPU, fetched ahead: the device's kernels
+    /// wait for the copy only once [`Arriving::arrived`] hands the array over, so that the
+    /// copy runs beside the kernels queued meanwhile (the next block's input brought back while
+    /// this block's backward pass runs). The memory is taken now. On the other routes the copy
+    /// has arrived when this returns.
+    pub fn to_device_ahead(&self, target: &Device) -> Result<Arriving> {
+        const OP: &str = "to_device_ahead";
+        check_route(OP, self.device(), target)?;
+        let mut out = Array::uninit(target, self.shape().clone(), self.dtype(), OP)?;
+        copy(OP, self, &mut out, Arrival::Later)?;
+        Ok(Arriving(out))
     }
 
     /// Overwrites the elements, in place, with those of `src` (of the same shape and dtype) on
@@ -53,8 +66,30 @@ impl Array {
                 ),
             });
         }
-        copy(OP, src, self)
+        copy(OP, src, self, Arrival::Now)
     }
+}
+
+/// An array whose copy to a GPU may still be running ([`Array::to_device_ahead`]).
+#[derive(Debug)]
+pub struct Arriving(Array);
+
+impl Arriving {
+    /// The array, once the device's kernels queued from now on wait for its copy (the host
+    /// does not wait).
+    pub fn arrived(self) -> Result<Array> {
+        self.0.buffer().settle()?;
+        Ok(self.0)
+    }
+}
+
+/// When the device's kernels wait for a copy to the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrival {
+    /// Right after it is queued.
+    Now,
+    /// When the array is handed over ([`Arriving::arrived`]), written or freed.
+    Later,
 }
 
 /// Fails unless `from` and `to` are both meta devices, or one of them holds host memory.
@@ -71,8 +106,9 @@ fn check_route(op: &'static str, from: &Device, to: &Device) -> Result<()> {
     Ok(())
 }
 
-/// Copies `src` into `dst` (of its size) over a route [`check_route`] allowed.
-fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
+/// Copies `src` into `dst` (of its size) over a route [`check_route`] allowed; on a GPU the
+/// kernels wait for a copy to the device at `arrival`.
+fn copy(op: &'static str, src: &Array, dst: &mut Array, arrival: Arrival) -> Result<()> {
     let (source, target) = (src.device().clone(), dst.device().clone());
     if source.kind() == DeviceKind::Meta {
         for device in [&source, &target] {
@@ -98,6 +134,9 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array) -> Result<()> {
             // below, before anything else can).
             unsafe { target.backend().write_queued(dst.buffer_mut(op)?, bytes) }
         })?;
+        if arrival == Arrival::Now {
+            dst.buffer().settle()?;
+        }
         // A GPU reads page-locked memory when the copy runs, not when it is queued: the host
         // waits for the copy before it writes the source or frees it (the host tier could
         // hand the memory out again at once), and not before, so that the copy is queued with
