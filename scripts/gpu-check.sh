@@ -40,8 +40,9 @@
 # bf16 at context 2048, blocks recomputed, each parameter updated in the backward pass, with
 # its optimizer's state and updates in the host tier (page-locked memory) and then its weights
 # streamed too, beside the same step on the device alone (`fit-compare --offload --update
-# in-backward`), checked against the host-tier issue's target: the
-# offloaded state's step at most 1.3 times the on-device step's; and (`snapshot`) GPT-2 small's
+# in-backward`), and the offloaded state updated after the backward pass (`--update after`),
+# checked against the host-tier issue's target: the offloaded state's step (in the backward
+# pass) at most 1.3 times the on-device step's; and (`snapshot`) GPT-2 small's
 # training steps recorded by PyTorch on the GPU (`scripts/pytorch/gpt2_memory_snapshot.py
 # --device cuda`: `_record_memory_history`, `_dump_snapshot`) and replayed by `headroom-alloc
 # replay --find-limit` beside PyTorch's reserved bytes. Results land in
