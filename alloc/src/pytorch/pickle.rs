@@ -4,6 +4,7 @@
 //! list), so containers are reference-counted; a pickled class instance is refused.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// A list's items, shared as Python shares the list.
@@ -80,6 +81,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Value, String> {
         at: 0,
         stack: Vec::new(),
         memo: Vec::new(),
+        sparse: HashMap::new(),
     };
     machine.run()
 }
@@ -88,7 +90,11 @@ struct Machine<'a> {
     bytes: &'a [u8],
     at: usize,
     stack: Vec<Item>,
-    memo: Vec<Option<Value>>,
+    /// The memo's entries 0, 1, 2, ... as a pickler numbers them.
+    memo: Vec<Value>,
+    /// Entries stored past the end of `memo` (Python's memo is a dictionary, so a file may
+    /// number them as it likes): kept apart, so that a corrupt index takes no memory.
+    sparse: HashMap<usize, Value>,
 }
 
 impl Machine<'_> {
@@ -193,10 +199,7 @@ impl Machine<'_> {
                         dict.push((k, v)) // SETITEMS
                     }
                 }
-                0x94 => {
-                    let top = self.peek()?;
-                    self.memo.push(Some(top)) // MEMOIZE
-                }
+                0x94 => self.put(self.memo.len() + self.sparse.len())?, // MEMOIZE
                 b'q' => {
                     let id = self.take(1)?[0] as usize;
                     self.put(id)? // BINPUT
@@ -321,15 +324,16 @@ impl Machine<'_> {
 
     fn put(&mut self, id: usize) -> Result<(), String> {
         let top = self.peek()?;
-        if self.memo.len() <= id {
-            self.memo.resize(id + 1, None);
+        match id.cmp(&self.memo.len()) {
+            std::cmp::Ordering::Less => self.memo[id] = top,
+            std::cmp::Ordering::Equal => self.memo.push(top),
+            std::cmp::Ordering::Greater => drop(self.sparse.insert(id, top)),
         }
-        self.memo[id] = Some(top);
         Ok(())
     }
 
     fn get(&mut self, id: usize, at: usize) -> Result<(), String> {
-        let value = self.memo.get(id).cloned().flatten();
+        let value = self.memo.get(id).or_else(|| self.sparse.get(&id)).cloned();
         let value = value.ok_or_else(|| format!("byte {at}: memo entry {id} was never stored"))?;
         self.push(value);
         Ok(())
@@ -369,6 +373,20 @@ mod tests {
             let f = item.get("f").unwrap().items().unwrap();
             assert_eq!(&*f[0].get("n").unwrap().as_str().unwrap(), "x");
         }
+    }
+
+    #[test]
+    fn a_memo_index_far_past_the_entries_takes_no_memory_and_still_reads_back() {
+        // An empty dictionary stored at memo index 4 294 967 280 (LONG_BINPUT), read back
+        // (LONG_BINGET) into a list: a corrupt file once made the reader ask for 56 GB here.
+        let bytes = b"\x80\x02]}r\xf0\xff\xff\xffaj\xf0\xff\xff\xffa.";
+        let items = read(bytes).unwrap().items().unwrap();
+        assert_eq!(items.len(), 2);
+        let err = read(b"\x80\x02]j\xf0\xff\xff\xffa.").unwrap_err();
+        assert!(
+            err.contains("memo entry 4294967280 was never stored"),
+            "{err}"
+        );
     }
 
     #[test]
