@@ -274,14 +274,28 @@ fn a_product_too_tight_for_the_preferred_workspace_runs_with_a_small_one_and_no_
     assert_eq!(device.allocator().stats().ooms, 0);
 }
 
+/// CUDA device 0 and its host tier of `bytes` of page-locked memory of the device's context,
+/// or none where the GPU test is skipped.
+fn gpu_with_host_tier(bytes: u64) -> Option<(Device, Device)> {
+    match Device::cuda(0, AllocatorConfig::default()) {
+        Ok(device) => {
+            let config = headroom_kernels::DeviceConfig::new(bytes);
+            let host = Device::host_tier_of(&device, config).unwrap();
+            Some((device, host))
+        }
+        Err(why) => {
+            common::cuda_skipped(&why.to_string());
+            None
+        }
+    }
+}
+
 #[test]
 fn a_copy_to_the_host_tier_reads_its_source_before_the_device_reuses_or_writes_it() {
     use headroom_kernels::ops::data::copy_range;
-    let device = match Device::cuda(0, AllocatorConfig::default()) {
-        Ok(device) => device,
-        Err(why) => return common::cuda_skipped(&why.to_string()),
+    let Some((device, host)) = gpu_with_host_tier(1 << 20) else {
+        return;
     };
-    let host = Device::host_tier_of(&device, headroom_kernels::DeviceConfig::new(1 << 20)).unwrap();
     let values: Vec<f64> = (0..4096).map(|i| (i % 97) as f64).collect();
     // Offloaded and freed at once: the device hands the memory out again to work queued after
     // the copy, which runs on a stream of its own. Under CUDA_EMULATOR_DEFER=1 the kernels run
@@ -316,11 +330,9 @@ fn a_copy_to_the_host_tier_reads_its_source_before_the_device_reuses_or_writes_i
 
 #[test]
 fn an_array_fetched_ahead_is_waited_for_where_it_is_handed_over() {
-    let device = match Device::cuda(0, AllocatorConfig::default()) {
-        Ok(device) => device,
-        Err(why) => return common::cuda_skipped(&why.to_string()),
+    let Some((device, host)) = gpu_with_host_tier(1 << 20) else {
+        return;
     };
-    let host = Device::host_tier_of(&device, headroom_kernels::DeviceConfig::new(1 << 20)).unwrap();
     let values: Vec<f64> = (0..4096).map(|i| (i % 89) as f64).collect();
     let on_host = Array::from_f64(&host, [4096], DType::F32, &values).unwrap();
     // The copy runs on the copy stream; a kernel queued once the array is handed over waits
@@ -337,13 +349,9 @@ fn an_array_fetched_ahead_is_waited_for_where_it_is_handed_over() {
 
 #[test]
 fn arrays_go_to_the_host_tier_and_back_and_write_in_place() {
-    let device = match Device::cuda(0, AllocatorConfig::default()) {
-        Ok(device) => device,
-        Err(why) => return common::cuda_skipped(&why.to_string()),
+    let Some((device, host)) = gpu_with_host_tier(16 << 20) else {
+        return;
     };
-    // Page-locked memory of the device's context.
-    let config = headroom_kernels::DeviceConfig::new(16 << 20);
-    let host = Device::host_tier_of(&device, config).unwrap();
     let values: Vec<f64> = (0..4096).map(|i| (i % 251) as f64 - 100.0).collect();
     let on_gpu = Array::from_f64(&device, [64, 64], DType::BF16, &values).unwrap();
     let offloaded = on_gpu.to_device(&host).unwrap();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUstream};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
     result,
@@ -385,22 +385,17 @@ impl CudaBackend {
         src: u64,
         bytes: &mut [u8],
     ) -> Result<(StreamMark, KernelsWait)> {
-        self.bind(op)?;
-        self.after_kernels(op)?;
-        if !bytes.is_empty() {
+        self.on_copy_stream(op, |stream| {
+            if bytes.is_empty() {
+                return Ok(());
+            }
             // SAFETY: `src` starts a live buffer of at least `bytes.len()` bytes (checked by
             // the caller), whose memory the kernels' stream neither reuses nor overwrites
             // before the copy (the caller queues the returned wait first); the caller keeps
             // `bytes` allocated and untouched until the copy has run.
-            unsafe { result::memcpy_dtoh_async(bytes, src, self.copies.cu_stream()) }
-                .map_err(|err| driver_error(op, "cuMemcpyDtoHAsync", err))?;
-        }
-        let done = Arc::new(self.record_copies(op)?);
-        let wait = KernelsWait {
-            kernels: Arc::clone(&self.stream),
-            copy: Arc::clone(&done),
-        };
-        Ok((StreamMark(done), wait))
+            unsafe { result::memcpy_dtoh_async(bytes, src, stream) }
+                .map_err(|err| driver_error(op, "cuMemcpyDtoHAsync", err))
+        })
     }
 
     /// Queues a copy of page-locked host bytes to device address `dst` on the copy stream,
@@ -417,41 +412,44 @@ impl CudaBackend {
         bytes: &[u8],
         dst: u64,
     ) -> Result<(StreamMark, KernelsWait)> {
-        self.bind(op)?;
-        self.after_kernels(op)?;
-        if !bytes.is_empty() {
+        self.on_copy_stream(op, |stream| {
+            if bytes.is_empty() {
+                return Ok(());
+            }
             // SAFETY: `dst` starts a live buffer of at least `bytes.len()` bytes (checked by
             // the caller), which the kernels' stream no longer uses (the copy waits for it)
             // and uses only after the copy (the caller queues the returned wait first); the
             // caller keeps the page-locked `bytes` allocated and unwritten until the copy has
             // run.
-            unsafe { result::memcpy_htod_async(dst, bytes, self.copies.cu_stream()) }
-                .map_err(|err| driver_error(op, "cuMemcpyHtoDAsync", err))?;
-        }
-        let done = Arc::new(self.record_copies(op)?);
+            unsafe { result::memcpy_htod_async(dst, bytes, stream) }
+                .map_err(|err| driver_error(op, "cuMemcpyHtoDAsync", err))
+        })
+    }
+
+    /// Queues what `copy` queues on the copy stream (given its handle), after the kernels
+    /// queued so far. Returns the mark after it, for the host, and the wait the kernels'
+    /// stream queues before it uses, overwrites or reuses the device memory the copy touches.
+    fn on_copy_stream(
+        &self,
+        op: &'static str,
+        copy: impl FnOnce(CUstream) -> Result<()>,
+    ) -> Result<(StreamMark, KernelsWait)> {
+        self.bind(op)?;
+        let record = |stream: &CudaStream| {
+            stream
+                .record_event(None)
+                .map_err(|err| driver_error(op, "cuEventRecord", err))
+        };
+        self.copies
+            .wait(&record(&self.stream)?)
+            .map_err(|err| driver_error(op, "cuStreamWaitEvent", err))?;
+        copy(self.copies.cu_stream())?;
+        let done = Arc::new(record(&self.copies)?);
         let wait = KernelsWait {
             kernels: Arc::clone(&self.stream),
             copy: Arc::clone(&done),
         };
         Ok((StreamMark(done), wait))
-    }
-
-    /// Has the copy stream wait for the kernels queued so far.
-    fn after_kernels(&self, op: &'static str) -> Result<()> {
-        let kernels = self
-            .stream
-            .record_event(None)
-            .map_err(|err| driver_error(op, "cuEventRecord", err))?;
-        self.copies
-            .wait(&kernels)
-            .map_err(|err| driver_error(op, "cuStreamWaitEvent", err))
-    }
-
-    /// An event after the copies queued so far.
-    fn record_copies(&self, op: &'static str) -> Result<CudaEvent> {
-        self.copies
-            .record_event(None)
-            .map_err(|err| driver_error(op, "cuEventRecord", err))
     }
 
     /// Waits for everything queued on the stream.
