@@ -14,6 +14,7 @@ mod module;
 pub mod optim;
 mod recompute;
 mod sampling;
+mod streamed_pass;
 mod streaming;
 
 pub use accounting::{TrainingMemory, training_memory, training_memory_on};
@@ -41,4 +42,5 @@ pub use optim::{
 };
 pub use recompute::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
 pub use sampling::{Sampler, Sampling};
-pub use streaming::{fetched, move_to};
+pub use streamed_pass::Streamed;
+pub use streaming::{WeightsAhead, fetched, move_to};

@@ -8,7 +8,7 @@ use headroom_kernels::Device;
 use crate::error::{Error, Result};
 use crate::layers::activation::DropoutCounter;
 use crate::module::Module;
-use crate::streaming::fetched;
+use crate::streamed_pass::Streamed;
 
 /// What a model computes again in the backward pass instead of keeping from the forward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,7 +67,7 @@ pub fn recomputed<M>(module: &M, counter: &DropoutCounter, x: &Tensor) -> Result
 where
     M: Module + Clone + 'static,
 {
-    segment(module, counter, x, None, false)
+    segment(Weights::Resident(module.clone()), counter, x, None)
 }
 
 /// [`recomputed`], keeping `x` on `host` (the device's host tier) until the backward pass
@@ -82,17 +82,18 @@ pub fn recomputed_offloaded<M>(
 where
     M: Module + Clone + 'static,
 {
-    segment(module, counter, x, Some(host), false)
+    segment(Weights::Resident(module.clone()), counter, x, Some(host))
 }
 
-/// [`recomputed`] for a module whose weights live elsewhere (the host tier: weight streaming):
-/// each time the segment runs, in the forward pass and again in the backward pass, it copies
-/// the module's tensors to `x`'s device ([`fetched`]) and drops the copies once done, so that
-/// the device holds the module's weights only while it runs; their gradients go back to where
-/// the weights live. Its input waits on `activations` when given
+/// [`recomputed`] for a module whose weights live elsewhere (the host tier: weight streaming),
+/// one of a pass of them ([`Streamed::pass`]): each time the segment runs, in the forward
+/// pass and again in the backward pass, it takes the module's tensors on `x`'s device
+/// ([`Streamed::fetched`], copied there one module ahead) and drops the copies once done, so
+/// that the device holds the module's weights only around its run; their gradients go back to
+/// where the weights live. Its input waits on `activations` when given
 /// ([`recomputed_offloaded`]), on the device otherwise.
 pub fn recomputed_streamed<M>(
-    module: &M,
+    module: &Streamed<M>,
     counter: &DropoutCounter,
     x: &Tensor,
     activations: Option<&Device>,
@@ -100,33 +101,44 @@ pub fn recomputed_streamed<M>(
 where
     M: Module + Clone + 'static,
 {
-    segment(module, counter, x, activations, true)
+    segment(Weights::Streamed(module.clone()), counter, x, activations)
 }
 
-/// [`recomputed`], its input kept on `host` when there is one, its weights fetched to the
-/// input's device each run when `streamed`.
+/// Where a segment's module finds its weights.
+enum Weights<M> {
+    /// On the device, in the module.
+    Resident(M),
+    /// Streamed to the device each run.
+    Streamed(Streamed<M>),
+}
+
+/// [`recomputed`], its input kept on `host` when there is one.
 fn segment<M>(
-    module: &M,
+    weights: Weights<M>,
     counter: &DropoutCounter,
     x: &Tensor,
     host: Option<&Device>,
-    streamed: bool,
 ) -> Result<Tensor>
 where
     M: Module + Clone + 'static,
 {
-    let parameters = module.parameters();
+    let parameters = match &weights {
+        Weights::Resident(module) => module.parameters(),
+        Weights::Streamed(streamed) => streamed.module().parameters(),
+    };
     let variables: Vec<&Tensor> = parameters.iter().collect();
-    let (module, counter) = (module.clone(), counter.clone());
+    let counter = counter.clone();
     let start = counter.get();
     let run = move |inputs: &[Tensor]| {
         // The forward pass finds the counter at `start` and leaves it past its masks; the
         // recomputation, later, draws from `start` again and puts the counter back.
         let resume = counter.get();
         counter.set(start);
-        let out = match streamed {
-            true => fetched(&module, inputs[0].device()).and_then(|m| m.forward(&inputs[0])),
-            false => module.forward(&inputs[0]),
+        let out = match &weights {
+            Weights::Resident(module) => module.forward(&inputs[0]),
+            Weights::Streamed(streamed) => streamed
+                .fetched(inputs[0].device())
+                .and_then(|m| m.forward(&inputs[0])),
         };
         counter.set(resume.max(counter.get()));
         out.map_err(into_autograd)

@@ -6,8 +6,14 @@ mod common;
 use common::device;
 use headroom_alloc::{AllocatorConfig, GRANULE};
 use headroom_autograd::{Tape, Tensor, autocast};
+use std::sync::{Arc, Mutex};
+
+use headroom_kernels::ops::quant::{QuantFormat, Quantized};
 use headroom_kernels::{DType, Device, DeviceConfig};
-use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute};
+use headroom_nn::{
+    DropoutCounter, Family, Gpt, GptConfig, Initializer, Linear, Module, Recompute, Streamed,
+    recomputed_streamed,
+};
 
 /// One step's loss, gradients (in parameter order) and the activation bytes the forward pass
 /// left for the backward pass.
@@ -412,10 +418,10 @@ fn streamed_block_weights_give_the_same_step_bit_for_bit_and_live_on_the_host() 
 }
 
 #[test]
-fn a_streamed_block_holds_one_block_of_weights_on_the_device_at_a_time() {
+fn a_streamed_block_holds_two_blocks_of_weights_on_the_device_at_a_time() {
     let (device, host) = (device(), device());
     let config = GptConfig {
-        layers: 4,
+        layers: 6,
         ..common::small_llama(64, 16, 192)
     };
     let ids = Tensor::from_host(&device, [1, 8], &[1u32, 2, 3, 4, 5, 6, 7, 8]).unwrap();
@@ -442,10 +448,110 @@ fn a_streamed_block_holds_one_block_of_weights_on_the_device_at_a_time() {
             .sum()
     };
     let (plain, streamed) = (peak(false), peak(true));
-    // The plain step's gradients of all four blocks against the streamed step's one block's
-    // weights and gradient at a time: at least two blocks' weights less.
+    // The plain step's gradients of all six blocks (its weights are there before it starts)
+    // against the streamed step's two blocks' weights (one running, one fetched ahead) and
+    // one block's gradient at a time: at least two blocks' weights less.
     assert!(
         plain >= streamed + 2 * block,
         "plain {plain}, streamed {streamed}, block {block}"
     );
+}
+
+/// A module that notes, each time it runs, how many weights' arrays its device holds: a dense
+/// linear layer and one stored quantized.
+#[derive(Debug, Clone)]
+struct Probe {
+    dense: Linear,
+    quantized: Linear,
+    seen: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Module for Probe {
+    fn forward(&self, x: &Tensor) -> headroom_nn::Result<Tensor> {
+        let tags = x.device().allocator().stats().tags;
+        let weights = tags
+            .iter()
+            .filter(|u| u.tag == headroom_alloc::Tag::WEIGHTS);
+        let arrays = weights.map(|u| u.live_allocations).sum();
+        self.seen.lock().unwrap().push(arrays);
+        self.quantized.forward(&self.dense.forward(x)?)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        self.dense.visit(f);
+        self.quantized.visit(f);
+    }
+
+    fn visit_mut(
+        &mut self,
+        f: &mut dyn FnMut(&str, &mut Tensor) -> headroom_nn::Result<()>,
+    ) -> headroom_nn::Result<()> {
+        self.dense.visit_mut(f)?;
+        self.quantized.visit_mut(f)
+    }
+
+    fn visit_quantized_mut(
+        &mut self,
+        f: &mut dyn FnMut(&mut Quantized) -> headroom_nn::Result<()>,
+    ) -> headroom_nn::Result<()> {
+        self.quantized.visit_quantized_mut(f)
+    }
+}
+
+#[test]
+fn streamed_modules_fetch_the_weights_of_the_one_that_runs_next_while_they_run() {
+    let (device, host) = (device(), device());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let init = &mut Initializer::new(&host, DType::F32, 1);
+    let probes: Vec<Probe> = (0..3)
+        .map(|_| {
+            init.set_quantize(None);
+            let dense = Linear::new(init, 64, 64, true).unwrap();
+            init.set_quantize(Some(QuantFormat::Nf4));
+            let quantized = Linear::new(init, 64, 64, false).unwrap();
+            let seen = Arc::clone(&seen);
+            Probe {
+                dense,
+                quantized,
+                seen,
+            }
+        })
+        .collect();
+    let parameters: Vec<Tensor> = probes.iter().flat_map(|p| p.parameters()).collect();
+    let x = Tensor::from_f64(&device, [2, 64], DType::F32, &[0.25; 128]).unwrap();
+    let counter = DropoutCounter::default();
+    let tape = Tape::new();
+    let pass = Streamed::pass(&probes);
+    let y = tape
+        .record(|| {
+            let mut x = x.clone();
+            for module in &pass {
+                x = recomputed_streamed(module, &counter, &x, None)?;
+            }
+            Ok::<_, headroom_nn::Error>(x.sum_all()?)
+        })
+        .unwrap();
+    drop(pass);
+    let grads = tape
+        .gradient(&y, &parameters.iter().collect::<Vec<_>>())
+        .unwrap();
+    assert_eq!(grads.len(), parameters.len());
+    let weights = || {
+        let tags = device.allocator().stats().tags;
+        let weights = tags
+            .iter()
+            .filter(|u| u.tag == headroom_alloc::Tag::WEIGHTS);
+        weights.map(|u| u.live_allocations).sum::<u64>()
+    };
+    // One module's arrays: the dense weight and bias, the codes and the three of the scales.
+    let one = {
+        let _fetched = headroom_nn::fetched(&probes[0], &device).unwrap();
+        weights()
+    };
+    assert_eq!(one, 6);
+    // Forward: the first two modules run beside the next one's weights, the last alone.
+    // Backward, in the reverse order: the last two beside the earlier one's, the first alone.
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, [2 * one, 2 * one, one, 2 * one, 2 * one, one]);
+    assert_eq!(weights(), 0, "nothing fetched stays");
 }

@@ -2,10 +2,11 @@
 //! other way.
 
 use headroom_alloc::Tag;
-use headroom_kernels::Device;
+use headroom_kernels::ops::data::Arriving;
+use headroom_kernels::{Array, Device};
 
 use super::rule;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::recording::begin;
 use crate::saved::saves;
 use crate::tensor::Tensor;
@@ -20,10 +21,36 @@ impl Tensor {
         if self.device().same(device) {
             return Ok(self.clone());
         }
-        let y = Tensor::output_variable(self.array().to_device(device)?, self.is_variable());
+        self.copied(self.array().to_device(device)?)
+    }
+
+    /// [`Tensor::to_device`] with the copy fetched ahead: `copy` is this tensor's array copied
+    /// by [`Array::to_device_ahead`], handed over now (the device's kernels wait for it from
+    /// here on), recorded as `to_device` is.
+    pub fn arrived(&self, copy: Arriving) -> Result<Tensor> {
+        let copy = copy.arrived()?;
+        if copy.shape() != self.shape() || copy.dtype() != self.dtype() {
+            return Err(Error::Argument {
+                op: "arrived",
+                detail: format!(
+                    "a copy of {} {} for a tensor of {} {}",
+                    copy.dtype(),
+                    copy.shape(),
+                    self.dtype(),
+                    self.shape()
+                ),
+            });
+        }
+        self.copied(copy)
+    }
+
+    /// `copy`, this tensor's values on another device, recorded so that the gradient goes
+    /// back to this tensor's device.
+    fn copied(&self, copy: Array) -> Result<Tensor> {
+        let y = Tensor::output_variable(copy, self.is_variable());
         if let Some(rec) = begin(&[self]) {
             let home = self.device().clone();
-            let back = move |g: &headroom_kernels::Array, _: &[bool]| {
+            let back = move |g: &Array, _: &[bool]| {
                 let _gradients = home.scoped_tag(Tag::GRADIENTS);
                 Ok(vec![Some(g.to_device(&home)?)])
             };

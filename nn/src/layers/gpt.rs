@@ -21,7 +21,8 @@ use crate::layers::rms_norm::RmsNorm;
 use crate::layers::rotary::RotaryEmbedding;
 use crate::module::{Module, visit_child, visit_child_mut};
 use crate::recompute::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
-use crate::streaming::{fetched, move_to};
+use crate::streamed_pass::Streamed;
+use crate::streaming::move_to;
 
 /// A decoder's shape and family.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -317,9 +318,10 @@ impl Gpt {
 
     /// Keeps the blocks' weights on `host`, the device's host tier, and streams each block's
     /// to the device as it runs, in the forward pass and again in the backward pass, dropping
-    /// them after (ZeRO-Infinity's parameter offload, [`recomputed_streamed`]): the device holds
-    /// one block's weights at a time, and their gradients arrive on the host, where the
-    /// optimizer updates them. Streamed blocks are recomputed whole whatever
+    /// them after (ZeRO-Infinity's parameter offload, [`recomputed_streamed`]), each block's
+    /// copies starting while the block before it runs (the block after it, in the backward
+    /// pass: [`Streamed`]): the device holds two blocks' weights at a time, and their
+    /// gradients arrive on the host, where the optimizer updates them. Streamed blocks are recomputed whole whatever
     /// [`Gpt::set_recompute`] says (their MLPs tiled as it says). Moves every block tensor
     /// there now, and the blocks' weights stored quantized (QLoRA's base, which streams as its
     /// codes and scales), and back to the device with none.
@@ -405,9 +407,13 @@ impl Gpt {
             let x = self.embedded(ids, 0)?;
             self.dropout.forward(&x)?
         };
-        for block in &self.blocks {
-            if self.weights_host.is_some() {
-                x = recomputed_streamed(block, &self.counter, &x, self.offload.as_ref())?;
+        let streamed = self
+            .weights_host
+            .as_ref()
+            .map(|_| Streamed::pass(&self.blocks));
+        for (i, block) in self.blocks.iter().enumerate() {
+            if let Some(streamed) = &streamed {
+                x = recomputed_streamed(&streamed[i], &self.counter, &x, self.offload.as_ref())?;
                 continue;
             }
             x = match self.recompute {
@@ -513,9 +519,15 @@ impl Gpt {
             self.embedded(ids, cache.len())?
         };
         let mut kvs = Vec::with_capacity(self.blocks.len());
+        let streamed = self
+            .weights_host
+            .as_ref()
+            .map(|_| Streamed::pass(&self.blocks));
         for (i, block) in self.blocks.iter().enumerate() {
-            let (y, kv) = match &self.weights_host {
-                Some(_) => fetched(block, &device)?.forward_cached(&x, cache.block(i))?,
+            let (y, kv) = match &streamed {
+                Some(streamed) => streamed[i]
+                    .fetched(&device)?
+                    .forward_cached(&x, cache.block(i))?,
                 None => block.forward_cached(&x, cache.block(i))?,
             };
             x = y;

@@ -81,6 +81,12 @@ impl Arriving {
         self.0.buffer().settle()?;
         Ok(self.0)
     }
+
+    /// The array, its copy not yet waited for: only to hand it on to a type that settles it
+    /// when it arrives.
+    pub(crate) fn into_pending(self) -> Array {
+        self.0
+    }
 }
 
 /// When the device's kernels wait for a copy to the device.

@@ -17,7 +17,7 @@ mod meta;
 mod stored;
 
 pub use kernels::{Codes, DequantOperands, DequantSpec, GatherOperands, GatherSpec, QuantKernels};
-pub use stored::{QuantFormat, Quantized};
+pub use stored::{ArrivingQuantized, QuantFormat, Quantized};
 
 use crate::array::Array;
 use crate::dtype::DType;

@@ -301,24 +301,37 @@ impl Quantized {
     /// A copy on `target`, the host tier of its device or the device of its host tier (the
     /// routes of [`Array::to_device`]): the same codes and scales, so the same values.
     pub fn to_device(&self, target: &Device) -> Result<Quantized> {
+        self.map(|a| a.to_device(target))
+    }
+
+    /// [`Quantized::to_device`] from the host tier to a GPU, fetched ahead
+    /// ([`Array::to_device_ahead`]): the device's kernels wait for the copies once
+    /// [`ArrivingQuantized::arrived`] hands them over.
+    pub fn to_device_ahead(&self, target: &Device) -> Result<ArrivingQuantized> {
+        let copies = self.map(|a| Ok(a.to_device_ahead(target)?.into_pending()))?;
+        Ok(ArrivingQuantized(copies))
+    }
+
+    /// The same weight with each of its arrays replaced by `f` of it.
+    fn map(&self, mut f: impl FnMut(&Array) -> Result<Array>) -> Result<Quantized> {
         let scales = match &self.scales {
-            Scales::Plain(scales) => Scales::Plain(scales.to_device(target)?),
+            Scales::Plain(scales) => Scales::Plain(f(scales)?),
             Scales::Double {
                 codes,
                 absmax,
                 map,
                 offset,
             } => Scales::Double {
-                codes: codes.to_device(target)?,
-                absmax: absmax.to_device(target)?,
-                map: map.to_device(target)?,
+                codes: f(codes)?,
+                absmax: f(absmax)?,
+                map: f(map)?,
                 offset: *offset,
             },
         };
         Ok(Self {
             shape: self.shape.clone(),
             dtype: self.dtype,
-            codes: self.codes.to_device(target)?,
+            codes: f(&self.codes)?,
             scales,
         })
     }
@@ -341,5 +354,21 @@ impl Quantized {
             .iter()
             .map(|a| a.buffer().reserved_bytes())
             .sum()
+    }
+}
+
+/// A weight stored quantized whose copies to a GPU may still be running
+/// ([`Quantized::to_device_ahead`]).
+#[derive(Debug)]
+pub struct ArrivingQuantized(Quantized);
+
+impl ArrivingQuantized {
+    /// The weight, once the device's kernels queued from now on wait for its copies (the host
+    /// does not wait).
+    pub fn arrived(self) -> Result<Quantized> {
+        for array in self.0.arrays() {
+            array.buffer().settle()?;
+        }
+        Ok(self.0)
     }
 }
