@@ -106,6 +106,14 @@ impl Array {
         Ok(buffer)
     }
 
+    /// Waits for queued work that touches the array (a copy into it that may still run): what
+    /// the host does before it works on an array itself. Reading or writing it through the
+    /// kernels waits by itself; on a meta device this is where a planned host's queue waits
+    /// for a planned copy.
+    pub fn settle(&self) -> Result<()> {
+        self.buffer.settle()
+    }
+
     /// True when another handle shares this array's buffer.
     pub fn is_shared(&self) -> bool {
         Arc::strong_count(&self.buffer) > 1

@@ -13,6 +13,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceKind, DeviceMemory, KernelTime, TagScope, Timer};
 use crate::meta::{MetaBackend, PlanTarget, PlanningMemory};
+use crate::timeline::{Lane, Timeline};
 use crate::work::{Rates, Work, WorkLog};
 
 /// How much memory a device has and how its allocator manages it.
@@ -155,14 +156,26 @@ impl Device {
         Self::meta_over(target, rates, Box::new(source), config)
     }
 
-    /// A meta device planning for `target` over `source`, its work priced at `rates`.
+    /// A meta device planning for `target` over `source`, its work priced at `rates`, its
+    /// copies beside its kernels when it plans a GPU.
     pub(crate) fn meta_over(
         target: PlanTarget,
         rates: Rates,
         source: Box<dyn MemorySource>,
         config: DeviceConfig,
     ) -> Result<Device> {
-        let work = WorkLog::new(rates);
+        let beside = matches!(target, PlanTarget::Cuda { .. });
+        let work = WorkLog::new(rates, Timeline::new(beside), Lane::Kernels);
+        Self::meta_logged(target, work, source, config)
+    }
+
+    /// A meta device planning for `target` over `source`, its work added to `work`.
+    pub(crate) fn meta_logged(
+        target: PlanTarget,
+        work: Arc<WorkLog>,
+        source: Box<dyn MemorySource>,
+        config: DeviceConfig,
+    ) -> Result<Device> {
         let mut device = Self::assemble(
             DeviceKind::Meta,
             target,
@@ -321,10 +334,17 @@ impl Device {
         }
     }
 
-    /// Adds `kernel` to a meta device's account of work (nothing on a device that computes).
-    pub(crate) fn record_work(&self, kernel: crate::work::Kernel) {
+    /// A meta device's account of work (none on a device that computes).
+    pub(crate) fn work_log(&self) -> Option<&Arc<WorkLog>> {
+        self.0.work.as_ref()
+    }
+
+    /// On a meta device that plans a host tier's work beside its device's (an offloaded
+    /// optimizer's updates on a host thread), the device's kernels wait for the host's work
+    /// planned so far: where the host's results land on the device. Nothing elsewhere.
+    pub fn wait_for_planned_host_work(&self) {
         if let Some(work) = &self.0.work {
-            work.record(kernel);
+            work.timeline().join(Lane::Kernels, Lane::Host);
         }
     }
 

@@ -15,6 +15,7 @@ mod meta;
 pub mod ops;
 pub mod quant;
 mod shape;
+mod timeline;
 mod vector_math;
 mod work;
 

@@ -4,7 +4,10 @@
 //! Each kernel is priced as a launch plus the longer of its arithmetic and its memory traffic
 //! (a roofline): matrix products at the matrix rate (f32 or half precision), everything else at
 //! the vector rate, and the bytes every operand and result occupies at the memory bandwidth;
-//! a copy between a device and its host tier at the transfer rate.
+//! a copy between a device and its host tier at the transfer rate. The seconds fall on the
+//! queues of a timeline shared with the device's host tier (kernels, copies, the host's own
+//! work: beside each other on a GPU, in turn on a CPU), and a step takes until the last is
+//! done.
 //! The rates are fixed per kind of device ([`PlanTarget::rates`](crate::PlanTarget::rates)) so
 //! that plans are the same on every machine; measured ones can replace them ([`Rates`] is
 //! plain data).
@@ -16,6 +19,7 @@ use parking_lot::Mutex;
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::ops::gemm::kernels::GemmSpec;
+use crate::timeline::{Lane, Timeline};
 
 /// How fast a device computes and moves data, per second, and what a kernel launch costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,7 +66,8 @@ pub struct Work {
     pub bytes: f64,
     /// Bytes copied between the device and its host tier.
     pub transferred: f64,
-    /// Predicted seconds.
+    /// Predicted seconds, until the last of the device's queues is done: its kernels', its
+    /// copies' and its host tier's, beside each other on a GPU, in turn on a CPU.
     pub seconds: f64,
 }
 
@@ -146,24 +151,32 @@ impl Kernel {
     }
 }
 
-/// The running account of a meta device's kernels, priced at its rates.
+/// The running account of a meta device's kernels, priced at its rates, and when they would be
+/// done ([`Timeline`]).
 #[derive(Debug)]
 pub(crate) struct WorkLog {
     rates: Rates,
     work: Mutex<Work>,
+    /// The queues' clocks, shared with the device's planned host tier.
+    timeline: Arc<Timeline>,
+    /// The queue this device's kernels run on.
+    lane: Lane,
 }
 
 impl WorkLog {
-    /// An empty account priced at `rates`.
-    pub fn new(rates: Rates) -> Arc<Self> {
+    /// An empty account priced at `rates`, its kernels on `timeline`'s `lane`.
+    pub fn new(rates: Rates, timeline: Arc<Timeline>, lane: Lane) -> Arc<Self> {
         Arc::new(Self {
             rates,
             work: Mutex::new(Work::default()),
+            timeline,
+            lane,
         })
     }
 
-    /// Adds `kernel`.
-    pub fn record(&self, kernel: Kernel) {
+    /// Adds `kernel`, queued on this device's lane (a copy on the copy queue); returns when it
+    /// is done.
+    pub fn record(&self, kernel: Kernel) -> f64 {
         let seconds = self.rates.seconds(&kernel);
         let mut work = self.work.lock();
         work.kernels += 1;
@@ -171,11 +184,32 @@ impl WorkLog {
         work.vector_flops += kernel.vector_flops;
         work.bytes += kernel.bytes;
         work.transferred += kernel.transferred;
-        work.seconds += seconds;
+        match kernel.transferred > 0.0 {
+            true => self.timeline.copy(seconds),
+            false => self.timeline.run(self.lane, seconds),
+        }
     }
 
-    /// The account so far.
+    /// The queue this device's kernels run on.
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+
+    /// The rates its kernels are priced at.
+    pub fn rates(&self) -> Rates {
+        self.rates
+    }
+
+    /// The queues' clocks.
+    pub fn timeline(&self) -> &Arc<Timeline> {
+        &self.timeline
+    }
+
+    /// The account so far, its seconds until the last queue is done.
     pub fn work(&self) -> Work {
-        *self.work.lock()
+        Work {
+            seconds: self.timeline.done(),
+            ..*self.work.lock()
+        }
     }
 }

@@ -463,3 +463,25 @@ fn a_quantized_base_streams_with_its_adapters() {
         assert!(device.peak_in_use < kept_device.peak_in_use, "{case}");
     }
 }
+
+#[test]
+fn a_cpu_plan_prices_the_offloaded_updates_in_turn_with_the_step() {
+    let dir = TempDir::new("offload-seconds");
+    let mut config = config(&dir);
+    config.memory.policy = PolicyKind::Manual;
+    config.model.recompute = Some(Recompute::Blocks);
+    config.optimizer.clip = 0.0;
+    let seconds = |offload: bool| {
+        let mut config = config.clone();
+        config.optimizer.offload = Some(offload);
+        let trainer = Trainer::new(config).unwrap();
+        trainer.plan().unwrap().predicted_seconds
+    };
+    // On a CPU the host tier's updates take the same cores: the offloaded step does the same
+    // work and copies the parameters and gradients on top.
+    let (on_device, offloaded) = (seconds(false), seconds(true));
+    assert!(
+        offloaded > on_device,
+        "offloaded {offloaded} s, on the device {on_device} s"
+    );
+}

@@ -116,6 +116,9 @@ impl HostUpdates {
         self.reading = Some(gradient.clone());
         job.step = self.landings;
         if job.copies.param.device().kind() == DeviceKind::Meta {
+            // The host works on the copies once they have arrived.
+            job.copies.param.array().settle()?;
+            job.copies.grad.settle()?;
             let stopped = self.ran.iter().any(|ran| stops(&ran.outcome));
             run(&mut job, stopped);
             self.ran.push(job);
@@ -142,6 +145,10 @@ impl HostUpdates {
         self.reading = None;
         self.landings += 1;
         let mut all = std::mem::take(&mut self.ran);
+        if let Some(first) = all.first() {
+            // A plan's device waits for the host's updates, as a run's waits for the thread.
+            first.copies.param.device().wait_for_planned_host_work();
+        }
         if let Some(worker) = &self.thread {
             for _ in 0..std::mem::take(&mut self.handed) {
                 all.push(*worker.done.recv().map_err(|_| stopped_thread())?);

@@ -4,14 +4,15 @@
 //! (`model.offload_activations`), the optimizer's state, whose updates run there
 //! (`optimizer.offload`), and the blocks' weights, streamed to the device as they run
 //! (`model.offload_weights`). A run opens one over real host memory; a probe plans one on
-//! a meta device, whose copies to and from it are priced at the transfer rate.
+//! a meta device, whose copies to and from it are priced at the transfer rate and whose own
+//! work (the offloaded updates) at the host's rates, beside the device's on a GPU.
 //!
 //! The rule: the tier's limit is `memory.host_limit`; unset, a run's is the machine's memory
 //! and a plan's has none, so that a plan says what the host must hold instead of depending on
 //! the machine it was made on.
 
 use headroom_alloc::AllocatorConfig;
-use headroom_kernels::{Device, DeviceConfig, Rates};
+use headroom_kernels::{Device, DeviceConfig};
 
 use headroom_nn::Optimizer;
 
@@ -73,17 +74,15 @@ pub fn open(config: &TrainConfig, device: &Device) -> Result<Option<Device>> {
     Ok(Some(Device::host_tier_of(device, tier)?))
 }
 
-/// The host tier a probe of `config` plans, its copies priced at `rates`; none unless it
-/// offloads.
-pub fn planned(config: &TrainConfig, rates: Rates) -> Result<Option<Device>> {
+/// The host tier a probe of `config` plans beside `device`, a meta device (its work on the
+/// host's queue of the device's timeline); none unless it offloads.
+pub fn planned(config: &TrainConfig, device: &Device) -> Result<Option<Device>> {
     if !wanted(config) {
         return Ok(None);
     }
     let limit = limit(config).unwrap_or(UNLIMITED);
-    Ok(Some(Device::meta_host_tier(
-        rates,
-        DeviceConfig::new(limit),
-    )?))
+    let tier = DeviceConfig::new(limit);
+    Ok(Some(Device::meta_host_tier_of(device, tier)?))
 }
 
 /// The host tier's limit that `config` sets, if it does.

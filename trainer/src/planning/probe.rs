@@ -160,7 +160,7 @@ impl Prober {
     pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
         let config = &self.config;
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
-        let host = host_tier::planned(config, self.rates)?;
+        let host = host_tier::planned(config, &roomy)?;
         let (model, optimizer) = host_tier::build_training_state(
             config,
             (&*self.factory, &roomy, host.as_ref()),
@@ -225,7 +225,7 @@ impl Prober {
         let config = &self.config;
         let device =
             Device::meta_with_rates(self.plan_target, self.rates, budget.device_config(0))?;
-        let host = host_tier::planned(config, self.rates)?;
+        let host = host_tier::planned(config, &device)?;
         let built = host_tier::build_training_state(
             config,
             (&*self.factory, &device, host.as_ref()),

@@ -6,6 +6,7 @@ use crate::cpu::with_element;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::DeviceKind;
+use crate::timeline::{Lane, PlannedCopy};
 use crate::work::Kernel;
 
 impl Array {
@@ -117,10 +118,7 @@ fn check_route(op: &'static str, from: &Device, to: &Device) -> Result<()> {
 fn copy(op: &'static str, src: &Array, dst: &mut Array, arrival: Arrival) -> Result<()> {
     let (source, target) = (src.device().clone(), dst.device().clone());
     if source.kind() == DeviceKind::Meta {
-        for device in [&source, &target] {
-            device.record_work(Kernel::transfer(src.buffer().bytes()));
-        }
-        Ok(())
+        plan_copy(src, dst, arrival)
     } else if target.kind() == DeviceKind::Cpu {
         let buffer = dst.buffer_mut(op)?;
         let done = with_element!(src.dtype(), |T| {
@@ -151,14 +149,76 @@ fn copy(op: &'static str, src: &Array, dst: &mut Array, arrival: Arrival) -> Res
     }
 }
 
+/// A planned copy between meta devices: priced once, on the copy queue of the device's
+/// timeline (the one that is not a host tier), and waited for where a real copy is: by the
+/// kernels at `arrival` for a copy to the device, by the host where it reads or frees the
+/// array for a copy to the host tier.
+fn plan_copy(src: &Array, dst: &Array, arrival: Arrival) -> Result<()> {
+    let on_host = |device: &Device| {
+        device
+            .work_log()
+            .is_some_and(|log| log.lane() == Lane::Host)
+    };
+    let to_host = on_host(dst.device());
+    let device = if to_host { src.device() } else { dst.device() };
+    let Some(log) = device.work_log() else {
+        return Ok(());
+    };
+    let at = log.record(Kernel::transfer(src.buffer().bytes()));
+    let timeline = log.timeline().clone();
+    let lane = match to_host {
+        true => Lane::Host,
+        false if arrival == Arrival::Now => {
+            timeline.wait(Lane::Kernels, at);
+            return Ok(());
+        }
+        false => Lane::Kernels,
+    };
+    let copy = PlannedCopy { timeline, lane, at };
+    dst.buffer().touched_later_by(Some(Box::new(copy)))
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::{Array, DType, Device, DeviceConfig};
+    use crate::ops::gemm::matmul;
+    use crate::{Array, DType, Device, DeviceConfig, PlanTarget};
+
+    /// The predicted seconds of a copy of 16 MiB from the host tier and a product of 4096 x
+    /// 4096 matrices planned for `target`, the copy fetched ahead of the product or before it.
+    fn copy_and_product(target: PlanTarget, ahead: bool) -> f64 {
+        let device = Device::meta_for(target, DeviceConfig::new(1 << 30)).unwrap();
+        let host = Device::meta_host_tier_of(&device, DeviceConfig::new(1 << 30)).unwrap();
+        let offloaded = Array::zeros(&host, [4 << 20], DType::F32).unwrap();
+        let a = Array::zeros(&device, [4096, 4096], DType::F32).unwrap();
+        if ahead {
+            let arriving = offloaded.to_device_ahead(&device).unwrap();
+            matmul(&a, &a, false, false).unwrap();
+            arriving.arrived().unwrap();
+        } else {
+            offloaded.to_device(&device).unwrap();
+            matmul(&a, &a, false, false).unwrap();
+        }
+        device.planned_work().unwrap().seconds
+    }
+
+    #[test]
+    fn a_planned_gpu_copy_fetched_ahead_runs_beside_the_kernels_and_a_cpu_one_in_turn() {
+        let gpu = PlanTarget::cuda(9);
+        let (ahead, now) = (copy_and_product(gpu, true), copy_and_product(gpu, false));
+        let rates = gpu.rates();
+        let copy = rates.launch + (16 << 20) as f64 / rates.transfer;
+        assert!(
+            (now - ahead - copy).abs() < 1e-12,
+            "fetched ahead {ahead} s, before the product {now} s: the copy takes {copy} s"
+        );
+        let cpu = PlanTarget::Cpu;
+        assert_eq!(copy_and_product(cpu, true), copy_and_product(cpu, false));
+    }
 
     #[test]
     fn meta_copies_move_nothing_but_are_priced_and_mixed_pairs_are_refused() {
         let planned = Device::meta(DeviceConfig::new(1 << 20)).unwrap();
-        let host = Device::meta(DeviceConfig::new(1 << 20)).unwrap();
+        let host = Device::meta_host_tier_of(&planned, DeviceConfig::new(1 << 20)).unwrap();
         let a = Array::zeros(&planned, [1024], DType::F32).unwrap();
         let before = planned.planned_work().unwrap();
         let b = a.to_device(&host).unwrap();
@@ -166,7 +226,9 @@ mod tests {
         let after = planned.planned_work().unwrap();
         assert_eq!(after.transferred - before.transferred, 4096.0);
         assert!(after.seconds > before.seconds);
-        assert_eq!(host.planned_work().unwrap().transferred, 4096.0);
+        // Priced once, on the device; the host tier shares its clocks.
+        assert_eq!(host.planned_work().unwrap().transferred, 0.0);
+        assert_eq!(host.planned_work().unwrap().seconds, after.seconds);
         let cpu = Device::cpu(DeviceConfig::new(1 << 20)).unwrap();
         assert!(
             b.to_device(&cpu).is_err(),
