@@ -52,27 +52,29 @@ where
 
 /// [`recompute`], keeping the segment's inputs on `host` (the device's host tier) instead of
 /// the device (activation offloading): each is copied there as the forward pass runs the
-/// segment, and back to the device when the backward rule runs it again, one segment ahead:
-/// the rule of the segment after it (which runs first) starts the copy, so that it runs beside
-/// that rule's kernels. Between the passes the device keeps nothing for the segment; `host`
-/// keeps its inputs, tagged as activations.
+/// segment, and back to the device when the backward rule runs it again. With `ahead`, one
+/// segment ahead: the rule of the segment after it (which runs first) starts the copy, so that
+/// it runs beside that rule's kernels, and the device holds two segments' inputs meanwhile;
+/// without, as the rule starts, its kernels waiting for the copy. Between the passes the
+/// device keeps nothing for the segment; `host` keeps its inputs, tagged as activations.
 pub fn recompute_offloaded<F>(
     inputs: &[&Tensor],
     variables: &[&Tensor],
     host: &Device,
+    ahead: bool,
     f: F,
 ) -> Result<Tensor>
 where
     F: Fn(&[Tensor]) -> Result<Tensor> + Send + 'static,
 {
-    segment(inputs, variables, Some(host), f)
+    segment(inputs, variables, Some((host, ahead)), f)
 }
 
-/// [`recompute`] with its inputs kept on `host` when there is one.
+/// [`recompute`] with its inputs kept on a host tier when there is one (fetched ahead or not).
 fn segment<F>(
     inputs: &[&Tensor],
     variables: &[&Tensor],
-    host: Option<&Device>,
+    host: Option<(&Device, bool)>,
     f: F,
 ) -> Result<Tensor>
 where
@@ -86,7 +88,7 @@ where
     // The inputs go to the host before the segment runs, so that on a GPU their copies overlap
     // its kernels.
     let kept: Vec<Array> = match host {
-        Some(host) => {
+        Some((host, _)) => {
             let _activations = host.scoped_tag(Tag::ACTIVATIONS);
             let kept = owned.iter().map(|t| t.array().to_device(host));
             kept.collect::<Result<_, _>>()?
@@ -113,9 +115,10 @@ where
     let variables: Vec<Tensor> = variables.iter().map(|&t| t.clone()).collect();
     drop(owned);
     let kept = match host {
-        Some(_) => Inputs::Offloaded(
+        Some((_, true)) => Inputs::Offloaded(
             recording.chain_offloaded(|earlier| OffloadedInputs::new(kept, earlier)),
         ),
+        Some((_, false)) => Inputs::Offloaded(OffloadedInputs::new(kept, None)),
         None => Inputs::Kept(kept),
     };
     let rule = move |dy: Array, needs: &[bool]| {

@@ -138,35 +138,38 @@ fn without_a_recording_tape_a_segment_is_a_plain_call() {
 }
 
 #[test]
-fn offloaded_inputs_come_back_one_segment_ahead_of_their_rule() {
+fn offloaded_inputs_come_back_one_segment_ahead_of_their_rule_or_as_it_starts() {
     use std::sync::{Arc, Mutex};
     let (device, host) = (device(), device());
     let w = Tensor::variable(
         headroom_kernels::Array::from_f64(&device, [16, 16], DType::F32, &[0.01; 256]).unwrap(),
     );
     let x = Tensor::from_f64(&device, [8, 16], DType::F32, &[0.5; 128]).unwrap();
-    // The activations live on the device each time a segment runs: three forward, then three
-    // again in the backward pass, last segment first.
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let segment = |input: &Tensor| {
-        let (device, seen, weight) = (device.clone(), Arc::clone(&seen), w.clone());
-        headroom_autograd::recompute_offloaded(&[input], &[&w], &host, move |inputs| {
-            seen.lock().unwrap().push(live(&device, Tag::ACTIVATIONS));
-            inputs[0].matmul(&weight)?.tanh()
-        })
-    };
-    let tape = Tape::new();
-    tape.watch(&x);
-    let loss = tape
-        .record(|| segment(&segment(&segment(&x)?)?)?.sum_all())
-        .unwrap();
-    let grads = tape.gradient(&loss, &[&w, &x]).unwrap();
-    assert!(grads.get(&w).is_some() && grads.get(&x).is_some());
-    let seen = seen.lock().unwrap();
-    let input = 8 * 16 * 4;
-    // The last segment's rule holds its input and has brought back the one before, which
-    // brings back the first; the first has nothing earlier to bring.
-    assert_eq!(seen.len(), 6, "{seen:?}");
-    assert_eq!(seen[3], seen[5] + input, "{seen:?}");
-    assert_eq!(seen[4], seen[5] + input, "{seen:?}");
+    for ahead in [true, false] {
+        // The activations live on the device each time a segment runs: three forward, then
+        // three again in the backward pass, last segment first.
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let segment = |input: &Tensor| {
+            let (device, seen, weight) = (device.clone(), Arc::clone(&seen), w.clone());
+            headroom_autograd::recompute_offloaded(&[input], &[&w], &host, ahead, move |inputs| {
+                seen.lock().unwrap().push(live(&device, Tag::ACTIVATIONS));
+                inputs[0].matmul(&weight)?.tanh()
+            })
+        };
+        let tape = Tape::new();
+        tape.watch(&x);
+        let loss = tape
+            .record(|| segment(&segment(&segment(&x)?)?)?.sum_all())
+            .unwrap();
+        let grads = tape.gradient(&loss, &[&w, &x]).unwrap();
+        assert!(grads.get(&w).is_some() && grads.get(&x).is_some());
+        let seen = seen.lock().unwrap();
+        // Fetched ahead, the last segment's rule holds its input and has brought back the one
+        // before, which brings back the first; the first has nothing earlier to bring. Each
+        // rule holds its own input alone otherwise.
+        let earlier = if ahead { 8 * 16 * 4 } else { 0 };
+        assert_eq!(seen.len(), 6, "{seen:?}");
+        assert_eq!(seen[3], seen[5] + earlier, "ahead {ahead}: {seen:?}");
+        assert_eq!(seen[4], seen[5] + earlier, "ahead {ahead}: {seen:?}");
+    }
 }

@@ -71,18 +71,20 @@ where
 }
 
 /// [`recomputed`], keeping `x` on `host` (the device's host tier) until the backward pass
-/// needs it back ([`headroom_autograd::recompute_offloaded`]): the device keeps nothing for
-/// the segment.
+/// needs it back, one segment ahead of its rule or not ([`headroom_autograd::recompute_offloaded`]):
+/// the device keeps nothing for the segment.
 pub fn recomputed_offloaded<M>(
     module: &M,
     counter: &DropoutCounter,
     x: &Tensor,
     host: &Device,
+    ahead: bool,
 ) -> Result<Tensor>
 where
     M: Module + Clone + 'static,
 {
-    segment(Weights::Resident(module.clone()), counter, x, Some(host))
+    let module = Weights::Resident(module.clone());
+    segment(module, counter, x, Some((host, ahead)))
 }
 
 /// [`recomputed`] for a module whose weights live elsewhere (the host tier: weight streaming),
@@ -91,7 +93,8 @@ where
 /// ([`Streamed::fetched`], copied there one module ahead) and drops the copies once done, so
 /// that the device holds the module's weights only around its run; their gradients go back to
 /// where the weights live. Its input waits on `activations` when given
-/// ([`recomputed_offloaded`]), on the device otherwise.
+/// ([`recomputed_offloaded`], fetched ahead where the pass fetches weights ahead), on the
+/// device otherwise.
 pub fn recomputed_streamed<M>(
     module: &Streamed<M>,
     counter: &DropoutCounter,
@@ -101,7 +104,8 @@ pub fn recomputed_streamed<M>(
 where
     M: Module + Clone + 'static,
 {
-    segment(Weights::Streamed(module.clone()), counter, x, activations)
+    let host = activations.map(|host| (host, module.ahead()));
+    segment(Weights::Streamed(module.clone()), counter, x, host)
 }
 
 /// Where a segment's module finds its weights.
@@ -112,12 +116,12 @@ enum Weights<M> {
     Streamed(Streamed<M>),
 }
 
-/// [`recomputed`], its input kept on `host` when there is one.
+/// [`recomputed`], its input kept on a host tier when there is one (fetched ahead or not).
 fn segment<M>(
     weights: Weights<M>,
     counter: &DropoutCounter,
     x: &Tensor,
-    host: Option<&Device>,
+    host: Option<(&Device, bool)>,
 ) -> Result<Tensor>
 where
     M: Module + Clone + 'static,
@@ -144,7 +148,9 @@ where
         out.map_err(into_autograd)
     };
     Ok(match host {
-        Some(host) => headroom_autograd::recompute_offloaded(&[x], &variables, host, run)?,
+        Some((host, ahead)) => {
+            headroom_autograd::recompute_offloaded(&[x], &variables, host, ahead, run)?
+        }
         None => headroom_autograd::recompute(&[x], &variables, run)?,
     })
 }

@@ -31,20 +31,25 @@ struct Pass<M> {
     /// last run is over.
     modules: Vec<Weak<M>>,
     /// Invariant: one per module; the copies of its weights started ahead, until it runs.
-    ahead: Vec<Mutex<Option<WeightsAhead>>>,
+    started: Vec<Mutex<Option<WeightsAhead>>>,
     /// Invariant: one per module; whether it has run once (its later runs are the backward
     /// pass's recomputation).
     ran: Vec<AtomicBool>,
+    /// Whether a module's run starts the copies of the next one's weights.
+    ahead: bool,
 }
 
 impl<M: Module + Clone> Streamed<M> {
-    /// `modules` as one pass, in the order the forward pass runs them.
-    pub fn pass(modules: &[M]) -> Vec<Streamed<M>> {
+    /// `modules` as one pass, in the order the forward pass runs them, each fetching the next
+    /// one's weights as it runs where `ahead` (else each module's copies start as it runs, the
+    /// kernels waiting for them, and the device holds one module's weights at a time).
+    pub fn pass(modules: &[M], ahead: bool) -> Vec<Streamed<M>> {
         let modules: Vec<Arc<M>> = modules.iter().cloned().map(Arc::new).collect();
         let pass = Arc::new(Pass {
             modules: modules.iter().map(Arc::downgrade).collect(),
-            ahead: modules.iter().map(|_| Mutex::new(None)).collect(),
+            started: modules.iter().map(|_| Mutex::new(None)).collect(),
             ran: modules.iter().map(|_| AtomicBool::new(false)).collect(),
+            ahead,
         });
         let handles = modules.into_iter().enumerate();
         handles
@@ -61,24 +66,30 @@ impl<M: Module + Clone> Streamed<M> {
         &self.module
     }
 
+    /// Whether the pass fetches each module's weights one module ahead.
+    pub fn ahead(&self) -> bool {
+        self.pass.ahead
+    }
+
     /// The module with its weights on `device` ([`fetched`]): the copies started ahead, or
     /// copies made now. Then the copies of the module that runs next start: the later one
     /// on the first run (the forward pass), the earlier one on a run after it (the backward
     /// pass runs the modules again in the reverse order).
     pub fn fetched(&self, device: &Device) -> Result<M> {
         let pass = &self.pass;
-        let ahead = pass.ahead[self.index].lock().take();
-        let module = match ahead {
+        let started = pass.started[self.index].lock().take();
+        let module = match started {
             Some(ahead) => ahead.fetched(self.module())?,
             None => fetched(self.module(), device)?,
         };
         let next = match pass.ran[self.index].swap(true, Ordering::Relaxed) {
+            _ if !pass.ahead => None,
             false => self.index.checked_add(1),
             true => self.index.checked_sub(1),
         };
         let next = next.and_then(|next| Some((next, pass.modules.get(next)?.upgrade()?)));
         if let Some((next, module)) = next {
-            let mut slot = pass.ahead[next].lock();
+            let mut slot = pass.started[next].lock();
             if slot.is_none() {
                 *slot = Some(WeightsAhead::start(&*module, device)?);
             }

@@ -520,22 +520,6 @@ fn streamed_modules_fetch_the_weights_of_the_one_that_runs_next_while_they_run()
     let parameters: Vec<Tensor> = probes.iter().flat_map(|p| p.parameters()).collect();
     let x = Tensor::from_f64(&device, [2, 64], DType::F32, &[0.25; 128]).unwrap();
     let counter = DropoutCounter::default();
-    let tape = Tape::new();
-    let pass = Streamed::pass(&probes);
-    let y = tape
-        .record(|| {
-            let mut x = x.clone();
-            for module in &pass {
-                x = recomputed_streamed(module, &counter, &x, None)?;
-            }
-            Ok::<_, headroom_nn::Error>(x.sum_all()?)
-        })
-        .unwrap();
-    drop(pass);
-    let grads = tape
-        .gradient(&y, &parameters.iter().collect::<Vec<_>>())
-        .unwrap();
-    assert_eq!(grads.len(), parameters.len());
     let weights = || {
         let tags = device.allocator().stats().tags;
         let weights = tags
@@ -549,9 +533,30 @@ fn streamed_modules_fetch_the_weights_of_the_one_that_runs_next_while_they_run()
         weights()
     };
     assert_eq!(one, 6);
-    // Forward: the first two modules run beside the next one's weights, the last alone.
-    // Backward, in the reverse order: the last two beside the earlier one's, the first alone.
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen, [2 * one, 2 * one, one, 2 * one, 2 * one, one]);
-    assert_eq!(weights(), 0, "nothing fetched stays");
+    for ahead in [true, false] {
+        seen.lock().unwrap().clear();
+        let tape = Tape::new();
+        let pass = Streamed::pass(&probes, ahead);
+        let y = tape
+            .record(|| {
+                let mut x = x.clone();
+                for module in &pass {
+                    x = recomputed_streamed(module, &counter, &x, None)?;
+                }
+                Ok::<_, headroom_nn::Error>(x.sum_all()?)
+            })
+            .unwrap();
+        drop(pass);
+        let grads = tape
+            .gradient(&y, &parameters.iter().collect::<Vec<_>>())
+            .unwrap();
+        assert_eq!(grads.len(), parameters.len());
+        // Fetched ahead: forward, the first two modules run beside the next one's weights,
+        // the last alone; backward, in the reverse order, the last two beside the earlier
+        // one's, the first alone. Else each module's alone.
+        let seen = seen.lock().unwrap().clone();
+        let two = if ahead { 2 * one } else { one };
+        assert_eq!(seen, [two, two, one, two, two, one], "ahead {ahead}");
+        assert_eq!(weights(), 0, "ahead {ahead}: nothing fetched stays");
+    }
 }

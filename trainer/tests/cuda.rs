@@ -136,13 +136,21 @@ fn a_qlora_step_on_the_gpu_peaks_as_planned_and_follows_the_cpu() {
 fn a_step_offloading_to_the_host_tier_peaks_as_planned_on_both_tiers_and_follows_the_cpu() {
     let dir = TempDir::new("cuda-offload");
     // The activations and the optimizer offloaded, updated after the backward pass and in it
-    // (the host tier's thread checks each gradient); then the weights streamed too.
-    for (weights, in_backward) in [(false, false), (false, true), (true, false)] {
+    // (the host tier's thread checks each gradient); then the weights streamed too, fetched
+    // one block ahead and in turn.
+    let cases = [
+        (false, false, true),
+        (false, true, true),
+        (true, false, true),
+        (true, false, false),
+    ];
+    for (weights, in_backward, ahead) in cases {
         let mut config = small_llama(&dir);
         let model = &mut config.model;
         model.recompute = Some(Recompute::BlocksTiled);
         model.offload_activations = Some(true);
         model.offload_weights = Some(weights);
+        model.fetch_ahead = Some(ahead);
         config.optimizer.offload = Some(true);
         config.optimizer.in_backward = Some(in_backward);
         if in_backward {
@@ -158,20 +166,20 @@ fn a_step_offloading_to_the_host_tier_peaks_as_planned_on_both_tiers_and_follows
         assert_eq!(
             gpu.device().allocator().stats().peak_in_use,
             plan.predicted_peak,
-            "weights streamed {weights}, in backward {in_backward}: {plan}"
+            "weights streamed {weights}, in backward {in_backward}, ahead {ahead}: {plan}"
         );
         let host = gpu.host_tier().unwrap().allocator().stats().peak_in_use;
         assert_eq!(
             Some(host),
             plan.predicted_host_peak,
-            "weights streamed {weights}, in backward {in_backward}: {plan}"
+            "weights streamed {weights}, in backward {in_backward}, ahead {ahead}: {plan}"
         );
         let mut cpu = Trainer::new(config).unwrap();
         for (on_gpu, _) in losses.iter().zip(0..) {
             let on_cpu = cpu.train_step().unwrap().loss;
             assert!(
                 (on_gpu - on_cpu).abs() <= 1e-3 * on_cpu.abs(),
-                "weights streamed {weights}, in backward {in_backward}: {on_gpu} against {on_cpu}"
+                "weights streamed {weights}, in backward {in_backward}, ahead {ahead}: {on_gpu} against {on_cpu}"
             );
         }
     }

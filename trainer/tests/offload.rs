@@ -485,3 +485,48 @@ fn a_cpu_plan_prices_the_offloaded_updates_in_turn_with_the_step() {
         "offloaded {offloaded} s, on the device {on_device} s"
     );
 }
+
+#[test]
+fn fetched_in_turn_a_streamed_step_holds_less_peaks_as_planned_and_the_policy_takes_it_when_only_it_fits()
+ {
+    let dir = TempDir::new("offload-in-turn");
+    let mut config = config(&dir);
+    config.model.recompute = Some(Recompute::Blocks);
+    config.optimizer.clip = 0.0;
+    config.model.offload_activations = Some(true);
+    config.model.offload_weights = Some(true);
+    config.optimizer.offload = Some(true);
+    let run = |ahead: bool| {
+        let mut config = config.clone();
+        config.model.fetch_ahead = Some(ahead);
+        two_steps(config)
+    };
+    let ((ahead, ahead_losses), (in_turn, losses)) = (run(true), run(false));
+    let (device, _) = same_steps_as_planned((&ahead, &ahead_losses), (&in_turn, &losses), "");
+    let ahead_peak = ahead.device().allocator().stats().peak_in_use;
+    assert!(
+        device.peak_in_use < ahead_peak,
+        "in turn {} against ahead {ahead_peak}",
+        device.peak_in_use
+    );
+    // Under a limit a page short of the step of one sample that fetches ahead, the policy
+    // brings the blocks back in turn.
+    let one_sample = |ahead: bool| {
+        let mut pinned = config.clone();
+        pinned.memory.policy = PolicyKind::Manual;
+        pinned.batch.size = 1;
+        pinned.model.fetch_ahead = Some(ahead);
+        Trainer::new(pinned).unwrap().plan().unwrap().predicted_peak
+    };
+    let (in_turn_one, ahead_one) = (one_sample(false), one_sample(true));
+    assert!(in_turn_one < ahead_one, "{in_turn_one} against {ahead_one}");
+    let mut tight = config.clone();
+    tight.model.fetch_ahead = None;
+    tight.batch.margin = Some(0.0);
+    tight.memory.limit = Some((ahead_one - 4096).into());
+    let trainer = Trainer::new(tight).unwrap();
+    let plan = trainer.plan().unwrap();
+    let chosen = &plan.policy.as_ref().unwrap().chosen;
+    assert!(!chosen.fetch_ahead, "{plan}");
+    assert!(plan.to_string().contains("all in turn"), "{plan}");
+}

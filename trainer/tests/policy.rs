@@ -57,6 +57,7 @@ fn policy(recompute: Recompute, in_backward: bool, state: StateKind) -> Policy {
         offload_activations: false,
         offload_optimizer: false,
         offload_weights: false,
+        fetch_ahead: true,
     }
 }
 

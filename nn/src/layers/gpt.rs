@@ -150,6 +150,8 @@ pub struct Gpt {
     /// The host tier the blocks' weights live on, streamed to the device block by block;
     /// none: the device.
     weights_host: Option<Device>,
+    /// Whether offloaded block inputs and streamed weights come back one block ahead.
+    fetch_ahead: bool,
     /// Rows per chunk of the fused head and loss in [`Gpt::loss`]; none: the logits whole.
     head_chunk: Option<usize>,
 }
@@ -220,6 +222,7 @@ impl Gpt {
             recompute: Recompute::None,
             offload: None,
             weights_host: host.cloned(),
+            fetch_ahead: true,
             head_chunk: Some((HEAD_CHUNK_LOGITS / config.vocab.max(1)).max(1)),
         })
     }
@@ -320,8 +323,9 @@ impl Gpt {
     /// to the device as it runs, in the forward pass and again in the backward pass, dropping
     /// them after (ZeRO-Infinity's parameter offload, [`recomputed_streamed`]), each block's
     /// copies starting while the block before it runs (the block after it, in the backward
-    /// pass: [`Streamed`]): the device holds two blocks' weights at a time, and their
-    /// gradients arrive on the host, where the optimizer updates them. Streamed blocks are recomputed whole whatever
+    /// pass: [`Streamed`]; as it starts without [`Gpt::set_fetch_ahead`]): the device holds
+    /// two blocks' weights at a time (one in turn), and their gradients arrive on the host,
+    /// where the optimizer updates them. Streamed blocks are recomputed whole whatever
     /// [`Gpt::set_recompute`] says (their MLPs tiled as it says). Moves every block tensor
     /// there now, and the blocks' weights stored quantized (QLoRA's base, which streams as its
     /// codes and scales), and back to the device with none.
@@ -340,6 +344,19 @@ impl Gpt {
     /// The host tier the blocks' weights live on, if they are streamed.
     pub fn offload_weights(&self) -> Option<&Device> {
         self.weights_host.as_ref()
+    }
+
+    /// Whether the blocks' offloaded inputs and streamed weights come back one block ahead of
+    /// their use, their copies beside the kernels of the block before (on by default), or as
+    /// each block starts, its kernels waiting for them: a block's input and a block's weights
+    /// less on the device, for the time of the copies on a GPU.
+    pub fn set_fetch_ahead(&mut self, ahead: bool) {
+        self.fetch_ahead = ahead;
+    }
+
+    /// Whether offloaded block inputs and streamed weights come back one block ahead.
+    pub fn fetch_ahead(&self) -> bool {
+        self.fetch_ahead
     }
 
     /// Computes the head and the loss of [`Gpt::loss`] together, `rows` rows of logits at a time
@@ -410,7 +427,7 @@ impl Gpt {
         let streamed = self
             .weights_host
             .as_ref()
-            .map(|_| Streamed::pass(&self.blocks));
+            .map(|_| Streamed::pass(&self.blocks, self.fetch_ahead));
         for (i, block) in self.blocks.iter().enumerate() {
             if let Some(streamed) = &streamed {
                 x = recomputed_streamed(&streamed[i], &self.counter, &x, self.offload.as_ref())?;
@@ -421,7 +438,9 @@ impl Gpt {
                 Recompute::Cheap => block.forward_recomputing_cheap(&x, false)?,
                 Recompute::CheapUp => block.forward_recomputing_cheap(&x, true)?,
                 Recompute::Blocks | Recompute::BlocksTiledMlp { .. } => match &self.offload {
-                    Some(host) => recomputed_offloaded(block, &self.counter, &x, host)?,
+                    Some(host) => {
+                        recomputed_offloaded(block, &self.counter, &x, host, self.fetch_ahead)?
+                    }
                     None => recomputed(block, &self.counter, &x)?,
                 },
             };
@@ -522,7 +541,7 @@ impl Gpt {
         let streamed = self
             .weights_host
             .as_ref()
-            .map(|_| Streamed::pass(&self.blocks));
+            .map(|_| Streamed::pass(&self.blocks, self.fetch_ahead));
         for (i, block) in self.blocks.iter().enumerate() {
             let (y, kv) = match &streamed {
                 Some(streamed) => streamed[i]

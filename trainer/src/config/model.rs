@@ -77,12 +77,21 @@ pub struct ModelConfig {
     pub offload_activations: Option<bool>,
     /// GPT: keep the blocks' weights in the host tier and stream each block's to the device as
     /// it runs, forward and again backward (ZeRO-Infinity's parameter offload): the device
-    /// holds one block's weights at a time, and their gradients and updates are on the host.
+    /// holds two blocks' weights at a time (one with `fetch_ahead = false`), and their
+    /// gradients and updates are on the host.
     /// Needs whole blocks recomputed and the optimizer offloaded (`optimizer.offload =
     /// true`). Unset: the memory policy streams them where nothing faster fits (never under
     /// `memory.policy = "manual"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload_weights: Option<bool>,
+    /// GPT, with offloaded activations or streamed weights: bring each block's input and
+    /// weights back from the host tier one block ahead of their use, their copies running
+    /// beside the block before it on a GPU (`true`), or as the block starts, its kernels
+    /// waiting for them (`false`): a block's input and a block's weights less on the device,
+    /// for the time of the copies. Unset: the memory policy fetches ahead unless only the other
+    /// fits or is faster (`true` under `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fetch_ahead: Option<bool>,
     /// GPT: rows of tokens whose logits the fused head and loss form at a time. Unset: the
     /// planner chooses (or, with a fixed micro-batch, the model's default of 8 Mi logits).
     pub head_chunk: Option<usize>,
@@ -133,6 +142,7 @@ impl Default for ModelConfig {
             qk_norm: false,
             recompute: None,
             offload_activations: None,
+            fetch_ahead: None,
             offload_weights: None,
             head_chunk: None,
             hidden: vec![256, 256],
@@ -175,6 +185,12 @@ impl ModelConfig {
     /// Whether the blocks' weights live in the host tier (`offload_weights`).
     pub fn offloads_weights(&self) -> bool {
         self.offload_weights == Some(true)
+    }
+
+    /// Whether offloaded inputs and streamed weights come back one block ahead
+    /// (`fetch_ahead`, on unless set off).
+    pub fn fetches_ahead(&self) -> bool {
+        self.fetch_ahead != Some(false)
     }
 
     /// The vocabulary for data without one of its own: `vocab`, or the preset's.

@@ -79,6 +79,10 @@ pub struct Overrides {
     /// whole blocks recomputed).
     #[cfg_attr(feature = "cli", arg(long))]
     pub offload_weights: bool,
+    /// Bring offloaded block inputs and streamed weights back as each block starts instead of
+    /// one block ahead: less device memory, the copies not hidden (model.fetch_ahead = false).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_fetch_ahead: bool,
     /// The most the host tier may hold, e.g. 64GiB (memory.host_limit).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_host_limit))]
     pub host_limit: Option<ByteSize>,
@@ -331,6 +335,9 @@ impl Overrides {
         if self.offload_weights {
             config.model.offload_weights = Some(true);
             config.optimizer.offload = Some(true);
+        }
+        if self.no_fetch_ahead {
+            config.model.fetch_ahead = Some(false);
         }
         if self.host_limit.is_some() {
             config.memory.host_limit = self.host_limit.clone();

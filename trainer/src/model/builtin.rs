@@ -258,6 +258,7 @@ impl TrainableModel for TrainModel {
     fn set_host_tier(&mut self, offloads: &Offloads) -> Result<()> {
         if let TrainModel::Gpt(gpt) = self {
             gpt.set_offload_activations(offloads.activations.clone());
+            gpt.set_fetch_ahead(offloads.ahead);
             gpt.set_offload_weights(offloads.weights.clone())?;
         }
         Ok(())

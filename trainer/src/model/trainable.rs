@@ -77,6 +77,8 @@ pub struct Offloads {
     pub activations: Option<Device>,
     /// The host tier its blocks' weights live on.
     pub weights: Option<Device>,
+    /// Whether both come back to the device one block ahead of their use.
+    pub ahead: bool,
 }
 
 /// What the planner chose for the model being built.

@@ -34,12 +34,14 @@ pub fn wanted(config: &TrainConfig) -> bool {
 }
 
 /// What the model of `config` keeps on `host`: its recomputed blocks' inputs where `config`
-/// offloads activations, its blocks' weights where it streams them.
+/// offloads activations, its blocks' weights where it streams them, fetched ahead unless it
+/// says not.
 pub fn for_model(config: &TrainConfig, host: Option<&Device>) -> Offloads {
     let on = |wanted: bool| host.filter(|_| wanted).cloned();
     Offloads {
         activations: on(config.model.offloads_activations()),
         weights: on(config.model.offloads_weights()),
+        ahead: config.model.fetches_ahead(),
     }
 }
 

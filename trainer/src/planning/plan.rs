@@ -168,7 +168,7 @@ impl std::fmt::Display for PolicyPlan {
         )?;
         writeln!(
             f,
-            "{:<12} {:<12} {:<6} {:<11} {:>12} {:>14} {:>14} {:>14}",
+            "{:<12} {:<12} {:<6} {:<19} {:>12} {:>14} {:>14} {:>14}",
             "recompute",
             "update",
             "state",
@@ -202,7 +202,7 @@ impl std::fmt::Display for PolicyPlan {
             };
             writeln!(
                 f,
-                "{:<12} {:<12} {:<6} {:<11} {micro:>12} {peak:>14} {host:>14} {seconds:>14}{chosen}",
+                "{:<12} {:<12} {:<6} {:<19} {micro:>12} {peak:>14} {host:>14} {seconds:>14}{chosen}",
                 recompute,
                 if in_backward { "in backward" } else { "after" },
                 // The default state is in the parameters' dtype, f32 or bf16.

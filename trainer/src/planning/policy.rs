@@ -25,6 +25,9 @@
 //!   between the tiers are priced at the transfer rate. Streaming the blocks' weights from the
 //!   host tier (with the optimizer there, and whole blocks recomputed) comes last of the host
 //!   tier's candidates, still before a narrower state: it moves every weight twice a step.
+//!   Each candidate that offloads block inputs or streams weights is tried fetching them one
+//!   block ahead (first: its copies run beside the block before it on a GPU) and not (a
+//!   block's input and weights less on the device, its kernels waiting for the copies).
 //! - The state's precision is lowered (bf16, then int8) only when no candidate of the
 //!   precision above fits even one sample: it changes the optimization slightly, so the plan
 //!   says so. A resumed run keeps its checkpoint's techniques instead of choosing again.
@@ -53,6 +56,14 @@ pub struct Policy {
     /// block (with the optimizer offloaded).
     #[serde(default)]
     pub offload_weights: bool,
+    /// Whether offloaded block inputs and streamed weights come back one block ahead.
+    #[serde(default = "on")]
+    pub fetch_ahead: bool,
+}
+
+/// A switch on unless a saved policy says otherwise.
+fn on() -> bool {
+    true
 }
 
 impl Policy {
@@ -73,6 +84,7 @@ impl Policy {
             offload_activations,
             offload_optimizer: config.optimizer.offloads(),
             offload_weights,
+            fetch_ahead: config.model.fetches_ahead(),
         }
     }
 
@@ -82,6 +94,7 @@ impl Policy {
             config.model.recompute = Some(self.recompute);
             config.model.offload_activations = Some(self.offload_activations);
             config.model.offload_weights = Some(self.offload_weights);
+            config.model.fetch_ahead = Some(self.fetch_ahead);
         }
         config.optimizer.in_backward = Some(self.in_backward);
         config.optimizer.state = Some(self.state);
@@ -93,9 +106,20 @@ impl Policy {
         self.offload_activations || self.offload_optimizer || self.offload_weights
     }
 
-    /// What it keeps in the host tier, as the plan's table names it.
-    pub fn offloaded(&self) -> &'static str {
-        self.offload_words().0
+    /// What it keeps in the host tier, as the plan's table names it (`in turn`: brought back
+    /// as each block starts, not one block ahead).
+    pub fn offloaded(&self) -> String {
+        let word = self.offload_words().0;
+        match self.fetches_in_turn() {
+            true => format!("{word} in turn"),
+            false => word.to_owned(),
+        }
+    }
+
+    /// Whether it brings block inputs or weights back from the host tier as each block starts
+    /// instead of one block ahead.
+    fn fetches_in_turn(&self) -> bool {
+        (self.offload_activations || self.offload_weights) && !self.fetch_ahead
     }
 
     /// What it keeps in the host tier: the plan table's word, and the description's phrase.
@@ -137,7 +161,11 @@ impl Policy {
             StateKind::Int8 => "int8 state",
         };
         let (_, offloaded) = self.offload_words();
-        format!("{recompute}, {update}, {state}{offloaded}")
+        let turn = match self.fetches_in_turn() {
+            true => ", each block's copies back as it starts",
+            false => "",
+        };
+        format!("{recompute}, {update}, {state}{offloaded}{turn}")
     }
 }
 
@@ -162,6 +190,9 @@ pub fn keep_unset(saved: &TrainConfig, config: &mut TrainConfig) {
     if config.model.offload_weights.is_none() {
         config.model.offload_weights = saved.model.offload_weights;
     }
+    if config.model.fetch_ahead.is_none() {
+        config.model.fetch_ahead = saved.model.fetch_ahead;
+    }
 }
 
 /// The candidates of `config`'s policy for a model that offers `knobs`, by precision of the
@@ -176,16 +207,22 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
     for state in states(config) {
         for group in &offloads {
             let tier = group.iter().flat_map(|&(activations, optimizer, weights)| {
-                let recomputes = recomputes(config, knobs, activations || weights);
+                let fetched = activations || weights;
+                let recomputes = recomputes(config, knobs, fetched);
+                let aheads = aheads(config, fetched);
                 let in_backward = &in_backward;
                 recomputes.into_iter().flat_map(move |recompute| {
-                    in_backward.iter().map(move |&in_backward| Policy {
-                        recompute,
-                        in_backward,
-                        state,
-                        offload_activations: activations,
-                        offload_optimizer: optimizer,
-                        offload_weights: weights,
+                    let aheads = aheads.clone();
+                    in_backward.iter().flat_map(move |&in_backward| {
+                        aheads.clone().into_iter().map(move |fetch_ahead| Policy {
+                            recompute,
+                            in_backward,
+                            state,
+                            offload_activations: activations,
+                            offload_optimizer: optimizer,
+                            offload_weights: weights,
+                            fetch_ahead,
+                        })
                     })
                 })
             });
@@ -193,6 +230,17 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
         }
     }
     tiers
+}
+
+/// Whether to fetch block inputs and weights ahead, for a candidate that brings them back from
+/// the host tier (`fetched`) or not: the pinned setting, else ahead and then not; ahead for
+/// one that brings nothing back (moot).
+fn aheads(config: &TrainConfig, fetched: bool) -> Vec<bool> {
+    match config.model.fetch_ahead {
+        Some(pinned) => vec![pinned],
+        None if fetched => vec![true, false],
+        None => vec![true],
+    }
 }
 
 /// The recomputations a candidate that offloads activations or streams weights (or not) may
@@ -346,6 +394,7 @@ mod tests {
                 offload_activations: false,
                 offload_optimizer: false,
                 offload_weights: false,
+                fetch_ahead: true,
             },
             micro,
             predicted_peak: micro.map(|m| m as u64),
@@ -393,13 +442,37 @@ mod tests {
             && p.state == StateKind::F32));
         assert_eq!(
             all[2].len(),
-            4,
-            "blocks or tiled, activations offloaded or not"
+            8,
+            "blocks or tiled, activations offloaded or not, fetched ahead or not"
         );
-        // Activations are offloaded from recomputed blocks alone.
+        // Activations are offloaded from recomputed blocks alone; what comes back from the
+        // host tier is tried fetched ahead and then not, what does not only ahead (moot).
         let offloading = all[1].iter().filter(|p| p.offload_activations);
         assert!(offloading.clone().count() > 0);
         assert!(offloading.clone().all(|p| p.recompute >= Recompute::Blocks));
+        for tier in &all {
+            for pair in tier.windows(2) {
+                let fetched = pair[0].offload_activations || pair[0].offload_weights;
+                if fetched && pair[0].fetch_ahead {
+                    assert_eq!(
+                        pair[1],
+                        Policy {
+                            fetch_ahead: false,
+                            ..pair[0]
+                        }
+                    );
+                }
+            }
+            let moot = tier
+                .iter()
+                .filter(|p| !p.offload_activations && !p.offload_weights);
+            assert!(moot.clone().all(|p| p.fetch_ahead));
+        }
+        let mut pinned_ahead = config.clone();
+        pinned_ahead.model.fetch_ahead = Some(false);
+        let in_turn = tiers(&pinned_ahead, GPT);
+        assert!(in_turn.iter().flatten().all(|p| !p.fetch_ahead));
+        assert_eq!(in_turn[2].len(), 4);
         config.optimizer.clip = 0.0;
         assert_eq!(tiers(&config, GPT)[0].len(), 8);
         config.precision.dtype = PrecisionKind::F16;
