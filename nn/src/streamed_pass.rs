@@ -15,7 +15,8 @@ use crate::error::Result;
 use crate::module::Module;
 use crate::streaming::{WeightsAhead, fetched};
 
-/// One module of a [streamed pass](self): the module and a handle on the pass.
+/// One module of a pass of streamed modules ([`Streamed::pass`]): the module and a handle on
+/// the pass.
 #[derive(Debug)]
 pub struct Streamed<M> {
     module: Arc<M>,
@@ -88,10 +89,10 @@ impl<M: Module + Clone> Streamed<M> {
             true => self.index.checked_sub(1),
         };
         let next = next.and_then(|next| Some((next, pass.modules.get(next)?.upgrade()?)));
-        if let Some((next, module)) = next {
+        if let Some((next, runs_next)) = next {
             let mut slot = pass.started[next].lock();
             if slot.is_none() {
-                *slot = Some(WeightsAhead::start(&*module, device)?);
+                *slot = Some(WeightsAhead::start(&*runs_next, device)?);
             }
         }
         Ok(module)
