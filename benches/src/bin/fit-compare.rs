@@ -14,7 +14,8 @@
 //! ```text
 //! fit-compare [--preset NAME] [--context N] [--device cpu|cuda:N] [--precision f32|bf16]...
 //!             [--micro-batch N] [--steps N] [--recompute cheap|cheap-up|blocks]
-//!             [--lora RANK [--base bf16|f32|nf4|int8]] [--offload optimizer|weights]
+//!             [--lora RANK [--base bf16|f32|nf4|int8]]
+//!             [--offload optimizer|weights|weights-in-turn]
 //!             [--update after|in-backward]
 //! fit-compare [--preset NAME] [--context N] --limit SIZE [--limit SIZE]... [--at N]...
 //!             [--precision f32|bf16]...
@@ -31,7 +32,9 @@
 //! blocks' weights quantized under a bf16 model: QLoRA), as `torch_fit.py --lora` runs PEFT;
 //! its JSON lines gain `lora` and `base`. `--offload optimizer` keeps the optimizer's state and
 //! updates in the host tier (ZeRO-Offload), `--offload weights` the blocks' weights too,
-//! streamed to the device block by block (with `--recompute blocks`); their JSON lines gain
+//! streamed to the device block by block (with `--recompute blocks`), each block's fetched one
+//! block ahead, or as the block starts with `--offload weights-in-turn`
+//! (`model.fetch_ahead = false`); their JSON lines gain
 //! `offload`, and their peaks are the device's. `--update in-backward` updates each parameter
 //! as its gradient completes (`optimizer.in_backward`, clipping off), where an offloaded
 //! optimizer's host thread runs each update while the device goes on with the backward pass;
@@ -160,7 +163,12 @@ impl Args {
                     offload = match value.as_str() {
                         "optimizer" => Offload::Optimizer,
                         "weights" => Offload::Weights,
-                        other => return Err(format!("--offload {other}: optimizer or weights")),
+                        "weights-in-turn" => Offload::WeightsInTurn,
+                        other => {
+                            return Err(format!(
+                                "--offload {other}: optimizer, weights or weights-in-turn"
+                            ));
+                        }
                     }
                 }
                 "--update" => {
@@ -232,8 +240,12 @@ enum Offload {
     Nothing,
     /// The optimizer's state and updates (`optimizer.offload`).
     Optimizer,
-    /// The optimizer's, and the blocks' weights, streamed (`model.offload_weights`).
+    /// The optimizer's, and the blocks' weights, streamed (`model.offload_weights`), each
+    /// block's fetched one block ahead.
     Weights,
+    /// [`Offload::Weights`], each block's brought back as it starts (`model.fetch_ahead =
+    /// false`).
+    WeightsInTurn,
 }
 
 impl Offload {
@@ -243,6 +255,7 @@ impl Offload {
             Self::Nothing => "none",
             Self::Optimizer => "optimizer",
             Self::Weights => "weights",
+            Self::WeightsInTurn => "weights-in-turn",
         }
     }
 }
@@ -284,7 +297,9 @@ fn config(
         config.model.param_dtype = dtype;
     }
     config.optimizer.offload = Some(offload != Offload::Nothing);
-    config.model.offload_weights = Some(offload == Offload::Weights);
+    let streamed = matches!(offload, Offload::Weights | Offload::WeightsInTurn);
+    config.model.offload_weights = Some(streamed);
+    config.model.fetch_ahead = Some(offload != Offload::WeightsInTurn);
     config.optimizer.in_backward = Some(in_backward);
     if in_backward {
         // Clipping by the global norm needs every gradient before the first update.
