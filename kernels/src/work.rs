@@ -156,6 +156,7 @@ impl Kernel {
 #[derive(Debug)]
 pub(crate) struct WorkLog {
     rates: Rates,
+    /// The sums so far; its `seconds` stay 0, the timeline's clocks being the step's time.
     work: Mutex<Work>,
     /// The queues' clocks, shared with the device's planned host tier.
     timeline: Arc<Timeline>,

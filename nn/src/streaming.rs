@@ -17,19 +17,9 @@ use crate::module::Module;
 /// their gradients go back to where the weights live. Tensors already on `device` are shared,
 /// not copied. The copies live as long as the returned module and what the tape keeps of it.
 pub fn fetched<M: Module + Clone>(module: &M, device: &Device) -> Result<M> {
-    let mut copy = module.clone();
-    let _weights = device.scoped_tag(Tag::WEIGHTS);
-    copy.visit_mut(&mut |_, t| {
-        *t = t.to_device(device)?;
-        Ok(())
-    })?;
-    copy.visit_quantized_mut(&mut |stored| {
-        if !stored.device().same(device) {
-            *stored = stored.to_device(device)?;
-        }
-        Ok(())
-    })?;
-    Ok(copy)
+    // Copies handed over as soon as they are queued: the device's kernels wait for them from
+    // here on, as after `to_device`.
+    WeightsAhead::start(module, device)?.fetched(module)
 }
 
 /// A module's weights on their way to a device, copied ahead of its run: in the order the

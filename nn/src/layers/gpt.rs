@@ -359,6 +359,12 @@ impl Gpt {
         self.fetch_ahead
     }
 
+    /// The blocks as one pass of streamed modules, where their weights are streamed.
+    fn streamed_pass(&self) -> Option<Vec<Streamed<Block>>> {
+        let pass = || Streamed::pass(&self.blocks, self.fetch_ahead);
+        self.weights_host.as_ref().map(|_| pass())
+    }
+
     /// Computes the head and the loss of [`Gpt::loss`] together, `rows` rows of logits at a time
     /// ([`Tensor::linear_cross_entropy`]): the `[B, T, vocab]` logits never exist whole. None
     /// forms them whole and takes their cross-entropy (the reference). By default a chunk holds
@@ -424,10 +430,7 @@ impl Gpt {
             let x = self.embedded(ids, 0)?;
             self.dropout.forward(&x)?
         };
-        let streamed = self
-            .weights_host
-            .as_ref()
-            .map(|_| Streamed::pass(&self.blocks, self.fetch_ahead));
+        let streamed = self.streamed_pass();
         for (i, block) in self.blocks.iter().enumerate() {
             if let Some(streamed) = &streamed {
                 x = recomputed_streamed(&streamed[i], &self.counter, &x, self.offload.as_ref())?;
@@ -538,10 +541,7 @@ impl Gpt {
             self.embedded(ids, cache.len())?
         };
         let mut kvs = Vec::with_capacity(self.blocks.len());
-        let streamed = self
-            .weights_host
-            .as_ref()
-            .map(|_| Streamed::pass(&self.blocks, self.fetch_ahead));
+        let streamed = self.streamed_pass();
         for (i, block) in self.blocks.iter().enumerate() {
             let (y, kv) = match &streamed {
                 Some(streamed) => streamed[i]
