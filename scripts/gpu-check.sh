@@ -43,7 +43,8 @@
 # in-backward`), the weights streamed in turn instead of one block ahead (`--offload
 # weights-in-turn`), and the offloaded state updated after the backward pass (`--update after`),
 # checked against the host-tier issue's target: the offloaded state's step (in the backward
-# pass) at most 1.3 times the on-device step's; and (`snapshot`) GPT-2 small's
+# pass) at most 1.3 times the on-device step's, and the same two steps planned at this machine's
+# rates (`headroom plan --calibrate`, the GPU's and its host CPU's) beside that ratio; and (`snapshot`) GPT-2 small's
 # training steps recorded by PyTorch on the GPU (`scripts/pytorch/gpt2_memory_snapshot.py
 # --device cuda`: `_record_memory_history`, `_dump_snapshot`) and replayed by `headroom-alloc
 # replay --find-limit` beside PyTorch's reserved bytes. Results land in
@@ -64,7 +65,7 @@ build() {
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
     rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" "$DIR/03-cudarc" \
-        "$DIR/headroom-alloc"
+        "$DIR/headroom-alloc" "$DIR/headroom"
     mkdir -p "$DIR/tests"
     # Every headroom-kernels test binary, headroom-alloc's CUDA memory source, and the trainer's
     # GPU run.
@@ -92,8 +93,11 @@ for line in sys.stdin:
     # The replay of PyTorch's memory snapshots.
     cargo build -p headroom-alloc --features cli --release --bin headroom-alloc
     cp target/release/headroom-alloc "$DIR/"
+    # The trainer's tool, whose plans the offload part calibrates and compares.
+    cargo build -p headroom-trainer --features cuda --release --bin headroom
+    cp target/release/headroom "$DIR/"
     strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" \
-        "$DIR/03-cudarc" "$DIR/headroom-alloc"
+        "$DIR/03-cudarc" "$DIR/headroom-alloc" "$DIR/headroom"
     # The stripped binaries take over 80 MiB; packed, they travel in a few.
     grep -qx "/$DIR.tar.xz" "$exclude" 2>/dev/null || echo "/$DIR.tar.xz" >>"$exclude"
     tar -cJf "$DIR.tar.xz" "$DIR"
@@ -312,6 +316,24 @@ print(f"llama-3.2-1b bf16, update in the backward pass: offloaded state's step {
       f"{turn:.2f}x in turn; offloaded state updated after the backward pass {serial:.2f}x; "
       f"device peaks {peaks}; predicted exactly: {exact}")
 sys.exit(0 if slower <= 1.3 and exact else 1)
+CHECK
+        # The planner's prediction of the first two steps at this machine's rates, the GPU's and
+        # its host CPU's (calibrated first), beside the measured ratio above: whether it
+        # prices the host's updates right.
+        local plan=(plan --preset llama-3.2-1b --param-dtype bf16 --precision bf16 --device cuda
+            --data uniform-tokens --batch-size "$micro" --micro-batch "$micro" --context 2048
+            --recompute blocks --optimizer-in-backward --clip 0)
+        {
+            XDG_CACHE_HOME="$results/rates" "$DIR/headroom" "${plan[@]}" --calibrate
+            XDG_CACHE_HOME="$results/rates" "$DIR/headroom" "${plan[@]}" --memory-rates calibrated \
+                --offload-optimizer
+        } | tee "$results/offload-plans.txt" | grep -E '^calibrated|<- chosen' || failed=1
+        python3 - "$results/offload-plans.txt" <<'CHECK' || failed=1
+import sys
+rows = [line.split() for line in open(sys.argv[1]) if line.rstrip().endswith("<- chosen")]
+device, offloaded = (float(row[row.index("<-") - 2]) for row in rows)
+print(f"llama-3.2-1b bf16 planned at the calibrated rates: offloaded state's step {offloaded / device:.2f}x "
+      f"the on-device step's ({offloaded:.3f} s against {device:.3f} s)")
 CHECK
     fi
     # GPT-2 small's training steps recorded by PyTorch on the GPU (_record_memory_history and

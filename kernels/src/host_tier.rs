@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::memory::DeviceKind;
 use crate::meta::{PlanTarget, PlanningMemory};
 use crate::timeline::{Lane, Timeline};
-use crate::work::WorkLog;
+use crate::work::{Rates, WorkLog};
 
 /// The source name of a host tier's memory in its allocator's reports.
 pub const HOST_TIER: &str = "host tier";
@@ -80,18 +80,19 @@ impl Device {
     }
 
     /// The meta device that plans the host tier of `device`, a meta device, with the same
-    /// configuration: its kernels (an offloaded optimizer's updates) priced at the host's rates
-    /// (the device's own when it plans the CPU, [`PlanTarget::Cpu`]'s fixed ones beside a GPU)
-    /// and queued on the host's queue of the device's timeline, beside the device's kernels and
-    /// copies on a GPU; the copies between them are priced on the device.
-    pub fn meta_host_tier_of(device: &Device, config: DeviceConfig) -> Result<Device> {
+    /// configuration: its kernels (an offloaded optimizer's updates) priced at `rates`, the
+    /// host's (a CPU's: the device's own when it plans the CPU), and queued on the host's queue
+    /// of the device's timeline, beside the device's kernels and copies on a GPU; the copies
+    /// between them are priced on the device.
+    pub fn meta_host_tier_of(
+        device: &Device,
+        config: DeviceConfig,
+        rates: Rates,
+    ) -> Result<Device> {
         let target = PlanTarget::Cpu;
-        let (rates, timeline) = match device.work_log() {
-            Some(log) if device.plan_target() == PlanTarget::Cpu => {
-                (log.rates(), log.timeline().clone())
-            }
-            Some(log) => (target.rates(), log.timeline().clone()),
-            None => (target.rates(), Timeline::new(false)),
+        let timeline = match device.work_log() {
+            Some(log) => log.timeline().clone(),
+            None => Timeline::new(false),
         };
         let source = PlanningMemory::for_target(target, config.memory);
         Self::meta_logged(
@@ -112,7 +113,12 @@ mod tests {
     fn a_host_tier_and_its_plan_allocate_alike_and_name_their_tier_when_full() {
         let host = Device::host_tier(DeviceConfig::new(1 << 20)).unwrap();
         let planner = Device::meta(DeviceConfig::new(1 << 20)).unwrap();
-        let planned = Device::meta_host_tier_of(&planner, DeviceConfig::new(1 << 20)).unwrap();
+        let planned = Device::meta_host_tier_of(
+            &planner,
+            DeviceConfig::new(1 << 20),
+            PlanTarget::Cpu.rates(),
+        )
+        .unwrap();
         for tier in [&host, &planned] {
             let _a = Array::zeros(tier, [1000], DType::F32).unwrap();
             assert_eq!(tier.allocator().stats().peak_in_use, 4096);
@@ -124,11 +130,16 @@ mod tests {
     #[test]
     fn a_planned_gpus_host_tier_works_at_the_hosts_rates_beside_the_kernels_until_they_wait() {
         let gpu = Device::meta_for(PlanTarget::cuda(9), DeviceConfig::new(1 << 30)).unwrap();
-        let host = Device::meta_host_tier_of(&gpu, DeviceConfig::new(1 << 30)).unwrap();
+        // A host a quarter as fast as the CPU's fixed rates (calibrated, say).
+        let cpu = Rates {
+            bytes: PlanTarget::Cpu.rates().bytes / 4.0,
+            ..PlanTarget::Cpu.rates()
+        };
+        let host = Device::meta_host_tier_of(&gpu, DeviceConfig::new(1 << 30), cpu).unwrap();
         let seconds = || gpu.planned_work().unwrap().seconds;
-        // 64 MiB written on the host at the CPU's 10 GB/s, not the GPU's 2.5 TB/s.
+        // 64 MiB written on the host at its 2.5 GB/s, not the GPU's 2.5 TB/s.
         let _x = Array::zeros(&host, [16 << 20], DType::F32).unwrap();
-        let (cpu, rates) = (PlanTarget::Cpu.rates(), PlanTarget::cuda(9).rates());
+        let rates = PlanTarget::cuda(9).rates();
         let on_host = cpu.launch + (64 << 20) as f64 / cpu.bytes;
         assert!((seconds() - on_host).abs() < 1e-12, "{} s", seconds());
         // The device's kernels run beside the host's work...

@@ -196,11 +196,6 @@ impl WorkLog {
         self.lane
     }
 
-    /// The rates its kernels are priced at.
-    pub fn rates(&self) -> Rates {
-        self.rates
-    }
-
     /// The queues' clocks.
     pub fn timeline(&self) -> &Arc<Timeline> {
         &self.timeline

@@ -493,6 +493,84 @@ fn a_recovered_oom_is_logged_with_its_verdict_request_and_largest_free_block() {
     );
 }
 
+/// The predicted seconds of the chosen step in `plan`'s table of candidates.
+fn chosen_seconds(plan: &str) -> f64 {
+    let row = plan
+        .lines()
+        .find(|l| l.ends_with("<- chosen"))
+        .unwrap_or_else(|| panic!("no chosen row in {plan}"));
+    let words: Vec<&str> = row.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "<-").unwrap();
+    words[at - 2].parse().unwrap()
+}
+
+/// Rates as `headroom plan --calibrate` caches them.
+fn cached_rates(rates: headroom_kernels::Rates) -> String {
+    format!(
+        "matrix_flops = {:?}\nhalf_matrix_flops = {:?}\nvector_flops = {:?}\nbytes = {:?}\n\
+         launch = {:?}\ntransfer = {:?}\n",
+        rates.matrix_flops,
+        rates.half_matrix_flops,
+        rates.vector_flops,
+        rates.bytes,
+        rates.launch,
+        rates.transfer
+    )
+}
+
+#[test]
+fn a_calibrated_gpu_plan_prices_an_offloaded_optimizer_at_its_hosts_calibrated_rates() {
+    use headroom_kernels::PlanTarget;
+    let dir = TempDir::new("cli-host-rates");
+    let cache = dir.0.join("cache");
+    std::fs::create_dir_all(cache.join("headroom")).unwrap();
+    let gpu = [
+        "--device",
+        "cuda",
+        "--device-memory",
+        "2GiB",
+        "--offload-optimizer",
+    ];
+    let plan = |host: Option<headroom_kernels::Rates>| {
+        let mut args = vec!["plan"];
+        args.extend(gpu);
+        if let Some(host) = host {
+            std::fs::write(cache.join("headroom/rates-cpu.toml"), cached_rates(host)).unwrap();
+            args.extend(["--memory-rates", "calibrated"]);
+        }
+        let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(&args)
+            .env("HEADROOM_LOG", "warn")
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .unwrap();
+        chosen_seconds(&succeeds(&output))
+    };
+    // The GPU's calibrated rates are its fixed ones, so that the host alone differs.
+    let cuda = cached_rates(PlanTarget::cuda(9).rates());
+    std::fs::write(cache.join("headroom/rates-cuda.toml"), cuda).unwrap();
+    let fixed = plan(None);
+    assert_eq!(plan(Some(PlanTarget::Cpu.rates())), fixed);
+    // A host a hundred times slower than the fixed rates: its AdamW outlasts the GPU's step.
+    let cpu = PlanTarget::Cpu.rates();
+    let slow = headroom_kernels::Rates {
+        vector_flops: cpu.vector_flops / 100.0,
+        bytes: cpu.bytes / 100.0,
+        ..cpu
+    };
+    let slower = plan(Some(slow));
+    assert!(slower > 10.0 * fixed, "{slower} s against {fixed} s");
+    // A cache written before the host was measured asks for a calibration.
+    std::fs::remove_file(cache.join("headroom/rates-cpu.toml")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["plan", "--memory-rates", "calibrated"])
+        .args(gpu)
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    fails_with(&output, &["rates-cpu.toml", "--calibrate"]);
+}
+
 #[test]
 fn gpt2_small_plans_on_uniform_tokens_without_a_corpus() {
     let output = headroom(&[

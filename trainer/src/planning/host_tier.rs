@@ -12,7 +12,7 @@
 //! the machine it was made on.
 
 use headroom_alloc::AllocatorConfig;
-use headroom_kernels::{Device, DeviceConfig};
+use headroom_kernels::{Device, DeviceConfig, Rates};
 
 use headroom_nn::Optimizer;
 
@@ -76,15 +76,15 @@ pub fn open(config: &TrainConfig, device: &Device) -> Result<Option<Device>> {
     Ok(Some(Device::host_tier_of(device, tier)?))
 }
 
-/// The host tier a probe of `config` plans beside `device`, a meta device (its work on the
-/// host's queue of the device's timeline); none unless it offloads.
-pub fn planned(config: &TrainConfig, device: &Device) -> Result<Option<Device>> {
+/// The host tier a probe of `config` plans beside `device`, a meta device (its work priced at
+/// the host's `rates` on the host's queue of the device's timeline); none unless it offloads.
+pub fn planned(config: &TrainConfig, device: &Device, rates: Rates) -> Result<Option<Device>> {
     if !wanted(config) {
         return Ok(None);
     }
     let limit = limit(config).unwrap_or(UNLIMITED);
     let tier = DeviceConfig::new(limit);
-    Ok(Some(Device::meta_host_tier_of(device, tier)?))
+    Ok(Some(Device::meta_host_tier_of(device, tier, rates)?))
 }
 
 /// The host tier's limit that `config` sets, if it does.

@@ -27,6 +27,6 @@ pub use diagnosis::{Failure, diagnose};
 pub use lora_advice::lora_advice;
 pub use op_bytes::OpBytes;
 pub use plan::{ChunkProbe, Plan, Probe};
-pub use rates::{calibrate, rates};
+pub use rates::{Calibrated, PlanRates, calibrate, rates};
 pub use search::{fullest_rank, plan};
 pub use tag_bytes::TagBytes;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use headroom_alloc::OomReport;
-use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
+use headroom_kernels::{Device, DeviceConfig, PlanTarget};
 
 use crate::config::TrainConfig;
 use crate::data::{HostBatch, Task};
@@ -20,6 +20,7 @@ use crate::planning::budget::{Budget, UNLIMITED};
 use crate::planning::diagnosis::{Failure, diagnose};
 use crate::planning::host_tier;
 use crate::planning::op_bytes::{OpBytes, op_bytes};
+use crate::planning::rates::PlanRates;
 use crate::planning::tag_bytes::{TagBytes, tag_bytes};
 use crate::step::context::StepContext;
 use crate::step::precision::LossScaler;
@@ -57,8 +58,8 @@ pub struct Prober {
     factory: Arc<dyn ModelFactory>,
     budget: Budget,
     plan_target: PlanTarget,
-    /// What the planned kernels' work is priced at.
-    rates: Rates,
+    /// What the planned work is priced at, the device's and the host's.
+    rates: PlanRates,
     /// Every size probed, in the order first probed, with its outcome.
     seen: Vec<(usize, Probed)>,
     /// Where each size's step held its memory, by `seen`'s index.
@@ -101,7 +102,7 @@ impl Prober {
         factory: Arc<dyn ModelFactory>,
         budget: Budget,
         plan_target: PlanTarget,
-        rates: Rates,
+        rates: PlanRates,
     ) -> Self {
         Self {
             config: config.clone(),
@@ -160,7 +161,7 @@ impl Prober {
     pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
         let config = &self.config;
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
-        let host = host_tier::planned(config, &roomy)?;
+        let host = host_tier::planned(config, &roomy, self.rates.host)?;
         let (model, optimizer) = host_tier::build_training_state(
             config,
             (&*self.factory, &roomy, host.as_ref()),
@@ -224,8 +225,8 @@ impl Prober {
     ) -> Result<std::result::Result<(u64, Breakdown), (Probed, Breakdown)>> {
         let config = &self.config;
         let device =
-            Device::meta_with_rates(self.plan_target, self.rates, budget.device_config(0))?;
-        let host = host_tier::planned(config, &device)?;
+            Device::meta_with_rates(self.plan_target, self.rates.device, budget.device_config(0))?;
+        let host = host_tier::planned(config, &device, self.rates.host)?;
         let built = host_tier::build_training_state(
             config,
             (&*self.factory, &device, host.as_ref()),

@@ -1,20 +1,22 @@
-//! The rates the planner prices a step's kernels at: fixed per kind of device by default, so
-//! that plans are the same on every machine, or this machine's own, measured once by
-//! `headroom plan --calibrate` and kept in a cache file that runs read under
+//! The rates the planner prices a step's work at: the device's kernels, and the host's where
+//! it works beside them (an offloaded optimizer's updates, on a CPU). They are fixed per kind
+//! of device by default, so that plans are the same on every machine, or this machine's own,
+//! measured once by `headroom plan --calibrate` and kept in cache files that runs read under
 //! `memory.rates = "calibrated"`.
 //!
-//! Calibration times the kernels the rates stand for on the run's device, each the median of
-//! a few runs after a warm-up: an f32 and a bf16 matrix product of 1024 x 1024 x 1024, an
-//! exponential over 16 Mi elements (the vector rate), a sum of two 64 MiB arrays (the memory
-//! rate), a hundred additions of 256 elements (a kernel's fixed cost) and a copy of 64 MiB to
-//! a second pool of host memory and back (the host tier's transfer rate).
+//! Calibration times the kernels the rates stand for on the run's device, and on the host's
+//! CPU when the device is another, each the median of a few runs after a warm-up: an f32 and
+//! a bf16 matrix product of 1024 x 1024 x 1024, an exponential over 16 Mi elements (the
+//! vector rate), a sum of two 64 MiB arrays (the memory rate), a hundred additions of 256
+//! elements (a kernel's fixed cost) and a copy of 64 MiB to a second pool of host memory and
+//! back (the host tier's transfer rate).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use headroom_kernels::ops::elementwise::{add, exp};
 use headroom_kernels::ops::gemm::matmul;
-use headroom_kernels::{Array, DType, Device, DeviceConfig, PlanTarget, Rates};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, PlanTarget, Rates, Work};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RatesKind;
@@ -76,15 +78,38 @@ fn cache_file(base: &Path, target: PlanTarget) -> PathBuf {
     base.join("headroom").join(format!("rates-{kind}.toml"))
 }
 
-/// The rates `kind` names for a device of `target`'s kind; calibrated ones must have been
-/// measured first.
-pub fn rates(kind: RatesKind, target: PlanTarget) -> Result<Rates> {
+/// The rates a plan prices its work at: the device's, and its host's (a CPU's, the device's
+/// own when it is the CPU).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanRates {
+    /// The device's kernels and its copies to and from the host tier.
+    pub device: Rates,
+    /// The host's work beside them: an offloaded optimizer's updates.
+    pub host: Rates,
+}
+
+impl PlanRates {
+    /// The fixed rates of a device of `target`'s kind and of a CPU host.
+    pub fn fixed(target: PlanTarget) -> Self {
+        Self {
+            device: target.rates(),
+            host: PlanTarget::Cpu.rates(),
+        }
+    }
+}
+
+/// The rates `kind` names for a device of `target`'s kind and its host; calibrated ones must
+/// have been measured first.
+pub fn rates(kind: RatesKind, target: PlanTarget) -> Result<PlanRates> {
     if kind == RatesKind::Fixed {
-        return Ok(target.rates());
+        return Ok(PlanRates::fixed(target));
     }
     let base = cache_base()
         .ok_or_else(|| Error::config("memory.rates: no cache directory (set XDG_CACHE_HOME)"))?;
-    cached(&base, target)
+    Ok(PlanRates {
+        device: cached(&base, target)?,
+        host: cached(&base, PlanTarget::Cpu)?,
+    })
 }
 
 /// The calibrated rates of `target`'s kind cached under `base`.
@@ -104,16 +129,39 @@ fn cached(base: &Path, target: PlanTarget) -> Result<Rates> {
     Ok(cached.into())
 }
 
-/// Measures `device`'s rates and writes them to its kind's cache file; returns them and the
-/// file.
-pub fn calibrate(device: &Device) -> Result<(Rates, PathBuf)> {
-    let base = cache_base()
-        .ok_or_else(|| Error::config("--calibrate: no cache directory (set XDG_CACHE_HOME)"))?;
-    calibrate_into(device, &base)
+/// The rates measured on one device.
+#[derive(Debug, Clone)]
+pub struct Calibrated {
+    /// The device measured.
+    pub device: String,
+    /// What it measured.
+    pub rates: Rates,
+    /// The cache file they were written to.
+    pub path: PathBuf,
 }
 
-/// [`calibrate`] with the cache under `base`.
-fn calibrate_into(device: &Device, base: &Path) -> Result<(Rates, PathBuf)> {
+/// Measures `device`'s rates, and its host's when `device` is not the CPU, and writes each to
+/// its kind's cache file.
+pub fn calibrate(device: &Device) -> Result<Vec<Calibrated>> {
+    let base = cache_base()
+        .ok_or_else(|| Error::config("--calibrate: no cache directory (set XDG_CACHE_HOME)"))?;
+    let mut calibrated = vec![calibrate_into(device, &base)?];
+    if device.plan_target() != PlanTarget::Cpu {
+        let host = Device::cpu(DeviceConfig::new(HOST_MEASURES))?;
+        calibrated.push(Calibrated {
+            device: "its host's CPU".into(),
+            ..calibrate_into(&host, &base)?
+        });
+    }
+    Ok(calibrated)
+}
+
+/// The host memory the measurements take: their arrays, their results and the second pool
+/// (a quarter of a gigabyte).
+const HOST_MEASURES: u64 = 1 << 30;
+
+/// [`calibrate`] of `device` alone, with the cache under `base`.
+fn calibrate_into(device: &Device, base: &Path) -> Result<Calibrated> {
     let rates = measure(device)?;
     let path = cache_file(base, device.plan_target());
     if let Some(dir) = path.parent() {
@@ -124,7 +172,11 @@ fn calibrate_into(device: &Device, base: &Path) -> Result<(Rates, PathBuf)> {
         detail: err.to_string(),
     })?;
     crate::atomic_file::write_atomically(&path, text.as_bytes())?;
-    Ok((rates, path))
+    Ok(Calibrated {
+        device: device.to_string(),
+        rates,
+        path,
+    })
 }
 
 /// The median seconds of `runs` runs of `f` after one to warm up, each waited for (its result
@@ -148,38 +200,111 @@ fn median_seconds(
     Ok(times[runs / 2].max(1e-9))
 }
 
-fn measure(device: &Device) -> Result<Rates> {
-    let n = 1024;
-    let product = 2.0 * (n * n * n) as f64;
-    let a = Array::full(device, [n, n], DType::F32, 0.5)?;
+/// The side of the calibration's matrix products.
+const SIDE: usize = 1024;
+/// The elements of its long arrays (64 MiB of f32).
+const LONG: usize = 16 << 20;
+/// The tiny additions it times one after another for a kernel's fixed cost.
+const LAUNCHES: usize = 100;
+
+/// The median seconds of each of the calibration's kernels on one device.
+#[derive(Debug, Clone, Copy)]
+struct Timings {
+    matrix: f64,
+    half_matrix: f64,
+    exp: f64,
+    add: f64,
+    /// One tiny addition's.
+    launch: f64,
+    /// A copy of a long array to a second pool of host memory and back.
+    round_trip: f64,
+}
+
+fn time(device: &Device) -> Result<Timings> {
+    let a = Array::full(device, [SIDE, SIDE], DType::F32, 0.5)?;
     let matrix = median_seconds(device, 5, || Ok(matmul(&a, &a, false, false)?))?;
-    let half = Array::full(device, [n, n], DType::BF16, 0.5)?;
+    let half = Array::full(device, [SIDE, SIDE], DType::BF16, 0.5)?;
     let half_matrix = median_seconds(device, 5, || Ok(matmul(&half, &half, false, false)?))?;
-    let long = 16 << 20;
-    let x = Array::full(device, [long], DType::F32, 0.5)?;
-    let vector = median_seconds(device, 5, || Ok(exp(&x)?))?;
-    let y = Array::full(device, [long], DType::F32, 0.25)?;
-    let moved = median_seconds(device, 5, || Ok(add(&x, &y)?))?;
+    let x = Array::full(device, [LONG], DType::F32, 0.5)?;
+    let exponential = median_seconds(device, 5, || Ok(exp(&x)?))?;
+    let y = Array::full(device, [LONG], DType::F32, 0.25)?;
+    let sum = median_seconds(device, 5, || Ok(add(&x, &y)?))?;
     let tiny = Array::full(device, [256], DType::F32, 1.0)?;
-    let launches = 100;
     let launch = median_seconds(device, 5, || {
         let mut sum = add(&tiny, &tiny)?;
-        for _ in 1..launches {
+        for _ in 1..LAUNCHES {
             sum = add(&sum, &tiny)?;
         }
         Ok(sum)
-    })? / launches as f64;
-    // A copy of 64 MiB to a second pool of host memory and back.
+    })? / LAUNCHES as f64;
     let host = Device::cpu(DeviceConfig::new(256 << 20))?;
-    let transfer = median_seconds(device, 5, || Ok(x.to_device(&host)?.to_device(device)?))?;
-    Ok(Rates {
-        matrix_flops: product / matrix,
-        half_matrix_flops: product / half_matrix,
-        vector_flops: long as f64 / vector,
-        bytes: (3 * 4 * long) as f64 / moved,
+    let round_trip = median_seconds(device, 5, || Ok(x.to_device(&host)?.to_device(device)?))?;
+    Ok(Timings {
+        matrix,
+        half_matrix,
+        exp: exponential,
+        add: sum,
         launch,
-        transfer: (2 * 4 * long) as f64 / transfer,
+        round_trip,
     })
+}
+
+/// The rates at which the planner prices each kernel timed on a device of `target`'s kind at
+/// the seconds it took: the work the planner counts for the kernel over those seconds, less
+/// its launches and, for a product, less its elementwise work at the vector rate.
+fn rates_of(target: PlanTarget, t: &Timings) -> Result<Rates> {
+    let product = |dtype| {
+        counted(
+            target,
+            |device| Array::full(device, [SIDE, SIDE], dtype, 0.5),
+            |a| matmul(a, a, false, false),
+        )
+    };
+    let long = |device: &Device| Array::full(device, [LONG], DType::F32, 0.5);
+    let exponential = counted(target, long, exp)?;
+    let sum = counted(target, long, |x| add(x, x))?;
+    let run = |seconds: f64, work: &Work| (seconds - work.kernels as f64 * t.launch).max(1e-9);
+    let vector_flops = exponential.vector_flops / run(t.exp, &exponential);
+    let matrix = |seconds: f64, work: &Work| {
+        let elementwise = work.vector_flops / vector_flops;
+        work.matrix_flops / (run(seconds, work) - elementwise).max(1e-9)
+    };
+    Ok(Rates {
+        matrix_flops: matrix(t.matrix, &product(DType::F32)?),
+        half_matrix_flops: matrix(t.half_matrix, &product(DType::BF16)?),
+        vector_flops,
+        bytes: sum.bytes / run(t.add, &sum),
+        launch: t.launch,
+        // Two copies, each a launch.
+        transfer: (2 * 4 * LONG) as f64 / (t.round_trip - 2.0 * t.launch).max(1e-9),
+    })
+}
+
+/// The work the planner counts for `op` on the operands `make` draws on a meta device of
+/// `target`'s kind.
+fn counted<T>(
+    target: PlanTarget,
+    make: impl FnOnce(&Device) -> std::result::Result<T, headroom_kernels::Error>,
+    op: impl FnOnce(&T) -> std::result::Result<Array, headroom_kernels::Error>,
+) -> Result<Work> {
+    let meta = Device::meta_for(target, DeviceConfig::new(1 << 40))?;
+    let operands = make(&meta)?;
+    let work = || meta.planned_work().unwrap_or_default();
+    let before = work();
+    op(&operands)?;
+    let after = work();
+    Ok(Work {
+        kernels: after.kernels - before.kernels,
+        matrix_flops: after.matrix_flops - before.matrix_flops,
+        vector_flops: after.vector_flops - before.vector_flops,
+        bytes: after.bytes - before.bytes,
+        transferred: after.transferred - before.transferred,
+        seconds: after.seconds - before.seconds,
+    })
+}
+
+fn measure(device: &Device) -> Result<Rates> {
+    rates_of(device.plan_target(), &time(device)?)
 }
 
 #[cfg(test)]
@@ -191,7 +316,11 @@ mod tests {
         let base = std::env::temp_dir().join(format!("headroom-rates-{}", std::process::id()));
         let device = Device::cpu(DeviceConfig::new(512 << 20)).unwrap();
         assert!(cached(&base, PlanTarget::Cpu).is_err(), "not measured yet");
-        let (measured, path) = calibrate_into(&device, &base).unwrap();
+        let Calibrated {
+            rates: measured,
+            path,
+            ..
+        } = calibrate_into(&device, &base).unwrap();
         let every = [
             measured.matrix_flops,
             measured.half_matrix_flops,
@@ -207,7 +336,56 @@ mod tests {
         assert!(path.starts_with(&base));
         assert_eq!(cached(&base, PlanTarget::Cpu).unwrap(), measured);
         let fixed = rates(RatesKind::Fixed, PlanTarget::Cpu).unwrap();
-        assert_eq!(fixed, PlanTarget::Cpu.rates());
+        assert_eq!(fixed, PlanRates::fixed(PlanTarget::Cpu));
         std::fs::remove_dir_all(&base).ok();
+    }
+
+    #[test]
+    fn calibrated_rates_price_each_timed_kernel_at_the_seconds_it_took() {
+        // An exponential bound by its arithmetic, an addition by its memory traffic, products by
+        // theirs, and copies at the transfer rate.
+        let timings = Timings {
+            matrix: 0.02,
+            half_matrix: 0.01,
+            exp: 0.04,
+            add: 0.03,
+            launch: 2e-6,
+            round_trip: 0.05,
+        };
+        for target in [PlanTarget::Cpu, PlanTarget::cuda(9)] {
+            let rates = rates_of(target, &timings).unwrap();
+            let config = DeviceConfig::new(1 << 40);
+            let planned = Device::meta_with_rates(target, rates, config.clone()).unwrap();
+            let host = Device::meta_host_tier_of(&planned, config, rates).unwrap();
+            let seconds = || planned.planned_work().unwrap().seconds;
+            let took = |f: &dyn Fn() -> Array| {
+                let before = seconds();
+                f();
+                seconds() - before
+            };
+            let a = Array::full(&planned, [SIDE, SIDE], DType::F32, 0.5).unwrap();
+            let half = Array::full(&planned, [SIDE, SIDE], DType::BF16, 0.5).unwrap();
+            let x = Array::full(&planned, [LONG], DType::F32, 0.5).unwrap();
+            let mut each = vec![
+                (
+                    took(&|| matmul(&a, &a, false, false).unwrap()),
+                    timings.matrix,
+                ),
+                (took(&|| exp(&x).unwrap()), timings.exp),
+                (took(&|| add(&x, &x).unwrap()), timings.add),
+                (
+                    took(&|| x.to_device(&host).unwrap().to_device(&planned).unwrap()),
+                    timings.round_trip,
+                ),
+            ];
+            // A CPU widens half products to f32: its half rate prices nothing.
+            if target != PlanTarget::Cpu {
+                let product = took(&|| matmul(&half, &half, false, false).unwrap());
+                each.push((product, timings.half_matrix));
+            }
+            for (planned, measured) in &each {
+                assert!((planned - measured).abs() < 1e-9, "{target:?}: {each:?}");
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@
 //! backward pass out and what would fit without it (`search/kept_out.rs`).
 
 use headroom_alloc::format_bytes;
-use headroom_kernels::{Device, DeviceConfig, PlanTarget, Rates};
+use headroom_kernels::{Device, DeviceConfig, PlanTarget};
 use headroom_nn::StateShard;
 
 use std::sync::Arc;
@@ -27,6 +27,7 @@ use crate::planning::head_chunk;
 use crate::planning::plan::{ChunkProbe, Plan, Probe};
 use crate::planning::policy::{self, Candidate, Policy, PolicyPlan};
 use crate::planning::probe::{FirstSamples, Probed, Prober};
+use crate::planning::rates::PlanRates;
 use crate::planning::tag_bytes::TagBytes;
 
 mod kept_out;
@@ -40,7 +41,7 @@ struct Ground<'a> {
     knobs: Knobs,
     budget: &'a Budget,
     target: PlanTarget,
-    rates: Rates,
+    rates: PlanRates,
     /// The task's first samples, gathered once for every probe.
     samples: FirstSamples,
 }

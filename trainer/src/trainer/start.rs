@@ -23,6 +23,7 @@ use crate::planning::diagnosis::Failure;
 use crate::planning::host_tier;
 use crate::planning::plan::Plan;
 use crate::planning::probe::Prober;
+use crate::planning::rates::PlanRates;
 use crate::planning::run_device;
 use crate::planning::search::plan_with;
 use crate::run_dir::checkpoint::{self, TrainerState, checkpoint_path};
@@ -301,7 +302,7 @@ impl Inputs {
             Arc::clone(&self.factory),
             budget,
             target,
-            target.rates(),
+            PlanRates::fixed(target),
         );
         let host = host_tier::open(&chunked, device)?;
         let offers = self.factory.knobs(&self.task.train.shape());

@@ -187,7 +187,9 @@ mod tests {
     /// 4096 matrices planned for `target`, the copy fetched ahead of the product or before it.
     fn copy_and_product(target: PlanTarget, ahead: bool) -> f64 {
         let device = Device::meta_for(target, DeviceConfig::new(1 << 30)).unwrap();
-        let host = Device::meta_host_tier_of(&device, DeviceConfig::new(1 << 30)).unwrap();
+        let host =
+            Device::meta_host_tier_of(&device, DeviceConfig::new(1 << 30), PlanTarget::Cpu.rates())
+                .unwrap();
         let offloaded = Array::zeros(&host, [4 << 20], DType::F32).unwrap();
         let a = Array::zeros(&device, [4096, 4096], DType::F32).unwrap();
         if ahead {
@@ -218,7 +220,12 @@ mod tests {
     #[test]
     fn meta_copies_move_nothing_but_are_priced_and_mixed_pairs_are_refused() {
         let planned = Device::meta(DeviceConfig::new(1 << 20)).unwrap();
-        let host = Device::meta_host_tier_of(&planned, DeviceConfig::new(1 << 20)).unwrap();
+        let host = Device::meta_host_tier_of(
+            &planned,
+            DeviceConfig::new(1 << 20),
+            PlanTarget::Cpu.rates(),
+        )
+        .unwrap();
         let a = Array::zeros(&planned, [1024], DType::F32).unwrap();
         let before = planned.planned_work().unwrap();
         let b = a.to_device(&host).unwrap();

@@ -107,8 +107,9 @@ struct TrainArgs {
 struct PlanArgs {
     #[command(flatten)]
     run: RunArgs,
-    /// Measure this device's rates first (products, memory, kernel launches), keep them in the
-    /// cache for runs with memory.rates = "calibrated", and plan with them.
+    /// Measure this device's rates first (products, memory, kernel launches, copies), and on a
+    /// GPU its host CPU's, keep them in the cache for runs with memory.rates = "calibrated", and
+    /// plan with them.
     #[arg(long)]
     calibrate: bool,
     /// Plan one rank of a data-parallel run of this many (`mpirun -n N headroom train`): what
@@ -249,17 +250,23 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
         roomy.memory.capacity = headroom_alloc::ByteSize::gib(1);
         let budget = run_device::budget(&roomy)?;
         let device = run_device::open(&roomy, &budget)?;
-        let (rates, path) = headroom_trainer::planning::calibrate(&device)?;
-        say(format_args!(
-            "calibrated {device}: f32 products {:.1} GFLOP/s, bf16 products {:.1} GFLOP/s, \
-             other arithmetic {:.1} GFLOP/s, memory {:.1} GB/s, {:.1} µs a kernel ({})",
-            rates.matrix_flops / 1e9,
-            rates.half_matrix_flops / 1e9,
-            rates.vector_flops / 1e9,
-            rates.bytes / 1e9,
-            rates.launch * 1e6,
-            path.display()
-        ))?;
+        // On a GPU, its host's CPU too: an offloaded optimizer's updates run there.
+        for calibrated in headroom_trainer::planning::calibrate(&device)? {
+            let rates = calibrated.rates;
+            say(format_args!(
+                "calibrated {}: f32 products {:.1} GFLOP/s, bf16 products {:.1} GFLOP/s, \
+                 other arithmetic {:.1} GFLOP/s, memory {:.1} GB/s, {:.1} µs a kernel, \
+                 copies to and from host memory {:.1} GB/s ({})",
+                calibrated.device,
+                rates.matrix_flops / 1e9,
+                rates.half_matrix_flops / 1e9,
+                rates.vector_flops / 1e9,
+                rates.bytes / 1e9,
+                rates.launch * 1e6,
+                rates.transfer / 1e9,
+                calibrated.path.display()
+            ))?;
+        }
         config.memory.rates = headroom_trainer::config::RatesKind::Calibrated;
     }
     let (budget, target, absent) = run_device::planning(&config)?;
