@@ -8,8 +8,8 @@
 //! CPU when the device is another, each the median of a few runs after a warm-up: an f32 and
 //! a bf16 matrix product of 1024 x 1024 x 1024, an exponential over 16 Mi elements (the
 //! vector rate), a sum of two 64 MiB arrays (the memory rate), a hundred additions of 256
-//! elements (a kernel's fixed cost) and a copy of 64 MiB to a second pool of host memory and
-//! back (the host tier's transfer rate).
+//! elements (a kernel's fixed cost) and a copy of 64 MiB to the device's host tier and back
+//! (the transfer rate; page-locked memory on a GPU, as a run's host tier is).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -156,7 +156,7 @@ pub fn calibrate(device: &Device) -> Result<Vec<Calibrated>> {
     Ok(calibrated)
 }
 
-/// The host memory the measurements take: their arrays, their results and the second pool
+/// The host memory the measurements take: their arrays, their results and the host tier
 /// (a quarter of a gigabyte).
 const HOST_MEASURES: u64 = 1 << 30;
 
@@ -216,7 +216,7 @@ struct Timings {
     add: f64,
     /// One tiny addition's.
     launch: f64,
-    /// A copy of a long array to a second pool of host memory and back.
+    /// A copy of a long array to the device's host tier and back.
     round_trip: f64,
 }
 
@@ -237,7 +237,7 @@ fn time(device: &Device) -> Result<Timings> {
         }
         Ok(sum)
     })? / LAUNCHES as f64;
-    let host = Device::cpu(DeviceConfig::new(256 << 20))?;
+    let host = Device::host_tier_of(device, DeviceConfig::new(256 << 20))?;
     let round_trip = median_seconds(device, 5, || Ok(x.to_device(&host)?.to_device(device)?))?;
     Ok(Timings {
         matrix,

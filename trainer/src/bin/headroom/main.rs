@@ -256,7 +256,7 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
             say(format_args!(
                 "calibrated {}: f32 products {:.1} GFLOP/s, bf16 products {:.1} GFLOP/s, \
                  other arithmetic {:.1} GFLOP/s, memory {:.1} GB/s, {:.1} µs a kernel, \
-                 copies to and from host memory {:.1} GB/s ({})",
+                 copies to and from the host tier {:.1} GB/s ({})",
                 calibrated.device,
                 rates.matrix_flops / 1e9,
                 rates.half_matrix_flops / 1e9,
