@@ -361,8 +361,8 @@ impl Gpt {
 
     /// The blocks as one pass of streamed modules, where their weights are streamed.
     fn streamed_pass(&self) -> Option<Vec<Streamed<Block>>> {
-        let pass = || Streamed::pass(&self.blocks, self.fetch_ahead);
-        self.weights_host.as_ref().map(|_| pass())
+        let host = self.weights_host.as_ref();
+        host.map(|_| Streamed::pass(&self.blocks, self.fetch_ahead))
     }
 
     /// Computes the head and the loss of [`Gpt::loss`] together, `rows` rows of logits at a time

@@ -206,27 +206,27 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
     let mut tiers = Vec::new();
     for state in states(config) {
         for group in &offloads {
-            let tier = group.iter().flat_map(|&(activations, optimizer, weights)| {
+            let mut tier = Vec::new();
+            for &(activations, optimizer, weights) in group {
                 let fetched = activations || weights;
-                let recomputes = recomputes(config, knobs, fetched);
                 let aheads = aheads(config, fetched);
-                let in_backward = &in_backward;
-                recomputes.into_iter().flat_map(move |recompute| {
-                    let aheads = aheads.clone();
-                    in_backward.iter().flat_map(move |&in_backward| {
-                        aheads.clone().into_iter().map(move |fetch_ahead| Policy {
-                            recompute,
-                            in_backward,
-                            state,
-                            offload_activations: activations,
-                            offload_optimizer: optimizer,
-                            offload_weights: weights,
-                            fetch_ahead,
-                        })
-                    })
-                })
-            });
-            tiers.push(tier.collect());
+                for recompute in recomputes(config, knobs, fetched) {
+                    for &in_backward in &in_backward {
+                        for &fetch_ahead in &aheads {
+                            tier.push(Policy {
+                                recompute,
+                                in_backward,
+                                state,
+                                offload_activations: activations,
+                                offload_optimizer: optimizer,
+                                offload_weights: weights,
+                                fetch_ahead,
+                            });
+                        }
+                    }
+                }
+            }
+            tiers.push(tier);
         }
     }
     tiers
