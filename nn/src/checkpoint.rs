@@ -363,6 +363,13 @@ impl Checkpoint {
         expect: Option<(&Shape, DType)>,
         tag: Tag,
     ) -> Result<Array> {
+        let (shape, dtype, bytes) = self.entry(key, expect)?;
+        let _tag = device.scoped_tag(tag);
+        Ok(Array::from_bytes(device, shape, dtype, bytes)?)
+    }
+
+    /// The entry `key`'s shape, dtype and bytes, checked against `expect` when given.
+    fn entry(&self, key: &str, expect: Option<(&Shape, DType)>) -> Result<(Shape, DType, &[u8])> {
         let entry = self
             .entries
             .get(key)
@@ -378,29 +385,36 @@ impl Checkpoint {
                 format!("holds {shape} of {dtype}, the model needs {want_shape} of {want_dtype}"),
             ));
         }
-        let _tag = device.scoped_tag(tag);
         let bytes = self
             .bytes
             .get(entry.bytes.clone())
             .ok_or_else(|| self.error(key, "truncated"))?;
-        Ok(Array::from_bytes(device, shape, dtype, bytes)?)
+        Ok((shape, dtype, bytes))
     }
 
-    /// Replaces every parameter of `model` with the entry of its name, which must match its
-    /// shape and dtype, on the parameter's own device (a streamed weight's host tier). Nothing
-    /// changes unless every parameter is found and fits.
+    /// Overwrites every parameter of `model` with the entry of its name, which must match its
+    /// shape and dtype, in place on the parameter's own device (a streamed weight's host
+    /// tier), so that the weights are held once. Nothing changes unless every parameter is
+    /// found and fits; a parameter whose data another handle shares gets new memory instead.
     pub fn restore_model(&self, model: &mut dyn Module) -> Result<()> {
-        let mut loaded = Vec::new();
+        let mut checked = Ok(());
         model.visit_parameters(&mut |name, t| {
-            let expect = Some((t.shape(), t.dtype()));
-            loaded.push(self.array_on(t.device(), name, expect, Tag::WEIGHTS));
+            if checked.is_ok() {
+                checked = self.entry(name, Some((t.shape(), t.dtype()))).map(drop);
+            }
         });
-        let mut loaded = loaded.into_iter().collect::<Result<Vec<_>>>()?.into_iter();
+        checked?;
         model.visit_parameters_mut(&mut |name, t| {
-            let array = loaded
-                .next()
-                .ok_or_else(|| self.error(name, "the model changed while restoring"))?;
-            *t.array_mut() = array;
+            let (shape, dtype, bytes) = self.entry(name, Some((t.shape(), t.dtype())))?;
+            let array = t.array_mut();
+            match array.is_shared() {
+                false => array.write_bytes(dtype, bytes)?,
+                true => {
+                    let device = array.device().clone();
+                    let _tag = device.scoped_tag(Tag::WEIGHTS);
+                    *array = Array::from_bytes(&device, shape, dtype, bytes)?;
+                }
+            }
             Ok(())
         })
     }

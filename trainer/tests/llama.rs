@@ -233,3 +233,28 @@ fn an_export_of_a_llama_run_is_the_pretrained_model_and_shards_on_request() {
     assert_eq!(generation["bos_token_id"], 318);
     assert_eq!(generation["eos_token_id"], 319);
 }
+
+#[test]
+fn a_run_from_pretrained_weights_peaks_on_each_tier_as_planned() {
+    // The blocks' weights streamed from the host tier and the optimizer there: loading the
+    // bf16 shards must leave both tiers as the planner lays them out.
+    let dir = TempDir::new("llama-pretrained-tiers");
+    let tokenizer = TextTokenizer::load(&tiny_llama()).unwrap();
+    let text = corpus(&dir.0, "corpus.txt", 4);
+    let shards = shards(&tokenizer, &text, dir.0.join("shards"));
+    let mut config = run_config(&dir.0.join("run"), Some(&tiny_llama()), &shards, 2, 1e-3);
+    config.data.context = 32;
+    config.batch.micro = None;
+    config.model.recompute = Some(Recompute::Blocks);
+    config.model.offload_weights = Some(true);
+    config.optimizer.offload = Some(true);
+    let mut trainer = Trainer::new(config).unwrap();
+    for _ in 0..2 {
+        trainer.train_step().unwrap();
+    }
+    let plan = trainer.plan().unwrap();
+    let device = trainer.device().allocator().stats();
+    let host = trainer.host_tier().unwrap().allocator().stats();
+    assert_eq!(device.peak_in_use, plan.predicted_peak, "{plan}");
+    assert_eq!(Some(host.peak_in_use), plan.predicted_host_peak, "{plan}");
+}

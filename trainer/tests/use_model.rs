@@ -22,7 +22,7 @@ use common::{
 use headroom_autograd::Tensor;
 use headroom_nn::{Gpt, Module, Sampling};
 use headroom_trainer::Trainer;
-use headroom_trainer::config::{DataKind, Overrides};
+use headroom_trainer::config::{DataKind, Overrides, PrecisionKind};
 use headroom_trainer::data::shards::{FileFilter, HeldOut, PrepareOptions, prepare};
 use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::model::TrainModel;
@@ -57,6 +57,8 @@ fn options(prompt: &str, max_tokens: usize, sampling: Sampling, seed: u64) -> Ge
         max_tokens,
         sampling,
         seed,
+        precision: PrecisionKind::F32,
+        stops: Vec::new(),
     }
 }
 

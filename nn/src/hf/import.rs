@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use headroom_alloc::Tag;
-use headroom_kernels::{Array, DType, Device, Shape};
+use headroom_kernels::{Array, DType, Shape};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use crate::error::{Error, Result};
@@ -26,10 +26,8 @@ struct Source<'a> {
     layout: Layout,
     view: TensorView<'a>,
     dtype: DType,
-    /// The parameter's shape, dtype and device.
+    /// The parameter's shape.
     shape: Shape,
-    target: DType,
-    device: Device,
 }
 
 /// Fills every parameter of `gpt` from the Hugging Face GPT-2 directory `dir`: its
@@ -84,18 +82,14 @@ pub fn load_gpt2(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     };
     let sources = checker.sources(gpt)?;
     checker.check_rest(&sources, gpt.head.is_none())?;
-    let mut arrays = sources
-        .iter()
-        .map(|source| checker.array(source))
-        .collect::<Result<Vec<_>>>()?
-        .into_iter();
+    let mut sources = sources.iter();
     crate::lora::visit_base_mut(gpt, &mut |name, t| {
-        *t.array_mut() = arrays.next().ok_or_else(|| Error::Checkpoint {
+        let source = sources.next().ok_or_else(|| Error::Checkpoint {
             path: path.clone(),
             key: name.to_owned(),
             detail: "the model changed while loading".into(),
         })?;
-        Ok(())
+        overwrite(t.array_mut(), source.dtype, &checker.bytes(source)?)
     })?;
     let eps = config.layer_norm_epsilon;
     for block in &mut gpt.blocks {
@@ -137,16 +131,11 @@ impl<'a> Checker<'a> {
         let prefix = self.prefix();
         let mut params = Vec::new();
         crate::lora::visit_base(gpt, &mut |name, t| {
-            params.push((
-                name.to_owned(),
-                t.shape().clone(),
-                t.dtype(),
-                t.device().clone(),
-            ));
+            params.push((name.to_owned(), t.shape().clone()));
         });
         params
             .into_iter()
-            .map(|(name, shape, target, device)| {
+            .map(|(name, shape)| {
                 let (hf, layout) = hf_name(&name).ok_or_else(|| {
                     self.error(&name, "a parameter GPT-2 has no tensor for".to_owned())
                 })?;
@@ -176,8 +165,6 @@ impl<'a> Checker<'a> {
                     view,
                     dtype,
                     shape,
-                    target,
-                    device,
                 })
             })
             .collect()
@@ -260,12 +247,13 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// The parameter `source` fills, as a new array on its device, in its dtype.
-    fn array(&self, source: &Source) -> Result<Array> {
+    /// The bytes of the parameter `source` fills, in its file's dtype, laid out as the
+    /// parameter is.
+    fn bytes<'b>(&self, source: &'b Source) -> Result<Cow<'b, [u8]>> {
         let element = source.dtype.size();
         let data = source.view.data();
         let dims = source.shape.dims();
-        let bytes = match (source.layout, source.view.shape()) {
+        Ok(match (source.layout, source.view.shape()) {
             (Layout::Transposed, &[rows, cols]) => {
                 Cow::Owned(transpose_bytes(data, rows, cols, element))
             }
@@ -277,14 +265,25 @@ impl<'a> Checker<'a> {
                 )
             }
             _ => Cow::Borrowed(data),
-        };
-        let _tag = source.device.scoped_tag(Tag::WEIGHTS);
-        let array = Array::from_bytes(&source.device, source.shape.clone(), source.dtype, &bytes)?;
-        match source.dtype == source.target {
-            true => Ok(array),
-            false => Ok(array.cast(source.target)?),
-        }
+        })
     }
+}
+
+/// Overwrites `array` with `bytes` of `stored` in place, so that a model's old and new weights
+/// are never both held and its memory stays laid out as it was built; an array another handle
+/// shares gets new memory.
+pub(crate) fn overwrite(array: &mut Array, stored: DType, bytes: &[u8]) -> Result<()> {
+    if !array.is_shared() {
+        return Ok(array.write_bytes(stored, bytes)?);
+    }
+    let device = array.device().clone();
+    let _weights = device.scoped_tag(Tag::WEIGHTS);
+    let loaded = Array::from_bytes(&device, array.shape().clone(), stored, bytes)?;
+    *array = match stored == array.dtype() {
+        true => loaded,
+        false => loaded.cast(array.dtype())?,
+    };
+    Ok(())
 }
 
 /// Headroom's dtype of a floating-point safetensors dtype.

@@ -12,15 +12,13 @@ use safetensors::tensor::{Dtype, View};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
+use crate::hf::companions::GENERATION_CONFIG;
 use crate::hf::fields::write_json;
 use crate::hf::llama_config::LlamaConfig;
 use crate::hf::llama_names::hf_names;
 use crate::hf::shards::{DEFAULT_SHARD_BYTES, index_json, shard_name, split, weight_files_in};
 use crate::hf::weight_files::INDEX_FILE;
 use crate::layers::gpt::Gpt;
-
-/// The file name of the generation settings.
-const GENERATION_FILE: &str = "generation_config.json";
 
 /// How [`export_llama`] writes a model.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,7 +128,7 @@ pub fn export_llama(gpt: &Gpt, dir: &Path, options: &LlamaExport) -> Result<()> 
     }
     if options.bos.is_some() || options.eos.is_some() {
         let generation = json!({"bos_token_id": options.bos, "eos_token_id": options.eos});
-        write_json(&dir.join(GENERATION_FILE), &without_nulls(generation))?;
+        write_json(&dir.join(GENERATION_CONFIG), &without_nulls(generation))?;
     }
     let dtype = options
         .dtype

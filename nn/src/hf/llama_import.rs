@@ -3,13 +3,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use headroom_alloc::Tag;
-use headroom_kernels::{Array, DType, Shape};
+use headroom_kernels::{DType, Shape};
 use safetensors::tensor::TensorView;
 
 use crate::error::{Error, Result};
 use crate::hf::finite::non_finite;
-use crate::hf::import::float_dtype;
+use crate::hf::import::{float_dtype, overwrite};
 use crate::hf::llama_config::LlamaConfig;
 use crate::hf::llama_names::{EMBED, LM_HEAD, hf_names, is_buffer};
 use crate::hf::weight_files::{WeightFiles, by_name, model_dir};
@@ -86,23 +85,16 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
             key: name.to_owned(),
             detail: "the model changed while loading".into(),
         })?;
-        let device = t.device().clone();
-        let _weights = device.scoped_tag(Tag::WEIGHTS);
-        let bytes: Vec<u8> = match plan.parts.as_slice() {
-            [(_, _, view)] => view.data().to_vec(),
+        let bytes: std::borrow::Cow<'_, [u8]> = match plan.parts.as_slice() {
+            [(_, _, view)] => view.data().into(),
             parts => parts
                 .iter()
                 .flat_map(|(_, _, v)| v.data())
                 .copied()
-                .collect(),
+                .collect::<Vec<u8>>()
+                .into(),
         };
-        let array = Array::from_bytes(&device, t.shape().clone(), plan.stored, &bytes)?;
-        drop(bytes);
-        *t.array_mut() = match plan.stored == t.dtype() {
-            true => array,
-            false => array.cast(t.dtype())?,
-        };
-        Ok(())
+        Ok(overwrite(t.array_mut(), plan.stored, &bytes)?)
     })?;
     // Weights stored quantized: quantized on the host one at a time, only their codes uploaded.
     for ((_, stored), plan) in gpt.quantized_weights_mut().into_iter().zip(quantized_plans) {

@@ -20,8 +20,9 @@
 //! `scripts/hf/make_tiny_llama.py`; `scripts/hf/check_export.py` checks an export with
 //! transformers itself).
 //!
-//! Only the model travels, with its token ids: the tokenizer (`tokenizer.json`) is left to
-//! other tools.
+//! The tokenizer and generation files that make a model the same model to other tools
+//! (special tokens, chat template, generation defaults) travel beside the weights as they are
+//! ([`copy_companions`], [`SpecialTokens`]).
 //!
 //! ```
 //! use headroom_nn::{Gpt, Initializer, Module, hf};
@@ -57,10 +58,12 @@
 //! # Ok::<(), headroom_nn::Error>(())
 //! ```
 
+mod companions;
 mod config;
 mod export;
 mod fields;
 mod finite;
+mod hub_cache;
 mod import;
 mod llama_config;
 mod llama_export;
@@ -73,8 +76,10 @@ mod safetensors_file;
 mod shards;
 mod weight_files;
 
+pub use companions::{COMPANION_FILES, GENERATION_CONFIG, SpecialTokens, copy_companions};
 pub use config::{CONFIG_FILE, Gpt2Config};
 pub use export::export_gpt2;
+pub use hub_cache::cached_model;
 pub use import::{WEIGHTS_FILE, load_gpt2};
 pub use llama_config::{Architecture, LlamaConfig};
 pub use llama_export::{LlamaExport, export_llama};

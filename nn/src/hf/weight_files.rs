@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::hf::fields::read_json;
+use crate::hf::hub_cache::cached_model;
 
 /// The file name of a sharded model's index.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
@@ -21,7 +22,13 @@ pub const INDEX_FILE: &str = "model.safetensors.index.json";
 /// The directory that holds a model's files: `dir` itself when it has a `config.json`; in a
 /// Hugging Face cache entry (`models--{org}--{name}`, with `snapshots/` and `refs/`), the
 /// snapshot `refs/main` names, or the only snapshot.
+///
+/// A Hub id (`org/name`) that names no directory is looked up in the local Hugging Face cache
+/// ([`cached_model`]).
 pub fn model_dir(dir: &Path) -> Result<PathBuf> {
+    if let Some(entry) = cached_model(dir) {
+        return model_dir(&entry);
+    }
     if dir.join(super::CONFIG_FILE).exists() || !dir.join("snapshots").is_dir() {
         return Ok(dir.to_owned());
     }

@@ -176,10 +176,18 @@ impl TrainConfig {
             DataKind::TokenShards => self.data.path.as_ref(),
             _ => None,
         };
-        data.into_iter()
-            .chain(&self.model.init_from)
+        data.cloned()
+            .into_iter()
+            .chain(self.pretrained_dir())
             .map(|dir| dir.join(crate::data::shards::TOKENIZER))
             .find(|path| path.is_file())
+    }
+
+    /// The directory of the pretrained model's files (`model.init_from`, a Hugging Face cache
+    /// entry's snapshot or a Hub id found in the cache), when the run starts from one.
+    pub fn pretrained_dir(&self) -> Option<PathBuf> {
+        let given = self.model.init_from.as_ref()?;
+        Some(headroom_nn::hf::model_dir(given).unwrap_or_else(|_| given.clone()))
     }
 
     /// The configuration as TOML (written into the run directory).

@@ -83,7 +83,12 @@ impl TrainConfig {
         }
         match (self.steps, self.epochs) {
             (Some(_), Some(_)) => problems.add("give `steps` or `epochs`, not both".into()),
-            (Some(0), _) => problems.add("steps: 0 steps".into()),
+            (Some(0), _) => problems.add(
+                "steps: 0 steps trains nothing; to judge or try a model as it is, use `headroom \
+                 eval --checkpoint DIR --data SHARDS` or `headroom generate --checkpoint DIR` \
+                 (a run directory or a Hugging Face model)"
+                    .into(),
+            ),
             (_, Some(0)) => problems.add("epochs: 0 epochs".into()),
             _ => {}
         }

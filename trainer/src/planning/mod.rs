@@ -10,6 +10,7 @@
 pub(crate) mod bf16_remedy;
 pub(crate) mod budget;
 pub(crate) mod diagnosis;
+pub mod half_on_cpu;
 pub mod head_chunk;
 pub mod host_tier;
 pub mod lora_advice;

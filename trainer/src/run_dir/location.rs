@@ -22,7 +22,9 @@ pub const LATEST: &str = "latest";
 /// The run's configuration, as it last started.
 pub const CONFIG_FILE: &str = "config.toml";
 
-/// The files a run writes besides its traces; an overwritten run loses exactly these.
+/// The files a run writes besides its traces and the pretrained model's tokenizer and
+/// generation files ([`headroom_nn::hf::COMPANION_FILES`]); an overwritten run loses exactly
+/// these.
 const RUN_FILES: [&str; 8] = [
     "checkpoint.safetensors",
     crate::data::shards::TOKENIZER,
@@ -136,7 +138,8 @@ pub fn claim(dir: &Path, start: Start) -> Result<()> {
 /// run that overwrites it), but the allocation trace `keep` of this start.
 pub fn clear_earlier_run(dir: &Path, keep: Option<&Path>) -> Result<()> {
     let traces = traces(dir)?.into_iter().map(|(_, path)| path);
-    for path in RUN_FILES.iter().map(|f| dir.join(f)).chain(traces) {
+    let files = RUN_FILES.iter().chain(headroom_nn::hf::COMPANION_FILES);
+    for path in files.map(|f| dir.join(f)).chain(traces) {
         if Some(path.as_path()) == keep {
             continue;
         }

@@ -12,7 +12,7 @@ use crate::data::{Metric, Task};
 use crate::error::{Error, Result};
 use crate::model::TrainModel;
 use crate::trained::eval::evaluate;
-use crate::trained::saved_run::{SavedRun, UseSettings};
+use crate::trained::saved_run::{SavedRun, UseSettings, pretrained_model};
 
 /// What to judge the model on, when not its own run's held-out data.
 #[derive(Debug, Clone, Default)]
@@ -45,7 +45,14 @@ pub struct EvalReport {
 
 /// Judges the model of `run_dir` on `data`'s held-out samples (or its run's).
 pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> Result<EvalReport> {
-    let mut config = SavedRun::config_of(run_dir)?;
+    let mut config = SavedRun::config_of_model(run_dir)?;
+    if data.shards.is_none() && pretrained_model(run_dir).is_some() {
+        return Err(Error::config(format!(
+            "{} is a Hugging Face model, with no held-out data of its own: give --data (token \
+             shards from `headroom prepare`, tokenized by its tokenizer)",
+            run_dir.display()
+        )));
+    }
     if let Some(dir) = &data.shards {
         config.data.kind = DataKind::TokenShards;
         config.data.path = Some(dir.clone());

@@ -12,8 +12,10 @@
 use std::time::Instant;
 
 use headroom_autograd::Tensor;
-use headroom_nn::{Gpt, Sampler, Sampling};
+use headroom_kernels::DType;
+use headroom_nn::{Gpt, Module, Sampler, Sampling};
 
+use crate::config::PrecisionKind;
 use crate::data::tokenizer::TextTokenizer;
 use crate::error::{Error, Result};
 
@@ -29,6 +31,14 @@ pub struct GenerateOptions {
     pub sampling: Sampling,
     /// Seeds the draws.
     pub seed: u64,
+    /// The precision the products run in: the run's ([`TrainConfig::compute_precision`]), as
+    /// it trained and as `eval` judges it (bf16 parameters and f32 adapters meet in bf16).
+    ///
+    /// [`TrainConfig::compute_precision`]: crate::config::TrainConfig::compute_precision
+    pub precision: PrecisionKind,
+    /// Ids that end the text besides the tokenizer's own ([`TextTokenizer::stops`]): the
+    /// model's end-of-sequence ids, which its `generation_config.json` may list several of.
+    pub stops: Vec<u32>,
 }
 
 /// Why generation stopped.
@@ -103,16 +113,34 @@ pub fn prompt_ids(gpt: &Gpt, tokenizer: &TextTokenizer, prompt: &str) -> Result<
 
 /// Continues `options.prompt` with `gpt`, handing each piece of text to `emit` as soon as it
 /// forms whole characters; the prompt is checked first (see [`prompt_ids`]).
+///
+/// Running out of memory is an [`Error::DoesNotFit`] whose advice is about generation: what
+/// the weights and the key/value cache held, and what makes them smaller.
 pub fn generate(
     gpt: &Gpt,
     tokenizer: &TextTokenizer,
     options: &GenerateOptions,
     emit: &mut dyn FnMut(&str) -> Result<()>,
 ) -> Result<Generated> {
+    let mut cached = 0;
+    generated(gpt, tokenizer, options, emit, &mut cached)
+        .map_err(|err| out_of_memory_advice(err, gpt, cached))
+}
+
+/// [`generate`], counting the positions the cache holds in `cached` as it goes.
+fn generated(
+    gpt: &Gpt,
+    tokenizer: &TextTokenizer,
+    options: &GenerateOptions,
+    emit: &mut dyn FnMut(&str) -> Result<()>,
+    cached: &mut usize,
+) -> Result<Generated> {
     let context = gpt.config().context;
-    let stops = tokenizer.stops();
+    let mut stops = tokenizer.stops();
+    stops.extend(&options.stops);
     let prompt = prompt_ids(gpt, tokenizer, &options.prompt)?;
     let mut sampler = Sampler::new(options.sampling, options.seed)?;
+    let _policy = options.precision.autocast();
     let device = gpt.tok_emb.weight.device().clone();
     let mut cache = gpt.kv_cache(1);
     let started = Instant::now();
@@ -141,6 +169,7 @@ pub fn generate(
         if cache.len() >= context {
             break Stop::Context;
         }
+        *cached = cache.len();
         let next = Tensor::from_host(&device, [1, 1], &[token])?;
         logits = gpt.forward_cached(&next, &mut cache)?;
     };
@@ -155,4 +184,37 @@ pub fn generate(
         prompt_seconds,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// `err` as generation's own out-of-memory when it is one: the device's limit, the weights'
+/// and the cache's share, and what would make them fit (other errors pass as they are).
+pub fn out_of_memory_advice(err: Error, gpt: &Gpt, cached: usize) -> Error {
+    let Some(report) = err.oom_report().cloned() else {
+        return err;
+    };
+    let config = gpt.config();
+    let dtype = gpt.tok_emb.weight.dtype();
+    let per_token = 2 * config.layers * config.kv_heads() * config.head_dim() * dtype.size();
+    let mut weights = 0;
+    gpt.visit(&mut |_, t| weights += t.shape().numel() * t.dtype().size());
+    let bytes = |n: usize| headroom_alloc::format_bytes(n as u64);
+    let halves = match dtype {
+        DType::F32 => "; bf16 weights take half: train with --param-dtype bf16, or export \
+                      --dtype bf16 and generate from the export"
+            .to_owned(),
+        _ => String::new(),
+    };
+    let diagnosis = format!(
+        "out of memory while generating, under a limit of {}: the weights take {}, and the \
+         key/value cache {} a token ({} at the {cached} positions it held). Generate fewer \
+         tokens (--max-tokens) or from a shorter prompt, or raise --memory-limit{halves}.",
+        bytes(report.limit as usize),
+        bytes(weights),
+        bytes(per_token),
+        bytes(per_token * cached),
+    );
+    Error::DoesNotFit {
+        diagnosis,
+        report: Box::new(report),
+    }
 }

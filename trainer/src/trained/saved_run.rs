@@ -46,9 +46,25 @@ impl SavedRun {
         Header::read(&path)?.config(&path)
     }
 
+    /// The configuration of `dir`'s model: its run's, or for a Hugging Face model directory
+    /// (or a Hub id in the local cache) the configuration that starts from it.
+    pub fn config_of_model(dir: &Path) -> Result<TrainConfig> {
+        match pretrained_model(dir) {
+            Some(pretrained) => pretrained_config(&pretrained),
+            None => Self::config_of(dir),
+        }
+    }
+
     /// Opens the model of `run_dir`'s checkpoint. A GPT's vocabulary and context come from its
     /// saved weights; an MLP needs the data's `shape`.
+    ///
+    /// `run_dir` may also be a Hugging Face model directory (or a Hub id in the local cache):
+    /// its model opens as it was published, with its whole context, its weights loaded once
+    /// into the model's own memory.
     pub fn open(run_dir: &Path, settings: &UseSettings, shape: Option<DataShape>) -> Result<Self> {
+        if let Some(pretrained) = pretrained_model(run_dir) {
+            return Self::open_pretrained(&pretrained, settings);
+        }
         let path = existing_checkpoint(run_dir)?;
         let header = Header::read(&path)?;
         let mut config = header.config(&path)?;
@@ -130,11 +146,69 @@ impl SavedRun {
         })
     }
 
+    /// The model of the Hugging Face directory `dir`, as published.
+    fn open_pretrained(dir: &Path, settings: &UseSettings) -> Result<Self> {
+        let mut config = pretrained_config(dir)?;
+        if let Some(device) = &settings.device {
+            config.device = device.clone();
+        }
+        if let Some(limit) = &settings.memory_limit {
+            config.memory.limit = Some(limit.clone());
+            config.memory.fraction = None;
+        }
+        let vocab = config.model.vocab.unwrap_or_default();
+        let context = config.model.context.unwrap_or_default();
+        let shape = DataShape::tokens(vocab, context);
+        let budget = run_device::budget(&config)?;
+        let device = run_device::open(&config, &budget)?;
+        let mut model = TrainModel::build(&config.model, &shape, &device, (config.seed, None))?;
+        BuiltinModel(config.model.clone()).initialize(&mut model)?;
+        model.module_mut().set_training(false);
+        Ok(Self {
+            run_dir: dir.to_owned(),
+            config,
+            device,
+            model,
+        })
+    }
+
     /// The run's tokenizer: `tokenizer.json` in the run directory (copied there from the data
     /// or the pretrained model when the run started).
     pub fn tokenizer_path(&self) -> PathBuf {
         self.run_dir.join(TOKENIZER)
     }
+}
+
+/// The Hugging Face model directory `dir` names (itself, a cache entry's snapshot, or a Hub id
+/// found in the local cache), where it holds no run's checkpoint but a model's `config.json`.
+pub fn pretrained_model(dir: &Path) -> Option<PathBuf> {
+    if checkpoint_path(dir).is_file() {
+        return None;
+    }
+    let found = headroom_nn::hf::model_dir(dir).ok()?;
+    found
+        .join(headroom_nn::hf::CONFIG_FILE)
+        .is_file()
+        .then_some(found)
+}
+
+/// The configuration that uses the pretrained model in `dir` as published: its shape, its
+/// whole context, f32 parameters (as `train --init-from` starts).
+fn pretrained_config(dir: &Path) -> Result<TrainConfig> {
+    let overrides = crate::config::Overrides {
+        init_from: Some(dir.to_owned()),
+        ..Default::default()
+    };
+    let mut config = overrides.configure(None)?;
+    let pretrained = headroom_nn::hf::Pretrained::read(dir)?;
+    let context = pretrained.gpt_config(0.0).context;
+    config.model.context = Some(config.model.context.unwrap_or(context));
+    config.model.dropout = 0.0;
+    // Text, so that no task's own memory limit applies; what data it reads is the caller's.
+    config.data.kind = crate::config::DataKind::TokenShards;
+    config.memory.trace = false;
+    config.run_dir = Some(dir.to_owned());
+    Ok(config)
 }
 
 /// The checkpoint of `run_dir`, which must exist.

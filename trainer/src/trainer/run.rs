@@ -50,6 +50,10 @@ impl Trainer {
                 &dir.join(crate::run_dir::location::CONFIG_FILE),
                 self.config.to_toml().as_bytes(),
             )?;
+            // The base's files first: the data's tokenizer, where it has one, is the run's.
+            if let Some(base) = self.config.pretrained_dir() {
+                keep_identity(&base, &dir)?;
+            }
             let tokenizer = dir.join(crate::data::shards::TOKENIZER);
             if let Some(source) = self.config.tokenizer() {
                 let bytes = std::fs::read(&source).map_err(Error::io(&source))?;
@@ -275,4 +279,22 @@ impl Trainer {
         }
         Ok(peaks)
     }
+}
+
+/// Copies the pretrained model's tokenizer and generation files into the run directory, and
+/// its special token ids into the generation defaults there, so that the run's exports and
+/// generation keep the model's identity (its chat template, its end-of-turn tokens) wherever
+/// the base later goes.
+fn keep_identity(base: &std::path::Path, dir: &std::path::Path) -> Result<()> {
+    use headroom_nn::hf::{GENERATION_CONFIG, SpecialTokens, copy_companions};
+    copy_companions(base, dir)?;
+    let tokens = SpecialTokens::read(base)?;
+    if tokens.is_empty() {
+        return Ok(());
+    }
+    let generation = dir.join(GENERATION_CONFIG);
+    if !generation.is_file() {
+        write_atomically(&generation, b"{}\n")?;
+    }
+    Ok(tokens.write_into(&generation)?)
 }

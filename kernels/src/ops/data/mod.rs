@@ -98,6 +98,42 @@ impl Array {
         })
     }
 
+    /// Overwrites the elements, in place, with the raw little-endian bytes of as many elements
+    /// of `dtype` (a file's contents), converted on the host to the array's dtype where it
+    /// differs (rounded to nearest): nothing on the device is allocated.
+    pub fn write_bytes(&mut self, dtype: DType, bytes: &[u8]) -> Result<()> {
+        let expected = self.numel().checked_mul(dtype.size());
+        let convertible = dtype == self.dtype() || dtype.is_float() && self.dtype().is_float();
+        if expected != Some(bytes.len()) || !convertible {
+            return Err(Error::Argument {
+                op: "write_bytes",
+                detail: format!(
+                    "{} bytes of {dtype} for {} of {}, which needs {} bytes of a float dtype \
+                     or of {1}",
+                    bytes.len(),
+                    self.shape(),
+                    self.dtype(),
+                    expected.map_or_else(|| "more than a usize".into(), |n| n.to_string())
+                ),
+            });
+        }
+        if dtype == self.dtype() {
+            let device = self.device().clone();
+            return device
+                .backend()
+                .write(self.buffer_mut("write_bytes")?, bytes);
+        }
+        crate::cpu::with_element!(self.dtype(), |Out| {
+            let values: Vec<Out> = crate::cpu::with_element!(dtype, |In| {
+                bytes
+                    .chunks_exact(dtype.size())
+                    .map(|b| Out::from_f64(bytemuck::pod_read_unaligned::<In>(b).to_f64()))
+                    .collect()
+            });
+            self.write_host(&values)
+        })
+    }
+
     /// Uploads f64 host data, converted to `dtype` (rounded to nearest).
     pub fn from_f64(
         device: &Device,

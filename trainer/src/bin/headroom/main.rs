@@ -13,6 +13,7 @@ use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
 use headroom_trainer::data::Task;
 use headroom_trainer::data_parallel::Launch;
 use headroom_trainer::interrupt::{self, StopOnSignal};
+use headroom_trainer::planning::half_on_cpu::{half_on_cpu, half_on_cpu_warning};
 use headroom_trainer::planning::{fullest_rank, lora_advice, plan, run_device};
 use headroom_trainer::run_dir::{self, latest_trace};
 use headroom_trainer::run_dir::{Start, Summary, read_all};
@@ -38,7 +39,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train a model (the default: a small GPT learning addition).
+    /// Train a model: fine-tune a Hugging Face one (--init-from), or train one from scratch
+    /// (the default: a small GPT learning addition).
     Train(TrainArgs),
     /// Plan the memory techniques and the micro-batch size on the meta device and print the
     /// tables, without training.
@@ -57,12 +59,15 @@ enum Command {
     Tokenizer(text::TokenizerCommand),
     /// Tokenize text files into shards for data.kind = "token-shards", with a held-out split.
     Prepare(text::PrepareArgs),
-    /// Continue a prompt with a trained GPT, streaming the text (a key/value cache makes each
-    /// token cost one token's work).
+    /// Continue a prompt with a trained model or a Hugging Face one, streaming the text (a
+    /// key/value cache makes each token cost one token's work); it stops at the model's end of
+    /// text or of turn.
     Generate(model_use::GenerateArgs),
-    /// Judge a trained model on held-out data: loss and perplexity for text.
+    /// Judge a trained model, or a Hugging Face one, on held-out data: loss and perplexity for
+    /// text.
     Eval(model_use::EvalArgs),
-    /// Write a trained GPT as a Hugging Face GPT-2 directory.
+    /// Write a trained model as a Hugging Face directory (GPT-2 or the Llama family, with the
+    /// base's tokenizer and generation files), or a LoRA run's adapters as a PEFT directory.
     Export(model_use::ExportArgs),
     /// Print the summary of a finished run and redraw its plots.
     Report {
@@ -182,6 +187,14 @@ fn train(args: &TrainArgs) -> Result<()> {
     }
     if let Some(plan) = trainer.plan() {
         say(plan)?;
+        if half_on_cpu(trainer.config()) {
+            let config = trainer.config();
+            let task = Task::from_config(&config.data, &config.model, config.seed)?;
+            let (budget, _, _) = run_device::planning(config)?;
+            if let Some(warning) = half_on_cpu_warning(config, &task, &budget, plan) {
+                tracing::warn!("{warning}");
+            }
+        }
     }
     let run_dir = trainer.run_dir().to_owned();
     let ranks = match launch.size {

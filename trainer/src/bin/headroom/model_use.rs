@@ -6,13 +6,16 @@ use std::path::PathBuf;
 
 use clap::Args;
 use headroom_kernels::DType;
-use headroom_nn::hf::{DEFAULT_SHARD_BYTES, LlamaExport};
+use headroom_nn::hf::{DEFAULT_SHARD_BYTES, GENERATION_CONFIG, LlamaExport};
+use headroom_nn::lora::QuantizedBase;
 use headroom_nn::{Family, Sampling};
 use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::model::TrainModel;
+use headroom_trainer::planning::half_on_cpu::half_on_cpu_generation_warning;
 use headroom_trainer::trained::{EvalData, evaluate_run};
 use headroom_trainer::trained::{GenerateOptions, Stop, generate, prompt_ids};
-use headroom_trainer::trained::{SavedRun, UseSettings};
+use headroom_trainer::trained::{SavedRun, UseSettings, pretrained_model};
+use headroom_trainer::trained::{carry_companions, identity_sources, special_tokens};
 use headroom_trainer::{Error, Result};
 
 use crate::say;
@@ -20,8 +23,9 @@ use crate::say;
 /// Where a saved model runs.
 #[derive(Args)]
 pub struct UseArgs {
-    /// The run directory whose checkpoint holds the model.
-    #[arg(long)]
+    /// The model: a run directory (its checkpoint), or a Hugging Face model directory or Hub
+    /// id in the local cache (HF_HUB_CACHE, HF_HOME, ~/.cache/huggingface/hub), as published.
+    #[arg(long, value_name = "RUN_DIR|HF_DIR|HUB_ID")]
     checkpoint: PathBuf,
     /// The device: cpu, cuda or cuda:N (the run's, unless given).
     #[arg(long)]
@@ -83,7 +87,8 @@ pub struct EvalArgs {
     /// Held-out samples at most.
     #[arg(long)]
     eval_size: Option<usize>,
-    /// Where to write the result as JSON (default: eval.json in the run directory).
+    /// Where to write the result as JSON (default: eval.json in the run directory; nowhere
+    /// for a Hugging Face model).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -91,9 +96,10 @@ pub struct EvalArgs {
 /// `headroom export`.
 #[derive(Args)]
 pub struct ExportArgs {
-    /// Write a Hugging Face directory (config.json, the weights and the run's tokenizer.json)
-    /// that transformers' AutoModelForCausalLM.from_pretrained loads: GPT2LMHeadModel for a
-    /// GPT-2, LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM for the Llama family.
+    /// Write a Hugging Face directory (config.json, the weights, and the base model's tokenizer
+    /// and generation files: special tokens, chat template, generation defaults) that
+    /// transformers' AutoModelForCausalLM.from_pretrained loads: GPT2LMHeadModel for a GPT-2,
+    /// LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM for the Llama family.
     #[arg(long, required = true)]
     hf: bool,
     /// Llama family: the dtype of the weights written, f32, bf16 or f16 (default: the
@@ -112,7 +118,9 @@ pub struct ExportArgs {
     /// peft.PeftModel.from_pretrained(base, DIR) loads).
     #[arg(long)]
     merge: bool,
-    /// The run directory.
+    /// The run directory, or a Hugging Face model directory or Hub id in the local cache
+    /// (written again: in another dtype, or in shards).
+    #[arg(value_name = "RUN_DIR|HF_DIR|HUB_ID")]
     run_dir: PathBuf,
     /// The directory to write.
     out_dir: PathBuf,
@@ -140,6 +148,9 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
         });
     }
     let tokenizer = TextTokenizer::load(&tokenizer_path)?;
+    if let Some(warning) = half_on_cpu_generation_warning(&run.config) {
+        tracing::warn!("{warning}");
+    }
     let TrainModel::Gpt(gpt) = &run.model else {
         return Err(Error::Config {
             problems: vec!["generate: the run's model is an MLP; only a GPT generates text".into()],
@@ -150,6 +161,8 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         sampling,
         seed: args.seed,
+        precision: run.config.compute_precision(),
+        stops: model_stops(&run)?,
     };
     // Checked before the prompt is echoed: a refused prompt prints nothing.
     prompt_ids(gpt, &tokenizer, &args.prompt)?;
@@ -191,10 +204,12 @@ pub fn evaluate(args: &EvalArgs) -> Result<()> {
         eval_size: args.eval_size,
     };
     let report = evaluate_run(&args.model.checkpoint, &data, &args.model.settings())?;
-    let path = args
-        .json
-        .clone()
-        .unwrap_or_else(|| args.model.checkpoint.join("eval.json"));
+    // A run directory keeps its score; a downloaded model's directory is left as it was.
+    let path = match (&args.json, pretrained_model(&args.model.checkpoint)) {
+        (Some(path), _) => path.clone(),
+        (None, None) => args.model.checkpoint.join("eval.json"),
+        (None, Some(_)) => return say(report),
+    };
     let json = serde_json::to_string_pretty(&report).map_err(|err| Error::Data {
         path: path.clone(),
         detail: err.to_string(),
@@ -218,6 +233,7 @@ pub fn export(args: &ExportArgs) -> Result<()> {
             problems: vec!["export --hf: the run's model is an MLP, not a GPT".into()],
         });
     };
+    let sources = identity_sources(&run.run_dir, &run.config);
     let mut merged;
     let gpt = match (&run.config.model.lora, args.merge) {
         (Some(lora), false) => {
@@ -227,11 +243,17 @@ pub fn export(args: &ExportArgs) -> Result<()> {
                 found.display().to_string()
             });
             headroom_nn::hf::export_peft(gpt, lora, &args.out_dir, base.as_deref())?;
-            return say(format_args!(
-                "exported the LoRA adapters of {} as a PEFT adapter directory: {}",
+            let carried = carry_companions(&sources, &args.out_dir)?;
+            say(format_args!(
+                "exported the LoRA adapters of {} as a PEFT adapter directory: {}{}",
                 args.run_dir.display(),
-                args.out_dir.display()
-            ));
+                args.out_dir.display(),
+                carried_note(&carried)
+            ))?;
+            if let Some(base) = lora.base {
+                say(quantized_base_note(base))?;
+            }
+            return Ok(());
         }
         (Some(_), true) => {
             merged = gpt.as_ref().clone();
@@ -271,15 +293,66 @@ pub fn export(args: &ExportArgs) -> Result<()> {
             "Llama-family"
         }
     };
-    if tokenizer.exists() {
-        let copy = args.out_dir.join("tokenizer.json");
-        std::fs::copy(&tokenizer, &copy).map_err(|source| Error::Io { path: copy, source })?;
+    let carried = carry_companions(&sources, &args.out_dir)?;
+    // The base's token ids over those the tokenizer suggests, in both files that hold them.
+    let tokens = special_tokens(&sources)?;
+    if !tokens.is_empty() {
+        for name in [headroom_nn::hf::CONFIG_FILE, GENERATION_CONFIG] {
+            let path = args.out_dir.join(name);
+            if path.is_file() {
+                tokens.write_into(&path)?;
+            }
+        }
     }
     say(format_args!(
-        "exported {} as a Hugging Face {family} directory: {}",
+        "exported {} as a Hugging Face {family} directory: {}{}",
         args.run_dir.display(),
-        args.out_dir.display()
+        args.out_dir.display(),
+        carried_note(&carried)
     ))
+}
+
+/// The end-of-sequence ids of the model `run` keeps the identity of (none where it names none).
+fn model_stops(run: &SavedRun) -> Result<Vec<u32>> {
+    let tokens = special_tokens(&identity_sources(&run.run_dir, &run.config))?;
+    Ok(tokens
+        .eos
+        .iter()
+        .filter_map(|&id| u32::try_from(id).ok())
+        .collect())
+}
+
+/// What a QLoRA run's adapter export says: the adapters learned to correct a quantized base,
+/// so over the full-precision base they give other logits, and what reproduces the training.
+fn quantized_base_note(base: QuantizedBase) -> String {
+    let quantized = match base {
+        QuantizedBase::Nf4 => {
+            ", or bring PEFT close to it by loading the base quantized as it trained: NF4 in \
+             blocks of 64 with double quantization (transformers' \
+             BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", \
+             bnb_4bit_use_double_quant=True))"
+        }
+        QuantizedBase::Int8 => {
+            "; no published loader stores a base as Headroom's block-wise int8 does"
+        }
+    };
+    format!(
+        "note: these adapters trained over a {} base; loaded by PEFT over the full-precision \
+         base they give other logits than the trained model (QLoRA's nature, not an error). To \
+         reproduce the trained model, export it merged (`headroom export --hf --merge`){quantized}.",
+        match base {
+            QuantizedBase::Nf4 => "NF4-quantized",
+            QuantizedBase::Int8 => "int8-quantized",
+        }
+    )
+}
+
+/// What an export says of the tokenizer and generation files it carried.
+fn carried_note(carried: &[&str]) -> String {
+    match carried {
+        [] => String::new(),
+        names => format!(", with {}", names.join(", ")),
+    }
 }
 
 /// `--dtype`.

@@ -1,0 +1,73 @@
+//! The warning a bf16 or f16 run on the CPU gets once: the CPU's products widen half types to
+//! f32 panel by panel, so they save memory but cost time, and what the same run in f32 would
+//! need, by its own plan.
+
+use headroom_alloc::format_bytes;
+use headroom_kernels::PlanTarget;
+
+use crate::config::{DeviceChoice, ParamDtype, PrecisionKind, TrainConfig};
+use crate::data::Task;
+use crate::planning::{Budget, Plan, plan};
+
+/// Measured on SmolLM2-135M on a 2-core CPU without bf16 matrix units: a bf16 step took about
+/// this many times the f32 step.
+const STEP_SLOWDOWN: u32 = 4;
+
+/// The same for a generated token.
+const TOKEN_SLOWDOWN: u32 = 10;
+
+/// True when `config` runs its products in a half type on the CPU.
+pub fn half_on_cpu(config: &TrainConfig) -> bool {
+    let cpu = matches!(config.device.parse::<DeviceChoice>(), Ok(DeviceChoice::Cpu));
+    cpu && config.compute_precision() != PrecisionKind::F32
+}
+
+/// The warning for `config`'s run, planned as `chosen`, when it computes in a half type on the
+/// CPU: the slowdown, and the f32 run's predicted peak and step under the same budget (or that
+/// it does not fit there).
+pub fn half_on_cpu_warning(
+    config: &TrainConfig,
+    task: &Task,
+    budget: &Budget,
+    chosen: &Plan,
+) -> Option<String> {
+    if !half_on_cpu(config) {
+        return None;
+    }
+    let mut f32_run = config.clone();
+    f32_run.model.param_dtype = ParamDtype::F32;
+    f32_run.precision.dtype = PrecisionKind::F32;
+    let f32_figure = match plan(&f32_run, task, budget, PlanTarget::Cpu) {
+        Ok(f32_plan) => format!(
+            "in f32 (--param-dtype f32 --precision f32) this run's plan predicts a peak of {} \
+             and {:.2} s a step, against {} and {:.2} s here",
+            format_bytes(f32_plan.predicted_peak),
+            f32_plan.predicted_seconds,
+            format_bytes(chosen.predicted_peak),
+            chosen.predicted_seconds
+        ),
+        Err(_) => format!(
+            "in f32 this run does not fit under its limit of {}: bf16 is what makes it fit",
+            format_bytes(budget.limit)
+        ),
+    };
+    Some(format!(
+        "{} on the CPU: its products widen {0} to f32 panel by panel (no CPU bf16 kernels \
+         yet), so a step takes about {STEP_SLOWDOWN} times an f32 step and a generated token \
+         about {TOKEN_SLOWDOWN} times (the plan's fixed CPU rates do not count it); {f32_figure}",
+        config.compute_precision().name()
+    ))
+}
+
+/// The warning for generation in a half type on the CPU.
+pub fn half_on_cpu_generation_warning(config: &TrainConfig) -> Option<String> {
+    if !half_on_cpu(config) {
+        return None;
+    }
+    Some(format!(
+        "{} weights on the CPU: its products widen them to f32 panel by panel, so each token \
+         takes about {TOKEN_SLOWDOWN} times what it would in f32 (an f32 export, `headroom \
+         export --hf --dtype f32`, generates faster in twice the memory)",
+        config.compute_precision().name()
+    ))
+}

@@ -1,0 +1,143 @@
+//! Every command that uses a trained model works on every kind of run: `generate`, `eval`,
+//! `export --hf` and, for adapters, `export --hf --merge`, after a full fine-tune, LoRA and
+//! QLoRA (NF4 and int8 bases), with f32 and bf16 parameters, and with streamed weights. The
+//! runs start from the tiny SmolLM2 made with transformers (nn/tests/data/tiny-smollm2).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::tiny::shards;
+use common::{TempDir, assert_mentions, headroom, succeeds, text};
+use headroom_trainer::data::tokenizer::TextTokenizer;
+
+fn tiny_smollm2() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../nn/tests/data/tiny-smollm2")
+}
+
+/// A kind of run: its name and the flags that make it.
+const KINDS: &[(&str, &[&str])] = &[
+    ("full-f32", &[]),
+    ("full-bf16", &["--param-dtype", "bf16"]),
+    ("lora-f32", &["--lora"]),
+    ("lora-bf16", &["--lora", "--param-dtype", "bf16"]),
+    ("qlora-nf4-f32", &["--base", "nf4"]),
+    (
+        "qlora-nf4-bf16",
+        &["--base", "nf4", "--param-dtype", "bf16"],
+    ),
+    (
+        "qlora-int8-bf16",
+        &["--base", "int8", "--param-dtype", "bf16"],
+    ),
+    (
+        "full-streamed",
+        &["--offload-weights", "--recompute", "blocks"],
+    ),
+    (
+        "lora-bf16-streamed",
+        &[
+            "--lora",
+            "--param-dtype",
+            "bf16",
+            "--offload-weights",
+            "--recompute",
+            "blocks",
+        ],
+    ),
+];
+
+/// Trains a two-step run of `flags` from the tiny SmolLM2 on `shards` into `run`; returns
+/// what it logged.
+fn train(run: &Path, shards: &Path, flags: &[&str]) -> String {
+    let base = tiny_smollm2();
+    let mut args = vec![
+        "train",
+        "--init-from",
+        text(&base),
+        "--data",
+        "token-shards",
+        "--data-path",
+        text(shards),
+        "--context",
+        "32",
+        "--batch-size",
+        "2",
+        "--steps",
+        "2",
+        "--eval-every",
+        "0",
+        "--eval-size",
+        "2",
+        "--memory-limit",
+        "256MiB",
+        "--run-dir",
+        text(run),
+        "--quiet",
+    ];
+    args.extend(flags);
+    let output = headroom(&args);
+    succeeds(&output);
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn every_command_works_on_every_kind_of_run() {
+    let dir = TempDir::new("every-run-kind");
+    let tokenizer = TextTokenizer::load(&tiny_smollm2()).unwrap();
+    let corpus = common::tiny::corpus(&dir.0, "corpus", 3);
+    let shards = shards(&tokenizer, &corpus, dir.0.join("shards"));
+    for (kind, flags) in KINDS {
+        let run = dir.0.join(kind);
+        let logged = train(&run, &shards, flags);
+        // bf16 on the CPU is warned of once, with what the same run would take in f32.
+        let bf16 = flags.contains(&"bf16");
+        assert_eq!(
+            logged.matches("widen").count(),
+            usize::from(bf16),
+            "{kind}: {logged}"
+        );
+        if bf16 {
+            assert_mentions(&logged, &["in f32 (--param-dtype f32", "a step"]);
+        }
+        let checkpoint = ["--checkpoint", text(&run)];
+        let generating = headroom(
+            &[
+                &["generate", "--prompt", "The", "--temperature", "0"][..],
+                &["--max-tokens", "6"],
+                &checkpoint,
+            ]
+            .concat(),
+        );
+        let warned = String::from_utf8_lossy(&generating.stderr).contains("widen");
+        assert_eq!(warned, bf16, "{kind}: generation's warning");
+        let generated = succeeds(&generating);
+        assert!(
+            generated.starts_with("The"),
+            "{kind}: generate printed {generated:?}"
+        );
+        let evaluated = succeeds(&headroom(&[&["eval"][..], &checkpoint].concat()));
+        assert!(evaluated.contains("held-out loss"), "{kind}: {evaluated}");
+        let exported = dir.0.join(format!("{kind}-hf"));
+        succeeds(&headroom(&["export", "--hf", text(&run), text(&exported)]));
+        assert!(
+            exported.join("config.json").is_file()
+                || exported.join("adapter_config.json").is_file(),
+            "{kind}: the export wrote neither a model nor adapters"
+        );
+        if flags.iter().any(|f| ["--lora", "--base"].contains(f)) {
+            let merged = dir.0.join(format!("{kind}-merged"));
+            succeeds(&headroom(&[
+                "export",
+                "--hf",
+                "--merge",
+                text(&run),
+                text(&merged),
+            ]));
+            assert!(
+                merged.join("config.json").is_file(),
+                "{kind}: no merged model"
+            );
+        }
+    }
+}
