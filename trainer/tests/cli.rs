@@ -246,6 +246,8 @@ fn plan_report_and_replay_print_their_tables() {
     ] {
         assert!(dir.0.join(file).exists(), "{file}");
     }
+    let logdir = format!("tensorboard --logdir {}", dir.0.parent().unwrap().display());
+    assert!(stdout.contains(&logdir), "{stdout}");
     std::fs::remove_file(dir.0.join("loss.svg")).unwrap();
     let report = headroom(&["report", dir.0.to_str().unwrap()]);
     assert!(

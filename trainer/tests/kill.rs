@@ -1,6 +1,7 @@
 //! A run killed with SIGKILL at random moments, checkpoints included, and resumed each time,
 //! ends exactly where a run never stopped does: the same weights, no temporary file left,
-//! each step recorded once, and a summary of the whole run.
+//! each step recorded once (in `metrics.jsonl` and as TensorBoard shows the event files), and
+//! a summary of the whole run.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::events::{event_files, read_events, scalars_by_tag};
 use common::{TempDir, assert_same_checkpoints, small_config};
 use headroom_alloc::trace::SplitMix64;
 use headroom_trainer::run_dir::{Summary, read_all};
@@ -141,6 +143,31 @@ fn a_run_killed_at_random_moments_and_resumed_ends_like_a_run_never_stopped() {
         .map(|r| r.step)
         .collect();
     assert_eq!(steps, (1..=STEPS).collect::<Vec<_>>(), "each step once");
+    // Every event file reads back, each record's CRCs checked, a torn last record passed over;
+    // TensorBoard shows each step once, with the loss of metrics.jsonl.
+    let files = event_files(&killed_dir.0);
+    let torn_events = files.iter().filter(|f| read_events(f).1).count();
+    eprintln!(
+        "{} event files, {torn_events} with a torn last record",
+        files.len()
+    );
+    let shown: Vec<(u64, u32)> = scalars_by_tag(&killed_dir.0)["train/loss"]
+        .iter()
+        .map(|&(step, loss)| (step, loss.to_bits()))
+        .collect();
+    let recorded: Vec<(u64, u32)> = read_all(&killed_dir.0)
+        .unwrap()
+        .iter()
+        .map(|r| (r.step, (r.loss as f32).to_bits()))
+        .collect();
+    let first_difference = shown.iter().zip(&recorded).position(|(a, b)| a != b);
+    assert!(
+        shown.len() == recorded.len() && first_difference.is_none(),
+        "TensorBoard shows {} losses, metrics.jsonl holds {}; the first that differs: {:?}",
+        shown.len(),
+        recorded.len(),
+        first_difference.map(|i| (shown[i], recorded[i]))
+    );
     let summary: Summary =
         serde_json::from_slice(&std::fs::read(killed_dir.0.join("summary.json")).unwrap()).unwrap();
     let whole: Summary =

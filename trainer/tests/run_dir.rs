@@ -1,16 +1,18 @@
 //! A run's directory and checkpoint: a new run never destroys a checkpoint unasked, a resumed
 //! run is checked against the run it continues, and a checkpoint that was tampered with or
-//! corrupted is refused, naming what is wrong.
+//! corrupted is refused, naming what is wrong. TensorBoard's event files hold the records of
+//! `metrics.jsonl`, each step once however often the run was resumed.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::process::Command;
 
+use common::events::{event_files, read_events, scalars_by_tag};
 use common::{TempDir, error_of, resume, small_config};
 use headroom_kernels::{Device, DeviceConfig};
 use headroom_trainer::Trainer;
-use headroom_trainer::run_dir::{Summary, checkpoint_path, read_all};
+use headroom_trainer::run_dir::{StepRecord, Summary, checkpoint_path, read_all};
 
 #[test]
 fn a_new_run_refuses_a_directory_with_a_checkpoint_unless_told_to_overwrite_it() {
@@ -346,4 +348,153 @@ fn a_file_named_as_the_run_directory_or_at_runs_latest_is_refused_and_kept() {
         1,
         "no run was made"
     );
+}
+
+/// The values of `tag` in `dir`'s event files, by step, as bits (NaN compares equal to itself).
+fn tensorboard_values(dir: &std::path::Path, tag: &str) -> Vec<(u64, u32)> {
+    let tags = scalars_by_tag(dir);
+    let values = tags
+        .get(tag)
+        .unwrap_or_else(|| panic!("no {tag} in {:?}", tags.keys()));
+    values
+        .iter()
+        .map(|&(step, v)| (step, v.to_bits()))
+        .collect()
+}
+
+/// `value` of each record of `dir`'s `metrics.jsonl`, by step, as bits.
+fn metrics_values(dir: &std::path::Path, value: impl Fn(&StepRecord) -> f32) -> Vec<(u64, u32)> {
+    let records = read_all(dir).unwrap();
+    records
+        .iter()
+        .map(|r| (r.step, value(r).to_bits()))
+        .collect()
+}
+
+/// A value of a record, as TensorBoard holds it.
+type Field = dyn Fn(&StepRecord) -> f32;
+
+fn mib(bytes: u64) -> f32 {
+    (bytes as f64 / 1_048_576.0) as f32
+}
+
+#[test]
+fn a_run_writes_each_record_as_tensorboard_scalars_in_an_event_file() {
+    let dir = TempDir::new("tensorboard");
+    let mut config = small_config(&dir);
+    config.steps = Some(4);
+    config.eval_every = 2;
+    // Micro-batches of 5 and 3: the step's micro-batch size is the larger.
+    config.batch.micro = Some(5);
+    let summary = Trainer::new(config).unwrap().run(false).unwrap();
+    let files = event_files(&dir.0);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let (events, torn) = read_events(&files[0]);
+    assert!(!torn);
+    assert_eq!(events[0].file_version.as_deref(), Some("brain.Event:2"));
+    assert!(events.windows(2).all(|w| w[0].wall_time <= w[1].wall_time));
+    assert!(events[0].wall_time > 1.5e9, "seconds since the epoch");
+    let expected: [(&str, &Field); 10] = [
+        ("train/loss", &|r| r.loss as f32),
+        ("train/lr", &|r| r.lr as f32),
+        ("train/grad_norm", &|r| r.grad_norm as f32),
+        ("train/loss_scale", &|r| r.loss_scale as f32),
+        ("train/samples_per_second", &|r| r.samples_per_s as f32),
+        ("train/tokens_per_second", &|r| r.tokens_per_s as f32),
+        ("train/micro_batch", &|r| {
+            *r.micro_sizes.iter().max().unwrap() as f32
+        }),
+        ("train/ooms_recovered", &|r| r.ooms.len() as f32),
+        ("memory/in_use", &|r| mib(r.in_use)),
+        ("memory/peak", &|r| mib(r.peak)),
+    ];
+    for (tag, value) in expected {
+        assert_eq!(
+            tensorboard_values(&dir.0, tag),
+            metrics_values(&dir.0, value),
+            "{tag}"
+        );
+    }
+    let records = read_all(&dir.0).unwrap();
+    assert_eq!(records.len(), 4);
+    let tags = scalars_by_tag(&dir.0);
+    for record in &records {
+        assert!(!record.tags.is_empty());
+        for bytes in &record.tags {
+            let values = &tags[&format!("memory/tags/{}", bytes.tag)];
+            assert!(
+                values.contains(&(record.step, mib(bytes.peak))),
+                "{}",
+                bytes.tag
+            );
+        }
+    }
+    // The held-out metric after step 2, from metrics.jsonl, and at the end, from the summary.
+    // The task's metric, "exact match", is tagged as TensorBoard users write tags.
+    assert_eq!(summary.metric_name, "exact match");
+    let eval = "eval/exact_match";
+    let held_out = [records[1].metric.unwrap(), summary.metric.unwrap()];
+    assert_eq!(
+        tags[eval],
+        [(2, held_out[0] as f32), (4, held_out[1] as f32)]
+    );
+}
+
+#[test]
+fn a_resumed_run_adds_an_event_file_and_tensorboard_shows_each_step_once() {
+    let dir = TempDir::new("tensorboard-resume");
+    let mut config = small_config(&dir);
+    config.steps = Some(4);
+    let first = Trainer::new(config.clone()).unwrap().run(false).unwrap();
+    let at_four = std::fs::read(checkpoint_path(&dir.0)).unwrap();
+    config.steps = Some(6);
+    resume(config.clone()).unwrap().run(false).unwrap();
+    let before: Vec<(std::path::PathBuf, Vec<u8>)> = event_files(&dir.0)
+        .into_iter()
+        .map(|path| (path.clone(), std::fs::read(path).unwrap()))
+        .collect();
+    assert_eq!(before.len(), 2);
+    // Back to the checkpoint of step 4, as after a kill past it: steps 5 and 6 are done again.
+    std::fs::write(checkpoint_path(&dir.0), at_four).unwrap();
+    config.steps = Some(7);
+    let last = resume(config.clone()).unwrap().run(false).unwrap();
+    let files = event_files(&dir.0);
+    assert_eq!(files.len(), 3, "{files:?}");
+    for (path, bytes) in &before {
+        assert_eq!(
+            &std::fs::read(path).unwrap(),
+            bytes,
+            "an earlier file changed"
+        );
+    }
+    let (events, _) = read_events(&files[2]);
+    assert!(events[1].restart && events[1].step == 5, "{:?}", events[1]);
+    let loss = |r: &StepRecord| r.loss as f32;
+    assert_eq!(
+        tensorboard_values(&dir.0, "train/loss"),
+        metrics_values(&dir.0, loss)
+    );
+    assert_eq!(read_all(&dir.0).unwrap().len(), 7);
+    let eval = "eval/exact_match";
+    let held_out = [first.metric.unwrap() as f32, last.metric.unwrap() as f32];
+    let expected = [(4, held_out[0].to_bits()), (7, held_out[1].to_bits())];
+    assert_eq!(tensorboard_values(&dir.0, eval), expected);
+    // Resuming the finished run trains nothing and logs nothing again.
+    resume(config.clone()).unwrap().run(false).unwrap();
+    assert_eq!(event_files(&dir.0).len(), 4);
+    assert_eq!(tensorboard_values(&dir.0, eval), expected);
+    assert_eq!(
+        tensorboard_values(&dir.0, "train/loss"),
+        metrics_values(&dir.0, loss)
+    );
+    // An overwrite removes the earlier run's event files with its other files.
+    Trainer::builder()
+        .config(config)
+        .overwrite()
+        .build()
+        .unwrap()
+        .run(false)
+        .unwrap();
+    assert_eq!(event_files(&dir.0).len(), 1);
+    assert_eq!(tensorboard_values(&dir.0, "train/loss").len(), 7);
 }

@@ -12,6 +12,7 @@ use crate::atomic_file::TEMPORARY;
 use crate::error::{Error, Result};
 use crate::run_dir::checkpoint::checkpoint_path;
 use crate::run_dir::metrics::METRICS_FILE;
+use crate::run_dir::tensorboard::is_event_file;
 
 /// Where runs without a directory of their own go.
 pub const RUNS: &str = "runs";
@@ -134,12 +135,14 @@ pub fn claim(dir: &Path, start: Start) -> Result<()> {
     Ok(())
 }
 
-/// Removes the files of the run `dir` held before (its checkpoint included: call it only for a
-/// run that overwrites it), but the allocation trace `keep` of this start.
+/// Removes the files of the run `dir` held before (its checkpoint and TensorBoard event files
+/// included: call it only for a run that overwrites it), but the allocation trace `keep` of
+/// this start.
 pub fn clear_earlier_run(dir: &Path, keep: Option<&Path>) -> Result<()> {
     let traces = traces(dir)?.into_iter().map(|(_, path)| path);
+    let events = event_files(dir)?;
     let files = RUN_FILES.iter().chain(headroom_nn::hf::COMPANION_FILES);
-    for path in files.map(|f| dir.join(f)).chain(traces) {
+    for path in files.map(|f| dir.join(f)).chain(traces).chain(events) {
         if Some(path.as_path()) == keep {
             continue;
         }
@@ -178,6 +181,25 @@ pub fn remove_temporaries(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// The allocation traces in `dir`, by number.
 fn traces(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut found: Vec<(u64, PathBuf)> = files_named(dir, |name| {
+        name.strip_prefix(TRACE_PREFIX)?
+            .strip_suffix(TRACE_SUFFIX)?
+            .parse()
+            .ok()
+    })?;
+    found.sort();
+    Ok(found)
+}
+
+/// The TensorBoard event files in `dir`.
+fn event_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let found = files_named(dir, |name| is_event_file(name).then_some(()))?;
+    Ok(found.into_iter().map(|((), path)| path).collect())
+}
+
+/// The entries of `dir` whose names `matches` gives a value for, with it (none where `dir`
+/// is missing).
+fn files_named<T>(dir: &Path, matches: impl Fn(&str) -> Option<T>) -> Result<Vec<(T, PathBuf)>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -186,16 +208,10 @@ fn traces(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
     for entry in entries {
         let path = entry.map_err(Error::io(dir))?.path();
-        let number = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix(TRACE_PREFIX)?.strip_suffix(TRACE_SUFFIX))
-            .and_then(|n| n.parse::<u64>().ok());
-        if let Some(number) = number {
-            found.push((number, path));
+        if let Some(value) = path.file_name().and_then(|n| n.to_str()).and_then(&matches) {
+            found.push((value, path));
         }
     }
-    found.sort();
     Ok(found)
 }
 
@@ -335,6 +351,7 @@ mod tests {
             "summary.json.tmp",
             "checkpoint.safetensors.tmp-4242",
             "allocations-1.jsonl",
+            "events.out.tfevents.1700000000.host",
             "notes.txt",
         ] {
             std::fs::write(file(name), "x").unwrap();
@@ -352,7 +369,12 @@ mod tests {
         };
         assert_eq!(
             left(&dir),
-            ["allocations-1.jsonl", "metrics.jsonl", "notes.txt"],
+            [
+                "allocations-1.jsonl",
+                "events.out.tfevents.1700000000.host",
+                "metrics.jsonl",
+                "notes.txt"
+            ],
             "the temporaries are gone"
         );
         std::fs::write(file("allocations-2.jsonl"), "").unwrap();

@@ -1,19 +1,22 @@
 //! The run's directory and everything a run writes there: where the directory is and how a
 //! start claims and cleans it (`location.rs`), the checkpoint and the trainer's state in it,
-//! what a resume may change, `metrics.jsonl`, the records and the summary, the run's totals,
-//! and the plots and the other artifacts. The progress bar the terminal shows while those are
+//! what a resume may change, `metrics.jsonl` and TensorBoard's event files, the records and the
+//! summary, the run's totals, and the plots and the other artifacts. The progress bar the terminal shows while those are
 //! written lives here too.
 
 pub(crate) mod artifacts;
 pub(crate) mod checkpoint;
+pub(crate) mod event_file;
 pub(crate) mod float_json;
 pub(crate) mod location;
+pub(crate) mod logs;
 pub(crate) mod metrics;
 #[cfg(feature = "plots")]
 pub(crate) mod plots;
 pub(crate) mod progress;
 pub(crate) mod record;
 pub(crate) mod resume;
+pub(crate) mod tensorboard;
 pub(crate) mod totals;
 
 pub use checkpoint::{TrainerState, checkpoint_path};

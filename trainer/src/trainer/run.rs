@@ -1,6 +1,6 @@
-//! A whole run: the steps to the end, each recorded in `metrics.jsonl`, the held-out metric
-//! evaluated and a checkpoint written on schedule; then the last checkpoint, the artifacts and
-//! the summary of the whole run.
+//! A whole run: the steps to the end, each recorded in `metrics.jsonl` and the run's
+//! TensorBoard event file, the held-out metric evaluated and a checkpoint written on schedule;
+//! then the last checkpoint, the artifacts and the summary of the whole run.
 //!
 //! A run whose loss stays NaN or infinite for `max_nonfinite_steps` steps in a row stops there
 //! with [`Error::Diverged`], after writing every artifact but the checkpoint (the last one
@@ -20,7 +20,7 @@ use crate::data::tokenizer::TextTokenizer;
 use crate::error::{Error, Result};
 use crate::run_dir::artifacts;
 use crate::run_dir::checkpoint::checkpoint_path;
-use crate::run_dir::metrics::MetricsLog;
+use crate::run_dir::logs::RunLogs;
 use crate::run_dir::progress;
 use crate::run_dir::record::{RankPeak, Summary};
 use crate::trainer::callback::Flow;
@@ -45,7 +45,7 @@ impl Trainer {
     pub fn run(&mut self, progress: bool) -> Result<Summary> {
         let dir = self.files.dir.clone();
         let writes = self.launch().writes();
-        let mut metrics = if writes {
+        let mut logs = if writes {
             write_atomically(
                 &dir.join(crate::run_dir::location::CONFIG_FILE),
                 self.config.to_toml().as_bytes(),
@@ -61,15 +61,13 @@ impl Trainer {
             } else if let Some(vocab) = self.task.train.characters() {
                 TextTokenizer::characters(vocab, &tokenizer)?;
             }
-            Some(match self.files.resumed_from {
-                Some(step) => MetricsLog::resume(&dir, step)?,
-                None => MetricsLog::create(&dir)?,
-            })
+            let metric_name = self.task.metric.name();
+            Some(RunLogs::open(&dir, self.files.resumed_from, metric_name)?)
         } else {
             None
         };
         let bar = progress::Bar::steps(progress && writes, self.total_steps, self.state.step);
-        let outcome = self.train_to_end(metrics.as_mut(), &bar);
+        let outcome = self.train_to_end(logs.as_mut(), &bar);
         bar.finish();
         // An end (or a callback's stop) with a loss that is not finite: the weights are not
         // worth evaluating or keeping, and the run fails as a divergence does.
@@ -86,6 +84,7 @@ impl Trainer {
                     Some(self.state.step)
                 } else {
                     self.state.totals.metric = self.timed_evaluation()?;
+                    self.log_final_evaluation(logs.as_mut())?;
                     self.checkpoint_unless_nonfinite()?;
                     None
                 }
@@ -128,11 +127,7 @@ impl Trainer {
 
     /// The steps up to the last, up to the step at which the loss has not been finite for
     /// too long, or up to the step after which a callback asked to stop.
-    fn train_to_end(
-        &mut self,
-        mut metrics: Option<&mut MetricsLog>,
-        bar: &progress::Bar,
-    ) -> Result<End> {
+    fn train_to_end(&mut self, mut logs: Option<&mut RunLogs>, bar: &progress::Bar) -> Result<End> {
         while self.state.step < self.total_steps {
             let report = self.train_step()?;
             let step = self.state.step;
@@ -154,8 +149,8 @@ impl Trainer {
             };
             if let Some(mut record) = self.last.take() {
                 record.metric = metric;
-                if let Some(metrics) = metrics.as_deref_mut() {
-                    metrics.append(&record)?;
+                if let Some(logs) = logs.as_deref_mut() {
+                    logs.append(&record)?;
                 }
                 bar.show(&record, self.state.micro.size());
                 flow = flow.and(self.callbacks.each(|c| c.after_step(&record)));
@@ -173,6 +168,16 @@ impl Trainer {
             }
         }
         Ok(End::Finished)
+    }
+
+    /// Logs the held-out metric evaluated at the end, unless this process trained no step: a
+    /// resumed run that had already finished evaluates the weights its earlier process did.
+    fn log_final_evaluation(&self, logs: Option<&mut RunLogs>) -> Result<()> {
+        let trained = self.state.step > self.files.resumed_from.unwrap_or(0);
+        match (logs, self.state.totals.metric) {
+            (Some(logs), Some(metric)) if trained => logs.final_evaluation(self.state.step, metric),
+            _ => Ok(()),
+        }
     }
 
     /// The held-out metric, its time counted in the run's; the callbacks see it.

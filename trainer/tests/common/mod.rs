@@ -1,6 +1,7 @@
 //! Shared test machinery: small configurations that train in moments, and fresh directories.
 #![allow(dead_code)]
 
+pub mod events;
 pub mod tiny;
 
 use std::path::{Path, PathBuf};

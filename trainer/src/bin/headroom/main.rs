@@ -220,7 +220,12 @@ fn train(args: &TrainArgs) -> Result<()> {
         run_dir.display()
     ))?;
     say("  metrics.jsonl, summary.json, loss.svg, memory.svg, memory-trace.json (Perfetto),")?;
-    say("  allocations-*.jsonl (for `headroom replay`), checkpoint.safetensors")?;
+    say("  allocations-*.jsonl (for `headroom replay`), checkpoint.safetensors,")?;
+    let logdir = run_dir.parent().filter(|p| !p.as_os_str().is_empty());
+    say(format_args!(
+        "  events.out.tfevents.* (for `tensorboard --logdir {}`)",
+        logdir.unwrap_or(&run_dir).display()
+    ))?;
     match interrupt::received() {
         Some(signal) => Err(Error::Interrupted {
             signal,
