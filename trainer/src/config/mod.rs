@@ -10,6 +10,7 @@ mod model_family;
 mod optimizer;
 mod overrides;
 mod param_dtype;
+mod paths;
 mod precision;
 mod preset;
 mod pretrained;

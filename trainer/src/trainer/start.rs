@@ -173,13 +173,15 @@ impl Inputs {
     /// configuration describes where the caller gave none, checked against each other.
     fn check(parts: StartParts) -> Result<Self> {
         let StartParts {
-            config,
+            mut config,
             start,
             task,
             factory,
             world,
         } = parts;
         config.validate()?;
+        // Saved as absolute paths, the run's configuration works from any directory.
+        config.resolve_paths();
         let launch = world
             .as_deref()
             .map_or_else(Launch::from_env, |world| Launch::of(world));
@@ -452,9 +454,13 @@ fn resumable(
     let saved = checkpoint::load(&path, device, task.train.len())?;
     match &saved.config {
         Some(before) => {
+            // A run saved before its paths were stored absolute named them from where it
+            // started, as this one reads them.
+            let mut before = before.clone();
+            before.resolve_paths();
             // The memory techniques the checkpoint's run trained with stay, unless set.
-            crate::planning::policy::keep_unset(before, config);
-            for change in resume::changes(before, config)? {
+            crate::planning::policy::keep_unset(&before, config);
+            for change in resume::changes(&before, config)? {
                 tracing::info!("resuming with a change: {change}");
             }
         }
