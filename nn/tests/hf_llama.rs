@@ -301,6 +301,67 @@ fn a_missing_misshapen_non_finite_or_extra_tensor_is_an_error_that_changes_nothi
 }
 
 #[test]
+fn the_headers_alone_accept_every_model_and_refuse_a_cut_file_or_a_tensor_out_of_place() {
+    let others = ["tiny-gpt2", "tiny-gpt2-untied", "lora-gpt2", "lora-llama3"];
+    for name in FAMILIES.iter().chain(&others) {
+        hf::check_weights(&data(name)).unwrap_or_else(|err| panic!("{name}: {err}"));
+    }
+    let dir = copy_of("tiny-qwen3");
+    let path = dir.0.join(hf::WEIGHTS_FILE);
+    let whole = std::fs::read(&path).unwrap();
+    let size = |n: usize| {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, d) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(' ');
+            }
+            out.push(d);
+        }
+        out
+    };
+    for (cut, want) in [
+        (
+            &whole[..whole.len() - 1],
+            format!(
+                "truncated: {} bytes where its header needs {}",
+                size(whole.len() - 1),
+                size(whole.len())
+            ),
+        ),
+        (
+            &whole[..4],
+            "4 bytes, shorter than a header's length".to_owned(),
+        ),
+        (
+            &[whole.as_slice(), &[0]].concat(),
+            format!(
+                "{} bytes where its header needs {}: more",
+                size(whole.len() + 1),
+                size(whole.len())
+            ),
+        ),
+    ] {
+        std::fs::write(&path, cut).unwrap();
+        let err = hf::check_weights(&dir.0).unwrap_err();
+        assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{err}");
+        assert!(err.to_string().contains(&want), "{err}");
+    }
+
+    // What loading finds from the tensors, found from the headers.
+    let k = "model.layers.1.self_attn.k_proj.weight";
+    let dir = copy_of("tiny-qwen3");
+    edit_tensor(&dir.0, k, |name, _, _| name.clear());
+    assert_checkpoint_error(&hf::check_weights(&dir.0).unwrap_err(), k, "missing");
+    let dir = copy_of("tiny-qwen3");
+    edit_tensor(&dir.0, k, |_, shape, values| {
+        shape[0] -= 1;
+        values.truncate(shape[0] * shape[1]);
+    });
+    assert_checkpoint_error(&hf::check_weights(&dir.0).unwrap_err(), k, "needs [32, 32]");
+}
+
+#[test]
 fn a_model_of_another_shape_or_family_is_an_error_that_changes_nothing() {
     let dir = data("tiny-qwen3");
     let config = LlamaConfig::read(&dir).unwrap().gpt_config(0.0);

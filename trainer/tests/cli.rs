@@ -613,3 +613,91 @@ fn the_help_names_every_data_kind_and_negative_numbers_reach_their_checks() {
     let stderr = common::fails(&output);
     assert!(!stderr.contains("unexpected argument"), "{stderr}");
 }
+
+/// A copy of the tiny SmolLM2 in `dir/name`, its `model.safetensors` passed through `change`.
+fn changed_smollm2(dir: &TempDir, name: &str, change: impl FnOnce(Vec<u8>) -> Vec<u8>) -> String {
+    let from =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../nn/tests/data/tiny-smollm2");
+    let to = dir.0.join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+    }
+    let weights = to.join("model.safetensors");
+    std::fs::write(&weights, change(std::fs::read(&weights).unwrap())).unwrap();
+    to.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn plan_and_train_refuse_truncated_or_mismatched_weights_before_planning() {
+    let dir = TempDir::new("cli-weights");
+    let whole = std::fs::metadata(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../nn/tests/data/tiny-smollm2/model.safetensors"),
+    )
+    .unwrap()
+    .len() as usize;
+    let truncated = changed_smollm2(&dir, "truncated", |mut bytes| {
+        bytes.truncate(bytes.len() / 2);
+        bytes
+    });
+    // A name in the header changed, its length kept: the tensor the model needs is missing.
+    let renamed = changed_smollm2(&dir, "renamed", |mut bytes| {
+        let name = b"model.norm.weight";
+        let at = bytes.windows(name.len()).position(|w| w == name).unwrap();
+        bytes[at..at + name.len()].copy_from_slice(b"model.norX.weight");
+        bytes
+    });
+    let grouped = |n: usize| {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, d) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(' ');
+            }
+            out.push(d);
+        }
+        out
+    };
+    let run_dir = dir.0.join("run");
+    for command in ["plan", "train"] {
+        let run = |init_from: &str| {
+            headroom(&[
+                command,
+                "--init-from",
+                init_from,
+                "--data",
+                "uniform-tokens",
+                "--context",
+                "16",
+                "--batch-size",
+                "2",
+                "--steps",
+                "1",
+                "--run-dir",
+                run_dir.to_str().unwrap(),
+            ])
+        };
+        fails_with(
+            &run(&truncated),
+            &[
+                "model.init_from",
+                "truncated/model.safetensors",
+                &format!(
+                    "truncated: {} bytes where its header needs {}",
+                    grouped(whole / 2),
+                    grouped(whole)
+                ),
+            ],
+        );
+        fails_with(
+            &run(&renamed),
+            &["model.init_from", "`model.norm.weight`", "missing"],
+        );
+        assert!(
+            !run_dir.exists(),
+            "{command}: a refused start leaves nothing"
+        );
+    }
+}

@@ -6,7 +6,7 @@ use common::{TempDir, small_config, weights};
 use headroom_alloc::Growth;
 use headroom_trainer::Trainer;
 use headroom_trainer::config::{
-    DataKind, ModelKind, Overrides, PrecisionKind, Recompute, TrainConfig,
+    DataKind, ModelKind, Overrides, PrecisionKind, Recompute, TrainConfig, Warmup,
 };
 
 #[test]
@@ -279,5 +279,44 @@ fn a_zero_learning_rate_is_a_sanity_run_that_leaves_the_weights_as_they_are() {
         config.optimizer.lr = lr;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("optimizer.lr"), "{lr}: {err}");
+    }
+}
+
+#[test]
+fn a_short_run_warms_up_for_a_share_of_its_steps_not_all_of_them() {
+    let dir = TempDir::new("short-warmup");
+    let mut config = small_config(&dir);
+    assert_eq!(config.steps, Some(3));
+    config.optimizer.lr = 1e-4;
+    Trainer::new(config.clone()).unwrap().run(false).unwrap();
+    let rates: Vec<f64> = headroom_trainer::run_dir::read_all(&dir.0)
+        .unwrap()
+        .iter()
+        .map(|record| record.lr)
+        .collect();
+    // 3% of three steps, rounded up: one step of warmup, then the cosine down from the peak.
+    assert_eq!(rates[..2], [1e-4, 1e-4], "{rates:?}");
+    assert!(rates[2] < 1e-4 && rates[2] > 1e-5, "{rates:?}");
+
+    // A number of steps, as runs saved theirs, still reads and warms up over those steps.
+    let saved = config.to_toml();
+    assert!(saved.contains("warmup = 0.03"), "{saved}");
+    let mut written: TrainConfig =
+        toml::from_str(&saved.replace("warmup = 0.03", "warmup = 50")).unwrap();
+    assert_eq!(written.optimizer.warmup, Warmup::Steps(50));
+    written.steps = Some(3);
+    std::fs::remove_dir_all(&dir.0).unwrap();
+    Trainer::new(written).unwrap().run(false).unwrap();
+    let rates: Vec<f64> = headroom_trainer::run_dir::read_all(&dir.0)
+        .unwrap()
+        .iter()
+        .map(|record| record.lr)
+        .collect();
+    let warmed: Vec<f64> = [1.0 / 3.0, 2.0 / 3.0, 1.0]
+        .iter()
+        .map(|f| f * 1e-4)
+        .collect();
+    for (rate, want) in rates.iter().zip(&warmed) {
+        assert!((rate - want).abs() < 1e-12, "{rates:?}");
     }
 }

@@ -242,3 +242,123 @@ fn ctrl_c_and_sigterm_finish_the_step_and_write_the_checkpoint_and_summary() {
         assert_eq!(read_all(&dir.0).unwrap().len() as u64, steps + 2);
     }
 }
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Starts `headroom train` in `cwd` on a configuration whose start takes a while (GPT-2 small
+/// planned and built), with `args`; once the start has opened its allocation trace (a file
+/// named `allocations-` anywhere below `watched`, other than those in `before`), sends
+/// `signal`. Returns the exit code and standard error.
+fn interrupted_start(
+    cwd: &Path,
+    args: &[&str],
+    watched: &Path,
+    signal: &str,
+) -> (Option<i32>, String) {
+    let config = cwd.join("slow.toml");
+    std::fs::write(
+        &config,
+        "steps = 1\n[model]\npreset = \"gpt2\"\ncontext = 128\n[data]\nkind = \
+         \"uniform-tokens\"\n[batch]\nsize = 4\n[memory]\ntrace = true\n",
+    )
+    .unwrap();
+    let before = traces_below(watched);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .current_dir(cwd)
+        .args(["train", "--quiet", "--config"])
+        .arg(&config)
+        .args(args)
+        .env("HEADROOM_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while traces_below(watched) == before {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the start ended before its trace was opened"
+        );
+        assert!(started.elapsed() < Duration::from_secs(120), "no trace");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), stderr)
+}
+
+/// The allocation traces in `dir` and its subdirectories.
+fn traces_below(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for name in names_in(dir) {
+        let path = dir.join(&name);
+        if path.is_dir() {
+            found.extend(traces_below(&path));
+        } else if name.starts_with("allocations-") {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn a_signal_while_the_model_loads_ends_the_start_leaving_nothing() {
+    // A new run in runs/: its directory goes.
+    let cwd = TempDir::new("interrupted-start");
+    let runs = cwd.0.join("runs");
+    let (code, stderr) = interrupted_start(&cwd.0, &[], &cwd.0, "-INT");
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted before the first step; nothing was written"),
+        "{stderr}"
+    );
+    assert!(names_in(&runs).is_empty(), "{:?}", names_in(&runs));
+
+    // A run directory named but not there: made by the start, and removed.
+    let (code, stderr) = interrupted_start(&cwd.0, &["--run-dir", "mine"], &cwd.0, "-TERM");
+    assert_eq!(code, Some(143), "{stderr}");
+    assert!(!cwd.0.join("mine").exists());
+
+    // Over an earlier run: its files stay as they were, and the start's trace goes.
+    let earlier = TempDir::new("interrupted-overwrite");
+    let mut config = small_config(&earlier);
+    config.memory.trace = true;
+    headroom_trainer::Trainer::new(config)
+        .unwrap()
+        .run(false)
+        .unwrap();
+    let files = names_in(&earlier.0);
+    let checkpoint = std::fs::read(earlier.0.join("checkpoint.safetensors")).unwrap();
+    let run_dir = earlier.0.to_str().unwrap();
+    let args = ["--overwrite", "--run-dir", run_dir];
+    let (code, stderr) = interrupted_start(&cwd.0, &args, &earlier.0, "-INT");
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted before the first step"),
+        "{stderr}"
+    );
+    assert_eq!(names_in(&earlier.0), files);
+    assert_eq!(
+        std::fs::read(earlier.0.join("checkpoint.safetensors")).unwrap(),
+        checkpoint
+    );
+}

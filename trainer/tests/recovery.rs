@@ -4,9 +4,10 @@
 
 mod common;
 
-use common::{TempDir, assert_recovers_like, small_config, tight_limit, weights};
+use common::{TempDir, assert_recovers_like, small_config, tight_limit_of, weights};
 use headroom_alloc::OomCause;
 use headroom_trainer::Trainer;
+use headroom_trainer::config::Warmup;
 use headroom_trainer::step::Phase;
 
 #[test]
@@ -86,7 +87,11 @@ fn recovers_an_oom_at_every_allocation_exactly(name: &str, micro: usize) {
 #[test]
 fn a_first_micro_batch_that_cannot_fit_shrinks_and_trains_like_an_unconstrained_run() {
     let dir = TempDir::new("small-limit");
-    let (roomy, tight, limit) = tight_limit(&dir, 6);
+    // Its tolerance is for a run that warms up over all six steps: the micro-batches' rounding
+    // grows with the learning rate.
+    let mut config = small_config(&dir);
+    config.optimizer.warmup = Warmup::Steps(6);
+    let (roomy, tight, limit) = tight_limit_of(config, 6);
     let mut free = Trainer::new(roomy).unwrap();
     let mut constrained = Trainer::new(tight).unwrap();
     assert_recovers_like(&mut free, &mut constrained, 6, limit, 1e-4);

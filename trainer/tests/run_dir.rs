@@ -497,4 +497,150 @@ fn a_resumed_run_adds_an_event_file_and_tensorboard_shows_each_step_once() {
         .unwrap();
     assert_eq!(event_files(&dir.0).len(), 1);
     assert_eq!(tensorboard_values(&dir.0, "train/loss").len(), 7);
+
+/// The tiny SmolLM2 (nn/tests/data/tiny-smollm2).
+const TINY_SMOLLM2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../nn/tests/data/tiny-smollm2");
+
+/// `headroom args...` run in `cwd`.
+fn headroom_in(cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .current_dir(cwd)
+        .args(args)
+        .env("HEADROOM_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// In `dir/a`, a copy of the tiny SmolLM2 (`smol`), shards tokenized by its tokenizer
+/// (`shards`) and a LoRA run of two steps (`run`), trained from `dir/a` with every path as
+/// typed there, relative; and an empty `dir/b`, another directory to use it from.
+fn lora_run_with_relative_paths(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (a, b) = (dir.0.join("a"), dir.0.join("b"));
+    std::fs::create_dir_all(a.join("smol")).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    for entry in std::fs::read_dir(TINY_SMOLLM2).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, a.join("smol").join(path.file_name().unwrap())).unwrap();
+    }
+    let tokenizer = headroom_trainer::data::tokenizer::TextTokenizer::load(&a.join("smol"));
+    let corpus = common::tiny::corpus(&dir.0, "corpus", 3);
+    common::tiny::shards(&tokenizer.unwrap(), &corpus, a.join("shards"));
+    let trained = headroom_in(
+        &a,
+        &[
+            "train",
+            "--quiet",
+            "--init-from",
+            "smol",
+            "--lora",
+            "--data",
+            "token-shards",
+            "--data-path",
+            "shards",
+            "--context",
+            "16",
+            "--batch-size",
+            "2",
+            "--micro-batch",
+            "2",
+            "--steps",
+            "2",
+            "--eval-size",
+            "2",
+            "--run-dir",
+            "run",
+        ],
+    );
+    common::succeeds(&trained);
+    (a, b)
+}
+
+#[test]
+fn a_lora_run_trained_with_relative_paths_is_used_and_resumed_from_another_directory() {
+    let dir = TempDir::new("anywhere");
+    let (a, b) = lora_run_with_relative_paths(&dir);
+    let run = "../a/run";
+    let eval = common::succeeds(&headroom_in(&b, &["eval", "--checkpoint", run]));
+    assert!(eval.contains("held-out loss"), "{eval}");
+    let prompt = [
+        "generate",
+        "--checkpoint",
+        run,
+        "--prompt",
+        "the",
+        "--max-tokens",
+        "3",
+    ];
+    common::succeeds(&headroom_in(&b, &prompt));
+    common::succeeds(&headroom_in(&b, &["export", "--hf", run, "adapters"]));
+    assert!(b.join("adapters/adapter_model.safetensors").is_file());
+    let resumed = [
+        "train",
+        "--quiet",
+        "--resume",
+        "--run-dir",
+        run,
+        "--steps",
+        "3",
+    ];
+    common::succeeds(&headroom_in(&b, &resumed));
+    assert_eq!(read_all(&a.join("run")).unwrap().len(), 3);
+    let saved = std::fs::read_to_string(a.join("run/config.toml")).unwrap();
+    let smol = std::fs::canonicalize(a.join("smol")).unwrap();
+    assert!(
+        saved.contains(&format!("init_from = {:?}", smol.display().to_string())),
+        "{saved}"
+    );
+}
+
+#[test]
+fn a_path_a_run_depends_on_that_is_gone_is_named_by_its_setting() {
+    let dir = TempDir::new("gone");
+    let (a, b) = lora_run_with_relative_paths(&dir);
+    let smol = std::fs::canonicalize(a.join("smol")).unwrap();
+    let shards = std::fs::canonicalize(a.join("shards")).unwrap();
+    std::fs::rename(&smol, a.join("smol-moved")).unwrap();
+    let named = format!(
+        "model.init_from = {:?}: no such directory",
+        smol.display().to_string()
+    );
+    let run = "../a/run";
+    for args in [
+        &["eval", "--checkpoint", run][..],
+        &["generate", "--checkpoint", run, "--prompt", "the"],
+        &["export", "--hf", run, "adapters"],
+        &[
+            "train",
+            "--quiet",
+            "--resume",
+            "--run-dir",
+            run,
+            "--steps",
+            "3",
+        ],
+    ] {
+        let stderr = common::fails(&headroom_in(&b, args));
+        assert!(stderr.contains(&named), "{args:?}: {stderr}");
+    }
+    std::fs::rename(a.join("smol-moved"), &smol).unwrap();
+    std::fs::rename(&shards, a.join("shards-moved")).unwrap();
+    let named = format!(
+        "data.path = {:?}: no such directory",
+        shards.display().to_string()
+    );
+    for args in [
+        &["eval", "--checkpoint", run][..],
+        &[
+            "train",
+            "--quiet",
+            "--resume",
+            "--run-dir",
+            run,
+            "--steps",
+            "3",
+        ],
+    ] {
+        let stderr = common::fails(&headroom_in(&b, args));
+        assert!(stderr.contains(&named), "{args:?}: {stderr}");
+    }
 }

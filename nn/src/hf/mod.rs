@@ -14,7 +14,8 @@
 //!   file or shards ([`LlamaExport`]) with the query, key and value projections stored apart
 //!   as transformers holds them.
 //!
-//! Loading checks every tensor before any parameter changes. The models' logits match
+//! Loading checks every tensor before any parameter changes; [`check_weights`] checks the
+//! files, names and shapes from the headers alone, before a model is planned or built. The models' logits match
 //! transformers' within float rounding, and an export loads back bit for bit (the tests
 //! compare them on tiny models made by `scripts/hf/make_tiny_gpt2.py` and
 //! `scripts/hf/make_tiny_llama.py`; `scripts/hf/check_export.py` checks an export with
@@ -75,6 +76,7 @@ mod pretrained;
 mod safetensors_file;
 mod shards;
 mod weight_files;
+mod weight_headers;
 
 pub use companions::{COMPANION_FILES, GENERATION_CONFIG, SpecialTokens, copy_companions};
 pub use config::{CONFIG_FILE, Gpt2Config};
@@ -88,6 +90,7 @@ pub use peft::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, PeftAdapter, export_peft, load_p
 pub use pretrained::{Pretrained, adapter_base};
 pub use shards::DEFAULT_SHARD_BYTES;
 pub use weight_files::{INDEX_FILE, model_dir};
+pub use weight_headers::check_weights;
 
 /// An error naming `op` when `gpt` stores weights quantized, which an export would leave out:
 /// merged ([`crate::lora::merge`]) they are tensors again.

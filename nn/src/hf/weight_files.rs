@@ -65,15 +65,9 @@ pub(crate) struct WeightFiles {
 impl WeightFiles {
     /// Maps `dir/model.safetensors`, or every shard `dir/model.safetensors.index.json` lists.
     pub fn open(dir: &Path) -> Result<Self> {
-        let index = dir.join(INDEX_FILE);
-        let names = match index.exists() {
-            true => shard_names(&index)?,
-            false => vec![super::WEIGHTS_FILE.to_owned()],
-        };
-        let files = names
+        let files = weight_paths(dir)?
             .into_iter()
-            .map(|name| {
-                let path = dir.join(name);
+            .map(|path| {
                 let map = map_file(&path)?;
                 Ok((path, map))
             })
@@ -95,6 +89,17 @@ impl WeightFiles {
             })
             .collect()
     }
+}
+
+/// The weight files of the model directory `dir`: `model.safetensors`, or every shard
+/// `model.safetensors.index.json` lists.
+pub(crate) fn weight_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join(INDEX_FILE);
+    let names = match index.exists() {
+        true => shard_names(&index)?,
+        false => vec![super::WEIGHTS_FILE.to_owned()],
+    };
+    Ok(names.into_iter().map(|name| dir.join(name)).collect())
 }
 
 /// Every tensor of the parsed files by name, with the file that holds it; a name held twice

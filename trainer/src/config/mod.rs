@@ -10,10 +10,12 @@ mod model_family;
 mod optimizer;
 mod overrides;
 mod param_dtype;
+mod paths;
 mod precision;
 mod preset;
 mod pretrained;
 mod validate;
+mod warmup;
 
 use std::path::PathBuf;
 
@@ -31,6 +33,7 @@ pub use param_dtype::ParamDtype;
 pub use precision::{PrecisionConfig, PrecisionKind};
 pub use preset::{ALL_PRESETS, GPT2_VOCAB, Preset};
 use validate::Problems;
+pub use warmup::{DEFAULT_WARMUP, Warmup};
 
 /// Steps of a run that names neither steps nor epochs.
 pub const DEFAULT_STEPS: u64 = 1500;

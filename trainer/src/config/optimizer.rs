@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Problems;
+use super::warmup::{DEFAULT_WARMUP, Warmup};
 
 /// The optimizer, clipping and the learning-rate schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,8 +60,9 @@ pub struct OptimizerConfig {
     pub launched_as: Option<(usize, usize)>,
     /// `constant` or `warmup-cosine`.
     pub schedule: ScheduleKind,
-    /// Warmup steps.
-    pub warmup: u64,
+    /// Linear warmup: steps (an integer, `50`) or a fraction of the run's steps (`0.03`, the
+    /// default: 3%, rounded up).
+    pub warmup: Warmup,
     /// The last learning rate of the cosine, as a fraction of `lr`.
     pub min_lr_ratio: f64,
 }
@@ -82,7 +84,7 @@ impl Default for OptimizerConfig {
             offload: None,
             launched_as: None,
             schedule: ScheduleKind::WarmupCosine,
-            warmup: 50,
+            warmup: DEFAULT_WARMUP,
             min_lr_ratio: 0.1,
         }
     }
@@ -201,6 +203,9 @@ impl OptimizerConfig {
                     self.clip
                 ),
             );
+        }
+        if let Some(problem) = self.warmup.problem() {
+            problems.add(problem);
         }
         problems.check(
             (0.0..=1.0).contains(&self.min_lr_ratio),

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use headroom_alloc::ByteSize;
 use serde::Deserialize;
 
+use headroom_nn::lora::LoraTargets;
+
 use super::{
-    DataKind, ModelKind, ParamDtype, PrecisionKind, Preset, RatesKind, Recompute, StateKind,
-    TrainConfig,
+    DataKind, ModelKind, ParamDtype, PrecisionKind, Preset, RatesKind, Recompute, ScheduleKind,
+    StateKind, TrainConfig, Warmup,
 };
 
 /// Flags that override the configuration (file or defaults), setting by setting; `--preset`
@@ -43,6 +45,17 @@ pub struct Overrides {
     /// The peak learning rate, 0 or more (0 leaves the weights as they are, for sanity runs).
     #[cfg_attr(feature = "cli", arg(long))]
     pub lr: Option<f64>,
+    /// Linear warmup of the learning rate: steps (50) or a fraction of the run (0.1)
+    /// (optimizer.warmup; default 0.03 of the run).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_warmup))]
+    pub warmup: Option<Warmup>,
+    /// The learning-rate schedule: warmup-cosine (the default) or constant
+    /// (optimizer.schedule).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_schedule))]
+    pub schedule: Option<ScheduleKind>,
+    /// Weight decay, decoupled for AdamW, L2 for SGD (optimizer.weight_decay; default 0.01).
+    #[cfg_attr(feature = "cli", arg(long, allow_negative_numbers = true))]
+    pub weight_decay: Option<f64>,
     /// Precision of matrix products: f32, bf16 or f16.
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_precision))]
     pub precision: Option<PrecisionKind>,
@@ -103,6 +116,16 @@ pub struct Overrides {
     /// GPT: the adapters' rank (model.lora.rank; implies --lora).
     #[cfg_attr(feature = "cli", arg(long))]
     pub lora_rank: Option<usize>,
+    /// GPT: the adapters' alpha, their scale alpha / rank (model.lora.alpha; implies --lora).
+    #[cfg_attr(feature = "cli", arg(long, allow_negative_numbers = true))]
+    pub lora_alpha: Option<f64>,
+    /// GPT: dropout on each adapter's input, in [0, 1) (model.lora.dropout; implies --lora).
+    #[cfg_attr(feature = "cli", arg(long, allow_negative_numbers = true))]
+    pub lora_dropout: Option<f64>,
+    /// GPT: the layers adapted, PEFT's module names separated by commas (q_proj,v_proj) or
+    /// all-linear (model.lora.targets; implies --lora).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_lora_targets))]
+    pub lora_targets: Option<LoraTargets>,
     /// GPT: nf4 or int8, the blocks' frozen weights stored quantized under the adapters
     /// (model.lora.base; QLoRA with nf4; implies --lora).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_base))]
@@ -183,6 +206,32 @@ fn parse_capacity(text: &str) -> Result<ByteSize, String> {
 fn parse_host_limit(text: &str) -> Result<ByteSize, String> {
     text.parse()
         .map_err(|err| format!("memory.host_limit: {err}"))
+}
+
+#[cfg(feature = "cli")]
+fn parse_warmup(text: &str) -> Result<Warmup, String> {
+    text.parse()
+}
+
+#[cfg(feature = "cli")]
+fn parse_schedule(text: &str) -> Result<ScheduleKind, String> {
+    parse_kebab(text)
+}
+
+/// `--lora-targets`: `all-linear`, or module names separated by commas.
+#[cfg(feature = "cli")]
+fn parse_lora_targets(text: &str) -> Result<LoraTargets, String> {
+    Ok(match text.trim() {
+        "all-linear" => LoraTargets::default(),
+        names => LoraTargets::Names(
+            names
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        ),
+    })
 }
 
 #[cfg(feature = "cli")]
@@ -300,6 +349,9 @@ impl Overrides {
             config.batch.micro = self.micro_batch;
         }
         set(&mut config.optimizer.lr, self.lr);
+        set(&mut config.optimizer.warmup, self.warmup);
+        set(&mut config.optimizer.schedule, self.schedule);
+        set(&mut config.optimizer.weight_decay, self.weight_decay);
         set(&mut config.precision.dtype, self.precision);
         if let Some(limit) = &self.memory_limit {
             config.memory.limit = Some(limit.clone());
@@ -343,9 +395,16 @@ impl Overrides {
             config.memory.host_limit = self.host_limit.clone();
         }
         set(&mut config.model.param_dtype, self.param_dtype);
-        if self.lora || self.lora_rank.is_some() || self.base.is_some() {
+        let shaped = self.lora_rank.is_some()
+            || self.lora_alpha.is_some()
+            || self.lora_dropout.is_some()
+            || self.lora_targets.is_some();
+        if self.lora || shaped || self.base.is_some() {
             let lora = config.model.lora.get_or_insert_with(Default::default);
             set(&mut lora.rank, self.lora_rank);
+            set(&mut lora.alpha, self.lora_alpha);
+            set(&mut lora.dropout, self.lora_dropout);
+            set(&mut lora.targets, self.lora_targets.clone());
             if self.base.is_some() {
                 lora.base = self.base;
             }
@@ -383,5 +442,83 @@ impl Overrides {
 fn set<T>(field: &mut T, value: Option<T>) {
     if let Some(value) = value {
         *field = value;
+    }
+}
+
+#[cfg(all(test, feature = "cli"))]
+mod tests {
+    use clap::Parser;
+    use headroom_nn::lora::{LoraConfig, LoraTargets};
+
+    use super::*;
+
+    /// The flags as the command line takes them.
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        overrides: Overrides,
+    }
+
+    /// Whether adapters are as a flag asks.
+    type Holds = fn(&LoraConfig) -> bool;
+
+    fn configured(flags: &[&str]) -> TrainConfig {
+        let args = std::iter::once("headroom").chain(flags.iter().copied());
+        Flags::try_parse_from(args)
+            .unwrap()
+            .overrides
+            .configure(None)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_schedule_and_lora_flags_set_the_keys_the_file_does() {
+        let config = configured(&[
+            "--warmup",
+            "0.1",
+            "--schedule",
+            "constant",
+            "--weight-decay",
+            "0.2",
+        ]);
+        assert_eq!(config.optimizer.warmup, Warmup::Fraction(0.1));
+        assert_eq!(config.optimizer.schedule, ScheduleKind::Constant);
+        assert_eq!(config.optimizer.weight_decay, 0.2);
+        assert_eq!(config.model.lora, None, "no adapters unless asked");
+        assert_eq!(
+            configured(&["--warmup", "20"]).optimizer.warmup,
+            Warmup::Steps(20)
+        );
+
+        let cases: [(&[&str], Holds); 4] = [
+            (&["--lora-alpha", "32"], |l| l.alpha == 32.0),
+            (&["--lora-dropout", "0.05"], |l| l.dropout == 0.05),
+            (&["--lora-targets", "q_proj, v_proj"], |l| {
+                l.targets == LoraTargets::Names(vec!["q_proj".into(), "v_proj".into()])
+            }),
+            (&["--lora-targets", "all-linear"], |l| {
+                l.targets == LoraTargets::default()
+            }),
+        ];
+        for (flags, expect) in cases {
+            let lora = configured(flags).model.lora;
+            let lora = lora.unwrap_or_else(|| panic!("{flags:?} implies --lora"));
+            assert!(expect(&lora), "{flags:?}: {lora:?}");
+        }
+        let both = configured(&["--lora-rank", "4", "--lora-alpha", "8"]);
+        let lora = both.model.lora.unwrap();
+        assert_eq!((lora.rank, lora.alpha), (4, 8.0));
+
+        let err = Flags::try_parse_from(["headroom", "--warmup", "1.5"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("optimizer.warmup"), "{err}");
+        let negative = configured(&["--weight-decay", "-0.1", "--lora-dropout", "-1"]);
+        let err = negative.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("optimizer.weight_decay") && err.contains("model.lora.dropout"),
+            "{err}"
+        );
     }
 }

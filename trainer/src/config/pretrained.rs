@@ -37,6 +37,7 @@ impl ModelConfig {
         let Some(dir) = self.init_from.clone() else {
             return Ok(());
         };
+        self.check_init_from()?;
         // A PEFT adapter directory trains its adapters on (as its configuration shapes them,
         // unless `[model.lora]` does beyond the base's storage) over its base.
         let storage = self.lora.as_ref().and_then(|lora| lora.base);
@@ -90,14 +91,29 @@ impl ModelConfig {
         }
     }
 
-    /// How the model's shape departs from the pretrained model's in `dir` (none when it fits
-    /// or nothing is pretrained); an unreadable directory is one problem.
+    /// How the model's shape departs from the pretrained model's in `dir`, and what is wrong
+    /// with its weight files, read from their headers (none when it fits, nothing is
+    /// pretrained or the directory is missing, which
+    /// [`missing_init_from`](Self::missing_init_from) names); an unreadable directory is one
+    /// problem.
     pub fn pretrained_mismatches(&self) -> Vec<String> {
-        let Some(dir) = &self.init_from else {
+        let Some(dir) = self
+            .init_from
+            .as_ref()
+            .filter(|_| self.missing_init_from().is_none())
+        else {
             return Vec::new();
         };
         match Pretrained::read(dir) {
-            Ok(pretrained) => self.pretrained_problems(dir, &pretrained),
+            Ok(pretrained) => {
+                let mut problems = self.pretrained_problems(dir, &pretrained);
+                // The weight files too, from their headers: a truncated or mismatched file is
+                // refused before anything is planned or loaded.
+                if let Err(err) = headroom_nn::hf::check_weights(dir) {
+                    problems.push(format!("model.init_from: {err}"));
+                }
+                problems
+            }
             Err(err) => vec![format!("model.init_from: {err}")],
         }
     }

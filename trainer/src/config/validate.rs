@@ -26,7 +26,7 @@ impl Problems {
 impl TrainConfig {
     /// Checks every setting and how they fit together.
     pub fn validate(&self) -> Result<()> {
-        let mut problems = Problems::default();
+        let mut problems = Problems(self.missing_paths());
         self.check_run(&mut problems);
         self.model.check(&mut problems);
         self.check_param_dtype(&mut problems);

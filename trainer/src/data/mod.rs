@@ -105,6 +105,7 @@ impl Task {
     /// shape), as a model judged on prepared data reads nothing else; any other kind is built
     /// whole, as [`Task::from_config`] builds it.
     pub fn held_out_of(config: &DataConfig, model: &ModelConfig, seed: u64) -> Result<Self> {
+        config.check_paths()?;
         if config.kind != DataKind::TokenShards {
             return Self::from_config(config, model, seed);
         }
@@ -125,6 +126,7 @@ impl Task {
     /// The task a configuration describes, its files read and checked; token windows take
     /// their length (and uniform tokens their vocabulary) from the `model`.
     pub fn from_config(config: &DataConfig, model: &ModelConfig, seed: u64) -> Result<Self> {
+        config.check_paths()?;
         let need = |path: &Option<std::path::PathBuf>, what: &str| -> Result<std::path::PathBuf> {
             path.clone()
                 .ok_or_else(|| Error::config(format!("data.{what}: no file given")))

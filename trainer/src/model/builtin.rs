@@ -223,6 +223,7 @@ impl ModelFactory for BuiltinModel {
     fn initialize(&self, model: &mut dyn TrainableModel) -> Result<()> {
         let builtin = model.as_any_mut().downcast_mut::<TrainModel>();
         if let (Some(dir), Some(TrainModel::Gpt(gpt))) = (&self.0.init_from, builtin) {
+            self.0.check_init_from()?;
             headroom_nn::hf::Pretrained::read(dir)?.load(dir, gpt)?;
             tracing::info!("started from the pretrained weights of {}", dir.display());
         }

@@ -104,10 +104,12 @@ fn latest_is_replaceable(runs: &Path) -> Result<()> {
 }
 
 /// Claims `dir` for a run starting as `start`: checks what it holds (a new run must find no
-/// checkpoint, a resumed one must find one) and removes the temporary files of killed
-/// processes. Nothing else is removed: a new run clears the earlier one's files with
-/// [`clear_earlier_run`] once it is built, so a run that fails to start destroys nothing.
-pub fn claim(dir: &Path, start: Start) -> Result<()> {
+/// checkpoint, a resumed one must find one), makes it if it is not there, and removes the
+/// temporary files of killed processes. Nothing else is removed: a new run clears the earlier
+/// one's files with [`clear_earlier_run`] once it is built, so a run that fails to start
+/// destroys nothing. True when it made `dir`, which a start that ends before its first step
+/// removes again.
+pub fn claim(dir: &Path, start: Start) -> Result<bool> {
     let checkpoint = checkpoint_path(dir);
     match start {
         Start::Resume if !checkpoint.exists() => {
@@ -125,6 +127,7 @@ pub fn claim(dir: &Path, start: Start) -> Result<()> {
         }
         _ => {}
     }
+    let made = !dir.exists();
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     for removed in remove_temporaries(dir)? {
         tracing::info!(
@@ -132,7 +135,7 @@ pub fn claim(dir: &Path, start: Start) -> Result<()> {
             removed.display()
         );
     }
-    Ok(())
+    Ok(made)
 }
 
 /// Removes the files of the run `dir` held before (its checkpoint and TensorBoard event files
@@ -358,7 +361,7 @@ mod tests {
         }
         let err = claim(&dir, Start::Resume).unwrap_err().to_string();
         assert!(err.contains("no checkpoint"), "{err}");
-        claim(&dir, Start::New).unwrap();
+        assert!(!claim(&dir, Start::New).unwrap(), "it was there");
         let left = |dir: &Path| {
             let mut names: Vec<String> = std::fs::read_dir(dir)
                 .unwrap()
@@ -406,6 +409,9 @@ mod tests {
         );
         assert_eq!(next_trace(&dir).unwrap(), file("allocations-11.jsonl"));
         claim(&dir, Start::Overwrite).unwrap();
+        let fresh = dir.join("fresh");
+        assert!(claim(&fresh, Start::New).unwrap(), "it was made");
+        assert!(fresh.is_dir());
         assert!(
             file("checkpoint.safetensors").exists(),
             "only cleared once built"

@@ -54,7 +54,7 @@ pub fn schedule(config: &OptimizerConfig, total: u64) -> LrSchedule {
         ScheduleKind::WarmupCosine => LrSchedule::WarmupCosine {
             peak: config.lr,
             min: config.lr * config.min_lr_ratio,
-            warmup: config.warmup.min(total),
+            warmup: config.warmup.steps(total),
             total,
         },
     }

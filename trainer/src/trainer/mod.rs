@@ -3,13 +3,15 @@
 //! restoring its checkpoint) is in `trainer/start.rs`; what a whole run does around the steps
 //! (evaluation, metrics, checkpoints, artifacts) in `trainer/run.rs`. A run is put together
 //! from Rust with the builder (`builder.rs`); the user's code runs around the loop as callbacks
-//! (`callback.rs`), and a signal stops it cleanly (`interrupt.rs`).
+//! (`callback.rs`), and a signal stops it cleanly (`interrupt.rs`), or before the first step
+//! ends its start, leaving nothing (`unstarted.rs`).
 
 pub(crate) mod builder;
 pub mod callback;
 pub mod interrupt;
 mod run;
 mod start;
+mod unstarted;
 
 pub(crate) use start::StartParts;
 

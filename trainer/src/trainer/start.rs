@@ -1,7 +1,7 @@
 //! How a run starts: its configuration validated, its data read, its directory claimed, its
 //! device opened (every allocation streamed to the run's trace), its checkpoint checked when it
 //! resumes, its micro-batch size planned, its model and optimizer built. A run that fails to
-//! start leaves its directory as it found it.
+//! start, or is interrupted before its first step, leaves its directory as it found it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,6 +35,7 @@ use crate::step::micro_growth::GrowthCheck;
 use crate::step::optimizer::schedule;
 use crate::step::precision::LossScaler;
 use crate::trainer::callback::Callbacks;
+use crate::trainer::unstarted::Unstarted;
 
 /// What a run is started from: its configuration, how it starts, and the parts a caller may
 /// give instead of those the configuration and the launcher's environment describe
@@ -82,26 +83,43 @@ impl Trainer {
     /// fails to start leaves its directory as it found it (and one it made for itself is
     /// removed).
     pub(crate) fn start_on(parts: StartParts) -> Result<Self> {
-        let inputs = Inputs::check(parts)?;
-        let (run_dir, made) = inputs.run_dir()?;
-        let built = Self::build(inputs, run_dir.clone());
-        match (&built, made) {
-            (Ok(_), true) => location::point_latest(&run_dir),
-            (Err(_), true) => {
-                std::fs::remove_dir_all(&run_dir).ok();
+        let unstarted = Unstarted::begin();
+        let built = Inputs::check(parts).and_then(|inputs| {
+            let (run_dir, made) = {
+                let mut making = unstarted.making();
+                let (run_dir, made) = inputs.run_dir()?;
+                if made {
+                    making.dir(&run_dir);
+                }
+                (run_dir, made)
+            };
+            Ok((Self::build(inputs, run_dir, &unstarted)?, made))
+        });
+        match built {
+            Ok((trainer, made)) => {
+                unstarted.keep();
+                if made {
+                    location::point_latest(&trainer.files.dir);
+                }
+                Ok(trainer)
             }
-            _ => {}
+            Err(err) => {
+                unstarted.remove();
+                Err(err)
+            }
         }
-        built
     }
 
     /// The run of `inputs` in `run_dir`: the directory claimed, the device opened, the
     /// checkpoint checked, the micro-batch planned, the model and optimizer built, in that
-    /// order.
-    fn build(mut inputs: Inputs, run_dir: PathBuf) -> Result<Self> {
+    /// order; what the start makes on disk recorded in `unstarted`.
+    fn build(mut inputs: Inputs, run_dir: PathBuf, unstarted: &Unstarted) -> Result<Self> {
         let (start, launch) = (inputs.start, inputs.launch);
         if launch.writes() {
-            location::claim(&run_dir, start)?;
+            let mut making = unstarted.making();
+            if location::claim(&run_dir, start)? {
+                making.dir(&run_dir);
+            }
         }
         inputs.config.run_dir = Some(run_dir.clone());
         let budget = run_device::budget(&inputs.config)?;
@@ -109,7 +127,14 @@ impl Trainer {
         // Removed again, with everything it holds, unless the run starts.
         let trace = StartTrace {
             path: match launch.writes() {
-                true => stream_allocations(&inputs.config, &run_dir, &device)?,
+                true => {
+                    let mut making = unstarted.making();
+                    let path = stream_allocations(&inputs.config, &run_dir, &device)?;
+                    if let Some(path) = &path {
+                        making.file(path);
+                    }
+                    path
+                }
                 false => None,
             },
             device: &device,
@@ -173,13 +198,15 @@ impl Inputs {
     /// configuration describes where the caller gave none, checked against each other.
     fn check(parts: StartParts) -> Result<Self> {
         let StartParts {
-            config,
+            mut config,
             start,
             task,
             factory,
             world,
         } = parts;
         config.validate()?;
+        // Saved as absolute paths, the run's configuration works from any directory.
+        config.resolve_paths();
         let launch = world
             .as_deref()
             .map_or_else(Launch::from_env, |world| Launch::of(world));
@@ -452,9 +479,13 @@ fn resumable(
     let saved = checkpoint::load(&path, device, task.train.len())?;
     match &saved.config {
         Some(before) => {
+            // A run saved before its paths were stored absolute named them from where it
+            // started, as this one reads them.
+            let mut before = before.clone();
+            before.resolve_paths();
             // The memory techniques the checkpoint's run trained with stay, unless set.
-            crate::planning::policy::keep_unset(before, config);
-            for change in resume::changes(before, config)? {
+            crate::planning::policy::keep_unset(&before, config);
+            for change in resume::changes(&before, config)? {
                 tracing::info!("resuming with a change: {change}");
             }
         }

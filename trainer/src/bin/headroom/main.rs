@@ -175,6 +175,10 @@ fn train(args: &TrainArgs) -> Result<()> {
         (false, true) => Start::Overwrite,
         (false, false) => Start::New,
     };
+    // A data-parallel run's ranks would have to agree on the step to stop at: there a signal
+    // still ends the processes at once. Installed before the start, the handlers also end a
+    // start that a signal interrupts, leaving nothing.
+    let stop = (Launch::from_env().size == 1).then(StopOnSignal::install);
     let mut trainer = match Trainer::builder().config(config).start(start).build() {
         // A resume to fewer steps than done: said, and no failure.
         Err(err @ Error::NothingToDo { .. }) => return say(err),
@@ -209,10 +213,8 @@ fn train(args: &TrainArgs) -> Result<()> {
         trainer.config().batch.size,
         run_dir.display()
     ))?;
-    if launch.size == 1 {
-        // A data-parallel run's ranks would have to agree on the step to stop at: there a
-        // signal still ends the processes at once.
-        trainer.add_callback(StopOnSignal::install());
+    if let Some(stop) = stop {
+        trainer.add_callback(stop);
     }
     let summary = trainer.run(!args.quiet)?;
     say(format_args!(
