@@ -309,17 +309,7 @@ fn the_headers_alone_accept_every_model_and_refuse_a_cut_file_or_a_tensor_out_of
     let dir = copy_of("tiny-qwen3");
     let path = dir.0.join(hf::WEIGHTS_FILE);
     let whole = std::fs::read(&path).unwrap();
-    let size = |n: usize| {
-        let digits = n.to_string();
-        let mut out = String::new();
-        for (i, d) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i).is_multiple_of(3) {
-                out.push(' ');
-            }
-            out.push(d);
-        }
-        out
-    };
+    let size = |n: usize| headroom_nn::hf::grouped_digits(n as u64);
     for (cut, want) in [
         (
             &whole[..whole.len() - 1],

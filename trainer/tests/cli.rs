@@ -649,17 +649,7 @@ fn plan_and_train_refuse_truncated_or_mismatched_weights_before_planning() {
         bytes[at..at + name.len()].copy_from_slice(b"model.norX.weight");
         bytes
     });
-    let grouped = |n: usize| {
-        let digits = n.to_string();
-        let mut out = String::new();
-        for (i, d) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i).is_multiple_of(3) {
-                out.push(' ');
-            }
-            out.push(d);
-        }
-        out
-    };
+    let grouped = |n: usize| headroom_nn::hf::grouped_digits(n as u64);
     let run_dir = dir.0.join("run");
     for command in ["plan", "train"] {
         let run = |init_from: &str| {

@@ -5,15 +5,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use common::tiny::shards;
+use common::tiny::{shards, tiny_smollm2, train_two_steps};
 use common::{TempDir, assert_mentions, headroom, succeeds, text};
 use headroom_trainer::data::tokenizer::TextTokenizer;
-
-fn tiny_smollm2() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../nn/tests/data/tiny-smollm2")
-}
 
 /// A kind of run: its name and the flags that make it.
 const KINDS: &[(&str, &[&str])] = &[
@@ -47,40 +41,6 @@ const KINDS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Trains a two-step run of `flags` from the tiny SmolLM2 on `shards` into `run`; returns
-/// what it logged.
-fn train(run: &Path, shards: &Path, flags: &[&str]) -> String {
-    let base = tiny_smollm2();
-    let mut args = vec![
-        "train",
-        "--init-from",
-        text(&base),
-        "--data",
-        "token-shards",
-        "--data-path",
-        text(shards),
-        "--context",
-        "32",
-        "--batch-size",
-        "2",
-        "--steps",
-        "2",
-        "--eval-every",
-        "0",
-        "--eval-size",
-        "2",
-        "--memory-limit",
-        "256MiB",
-        "--run-dir",
-        text(run),
-        "--quiet",
-    ];
-    args.extend(flags);
-    let output = headroom(&args);
-    succeeds(&output);
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 #[test]
 fn every_command_works_on_every_kind_of_run() {
     let dir = TempDir::new("every-run-kind");
@@ -89,7 +49,7 @@ fn every_command_works_on_every_kind_of_run() {
     let shards = shards(&tokenizer, &corpus, dir.0.join("shards"));
     for (kind, flags) in KINDS {
         let run = dir.0.join(kind);
-        let logged = train(&run, &shards, flags);
+        let logged = train_two_steps(&tiny_smollm2(), &shards, &run, flags);
         // bf16 on the CPU is warned of once, with what the same run would take in f32.
         let bf16 = flags.contains(&"bf16");
         assert_eq!(

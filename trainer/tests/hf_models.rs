@@ -9,17 +9,13 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::tiny::shards;
+use common::tiny::{shards, tiny_smollm2, train_two_steps};
 use common::{TempDir, assert_mentions, fails, headroom, succeeds, text};
 use headroom_nn::Module;
 use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::model::TrainModel;
 use headroom_trainer::trained::{SavedRun, UseSettings};
 use serde_json::{Value, json};
-
-fn tiny_smollm2() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../nn/tests/data/tiny-smollm2")
-}
 
 /// A chat template as transformers saves it beside a model.
 const CHAT_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] \
@@ -67,34 +63,6 @@ fn smollm2_shards(dir: &Path) -> PathBuf {
     let tokenizer = TextTokenizer::load(&tiny_smollm2()).unwrap();
     let corpus = common::tiny::corpus(dir, "corpus", 5);
     shards(&tokenizer, &corpus, dir.join("shards"))
-}
-
-/// Trains two steps from `base` on `shards` into `run`, with `flags`.
-fn train(base: &Path, shards: &Path, run: &Path, flags: &[&str]) {
-    let mut args = vec![
-        "train",
-        "--init-from",
-        text(base),
-        "--data",
-        "token-shards",
-        "--data-path",
-        text(shards),
-        "--context",
-        "32",
-        "--batch-size",
-        "2",
-        "--steps",
-        "2",
-        "--eval-every",
-        "0",
-        "--eval-size",
-        "2",
-        "--run-dir",
-        text(run),
-        "--quiet",
-    ];
-    args.extend(flags);
-    succeeds(&headroom(&args));
 }
 
 /// `headroom generate` of `model`, greedy, from `prompt`: standard output and error.
@@ -170,7 +138,7 @@ fn a_run_and_its_exports_keep_the_base_models_identity() {
     ];
     for (kind, flags) in [("full", &[][..]), ("lora", &["--lora"][..])] {
         let run = dir.0.join(kind);
-        train(&base, &shards, &run, flags);
+        train_two_steps(&base, &shards, &run, flags);
         for file in carried {
             assert_eq!(
                 std::fs::read(run.join(file)).unwrap(),
@@ -252,9 +220,9 @@ fn a_model_opened_for_use_holds_its_weights_once() {
     let dir = TempDir::new("hf-weights-once");
     let shards = smollm2_shards(&dir.0);
     let full = dir.0.join("full");
-    train(&tiny_smollm2(), &shards, &full, &[]);
+    train_two_steps(&tiny_smollm2(), &shards, &full, &[]);
     let lora = dir.0.join("lora-bf16");
-    train(
+    train_two_steps(
         &tiny_smollm2(),
         &shards,
         &lora,

@@ -497,6 +497,7 @@ fn a_resumed_run_adds_an_event_file_and_tensorboard_shows_each_step_once() {
         .unwrap();
     assert_eq!(event_files(&dir.0).len(), 1);
     assert_eq!(tensorboard_values(&dir.0, "train/loss").len(), 7);
+}
 
 /// The tiny SmolLM2 (nn/tests/data/tiny-smollm2).
 const TINY_SMOLLM2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../nn/tests/data/tiny-smollm2");

@@ -90,7 +90,7 @@ pub use peft::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, PeftAdapter, export_peft, load_p
 pub use pretrained::{Pretrained, adapter_base};
 pub use shards::DEFAULT_SHARD_BYTES;
 pub use weight_files::{INDEX_FILE, model_dir};
-pub use weight_headers::check_weights;
+pub use weight_headers::{check_weights, grouped_digits};
 
 /// An error naming `op` when `gpt` stores weights quantized, which an export would leave out:
 /// merged ([`crate::lora::merge`]) they are tensors again.

@@ -239,21 +239,21 @@ fn read_header(path: &Path) -> Result<Metadata> {
     if size < 8 || file.read_exact(&mut len).is_err() {
         return Err(corrupt(format!(
             "{} bytes, shorter than a header's length",
-            grouped(size)
+            grouped_digits(size)
         )));
     }
     let len = u64::from_le_bytes(len);
     if len > MAX_HEADER {
         return Err(corrupt(format!(
             "a header of {} bytes, more than safetensors allows",
-            grouped(len)
+            grouped_digits(len)
         )));
     }
     if 8 + len > size {
         return Err(corrupt(format!(
             "truncated: {} bytes where its header alone needs {}",
-            grouped(size),
-            grouped(8 + len)
+            grouped_digits(size),
+            grouped_digits(8 + len)
         )));
     }
     let mut json = vec![0; len as usize];
@@ -264,20 +264,20 @@ fn read_header(path: &Path) -> Result<Metadata> {
     match size.cmp(&needs) {
         std::cmp::Ordering::Less => Err(corrupt(format!(
             "truncated: {} bytes where its header needs {}",
-            grouped(size),
-            grouped(needs)
+            grouped_digits(size),
+            grouped_digits(needs)
         ))),
         std::cmp::Ordering::Greater => Err(corrupt(format!(
             "{} bytes where its header needs {}: more than its tensors",
-            grouped(size),
-            grouped(needs)
+            grouped_digits(size),
+            grouped_digits(needs)
         ))),
         std::cmp::Ordering::Equal => Ok(metadata),
     }
 }
 
 /// `n` with its digits in groups of three, as the messages write sizes (`538 090 408`).
-fn grouped(n: u64) -> String {
+pub fn grouped_digits(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, digit) in digits.chars().enumerate() {
@@ -295,9 +295,9 @@ mod tests {
 
     #[test]
     fn sizes_are_written_in_groups_of_three_digits() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(1000), "1 000");
-        assert_eq!(grouped(538_090_408), "538 090 408");
+        assert_eq!(grouped_digits(0), "0");
+        assert_eq!(grouped_digits(999), "999");
+        assert_eq!(grouped_digits(1000), "1 000");
+        assert_eq!(grouped_digits(538_090_408), "538 090 408");
     }
 }

@@ -34,6 +34,45 @@ pub fn tiny_untied() -> PathBuf {
     PathBuf::from(TINY_UNTIED)
 }
 
+/// The tiny SmolLM2 made with transformers (nn/tests/data/tiny-smollm2): the Llama family, 2
+/// layers, width 32, 320 tokens, f32 weights and its tokenizer.
+pub fn tiny_smollm2() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../nn/tests/data/tiny-smollm2")
+}
+
+/// `headroom train` of two steps of two windows of 32 tokens from the Hugging Face model
+/// `base` on `shards` into `run`, with `flags`; it must succeed. Returns what it logged.
+pub fn train_two_steps(base: &Path, shards: &Path, run: &Path, flags: &[&str]) -> String {
+    let mut args = vec![
+        "train",
+        "--init-from",
+        text(base),
+        "--data",
+        "token-shards",
+        "--data-path",
+        text(shards),
+        "--context",
+        "32",
+        "--batch-size",
+        "2",
+        "--steps",
+        "2",
+        "--eval-every",
+        "0",
+        "--eval-size",
+        "2",
+        "--memory-limit",
+        "256MiB",
+        "--run-dir",
+        text(run),
+        "--quiet",
+    ];
+    args.extend(flags);
+    let output = headroom(&args);
+    succeeds(&output);
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// The tiny model's tokenizer.
 pub fn tiny_tokenizer() -> TextTokenizer {
     TextTokenizer::load(&tiny()).unwrap()
