@@ -31,16 +31,20 @@ pub const COMPANION_FILES: &[&str] = &[
 pub fn copy_companions(from: &Path, to: &Path) -> Result<Vec<&'static str>> {
     let mut copied = Vec::new();
     for &name in COMPANION_FILES {
-        let source = from.join(name);
-        if !source.is_file() {
-            continue;
+        if from.join(name).is_file() {
+            copy_companion(from, name, to)?;
+            copied.push(name);
         }
-        crate::checkpoint::write_atomically_with(&to.join(name), |temporary| {
-            std::fs::copy(&source, temporary).map(drop)
-        })?;
-        copied.push(name);
     }
     Ok(copied)
+}
+
+/// Copies the file `name` of `from` into `to`, atomically (replacing any there).
+pub fn copy_companion(from: &Path, name: &str, to: &Path) -> Result<()> {
+    let source = from.join(name);
+    crate::checkpoint::write_atomically_with(&to.join(name), |temporary| {
+        std::fs::copy(&source, temporary).map(drop)
+    })
 }
 
 /// A model's special token ids, as its `config.json` and `generation_config.json` give them.

@@ -78,7 +78,9 @@ mod shards;
 mod weight_files;
 mod weight_headers;
 
-pub use companions::{COMPANION_FILES, GENERATION_CONFIG, SpecialTokens, copy_companions};
+pub use companions::{
+    COMPANION_FILES, GENERATION_CONFIG, SpecialTokens, copy_companion, copy_companions,
+};
 pub use config::{CONFIG_FILE, Gpt2Config};
 pub use export::export_gpt2;
 pub use hub_cache::cached_model;

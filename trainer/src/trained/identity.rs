@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use headroom_nn::hf::{COMPANION_FILES, SpecialTokens, copy_companions};
+use headroom_nn::hf::{COMPANION_FILES, SpecialTokens, copy_companion};
 
 use crate::config::TrainConfig;
 use crate::error::Result;
@@ -28,18 +28,15 @@ pub fn special_tokens(sources: &[PathBuf]) -> Result<SpecialTokens> {
     Ok(SpecialTokens::default())
 }
 
-/// Copies into `out` each tokenizer and generation file of `sources`, the first source's
-/// where several hold one; returns the names copied.
+/// Copies into `out` each tokenizer and generation file of `sources`, from the first source
+/// that holds it; returns the names copied.
 pub fn carry_companions(sources: &[PathBuf], out: &Path) -> Result<Vec<&'static str>> {
     let mut carried = Vec::new();
-    for source in sources.iter().rev() {
-        carried.extend(copy_companions(source, out)?);
+    for &name in COMPANION_FILES {
+        if let Some(source) = sources.iter().find(|s| s.join(name).is_file()) {
+            copy_companion(source, name, out)?;
+            carried.push(name);
+        }
     }
-    let mut names: Vec<&'static str> = COMPANION_FILES
-        .iter()
-        .copied()
-        .filter(|name| carried.contains(name))
-        .collect();
-    names.dedup();
-    Ok(names)
+    Ok(carried)
 }
