@@ -20,6 +20,7 @@ pub(crate) mod probe;
 pub(crate) mod rates;
 pub mod run_device;
 pub(crate) mod search;
+pub(crate) mod side_by_side;
 pub(crate) mod tag_bytes;
 
 pub use budget::{Budget, UNLIMITED};
