@@ -169,6 +169,14 @@ impl Prober {
         Ok(Some(&self.breakdowns[at]))
     }
 
+    /// The most the host tier held in the step in micro-batches of `micro`, if it was probed
+    /// and offloads.
+    pub fn host_peak(&self, micro: usize) -> Option<u64> {
+        self.index
+            .get(&micro)
+            .and_then(|&at| self.breakdowns[at].host_peak)
+    }
+
     /// The most each tag held in the step in micro-batches of `micro`, if it was probed.
     pub fn tags(&self, micro: usize) -> Option<&[TagBytes]> {
         self.index
@@ -177,8 +185,7 @@ impl Prober {
     }
 
     /// The diagnosis of `report`, an out-of-memory that `failure` describes: what the model,
-    /// its gradients and its optimizer state need against the limit, and one sample's peak
-    /// without a limit.
+    /// its gradients and its optimizer state need against the limit.
     pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
         let config = &self.config;
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
@@ -189,22 +196,7 @@ impl Prober {
             &self.task.train.shape(),
             |_| Ok(()),
         )?;
-        let one_sample_peak = self.one_sample_peak();
-        Ok(diagnose(
-            (&*model, &*optimizer),
-            &roomy,
-            report,
-            failure,
-            one_sample_peak,
-        ))
-    }
-
-    /// The peak of a step with one sample without a limit (none if even that fails).
-    fn one_sample_peak(&self) -> Option<u64> {
-        match self.run(1, &Budget::unlimited(self.budget.growth)) {
-            Ok((Probed::Peak(peak), ..)) => Some(peak),
-            _ => None,
-        }
+        Ok(diagnose((&*model, &*optimizer), &roomy, report, failure))
     }
 
     /// One step with micro-batches of `micro` on a fresh meta device of `budget`. A step of

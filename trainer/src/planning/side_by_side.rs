@@ -3,8 +3,8 @@
 //! own, so the results are the same whether the jobs run at once or in turn.
 
 /// The results of `jobs`, in order: each on a thread of its own where the machine runs
-/// several threads at once, one after another where it does not. A job's panic is raised
-/// again here.
+/// several threads at once, one after another where it does not; each logging where the
+/// caller logs. A job's panic is raised again here.
 pub(crate) fn side_by_side<T, F>(jobs: Vec<F>) -> Vec<T>
 where
     T: Send,
@@ -14,10 +14,16 @@ where
     if threads < 2 || jobs.len() < 2 {
         return jobs.into_iter().map(|job| job()).collect();
     }
+    let log = tracing::dispatcher::get_default(|log| log.clone());
     std::thread::scope(|scope| {
         let mut jobs = jobs.into_iter();
         let here = jobs.next();
-        let others: Vec<_> = jobs.map(|job| scope.spawn(job)).collect();
+        let others: Vec<_> = jobs
+            .map(|job| {
+                let log = &log;
+                scope.spawn(move || tracing::dispatcher::with_default(log, job))
+            })
+            .collect();
         let mut results: Vec<T> = here.into_iter().map(|job| job()).collect();
         for other in others {
             results.push(
