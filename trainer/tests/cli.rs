@@ -140,6 +140,88 @@ fn resuming_without_a_checkpoint_and_a_model_that_cannot_fit_are_explained() {
     assert!(!String::from_utf8_lossy(&output.stderr).contains("(--recompute)"));
 }
 
+/// The figures a suggestion line of a plan that fits nothing gives: the micro-batch, the
+/// predicted peak and the step limit, and the host tier's peak where it names one.
+fn suggested_figures(line: &str) -> (String, Option<String>) {
+    let (_, figures) = line
+        .split_once("micro-batches of ")
+        .unwrap_or_else(|| panic!("no micro-batch in: {line}"));
+    let (micro, rest) = figures.split_once(", predicted peak ").unwrap();
+    let (peak, rest) = rest.split_once(" of the ").unwrap();
+    let (limit, rest) = rest.split_once(" a step may use").unwrap();
+    let chosen = format!(
+        "chosen: micro-batches of {micro} (predicted peak {peak} of the {limit} a step may use)"
+    );
+    let host = rest
+        .split_once("the host tier's ")
+        .map(|(_, host)| host.split(" (").next().unwrap().to_owned());
+    (chosen, host)
+}
+
+/// A plan that fits nothing suggests only runs it planned that fit, each with its micro-batch
+/// and both tiers' peaks, exactly as `headroom plan` then plans it; none already in force,
+/// none naming `headroom plan` itself; and its diagnosis says when the weights it counts are
+/// only what stays on the device while the blocks stream.
+#[test]
+fn a_plan_that_fits_nothing_suggests_planned_runs_that_fit() {
+    // Under 1 MiB the default model fits nothing, the lightest candidate streaming its
+    // blocks' weights.
+    let output = headroom(&["plan", "--memory-limit", "1MiB"]);
+    fails_with(&output, &["what stays on the device", "suggestion: "]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!stderr.contains("headroom plan"), "{stderr}");
+    let suggestions: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("suggestion: "))
+        .collect();
+    // More memory, bf16 parameters, LoRA and QLoRA: bf16 parameters fit, so nothing says
+    // that a full fine-tune does not.
+    assert!(suggestions.len() >= 4, "{stderr}");
+    assert!(
+        suggestions
+            .iter()
+            .any(|s| s.starts_with("--param-dtype bf16 (")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("fits nothing"), "{stderr}");
+    let lora = suggestions
+        .iter()
+        .find(|s| s.starts_with("--lora --param-dtype bf16 ("))
+        .unwrap_or_else(|| panic!("no LoRA in: {stderr}"));
+    assert!(
+        lora.contains("the host tier's") && lora.contains("weights, streamed"),
+        "{lora}"
+    );
+    for line in &suggestions {
+        let (flags, _) = line.split_once(" (").unwrap();
+        let mut args = vec!["plan"];
+        args.extend(flags.split(' '));
+        if !flags.contains("--memory-limit") {
+            args.extend(["--memory-limit", "1MiB"]);
+        }
+        let planned = headroom(&args);
+        let stdout = succeeds(&planned);
+        let (chosen, host) = suggested_figures(line);
+        assert!(stdout.contains(&chosen), "{line}\n{stdout}");
+        match host {
+            Some(host) => assert!(
+                stdout.contains(&format!("the host tier: predicted peak {host}")),
+                "{line}\n{stdout}"
+            ),
+            None => assert!(!stdout.contains("the host tier:"), "{line}\n{stdout}"),
+        }
+    }
+    // With bf16 parameters, whose products are bf16 already, neither is suggested again.
+    let output = headroom(&["plan", "--memory-limit", "600KiB", "--param-dtype", "bf16"]);
+    fails_with(&output, &["suggestion: "]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("--precision bf16") && !stderr.contains("suggestion: --param-dtype"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("headroom plan"), "{stderr}");
+}
+
 #[test]
 fn plan_report_and_replay_print_their_tables() {
     let dir = TempDir::new("cli-report");

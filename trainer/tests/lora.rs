@@ -245,7 +245,7 @@ fn export_writes_peft_adapters_and_merge_the_merged_model() {
 fn a_plan_that_fits_no_full_fine_tune_names_the_lora_run_that_fits() {
     use headroom_trainer::config::{DataKind, Overrides, Preset};
     use headroom_trainer::data::Task;
-    use headroom_trainer::planning::{lora_advice, plan, run_device};
+    use headroom_trainer::planning::{advise, plan, run_device};
     let mut config = Overrides {
         preset: Some(Preset::Smollm2_135m),
         context: Some(256),
@@ -269,38 +269,48 @@ fn a_plan_that_fits_no_full_fine_tune_names_the_lora_run_that_fits() {
         matches!(err, headroom_trainer::Error::DoesNotFit { .. }),
         "{err}"
     );
-    let advice = lora_advice(&config, &task, &budget, target).unwrap();
-    assert!(
-        advice.contains("LoRA would") && advice.contains("--lora --param-dtype bf16"),
-        "{advice}"
-    );
+    let advice = advise(&config, &task, &budget, target, err)
+        .unwrap()
+        .to_string();
+    // The line of the run that `flags` ask for.
+    let line = |advice: &str, flags: &str| -> String {
+        advice
+            .lines()
+            .find(|l| l.starts_with(&format!("suggestion: {flags} (")))
+            .unwrap_or_else(|| panic!("no {flags} in: {advice}"))
+            .to_owned()
+    };
+    let lora = line(&advice, "--lora --param-dtype bf16");
     // QLoRA too, with less.
-    assert!(advice.contains("; and QLoRA would"), "{advice}");
-    // The run it names does fit.
+    let qlora = line(&advice, "--base nf4 --param-dtype bf16");
+    // The run it names does fit, as the line says.
     config.model.lora = Some(LoraConfig::default());
     config.model.param_dtype = headroom_trainer::config::ParamDtype::Bf16;
     let fits = plan(&config, &task, &budget, target).unwrap();
-    assert!(
-        advice.contains(&format!("micro-batches of {}", fits.micro)),
-        "{advice}"
+    let figures = format!(
+        "micro-batches of {}, predicted peak {}",
+        fits.micro,
+        headroom_alloc::format_bytes(fits.predicted_peak)
     );
+    assert!(lora.contains(&figures), "{lora}");
     // Under a limit LoRA over a bf16 base does not fit, the plan names QLoRA, which does.
     config.memory.limit = Some(headroom_alloc::ByteSize::mib(250));
     let (budget, target, _) = run_device::planning(&config).unwrap();
-    assert!(plan(&config, &task, &budget, target).is_err());
-    let advice = lora_advice(&config, &task, &budget, target).unwrap();
-    assert!(
-        advice.starts_with("LoRA fits nothing, but QLoRA would") && advice.contains("--base nf4"),
-        "{advice}"
-    );
+    let err = plan(&config, &task, &budget, target).unwrap_err();
+    let advice = advise(&config, &task, &budget, target, err)
+        .unwrap()
+        .to_string();
+    assert!(!advice.contains("suggestion: --lora"), "{advice}");
+    // The parameters are bf16 already: QLoRA is asked for without saying so again.
+    let qlora_now = line(&advice, "--base nf4");
     config.model.lora = Some(LoraConfig {
         base: Some(QuantizedBase::Nf4),
         ..LoraConfig::default()
     });
     let fits = plan(&config, &task, &budget, target).unwrap();
     assert!(
-        advice.contains(&format!("micro-batches of {}", fits.micro)),
-        "{advice}"
+        qlora_now.contains(&format!("micro-batches of {}", fits.micro)),
+        "{qlora_now}"
     );
-    assert!(lora_advice(&config, &task, &budget, target).is_none());
+    assert!(qlora != qlora_now, "a lower limit, other figures: {qlora}");
 }

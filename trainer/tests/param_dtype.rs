@@ -119,7 +119,9 @@ fn a_resumed_bf16_run_continues_the_same_trajectory_bit_for_bit() {
 }
 
 #[test]
-fn when_only_bf16_parameters_would_hold_the_training_state_the_diagnosis_names_them() {
+fn when_only_bf16_parameters_would_hold_the_training_state_the_plan_suggests_them() {
+    use headroom_trainer::data::Task;
+    use headroom_trainer::planning::{advise, plan, run_device};
     let dir = TempDir::new("param-dtype-diagnosis");
     let mut config = small_config(&dir);
     config.memory.policy = PolicyKind::Manual;
@@ -132,23 +134,34 @@ fn when_only_bf16_parameters_would_hold_the_training_state_the_diagnosis_names_t
         .map(|p| p.numel())
         .sum();
     drop(roomy);
-    // f32 AdamW: 16 bytes a parameter (weight, gradient, two moments); bf16: 8.
-    config.memory.limit = Some((12 * params as u64).into());
+    // What `headroom plan` says of a run that fits nothing.
+    let advice = |config: &TrainConfig| -> String {
+        let task = Task::from_config(&config.data, &config.model, config.seed).unwrap();
+        let (budget, target, _) = run_device::planning(config).unwrap();
+        let err = plan(config, &task, &budget, target).unwrap_err();
+        advise(config, &task, &budget, target, err)
+            .unwrap()
+            .to_string()
+    };
+    // f32 AdamW: 16 bytes a parameter (weight, gradient, two moments), which leave one
+    // sample's activations no room under the planner's margin; bf16: 8, which do. The run
+    // points to the plan, which plans bf16 parameters and suggests them.
+    config.batch.micro = None;
+    config.memory.limit = Some((16 * params as u64).into());
     let err = Trainer::builder()
         .config(config.clone())
         .overwrite()
         .build()
         .err()
         .unwrap();
-    let text = err.to_string();
-    assert!(text.contains("model.param_dtype = \"bf16\""), "{text}");
-    // Already in bf16, or so far over that bf16 would not fit either: not named.
+    assert!(err.to_string().contains("`headroom plan`"), "{err}");
+    let text = advice(&config);
+    assert!(
+        text.contains("suggestion: --param-dtype bf16 (model.param_dtype = \"bf16\")"),
+        "{text}"
+    );
+    // So far over that bf16 would not fit either: not suggested.
     config.memory.limit = Some((6 * params as u64).into());
-    let err = Trainer::builder()
-        .config(config)
-        .overwrite()
-        .build()
-        .err()
-        .unwrap();
-    assert!(!err.to_string().contains("param_dtype"), "{err}");
+    let text = advice(&config);
+    assert!(!text.contains("suggestion: --param-dtype"), "{text}");
 }

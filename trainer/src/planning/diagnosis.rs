@@ -1,12 +1,17 @@
 //! What to tell a user when a run cannot fit its limit: not even one sample, or not even the
-//! model with its gradients and optimizer state.
+//! model with its gradients and optimizer state. The diagnosis states what holds the memory;
+//! the planner follows it with the changes it planned that fit ([`super::remedies`]), a run
+//! with [`RUN_SUGGESTION`].
 
 use headroom_alloc::{OomReport, format_bytes};
 use headroom_kernels::{Device, HOST_TIER};
-use headroom_nn::{Optimizer, training_memory_on};
+use headroom_nn::{Optimizer, TrainingMemory, training_memory, training_memory_on};
 
-use super::bf16_remedy::bf16_remedy;
 use crate::model::TrainableModel;
+
+/// What a run that ran out of memory suggests: the planner, which plans each change first.
+pub const RUN_SUGGESTION: &str = "suggestion: `headroom plan` with the same settings names the \
+     changes that fit, each planned with its micro-batch and both tiers' peaks";
 
 /// What could not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,28 +24,26 @@ pub enum Failure {
 }
 
 /// Per tag, what the model, its gradients and its optimizer state need on `device` against the
-/// limit (what its host tier holds apart), what the activations held when memory ran out, and
-/// what to do. `one_sample_peak` is the peak of a step with one sample when known (the planner
-/// measures it on an unlimited meta device).
+/// limit (what its host tier holds named apart), and what the activations held when memory ran
+/// out; or, where the host tier ran out, what it held.
 pub fn diagnose(
     (model, optimizer): (&dyn TrainableModel, &dyn Optimizer),
     device: &Device,
     report: &OomReport,
     failure: Failure,
-    one_sample_peak: Option<u64>,
 ) -> String {
     if report.source == HOST_TIER {
         return format!(
-            "the host tier ran out of memory: {} held (offloaded activations and optimizer \
-             state), {} more asked for, under its {} limit\nsuggestion: raise \
-             memory.host_limit (--host-limit), or unset it for the machine's memory; `headroom \
-             plan` predicts the host tier's peak",
+            "the host tier ran out of memory: {} held (offloaded activations, streamed weights \
+             and optimizer state), {} more asked for, under its {} limit (memory.host_limit, \
+             --host-limit)",
             format_bytes(report.in_use),
             format_bytes(report.requested),
             format_bytes(report.limit),
         );
     }
     let memory = training_memory_on(model.module(), Some(optimizer), device);
+    let everywhere = training_memory(model.module(), Some(optimizer));
     // Every kind of activation (attention's, the MLP's, ...) counts.
     let activations: u64 = report
         .tags
@@ -54,11 +57,12 @@ pub fn diagnose(
         Failure::OneSample => "not even a micro-batch of one sample fits",
         Failure::TrainingState => "the model, its gradients and its optimizer state do not fit",
     };
+    let (weights, gradients, state) = elsewhere(&memory, &everywhere);
     let mut text = format!(
         "{headline} in the {} limit\n\
-         \x20 weights           {:>12}\n\
-         \x20 gradients         {:>12}  (one per weight, during the step)\n\
-         \x20 optimizer state   {:>12}\n\
+         \x20 weights           {:>12}{weights}\n\
+         \x20 gradients         {:>12}{gradients}\n\
+         \x20 optimizer state   {:>12}{state}\n\
          \x20 together          {:>12}  of the {} limit\n\
          \x20 activations held  {:>12}  when the last allocation ({} for {}) failed\n",
         format_bytes(limit),
@@ -71,33 +75,45 @@ pub fn diagnose(
         format_bytes(report.requested),
         report.tag,
     );
-    let raise = match one_sample_peak {
-        Some(peak) => format!(
-            "one sample's step peaks at {}: raise --memory-limit to at least that (plus the \
-             planner's margin)",
-            format_bytes(peak)
-        ),
-        None => "raise --memory-limit (`headroom plan` measures what one sample needs)".into(),
-    };
-    let suggestion = if fixed >= limit {
-        let bf16 = bf16_remedy(model, optimizer, &memory, limit).unwrap_or_default();
-        format!(
-            "the model, its gradients and its optimizer state alone exceed the limit; {raise}, \
-             or make the model smaller{bf16}"
-        )
+    if fixed >= limit {
+        text.push_str("the model, its gradients and its optimizer state alone exceed the limit");
     } else {
-        let recompute = if model.could_recompute() {
-            "recompute the blocks in the backward pass (--recompute), "
-        } else {
-            ""
-        };
-        format!(
-            "{} is left for activations, too little for one sample; {raise}, run the products \
-             in --precision bf16, {recompute}shorten the sequences, or make the model narrower",
-            format_bytes(limit - fixed),
-        )
-    };
-    text.push_str("suggestion: ");
-    text.push_str(&suggestion);
+        text.push_str(&format!(
+            "{} of the limit is left for activations, too little for one sample",
+            format_bytes(limit - fixed)
+        ));
+    }
     text
+}
+
+/// The notes of the weights', gradients' and optimizer state's lines where the device holds
+/// only part of them (`on`) and a host tier the rest (`everywhere` less `on`): streamed
+/// blocks' weights with their gradients, or an offloaded optimizer's state.
+fn elsewhere(on: &TrainingMemory, everywhere: &TrainingMemory) -> (String, String, String) {
+    let weights = everywhere.parameters.saturating_sub(on.parameters);
+    let gradients = everywhere.gradients.saturating_sub(on.gradients);
+    let state = everywhere
+        .optimizer_state
+        .saturating_sub(on.optimizer_state);
+    let weights = match weights {
+        0 => String::new(),
+        host => format!(
+            "  (what stays on the device; the blocks' {} stream from the host tier, a block at \
+             a time)",
+            format_bytes(host)
+        ),
+    };
+    let gradients = match gradients {
+        0 => "  (one per weight, during the step)".into(),
+        host => format!(
+            "  (one per weight on the device, during the step; the streamed blocks' {} in the \
+             host tier)",
+            format_bytes(host)
+        ),
+    };
+    let state = match state {
+        0 => String::new(),
+        host => format!("  (and {} in the host tier)", format_bytes(host)),
+    };
+    (weights, gradients, state)
 }

@@ -3,31 +3,32 @@
 //! planner's search for the largest micro-batch size, and under the memory policy for the
 //! fastest memory techniques, that fit; the rates it prices steps at; the bytes per op and per
 //! tag it reports; the fused head's chunk; the host tier offloaded activations wait in; and
-//! what to tell a user when nothing fits.
+//! what to tell a user when nothing fits: what holds the memory, and the changes planned that
+//! fit (`remedies.rs`).
 //!
 //! The planner's answer is a [`Plan`]; [`plan`] finds it (`search.rs`).
 
-pub(crate) mod bf16_remedy;
 pub(crate) mod budget;
 pub(crate) mod diagnosis;
 pub mod half_on_cpu;
 pub mod head_chunk;
 pub mod host_tier;
-pub mod lora_advice;
 pub(crate) mod op_bytes;
 pub(crate) mod plan;
 pub mod policy;
 pub(crate) mod probe;
 pub(crate) mod rates;
+pub(crate) mod remedies;
 pub mod run_device;
 pub(crate) mod search;
+pub(crate) mod side_by_side;
 pub(crate) mod tag_bytes;
 
 pub use budget::{Budget, UNLIMITED};
-pub use diagnosis::{Failure, diagnose};
-pub use lora_advice::lora_advice;
+pub use diagnosis::{Failure, RUN_SUGGESTION, diagnose};
 pub use op_bytes::OpBytes;
 pub use plan::{ChunkProbe, Plan, Probe};
 pub use rates::{Calibrated, PlanRates, calibrate, rates};
+pub use remedies::{advise, lighter_recomputations};
 pub use search::{fullest_rank, plan};
 pub use tag_bytes::TagBytes;

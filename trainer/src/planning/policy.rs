@@ -232,6 +232,12 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
     tiers
 }
 
+/// The candidate of `config`'s policy tried last, for a model that offers `knobs`: the one
+/// that holds the least on the device.
+pub(crate) fn lightest(config: &TrainConfig, knobs: Knobs) -> Option<Policy> {
+    tiers(config, knobs).pop()?.pop()
+}
+
 /// Whether to fetch block inputs and weights ahead, for a candidate that brings them back from
 /// the host tier (`fetched`) or not: the pinned setting, else ahead and then not; ahead for
 /// one that brings nothing back (moot).

@@ -3,7 +3,8 @@
 //! The planner searches with them, the trainer asks them before it grows a micro-batch, and a
 //! step that cannot fit is explained with them. A probe of many micro-batches runs its first
 //! two and its last alone, which peak as the whole step does, so a probe costs a few
-//! micro-batches whatever the batch.
+//! micro-batches whatever the batch; the micro-batches it leaves out are priced only when its
+//! step time is asked for.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -64,6 +65,9 @@ pub struct Prober {
     seen: Vec<(usize, Probed)>,
     /// Where each size's step held its memory, by `seen`'s index.
     breakdowns: Vec<Breakdown>,
+    /// By `seen`'s index, the full micro-batches a shortened probe left out, while their time
+    /// is not yet in its breakdown's seconds.
+    unpriced: Vec<Option<Shortened>>,
     /// `seen`'s index of each size.
     index: BTreeMap<usize, usize>,
     /// The task's first samples, as probes run them.
@@ -113,6 +117,7 @@ impl Prober {
             rates,
             seen: Vec::new(),
             breakdowns: Vec::new(),
+            unpriced: Vec::new(),
             index: BTreeMap::new(),
             samples: FirstSamples::default(),
         }
@@ -130,9 +135,10 @@ impl Prober {
         let at = match self.index.get(&micro) {
             Some(&at) => at,
             None => {
-                let (outcome, breakdown) = self.run(micro, &self.budget)?;
+                let (outcome, breakdown, unpriced) = self.run(micro, &self.budget)?;
                 self.seen.push((micro, outcome));
                 self.breakdowns.push(breakdown);
+                self.unpriced.push(unpriced);
                 self.index.insert(micro, self.seen.len() - 1);
                 self.seen.len() - 1
             }
@@ -150,14 +156,36 @@ impl Prober {
         &self.seen
     }
 
-    /// Where the step in micro-batches of `micro` held its memory, if it was probed.
-    pub fn breakdown(&self, micro: usize) -> Option<&Breakdown> {
-        self.index.get(&micro).map(|&at| &self.breakdowns[at])
+    /// Where the step in micro-batches of `micro` held its memory and what it takes, if it was
+    /// probed (a shortened probe's left-out micro-batches priced now, once).
+    pub fn breakdown(&mut self, micro: usize) -> Result<Option<&Breakdown>> {
+        let Some(&at) = self.index.get(&micro) else {
+            return Ok(None);
+        };
+        if let Some(shortened) = self.unpriced[at].take() {
+            let each = self.one_more(&shortened, self.breakdowns[at].seconds)?;
+            self.breakdowns[at].seconds += each * shortened.repeats as f64;
+        }
+        Ok(Some(&self.breakdowns[at]))
+    }
+
+    /// The most the host tier held in the step in micro-batches of `micro`, if it was probed
+    /// and offloads.
+    pub fn host_peak(&self, micro: usize) -> Option<u64> {
+        self.index
+            .get(&micro)
+            .and_then(|&at| self.breakdowns[at].host_peak)
+    }
+
+    /// The most each tag held in the step in micro-batches of `micro`, if it was probed.
+    pub fn tags(&self, micro: usize) -> Option<&[TagBytes]> {
+        self.index
+            .get(&micro)
+            .map(|&at| self.breakdowns[at].tags.as_slice())
     }
 
     /// The diagnosis of `report`, an out-of-memory that `failure` describes: what the model,
-    /// its gradients and its optimizer state need against the limit, and one sample's peak
-    /// without a limit.
+    /// its gradients and its optimizer state need against the limit.
     pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
         let config = &self.config;
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
@@ -168,61 +196,50 @@ impl Prober {
             &self.task.train.shape(),
             |_| Ok(()),
         )?;
-        let one_sample_peak = self.one_sample_peak();
-        Ok(diagnose(
-            (&*model, &*optimizer),
-            &roomy,
-            report,
-            failure,
-            one_sample_peak,
-        ))
-    }
-
-    /// The peak of a step with one sample without a limit (none if even that fails).
-    fn one_sample_peak(&self) -> Option<u64> {
-        match self.run(1, &Budget::unlimited(self.budget.growth)) {
-            Ok((Probed::Peak(peak), _)) => Some(peak),
-            _ => None,
-        }
+        Ok(diagnose((&*model, &*optimizer), &roomy, report, failure))
     }
 
     /// One step with micro-batches of `micro` on a fresh meta device of `budget`. A step of
-    /// many micro-batches is probed by its first two and its last (see [`Shortened`]).
-    fn run(&self, micro: usize, budget: &Budget) -> Result<(Probed, Breakdown)> {
+    /// many micro-batches is probed by its first two and its last (see [`Shortened`]): the
+    /// full micro-batches it left out come back with its outcome, for
+    /// [`breakdown`](Self::breakdown) to price when asked.
+    fn run(&self, micro: usize, budget: &Budget) -> Result<(Probed, Breakdown, Option<Shortened>)> {
         let samples = self.config.batch.size.min(self.task.train.len());
         let shortened = Shortened::of(samples, micro.max(1));
         // Only the samples the probe runs.
         let batch = self.samples.of(&self.task, shortened.sizes.iter().sum())?;
-        let run = |sizes: &[usize]| {
-            let samples = sizes.iter().sum();
-            self.step(&batch.slice(0, samples), sizes, budget)
-        };
-        let (peak, mut breakdown) = match run(&shortened.sizes)? {
+        let (peak, breakdown) = match self.step(&batch, &shortened.sizes, budget)? {
             Ok(stepped) => stepped,
-            Err(oom) => return Ok(oom),
+            Err((outcome, breakdown)) => return Ok((outcome, breakdown, None)),
         };
-        if shortened.repeats > 0 {
-            // The work of one more full micro-batch: the step less one of them, subtracted.
-            let mut fewer = shortened.sizes.clone();
-            fewer.remove(0);
-            let fewer_seconds = match run(&fewer)? {
-                Ok((_, fewer)) => fewer.seconds,
-                Err(oom) => return Ok(oom),
-            };
-            let each = (breakdown.seconds - fewer_seconds).max(0.0);
-            breakdown.seconds += each * shortened.repeats as f64;
-        }
-        Ok((Probed::Peak(peak), breakdown))
+        let unpriced = (shortened.repeats > 0).then_some(shortened);
+        Ok((Probed::Peak(peak), breakdown, unpriced))
     }
 
-    /// One step of `batch` cut in `sizes` on a fresh meta device of `budget`: its peak and
-    /// breakdown, or the out-of-memory it met as a probe's outcome.
+    /// The seconds of one more full micro-batch of `shortened`'s step, which took `seconds`:
+    /// that step less its first micro-batch, timed and subtracted. The step less a
+    /// micro-batch holds no more than the step; it runs without a device limit all the same,
+    /// which changes no work. Should its host tier run out all the same, each micro-batch run
+    /// is taken to cost the same.
+    fn one_more(&self, shortened: &Shortened, seconds: f64) -> Result<f64> {
+        let fewer = &shortened.sizes[1..];
+        let batch = self.samples.of(&self.task, fewer.iter().sum())?;
+        let unlimited = Budget::unlimited(self.budget.growth);
+        Ok(match self.step(&batch, fewer, &unlimited)? {
+            Ok((_, fewer)) => (seconds - fewer.seconds).max(0.0),
+            Err(_) => seconds / shortened.sizes.len() as f64,
+        })
+    }
+
+    /// One step of the first samples of `batch` cut in `sizes` on a fresh meta device of
+    /// `budget`: its peak and breakdown, or the out-of-memory it met as a probe's outcome.
     fn step(
         &self,
         batch: &HostBatch,
         sizes: &[usize],
         budget: &Budget,
     ) -> Result<std::result::Result<(u64, Breakdown), (Probed, Breakdown)>> {
+        let batch = batch.slice(0, sizes.iter().sum());
         let config = &self.config;
         let device =
             Device::meta_with_rates(self.plan_target, self.rates.device, budget.device_config(0))?;
@@ -247,7 +264,7 @@ impl Prober {
         };
         let mut scaler = LossScaler::new(&config.precision);
         let mut ctx = StepContext::new(&device, &mut *model, &mut *optimizer, &mut scaler, config);
-        match train_step(&mut ctx, batch, 0, Sizes::Fixed(sizes)) {
+        match train_step(&mut ctx, &batch, 0, Sizes::Fixed(sizes)) {
             Ok(report) => {
                 let stats = device.allocator().stats();
                 let breakdown = Breakdown {

@@ -1,7 +1,13 @@
 //! The planner: the largest micro-batch size whose step, probed on the meta device, peaks
-//! within the limit less a safety margin, found by bisection; under `memory.policy = "auto"`,
-//! for each combination of memory techniques that [`super::policy`] proposes, the fastest
-//! predicted of those that fit chosen.
+//! within the limit less a safety margin, found by a few guesses where the peak would meet the
+//! limit ([`largest_fitting`]); under `memory.policy = "auto"`, for each combination of memory
+//! techniques that [`super::policy`] proposes, the fastest predicted of those that fit chosen.
+//!
+//! The work is a meta pass a probe, and a plan's time grows with the candidates it weighs: a
+//! candidate that does not fit one sample costs one probe, cut short where memory runs out;
+//! one that fits, about five (the whole batch, a like candidate's answer or one sample, the
+//! guesses, and the step time of the size chosen). The candidates of a tier are planned in
+//! two chains side by side, and a plan's head chunks two at a time.
 //!
 //! The margin leaves room for what the allocator does not see (a GPU's context, another
 //! process). When the default margin is all that stands between the limit and one sample's
@@ -10,8 +16,8 @@
 //! candidate of the policy fits, the error also says what kept the optimizer step in the
 //! backward pass out and what would fit without it (`search/kept_out.rs`).
 
-use headroom_alloc::format_bytes;
-use headroom_kernels::{Device, DeviceConfig, PlanTarget};
+use headroom_alloc::{OomReport, format_bytes};
+use headroom_kernels::{Device, DeviceConfig, HOST_TIER, PlanTarget};
 use headroom_nn::StateShard;
 
 use std::sync::Arc;
@@ -28,6 +34,7 @@ use crate::planning::plan::{ChunkProbe, Plan, Probe};
 use crate::planning::policy::{self, Candidate, Policy, PolicyPlan};
 use crate::planning::probe::{FirstSamples, Probed, Prober};
 use crate::planning::rates::PlanRates;
+use crate::planning::side_by_side::side_by_side;
 use crate::planning::tag_bytes::TagBytes;
 
 mod kept_out;
@@ -136,11 +143,31 @@ pub fn plan_with(
     }
     if let Some((vocab, len)) = chunking {
         let rows = len * plan.micro;
-        for rows in head_chunk::larger(vocab, rows, head_chunk::most_logits(plan_target)) {
-            config.model.head_chunk = Some(rows);
-            if !try_chunk(&mut plan, &config, &ground)? {
-                break;
+        let larger = head_chunk::larger(vocab, rows, head_chunk::most_logits(plan_target));
+        // The largest chunk that fits, priced once it is known; the chunks probed two at a
+        // time, side by side, any after the first that does not fit forgotten.
+        let mut largest = None;
+        'rounds: for round in larger.chunks(CHAINS) {
+            let probes = side_by_side(
+                round
+                    .iter()
+                    .map(|&rows| {
+                        let (config, ground, plan) = (&config, &ground, &plan);
+                        move || probe_chunk(plan, config, rows, ground)
+                    })
+                    .collect(),
+            );
+            for probe in probes {
+                let (probed, prober) = probe?;
+                plan.chunk_probes.push(probed);
+                match prober {
+                    Some(prober) => largest = Some((probed.rows, prober)),
+                    None => break 'rounds,
+                }
             }
+        }
+        if let Some((rows, prober)) = largest {
+            take_chunk(&mut plan, rows, prober)?;
         }
     }
     Ok(plan)
@@ -158,26 +185,17 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
     let pinned_offload = Policy::manual(config).offloads();
     for policies in tiers {
         let first = candidates.len();
-        for policy in policies {
-            let mut candidate = config.clone();
-            policy.apply(&mut candidate);
-            let planned = if policy.in_backward {
-                plan_whole_batch(&candidate, ground)
-            } else if one_sample_exceeds(&candidate, ground)? {
-                Ok(None)
-            } else {
-                plan_micro_batch(&candidate, ground).map(Some)
-            };
+        for (policy, planned) in policies.iter().zip(plan_tier(config, ground, &policies)?) {
+            let policy = *policy;
             let planned = match planned {
-                Ok(planned) => {
+                Ok(plan) => {
                     last_failure = None;
-                    planned
+                    Some(plan)
                 }
-                Err(err @ (Error::DoesNotFit { .. } | Error::Config { .. })) => {
-                    last_failure = Some(err);
+                Err(failed) => {
+                    last_failure = failed;
                     None
                 }
-                Err(err) => return Err(err),
             };
             candidates.push(Candidate {
                 policy,
@@ -228,15 +246,16 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
         ));
     }
     // Nothing fits: the lightest candidate's own planning says why (what the training state
-    // needs, and the cures), as a plan without the policy would; then what kept the update in
-    // the backward pass out, and what fits without it.
+    // needs), as a plan without the policy would; then what kept the update in the backward
+    // pass out, and what fits without it.
     let Some(policy) = candidates.last().map(|c| c.policy) else {
         return Err(Error::config("memory.policy: no candidate to plan"));
     };
     let mut lightest = config.clone();
     policy.apply(&mut lightest);
     let failure = match last_failure {
-        Some(err) => Some(err),
+        Some(Failed::Error(err)) => Some(err),
+        Some(Failed::Unexplained(unexplained)) => Some(unexplained.explain()?),
         None => one_sample_does_not_fit(&lightest, ground)?,
     };
     let why = match failure {
@@ -256,7 +275,7 @@ fn choose_policy(config: &TrainConfig, ground: &Ground<'_>) -> Result<(PolicyPla
 }
 
 /// The error of a step of one sample alone that runs out of memory, explained; none when that
-/// step fits the limit (one probe of one micro-batch, where [`plan_micro_batch`]'s bisection
+/// step fits the limit (one probe of one micro-batch, where [`plan_micro_batch`]'s search
 /// would run the whole batch in micro-batches of one to learn the same).
 fn one_sample_does_not_fit(config: &TrainConfig, ground: &Ground<'_>) -> Result<Option<Error>> {
     let mut alone = config.clone();
@@ -284,9 +303,72 @@ fn with_note(err: Error, note: &str) -> Error {
     }
 }
 
-/// True when a step of one sample alone, which peaks no higher than any step in micro-batches
-/// of one, exceeds the whole limit: the candidate cannot fit, known from one probe of one
-/// micro-batch instead of a bisection whose smallest probes run the whole batch.
+/// What planning one candidate found: its plan, or why it does not fit where its planning
+/// said.
+type Planned = std::result::Result<Plan, Option<Failed>>;
+
+/// The candidates of one tier planned in chains of every [`CHAINS`]th, each chain's search
+/// starting from the micro-batch of its last candidate that fit, the chains side by side:
+/// what each found, in the tier's order. The chains do not depend on the machine, so
+/// neither do the probes of any candidate.
+fn plan_tier(
+    config: &TrainConfig,
+    ground: &Ground<'_>,
+    policies: &[Policy],
+) -> Result<Vec<Planned>> {
+    let chain = |from: usize| -> Result<Vec<(usize, Planned)>> {
+        let mut hint = None;
+        let mut planned = Vec::new();
+        for at in (from..policies.len()).step_by(CHAINS) {
+            let policy = policies[at];
+            let outcome = plan_candidate(config, ground, policy, hint)?;
+            if let (false, Ok(plan)) = (policy.in_backward, &outcome) {
+                hint = Some(plan.micro);
+            }
+            planned.push((at, outcome));
+        }
+        Ok(planned)
+    };
+    let chain = &chain;
+    let chains = side_by_side((0..CHAINS).map(|from| move || chain(from)).collect());
+    let mut planned = Vec::with_capacity(policies.len());
+    for chain in chains {
+        planned.extend(chain?);
+    }
+    planned.sort_by_key(|(at, _)| *at);
+    Ok(planned.into_iter().map(|(_, outcome)| outcome).collect())
+}
+
+/// Chains of candidates a tier is planned in (see [`plan_tier`]).
+const CHAINS: usize = 2;
+
+/// The plan of `config` with `policy`'s techniques, searched from `hint` (the micro-batch of
+/// a like candidate that fit), or why it does not fit.
+fn plan_candidate(
+    config: &TrainConfig,
+    ground: &Ground<'_>,
+    policy: Policy,
+    hint: Option<usize>,
+) -> Result<Planned> {
+    let mut candidate = config.clone();
+    policy.apply(&mut candidate);
+    let outcome = if policy.in_backward {
+        plan_whole_batch(&candidate, ground).map(|plan| plan.ok_or(None))
+    } else if hint.is_none() && one_sample_exceeds(&candidate, ground)? {
+        // Where one sample is known to fit, the search shows as soon as this would.
+        Ok(Err(None))
+    } else {
+        search_micro_batch(&candidate, ground, hint)
+            .map(|searched| searched.map_err(|oom| Some(Failed::Unexplained(Box::new(oom)))))
+    };
+    match outcome {
+        Err(err @ (Error::DoesNotFit { .. } | Error::Config { .. })) => {
+            Ok(Err(Some(Failed::Error(err))))
+        }
+        other => other,
+    }
+}
+
 /// Why the chosen candidate won: the fastest predicted step of those that fit.
 fn fastest_of(fitting: usize) -> String {
     match fitting {
@@ -295,6 +377,9 @@ fn fastest_of(fitting: usize) -> String {
     }
 }
 
+/// True when a step of one sample alone, which peaks no higher than any step in micro-batches
+/// of one, exceeds the whole limit: the candidate cannot fit, known from one probe of one
+/// micro-batch instead of a search whose smallest probes run the whole batch.
 fn one_sample_exceeds(config: &TrainConfig, ground: &Ground<'_>) -> Result<bool> {
     let mut alone = config.clone();
     alone.batch.size = 1;
@@ -308,48 +393,96 @@ fn plan_whole_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Option<
     let mut prober = ground.prober(config);
     let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
     let whole = config.batch.size.min(ground.task.train.len()).max(1);
-    Ok(prober
-        .fits(whole, ground.budget.step_limit(margin))?
-        .then(|| answer(&prober, whole, ground.budget, margin, false)))
+    if !prober.fits(whole, ground.budget.step_limit(margin))? {
+        return Ok(None);
+    }
+    answer(&mut prober, whole, ground.budget, margin, false).map(Some)
 }
 
-/// Probes the plan's micro-batch with `config`'s head chunk; when it fits, the chunk, its peak
-/// and its breakdowns become the plan's. Returns whether it fit.
-fn try_chunk(plan: &mut Plan, config: &TrainConfig, ground: &Ground<'_>) -> Result<bool> {
-    let mut prober = ground.prober(config);
+/// The probe of the plan's micro-batch with `config` and a head chunk of `rows`, and the
+/// prober when it fits.
+fn probe_chunk(
+    plan: &Plan,
+    config: &TrainConfig,
+    rows: usize,
+    ground: &Ground<'_>,
+) -> Result<(ChunkProbe, Option<Prober>)> {
+    let mut config = config.clone();
+    config.model.head_chunk = Some(rows);
+    let mut prober = ground.prober(&config);
     let peak = match prober.probe(plan.micro)? {
         Probed::Peak(peak) => Some(*peak),
         Probed::OutOfMemory(_) => None,
     };
     let fits = peak.is_some_and(|p| p <= plan.step_limit);
-    let rows = config.model.head_chunk.unwrap_or(0);
-    plan.chunk_probes.push(ChunkProbe { rows, peak, fits });
-    if let (true, Some(peak), Some(breakdown)) = (fits, peak, prober.breakdown(plan.micro)) {
-        plan.head_chunk = Some(rows);
-        plan.predicted_peak = peak;
-        plan.predicted_seconds = breakdown.seconds;
-        plan.predicted_host_peak = breakdown.host_peak;
-        plan.peak_by_tag = largest_first(breakdown.tags.clone());
-        plan.saved_by_op = breakdown.saved.clone();
+    Ok((ChunkProbe { rows, peak, fits }, fits.then_some(prober)))
+}
+
+/// Makes the chunk `rows`, whose probes of the plan's micro-batch `prober` holds, the plan's:
+/// its peak, its step time and its breakdowns.
+fn take_chunk(plan: &mut Plan, rows: usize, mut prober: Prober) -> Result<()> {
+    let Some(breakdown) = prober.breakdown(plan.micro)? else {
+        return Ok(());
+    };
+    plan.head_chunk = Some(rows);
+    plan.predicted_seconds = breakdown.seconds;
+    plan.predicted_host_peak = breakdown.host_peak;
+    plan.peak_by_tag = largest_first(breakdown.tags.clone());
+    plan.saved_by_op = breakdown.saved.clone();
+    if let Probed::Peak(peak) = prober.probe(plan.micro)? {
+        plan.predicted_peak = *peak;
     }
-    Ok(fits)
+    Ok(())
+}
+
+/// A step of one sample that ran out of memory, with the probes of its configuration: the
+/// diagnosis is asked for only where it is told.
+struct Unexplained {
+    prober: Prober,
+    report: Box<OomReport>,
+}
+
+impl Unexplained {
+    /// The error that says what holds the memory and what would fit.
+    fn explain(self) -> Result<Error> {
+        let diagnosis = self.prober.explain(&self.report, Failure::OneSample)?;
+        Ok(Error::DoesNotFit {
+            diagnosis,
+            report: self.report,
+        })
+    }
+}
+
+/// Why the last candidate planned did not fit, as its planning said.
+enum Failed {
+    Unexplained(Box<Unexplained>),
+    Error(Error),
 }
 
 /// The micro-batch part of [`plan`], with `config`'s head chunk.
 fn plan_micro_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Plan> {
+    search_micro_batch(config, ground, None)?.or_else(|oom| Err(oom.explain()?))
+}
+
+/// [`plan_micro_batch`] from `hint` (see [`largest_fitting`]), where a step of one sample that
+/// runs out of memory is left unexplained.
+fn search_micro_batch(
+    config: &TrainConfig,
+    ground: &Ground<'_>,
+    hint: Option<usize>,
+) -> Result<std::result::Result<Plan, Unexplained>> {
     let budget = ground.budget;
     let mut prober = ground.prober(config);
     let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
     let max = config.batch.size.min(ground.task.train.len()).max(1);
-    let micro = largest_fitting(&mut prober, max, budget.step_limit(margin))?;
+    let micro = largest_fitting(&mut prober, max, budget.step_limit(margin), hint)?;
     if micro > 0 {
-        return Ok(answer(&prober, micro, budget, margin, false));
+        return Ok(Ok(answer(&mut prober, micro, budget, margin, false)?));
     }
-    // Nothing fits: the bisection ended on one sample, whose outcome says why.
+    // Nothing fits: the search ended on one sample, whose outcome says why.
     let one = match prober.probe(1)?.clone() {
         Probed::OutOfMemory(report) => {
-            let diagnosis = prober.explain(&report, Failure::OneSample)?;
-            return Err(Error::DoesNotFit { diagnosis, report });
+            return Ok(Err(Unexplained { prober, report }));
         }
         Probed::Peak(peak) => peak,
     };
@@ -375,39 +508,117 @@ fn plan_micro_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Plan> {
         format_bytes(budget.step_limit(margin)),
         format_bytes(budget.limit)
     );
-    let micro = largest_fitting(&mut prober, max, budget.step_limit(shrunk))?.max(1);
-    Ok(answer(&prober, micro, budget, shrunk, true))
+    let micro = largest_fitting(&mut prober, max, budget.step_limit(shrunk), None)?.max(1);
+    Ok(Ok(answer(&mut prober, micro, budget, shrunk, true)?))
 }
 
-/// The largest size in `1..=max` whose step fits `step_limit`, by bisection (0 if none does,
-/// known from the size of one before any bisection).
-fn largest_fitting(prober: &mut Prober, max: usize, step_limit: u64) -> Result<usize> {
+/// Guesses of [`largest_fitting`] before it bisects what is left: enough for a peak close to
+/// linear in the micro-batch, few enough that a peak far from it costs little.
+const GUESSES: usize = 4;
+
+/// The largest size in `1..=max` whose step fits `step_limit` (0 if not even one sample's
+/// does): a size whose step fits where the next one's does not. The whole batch first; then
+/// `hint` (a like candidate's answer), or one sample; then sizes guessed where the peak, taken
+/// as linear in the size, would meet the limit; at last a bisection of what is left.
+///
+/// A step's peak grows with its micro-batch by what each sample's activations add. A guess
+/// is the lower of two lines' sizes at the limit: the line through the two largest sizes found
+/// to fit (or from the largest, with the slope of its activations), and the line from it to
+/// the smallest size found not to fit, whose peak is at least what its step held when memory
+/// ran out. A guess or two lands on the size that fits and the next that does not, where a
+/// bisection takes the logarithm of the batch.
+fn largest_fitting(
+    prober: &mut Prober,
+    max: usize,
+    step_limit: u64,
+    hint: Option<usize>,
+) -> Result<usize> {
     if prober.fits(max, step_limit)? {
         return Ok(max);
     }
-    if !prober.fits(1, step_limit)? {
+    if max == 1 {
         return Ok(0);
     }
-    let (mut fits, mut fails) = (1, max);
-    while fails - fits > 1 {
-        let mid = (fits + fails) / 2;
-        if prober.fits(mid, step_limit)? {
-            fits = mid;
-        } else {
-            fails = mid;
+    // The two largest sizes known to fit with their peaks; the smallest known not to, with
+    // the least its peak would be.
+    let (mut below, mut fits): (Option<Point>, Option<Point>) = (None, None);
+    let mut fails = (max, least_peak(prober.probe(max)?));
+    let mut size = hint.map_or(1, |h| h.clamp(1, max - 1));
+    let mut guesses = 0;
+    loop {
+        match *prober.probe(size)? {
+            Probed::Peak(peak) if peak <= step_limit => (below, fits) = (fits, Some((size, peak))),
+            ref outcome => fails = (size, least_peak(outcome)),
         }
+        let Some((at, peak)) = fits else {
+            // Nothing found to fit yet: one sample, the last resort.
+            if fails.0 == 1 {
+                return Ok(0);
+            }
+            size = 1;
+            continue;
+        };
+        let gap = fails.0 - at;
+        if gap <= 1 {
+            return Ok(at);
+        }
+        let room = (step_limit - peak) as f64;
+        let ahead = match below {
+            Some((lower, lower_peak)) => {
+                room * (at - lower) as f64 / peak.saturating_sub(lower_peak) as f64
+            }
+            None => room * at as f64 / activations(prober, at) as f64,
+        };
+        let between = match fails.1 {
+            Some(over) if over > peak => room * gap as f64 / (over - peak) as f64,
+            _ => f64::INFINITY,
+        };
+        let guess = ahead.min(between).floor();
+        size = match guesses < GUESSES && guess < gap as f64 {
+            true => {
+                guesses += 1;
+                at + (guess as usize).max(1)
+            }
+            // The lines say nothing of use (a guess beyond a size known not to fit, or none).
+            false => at + gap / 2,
+        };
     }
-    Ok(fits)
+}
+
+/// The least peak the step of `outcome` would reach on the device: its peak, or what it held
+/// and asked for when the device ran out of memory; none when the host tier ran out.
+fn least_peak(outcome: &Probed) -> Option<u64> {
+    match outcome {
+        Probed::Peak(peak) => Some(*peak),
+        Probed::OutOfMemory(report) if report.source != HOST_TIER => {
+            Some(report.in_use + report.requested)
+        }
+        Probed::OutOfMemory(_) => None,
+    }
+}
+
+/// A size probed, with its step's peak.
+type Point = (usize, u64);
+
+/// What the activations of the step in micro-batches of `micro` held at most, tag by tag.
+fn activations(prober: &Prober, micro: usize) -> u64 {
+    prober
+        .tags(micro)
+        .unwrap_or_default()
+        .iter()
+        .filter(|t| t.tag.starts_with("activations"))
+        .map(|t| t.peak)
+        .sum()
 }
 
 /// The plan of `micro` under `budget` with `margin`, its probes read from `prober`.
 fn answer(
-    prober: &Prober,
+    prober: &mut Prober,
     micro: usize,
     budget: &Budget,
     margin: f64,
     margin_shrunk: bool,
-) -> Plan {
+) -> Result<Plan> {
     let step_limit = budget.step_limit(margin);
     let probes: Vec<Probe> = prober
         .seen()
@@ -429,8 +640,8 @@ fn answer(
         .find(|p| p.micro == micro)
         .and_then(|p| p.peak)
         .unwrap_or(0);
-    let breakdown = prober.breakdown(micro).cloned().unwrap_or_default();
-    Plan {
+    let breakdown = prober.breakdown(micro)?.cloned().unwrap_or_default();
+    Ok(Plan {
         probes,
         micro,
         predicted_peak,
@@ -444,7 +655,7 @@ fn answer(
         head_chunk: None,
         chunk_probes: Vec::new(),
         policy: None,
-    }
+    })
 }
 
 /// `tags` with the largest peak first.

@@ -13,7 +13,7 @@ use crate::data_parallel::buckets::sum_in_buckets;
 use crate::data_parallel::sharded_state;
 use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
-use crate::planning::diagnosis::{Failure, diagnose};
+use crate::planning::diagnosis::{Failure, RUN_SUGGESTION, diagnose};
 use crate::step::context::Forward;
 use crate::step::context::StepContext;
 use crate::step::in_backward::step_in_backward;
@@ -312,12 +312,14 @@ impl<'a> Progress<'a> {
             return Err(err);
         };
         if !micro.shrink(self.step, size) {
-            let diagnosis = diagnose(
-                (&*ctx.model, &*ctx.optimizer),
-                ctx.device,
-                &report,
-                Failure::OneSample,
-                None,
+            let diagnosis = format!(
+                "{}\n{RUN_SUGGESTION}",
+                diagnose(
+                    (&*ctx.model, &*ctx.optimizer),
+                    ctx.device,
+                    &report,
+                    Failure::OneSample,
+                )
             );
             return Err(Error::DoesNotFit { diagnosis, report });
         }
@@ -401,12 +403,14 @@ impl<'a> Progress<'a> {
                         let Some(report) = err.oom_report().cloned().map(Box::new) else {
                             return Err(err);
                         };
-                        let diagnosis = diagnose(
-                            (&*ctx.model, &*ctx.optimizer),
-                            ctx.device,
-                            &report,
-                            Failure::TrainingState,
-                            None,
+                        let diagnosis = format!(
+                            "{}\n{RUN_SUGGESTION}",
+                            diagnose(
+                                (&*ctx.model, &*ctx.optimizer),
+                                ctx.device,
+                                &report,
+                                Failure::TrainingState,
+                            )
                         );
                         return Err(Error::DoesNotFit { diagnosis, report });
                     }

@@ -19,7 +19,7 @@ use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
 use crate::model::{BuiltinModel, ModelFactory, TrainableModel};
 use crate::planning::budget::Budget;
-use crate::planning::diagnosis::Failure;
+use crate::planning::diagnosis::{Failure, RUN_SUGGESTION};
 use crate::planning::host_tier;
 use crate::planning::plan::Plan;
 use crate::planning::probe::Prober;
@@ -302,7 +302,14 @@ impl Inputs {
             &self.factory,
             budget,
             device.plan_target(),
-        )?;
+        )
+        .map_err(|err| match err {
+            Error::DoesNotFit { diagnosis, report } => Error::DoesNotFit {
+                diagnosis: format!("{diagnosis}\n{RUN_SUGGESTION}"),
+                report,
+            },
+            other => other,
+        })?;
         if let Some(policy) = &plan.policy {
             policy.chosen.apply(&mut self.config);
         }
@@ -531,7 +538,10 @@ fn build_model(
 fn explain_if_out_of_memory<T>(err: Error, prober: &Prober) -> Result<T> {
     match err.oom_report() {
         Some(report) => Err(Error::DoesNotFit {
-            diagnosis: prober.explain(report, Failure::TrainingState)?,
+            diagnosis: format!(
+                "{}\n{RUN_SUGGESTION}",
+                prober.explain(report, Failure::TrainingState)?
+            ),
             report: Box::new(report.clone()),
         }),
         None => Err(err),

@@ -9,12 +9,12 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use headroom_alloc::cli::{DEFAULT_REPLAY_LIMIT, ReplayArgs};
 use headroom_alloc::pytorch::write_trace_file_memory_viz;
-use headroom_trainer::config::{ModelKind, Overrides, Recompute, TrainConfig};
+use headroom_trainer::config::{Overrides, TrainConfig};
 use headroom_trainer::data::Task;
 use headroom_trainer::data_parallel::Launch;
 use headroom_trainer::interrupt::{self, StopOnSignal};
 use headroom_trainer::planning::half_on_cpu::{half_on_cpu, half_on_cpu_warning};
-use headroom_trainer::planning::{fullest_rank, lora_advice, plan, run_device};
+use headroom_trainer::planning::{advise, fullest_rank, lighter_recomputations, plan, run_device};
 use headroom_trainer::run_dir::{self, latest_trace};
 use headroom_trainer::run_dir::{Start, Summary, read_all};
 use headroom_trainer::{Error, Result, Trainer};
@@ -295,56 +295,14 @@ fn plan_only(args: &PlanArgs) -> Result<()> {
     }
     let chosen = match plan(&config, &task, &budget, target) {
         Ok(chosen) => chosen,
-        Err(err) => {
-            if matches!(err, Error::DoesNotFit { .. })
-                && let Some(advice) = lora_advice(&config, &task, &budget, target)
-            {
-                say(advice)?;
-            }
-            return Err(err);
-        }
+        // What would fit instead, each change planned.
+        Err(err) => return Err(advise(&config, &task, &budget, target, err)?),
     };
     say(&chosen)?;
     // Under a manual policy, a GPT that needs several micro-batches per step: what recomputing
     // would fit.
-    let batch = config.batch.size.min(task.train.len());
-    let lighter = [
-        (
-            Recompute::Cheap,
-            "--recompute cheap (each norm's and GELU's output computed again)",
-        ),
-        (
-            Recompute::CheapUp,
-            "--recompute cheap-up (and each SwiGLU MLP's up projection)",
-        ),
-        (
-            Recompute::Blocks,
-            "--recompute (each block run again in the backward pass)",
-        ),
-        (
-            Recompute::BlocksTiled,
-            "--recompute blocks-tiled (and each MLP over tiles of the sequence)",
-        ),
-    ];
-    for (recompute, what) in lighter {
-        let swiglu = config.model.family == headroom_trainer::config::ModelFamily::Llama;
-        if chosen.policy.is_some()
-            || config.model.kind != ModelKind::Gpt
-            || (recompute == Recompute::CheapUp && !swiglu)
-            || config.model.recompute.unwrap_or_default() >= recompute
-            || chosen.micro >= batch
-        {
-            continue;
-        }
-        let mut recomputing = config.clone();
-        recomputing.model.recompute = Some(recompute);
-        if let Ok(alternative) = plan(&recomputing, &task, &budget, target) {
-            say(format_args!(
-                "with {what}: micro-batches of {} (predicted peak {})",
-                alternative.micro,
-                headroom_alloc::format_bytes(alternative.predicted_peak)
-            ))?;
-        }
+    for line in lighter_recomputations(&config, &task, &budget, target, &chosen)? {
+        say(line)?;
     }
     Ok(())
 }

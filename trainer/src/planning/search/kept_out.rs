@@ -47,7 +47,8 @@ pub(super) fn kept_out(config: &TrainConfig, ground: &Ground<'_>) -> Result<Opti
         );
         flags.push("--precision bf16".to_owned());
     }
-    let Some((policy, fits, peak)) = largest_one_micro_batch(&without, ground, batch, step_limit)?
+    let Some((policy, fits, (peak, host))) =
+        largest_one_micro_batch(&without, ground, batch, step_limit)?
     else {
         let kept = match reasons.is_empty() {
             true => String::new(),
@@ -70,10 +71,14 @@ pub(super) fn kept_out(config: &TrainConfig, ground: &Ground<'_>) -> Result<Opti
         return Ok(None);
     }
     let them = if reasons.len() > 1 { "them" } else { "it" };
+    let host = match host {
+        Some(host) => format!("the host tier at {}", format_bytes(host)),
+        None => "nothing in the host tier".into(),
+    };
     Ok(Some(format!(
         "the update in the backward pass, which holds one parameter's gradient at a time \
          instead of all of them, was kept out: {}. Without {them}, {} fits a batch of {fits} in \
-         one micro-batch, its step peaking at {} under the {} step limit ({})",
+         one micro-batch, its step peaking at {} under the {} step limit, {host} ({})",
         reasons.join("; "),
         policy.describe(),
         format_bytes(peak),
@@ -84,13 +89,13 @@ pub(super) fn kept_out(config: &TrainConfig, ground: &Ground<'_>) -> Result<Opti
 
 /// The lightest policy with the update in the backward pass that fits one sample (the least
 /// memory of `config`'s recomputations, the widest optimizer state that fits), with the largest
-/// batch up to `batch` whose step in one micro-batch fits `step_limit`, and that step's peak.
+/// batch up to `batch` whose step in one micro-batch fits `step_limit`, and that step's peaks.
 fn largest_one_micro_batch(
     config: &TrainConfig,
     ground: &Ground<'_>,
     batch: usize,
     step_limit: u64,
-) -> Result<Option<(Policy, usize, u64)>> {
+) -> Result<Option<(Policy, usize, Peaks)>> {
     let recompute = match config.model.recompute {
         Some(pinned) => pinned,
         None => ground
@@ -133,18 +138,22 @@ fn largest_one_micro_batch(
     Ok(None)
 }
 
-/// The peak of a step of `samples` in one micro-batch under `config`, if it fits `step_limit`.
+/// A step's peak on the device, and in the host tier where it offloads.
+type Peaks = (u64, Option<u64>);
+
+/// The peaks of a step of `samples` in one micro-batch under `config`, if it fits
+/// `step_limit`.
 fn one_micro_batch_peak(
     config: &TrainConfig,
     ground: &Ground<'_>,
     samples: usize,
     step_limit: u64,
-) -> Result<Option<u64>> {
+) -> Result<Option<Peaks>> {
     let mut config = config.clone();
     config.batch.size = samples;
     let mut prober = ground.prober(&config);
     Ok(match prober.probe(samples)? {
-        Probed::Peak(peak) if *peak <= step_limit => Some(*peak),
+        Probed::Peak(peak) if *peak <= step_limit => Some((*peak, prober.host_peak(samples))),
         _ => None,
     })
 }
