@@ -1,6 +1,6 @@
 //! The fused head and loss: the same loss and gradients as a linear layer followed by the
 //! cross-entropy, whatever the chunks, with ignored rows, in f64, f32, bf16 and under autocast;
-//! and the logits never held whole.
+//! the logits never held whole, and the hidden states' gradient held once.
 
 mod common;
 
@@ -121,4 +121,27 @@ fn the_logits_are_never_held_whole() {
         unfused >= fused + whole,
         "{unfused} against {fused} (logits {whole})"
     );
+}
+
+#[test]
+fn the_hidden_states_gradient_is_held_once() {
+    let device = device();
+    let (rows, features, vocab) = (512, 256, 16);
+    let hidden = tensor(&device, [rows, features], DType::F32, 5);
+    let weight = tensor(&device, [vocab, features], DType::F32, 6);
+    let targets: Vec<u32> = (0..rows as u32).map(|i| i % vocab as u32).collect();
+    let targets = Tensor::from_host(&device, [rows], &targets).unwrap();
+    device.allocator().with(|a| a.reset_peak());
+    let before = device.allocator().stats().in_use;
+    let tape = Tape::new();
+    let loss = tape
+        .record(|| hidden.linear_cross_entropy(&weight, &targets, None, 8))
+        .unwrap();
+    let grads = tape.gradient(&loss, &[&hidden, &weight]).unwrap();
+    let grown = device.allocator().stats().peak_in_use - before;
+    let dhidden = (rows * features * 4) as u64;
+    // The gradient, the weight's and one chunk's work: each chunk writes its rows in place,
+    // where the chunks' parts were joined into a second copy at the end.
+    assert!(grown < dhidden + dhidden / 4, "{grown} bytes for {dhidden}");
+    drop(grads);
 }

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod alike;
 mod array;
 mod backend;
 mod buffer;

@@ -12,6 +12,7 @@
 //! host's own, the three are one queue: every piece of work adds its seconds.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -37,6 +38,8 @@ pub(crate) struct Timeline {
     /// Invariant: each clock only moves forward; on a timeline not `beside`, only `kernels`
     /// moves.
     clocks: Mutex<[f64; 3]>,
+    /// Work queued and waits made so far, on every queue.
+    events: AtomicU64,
 }
 
 impl Timeline {
@@ -45,6 +48,7 @@ impl Timeline {
         Arc::new(Self {
             beside,
             clocks: Mutex::new([0.0; 3]),
+            events: AtomicU64::new(0),
         })
     }
 
@@ -59,6 +63,7 @@ impl Timeline {
 
     /// Adds `seconds` of work to `lane`'s queue; returns when it is done.
     pub fn run(&self, lane: Lane, seconds: f64) -> f64 {
+        self.events.fetch_add(1, Ordering::Relaxed);
         let mut clocks = self.clocks.lock();
         let queue = &mut clocks[self.queue(lane)];
         *queue += seconds;
@@ -68,6 +73,7 @@ impl Timeline {
     /// Queues a copy of `seconds` after the kernels queued so far and the copies before it;
     /// returns when it is done.
     pub fn copy(&self, seconds: f64) -> f64 {
+        self.events.fetch_add(1, Ordering::Relaxed);
         let mut clocks = self.clocks.lock();
         let (kernels, copies) = (self.queue(Lane::Kernels), self.queue(Lane::Copies));
         clocks[copies] = clocks[copies].max(clocks[kernels]) + seconds;
@@ -76,6 +82,7 @@ impl Timeline {
 
     /// `lane`'s queue waits until `at`.
     pub fn wait(&self, lane: Lane, at: f64) {
+        self.events.fetch_add(1, Ordering::Relaxed);
         let mut clocks = self.clocks.lock();
         let queue = &mut clocks[self.queue(lane)];
         *queue = queue.max(at);
@@ -85,6 +92,11 @@ impl Timeline {
     pub fn join(&self, waiting: Lane, lane: Lane) {
         let at = self.clocks.lock()[self.queue(lane)];
         self.wait(waiting, at);
+    }
+
+    /// How many pieces of work were queued and waits made so far.
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::Relaxed)
     }
 
     /// When the work queued so far is done: the latest clock.

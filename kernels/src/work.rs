@@ -156,8 +156,9 @@ impl Kernel {
 #[derive(Debug)]
 pub(crate) struct WorkLog {
     rates: Rates,
-    /// The sums so far; its `seconds` stay 0, the timeline's clocks being the step's time.
-    work: Mutex<Work>,
+    /// The sums so far (their `seconds` stay 0, the timeline's clocks being the step's time),
+    /// and the kernels recorded since [`WorkLog::capture`] while it captures.
+    work: Mutex<(Work, Option<Vec<Kernel>>)>,
     /// The queues' clocks, shared with the device's planned host tier.
     timeline: Arc<Timeline>,
     /// The queue this device's kernels run on.
@@ -169,7 +170,7 @@ impl WorkLog {
     pub fn new(rates: Rates, timeline: Arc<Timeline>, lane: Lane) -> Arc<Self> {
         Arc::new(Self {
             rates,
-            work: Mutex::new(Work::default()),
+            work: Mutex::new((Work::default(), None)),
             timeline,
             lane,
         })
@@ -179,16 +180,57 @@ impl WorkLog {
     /// is done.
     pub fn record(&self, kernel: Kernel) -> f64 {
         let seconds = self.rates.seconds(&kernel);
-        let mut work = self.work.lock();
-        work.kernels += 1;
-        work.matrix_flops += kernel.matrix_flops;
-        work.vector_flops += kernel.vector_flops;
-        work.bytes += kernel.bytes;
-        work.transferred += kernel.transferred;
+        {
+            let (work, captured) = &mut *self.work.lock();
+            work.kernels += 1;
+            work.matrix_flops += kernel.matrix_flops;
+            work.vector_flops += kernel.vector_flops;
+            work.bytes += kernel.bytes;
+            work.transferred += kernel.transferred;
+            if let Some(captured) = captured {
+                captured.push(kernel);
+            }
+        }
         match kernel.transferred > 0.0 {
             true => self.timeline.copy(seconds),
             false => self.timeline.run(self.lane, seconds),
         }
+    }
+
+    /// Records `kernels`, in order, `times` over: at once where none is a copy (the kernels'
+    /// queue then only adds up their seconds), else one by one.
+    pub fn replay(&self, kernels: &[Kernel], times: usize) {
+        if times == 0 || kernels.is_empty() {
+            return;
+        }
+        if kernels.iter().any(|k| k.transferred > 0.0) {
+            for _ in 0..times {
+                kernels.iter().for_each(|&k| _ = self.record(k));
+            }
+            return;
+        }
+        let n = times as f64;
+        let seconds: f64 = kernels.iter().map(|k| self.rates.seconds(k)).sum();
+        {
+            let (work, _) = &mut *self.work.lock();
+            work.kernels += (kernels.len() * times) as u64;
+            for k in kernels {
+                work.matrix_flops += n * k.matrix_flops;
+                work.vector_flops += n * k.vector_flops;
+                work.bytes += n * k.bytes;
+            }
+        }
+        self.timeline.run(self.lane, n * seconds);
+    }
+
+    /// Keeps every kernel recorded from now on, until [`WorkLog::captured`].
+    pub fn capture(&self) {
+        self.work.lock().1 = Some(Vec::new());
+    }
+
+    /// The kernels recorded since [`WorkLog::capture`], in order; capturing stops.
+    pub fn captured(&self) -> Vec<Kernel> {
+        self.work.lock().1.take().unwrap_or_default()
     }
 
     /// The queue this device's kernels run on.
@@ -205,7 +247,7 @@ impl WorkLog {
     pub fn work(&self) -> Work {
         Work {
             seconds: self.timeline.done(),
-            ..*self.work.lock()
+            ..self.work.lock().0
         }
     }
 }

@@ -202,6 +202,13 @@ fn kernel_time_counts_every_kernel_call_and_allocation() {
         assert!(after.busy > before.busy);
         drop((a, b));
     }
+    // The meta device counts its calls and reads no clock.
+    let meta = Device::meta(DeviceConfig::new(1 << 20)).unwrap();
+    let a = Array::full(&meta, [64, 64], DType::F32, 0.5).unwrap();
+    let b = headroom_kernels::ops::gemm::matmul(&a, &a, false, false).unwrap();
+    let time = meta.kernel_time();
+    assert_eq!((time.calls, time.busy), (4, std::time::Duration::ZERO));
+    drop((a, b));
 }
 
 #[test]
@@ -226,5 +233,17 @@ fn raw_bytes_round_trip_in_every_dtype_and_lengths_are_checked() {
                 "{err}"
             );
         }
+    }
+}
+
+#[test]
+fn cast_range_converts_into_a_range_of_another_dtype() {
+    for device in devices() {
+        let half = Array::from_f64(&device, [3], DType::BF16, &[1.5, -2.0, 0.25]).unwrap();
+        let mut wide = Array::zeros(&device, [2, 3], DType::F32).unwrap();
+        headroom_kernels::ops::data::cast_range(&half, 1, &mut wide, 3, 2).unwrap();
+        assert_eq!(wide.to_f64().unwrap(), [0.0, 0.0, 0.0, -2.0, 0.25, 0.0]);
+        let err = headroom_kernels::ops::data::cast_range(&half, 2, &mut wide, 0, 2).unwrap_err();
+        assert!(matches!(err, Error::Argument { .. }), "{err}");
     }
 }

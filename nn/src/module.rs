@@ -93,10 +93,13 @@ pub trait Module: Send + Sync {
 /// `prefix.name`, or `name` alone under an empty prefix.
 pub(crate) fn join(prefix: &str, name: &str) -> String {
     if prefix.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{prefix}.{name}")
+        return name.to_owned();
     }
+    let mut joined = String::with_capacity(prefix.len() + 1 + name.len());
+    joined.push_str(prefix);
+    joined.push('.');
+    joined.push_str(name);
+    joined
 }
 
 /// Visits `child`'s parameters under `prefix` (`prefix.name`): how a module of one's own

@@ -16,6 +16,7 @@
 //! accumulation inside the product); the weight's gradient adds up over the chunks in the
 //! weight's own dtype (f32 master weights), never in half.
 
+use headroom_kernels::ops::data::cast_range;
 use headroom_kernels::ops::elementwise as ew;
 use headroom_kernels::ops::gemm::{matmul, matmul_accumulate};
 use headroom_kernels::ops::layout::{concat, narrow};
@@ -126,23 +127,31 @@ impl Head {
         Ok((hidden_p, logits, targets))
     }
 
-    /// The mean loss over the counted rows, chunk by chunk.
+    /// The mean loss over the counted rows, chunk by chunk (a meta device plans the chunks
+    /// of one size once: each frees what it made).
     fn loss(&self) -> Result<Array> {
         let dtype = loss_dtype(self.weight_p.dtype());
-        let mut total = Array::zeros(self.hidden.device(), Shape::new(&[]), dtype)?;
-        for &c in &self.chunks {
-            let (_, logits, targets) = self.logits(c)?;
-            let host = Some(self.host_targets(c));
-            let loss =
-                padded_cross_entropy(&logits, Some(self.vocab()), &targets, self.ignore, host)?;
-            drop(logits);
-            ew::add_into(&mut total, &ew::scale(&loss, c.share)?)?;
-        }
+        let device = self.hidden.device();
+        let mut total = Array::zeros(device, Shape::new(&[]), dtype)?;
+        device.for_each_alike(
+            &self.chunks,
+            |c| c.rows,
+            |&c| -> Result<()> {
+                let (_, logits, targets) = self.logits(c)?;
+                let host = Some(self.host_targets(c));
+                let loss =
+                    padded_cross_entropy(&logits, Some(self.vocab()), &targets, self.ignore, host)?;
+                drop(logits);
+                ew::add_into(&mut total, &ew::scale(&loss, c.share)?)?;
+                Ok(())
+            },
+        )?;
         Ok(total)
     }
 
     /// The gradients of the hidden states and of the weight (each when asked) for the loss'
-    /// gradient `g`.
+    /// gradient `g`, each chunk's rows of the hidden states' written in place (a meta device
+    /// plans the chunks of one size once).
     fn grads(&self, g: &Array, (hidden, weight): (bool, bool)) -> Result<[Option<Array>; 2]> {
         let device = self.hidden.device();
         // The weight's gradient with the padded rows, cut back once all chunks are in; a half
@@ -156,29 +165,38 @@ impl Head {
             let rows = self.vocab() + self.pad;
             Array::zeros(device, [rows, features], summed_in).map_err(Into::into)
         })?;
-        let mut dhidden = Vec::with_capacity(self.chunks.len());
-        for &c in &self.chunks {
-            let (rows, logits, targets) = self.logits(c)?;
-            let dloss = ew::scale(g, c.share)?;
-            let dlogits = padded_cross_entropy_backward(
-                &logits,
-                Some(self.vocab()),
-                &targets,
-                &dloss,
-                self.ignore,
-                Some(self.host_targets(c)),
-            )?;
-            drop(logits);
-            if hidden {
-                let d = matmul(&dlogits, &self.weight_p, false, false)?;
-                dhidden.push(in_dtype(&d, self.hidden.dtype())?);
-            }
-            if let Some(dw) = &mut dweight {
-                // Under autocast a half product (half the time of an f32 one, or less on
-                // matrix units) added into the f32 gradient.
-                matmul_accumulate(&dlogits, &rows, true, false, dw)?;
-            }
-        }
+        let mut dhidden = when(hidden, || {
+            Array::zeros(device, self.hidden.shape().clone(), self.hidden.dtype())
+                .map_err(Into::into)
+        })?;
+        let features = self.hidden.shape().dims()[1];
+        device.for_each_alike(
+            &self.chunks,
+            |c| c.rows,
+            |&c| -> Result<()> {
+                let (rows, logits, targets) = self.logits(c)?;
+                let dloss = ew::scale(g, c.share)?;
+                let dlogits = padded_cross_entropy_backward(
+                    &logits,
+                    Some(self.vocab()),
+                    &targets,
+                    &dloss,
+                    self.ignore,
+                    Some(self.host_targets(c)),
+                )?;
+                drop(logits);
+                if let Some(dh) = &mut dhidden {
+                    let d = matmul(&dlogits, &self.weight_p, false, false)?;
+                    cast_range(&d, 0, dh, c.start * features, c.rows * features)?;
+                }
+                if let Some(dw) = &mut dweight {
+                    // Under autocast a half product (half the time of an f32 one, or less on
+                    // matrix units) added into the f32 gradient.
+                    matmul_accumulate(&dlogits, &rows, true, false, dw)?;
+                }
+                Ok(())
+            },
+        )?;
         let dweight = match dweight {
             Some(dw) if self.pad > 0 => Some(narrow(&dw, 0, 0, self.vocab())?),
             dw => dw,
@@ -186,10 +204,6 @@ impl Head {
         let dweight = dweight
             .map(|dw| in_dtype(&dw, self.weight.dtype()))
             .transpose()?;
-        let dhidden = when(hidden, || {
-            let parts: Vec<&Array> = dhidden.iter().collect();
-            concat(&parts, 0).map_err(Into::into)
-        })?;
         Ok([dhidden, dweight])
     }
 }

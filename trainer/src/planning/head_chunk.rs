@@ -3,10 +3,12 @@
 //!
 //! The rule: memory goes to samples first and to the chunk second. The planner finds the
 //! largest micro-batch with the smallest chunk ([`MIN_LOGITS`] logits, at least one row), then
-//! doubles the chunk while that micro-batch's step still fits, up to the device's
-//! [`most_logits`] (by then a chunk's products are large enough to run at full speed) or every
-//! row of the micro-batch, whichever is fewer. A chunk the configuration sets
-//! (`model.head_chunk`) is taken as it is.
+//! takes the largest chunk, the device's [`most_logits`] (by then a chunk's products are large
+//! enough to run at full speed) or every row of the micro-batch, whichever is fewer, where
+//! that micro-batch's step still fits with it; else it doubles the chunk from the smallest
+//! while the step fits. Where the whole batch fits one micro-batch with the largest chunk,
+//! that one probe settles both. A chunk the configuration sets (`model.head_chunk`) is taken
+//! as it is.
 
 use headroom_kernels::PlanTarget;
 

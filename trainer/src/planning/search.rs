@@ -7,7 +7,8 @@
 //! candidate that does not fit one sample costs one probe, cut short where memory runs out;
 //! one that fits, about five (the whole batch, a like candidate's answer or one sample, the
 //! guesses, and the step time of the size chosen). The candidates of a tier are planned in
-//! two chains side by side, and a plan's head chunks two at a time.
+//! two chains side by side; a GPT's fused head is tried first with its largest chunk, which
+//! settles the chunk in one probe wherever it fits.
 //!
 //! The margin leaves room for what the allocator does not see (a GPU's context, another
 //! process). When the default margin is all that stands between the limit and one sample's
@@ -51,6 +52,8 @@ struct Ground<'a> {
     rates: PlanRates,
     /// The task's first samples, gathered once for every probe.
     samples: FirstSamples,
+    /// The vocabulary and sequence length of a fused head whose chunk the planner chooses.
+    chunking: Option<(usize, usize)>,
 }
 
 impl Ground<'_> {
@@ -66,6 +69,19 @@ impl Ground<'_> {
             self.rates,
         )
         .sharing(&self.samples)
+    }
+
+    /// The whole batch of `config`'s task, in samples.
+    fn whole_batch(&self, config: &TrainConfig) -> usize {
+        config.batch.size.min(self.task.train.len()).max(1)
+    }
+
+    /// The head's chunks to try after the smallest for micro-batches of `micro` samples, in
+    /// rows (see [`head_chunk::larger`]); none where the planner does not choose the chunk.
+    fn larger_chunks(&self, micro: usize) -> Vec<usize> {
+        self.chunking.map_or_else(Vec::new, |(vocab, len)| {
+            head_chunk::larger(vocab, len * micro, head_chunk::most_logits(self.target))
+        })
     }
 }
 
@@ -122,13 +138,17 @@ pub fn plan_with(
         target: plan_target,
         rates: crate::planning::rates::rates(config.memory.rates, plan_target)?,
         samples: FirstSamples::default(),
+        chunking,
     };
     let mut config = config.clone();
     if let Some((vocab, _)) = chunking {
         config.model.head_chunk = Some(head_chunk::smallest(vocab));
     }
     let mut plan = match config.memory.policy {
-        PolicyKind::Manual => plan_micro_batch(&config, &ground)?,
+        PolicyKind::Manual => match whole_batch_at_largest_chunk(&config, &ground)? {
+            Some(plan) => plan,
+            None => plan_micro_batch(&config, &ground)?,
+        },
         PolicyKind::Auto => {
             let (policy, plan) = choose_policy(&config, &ground)?;
             policy.chosen.apply(&mut config);
@@ -138,39 +158,76 @@ pub fn plan_with(
             }
         }
     };
-    if knobs.fused_head.is_some() {
+    if knobs.fused_head.is_some() && plan.head_chunk.is_none() {
         plan.head_chunk = config.model.head_chunk;
     }
-    if let Some((vocab, len)) = chunking {
-        let rows = len * plan.micro;
-        let larger = head_chunk::larger(vocab, rows, head_chunk::most_logits(plan_target));
-        // The largest chunk that fits, priced once it is known; the chunks probed two at a
-        // time, side by side, any after the first that does not fit forgotten.
-        let mut largest = None;
-        'rounds: for round in larger.chunks(CHAINS) {
-            let probes = side_by_side(
-                round
-                    .iter()
-                    .map(|&rows| {
-                        let (config, ground, plan) = (&config, &ground, &plan);
-                        move || probe_chunk(plan, config, rows, ground)
-                    })
-                    .collect(),
-            );
-            for probe in probes {
-                let (probed, prober) = probe?;
-                plan.chunk_probes.push(probed);
-                match prober {
-                    Some(prober) => largest = Some((probed.rows, prober)),
-                    None => break 'rounds,
-                }
-            }
-        }
-        if let Some((rows, prober)) = largest {
-            take_chunk(&mut plan, rows, prober)?;
-        }
+    if plan.chunk_probes.is_empty() {
+        choose_chunk(&mut plan, &config, &ground)?;
     }
     Ok(plan)
+}
+
+/// The plan of the whole batch in one micro-batch with the head's largest chunk, where it
+/// fits with the margin: the chunk then takes nothing from the samples, and one probe settles
+/// both (as the search from the smallest chunk and the chunk's doubling would, for peaks that
+/// grow with the chunk).
+fn whole_batch_at_largest_chunk(config: &TrainConfig, ground: &Ground<'_>) -> Result<Option<Plan>> {
+    let whole = ground.whole_batch(config);
+    let Some(&rows) = ground.larger_chunks(whole).last() else {
+        return Ok(None);
+    };
+    let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
+    let step = (whole, ground.budget.step_limit(margin));
+    let (probed, prober) = probe_chunk(step, config, rows, ground)?;
+    let Some(mut prober) = prober else {
+        return Ok(None);
+    };
+    let mut plan = answer(&mut prober, whole, ground.budget, margin, false)?;
+    plan.head_chunk = Some(rows);
+    plan.chunk_probes.push(probed);
+    Ok(Some(plan))
+}
+
+/// Gives `plan`, found with the smallest chunk, the largest chunk of the head that still fits
+/// its micro-batch, with that chunk's peak, step time and breakdowns. The largest is probed
+/// first (unless [`whole_batch_at_largest_chunk`] found it does not fit); where it does not
+/// fit, the chunks double from the smallest, two at a time side by side, until one does not.
+fn choose_chunk(plan: &mut Plan, config: &TrainConfig, ground: &Ground<'_>) -> Result<()> {
+    let mut larger = ground.larger_chunks(plan.micro);
+    let Some(largest) = larger.pop() else {
+        return Ok(());
+    };
+    if plan.micro != ground.whole_batch(config) {
+        let (probed, prober) = probe_chunk((plan.micro, plan.step_limit), config, largest, ground)?;
+        plan.chunk_probes.push(probed);
+        if let Some(prober) = prober {
+            return take_chunk(plan, largest, prober);
+        }
+    }
+    let mut fitting = None;
+    'rounds: for round in larger.chunks(CHAINS) {
+        let probes = side_by_side(
+            round
+                .iter()
+                .map(|&rows| {
+                    let step = (plan.micro, plan.step_limit);
+                    move || probe_chunk(step, config, rows, ground)
+                })
+                .collect(),
+        );
+        for probe in probes {
+            let (probed, prober) = probe?;
+            plan.chunk_probes.push(probed);
+            match prober {
+                Some(prober) => fitting = Some((probed.rows, prober)),
+                None => break 'rounds,
+            }
+        }
+    }
+    match fitting {
+        Some((rows, prober)) => take_chunk(plan, rows, prober),
+        None => Ok(()),
+    }
 }
 
 /// Plans every candidate of `config`'s memory policy, tier by tier of the optimizer state's
@@ -352,7 +409,9 @@ fn plan_candidate(
 ) -> Result<Planned> {
     let mut candidate = config.clone();
     policy.apply(&mut candidate);
-    let outcome = if policy.in_backward {
+    let outcome = if let Some(plan) = whole_batch_at_largest_chunk(&candidate, ground)? {
+        Ok(Ok(plan))
+    } else if policy.in_backward {
         plan_whole_batch(&candidate, ground).map(|plan| plan.ok_or(None))
     } else if hint.is_none() && one_sample_exceeds(&candidate, ground)? {
         // Where one sample is known to fit, the search shows as soon as this would.
@@ -399,10 +458,10 @@ fn plan_whole_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Option<
     answer(&mut prober, whole, ground.budget, margin, false).map(Some)
 }
 
-/// The probe of the plan's micro-batch with `config` and a head chunk of `rows`, and the
-/// prober when it fits.
+/// The probe of micro-batches of `micro` with `config` and a head chunk of `rows`, and the
+/// prober when its step fits `step_limit`.
 fn probe_chunk(
-    plan: &Plan,
+    (micro, step_limit): (usize, u64),
     config: &TrainConfig,
     rows: usize,
     ground: &Ground<'_>,
@@ -410,11 +469,11 @@ fn probe_chunk(
     let mut config = config.clone();
     config.model.head_chunk = Some(rows);
     let mut prober = ground.prober(&config);
-    let peak = match prober.probe(plan.micro)? {
+    let peak = match prober.probe(micro)? {
         Probed::Peak(peak) => Some(*peak),
         Probed::OutOfMemory(_) => None,
     };
-    let fits = peak.is_some_and(|p| p <= plan.step_limit);
+    let fits = peak.is_some_and(|p| p <= step_limit);
     Ok((ChunkProbe { rows, peak, fits }, fits.then_some(prober)))
 }
 

@@ -255,6 +255,25 @@ pub fn copy_range(
     )
 }
 
+/// [`copy_range`] between arrays of any two dtypes: the elements are converted to `dst`'s
+/// (as [`Array::cast`] converts them), in place.
+pub fn cast_range(
+    src: &Array,
+    src_at: usize,
+    dst: &mut Array,
+    dst_at: usize,
+    len: usize,
+) -> Result<()> {
+    src.device().check_same(dst.device(), "cast_range")?;
+    src.device().backend().cast_range(
+        src.buffer(),
+        src_at,
+        dst.buffer_mut("cast_range")?,
+        dst_at,
+        len,
+    )
+}
+
 /// Copies `src` into `dst` in place (same shape, dtype and device).
 pub fn copy_into(src: &Array, dst: &mut Array) -> Result<()> {
     src.check_peer(dst, "copy_into")?;

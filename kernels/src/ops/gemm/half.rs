@@ -2,7 +2,8 @@
 //! output. Widening whole operands would hold an f32 copy of both operands and of the output at
 //! once, twice the memory of the product itself; instead one panel at a time is widened, so the
 //! f32 workspace stays near [`PANEL`] elements beyond the operand that is kept whole (the
-//! smaller one: a layer's weight, or its gradient).
+//! smaller one: a layer's weight, or its gradient). A meta device plans the panels of one size
+//! once ([`Device::for_each_alike`](crate::Device::for_each_alike)).
 
 use headroom_alloc::Tag;
 
@@ -104,20 +105,32 @@ fn by_row_panels(
     let &GemmSpec { m, n, k, .. } = spec;
     let b32 = widen(b, 0, Shape::new(&[k * n]), op)?;
     let rows = (PANEL / (k + n)).clamp(1, m);
-    for first in (0..m).step_by(rows) {
-        let rows = rows.min(m - first);
-        let a32 = widen(a, first * k, Shape::new(&[rows, k]), op)?;
-        let mut out32 = output_panel(a, Shape::new(&[rows, n]), bias, op)?;
-        let panel = GemmSpec {
-            m: rows,
-            a_batch_stride: 0,
-            b_batch_stride: 0,
-            ..*spec
-        };
-        multiply(&panel, &a32, &b32, &mut out32, op)?;
-        narrow(&out32, out, first * n, op)?;
-    }
-    Ok(())
+    let panels = bands(m, rows);
+    let device = a.device().clone();
+    device.for_each_alike(
+        &panels,
+        |&(_, rows)| rows,
+        |&(first, rows)| {
+            let a32 = widen(a, first * k, Shape::new(&[rows, k]), op)?;
+            let mut out32 = output_panel(a, Shape::new(&[rows, n]), bias, op)?;
+            let panel = GemmSpec {
+                m: rows,
+                a_batch_stride: 0,
+                b_batch_stride: 0,
+                ..*spec
+            };
+            multiply(&panel, &a32, &b32, &mut out32, op)?;
+            narrow(&out32, out, first * n, op)
+        },
+    )
+}
+
+/// `len` cut into bands of `size` (the last shorter): each band's start and length.
+fn bands(len: usize, size: usize) -> Vec<(usize, usize)> {
+    (0..len)
+        .step_by(size.max(1))
+        .map(|first| (first, size.min(len - first)))
+        .collect()
 }
 
 /// `a` stored `[k, m]` and `b` `[k, n]`: the output accumulated whole in f32 over bands of
@@ -133,8 +146,9 @@ fn by_depth_panels(
     let &GemmSpec { m, n, k, .. } = spec;
     let mut out32 = output_panel(a, Shape::new(&[m, n]), bias, op)?;
     let depth = (PANEL / (m + n)).clamp(1, k);
-    for first in (0..k).step_by(depth) {
-        let depth = depth.min(k - first);
+    let device = a.device().clone();
+    let alike = |&(first, depth): &(usize, usize)| (depth, first > 0);
+    device.for_each_alike(&bands(k, depth), alike, |&(first, depth)| {
         let a32 = widen(a, first * m, Shape::new(&[depth, m]), op)?;
         let b32 = widen(b, first * n, Shape::new(&[depth, n]), op)?;
         let panel = GemmSpec {
@@ -144,8 +158,8 @@ fn by_depth_panels(
             accumulate: bias.is_some() || first > 0,
             ..*spec
         };
-        multiply(&panel, &a32, &b32, &mut out32, op)?;
-    }
+        multiply(&panel, &a32, &b32, &mut out32, op)
+    })?;
     narrow(&out32, out, 0, op)
 }
 
@@ -168,23 +182,26 @@ fn by_batch_panels(
     };
     let a_shared = shared(a, spec.a_batch_stride, m * k)?;
     let b_shared = shared(b, spec.b_batch_stride, k * n)?;
-    for first in (0..batch).step_by(group) {
-        let group = group.min(batch - first);
-        let operand = |x: &Array, shared: &Option<Array>, stride: usize| -> Result<Array> {
-            match shared {
-                Some(whole) => Ok(whole.clone()),
-                None => widen(x, first * stride, Shape::new(&[group * stride]), op),
-            }
-        };
-        let a32 = operand(a, &a_shared, spec.a_batch_stride)?;
-        let b32 = operand(b, &b_shared, spec.b_batch_stride)?;
-        let mut out32 = output_panel(a, Shape::new(&[group, m, n]), bias, op)?;
-        let panel = GemmSpec {
-            batch: group,
-            ..*spec
-        };
-        multiply(&panel, &a32, &b32, &mut out32, op)?;
-        narrow(&out32, out, first * m * n, op)?;
-    }
-    Ok(())
+    let device = a.device().clone();
+    device.for_each_alike(
+        &bands(batch, group),
+        |&(_, group)| group,
+        |&(first, group)| {
+            let operand = |x: &Array, shared: &Option<Array>, stride: usize| -> Result<Array> {
+                match shared {
+                    Some(whole) => Ok(whole.clone()),
+                    None => widen(x, first * stride, Shape::new(&[group * stride]), op),
+                }
+            };
+            let a32 = operand(a, &a_shared, spec.a_batch_stride)?;
+            let b32 = operand(b, &b_shared, spec.b_batch_stride)?;
+            let mut out32 = output_panel(a, Shape::new(&[group, m, n]), bias, op)?;
+            let panel = GemmSpec {
+                batch: group,
+                ..*spec
+            };
+            multiply(&panel, &a32, &b32, &mut out32, op)?;
+            narrow(&out32, out, first * m * n, op)
+        },
+    )
 }
