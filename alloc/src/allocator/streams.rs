@@ -3,12 +3,12 @@
 //! work has completed. The rule is in the `stream` module.
 
 use super::Allocator;
-use crate::error::{Error, InvalidFreeReason, Result};
-use crate::heap::Allocation;
-use crate::size::round_size;
-use crate::source::SourceError;
-use crate::stream::{StreamClock, StreamId, Streams};
-use crate::tag::Tag;
+use crate::bookkeeping::error::{Error, InvalidFreeReason, Result};
+use crate::bookkeeping::heap::Allocation;
+use crate::bookkeeping::size::round_size;
+use crate::bookkeeping::tag::Tag;
+use crate::policy::source::SourceError;
+use crate::policy::stream::{StreamClock, StreamId, Streams};
 
 impl Allocator {
     /// Allocates `size` bytes for `tag`, for work queued on `stream` (see the [`stream`
