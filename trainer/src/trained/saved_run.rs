@@ -27,6 +27,19 @@ pub struct UseSettings {
     pub memory_limit: Option<ByteSize>,
 }
 
+impl UseSettings {
+    /// `config` on the device and under the memory limit these name, where they name one.
+    fn apply(&self, config: &mut TrainConfig) {
+        if let Some(device) = &self.device {
+            config.device = device.clone();
+        }
+        if let Some(limit) = &self.memory_limit {
+            config.memory.limit = Some(limit.clone());
+            config.memory.fraction = None;
+        }
+    }
+}
+
 /// A run's trained model, on a device.
 pub struct SavedRun {
     /// The run directory.
@@ -73,13 +86,7 @@ impl SavedRun {
         if config.model.lora.is_none() {
             config.model.init_from = None;
         }
-        if let Some(device) = &settings.device {
-            config.device = device.clone();
-        }
-        if let Some(limit) = &settings.memory_limit {
-            config.memory.limit = Some(limit.clone());
-            config.memory.fraction = None;
-        }
+        settings.apply(&mut config);
         config.memory.trace = false;
         config.model.recompute = None;
         let shape = match (config.model.kind, shape) {
@@ -149,13 +156,7 @@ impl SavedRun {
     /// The model of the Hugging Face directory `dir`, as published.
     fn open_pretrained(dir: &Path, settings: &UseSettings) -> Result<Self> {
         let mut config = pretrained_config(dir)?;
-        if let Some(device) = &settings.device {
-            config.device = device.clone();
-        }
-        if let Some(limit) = &settings.memory_limit {
-            config.memory.limit = Some(limit.clone());
-            config.memory.fraction = None;
-        }
+        settings.apply(&mut config);
         let vocab = config.model.vocab.unwrap_or_default();
         let context = config.model.context.unwrap_or_default();
         let shape = DataShape::tokens(vocab, context);
