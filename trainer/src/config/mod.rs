@@ -26,7 +26,7 @@ pub use data::{DataConfig, DataKind};
 pub use device_choice::DeviceChoice;
 pub use memory_settings::{CheckpointConfig, MemoryConfig, PolicyKind, RatesKind};
 pub use model::{ModelConfig, ModelKind, Recompute};
-pub use model_family::{ModelFamily, RopeScaling};
+pub use model_family::ModelFamily;
 pub use optimizer::{OptimizerConfig, OptimizerKind, ScheduleKind, StateKind};
 pub use overrides::Overrides;
 pub use param_dtype::ParamDtype;

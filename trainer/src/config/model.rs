@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use headroom_nn::lora::LoraConfig;
 use serde::{Deserialize, Serialize};
 
-use super::model_family::{ModelFamily, RopeScaling};
+use super::model_family::ModelFamily;
 use super::{ParamDtype, Preset, Problems};
+use headroom_kernels::ops::rotary::Llama3Scaling;
 
 /// Which model, and its sizes. An MLP's input width and classes come from the data; so does a
 /// GPT's vocabulary where the data fixes one (addition, characters).
@@ -51,7 +52,7 @@ pub struct ModelConfig {
     pub rope_theta: Option<f64>,
     /// Llama family: Llama 3's rescaling of the rotary frequencies.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rope_scaling: Option<RopeScaling>,
+    pub rope_scaling: Option<Llama3Scaling>,
     /// Llama family: the longest sequence the model is made for (`max_position_embeddings`,
     /// what an export writes); the window of its data may be shorter. Unset: the window.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,7 +1,6 @@
 //! `model.family` and the Llama family's options: how a configuration names the parts of its
 //! decoder, and the [`GptConfig`] it describes.
 
-use headroom_kernels::ops::rotary::Llama3Scaling;
 use headroom_nn::{Family, GptConfig, LlamaOptions};
 use serde::{Deserialize, Serialize};
 
@@ -19,42 +18,6 @@ pub enum ModelFamily {
     Llama,
 }
 
-/// Llama 3's rope scaling, as `config.json`'s `rope_scaling` writes it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RopeScaling {
-    /// How much the low frequencies slow down.
-    pub factor: f64,
-    /// The original context over this is the longest wavelength kept as it is.
-    pub low_freq_factor: f64,
-    /// The original context over this is the shortest wavelength divided by `factor`.
-    pub high_freq_factor: f64,
-    /// The context the model was pre-trained at.
-    pub original_max_position_embeddings: usize,
-}
-
-impl From<RopeScaling> for Llama3Scaling {
-    fn from(s: RopeScaling) -> Self {
-        Self {
-            factor: s.factor,
-            low_freq_factor: s.low_freq_factor,
-            high_freq_factor: s.high_freq_factor,
-            original_max_position_embeddings: s.original_max_position_embeddings,
-        }
-    }
-}
-
-impl From<Llama3Scaling> for RopeScaling {
-    fn from(s: Llama3Scaling) -> Self {
-        Self {
-            factor: s.factor,
-            low_freq_factor: s.low_freq_factor,
-            high_freq_factor: s.high_freq_factor,
-            original_max_position_embeddings: s.original_max_position_embeddings,
-        }
-    }
-}
-
 impl ModelConfig {
     /// The parts its family gives a GPT: the Llama options from the fields set, the rest at
     /// [`LlamaOptions::for_width`]'s defaults (`norm_eps` 1e-5).
@@ -68,7 +31,7 @@ impl ModelConfig {
                     head_dim: self.head_dim.unwrap_or(base.head_dim),
                     mlp_width: self.mlp_width.unwrap_or(base.mlp_width),
                     rope_theta: self.rope_theta.unwrap_or(base.rope_theta),
-                    rope_scaling: self.rope_scaling.map(Llama3Scaling::from),
+                    rope_scaling: self.rope_scaling,
                     norm_eps: self.norm_eps.unwrap_or(base.norm_eps),
                     qkv_bias: self.qkv_bias,
                     qk_norm: self.qk_norm,
@@ -112,7 +75,7 @@ impl ModelConfig {
                 self.head_dim = Some(o.head_dim);
                 self.mlp_width = Some(o.mlp_width);
                 self.rope_theta = Some(o.rope_theta);
-                self.rope_scaling = o.rope_scaling.map(RopeScaling::from);
+                self.rope_scaling = o.rope_scaling;
                 self.max_positions = Some(shape.context);
                 self.norm_eps = Some(o.norm_eps);
                 self.qkv_bias = o.qkv_bias;

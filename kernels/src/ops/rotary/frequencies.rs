@@ -6,8 +6,10 @@ use crate::error::{Error, Result};
 /// Llama 3's rope scaling (`rope_type: "llama3"` in a `config.json`'s `rope_scaling`): the
 /// frequencies whose wavelength is longer than the original context over `low_freq_factor` are
 /// divided by `factor`, those shorter than it over `high_freq_factor` are kept, and those in
-/// between move smoothly from one to the other.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// between move smoothly from one to the other. Configurations write it with these field
+/// names, as `config.json` does.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Llama3Scaling {
     /// How much the low frequencies slow down (8 for Llama 3.1, 32 for Llama 3.2).
     pub factor: f64,
