@@ -245,11 +245,38 @@ fn grouped_query_attention_gives_gradients_of_the_grouped_shapes() {
             let how = Attention {
                 scale: 0.6,
                 causal: true,
+                window: None,
                 dropout,
             };
             check(
                 "grouped attention",
                 &[input(&[2, 4, 5, 3]), input(kv), input(kv)],
+                |x| x[0].scaled_dot_product_attention(&x[1], &x[2], how),
+            );
+        }
+    }
+}
+
+#[test]
+fn sliding_window_attention_over_grouped_heads() {
+    // Windows of 2 and 3 over 7 positions: the first rows see fewer keys, the later ones only
+    // the last 2 or 3; with dropout and without. (A window of 1 has no gradient for the queries
+    // and keys: each weight is 1.)
+    for window in [2, 3] {
+        for dropout in [None, Some(AttentionDropout { p: 0.25, seed: 7 })] {
+            let how = Attention {
+                scale: 0.6,
+                causal: true,
+                window: Some(window),
+                dropout,
+            };
+            check(
+                "sliding-window attention",
+                &[
+                    input(&[2, 4, 7, 3]),
+                    input(&[2, 2, 7, 3]),
+                    input(&[2, 2, 7, 3]),
+                ],
                 |x| x[0].scaled_dot_product_attention(&x[1], &x[2], how),
             );
         }

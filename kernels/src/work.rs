@@ -131,17 +131,20 @@ impl Kernel {
         }
     }
 
-    /// Attention over `heads` heads of `len` positions of `head` features, `passes` matrix
-    /// products of the scores' size (two forward, five backward, the scores recomputed),
-    /// causal (half the scores) or not, reading and writing `buffers`.
+    /// Attention over `heads` heads of `head` features, each computing `scores` scores (what its
+    /// mask keeps, [`AttentionSpec::scores_per_head`]), in `passes` matrix products of the
+    /// scores' size (two forward, five backward, the scores recomputed), reading and writing
+    /// `buffers`.
+    ///
+    /// [`AttentionSpec::scores_per_head`]: crate::ops::attention::AttentionSpec::scores_per_head
     pub fn attention(
-        (heads, len, head): (usize, usize, usize),
-        causal: bool,
+        (heads, head): (usize, usize),
+        scores: f64,
         passes: f64,
         dtype: DType,
         buffers: &[&Buffer],
     ) -> Self {
-        let scores = heads as f64 * len as f64 * len as f64 * if causal { 0.5 } else { 1.0 };
+        let scores = heads as f64 * scores;
         Self {
             matrix_flops: passes * 2.0 * scores * head as f64,
             half: matches!(dtype, DType::BF16 | DType::F16),

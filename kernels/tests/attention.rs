@@ -1,8 +1,8 @@
 //! Memory-efficient attention against the f64 reference of the materialized weights, forward
-//! and backward, causal or not, with dropout off and on, at lengths that are not multiples of
-//! the blocks, with key/value heads shared by groups of query heads or not; grouped attention
-//! against attention over explicitly repeated keys and values; its gradients against finite
-//! differences; what the meta device plans for it; operand checks.
+//! and backward, causal or not, within a sliding window or not, with dropout off and on, at
+//! lengths that are not multiples of the blocks, with key/value heads shared by groups of query
+//! heads or not; grouped attention against attention over explicitly repeated keys and values;
+//! its gradients against finite differences; what the meta device plans for it; operand checks.
 
 mod common;
 
@@ -55,6 +55,15 @@ struct Reference {
     lse: Vec<f64>,
 }
 
+/// Whether query `i` sees key `j` under `how`, as transformers' masks say: causally `j <= i`
+/// (`causal_mask_function`), and within a window also `j > i - window`
+/// (`sliding_window_overlay`).
+fn kept(how: Attention, i: usize, j: usize) -> bool {
+    let causal = !how.causal || j <= i;
+    let window = how.window.is_none_or(|w| j as i64 > i as i64 - w as i64);
+    causal && window
+}
+
 fn reference(case: Case, q: &[f64], k: &[f64], v: &[f64]) -> Reference {
     let Case {
         heads,
@@ -74,14 +83,15 @@ fn reference(case: Case, q: &[f64], k: &[f64], v: &[f64]) -> Reference {
         let at = |x: &[f64], i: usize, f: usize| x[(h * len + i) * head + f];
         let kv_at = |x: &[f64], j: usize, f: usize| x[((h / group) * len + j) * head + f];
         for i in 0..len {
-            let visible = if how.causal { i + 1 } else { len };
-            let scores: Vec<f64> = (0..visible)
-                .map(|j| how.scale * (0..head).map(|f| at(q, i, f) * kv_at(k, j, f)).sum::<f64>())
+            let keys: Vec<usize> = (0..len).filter(|&j| kept(how, i, j)).collect();
+            let scores: Vec<f64> = keys
+                .iter()
+                .map(|&j| how.scale * (0..head).map(|f| at(q, i, f) * kv_at(k, j, f)).sum::<f64>())
                 .collect();
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let sum: f64 = scores.iter().map(|s| (s - max).exp()).sum();
             r.lse[h * len + i] = max + sum.ln();
-            for (j, s) in scores.iter().enumerate() {
+            for (&j, s) in keys.iter().zip(&scores) {
                 let w = (s - max).exp() / sum;
                 let index = (h * len + i) * len + j;
                 r.weights[index] = w;
@@ -209,6 +219,7 @@ fn case(heads: usize, group: usize, len: usize, head: usize, causal: bool, dropo
     let how = Attention {
         scale: 1.0 / (head as f64).sqrt(),
         causal,
+        window: None,
         dropout: dropout.then_some(AttentionDropout { p: 0.2, seed: 77 }),
     };
     Case {
@@ -258,6 +269,82 @@ fn grouped_cases() -> Vec<Case> {
     ]
 }
 
+/// `case` within a sliding window of `window` positions.
+fn windowed(case: Case, window: usize) -> Case {
+    let how = Attention {
+        window: Some(window),
+        ..case.how
+    };
+    Case { how, ..case }
+}
+
+/// Windowed cases: a window of 1 (each position sees only itself), windows smaller than a block
+/// (the CPU's 64 keys, CUDA's tiles of 16 to 64 rows) and no multiple of one, a window of a
+/// whole block, of len and past it (plain causal attention); with dropout and without. On
+/// CUDA the half types run both tensor-core instances (heads of 64 and 128), f32 and f64 the
+/// warp kernels.
+fn windowed_cases() -> Vec<Case> {
+    vec![
+        windowed(case(2, 1, 150, 16, true, false), 1),
+        windowed(case(2, 1, 200, 64, true, true), 37),
+        windowed(case(1, 1, 200, 33, true, false), 100),
+        windowed(case(1, 1, 190, 128, true, true), 64),
+        windowed(case(2, 1, 70, 8, true, false), 70),
+        windowed(case(1, 1, 70, 80, true, true), 500),
+    ]
+}
+
+/// Grouped windowed cases: two key/value heads of four query heads, and multi-query.
+fn grouped_windowed_cases() -> Vec<Case> {
+    vec![
+        windowed(case(8, 2, 150, 16, true, false), 20),
+        windowed(case(8, 4, 130, 64, true, true), 70),
+        windowed(case(4, 2, 100, 96, true, false), 33),
+    ]
+}
+
+#[test]
+fn windowed_attention_equals_the_masked_reference_forward_and_backward() {
+    for device in devices() {
+        for case in windowed_cases() {
+            for dtype in [DType::F64, DType::F32, DType::BF16, DType::F16] {
+                check(&device, case, dtype);
+            }
+        }
+        for case in grouped_windowed_cases() {
+            for dtype in [DType::F32, DType::BF16, DType::F16] {
+                check(&device, case, dtype);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_window_of_at_least_len_is_plain_causal_attention() {
+    for device in devices() {
+        for dtype in [DType::F32, DType::BF16] {
+            let causal = case(4, 2, 70, 16, true, true);
+            let (shape, kv_shape) = causal.shapes();
+            let mut rng = rng();
+            let mut draw = |shape: &[usize]| random(&device, &mut rng, shape, dtype, -1.0, 1.0).0;
+            let (q, k, v, g) = (draw(&shape), draw(&kv_shape), draw(&kv_shape), draw(&shape));
+            let run = |how: Attention| {
+                let (out, lse) = attention(&q, &k, &v, how).unwrap();
+                let (dq, dk, dv) = attention_backward((&q, &k, &v), (&out, &lse), &g, how).unwrap();
+                [out, lse, dq, dk, dv].map(|x| x.to_f64().unwrap())
+            };
+            let plain = run(causal.how);
+            for window in [70, 71, 1000] {
+                let how = windowed(causal, window).how;
+                assert_eq!(run(how), plain, "{device} {dtype} window {window}");
+            }
+            // One less and the last position loses the first.
+            let how = windowed(causal, 69).how;
+            assert_ne!(run(how), plain, "{device} {dtype} window 69");
+        }
+    }
+}
+
 #[test]
 fn grouped_attention_equals_the_materialized_reference_forward_and_backward() {
     for device in devices() {
@@ -289,6 +376,7 @@ fn attention_gradients_match_finite_differences() {
     let how = Attention {
         scale: 0.7,
         causal: true,
+        window: None,
         dropout: Some(AttentionDropout { p: 0.3, seed: 5 }),
     };
     let draw = |rng: &mut _| random(device, rng, &shape, DType::F64, -1.0, 1.0);
@@ -331,6 +419,7 @@ fn bad_operands_are_named() {
     let how = Attention {
         scale: 1.0,
         causal: true,
+        window: None,
         dropout: None,
     };
     let x = Array::zeros(device, [2, 4, 8], DType::F32).unwrap();
@@ -470,6 +559,7 @@ fn grouped_gradients_match_finite_differences() {
     let how = Attention {
         scale: 0.7,
         causal: true,
+        window: None,
         dropout: Some(AttentionDropout { p: 0.3, seed: 5 }),
     };
     let draw = |rng: &mut _, shape: &[usize]| random(device, rng, shape, DType::F64, -1.0, 1.0);
@@ -518,6 +608,7 @@ fn planned(device: &Device, kv_heads: usize) -> (Vec<AllocEvent>, u64) {
     let how = Attention {
         scale: 0.25,
         causal: true,
+        window: None,
         dropout: Some(AttentionDropout { p: 0.1, seed: 3 }),
     };
     {
@@ -579,11 +670,81 @@ fn the_work_account_counts_every_query_head_and_the_bytes_of_the_shared_heads() 
 }
 
 #[test]
+fn the_work_account_counts_the_scores_inside_the_window() {
+    let (heads, len, head) = (6, 1000, 16);
+    let work = |window| {
+        let planner = Device::meta_for(PlanTarget::Cpu, config()).unwrap();
+        let how = Attention {
+            scale: 0.25,
+            causal: true,
+            window,
+            dropout: None,
+        };
+        let x = Array::zeros(&planner, [heads, len, head], DType::BF16).unwrap();
+        let (out, lse) = attention(&x, &x, &x, how).unwrap();
+        attention_backward((&x, &x, &x), (&out, &lse), &x, how).unwrap();
+        planner.planned_work().unwrap()
+    };
+    let causal = work(None);
+    for window in [1, 100, 512, 900] {
+        // Row i keeps min(i + 1, window) scores; seven products of two flops a score and
+        // feature (two forward, five backward).
+        let scores: usize = (0..len).map(|i| (i + 1).min(window)).sum();
+        let got = work(Some(window));
+        let what = format!("window {window}: {got:?} against causal {causal:?}");
+        assert_eq!(
+            got.matrix_flops,
+            (7 * 2 * heads * scores * head) as f64,
+            "{what}"
+        );
+        assert!(got.matrix_flops < causal.matrix_flops, "{what}");
+        assert!(got.seconds < causal.seconds, "{what}");
+    }
+    // A window of len or more keeps every causal score.
+    assert_eq!(work(Some(len)), causal);
+}
+
+#[test]
+fn a_window_without_causal_or_of_zero_is_refused() {
+    let device = &devices()[0];
+    let x = Array::zeros(device, [2, 4, 8], DType::F32).unwrap();
+    let how = Attention {
+        scale: 1.0,
+        causal: true,
+        window: Some(2),
+        dropout: None,
+    };
+    let (out, lse) = attention(&x, &x, &x, how).unwrap();
+    let (acausal, empty) = (
+        Attention {
+            causal: false,
+            ..how
+        },
+        Attention {
+            window: Some(0),
+            ..how
+        },
+    );
+    let refused: [(Attention, &[&str]); 2] = [
+        (acausal, &["window of 2", "causal"]),
+        (empty, &["window of 0"]),
+    ];
+    for (how, mentions) in refused {
+        let err = assert_fails(attention(&x, &x, &x, how), "attention", mentions);
+        assert!(matches!(err, Error::Argument { .. }), "{err:?}");
+        let backward = attention_backward((&x, &x, &x), (&out, &lse), &out, how);
+        let err = assert_fails(backward, "attention_backward", mentions);
+        assert!(matches!(err, Error::Argument { .. }), "{err:?}");
+    }
+}
+
+#[test]
 fn grouped_operands_that_do_not_divide_are_named() {
     let device = &devices()[0];
     let how = Attention {
         scale: 1.0,
         causal: false,
+        window: None,
         dropout: None,
     };
     let zeros = |shape: &[usize]| Array::zeros(device, shape, DType::F32).unwrap();

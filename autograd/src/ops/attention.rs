@@ -1,5 +1,5 @@
-//! Memory-efficient attention: `softmax(scale * q k^T) v`, causal and with dropout on the
-//! weights when asked, without the weights ever existing whole. It keeps its operands, its
+//! Memory-efficient attention: `softmax(scale * q k^T) v`, causal, within a sliding window and
+//! with dropout on the weights when asked, without the weights ever existing whole. It keeps its operands, its
 //! output and one log-sum-exp per row, from which the backward pass computes each block of
 //! weights again. Under autocast it runs in the products' half type.
 
@@ -13,13 +13,15 @@ use crate::tensor::Tensor;
 
 impl Tensor {
     /// Attention of queries `self` over keys `k` and values `v` (each `[..., len, head]`, the
-    /// leading axes independent heads): `softmax(mask(how.scale * q k^T)) v`, with dropout on
-    /// the weights (`how.dropout`), as PyTorch's `scaled_dot_product_attention`. The
-    /// `len x len` weights are never stored: a training step keeps `O(len)` per head where the
-    /// materialized path keeps `O(len^2)`. Grouped-query attention: `k` and `v` may hold fewer
-    /// heads on the axis before `len` (`[batch, kv_heads, len, head]` beside the queries'
-    /// `[batch, heads, len, head]`, `kv_heads` dividing `heads`); they are read in place, never
-    /// repeated, and their gradients (of their own shapes) sum over each group.
+    /// leading axes independent heads): `softmax(mask(how.scale * q k^T)) v`, the mask causal
+    /// (`how.causal`) and, with `how.window`, keeping only the last `window` positions up to
+    /// each query; with dropout on the weights (`how.dropout`), as PyTorch's
+    /// `scaled_dot_product_attention`. The `len x len` weights are never stored: a training
+    /// step keeps `O(len)` per head where the materialized path keeps `O(len^2)`. Grouped-query
+    /// attention: `k` and `v` may hold fewer heads on the axis before `len` (`[batch, kv_heads,
+    /// len, head]` beside the queries' `[batch, heads, len, head]`, `kv_heads` dividing
+    /// `heads`); they are read in place, never repeated, and their gradients (of their own
+    /// shapes) sum over each group.
     pub fn scaled_dot_product_attention(
         &self,
         k: &Tensor,

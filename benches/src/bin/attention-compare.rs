@@ -23,6 +23,7 @@ fn main() -> Result<()> {
     let how = Attention {
         scale: 1.0 / (HEAD as f64).sqrt(),
         causal: true,
+        window: None,
         dropout: None,
     };
     println!(

@@ -292,6 +292,7 @@ impl CausalSelfAttention {
             let how = Attention {
                 scale: self.scale(),
                 causal: true,
+                window: None,
                 dropout,
             };
             q.scaled_dot_product_attention(&k, &v, how)?
@@ -344,6 +345,7 @@ impl CausalSelfAttention {
             let how = Attention {
                 scale: self.scale(),
                 causal: true,
+                window: None,
                 dropout: None,
             };
             q.scaled_dot_product_attention(&kv.keys, &kv.values, how)?

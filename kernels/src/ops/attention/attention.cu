@@ -9,6 +9,8 @@
 // attention). The log-sum-exp and the backward pass's row sums (delta) are [heads, len] in the
 // compute type. The dropout mask of weight (i, j) of head h is
 // drawn at index (h len + i) len + j, as dropout on the materialized weights draws it.
+// When causal, query i sees keys j with i - window < j <= i (window is len without a sliding
+// window), and every kernel walks only the tiles of the other side that its rows see.
 
 #define ATT_HEAD_MAX 128
 #define ATT_PER_LANE (ATT_HEAD_MAX / 32)
@@ -63,6 +65,9 @@ __device__ __forceinline__ C att_keep(int dropout, double p, u64 seed, u64 h, u6
     return uniform(seed, (h * len + i) * len + j) >= p ? (C)(1.0 / (1.0 - p)) : (C)0;
 }
 
+// The first key query i sees, when causal: keys i - window < j <= i.
+__device__ __forceinline__ u64 att_first_key(u64 i, u64 window) { return i + 1 > window ? i + 1 - window : 0; }
+
 // The rows a block's warps own: first + warp, and how many keys (or queries) their tiles span.
 struct AttRows { u64 first, row; bool mine; };
 __device__ __forceinline__ AttRows att_rows(u64 len) {
@@ -76,7 +81,7 @@ __device__ __forceinline__ AttRows att_rows(u64 len) {
 #define ATTENTION(name, T) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_##name( \
         const T* q, const T* k, const T* v, T* out, typename Io<T>::C* lse, u64 len, u64 head, \
-        u64 group, double scale, int causal, int dropout, double p, u64 seed) { \
+        u64 group, double scale, int causal, u64 window, int dropout, double p, u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C keys[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C values[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
@@ -89,14 +94,16 @@ __device__ __forceinline__ AttRows att_rows(u64 len) {
         C most = neg_infinity<C>(), sum = 0; \
         const u64 last = rows.first + ATT_WARPS < len ? rows.first + ATT_WARPS : len; \
         const u64 keys_seen = causal ? last : len; \
+        const u64 keys_from = causal ? att_first_key(rows.first, window) : 0; \
         const u64 visible = causal ? rows.row + 1 : len; \
-        for (u64 key0 = 0; key0 < keys_seen; key0 += AttTile<C>::ROWS) { \
+        const u64 from = causal ? att_first_key(rows.row, window) : 0; \
+        for (u64 key0 = keys_from; key0 < keys_seen; key0 += AttTile<C>::ROWS) { \
             __syncthreads(); \
             att_load_tile(k + kv_base, key0, len, head, keys); \
             att_load_tile(v + kv_base, key0, len, head, values); \
             __syncthreads(); \
             if (!rows.mine) continue; \
-            for (int c = 0; c < AttTile<C>::ROWS && key0 + c < visible; ++c) { \
+            for (u64 c = from > key0 ? from - key0 : 0; c < AttTile<C>::ROWS && key0 + c < visible; ++c) { \
                 const C s = (C)scale * att_dot(query, keys + c * ATT_HEAD_MAX, lane); \
                 const C new_most = m_max(most, s); \
                 const C rescale = m_exp(most - new_most), weight = m_exp(s - new_most); \
@@ -138,7 +145,7 @@ FOR_FLOATS(ATTENTION_DELTA)
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_kv_##name( \
         const T* q, const T* k, const T* v, const T* dout, const typename Io<T>::C* lse, \
         const typename Io<T>::C* delta, T* dk, T* dv, u64 len, u64 head, u64 group, double scale, \
-        int causal, int dropout, double p, u64 seed) { \
+        int causal, u64 window, int dropout, double p, u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C queries[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C grads[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
@@ -152,17 +159,20 @@ FOR_FLOATS(ATTENTION_DELTA)
         _Pragma("unroll") for (int f = 0; f < ATT_PER_LANE; ++f) gk[f] = gv[f] = 0; \
         const u64 start = causal ? rows.first : 0; \
         const u64 tile0 = start - start % AttTile<C>::ROWS; \
+        /* One past the last query that sees the block's last key. */ \
+        const u64 last = rows.first + ATT_WARPS < len ? rows.first + ATT_WARPS : len; \
+        const u64 end = causal && last - 1 + window < len ? last - 1 + window : len; \
         for (u64 h = kv * group; h < (kv + 1) * group; ++h) { \
             const u64 q_base = h * len * head; \
-            for (u64 q0 = tile0; q0 < len; q0 += AttTile<C>::ROWS) { \
+            for (u64 q0 = tile0; q0 < end; q0 += AttTile<C>::ROWS) { \
                 __syncthreads(); \
                 att_load_tile(q + q_base, q0, len, head, queries); \
                 att_load_tile(dout + q_base, q0, len, head, grads); \
                 __syncthreads(); \
                 if (!rows.mine) continue; \
-                for (int r = 0; r < AttTile<C>::ROWS && q0 + r < len; ++r) { \
+                for (int r = 0; r < AttTile<C>::ROWS && q0 + r < end; ++r) { \
                     const u64 i = q0 + r; \
-                    if (causal && i < key) continue; \
+                    if (causal && (i < key || i >= key + window)) continue; \
                     const C* qi = queries + r * ATT_HEAD_MAX; \
                     const C* gi = grads + r * ATT_HEAD_MAX; \
                     const C weight = m_exp((C)scale * att_dot(mine_k, qi, lane) - lse[h * len + i]); \
@@ -192,7 +202,7 @@ FOR_FLOATS(ATTENTION_BACKWARD_KV)
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_q_##name( \
         const T* q, const T* k, const T* v, const T* dout, const typename Io<T>::C* lse, \
         const typename Io<T>::C* delta, T* dq, u64 len, u64 head, u64 group, double scale, \
-        int causal, int dropout, double p, u64 seed) { \
+        int causal, u64 window, int dropout, double p, u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C keys[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C values[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
@@ -207,14 +217,16 @@ FOR_FLOATS(ATTENTION_BACKWARD_KV)
         const C row_lse = lse[h * len + i], row_delta = delta[h * len + i]; \
         const u64 last = rows.first + ATT_WARPS < len ? rows.first + ATT_WARPS : len; \
         const u64 keys_seen = causal ? last : len; \
+        const u64 keys_from = causal ? att_first_key(rows.first, window) : 0; \
         const u64 visible = causal ? i + 1 : len; \
-        for (u64 key0 = 0; key0 < keys_seen; key0 += AttTile<C>::ROWS) { \
+        const u64 from = causal ? att_first_key(i, window) : 0; \
+        for (u64 key0 = keys_from; key0 < keys_seen; key0 += AttTile<C>::ROWS) { \
             __syncthreads(); \
             att_load_tile(k + kv_base, key0, len, head, keys); \
             att_load_tile(v + kv_base, key0, len, head, values); \
             __syncthreads(); \
             if (!rows.mine) continue; \
-            for (int c = 0; c < AttTile<C>::ROWS && key0 + c < visible; ++c) { \
+            for (u64 c = from > key0 ? from - key0 : 0; c < AttTile<C>::ROWS && key0 + c < visible; ++c) { \
                 const C* kj = keys + c * ATT_HEAD_MAX; \
                 const C weight = m_exp((C)scale * att_dot(mine_q, kj, lane) - row_lse); \
                 const C keep = att_keep<C>(dropout, p, seed, h, len, i, key0 + c); \
@@ -245,7 +257,8 @@ FOR_FLOATS(ATTENTION_BACKWARD_Q)
 // C tile pair is an A tile: the weights of one product feed the next without leaving registers.
 // The other side's tiles are double-buffered: the next one is copied to shared memory
 // (cp.async) while the block works on this one, and the fragments come out of it by ldmatrix,
-// four 8 x 8 matrices a load. Only the tiles at the diagonal and past the end are masked.
+// four 8 x 8 matrices a load. Only the tiles at the diagonal, at the window's start and past the end
+// are masked.
 // DP is the head rounded up to 64 (every GPT-2 size has heads of 64) or to 128 (Llama's);
 // features past the head are zeros. The tiles live in dynamic shared memory: the forward pass
 // of heads of 128 needs more than the 48 KiB a block gets without opting in.
@@ -474,10 +487,12 @@ __device__ __forceinline__ void mma_weights_by_tile(const float (&w)[TILE / 8][4
 }
 
 // Sets s[n] (rows row0 + g and + 8 by columns col0 + 8 n + 2 t and + 1) to -infinity where the
-// pair is hidden: a query or key past len or, when causal, a key after its query. The rows
-// are queries, or keys where ROWS_ARE_KEYS. Only tiles at the edges call it.
+// pair is hidden: a query or key past len or, when causal, a key after its query or window
+// keys or more before it. The rows are queries, or keys where ROWS_ARE_KEYS. Only tiles at
+// the edges call it.
 template <bool ROWS_ARE_KEYS, int TILE>
-__device__ __forceinline__ void mma_mask(float (&s)[TILE / 8][4], u64 row0, u64 col0, u64 len, int causal) {
+__device__ __forceinline__ void mma_mask(float (&s)[TILE / 8][4], u64 row0, u64 col0, u64 len, int causal,
+                                         u64 window) {
     const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
     for (int n = 0; n < TILE / 8; ++n) {
@@ -485,7 +500,8 @@ __device__ __forceinline__ void mma_mask(float (&s)[TILE / 8][4], u64 row0, u64 
         for (int e = 0; e < 4; ++e) {
             const u64 row = row0 + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
             const u64 query = ROWS_ARE_KEYS ? col : row, key = ROWS_ARE_KEYS ? row : col;
-            if (query >= len || key >= len || (causal && key > query)) s[n][e] = neg_infinity<float>();
+            const bool hidden = query >= len || key >= len || (causal && (key > query || key + window <= query));
+            if (hidden) s[n][e] = neg_infinity<float>();
         }
     }
 }
@@ -507,12 +523,16 @@ __device__ __forceinline__ void mma_dropout(float (&s)[TILE / 8][4], u64 row0, u
 }
 
 // Whether rows row0..row0 + 15 against columns col0..col0 + TILE - 1 (queries against
-// keys, or keys against queries where ROWS_ARE_KEYS) may hold a hidden pair.
+// keys, or keys against queries where ROWS_ARE_KEYS) may hold a hidden pair: past len, above
+// the diagonal or before the window.
 template <bool ROWS_ARE_KEYS, int TILE>
-__device__ __forceinline__ bool mma_edge(u64 row0, u64 col0, u64 len, int causal) {
+__device__ __forceinline__ bool mma_edge(u64 row0, u64 col0, u64 len, int causal, u64 window) {
     if (row0 + 16 > len || col0 + TILE > len) return true;
-    // The latest key against the earliest query.
-    return causal && (ROWS_ARE_KEYS ? row0 + 15 > col0 : col0 + TILE - 1 > row0);
+    if (!causal) return false;
+    const u64 first_query = ROWS_ARE_KEYS ? col0 : row0, last_query = ROWS_ARE_KEYS ? col0 + TILE - 1 : row0 + 15;
+    const u64 first_key = ROWS_ARE_KEYS ? row0 : col0, last_key = ROWS_ARE_KEYS ? row0 + 15 : col0 + TILE - 1;
+    // The latest key against the earliest query, and the earliest key against the latest.
+    return last_key > first_query || first_key + window <= last_query;
 }
 
 // The sum of `v` over the four lanes that hold one row of a C tile.
@@ -574,7 +594,7 @@ __device__ __forceinline__ void mma_store_rows(const float (&acc)[DP / 8][4], co
 template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v, T* out, float* lse,
                                               u64 len, u64 head, u64 group, double scale, int causal,
-                                              int dropout, double p, u64 seed) {
+                                              u64 window, int dropout, double p, u64 seed) {
     const int tile_size = TILE * (DP + MMA_PAD);
     T* const keys = (T*)mma_shared();
     T* const values = keys + 2 * tile_size;
@@ -591,15 +611,17 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
     const float scale2 = (float)(scale * MMA_LOG2E);
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
-    mma_prefetch_tiles<T, DP, TILE>(k, v, 0, keys_seen, len, head, keys, values);
+    // The block's first query sees keys from here, and its warp's from `warp_from`.
+    const u64 keys_from = causal ? att_first_key(block0, window) : 0, warp_from = att_first_key(first, window);
+    mma_prefetch_tiles<T, DP, TILE>(k, v, keys_from, keys_seen, len, head, keys, values);
     int now = 0;
-    for (u64 key0 = 0; key0 < keys_seen; key0 += TILE, now ^= 1) {
+    for (u64 key0 = keys_from; key0 < keys_seen; key0 += TILE, now ^= 1) {
         mma_prefetch_tiles<T, DP, TILE>(k, v, key0 + TILE, keys_seen, len, head, keys + (now ^ 1) * tile_size,
                                         values + (now ^ 1) * tile_size);
         mma_copy_wait<1>();
         __syncthreads();
-        // A tile wholly after this warp's rows has nothing for it.
-        if (!causal || key0 <= first + 15) {
+        // A tile wholly after this warp's rows, or wholly before their window, has nothing for it.
+        if (!causal || (key0 <= first + 15 && key0 + TILE > warp_from)) {
             float s[TILE / 8][4];
             mma_rows_by_tile<T, DP, TILE>(query, keys + now * tile_size, s);
 #pragma unroll
@@ -607,7 +629,8 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
             }
-            if (mma_edge<false, TILE>(first, key0, len, causal)) mma_mask<false, TILE>(s, first, key0, len, causal);
+            if (mma_edge<false, TILE>(first, key0, len, causal, window))
+                mma_mask<false, TILE>(s, first, key0, len, causal, window);
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 float tile_most = neg_infinity<float>();
@@ -656,7 +679,7 @@ template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k, const T* v, const T* dout,
                                                          const float* lse, const float* delta, T* dq,
                                                          u64 len, u64 head, u64 group, double scale,
-                                                         int causal, int dropout, double p, u64 seed) {
+                                                         int causal, u64 window, int dropout, double p, u64 seed) {
     const int tile_size = TILE * (DP + MMA_PAD);
     T* const keys = (T*)mma_shared();
     T* const values = keys + 2 * tile_size;
@@ -680,14 +703,16 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
     for (int nd = 0; nd < DP / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
-    mma_prefetch_tiles<T, DP, TILE>(k, v, 0, keys_seen, len, head, keys, values);
+    // The block's first query sees keys from here, and its warp's from `warp_from`.
+    const u64 keys_from = causal ? att_first_key(block0, window) : 0, warp_from = att_first_key(first, window);
+    mma_prefetch_tiles<T, DP, TILE>(k, v, keys_from, keys_seen, len, head, keys, values);
     int now = 0;
-    for (u64 key0 = 0; key0 < keys_seen; key0 += TILE, now ^= 1) {
+    for (u64 key0 = keys_from; key0 < keys_seen; key0 += TILE, now ^= 1) {
         mma_prefetch_tiles<T, DP, TILE>(k, v, key0 + TILE, keys_seen, len, head, keys + (now ^ 1) * tile_size,
                                         values + (now ^ 1) * tile_size);
         mma_copy_wait<1>();
         __syncthreads();
-        if (!causal || key0 <= first + 15) {
+        if (!causal || (key0 <= first + 15 && key0 + TILE > warp_from)) {
             float s[TILE / 8][4], dp[TILE / 8][4];
             mma_rows_by_tile<T, DP, TILE>(query, keys + now * tile_size, s);
             mma_rows_by_tile<T, DP, TILE>(grad, values + now * tile_size, dp);
@@ -696,7 +721,8 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[n][e] = s[n][e] * scale2 - row_lse2[e / 2];
             }
-            if (mma_edge<false, TILE>(first, key0, len, causal)) mma_mask<false, TILE>(s, first, key0, len, causal);
+            if (mma_edge<false, TILE>(first, key0, len, causal, window))
+                mma_mask<false, TILE>(s, first, key0, len, causal, window);
             if (dropout) mma_dropout<false, TILE>(dp, first, key0, h, len, p, seed);
 #pragma unroll
             for (int n = 0; n < TILE / 8; ++n) {
@@ -712,11 +738,12 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
 }
 
 // Starts loading the log-sum-exp and delta of queries first..first + TILE of a head (zeros
-// past len) into the block's row statistics, in the caller's group of copies.
+// past len) into the block's row statistics, in the caller's group of copies, where first is
+// before `end`.
 template <int TILE>
-__device__ __forceinline__ void mma_load_row_stats(const float* lse, const float* delta, u64 first, u64 len,
-                                                   float* lse_tile, float* delta_tile) {
-    if (first >= len) return;
+__device__ __forceinline__ void mma_load_row_stats(const float* lse, const float* delta, u64 first, u64 end,
+                                                   u64 len, float* lse_tile, float* delta_tile) {
+    if (first >= end) return;
     for (int e = threadIdx.x; e < 2 * TILE; e += blockDim.x) {
         const int i = e % TILE;
         const bool valid = first + i < len;
@@ -732,7 +759,7 @@ template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k, const T* v, const T* dout,
                                                           const float* lse, const float* delta, T* dk, T* dv,
                                                           u64 len, u64 head, u64 group, double scale,
-                                                          int causal, int dropout, double p, u64 seed) {
+                                                          int causal, u64 window, int dropout, double p, u64 seed) {
     const int tile_size = TILE * (DP + MMA_PAD);
     T* const queries = (T*)mma_shared();
     T* const grads = queries + 2 * tile_size;
@@ -752,24 +779,28 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
         gv[nd][0] = gv[nd][1] = gv[nd][2] = gv[nd][3] = 0.0f;
     }
     const float scale2 = (float)(scale * MMA_LOG2E);
+    // The queries that see the block's keys: from its first key to the last that sees its last.
+    const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 q_begin = causal ? block0 : 0;
+    const u64 q_end = causal && block_end - 1 + window < len ? block_end - 1 + window : len;
     for (u64 h = kv * group; h < (kv + 1) * group; ++h) {
         const T* head_q = q + h * len * head;
         const T* head_dout = dout + h * len * head;
         const float* head_lse = lse + h * len;
         const float* head_delta = delta + h * len;
-        mma_load_row_stats<TILE>(head_lse, head_delta, q_begin, len, tile_lse, tile_delta);
-        mma_prefetch_tiles<T, DP, TILE>(head_q, head_dout, q_begin, len, len, head, queries, grads);
+        mma_load_row_stats<TILE>(head_lse, head_delta, q_begin, q_end, len, tile_lse, tile_delta);
+        mma_prefetch_tiles<T, DP, TILE>(head_q, head_dout, q_begin, q_end, len, head, queries, grads);
         int now = 0;
-        for (u64 q0 = q_begin; q0 < len; q0 += TILE, now ^= 1) {
-            mma_load_row_stats<TILE>(head_lse, head_delta, q0 + TILE, len, tile_lse + (now ^ 1) * TILE,
+        for (u64 q0 = q_begin; q0 < q_end; q0 += TILE, now ^= 1) {
+            mma_load_row_stats<TILE>(head_lse, head_delta, q0 + TILE, q_end, len, tile_lse + (now ^ 1) * TILE,
                                      tile_delta + (now ^ 1) * TILE);
-            mma_prefetch_tiles<T, DP, TILE>(head_q, head_dout, q0 + TILE, len, len, head,
+            mma_prefetch_tiles<T, DP, TILE>(head_q, head_dout, q0 + TILE, q_end, len, head,
                                             queries + (now ^ 1) * tile_size, grads + (now ^ 1) * tile_size);
             mma_copy_wait<1>();
             __syncthreads();
-            // A tile whose queries all come before these keys has nothing for them.
-            if (!causal || q0 + TILE > first) {
+            // A tile whose queries all come before these keys, or all past their window, has
+            // nothing for them.
+            if (!causal || (q0 + TILE > first && q0 < first + 15 + window)) {
                 float s[TILE / 8][4], dp[TILE / 8][4];
                 mma_rows_by_tile<T, DP, TILE>(key_rows, queries + now * tile_size, s);
                 mma_rows_by_tile<T, DP, TILE>(value_rows, grads + now * tile_size, dp);
@@ -781,7 +812,8 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
                         s[n][e] = s[n][e] * scale2 - tile_lse[now * TILE + col] * (float)MMA_LOG2E;
                     }
                 }
-                if (mma_edge<true, TILE>(first, q0, len, causal)) mma_mask<true, TILE>(s, first, q0, len, causal);
+                if (mma_edge<true, TILE>(first, q0, len, causal, window))
+                    mma_mask<true, TILE>(s, first, q0, len, causal, window);
                 if (dropout) mma_dropout<true, TILE>(dp, first, q0, h, len, p, seed);
 #pragma unroll
                 for (int n = 0; n < TILE / 8; ++n) {
@@ -810,20 +842,21 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
 #define ATTENTION_MMA(name, T, DP, FORWARD_TILE, Q_TILE, KV_TILE) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_mma##DP##_##name( \
         const T* q, const T* k, const T* v, T* out, float* lse, u64 len, u64 head, u64 group, \
-        double scale, int causal, int dropout, double p, u64 seed) { \
-        attention_mma<T, DP, FORWARD_TILE>(q, k, v, out, lse, len, head, group, scale, causal, dropout, p, seed); \
+        double scale, int causal, u64 window, int dropout, double p, u64 seed) { \
+        attention_mma<T, DP, FORWARD_TILE>(q, k, v, out, lse, len, head, group, scale, causal, window, dropout, p, \
+                                           seed); \
     } \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_q_mma##DP##_##name( \
         const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq, \
-        u64 len, u64 head, u64 group, double scale, int causal, int dropout, double p, u64 seed) { \
+        u64 len, u64 head, u64 group, double scale, int causal, u64 window, int dropout, double p, u64 seed) { \
         attention_backward_q_mma<T, DP, Q_TILE>(q, k, v, dout, lse, delta, dq, len, head, group, scale, causal, \
-                                                dropout, p, seed); \
+                                                window, dropout, p, seed); \
     } \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_kv_mma##DP##_##name( \
         const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dk, \
-        T* dv, u64 len, u64 head, u64 group, double scale, int causal, int dropout, double p, u64 seed) { \
+        T* dv, u64 len, u64 head, u64 group, double scale, int causal, u64 window, int dropout, double p, u64 seed) { \
         attention_backward_kv_mma<T, DP, KV_TILE>(q, k, v, dout, lse, delta, dk, dv, len, head, group, scale, \
-                                                  causal, dropout, p, seed); \
+                                                  causal, window, dropout, p, seed); \
     }
 ATTENTION_MMA(bf16, bf16, 64, 64, 64, 64)
 ATTENTION_MMA(f16, f16, 64, 64, 64, 64)

@@ -1,11 +1,15 @@
 //! CPU kernels: FlashAttention-2 on blocks of 64 queries and 64 keys, each block product a
 //! GEMM of the `gemm` crate. The forward pass runs one task per head and block of queries (its
-//! output rows are its own); the backward pass one task per head, which walks the blocks of
-//! keys and, for each, the blocks of queries that see them, accumulating the keys' and values'
-//! gradients for the block and the queries' gradients for the head. Grouped-query attention
-//! reads each key/value head once for its group; the backward pass runs one task per key/value
-//! head, which sums its query heads' shares of the keys' and values' gradients in their order. Half types compute in f32,
-//! f64 in f64; every product accumulates in the compute type.
+//! output rows are its own), over the keys from the first its first row sees to the last its
+//! last row sees; the backward pass one task per head, which walks the blocks of keys and, for
+//! each, the queries that see them, accumulating the keys' and values' gradients for the block
+//! and the queries' gradients for the head. Masked weights inside a block (the diagonal, a
+//! window's start) are zeros. Grouped-query attention reads each key/value head once for its
+//! group; the backward pass runs one task per key/value head, which sums its query heads'
+//! shares of the keys' and values' gradients in their order. Half types compute in f32, f64 in
+//! f64; every product accumulates in the compute type.
+
+use std::ops::Range;
 
 use gemm::Parallelism;
 use half::{bf16, f16};
@@ -169,6 +173,12 @@ impl<C: Compute> KvHead<C> {
     }
 }
 
+/// The columns of a block of `cols` keys from `key0` that fall in `keys` (a row's keys).
+fn seen_in(keys: Range<usize>, key0: usize, cols: usize) -> Range<usize> {
+    let at = |key: usize| key.saturating_sub(key0).min(cols);
+    at(keys.start)..at(keys.end)
+}
+
 /// The dropout factor of weight (`row`, `col`) of `head`: 0 where dropped, `1 / (1 - p)` where
 /// kept, 1 without dropout.
 #[inline]
@@ -240,9 +250,10 @@ fn query_block<T: Float>(
     let mut max = vec![T::C::NEG_INFINITY; rows];
     let mut sum = vec![T::C::ZERO; rows];
     let mut weights = vec![T::C::ZERO; rows * KEYS];
-    let keys = spec.visible(first + rows - 1);
-    for key0 in (0..keys).step_by(KEYS) {
-        let cols = KEYS.min(keys - key0);
+    // From the first key the first row sees to the last the last row sees.
+    let keys = spec.keys_of(first).start..spec.keys_of(first + rows - 1).end;
+    for key0 in keys.clone().step_by(KEYS) {
+        let cols = KEYS.min(keys.end - key0);
         let w = &mut weights[..rows * cols];
         let shape = (rows, cols, d);
         product(
@@ -254,22 +265,23 @@ fn query_block<T: Float>(
         );
         for r in 0..rows {
             let row = &mut w[r * cols..][..cols];
-            let visible = spec.visible(first + r).saturating_sub(key0).min(cols);
-            let block_max = max_by(&row[..visible], |x| x);
+            let seen = seen_in(spec.keys_of(first + r), key0, cols);
+            let block_max = max_by(&row[seen.clone()], |x| x);
             let new_max = max[r].max(block_max);
             if new_max == T::C::NEG_INFINITY {
                 row.iter_mut().for_each(|x| *x = T::C::ZERO);
                 continue;
             }
             // Exponentials in a loop of their own (it vectorizes), then their sum.
-            row[..visible]
+            row[seen.clone()]
                 .iter_mut()
                 .for_each(|x| *x = (*x - new_max).exp());
-            let block_sum = sum_by(&row[..visible], |x| x);
-            row[visible..].iter_mut().for_each(|x| *x = T::C::ZERO);
+            let block_sum = sum_by(&row[seen.clone()], |x| x);
+            row[..seen.start].iter_mut().for_each(|x| *x = T::C::ZERO);
+            row[seen.end..].iter_mut().for_each(|x| *x = T::C::ZERO);
             if spec.dropout.is_some() {
-                for (c, x) in row[..visible].iter_mut().enumerate() {
-                    *x = *x * keep_factor(spec, head, first + r, key0 + c);
+                for c in seen {
+                    row[c] = row[c] * keep_factor(spec, head, first + r, key0 + c);
                 }
             }
             let rescale = (max[r] - new_max).exp();
@@ -374,20 +386,24 @@ fn head_backward<T: Float>(
         let cols = KEYS.min(len - key0);
         dk_acc.iter_mut().for_each(|x| *x = zero);
         dv_acc.iter_mut().for_each(|x| *x = zero);
-        let first = if spec.causal { key0 } else { 0 };
-        for q0 in (first..len).step_by(QUERIES) {
-            let rows = QUERIES.min(len - q0);
+        // From the first query that sees the block's first key to the last that sees its last.
+        let queries = spec.queries_of(key0).start..spec.queries_of(key0 + cols - 1).end;
+        for q0 in queries.clone().step_by(QUERIES) {
+            let rows = QUERIES.min(queries.end - q0);
             let (p, g) = (&mut weights[..rows * cols], &mut grad[..rows * cols]);
             let (qs, ks, vs) = ((&q[q0 * d..], d, 1), &k[key0 * d..], &v[key0 * d..]);
             let dos = (&dout[q0 * d..], d, 1);
             // The weights again: exp(scale q k - lse), 0 where masked.
             product((rows, cols, d), qs, (ks, 1, d), (p, cols), (zero, scale));
             for r in 0..rows {
-                let visible = spec.visible(q0 + r).saturating_sub(key0).min(cols);
+                let seen = seen_in(spec.keys_of(q0 + r), key0, cols);
                 let row = &mut p[r * cols..][..cols];
                 let l = lse[q0 + r];
-                row[..visible].iter_mut().for_each(|x| *x = (*x - l).exp());
-                row[visible..].iter_mut().for_each(|x| *x = zero);
+                row[seen.clone()]
+                    .iter_mut()
+                    .for_each(|x| *x = (*x - l).exp());
+                row[..seen.start].iter_mut().for_each(|x| *x = zero);
+                row[seen.end..].iter_mut().for_each(|x| *x = zero);
             }
             // The gradient of the weights, dout v^T, into `g`.
             product((rows, cols, d), dos, (vs, 1, d), (g, cols), (zero, one));

@@ -6,7 +6,9 @@
 //! `cp.async` double-buffers in dynamic shared memory (heads of up to 64 in one instance, of
 //! up to 128 in another, with smaller tiles in the backward pass so that its accumulators fit
 //! the registers, and a forward pass that opts in to more than 48 KiB). Other dtypes run the
-//! warp kernels: a warp per row, four rows to a block. The backward pass first sums each row's output times
+//! warp kernels: a warp per row, four rows to a block. Either kind walks only the tiles of the
+//! other side that its rows see: causally none past the diagonal, and with a sliding window none
+//! wholly before it. The backward pass first sums each row's output times
 //! its gradient into a workspace (`delta`, one value per row in the compute type), then runs
 //! the keys' and values' gradients and the queries' in two kernels, so that nothing
 //! accumulates across blocks.
@@ -149,6 +151,12 @@ fn check(spec: &AttentionSpec, op: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// The window every kernel but `delta` takes after `causal`: with `causal`, query `i` sees keys
+/// `j` with `i - window < j <= i`; `len` where there is none (every key up to the query).
+fn window(spec: &AttentionSpec) -> usize {
+    spec.window.map_or(spec.len, |w| w.min(spec.len))
+}
+
 /// The dropout arguments every kernel ends with: on or off, its probability and its seed.
 fn dropout_args(spec: &AttentionSpec) -> [Arg; 3] {
     match spec.dropout {
@@ -178,6 +186,7 @@ impl AttentionKernels for CudaBackend {
             spec.group.into(),
             spec.scale.into(),
             spec.causal.into(),
+            window(spec).into(),
         ];
         args.extend(dropout_args(spec));
         let config = kernels.grid(Pass::Forward, spec.len, spec.heads);
@@ -235,6 +244,7 @@ impl AttentionKernels for CudaBackend {
                 spec.group.into(),
                 spec.scale.into(),
                 spec.causal.into(),
+                window(spec).into(),
             ]);
             args.extend(dropout_args(spec));
             args

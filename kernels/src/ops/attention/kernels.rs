@@ -2,6 +2,8 @@
 //! product of queries and keys, its softmax and the product with the values, computed block by
 //! block with an online softmax, so that the `len x len` weights never exist in memory.
 
+use std::ops::Range;
+
 use crate::buffer::Buffer;
 use crate::error::Result;
 
@@ -35,6 +37,10 @@ pub struct AttentionSpec {
     pub scale: f64,
     /// Position `i` attends only to positions `0..=i`.
     pub causal: bool,
+    /// With `causal`, position `i` attends only to the last `window` of those: keys `j` with
+    /// `i - window < j <= i`, at least 1. The op layer leaves it out where it keeps every
+    /// causal key (`window >= len`); ignored without `causal`.
+    pub window: Option<usize>,
     /// Dropout on the weights, if any.
     pub dropout: Option<AttentionDropout>,
 }
@@ -60,9 +66,40 @@ impl AttentionSpec {
         self.heads * self.len
     }
 
-    /// The last key row `query` sees, plus one.
-    pub fn visible(&self, query: usize) -> usize {
-        if self.causal { query + 1 } else { self.len }
+    /// The keys `query` sees: all of them, or with `causal` those up to itself, and with a
+    /// window only the last `window` of those.
+    pub fn keys_of(&self, query: usize) -> Range<usize> {
+        if !self.causal {
+            return 0..self.len;
+        }
+        let first = self.window.map_or(0, |w| (query + 1).saturating_sub(w));
+        first..query + 1
+    }
+
+    /// The queries that see `key`: all of them, or with `causal` those from it on, and with a
+    /// window only the first `window` of those.
+    pub fn queries_of(&self, key: usize) -> Range<usize> {
+        if !self.causal {
+            return 0..self.len;
+        }
+        let end = self.window.map_or(self.len, |w| key.saturating_add(w));
+        key..end.min(self.len)
+    }
+
+    /// The scores each head computes, those its mask hides skipped: `len^2`, half of that when
+    /// causal (a round figure, `len / 2` under the exact count), and with a window exactly the
+    /// sum over the rows `i` of `min(i + 1, window)`.
+    pub fn scores_per_head(&self) -> f64 {
+        let len = self.len as f64;
+        match (self.causal, self.window) {
+            (false, _) => len * len,
+            (true, None) => 0.5 * len * len,
+            (true, Some(w)) => {
+                // Rows before the window fills see i + 1 keys, the rest `window` each.
+                let w = w.min(self.len) as f64;
+                0.5 * w * (w + 1.0) + (len - w) * w
+            }
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Meta kernels: nothing to compute; planning for CUDA, the backward pass's row sums (`delta`)
+//! Meta kernels: nothing to compute; the work of the scores the mask keeps (within the window,
+//! if any) and, planning for CUDA, the backward pass's row sums (`delta`)
 //! that the CUDA kernels keep in a workspace (the CPU's blocks live on the host, and both
 //! backends' tiles in registers or shared memory).
 
@@ -13,12 +14,12 @@ use crate::work::Kernel;
 impl AttentionKernels for MetaBackend {
     fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
         let AttentionOperands { q, k, v, out, lse } = operands;
-        let shape = (spec.heads, spec.len, spec.head);
+        let shape = (spec.heads, spec.head);
         // Scores and their weighted sum: two products.
         let buffers = [q, k, v, &*out, &*lse];
         self.record(Kernel::attention(
             shape,
-            spec.causal,
+            spec.scores_per_head(),
             2.0,
             q.dtype(),
             &buffers,
@@ -42,12 +43,12 @@ impl AttentionKernels for MetaBackend {
             dk,
             dv,
         } = operands;
-        let shape = (spec.heads, spec.len, spec.head);
+        let shape = (spec.heads, spec.head);
         // The scores again, then the gradients of values, weights, queries and keys: five.
         let buffers = [q, k, v, out, lse, dout, &*dq, &*dk, &*dv];
         self.record(Kernel::attention(
             shape,
-            spec.causal,
+            spec.scores_per_head(),
             5.0,
             q.dtype(),
             &buffers,

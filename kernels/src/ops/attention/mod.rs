@@ -1,8 +1,9 @@
 //! Memory-efficient attention (FlashAttention-2, Dao 2023): `softmax(scale * q k^T) v`, causally
-//! masked and with dropout on the weights when asked, computed block by block with an online
-//! softmax. The `len x len` scores and weights never exist in memory: the forward pass keeps
-//! the output and one log-sum-exp per row, and the backward pass computes each block's weights
-//! again from them. Blocks above the diagonal are skipped when causal.
+//! masked, within a sliding window and with dropout on the weights when asked, computed block by
+//! block with an online softmax. The `len x len` scores and weights never exist in memory: the
+//! forward pass keeps the output and one log-sum-exp per row, and the backward pass computes
+//! each block's weights again from them. Blocks above the diagonal are skipped when causal, and
+//! with a window the blocks wholly before it too, so the work falls with the window.
 //!
 //! Operands are `[..., len, head]` arrays (every leading axis a batch of independent heads) in
 //! one float dtype, the keys and values with fewer heads on the axis before `len` for
@@ -31,6 +32,10 @@ pub struct Attention {
     pub scale: f64,
     /// Each position attends only to itself and the positions before it.
     pub causal: bool,
+    /// A sliding window (with `causal` only): position `i` attends only to positions `j` with
+    /// `i - window < j <= i`, so a window of 512 keeps the position itself and the 511 before it
+    /// (transformers' sliding-window causal mask, as Gemma 3's local layers use it).
+    pub window: Option<usize>,
     /// Dropout on the weights.
     pub dropout: Option<AttentionDropout>,
 }
@@ -61,6 +66,7 @@ fn spec_of(
         });
     };
     let group = group_of((q, k, v), op)?;
+    check_window(how, op)?;
     if !how.scale.is_finite() {
         return Err(Error::Argument {
             op,
@@ -82,8 +88,24 @@ fn spec_of(
         head: *head,
         scale: how.scale,
         causal: how.causal,
+        // A window of at least len keeps every causal key: plain causal attention.
+        window: how.window.filter(|&w| w < *len),
         dropout: how.dropout.filter(|d| d.p > 0.0),
     })
+}
+
+/// Fails on a window of 0 (a position that sees nothing) or a window without `causal`.
+fn check_window(how: Attention, op: &'static str) -> Result<()> {
+    let detail = match how.window {
+        Some(0) => "a window of 0 keeps no position: it must be at least 1".to_string(),
+        Some(w) if !how.causal => format!(
+            "a window of {w} needs causal attention: it keeps the position itself and the {} \
+             before it",
+            w - 1
+        ),
+        _ => return Ok(()),
+    };
+    Err(Error::Argument { op, detail })
 }
 
 /// Query heads per key/value head: `k` and `v` match `q` in dtype, device and shape, but for
@@ -147,10 +169,12 @@ fn lse_shape(shape: &Shape) -> Shape {
 /// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
 /// let q = Array::from_f64(&cpu, [2, 1], DType::F64, &[0., 0.])?;
 /// let v = Array::from_f64(&cpu, [2, 1], DType::F64, &[1., 3.])?;
-/// let how = Attention { scale: 1.0, causal: true, dropout: None };
+/// let how = Attention { scale: 1.0, causal: true, window: None, dropout: None };
 /// let (out, lse) = attention(&q, &q, &v, how)?;
 /// assert_eq!(out.to_f64()?, [1., 2.]); // the first sees only itself, the second both
 /// assert_eq!(lse.to_f64()?, [0., 2f64.ln()]);
+/// let last = Attention { window: Some(1), ..how }; // each sees only itself
+/// assert_eq!(attention(&q, &q, &v, last)?.0.to_f64()?, [1., 3.]);
 /// # Ok::<(), headroom_kernels::Error>(())
 /// ```
 pub fn attention(q: &Array, k: &Array, v: &Array, how: Attention) -> Result<(Array, Array)> {
