@@ -17,6 +17,9 @@ pub struct GradCheck {
     pub analytic: Vec<Vec<f64>>,
     /// Central finite differences in f64, per input.
     pub numeric: Vec<Vec<f64>>,
+    /// How far each finite difference may be off from rounding alone: the loss's rounding
+    /// error (a few units of its last place) over the step.
+    pub rounding: Vec<Vec<f64>>,
 }
 
 /// An element whose analytic gradient is off.
@@ -47,12 +50,15 @@ impl std::fmt::Display for Mismatch {
 impl GradCheck {
     /// The first element whose analytic gradient differs from the numeric one by more than
     /// `rtol` times the larger of its magnitude and a tenth of the largest magnitude of that
-    /// input's gradient (so that elements near zero are judged at their input's scale).
+    /// input's gradient (so that elements near zero are judged at their input's scale), plus
+    /// what rounding alone may put into its finite difference.
     pub fn first_mismatch(&self, rtol: f64) -> Option<Mismatch> {
-        for (input, (analytic, numeric)) in self.analytic.iter().zip(&self.numeric).enumerate() {
+        let inputs = self.analytic.iter().zip(&self.numeric).zip(&self.rounding);
+        for (input, ((analytic, numeric), rounding)) in inputs.enumerate() {
             let largest = numeric.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-            for (element, (&a, &n)) in analytic.iter().zip(numeric).enumerate() {
-                let bound = rtol * n.abs().max(0.1 * largest).max(1e-9);
+            let elements = analytic.iter().zip(numeric).zip(rounding);
+            for (element, ((&a, &n), &r)) in elements.enumerate() {
+                let bound = rtol * n.abs().max(0.1 * largest).max(1e-9) + r;
                 if (a - n).abs() > bound || a.is_nan() != n.is_nan() {
                     return Some(Mismatch {
                         input,
@@ -67,6 +73,10 @@ impl GradCheck {
         None
     }
 }
+
+/// Units in the last place a loss may be off by from rounding, in the finite differences'
+/// error bound: a few, for the sums of products the checked functions compute.
+const ROUNDING_ULPS: f64 = 8.0;
 
 /// Differentiates `sum(f(inputs) * w)`, with weights `w` drawn from `seed`, with a tape (in the
 /// inputs' dtypes, each input watched) and by central differences in f64 at the same points
@@ -117,17 +127,43 @@ pub fn gradcheck(f: Function<'_>, inputs: &[Tensor], seed: u64) -> Result<GradCh
             .collect::<Result<Vec<_>>>()?;
         Ok(loss(&tensors)?.to_f64()?[0])
     };
-    let mut numeric = Vec::with_capacity(inputs.len());
+    let (mut numeric, mut rounding) = (Vec::new(), Vec::new());
     for (k, point) in points.iter().enumerate() {
-        let mut column = Vec::with_capacity(point.len());
+        let (mut column, mut noise) = (Vec::new(), Vec::new());
         for e in 0..point.len() {
             let h = 1e-6 * point[e].abs().max(1.0);
             let (mut plus, mut minus) = (point.clone(), point.clone());
             plus[e] += h;
             minus[e] -= h;
-            column.push((loss_at(k, &plus)? - loss_at(k, &minus)?) / (2.0 * h));
+            let (above, below) = (loss_at(k, &plus)?, loss_at(k, &minus)?);
+            column.push((above - below) / (2.0 * h));
+            noise.push(ROUNDING_ULPS * f64::EPSILON * above.abs().max(below.abs()) / h);
         }
         numeric.push(column);
+        rounding.push(noise);
     }
-    Ok(GradCheck { analytic, numeric })
+    Ok(GradCheck {
+        analytic,
+        numeric,
+        rounding,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GradCheck;
+
+    #[test]
+    fn rounding_widens_the_bound_by_its_own_size_alone() {
+        let report = |analytic: f64| GradCheck {
+            analytic: vec![vec![1.0, analytic]],
+            numeric: vec![vec![1.0, 2e-4]],
+            rounding: vec![vec![0.0, 2e-9]],
+        };
+        // Within rtol of a tenth of the largest, plus the rounding: accepted.
+        assert!(report(2e-4 + 1e-7 + 1e-9).first_mismatch(1e-6).is_none());
+        // A real error, far beyond both: caught.
+        assert!(report(2.1e-4).first_mismatch(1e-6).is_some());
+        assert!(report(2e-4 + 1e-7 + 3e-9).first_mismatch(1e-6).is_some());
+    }
 }
