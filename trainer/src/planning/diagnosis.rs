@@ -1,7 +1,7 @@
 //! What to tell a user when a run cannot fit its limit: not even one sample, or not even the
 //! model with its gradients and optimizer state. The diagnosis states what holds the memory;
 //! the planner follows it with the changes it planned that fit ([`super::remedies`]), a run
-//! with [`RUN_SUGGESTION`].
+//! with [`RUN_SUGGESTION`] ([`with_run_suggestion`]).
 
 use headroom_alloc::{OomReport, format_bytes};
 use headroom_kernels::{Device, HOST_TIER};
@@ -12,6 +12,11 @@ use crate::model::TrainableModel;
 /// What a run that ran out of memory suggests: the planner, which plans each change first.
 pub const RUN_SUGGESTION: &str = "suggestion: `headroom plan` with the same settings names the \
      changes that fit, each planned with its micro-batch and both tiers' peaks";
+
+/// `diagnosis` as a run says it: followed by [`RUN_SUGGESTION`].
+pub fn with_run_suggestion(diagnosis: impl std::fmt::Display) -> String {
+    format!("{diagnosis}\n{RUN_SUGGESTION}")
+}
 
 /// What could not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

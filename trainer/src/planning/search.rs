@@ -451,7 +451,7 @@ fn one_sample_exceeds(config: &TrainConfig, ground: &Ground<'_>) -> Result<bool>
 fn plan_whole_batch(config: &TrainConfig, ground: &Ground<'_>) -> Result<Option<Plan>> {
     let mut prober = ground.prober(config);
     let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
-    let whole = config.batch.size.min(ground.task.train.len()).max(1);
+    let whole = ground.whole_batch(config);
     if !prober.fits(whole, ground.budget.step_limit(margin))? {
         return Ok(None);
     }
@@ -533,7 +533,7 @@ fn search_micro_batch(
     let budget = ground.budget;
     let mut prober = ground.prober(config);
     let margin = config.batch.margin.unwrap_or(DEFAULT_MARGIN);
-    let max = config.batch.size.min(ground.task.train.len()).max(1);
+    let max = ground.whole_batch(config);
     let micro = largest_fitting(&mut prober, max, budget.step_limit(margin), hint)?;
     if micro > 0 {
         return Ok(Ok(answer(&mut prober, micro, budget, margin, false)?));

@@ -1,6 +1,7 @@
 //! [`train_step`]: one step over a batch in micro-batches, as the contract in the step's module
 //! doc states it.
 
+use headroom_alloc::OomReport;
 use headroom_autograd::{Gradients, SavedReport};
 use headroom_collectives::ReduceOp;
 use headroom_kernels::ops::elementwise::{add, add_into};
@@ -13,7 +14,7 @@ use crate::data_parallel::buckets::sum_in_buckets;
 use crate::data_parallel::sharded_state;
 use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
-use crate::planning::diagnosis::{Failure, RUN_SUGGESTION, diagnose};
+use crate::planning::diagnosis::{Failure, diagnose, with_run_suggestion};
 use crate::step::context::Forward;
 use crate::step::context::StepContext;
 use crate::step::in_backward::step_in_backward;
@@ -312,16 +313,7 @@ impl<'a> Progress<'a> {
             return Err(err);
         };
         if !micro.shrink(self.step, size) {
-            let diagnosis = format!(
-                "{}\n{RUN_SUGGESTION}",
-                diagnose(
-                    (&*ctx.model, &*ctx.optimizer),
-                    ctx.device,
-                    &report,
-                    Failure::OneSample,
-                )
-            );
-            return Err(Error::DoesNotFit { diagnosis, report });
+            return Err(does_not_fit(ctx, report, Failure::OneSample));
         }
         tracing::warn!(
             "step {}: {} in a micro-batch of {size}; retrying in micro-batches of {}",
@@ -403,16 +395,7 @@ impl<'a> Progress<'a> {
                         let Some(report) = err.oom_report().cloned().map(Box::new) else {
                             return Err(err);
                         };
-                        let diagnosis = format!(
-                            "{}\n{RUN_SUGGESTION}",
-                            diagnose(
-                                (&*ctx.model, &*ctx.optimizer),
-                                ctx.device,
-                                &report,
-                                Failure::TrainingState,
-                            )
-                        );
-                        return Err(Error::DoesNotFit { diagnosis, report });
+                        return Err(does_not_fit(ctx, report, Failure::TrainingState));
                     }
                     other => other?,
                 }
@@ -451,6 +434,16 @@ fn shrink_for_peer(sizes: &mut Sizes<'_>, step: u64, rank: usize, size: usize) -
             rank,
             what: "an out-of-memory it could not absorb",
         })
+    }
+}
+
+/// The run's error for `report`, an out-of-memory that `failure` describes: the diagnosis of
+/// what holds the memory, with the run's suggestion.
+fn does_not_fit(ctx: &StepContext<'_>, report: Box<OomReport>, failure: Failure) -> Error {
+    let diagnosis = diagnose((&*ctx.model, &*ctx.optimizer), ctx.device, &report, failure);
+    Error::DoesNotFit {
+        diagnosis: with_run_suggestion(diagnosis),
+        report,
     }
 }
 

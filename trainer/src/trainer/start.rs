@@ -19,7 +19,7 @@ use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
 use crate::model::{BuiltinModel, ModelFactory, TrainableModel};
 use crate::planning::budget::Budget;
-use crate::planning::diagnosis::{Failure, RUN_SUGGESTION};
+use crate::planning::diagnosis::{Failure, with_run_suggestion};
 use crate::planning::host_tier;
 use crate::planning::plan::Plan;
 use crate::planning::probe::Prober;
@@ -305,7 +305,7 @@ impl Inputs {
         )
         .map_err(|err| match err {
             Error::DoesNotFit { diagnosis, report } => Error::DoesNotFit {
-                diagnosis: format!("{diagnosis}\n{RUN_SUGGESTION}"),
+                diagnosis: with_run_suggestion(diagnosis),
                 report,
             },
             other => other,
@@ -538,10 +538,7 @@ fn build_model(
 fn explain_if_out_of_memory<T>(err: Error, prober: &Prober) -> Result<T> {
     match err.oom_report() {
         Some(report) => Err(Error::DoesNotFit {
-            diagnosis: format!(
-                "{}\n{RUN_SUGGESTION}",
-                prober.explain(report, Failure::TrainingState)?
-            ),
+            diagnosis: with_run_suggestion(prober.explain(report, Failure::TrainingState)?),
             report: Box::new(report.clone()),
         }),
         None => Err(err),

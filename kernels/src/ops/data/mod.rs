@@ -246,13 +246,7 @@ pub fn copy_range(
     len: usize,
 ) -> Result<()> {
     src.check_peer(dst, "copy_range")?;
-    src.device().backend().cast_range(
-        src.buffer(),
-        src_at,
-        dst.buffer_mut("copy_range")?,
-        dst_at,
-        len,
-    )
+    converted_range((src, src_at), (dst, dst_at), len, "copy_range")
 }
 
 /// [`copy_range`] between arrays of any two dtypes: the elements are converted to `dst`'s
@@ -265,13 +259,20 @@ pub fn cast_range(
     len: usize,
 ) -> Result<()> {
     src.device().check_same(dst.device(), "cast_range")?;
-    src.device().backend().cast_range(
-        src.buffer(),
-        src_at,
-        dst.buffer_mut("cast_range")?,
-        dst_at,
-        len,
-    )
+    converted_range((src, src_at), (dst, dst_at), len, "cast_range")
+}
+
+/// `len` elements of `src` from `src_at` into `dst` from `dst_at`, converted to `dst`'s dtype,
+/// for `op` (the arrays already checked to share a device).
+fn converted_range(
+    (src, src_at): (&Array, usize),
+    (dst, dst_at): (&mut Array, usize),
+    len: usize,
+    op: &'static str,
+) -> Result<()> {
+    src.device()
+        .backend()
+        .cast_range(src.buffer(), src_at, dst.buffer_mut(op)?, dst_at, len)
 }
 
 /// Copies `src` into `dst` in place (same shape, dtype and device).

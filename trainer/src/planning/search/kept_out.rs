@@ -22,7 +22,7 @@ pub(super) fn kept_out(config: &TrainConfig, ground: &Ground<'_>) -> Result<Opti
     if config.optimizer.in_backward == Some(false) {
         return Ok(None);
     }
-    let batch = config.batch.size.min(ground.task.train.len()).max(1);
+    let batch = ground.whole_batch(config);
     let step_limit = ground
         .budget
         .step_limit(config.batch.margin.unwrap_or(DEFAULT_MARGIN));
