@@ -2,14 +2,17 @@
 
 mod accounting;
 pub mod checkpoint;
+mod decoder;
 mod error;
 pub mod hf;
 mod init;
+mod json_fields;
 mod kv_cache;
 mod layer_kind;
 pub mod layers;
 pub mod lora;
 pub mod loss;
+pub mod models;
 mod module;
 pub mod optim;
 mod recompute;
@@ -18,6 +21,7 @@ mod streamed_pass;
 mod streaming;
 
 pub use accounting::{TrainingMemory, training_memory, training_memory_on};
+pub use decoder::{Gpt, HEAD_CHUNK_LOGITS};
 pub use error::{Error, Result};
 pub use init::{Init, Initializer};
 pub use kv_cache::KvCache;
@@ -25,16 +29,17 @@ pub use layer_kind::LayerKind;
 pub use layers::activation::{Activation, Dropout, DropoutCounter};
 pub use layers::attention::CausalSelfAttention;
 pub use layers::block::Block;
-pub use layers::block_mlp::{BlockMlp, MlpKind};
+pub use layers::block_mlp::{BlockMlp, GateActivation, MlpKind};
 pub use layers::embedding::Embedding;
-pub use layers::family::{Family, LlamaOptions};
-pub use layers::gpt::{Gpt, GptConfig, HEAD_CHUNK_LOGITS};
 pub use layers::layer_norm::LayerNorm;
 pub use layers::linear::Linear;
 pub use layers::norm::Norm;
 pub use layers::rms_norm::RmsNorm;
 pub use layers::rotary::RotaryEmbedding;
 pub use layers::sequential::{Sequential, mlp};
+pub use models::gemma3::Gemma3Options;
+pub use models::llama::LlamaOptions;
+pub use models::{Family, GptConfig};
 pub use module::{Module, visit_child, visit_child_mut};
 pub use optim::{
     AdamW, AdamWConfig, Landed, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, Shared,

@@ -10,10 +10,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use common::transformers_cases::{data, expected, max_abs_diff, run};
 use common::{TempDir, device, parameter_bytes};
-use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::hf::{self, LlamaConfig};
 use headroom_nn::{Error, Gpt, GptConfig, Initializer, Module};
@@ -25,59 +25,6 @@ const FAMILIES: [&str; 5] = [
     "tiny-qwen3",
     "tiny-mistral",
 ];
-
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
-}
-
-/// One case of `expected.json`: ids (`[rows, len]`), logits and loss.
-struct Case {
-    rows: usize,
-    ids: Vec<u32>,
-    logits: Vec<f64>,
-    loss: f64,
-}
-
-/// What transformers computed for the tiny model `name`: one row, then a batch of rows.
-fn expected(name: &str) -> Vec<Case> {
-    let text = std::fs::read(data(name).join("expected.json")).unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&text).unwrap();
-    let case = |json: &serde_json::Value| {
-        let ids = &json["ids"];
-        let (rows, ids): (usize, Vec<u32>) = match ids[0].as_array() {
-            Some(_) => {
-                let rows = ids.as_array().unwrap();
-                let flat = rows.iter().flat_map(|r| r.as_array().unwrap().clone());
-                (
-                    rows.len(),
-                    flat.map(|v| v.as_u64().unwrap() as u32).collect(),
-                )
-            }
-            None => (
-                1,
-                ids.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as u32)
-                    .collect(),
-            ),
-        };
-        let logits = json["logits"].as_array().unwrap();
-        Case {
-            rows,
-            ids,
-            logits: logits.iter().map(|v| v.as_f64().unwrap()).collect(),
-            loss: json["loss"].as_f64().unwrap(),
-        }
-    };
-    let mut cases = vec![case(&json)];
-    if json.get("batch").is_some() {
-        cases.push(case(&json["batch"]));
-    }
-    cases
-}
 
 /// The model a directory's configuration describes, with weights drawn from `seed`.
 fn model(device: &Device, dir: &Path, dtype: DType, seed: u64) -> Gpt {
@@ -93,29 +40,6 @@ fn loaded(device: &Device, dir: &Path, dtype: DType) -> Gpt {
     let mut gpt = model(device, dir, dtype, 7);
     hf::load_llama(dir, &mut gpt).unwrap();
     gpt
-}
-
-/// The model's logits and transformers' loss (labels = ids) of `case`.
-fn run(gpt: &Gpt, case: &Case) -> (Vec<f64>, f64) {
-    let device = gpt.tok_emb.weight.device();
-    let len = case.ids.len() / case.rows;
-    let ids = Tensor::from_host(device, [case.rows, len], &case.ids).unwrap();
-    let logits = gpt.forward(&ids).unwrap().to_f64().unwrap();
-    let row = |r: usize, from: usize, to: usize| case.ids[r * len + from..r * len + to].to_vec();
-    let inputs: Vec<u32> = (0..case.rows).flat_map(|r| row(r, 0, len - 1)).collect();
-    let targets: Vec<u32> = (0..case.rows).flat_map(|r| row(r, 1, len)).collect();
-    let inputs = Tensor::from_host(device, [case.rows, len - 1], &inputs).unwrap();
-    let targets = Tensor::from_host(device, [case.rows, len - 1], &targets).unwrap();
-    let loss = gpt.loss(&inputs, &targets, None).unwrap().to_f64().unwrap()[0];
-    (logits, loss)
-}
-
-fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
 }
 
 fn check_against_transformers(name: &str, dir: &Path) {

@@ -6,7 +6,8 @@ Usage: check_export.py EXPORTED_DIR [EXPECTED_JSON]
 
 Loads EXPORTED_DIR with `transformers.AutoModelForCausalLM.from_pretrained` (any architecture its
 config.json names: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-MistralForCausalLM; in float32, eager attention, with no missing or unexpected weights), runs the
+MistralForCausalLM, Gemma3ForCausalLM; in float32, eager attention, with no missing or
+unexpected weights), runs the
 ids of EXPECTED_JSON (by default nn/tests/data/tiny-gpt2/expected.json; the files are made by
 make_tiny_gpt2.py and make_tiny_llama.py) and compares the logits and the loss with the expected
 ones, and those of its `batch` case where it has one. Prints the largest differences and exits 0

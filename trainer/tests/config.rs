@@ -157,13 +157,17 @@ fn a_preset_sets_the_shape_and_the_file_and_flags_win_over_it() {
         (1024, 16, 2, true)
     );
     // A preset given from outside goes under the file.
-    let under = TrainConfig::from_toml_over("[model]\nwidth = 96\n", Some(Preset::Gpt2)).unwrap();
+    let under = TrainConfig::from_toml_over(
+        "[model]\nwidth = 96\n",
+        Some(Preset::named("gpt2").unwrap()),
+    )
+    .unwrap();
     let m = &under.model;
     assert_eq!((m.width, m.heads, m.layers), (96, 12, 12));
-    assert_eq!(m.preset, Some(Preset::Gpt2));
+    assert_eq!(m.preset, Some(Preset::named("gpt2").unwrap()));
     // The flags over both.
     let flags = Overrides {
-        preset: Some(Preset::Gpt2Xl),
+        preset: Some(Preset::named("gpt2-xl").unwrap()),
         context: Some(128),
         ..Overrides::default()
     };
@@ -173,7 +177,7 @@ fn a_preset_sets_the_shape_and_the_file_and_flags_win_over_it() {
         (m.width, m.heads, m.layers, m.context),
         (1600, 25, 48, Some(128))
     );
-    assert_eq!(Preset::Gpt2Large.shape().layers, 36);
+    assert_eq!(Preset::named("gpt2-large").unwrap().shape().layers, 36);
     // Written out and read back, a preset's run keeps its shape.
     let back = TrainConfig::from_toml_over(&config.to_toml(), None).unwrap();
     assert_eq!(back, config);

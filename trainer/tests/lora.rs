@@ -247,7 +247,7 @@ fn a_plan_that_fits_no_full_fine_tune_names_the_lora_run_that_fits() {
     use headroom_trainer::data::Task;
     use headroom_trainer::planning::{advise, plan, run_device};
     let mut config = Overrides {
-        preset: Some(Preset::Smollm2_135m),
+        preset: Some(Preset::named("smollm2-135m").unwrap()),
         context: Some(256),
         batch_size: Some(1),
         memory_limit: Some(headroom_alloc::ByteSize::mib(600)),

@@ -210,7 +210,7 @@ fn the_data_fixes_the_vocabulary_and_a_preset_context_holds_its_samples() {
         heads: 2,
         layers: 1,
         tie_embeddings: true,
-        ..ModelConfig::preset(Preset::Gpt2)
+        ..ModelConfig::preset(Preset::named("gpt2").unwrap())
     };
     // Addition's 13 tokens win over GPT-2's vocabulary; its samples fit GPT-2's 1024 positions.
     let trainer = Trainer::new(config.clone()).unwrap();
@@ -310,7 +310,7 @@ fn the_planner_grows_the_heads_chunk_into_what_the_micro_batch_leaves_and_a_resu
         heads: 2,
         layers: 1,
         context: Some(32),
-        ..ModelConfig::preset(Preset::Gpt2)
+        ..ModelConfig::preset(Preset::named("gpt2").unwrap())
     };
     config.data.kind = DataKind::UniformTokens;
     config.batch.micro = None;

@@ -73,7 +73,7 @@ fn init_from_takes_the_pretrained_shape() {
 #[test]
 fn the_pretrained_shape_wins_over_a_preset() {
     let overrides = Overrides {
-        preset: Some(Preset::Gpt2),
+        preset: Some(Preset::named("gpt2").unwrap()),
         ..Overrides::default()
     };
     let config = configured(&tiny(), overrides).unwrap();

@@ -70,7 +70,7 @@ use headroom_benches::fit_limits::{
 use headroom_benches::longest_context::{STEP, longest_context};
 use headroom_nn::lora::{LoraConfig, QuantizedBase};
 use headroom_trainer::config::{
-    ALL_PRESETS, DataKind, ParamDtype, PrecisionKind, Preset, Recompute, TrainConfig,
+    DataKind, ParamDtype, PrecisionKind, Preset, Recompute, TrainConfig,
 };
 use headroom_trainer::{Result, Trainer};
 
@@ -105,7 +105,7 @@ struct Args {
 impl Args {
     fn parse() -> std::result::Result<Self, String> {
         let mut device = "cpu".to_owned();
-        let (mut preset, mut context) = (Preset::Gpt2, None);
+        let (mut preset, mut context) = (Preset::named("gpt2").expect("a preset"), None);
         let (mut precisions, mut micro, mut steps) = (Vec::new(), None, 3);
         let mut recompute = Recompute::Cheap;
         let (mut rank, mut base) = (None, (ParamDtype::Bf16, None));
@@ -126,9 +126,7 @@ impl Args {
             match flag.as_str() {
                 "--device" => device = value.clone(),
                 "--preset" => {
-                    preset = ALL_PRESETS
-                        .into_iter()
-                        .find(|p| p.name() == value)
+                    preset = Preset::named(&value)
                         .ok_or_else(|| format!("--preset {value}: not a preset's name"))?
                 }
                 "--context" => context = Some(number()?.max(1)),
@@ -409,10 +407,10 @@ fn under_limits(args: &Args) -> Result<()> {
 /// Which GPT-2 presets train at a micro-batch of one under `limit`, the largest confirmed.
 fn largest_preset(args: &Args, limit: u64) -> Result<()> {
     let presets = [
-        Preset::Gpt2,
-        Preset::Gpt2Medium,
-        Preset::Gpt2Large,
-        Preset::Gpt2Xl,
+        Preset::named("gpt2").expect("a preset"),
+        Preset::named("gpt2-medium").expect("a preset"),
+        Preset::named("gpt2-large").expect("a preset"),
+        Preset::named("gpt2-xl").expect("a preset"),
     ];
     let mut lines = Vec::new();
     for &precision in &args.precisions {

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::hf::fields::{read_json, write_json};
+use crate::json_fields::{read_json, write_json};
 
 /// The file name of the generation defaults.
 pub const GENERATION_CONFIG: &str = "generation_config.json";
@@ -63,7 +63,7 @@ impl SpecialTokens {
     /// where the first is silent; none where neither file exists.
     pub fn read(dir: &Path) -> Result<Self> {
         let mut tokens = Self::default();
-        for name in [GENERATION_CONFIG, super::CONFIG_FILE] {
+        for name in [GENERATION_CONFIG, crate::json_fields::CONFIG_FILE] {
             let path = dir.join(name);
             if path.is_file() {
                 tokens.fill_from(&read_json(&path)?);

@@ -1,298 +1,261 @@
-//! Loading a Hugging Face GPT-2 directory into a [`Gpt`].
+//! Loading a Hugging Face directory laid out as Llama's (`[out, in]` weights under the
+//! family's names, the query, key and value projections apart) into a [`Gpt`] of its family:
+//! the Llama family and Gemma 3.
 
-use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use headroom_alloc::Tag;
-use headroom_kernels::{Array, DType, Shape};
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use headroom_kernels::{DType, Shape};
+use safetensors::tensor::TensorView;
 
 use crate::error::{Error, Result};
-use crate::hf::config::{CONFIG_FILE, Gpt2Config};
 use crate::hf::finite::non_finite;
-use crate::hf::names::{
-    LM_HEAD, Layout, PREFIX, WTE, hf_name, is_buffer, stored_dims, transpose_bytes,
-};
-use crate::layers::gpt::Gpt;
+use crate::hf::pretrained::Pretrained;
+use crate::hf::safetensors_file::{float_dtype, overwrite};
+use crate::hf::weight_files::{WeightFiles, by_name, model_dir};
+use crate::models::Family;
+use crate::models::llama::names::{EMBED, LM_HEAD, is_buffer};
+use crate::{Gpt, GptConfig};
 
-/// The file name of a model directory's weights.
-pub const WEIGHTS_FILE: &str = "model.safetensors";
-
-/// One parameter of the model and the tensor of the file that fills it.
-struct Source<'a> {
-    /// The tensor's name in the file.
-    key: String,
-    layout: Layout,
-    view: TensorView<'a>,
-    dtype: DType,
-    /// The parameter's shape.
-    shape: Shape,
+/// The file's tensors that fill one parameter, checked.
+struct Plan<'a> {
+    /// Its parts, stacked along the first axis, each with its name and file.
+    parts: Vec<(String, &'a Path, TensorView<'a>)>,
+    /// The dtype the parts are stored in.
+    stored: DType,
 }
 
-/// Fills every parameter of `gpt` from the Hugging Face GPT-2 directory `dir`: its
-/// `config.json` (see [`Gpt2Config::read`]) and its `model.safetensors`.
+/// Fills every parameter of `gpt` from the Hugging Face directory `dir` of its family
+/// (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `MistralForCausalLM` or
+/// `Gemma3ForCausalLM`): its `config.json` ([`Pretrained::read`]) and its `model.safetensors`,
+/// or the shards that
+/// `model.safetensors.index.json` lists, mapped into memory. `dir` may also be a Hugging Face
+/// cache entry (`models--{org}--{name}`), whose `refs/main` snapshot is read.
 ///
-/// - Both spellings of the names are read: with the `transformer.` prefix that
-///   `save_pretrained` writes (`transformer.h.0.attn.c_attn.weight`) and without it, as in the
-///   original `gpt2` upload (`h.0.attn.c_attn.weight`). The attention buffers
-///   `h.{i}.attn.bias` and `h.{i}.attn.masked_bias` are skipped.
-/// - `Conv1D` weights (`c_attn`, `c_proj`, `c_fc`), stored `[in, out]`, are transposed.
-/// - A tied model takes its head from `wte`; a `lm_head.weight` in the file must then equal
-///   `wte.weight`. An untied model needs `lm_head.weight`.
-/// - f32, f64, f16 and bf16 tensors are cast to each parameter's dtype.
-/// - A context smaller than `n_positions` takes the first rows of the position table (as
-///   nanoGPT's `crop_block_size`).
-/// - The layer norms take the file's `layer_norm_epsilon`; `n_head` must be the model's.
+/// - The query, key and value projections (`q_proj`, `k_proj`, `v_proj`, and their biases in
+///   Qwen2) fill the model's fused `attn.qkv` in that order.
+/// - A tied model takes its head from `model.embed_tokens`; a `lm_head.weight` in the files
+///   must then equal it. An untied model needs `lm_head.weight`.
+/// - Tensors are stored in the parameters' dtype as they are (bf16 into bf16, with no copy in
+///   another dtype); in another float dtype they are cast.
+/// - The model's shape and options (rotary base and scaling, norms' epsilon) must be the
+///   configuration's; its context may be shorter.
 ///
-/// Every name and shape is checked before anything changes, and nothing changes on an error:
-/// a tensor the model needs that is missing or of the wrong shape (both shapes in the message),
-/// that holds a NaN or an infinity (the first one's index in the stored shape in the message),
-/// or a tensor the model has no place for, is an [`Error::Checkpoint`] naming the first one; a
-/// file that is not a complete safetensors file is [`Error::CorruptCheckpoint`]; a missing file
-/// is [`Error::Io`].
-pub fn load_gpt2(dir: &Path, gpt: &mut Gpt) -> Result<()> {
-    if crate::module::Module::quantized_count(gpt) > 0 {
-        return Err(Error::config(
-            "gpt-2 import",
-            "the model stores weights quantized, which the GPT-2 loader does not fill \
-             (Llama-family models load quantized)"
-                .to_owned(),
-        ));
-    }
-    let config = Gpt2Config::read(dir)?;
-    if config.n_head != gpt.config().heads {
-        return Err(Error::Checkpoint {
-            path: dir.join(CONFIG_FILE),
-            key: "n_head".into(),
-            detail: format!(
-                "{} heads, where the model has {}",
-                config.n_head,
-                gpt.config().heads
-            ),
-        });
-    }
-    let path = dir.join(WEIGHTS_FILE);
-    let bytes = super::safetensors_file::read(&path)?;
-    let file = super::safetensors_file::parse(&path, &bytes)?;
-    let checker = Checker {
-        path: &path,
-        file: &file,
-        context: gpt.config().context,
-    };
-    let sources = checker.sources(gpt)?;
-    checker.check_rest(&sources, gpt.head.is_none())?;
-    let mut sources = sources.iter();
+/// Every name, shape and value is checked before any parameter changes: a tensor the model
+/// needs that is missing or of the wrong shape, holds a NaN or an infinity, or a tensor the
+/// model has no place for is an [`Error::Checkpoint`] naming it and its file; a file that is
+/// not a complete safetensors file is [`Error::CorruptCheckpoint`]. Parameters are then
+/// replaced one at a time (so that the old and the new weights are never all held at once):
+/// only running out of memory while doing so leaves some replaced.
+pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
+    let dir = model_dir(dir)?;
+    let config = Pretrained::read(&dir)?;
+    check_model(&dir, &config, gpt)?;
+    let files = WeightFiles::open(&dir)?;
+    let parsed = files.parse()?;
+    let tensors = by_name(&parsed)?;
+    let mut params = Vec::new();
+    crate::lora::visit_base(gpt, &mut |name, t| {
+        params.push((name.to_owned(), t.shape().clone()))
+    });
+    let quantized = gpt.quantized_weights_mut().into_iter();
+    let quantized: Vec<_> = quantized
+        .map(|(name, q)| (name, q.shape().clone()))
+        .collect();
+    let config = gpt.config();
+    let (q, kv) = (
+        config.heads * config.head_dim(),
+        config.kv_heads() * config.head_dim(),
+    );
+    let plans = params
+        .iter()
+        .chain(&quantized)
+        .map(|(name, shape)| {
+            let rows = match name.contains("attn.qkv.") {
+                true => vec![q, kv, kv],
+                false => vec![shape.dims()[0]],
+            };
+            plan(&tensors, &config.family, name, shape, &rows)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    check_rest(&tensors, &plans, gpt.head.is_none())?;
+    let mut plans = plans;
+    let quantized_plans = plans.split_off(params.len());
+    let mut plans = plans.into_iter();
     crate::lora::visit_base_mut(gpt, &mut |name, t| {
-        let source = sources.next().ok_or_else(|| Error::Checkpoint {
-            path: path.clone(),
+        let plan = plans.next().ok_or_else(|| Error::Checkpoint {
+            path: dir.clone(),
             key: name.to_owned(),
             detail: "the model changed while loading".into(),
         })?;
-        overwrite(t.array_mut(), source.dtype, &checker.bytes(source)?)
-    })?;
-    let eps = config.layer_norm_epsilon;
-    for block in &mut gpt.blocks {
-        block.ln1.set_eps(eps);
-        block.ln2.set_eps(eps);
-    }
-    gpt.ln_f.set_eps(eps);
-    Ok(())
-}
-
-/// Matches a model's parameters with the tensors of one file.
-struct Checker<'a> {
-    path: &'a Path,
-    file: &'a SafeTensors<'a>,
-    context: usize,
-}
-
-impl<'a> Checker<'a> {
-    fn error(&self, key: &str, detail: impl Into<String>) -> Error {
-        Error::Checkpoint {
-            path: self.path.to_owned(),
-            key: key.to_owned(),
-            detail: detail.into(),
-        }
-    }
-
-    /// The prefix the file's transformer tensors carry: `transformer.` when any name starts
-    /// with it, none otherwise.
-    fn prefix(&self) -> &'static str {
-        match self.file.names().iter().any(|n| n.starts_with(PREFIX)) {
-            true => PREFIX,
-            false => "",
-        }
-    }
-
-    /// The tensor of the file for each of the model's parameters, in visiting order, each
-    /// checked for its name, dtype and shape.
-    fn sources(&self, gpt: &Gpt) -> Result<Vec<Source<'a>>> {
-        let prefix = self.prefix();
-        let mut params = Vec::new();
-        crate::lora::visit_base(gpt, &mut |name, t| {
-            params.push((name.to_owned(), t.shape().clone()));
-        });
-        params
-            .into_iter()
-            .map(|(name, shape)| {
-                let (hf, layout) = hf_name(&name).ok_or_else(|| {
-                    self.error(&name, "a parameter GPT-2 has no tensor for".to_owned())
-                })?;
-                let key = match hf.as_str() {
-                    LM_HEAD => hf,
-                    _ => format!("{prefix}{hf}"),
-                };
-                let view = self.file.tensor(&key).map_err(|_| {
-                    self.error(
-                        &key,
-                        format!("missing: the model's `{name}` needs it, of shape {shape}"),
-                    )
-                })?;
-                let dtype = float_dtype(view.dtype()).ok_or_else(|| {
-                    self.error(
-                        &key,
-                        format!("holds {:?}, not floating point", view.dtype()),
-                    )
-                })?;
-                self.check_shape(&key, &view, shape.dims(), layout)?;
-                if let Some(found) = non_finite(view.data(), dtype, view.shape()) {
-                    return Err(self.error(&key, found.describe()));
-                }
-                Ok(Source {
-                    key,
-                    layout,
-                    view,
-                    dtype,
-                    shape,
-                })
-            })
-            .collect()
-    }
-
-    /// Checks that the file's tensor `key` fits a parameter of `dims` in `layout`.
-    fn check_shape(
-        &self,
-        key: &str,
-        view: &TensorView,
-        dims: &[usize],
-        layout: Layout,
-    ) -> Result<()> {
-        let stored = view.shape();
-        let fits = match layout {
-            Layout::Positions => matches!(
-                (stored, dims),
-                (&[rows, width], &[context, want]) if width == want && rows >= context
-            ),
-            Layout::Same | Layout::Transposed => stored == stored_dims(dims, layout).as_slice(),
+        let bytes: std::borrow::Cow<'_, [u8]> = match plan.parts.as_slice() {
+            [(_, _, view)] => view.data().into(),
+            parts => parts
+                .iter()
+                .flat_map(|(_, _, v)| v.data())
+                .copied()
+                .collect::<Vec<u8>>()
+                .into(),
         };
-        if fits {
-            return Ok(());
-        }
-        let want = Shape::new(&stored_dims(dims, layout));
-        let mut detail = format!("holds {}, the model needs {want}", Shape::new(stored));
-        match layout {
-            Layout::Transposed => detail.push_str(" (a Conv1D weight, stored [in, out])"),
-            Layout::Positions => {
-                detail.push_str(&format!(" or more rows (a context of {})", self.context))
-            }
-            Layout::Same => {}
-        }
-        Err(self.error(key, detail))
-    }
-
-    /// Checks the tensors no parameter takes: a tied head equal to the token embedding, the
-    /// attention buffers, and nothing else.
-    fn check_rest(&self, sources: &[Source], tied: bool) -> Result<()> {
-        let used: HashSet<&str> = sources.iter().map(|s| s.key.as_str()).collect();
-        let mut rest: Vec<&str> = self
-            .file
-            .names()
-            .into_iter()
-            .filter(|name| !used.contains(name) && !is_buffer(name))
+        overwrite(t.array_mut(), plan.stored, &bytes)
+    })?;
+    // Weights stored quantized: quantized on the host one at a time, only their codes uploaded.
+    for ((_, stored), plan) in gpt.quantized_weights_mut().into_iter().zip(quantized_plans) {
+        let values: Vec<f32> = plan
+            .parts
+            .iter()
+            .flat_map(|(_, _, view)| host_f32(view.data(), plan.stored))
             .collect();
-        rest.sort();
-        if tied && let Some(at) = rest.iter().position(|name| *name == LM_HEAD) {
-            rest.remove(at);
-            self.check_tied_head()?;
-        }
-        match rest.first() {
-            Some(name) => Err(self.error(
-                name,
-                "the model has no parameter for this tensor (another architecture or size?)",
-            )),
-            None => Ok(()),
-        }
+        stored.write(&values)?;
     }
-
-    /// Checks that `lm_head.weight` holds the token embedding, as a tied model needs.
-    fn check_tied_head(&self) -> Result<()> {
-        let wte = format!("{}{WTE}", self.prefix());
-        let head = self
-            .file
-            .tensor(LM_HEAD)
-            .map_err(|err| self.error(LM_HEAD, err.to_string()))?;
-        let same = self.file.tensor(&wte).is_ok_and(|wte| {
-            wte.shape() == head.shape() && wte.dtype() == head.dtype() && wte.data() == head.data()
-        });
-        match same {
-            true => Ok(()),
-            false => Err(self.error(
-                LM_HEAD,
-                format!(
-                    "differs from `{wte}`, and the model ties its head to the token embedding \
-                     (build it with tie_embeddings false)"
-                ),
-            )),
-        }
-    }
-
-    /// The bytes of the parameter `source` fills, in its file's dtype, laid out as the
-    /// parameter is.
-    fn bytes<'b>(&self, source: &'b Source) -> Result<Cow<'b, [u8]>> {
-        let element = source.dtype.size();
-        let data = source.view.data();
-        let dims = source.shape.dims();
-        Ok(match (source.layout, source.view.shape()) {
-            (Layout::Transposed, &[rows, cols]) => {
-                Cow::Owned(transpose_bytes(data, rows, cols, element))
-            }
-            (Layout::Positions, _) => {
-                let len = dims.iter().product::<usize>() * element;
-                Cow::Borrowed(
-                    data.get(..len)
-                        .ok_or_else(|| self.error(&source.key, "shorter than its shape"))?,
-                )
-            }
-            _ => Cow::Borrowed(data),
-        })
-    }
-}
-
-/// Overwrites `array` with `bytes` of `stored` in place, so that a model's old and new weights
-/// are never both held and its memory stays laid out as it was built; an array another handle
-/// shares gets new memory.
-pub(crate) fn overwrite(array: &mut Array, stored: DType, bytes: &[u8]) -> Result<()> {
-    if !array.is_shared() {
-        return Ok(array.write_bytes(stored, bytes)?);
-    }
-    let device = array.device().clone();
-    let _weights = device.scoped_tag(Tag::WEIGHTS);
-    let loaded = Array::from_bytes(&device, array.shape().clone(), stored, bytes)?;
-    *array = match stored == array.dtype() {
-        true => loaded,
-        false => loaded.cast(array.dtype())?,
-    };
     Ok(())
 }
 
-/// Headroom's dtype of a floating-point safetensors dtype.
-pub(crate) fn float_dtype(dtype: Dtype) -> Option<DType> {
-    match dtype {
-        Dtype::F32 => Some(DType::F32),
-        Dtype::F64 => Some(DType::F64),
-        Dtype::F16 => Some(DType::F16),
-        Dtype::BF16 => Some(DType::BF16),
-        _ => None,
+/// Little-endian values of `dtype` (a float dtype the loader accepts) as f32.
+fn host_f32(bytes: &[u8], dtype: DType) -> Vec<f32> {
+    let size = dtype.size();
+    let value = |b: &[u8]| match dtype {
+        DType::F64 => f64::from_le_bytes(b.try_into().unwrap_or_default()) as f32,
+        DType::F32 => f32::from_le_bytes(b.try_into().unwrap_or_default()),
+        DType::F16 => half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+        _ => half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+    };
+    bytes.chunks_exact(size).map(value).collect()
+}
+
+/// Checks that `gpt` has the shape and the options of `config` (but for a shorter context).
+fn check_model(dir: &Path, config: &Pretrained, gpt: &Gpt) -> Result<()> {
+    let theirs = config.gpt_config(gpt.config().dropout);
+    let ours = gpt.config();
+    let differ = |field: &str, detail: String| Error::Checkpoint {
+        path: dir.join(crate::json_fields::CONFIG_FILE),
+        key: field.to_owned(),
+        detail,
+    };
+    if std::mem::discriminant(&ours.family) != std::mem::discriminant(&theirs.family)
+        || matches!(ours.family, Family::Gpt2)
+    {
+        let detail = format!(
+            "a checkpoint of {}, where the model is of {}",
+            theirs.family.name(),
+            ours.family.name()
+        );
+        return Err(differ("architectures", detail));
     }
+    if ours.context > theirs.context {
+        let detail = format!(
+            "{} positions, where the model reads {}",
+            theirs.context, ours.context
+        );
+        return Err(differ("max_position_embeddings", detail));
+    }
+    let same_shape = GptConfig {
+        context: ours.context,
+        ..theirs
+    };
+    if same_shape != *ours {
+        let detail =
+            format!("the checkpoint's model is {same_shape:?}, where the model is {ours:?}");
+        return Err(differ("(shape)", detail));
+    }
+    Ok(())
+}
+
+/// The parts that fill the parameter `name` of `shape`, each checked: part `i` holds `rows[i]`
+/// rows of the parameter.
+fn plan<'a>(
+    tensors: &HashMap<String, (&'a Path, TensorView<'a>)>,
+    family: &Family,
+    name: &str,
+    shape: &Shape,
+    rows: &[usize],
+) -> Result<Plan<'a>> {
+    let keys = family.hf_names(name).ok_or_else(|| Error::Checkpoint {
+        path: Path::new("(model)").to_owned(),
+        key: name.to_owned(),
+        detail: "a parameter the family has no tensor for".into(),
+    })?;
+    let mut parts = Vec::new();
+    let mut stored = None;
+    for (key, &part_rows) in keys.into_iter().zip(rows) {
+        let Some((path, view)) = tensors.get(&key) else {
+            let detail = format!("missing: the model's `{name}` needs it (of shape {shape})");
+            return Err(Error::Checkpoint {
+                path: Path::new("(weights)").to_owned(),
+                key,
+                detail,
+            });
+        };
+        let error = |detail: String| Error::Checkpoint {
+            path: path.to_path_buf(),
+            key: key.clone(),
+            detail,
+        };
+        let dtype = float_dtype(view.dtype())
+            .ok_or_else(|| error(format!("holds {:?}, not floating point", view.dtype())))?;
+        if stored.is_some_and(|s| s != dtype) {
+            return Err(error(format!(
+                "holds {dtype}, where the other parts of `{name}` hold another"
+            )));
+        }
+        stored = Some(dtype);
+        let mut want = shape.dims().to_vec();
+        want[0] = part_rows;
+        if view.shape() != want.as_slice() {
+            let detail = format!(
+                "holds {}, where the model's `{name}` ({shape}) needs {}",
+                Shape::new(view.shape()),
+                Shape::new(&want)
+            );
+            return Err(error(detail));
+        }
+        if let Some(found) = non_finite(view.data(), dtype, view.shape()) {
+            return Err(error(found.describe()));
+        }
+        parts.push((key, *path, view.clone()));
+    }
+    let stored = stored.unwrap_or(DType::F32);
+    Ok(Plan { parts, stored })
+}
+
+/// Checks the tensors no parameter takes: a tied head equal to the token embedding, the
+/// rotary buffers, and nothing else.
+fn check_rest(
+    tensors: &HashMap<String, (&Path, TensorView)>,
+    plans: &[Plan],
+    tied: bool,
+) -> Result<()> {
+    let used: HashSet<&str> = plans
+        .iter()
+        .flat_map(|p| p.parts.iter().map(|(k, _, _)| k.as_str()))
+        .collect();
+    let mut rest: Vec<&String> = tensors
+        .keys()
+        .filter(|k| !used.contains(k.as_str()) && !is_buffer(k))
+        .collect();
+    rest.sort();
+    for key in rest {
+        let (path, view) = &tensors[key];
+        let error = |detail: &str| Error::Checkpoint {
+            path: path.to_path_buf(),
+            key: key.clone(),
+            detail: detail.to_owned(),
+        };
+        if tied && key == LM_HEAD {
+            let same = tensors.get(EMBED).is_some_and(|(_, embed)| {
+                embed.shape() == view.shape() && embed.data() == view.data()
+            });
+            if !same {
+                return Err(error(
+                    "differs from the token embedding, and the model ties its head to it \
+                     (build it with tie_embeddings false)",
+                ));
+            }
+            continue;
+        }
+        return Err(error(
+            "the model has no parameter for this tensor (another architecture or size?)",
+        ));
+    }
+    Ok(())
 }

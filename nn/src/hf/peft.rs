@@ -13,11 +13,11 @@ use headroom_autograd::Tensor;
 use headroom_kernels::{Array, DType, DeviceKind};
 use serde_json::{Value, json};
 
+use crate::decoder::Gpt;
 use crate::error::{Error, Result};
-use crate::hf::import::float_dtype;
 use crate::hf::safetensors_file;
+use crate::hf::safetensors_file::float_dtype;
 use crate::init::Initializer;
-use crate::layers::gpt::Gpt;
 use crate::lora::{Attached, LoraConfig, LoraTargets, attach};
 use crate::module::Module;
 

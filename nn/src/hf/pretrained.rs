@@ -6,27 +6,33 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::hf::config::Gpt2Config;
-use crate::hf::fields::read_json;
-use crate::hf::llama_config::LlamaConfig;
 use crate::hf::peft::{ADAPTER_CONFIG, PeftAdapter, load_peft};
 use crate::hf::weight_files::model_dir;
-use crate::layers::gpt::{Gpt, GptConfig};
+use crate::json_fields::{CONFIG_FILE, read_json};
+use crate::models::gemma3::Gemma3Config;
+use crate::models::gemma3::config::is_gemma3;
+use crate::models::gpt2::Gpt2Config;
+use crate::models::llama::LlamaConfig;
+use crate::models::{gemma3, gpt2, llama};
+use crate::{Gpt, GptConfig};
 
-/// The configuration of a pretrained model directory, of GPT-2's family or the Llama family's.
+/// The configuration of a pretrained model directory, of any family Headroom reads.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pretrained {
     /// `GPT2LMHeadModel`.
     Gpt2(Gpt2Config),
     /// `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM` or `MistralForCausalLM`.
     Llama(LlamaConfig),
+    /// `Gemma3ForCausalLM`.
+    Gemma3(Gemma3Config),
 }
 
 impl Pretrained {
     /// Reads the `config.json` of `dir` (or of the snapshot of a Hugging Face cache entry,
     /// [`model_dir`]), by its `model_type` (or `architectures`): `gpt2` as
-    /// [`Gpt2Config::read`], any other as [`LlamaConfig::read`], which names the
-    /// architectures it reads when the file's is not among them.
+    /// [`Gpt2Config::read`], `gemma3_text` as [`Gemma3Config::read`], any other as
+    /// [`LlamaConfig::read`], which names the architectures it reads when the file's is not
+    /// among them.
     ///
     /// A PEFT adapter directory reads as its base model's ([`adapter_base`]).
     pub fn read(dir: &Path) -> Result<Self> {
@@ -34,7 +40,7 @@ impl Pretrained {
             return Self::read(&adapter_base(dir)?);
         }
         let dir = model_dir(dir)?;
-        let path = dir.join(super::CONFIG_FILE);
+        let path = dir.join(CONFIG_FILE);
         let value = read_json(&path)?;
         let gpt2 = value.get("model_type").and_then(Value::as_str) == Some("gpt2")
             || value
@@ -42,8 +48,11 @@ impl Pretrained {
                 .and_then(|a| a.get(0))
                 .and_then(Value::as_str)
                 == Some("GPT2LMHeadModel");
-        match gpt2 {
-            true => Ok(Self::Gpt2(Gpt2Config::from_json(&path, &value)?)),
+        if gpt2 {
+            return Ok(Self::Gpt2(Gpt2Config::from_json(&path, &value)?));
+        }
+        match is_gemma3(&value) {
+            true => Ok(Self::Gemma3(Gemma3Config::from_json(&path, &value)?)),
             false => Ok(Self::Llama(LlamaConfig::from_json(&path, &value)?)),
         }
     }
@@ -53,6 +62,7 @@ impl Pretrained {
         match self {
             Self::Gpt2(config) => config.gpt_config(dropout),
             Self::Llama(config) => config.gpt_config(dropout),
+            Self::Gemma3(config) => config.gpt_config(dropout),
         }
     }
 
@@ -61,19 +71,21 @@ impl Pretrained {
         match self {
             Self::Gpt2(config) => config.layer_norm_epsilon,
             Self::Llama(config) => config.options.norm_eps,
+            Self::Gemma3(config) => config.options.norm_eps,
         }
     }
 
     /// The `config.json` field that holds a [`GptConfig`] field, for messages.
     pub fn field(&self, field: &str) -> &'static str {
         match self {
-            Self::Gpt2(_) => super::config::hf_field(field),
-            Self::Llama(_) => super::llama_config::hf_field(field),
+            Self::Gpt2(_) => gpt2::config::hf_field(field),
+            Self::Llama(_) => llama::config::hf_field(field),
+            Self::Gemma3(_) => gemma3::config::hf_field(field),
         }
     }
 
-    /// Fills every parameter of `gpt` from the weights of `dir` ([`load_gpt2`] or
-    /// [`load_llama`]).
+    /// Fills every parameter of `gpt` from the weights of `dir` ([`load_gpt2`], or
+    /// [`load_llama`] for every family laid out as Llama's).
     ///
     /// [`load_gpt2`]: crate::hf::load_gpt2
     /// [`load_llama`]: crate::hf::load_llama
@@ -86,7 +98,7 @@ impl Pretrained {
         }
         match self {
             Self::Gpt2(_) => super::load_gpt2(&model_dir(dir)?, gpt),
-            Self::Llama(_) => super::load_llama(dir, gpt),
+            Self::Llama(_) | Self::Gemma3(_) => super::load_llama(dir, gpt),
         }
     }
 }

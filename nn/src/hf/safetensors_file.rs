@@ -3,10 +3,15 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use headroom_alloc::Tag;
+use headroom_kernels::{Array, DType};
 use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype, TensorView};
 
 use crate::error::{Error, Result};
+
+/// The file name of a model directory's weights.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
 
 /// The bytes of the file at `path`.
 pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
@@ -48,4 +53,32 @@ pub(crate) fn write_f32(path: &Path, tensors: &[(String, Vec<usize>, Vec<u8>)]) 
         }
     })?;
     crate::checkpoint::write_atomically(path, &buffer)
+}
+
+/// Overwrites `array` with `bytes` of `stored` in place, so that a model's old and new weights
+/// are never both held and its memory stays laid out as it was built; an array another handle
+/// shares gets new memory.
+pub(crate) fn overwrite(array: &mut Array, stored: DType, bytes: &[u8]) -> Result<()> {
+    if !array.is_shared() {
+        return Ok(array.write_bytes(stored, bytes)?);
+    }
+    let device = array.device().clone();
+    let _weights = device.scoped_tag(Tag::WEIGHTS);
+    let loaded = Array::from_bytes(&device, array.shape().clone(), stored, bytes)?;
+    *array = match stored == array.dtype() {
+        true => loaded,
+        false => loaded.cast(array.dtype())?,
+    };
+    Ok(())
+}
+
+/// Headroom's dtype of a floating-point safetensors dtype.
+pub(crate) fn float_dtype(dtype: Dtype) -> Option<DType> {
+    match dtype {
+        Dtype::F32 => Some(DType::F32),
+        Dtype::F64 => Some(DType::F64),
+        Dtype::F16 => Some(DType::F16),
+        Dtype::BF16 => Some(DType::BF16),
+        _ => None,
+    }
 }

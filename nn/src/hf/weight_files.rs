@@ -13,8 +13,8 @@ use safetensors::tensor::{SafeTensors, TensorView};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::hf::fields::read_json;
 use crate::hf::hub_cache::cached_model;
+use crate::json_fields::read_json;
 
 /// The file name of a sharded model's index.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
@@ -29,7 +29,7 @@ pub fn model_dir(dir: &Path) -> Result<PathBuf> {
     if let Some(entry) = cached_model(dir) {
         return model_dir(&entry);
     }
-    if dir.join(super::CONFIG_FILE).exists() || !dir.join("snapshots").is_dir() {
+    if dir.join(crate::json_fields::CONFIG_FILE).exists() || !dir.join("snapshots").is_dir() {
         return Ok(dir.to_owned());
     }
     let snapshots = dir.join("snapshots");

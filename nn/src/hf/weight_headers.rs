@@ -12,14 +12,16 @@ use std::path::{Path, PathBuf};
 use headroom_kernels::{DType, Device, DeviceConfig, Shape};
 use safetensors::tensor::{Metadata, TensorInfo};
 
+use crate::decoder::Gpt;
 use crate::error::{Error, Result};
-use crate::hf::import::{WEIGHTS_FILE, float_dtype};
 use crate::hf::peft::{ADAPTER_WEIGHTS, PeftAdapter};
 use crate::hf::pretrained::{Pretrained, adapter_base};
+use crate::hf::safetensors_file::{WEIGHTS_FILE, float_dtype};
 use crate::hf::weight_files::{INDEX_FILE, model_dir, weight_paths};
-use crate::hf::{llama_names, names};
 use crate::init::Initializer;
-use crate::layers::gpt::Gpt;
+use crate::models::Family;
+use crate::models::gpt2::names;
+use crate::models::llama::names as llama_names;
 
 /// The largest header read: safetensors' own bound (100 MB).
 const MAX_HEADER: u64 = 100_000_000;
@@ -73,7 +75,7 @@ pub fn check_weights(dir: &Path) -> Result<()> {
             let rest = |key: &str| names::is_buffer(key) || (tied && key == names::LM_HEAD);
             check_tensors(&path, &tensors, &wanted, rest)
         }
-        Pretrained::Llama(_) => {
+        Pretrained::Llama(_) | Pretrained::Gemma3(_) => {
             let paths = weight_paths(&dir)?;
             let source = match dir.join(INDEX_FILE) {
                 index if index.exists() => index,
@@ -87,7 +89,7 @@ pub fn check_weights(dir: &Path) -> Result<()> {
             );
             let mut wanted = Vec::new();
             for (name, dims) in &params {
-                wanted.extend(llama_wanted(name, dims, (q, kv))?);
+                wanted.extend(named_wanted(&config.family, name, dims, (q, kv))?);
             }
             let rest =
                 |key: &str| llama_names::is_buffer(key) || (tied && key == llama_names::LM_HEAD);
@@ -114,13 +116,18 @@ fn gpt2_wanted(name: &str, dims: &[usize], prefix: &str) -> Result<Wanted> {
     })
 }
 
-/// The tensors of a Llama-family file that fill the parameter `name` of `dims`, with `q` and
-/// `kv` rows of the fused `attn.qkv` from each projection.
-fn llama_wanted(name: &str, dims: &[usize], (q, kv): (usize, usize)) -> Result<Vec<Wanted>> {
-    let keys = llama_names::hf_names(name).ok_or_else(|| Error::Checkpoint {
+/// The tensors of a file of `family` (laid out as Llama's) that fill the parameter `name` of
+/// `dims`, with `q` and `kv` rows of the fused `attn.qkv` from each projection.
+fn named_wanted(
+    family: &Family,
+    name: &str,
+    dims: &[usize],
+    (q, kv): (usize, usize),
+) -> Result<Vec<Wanted>> {
+    let keys = family.hf_names(name).ok_or_else(|| Error::Checkpoint {
         path: PathBuf::from("(model)"),
         key: name.to_owned(),
-        detail: "a parameter the Llama family has no tensor for".into(),
+        detail: "a parameter the family has no tensor for".into(),
     })?;
     let rows = match name.contains("attn.qkv.") {
         true => vec![q, kv, kv],

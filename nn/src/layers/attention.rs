@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
 use crate::kv_cache::BlockKv;
 use crate::layers::activation::{Dropout, DropoutCounter};
-use crate::layers::family::LlamaOptions;
 use crate::layers::linear::Linear;
 use crate::layers::rms_norm::RmsNorm;
 use crate::layers::rotary::RotaryEmbedding;
@@ -20,8 +19,8 @@ use crate::module::{Module, visit_child, visit_child_mut};
 /// key/value heads of `head_dim` features (each key/value head shared by `heads / kv_heads`
 /// query heads, read in place, never repeated), an optional RMSNorm over each query and key
 /// head (`q_norm`, `k_norm`), rotary positions on queries and keys when the family has them,
-/// scores masked to the past and scaled by `1 / sqrt(head_dim)`, and an output projection
-/// (`proj`, `heads head_dim -> C`).
+/// scores masked to the past (or a window of it) and scaled by `1 / sqrt(head_dim)` unless the
+/// family says otherwise, and an output projection (`proj`, `heads head_dim -> C`).
 ///
 /// The attention itself runs memory-efficiently
 /// ([`Tensor::scaled_dot_product_attention`]): a training step keeps no `T x T` weights. With
@@ -43,6 +42,10 @@ pub struct CausalSelfAttention {
     kv_heads: usize,
     /// Features per head.
     head_dim: usize,
+    /// The scores' factor.
+    scale: f64,
+    /// Keys a query sees, itself included; none: the whole past.
+    window: Option<usize>,
     /// Turns queries and keys by their positions; none where positions are learned (GPT-2).
     rotary: Option<RotaryEmbedding>,
     attention_dropout: Dropout,
@@ -81,6 +84,8 @@ impl CausalSelfAttention {
             heads,
             kv_heads: heads,
             head_dim: width / heads,
+            scale: 1.0 / ((width / heads) as f64).sqrt(),
+            window: None,
             rotary: None,
             attention_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
             residual_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
@@ -88,35 +93,40 @@ impl CausalSelfAttention {
         })
     }
 
-    /// A Llama-family attention over `width` features in `heads` query heads, shaped by
-    /// `options` (key/value heads, head size, query/key norms, q/k/v biases), turned by
-    /// `rotary`; weights normal with std 0.02, the output projection's `proj_std`, no output
-    /// bias.
+    /// A grouped attention over `width` features in `heads` query heads, shaped by `shape`,
+    /// turned by `rotary`; weights normal with std 0.02, the output projection's `proj_std`, no
+    /// output bias.
     pub fn grouped(
         init: &mut Initializer,
         (width, heads): (usize, usize),
-        options: &LlamaOptions,
+        shape: &GroupedAttention,
         rotary: &RotaryEmbedding,
         proj_std: f64,
         dropout: (f64, &DropoutCounter),
     ) -> Result<Self> {
-        if let Some((field, detail)) = options.problems(heads).into_iter().next() {
-            return Err(Error::config("attention", format!("{field}: {detail}")));
+        let (kv_heads, head_dim) = (shape.kv_heads, shape.head_dim);
+        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) || head_dim == 0 {
+            let detail = format!(
+                "{kv_heads} key/value heads of {head_dim} features for {heads} query heads"
+            );
+            return Err(Error::config("attention", detail));
         }
-        let (kv_heads, head_dim) = (options.kv_heads, options.head_dim);
         let zero = Init::Constant(0.0);
         let outputs = (heads + 2 * kv_heads) * head_dim;
         let qkv = Linear::with_init(
             init,
             width,
             outputs,
-            options.qkv_bias,
+            shape.qkv_bias,
             Init::Normal(0.02),
             zero,
         )?;
-        let mut head_norm = || match options.qk_norm {
-            true => RmsNorm::new(init, head_dim, options.norm_eps).map(Some),
-            false => Ok(None),
+        let mut head_norm = || match shape.head_norm {
+            Some(HeadNorm { eps, unit_offset }) => match unit_offset {
+                true => RmsNorm::new_unit_offset(init, head_dim, eps).map(Some),
+                false => RmsNorm::new(init, head_dim, eps).map(Some),
+            },
+            None => Ok(None),
         };
         let (q_norm, k_norm) = (head_norm()?, head_norm()?);
         let proj = Linear::with_init(
@@ -136,6 +146,8 @@ impl CausalSelfAttention {
             heads,
             kv_heads,
             head_dim,
+            scale: shape.scale,
+            window: shape.window,
             rotary: Some(rotary.clone()),
             attention_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
             residual_dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
@@ -163,6 +175,37 @@ impl CausalSelfAttention {
     pub fn head_dim(&self) -> usize {
         self.head_dim
     }
+
+    /// Keys each query sees, itself included; none when it sees the whole past.
+    pub fn window(&self) -> Option<usize> {
+        self.window
+    }
+}
+
+/// The shape of a grouped attention, as a family's options give it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupedAttention {
+    /// Key/value heads; they divide the query heads.
+    pub kv_heads: usize,
+    /// Features per head.
+    pub head_dim: usize,
+    /// Biases on the query, key and value projections.
+    pub qkv_bias: bool,
+    /// An RMSNorm over each query and key head, before the rotation.
+    pub head_norm: Option<HeadNorm>,
+    /// The scores' factor, usually `1 / sqrt(head_dim)`.
+    pub scale: f64,
+    /// Keys a query sees, itself included; none: the whole past.
+    pub window: Option<usize>,
+}
+
+/// The RMSNorm of [`GroupedAttention::head_norm`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeadNorm {
+    /// Added to the mean square.
+    pub eps: f64,
+    /// Scales by `1 + weight` (Gemma).
+    pub unit_offset: bool,
 }
 
 impl Module for CausalSelfAttention {
@@ -272,7 +315,7 @@ impl CausalSelfAttention {
     }
 
     fn scale(&self) -> f64 {
-        1.0 / (self.head_dim as f64).sqrt()
+        self.scale
     }
 
     /// The attention of queries, keys and values already projected (`qkv`, the `qkv` layer's
@@ -292,7 +335,7 @@ impl CausalSelfAttention {
             let how = Attention {
                 scale: self.scale(),
                 causal: true,
-                window: None,
+                window: self.window,
                 dropout,
             };
             q.scaled_dot_product_attention(&k, &v, how)?
@@ -307,12 +350,18 @@ impl CausalSelfAttention {
             unreachable!("queries are [B, heads, T, D]")
         };
         let (kv, group) = (self.kv_heads, h / self.kv_heads);
-        // Scale, causal mask and softmax in one pass that keeps only the weights.
-        let weights = q
-            .reshape([b, kv, group * t, d])?
-            .matmul_t(k, false, true)?
-            .reshape([b, h, t, t])?
-            .attention_softmax(self.scale(), true)?;
+        // Scale, causal mask and softmax in one pass that keeps only the weights; a window
+        // masks the scores first.
+        let scores = q.reshape([b, kv, group * t, d])?.matmul_t(k, false, true)?;
+        let weights = match self.window {
+            None => scores
+                .reshape([b, h, t, t])?
+                .attention_softmax(self.scale(), true)?,
+            Some(window) => scores
+                .add(&mask(&scores, (0, t), group, Some(window))?)?
+                .reshape([b, h, t, t])?
+                .attention_softmax(self.scale(), false)?,
+        };
         let weights = self.attention_dropout.forward(&weights)?;
         Ok(weights
             .reshape([b, kv, group * t, t])?
@@ -345,20 +394,21 @@ impl CausalSelfAttention {
             let how = Attention {
                 scale: self.scale(),
                 causal: true,
-                window: None,
+                window: self.window,
                 dropout: None,
             };
             q.scaled_dot_product_attention(&kv.keys, &kv.values, how)?
         } else {
             // [B, kv_heads, group * t, offset + t] scores, each group of query heads as rows
-            // over its key/value head; the new positions do not see each other's future.
+            // over its key/value head; the new positions do not see each other's future, nor
+            // keys that have left their window.
             let (h, d) = (self.heads, self.head_dim);
             let group = h / self.kv_heads;
             let mut scores = q
                 .reshape([b, self.kv_heads, group * t, d])?
                 .matmul_t(&kv.keys, false, true)?;
-            if t > 1 {
-                scores = scores.add(&future_mask(&scores, offset, t, group)?)?;
+            if t > 1 || self.window.is_some_and(|w| offset + t > w) {
+                scores = scores.add(&mask(&scores, (offset, t), group, self.window)?)?;
             }
             scores
                 .attention_softmax(self.scale(), false)?
@@ -370,13 +420,23 @@ impl CausalSelfAttention {
 }
 
 /// `[group * t, offset + t]` in the dtype of `scores`: minus infinity where the column (a key's
-/// position) is after the row's query position (`offset + row % t`), 0 elsewhere.
-fn future_mask(scores: &Tensor, offset: usize, t: usize, group: usize) -> Result<Tensor> {
+/// position) is after the row's query position (`offset + row % t`) or, with a window, at or
+/// before that position less the window; 0 elsewhere.
+fn mask(
+    scores: &Tensor,
+    (offset, t): (usize, usize),
+    group: usize,
+    window: Option<usize>,
+) -> Result<Tensor> {
     let cols = offset + t;
     let mask: Vec<f64> = (0..group * t * cols)
-        .map(|i| match i % cols > offset + (i / cols) % t {
-            true => f64::NEG_INFINITY,
-            false => 0.0,
+        .map(|i| {
+            let (key, query) = (i % cols, offset + (i / cols) % t);
+            let gone = window.is_some_and(|w| key + w <= query);
+            match key > query || gone {
+                true => f64::NEG_INFINITY,
+                false => 0.0,
+            }
         })
         .collect();
     Ok(Tensor::from_f64(

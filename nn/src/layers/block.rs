@@ -10,17 +10,15 @@ use crate::layer_kind::LayerKind;
 use crate::layers::activation::DropoutCounter;
 use crate::layers::attention::CausalSelfAttention;
 use crate::layers::block_mlp::{BlockMlp, MlpKind, each_of, products};
-use crate::layers::family::LlamaOptions;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
 use crate::layers::norm::Norm;
-use crate::layers::rms_norm::RmsNorm;
-use crate::layers::rotary::RotaryEmbedding;
 use crate::layers::tiled_mlp::MlpSublayer;
 use crate::module::{Module, visit_child, visit_child_mut};
 
-/// `x + attn(ln1(x))`, then `+ mlp(ln2(x))`: GPT-2's pre-norm block, and the Llama family's
-/// with RMSNorm, grouped rotary attention and a SwiGLU MLP.
+/// `x + attn(ln1(x))`, then `+ mlp(ln2(x))`: GPT-2's pre-norm block, the Llama family's with
+/// RMSNorm, grouped rotary attention and a SwiGLU MLP, and Gemma's with each sublayer's output
+/// normed again (`x + post_attn(attn(ln1(x)))`).
 #[derive(Debug, Clone)]
 pub struct Block {
     /// Before attention.
@@ -31,6 +29,10 @@ pub struct Block {
     pub ln2: Norm,
     /// The MLP.
     pub mlp: BlockMlp,
+    /// On the attention's output, where the family norms it (Gemma).
+    pub post_attn: Option<Norm>,
+    /// On the MLP's output, where the family norms it (Gemma).
+    pub post_mlp: Option<Norm>,
     /// Rows of tokens per tile of the MLP sublayer ([`Block::set_mlp_tile`]); none: untiled.
     mlp_tile: Option<usize>,
 }
@@ -49,38 +51,30 @@ impl Block {
         let attn = CausalSelfAttention::new(init, width, heads, proj_std, dropout)?;
         let ln2 = Norm::Layer(LayerNorm::new(init, width)?);
         let mlp = BlockMlp::gelu(init, width, proj_std, dropout)?;
-        Ok(Self {
-            ln1,
-            attn,
-            ln2,
-            mlp,
-            mlp_tile: None,
-        })
+        Ok(Self::of(ln1, attn, ln2, mlp))
     }
 
-    /// A Llama-family block of `width` features and `heads` query heads shaped by `options`,
-    /// its attention turned by `rotary`; the projections into the residual stream drawn with
-    /// std `proj_std`.
-    pub fn llama(
-        init: &mut Initializer,
-        (width, heads): (usize, usize),
-        (options, rotary): (&LlamaOptions, &RotaryEmbedding),
-        proj_std: f64,
-        dropout: (f64, &DropoutCounter),
-    ) -> Result<Self> {
-        let eps = options.norm_eps;
-        let ln1 = Norm::Rms(RmsNorm::new(init, width, eps)?);
-        let attn =
-            CausalSelfAttention::grouped(init, (width, heads), options, rotary, proj_std, dropout)?;
-        let ln2 = Norm::Rms(RmsNorm::new(init, width, eps)?);
-        let mlp = BlockMlp::swiglu(init, (width, options.mlp_width), proj_std, dropout)?;
-        Ok(Self {
+    /// A block of the given parts and no norms after its sublayers.
+    pub fn of(ln1: Norm, attn: CausalSelfAttention, ln2: Norm, mlp: BlockMlp) -> Self {
+        Self {
             ln1,
             attn,
             ln2,
             mlp,
+            post_attn: None,
+            post_mlp: None,
             mlp_tile: None,
-        })
+        }
+    }
+
+    /// The block with norms on the outputs of its attention and its MLP, before each joins the
+    /// residual stream (Gemma's `post_attention_layernorm` and `post_feedforward_layernorm`).
+    pub fn with_post_norms(self, post_attn: Norm, post_mlp: Norm) -> Self {
+        Self {
+            post_attn: Some(post_attn),
+            post_mlp: Some(post_mlp),
+            ..self
+        }
     }
 
     /// [`Module::forward`], computing the norms' outputs and the MLP's activation again in the
@@ -95,19 +89,27 @@ impl Block {
             let _attention = LayerKind::Attention.scope(&device);
             let first = |layers: &[&Linear]| self.ln1.linears_recomputed(x, layers);
             let [qkv] = products(&first, [&self.attn.qkv])?;
-            x.add(&self.attn.attend(&qkv)?)?
+            x.add(&normed(self.post_attn.as_ref(), self.attn.attend(&qkv)?)?)?
         };
         let _mlp = LayerKind::Mlp.scope(&device);
         let y = match (&self.ln2, self.mlp.unbiased_swiglu()) {
             (Norm::Rms(norm), Some(weights)) if up => self
                 .mlp
                 .dropout
-                .forward(&x.rms_norm_swiglu((&norm.weight, norm.eps), weights)?)?,
+                .forward(&x.rms_norm_swiglu((&norm.scale()?, norm.eps), weights)?)?,
             _ => self
                 .mlp
                 .run(&|layers| self.ln2.linears_recomputed(&x, layers), true)?,
         };
-        Ok(x.add(&y)?)
+        Ok(x.add(&normed(self.post_mlp.as_ref(), y)?)?)
+    }
+}
+
+/// `y` normed by `norm` when there is one.
+fn normed(norm: Option<&Norm>, y: Tensor) -> Result<Tensor> {
+    match norm {
+        Some(norm) => norm.forward(&y),
+        None => Ok(y),
     }
 }
 
@@ -136,14 +138,14 @@ impl Block {
         let (x, kv) = {
             let _attention = LayerKind::Attention.scope(&device);
             let (y, kv) = self.attn.forward_cached(&self.ln1.forward(x)?, past)?;
-            (x.add(&y)?, kv)
+            (x.add(&normed(self.post_attn.as_ref(), y)?)?, kv)
         };
         let _mlp = LayerKind::Mlp.scope(&device);
         let h = self.ln2.forward(&x)?;
         let y = self
             .mlp
             .without_dropout(&|layers| each_of(&h, layers), false)?;
-        Ok((x.add(&y)?, kv))
+        Ok((x.add(&normed(self.post_mlp.as_ref(), y)?)?, kv))
     }
 }
 
@@ -154,7 +156,7 @@ impl Block {
         let mut out = vec![("attn.qkv", &self.attn.qkv), ("attn.proj", &self.attn.proj)];
         match &self.mlp.kind {
             MlpKind::Gelu { fc, proj } => out.extend([("mlp.fc", fc), ("mlp.proj", proj)]),
-            MlpKind::SwiGlu { gate, up, down } => {
+            MlpKind::SwiGlu { gate, up, down } | MlpKind::GeGlu { gate, up, down } => {
                 out.extend([("mlp.gate", gate), ("mlp.up", up), ("mlp.down", down)])
             }
         }
@@ -169,7 +171,7 @@ impl Block {
         ];
         match &mut self.mlp.kind {
             MlpKind::Gelu { fc, proj } => out.extend([("mlp.fc", fc), ("mlp.proj", proj)]),
-            MlpKind::SwiGlu { gate, up, down } => {
+            MlpKind::SwiGlu { gate, up, down } | MlpKind::GeGlu { gate, up, down } => {
                 out.extend([("mlp.gate", gate), ("mlp.up", up), ("mlp.down", down)])
             }
         }
@@ -188,7 +190,7 @@ impl Module for Block {
         };
         let x = {
             let _attention = LayerKind::Attention.scope(&device);
-            x.add(&self.attn.forward(&h)?)?
+            x.add(&normed(self.post_attn.as_ref(), self.attn.forward(&h)?)?)?
         };
         drop(h);
         if let Some(rows) = self.mlp_tile {
@@ -196,6 +198,7 @@ impl Module for Block {
             let sublayer = MlpSublayer {
                 norm: self.ln2.clone(),
                 mlp: self.mlp.clone(),
+                post: self.post_mlp.clone(),
             };
             return Ok(x.add(&sublayer.tiled(&x, rows)?)?);
         }
@@ -204,21 +207,34 @@ impl Module for Block {
             self.ln2.forward(&x)?.for_matmul()?
         };
         let _mlp = LayerKind::Mlp.scope(&device);
-        Ok(x.add(&self.mlp.forward(&h)?)?)
+        Ok(x.add(&normed(self.post_mlp.as_ref(), self.mlp.forward(&h)?)?)?)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         visit_child(&self.ln1, "ln1", f);
         visit_child(&self.attn, "attn", f);
+        if let Some(norm) = &self.post_attn {
+            visit_child(norm, "post_attn", f);
+        }
         visit_child(&self.ln2, "ln2", f);
         visit_child(&self.mlp, "mlp", f);
+        if let Some(norm) = &self.post_mlp {
+            visit_child(norm, "post_mlp", f);
+        }
     }
 
     fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
         visit_child_mut(&mut self.ln1, "ln1", f)?;
         visit_child_mut(&mut self.attn, "attn", f)?;
+        if let Some(norm) = &mut self.post_attn {
+            visit_child_mut(norm, "post_attn", f)?;
+        }
         visit_child_mut(&mut self.ln2, "ln2", f)?;
-        visit_child_mut(&mut self.mlp, "mlp", f)
+        visit_child_mut(&mut self.mlp, "mlp", f)?;
+        match &mut self.post_mlp {
+            Some(norm) => visit_child_mut(norm, "post_mlp", f),
+            None => Ok(()),
+        }
     }
 
     fn visit_quantized_mut(

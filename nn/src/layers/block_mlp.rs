@@ -1,4 +1,4 @@
-//! A block's MLP: GPT-2's GELU MLP or the Llama family's SwiGLU MLP.
+//! A block's MLP: GPT-2's GELU MLP, or a gated MLP (the Llama family's SwiGLU, Gemma's GeGLU).
 
 use headroom_autograd::Tensor;
 
@@ -9,7 +9,7 @@ use crate::layers::linear::Linear;
 use crate::module::{Module, visit_child, visit_child_mut};
 
 /// A block's MLP, then dropout on its output. Parameters: `fc` and `proj` (GELU), or `gate`,
-/// `up` and `down` (SwiGLU), each with `weight` and, for GELU, `bias`.
+/// `up` and `down` (gated), each with `weight` and, for GELU, `bias`.
 #[derive(Debug, Clone)]
 pub struct BlockMlp {
     /// The layers and how they combine.
@@ -36,6 +36,25 @@ pub enum MlpKind {
         /// `I -> C`.
         down: Linear,
     },
+    /// `down(gelu(gate(x)) * up(x))` with GELU's tanh form, `C -> I -> C` without biases
+    /// (Gemma).
+    GeGlu {
+        /// `C -> I`, through GELU.
+        gate: Linear,
+        /// `C -> I`, the factor.
+        up: Linear,
+        /// `I -> C`.
+        down: Linear,
+    },
+}
+
+/// The activation of a gated MLP's gate: which [`MlpKind`] [`BlockMlp::gated`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateActivation {
+    /// SiLU (SwiGLU: Llama, Qwen, Mistral).
+    Silu,
+    /// GELU in its tanh form (GeGLU: Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
 }
 
 impl BlockMlp {
@@ -57,11 +76,12 @@ impl BlockMlp {
         })
     }
 
-    /// The Llama family's MLP over `width` features, `inner` wide; the output layer's weight
-    /// drawn with std `proj_std`; dropout `p` on its output.
-    pub fn swiglu(
+    /// A gated MLP over `width` features, `inner` wide, its gate through `activation`; the
+    /// output layer's weight drawn with std `proj_std`; dropout `p` on its output.
+    pub fn gated(
         init: &mut Initializer,
         (width, inner): (usize, usize),
+        activation: GateActivation,
         proj_std: f64,
         (p, counter): (f64, &DropoutCounter),
     ) -> Result<Self> {
@@ -73,7 +93,10 @@ impl BlockMlp {
         let up = layer(width, inner, 0.02)?;
         let down = layer(inner, width, proj_std)?;
         Ok(Self {
-            kind: MlpKind::SwiGlu { gate, up, down },
+            kind: match activation {
+                GateActivation::Silu => MlpKind::SwiGlu { gate, up, down },
+                GateActivation::GeluTanh => MlpKind::GeGlu { gate, up, down },
+            },
             dropout: Dropout::new(p, init.next_seed(), counter.clone())?,
         })
     }
@@ -113,6 +136,7 @@ impl BlockMlp {
         let (plain_proj, down_products) = match &self.kind {
             MlpKind::Gelu { proj, .. } => (proj.plain_weight(), None),
             MlpKind::SwiGlu { down, .. } => (None, down.products()),
+            MlpKind::GeGlu { .. } => (None, None),
         };
         Ok(match (&self.kind, recompute, plain_proj, down_products) {
             (MlpKind::Gelu { fc, proj }, true, Some(weight), _) => {
@@ -130,6 +154,10 @@ impl BlockMlp {
             (MlpKind::SwiGlu { gate, up, down }, ..) => {
                 let [gate, up] = products(first, [gate, up])?;
                 down.forward(&gate.swiglu(&up)?)?
+            }
+            (MlpKind::GeGlu { gate, up, down }, ..) => {
+                let [gate, up] = products(first, [gate, up])?;
+                down.forward(&gate.gelu()?.mul(&up)?)?
             }
         })
     }
@@ -167,7 +195,7 @@ impl Module for BlockMlp {
                 visit_child(fc, "fc", f);
                 visit_child(proj, "proj", f);
             }
-            MlpKind::SwiGlu { gate, up, down } => {
+            MlpKind::SwiGlu { gate, up, down } | MlpKind::GeGlu { gate, up, down } => {
                 visit_child(gate, "gate", f);
                 visit_child(up, "up", f);
                 visit_child(down, "down", f);
@@ -181,7 +209,7 @@ impl Module for BlockMlp {
                 visit_child_mut(fc, "fc", f)?;
                 visit_child_mut(proj, "proj", f)
             }
-            MlpKind::SwiGlu { gate, up, down } => {
+            MlpKind::SwiGlu { gate, up, down } | MlpKind::GeGlu { gate, up, down } => {
                 visit_child_mut(gate, "gate", f)?;
                 visit_child_mut(up, "up", f)?;
                 visit_child_mut(down, "down", f)
@@ -195,7 +223,7 @@ impl Module for BlockMlp {
                 fc.set_training(training);
                 proj.set_training(training);
             }
-            MlpKind::SwiGlu { gate, up, down } => {
+            MlpKind::SwiGlu { gate, up, down } | MlpKind::GeGlu { gate, up, down } => {
                 for layer in [gate, up, down] {
                     layer.set_training(training);
                 }

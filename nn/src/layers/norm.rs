@@ -60,7 +60,8 @@ impl Norm {
             )?]),
             (Norm::Rms(n), _, Some(products), _) => {
                 let all: Vec<_> = products.iter().flatten().copied().collect();
-                let mut outputs = x.rms_norm_linears((&n.weight, n.eps), &all)?.into_iter();
+                let scale = n.scale()?;
+                let mut outputs = x.rms_norm_linears((&scale, n.eps), &all)?.into_iter();
                 layers
                     .iter()
                     .zip(&products)

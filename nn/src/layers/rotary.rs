@@ -2,28 +2,32 @@
 
 use headroom_alloc::Tag;
 use headroom_autograd::Tensor;
-use headroom_kernels::ops::rotary::freq_dtype;
+use headroom_kernels::ops::rotary::{Llama3Scaling, freq_dtype, inv_freq};
 use headroom_kernels::{Array, DeviceKind};
 
 use crate::error::{Error, Result};
 use crate::init::Initializer;
-use crate::layers::family::LlamaOptions;
 
 /// Turns each head's feature pairs by angles that grow with the position
-/// ([`Tensor::rotary`]), with the frequencies of [`LlamaOptions`] (`rope_theta` and Llama 3's
-/// scaling), held as a `[head_dim / 2]` array (tagged as weights; not a parameter).
+/// ([`Tensor::rotary`]), with the frequencies of a base (`rope_theta`) and Llama 3's scaling,
+/// held as a `[head_dim / 2]` array (tagged as weights; not a parameter).
 #[derive(Debug, Clone)]
 pub struct RotaryEmbedding {
     inv_freq: Array,
 }
 
 impl RotaryEmbedding {
-    /// The frequencies of `options` on the initializer's device, in the dtype rotations of its
+    /// The frequencies of heads of `head_dim` features turned from base `theta`, scaled as
+    /// Llama 3 when given, on the initializer's device, in the dtype rotations of its
     /// parameters' dtype take them.
-    pub fn new(init: &Initializer, options: &LlamaOptions) -> Result<Self> {
-        let values = options
-            .frequencies()
-            .map_err(|detail| Error::config("rotary embedding", detail))?;
+    pub fn new(
+        init: &Initializer,
+        head_dim: usize,
+        theta: f64,
+        scaling: Option<Llama3Scaling>,
+    ) -> Result<Self> {
+        let values = inv_freq(head_dim, theta, scaling)
+            .map_err(|err| Error::config("rotary embedding", err.to_string()))?;
         let device = init.device();
         let dtype = freq_dtype(init.dtype());
         let _weights = device.scoped_tag(Tag::WEIGHTS);

@@ -13,11 +13,12 @@ use crate::layers::norm::Norm;
 use crate::module::{Module, visit_child, visit_child_mut};
 use crate::recompute::recomputed;
 
-/// The norm before a block's MLP and the MLP: what one tile runs.
+/// The norm before a block's MLP, the MLP and the norm after it if any: what one tile runs.
 #[derive(Debug, Clone)]
 pub(crate) struct MlpSublayer {
     pub(crate) norm: Norm,
     pub(crate) mlp: BlockMlp,
+    pub(crate) post: Option<Norm>,
 }
 
 impl MlpSublayer {
@@ -53,17 +54,28 @@ fn tile_sizes(n: usize, count: usize) -> Vec<usize> {
 impl Module for MlpSublayer {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.norm.forward(x)?.for_matmul()?;
-        self.mlp.forward(&h)
+        let y = self.mlp.forward(&h)?;
+        match &self.post {
+            Some(post) => post.forward(&y),
+            None => Ok(y),
+        }
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         visit_child(&self.norm, "ln2", f);
         visit_child(&self.mlp, "mlp", f);
+        if let Some(post) = &self.post {
+            visit_child(post, "post_mlp", f);
+        }
     }
 
     fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>) -> Result<()> {
         visit_child_mut(&mut self.norm, "ln2", f)?;
-        visit_child_mut(&mut self.mlp, "mlp", f)
+        visit_child_mut(&mut self.mlp, "mlp", f)?;
+        match &mut self.post {
+            Some(post) => visit_child_mut(post, "post_mlp", f),
+            None => Ok(()),
+        }
     }
 
     fn set_training(&mut self, training: bool) {

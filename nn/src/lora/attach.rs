@@ -5,12 +5,10 @@ use headroom_alloc::Tag;
 use headroom_autograd::Tensor;
 use headroom_kernels::DType;
 
+use crate::decoder::Gpt;
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
 use crate::layers::activation::Dropout;
-use crate::layers::block_mlp::MlpKind;
-use crate::layers::family::Family;
-use crate::layers::gpt::Gpt;
 use crate::layers::linear::Linear;
 use crate::layers::linear_weight::Weight;
 use crate::layers::lora_adapter::{LoraAdapter, LoraPart};
@@ -26,57 +24,30 @@ pub(crate) struct Adaptable<'a> {
     pub modules: Vec<(String, usize, usize)>,
 }
 
-/// Every layer of `gpt`'s blocks an adapter can go on, in visiting order, with transformers'
-/// module paths (`model.layers.{i}.self_attn.q_proj`, `transformer.h.{i}.attn.c_attn`).
+/// Every layer of `gpt`'s blocks an adapter can go on, in visiting order, with the module
+/// paths its family's checkpoints give it (`model.layers.{i}.self_attn.q_proj`,
+/// `transformer.h.{i}.attn.c_attn`): a fused `qkv` covers three, a slice each.
 pub(crate) fn adaptable(gpt: &mut Gpt) -> Vec<Adaptable<'_>> {
-    let llama = matches!(gpt.config().family, Family::Llama(_));
+    let family = gpt.config().family;
     let mut out = Vec::new();
     for (i, block) in gpt.blocks.iter_mut().enumerate() {
-        let attn = &mut block.attn;
+        let attn = &block.attn;
         let (q, kv) = (
             attn.heads() * attn.head_dim(),
             attn.kv_heads() * attn.head_dim(),
         );
-        if llama {
-            let at = format!("model.layers.{i}.self_attn");
-            let modules = vec![
-                (format!("{at}.q_proj"), 0, q),
-                (format!("{at}.k_proj"), q, kv),
-                (format!("{at}.v_proj"), q + kv, kv),
-            ];
-            let o = whole(&attn.proj.weight, format!("{at}.o_proj"));
-            out.push(Adaptable {
-                layer: &mut attn.qkv,
-                modules,
-            });
-            out.push(Adaptable {
-                layer: &mut attn.proj,
-                modules: o,
-            });
-        } else {
-            let at = format!("transformer.h.{i}.attn");
-            let qkv = whole(&attn.qkv.weight, format!("{at}.c_attn"));
-            let proj = whole(&attn.proj.weight, format!("{at}.c_proj"));
-            out.push(Adaptable {
-                layer: &mut attn.qkv,
-                modules: qkv,
-            });
-            out.push(Adaptable {
-                layer: &mut attn.proj,
-                modules: proj,
-            });
-        }
-        match &mut block.mlp.kind {
-            MlpKind::Gelu { fc, proj } => {
-                push(fc, format!("transformer.h.{i}.mlp.c_fc"), &mut out);
-                push(proj, format!("transformer.h.{i}.mlp.c_proj"), &mut out);
-            }
-            MlpKind::SwiGlu { gate, up, down } => {
-                let at = format!("model.layers.{i}.mlp");
-                push(gate, format!("{at}.gate_proj"), &mut out);
-                push(up, format!("{at}.up_proj"), &mut out);
-                push(down, format!("{at}.down_proj"), &mut out);
-            }
+        for (name, layer) in block.linears_mut() {
+            let paths = family.module_paths(&format!("blocks.{i}.{name}"));
+            let modules = match paths.as_deref() {
+                Some([q_proj, k_proj, v_proj]) => vec![
+                    (q_proj.clone(), 0, q),
+                    (k_proj.clone(), q, kv),
+                    (v_proj.clone(), q + kv, kv),
+                ],
+                Some([path]) => whole(&layer.weight, path.clone()),
+                _ => continue,
+            };
+            out.push(Adaptable { layer, modules });
         }
     }
     out
@@ -85,12 +56,6 @@ pub(crate) fn adaptable(gpt: &mut Gpt) -> Vec<Adaptable<'_>> {
 /// The module at `path` covering all of `weight`'s rows.
 fn whole(weight: &Weight, path: String) -> Vec<(String, usize, usize)> {
     vec![(path, 0, weight.dims()[0])]
-}
-
-/// `layer`, covered whole by the module at `path`, onto `out`.
-fn push<'a>(layer: &'a mut Linear, path: String, out: &mut Vec<Adaptable<'a>>) {
-    let modules = whole(&layer.weight, path);
-    out.push(Adaptable { layer, modules });
 }
 
 /// What [`attach`] did.

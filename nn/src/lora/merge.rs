@@ -5,8 +5,8 @@ use headroom_alloc::Tag;
 use headroom_autograd::{Tensor, no_grad};
 use headroom_kernels::DType;
 
+use crate::decoder::Gpt;
 use crate::error::Result;
-use crate::layers::gpt::Gpt;
 use crate::layers::linear::Linear;
 use crate::layers::linear_weight::Weight;
 use crate::layers::lora_adapter::LoraAdapter;

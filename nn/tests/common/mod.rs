@@ -1,6 +1,8 @@
 //! Shared test machinery: devices, seeds, and gradient checks of a layer's parameters.
 #![allow(dead_code)]
 
+pub mod transformers_cases;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -35,8 +35,9 @@ pub struct ModelConfig {
     pub layers: usize,
     /// GPT: dropout.
     pub dropout: f64,
-    /// GPT: the family of its parts: `gpt2` (learned positions, LayerNorm, a GELU MLP) or
-    /// `llama` (rotary positions, RMSNorm, a SwiGLU MLP, grouped key/value heads).
+    /// GPT: the family of its parts: `gpt2` (learned positions, LayerNorm, a GELU MLP),
+    /// `llama` (rotary positions, RMSNorm, a SwiGLU MLP, grouped key/value heads) or `gemma3`
+    /// (Llama's with a GeGLU MLP, norms after each sublayer too, sliding-window attention).
     pub family: ModelFamily,
     /// Llama family: key/value heads, dividing `heads`. Unset: `heads` (multi-head).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,6 +62,18 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// Llama family: an RMSNorm over each query and key head (Qwen3).
     pub qk_norm: bool,
+    /// Gemma 3: the rotary base of the sliding-window layers. Unset: 10000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rope_local_theta: Option<f64>,
+    /// Gemma 3: the scores are scaled by its inverse square root. Unset: `head_dim`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_pre_attn_scalar: Option<usize>,
+    /// Gemma 3: keys a query of a sliding-window layer sees, itself included. Unset: 4096.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<usize>,
+    /// Gemma 3: every this many layers, the last attends globally. Unset: 6.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding_window_pattern: Option<usize>,
     /// GPT: what to compute again in the backward pass instead of keeping it ([`Recompute`]):
     /// `"none"`, `"cheap"` (each norm's and GELU's output), `"cheap-up"` (and a SwiGLU MLP's
     /// up projection), `"blocks"` (activation checkpointing) or `"blocks-tiled"` (and each
@@ -141,6 +154,10 @@ impl Default for ModelConfig {
             max_positions: None,
             qkv_bias: false,
             qk_norm: false,
+            rope_local_theta: None,
+            query_pre_attn_scalar: None,
+            sliding_window: None,
+            sliding_window_pattern: None,
             recompute: None,
             offload_activations: None,
             fetch_ahead: None,

@@ -1,4 +1,4 @@
-//! `model.init_from`: a Hugging Face model directory (GPT-2 or the Llama family) fixes the
+//! `model.init_from`: a Hugging Face model directory (GPT-2, the Llama family, Gemma 3) fixes the
 //! model's shape. Its `config.json` wins over a preset; a shape that the configuration file or
 //! a flag sets otherwise is an error, but for a shorter context (which, for GPT-2, crops the
 //! position table, as nanoGPT's `crop_block_size`).
@@ -12,7 +12,7 @@ use super::{DataKind, ModelConfig, ModelKind, TrainConfig};
 use crate::error::{Error, Result};
 
 /// The `[model]` fields a pretrained model's configuration fixes.
-const SHAPE_FIELDS: [&str; 13] = [
+const SHAPE_FIELDS: [&str; 17] = [
     "layers",
     "width",
     "heads",
@@ -26,6 +26,10 @@ const SHAPE_FIELDS: [&str; 13] = [
     "max_positions",
     "qkv_bias",
     "qk_norm",
+    "rope_local_theta",
+    "query_pre_attn_scalar",
+    "sliding_window",
+    "sliding_window_pattern",
 ];
 
 impl ModelConfig {
@@ -167,6 +171,12 @@ impl ModelConfig {
                     ..*a
                 } == *b
             }
+            (headroom_nn::Family::Gemma3(a), headroom_nn::Family::Gemma3(b)) => {
+                headroom_nn::Gemma3Options {
+                    norm_eps: b.norm_eps,
+                    ..*a
+                } == *b
+            }
             (a, b) => a == b,
         };
         if !same_family {
@@ -176,7 +186,9 @@ impl ModelConfig {
                 format!("{:?}", theirs.family),
             );
         }
-        if let (Some(m), Pretrained::Llama(_)) = (self.max_positions, pretrained)
+        if let Some(m) = self
+            .max_positions
+            .filter(|_| !matches!(pretrained, Pretrained::Gpt2(_)))
             && m != theirs.context
         {
             differ("max_positions", m.to_string(), theirs.context.to_string());

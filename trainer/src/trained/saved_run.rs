@@ -102,7 +102,9 @@ impl SavedRun {
                 let vocab = config.model.vocab.ok_or_else(|| unsaved("vocabulary"))?;
                 let len = match config.model.family {
                     ModelFamily::Gpt2 => config.model.context.ok_or_else(|| unsaved("context"))?,
-                    ModelFamily::Llama => config.model.window(config.data.context),
+                    ModelFamily::Llama | ModelFamily::Gemma3 => {
+                        config.model.window(config.data.context)
+                    }
                 };
                 DataShape::tokens(vocab, len)
             }
@@ -121,7 +123,9 @@ impl SavedRun {
                 // the window it trained on.
                 let len = match config.model.family {
                     ModelFamily::Gpt2 => rows("pos_emb.weight")?,
-                    ModelFamily::Llama => config.model.window(config.data.context),
+                    ModelFamily::Llama | ModelFamily::Gemma3 => {
+                        config.model.window(config.data.context)
+                    }
                 };
                 DataShape::tokens(rows("tok_emb.weight")?, len)
             }

@@ -280,7 +280,7 @@ pub fn export(args: &ExportArgs) -> Result<()> {
             headroom_nn::hf::export_gpt2(gpt, &args.out_dir, end_of_text)?;
             "GPT-2"
         }
-        Family::Llama(_) => {
+        Family::Llama(_) | Family::Gemma3(_) => {
             let begin = loaded.as_ref().and_then(TextTokenizer::begin_of_text);
             let options = LlamaExport {
                 dtype: args.dtype,
@@ -290,7 +290,7 @@ pub fn export(args: &ExportArgs) -> Result<()> {
                 overwrite: args.overwrite,
             };
             headroom_nn::hf::export_llama(gpt, &args.out_dir, &options)?;
-            "Llama-family"
+            gpt.config().family.name()
         }
     };
     let carried = carry_companions(&sources, &args.out_dir)?;

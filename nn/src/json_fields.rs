@@ -1,11 +1,14 @@
 //! Reading the fields of a Hugging Face `config.json`, each error naming the file and the
-//! field, and writing one.
+//! field, and writing one: what every family's configuration reads with.
 
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+
+/// The file name of a model directory's configuration.
+pub const CONFIG_FILE: &str = "config.json";
 
 /// Reads `path` as a JSON object: a missing or unreadable file is [`Error::Io`], one that is
 /// not a JSON object [`Error::Checkpoint`].
@@ -100,5 +103,20 @@ impl Fields<'_> {
             return Err(self.error(field, format!("{} is not supported: {why}", !want)));
         }
         Ok(())
+    }
+
+    /// A token id field that holds one id or a list of them.
+    pub(crate) fn token_ids(&self, field: &str) -> Result<Vec<u64>> {
+        match self.get(field) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(ids)) => ids
+                .iter()
+                .map(|id| {
+                    id.as_u64()
+                        .ok_or_else(|| self.error(field, format!("{id} is not a token id")))
+                })
+                .collect(),
+            Some(_) => Ok(self.count(field)?.into_iter().collect()),
+        }
     }
 }

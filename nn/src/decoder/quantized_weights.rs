@@ -3,7 +3,7 @@
 
 use headroom_kernels::ops::quant::Quantized;
 
-use crate::layers::gpt::Gpt;
+use crate::decoder::Gpt;
 use crate::layers::linear_weight::Weight;
 
 impl Gpt {

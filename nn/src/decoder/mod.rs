@@ -1,5 +1,7 @@
 //! The decoder skeleton every family shares: a token embedding (and learned positions for
-//! GPT-2), pre-norm blocks, a final norm and a vocabulary head; its parts vary by [`Family`].
+//! GPT-2), pre-norm blocks, a final norm and a vocabulary head; its parts vary by [`Family`](crate::Family).
+
+mod quantized_weights;
 
 use headroom_autograd::{Tensor, no_grad};
 use headroom_kernels::ops::quant::Quantized;
@@ -12,100 +14,14 @@ use crate::layer_kind::LayerKind;
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::block::Block;
 use crate::layers::embedding::Embedding;
-use crate::layers::family::Family;
-use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
 use crate::layers::linear_weight::Weight;
 use crate::layers::norm::Norm;
-use crate::layers::rms_norm::RmsNorm;
-use crate::layers::rotary::RotaryEmbedding;
+use crate::models::GptConfig;
 use crate::module::{Module, visit_child, visit_child_mut};
 use crate::recompute::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
 use crate::streamed_pass::Streamed;
 use crate::streaming::move_to;
-
-/// A decoder's shape and family.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GptConfig {
-    /// Number of distinct tokens.
-    pub vocab: usize,
-    /// Longest sequence (positions).
-    pub context: usize,
-    /// Features per position.
-    pub width: usize,
-    /// Attention (query) heads; for GPT-2 they divide the width.
-    pub heads: usize,
-    /// Transformer blocks.
-    pub layers: usize,
-    /// Dropout on embeddings, attention weights and residual branches.
-    pub dropout: f64,
-    /// The head shares the token embedding's weight (GPT-2 ties them): one parameter,
-    /// `tok_emb.weight`, with gradients from both uses, and no `head.weight`.
-    pub tie_embeddings: bool,
-    /// The parts that vary from family to family.
-    pub family: Family,
-}
-
-impl GptConfig {
-    /// Every way the numbers fail to make a model, each with the field it is about: the rules
-    /// of a GPT's shape, in one place for every caller (a trainer lists them with the rest of
-    /// its configuration's problems).
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
-        let mut problems = Vec::new();
-        for (field, value) in [
-            ("vocab", self.vocab),
-            ("context", self.context),
-            ("width", self.width),
-            ("layers", self.layers),
-        ] {
-            if value == 0 {
-                problems.push((field, "0, where at least 1 is needed".to_owned()));
-            }
-        }
-        match &self.family {
-            Family::Gpt2 if self.heads == 0 || !self.width.is_multiple_of(self.heads) => {
-                let detail = format!(
-                    "{} heads do not divide a width of {}",
-                    self.heads, self.width
-                );
-                problems.push(("heads", detail));
-            }
-            Family::Gpt2 => {}
-            Family::Llama(_) if self.heads == 0 => {
-                problems.push(("heads", "0, where at least 1 is needed".to_owned()));
-            }
-            Family::Llama(options) => problems.extend(options.problems(self.heads)),
-        }
-        if !(0.0..1.0).contains(&self.dropout) {
-            problems.push(("dropout", format!("{} is not in [0, 1)", self.dropout)));
-        }
-        problems
-    }
-
-    /// Checks that the numbers make a model; the error names the first field that does not.
-    pub fn validate(&self) -> Result<()> {
-        match self.problems().into_iter().next() {
-            Some((field, detail)) => Err(Error::config("gpt", format!("{field}: {detail}"))),
-            None => Ok(()),
-        }
-    }
-
-    /// Features per attention head.
-    pub fn head_dim(&self) -> usize {
-        match &self.family {
-            Family::Gpt2 => self.width.checked_div(self.heads).unwrap_or(0),
-            Family::Llama(options) => options.head_dim,
-        }
-    }
-
-    /// Key/value heads: the heads for GPT-2, fewer when grouped.
-    pub fn kv_heads(&self) -> usize {
-        match &self.family {
-            Family::Gpt2 => self.heads,
-            Family::Llama(options) => options.kv_heads,
-        }
-    }
-}
 
 /// A decoder-only transformer. `forward` maps token ids (`[B, T]`, U32, `T <= context`) to
 /// logits (`[B, T, vocab]`). Parameters of GPT-2's family: `tok_emb.weight`, `pos_emb.weight`,
@@ -189,12 +105,14 @@ impl Gpt {
         }
         let tok_emb = Embedding::new(init, config.vocab, c, Init::Normal(0.02))?;
         init.set_quantize(None);
-        let pos_emb = match config.family {
-            Family::Gpt2 => Some(Embedding::new(init, config.context, c, Init::Normal(0.02))?),
-            Family::Llama(_) => None,
+        let pos_emb = match config.family.learned_positions() {
+            true => Some(Embedding::new(init, config.context, c, Init::Normal(0.02))?),
+            false => None,
         };
         init.set_quantize(quantize);
-        let (blocks, ln_f) = Self::blocks(init, &config, &counter, host)?;
+        let (blocks, ln_f) = config
+            .family
+            .assemble(init, &config.block_shape(), &counter, host)?;
         let zero = Init::Constant(0.0);
         init.set_quantize(None);
         let head = match config.tie_embeddings {
@@ -225,44 +143,6 @@ impl Gpt {
             fetch_ahead: true,
             head_chunk: Some((HEAD_CHUNK_LOGITS / config.vocab.max(1)).max(1)),
         })
-    }
-
-    /// The blocks (drawn on `host` when given) and the final norm of `config`'s family.
-    fn blocks(
-        init: &mut Initializer,
-        config: &GptConfig,
-        counter: &DropoutCounter,
-        host: Option<&Device>,
-    ) -> Result<(Vec<Block>, Norm)> {
-        let (c, heads, p) = (config.width, config.heads, config.dropout);
-        let proj_std = 0.02 / ((2 * config.layers) as f64).sqrt();
-        let device = init.device().clone();
-        let drawn = |init: &mut Initializer, block: &dyn Fn(&mut Initializer) -> Result<Block>| {
-            init.set_device(host.unwrap_or(&device));
-            let blocks = (0..config.layers)
-                .map(|_| block(init))
-                .collect::<Result<Vec<_>>>();
-            init.set_device(&device);
-            blocks
-        };
-        match &config.family {
-            Family::Gpt2 => {
-                let blocks = drawn(init, &|init| {
-                    Block::new(init, c, heads, proj_std, (p, counter))
-                })?;
-                Ok((blocks, Norm::Layer(LayerNorm::new(init, c)?)))
-            }
-            Family::Llama(options) => {
-                // The rotary tables stay on the device: every block reads them.
-                let rotary = RotaryEmbedding::new(init, options)?;
-                let parts = (options, &rotary);
-                let blocks = drawn(init, &|init| {
-                    Block::llama(init, (c, heads), parts, proj_std, (p, counter))
-                })?;
-                let eps = options.norm_eps;
-                Ok((blocks, Norm::Rms(RmsNorm::new(init, c, eps)?)))
-            }
-        }
     }
 
     /// Its configuration.
@@ -455,7 +335,10 @@ impl Gpt {
     /// The embeddings of `ids` (`[B, t]`) at positions from `offset`: the tokens', plus the
     /// positions' where they are learned.
     fn embedded(&self, ids: &Tensor, offset: usize) -> Result<Tensor> {
-        let x = self.tok_emb.forward(ids)?;
+        let mut x = self.tok_emb.forward(ids)?;
+        if let Some(scale) = self.config.family.embedding_scale(self.config.width) {
+            x = x.scale(rounded_to(scale, x.dtype()))?;
+        }
         match &self.pos_emb {
             Some(pos_emb) => {
                 let t = ids.dims().get(1).copied().unwrap_or(0);
@@ -603,6 +486,17 @@ impl Gpt {
             return Err(Error::config(WHAT, detail));
         }
         Ok((b, t))
+    }
+}
+
+/// `value` rounded to `dtype` where it is a half-precision float: a scale multiplies as the
+/// model's own dtype holds it (as transformers casts Gemma's embedding scale).
+fn rounded_to(value: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => half::bf16::from_f64(value).to_f64(),
+        DType::F16 => half::f16::from_f64(value).to_f64(),
+        DType::F32 => f64::from(value as f32),
+        _ => value,
     }
 }
 

@@ -5,12 +5,9 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
-use crate::hf::fields::{Fields, read_json, write_json};
-use crate::layers::family::Family;
-use crate::layers::gpt::GptConfig;
-
-/// The file name of a model directory's configuration.
-pub const CONFIG_FILE: &str = "config.json";
+use crate::json_fields::{CONFIG_FILE, Fields, read_json, write_json};
+use crate::models::decoder_config::GptConfig;
+use crate::models::family::Family;
 
 /// The activations Headroom's GELU (the tanh approximation) computes.
 const ACTIVATIONS: [&str; 2] = ["gelu_new", "gelu_pytorch_tanh"];

@@ -1,19 +1,8 @@
-//! The parts of the decoder skeleton that vary from one model family to another: a new family
-//! is a configuration here (and a name map for its checkpoints), not a new model.
+//! The options of the Llama family, named after the `config.json` fields they come from.
 
 use headroom_kernels::ops::rotary::{Llama3Scaling, inv_freq};
 
-/// Which family's parts a [`Gpt`](crate::Gpt) is built of.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum Family {
-    /// GPT-2: learned positions, LayerNorm, a GELU MLP four times the width, one head per
-    /// `width / heads` features, biases on every projection.
-    #[default]
-    Gpt2,
-    /// Llama and the families built like it (Qwen2, Qwen3, SmolLM2, Mistral): rotary positions,
-    /// RMSNorm, a SwiGLU MLP and grouped key/value heads, with the options below.
-    Llama(LlamaOptions),
-}
+use crate::layers::attention::{GroupedAttention, HeadNorm};
 
 /// The options of a Llama-family decoder, named after the `config.json` fields they come from.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,6 +49,21 @@ impl LlamaOptions {
     /// The rotary frequencies of a head, `[head_dim / 2]`, or why the options give none.
     pub fn frequencies(&self) -> Result<Vec<f64>, String> {
         inv_freq(self.head_dim, self.rope_theta, self.rope_scaling).map_err(|e| e.to_string())
+    }
+
+    /// The shape of its attention: `1 / sqrt(head_dim)` scores over the whole past.
+    pub fn attention(&self) -> GroupedAttention {
+        GroupedAttention {
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            qkv_bias: self.qkv_bias,
+            head_norm: self.qk_norm.then_some(HeadNorm {
+                eps: self.norm_eps,
+                unit_offset: false,
+            }),
+            scale: 1.0 / (self.head_dim as f64).sqrt(),
+            window: None,
+        }
     }
 
     /// Every way the options fail to make a model of `heads` query heads, each with the field

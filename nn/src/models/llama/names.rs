@@ -8,10 +8,22 @@ pub(crate) const LM_HEAD: &str = "lm_head.weight";
 /// The token embedding's name.
 pub(crate) const EMBED: &str = "model.embed_tokens.weight";
 
+/// The Llama family's block norms: the model's module and the checkpoint's.
+const NORMS: [(&str, &str); 2] = [
+    ("ln1", "input_layernorm"),
+    ("ln2", "post_attention_layernorm"),
+];
+
 /// The checkpoint's tensors that fill the model's parameter `name`, in order, stacked along
 /// the first axis (one tensor but for the fused `attn.qkv`); none when the family has no such
 /// parameter.
 pub(crate) fn hf_names(name: &str) -> Option<Vec<String>> {
+    layout_names(name, &NORMS)
+}
+
+/// [`hf_names`] for a family laid out as Llama's but for its block norms, `norms` mapping the
+/// model's norm modules to the checkpoint's.
+pub(crate) fn layout_names(name: &str, norms: &[(&str, &str)]) -> Option<Vec<String>> {
     let one = |hf: &str| Some(vec![hf.to_owned()]);
     match name {
         "tok_emb.weight" => return one(EMBED),
@@ -28,9 +40,10 @@ pub(crate) fn hf_names(name: &str) -> Option<Vec<String>> {
         let part = |p: &str| format!("{layer}.self_attn.{p}_proj.{kind}");
         return Some(vec![part("q"), part("k"), part("v")]);
     }
+    if let Some((_, hf)) = norms.iter().find(|(ours, _)| *ours == module) {
+        return (kind == "weight").then(|| vec![format!("{layer}.{hf}.weight")]);
+    }
     let hf = match module {
-        "ln1" => "input_layernorm",
-        "ln2" => "post_attention_layernorm",
         "attn.q_norm" => "self_attn.q_norm",
         "attn.k_norm" => "self_attn.k_norm",
         "attn.proj" => "self_attn.o_proj",

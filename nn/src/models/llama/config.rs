@@ -7,9 +7,10 @@ use headroom_kernels::ops::rotary::Llama3Scaling;
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
-use crate::hf::fields::{Fields, read_json, write_json};
-use crate::layers::family::{Family, LlamaOptions};
-use crate::layers::gpt::GptConfig;
+use crate::json_fields::{CONFIG_FILE, Fields, read_json, write_json};
+use crate::models::decoder_config::GptConfig;
+use crate::models::family::Family;
+use crate::models::llama::options::LlamaOptions;
 
 /// The architectures of the Llama family that Headroom reads and writes. They differ only in
 /// their options: Qwen2 has biases on the query, key and value projections, Qwen3 an RMSNorm
@@ -100,7 +101,7 @@ impl LlamaConfig {
     /// type, a missing shape field, another architecture or a setting Headroom does not compute
     /// is [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file and the field.
     pub fn read(dir: &Path) -> Result<Self> {
-        let path = dir.join(super::CONFIG_FILE);
+        let path = dir.join(CONFIG_FILE);
         Self::from_json(&path, &read_json(&path)?)
     }
 
@@ -144,7 +145,7 @@ impl LlamaConfig {
             options,
             tie_word_embeddings: fields.flag("tie_word_embeddings", false)?,
             bos_token_id: fields.count("bos_token_id")?,
-            eos_token_ids: token_ids(&fields, "eos_token_id")?,
+            eos_token_ids: fields.token_ids("eos_token_id")?,
             torch_dtype: ["torch_dtype", "dtype"]
                 .iter()
                 .find_map(|f| fields.get(f).and_then(Value::as_str).map(str::to_owned)),
@@ -248,7 +249,7 @@ impl LlamaConfig {
 
     /// Writes [`to_json`](Self::to_json) to `dir/config.json`, atomically.
     pub fn write(&self, dir: &Path, dtype: &str) -> Result<()> {
-        write_json(&dir.join(super::CONFIG_FILE), &self.to_json(dtype))
+        write_json(&dir.join(CONFIG_FILE), &self.to_json(dtype))
     }
 }
 
@@ -358,21 +359,6 @@ fn rope(fields: &Fields) -> Result<(f64, Option<Llama3Scaling>)> {
         original_max_position_embeddings: number("original_max_position_embeddings")? as usize,
     };
     Ok((theta, Some(scaling)))
-}
-
-/// A token id field that holds one id or a list of them.
-fn token_ids(fields: &Fields, field: &str) -> Result<Vec<u64>> {
-    match fields.get(field) {
-        None => Ok(Vec::new()),
-        Some(Value::Array(ids)) => ids
-            .iter()
-            .map(|id| {
-                id.as_u64()
-                    .ok_or_else(|| fields.error(field, format!("{id} is not a token id")))
-            })
-            .collect(),
-        Some(_) => Ok(fields.count(field)?.into_iter().collect()),
-    }
 }
 
 /// The `config.json` field of a [`GptConfig`] or [`LlamaOptions`] field (or of the
