@@ -21,7 +21,7 @@ mod streamed_pass;
 mod streaming;
 
 pub use accounting::{TrainingMemory, training_memory, training_memory_on};
-pub use decoder::{Gpt, HEAD_CHUNK_LOGITS};
+pub use decoder::{Gpt, HEAD_CHUNK_LOGITS, Placement};
 pub use error::{Error, Result};
 pub use init::{Init, Initializer};
 pub use kv_cache::KvCache;

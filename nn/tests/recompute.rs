@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use headroom_kernels::ops::quant::{QuantFormat, Quantized};
 use headroom_kernels::{DType, Device, DeviceConfig};
 use headroom_nn::{
-    DropoutCounter, Family, Gpt, GptConfig, Initializer, Linear, Module, Recompute, Streamed,
-    recomputed_streamed,
+    DropoutCounter, Family, Gpt, GptConfig, Initializer, Linear, Module, Placement, Recompute,
+    Streamed, recomputed_streamed,
 };
 
 /// One step's loss, gradients (in parameter order) and the activation bytes the forward pass
@@ -559,4 +559,47 @@ fn streamed_modules_fetch_the_weights_of_the_one_that_runs_next_while_they_run()
         assert_eq!(seen, [two, two, one, two, two, one], "ahead {ahead}");
         assert_eq!(weights(), 0, "ahead {ahead}: nothing fetched stays");
     }
+}
+
+#[test]
+fn a_placement_given_whole_places_the_model_as_its_parts_do() {
+    let (device, host) = (device(), device());
+    let config = GptConfig {
+        context: 16,
+        ..common::small_llama(32, 8, 96)
+    };
+    let ids: Vec<u32> = (0..2 * 16).map(|i| (i * 5 % 11) as u32).collect();
+    let targets: Vec<u32> = ids.iter().map(|&i| (i + 3) % 11).collect();
+    let ids = Tensor::from_host(&device, [2, 16], &ids).unwrap();
+    let targets = Tensor::from_host(&device, [32], &targets).unwrap();
+    let new = || Gpt::new(&mut Initializer::new(&device, DType::F32, 5), config).unwrap();
+    let mut by_parts = new();
+    by_parts.set_recompute(Recompute::BlocksTiledMlp { rows: 8 });
+    by_parts.set_offload_activations(Some(host.clone()));
+    by_parts.set_offload_weights(Some(host.clone())).unwrap();
+    by_parts.set_fetch_ahead(false);
+    by_parts.set_head_chunk(Some(5));
+    let mut whole = new();
+    whole
+        .set_placement(Placement {
+            recompute: Recompute::BlocksTiledMlp { rows: 8 },
+            offload_activations: Some(host.clone()),
+            offload_weights: Some(host.clone()),
+            fetch_ahead: false,
+            head_chunk: Some(5),
+        })
+        .unwrap();
+    assert!(whole.blocks.iter().all(|b| b.mlp_tile() == Some(8)));
+    let on_host = |gpt: &Gpt| gpt.blocks[0].attn.qkv.weight.device().same(&host);
+    assert!(on_host(&whole) && on_host(&by_parts));
+    // The same loss and gradients (the bytes kept differ by what a device's first step sets up).
+    let (a, b) = (
+        step(&whole, &ids, &targets),
+        step(&by_parts, &ids, &targets),
+    );
+    assert!(a.0 == b.0 && a.1 == b.1, "the steps differ");
+    // The default placement brings the blocks back and runs their MLPs whole.
+    whole.set_placement(Placement::for_vocab(11)).unwrap();
+    assert!(!on_host(&whole) && whole.blocks.iter().all(|b| b.mlp_tile().is_none()));
+    assert_eq!(whole.head_chunk(), Placement::for_vocab(11).head_chunk);
 }
