@@ -14,7 +14,7 @@ mod host_tier;
 mod memory;
 mod meta;
 pub mod ops;
-pub mod quant;
+pub mod quantize;
 mod shape;
 mod timeline;
 mod vector_math;

@@ -1,9 +1,9 @@
 //! QLoRA's double quantization against bitsandbytes, to the bit: vectors made by
 //! `scripts/quant/make_double_quant_vectors.py`.
 
-use headroom_kernels::quant::double::{DoubleQuantized, SCALE_BLOCK};
-use headroom_kernels::quant::dynamic::{Blockwise, dynamic_map};
-use headroom_kernels::quant::nf4::Nf4;
+use headroom_kernels::quantize::double::{DoubleQuantized, SCALE_BLOCK};
+use headroom_kernels::quantize::dynamic::{Blockwise, dynamic_map};
+use headroom_kernels::quantize::nf4::Nf4;
 
 fn data() -> serde_json::Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/double_quant.json");
@@ -109,7 +109,7 @@ fn block_wise_int8_is_bitsandbytes_row_wise_int8_to_the_bit() {
         let name = case["name"].as_str().unwrap();
         let input = floats(&case["input"]);
         let block = case["blocksize"].as_u64().unwrap() as usize;
-        let ours = headroom_kernels::quant::int8::Int8::quantize(&input, block).unwrap();
+        let ours = headroom_kernels::quantize::int8::Int8::quantize(&input, block).unwrap();
         let codes: Vec<i8> = case["codes"]
             .as_array()
             .unwrap()

@@ -2,7 +2,7 @@
 //! dequantized values of every case in `data/nf4.json` (made by
 //! `scripts/quant/make_nf4_vectors.py` with bitsandbytes' `quantize_4bit`), to the bit.
 
-use headroom_kernels::quant::nf4::{LEVELS, Nf4};
+use headroom_kernels::quantize::nf4::{LEVELS, Nf4};
 use serde_json::Value;
 
 fn floats(bits: &Value) -> Vec<f32> {

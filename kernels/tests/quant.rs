@@ -6,8 +6,8 @@ mod common;
 
 use common::{assert_fails, devices, rng, values};
 use headroom_kernels::ops::quant::{Codes, QuantFormat, Quantized, dequantize};
-use headroom_kernels::quant::double::DoubleQuantized;
-use headroom_kernels::quant::int8::Int8;
+use headroom_kernels::quantize::double::DoubleQuantized;
+use headroom_kernels::quantize::int8::Int8;
 use headroom_kernels::{Array, DType, Device, DeviceConfig, Element};
 
 /// Shapes with partial blocks, odd counts, several blocks of scales (256 blocks of 64 values

@@ -15,7 +15,7 @@ pub mod loss;
 pub mod models;
 mod module;
 pub mod optim;
-mod recompute;
+mod recomputed_modules;
 mod sampling;
 mod streamed_pass;
 mod streaming;
@@ -45,7 +45,7 @@ pub use optim::{
     AdamW, AdamWConfig, Landed, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, Shared,
     StatePrecision, StateShard, clip_grad_norm,
 };
-pub use recompute::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
+pub use recomputed_modules::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
 pub use sampling::{Sampler, Sampling};
 pub use streamed_pass::Streamed;
 pub use streaming::{WeightsAhead, fetched, move_to};

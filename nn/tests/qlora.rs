@@ -8,7 +8,7 @@ mod common;
 use common::{check_layer, device, recorded_step, seed, small_llama};
 use headroom_autograd::{Tape, Tensor};
 use headroom_kernels::ops::quant::QuantFormat;
-use headroom_kernels::quant::double::DoubleQuantized;
+use headroom_kernels::quantize::double::DoubleQuantized;
 use headroom_kernels::{DType, Device};
 use headroom_nn::layers::linear_weight::Weight;
 use headroom_nn::lora::{self, LoraConfig, LoraTargets};

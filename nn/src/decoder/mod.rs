@@ -22,7 +22,7 @@ use crate::layers::linear_weight::Weight;
 use crate::layers::norm::Norm;
 use crate::models::GptConfig;
 use crate::module::{Module, visit_child, visit_child_mut};
-use crate::recompute::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
+use crate::recomputed_modules::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
 
 /// A decoder-only transformer. `forward` maps token ids (`[B, T]`, U32, `T <= context`) to
 /// logits (`[B, T, vocab]`). Parameters of GPT-2's family: `tok_emb.weight`, `pos_emb.weight`,

@@ -6,7 +6,7 @@ use headroom_kernels::Device;
 use crate::decoder::Gpt;
 use crate::error::Result;
 use crate::layers::block::Block;
-use crate::recompute::Recompute;
+use crate::recomputed_modules::Recompute;
 use crate::streamed_pass::Streamed;
 use crate::streaming::move_to;
 

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::layers::block_mlp::BlockMlp;
 use crate::layers::norm::Norm;
 use crate::module::{Module, visit_child, visit_child_mut};
-use crate::recompute::recomputed;
+use crate::recomputed_modules::recomputed;
 
 /// The norm before a block's MLP, the MLP and the norm after it if any: what one tile runs.
 #[derive(Debug, Clone)]

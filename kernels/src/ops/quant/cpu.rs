@@ -11,7 +11,7 @@ use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, Float};
 use crate::error::Result;
 use crate::ops::index::kernels::check_range;
-use crate::quant::nf4::LEVELS;
+use crate::quantize::nf4::LEVELS;
 
 impl QuantKernels for CpuBackend {
     fn gather_rows(&self, spec: &GatherSpec, operands: GatherOperands<'_>) -> Result<()> {

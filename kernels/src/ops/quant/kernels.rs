@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Codes {
     /// NF4: two 4-bit level indices a byte, the even value in the high nibble; a value is its
-    /// level ([`crate::quant::nf4::LEVELS`]) times its block's scale.
+    /// level ([`crate::quantize::nf4::LEVELS`]) times its block's scale.
     Nf4,
     /// Int8: one signed code a byte; a value is its code times its block's scale over 127.
     Int8,

@@ -1,5 +1,5 @@
 //! Weights stored quantized on a device, read back inside the products that use them: QLoRA's
-//! frozen base. [`Quantized`] holds a matrix as [`crate::quant`] quantizes it on the host (NF4
+//! frozen base. [`Quantized`] holds a matrix as [`crate::quantize`] quantizes it on the host (NF4
 //! with its scales quantized again, or block-wise int8), uploaded as codes and scales alone;
 //! [`Quantized::dequantize`] gives its values in a float dtype, block by block from the codes,
 //! for one product at a time, and [`Quantized::gather_rows`] the rows of a table (a token

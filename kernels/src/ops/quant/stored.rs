@@ -9,9 +9,9 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::DeviceKind;
-use crate::quant::double::{DoubleQuantized, SCALE_BLOCK};
-use crate::quant::dynamic::dynamic_map;
-use crate::quant::int8::Int8;
+use crate::quantize::double::{DoubleQuantized, SCALE_BLOCK};
+use crate::quantize::dynamic::dynamic_map;
+use crate::quantize::int8::Int8;
 use crate::shape::Shape;
 
 /// How a frozen weight is stored.

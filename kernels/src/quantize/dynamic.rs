@@ -8,7 +8,7 @@
 //! nearest to the value over that magnitude (the lower of two at equal distance).
 
 use crate::error::Result;
-use crate::quant::check_input;
+use crate::quantize::check_input;
 
 /// The decades of the seven exponents, as f64 literals (Python's `10 ** e`), rounded to f32
 /// where used.

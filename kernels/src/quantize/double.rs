@@ -1,11 +1,11 @@
 //! QLoRA's double quantization: NF4 values whose blocks' scales are quantized again, their
-//! mean subtracted, in blocks of 256 on the 8-bit dynamic map ([`crate::quant::dynamic`]), as
+//! mean subtracted, in blocks of 256 on the 8-bit dynamic map ([`crate::quantize::dynamic`]), as
 //! bitsandbytes' `quantize_4bit(..., compress_statistics=True)` stores them: 4.13 bits a value
 //! for blocks of 64 instead of 4.5.
 
 use crate::error::Result;
-use crate::quant::dynamic::{Blockwise, dynamic_map};
-use crate::quant::nf4::{LEVELS, Nf4};
+use crate::quantize::dynamic::{Blockwise, dynamic_map};
+use crate::quantize::nf4::{LEVELS, Nf4};
 
 /// Scales per block of quantized scales (bitsandbytes' default).
 pub const SCALE_BLOCK: usize = 256;

@@ -4,7 +4,7 @@
 //! absmax over 127. 8.5 bits a value for blocks of 64.
 
 use crate::error::Result;
-use crate::quant::check_input;
+use crate::quantize::check_input;
 
 /// A tensor's values in int8.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,11 +8,11 @@
 //! divided by it instead), clamped to [-1, 1], and bucketed against the midpoints of the
 //! levels, a value on a midpoint going to the lower level; the even element of each pair takes
 //! the high nibble, and an odd count is padded with a zero. A value dequantizes to its level
-//! times its block's absmax. The absmaxes stay f32 here; [`crate::quant::double`] quantizes
+//! times its block's absmax. The absmaxes stay f32 here; [`crate::quantize::double`] quantizes
 //! them again, as QLoRA does.
 
 use crate::error::{Error, Result};
-use crate::quant::check_input;
+use crate::quantize::check_input;
 
 /// The 16 levels, in ascending order, as bitsandbytes' `get_4bit_type("nf4")` lists them.
 pub const LEVELS: [f32; 16] = [
