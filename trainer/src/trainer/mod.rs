@@ -216,7 +216,7 @@ impl Trainer {
                 self.config.seed,
                 self.config.data.prefetch,
                 next,
-                part,
+                move |len| part.shard(len),
             )
         });
         let (position, batch) = loader
