@@ -34,3 +34,8 @@ pub use error::{Error, Result};
 
 // Files replaced whole, which the run's files, shards, tokenizers and rates are written as.
 mod atomic_file;
+
+// The progress bar on the terminal, which a run's steps and `headroom prepare` show, and which
+// the log's lines step around.
+mod progress;
+pub use progress::above_the_bar;

@@ -382,7 +382,7 @@ struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        headroom_trainer::run_dir::above_the_bar(|| std::io::stderr().lock().write_all(line))?;
+        headroom_trainer::above_the_bar(|| std::io::stderr().lock().write_all(line))?;
         Ok(line.len())
     }
 
