@@ -10,6 +10,7 @@
 //! The planner's answer is a [`Plan`]; [`plan`] finds it (`search.rs`).
 
 pub(crate) mod budget;
+pub(crate) mod choice;
 pub mod half_on_cpu;
 pub mod head_chunk;
 pub mod host_tier;
@@ -26,6 +27,7 @@ pub(crate) mod side_by_side;
 pub(crate) mod tag_bytes;
 
 pub use budget::{Budget, UNLIMITED};
+pub use choice::Choice;
 pub use op_bytes::OpBytes;
 pub use plan::{ChunkProbe, Plan, Probe};
 pub use rates::{Calibrated, PlanRates, calibrate, rates};

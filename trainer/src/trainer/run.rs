@@ -48,7 +48,7 @@ impl Trainer {
         let mut logs = if writes {
             write_atomically(
                 &dir.join(crate::run_dir::location::CONFIG_FILE),
-                self.config.to_toml().as_bytes(),
+                self.config().to_toml().as_bytes(),
             )?;
             // The base's files first: the data's tokenizer, where it has one, is the run's.
             if let Some(base) = self.config.pretrained_dir() {

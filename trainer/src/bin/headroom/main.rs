@@ -191,11 +191,11 @@ fn train(args: &TrainArgs) -> Result<()> {
     }
     if let Some(plan) = trainer.plan() {
         say(plan)?;
-        if half_on_cpu(trainer.config()) {
-            let config = trainer.config();
+        let config = trainer.config();
+        if half_on_cpu(&config) {
             let task = Task::from_config(&config.data, &config.model, config.seed)?;
-            let (budget, _, _) = run_device::planning(config)?;
-            if let Some(warning) = half_on_cpu_warning(config, &task, &budget, plan) {
+            let (budget, _, _) = run_device::planning(&config)?;
+            if let Some(warning) = half_on_cpu_warning(&config, &task, &budget, plan) {
                 tracing::warn!("{warning}");
             }
         }
