@@ -7,8 +7,10 @@
 //! nothing fits: the step's diagnosis of what holds the memory ([`crate::step::diagnose`]),
 //! followed by the changes planned that fit (`remedies.rs`).
 //!
-//! The planner's answer is a [`Plan`]; [`plan`] finds it (`search.rs`).
+//! The planner's answer is a [`Plan`]; [`plan`] finds it (`search.rs`). What `headroom plan`
+//! prints around it is a [`PlanAdvice`] (`advice.rs`).
 
+pub(crate) mod advice;
 pub(crate) mod budget;
 pub(crate) mod choice;
 pub mod half_on_cpu;
@@ -26,6 +28,7 @@ pub(crate) mod search;
 pub(crate) mod side_by_side;
 pub(crate) mod tag_bytes;
 
+pub use advice::PlanAdvice;
 pub use budget::{Budget, UNLIMITED};
 pub use choice::Choice;
 pub use op_bytes::OpBytes;
