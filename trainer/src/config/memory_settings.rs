@@ -1,5 +1,5 @@
 //! `[memory]` and `[checkpoint]`: how much memory the run may use and how it is reserved (its
-//! problems are the budget's, `crate::planning::budget`), and when checkpoints are written.
+//! problems are those of the budget the planner makes of it), and when checkpoints are written.
 
 use headroom_alloc::ByteSize;
 use serde::{Deserialize, Serialize};

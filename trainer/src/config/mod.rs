@@ -1,5 +1,5 @@
 //! A run's configuration: read from TOML, overridden by command-line flags, validated before
-//! anything is built.
+//! anything is built; and the task its data section describes (`task.rs`).
 
 mod batch;
 mod data;
@@ -13,6 +13,7 @@ mod param_dtype;
 mod paths;
 mod precision;
 mod pretrained;
+mod task;
 mod validate;
 mod warmup;
 

@@ -1,6 +1,7 @@
 //! The loader: each epoch a seeded shuffle of every sample, cut into batches in order, prepared
 //! by a background thread a bounded number of batches ahead.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
@@ -9,7 +10,6 @@ use headroom_kernels::ops::random::uniform;
 use serde::{Deserialize, Serialize};
 
 use super::{Dataset, HostBatch};
-use crate::data_parallel::world::Launch;
 use crate::error::Result;
 
 /// Where a batch starts in the data: its epoch, and how many samples of the epoch's order came
@@ -69,26 +69,26 @@ impl Loader {
         prefetch: usize,
         start: Position,
     ) -> Self {
-        Self::sharded(dataset, batch_size, seed, prefetch, start, Launch::ALONE)
+        Self::sharded(dataset, batch_size, seed, prefetch, start, |len| 0..len)
     }
 
     /// [`Loader::new`] for a rank of a data-parallel run: each batch is drawn as a whole (the
-    /// same on every rank, its position the whole batch's), and only `part`'s shard of it
-    /// ([`Launch::shard`]) is gathered.
+    /// same on every rank, its position the whole batch's), and only the rank's shard of it is
+    /// gathered: `part(len)`, the range of a batch of `len` samples.
     pub fn sharded(
         dataset: Arc<dyn Dataset>,
         batch_size: usize,
         seed: u64,
         prefetch: usize,
         start: Position,
-        part: Launch,
+        part: impl Fn(usize) -> Range<usize> + Send + 'static,
     ) -> Self {
         let batch_size = batch_size.max(1);
         let batches_per_epoch = dataset.len().div_ceil(batch_size) as u64;
         let (sender, receiver) = sync_channel(prefetch.max(1));
         let worker = std::thread::Builder::new()
             .name("headroom-loader".into())
-            .spawn(move || produce(&*dataset, batch_size, seed, start, part, &sender))
+            .spawn(move || produce(&*dataset, batch_size, seed, start, &part, &sender))
             .ok();
         Self {
             receiver,
@@ -115,7 +115,7 @@ fn produce(
     batch_size: usize,
     seed: u64,
     start: Position,
-    part: Launch,
+    part: &dyn Fn(usize) -> Range<usize>,
     sender: &SyncSender<(Position, Result<HostBatch>)>,
 ) {
     if dataset.is_empty() {
@@ -127,7 +127,7 @@ fn produce(
     loop {
         let start = (position.offset as usize).min(len);
         let chunk = &order[start..(start + batch_size).min(len)];
-        let shard = part.shard(chunk.len());
+        let shard = part(chunk.len());
         if sender
             .send((position, HostBatch::collect(dataset, &chunk[shard])))
             .is_err()
@@ -165,14 +165,9 @@ mod tests {
         let size = 3;
         let mut ranks: Vec<Loader> = (0..size)
             .map(|rank| {
-                Loader::sharded(
-                    data.clone(),
-                    10,
-                    7,
-                    2,
-                    Position::default(),
-                    Launch { rank, size },
-                )
+                Loader::sharded(data.clone(), 10, 7, 2, Position::default(), move |len| {
+                    len * rank / size..len * (rank + 1) / size
+                })
             })
             .collect();
         for _ in 0..12 {

@@ -6,9 +6,9 @@
 use headroom_collectives::ReduceOp;
 
 use crate::data::HostBatch;
+use crate::data_parallel::peers::Peers;
 use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
-use crate::step::context::StepContext;
 
 /// What every rank agrees happened in one round of micro-batches (one attempt per rank that
 /// had samples left). In a run of one process it is that process's attempt.
@@ -28,7 +28,7 @@ impl Round {
     /// The round every rank agrees on, from this rank's samples `left` before its `attempt`.
     /// In a data-parallel run this is one all-reduce (the largest of each rank's flags).
     pub(crate) fn agree<T>(
-        ctx: &mut StepContext<'_>,
+        peers: &mut Peers<'_>,
         launch: Launch,
         left: usize,
         attempt: Option<&(usize, HostBatch, Option<u64>, Result<T>)>,
@@ -46,7 +46,7 @@ impl Round {
                 Err(_) => flags[0] = rank,
             }
         }
-        let flags = ctx.agree(flags, ReduceOp::Max)?;
+        let flags = peers.agree(flags, ReduceOp::Max)?;
         Ok(if flags[0] > 0.0 {
             Self::Failed {
                 rank: flags[0] as usize - 1,
@@ -66,16 +66,16 @@ impl Round {
 
 /// The samples and scored targets of the whole batch: `batch`'s, summed over the ranks in a
 /// data-parallel run.
-pub(crate) fn whole_batch(ctx: &mut StepContext<'_>, batch: &HostBatch) -> Result<(usize, usize)> {
+pub(crate) fn whole_batch(peers: &mut Peers<'_>, batch: &HostBatch) -> Result<(usize, usize)> {
     let mine = [batch.len() as f64, batch.scored() as f64, 0.0, 0.0];
-    let counts = ctx.agree(mine, ReduceOp::Sum)?;
+    let counts = peers.agree(mine, ReduceOp::Sum)?;
     Ok((counts[0] as usize, counts[1] as usize))
 }
 
 /// `updated`, this rank's update, once every rank of a data-parallel run has said whether its
 /// own succeeded: a rank whose update failed stops every rank, naming it.
 pub(crate) fn agree_on_update(
-    ctx: &mut StepContext<'_>,
+    peers: &mut Peers<'_>,
     launch: Launch,
     step: u64,
     updated: Result<(bool, f64)>,
@@ -84,7 +84,7 @@ pub(crate) fn agree_on_update(
         Ok(_) => 0.0,
         Err(_) => launch.rank as f64 + 1.0,
     };
-    let agreed = ctx.agree([failed, 0.0, 0.0, 0.0], ReduceOp::Max)?;
+    let agreed = peers.agree([failed, 0.0, 0.0, 0.0], ReduceOp::Max)?;
     match updated {
         Ok(_) if agreed[0] > 0.0 => Err(Error::PeerFailed {
             step: step + 1,

@@ -17,8 +17,8 @@ use headroom_collectives::ReduceOp;
 use headroom_kernels::Array;
 use headroom_kernels::ops::data::copy_range;
 
+use crate::data_parallel::peers::Peers;
 use crate::error::{Error, Result};
-use crate::step::context::StepContext;
 
 /// The most bytes of gradients one all-reduce sums (PyTorch DDP's default `bucket_cap_mb`).
 pub const BUCKET_BYTES: u64 = 25 << 20;
@@ -58,7 +58,7 @@ mod readiness {
     pub const FAILED: f64 = 2.0;
 }
 
-/// Sums the gradients of `params` in `total` over the ranks of `ctx`'s world (zeros stand for
+/// Sums the gradients of `params` in `total` over the ranks of `peers`' world (zeros stand for
 /// those this rank has none of), bucket by bucket. Before each bucket is summed the ranks
 /// agree on whether every rank formed it: where one could not (its flat buffer did not fit),
 /// every rank sums that bucket's gradients in place instead, to the same values; where one
@@ -66,12 +66,12 @@ mod readiness {
 /// world the buckets are formed alone, as a rank forms them. Returns the reports of this rank's
 /// buckets that did not fit.
 pub fn sum_in_buckets(
-    ctx: &mut StepContext<'_>,
+    peers: &mut Peers<'_>,
     params: &[Tensor],
     total: &mut Gradients,
     step: u64,
 ) -> Result<Vec<OomReport>> {
-    let rank = ctx.launch().rank;
+    let rank = peers.launch().rank;
     let mut absorbed = Vec::new();
     for bucket in buckets(params, BUCKET_BYTES) {
         let params = &params[bucket];
@@ -106,7 +106,7 @@ pub fn sum_in_buckets(
         } else {
             0.0
         };
-        let agreed = ctx.agree([readiness, failed_rank, 0.0, 0.0], ReduceOp::Max)?;
+        let agreed = peers.agree([readiness, failed_rank, 0.0, 0.0], ReduceOp::Max)?;
         if let Some(err) = failure {
             return Err(err);
         }
@@ -122,7 +122,7 @@ pub fn sum_in_buckets(
         }
         match &mut flat {
             Some(flat) => {
-                if let Some(world) = ctx.world.as_deref_mut() {
+                if let Some(world) = peers.world.as_deref_mut() {
                     world.all_reduce(flat, ReduceOp::Sum)?;
                 }
                 let mut at = 0;
@@ -134,7 +134,7 @@ pub fn sum_in_buckets(
             }
             None => {
                 for grad in &mut grads {
-                    if let Some(world) = ctx.world.as_deref_mut() {
+                    if let Some(world) = peers.world.as_deref_mut() {
                         world.all_reduce(grad, ReduceOp::Sum)?;
                     }
                 }

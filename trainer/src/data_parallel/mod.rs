@@ -8,6 +8,7 @@ pub(crate) mod buckets;
 pub(crate) mod control;
 #[cfg(feature = "nccl")]
 pub(crate) mod nccl_world;
+pub(crate) mod peers;
 pub(crate) mod sharded_state;
 pub(crate) mod world;
 

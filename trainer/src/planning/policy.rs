@@ -31,11 +31,14 @@
 //! - The state's precision is lowered (bf16, then int8) only when no candidate of the
 //!   precision above fits even one sample: it changes the optimization slightly, so the plan
 //!   says so. A resumed run keeps its checkpoint's techniques instead of choosing again.
+//! - The run trains with the chosen techniques as a [`Choice`] beside its configuration, which
+//!   stays as the user gave it.
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ModelKind, PrecisionKind, Recompute, StateKind, TrainConfig};
 use crate::model::Knobs;
+use crate::planning::choice::Choice;
 
 /// One combination of the memory techniques.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,17 +91,25 @@ impl Policy {
         }
     }
 
-    /// Sets every technique of `config` to this policy's.
-    pub fn apply(&self, config: &mut TrainConfig) {
-        if config.model.kind == ModelKind::Gpt || config.model.recompute.is_some() {
-            config.model.recompute = Some(self.recompute);
-            config.model.offload_activations = Some(self.offload_activations);
-            config.model.offload_weights = Some(self.offload_weights);
-            config.model.fetch_ahead = Some(self.fetch_ahead);
+    /// This policy as a run of `config` trains with it: all of its techniques, but the model's
+    /// where the model has none to set (neither a GPT nor recomputed by the configuration).
+    pub fn choice(&self, config: &TrainConfig) -> Choice {
+        let model = config.model.kind == ModelKind::Gpt || config.model.recompute.is_some();
+        Choice {
+            recompute: model.then_some(self.recompute),
+            offload_activations: model.then_some(self.offload_activations),
+            offload_weights: model.then_some(self.offload_weights),
+            fetch_ahead: model.then_some(self.fetch_ahead),
+            in_backward: Some(self.in_backward),
+            state: Some(self.state),
+            offload_optimizer: Some(self.offload_optimizer),
         }
-        config.optimizer.in_backward = Some(self.in_backward);
-        config.optimizer.state = Some(self.state);
-        config.optimizer.offload = Some(self.offload_optimizer);
+    }
+
+    /// Sets every technique of `config` to this policy's ([`Policy::choice`]): how the planner
+    /// makes the configuration of a candidate it probes.
+    pub fn apply(&self, config: &mut TrainConfig) {
+        self.choice(config).lay_over(config);
     }
 
     /// Whether anything waits in the host tier.
@@ -166,32 +177,6 @@ impl Policy {
             false => "",
         };
         format!("{recompute}, {update}, {state}{offloaded}{turn}")
-    }
-}
-
-/// Sets the techniques `config` leaves unset to those `saved` (a checkpoint's run) trained
-/// with: a resumed run does not choose again.
-pub fn keep_unset(saved: &TrainConfig, config: &mut TrainConfig) {
-    if config.model.recompute.is_none() {
-        config.model.recompute = saved.model.recompute;
-    }
-    if config.model.offload_activations.is_none() {
-        config.model.offload_activations = saved.model.offload_activations;
-    }
-    if config.optimizer.in_backward.is_none() {
-        config.optimizer.in_backward = saved.optimizer.in_backward;
-    }
-    if config.optimizer.state.is_none() {
-        config.optimizer.state = saved.optimizer.state;
-    }
-    if config.optimizer.offload.is_none() {
-        config.optimizer.offload = saved.optimizer.offload;
-    }
-    if config.model.offload_weights.is_none() {
-        config.model.offload_weights = saved.model.offload_weights;
-    }
-    if config.model.fetch_ahead.is_none() {
-        config.model.fetch_ahead = saved.model.fetch_ahead;
     }
 }
 

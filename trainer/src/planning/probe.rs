@@ -18,12 +18,12 @@ use crate::data_parallel::control::Control;
 use crate::error::{Error, Result};
 use crate::model::ModelFactory;
 use crate::planning::budget::{Budget, UNLIMITED};
-use crate::planning::diagnosis::{Failure, diagnose};
 use crate::planning::host_tier;
 use crate::planning::op_bytes::{OpBytes, op_bytes};
 use crate::planning::rates::PlanRates;
 use crate::planning::tag_bytes::{TagBytes, tag_bytes};
 use crate::step::context::StepContext;
+use crate::step::diagnosis::{Failure, diagnose};
 use crate::step::precision::LossScaler;
 use crate::step::train_step::{Sizes, train_step};
 

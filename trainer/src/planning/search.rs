@@ -29,7 +29,6 @@ use crate::data::Task;
 use crate::error::{Error, Result};
 use crate::model::{BuiltinModel, Knobs, ModelFactory, ModelSettings};
 use crate::planning::budget::{Budget, UNLIMITED};
-use crate::planning::diagnosis::Failure;
 use crate::planning::head_chunk;
 use crate::planning::plan::{ChunkProbe, Plan, Probe};
 use crate::planning::policy::{self, Candidate, Policy, PolicyPlan};
@@ -37,6 +36,7 @@ use crate::planning::probe::{FirstSamples, Probed, Prober};
 use crate::planning::rates::PlanRates;
 use crate::planning::side_by_side::side_by_side;
 use crate::planning::tag_bytes::TagBytes;
+use crate::step::diagnosis::Failure;
 
 mod kept_out;
 

@@ -1,8 +1,7 @@
 //! The run's directory and everything a run writes there: where the directory is and how a
 //! start claims and cleans it (`location.rs`), the checkpoint and the trainer's state in it,
 //! what a resume may change, `metrics.jsonl` and TensorBoard's event files, the records and the
-//! summary, the run's totals, and the plots and the other artifacts. The progress bar the terminal shows while those are
-//! written lives here too.
+//! summary, the run's totals, and the plots and the other artifacts.
 
 pub(crate) mod artifacts;
 pub(crate) mod checkpoint;
@@ -13,7 +12,6 @@ pub(crate) mod logs;
 pub(crate) mod metrics;
 #[cfg(feature = "plots")]
 pub(crate) mod plots;
-pub(crate) mod progress;
 pub(crate) mod record;
 pub(crate) mod resume;
 pub(crate) mod tensorboard;
@@ -24,6 +22,5 @@ pub use location::{CONFIG_FILE, LATEST, RUNS, Start, latest_trace, resolve};
 pub use metrics::{METRICS_FILE, read_all};
 #[cfg(feature = "plots")]
 pub use plots::{loss_curve, memory_timeline};
-pub use progress::above_the_bar;
 pub use record::{OomRecord, RankPeak, StepRecord, Summary};
 pub use totals::Totals;

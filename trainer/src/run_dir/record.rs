@@ -92,6 +92,21 @@ pub struct StepRecord {
     pub elapsed_s: f64,
 }
 
+impl StepRecord {
+    /// What the progress bar says after this step: its figures, and the next step's
+    /// micro-batch size `micro`.
+    pub(crate) fn bar_message(&self, micro: usize) -> String {
+        format!(
+            "loss {:.4} | {:.0} tok/s | micro {micro} | mem {} (peak {}) of {}",
+            self.loss,
+            self.tokens_per_s,
+            format_bytes(self.in_use),
+            format_bytes(self.peak),
+            format_bytes(self.limit),
+        )
+    }
+}
+
 /// What a run did, over every process that worked on it, for the end of its output and
 /// `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

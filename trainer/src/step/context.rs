@@ -3,14 +3,14 @@
 
 use headroom_alloc::Tag;
 use headroom_autograd::{SavedReport, Tape, Tensor};
-use headroom_collectives::{Collective, ReduceOp};
+use headroom_collectives::Collective;
 use headroom_kernels::{Array, Device};
 use headroom_nn::Optimizer;
 
 use crate::config::{PrecisionKind, TrainConfig};
 use crate::data::HostBatch;
-use crate::data_parallel::control::{Control, Values};
-use crate::data_parallel::world::Launch;
+use crate::data_parallel::control::Control;
+use crate::data_parallel::peers::Peers;
 use crate::error::Result;
 use crate::model::TrainableModel;
 use crate::step::precision::LossScaler;
@@ -44,10 +44,9 @@ pub struct StepContext<'a> {
     pub clip: f64,
     /// Update each parameter in the backward pass when the step is one micro-batch.
     pub in_backward: bool,
-    /// The ranks of a data-parallel run; none for a run of one process.
-    pub world: Option<&'a mut dyn Collective>,
-    /// The buffer the ranks agree through (with a world of several ranks).
-    pub control: Option<&'a mut Control>,
+    /// The ranks of a data-parallel run and the buffer they agree through; neither for a run
+    /// of one process.
+    pub peers: Peers<'a>,
     /// The number of ranks the run was launched with. A planner's step for one rank of
     /// several has no world, and does what a rank's step does to its memory alone.
     pub ranks: usize,
@@ -70,8 +69,7 @@ impl<'a> StepContext<'a> {
             precision: config.compute_precision(),
             clip: config.optimizer.clip,
             in_backward: config.optimizer.in_backward.unwrap_or(false),
-            world: None,
-            control: None,
+            peers: Peers::default(),
             ranks: config.optimizer.launched_as.map_or(1, |(_, ranks)| ranks),
         }
     }
@@ -83,24 +81,11 @@ impl<'a> StepContext<'a> {
         world: &'a mut dyn Collective,
         control: Option<&'a mut Control>,
     ) -> Self {
-        self.world = Some(world);
-        self.control = control;
+        self.peers = Peers {
+            world: Some(world),
+            control,
+        };
         self
-    }
-
-    /// `values` reduced by `op` over the ranks; this process's own in a run of one process.
-    pub(crate) fn agree(&mut self, values: Values, op: ReduceOp) -> Result<Values> {
-        match (self.world.as_deref_mut(), self.control.as_deref_mut()) {
-            (Some(world), Some(control)) if world.world_size() > 1 => {
-                control.all_reduce(world, values, op)
-            }
-            _ => Ok(values),
-        }
-    }
-
-    /// Where this process stands among the ranks of its run.
-    pub fn launch(&self) -> Launch {
-        self.world.as_deref().map_or(Launch::ALONE, Launch::of)
     }
 
     /// The forward pass of `batch` on the device, recorded on a new tape under the run's

@@ -21,19 +21,21 @@
 //! updates after, as above.
 //!
 //! The folder holds the step and what it works with: its context (`context.rs`), the
-//! micro-batch size and when it may grow (`micro.rs`, `micro_growth.rs`), the update inside the
-//! backward pass, mixed precision's loss scaler, and the optimizer and schedule a configuration
-//! describes (`optimizer.rs`).
+//! micro-batch size and when it may grow (`micro.rs`; the probe that lets it grow is the
+//! planner's), the update inside the backward pass, mixed precision's loss scaler, the
+//! optimizer and schedule a configuration describes (`optimizer.rs`), and what holds the memory
+//! when a step cannot fit (`diagnosis.rs`).
 
 pub(crate) mod context;
+pub(crate) mod diagnosis;
 pub mod in_backward;
 pub(crate) mod micro;
-pub(crate) mod micro_growth;
 pub(crate) mod optimizer;
 pub(crate) mod precision;
 pub(crate) mod report;
 pub(crate) mod train_step;
 
+pub use diagnosis::{Failure, RUN_SUGGESTION, diagnose};
 pub use micro::{Change, MicroBatcher, SizeChange};
 pub use precision::{LossScaler, ScaleChange};
 pub use report::{Oom, Phase, StepReport};

@@ -14,9 +14,9 @@ use crate::data_parallel::buckets::sum_in_buckets;
 use crate::data_parallel::sharded_state;
 use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
-use crate::planning::diagnosis::{Failure, diagnose, with_run_suggestion};
 use crate::step::context::Forward;
 use crate::step::context::StepContext;
+use crate::step::diagnosis::{Failure, diagnose, with_run_suggestion};
 use crate::step::in_backward::step_in_backward;
 use crate::step::micro::MicroBatcher;
 use crate::step::report::{Oom, Phase, StepReport, describe};
@@ -49,18 +49,18 @@ pub(crate) fn train_step(
     step: u64,
     sizes: Sizes<'_>,
 ) -> Result<StepReport> {
-    let launch = ctx.launch();
+    let launch = ctx.peers.launch();
     sizes.check_cut(batch)?;
-    let (samples, scored) = whole_batch(ctx, batch)?;
+    let (samples, scored) = whole_batch(&mut ctx.peers, batch)?;
     let mut progress = Progress::new(ctx, batch, step, scored, sizes);
     progress.micro_batches(ctx, launch)?;
     if launch.is_distributed() || ctx.ranks > 1 {
         progress.sum_over_ranks(ctx)?;
     }
     let updated = progress.update_absorbing_oom(ctx, samples);
-    let (finite, grad_norm) = agree_on_update(ctx, launch, step, updated)?;
+    let (finite, grad_norm) = agree_on_update(&mut ctx.peers, launch, step, updated)?;
     // Every rank saw the same summed gradients, so all updated or none did.
-    if let Some(world) = ctx.world.as_deref_mut()
+    if let Some(world) = ctx.peers.world.as_deref_mut()
         && finite
         && sharded_state::is_sharded(&*ctx.optimizer)
     {
@@ -184,7 +184,7 @@ impl<'a> Progress<'a> {
         loop {
             let left = self.shard.len() - self.done;
             let attempt = (left > 0).then(|| self.attempt(ctx, launch, left));
-            let round = Round::agree(ctx, launch, left, attempt.as_ref())?;
+            let round = Round::agree(&mut ctx.peers, launch, left, attempt.as_ref())?;
             let finished = match attempt {
                 // This rank had nothing left; it follows the others' round.
                 None => self.follow(round)?,
@@ -343,7 +343,7 @@ impl<'a> Progress<'a> {
     /// forms the buckets alone.
     fn sum_over_ranks(&mut self, ctx: &mut StepContext<'_>) -> Result<()> {
         let params = ctx.model.module().parameters();
-        for report in sum_in_buckets(ctx, &params, &mut self.total, self.step)? {
+        for report in sum_in_buckets(&mut ctx.peers, &params, &mut self.total, self.step)? {
             tracing::warn!(
                 "step {}: {} forming a bucket of gradients; summing it in place",
                 self.step + 1,
@@ -355,7 +355,7 @@ impl<'a> Progress<'a> {
                 report: Box::new(report),
             });
         }
-        self.loss = ctx.agree([self.loss, 0.0, 0.0, 0.0], ReduceOp::Sum)?[0];
+        self.loss = ctx.peers.agree([self.loss, 0.0, 0.0, 0.0], ReduceOp::Sum)?[0];
         Ok(())
     }
 

@@ -33,6 +33,8 @@ use crate::error::{Error, Result};
 use crate::model::TrainModel;
 use crate::model::TrainableModel;
 use crate::planning::budget::Budget;
+use crate::planning::choice::Choice;
+use crate::planning::micro_growth::GrowthCheck;
 use crate::planning::plan::Plan;
 use crate::planning::tag_bytes::tag_bytes;
 use crate::run_dir::checkpoint::{self, TrainerState, checkpoint_path};
@@ -41,7 +43,6 @@ use crate::run_dir::totals::Totals;
 use crate::step::StepReport;
 use crate::step::context::StepContext;
 use crate::step::micro::MicroBatcher;
-use crate::step::micro_growth::GrowthCheck;
 use crate::step::precision::LossScaler;
 use crate::step::train_step::{Sizes, train_step};
 use crate::trained::eval::evaluate;
@@ -49,7 +50,11 @@ use crate::trainer::callback::{Callback, Callbacks};
 
 /// A run: its model, optimizer, data and memory, and where it stands.
 pub struct Trainer {
+    /// The configuration as given (validated, its paths and run directory resolved, as this
+    /// rank trains it); the plan's choice is not written into it.
     config: TrainConfig,
+    /// The memory techniques the run trains with beyond `config`.
+    choice: Choice,
     files: RunFiles,
     budget: Budget,
     device: Device,
@@ -130,9 +135,17 @@ impl Trainer {
         &self.files.dir
     }
 
-    /// The configuration, its run directory resolved.
-    pub fn config(&self) -> &TrainConfig {
-        &self.config
+    /// The configuration the run trains with: the one given (its run directory resolved) with
+    /// the memory techniques of [`choice`](Self::choice) laid over it, as the run directory's
+    /// `config.toml` and the checkpoint record it.
+    pub fn config(&self) -> TrainConfig {
+        self.choice.on(&self.config)
+    }
+
+    /// The memory techniques the run trains with beyond its configuration: the plan's, or on a
+    /// resume those of the checkpoint's run that the configuration leaves unset.
+    pub fn choice(&self) -> &Choice {
+        &self.choice
     }
 
     /// Steps done.
@@ -216,7 +229,7 @@ impl Trainer {
                 self.config.seed,
                 self.config.data.prefetch,
                 next,
-                part,
+                move |len| part.shard(len),
             )
         });
         let (position, batch) = loader
@@ -235,12 +248,13 @@ impl Trainer {
             Some(sizes) => Sizes::Fixed(sizes),
             None => Sizes::Adaptive(&mut state.micro),
         };
+        let trained = self.choice.on(&self.config);
         let mut ctx = StepContext::new(
             &self.device,
             &mut *self.model,
             &mut *self.optimizer,
             &mut state.scaler,
-            &self.config,
+            &trained,
         )
         .in_world(&mut *self.world, self.control.as_mut());
         let report = train_step(&mut ctx, &batch, state.step, sizes)?;
@@ -362,7 +376,7 @@ impl Trainer {
             &*self.model,
             &optimizer,
             &state,
-            &self.config,
+            &self.config(),
         )
     }
 }

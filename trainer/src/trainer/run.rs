@@ -18,10 +18,10 @@ use super::Trainer;
 use crate::atomic_file::write_atomically;
 use crate::data::tokenizer::TextTokenizer;
 use crate::error::{Error, Result};
+use crate::progress;
 use crate::run_dir::artifacts;
 use crate::run_dir::checkpoint::checkpoint_path;
 use crate::run_dir::logs::RunLogs;
-use crate::run_dir::progress;
 use crate::run_dir::record::{RankPeak, Summary};
 use crate::trainer::callback::Flow;
 
@@ -48,7 +48,7 @@ impl Trainer {
         let mut logs = if writes {
             write_atomically(
                 &dir.join(crate::run_dir::location::CONFIG_FILE),
-                self.config.to_toml().as_bytes(),
+                self.config().to_toml().as_bytes(),
             )?;
             // The base's files first: the data's tokenizer, where it has one, is the run's.
             if let Some(base) = self.config.pretrained_dir() {
@@ -152,7 +152,7 @@ impl Trainer {
                 if let Some(logs) = logs.as_deref_mut() {
                     logs.append(&record)?;
                 }
-                bar.show(&record, self.state.micro.size());
+                bar.show(record.step, record.bar_message(self.state.micro.size()));
                 flow = flow.and(self.callbacks.each(|c| c.after_step(&record)));
             }
             if self.state.totals.diverged(self.config.max_nonfinite_steps) {

@@ -1,7 +1,9 @@
 //! How a run starts: its configuration validated, its data read, its directory claimed, its
 //! device opened (every allocation streamed to the run's trace), its checkpoint checked when it
-//! resumes, its micro-batch size planned, its model and optimizer built. A run that fails to
-//! start, or is interrupted before its first step, leaves its directory as it found it.
+//! resumes, its micro-batch size planned, its model and optimizer built. The memory techniques
+//! it trains with (the plan's, or the checkpoint's on a resume) are a [`Choice`] kept beside
+//! the configuration, never written into it. A run that fails to start, or is interrupted
+//! before its first step, leaves its directory as it found it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,8 +21,9 @@ use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
 use crate::model::{BuiltinModel, ModelFactory, TrainableModel};
 use crate::planning::budget::Budget;
-use crate::planning::diagnosis::{Failure, with_run_suggestion};
+use crate::planning::choice::Choice;
 use crate::planning::host_tier;
+use crate::planning::micro_growth::GrowthCheck;
 use crate::planning::plan::Plan;
 use crate::planning::probe::Prober;
 use crate::planning::rates::PlanRates;
@@ -30,8 +33,8 @@ use crate::run_dir::checkpoint::{self, TrainerState, checkpoint_path};
 use crate::run_dir::location::{self, Start};
 use crate::run_dir::resume;
 use crate::run_dir::totals::Totals;
+use crate::step::diagnosis::{Failure, with_run_suggestion};
 use crate::step::micro::MicroBatcher;
-use crate::step::micro_growth::GrowthCheck;
 use crate::step::optimizer::schedule;
 use crate::step::precision::LossScaler;
 use crate::trainer::callback::Callbacks;
@@ -139,15 +142,16 @@ impl Trainer {
             },
             device: &device,
         };
-        let saved = inputs.checkpoint(&run_dir, &device)?;
+        let (saved, kept) = inputs.checkpoint(&run_dir, &device)?.unzip();
         let plan = inputs.plan(saved.as_ref(), &budget, &device)?;
+        let choice = choice(&inputs.config, kept, plan.as_ref());
         let head_chunk = head_chunk(&inputs.config, saved.as_ref(), plan.as_ref());
         let Built {
             prober,
             model,
             optimizer,
             host,
-        } = inputs.model(head_chunk, budget, &device, saved.as_ref())?;
+        } = inputs.model(&choice, head_chunk, budget, &device, saved.as_ref())?;
         let step_limit = plan.as_ref().map_or_else(
             || budget.step_limit(inputs.config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
             |p| p.step_limit,
@@ -181,6 +185,7 @@ impl Trainer {
             callbacks: Callbacks::default(),
             stopped_at: None,
             config,
+            choice,
             budget,
             device,
             host,
@@ -266,13 +271,18 @@ impl Inputs {
         Ok((device, world, control))
     }
 
-    /// The checkpoint a resumed run continues from, read and checked; none for another start.
-    /// A checkpoint past the run's last step is [`Error::NothingToDo`].
-    fn checkpoint(&mut self, run_dir: &Path, device: &Device) -> Result<Option<checkpoint::Saved>> {
+    /// The checkpoint a resumed run continues from, read and checked, with the memory
+    /// techniques it keeps of it; none for another start. A checkpoint past the run's last step
+    /// is [`Error::NothingToDo`].
+    fn checkpoint(
+        &self,
+        run_dir: &Path,
+        device: &Device,
+    ) -> Result<Option<(checkpoint::Saved, Choice)>> {
         if self.start != Start::Resume {
             return Ok(None);
         }
-        let saved = resumable(&mut self.config, run_dir, device, &self.task)?;
+        let (saved, kept) = resumable(&self.config, run_dir, device, &self.task)?;
         if saved.state.step > self.total_steps {
             return Err(Error::NothingToDo {
                 run_dir: run_dir.to_owned(),
@@ -280,14 +290,13 @@ impl Inputs {
                 steps: self.total_steps,
             });
         }
-        Ok(Some(saved))
+        Ok(Some((saved, kept)))
     }
 
     /// The planner's plan, unless the configuration fixes the micro-batch or the run resumes;
-    /// the run trains with the memory techniques its policy chose, and its configuration says
-    /// which.
+    /// the run trains with the memory techniques its policy chose ([`choice`]).
     fn plan(
-        &mut self,
+        &self,
         saved: Option<&checkpoint::Saved>,
         budget: &Budget,
         device: &Device,
@@ -310,23 +319,22 @@ impl Inputs {
             },
             other => other,
         })?;
-        if let Some(policy) = &plan.policy {
-            policy.chosen.apply(&mut self.config);
-        }
         Ok(Some(plan))
     }
 
     /// The model and its optimizer on `device` (restored from `saved` when resuming), and the
-    /// prober that decides growth, both with the head's chunk `head_chunk`. An out-of-memory
-    /// while building them is explained as the training state not fitting.
+    /// prober that decides growth, both with the memory techniques of `choice` and the head's
+    /// chunk `head_chunk`. An out-of-memory while building them is explained as the training
+    /// state not fitting.
     fn model(
         &self,
+        choice: &Choice,
         head_chunk: Option<usize>,
         budget: Budget,
         device: &Device,
         saved: Option<&checkpoint::Saved>,
     ) -> Result<Built> {
-        let mut chunked = self.config.clone();
+        let mut chunked = choice.on(&self.config);
         chunked.model.head_chunk = head_chunk;
         // Growth compares peaks alone: its probes' step times are priced at the fixed rates.
         let target = device.plan_target();
@@ -399,6 +407,13 @@ impl Inputs {
         state.totals.processes += 1;
         state
     }
+}
+
+/// The memory techniques a run of `config` trains with beyond its configuration: on a resume
+/// those it `kept` of its checkpoint's run, else those of the plan's policy, else none.
+fn choice(config: &TrainConfig, kept: Option<Choice>, plan: Option<&Plan>) -> Choice {
+    let planned = || Some(plan?.policy.as_ref()?.chosen.choice(config));
+    kept.or_else(planned).unwrap_or_default()
 }
 
 /// The fused head's chunk, as the plan chose or as the checkpoint's run did, or else as the
@@ -475,34 +490,40 @@ fn stream_allocations(
 }
 
 /// The checkpoint in `dir`, read and checked: its state, and its run's configuration against
-/// `config` (what changed is logged; what may not change is an error).
+/// `config` with the memory techniques kept of it (what changed is logged; what may not change
+/// is an error). Returns the checkpoint and the techniques kept.
 fn resumable(
-    config: &mut TrainConfig,
+    config: &TrainConfig,
     dir: &Path,
     device: &Device,
     task: &Task,
-) -> Result<checkpoint::Saved> {
+) -> Result<(checkpoint::Saved, Choice)> {
     let path = checkpoint_path(dir);
     let saved = checkpoint::load(&path, device, task.train.len())?;
-    match &saved.config {
+    let kept = match &saved.config {
         Some(before) => {
             // A run saved before its paths were stored absolute named them from where it
             // started, as this one reads them.
             let mut before = before.clone();
             before.resolve_paths();
             // The memory techniques the checkpoint's run trained with stay, unless set.
-            crate::planning::policy::keep_unset(&before, config);
-            for change in resume::changes(&before, config)? {
+            let kept = Choice::kept(&before, config);
+            for change in resume::changes(&before, &kept.on(config))? {
                 tracing::info!("resuming with a change: {change}");
             }
+            kept
         }
-        None => tracing::warn!(
-            "{} holds no configuration: the resumed run's settings cannot be checked against it",
-            path.display()
-        ),
-    }
+        None => {
+            tracing::warn!(
+                "{} holds no configuration: the resumed run's settings cannot be checked \
+                 against it",
+                path.display()
+            );
+            Choice::default()
+        }
+    };
     tracing::info!(step = saved.state.step, "resumed from {}", path.display());
-    Ok(saved)
+    Ok((saved, kept))
 }
 
 /// The model and its optimizer on `device`, restored from `saved` when resuming, with what

@@ -14,7 +14,7 @@ use headroom_trainer::data::Task;
 use headroom_trainer::data_parallel::Launch;
 use headroom_trainer::interrupt::{self, StopOnSignal};
 use headroom_trainer::planning::half_on_cpu::{half_on_cpu, half_on_cpu_warning};
-use headroom_trainer::planning::{advise, fullest_rank, lighter_recomputations, plan, run_device};
+use headroom_trainer::planning::{PlanAdvice, run_device};
 use headroom_trainer::run_dir::{self, latest_trace};
 use headroom_trainer::run_dir::{Start, Summary, read_all};
 use headroom_trainer::{Error, Result, Trainer};
@@ -191,11 +191,11 @@ fn train(args: &TrainArgs) -> Result<()> {
     }
     if let Some(plan) = trainer.plan() {
         say(plan)?;
-        if half_on_cpu(trainer.config()) {
-            let config = trainer.config();
+        let config = trainer.config();
+        if half_on_cpu(&config) {
             let task = Task::from_config(&config.data, &config.model, config.seed)?;
-            let (budget, _, _) = run_device::planning(config)?;
-            if let Some(warning) = half_on_cpu_warning(config, &task, &budget, plan) {
+            let (budget, _, _) = run_device::planning(&config)?;
+            if let Some(warning) = half_on_cpu_warning(&config, &task, &budget, plan) {
                 tracing::warn!("{warning}");
             }
         }
@@ -238,73 +238,12 @@ fn train(args: &TrainArgs) -> Result<()> {
 }
 
 fn plan_only(args: &PlanArgs) -> Result<()> {
-    let requested = args.run.config()?;
-    let task = Task::from_config(&requested.data, &requested.model, requested.seed)?;
-    let size = args.world_size as usize;
-    // The rank planned for: the one that keeps the most optimizer state, where it is sharded.
-    let rank = fullest_rank(
-        &Launch { rank: 0, size }.prepare(requested.clone())?,
-        &task,
-        size,
-    )?;
-    let launch = Launch { rank, size };
-    let whole = launch.prepare(requested)?;
-    let mut config = launch.rank_config(&whole);
-    if launch.is_distributed() {
-        say(format_args!(
-            "each of {} ranks plans for its shard: {} samples of each batch of {}",
-            launch.size, config.batch.size, whole.batch.size
-        ))?;
+    let config = args.run.config()?;
+    let advice = PlanAdvice::new(config, args.world_size as usize, args.calibrate)?;
+    if !advice.is_empty() {
+        say(&advice)?;
     }
-    if launch.is_distributed() && whole.optimizer.shard_state {
-        say(format_args!(
-            "the optimizer state is sharded over the ranks: this is the plan of rank {rank}, \
-             which keeps the largest share"
-        ))?;
-    }
-    if args.calibrate {
-        // The run's device without its limit: the measurements need room of their own.
-        let mut roomy = config.clone();
-        roomy.memory.limit = None;
-        roomy.memory.fraction = Some(1.0);
-        roomy.memory.capacity = headroom_alloc::ByteSize::gib(1);
-        let budget = run_device::budget(&roomy)?;
-        let device = run_device::open(&roomy, &budget)?;
-        // On a GPU, its host's CPU too: an offloaded optimizer's updates run there.
-        for calibrated in headroom_trainer::planning::calibrate(&device)? {
-            let rates = calibrated.rates;
-            say(format_args!(
-                "calibrated {}: f32 products {:.1} GFLOP/s, bf16 products {:.1} GFLOP/s, \
-                 other arithmetic {:.1} GFLOP/s, memory {:.1} GB/s, {:.1} µs a kernel, \
-                 copies to and from the host tier {:.1} GB/s ({})",
-                calibrated.device,
-                rates.matrix_flops / 1e9,
-                rates.half_matrix_flops / 1e9,
-                rates.vector_flops / 1e9,
-                rates.bytes / 1e9,
-                rates.launch * 1e6,
-                rates.transfer / 1e9,
-                calibrated.path.display()
-            ))?;
-        }
-        config.memory.rates = headroom_trainer::config::RatesKind::Calibrated;
-    }
-    let (budget, target, absent) = run_device::planning(&config)?;
-    if let Some(note) = absent {
-        say(note)?;
-    }
-    let chosen = match plan(&config, &task, &budget, target) {
-        Ok(chosen) => chosen,
-        // What would fit instead, each change planned.
-        Err(err) => return Err(advise(&config, &task, &budget, target, err)?),
-    };
-    say(&chosen)?;
-    // Under a manual policy, a GPT that needs several micro-batches per step: what recomputing
-    // would fit.
-    for line in lighter_recomputations(&config, &task, &budget, target, &chosen)? {
-        say(line)?;
-    }
-    Ok(())
+    advice.outcome()
 }
 
 fn report(run_dir: &Path, memory_viz: Option<&Path>) -> Result<()> {
@@ -382,7 +321,7 @@ struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        headroom_trainer::run_dir::above_the_bar(|| std::io::stderr().lock().write_all(line))?;
+        headroom_trainer::above_the_bar(|| std::io::stderr().lock().write_all(line))?;
         Ok(line.len())
     }
 

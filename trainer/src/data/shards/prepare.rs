@@ -28,7 +28,7 @@ use super::staging::Staging;
 use crate::atomic_file::write_atomically;
 use crate::data::tokenizer::{TextTokenizer, fnv1a};
 use crate::error::{Error, Result};
-use crate::run_dir::progress::Bar;
+use crate::progress::Bar;
 
 /// What to prepare, and how.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! What to tell a user when a run cannot fit its limit: not even one sample, or not even the
 //! model with its gradients and optimizer state. The diagnosis states what holds the memory;
-//! the planner follows it with the changes it planned that fit ([`super::remedies`]), a run
+//! the planner follows it with the changes it planned that fit (`planning/remedies.rs`), a run
 //! with [`RUN_SUGGESTION`] ([`with_run_suggestion`]).
 
 use headroom_alloc::{OomReport, format_bytes};

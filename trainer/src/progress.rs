@@ -1,14 +1,11 @@
-//! What the terminal shows while a run trains: a bar over the steps with the last step's loss,
-//! throughput, micro-batch size and memory.
+//! What the terminal shows while work goes on: a bar over a run's steps (with the last step's
+//! figures) or over the bytes `headroom prepare` tokenizes, which log lines step around.
 
 #[cfg(feature = "progress")]
 use std::sync::Mutex;
 
-use headroom_alloc::format_bytes;
 #[cfg(feature = "progress")]
 use indicatif::{ProgressBar, ProgressStyle};
-
-use crate::run_dir::record::StepRecord;
 
 /// The bar on the terminal now, for log lines to step around.
 #[cfg(feature = "progress")]
@@ -66,24 +63,15 @@ impl Bar {
         Self {}
     }
 
-    /// Moves the bar to `record`'s step, with its figures and the next step's micro-batch
-    /// size.
-    pub fn show(&self, record: &StepRecord, micro: usize) {
-        let message = format!(
-            "loss {:.4} | {:.0} tok/s | micro {micro} | mem {} (peak {}) of {}",
-            record.loss,
-            record.tokens_per_s,
-            format_bytes(record.in_use),
-            format_bytes(record.peak),
-            format_bytes(record.limit),
-        );
+    /// Moves the bar to `position`, with `message` beside it.
+    pub fn show(&self, position: u64, message: String) {
         #[cfg(feature = "progress")]
         {
-            self.bar.set_position(record.step);
+            self.bar.set_position(position);
             self.bar.set_message(message);
         }
         #[cfg(not(feature = "progress"))]
-        let _ = message;
+        let _ = (position, message);
     }
 
     /// Moves the bar `by` further.
