@@ -262,7 +262,7 @@ impl GgufFile {
     }
 
     /// An [`Error::Gguf`] naming this file.
-    fn error(&self, item: String, detail: String) -> Error {
+    pub(super) fn error(&self, item: String, detail: String) -> Error {
         gguf_error(&self.path, item, detail)
     }
 
@@ -414,12 +414,12 @@ fn gguf_error(path: &Path, item: String, detail: String) -> Error {
 }
 
 /// How errors name a metadata key.
-fn key_item(key: &str) -> String {
+pub(super) fn key_item(key: &str) -> String {
     format!("key `{key}`")
 }
 
 /// How errors name a tensor.
-fn tensor_item(name: &str) -> String {
+pub(super) fn tensor_item(name: &str) -> String {
     format!("tensor `{name}`")
 }
 

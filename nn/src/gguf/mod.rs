@@ -15,6 +15,12 @@
 //! bit. A [`TensorInfo`]'s shape is row-major (`[rows, cols]`), the reverse of GGUF's
 //! innermost-first dimensions.
 //!
+//! [`LlamaLayout`] reads a file of llama.cpp's `llama`, `mistral`, `qwen2` or `qwen3`
+//! architecture as Headroom's Llama family: the [`LlamaConfig`](crate::hf::LlamaConfig) its
+//! `{arch}.*` keys describe, and each parameter of the [`Gpt`](crate::Gpt) it makes read from
+//! the tensors that hold it (the query, key and value rows stacked into the fused `attn.qkv`,
+//! the rows llama.cpp's converter permuted put back, [`unpermute_rows`]).
+//!
 //! ```
 //! use headroom_nn::gguf::GgufFile;
 //! let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf/types.gguf");
@@ -31,10 +37,14 @@ mod cursor;
 mod dequant;
 mod file;
 mod ggml_type;
+mod llama_layout;
 mod tensor_info;
+#[cfg(test)]
+mod test_writer;
 mod value;
 
 pub use file::{ALIGNMENT_KEY, GgufFile};
 pub use ggml_type::GgufType;
+pub use llama_layout::{ARCHITECTURE_KEY, LlamaLayout, ROPE_FREQS, permute_rows, unpermute_rows};
 pub use tensor_info::TensorInfo;
 pub use value::{Value, ValueType};
