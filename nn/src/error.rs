@@ -45,6 +45,18 @@ pub enum Error {
         detail: String,
     },
 
+    /// A GGUF file is not one, or is corrupt or truncated, or one of its values or tensors is
+    /// not what was asked of it.
+    #[error("GGUF {path}: {item}: {detail}")]
+    Gguf {
+        /// The file.
+        path: PathBuf,
+        /// What in it: `header`, ``key `general.alignment` ``, ``tensor `token_embd.weight` ``.
+        item: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {

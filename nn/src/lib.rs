@@ -4,6 +4,7 @@ mod accounting;
 pub mod checkpoint;
 mod decoder;
 mod error;
+pub mod gguf;
 pub mod hf;
 mod init;
 mod json_fields;

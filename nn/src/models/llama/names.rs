@@ -55,6 +55,40 @@ pub(crate) fn layout_names(name: &str, norms: &[(&str, &str)]) -> Option<Vec<Str
     (kind == "weight").then(|| vec![format!("{layer}.{hf}.weight")])
 }
 
+/// The tensors of a GGUF file (llama.cpp's names) that fill the model's parameter `name`, in
+/// order, stacked along the first axis as [`hf_names`] gives them; none when the family has no
+/// such parameter. The head's `output.weight` is absent from files whose head is tied.
+pub(crate) fn gguf_names(name: &str) -> Option<Vec<String>> {
+    let one = |gguf: &str| Some(vec![gguf.to_owned()]);
+    match name {
+        "tok_emb.weight" => return one("token_embd.weight"),
+        "ln_f.weight" => return one("output_norm.weight"),
+        "head.weight" => return one("output.weight"),
+        _ => {}
+    }
+    let rest = name.strip_prefix("blocks.")?;
+    let (index, rest) = rest.split_once('.')?;
+    let index: usize = index.parse().ok()?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let block = format!("blk.{index}");
+    if module == "attn.qkv" && matches!(kind, "weight" | "bias") {
+        let part = |p: &str| format!("{block}.attn_{p}.{kind}");
+        return Some(vec![part("q"), part("k"), part("v")]);
+    }
+    let gguf = match module {
+        "ln1" => "attn_norm",
+        "ln2" => "ffn_norm",
+        "attn.q_norm" => "attn_q_norm",
+        "attn.k_norm" => "attn_k_norm",
+        "attn.proj" => "attn_output",
+        "mlp.gate" => "ffn_gate",
+        "mlp.up" => "ffn_up",
+        "mlp.down" => "ffn_down",
+        _ => return None,
+    };
+    (kind == "weight").then(|| vec![format!("{block}.{gguf}.weight")])
+}
+
 /// True for the buffers some checkpoints hold beside the weights (the rotary frequencies
 /// `model.layers.{i}.self_attn.rotary_emb.inv_freq`): nothing to load, as the configuration
 /// gives them.
@@ -85,6 +119,25 @@ mod tests {
             ["model.layers.1.self_attn.k_norm.weight"]
         );
         assert_eq!(hf_names("blocks.1.ln1.bias"), None);
+        assert_eq!(
+            gguf_names("blocks.3.attn.qkv.bias").unwrap(),
+            [
+                "blk.3.attn_q.bias",
+                "blk.3.attn_k.bias",
+                "blk.3.attn_v.bias"
+            ]
+        );
+        assert_eq!(
+            gguf_names("blocks.0.ln2.weight").unwrap(),
+            ["blk.0.ffn_norm.weight"]
+        );
+        assert_eq!(
+            gguf_names("blocks.1.attn.k_norm.weight").unwrap(),
+            ["blk.1.attn_k_norm.weight"]
+        );
+        assert_eq!(gguf_names("head.weight").unwrap(), ["output.weight"]);
+        assert_eq!(gguf_names("blocks.1.ln1.bias"), None);
+        assert_eq!(gguf_names("pos_emb.weight"), None);
         assert_eq!(hf_names("pos_emb.weight"), None);
         assert!(is_buffer("model.layers.7.self_attn.rotary_emb.inv_freq"));
     }
