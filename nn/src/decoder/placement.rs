@@ -94,19 +94,19 @@ impl Gpt {
         }
     }
 
-    /// Sets [`Placement::offload_activations`]: each recomputed block's input waits on `host`
-    /// from the block's forward pass until its backward pass copies it back (activation
-    /// offloading, [`recomputed_offloaded`](crate::recomputed_offloaded)); with whole blocks recomputed, the device keeps no
-    /// activation of the blocks between the passes.
+    /// Sets [`Placement::offload_activations`]: each recomputed block's input waits on `host` from
+    /// the block's forward pass until its backward pass copies it back (activation offloading,
+    /// [`recomputed_offloaded`](crate::recomputed_offloaded)); with whole blocks recomputed, the
+    /// device keeps no activation of the blocks between the passes.
     pub fn set_offload_activations(&mut self, host: Option<Device>) {
         self.placement.offload_activations = host;
     }
 
-    /// Sets [`Placement::offload_weights`]: the blocks' weights live on `host` and stream to
-    /// the device block by block, forward and again backward (ZeRO-Infinity's parameter
-    /// offload, [`recomputed_streamed`](crate::recomputed_streamed), [`Streamed`]), their gradients arriving on the host;
-    /// streamed blocks are recomputed whole. Moves every block tensor there now, and back to
-    /// the device with none.
+    /// Sets [`Placement::offload_weights`]: the blocks' weights live on `host` and stream to the
+    /// device block by block, forward and again backward (ZeRO-Infinity's parameter offload,
+    /// [`recomputed_streamed`](crate::recomputed_streamed), [`Streamed`]), their gradients arriving
+    /// on the host; streamed blocks are recomputed whole. Moves every block tensor there now, and
+    /// back to the device with none.
     pub fn set_offload_weights(&mut self, host: Option<Device>) -> Result<()> {
         self.set_placement(Placement {
             offload_weights: host,
@@ -121,9 +121,10 @@ impl Gpt {
         self.placement.fetch_ahead = ahead;
     }
 
-    /// Sets [`Placement::head_chunk`]: [`Gpt::loss`](crate::Gpt::loss) computes the head and the loss together,
-    /// `rows` rows of logits at a time ([`linear_cross_entropy`](headroom_autograd::Tensor::linear_cross_entropy)), so the
-    /// `[B, T, vocab]` logits never exist whole; none forms them whole (the reference).
+    /// Sets [`Placement::head_chunk`]: [`Gpt::loss`](crate::Gpt::loss) computes the head and the
+    /// loss together, `rows` rows of logits at a time
+    /// ([`linear_cross_entropy`](headroom_autograd::Tensor::linear_cross_entropy)), so the `[B, T,
+    /// vocab]` logits never exist whole; none forms them whole (the reference).
     pub fn set_head_chunk(&mut self, rows: Option<usize>) {
         self.placement.head_chunk = rows.map(|r| r.max(1));
     }

@@ -9,7 +9,8 @@ use headroom_kernels::{DType, Device};
 use headroom_nn::lora::{self, QuantizedBase};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
-    Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, Sequential, mlp,
+    Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, Placement, Sequential,
+    mlp,
 };
 
 use crate::config::{ModelConfig, ModelFamily, ModelKind};
@@ -55,10 +56,12 @@ impl TrainModel {
                     }
                 }
                 let width = gpt.config().width;
-                gpt.set_recompute(config.recompute.unwrap_or_default().for_gpt(width));
-                if let Some(rows) = config.head_chunk {
-                    gpt.set_head_chunk(Some(rows));
-                }
+                let placement = Placement {
+                    recompute: config.recompute.unwrap_or_default().for_gpt(width),
+                    head_chunk: config.head_chunk.or(gpt.head_chunk()),
+                    ..gpt.placement().clone()
+                };
+                gpt.set_placement(placement)?;
                 if let Some(adapters) = &config.lora {
                     init.set_dtype(DType::F32);
                     let attached = lora::attach(&mut gpt, adapters, &mut init)?;
@@ -68,10 +71,8 @@ impl TrainModel {
                         attached.trainable,
                         attached.frozen
                     );
-                    // The adapters join the streamed weights.
-                    if let Some(host) = weights_on {
-                        gpt.set_offload_weights(Some(host.clone()))?;
-                    }
+                    // Placed again, the adapters join the streamed weights.
+                    gpt.set_placement(gpt.placement().clone())?;
                 }
                 Ok(Self::Gpt(Box::new(gpt)))
             }
@@ -258,9 +259,12 @@ impl TrainableModel for TrainModel {
 
     fn set_host_tier(&mut self, offloads: &Offloads) -> Result<()> {
         if let TrainModel::Gpt(gpt) = self {
-            gpt.set_offload_activations(offloads.activations.clone());
-            gpt.set_fetch_ahead(offloads.ahead);
-            gpt.set_offload_weights(offloads.weights.clone())?;
+            gpt.set_placement(Placement {
+                offload_activations: offloads.activations.clone(),
+                offload_weights: offloads.weights.clone(),
+                fetch_ahead: offloads.ahead,
+                ..gpt.placement().clone()
+            })?;
         }
         Ok(())
     }

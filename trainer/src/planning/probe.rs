@@ -18,7 +18,7 @@ use crate::data_parallel::control::Control;
 use crate::error::{Error, Result};
 use crate::model::ModelFactory;
 use crate::planning::budget::{Budget, UNLIMITED};
-use crate::planning::host_tier;
+use crate::planning::offloads;
 use crate::planning::op_bytes::{OpBytes, op_bytes};
 use crate::planning::rates::PlanRates;
 use crate::planning::tag_bytes::{TagBytes, tag_bytes};
@@ -189,8 +189,8 @@ impl Prober {
     pub fn explain(&self, report: &OomReport, failure: Failure) -> Result<String> {
         let config = &self.config;
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
-        let host = host_tier::planned(config, &roomy, self.rates.host)?;
-        let (model, optimizer) = host_tier::build_training_state(
+        let host = offloads::planned(config, &roomy, self.rates.host)?;
+        let (model, optimizer) = offloads::build_training_state(
             config,
             (&*self.factory, &roomy, host.as_ref()),
             &self.task.train.shape(),
@@ -243,8 +243,8 @@ impl Prober {
         let config = &self.config;
         let device =
             Device::meta_with_rates(self.plan_target, self.rates.device, budget.device_config(0))?;
-        let host = host_tier::planned(config, &device, self.rates.host)?;
-        let built = host_tier::build_training_state(
+        let host = offloads::planned(config, &device, self.rates.host)?;
+        let built = offloads::build_training_state(
             config,
             (&*self.factory, &device, host.as_ref()),
             &self.task.train.shape(),

@@ -22,8 +22,8 @@ use crate::error::{Error, Result};
 use crate::model::{BuiltinModel, ModelFactory, TrainableModel};
 use crate::planning::budget::Budget;
 use crate::planning::choice::Choice;
-use crate::planning::host_tier;
 use crate::planning::micro_growth::GrowthCheck;
+use crate::planning::offloads;
 use crate::planning::plan::Plan;
 use crate::planning::probe::Prober;
 use crate::planning::rates::PlanRates;
@@ -346,7 +346,7 @@ impl Inputs {
             target,
             PlanRates::fixed(target),
         );
-        let host = host_tier::open(&chunked, device)?;
+        let host = offloads::open(&chunked, device)?;
         let offers = self.factory.knobs(&self.task.train.shape());
         if chunked.model.offloads_activations() && !offers.offload_activations {
             return Err(Error::config(
@@ -534,7 +534,7 @@ fn build_model(
     (factory, device, host): (&dyn ModelFactory, &Device, Option<&Device>),
     saved: Option<&checkpoint::Saved>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
-    let (mut model, mut optimizer) = host_tier::build_training_state(
+    let (mut model, mut optimizer) = offloads::build_training_state(
         config,
         (factory, device, host),
         &task.train.shape(),

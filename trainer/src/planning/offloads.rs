@@ -1,6 +1,6 @@
-//! The host tier: a second pool of memory, over host memory, with an allocator of its own
-//! (limit, tags, statistics, out-of-memory reports), that holds what the device does not need
-//! for a while: the inputs of recomputed blocks between their forward and backward passes
+//! Where a run offloads: its host tier, a second pool of memory over host memory with an
+//! allocator of its own (limit, tags, statistics, out-of-memory reports), that holds what the
+//! device does not need for a while: the inputs of recomputed blocks between their forward and backward passes
 //! (`model.offload_activations`), the optimizer's state, whose updates run there
 //! (`optimizer.offload`), and the blocks' weights, streamed to the device as they run
 //! (`model.offload_weights`). A run opens one over real host memory; a probe plans one on
