@@ -105,6 +105,13 @@ impl Fields<'_> {
         Ok(())
     }
 
+    /// The dtype the weights were saved in: `torch_dtype`, or transformers 5's `dtype`.
+    pub(crate) fn torch_dtype(&self) -> Option<String> {
+        ["torch_dtype", "dtype"]
+            .iter()
+            .find_map(|f| self.get(f).and_then(Value::as_str).map(str::to_owned))
+    }
+
     /// A token id field that holds one id or a list of them.
     pub(crate) fn token_ids(&self, field: &str) -> Result<Vec<u64>> {
         match self.get(field) {

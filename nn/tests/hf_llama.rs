@@ -12,7 +12,7 @@ mod common;
 
 use std::path::Path;
 
-use common::transformers_cases::{data, expected, max_abs_diff, run};
+use common::transformers_cases::{assert_transformers_cases, data};
 use common::{TempDir, device, parameter_bytes};
 use headroom_kernels::{DType, Device};
 use headroom_nn::hf::{self, LlamaConfig};
@@ -44,16 +44,7 @@ fn loaded(device: &Device, dir: &Path, dtype: DType) -> Gpt {
 
 fn check_against_transformers(name: &str, dir: &Path) {
     let device = device();
-    let gpt = loaded(&device, dir, DType::F32);
-    for case in expected(name) {
-        let (logits, loss) = run(&gpt, &case);
-        let diff = max_abs_diff(&logits, &case.logits);
-        let relative = (loss - case.loss).abs() / case.loss;
-        eprintln!("{name}: logits within {diff:e}, loss {relative:e} relative");
-        // The logits are about 8 at most, written with 7 significant digits.
-        assert!(diff < 1e-5, "{name}: logits differ by up to {diff}");
-        assert!(relative < 1e-6, "{name}: loss {loss} against {}", case.loss);
-    }
+    assert_transformers_cases(name, &loaded(&device, dir, DType::F32));
 }
 
 #[test]

@@ -51,7 +51,7 @@ impl Pretrained {
         if gpt2 {
             return Ok(Self::Gpt2(Gpt2Config::from_json(&path, &value)?));
         }
-        match is_gemma3(&value) {
+        match value.as_object().is_some_and(is_gemma3) {
             true => Ok(Self::Gemma3(Gemma3Config::from_json(&path, &value)?)),
             false => Ok(Self::Llama(LlamaConfig::from_json(&path, &value)?)),
         }

@@ -104,13 +104,10 @@ impl CausalSelfAttention {
         proj_std: f64,
         dropout: (f64, &DropoutCounter),
     ) -> Result<Self> {
-        let (kv_heads, head_dim) = (shape.kv_heads, shape.head_dim);
-        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) || head_dim == 0 {
-            let detail = format!(
-                "{kv_heads} key/value heads of {head_dim} features for {heads} query heads"
-            );
-            return Err(Error::config("attention", detail));
+        if let Some((field, detail)) = shape.problems(heads).into_iter().next() {
+            return Err(Error::config("attention", format!("{field}: {detail}")));
         }
+        let (kv_heads, head_dim) = (shape.kv_heads, shape.head_dim);
         let zero = Init::Constant(0.0);
         let outputs = (heads + 2 * kv_heads) * head_dim;
         let qkv = Linear::with_init(
@@ -197,6 +194,29 @@ pub struct GroupedAttention {
     pub scale: f64,
     /// Keys a query sees, itself included; none: the whole past.
     pub window: Option<usize>,
+}
+
+impl GroupedAttention {
+    /// Every way the shape fails `heads` query heads, each with the field it is about: the
+    /// key/value heads divide them, and rotary heads turn their features in pairs.
+    pub(crate) fn problems(&self, heads: usize) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if self.kv_heads == 0 || !heads.is_multiple_of(self.kv_heads) {
+            let detail = format!(
+                "{} key/value heads do not divide {heads} query heads",
+                self.kv_heads
+            );
+            problems.push(("kv_heads", detail));
+        }
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            let detail = format!(
+                "{}: heads rotate their features in pairs, so at least 2 and even",
+                self.head_dim
+            );
+            problems.push(("head_dim", detail));
+        }
+        problems
+    }
 }
 
 /// The RMSNorm of [`GroupedAttention::head_norm`].

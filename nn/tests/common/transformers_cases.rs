@@ -82,3 +82,17 @@ pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f64::max)
 }
+
+/// Asserts that `gpt` gives the logits and loss of every case of the tiny model `name`'s
+/// `expected.json`: the logits (about 8 at most, written with 7 significant digits) within 1e-5,
+/// the loss within 1e-6 relative.
+pub fn assert_transformers_cases(name: &str, gpt: &Gpt) {
+    for case in expected(name) {
+        let (logits, loss) = run(gpt, &case);
+        let diff = max_abs_diff(&logits, &case.logits);
+        let relative = (loss - case.loss).abs() / case.loss;
+        eprintln!("{name}: logits within {diff:e}, loss {relative:e} relative");
+        assert!(diff < 1e-5, "{name}: logits differ by up to {diff}");
+        assert!(relative < 1e-6, "{name}: loss {loss} against {}", case.loss);
+    }
+}

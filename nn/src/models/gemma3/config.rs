@@ -10,6 +10,7 @@ use crate::json_fields::{CONFIG_FILE, Fields, read_json, write_json};
 use crate::models::decoder_config::GptConfig;
 use crate::models::family::Family;
 use crate::models::gemma3::options::Gemma3Options;
+use crate::models::llama;
 
 /// The class name in `architectures`.
 pub const CLASS: &str = "Gemma3ForCausalLM";
@@ -96,9 +97,7 @@ impl Gemma3Config {
             bos_token_id: fields.count("bos_token_id")?,
             eos_token_ids: fields.token_ids("eos_token_id")?,
             pad_token_id: fields.count("pad_token_id")?,
-            torch_dtype: ["torch_dtype", "dtype"]
-                .iter()
-                .find_map(|f| fields.get(f).and_then(Value::as_str).map(str::to_owned)),
+            torch_dtype: fields.torch_dtype(),
         };
         if let Some((field, detail)) = config.gpt_config(0.0).problems().into_iter().next() {
             return Err(fields.error(hf_field(field), detail));
@@ -197,8 +196,9 @@ impl Gemma3Config {
     }
 }
 
-/// True when `value` names Gemma 3's text model, by `architectures` or `model_type`.
-pub(crate) fn is_gemma3(value: &Value) -> bool {
+/// True when the fields of a `config.json` name Gemma 3's text model, by `architectures` or
+/// `model_type`.
+pub(crate) fn is_gemma3(value: &Map<String, Value>) -> bool {
     let class = value.get("architectures").and_then(|a| a.get(0));
     class.and_then(Value::as_str) == Some(CLASS)
         || value.get("model_type").and_then(Value::as_str) == Some(MODEL_TYPE)
@@ -206,7 +206,7 @@ pub(crate) fn is_gemma3(value: &Value) -> bool {
 
 /// Errors unless the file names Gemma 3's text model.
 fn check_class(fields: &Fields) -> Result<()> {
-    if is_gemma3(&Value::Object(fields.map.clone())) {
+    if is_gemma3(fields.map) {
         return Ok(());
     }
     let detail = format!("is not {CLASS} (model_type {MODEL_TYPE})");
@@ -309,26 +309,15 @@ fn pattern(fields: &Fields, layers: usize) -> Result<usize> {
     Ok(period)
 }
 
-/// The `config.json` field of a [`GptConfig`] or [`Gemma3Options`] field.
+/// The `config.json` field of a [`GptConfig`] or [`Gemma3Options`] field: Gemma's own, or the
+/// Llama family's name for the fields they share.
 pub(crate) fn hf_field(field: &str) -> &'static str {
     match field {
-        "vocab" => "vocab_size",
-        "context" | "max_positions" => "max_position_embeddings",
-        "tie_embeddings" => "tie_word_embeddings",
-        "family" => "architectures",
-        "width" => "hidden_size",
-        "heads" => "num_attention_heads",
-        "layers" => "num_hidden_layers",
-        "kv_heads" => "num_key_value_heads",
-        "head_dim" => "head_dim",
-        "mlp_width" => "intermediate_size",
-        "rope_theta" => "rope_theta",
         "rope_local_theta" => "rope_local_base_freq",
-        "norm_eps" => "rms_norm_eps",
         "query_pre_attn_scalar" => "query_pre_attn_scalar",
         "sliding_window" => "sliding_window",
         "sliding_window_pattern" => "sliding_window_pattern",
-        _ => "(file)",
+        _ => llama::config::hf_field(field),
     }
 }
 

@@ -80,21 +80,9 @@ impl Gemma3Options {
     /// Every way the options fail to make a model of `heads` query heads, each with the field
     /// it is about.
     pub(crate) fn problems(&self, heads: usize) -> Vec<(&'static str, String)> {
-        let mut problems = Vec::new();
-        if self.kv_heads == 0 || !heads.is_multiple_of(self.kv_heads) {
-            let detail = format!(
-                "{} key/value heads do not divide {heads} query heads",
-                self.kv_heads
-            );
-            problems.push(("kv_heads", detail));
-        }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
-            let detail = format!(
-                "{}: heads rotate their features in pairs, so at least 2 and even",
-                self.head_dim
-            );
-            problems.push(("head_dim", detail));
-        } else {
+        // Every layer's attention has the shape of the first but for its window.
+        let mut problems = self.attention(0).problems(heads);
+        if problems.iter().all(|(field, _)| *field != "head_dim") {
             for (field, theta) in [
                 ("rope_theta", self.rope_theta),
                 ("rope_local_theta", self.rope_local_theta),

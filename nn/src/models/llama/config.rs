@@ -146,9 +146,7 @@ impl LlamaConfig {
             tie_word_embeddings: fields.flag("tie_word_embeddings", false)?,
             bos_token_id: fields.count("bos_token_id")?,
             eos_token_ids: fields.token_ids("eos_token_id")?,
-            torch_dtype: ["torch_dtype", "dtype"]
-                .iter()
-                .find_map(|f| fields.get(f).and_then(Value::as_str).map(str::to_owned)),
+            torch_dtype: fields.torch_dtype(),
         };
         if let Some((field, detail)) = config.gpt_config(0.0).problems().into_iter().next() {
             return Err(fields.error(hf_field(field), detail));

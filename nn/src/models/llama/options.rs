@@ -69,21 +69,10 @@ impl LlamaOptions {
     /// Every way the options fail to make a model of `heads` query heads, each with the field
     /// it is about.
     pub(crate) fn problems(&self, heads: usize) -> Vec<(&'static str, String)> {
-        let mut problems = Vec::new();
-        if self.kv_heads == 0 || !heads.is_multiple_of(self.kv_heads) {
-            let detail = format!(
-                "{} key/value heads do not divide {heads} query heads",
-                self.kv_heads
-            );
-            problems.push(("kv_heads", detail));
-        }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
-            let detail = format!(
-                "{}: heads rotate their features in pairs, so at least 2 and even",
-                self.head_dim
-            );
-            problems.push(("head_dim", detail));
-        } else if let Err(detail) = self.frequencies() {
+        let mut problems = self.attention().problems(heads);
+        if problems.iter().all(|(field, _)| *field != "head_dim")
+            && let Err(detail) = self.frequencies()
+        {
             problems.push(("rope_theta", detail));
         }
         if self.mlp_width == 0 {
