@@ -7,7 +7,8 @@ Writes, under nn/tests/data/gguf/ (or the directory given as the first argument)
 - tiny-llama3.gguf: general.architecture `llama`; the query and key rows permuted as the
   converter's `LlamaModel.permute` does; Llama 3's rope scaling as the `rope_freqs.weight`
   factors the converter computes (with its original context taken from the top level of
-  config.json, absent here, so 8192, as the converter does, not the 512 of rope_scaling).
+  config.json, absent here, so 8192, as the converter does, not the 512 of rope_scaling); its
+  Llama 3 style tokenizer (`pre` llama-bpe, add_bos_token true).
 - tiny-qwen2.gguf: `qwen2`, with the q/k/v biases, tied (no output.weight), rows unpermuted.
 - tiny-qwen3.gguf: `qwen3`, with the query/key norms and attention.key_length 16.
 - tiny-smollm2.gguf: `llama` shaped as SmolLM2 (tied, rows permuted), with its tokenizer as
@@ -20,10 +21,9 @@ Each holds the converter's `{arch}.*` keys (block_count, context_length, embeddi
 feed_forward_length, attention.head_count, attention.head_count_kv, rope.freq_base,
 attention.layer_norm_rms_epsilon, attention.key_length and value_length, rope.dimension_count
 for llama, vocab_size), the bos and eos ids, and a token list of the vocabulary's size
-(placeholder tokens but for tiny-smollm2: the other tiny models' tokenizers are not the point
-here). Matrices keep the
-dtype the model was saved in (bf16, f16, f32), so that they read back as the very values;
-norms, biases and rope factors are f32, as the converter stores every 1-D tensor.
+(placeholder tokens for tiny-qwen2 and tiny-qwen3, whose tiny models have no tokenizer).
+Matrices keep the dtype the model was saved in (bf16, f16, f32), so that they read back as the
+very values; norms, biases and rope factors are f32, as the converter stores every 1-D tensor.
 
 transformers reads the llama and qwen2 files back (`from_pretrained(..., gguf_file=...)`, which
 undoes the permutation with its own `reverse_permute`) into the weights of the original
@@ -50,8 +50,12 @@ CASES = [
     ("tiny-smollm2", gguf.MODEL_ARCH.LLAMA),
 ]
 
-# The cases whose tokenizer.json the file carries, with llama.cpp's name of its pre-tokenizer.
-TOKENIZER_PRE = {"tiny-smollm2": "smollm"}
+# The cases whose tokenizer.json the file carries: llama.cpp's name of its pre-tokenizer, whether
+# it adds the beginning-of-sequence token, and whether the file holds SmolLM2's chat template.
+TOKENIZERS = {
+    "tiny-llama3": ("llama-bpe", True, False),
+    "tiny-smollm2": ("smollm", False, True),
+}
 
 # SmolLM2-Instruct's chat template, as its tokenizer_config.json and its GGUF files hold it.
 CHAT_TEMPLATE = (
@@ -152,8 +156,8 @@ def write(name, arch, out):
         writer.add_rope_dimension_count(head_dim)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("gpt2")
-    if name in TOKENIZER_PRE:
-        add_tokenizer(writer, model_dir, config["vocab_size"], TOKENIZER_PRE[name])
+    if name in TOKENIZERS:
+        add_tokenizer(writer, model_dir, config["vocab_size"], *TOKENIZERS[name])
     else:
         writer.add_token_list([f"<t{i}>" for i in range(config["vocab_size"])])
     writer.add_bos_token_id(config["bos_token_id"])
@@ -184,7 +188,7 @@ def write(name, arch, out):
     return path, tensors
 
 
-def add_tokenizer(writer, model_dir, vocab_size, pre):
+def add_tokenizer(writer, model_dir, vocab_size, pre, add_bos, chat_template):
     """The byte-level BPE of model_dir/tokenizer.json as convert_hf_to_gguf.py's
     `_set_vocab_gpt2` writes it: every id's token (an unused `[PAD{i}]` where the vocabulary has
     none), added tokens as control tokens (special) or user-defined ones, the merges, and the
@@ -211,8 +215,9 @@ def add_tokenizer(writer, model_dir, vocab_size, pre):
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_add_bos_token(add_bos)
+    if chat_template:
+        writer.add_chat_template(CHAT_TEMPLATE)
 
 
 def check_with_transformers(path, tensors):
