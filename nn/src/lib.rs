@@ -16,6 +16,7 @@ pub mod loss;
 pub mod models;
 mod module;
 pub mod optim;
+mod overwrite;
 mod recomputed_modules;
 mod sampling;
 mod streamed_pass;

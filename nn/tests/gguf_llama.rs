@@ -16,7 +16,7 @@ use headroom_nn::gguf::{GgufFile, LlamaLayout, permute_rows};
 use headroom_nn::hf::{self, LlamaConfig};
 use headroom_nn::{Gpt, Initializer};
 
-const CASES: [&str; 3] = ["tiny-llama3", "tiny-qwen2", "tiny-qwen3"];
+const CASES: [&str; 4] = ["tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-smollm2"];
 
 fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
@@ -41,6 +41,11 @@ fn expected_config(case: &str) -> LlamaConfig {
     config
 }
 
+/// True for the cases written as llama.cpp's `llama` architecture (query and key rows permuted).
+fn arch_is_llama(case: &str) -> bool {
+    matches!(case, "tiny-llama3" | "tiny-smollm2")
+}
+
 fn bits(values: &[f32]) -> Vec<u32> {
     values.iter().map(|v| v.to_bits()).collect()
 }
@@ -52,7 +57,7 @@ fn every_parameter_equals_the_hugging_face_checkpoints() {
         let file = gguf(case);
         let layout = LlamaLayout::read(&file).unwrap();
         assert_eq!(layout.config, expected_config(case), "{case}");
-        assert_eq!(layout.permuted, case == "tiny-llama3");
+        assert_eq!(layout.permuted, arch_is_llama(case));
         let config = LlamaConfig::read(&data().join(case)).unwrap();
         let mut gpt = Gpt::new(
             &mut Initializer::new(&cpu, DType::F32, 7),

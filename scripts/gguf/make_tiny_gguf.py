@@ -7,17 +7,23 @@ Writes, under nn/tests/data/gguf/ (or the directory given as the first argument)
 - tiny-llama3.gguf: general.architecture `llama`; the query and key rows permuted as the
   converter's `LlamaModel.permute` does; Llama 3's rope scaling as the `rope_freqs.weight`
   factors the converter computes (with its original context taken from the top level of
-  config.json, absent here, so 8192, as the converter does, not the 512 of rope_scaling).
+  config.json, absent here, so 8192, as the converter does, not the 512 of rope_scaling); its
+  Llama 3 style tokenizer (`pre` llama-bpe, add_bos_token true).
 - tiny-qwen2.gguf: `qwen2`, with the q/k/v biases, tied (no output.weight), rows unpermuted.
 - tiny-qwen3.gguf: `qwen3`, with the query/key norms and attention.key_length 16.
+- tiny-smollm2.gguf: `llama` shaped as SmolLM2 (tied, rows permuted), with its tokenizer as
+  the converter writes a byte-level BPE (`tokenizer.ggml.model` gpt2, `pre` smollm, the token
+  list, token types with the special tokens as control tokens, the merges, the bos and eos ids,
+  add_bos_token false) and SmolLM2-Instruct's chat template, so that the file alone holds the
+  model and its tokenizer.
 
 Each holds the converter's `{arch}.*` keys (block_count, context_length, embedding_length,
 feed_forward_length, attention.head_count, attention.head_count_kv, rope.freq_base,
 attention.layer_norm_rms_epsilon, attention.key_length and value_length, rope.dimension_count
 for llama, vocab_size), the bos and eos ids, and a token list of the vocabulary's size
-(placeholder tokens: the tiny models' tokenizers are not the point here). Matrices keep the
-dtype the model was saved in (bf16, f16, f32), so that they read back as the very values;
-norms, biases and rope factors are f32, as the converter stores every 1-D tensor.
+(placeholder tokens for tiny-qwen2 and tiny-qwen3, whose tiny models have no tokenizer).
+Matrices keep the dtype the model was saved in (bf16, f16, f32), so that they read back as the
+very values; norms, biases and rope factors are f32, as the converter stores every 1-D tensor.
 
 transformers reads the llama and qwen2 files back (`from_pretrained(..., gguf_file=...)`, which
 undoes the permutation with its own `reverse_permute`) into the weights of the original
@@ -41,7 +47,24 @@ CASES = [
     ("tiny-llama3", gguf.MODEL_ARCH.LLAMA),
     ("tiny-qwen2", gguf.MODEL_ARCH.QWEN2),
     ("tiny-qwen3", gguf.MODEL_ARCH.QWEN3),
+    ("tiny-smollm2", gguf.MODEL_ARCH.LLAMA),
 ]
+
+# The cases whose tokenizer.json the file carries: llama.cpp's name of its pre-tokenizer, whether
+# it adds the beginning-of-sequence token, and whether the file holds SmolLM2's chat template.
+TOKENIZERS = {
+    "tiny-llama3": ("llama-bpe", True, False),
+    "tiny-smollm2": ("smollm", False, True),
+}
+
+# SmolLM2-Instruct's chat template, as its tokenizer_config.json and its GGUF files hold it.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    "<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% endif %}"
+)
 
 RAW_TYPES = {
     torch.bfloat16: gguf.GGMLQuantizationType.BF16,
@@ -133,7 +156,10 @@ def write(name, arch, out):
         writer.add_rope_dimension_count(head_dim)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("gpt2")
-    writer.add_token_list([f"<t{i}>" for i in range(config["vocab_size"])])
+    if name in TOKENIZERS:
+        add_tokenizer(writer, model_dir, config["vocab_size"], *TOKENIZERS[name])
+    else:
+        writer.add_token_list([f"<t{i}>" for i in range(config["vocab_size"])])
     writer.add_bos_token_id(config["bos_token_id"])
     writer.add_eos_token_id(config["eos_token_id"])
     names = gguf.get_tensor_name_map(arch, config["num_hidden_layers"])
@@ -160,6 +186,38 @@ def write(name, arch, out):
     writer.write_tensors_to_file()
     writer.close()
     return path, tensors
+
+
+def add_tokenizer(writer, model_dir, vocab_size, pre, add_bos, chat_template):
+    """The byte-level BPE of model_dir/tokenizer.json as convert_hf_to_gguf.py's
+    `_set_vocab_gpt2` writes it: every id's token (an unused `[PAD{i}]` where the vocabulary has
+    none), added tokens as control tokens (special) or user-defined ones, the merges, and the
+    tokenizer's settings."""
+    tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
+    by_id = {index: token for token, index in tokenizer["model"]["vocab"].items()}
+    added = {entry["id"]: entry for entry in tokenizer["added_tokens"]}
+    for index, entry in added.items():
+        by_id[index] = entry["content"]
+    tokens, types = [], []
+    for index in range(vocab_size):
+        if index not in by_id:
+            tokens.append(f"[PAD{index}]")
+            types.append(gguf.TokenType.UNUSED)
+        elif index in added:
+            tokens.append(by_id[index])
+            special = added[index]["special"]
+            types.append(gguf.TokenType.CONTROL if special else gguf.TokenType.USER_DEFINED)
+        else:
+            tokens.append(by_id[index])
+            types.append(gguf.TokenType.NORMAL)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_add_bos_token(add_bos)
+    if chat_template:
+        writer.add_chat_template(CHAT_TEMPLATE)
 
 
 def check_with_transformers(path, tensors):

@@ -27,6 +27,16 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 /// The fewest bytes a metadata pair takes: an empty key, a type and a one-byte value.
 const MIN_PAIR: usize = 8 + 4 + 1;
 
+/// True when `path` is a file that starts with GGUF's magic bytes (whatever its name), as a
+/// pretrained model may be given as one file where a Hugging Face model is a directory.
+pub fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0; 4];
+    path.is_file()
+        && File::open(path).is_ok_and(|mut file| file.read_exact(&mut magic).is_ok())
+        && magic == MAGIC
+}
+
 /// A file's bytes: mapped, or held.
 enum Bytes {
     Mapped(Mmap),

@@ -133,22 +133,20 @@ impl LlamaLayout {
             torch_dtype: None,
         };
         if let Some((field, detail)) = config.gpt_config(0.0).problems().into_iter().next() {
-            let name = match field {
-                "vocab" => TOKENS_KEY.to_owned(),
-                "context" => key("context_length"),
-                "width" => key("embedding_length"),
-                "heads" => key("attention.head_count"),
-                "layers" => key("block_count"),
-                "kv_heads" => key("attention.head_count_kv"),
-                "head_dim" => key("attention.key_length"),
-                "mlp_width" => key("feed_forward_length"),
-                "rope_theta" => key("rope.freq_base"),
-                "norm_eps" => key("attention.layer_norm_rms_epsilon"),
-                other => other.to_owned(),
-            };
-            return Err(file.error(key_item(&name), detail));
+            return Err(file.error(key_item(&field_key(arch, field)), detail));
         }
         Ok(Self { config, permuted })
+    }
+
+    /// The file's key that holds the [`GptConfig`](crate::GptConfig) field `field`, for
+    /// messages (`llama.block_count` for `layers`); the head's tying is the presence of
+    /// `output.weight`.
+    pub fn key(&self, field: &str) -> String {
+        let arch = ARCHITECTURES
+            .iter()
+            .find(|(_, architecture, _)| *architecture == self.config.architecture)
+            .map_or("llama", |(name, ..)| name);
+        field_key(arch, field)
     }
 
     /// The file's tensors that fill the model's parameter `name` (Headroom's name,
@@ -219,6 +217,27 @@ impl LlamaLayout {
             ));
         }
         Ok(())
+    }
+}
+
+/// The key of a file of architecture `arch` that holds the [`GptConfig`](crate::GptConfig)
+/// field `field`; `field` itself where no key holds it.
+fn field_key(arch: &str, field: &str) -> String {
+    let key = |name: &str| format!("{arch}.{name}");
+    match field {
+        "vocab" => TOKENS_KEY.to_owned(),
+        "context" | "max_positions" => key("context_length"),
+        "width" => key("embedding_length"),
+        "heads" => key("attention.head_count"),
+        "layers" => key("block_count"),
+        "kv_heads" => key("attention.head_count_kv"),
+        "head_dim" => key("attention.key_length"),
+        "mlp_width" => key("feed_forward_length"),
+        "rope_theta" => key("rope.freq_base"),
+        "norm_eps" => key("attention.layer_norm_rms_epsilon"),
+        "family" => ARCHITECTURE_KEY.to_owned(),
+        "tie_embeddings" => "output.weight (absent where the head is tied)".to_owned(),
+        other => other.to_owned(),
     }
 }
 

@@ -38,13 +38,16 @@ mod dequant;
 mod file;
 mod ggml_type;
 mod llama_layout;
+mod load;
+mod model_tensors;
 mod tensor_info;
 #[cfg(test)]
 mod test_writer;
 mod value;
 
-pub use file::{ALIGNMENT_KEY, GgufFile};
+pub use file::{ALIGNMENT_KEY, GgufFile, is_gguf};
 pub use ggml_type::GgufType;
 pub use llama_layout::{ARCHITECTURE_KEY, LlamaLayout, ROPE_FREQS, permute_rows, unpermute_rows};
+pub use load::{check_gguf, load_gguf};
 pub use tensor_info::TensorInfo;
 pub use value::{Value, ValueType};

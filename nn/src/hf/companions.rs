@@ -60,8 +60,12 @@ pub struct SpecialTokens {
 
 impl SpecialTokens {
     /// The ids `dir`'s `generation_config.json` gives, then those its `config.json` gives
-    /// where the first is silent; none where neither file exists.
+    /// where the first is silent; none where neither file exists. A GGUF file gives those of
+    /// its `tokenizer.ggml.*_token_id` keys ([`Self::from_gguf`]).
     pub fn read(dir: &Path) -> Result<Self> {
+        if crate::gguf::is_gguf(dir) {
+            return Self::from_gguf(&crate::gguf::GgufFile::open(dir)?);
+        }
         let mut tokens = Self::default();
         for name in [GENERATION_CONFIG, crate::json_fields::CONFIG_FILE] {
             let path = dir.join(name);
@@ -70,6 +74,23 @@ impl SpecialTokens {
             }
         }
         Ok(tokens)
+    }
+
+    /// The ids of a GGUF file's `tokenizer.ggml.bos_token_id`, `eos_token_id` and
+    /// `padding_token_id`, where it has them; a value that is no id is an error naming its key.
+    pub fn from_gguf(file: &crate::gguf::GgufFile) -> Result<Self> {
+        let id = |name: &str| -> Result<Option<u64>> {
+            let key = format!("tokenizer.ggml.{name}_token_id");
+            match file.get(&key) {
+                Some(_) => file.get_u64(&key).map(Some),
+                None => Ok(None),
+            }
+        };
+        Ok(Self {
+            bos: id("bos")?,
+            eos: id("eos")?.into_iter().collect(),
+            pad: id("padding")?,
+        })
     }
 
     /// True when no id is known.

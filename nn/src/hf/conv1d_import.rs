@@ -10,12 +10,13 @@ use safetensors::tensor::{SafeTensors, TensorView};
 use crate::decoder::Gpt;
 use crate::error::{Error, Result};
 use crate::hf::finite::non_finite;
-use crate::hf::safetensors_file::{WEIGHTS_FILE, float_dtype, overwrite};
+use crate::hf::safetensors_file::{WEIGHTS_FILE, float_dtype};
 use crate::json_fields::CONFIG_FILE;
 use crate::models::gpt2::Gpt2Config;
 use crate::models::gpt2::names::{
     LM_HEAD, Layout, PREFIX, WTE, hf_name, is_buffer, stored_dims, transpose_bytes,
 };
+use crate::overwrite::overwrite;
 
 /// One parameter of the model and the tensor of the file that fills it.
 struct Source<'a> {

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::decoder::Gpt;
 use crate::error::{Error, Result};
+use crate::gguf::LlamaLayout;
 use crate::hf::companions::GENERATION_CONFIG;
 use crate::hf::pretrained::Pretrained;
 use crate::hf::shards::{DEFAULT_SHARD_BYTES, index_json, shard_name, split, weight_files_in};
@@ -143,7 +144,9 @@ pub fn export_llama(gpt: &Gpt, dir: &Path, options: &LlamaExport) -> Result<()> 
         .or_else(|| entries.first().map(|e| e.dtype))
         .unwrap_or(DType::F32);
     match config {
-        Pretrained::Llama(config) => config.write(dir, torch_dtype(dtype)?.1),
+        Pretrained::Llama(config) | Pretrained::Gguf(LlamaLayout { config, .. }) => {
+            config.write(dir, torch_dtype(dtype)?.1)
+        }
         Pretrained::Gemma3(config) => config.write(dir, torch_dtype(dtype)?.1),
         Pretrained::Gpt2(config) => config.write(dir),
     }

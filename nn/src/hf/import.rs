@@ -11,10 +11,11 @@ use safetensors::tensor::TensorView;
 use crate::error::{Error, Result};
 use crate::hf::finite::non_finite;
 use crate::hf::pretrained::Pretrained;
-use crate::hf::safetensors_file::{float_dtype, overwrite};
+use crate::hf::safetensors_file::float_dtype;
 use crate::hf::weight_files::{WeightFiles, by_name, model_dir};
 use crate::models::Family;
 use crate::models::llama::names::{EMBED, LM_HEAD, is_buffer};
+use crate::overwrite::overwrite;
 use crate::{Gpt, GptConfig};
 
 /// The file's tensors that fill one parameter, checked.

@@ -1,11 +1,12 @@
-//! A Hugging Face model directory of any family Headroom reads: its configuration, the
-//! decoder it describes, and loading its weights into one.
+//! A pretrained model of any family Headroom reads, as a Hugging Face directory or a GGUF
+//! file: its configuration, the decoder it describes, and loading its weights into one.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::gguf::{GgufFile, LlamaLayout, is_gguf, load_gguf};
 use crate::hf::peft::{ADAPTER_CONFIG, PeftAdapter, load_peft};
 use crate::hf::weight_files::model_dir;
 use crate::json_fields::{CONFIG_FILE, read_json};
@@ -16,7 +17,7 @@ use crate::models::llama::LlamaConfig;
 use crate::models::{gemma3, gpt2, llama};
 use crate::{Gpt, GptConfig};
 
-/// The configuration of a pretrained model directory, of any family Headroom reads.
+/// The configuration of a pretrained model directory or GGUF file, of any family Headroom reads.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pretrained {
     /// `GPT2LMHeadModel`.
@@ -25,6 +26,8 @@ pub enum Pretrained {
     Llama(LlamaConfig),
     /// `Gemma3ForCausalLM`.
     Gemma3(Gemma3Config),
+    /// A GGUF file of llama.cpp's `llama`, `mistral`, `qwen2` or `qwen3` architecture.
+    Gguf(LlamaLayout),
 }
 
 impl Pretrained {
@@ -34,8 +37,12 @@ impl Pretrained {
     /// [`LlamaConfig::read`], which names the architectures it reads when the file's is not
     /// among them.
     ///
-    /// A PEFT adapter directory reads as its base model's ([`adapter_base`]).
+    /// A PEFT adapter directory reads as its base model's ([`adapter_base`]); a GGUF file
+    /// ([`is_gguf`]) as [`LlamaLayout::read`] reads it.
     pub fn read(dir: &Path) -> Result<Self> {
+        if is_gguf(dir) {
+            return Ok(Self::Gguf(LlamaLayout::read(&GgufFile::open(dir)?)?));
+        }
         if PeftAdapter::is_adapter_dir(dir) {
             return Self::read(&adapter_base(dir)?);
         }
@@ -63,6 +70,7 @@ impl Pretrained {
             Self::Gpt2(config) => config.gpt_config(dropout),
             Self::Llama(config) => config.gpt_config(dropout),
             Self::Gemma3(config) => config.gpt_config(dropout),
+            Self::Gguf(layout) => layout.config.gpt_config(dropout),
         }
     }
 
@@ -72,15 +80,29 @@ impl Pretrained {
             Self::Gpt2(config) => config.layer_norm_epsilon,
             Self::Llama(config) => config.options.norm_eps,
             Self::Gemma3(config) => config.options.norm_eps,
+            Self::Gguf(layout) => layout.config.options.norm_eps,
         }
     }
 
-    /// The `config.json` field that holds a [`GptConfig`] field, for messages.
-    pub fn field(&self, field: &str) -> &'static str {
+    /// The `config.json` field (or the GGUF key) that holds a [`GptConfig`] field, for
+    /// messages.
+    pub fn field(&self, field: &str) -> String {
         match self {
-            Self::Gpt2(_) => gpt2::config::hf_field(field),
-            Self::Llama(_) => llama::config::hf_field(field),
-            Self::Gemma3(_) => gemma3::config::hf_field(field),
+            Self::Gpt2(_) => gpt2::config::hf_field(field).to_owned(),
+            Self::Llama(_) => llama::config::hf_field(field).to_owned(),
+            Self::Gemma3(_) => gemma3::config::hf_field(field).to_owned(),
+            Self::Gguf(layout) => layout.key(field),
+        }
+    }
+
+    /// The file that holds the configuration of the model at `path`: its `config.json`, or the
+    /// GGUF file itself.
+    pub fn source(&self, path: &Path) -> PathBuf {
+        match self {
+            Self::Gguf(_) => path.to_owned(),
+            _ => model_dir(path)
+                .unwrap_or_else(|_| path.to_owned())
+                .join(CONFIG_FILE),
         }
     }
 
@@ -90,7 +112,8 @@ impl Pretrained {
     /// [`load_gpt2`]: crate::hf::load_gpt2
     /// [`load_llama`]: crate::hf::load_llama
     ///
-    /// From a PEFT adapter directory: the base's weights, then the adapters ([`load_peft`]).
+    /// From a PEFT adapter directory: the base's weights, then the adapters ([`load_peft`]);
+    /// from a GGUF file, its tensors ([`load_gguf`]).
     pub fn load(&self, dir: &Path, gpt: &mut Gpt) -> Result<()> {
         if PeftAdapter::is_adapter_dir(dir) {
             self.load(&adapter_base(dir)?, gpt)?;
@@ -99,6 +122,7 @@ impl Pretrained {
         match self {
             Self::Gpt2(_) => super::load_gpt2(&model_dir(dir)?, gpt),
             Self::Llama(_) | Self::Gemma3(_) => super::load_llama(dir, gpt),
+            Self::Gguf(_) => load_gguf(dir, gpt),
         }
     }
 }

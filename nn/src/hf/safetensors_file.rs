@@ -3,8 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use headroom_alloc::Tag;
-use headroom_kernels::{Array, DType};
+use headroom_kernels::DType;
 use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype, TensorView};
 
@@ -53,23 +52,6 @@ pub(crate) fn write_f32(path: &Path, tensors: &[(String, Vec<usize>, Vec<u8>)]) 
         }
     })?;
     crate::checkpoint::write_atomically(path, &buffer)
-}
-
-/// Overwrites `array` with `bytes` of `stored` in place, so that a model's old and new weights
-/// are never both held and its memory stays laid out as it was built; an array another handle
-/// shares gets new memory.
-pub(crate) fn overwrite(array: &mut Array, stored: DType, bytes: &[u8]) -> Result<()> {
-    if !array.is_shared() {
-        return Ok(array.write_bytes(stored, bytes)?);
-    }
-    let device = array.device().clone();
-    let _weights = device.scoped_tag(Tag::WEIGHTS);
-    let loaded = Array::from_bytes(&device, array.shape().clone(), stored, bytes)?;
-    *array = match stored == array.dtype() {
-        true => loaded,
-        false => loaded.cast(array.dtype())?,
-    };
-    Ok(())
 }
 
 /// Headroom's dtype of a floating-point safetensors dtype.

@@ -44,7 +44,8 @@ struct Wanted {
 /// [`Error::CorruptCheckpoint`] naming it (`truncated: 269 060 552 bytes where its header needs
 /// 538 090 408`); a tensor the model of its `config.json` needs that is missing, not floating
 /// point or of another shape, or one the model has no place for, is [`Error::Checkpoint`]
-/// naming it, as loading it would say after reading every tensor.
+/// naming it, as loading it would say after reading every tensor. A GGUF file is checked as
+/// [`check_gguf`](crate::gguf::check_gguf) checks it.
 pub fn check_weights(dir: &Path) -> Result<()> {
     if PeftAdapter::is_adapter_dir(dir) {
         read_header(&dir.join(ADAPTER_WEIGHTS))?;
@@ -95,6 +96,7 @@ pub fn check_weights(dir: &Path) -> Result<()> {
                 |key: &str| llama_names::is_buffer(key) || (tied && key == llama_names::LM_HEAD);
             check_tensors(&source, &tensors, &wanted, rest)
         }
+        Pretrained::Gguf(_) => crate::gguf::check_gguf(&dir),
     }
 }
 

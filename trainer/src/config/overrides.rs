@@ -23,8 +23,8 @@ pub struct Overrides {
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_preset))]
     pub preset: Option<Preset>,
     /// GPT: start from a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3 or
-    /// Mistral; one file or shards; or a Hugging Face cache entry), whose shape wins over
-    /// --preset.
+    /// Mistral; one file or shards; or a Hugging Face cache entry) or a GGUF file (llama,
+    /// mistral, qwen2, qwen3; its tokenizer from its metadata), whose shape wins over --preset.
     #[cfg_attr(feature = "cli", arg(long))]
     pub init_from: Option<PathBuf>,
     /// GPT: positions, the window length of token data.

@@ -53,13 +53,21 @@ impl TrainConfig {
 }
 
 impl ModelConfig {
-    /// `init_from`, when it names neither a directory that is there nor a Hub id in the local
-    /// cache, as a problem naming it.
+    /// `init_from`, when it names neither a directory (or GGUF file) that is there nor a Hub id
+    /// in the local cache, as a problem naming it.
     pub fn missing_init_from(&self) -> Option<String> {
         let dir = self.init_from.as_ref()?;
         // A Hub id names no directory until the local cache's entry stands for it.
         let used = self.kind == ModelKind::Gpt && headroom_nn::hf::cached_model(dir).is_none();
-        used.then(|| missing("model.init_from", dir, Names::Directory))
+        // A GGUF model is one file where a Hugging Face model is a directory.
+        let names = match dir
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
+            true => Names::File,
+            false => Names::Directory,
+        };
+        used.then(|| missing("model.init_from", dir, names))
             .flatten()
     }
 

@@ -1,5 +1,6 @@
-//! `model.init_from`: a Hugging Face model directory (GPT-2, the Llama family, Gemma 3) fixes the
-//! model's shape. Its `config.json` wins over a preset; a shape that the configuration file or
+//! `model.init_from`: a Hugging Face model directory (GPT-2, the Llama family, Gemma 3) or a GGUF
+//! file (the Llama family) fixes the model's shape. Its `config.json` (or GGUF keys) wins over a
+//! preset; a shape that the configuration file or
 //! a flag sets otherwise is an error, but for a shorter context (which, for GPT-2, crops the
 //! position table, as nanoGPT's `crop_block_size`).
 
@@ -123,7 +124,7 @@ impl ModelConfig {
     }
 
     fn pretrained_problems(&self, dir: &Path, pretrained: &Pretrained) -> Vec<String> {
-        let source = dir.join(headroom_nn::hf::CONFIG_FILE);
+        let source = pretrained.source(dir);
         let mut problems = Vec::new();
         if self.kind != ModelKind::Gpt {
             problems
@@ -210,11 +211,11 @@ impl TrainConfig {
     /// Token shards tokenized by another tokenizer than the pretrained model's: the problem,
     /// naming both (none when either is absent, as the data or the model then says).
     pub fn pretrained_tokenizer_mismatch(&self) -> Option<String> {
-        let pretrained = self
-            .model
-            .init_from
-            .as_ref()?
-            .join(crate::data::shards::TOKENIZER);
+        let init_from = self.model.init_from.as_ref()?;
+        let pretrained = match headroom_nn::gguf::is_gguf(init_from) {
+            true => init_from.clone(),
+            false => init_from.join(crate::data::shards::TOKENIZER),
+        };
         let data = self
             .data
             .path

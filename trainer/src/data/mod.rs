@@ -9,6 +9,8 @@
 mod addition;
 mod csv;
 mod device_batch;
+mod gguf_pre;
+pub mod gguf_tokenizer;
 mod host_batch;
 mod idx;
 mod loader;

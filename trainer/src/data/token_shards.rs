@@ -127,7 +127,7 @@ impl TokenShards {
 fn checked_manifest(dir: &Path) -> Result<Manifest> {
     let manifest = Manifest::read(dir)?;
     let tokenizer = dir.join(TOKENIZER);
-    let hash = file_hash(&tokenizer).map_err(Error::io(&tokenizer))?;
+    let hash = file_hash(&tokenizer)?;
     if hash != manifest.tokenizer_hash {
         return Err(Error::Data {
             path: tokenizer,

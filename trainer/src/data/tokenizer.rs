@@ -7,7 +7,8 @@
 //! `meta.pkl`): [`TextTokenizer::characters`].
 //!
 //! A tokenizer is known by the FNV-1a hash of its `tokenizer.json` bytes: token shards record
-//! it, so data tokenized by one tokenizer is never read with another.
+//! it, so data tokenized by one tokenizer is never read with another. A GGUF file's tokenizer,
+//! built from its metadata, is known by the `tokenizer.json` it is written as.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,7 @@ use tokenizers::pre_tokenizers::fixed_length::FixedLength;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{AddedToken, ModelWrapper, Tokenizer, TokenizerBuilder};
 
+use super::gguf_tokenizer::gguf_tokenizer;
 use crate::error::{Error, Result};
 
 /// GPT-2's document separator, which a trained tokenizer reserves as a special token (id 0).
@@ -47,6 +49,8 @@ pub struct TextTokenizer {
     inner: Tokenizer,
     path: PathBuf,
     hash: u64,
+    /// Its `tokenizer.json` bytes, which the hash is of.
+    json: Vec<u8>,
     /// One token a character (a character-level run's vocabulary).
     characters: bool,
 }
@@ -64,13 +68,35 @@ impl std::fmt::Debug for TextTokenizer {
 impl TextTokenizer {
     /// Loads a `tokenizer.json` (a file, or a directory holding one, such as a Hugging Face
     /// model's).
+    ///
+    /// A GGUF file gives the tokenizer its metadata describes ([`Self::from_gguf`]).
     pub fn load(path: &Path) -> Result<Self> {
         let path = if path.is_dir() {
             path.join("tokenizer.json")
         } else {
             path.to_owned()
         };
+        if headroom_nn::gguf::is_gguf(&path) {
+            return Self::from_gguf(&path);
+        }
         let bytes = std::fs::read(&path).map_err(Error::io(&path))?;
+        Self::from_json(path, bytes)
+    }
+
+    /// The tokenizer the metadata of the GGUF file at `path` describes ([`gguf_tokenizer`]),
+    /// known by the hash of the `tokenizer.json` it is written as ([`Self::json`]).
+    pub fn from_gguf(path: &Path) -> Result<Self> {
+        let file = headroom_nn::gguf::GgufFile::open(path)?;
+        let tokenizer = gguf_tokenizer(&file)?;
+        let json = serde_json::to_vec(&tokenizer).map_err(|err| Error::Data {
+            path: path.to_owned(),
+            detail: format!("cannot write its tokenizer as JSON: {err}"),
+        })?;
+        Self::from_json(path.to_owned(), json)
+    }
+
+    /// The tokenizer of the `tokenizer.json` `bytes`, read from `path`.
+    fn from_json(path: PathBuf, bytes: Vec<u8>) -> Result<Self> {
         let inner = Tokenizer::from_bytes(&bytes).map_err(|err| Error::Data {
             path: path.clone(),
             detail: format!("not a tokenizer.json that Hugging Face's tokenizers reads: {err}"),
@@ -83,6 +109,7 @@ impl TextTokenizer {
         Ok(Self {
             inner,
             hash: fnv1a(&bytes),
+            json: bytes,
             path,
             characters,
         })
@@ -176,6 +203,11 @@ impl TextTokenizer {
     /// The FNV-1a hash of its `tokenizer.json` bytes.
     pub fn hash(&self) -> u64 {
         self.hash
+    }
+
+    /// Its `tokenizer.json` bytes: the file's, or those a GGUF file's tokenizer is written as.
+    pub fn json(&self) -> &[u8] {
+        &self.json
     }
 
     /// Where it was loaded from.
@@ -278,9 +310,14 @@ pub fn hash_hex(hash: u64) -> String {
     format!("{hash:016x}")
 }
 
-/// The hash of the `tokenizer.json` at `path`, as manifests write it.
-pub fn file_hash(path: &Path) -> std::io::Result<String> {
-    Ok(hash_hex(fnv1a(&std::fs::read(path)?)))
+/// The hash of the `tokenizer.json` at `path` (or of the one a GGUF file's tokenizer is written
+/// as), as manifests write it.
+pub fn file_hash(path: &Path) -> Result<String> {
+    if headroom_nn::gguf::is_gguf(path) {
+        return Ok(hash_hex(TextTokenizer::from_gguf(path)?.hash()));
+    }
+    let bytes = std::fs::read(path).map_err(Error::io(path))?;
+    Ok(hash_hex(fnv1a(&bytes)))
 }
 
 /// The 64-bit FNV-1a hash of `bytes`.

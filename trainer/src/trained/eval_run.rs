@@ -7,12 +7,12 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::config::{DataKind, ModelKind};
-use crate::data::shards::{Manifest, TOKENIZER};
+use crate::data::shards::Manifest;
 use crate::data::{Metric, Task};
 use crate::error::{Error, Result};
 use crate::model::TrainModel;
 use crate::trained::eval::evaluate;
-use crate::trained::saved_run::{SavedRun, UseSettings, pretrained_model};
+use crate::trained::saved_run::{SavedRun, UseSettings, model_tokenizer, pretrained_model};
 
 /// What to judge the model on, when not its own run's held-out data.
 #[derive(Debug, Clone, Default)]
@@ -48,8 +48,8 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
     let mut config = SavedRun::config_of_model(run_dir)?;
     if data.shards.is_none() && pretrained_model(run_dir).is_some() {
         return Err(Error::config(format!(
-            "{} is a Hugging Face model, with no held-out data of its own: give --data (token \
-             shards from `headroom prepare`, tokenized by its tokenizer)",
+            "{} is a Hugging Face model (or a GGUF file), with no held-out data of its own: give \
+             --data (token shards from `headroom prepare`, tokenized by its tokenizer)",
             run_dir.display()
         )));
     }
@@ -107,7 +107,7 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
 /// one they were tokenized with.
 fn same_tokenizer(run_dir: &Path, shards: &Path) -> Result<()> {
     let manifest = Manifest::read(shards)?;
-    match manifest.tokenizer_mismatch(&run_dir.join(TOKENIZER), "the run's") {
+    match manifest.tokenizer_mismatch(&model_tokenizer(run_dir), "the run's") {
         None => Ok(()),
         Some(detail) => Err(Error::Data {
             path: shards.to_owned(),

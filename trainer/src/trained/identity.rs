@@ -1,11 +1,15 @@
 //! What keeps a fine-tuned model the model it came from when it leaves Headroom: the base's
 //! tokenizer and generation files (special tokens, chat template, generation defaults) and
-//! its special token ids, which the run directory keeps from its start.
+//! its special token ids, which the run directory keeps from its start (a GGUF base's written
+//! from its metadata).
 
 use std::path::{Path, PathBuf};
 
+use headroom_nn::gguf::is_gguf;
 use headroom_nn::hf::{COMPANION_FILES, SpecialTokens, copy_companion};
 
+use super::gguf_identity::gguf_identity;
+use crate::atomic_file::write_atomically;
 use crate::config::TrainConfig;
 use crate::error::Result;
 
@@ -29,13 +33,32 @@ pub fn special_tokens(sources: &[PathBuf]) -> Result<SpecialTokens> {
 }
 
 /// Copies into `out` each tokenizer and generation file of `sources`, from the first source
-/// that holds it; returns the names copied.
+/// that holds it (a GGUF file holds those its metadata writes, [`gguf_identity`]); returns the
+/// names copied.
 pub fn carry_companions(sources: &[PathBuf], out: &Path) -> Result<Vec<&'static str>> {
+    let mut from_gguf: Vec<(&PathBuf, _)> = Vec::new();
+    for source in sources.iter().filter(|s| is_gguf(s)) {
+        if !from_gguf.iter().any(|(known, _)| *known == source) {
+            from_gguf.push((source, gguf_identity(source)?));
+        }
+    }
     let mut carried = Vec::new();
     for &name in COMPANION_FILES {
-        if let Some(source) = sources.iter().find(|s| s.join(name).is_file()) {
-            copy_companion(source, name, out)?;
+        for source in sources {
+            let written = from_gguf
+                .iter()
+                .filter(|(path, _)| *path == source)
+                .flat_map(|(_, files)| files)
+                .find(|(file, _)| *file == name);
+            if let Some((_, bytes)) = written {
+                write_atomically(&out.join(name), bytes)?;
+            } else if source.join(name).is_file() {
+                copy_companion(source, name, out)?;
+            } else {
+                continue;
+            }
             carried.push(name);
+            break;
         }
     }
     Ok(carried)

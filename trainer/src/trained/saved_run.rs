@@ -60,7 +60,7 @@ impl SavedRun {
     }
 
     /// The configuration of `dir`'s model: its run's, or for a Hugging Face model directory
-    /// (or a Hub id in the local cache) the configuration that starts from it.
+    /// (or a Hub id in the local cache, or a GGUF file) the configuration that starts from it.
     pub fn config_of_model(dir: &Path) -> Result<TrainConfig> {
         match pretrained_model(dir) {
             Some(pretrained) => pretrained_config(&pretrained),
@@ -71,7 +71,8 @@ impl SavedRun {
     /// Opens the model of `run_dir`'s checkpoint. A GPT's vocabulary and context come from its
     /// saved weights; an MLP needs the data's `shape`.
     ///
-    /// `run_dir` may also be a Hugging Face model directory (or a Hub id in the local cache):
+    /// `run_dir` may also be a Hugging Face model directory (or a Hub id in the local cache, or
+    /// a GGUF file):
     /// its model opens as it was published, with its whole context, its weights loaded once
     /// into the model's own memory.
     pub fn open(run_dir: &Path, settings: &UseSettings, shape: Option<DataShape>) -> Result<Self> {
@@ -178,15 +179,28 @@ impl SavedRun {
     }
 
     /// The run's tokenizer: `tokenizer.json` in the run directory (copied there from the data
-    /// or the pretrained model when the run started).
+    /// or the pretrained model when the run started), or a GGUF file opened as a model.
     pub fn tokenizer_path(&self) -> PathBuf {
-        self.run_dir.join(TOKENIZER)
+        model_tokenizer(&self.run_dir)
+    }
+}
+
+/// The tokenizer of the model `dir` names: its `tokenizer.json`, or a GGUF file itself (whose
+/// metadata holds it).
+pub fn model_tokenizer(dir: &Path) -> PathBuf {
+    match headroom_nn::gguf::is_gguf(dir) {
+        true => dir.to_owned(),
+        false => dir.join(TOKENIZER),
     }
 }
 
 /// The Hugging Face model directory `dir` names (itself, a cache entry's snapshot, or a Hub id
-/// found in the local cache), where it holds no run's checkpoint but a model's `config.json`.
+/// found in the local cache), where it holds no run's checkpoint but a model's `config.json`;
+/// or `dir` itself where it is a GGUF file.
 pub fn pretrained_model(dir: &Path) -> Option<PathBuf> {
+    if headroom_nn::gguf::is_gguf(dir) {
+        return Some(dir.to_owned());
+    }
     if checkpoint_path(dir).is_file() {
         return None;
     }

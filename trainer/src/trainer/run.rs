@@ -286,12 +286,19 @@ impl Trainer {
     }
 }
 
-/// Copies the pretrained model's tokenizer and generation files into the run directory, and
-/// its special token ids into the generation defaults there, so that the run's exports and
-/// generation keep the model's identity (its chat template, its end-of-turn tokens) wherever
-/// the base later goes.
+/// Copies the pretrained model's tokenizer and generation files into the run directory (a GGUF
+/// file's written from its metadata), and its special token ids into the generation defaults
+/// there, so that the run's exports and generation keep the model's identity (its chat
+/// template, its end-of-turn tokens) wherever the base later goes.
 fn keep_identity(base: &std::path::Path, dir: &std::path::Path) -> Result<()> {
     use headroom_nn::hf::{GENERATION_CONFIG, SpecialTokens, copy_companions};
+    if headroom_nn::gguf::is_gguf(base) {
+        // A GGUF file's identity is its metadata, written as the files a directory holds.
+        for (name, bytes) in crate::trained::gguf_identity(base)? {
+            write_atomically(&dir.join(name), &bytes)?;
+        }
+        return Ok(());
+    }
     copy_companions(base, dir)?;
     let tokens = SpecialTokens::read(base)?;
     if tokens.is_empty() {

@@ -24,8 +24,9 @@ use crate::say;
 #[derive(Args)]
 pub struct UseArgs {
     /// The model: a run directory (its checkpoint), or a Hugging Face model directory or Hub
-    /// id in the local cache (HF_HUB_CACHE, HF_HOME, ~/.cache/huggingface/hub), as published.
-    #[arg(long, value_name = "RUN_DIR|HF_DIR|HUB_ID")]
+    /// id in the local cache (HF_HUB_CACHE, HF_HOME, ~/.cache/huggingface/hub), or a GGUF
+    /// file (its tokenizer from its metadata), as published.
+    #[arg(long, value_name = "RUN_DIR|HF_DIR|HUB_ID|FILE.gguf")]
     checkpoint: PathBuf,
     /// The device: cpu, cuda or cuda:N (the run's, unless given).
     #[arg(long)]
@@ -69,8 +70,12 @@ pub struct GenerateArgs {
     /// Seeds the draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The tokenizer (the run directory's tokenizer.json, unless given: the data's, the
-    /// pretrained model's, or a character-level run's characters).
+    /// Also print the prompt's and the generated token ids, one line of JSON on standard error
+    /// after the text ({"prompt": [...], "generated": [...]}), to compare with other tools.
+    #[arg(long)]
+    print_ids: bool,
+    /// The tokenizer: a tokenizer.json or a GGUF file (the run directory's tokenizer.json,
+    /// unless given: the data's, the pretrained model's, or a character-level run's characters).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
 }
@@ -118,9 +123,10 @@ pub struct ExportArgs {
     /// peft.PeftModel.from_pretrained(base, DIR) loads).
     #[arg(long)]
     merge: bool,
-    /// The run directory, or a Hugging Face model directory or Hub id in the local cache
-    /// (written again: in another dtype, or in shards).
-    #[arg(value_name = "RUN_DIR|HF_DIR|HUB_ID")]
+    /// The run directory, or a Hugging Face model directory or Hub id in the local cache, or a
+    /// GGUF file (written again: in another dtype, or in shards; a GGUF file as a Hugging Face
+    /// directory, its tokenizer and chat template with it).
+    #[arg(value_name = "RUN_DIR|HF_DIR|HUB_ID|FILE.gguf")]
     run_dir: PathBuf,
     /// The directory to write.
     out_dir: PathBuf,
@@ -165,7 +171,7 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
         stops: model_stops(&run)?,
     };
     // Checked before the prompt is echoed: a refused prompt prints nothing.
-    prompt_ids(gpt, &tokenizer, &args.prompt)?;
+    let prompt = prompt_ids(gpt, &tokenizer, &args.prompt)?;
     let mut out = std::io::stdout().lock();
     let io = |source| Error::Io {
         path: "standard output".into(),
@@ -177,6 +183,10 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
     })?;
     writeln!(out).map_err(io)?;
     drop(out);
+    if args.print_ids {
+        let ids = serde_json::json!({"prompt": prompt, "generated": generated.tokens});
+        eprintln!("{ids}");
+    }
     let why = match generated.stop {
         Stop::MaxTokens => "--max-tokens reached",
         Stop::EndOfText => "the model ended the text",

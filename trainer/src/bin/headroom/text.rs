@@ -62,7 +62,8 @@ pub struct PrepareArgs {
     /// Text files, or directories of them (walked, symbolic links followed).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
-    /// The tokenizer: a tokenizer.json, or a directory holding one.
+    /// The tokenizer: a tokenizer.json, a directory holding one, or a GGUF file (the tokenizer
+    /// its metadata describes).
     #[arg(long)]
     tokenizer: PathBuf,
     /// The directory to write the shards into (for data.kind = "token-shards").

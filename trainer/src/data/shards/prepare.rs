@@ -197,10 +197,9 @@ fn commit(
 ) -> Result<()> {
     let out = staging.out();
     let copy = out.join(TOKENIZER);
-    let tokenizer_bytes = if tokenizer.path() == copy {
-        None
-    } else {
-        Some(std::fs::read(tokenizer.path()).map_err(Error::io(tokenizer.path()))?)
+    let tokenizer_bytes = match tokenizer.path() == copy {
+        true => None,
+        false => Some(tokenizer.json().to_vec()),
     };
     let json = serde_json::to_string_pretty(manifest).map_err(|err| Error::Data {
         path: out.join(MANIFEST),
