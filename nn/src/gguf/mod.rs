@@ -41,20 +41,27 @@
 mod cursor;
 mod dequant;
 mod encode;
+mod export_types;
 mod file;
 mod ggml_type;
+mod llama_export;
 mod llama_layout;
 mod quantize;
 mod tensor_info;
 #[cfg(test)]
 mod test_writer;
+mod tokenizer_out;
 mod value;
+mod vocab_out;
 mod writer;
 
+pub use export_types::GgufQuant;
 pub use file::{ALIGNMENT_KEY, GgufFile};
 pub use ggml_type::GgufType;
+pub use llama_export::{GgufExport, GgufExported, export_llama_gguf};
 pub use llama_layout::{ARCHITECTURE_KEY, LlamaLayout, ROPE_FREQS, permute_rows, unpermute_rows};
 pub use quantize::quantize;
 pub use tensor_info::TensorInfo;
+pub use tokenizer_out::{GgufTokenizer, SpecialIds};
 pub use value::{Value, ValueType};
 pub use writer::{GgufWriter, TensorEntry};
