@@ -75,7 +75,7 @@ struct Source {
 ///   `rope_freqs.weight` factors; each in the type [`GgufQuant::tensor_type`] gives it.
 ///
 /// One tensor at a time is read to the host as f32 and written; the file is written
-/// atomically. A model of another family, with quantized weights (merge its adapters first),
+/// atomically, its directory created where it is missing. A model of another family, with quantized weights (merge its adapters first),
 /// Llama 3's rope scaling on a `qwen2` or `qwen3` model (llama.cpp reads it only for
 /// `llama`), a token list of another length than the vocabulary, and a file at `path`
 /// without `overwrite` are an [`Error::Config`], found before anything is written.
@@ -130,6 +130,12 @@ pub fn export_llama_gguf(gpt: &Gpt, path: &Path, options: &GgufExport) -> Result
             "{} already exists: set overwrite to replace it",
             path.display()
         ));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
     }
     let mut writer = GgufWriter::new();
     let u32_of = |name: &str, n: usize| {
