@@ -11,9 +11,11 @@ For each quantization (by default f16 and q8_0), the script:
    `gguf.quants.dequantize` (finite, of its shape), and the keys llama.cpp needs;
 3. loads it with transformers (`AutoModelForCausalLM.from_pretrained(OUT, gguf_file=...)`,
    which dequantizes it to float32) and compares its logits over the prompt with those of the
-   run's Hugging Face export (`headroom export --hf`, f32), and its greedy continuation of the
-   prompt (the prompt tokenized by the run's own tokenizer.json) with `headroom generate
-   --temperature 0` on the run;
+   run's Hugging Face export (`headroom export --hf`, f32, the reference, whose greedy text
+   must be `headroom generate --temperature 0`'s), and its greedy continuation of the prompt
+   (tokenized by the run's own tokenizer.json). transformers' GGUF loader ignores
+   `rope_freqs.weight`, so a model with Llama 3's rope scaling is run with the weights it read
+   in the reference's configuration;
 4. with --llama-greedy (scripts/gguf/llama_greedy.cpp built against llama.cpp: see its
    header), runs the file with llama.cpp itself: its tokenizer's ids for the prompt against the
    run's tokenizer's, its logits after the prompt against the f32 export's, and its greedy
@@ -162,8 +164,17 @@ def main():
     for quant in args.quant:
         path = out / f"{quant}.gguf"
         print(f"{quant}: {path} ({run([headroom, 'export', args.run_dir, '--gguf', path, '--quant', quant, '--overwrite']).strip()})")
-        read_with_gguf(path)
+        reader = read_with_gguf(path)
         model = AutoModelForCausalLM.from_pretrained(out, gguf_file=path.name, dtype=torch.float32)
+        if any(t.name == "rope_freqs.weight" for t in reader.tensors):
+            # transformers' GGUF loader reads no rope_freqs.weight: it builds the model without
+            # Llama 3's rope scaling. Its weights are run in the reference's configuration.
+            print("  transformers' GGUF loader ignores rope_freqs.weight (Llama 3's rope scaling): "
+                  "the weights it read are run in the f32 export's configuration")
+            weights = model.state_dict()
+            model = AutoModelForCausalLM.from_config(reference.config, dtype=torch.float32)
+            model.load_state_dict(weights)
+            model.eval()
         got = logits(model, prompt_ids + ref_ids)
         diff = (got - ref_logits).abs().max().item()
         scale = ref_logits.abs().max().item()
