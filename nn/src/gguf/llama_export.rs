@@ -23,6 +23,9 @@ use crate::models::llama::{Architecture, LlamaConfig};
 /// `general.quantization_version`: ggml's `GGML_QNT_VERSION`, the block layouts' version.
 const QUANTIZATION_VERSION: u32 = 2;
 
+/// What errors of the export name.
+const WHAT: &str = "GGUF export";
+
 /// How [`export_llama_gguf`] writes a model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GgufExport {
@@ -75,67 +78,20 @@ struct Source {
 ///   `rope_freqs.weight` factors; each in the type [`GgufQuant::tensor_type`] gives it.
 ///
 /// One tensor at a time is read to the host as f32 and written; the file is written
-/// atomically, its directory created where it is missing. A model of another family, with quantized weights (merge its adapters first),
-/// Llama 3's rope scaling on a `qwen2` or `qwen3` model (llama.cpp reads it only for
-/// `llama`), a token list of another length than the vocabulary, and a file at `path`
-/// without `overwrite` are an [`Error::Config`], found before anything is written.
+/// atomically, its directory created where it is missing. A model [`architecture`] refuses,
+/// a token list of another length than the vocabulary, and a file at `path` without
+/// `overwrite` are an [`Error::Config`], found before anything is written.
 pub fn export_llama_gguf(gpt: &Gpt, path: &Path, options: &GgufExport) -> Result<GgufExported> {
-    const WHAT: &str = "GGUF export";
+    let (arch, llama) = architecture(gpt)?;
+    let permuted = arch == "llama";
     let refuse = |detail: String| Err(Error::config(WHAT, detail));
-    let quantized = crate::Module::quantized_count(gpt);
-    if quantized > 0 {
-        return refuse(format!(
-            "{quantized} weights are stored quantized: merge the adapters first"
-        ));
-    }
     let config = gpt.config();
-    let llama = match config.family {
-        Family::Llama(_) => LlamaConfig::from_gpt(config, None, None),
-        Family::Gemma3(_) => {
-            return refuse(
-                "Gemma 3 is not written as GGUF here yet: export it with --hf and convert that \
-                 directory with llama.cpp's convert_hf_to_gguf.py"
-                    .into(),
-            );
-        }
-        Family::Gpt2 => {
-            return refuse(
-                "GPT-2 models are not written as GGUF here: export it with --hf and convert \
-                 that directory with llama.cpp's convert_hf_to_gguf.py"
-                    .into(),
-            );
-        }
-    };
-    let Some(llama) = llama else {
-        return refuse(
-            "the model has both query/key norms (Qwen3) and q/k/v biases (Qwen2), which no \
-             llama.cpp architecture has together"
-                .into(),
-        );
-    };
-    let (arch, permuted) = match llama.architecture {
-        Architecture::Llama | Architecture::Mistral => ("llama", true),
-        Architecture::Qwen2 => ("qwen2", false),
-        Architecture::Qwen3 => ("qwen3", false),
-    };
     let o = &llama.options;
-    if o.rope_scaling.is_some() && !permuted {
-        return refuse(format!(
-            "Llama 3's rope scaling on a {arch} model: llama.cpp reads rope_freqs.weight only \
-             for llama"
-        ));
-    }
     if path.exists() && !options.overwrite {
         return refuse(format!(
             "{} already exists: set overwrite to replace it",
             path.display()
         ));
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
     }
     let mut writer = GgufWriter::new();
     let u32_of = |name: &str, n: usize| {
@@ -240,6 +196,12 @@ pub fn export_llama_gguf(gpt: &Gpt, path: &Path, options: &GgufExport) -> Result
             });
         }
     }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
     // The writer asks for the tensors in the order they were added.
     let mut next = sources.iter();
     let bytes = writer.write(path, |entry| {
@@ -268,6 +230,57 @@ pub fn export_llama_gguf(gpt: &Gpt, path: &Path, options: &GgufExport) -> Result
         tensors: writer.tensors().to_vec(),
         bytes,
     })
+}
+
+/// llama.cpp's architecture for `gpt` (`llama`, `qwen2` or `qwen3`) with its configuration, or
+/// the [`Error::Config`] saying why it has no GGUF form here: another family, weights stored
+/// quantized (merge the adapters first), both query/key norms and q/k/v biases, or Llama 3's
+/// rope scaling on a `qwen2` or `qwen3` model (llama.cpp reads `rope_freqs.weight` only for
+/// `llama`).
+pub fn architecture(gpt: &Gpt) -> Result<(&'static str, LlamaConfig)> {
+    let refuse = |detail: String| Err(Error::config(WHAT, detail));
+    let quantized = crate::Module::quantized_count(gpt);
+    if quantized > 0 {
+        return refuse(format!(
+            "{quantized} weights are stored quantized: merge the adapters first"
+        ));
+    }
+    let llama = match gpt.config().family {
+        Family::Llama(_) => LlamaConfig::from_gpt(gpt.config(), None, None),
+        Family::Gemma3(_) => {
+            return refuse(
+                "Gemma 3 is not written as GGUF here yet: export it with --hf and convert that \
+                 directory with llama.cpp's convert_hf_to_gguf.py"
+                    .into(),
+            );
+        }
+        Family::Gpt2 => {
+            return refuse(
+                "GPT-2 models are not written as GGUF here: export it with --hf and convert \
+                 that directory with llama.cpp's convert_hf_to_gguf.py"
+                    .into(),
+            );
+        }
+    };
+    let Some(llama) = llama else {
+        return refuse(
+            "the model has both query/key norms (Qwen3) and q/k/v biases (Qwen2), which no \
+             llama.cpp architecture has together"
+                .into(),
+        );
+    };
+    let arch = match llama.architecture {
+        Architecture::Llama | Architecture::Mistral => "llama",
+        Architecture::Qwen2 => "qwen2",
+        Architecture::Qwen3 => "qwen3",
+    };
+    if llama.options.rope_scaling.is_some() && arch != "llama" {
+        return refuse(format!(
+            "Llama 3's rope scaling on a {arch} model: llama.cpp reads rope_freqs.weight only \
+             for llama"
+        ));
+    }
+    Ok((arch, llama))
 }
 
 /// `rows` of `param` on the host as f32 (only those rows are copied).

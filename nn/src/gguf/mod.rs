@@ -58,7 +58,7 @@ mod writer;
 pub use export_types::GgufQuant;
 pub use file::{ALIGNMENT_KEY, GgufFile};
 pub use ggml_type::GgufType;
-pub use llama_export::{GgufExport, GgufExported, export_llama_gguf};
+pub use llama_export::{GgufExport, GgufExported, architecture, export_llama_gguf};
 pub use llama_layout::{ARCHITECTURE_KEY, LlamaLayout, ROPE_FREQS, permute_rows, unpermute_rows};
 pub use quantize::quantize;
 pub use tensor_info::TensorInfo;

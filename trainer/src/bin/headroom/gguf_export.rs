@@ -43,11 +43,14 @@ pub fn export_gguf(
         }
         None => gpt.as_ref(),
     };
+    // Refused before the tokenizer is read, so that the model's own reason comes first.
+    headroom_nn::gguf::architecture(gpt)?;
     let quant = quant.unwrap_or_else(|| default_quant(gpt));
     let sources = identity_sources(&run.run_dir, &run.config);
     let ids = special_ids(&run, &sources)?;
     let tokenizer = GgufTokenizer::read(&sources, gpt.config().vocab, &ids)?;
-    let name = run_dir
+    let name = run
+        .run_dir
         .file_name()
         .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
     let options = GgufExport {
