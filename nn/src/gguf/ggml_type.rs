@@ -164,6 +164,12 @@ impl GgufType {
             F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
         )
     }
+
+    /// True for the types [`quantize`](super::quantize) stores f32 values in.
+    pub fn is_written(self) -> bool {
+        use GgufType::*;
+        matches!(self, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K)
+    }
 }
 
 impl fmt::Display for GgufType {

@@ -21,6 +21,11 @@
 //! the tensors that hold it (the query, key and value rows stacked into the fused `attn.qkv`,
 //! the rows llama.cpp's converter permuted put back, [`unpermute_rows`]).
 //!
+//! [`GgufWriter`] writes a file (version 3, alignment 32): metadata of every type, tensor
+//! entries, then each tensor's values asked for one at a time and stored as F32, F16, BF16,
+//! Q8_0, Q4_0, Q5_0 or Q4_K ([`quantize`], ggml's reference quantizers to the bit), the whole
+//! file written atomically.
+//!
 //! ```
 //! use headroom_nn::gguf::GgufFile;
 //! let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf/types.gguf");
@@ -35,19 +40,31 @@
 
 mod cursor;
 mod dequant;
+mod encode;
+mod export_types;
 mod file;
 mod ggml_type;
+mod llama_export;
 mod llama_layout;
 mod load;
 mod model_tensors;
+mod quantize;
 mod tensor_info;
 #[cfg(test)]
 mod test_writer;
+mod tokenizer_out;
 mod value;
+mod vocab_out;
+mod writer;
 
+pub use export_types::GgufQuant;
 pub use file::{ALIGNMENT_KEY, GgufFile, is_gguf};
 pub use ggml_type::GgufType;
+pub use llama_export::{GgufExport, GgufExported, architecture, export_llama_gguf};
 pub use llama_layout::{ARCHITECTURE_KEY, LlamaLayout, ROPE_FREQS, permute_rows, unpermute_rows};
 pub use load::{check_gguf, load_gguf};
+pub use quantize::quantize;
 pub use tensor_info::TensorInfo;
+pub use tokenizer_out::{GgufTokenizer, SpecialIds};
 pub use value::{Value, ValueType};
+pub use writer::{GgufWriter, TensorEntry};

@@ -61,6 +61,26 @@ impl ValueType {
         })
     }
 
+    /// This type's GGUF type id.
+    pub fn id(self) -> u32 {
+        use ValueType::*;
+        match self {
+            U8 => 0,
+            I8 => 1,
+            U16 => 2,
+            I16 => 3,
+            U32 => 4,
+            I32 => 5,
+            F32 => 6,
+            Bool => 7,
+            String => 8,
+            Array => 9,
+            U64 => 10,
+            I64 => 11,
+            F64 => 12,
+        }
+    }
+
     /// The fewest bytes a value of this type takes in a file.
     fn min_size(self) -> usize {
         use ValueType::*;
@@ -309,6 +329,15 @@ mod tests {
         assert_eq!(Value::U32(10_000).as_f64(), Some(10_000.0));
         assert_eq!(Value::U64((1 << 53) + 1).as_f64(), None);
         assert_eq!(Value::Bool(true).as_u64(), None);
+    }
+
+    #[test]
+    fn every_type_id_reads_back_as_its_type() {
+        for id in 0..13 {
+            let ty = ValueType::from_id(id).unwrap();
+            assert_eq!(ty.id(), id);
+        }
+        assert_eq!(ValueType::from_id(13), None);
     }
 
     #[test]

@@ -7,6 +7,8 @@ mod legacy;
 
 use super::GgufType;
 
+pub(crate) use float::f16_to_f32;
+
 /// Writes the values of `bytes`, whole blocks of `ty`, into `out`, which holds exactly as many
 /// values as they do; a type not dequantized here is an error naming it.
 pub(super) fn dequantize(ty: GgufType, bytes: &[u8], out: &mut [f32]) -> Result<(), String> {

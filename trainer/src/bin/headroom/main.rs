@@ -20,6 +20,7 @@ use headroom_trainer::run_dir::{Start, Summary, read_all};
 use headroom_trainer::{Error, Result, Trainer};
 use tracing_subscriber::EnvFilter;
 
+mod gguf_export;
 mod model_use;
 mod text;
 
@@ -67,7 +68,8 @@ enum Command {
     /// text.
     Eval(model_use::EvalArgs),
     /// Write a trained model as a Hugging Face directory (GPT-2 or the Llama family, with the
-    /// base's tokenizer and generation files), or a LoRA run's adapters as a PEFT directory.
+    /// base's tokenizer and generation files), a LoRA run's adapters as a PEFT directory, or a
+    /// Llama-family model as a GGUF file for llama.cpp and Ollama.
     Export(model_use::ExportArgs),
     /// Print the summary of a finished run and redraw its plots.
     Report {

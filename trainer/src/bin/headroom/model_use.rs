@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use headroom_kernels::DType;
+use headroom_nn::gguf::GgufQuant;
 use headroom_nn::hf::{DEFAULT_SHARD_BYTES, GENERATION_CONFIG, LlamaExport};
 use headroom_nn::lora::QuantizedBase;
 use headroom_nn::{Family, Sampling};
@@ -100,13 +101,23 @@ pub struct EvalArgs {
 
 /// `headroom export`.
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("format").required(true).args(["hf", "gguf"])))]
 pub struct ExportArgs {
     /// Write a Hugging Face directory (config.json, the weights, and the base model's tokenizer
     /// and generation files: special tokens, chat template, generation defaults) that
     /// transformers' AutoModelForCausalLM.from_pretrained loads: GPT2LMHeadModel for a GPT-2,
     /// LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM for the Llama family.
-    #[arg(long, required = true)]
+    #[arg(long)]
     hf: bool,
+    /// Write one GGUF file that llama.cpp and Ollama run (the Llama family: llama, qwen2 or
+    /// qwen3), with the tokenizer and chat template; a LoRA run's adapters are merged first.
+    #[arg(long, value_name = "OUT.gguf", conflicts_with_all = ["hf", "dtype", "shard_size", "out_dir"])]
+    gguf: Option<PathBuf>,
+    /// GGUF: the matrices' type, f32, f16, bf16, q8_0, q4_0 or q4_k (default: bf16 for bf16
+    /// weights, f16 otherwise, as llama.cpp's converter); norms stay f32, and rows that are
+    /// not whole blocks fall back as llama.cpp's tools do (q4_k to q5_0, then f16).
+    #[arg(long, requires = "gguf", value_parser = parse_quant)]
+    quant: Option<GgufQuant>,
     /// Llama family: the dtype of the weights written, f32, bf16 or f16 (default: the
     /// parameters').
     #[arg(long, value_parser = parse_dtype)]
@@ -115,7 +126,7 @@ pub struct ExportArgs {
     /// model.safetensors.index.json, e.g. 2GB (default: 5GB, as transformers).
     #[arg(long, value_parser = parse_shard_size)]
     shard_size: Option<u64>,
-    /// Llama family: replace the weight files the directory already holds.
+    /// Llama family: replace the weight files the directory already holds (or the GGUF file).
     #[arg(long)]
     overwrite: bool,
     /// A LoRA run: write the model with its adapters merged into the weights (a Hugging Face
@@ -128,8 +139,9 @@ pub struct ExportArgs {
     /// directory, its tokenizer and chat template with it).
     #[arg(value_name = "RUN_DIR|HF_DIR|HUB_ID|FILE.gguf")]
     run_dir: PathBuf,
-    /// The directory to write.
-    out_dir: PathBuf,
+    /// The directory to write (--hf).
+    #[arg(required_unless_present = "gguf")]
+    out_dir: Option<PathBuf>,
 }
 
 /// Runs `headroom generate`, streaming the text to standard output.
@@ -231,8 +243,16 @@ pub fn evaluate(args: &EvalArgs) -> Result<()> {
     say(format_args!("{report}; written to {}", path.display()))
 }
 
-/// Runs `headroom export --hf`.
+/// Runs `headroom export --hf` or `--gguf`.
 pub fn export(args: &ExportArgs) -> Result<()> {
+    if let Some(out) = &args.gguf {
+        return crate::gguf_export::export_gguf(&args.run_dir, out, args.quant, args.overwrite);
+    }
+    let Some(out_dir) = &args.out_dir else {
+        return Err(Error::Config {
+            problems: vec!["export --hf: give the directory to write".into()],
+        });
+    };
     let settings = UseSettings {
         device: Some("cpu".into()),
         memory_limit: None,
@@ -252,12 +272,12 @@ pub fn export(args: &ExportArgs) -> Result<()> {
                 let found = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
                 found.display().to_string()
             });
-            headroom_nn::hf::export_peft(gpt, lora, &args.out_dir, base.as_deref())?;
-            let carried = carry_companions(&sources, &args.out_dir)?;
+            headroom_nn::hf::export_peft(gpt, lora, out_dir, base.as_deref())?;
+            let carried = carry_companions(&sources, out_dir)?;
             say(format_args!(
                 "exported the LoRA adapters of {} as a PEFT adapter directory: {}{}",
                 args.run_dir.display(),
-                args.out_dir.display(),
+                out_dir.display(),
                 carried_note(&carried)
             ))?;
             if let Some(base) = lora.base {
@@ -287,7 +307,7 @@ pub fn export(args: &ExportArgs) -> Result<()> {
     let end_of_text = loaded.as_ref().and_then(TextTokenizer::end_of_text);
     let family = match gpt.config().family {
         Family::Gpt2 => {
-            headroom_nn::hf::export_gpt2(gpt, &args.out_dir, end_of_text)?;
+            headroom_nn::hf::export_gpt2(gpt, out_dir, end_of_text)?;
             "GPT-2"
         }
         Family::Llama(_) | Family::Gemma3(_) => {
@@ -299,16 +319,16 @@ pub fn export(args: &ExportArgs) -> Result<()> {
                 eos: end_of_text.map(u64::from),
                 overwrite: args.overwrite,
             };
-            headroom_nn::hf::export_llama(gpt, &args.out_dir, &options)?;
+            headroom_nn::hf::export_llama(gpt, out_dir, &options)?;
             gpt.config().family.name()
         }
     };
-    let carried = carry_companions(&sources, &args.out_dir)?;
+    let carried = carry_companions(&sources, out_dir)?;
     // The base's token ids over those the tokenizer suggests, in both files that hold them.
     let tokens = special_tokens(&sources)?;
     if !tokens.is_empty() {
         for name in [headroom_nn::hf::CONFIG_FILE, GENERATION_CONFIG] {
-            let path = args.out_dir.join(name);
+            let path = out_dir.join(name);
             if path.is_file() {
                 tokens.write_into(&path)?;
             }
@@ -317,7 +337,7 @@ pub fn export(args: &ExportArgs) -> Result<()> {
     say(format_args!(
         "exported {} as a Hugging Face {family} directory: {}{}",
         args.run_dir.display(),
-        args.out_dir.display(),
+        out_dir.display(),
         carried_note(&carried)
     ))
 }
@@ -373,6 +393,11 @@ fn parse_dtype(text: &str) -> std::result::Result<DType, String> {
         "f16" => Ok(DType::F16),
         other => Err(format!("{other} is not f32, bf16 or f16")),
     }
+}
+
+/// `--quant`.
+fn parse_quant(text: &str) -> std::result::Result<GgufQuant, String> {
+    text.parse()
 }
 
 /// `--shard-size`: a size such as 2GB or 500MiB.
