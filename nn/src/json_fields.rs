@@ -127,3 +127,13 @@ impl Fields<'_> {
         }
     }
 }
+
+/// Token ids as `config.json` writes `eos_token_id`: null for none, a number for one, a list
+/// for several; what [`Fields::token_ids`] reads back.
+pub(crate) fn token_ids_value(ids: &[u64]) -> Value {
+    match ids {
+        [] => Value::Null,
+        [one] => Value::from(*one),
+        many => Value::from(many.to_vec()),
+    }
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
-use crate::json_fields::{CONFIG_FILE, Fields, read_json, write_json};
+use crate::json_fields::{CONFIG_FILE, Fields, read_json, token_ids_value, write_json};
 use crate::models::decoder_config::GptConfig;
 use crate::models::family::Family;
 use crate::models::gemma3::options::Gemma3Options;
@@ -144,11 +144,7 @@ impl Gemma3Config {
     /// its weights saved in `dtype`.
     pub fn to_json(&self, dtype: &str) -> Value {
         let o = &self.options;
-        let eos = match self.eos_token_ids.as_slice() {
-            [] => Value::Null,
-            [one] => json!(one),
-            many => json!(many),
-        };
+        let eos = token_ids_value(&self.eos_token_ids);
         let layer_types: Vec<&str> = (0..self.num_hidden_layers)
             .map(|i| match o.is_sliding(i) {
                 true => "sliding_attention",

@@ -7,7 +7,7 @@ use headroom_kernels::ops::rotary::Llama3Scaling;
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
-use crate::json_fields::{CONFIG_FILE, Fields, read_json, write_json};
+use crate::json_fields::{CONFIG_FILE, Fields, read_json, token_ids_value, write_json};
 use crate::models::decoder_config::GptConfig;
 use crate::models::family::Family;
 use crate::models::llama::options::LlamaOptions;
@@ -203,11 +203,7 @@ impl LlamaConfig {
                 "original_max_position_embeddings": s.original_max_position_embeddings,
             })
         });
-        let eos = match self.eos_token_ids.as_slice() {
-            [] => Value::Null,
-            [one] => json!(one),
-            many => json!(many),
-        };
+        let eos = token_ids_value(&self.eos_token_ids);
         let mut value = json!({
             "architectures": [self.architecture.class()],
             "model_type": self.architecture.model_type(),
