@@ -13,7 +13,7 @@ use common::{device, recorded_step, small_llama};
 use headroom_autograd::Tensor;
 use headroom_kernels::{DType, Device};
 use headroom_nn::hf::{self, Gemma3Config};
-use headroom_nn::{Family, Gpt, GptConfig, Initializer, Recompute};
+use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute};
 
 /// The target that is not scored.
 const IGNORE: u32 = u32::MAX;
@@ -236,4 +236,39 @@ fn bad_starts_are_refused() {
     assert!(message(&starts(&[0, 0, 0])).contains("the ids' shape"));
     let floats = Tensor::from_f64(&device, [1, 4], DType::F32, &[0.0; 4]).unwrap();
     assert!(message(&floats).contains("u32"));
+}
+
+/// The peak of a packed step of `make`'s model on `device`, whole blocks recomputed.
+fn packed_peak(device: &Device, make: &dyn Fn(&Device) -> Gpt, pack: &Pack) -> u64 {
+    let mut gpt = make(device);
+    gpt.set_recompute(Recompute::Blocks);
+    let t = pack.ids.len();
+    let tensor = |values: &[u32]| Tensor::from_host(device, [1, t], values).unwrap();
+    let (ids, targets, starts) = (
+        tensor(&pack.ids),
+        tensor(&pack.targets),
+        tensor(&pack.starts()),
+    );
+    let tape = headroom_autograd::Tape::new();
+    let loss = tape
+        .record(|| gpt.loss_in_documents(&ids, &targets, Some(IGNORE), &starts))
+        .unwrap();
+    let parameters = gpt.parameters();
+    let sources: Vec<&Tensor> = parameters.iter().collect();
+    drop(tape.gradient(&loss, &sources).unwrap());
+    device.allocator().stats().peak_in_use
+}
+
+#[test]
+fn the_meta_device_plans_a_packed_step_exactly() {
+    let config = || headroom_kernels::DeviceConfig::new(512 << 20);
+    for (name, make) in [
+        ("gpt2", &gpt2 as &dyn Fn(&Device) -> Gpt),
+        ("llama", &llama),
+    ] {
+        let pack = Pack::new(&[5, 1, 7], 11);
+        let cpu = packed_peak(&Device::cpu(config()).unwrap(), make, &pack);
+        let meta = packed_peak(&Device::meta(config()).unwrap(), make, &pack);
+        assert_eq!(cpu, meta, "{name}");
+    }
 }

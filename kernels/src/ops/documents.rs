@@ -8,8 +8,6 @@
 //! (a start past its position reads keys that are not there), so whoever builds them on the
 //! host checks them there.
 
-use crate::array::Array;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// Fails unless `starts` (`batch * len` values, row-major) is a layout of documents: in each
@@ -53,34 +51,6 @@ pub fn check_starts(starts: &[u32], (batch, len): (usize, usize), op: &'static s
             };
             return Err(Error::Argument { op, detail });
         }
-    }
-    Ok(())
-}
-
-/// Fails unless `starts` is a U32 array of shape `[batch, len]` on `device`'s device.
-pub(crate) fn check_starts_array(
-    starts: &Array,
-    (batch, len): (usize, usize),
-    peer: &Array,
-    op: &'static str,
-) -> Result<()> {
-    peer.device().check_same(starts.device(), op)?;
-    if starts.dtype() != DType::U32 {
-        return Err(Error::DType {
-            op,
-            expected: format!("{} for the document starts", DType::U32),
-            got: starts.dtype(),
-        });
-    }
-    if starts.shape().dims() != [batch, len] {
-        return Err(Error::Shape {
-            op,
-            detail: format!(
-                "the document starts are {}, where [{batch}, {len}] is needed (the batch and \
-                 the positions)",
-                starts.shape()
-            ),
-        });
     }
     Ok(())
 }

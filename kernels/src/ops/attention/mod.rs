@@ -27,7 +27,6 @@ pub use kernels::{
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::documents::check_starts_array;
 use crate::shape::Shape;
 
 /// How an attention is run: its scale, mask and dropout.
@@ -127,7 +126,7 @@ fn check_documents(q: &Array, how: Attention, starts: &Array, op: &'static str) 
             ),
         });
     };
-    check_starts_array(starts, (*batch, *len), q, op)?;
+    starts.check_document_starts((*batch, *len), q, op)?;
     Ok(*batch)
 }
 

@@ -37,7 +37,6 @@ pub use kernels::{RotaryKernels, RotaryOperands, RotarySpec, Turn, freq_dtype};
 
 use crate::array::Array;
 use crate::error::{Error, Result};
-use crate::ops::documents::check_starts_array;
 use crate::shape::Shape;
 
 /// Checks `x` (`[..., len, head]`, float, `head` even), the frequencies and the offset, and
@@ -198,7 +197,7 @@ fn documents_spec(
             ),
         });
     };
-    check_starts_array(starts, (batch, spec.len), x, op)?;
+    starts.check_document_starts((batch, spec.len), x, op)?;
     Ok(RotarySpec {
         documents: Some(batch),
         ..spec
