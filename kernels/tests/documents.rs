@@ -302,9 +302,12 @@ fn config() -> DeviceConfig {
     DeviceConfig::new(64 << 20).with_allocator(AllocatorConfig::default().with_history(1000))
 }
 
+/// One allocation event: (kind, size, requested, tag).
+type AllocEvent = (EventKind, u64, u64, Option<Tag>);
+
 /// The allocation events of `device` and its peak, after attention, rotary and positions in
 /// documents, forward and backward.
-fn planned(device: &Device) -> (Vec<(EventKind, u64, u64, Option<Tag>)>, u64) {
+fn planned(device: &Device) -> (Vec<AllocEvent>, u64) {
     {
         let zeros = |shape: &[usize], dtype| Array::zeros(device, shape, dtype).unwrap();
         let (q, k) = (

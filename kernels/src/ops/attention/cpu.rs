@@ -45,7 +45,7 @@ impl AttentionKernels for CpuBackend {
         macro_rules! run {
             ($t:ty) => {{
                 let (q, k, v) = (q.host::<$t>(OP)?, k.host::<$t>(OP)?, v.host::<$t>(OP)?);
-                let operands = (q, k, v, starts);
+                let operands = ((q, k, v), starts);
                 forward::<$t>(spec, operands, out.host_mut(OP)?, lse.host_mut(OP)?);
                 Ok(())
             }};
@@ -269,7 +269,7 @@ fn keep_factor<C: Compute>(spec: &AttentionSpec, head: usize, row: usize, col: u
 
 fn forward<T: Float>(
     spec: &AttentionSpec,
-    (q, k, v, starts): (&[T], &[T], &[T], Option<&[u32]>),
+    ((q, k, v), starts): (Operands<'_, T>, Option<&[u32]>),
     out: &mut [T],
     lse: &mut [T::C],
 ) where
