@@ -283,6 +283,43 @@ fn sliding_window_attention_over_grouped_heads() {
     }
 }
 
+/// Document starts of two rows of 7 positions for `x`'s device: documents of 3, 1 and 3, and
+/// of 2 and 5.
+fn starts(x: &Tensor) -> Array {
+    let starts = [0u32, 0, 0, 3, 4, 4, 4, 0, 0, 2, 2, 2, 2, 2];
+    Array::from_host(x.array().device(), [2, 7], &starts).unwrap()
+}
+
+#[test]
+fn attention_and_rotary_in_packed_documents() {
+    for (window, dropout) in [
+        (None, None),
+        (Some(2), Some(AttentionDropout { p: 0.25, seed: 7 })),
+    ] {
+        let how = Attention {
+            scale: 0.6,
+            causal: true,
+            window,
+            dropout,
+        };
+        check(
+            "attention in documents",
+            &[
+                input(&[2, 4, 7, 4]),
+                input(&[2, 2, 7, 4]),
+                input(&[2, 2, 7, 4]),
+            ],
+            |x| {
+                let starts = starts(&x[0]);
+                let freq = frequencies(&x[0], 4, 10_000.0, None);
+                let q = x[0].rotary_in_documents(&freq, &starts)?;
+                let k = x[1].rotary_in_documents(&freq, &starts)?;
+                q.scaled_dot_product_attention_in_documents(&k, &x[2], how, Some(&starts))
+            },
+        );
+    }
+}
+
 #[test]
 fn linear_layers() {
     check(

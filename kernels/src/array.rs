@@ -161,6 +161,35 @@ impl Array {
         }
     }
 
+    /// Fails unless this array holds the document starts of `peer`'s rows
+    /// ([`crate::ops::documents`]): U32, of shape `[batch, len]`, on `peer`'s device.
+    pub(crate) fn check_document_starts(
+        &self,
+        (batch, len): (usize, usize),
+        peer: &Array,
+        op: &'static str,
+    ) -> Result<()> {
+        peer.device().check_same(self.device(), op)?;
+        if self.dtype() != DType::U32 {
+            return Err(Error::DType {
+                op,
+                expected: format!("{} for the document starts", DType::U32),
+                got: self.dtype(),
+            });
+        }
+        if self.shape().dims() != [batch, len] {
+            return Err(Error::Shape {
+                op,
+                detail: format!(
+                    "the document starts are {}, where [{batch}, {len}] is needed (the batch and \
+                     the positions)",
+                    self.shape()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Fails unless `other` has this array's dtype and device.
     pub(crate) fn check_peer(&self, other: &Array, op: &'static str) -> Result<()> {
         self.device().check_same(other.device(), op)?;

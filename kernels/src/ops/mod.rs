@@ -9,6 +9,7 @@
 
 pub mod attention;
 pub mod data;
+pub mod documents;
 pub mod elementwise;
 pub mod gemm;
 pub mod index;

@@ -54,11 +54,12 @@ impl Gpt {
             self.embedded(ids, cache.len())?
         };
         let mut kvs = Vec::with_capacity(self.blocks.len());
-        let streamed = self.streamed_pass();
+        let streamed = self.streamed_pass(None);
         for (i, block) in self.blocks.iter().enumerate() {
             let (y, kv) = match &streamed {
                 Some(streamed) => streamed[i]
                     .fetched(&device)?
+                    .block
                     .forward_cached(&x, cache.block(i))?,
                 None => block.forward_cached(&x, cache.block(i))?,
             };

@@ -2,6 +2,7 @@
 //! GPT-2), pre-norm blocks, a final norm and a vocabulary head; its parts vary by [`Family`](crate::Family).
 
 mod cached;
+mod documents;
 mod placement;
 mod quantized_weights;
 
@@ -9,13 +10,14 @@ pub use placement::{HEAD_CHUNK_LOGITS, Placement};
 
 use headroom_autograd::Tensor;
 use headroom_kernels::ops::quant::{QuantFormat, Quantized};
-use headroom_kernels::{DType, Device};
+use headroom_kernels::{Array, DType, Device};
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
 use crate::layer_kind::LayerKind;
 use crate::layers::activation::{Dropout, DropoutCounter};
 use crate::layers::block::Block;
+use crate::layers::block_in_documents::BlockInDocuments;
 use crate::layers::embedding::Embedding;
 use crate::layers::linear::Linear;
 use crate::layers::linear_weight::Weight;
@@ -146,8 +148,12 @@ impl Gpt {
     /// U32), over the positions whose target is not `ignore`. With a head chunk (the default)
     /// the head and the loss run fused.
     pub fn loss(&self, ids: &Tensor, targets: &Tensor, ignore: Option<u32>) -> Result<Tensor> {
-        let h = self.hidden(ids)?;
-        let _head = LayerKind::Head.scope(ids.device());
+        self.loss_of(self.hidden(ids)?, targets, ignore)
+    }
+
+    /// The mean cross-entropy of the final hidden states `h` (`[B, T, C]`) against `targets`.
+    fn loss_of(&self, h: Tensor, targets: &Tensor, ignore: Option<u32>) -> Result<Tensor> {
+        let _head = LayerKind::Head.scope(h.device());
         let &[b, t, c] = h.dims() else {
             unreachable!("the hidden states are [B, T, C]")
         };
@@ -176,6 +182,12 @@ impl Gpt {
 
     /// The final normalized hidden states, `[B, T, C]`: what the head reads.
     pub fn hidden(&self, ids: &Tensor) -> Result<Tensor> {
+        self.hidden_in(ids, None)
+    }
+
+    /// [`Gpt::hidden`], over packed documents where `documents` holds their starts and each
+    /// token's position within its document (`[B, T]` U32 both).
+    fn hidden_in(&self, ids: &Tensor, documents: Option<(&Array, &Tensor)>) -> Result<Tensor> {
         let &[_, t] = ids.dims() else {
             return Err(Error::config(
                 "gpt input",
@@ -191,10 +203,14 @@ impl Gpt {
         let device = ids.device().clone();
         let mut x = {
             let _embedding = LayerKind::Embedding.scope(&device);
-            let x = self.embedded(ids, 0)?;
+            let x = match documents {
+                Some((_, positions)) => self.embedded_in_documents(ids, positions)?,
+                None => self.embedded(ids, 0)?,
+            };
             self.dropout.forward(&x)?
         };
-        let streamed = self.streamed_pass();
+        let starts = documents.map(|(starts, _)| starts);
+        let streamed = self.streamed_pass(starts);
         for (i, block) in self.blocks.iter().enumerate() {
             if let Some(streamed) = &streamed {
                 let offload = self.placement.offload_activations.as_ref();
@@ -202,16 +218,21 @@ impl Gpt {
                 continue;
             }
             x = match self.placement.recompute {
-                Recompute::None => block.forward(&x)?,
-                Recompute::Cheap => block.forward_recomputing_cheap(&x, false)?,
-                Recompute::CheapUp => block.forward_recomputing_cheap(&x, true)?,
+                Recompute::None => block.forward_in(&x, starts)?,
+                Recompute::Cheap => block.forward_recomputing_cheap_in(&x, false, starts)?,
+                Recompute::CheapUp => block.forward_recomputing_cheap_in(&x, true, starts)?,
                 Recompute::Blocks | Recompute::BlocksTiledMlp { .. } => {
+                    // The segment keeps the documents: its recomputation attends within them.
+                    let block = BlockInDocuments {
+                        block: block.clone(),
+                        starts: starts.cloned(),
+                    };
                     match &self.placement.offload_activations {
                         Some(host) => {
                             let ahead = self.placement.fetch_ahead;
-                            recomputed_offloaded(block, &self.counter, &x, host, ahead)?
+                            recomputed_offloaded(&block, &self.counter, &x, host, ahead)?
                         }
-                        None => recomputed(block, &self.counter, &x)?,
+                        None => recomputed(&block, &self.counter, &x)?,
                     }
                 }
             };
@@ -223,15 +244,21 @@ impl Gpt {
     /// The embeddings of `ids` (`[B, t]`) at positions from `offset`: the tokens', plus the
     /// positions' where they are learned.
     fn embedded(&self, ids: &Tensor, offset: usize) -> Result<Tensor> {
-        let mut x = self.tok_emb.forward(ids)?;
-        if let Some(scale) = self.config.family.embedding_scale(self.config.width) {
-            x = x.scale(rounded_to(scale, x.dtype()))?;
-        }
+        let x = self.token_embedded(ids)?;
         match &self.pos_emb {
             Some(pos_emb) => {
                 let t = ids.dims().get(1).copied().unwrap_or(0);
                 Ok(x.add(&pos_emb.weight.values()?.narrow(0, offset, t)?)?)
             }
+            None => Ok(x),
+        }
+    }
+
+    /// The tokens' embeddings of `ids`, scaled where the family scales them.
+    fn token_embedded(&self, ids: &Tensor) -> Result<Tensor> {
+        let x = self.tok_emb.forward(ids)?;
+        match self.config.family.embedding_scale(self.config.width) {
+            Some(scale) => Ok(x.scale(rounded_to(scale, x.dtype()))?),
             None => Ok(x),
         }
     }

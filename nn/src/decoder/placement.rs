@@ -1,11 +1,11 @@
 //! Where a decoder's parts live and what it keeps between the passes: one value, apart from
 //! the architecture, each field named as the trainer's setting that fills it.
 
-use headroom_kernels::Device;
+use headroom_kernels::{Array, Device};
 
 use crate::decoder::Gpt;
 use crate::error::Result;
-use crate::layers::block::Block;
+use crate::layers::block_in_documents::BlockInDocuments;
 use crate::recomputed_modules::Recompute;
 use crate::streamed_pass::Streamed;
 use crate::streaming::move_to;
@@ -154,10 +154,20 @@ impl Gpt {
         self.placement.head_chunk
     }
 
-    /// The blocks as one pass of streamed modules, where their weights are streamed.
-    pub(super) fn streamed_pass(&self) -> Option<Vec<Streamed<Block>>> {
+    /// The blocks as one pass of streamed modules, where their weights are streamed, each
+    /// attending within the packed documents of `starts` where given.
+    pub(super) fn streamed_pass(
+        &self,
+        starts: Option<&Array>,
+    ) -> Option<Vec<Streamed<BlockInDocuments>>> {
         let placement = &self.placement;
-        let host = placement.offload_weights.as_ref();
-        host.map(|_| Streamed::pass(&self.blocks, placement.fetch_ahead))
+        placement.offload_weights.as_ref()?;
+        let blocks: Vec<BlockInDocuments> = (self.blocks.iter())
+            .map(|block| BlockInDocuments {
+                block: block.clone(),
+                starts: starts.cloned(),
+            })
+            .collect();
+        Some(Streamed::pass(&blocks, placement.fetch_ahead))
     }
 }

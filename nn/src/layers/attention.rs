@@ -1,9 +1,11 @@
 //! Causal self-attention with grouped key/value heads and rotary positions when the family has
 //! them: memory-efficient (FlashAttention-2) by default, the materialized weights as a
-//! reference.
+//! reference; over packed documents, each position attends within its own document and its
+//! rotary position restarts with it.
 
 use headroom_autograd::Tensor;
 use headroom_kernels::ops::attention::{Attention, AttentionDropout};
+use headroom_kernels::{Array, DeviceKind};
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
@@ -263,6 +265,14 @@ impl Module for CausalSelfAttention {
     }
 }
 
+/// Where the rows of a forward pass are: from an offset (a key/value cache's length), or in
+/// the packed documents of `[B, T]` starts.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Offset(usize),
+    Documents(&'a Array),
+}
+
 /// Queries (`[B, heads, T, head_dim]`), keys and values (`[B, kv_heads, T, head_dim]`).
 struct Heads {
     q: Tensor,
@@ -272,9 +282,9 @@ struct Heads {
 
 impl CausalSelfAttention {
     /// The heads of the `qkv` layer's output (`[B, T, (heads + 2 kv_heads) head_dim]`), the
-    /// queries and keys normed and turned as the family does, row `t` at position
-    /// `offset + t`; also the batch and the length.
-    fn heads_of(&self, qkv: &Tensor, offset: usize) -> Result<(Heads, usize, usize)> {
+    /// queries and keys normed and turned as the family does, at the positions `at` says; also
+    /// the batch and the length.
+    fn heads_of(&self, qkv: &Tensor, at: At<'_>) -> Result<(Heads, usize, usize)> {
         let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
         let &[b, t, n] = qkv.dims() else {
             let detail = format!("qkv of shape {}: expected [batch, time, qkv]", qkv.shape());
@@ -296,8 +306,11 @@ impl CausalSelfAttention {
                 m = norm.forward(&m)?;
             }
             let m = m.permute(&[0, 2, 1, 3])?;
-            match (&self.rotary, turn) {
-                (Some(rotary), true) => rotary.apply(&m, offset),
+            match (&self.rotary, turn, at) {
+                (Some(rotary), true, At::Offset(offset)) => rotary.apply(&m, offset),
+                (Some(rotary), true, At::Documents(starts)) => {
+                    rotary.apply_in_documents(&m, starts)
+                }
                 _ => Ok(m),
             }
         };
@@ -341,9 +354,17 @@ impl CausalSelfAttention {
     /// The attention of queries, keys and values already projected (`qkv`, the `qkv` layer's
     /// output), through the output projection: [`Module::forward`] after its first product.
     pub fn attend(&self, qkv: &Tensor) -> Result<Tensor> {
-        let (Heads { q, k, v }, _, _) = self.heads_of(qkv, 0)?;
+        self.attend_in(qkv, None)
+    }
+
+    /// [`attend`](Self::attend) over packed documents where `starts` is given (`[B, T]`, U32;
+    /// see [`headroom_kernels::ops::documents`]): each position attends only within its
+    /// document, and its rotary position is its place in it.
+    pub fn attend_in(&self, qkv: &Tensor, starts: Option<&Array>) -> Result<Tensor> {
+        let at = starts.map_or(At::Offset(0), At::Documents);
+        let (Heads { q, k, v }, _, _) = self.heads_of(qkv, at)?;
         let y = if self.materialized {
-            self.materialized_attention(&q, &k, &v)?
+            self.materialized_attention(&q, &k, &v, starts)?
         } else {
             let dropout = self
                 .attention_dropout
@@ -358,14 +379,25 @@ impl CausalSelfAttention {
                 window: self.window,
                 dropout,
             };
-            q.scaled_dot_product_attention(&k, &v, how)?
+            q.scaled_dot_product_attention_in_documents(&k, &v, how, starts)?
         };
         self.residual_dropout.forward(&self.merged(&y)?)
     }
 
+    /// [`Module::forward`] over packed documents where `starts` is given ([`Self::attend_in`]).
+    pub fn forward_in(&self, x: &Tensor, starts: Option<&Array>) -> Result<Tensor> {
+        self.attend_in(&self.projected(x)?, starts)
+    }
+
     /// The attention with its `[B, heads, T, T]` weights formed: each group of query heads
     /// that shares a key/value head is one batch of rows of the product with that head.
-    fn materialized_attention(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+    fn materialized_attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        starts: Option<&Array>,
+    ) -> Result<Tensor> {
         let &[b, h, t, d] = q.dims() else {
             unreachable!("queries are [B, heads, T, D]")
         };
@@ -373,11 +405,15 @@ impl CausalSelfAttention {
         // Scale, causal mask and softmax in one pass that keeps only the weights; a window
         // masks the scores first.
         let scores = q.reshape([b, kv, group * t, d])?.matmul_t(k, false, true)?;
-        let weights = match self.window {
-            None => scores
+        let weights = match (self.window, starts) {
+            (_, Some(starts)) => scores
+                .add(&document_mask(&scores, group, self.window, starts)?)?
+                .reshape([b, h, t, t])?
+                .attention_softmax(self.scale(), false)?,
+            (None, None) => scores
                 .reshape([b, h, t, t])?
                 .attention_softmax(self.scale(), true)?,
-            Some(window) => scores
+            (Some(window), None) => scores
                 .add(&mask(&scores, (0, t), group, Some(window))?)?
                 .reshape([b, h, t, t])?
                 .attention_softmax(self.scale(), false)?,
@@ -402,7 +438,7 @@ impl CausalSelfAttention {
         past: Option<&BlockKv>,
     ) -> Result<(Tensor, BlockKv)> {
         let offset = past.map_or(0, BlockKv::len);
-        let (Heads { q, k, v }, b, t) = self.heads_of(&self.projected(x)?, offset)?;
+        let (Heads { q, k, v }, b, t) = self.heads_of(&self.projected(x)?, At::Offset(offset))?;
         let kv = match past {
             None => BlockKv { keys: k, values: v },
             Some(past) => BlockKv {
@@ -462,6 +498,48 @@ fn mask(
     Ok(Tensor::from_f64(
         scores.device(),
         [group * t, cols],
+        scores.dtype(),
+        &mask,
+    )?)
+}
+
+/// `[B, 1, group * t, t]` in the dtype of `scores` (`[B, kv_heads, group * t, t]`): minus
+/// infinity where the key is after the row's query (`row % t`), before its document's start
+/// (`starts`, `[B, t]`) or, with a window, at or before the query less the window; 0
+/// elsewhere. The starts are read back to the host; the meta device, which holds no values,
+/// gets zeros of the same shape.
+fn document_mask(
+    scores: &Tensor,
+    group: usize,
+    window: Option<usize>,
+    starts: &Array,
+) -> Result<Tensor> {
+    let &[b, _, rows, t] = scores.dims() else {
+        unreachable!("scores are [B, kv_heads, group * T, T]")
+    };
+    let shape = [b, 1, rows, t];
+    if starts.device().kind() == DeviceKind::Meta {
+        return Ok(Tensor::new(Array::zeros(
+            scores.device(),
+            shape,
+            scores.dtype(),
+        )?));
+    }
+    let starts = starts.to_host::<u32>()?;
+    let mask: Vec<f64> = (0..b * group * t * t)
+        .map(|i| {
+            let (key, query, row) = (i % t, (i / t) % t, i / (group * t * t));
+            let start = starts[row * t + query] as usize;
+            let gone = window.is_some_and(|w| key + w <= query);
+            match key > query || key < start || gone {
+                true => f64::NEG_INFINITY,
+                false => 0.0,
+            }
+        })
+        .collect();
+    Ok(Tensor::from_f64(
+        scores.device(),
+        shape,
         scores.dtype(),
         &mask,
     )?)

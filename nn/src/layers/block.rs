@@ -1,6 +1,7 @@
 //! The pre-norm transformer block.
 
 use headroom_autograd::Tensor;
+use headroom_kernels::Array;
 use headroom_kernels::ops::quant::Quantized;
 
 use crate::error::Result;
@@ -84,12 +85,26 @@ impl Block {
     /// `up`, a SwiGLU MLP after an RMSNorm keeps its gate alone and runs its up projection
     /// again ([`Tensor::rms_norm_swiglu`]): one array of the MLP's width fewer still.
     pub fn forward_recomputing_cheap(&self, x: &Tensor, up: bool) -> Result<Tensor> {
+        self.forward_recomputing_cheap_in(x, up, None)
+    }
+
+    /// [`forward_recomputing_cheap`](Self::forward_recomputing_cheap) over packed documents
+    /// where `starts` is given ([`Block::forward_in`]).
+    pub fn forward_recomputing_cheap_in(
+        &self,
+        x: &Tensor,
+        up: bool,
+        starts: Option<&Array>,
+    ) -> Result<Tensor> {
         let device = x.device().clone();
         let x = {
             let _attention = LayerKind::Attention.scope(&device);
             let first = |layers: &[&Linear]| self.ln1.linears_recomputed(x, layers);
             let [qkv] = products(&first, [&self.attn.qkv])?;
-            x.add(&normed(self.post_attn.as_ref(), self.attn.attend(&qkv)?)?)?
+            x.add(&normed(
+                self.post_attn.as_ref(),
+                self.attn.attend_in(&qkv, starts)?,
+            )?)?
         };
         let _mlp = LayerKind::Mlp.scope(&device);
         let y = match (&self.ln2, self.mlp.unbiased_swiglu()) {
@@ -181,33 +196,7 @@ impl Block {
 
 impl Module for Block {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // Each norm's output only feeds its sublayer's first product: cast for it right away
-        // (under autocast), so the f32 output is not held through the whole sublayer.
-        let device = x.device().clone();
-        let h = {
-            let _norm = LayerKind::Norm.scope(&device);
-            self.ln1.forward(x)?.for_matmul()?
-        };
-        let x = {
-            let _attention = LayerKind::Attention.scope(&device);
-            x.add(&normed(self.post_attn.as_ref(), self.attn.forward(&h)?)?)?
-        };
-        drop(h);
-        if let Some(rows) = self.mlp_tile {
-            let _mlp = LayerKind::Mlp.scope(&device);
-            let sublayer = MlpSublayer {
-                norm: self.ln2.clone(),
-                mlp: self.mlp.clone(),
-                post: self.post_mlp.clone(),
-            };
-            return Ok(x.add(&sublayer.tiled(&x, rows)?)?);
-        }
-        let h = {
-            let _norm = LayerKind::Norm.scope(&device);
-            self.ln2.forward(&x)?.for_matmul()?
-        };
-        let _mlp = LayerKind::Mlp.scope(&device);
-        Ok(x.add(&normed(self.post_mlp.as_ref(), self.mlp.forward(&h)?)?)?)
+        self.forward_in(x, None)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {
@@ -250,5 +239,42 @@ impl Module for Block {
     fn set_training(&mut self, training: bool) {
         self.attn.set_training(training);
         self.mlp.set_training(training);
+    }
+}
+
+impl Block {
+    /// [`Module::forward`] over packed documents where `starts` is given (`[B, T]`, U32; see
+    /// [`headroom_kernels::ops::documents`]): each position attends only within its document.
+    pub fn forward_in(&self, x: &Tensor, starts: Option<&Array>) -> Result<Tensor> {
+        // Each norm's output only feeds its sublayer's first product: cast for it right away
+        // (under autocast), so the f32 output is not held through the whole sublayer.
+        let device = x.device().clone();
+        let h = {
+            let _norm = LayerKind::Norm.scope(&device);
+            self.ln1.forward(x)?.for_matmul()?
+        };
+        let x = {
+            let _attention = LayerKind::Attention.scope(&device);
+            x.add(&normed(
+                self.post_attn.as_ref(),
+                self.attn.forward_in(&h, starts)?,
+            )?)?
+        };
+        drop(h);
+        if let Some(rows) = self.mlp_tile {
+            let _mlp = LayerKind::Mlp.scope(&device);
+            let sublayer = MlpSublayer {
+                norm: self.ln2.clone(),
+                mlp: self.mlp.clone(),
+                post: self.post_mlp.clone(),
+            };
+            return Ok(x.add(&sublayer.tiled(&x, rows)?)?);
+        }
+        let h = {
+            let _norm = LayerKind::Norm.scope(&device);
+            self.ln2.forward(&x)?.for_matmul()?
+        };
+        let _mlp = LayerKind::Mlp.scope(&device);
+        Ok(x.add(&normed(self.post_mlp.as_ref(), self.mlp.forward(&h)?)?)?)
     }
 }

@@ -3,6 +3,7 @@
 pub mod activation;
 pub mod attention;
 pub mod block;
+pub mod block_in_documents;
 pub mod block_mlp;
 pub mod embedding;
 pub mod layer_norm;

@@ -43,4 +43,10 @@ impl RotaryEmbedding {
     pub fn apply(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
         Ok(x.rotary(&self.inv_freq, offset)?)
     }
+
+    /// `x` (`[batch, ..., len, head_dim]`) rotated at positions within the packed documents of
+    /// `starts` (`[batch, len]`, U32): row `t` of batch row `b` at `t - starts[b][t]`.
+    pub fn apply_in_documents(&self, x: &Tensor, starts: &Array) -> Result<Tensor> {
+        Ok(x.rotary_in_documents(&self.inv_freq, starts)?)
+    }
 }

@@ -10,7 +10,10 @@
 // compute type. The dropout mask of weight (i, j) of head h is
 // drawn at index (h len + i) len + j, as dropout on the materialized weights draws it.
 // When causal, query i sees keys j with i - window < j <= i (window is len without a sliding
-// window), and every kernel walks only the tiles of the other side that its rows see.
+// window), and every kernel walks only the tiles of the other side that its rows see. With packed
+// documents (starts not null: [rows, len] u32, query head h in row h / per_row), query i also sees
+// only keys j >= starts[i], the first position of its document; starts never fall along a row and
+// starts[i] <= i (the host checks them), so a block's first row has its smallest start.
 
 #define ATT_HEAD_MAX 128
 #define ATT_PER_LANE (ATT_HEAD_MAX / 32)
@@ -68,6 +71,33 @@ __device__ __forceinline__ C att_keep(int dropout, double p, u64 seed, u64 h, u6
 // The first key query i sees, when causal: keys i - window < j <= i.
 __device__ __forceinline__ u64 att_first_key(u64 i, u64 window) { return i + 1 > window ? i + 1 - window : 0; }
 
+// The row of document starts that head h reads, null without documents.
+__device__ __forceinline__ const u32* att_row_starts(const u32* starts, u64 h, u64 per_row, u64 len) {
+    return starts ? starts + h / per_row * len : starts;
+}
+
+// The first key query i sees, when causal: within the window and its document.
+__device__ __forceinline__ u64 att_first_seen(u64 i, u64 window, const u32* starts) {
+    const u64 first = att_first_key(i, window), start = starts ? starts[i] : 0;
+    return first > start ? first : start;
+}
+
+// One past the last query that sees key j by its document: the first i > j whose document starts
+// after j (a binary search, starts never falling), len without documents.
+__device__ __forceinline__ u64 att_document_end(const u32* starts, u64 j, u64 len) {
+    if (!starts) return len;
+    u64 lo = j + 1, hi = len;
+    while (lo < hi) {
+        const u64 mid = lo + (hi - lo) / 2;
+        if (starts[mid] > j) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
 // The rows a block's warps own: first + warp, and how many keys (or queries) their tiles span.
 struct AttRows { u64 first, row; bool mine; };
 __device__ __forceinline__ AttRows att_rows(u64 len) {
@@ -81,22 +111,24 @@ __device__ __forceinline__ AttRows att_rows(u64 len) {
 #define ATTENTION(name, T) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_##name( \
         const T* q, const T* k, const T* v, T* out, typename Io<T>::C* lse, u64 len, u64 head, \
-        u64 group, double scale, int causal, u64 window, int dropout, double p, u64 seed) { \
+        u64 group, double scale, int causal, u64 window, const u32* starts, u64 per_row, int dropout, double p, \
+        u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C keys[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C values[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         const int lane = threadIdx.x % 32; \
         const u64 h = blockIdx.y, base = h * len * head, kv_base = h / group * len * head; \
         const AttRows rows = att_rows(len); \
+        const u32* row_starts = att_row_starts(starts, h, per_row, len); \
         C query[ATT_PER_LANE], acc[ATT_PER_LANE]; \
         att_load_row(q + base + (rows.mine ? rows.row : 0) * head, head, lane, query); \
         _Pragma("unroll") for (int f = 0; f < ATT_PER_LANE; ++f) acc[f] = 0; \
         C most = neg_infinity<C>(), sum = 0; \
         const u64 last = rows.first + ATT_WARPS < len ? rows.first + ATT_WARPS : len; \
         const u64 keys_seen = causal ? last : len; \
-        const u64 keys_from = causal ? att_first_key(rows.first, window) : 0; \
+        const u64 keys_from = causal ? att_first_seen(rows.first, window, row_starts) : 0; \
         const u64 visible = causal ? rows.row + 1 : len; \
-        const u64 from = causal ? att_first_key(rows.row, window) : 0; \
+        const u64 from = causal && rows.mine ? att_first_seen(rows.row, window, row_starts) : keys_from; \
         for (u64 key0 = keys_from; key0 < keys_seen; key0 += AttTile<C>::ROWS) { \
             __syncthreads(); \
             att_load_tile(k + kv_base, key0, len, head, keys); \
@@ -145,7 +177,7 @@ FOR_FLOATS(ATTENTION_DELTA)
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_kv_##name( \
         const T* q, const T* k, const T* v, const T* dout, const typename Io<T>::C* lse, \
         const typename Io<T>::C* delta, T* dk, T* dv, u64 len, u64 head, u64 group, double scale, \
-        int causal, u64 window, int dropout, double p, u64 seed) { \
+        int causal, u64 window, const u32* starts, u64 per_row, int dropout, double p, u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C queries[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C grads[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
@@ -161,7 +193,10 @@ FOR_FLOATS(ATTENTION_DELTA)
         const u64 tile0 = start - start % AttTile<C>::ROWS; \
         /* One past the last query that sees the block's last key. */ \
         const u64 last = rows.first + ATT_WARPS < len ? rows.first + ATT_WARPS : len; \
-        const u64 end = causal && last - 1 + window < len ? last - 1 + window : len; \
+        const u32* row_starts = att_row_starts(starts, kv * group, per_row, len); \
+        const u64 by_window = causal && last - 1 + window < len ? last - 1 + window : len; \
+        const u64 by_document = att_document_end(row_starts, last - 1, len); \
+        const u64 end = by_window < by_document ? by_window : by_document; \
         for (u64 h = kv * group; h < (kv + 1) * group; ++h) { \
             const u64 q_base = h * len * head; \
             for (u64 q0 = tile0; q0 < end; q0 += AttTile<C>::ROWS) { \
@@ -173,6 +208,7 @@ FOR_FLOATS(ATTENTION_DELTA)
                 for (int r = 0; r < AttTile<C>::ROWS && q0 + r < end; ++r) { \
                     const u64 i = q0 + r; \
                     if (causal && (i < key || i >= key + window)) continue; \
+                    if (row_starts && row_starts[i] > key) continue; \
                     const C* qi = queries + r * ATT_HEAD_MAX; \
                     const C* gi = grads + r * ATT_HEAD_MAX; \
                     const C weight = m_exp((C)scale * att_dot(mine_k, qi, lane) - lse[h * len + i]); \
@@ -202,7 +238,7 @@ FOR_FLOATS(ATTENTION_BACKWARD_KV)
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_q_##name( \
         const T* q, const T* k, const T* v, const T* dout, const typename Io<T>::C* lse, \
         const typename Io<T>::C* delta, T* dq, u64 len, u64 head, u64 group, double scale, \
-        int causal, u64 window, int dropout, double p, u64 seed) { \
+        int causal, u64 window, const u32* starts, u64 per_row, int dropout, double p, u64 seed) { \
         typedef typename Io<T>::C C; \
         __shared__ C keys[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
         __shared__ C values[AttTile<C>::ROWS * ATT_HEAD_MAX]; \
@@ -217,9 +253,10 @@ FOR_FLOATS(ATTENTION_BACKWARD_KV)
         const C row_lse = lse[h * len + i], row_delta = delta[h * len + i]; \
         const u64 last = rows.first + ATT_WARPS < len ? rows.first + ATT_WARPS : len; \
         const u64 keys_seen = causal ? last : len; \
-        const u64 keys_from = causal ? att_first_key(rows.first, window) : 0; \
+        const u32* row_starts = att_row_starts(starts, h, per_row, len); \
+        const u64 keys_from = causal ? att_first_seen(rows.first, window, row_starts) : 0; \
         const u64 visible = causal ? i + 1 : len; \
-        const u64 from = causal ? att_first_key(i, window) : 0; \
+        const u64 from = causal ? att_first_seen(i, window, row_starts) : 0; \
         for (u64 key0 = keys_from; key0 < keys_seen; key0 += AttTile<C>::ROWS) { \
             __syncthreads(); \
             att_load_tile(k + kv_base, key0, len, head, keys); \
@@ -492,7 +529,7 @@ __device__ __forceinline__ void mma_weights_by_tile(const float (&w)[TILE / 8][4
 // the edges call it.
 template <bool ROWS_ARE_KEYS, int TILE>
 __device__ __forceinline__ void mma_mask(float (&s)[TILE / 8][4], u64 row0, u64 col0, u64 len, int causal,
-                                         u64 window) {
+                                         u64 window, const u32* starts) {
     const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
     for (int n = 0; n < TILE / 8; ++n) {
@@ -500,7 +537,8 @@ __device__ __forceinline__ void mma_mask(float (&s)[TILE / 8][4], u64 row0, u64 
         for (int e = 0; e < 4; ++e) {
             const u64 row = row0 + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
             const u64 query = ROWS_ARE_KEYS ? col : row, key = ROWS_ARE_KEYS ? row : col;
-            const bool hidden = query >= len || key >= len || (causal && (key > query || key + window <= query));
+            const bool hidden = query >= len || key >= len || (causal && (key > query || key + window <= query)) ||
+                                (starts && starts[query] > key);
             if (hidden) s[n][e] = neg_infinity<float>();
         }
     }
@@ -526,13 +564,15 @@ __device__ __forceinline__ void mma_dropout(float (&s)[TILE / 8][4], u64 row0, u
 // keys, or keys against queries where ROWS_ARE_KEYS) may hold a hidden pair: past len, above
 // the diagonal or before the window.
 template <bool ROWS_ARE_KEYS, int TILE>
-__device__ __forceinline__ bool mma_edge(u64 row0, u64 col0, u64 len, int causal, u64 window) {
+__device__ __forceinline__ bool mma_edge(u64 row0, u64 col0, u64 len, int causal, u64 window,
+                                         const u32* starts) {
     if (row0 + 16 > len || col0 + TILE > len) return true;
     if (!causal) return false;
     const u64 first_query = ROWS_ARE_KEYS ? col0 : row0, last_query = ROWS_ARE_KEYS ? col0 + TILE - 1 : row0 + 15;
     const u64 first_key = ROWS_ARE_KEYS ? row0 : col0, last_key = ROWS_ARE_KEYS ? row0 + 15 : col0 + TILE - 1;
-    // The latest key against the earliest query, and the earliest key against the latest.
-    return last_key > first_query || first_key + window <= last_query;
+    // The latest key against the earliest query, and the earliest key against the latest (and
+    // against the latest query's document, whose start is the largest).
+    return last_key > first_query || first_key + window <= last_query || (starts && starts[last_query] > first_key);
 }
 
 // The sum of `v` over the four lanes that hold one row of a C tile.
@@ -594,7 +634,8 @@ __device__ __forceinline__ void mma_store_rows(const float (&acc)[DP / 8][4], co
 template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v, T* out, float* lse,
                                               u64 len, u64 head, u64 group, double scale, int causal,
-                                              u64 window, int dropout, double p, u64 seed) {
+                                              u64 window, const u32* starts, u64 per_row, int dropout, double p,
+                                              u64 seed) {
     const int tile_size = TILE * (DP + MMA_PAD);
     T* const keys = (T*)mma_shared();
     T* const values = keys + 2 * tile_size;
@@ -612,7 +653,9 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
     // The block's first query sees keys from here, and its warp's from `warp_from`.
-    const u64 keys_from = causal ? att_first_key(block0, window) : 0, warp_from = att_first_key(first, window);
+    const u32* row_starts = att_row_starts(starts, h, per_row, len);
+    const u64 keys_from = causal ? att_first_seen(block0, window, row_starts) : 0;
+    const u64 warp_from = first < len ? att_first_seen(first, window, row_starts) : keys_from;
     mma_prefetch_tiles<T, DP, TILE>(k, v, keys_from, keys_seen, len, head, keys, values);
     int now = 0;
     for (u64 key0 = keys_from; key0 < keys_seen; key0 += TILE, now ^= 1) {
@@ -629,8 +672,8 @@ __device__ __forceinline__ void attention_mma(const T* q, const T* k, const T* v
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
             }
-            if (mma_edge<false, TILE>(first, key0, len, causal, window))
-                mma_mask<false, TILE>(s, first, key0, len, causal, window);
+            if (mma_edge<false, TILE>(first, key0, len, causal, window, row_starts))
+                mma_mask<false, TILE>(s, first, key0, len, causal, window, row_starts);
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 float tile_most = neg_infinity<float>();
@@ -679,7 +722,8 @@ template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k, const T* v, const T* dout,
                                                          const float* lse, const float* delta, T* dq,
                                                          u64 len, u64 head, u64 group, double scale,
-                                                         int causal, u64 window, int dropout, double p, u64 seed) {
+                                                         int causal, u64 window, const u32* starts, u64 per_row,
+                                                         int dropout, double p, u64 seed) {
     const int tile_size = TILE * (DP + MMA_PAD);
     T* const keys = (T*)mma_shared();
     T* const values = keys + 2 * tile_size;
@@ -704,7 +748,9 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 keys_seen = causal ? block_end : len;
     // The block's first query sees keys from here, and its warp's from `warp_from`.
-    const u64 keys_from = causal ? att_first_key(block0, window) : 0, warp_from = att_first_key(first, window);
+    const u32* row_starts = att_row_starts(starts, h, per_row, len);
+    const u64 keys_from = causal ? att_first_seen(block0, window, row_starts) : 0;
+    const u64 warp_from = first < len ? att_first_seen(first, window, row_starts) : keys_from;
     mma_prefetch_tiles<T, DP, TILE>(k, v, keys_from, keys_seen, len, head, keys, values);
     int now = 0;
     for (u64 key0 = keys_from; key0 < keys_seen; key0 += TILE, now ^= 1) {
@@ -721,8 +767,8 @@ __device__ __forceinline__ void attention_backward_q_mma(const T* q, const T* k,
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[n][e] = s[n][e] * scale2 - row_lse2[e / 2];
             }
-            if (mma_edge<false, TILE>(first, key0, len, causal, window))
-                mma_mask<false, TILE>(s, first, key0, len, causal, window);
+            if (mma_edge<false, TILE>(first, key0, len, causal, window, row_starts))
+                mma_mask<false, TILE>(s, first, key0, len, causal, window, row_starts);
             if (dropout) mma_dropout<false, TILE>(dp, first, key0, h, len, p, seed);
 #pragma unroll
             for (int n = 0; n < TILE / 8; ++n) {
@@ -759,7 +805,8 @@ template <typename T, int DP, int TILE>
 __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k, const T* v, const T* dout,
                                                           const float* lse, const float* delta, T* dk, T* dv,
                                                           u64 len, u64 head, u64 group, double scale,
-                                                          int causal, u64 window, int dropout, double p, u64 seed) {
+                                                          int causal, u64 window, const u32* starts, u64 per_row,
+                                                          int dropout, double p, u64 seed) {
     const int tile_size = TILE * (DP + MMA_PAD);
     T* const queries = (T*)mma_shared();
     T* const grads = queries + 2 * tile_size;
@@ -782,7 +829,10 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
     // The queries that see the block's keys: from its first key to the last that sees its last.
     const u64 block_end = block0 + MMA_ROWS < len ? block0 + MMA_ROWS : len;
     const u64 q_begin = causal ? block0 : 0;
-    const u64 q_end = causal && block_end - 1 + window < len ? block_end - 1 + window : len;
+    const u64 by_window = causal && block_end - 1 + window < len ? block_end - 1 + window : len;
+    const u32* row_starts = att_row_starts(starts, kv * group, per_row, len);
+    const u64 by_document = att_document_end(row_starts, block_end - 1, len);
+    const u64 q_end = by_window < by_document ? by_window : by_document;
     for (u64 h = kv * group; h < (kv + 1) * group; ++h) {
         const T* head_q = q + h * len * head;
         const T* head_dout = dout + h * len * head;
@@ -812,8 +862,8 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
                         s[n][e] = s[n][e] * scale2 - tile_lse[now * TILE + col] * (float)MMA_LOG2E;
                     }
                 }
-                if (mma_edge<true, TILE>(first, q0, len, causal, window))
-                    mma_mask<true, TILE>(s, first, q0, len, causal, window);
+                if (mma_edge<true, TILE>(first, q0, len, causal, window, row_starts))
+                    mma_mask<true, TILE>(s, first, q0, len, causal, window, row_starts);
                 if (dropout) mma_dropout<true, TILE>(dp, first, q0, h, len, p, seed);
 #pragma unroll
                 for (int n = 0; n < TILE / 8; ++n) {
@@ -842,21 +892,23 @@ __device__ __forceinline__ void attention_backward_kv_mma(const T* q, const T* k
 #define ATTENTION_MMA(name, T, DP, FORWARD_TILE, Q_TILE, KV_TILE) \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_mma##DP##_##name( \
         const T* q, const T* k, const T* v, T* out, float* lse, u64 len, u64 head, u64 group, \
-        double scale, int causal, u64 window, int dropout, double p, u64 seed) { \
-        attention_mma<T, DP, FORWARD_TILE>(q, k, v, out, lse, len, head, group, scale, causal, window, dropout, p, \
-                                           seed); \
+        double scale, int causal, u64 window, const u32* starts, u64 per_row, int dropout, double p, u64 seed) { \
+        attention_mma<T, DP, FORWARD_TILE>(q, k, v, out, lse, len, head, group, scale, causal, window, starts, per_row, \
+                                           dropout, p, seed); \
     } \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_q_mma##DP##_##name( \
         const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq, \
-        u64 len, u64 head, u64 group, double scale, int causal, u64 window, int dropout, double p, u64 seed) { \
+        u64 len, u64 head, u64 group, double scale, int causal, u64 window, const u32* starts, u64 per_row, \
+        int dropout, double p, u64 seed) { \
         attention_backward_q_mma<T, DP, Q_TILE>(q, k, v, dout, lse, delta, dq, len, head, group, scale, causal, \
-                                                window, dropout, p, seed); \
+                                                window, starts, per_row, dropout, p, seed); \
     } \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_backward_kv_mma##DP##_##name( \
         const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dk, \
-        T* dv, u64 len, u64 head, u64 group, double scale, int causal, u64 window, int dropout, double p, u64 seed) { \
+        T* dv, u64 len, u64 head, u64 group, double scale, int causal, u64 window, const u32* starts, u64 per_row, \
+        int dropout, double p, u64 seed) { \
         attention_backward_kv_mma<T, DP, KV_TILE>(q, k, v, dout, lse, delta, dk, dv, len, head, group, scale, \
-                                                  causal, window, dropout, p, seed); \
+                                                  causal, window, starts, per_row, dropout, p, seed); \
     }
 ATTENTION_MMA(bf16, bf16, 64, 64, 64, 64)
 ATTENTION_MMA(f16, f16, 64, 64, 64, 64)

@@ -21,6 +21,7 @@ use super::kernels::{
 use crate::cpu::CpuBackend;
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
+use crate::ops::documents::{check_starts, document_ends};
 use crate::ops::random::kernels::keeps;
 use crate::ops::rows::lanes::{max_by, sum_by};
 
@@ -31,12 +32,21 @@ const KEYS: usize = 64;
 
 impl AttentionKernels for CpuBackend {
     fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
-        let AttentionOperands { q, k, v, out, lse } = operands;
+        let AttentionOperands {
+            q,
+            k,
+            v,
+            starts,
+            out,
+            lse,
+        } = operands;
         const OP: &str = "attention";
+        let starts = checked_starts(spec, starts, OP)?;
         macro_rules! run {
             ($t:ty) => {{
                 let (q, k, v) = (q.host::<$t>(OP)?, k.host::<$t>(OP)?, v.host::<$t>(OP)?);
-                forward::<$t>(spec, (q, k, v), out.host_mut(OP)?, lse.host_mut(OP)?);
+                let operands = ((q, k, v), starts);
+                forward::<$t>(spec, operands, out.host_mut(OP)?, lse.host_mut(OP)?);
                 Ok(())
             }};
         }
@@ -58,6 +68,7 @@ impl AttentionKernels for CpuBackend {
             q,
             k,
             v,
+            starts,
             out,
             lse,
             dout,
@@ -66,12 +77,13 @@ impl AttentionKernels for CpuBackend {
             dv,
         } = operands;
         const OP: &str = "attention_backward";
+        let starts = checked_starts(spec, starts, OP)?;
         macro_rules! run {
             ($t:ty) => {{
                 let operands = (q.host::<$t>(OP)?, k.host::<$t>(OP)?, v.host::<$t>(OP)?);
                 let saved = (out.host::<$t>(OP)?, lse.host(OP)?, dout.host::<$t>(OP)?);
                 let grads = (dq.host_mut(OP)?, dk.host_mut(OP)?, dv.host_mut(OP)?);
-                backward::<$t>(spec, operands, saved, grads);
+                backward::<$t>(spec, (operands, starts), saved, grads);
                 Ok(())
             }};
         }
@@ -81,6 +93,65 @@ impl AttentionKernels for CpuBackend {
             DType::F16 => run!(f16),
             DType::BF16 => run!(bf16),
             other => Err(not_float(other, OP)),
+        }
+    }
+}
+
+/// The document starts of `spec` on the host, checked ([`check_starts`]); none without
+/// documents.
+fn checked_starts<'a>(
+    spec: &AttentionSpec,
+    starts: Option<&'a crate::buffer::Buffer>,
+    op: &'static str,
+) -> Result<Option<&'a [u32]>> {
+    match (spec.documents, starts) {
+        (Some(rows), Some(starts)) => {
+            let values = starts.host::<u32>(op)?;
+            check_starts(values, (rows, spec.len), op)?;
+            Ok(Some(values))
+        }
+        (None, _) => Ok(None),
+        (Some(_), None) => Err(Error::Argument {
+            op,
+            detail: "documents without their starts".into(),
+        }),
+    }
+}
+
+/// What one query head sees: the spec's mask, narrowed to each position's document where
+/// the row has documents.
+struct HeadMask<'a> {
+    spec: &'a AttentionSpec,
+    /// The row's document starts.
+    starts: Option<&'a [u32]>,
+    /// One past the last position of each position's document (for the backward pass).
+    ends: Option<Vec<usize>>,
+}
+
+impl<'a> HeadMask<'a> {
+    /// The mask of query head `head`, with its documents' ends where `ends`.
+    fn of(spec: &'a AttentionSpec, starts: Option<&'a [u32]>, head: usize, ends: bool) -> Self {
+        let len = spec.len;
+        let starts = starts.map(|s| &s[head / spec.heads_per_row() * len..][..len]);
+        let ends = starts.filter(|_| ends).map(document_ends);
+        Self { spec, starts, ends }
+    }
+
+    /// The keys `query` sees.
+    fn keys_of(&self, query: usize) -> Range<usize> {
+        let keys = self.spec.keys_of(query);
+        match self.starts {
+            Some(starts) => keys.start.max(starts[query] as usize)..keys.end,
+            None => keys,
+        }
+    }
+
+    /// The queries that see `key`.
+    fn queries_of(&self, key: usize) -> Range<usize> {
+        let queries = self.spec.queries_of(key);
+        match &self.ends {
+            Some(ends) => queries.start..queries.end.min(ends[key]),
+            None => queries,
         }
     }
 }
@@ -198,7 +269,7 @@ fn keep_factor<C: Compute>(spec: &AttentionSpec, head: usize, row: usize, col: u
 
 fn forward<T: Float>(
     spec: &AttentionSpec,
-    (q, k, v): (&[T], &[T], &[T]),
+    ((q, k, v), starts): (Operands<'_, T>, Option<&[u32]>),
     out: &mut [T],
     lse: &mut [T::C],
 ) where
@@ -222,13 +293,14 @@ fn forward<T: Float>(
                 .for_each(|(member, (out, lse))| {
                     let head = kv * group + member;
                     let query = head_of(q, head, per_head);
+                    let mask = HeadMask::of(spec, starts, head, false);
                     out.par_chunks_mut(QUERIES * spec.head)
                         .zip(lse.par_chunks_mut(QUERIES))
                         .enumerate()
                         .for_each(|(block, (out, lse))| {
                             let rows = (block * QUERIES, lse.len());
                             let operands = (query.as_slice(), &keys);
-                            query_block::<T>(spec, head, rows, operands, out, lse);
+                            query_block::<T>(&mask, head, rows, operands, out, lse);
                         });
                 });
         });
@@ -237,21 +309,23 @@ fn forward<T: Float>(
 /// The output rows `first..first + rows` of `head` and their log-sum-exps: the online softmax
 /// over the blocks of keys they see.
 fn query_block<T: Float>(
-    spec: &AttentionSpec,
+    mask: &HeadMask<'_>,
     head: usize,
     (first, rows): (usize, usize),
     (q, KvHead { k, v }): (&[T::C], &KvHead<T::C>),
     out: &mut [T],
     lse: &mut [T::C],
 ) {
+    let spec = mask.spec;
     let d = spec.head;
     let scale = T::C::of(spec.scale);
     let mut acc = vec![T::C::ZERO; rows * d];
     let mut max = vec![T::C::NEG_INFINITY; rows];
     let mut sum = vec![T::C::ZERO; rows];
     let mut weights = vec![T::C::ZERO; rows * KEYS];
-    // From the first key the first row sees to the last the last row sees.
-    let keys = spec.keys_of(first).start..spec.keys_of(first + rows - 1).end;
+    // From the first key the first row sees to the last the last row sees (a document's
+    // start never falls behind an earlier position's).
+    let keys = mask.keys_of(first).start..mask.keys_of(first + rows - 1).end;
     for key0 in keys.clone().step_by(KEYS) {
         let cols = KEYS.min(keys.end - key0);
         let w = &mut weights[..rows * cols];
@@ -265,7 +339,7 @@ fn query_block<T: Float>(
         );
         for r in 0..rows {
             let row = &mut w[r * cols..][..cols];
-            let seen = seen_in(spec.keys_of(first + r), key0, cols);
+            let seen = seen_in(mask.keys_of(first + r), key0, cols);
             let block_max = max_by(&row[seen.clone()], |x| x);
             let new_max = max[r].max(block_max);
             if new_max == T::C::NEG_INFINITY {
@@ -315,7 +389,7 @@ type Grads<'a, T> = (&'a mut [T], &'a mut [T], &'a mut [T]);
 
 fn backward<T: Float>(
     spec: &AttentionSpec,
-    (q, k, v): Operands<'_, T>,
+    ((q, k, v), starts): (Operands<'_, T>, Option<&[u32]>),
     (out, lse, dout): (&[T], &[T::C], &[T]),
     (dq, dk, dv): Grads<'_, T>,
 ) where
@@ -343,7 +417,8 @@ fn backward<T: Float>(
                 let lse = &lse[head * spec.len..][..spec.len];
                 let saved = (out.as_slice(), lse, dout.as_slice());
                 let sums = (dq, dk_sum.as_mut_slice(), dv_sum.as_mut_slice());
-                head_backward::<T>(spec, head, (&query, &keys), saved, sums);
+                let mask = HeadMask::of(spec, starts, head, true);
+                head_backward::<T>(&mask, head, (&query, &keys), saved, sums);
             }
             for (dst, src) in [(dk, &dk_sum), (dv, &dv_sum)] {
                 dst.iter_mut().zip(src).for_each(|(x, &a)| *x = T::store(a));
@@ -355,12 +430,13 @@ fn backward<T: Float>(
 /// it. Writes the queries' gradient and adds the keys' and values' to `dk` and `dv` (the key/value
 /// head's sums over its group, in the compute type).
 fn head_backward<T: Float>(
-    spec: &AttentionSpec,
+    mask: &HeadMask<'_>,
     head: usize,
     (q, KvHead { k, v }): (&[T::C], &KvHead<T::C>),
     (out, lse, dout): Saved<'_, T::C>,
     (dq, dk, dv): (&mut [T], &mut [T::C], &mut [T::C]),
 ) {
+    let spec = mask.spec;
     let (len, d) = (spec.len, spec.head);
     let (zero, one, scale) = (T::C::ZERO, T::C::ONE, T::C::of(spec.scale));
     // delta[i] = dout[i] . out[i]: the sum over each row of the weights times their gradient.
@@ -387,7 +463,7 @@ fn head_backward<T: Float>(
         dk_acc.iter_mut().for_each(|x| *x = zero);
         dv_acc.iter_mut().for_each(|x| *x = zero);
         // From the first query that sees the block's first key to the last that sees its last.
-        let queries = spec.queries_of(key0).start..spec.queries_of(key0 + cols - 1).end;
+        let queries = mask.queries_of(key0).start..mask.queries_of(key0 + cols - 1).end;
         for q0 in queries.clone().step_by(QUERIES) {
             let rows = QUERIES.min(queries.end - q0);
             let (p, g) = (&mut weights[..rows * cols], &mut grad[..rows * cols]);
@@ -396,7 +472,7 @@ fn head_backward<T: Float>(
             // The weights again: exp(scale q k - lse), 0 where masked.
             product((rows, cols, d), qs, (ks, 1, d), (p, cols), (zero, scale));
             for r in 0..rows {
-                let seen = seen_in(spec.keys_of(q0 + r), key0, cols);
+                let seen = seen_in(mask.keys_of(q0 + r), key0, cols);
                 let row = &mut p[r * cols..][..cols];
                 let l = lse[q0 + r];
                 row[seen.clone()]

@@ -157,6 +157,16 @@ fn window(spec: &AttentionSpec) -> usize {
     spec.window.map_or(spec.len, |w| w.min(spec.len))
 }
 
+/// The document arguments every kernel but `delta` takes after the window: the starts' address
+/// (0 without documents) and the query heads per row of them. The starts are taken as they
+/// are: a layout built on the host is checked there ([`crate::ops::documents::check_starts`]).
+fn document_args(spec: &AttentionSpec, starts: Option<&Buffer>) -> [Arg; 2] {
+    match (spec.documents, starts) {
+        (Some(_), Some(starts)) => [starts.into(), spec.heads_per_row().into()],
+        _ => [0u64.into(), 1usize.into()],
+    }
+}
+
 /// The dropout arguments every kernel ends with: on or off, its probability and its seed.
 fn dropout_args(spec: &AttentionSpec) -> [Arg; 3] {
     match spec.dropout {
@@ -167,7 +177,14 @@ fn dropout_args(spec: &AttentionSpec) -> [Arg; 3] {
 
 impl AttentionKernels for CudaBackend {
     fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
-        let AttentionOperands { q, k, v, out, lse } = operands;
+        let AttentionOperands {
+            q,
+            k,
+            v,
+            starts,
+            out,
+            lse,
+        } = operands;
         const OP: &str = "attention";
         check(spec, OP)?;
         if spec.elements() == 0 {
@@ -188,6 +205,7 @@ impl AttentionKernels for CudaBackend {
             spec.causal.into(),
             window(spec).into(),
         ];
+        args.extend(document_args(spec, starts));
         args.extend(dropout_args(spec));
         let config = kernels.grid(Pass::Forward, spec.len, spec.heads);
         self.launch(OP, Family::Attention, &name, config, &args)
@@ -202,6 +220,7 @@ impl AttentionKernels for CudaBackend {
             q,
             k,
             v,
+            starts,
             out,
             lse,
             dout,
@@ -246,6 +265,7 @@ impl AttentionKernels for CudaBackend {
                 spec.causal.into(),
                 window(spec).into(),
             ]);
+            args.extend(document_args(spec, starts));
             args.extend(dropout_args(spec));
             args
         };

@@ -43,6 +43,10 @@ pub struct AttentionSpec {
     pub window: Option<usize>,
     /// Dropout on the weights, if any.
     pub dropout: Option<AttentionDropout>,
+    /// With `causal`, packed documents: the rows of the document starts (`[rows, len]`), query
+    /// head `h` in row `h / (heads / rows)` seeing only the keys of its own document. The
+    /// operands then hold the starts.
+    pub documents: Option<usize>,
 }
 
 impl AttentionSpec {
@@ -64,6 +68,11 @@ impl AttentionSpec {
     /// Rows of the log-sum-exp: `heads * len`.
     pub fn rows(&self) -> usize {
         self.heads * self.len
+    }
+
+    /// Query heads per row of the document starts (1 without documents).
+    pub fn heads_per_row(&self) -> usize {
+        self.heads / self.documents.unwrap_or(self.heads).max(1)
     }
 
     /// The keys `query` sees: all of them, or with `causal` those up to itself, and with a
@@ -114,6 +123,8 @@ pub struct AttentionOperands<'a> {
     pub k: &'a Buffer,
     /// The values.
     pub v: &'a Buffer,
+    /// The document starts, `[rows, len]` U32, where the spec has documents.
+    pub starts: Option<&'a Buffer>,
     /// Receives the output.
     pub out: &'a mut Buffer,
     /// Receives the log-sum-exp of each row of the scores, `[heads, len]` in f32.
@@ -131,6 +142,8 @@ pub struct AttentionBackwardOperands<'a> {
     pub k: &'a Buffer,
     /// The values.
     pub v: &'a Buffer,
+    /// The document starts, `[rows, len]` U32, where the spec has documents.
+    pub starts: Option<&'a Buffer>,
     /// The forward pass's output.
     pub out: &'a Buffer,
     /// The forward pass's log-sum-exp of each row, `[heads, len]` in f32.

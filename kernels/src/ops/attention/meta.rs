@@ -13,7 +13,9 @@ use crate::work::Kernel;
 
 impl AttentionKernels for MetaBackend {
     fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
-        let AttentionOperands { q, k, v, out, lse } = operands;
+        let AttentionOperands {
+            q, k, v, out, lse, ..
+        } = operands;
         let shape = (spec.heads, spec.head);
         // Scores and their weighted sum: two products.
         let buffers = [q, k, v, &*out, &*lse];
@@ -42,6 +44,7 @@ impl AttentionKernels for MetaBackend {
             dq,
             dk,
             dv,
+            ..
         } = operands;
         let shape = (spec.heads, spec.head);
         // The scores again, then the gradients of values, weights, queries and keys: five.

@@ -9,6 +9,10 @@
 //! one float dtype, the keys and values with fewer heads on the axis before `len` for
 //! grouped-query attention (each shared by a group of query heads, read in place); half types
 //! compute in f32, f64 in f64. The log-sum-exp is f32 (f64 for f64 operands), `[..., len]`.
+//!
+//! Packed documents ([`attention_in_documents`]): with a row's document starts
+//! ([`crate::ops::documents`]) each query sees only the keys of its own document, and the
+//! blocks of keys wholly before a block of queries' first document are skipped.
 
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -55,6 +59,7 @@ pub fn lse_dtype(dtype: DType) -> DType {
 fn spec_of(
     (q, k, v): (&Array, &Array, &Array),
     how: Attention,
+    starts: Option<&Array>,
     op: &'static str,
 ) -> Result<AttentionSpec> {
     q.check_float(op)?;
@@ -81,6 +86,10 @@ fn spec_of(
             detail: format!("dropout probability {} is outside [0, 1)", drop.p),
         });
     }
+    let documents = match starts {
+        Some(starts) => Some(check_documents(q, how, starts, op)?),
+        None => None,
+    };
     Ok(AttentionSpec {
         heads: lead.iter().product(),
         group,
@@ -91,7 +100,34 @@ fn spec_of(
         // A window of at least len keeps every causal key: plain causal attention.
         window: how.window.filter(|&w| w < *len),
         dropout: how.dropout.filter(|d| d.p > 0.0),
+        documents,
     })
+}
+
+/// Checks document starts for queries `q` (`[batch, ..., len, head]`): causal attention, and
+/// starts of shape `[batch, len]`, U32, on q's device. Returns the batch.
+fn check_documents(q: &Array, how: Attention, starts: &Array, op: &'static str) -> Result<usize> {
+    if !how.causal {
+        return Err(Error::Argument {
+            op,
+            detail: "documents need causal attention: a position sees the keys of its own \
+                     document up to itself"
+                .into(),
+        });
+    }
+    let dims = q.shape().dims();
+    let [batch, .., len, _] = dims else {
+        return Err(Error::Shape {
+            op,
+            detail: format!(
+                "q {} must be [batch, ..., len, head] beside document starts {}",
+                q.shape(),
+                starts.shape()
+            ),
+        });
+    };
+    starts.check_document_starts((*batch, *len), q, op)?;
+    Ok(*batch)
 }
 
 /// Fails on a window of 0 (a position that sees nothing) or a window without `causal`.
@@ -178,17 +214,57 @@ fn lse_shape(shape: &Shape) -> Shape {
 /// # Ok::<(), headroom_kernels::Error>(())
 /// ```
 pub fn attention(q: &Array, k: &Array, v: &Array, how: Attention) -> Result<(Array, Array)> {
-    const OP: &str = "attention";
-    let spec = spec_of((q, k, v), how, OP)?;
+    run_forward((q, k, v), how, None, "attention")
+}
+
+/// [`attention`] over packed documents: `starts` (`[batch, len]`, U32, q `[batch, ..., len,
+/// head]`) gives each row's document starts ([`crate::ops::documents`]), and query `i` of row
+/// `b` sees only keys `j` with `starts[b][i] <= j <= i` (and within `how.window`, if any).
+/// `how.causal` must be set. The CPU checks the starts ([`check_starts`]); CUDA takes them as
+/// they are, so that a layout built on the host must be checked there.
+///
+/// [`check_starts`]: crate::ops::documents::check_starts
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::attention::{Attention, attention_in_documents};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let q = Array::from_f64(&cpu, [1, 1, 3, 1], DType::F64, &[0., 0., 0.])?;
+/// let v = Array::from_f64(&cpu, [1, 1, 3, 1], DType::F64, &[1., 3., 5.])?;
+/// let starts = Array::from_host(&cpu, [1, 3], &[0u32, 0, 2])?; // documents [0, 1] and [2]
+/// let how = Attention { scale: 1.0, causal: true, window: None, dropout: None };
+/// let (out, _) = attention_in_documents(&q, &q, &v, how, &starts)?;
+/// assert_eq!(out.to_f64()?, [1., 2., 5.]); // the third sees only itself
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn attention_in_documents(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    how: Attention,
+    starts: &Array,
+) -> Result<(Array, Array)> {
+    run_forward((q, k, v), how, Some(starts), "attention_in_documents")
+}
+
+/// [`attention`] or [`attention_in_documents`], as `starts` says.
+fn run_forward(
+    (q, k, v): (&Array, &Array, &Array),
+    how: Attention,
+    starts: Option<&Array>,
+    op: &'static str,
+) -> Result<(Array, Array)> {
+    let spec = spec_of((q, k, v), how, starts, op)?;
     let device = q.device();
-    let mut out = Array::uninit(device, q.shape().clone(), q.dtype(), OP)?;
-    let mut lse = Array::uninit(device, lse_shape(q.shape()), lse_dtype(q.dtype()), OP)?;
+    let mut out = Array::uninit(device, q.shape().clone(), q.dtype(), op)?;
+    let mut lse = Array::uninit(device, lse_shape(q.shape()), lse_dtype(q.dtype()), op)?;
     let operands = AttentionOperands {
         q: q.buffer(),
         k: k.buffer(),
         v: v.buffer(),
-        out: out.buffer_mut(OP)?,
-        lse: lse.buffer_mut(OP)?,
+        starts: starts.map(Array::buffer),
+        out: out.buffer_mut(op)?,
+        lse: lse.buffer_mut(op)?,
     };
     device.backend().attention(&spec, operands)?;
     Ok((out, lse))
@@ -199,22 +275,45 @@ pub fn attention(q: &Array, k: &Array, v: &Array, how: Attention) -> Result<(Arr
 /// (the output's shape), with the same `how`. A grouped key/value head's gradient is the sum
 /// over its query heads, in their order: the same bits on every run.
 pub fn attention_backward(
-    (q, k, v): (&Array, &Array, &Array),
-    (out, lse): (&Array, &Array),
+    operands: (&Array, &Array, &Array),
+    saved: (&Array, &Array),
     dout: &Array,
     how: Attention,
 ) -> Result<(Array, Array, Array)> {
-    const OP: &str = "attention_backward";
-    let spec = spec_of((q, k, v), how, OP)?;
+    run_backward(operands, saved, dout, (how, None), "attention_backward")
+}
+
+/// The gradients of [`attention_in_documents`], as [`attention_backward`] gives those of
+/// [`attention`], with the same `how` and `starts`.
+pub fn attention_in_documents_backward(
+    operands: (&Array, &Array, &Array),
+    saved: (&Array, &Array),
+    dout: &Array,
+    how: Attention,
+    starts: &Array,
+) -> Result<(Array, Array, Array)> {
+    let op = "attention_in_documents_backward";
+    run_backward(operands, saved, dout, (how, Some(starts)), op)
+}
+
+/// [`attention_backward`] or [`attention_in_documents_backward`], as `starts` says.
+fn run_backward(
+    (q, k, v): (&Array, &Array, &Array),
+    (out, lse): (&Array, &Array),
+    dout: &Array,
+    (how, starts): (Attention, Option<&Array>),
+    op: &'static str,
+) -> Result<(Array, Array, Array)> {
+    let spec = spec_of((q, k, v), how, starts, op)?;
     for (name, x, shape, dtype) in [
         ("out", out, q.shape().clone(), q.dtype()),
         ("dout", dout, q.shape().clone(), q.dtype()),
         ("lse", lse, lse_shape(q.shape()), lse_dtype(q.dtype())),
     ] {
-        q.device().check_same(x.device(), OP)?;
+        q.device().check_same(x.device(), op)?;
         if x.shape() != &shape || x.dtype() != dtype {
             return Err(Error::Shape {
-                op: OP,
+                op,
                 detail: format!(
                     "{name} is {} of {}, where {shape} of {dtype} is needed",
                     x.shape(),
@@ -224,18 +323,19 @@ pub fn attention_backward(
         }
     }
     let device = q.device();
-    let grad = |x: &Array| Array::uninit(device, x.shape().clone(), x.dtype(), OP);
+    let grad = |x: &Array| Array::uninit(device, x.shape().clone(), x.dtype(), op);
     let (mut dq, mut dk, mut dv) = (grad(q)?, grad(k)?, grad(v)?);
     let operands = AttentionBackwardOperands {
         q: q.buffer(),
         k: k.buffer(),
         v: v.buffer(),
+        starts: starts.map(Array::buffer),
         out: out.buffer(),
         lse: lse.buffer(),
         dout: dout.buffer(),
-        dq: dq.buffer_mut(OP)?,
-        dk: dk.buffer_mut(OP)?,
-        dv: dv.buffer_mut(OP)?,
+        dq: dq.buffer_mut(op)?,
+        dk: dk.buffer_mut(op)?,
+        dv: dv.buffer_mut(op)?,
     };
     device.backend().attention_backward(&spec, operands)?;
     Ok((dq, dk, dv))

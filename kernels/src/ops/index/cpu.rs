@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use super::grouping::IdGroups;
-use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range};
+use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range, positions_of};
 use crate::buffer::Buffer;
 use crate::cpu::{CpuBackend, with_float};
 use crate::dtype::{Compute, Float};
@@ -92,6 +92,18 @@ impl IndexKernels for CpuBackend {
             );
             Ok(())
         })
+    }
+
+    fn document_positions(
+        &self,
+        shape: (usize, usize),
+        starts: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "document_positions";
+        let positions = positions_of(starts.host::<u32>(OP)?, shape, OP)?;
+        out.host_mut::<u32>(OP)?.copy_from_slice(&positions);
+        Ok(())
     }
 
     fn causal_mask(

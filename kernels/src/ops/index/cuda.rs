@@ -3,7 +3,7 @@
 //! gradient, to group positions by id): these ops wait for the stream.
 
 use super::grouping::{GradScratch, IdGroups};
-use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range};
+use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range, positions_of};
 use crate::buffer::Buffer;
 use crate::cuda::{CudaBackend, Family, float_kernel};
 use crate::error::Result;
@@ -96,6 +96,21 @@ impl IndexKernels for CudaBackend {
             spec.dim.into(),
         ];
         self.launch(OP, Family::Index, &name, self.grid(out.len() as u64), &args)
+    }
+
+    fn document_positions(
+        &self,
+        shape: (usize, usize),
+        starts: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        // Checked and computed on the host, as ids are: the starts come back, the positions go.
+        const OP: &str = "document_positions";
+        let positions = positions_of(&self.read_u32(OP, starts)?, shape, OP)?;
+        if positions.is_empty() {
+            return Ok(());
+        }
+        self.upload_u32(OP, &positions, out)
     }
 
     fn causal_mask(

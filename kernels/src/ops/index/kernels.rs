@@ -49,6 +49,17 @@ pub trait IndexKernels {
         out: &mut Buffer,
     ) -> Result<()>;
 
+    /// `out[b][i] = i - starts[b][i]` over document starts of `shape` (`[rows, len]`, U32
+    /// both): each position within its document. Fails with [`Error::Argument`] where the
+    /// starts are no layout of documents
+    /// ([`check_starts`](crate::ops::documents::check_starts)).
+    fn document_positions(
+        &self,
+        shape: (usize, usize),
+        starts: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+
     /// Copies `x` into `out` (same float dtype, `[matrices, size, size]`), with every element
     /// `(i, j)` where `j > i` set to `fill`.
     fn causal_mask(
@@ -58,6 +69,17 @@ pub trait IndexKernels {
         x: &Buffer,
         out: &mut Buffer,
     ) -> Result<()>;
+}
+
+/// The positions within their documents of `starts` (`rows * len` values, checked).
+pub(crate) fn positions_of(
+    starts: &[u32],
+    (rows, len): (usize, usize),
+    op: &'static str,
+) -> Result<Vec<u32>> {
+    crate::ops::documents::check_starts(starts, (rows, len), op)?;
+    let at = |(p, &start): (usize, &u32)| (p % len.max(1)) as u32 - start;
+    Ok(starts.iter().enumerate().map(at).collect())
 }
 
 /// Fails with [`Error::Argument`] naming the first index `>= limit` (other than `ignore`), its

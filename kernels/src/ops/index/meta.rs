@@ -45,6 +45,16 @@ impl IndexKernels for MetaBackend {
         Ok(())
     }
 
+    fn document_positions(
+        &self,
+        _: (usize, usize),
+        starts: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        self.record(Kernel::moving(&[starts, out]));
+        Ok(())
+    }
+
     fn causal_mask(&self, _: CausalMaskSpec, _: f64, x: &Buffer, out: &mut Buffer) -> Result<()> {
         self.record(Kernel::moving(&[x, out]));
         Ok(())

@@ -1,4 +1,4 @@
-//! Embedding gather and scatter-add, causal masking.
+//! Embedding gather and scatter-add, causal masking, positions within packed documents.
 //!
 //! Ids are [`DType::U32`](crate::DType::U32) arrays. An id out of its range is an
 //! [`Error::Argument`] found by the kernel (the meta device holds no data, so it cannot check
@@ -81,6 +81,40 @@ pub fn embedding_backward(ids: &Array, dy: &Array, vocab: usize) -> Result<Array
         dy.buffer(),
         out.buffer_mut(OP)?,
     )?;
+    Ok(out)
+}
+
+/// The position of each token within its document, `[batch, len]` U32, from the rows'
+/// document starts (`[batch, len]` U32, [`crate::ops::documents`]): `i - starts[b][i]`, the
+/// learned position a packed token reads. Starts that are no layout of documents are an
+/// [`Error::Argument`] on every backend but meta (CUDA reads them back to check them).
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig};
+/// use headroom_kernels::ops::index::document_positions;
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let starts = Array::from_host(&cpu, [1, 5], &[0u32, 0, 2, 2, 2])?;
+/// assert_eq!(document_positions(&starts)?.to_host::<u32>()?, [0, 1, 0, 1, 2]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn document_positions(starts: &Array) -> Result<Array> {
+    const OP: &str = "document_positions";
+    starts.check_indices(OP)?;
+    let &[batch, len] = starts.shape().dims() else {
+        return Err(Error::Shape {
+            op: OP,
+            detail: format!(
+                "the document starts {} must be [batch, len]",
+                starts.shape()
+            ),
+        });
+    };
+    let device = starts.device();
+    let mut out = Array::uninit(device, starts.shape().clone(), starts.dtype(), OP)?;
+    let out_buffer = out.buffer_mut(OP)?;
+    device
+        .backend()
+        .document_positions((batch, len), starts.buffer(), out_buffer)?;
     Ok(out)
 }
 

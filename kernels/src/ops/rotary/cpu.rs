@@ -6,6 +6,7 @@ use super::kernels::{RotaryKernels, RotaryOperands, RotarySpec, Turn};
 use crate::cpu::{CpuBackend, min_rows};
 use crate::dtype::{Compute, DType, Float};
 use crate::error::{Error, Result};
+use crate::ops::documents::check_starts;
 
 /// The cosine and sine of a compute type.
 trait Trig: Compute {
@@ -28,16 +29,35 @@ impl Trig for f64 {
 impl RotaryKernels for CpuBackend {
     fn rotary(&self, spec: &RotarySpec, operands: RotaryOperands<'_>) -> Result<()> {
         const OP: &str = "rotary";
-        let RotaryOperands { x, inv_freq, out } = operands;
+        let RotaryOperands {
+            x,
+            inv_freq,
+            starts,
+            out,
+        } = operands;
+        let starts = match (spec.documents, starts) {
+            (Some(rows), Some(starts)) => {
+                let values = starts.host::<u32>(OP)?;
+                check_starts(values, (rows, spec.len), OP)?;
+                Some(values)
+            }
+            _ => None,
+        };
+        macro_rules! run {
+            ($t:ty) => {
+                rotate::<$t>(
+                    spec,
+                    (x.host(OP)?, starts),
+                    inv_freq.host(OP)?,
+                    out.host_mut(OP)?,
+                )
+            };
+        }
         match x.dtype() {
-            DType::F32 => rotate::<f32>(spec, x.host(OP)?, inv_freq.host(OP)?, out.host_mut(OP)?),
-            DType::F64 => rotate::<f64>(spec, x.host(OP)?, inv_freq.host(OP)?, out.host_mut(OP)?),
-            DType::F16 => {
-                rotate::<half::f16>(spec, x.host(OP)?, inv_freq.host(OP)?, out.host_mut(OP)?)
-            }
-            DType::BF16 => {
-                rotate::<half::bf16>(spec, x.host(OP)?, inv_freq.host(OP)?, out.host_mut(OP)?)
-            }
+            DType::F32 => run!(f32),
+            DType::F64 => run!(f64),
+            DType::F16 => run!(half::f16),
+            DType::BF16 => run!(half::bf16),
             other => {
                 return Err(Error::DType {
                     op: OP,
@@ -50,9 +70,14 @@ impl RotaryKernels for CpuBackend {
     }
 }
 
-/// Rotates every row of `x` into `out`; the frequencies are of the compute type.
-fn rotate<T: Float>(spec: &RotarySpec, x: &[T], inv_freq: &[T::C], out: &mut [T])
-where
+/// Rotates every row of `x` into `out`, at positions within the documents of `starts` where
+/// given; the frequencies are of the compute type.
+fn rotate<T: Float>(
+    spec: &RotarySpec,
+    (x, starts): (&[T], Option<&[u32]>),
+    inv_freq: &[T::C],
+    out: &mut [T],
+) where
     T::C: Trig,
 {
     let RotarySpec {
@@ -67,7 +92,7 @@ where
     }
     let half = head / 2;
     // The angles' cosines and sines, once per position and frequency (every head and sample
-    // shares them).
+    // shares them; a position within a document is below len too).
     let zero = T::C::of(0.0);
     let mut table = vec![(zero, zero); len * half];
     table
@@ -80,7 +105,12 @@ where
         .enumerate()
         .with_min_len(min_rows(head))
         .for_each(|(row, (out, x))| {
-            let angles = &table[(row % len) * half..][..half];
+            let t = row % len;
+            let position = match starts {
+                Some(starts) => t - starts[row / len / spec.heads_per_row() * len + t] as usize,
+                None => t,
+            };
+            let angles = &table[position * half..][..half];
             let (x1, x2) = x.split_at(half);
             let (o1, o2) = out.split_at_mut(half);
             for i in 0..half {

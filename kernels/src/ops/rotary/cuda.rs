@@ -7,7 +7,12 @@ use crate::error::Result;
 impl RotaryKernels for CudaBackend {
     fn rotary(&self, spec: &RotarySpec, operands: RotaryOperands<'_>) -> Result<()> {
         const OP: &str = "rotary";
-        let RotaryOperands { x, inv_freq, out } = operands;
+        let RotaryOperands {
+            x,
+            inv_freq,
+            starts,
+            out,
+        } = operands;
         let stem = match spec.turn {
             Turn::Forward => "rotary",
             Turn::Backward => "rotary_backward",
@@ -17,7 +22,13 @@ impl RotaryKernels for CudaBackend {
         if rows == 0 || half == 0 {
             return Ok(());
         }
-        let args: [Arg; 7] = [
+        // The starts' address (0 without documents) and the matrices per row of them: taken as
+        // they are (a layout built on the host is checked there).
+        let (starts, per_row): (Arg, Arg) = match (spec.documents, starts) {
+            (Some(_), Some(starts)) => (starts.into(), spec.heads_per_row().into()),
+            _ => (0u64.into(), 1usize.into()),
+        };
+        let args: [Arg; 9] = [
             x.into(),
             inv_freq.into(),
             out.into(),
@@ -25,6 +36,8 @@ impl RotaryKernels for CudaBackend {
             spec.len.into(),
             half.into(),
             spec.offset.into(),
+            starts,
+            per_row,
         ];
         let grid = self.grid((rows * half) as u64);
         self.launch(OP, Family::Rotary, &name, grid, &args)

@@ -27,6 +27,17 @@ pub struct RotarySpec {
     pub offset: usize,
     /// The angle's sign.
     pub turn: Turn,
+    /// Packed documents: the rows of the document starts (`[rows, len]`); matrix `m` is in
+    /// row `m / (heads / rows)`, and its row `t` at position `t - starts[row][t]` (`offset` is
+    /// then 0). The operands then hold the starts.
+    pub documents: Option<usize>,
+}
+
+impl RotarySpec {
+    /// Matrices per row of the document starts (1 without documents).
+    pub fn heads_per_row(&self) -> usize {
+        self.heads / self.documents.unwrap_or(self.heads).max(1)
+    }
 }
 
 /// The operands of [`RotaryKernels::rotary`], every one contiguous and row-major.
@@ -36,6 +47,8 @@ pub struct RotaryOperands<'a> {
     pub x: &'a Buffer,
     /// The frequencies, `[head / 2]` of [`freq_dtype`] of `x`'s dtype.
     pub inv_freq: &'a Buffer,
+    /// The document starts, `[rows, len]` U32, where the spec has documents.
+    pub starts: Option<&'a Buffer>,
     /// Receives the rotated input, `x`'s shape and dtype.
     pub out: &'a mut Buffer,
 }
@@ -44,7 +57,7 @@ pub struct RotaryOperands<'a> {
 /// devices before calling.
 pub trait RotaryKernels {
     /// Rotates each pair `(x[i], x[i + head / 2])` of every row `t` by the angle
-    /// `a = (offset + t) * inv_freq[i]` (its negative for [`Turn::Backward`]), the angle and
+    /// `a = (offset + t) * inv_freq[i]` (`(t - starts[row][t]) * inv_freq[i]` with documents) (its negative for [`Turn::Backward`]), the angle and
     /// its cosine and sine computed in the compute type (f32, f64 for f64):
     /// `out[i] = x[i] cos a - x[i + head / 2] sin a`,
     /// `out[i + head / 2] = x[i + head / 2] cos a + x[i] sin a`.

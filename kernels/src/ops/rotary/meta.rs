@@ -8,7 +8,9 @@ use crate::work::Kernel;
 
 impl RotaryKernels for MetaBackend {
     fn rotary(&self, _: &RotarySpec, operands: RotaryOperands<'_>) -> Result<()> {
-        let RotaryOperands { x, inv_freq, out } = operands;
+        let RotaryOperands {
+            x, inv_freq, out, ..
+        } = operands;
         // Per element: half a cosine and a sine (counted as 4 operations each), two products
         // and a sum.
         self.record(Kernel::moving_with(&[x, inv_freq, &*out], 7.0));

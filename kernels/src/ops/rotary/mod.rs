@@ -18,6 +18,10 @@
 //! and rotates in it, where these kernels rotate in f32: within a half type's rounding of
 //! each other. Positions past 2^24 are not exact in f32, in either.
 //!
+//! Packed documents ([`rotary_in_documents`]): each row's positions restart at 0 where a
+//! document starts, row `t` of a batch row `b` at position `t - starts[b][t]`
+//! ([`crate::ops::documents`]).
+//!
 //! The backward pass is the rotation by the negative angle ([`rotary_backward`]): a rotation's
 //! transpose is its inverse. Nothing but the frequencies is kept for it.
 
@@ -91,16 +95,22 @@ fn spec_of(
         head: *head,
         offset,
         turn,
+        documents: None,
     })
 }
 
 /// Runs the rotation of `spec` on `x` into a new array of its shape and dtype.
-fn rotated(x: &Array, inv_freq: &Array, spec: &RotarySpec, op: &'static str) -> Result<Array> {
+fn rotated(
+    (x, inv_freq, starts): (&Array, &Array, Option<&Array>),
+    spec: &RotarySpec,
+    op: &'static str,
+) -> Result<Array> {
     let device = x.device();
     let mut out = Array::uninit(device, x.shape().clone(), x.dtype(), op)?;
     let operands = RotaryOperands {
         x: x.buffer(),
         inv_freq: inv_freq.buffer(),
+        starts: starts.map(Array::buffer),
         out: out.buffer_mut(op)?,
     };
     device.backend().rotary(spec, operands)?;
@@ -124,7 +134,7 @@ fn rotated(x: &Array, inv_freq: &Array, spec: &RotarySpec, op: &'static str) -> 
 pub fn rotary(x: &Array, inv_freq: &Array, offset: usize) -> Result<Array> {
     const OP: &str = "rotary";
     let spec = spec_of(x, inv_freq, offset, Turn::Forward, OP)?;
-    rotated(x, inv_freq, &spec, OP)
+    rotated((x, inv_freq, None), &spec, OP)
 }
 
 /// The gradient of [`rotary`] with respect to its input, from the upstream gradient `dy`
@@ -133,5 +143,63 @@ pub fn rotary(x: &Array, inv_freq: &Array, offset: usize) -> Result<Array> {
 pub fn rotary_backward(dy: &Array, inv_freq: &Array, offset: usize) -> Result<Array> {
     const OP: &str = "rotary_backward";
     let spec = spec_of(dy, inv_freq, offset, Turn::Backward, OP)?;
-    rotated(dy, inv_freq, &spec, OP)
+    rotated((dy, inv_freq, None), &spec, OP)
+}
+
+/// [`rotary`] over packed documents: `x` is `[batch, ..., len, head]` and `starts`
+/// (`[batch, len]`, U32) its rows' document starts ([`crate::ops::documents`]); row `t` of
+/// batch row `b` is at position `t - starts[b][t]`. The CPU checks the starts; CUDA takes them
+/// as they are.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::rotary::{inv_freq, rotary, rotary_in_documents};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::from_f64(&cpu, [1, 3, 2], DType::F64, &[1., 0., 1., 0., 1., 0.])?;
+/// let freq = Array::from_f64(&cpu, [1], DType::F64, &inv_freq(2, 10_000.0, None)?)?;
+/// let starts = Array::from_host(&cpu, [1, 3], &[0u32, 0, 2])?; // positions 0, 1 and 0
+/// let out = rotary_in_documents(&x, &freq, &starts)?.to_f64()?;
+/// assert_eq!(out[4..], [1., 0.]);
+/// assert_eq!(out[..4], rotary(&x, &freq, 0)?.to_f64()?[..4]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn rotary_in_documents(x: &Array, inv_freq: &Array, starts: &Array) -> Result<Array> {
+    const OP: &str = "rotary_in_documents";
+    let spec = documents_spec(x, inv_freq, starts, Turn::Forward, OP)?;
+    rotated((x, inv_freq, Some(starts)), &spec, OP)
+}
+
+/// The gradient of [`rotary_in_documents`] with respect to its input, from the upstream
+/// gradient `dy` and the same frequencies and starts.
+pub fn rotary_in_documents_backward(dy: &Array, inv_freq: &Array, starts: &Array) -> Result<Array> {
+    const OP: &str = "rotary_in_documents_backward";
+    let spec = documents_spec(dy, inv_freq, starts, Turn::Backward, OP)?;
+    rotated((dy, inv_freq, Some(starts)), &spec, OP)
+}
+
+/// [`spec_of`] at positions within the documents of `starts` (`[batch, len]` for `x`
+/// `[batch, ..., len, head]`).
+fn documents_spec(
+    x: &Array,
+    inv_freq: &Array,
+    starts: &Array,
+    turn: Turn,
+    op: &'static str,
+) -> Result<RotarySpec> {
+    let spec = spec_of(x, inv_freq, 0, turn, op)?;
+    let &[batch, .., _, _] = x.shape().dims() else {
+        return Err(Error::Shape {
+            op,
+            detail: format!(
+                "the input {} must be [batch, ..., len, head] beside document starts {}",
+                x.shape(),
+                starts.shape()
+            ),
+        });
+    };
+    starts.check_document_starts((batch, spec.len), x, op)?;
+    Ok(RotarySpec {
+        documents: Some(batch),
+        ..spec
+    })
 }

@@ -23,16 +23,19 @@ __device__ __forceinline__ void cos_sin(float a, float& c, float& s) {
 }
 __device__ __forceinline__ void cos_sin(double a, double& c, double& s) { sincospi(reduced_half_turns(a), &s, &c); }
 
-// `rows` rows of `2 half` features, row r at position offset + r % len.
+// `rows` rows of `2 half` features, row r at position offset + r % len, or with packed documents
+// (starts not null: [rows / len / per_row, len]) at r % len less its document's start.
 template <bool BACKWARD, typename T>
 __device__ void rotary_rows(const T* x, const typename Io<T>::C* inv_freq, T* out, u64 rows, u64 len,
-                           u64 half, u64 offset) {
+                           u64 half, u64 offset, const u32* starts, u64 per_row) {
     typedef Io<T> io;
     typedef typename io::C C;
     const u64 pairs = rows * half;
     for (u64 p = thread_index(); p < pairs; p += grid_stride()) {
         const u64 r = p / half, i = p % half;
-        const C angle = (C)(offset + r % len) * inv_freq[i];
+        const u64 t = r % len;
+        const u64 position = starts ? t - starts[r / len / per_row * len + t] : offset + t;
+        const C angle = (C)position * inv_freq[i];
         C c, s;
         cos_sin(angle, c, s);
         if (BACKWARD) s = -s;
@@ -46,12 +49,12 @@ __device__ void rotary_rows(const T* x, const typename Io<T>::C* inv_freq, T* ou
 // The kernels of storage type T whose frequencies are of F, its compute type.
 #define ROTARY(name, T, F) \
     extern "C" __global__ void rotary_##name(const T* x, const F* inv_freq, T* out, u64 rows, u64 len, u64 half, \
-                                             u64 offset) { \
-        rotary_rows<false, T>(x, inv_freq, out, rows, len, half, offset); \
+                                             u64 offset, const u32* starts, u64 per_row) { \
+        rotary_rows<false, T>(x, inv_freq, out, rows, len, half, offset, starts, per_row); \
     } \
-    extern "C" __global__ void rotary_backward_##name(const T* x, const F* inv_freq, T* out, \
-                                                      u64 rows, u64 len, u64 half, u64 offset) { \
-        rotary_rows<true, T>(x, inv_freq, out, rows, len, half, offset); \
+    extern "C" __global__ void rotary_backward_##name(const T* x, const F* inv_freq, T* out, u64 rows, u64 len, \
+                                                      u64 half, u64 offset, const u32* starts, u64 per_row) { \
+        rotary_rows<true, T>(x, inv_freq, out, rows, len, half, offset, starts, per_row); \
     }
 ROTARY(f32, float, float)
 ROTARY(f64, double, double)
