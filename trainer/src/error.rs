@@ -26,6 +26,18 @@ pub enum Error {
         detail: String,
     },
 
+    /// A line of a data file is malformed: a conversation that is not JSON, has no assistant
+    /// turn or an unknown role, or that the chat template refuses.
+    #[error("{path}:{line}: {detail}")]
+    Line {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong with it.
+        detail: String,
+    },
+
     /// A dataset could not give a sample, or gave one unlike what it said its samples are.
     #[error("sample {index}: {detail}")]
     Sample {

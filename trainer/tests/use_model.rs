@@ -59,6 +59,7 @@ fn options(prompt: &str, max_tokens: usize, sampling: Sampling, seed: u64) -> Ge
         seed,
         precision: PrecisionKind::F32,
         stops: Vec::new(),
+        rendered: false,
     }
 }
 

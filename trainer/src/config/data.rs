@@ -35,6 +35,9 @@ pub struct DataConfig {
     pub context: usize,
     /// Batches prepared ahead by the loader's thread.
     pub prefetch: usize,
+    /// Chat token shards: pack whole conversations several to a training window (each
+    /// window's samples say where each begins), or, false, one conversation a window, padded.
+    pub packing: bool,
 }
 
 impl Default for DataConfig {
@@ -52,6 +55,7 @@ impl Default for DataConfig {
             header: None,
             context: 64,
             prefetch: 4,
+            packing: true,
         }
     }
 }
@@ -69,7 +73,8 @@ pub enum DataKind {
     /// A CSV file of features with the class in the last column (MLP).
     Csv,
     /// Token shards written by `headroom prepare` (`data.path`, the directory), in windows
-    /// of the model's context (GPT).
+    /// of the model's context (GPT); conversations from `headroom prepare --chat`, packed or
+    /// one a window (`data.packing`), scored where the shards say.
     TokenShards,
     /// Uniform random tokens of the model's vocabulary, seeded, in windows of its context
     /// (GPT): any shape can be planned and measured without a corpus.

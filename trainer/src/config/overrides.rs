@@ -181,6 +181,10 @@ pub struct Overrides {
     /// Held-out samples (windows of token data) an evaluation reads at most (data.eval_size).
     #[cfg_attr(feature = "cli", arg(long))]
     pub eval_size: Option<usize>,
+    /// Chat data: one conversation a training window, padded, instead of several packed in
+    /// each (data.packing = false).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_packing: bool,
 }
 
 #[cfg(feature = "cli")]
@@ -436,6 +440,9 @@ impl Overrides {
         set(&mut config.checkpoint.every, self.checkpoint_every);
         set(&mut config.eval_every, self.eval_every);
         set(&mut config.data.eval_size, self.eval_size);
+        if self.no_packing {
+            config.data.packing = false;
+        }
     }
 }
 

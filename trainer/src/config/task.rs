@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use super::{DataConfig, DataKind, ModelConfig};
+use crate::data::chat::Packing;
 use crate::data::{
-    Addition, CharText, Dataset, Metric, Task, TokenShards, UniformTokens, read_csv, read_idx,
+    Addition, CharText, ChatShards, Dataset, Metric, Task, TokenShards, UniformTokens, read_csv,
+    read_idx,
 };
 use crate::error::{Error, Result};
 
@@ -24,8 +26,10 @@ impl Task {
             .clone()
             .ok_or_else(|| Error::config("data.path: no file given"))?;
         let window = model.window(config.context);
-        let eval: Arc<dyn Dataset> =
-            Arc::new(TokenShards::open_held_out(&dir, window, config.eval_size)?);
+        let eval: Arc<dyn Dataset> = match ChatShards::is_chat(&dir) {
+            true => Arc::new(ChatShards::open_held_out(&dir, window, config.eval_size)?),
+            false => Arc::new(TokenShards::open_held_out(&dir, window, config.eval_size)?),
+        };
         Ok(Self {
             train: eval.clone(),
             eval,
@@ -63,6 +67,18 @@ impl Task {
             DataKind::TokenShards => {
                 let dir = need(&config.path, "path")?;
                 let window = model.window(config.context);
+                if ChatShards::is_chat(&dir) {
+                    let packing = match config.packing {
+                        true => Packing::Packed,
+                        false => Packing::OneEach,
+                    };
+                    let (train, eval) = ChatShards::open(&dir, window, config.eval_size, packing)?;
+                    return Ok(Self {
+                        train: Arc::new(train),
+                        eval: Arc::new(eval),
+                        metric: Metric::Loss,
+                    });
+                }
                 let (train, eval) = TokenShards::open(&dir, window, config.eval_size)?;
                 Ok(Self {
                     train: Arc::new(train),

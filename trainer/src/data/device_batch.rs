@@ -1,5 +1,6 @@
 //! A batch on the device, as a model's loss reads it: its arrays by name. The built-in kinds
-//! give two, [`INPUTS`] and [`TARGETS`]; a model of one's own reads them by the same names.
+//! give two, [`INPUTS`] and [`TARGETS`], and packed conversations a third, [`STARTS`]; a model
+//! of one's own reads them by the same names.
 
 use headroom_autograd::Tensor;
 
@@ -11,6 +12,10 @@ pub const INPUTS: &str = "inputs";
 /// The name of a batch's targets (the next token at each position, `[B, T]`, or a class per
 /// sample, `[B]`; U32, [`IGNORE`](super::IGNORE) where not scored).
 pub const TARGETS: &str = "targets";
+
+/// The name of a packed batch's document starts (`[B, T]` U32): position `i`'s document
+/// begins at position `starts[i] <= i` of its window, `starts[i] == i` where one begins.
+pub const STARTS: &str = "starts";
 
 /// A batch's arrays on the device, by name, in the order the data gives them.
 #[derive(Debug, Clone)]
@@ -57,6 +62,11 @@ impl DeviceBatch {
     /// Its [`TARGETS`].
     pub fn targets(&self) -> Result<&Tensor> {
         self.get(TARGETS)
+    }
+
+    /// Its [`STARTS`], where its windows pack several documents.
+    pub fn starts(&self) -> Option<&Tensor> {
+        self.get(STARTS).ok()
     }
 
     /// The names of its arrays, in order.

@@ -4,9 +4,11 @@
 //!
 //! A dataset's samples are named arrays of any dtype and shape ([`DataShape`]): ids, features,
 //! labels, masks. The built-in kinds are two instances: token sequences and feature vectors,
-//! each as [`INPUTS`] and [`TARGETS`].
+//! each as [`INPUTS`] and [`TARGETS`]; conversations ([`chat`]) packed several to a window add
+//! [`STARTS`], where each begins.
 
 mod addition;
+pub mod chat;
 mod csv;
 mod device_batch;
 mod gguf_pre;
@@ -29,8 +31,9 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 
 pub use addition::Addition;
+pub use chat::ChatShards;
 pub use csv::read_csv;
-pub use device_batch::{DeviceBatch, INPUTS, TARGETS};
+pub use device_batch::{DeviceBatch, INPUTS, STARTS, TARGETS};
 pub use host_batch::HostBatch;
 pub use idx::read_idx;
 pub use loader::{Loader, Position};

@@ -8,7 +8,7 @@ use std::fmt;
 
 use headroom_kernels::DType;
 
-use super::device_batch::{INPUTS, TARGETS, repeated};
+use super::device_batch::{INPUTS, STARTS, TARGETS, repeated};
 use crate::error::{Error, Result};
 
 /// One named array of every sample.
@@ -106,6 +106,21 @@ impl DataShape {
         }
     }
 
+    /// Token sequences as [`tokens`](Self::tokens) gives them, several documents packed in
+    /// each, with [`STARTS`]: each position's document's first position.
+    pub fn packed_tokens(vocab: usize, len: usize) -> Self {
+        let mut shape = Self::tokens(vocab, len);
+        shape
+            .fields
+            .push(Field::new(STARTS, DType::U32, &[len]).below(len));
+        shape
+    }
+
+    /// True where the samples pack several documents and say where each starts ([`STARTS`]).
+    pub fn has_starts(&self) -> bool {
+        self.field(STARTS).is_some()
+    }
+
     /// Vectors of `dim` features, each of one class below `classes`.
     pub fn features(dim: usize, classes: usize) -> Self {
         Self {
@@ -126,14 +141,17 @@ impl DataShape {
         self.fields.iter().find(|f| f.name == name)
     }
 
-    /// The token sequences these samples are, if they are ([`tokens`](Self::tokens)).
+    /// The token sequences these samples are, if they are ([`tokens`](Self::tokens), or
+    /// [`packed_tokens`](Self::packed_tokens)).
     pub fn as_tokens(&self) -> Option<TokenShape> {
         let inputs = self.fields.first()?;
         let shape = TokenShape {
             vocab: inputs.bound?,
             len: *inputs.dims.first()?,
         };
-        (*self == Self::tokens(shape.vocab, shape.len)).then_some(shape)
+        let (vocab, len) = (shape.vocab, shape.len);
+        (*self == Self::tokens(vocab, len) || *self == Self::packed_tokens(vocab, len))
+            .then_some(shape)
     }
 
     /// The feature vectors these samples are, if they are ([`features`](Self::features)).
@@ -185,6 +203,9 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(with_mask.as_tokens(), None);
+        let packed = DataShape::packed_tokens(13, 9);
+        assert_eq!(packed.as_tokens(), Some(TokenShape { vocab: 13, len: 9 }));
+        assert!(packed.has_starts() && !tokens.has_starts());
         assert_eq!(with_mask.field("mask").unwrap().numel(), 9);
     }
 

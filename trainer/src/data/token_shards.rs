@@ -64,36 +64,11 @@ impl TokenShards {
         context: usize,
         what: &str,
     ) -> Result<Self> {
-        let mut shards = Vec::new();
+        let shards = open_shards(dir, manifest, entries)?;
         let mut starts = vec![0];
-        for entry in entries {
-            let path = dir.join(&entry.file);
-            let shard = ShardFile::open(&path)?;
-            let header = shard.header();
-            let hash = hash_hex(header.tokenizer_hash);
-            if hash != manifest.tokenizer_hash || header.vocab != manifest.vocab {
-                return Err(Error::Data {
-                    path,
-                    detail: format!(
-                        "tokenized by tokenizer {hash} with a vocabulary of {}, where the \
-                         manifest says {} and {}: the directory mixes two preparations",
-                        header.vocab, manifest.tokenizer_hash, manifest.vocab
-                    ),
-                });
-            }
-            if header.tokens != entry.tokens {
-                return Err(Error::Data {
-                    path,
-                    detail: format!(
-                        "holds {} tokens where the manifest says {}: the directory mixes two \
-                         preparations (run `headroom prepare` again)",
-                        header.tokens, entry.tokens
-                    ),
-                });
-            }
+        for shard in &shards {
             let windows = shard.len().saturating_sub(1) / context.max(1);
             starts.push(starts.last().copied().unwrap_or(0) + windows);
-            shards.push(Arc::new(shard));
         }
         let data = Self {
             shards,
@@ -122,9 +97,46 @@ impl TokenShards {
     }
 }
 
+/// The shards of `entries` in the prepared directory `dir`, each checked against `manifest`.
+pub(crate) fn open_shards(
+    dir: &Path,
+    manifest: &Manifest,
+    entries: &[ShardEntry],
+) -> Result<Vec<Arc<ShardFile>>> {
+    let mut shards = Vec::new();
+    for entry in entries {
+        let path = dir.join(&entry.file);
+        let shard = ShardFile::open(&path)?;
+        let header = shard.header();
+        let hash = hash_hex(header.tokenizer_hash);
+        if hash != manifest.tokenizer_hash || header.vocab != manifest.vocab {
+            return Err(Error::Data {
+                path,
+                detail: format!(
+                    "tokenized by tokenizer {hash} with a vocabulary of {}, where the \
+                     manifest says {} and {}: the directory mixes two preparations",
+                    header.vocab, manifest.tokenizer_hash, manifest.vocab
+                ),
+            });
+        }
+        if header.tokens != entry.tokens {
+            return Err(Error::Data {
+                path,
+                detail: format!(
+                    "holds {} tokens where the manifest says {}: the directory mixes two \
+                     preparations (run `headroom prepare` again)",
+                    header.tokens, entry.tokens
+                ),
+            });
+        }
+        shards.push(Arc::new(shard));
+    }
+    Ok(shards)
+}
+
 /// The manifest of the prepared directory `dir`, once its copy of the tokenizer is known to be
 /// the one the shards were tokenized with.
-fn checked_manifest(dir: &Path) -> Result<Manifest> {
+pub(crate) fn checked_manifest(dir: &Path) -> Result<Manifest> {
     let manifest = Manifest::read(dir)?;
     let tokenizer = dir.join(TOKENIZER);
     let hash = file_hash(&tokenizer)?;

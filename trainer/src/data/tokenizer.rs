@@ -269,6 +269,20 @@ impl TextTokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// The ids of `text` without special tokens added, and each token's byte range in it.
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<Offsets>)> {
+        let encoding = self
+            .inner
+            .encode(text, false)
+            .map_err(|err| self.error(format!("cannot encode the text: {err}")))?;
+        Ok((encoding.get_ids().to_vec(), encoding.get_offsets().to_vec()))
+    }
+
+    /// The id of the token `token` (a special token's text, say), when the vocabulary has it.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
     /// The text of `ids` (special tokens kept, so a sample shows where documents end).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner
@@ -304,6 +318,9 @@ impl TextTokenizer {
         }
     }
 }
+
+/// A token's byte range in the text it was encoded from: its start and its end.
+pub type Offsets = (usize, usize);
 
 /// A tokenizer's hash as manifests write it: 16 hex digits.
 pub fn hash_hex(hash: u64) -> String {

@@ -207,6 +207,13 @@ impl ModelFactory for BuiltinModel {
     /// preset's.
     fn check(&self, shape: &DataShape) -> Result<()> {
         TrainModel::check(&self.0, shape)?;
+        if shape.has_starts() {
+            tracing::warn!(
+                "the data packs several conversations a window; the built-in GPT's loss does \
+                 not read where each starts yet, so each attends to those before it in its \
+                 window (their targets never cross: data.packing = false trains one a window)"
+            );
+        }
         if let (Some(preset), None, Some(tokens)) = (self.0.preset, self.0.vocab, shape.as_tokens())
             && tokens.vocab != preset.shape().vocab
         {

@@ -37,6 +37,10 @@ pub struct EvalReport {
     /// For the loss: its exponential.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub perplexity: Option<f64>,
+    /// Chat data: which tokens the loss is over (`assistant`: the assistant's turns, or
+    /// `all`), the targets the shards flag as scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scored: Option<String>,
     /// Held-out samples judged.
     pub samples: usize,
     /// Seconds taken.
@@ -92,9 +96,14 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
     };
     let value = value
         .ok_or_else(|| Error::config(format!("{described} holds no held-out samples to judge")))?;
+    let scored = match (config.data.kind, &config.data.path) {
+        (DataKind::TokenShards, Some(dir)) => Manifest::read(dir)?.chat.map(|chat| chat.scored),
+        _ => None,
+    };
     Ok(EvalReport {
         run_dir: run_dir.to_owned(),
         data: described,
+        scored,
         metric: task.metric.name().into(),
         value,
         perplexity: (task.metric == Metric::Loss).then(|| value.exp()),
@@ -118,10 +127,15 @@ fn same_tokenizer(run_dir: &Path, shards: &Path) -> Result<()> {
 
 impl std::fmt::Display for EvalReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let over = match self.scored.as_deref() {
+            Some("all") => " on scored tokens (all)",
+            Some(_) => " on scored tokens (the assistant's)",
+            None => "",
+        };
         match self.perplexity {
             Some(perplexity) => write!(
                 f,
-                "held-out loss {:.4}, perplexity {perplexity:.2}",
+                "held-out loss{over} {:.4}, perplexity {perplexity:.2}",
                 self.value
             )?,
             None => write!(f, "held-out {} {:.2}%", self.metric, self.value * 100.0)?,

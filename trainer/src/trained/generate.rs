@@ -39,6 +39,9 @@ pub struct GenerateOptions {
     /// Ids that end the text besides the tokenizer's own ([`TextTokenizer::stops`]): the
     /// model's end-of-sequence ids, which its `generation_config.json` may list several of.
     pub stops: Vec<u32>,
+    /// The prompt is a conversation rendered with a chat template, which writes its own
+    /// special tokens: it is encoded without adding any.
+    pub rendered: bool,
 }
 
 /// Why generation stopped.
@@ -77,6 +80,17 @@ pub struct Generated {
 /// a cropped prompt would leave no room to generate. An empty prompt starts from the
 /// begin-of-text token the tokenizer adds, or else from the end-of-text token.
 pub fn prompt_ids(gpt: &Gpt, tokenizer: &TextTokenizer, prompt: &str) -> Result<Vec<u32>> {
+    checked_prompt(gpt, tokenizer, prompt, false)
+}
+
+/// [`prompt_ids`], the prompt encoded without special tokens added where it is `rendered`
+/// with a chat template.
+pub fn checked_prompt(
+    gpt: &Gpt,
+    tokenizer: &TextTokenizer,
+    prompt: &str,
+    rendered: bool,
+) -> Result<Vec<u32>> {
     let context = gpt.config().context;
     let vocab = gpt.config().vocab;
     if tokenizer.vocab() > vocab {
@@ -89,7 +103,10 @@ pub fn prompt_ids(gpt: &Gpt, tokenizer: &TextTokenizer, prompt: &str) -> Result<
             ),
         });
     }
-    let mut ids = tokenizer.encode_document(prompt)?;
+    let mut ids = match rendered {
+        true => tokenizer.encode(prompt)?,
+        false => tokenizer.encode_document(prompt)?,
+    };
     if ids.is_empty() {
         ids.extend(tokenizer.end_of_text());
     }
@@ -138,7 +155,7 @@ fn generated(
     let context = gpt.config().context;
     let mut stops = tokenizer.stops();
     stops.extend(&options.stops);
-    let prompt = prompt_ids(gpt, tokenizer, &options.prompt)?;
+    let prompt = checked_prompt(gpt, tokenizer, &options.prompt, options.rendered)?;
     let mut sampler = Sampler::new(options.sampling, options.seed)?;
     let _policy = options.precision.autocast();
     let device = gpt.tok_emb.weight.device().clone();

@@ -9,16 +9,11 @@ use headroom_nn::gguf::GgufFile;
 use headroom_nn::hf::{GENERATION_CONFIG, SpecialTokens};
 use serde_json::{Map, Value, json};
 
+use crate::data::chat::{CHAT_TEMPLATE_FILE, CHAT_TEMPLATE_KEY};
 use crate::data::gguf_tokenizer::TOKENS_KEY;
 use crate::data::shards::TOKENIZER;
 use crate::data::tokenizer::TextTokenizer;
 use crate::error::{Error, Result};
-
-/// The key of a GGUF file's chat template.
-const CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
-
-/// The file transformers keeps a chat template in.
-const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
 
 /// The identity files of the GGUF file at `path`, by name: `tokenizer.json` where its tokenizer
 /// is built here (a tokenizer that is not is left out, with a warning: the data's may stand

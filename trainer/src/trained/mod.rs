@@ -11,7 +11,7 @@ pub(crate) mod saved_run;
 
 pub use eval::evaluate;
 pub use eval_run::{EvalData, EvalReport, evaluate_run};
-pub use generate::{GenerateOptions, Generated, Stop, generate, prompt_ids};
+pub use generate::{GenerateOptions, Generated, Stop, checked_prompt, generate, prompt_ids};
 pub use gguf_identity::gguf_identity;
 pub use identity::{carry_companions, identity_sources, special_tokens};
 pub use saved_run::{SavedRun, UseSettings, pretrained_model};

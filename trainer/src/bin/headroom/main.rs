@@ -20,6 +20,7 @@ use headroom_trainer::run_dir::{Start, Summary, read_all};
 use headroom_trainer::{Error, Result, Trainer};
 use tracing_subscriber::EnvFilter;
 
+mod chat;
 mod gguf_export;
 mod model_use;
 mod text;
@@ -58,7 +59,8 @@ enum Command {
     /// Train a tokenizer on text files.
     #[command(subcommand)]
     Tokenizer(text::TokenizerCommand),
-    /// Tokenize text files into shards for data.kind = "token-shards", with a held-out split.
+    /// Tokenize text files (or, with --chat, conversations rendered with the model's chat
+    /// template) into shards for data.kind = "token-shards", with a held-out split.
     Prepare(text::PrepareArgs),
     /// Continue a prompt with a trained model or a Hugging Face one, streaming the text (a
     /// key/value cache makes each token cost one token's work); it stops at the model's end of

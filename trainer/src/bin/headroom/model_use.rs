@@ -14,7 +14,7 @@ use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::model::TrainModel;
 use headroom_trainer::planning::half_on_cpu::half_on_cpu_generation_warning;
 use headroom_trainer::trained::{EvalData, evaluate_run};
-use headroom_trainer::trained::{GenerateOptions, Stop, generate, prompt_ids};
+use headroom_trainer::trained::{GenerateOptions, Stop, checked_prompt, generate};
 use headroom_trainer::trained::{SavedRun, UseSettings, pretrained_model};
 use headroom_trainer::trained::{carry_companions, identity_sources, special_tokens};
 use headroom_trainer::{Error, Result};
@@ -54,8 +54,18 @@ pub struct GenerateArgs {
     /// The text to continue (empty: from <|endoftext|>). A prompt longer than the model's
     /// context is refused before anything is printed (generation stops when the context is
     /// full: no sliding window); a character-level run refuses characters its text never held.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", conflicts_with = "chat")]
     prompt: String,
+    /// A user's message, rendered with the model's chat template with the assistant's turn
+    /// opened; only the answer is printed, and it stops at the end of the turn.
+    #[arg(long, value_name = "MESSAGE")]
+    chat: Option<String>,
+    /// With --chat: a system message before it.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// With --chat: a chat template (Jinja) instead of the model's.
+    #[arg(long, requires = "chat", value_name = "FILE.jinja")]
+    chat_template: Option<PathBuf>,
     /// The most tokens to generate.
     #[arg(long, default_value_t = 200)]
     max_tokens: usize,
@@ -174,22 +184,40 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
             problems: vec!["generate: the run's model is an MLP; only a GPT generates text".into()],
         });
     };
+    let mut stops = model_stops(&run)?;
+    let prompt_text = match &args.chat {
+        Some(message) => {
+            let mut sources = identity_sources(&run.run_dir, &run.config);
+            sources.push(tokenizer_path.clone());
+            let template = args.chat_template.as_deref();
+            let (text, eos) =
+                crate::chat::chat_prompt(&sources, template, args.system.as_deref(), message)?;
+            stops.extend(eos.and_then(|eos| tokenizer.token_to_id(&eos)));
+            text
+        }
+        None => args.prompt.clone(),
+    };
+    let rendered = args.chat.is_some();
     let options = GenerateOptions {
-        prompt: args.prompt.clone(),
+        prompt: prompt_text.clone(),
         max_tokens: args.max_tokens,
         sampling,
         seed: args.seed,
         precision: run.config.compute_precision(),
-        stops: model_stops(&run)?,
+        stops,
+        rendered,
     };
     // Checked before the prompt is echoed: a refused prompt prints nothing.
-    let prompt = prompt_ids(gpt, &tokenizer, &args.prompt)?;
+    let prompt = checked_prompt(gpt, &tokenizer, &prompt_text, rendered)?;
     let mut out = std::io::stdout().lock();
     let io = |source| Error::Io {
         path: "standard output".into(),
         source,
     };
-    write!(out, "{}", args.prompt).map_err(io)?;
+    // A chat prints the answer alone.
+    if !rendered {
+        write!(out, "{}", args.prompt).map_err(io)?;
+    }
     let generated = generate(gpt, &tokenizer, &options, &mut |text| {
         write!(out, "{text}").and_then(|()| out.flush()).map_err(io)
     })?;

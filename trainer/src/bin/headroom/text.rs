@@ -48,7 +48,8 @@ pub struct FilterArgs {
 }
 
 impl FilterArgs {
-    fn filter(&self) -> FileFilter {
+    /// The filter these flags describe.
+    pub fn filter(&self) -> FileFilter {
         FileFilter {
             extensions: self.extensions.clone(),
             skip_dirs: self.skip_dirs.clone(),
@@ -59,16 +60,19 @@ impl FilterArgs {
 /// `headroom prepare`.
 #[derive(Args)]
 pub struct PrepareArgs {
-    /// Text files, or directories of them (walked, symbolic links followed).
+    /// Text files, or directories of them (walked, symbolic links followed); with --chat,
+    /// JSON Lines files of conversations (.jsonl files in directories, unless --ext says).
     #[arg(required = true)]
-    inputs: Vec<PathBuf>,
+    pub inputs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub chat: crate::chat::ChatArgs,
     /// The tokenizer: a tokenizer.json, a directory holding one, or a GGUF file (the tokenizer
     /// its metadata describes).
     #[arg(long)]
-    tokenizer: PathBuf,
+    pub tokenizer: PathBuf,
     /// The directory to write the shards into (for data.kind = "token-shards").
-    #[arg(long)]
-    out: PathBuf,
+    #[arg(long, required_unless_present = "show")]
+    pub out: Option<PathBuf>,
     /// The fraction of documents held out for evaluation, in (0, 0.5], drawn by the hash of
     /// their names.
     #[arg(long, default_value_t = 0.02)]
@@ -81,7 +85,7 @@ pub struct PrepareArgs {
     #[arg(long, default_value = "64MiB")]
     shard_size: headroom_alloc::ByteSize,
     #[command(flatten)]
-    filter: FilterArgs,
+    pub filter: FilterArgs,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -116,20 +120,41 @@ pub fn tokenizer(command: &TokenizerCommand) -> Result<()> {
 /// Runs `headroom prepare`.
 pub fn prepare_shards(args: &PrepareArgs) -> Result<()> {
     let tokenizer = TextTokenizer::load(&args.tokenizer)?;
-    let options = PrepareOptions {
-        inputs: args.inputs.clone(),
-        filter: args.filter.filter(),
-        out: args.out.clone(),
-        held_out: if args.held_out_files.is_empty() {
-            HeldOut::Fraction(args.held_out)
-        } else {
-            HeldOut::Files(args.held_out_files.clone())
-        },
-        shard_bytes: args.shard_size.bytes().max(1),
-        progress: !args.quiet && std::io::stderr().is_terminal(),
-    };
+    if args.chat.chat || args.chat.show.is_some() {
+        return crate::chat::prepare_chat_shards(args, &tokenizer);
+    }
+    let out = args.out.clone().unwrap_or_default();
+    let options = args.options(&out);
     let started = std::time::Instant::now();
     let prepared = prepare(&tokenizer, &options)?;
+    report(&prepared, &out, started)
+}
+
+impl PrepareArgs {
+    /// The options these flags describe, writing into `out`.
+    pub fn options(&self, out: &std::path::Path) -> PrepareOptions {
+        let args = self;
+        PrepareOptions {
+            inputs: args.inputs.clone(),
+            filter: args.filter.filter(),
+            out: out.to_owned(),
+            held_out: if args.held_out_files.is_empty() {
+                HeldOut::Fraction(args.held_out)
+            } else {
+                HeldOut::Files(args.held_out_files.clone())
+            },
+            shard_bytes: args.shard_size.bytes().max(1),
+            progress: !args.quiet && std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+/// Says what a preparation wrote into `out`.
+pub fn report(
+    prepared: &headroom_trainer::data::shards::Prepared,
+    out: &std::path::Path,
+    started: std::time::Instant,
+) -> Result<()> {
     let manifest = &prepared.manifest;
     say(format_args!(
         "{} training tokens in {} shards, {} held-out tokens in {}; {} shards written, {} kept \
@@ -142,6 +167,6 @@ pub fn prepare_shards(args: &PrepareArgs) -> Result<()> {
         prepared.kept,
         manifest.skipped.len(),
         started.elapsed().as_secs_f64(),
-        args.out.display()
+        out.display()
     ))
 }

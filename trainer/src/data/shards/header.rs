@@ -9,14 +9,31 @@
 //! | 24..32 | the tokenizer's hash (FNV-1a of its `tokenizer.json`)     |
 //! | 32..40 | the hash of the shard's sources (names and sizes)         |
 //! | 40..48 | the number of tokens                                      |
-//! | 48..52 | the CRC-32 of the token bytes                             |
-//! | 52..64 | zero                                                      |
+//! | 48..52 | the CRC-32 of every byte after the header                 |
+//! | 52..56 | sections after the tokens: bit 0, a flags byte per token  |
+//! | 56..64 | zero                                                      |
+//!
+//! A chat shard has the flags section: one byte per token after the tokens, [`SCORED`] where
+//! the token is a target the loss scores, [`STARTS_CONVERSATION`] where a conversation begins.
+//! Version 2 (no sections) still reads.
 
 /// The first bytes of every shard.
 pub const MAGIC: &[u8; 8] = b"HRTOKENS";
 
-/// The format version this code writes and reads (2 added the checksum).
-pub const VERSION: u32 = 2;
+/// The format version this code writes (2 added the checksum, 3 the flags section).
+pub const VERSION: u32 = 3;
+
+/// The oldest version this code reads.
+const OLDEST: u32 = 2;
+
+/// A token's flag: the loss scores it (it is the target of the position before it).
+pub const SCORED: u8 = 1;
+
+/// A token's flag: a conversation begins at it.
+pub const STARTS_CONVERSATION: u8 = 2;
+
+/// The header's bit for the flags section.
+const FLAGS_SECTION: u32 = 1;
 
 /// Bytes before the first token.
 pub const HEADER_BYTES: usize = 64;
@@ -35,9 +52,11 @@ pub struct ShardHeader {
     pub sources_hash: u64,
     /// Tokens in the shard.
     pub tokens: u64,
-    /// The CRC-32 of the token bytes after the header: a token changed since the shard was
-    /// written is found.
+    /// The CRC-32 of the bytes after the header (tokens and flags): a token changed since the
+    /// shard was written is found.
     pub checksum: u32,
+    /// A flags byte per token follows the tokens ([`SCORED`], [`STARTS_CONVERSATION`]).
+    pub token_flags: bool,
 }
 
 impl ShardHeader {
@@ -81,7 +100,15 @@ impl ShardHeader {
             bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
         }
         bytes[48..52].copy_from_slice(&self.checksum.to_le_bytes());
+        let sections = if self.token_flags { FLAGS_SECTION } else { 0 };
+        bytes[52..56].copy_from_slice(&sections.to_le_bytes());
         bytes
+    }
+
+    /// Bytes after the header: the tokens, and their flags where the shard has them.
+    pub fn body_bytes(&self) -> Option<u64> {
+        let per_token = self.token_bytes as u64 + u64::from(self.token_flags);
+        self.tokens.checked_mul(per_token)
     }
 
     /// Reads a header from the start of a shard of `file_len` bytes; the error says what does
@@ -100,10 +127,16 @@ impl ShardHeader {
         let u64_at =
             |at: usize| u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7].map(|i| header[at + i]));
         let version = u32_at(8);
-        if version != VERSION {
+        if !(OLDEST..=VERSION).contains(&version) {
             return Err(format!(
-                "format version {version}; this build reads {VERSION} (run `headroom prepare` \
-                 again to rewrite the shard)"
+                "format version {version}; this build reads {OLDEST} to {VERSION} (run \
+                 `headroom prepare` again to rewrite the shard)"
+            ));
+        }
+        let sections = if version >= 3 { u32_at(52) } else { 0 };
+        if sections & !FLAGS_SECTION != 0 {
+            return Err(format!(
+                "sections {sections:#x}: this build knows only the flags section (bit 0)"
             ));
         }
         let token_bytes = u32_at(12) as usize;
@@ -117,6 +150,7 @@ impl ShardHeader {
             sources_hash: u64_at(32),
             tokens: u64_at(40),
             checksum: u32_at(48),
+            token_flags: sections & FLAGS_SECTION != 0,
         };
         if header.vocab == 0 || header.vocab > 1 << (8 * token_bytes as u32) {
             return Err(format!(
@@ -125,13 +159,17 @@ impl ShardHeader {
             ));
         }
         let expected = header
-            .tokens
-            .checked_mul(token_bytes as u64)
+            .body_bytes()
             .and_then(|b| b.checked_add(HEADER_BYTES as u64));
         if expected != Some(file_len) {
+            let flags = if header.token_flags {
+                " and their flags"
+            } else {
+                ""
+            };
             return Err(format!(
-                "{file_len} bytes where its header's {} tokens of {token_bytes} bytes need {}: \
-                 the shard is truncated or was not finished",
+                "{file_len} bytes where its header's {} tokens of {token_bytes} bytes{flags} \
+                 need {}: the shard is truncated or was not finished",
                 header.tokens,
                 expected.map_or("more than 2^64".into(), |b| b.to_string())
             ));
@@ -152,6 +190,7 @@ mod tests {
             sources_hash: 42,
             tokens: 10,
             checksum: 0xdead_beef,
+            token_flags: false,
         }
     }
 
@@ -159,6 +198,20 @@ mod tests {
     fn a_header_reads_back_as_written() {
         let bytes = header().to_bytes();
         assert_eq!(ShardHeader::parse(&bytes, 64 + 20), Ok(header()));
+    }
+
+    #[test]
+    fn a_flags_section_counts_in_the_length_and_version_2_still_reads() {
+        let flagged = ShardHeader {
+            token_flags: true,
+            ..header()
+        };
+        let bytes = flagged.to_bytes();
+        assert_eq!(ShardHeader::parse(&bytes, 64 + 30), Ok(flagged));
+        assert!(ShardHeader::parse(&bytes, 64 + 20).is_err());
+        let mut old = header().to_bytes();
+        old[8] = 2;
+        assert_eq!(ShardHeader::parse(&old, 64 + 20), Ok(header()));
     }
 
     #[test]

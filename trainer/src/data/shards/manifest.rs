@@ -28,6 +28,21 @@ pub struct Manifest {
     pub held_out: Vec<ShardEntry>,
     /// Files left out, and why.
     pub skipped: Vec<Skipped>,
+    /// Chat data: the template the conversations were rendered with and what the loss scores;
+    /// none for text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<ChatManifest>,
+}
+
+/// How a directory's conversations were rendered and scored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatManifest {
+    /// Where the chat template was read.
+    pub template: PathBuf,
+    /// Its hash (FNV-1a of its source), in hex.
+    pub template_hash: String,
+    /// What the loss scores: `assistant` (the assistant's turns) or `all`.
+    pub scored: String,
 }
 
 /// One shard of a manifest.
@@ -37,8 +52,11 @@ pub struct ShardEntry {
     pub file: String,
     /// Its tokens.
     pub tokens: u64,
-    /// The documents (files, or parts of one) tokenized into it.
+    /// The documents (files, or parts of one; conversations in chat data) tokenized into it.
     pub documents: usize,
+    /// Chat data: the tokens the loss scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scored: Option<u64>,
 }
 
 /// A file or directory `headroom prepare` left out.
@@ -88,6 +106,12 @@ impl Manifest {
     /// Tokens in the training shards.
     pub fn train_tokens(&self) -> u64 {
         self.train.iter().map(|s| s.tokens).sum()
+    }
+
+    /// Tokens the loss scores in the training shards and in the held-out ones (chat data).
+    pub fn scored_tokens(&self) -> (u64, u64) {
+        let sum = |entries: &[ShardEntry]| entries.iter().filter_map(|s| s.scored).sum();
+        (sum(&self.train), sum(&self.held_out))
     }
 
     /// Tokens in the held-out shards.

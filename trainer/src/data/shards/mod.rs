@@ -10,8 +10,8 @@ mod reader;
 mod staging;
 
 pub use find::{FileFilter, find_files};
-pub use header::{HEADER_BYTES, MAGIC, ShardHeader, VERSION};
-pub use manifest::{MANIFEST, Manifest, ShardEntry, Skipped, TOKENIZER};
-pub use prepare::{HeldOut, PrepareOptions, Prepared, prepare, read_text_file};
+pub use header::{HEADER_BYTES, MAGIC, SCORED, STARTS_CONVERSATION, ShardHeader, VERSION};
+pub use manifest::{ChatManifest, MANIFEST, Manifest, ShardEntry, Skipped, TOKENIZER};
+pub use prepare::{HeldOut, PrepareOptions, Prepared, prepare, prepare_chat, read_text_file};
 pub use reader::{ShardFile, encode};
 pub use staging::UNFINISHED;

@@ -15,17 +15,22 @@
 //!
 //! A file that is not UTF-8, holds a NUL byte (binary), or cannot be read, and a directory
 //! that cannot be read, are reported and skipped.
+//!
+//! Chat data ([`prepare_chat`]) goes the same way, its files JSON Lines of conversations (a lone
+//! file split at a line), each rendered with the chat template into tokens and their flags; a
+//! bad line stops the preparation, naming the file and line.
 
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
 use super::find::{FileFilter, FoundFile, Walk};
-use super::header::{HEADER_BYTES, ShardHeader};
+use super::header::{HEADER_BYTES, SCORED, STARTS_CONVERSATION, ShardHeader};
 use super::manifest::{MANIFEST, Manifest, ShardEntry, Skipped, TOKENIZER};
 use super::reader::encode;
 use super::staging::Staging;
 use crate::atomic_file::write_atomically;
+use crate::data::chat::ChatEncoder;
 use crate::data::tokenizer::{TextTokenizer, fnv1a};
 use crate::error::{Error, Result};
 use crate::progress::Bar;
@@ -101,15 +106,35 @@ enum Part {
     Tail(f64),
 }
 
+/// What the documents hold.
+#[derive(Clone, Copy)]
+enum Content<'a> {
+    /// Text, each document followed by the end-of-text token.
+    Text,
+    /// Conversations, one a line, rendered with a chat template.
+    Chat(&'a ChatEncoder<'a>),
+}
+
 /// Tokenizes `options.inputs` with `tokenizer` into `options.out`, which changes only when
 /// the preparation succeeds.
 pub fn prepare(tokenizer: &TextTokenizer, options: &PrepareOptions) -> Result<Prepared> {
+    run(tokenizer, options, Content::Text)
+}
+
+/// Renders the conversations of `options.inputs` (JSON Lines) with `encoder` into shards that
+/// flag the scored tokens, in `options.out`, which changes only when the preparation succeeds.
+pub fn prepare_chat(encoder: &ChatEncoder, options: &PrepareOptions) -> Result<Prepared> {
+    run(encoder.tokenizer(), options, Content::Chat(encoder))
+}
+
+fn run(tokenizer: &TextTokenizer, options: &PrepareOptions, content: Content) -> Result<Prepared> {
     let (train, held_out, skipped) = documents(options)?;
     let staging = Staging::open(&options.out)?;
     let total = train.iter().chain(&held_out).map(|d| d.bytes).sum();
     let bar = Bar::bytes(options.progress, total);
     let mut job = Job {
         tokenizer,
+        content,
         options,
         staging: &staging,
         bar: &bar,
@@ -137,6 +162,10 @@ pub fn prepare(tokenizer: &TextTokenizer, options: &PrepareOptions) -> Result<Pr
         train,
         held_out,
         skipped: job.skipped,
+        chat: match content {
+            Content::Text => None,
+            Content::Chat(encoder) => Some(encoder.manifest()),
+        },
     };
     for (tokens, side) in [
         (manifest.train_tokens(), Side::Training),
@@ -316,6 +345,7 @@ fn split(mut documents: Vec<Document>, fraction: f64) -> (Vec<Document>, Vec<Doc
 /// One preparation under way.
 struct Job<'a> {
     tokenizer: &'a TextTokenizer,
+    content: Content<'a>,
     options: &'a PrepareOptions,
     staging: &'a Staging,
     bar: &'a Bar,
@@ -351,19 +381,30 @@ impl Job<'_> {
     /// staged by a run that stopped), else tokenized into the staging directory.
     fn shard(&mut self, file: &str, documents: &[Document]) -> Result<ShardEntry> {
         let vocab = self.tokenizer.vocab() as u64;
+        // Chat shards depend on the template and the scoring as well.
+        let rendering = match self.content {
+            Content::Text => String::new(),
+            Content::Chat(encoder) => {
+                let chat = encoder.manifest();
+                format!("chat\0{}\0{}\n", chat.template_hash, chat.scored)
+            }
+        };
         let sources_hash = fnv1a(
             documents
                 .iter()
                 .map(|d| format!("{}\0{}\0{:?}\n", d.name, d.bytes, d.part))
+                .chain([rendering])
                 .collect::<String>()
                 .as_bytes(),
         );
-        let texts: Vec<std::result::Result<String, String>> =
-            documents.par_iter().map(read_text).collect();
+        let texts: Vec<std::result::Result<(String, usize), String>> = documents
+            .par_iter()
+            .map(|d| read_text(d, matches!(self.content, Content::Chat(_))))
+            .collect();
         // Documents with text: skipped files and empty ones add no tokens.
         let tokenized = texts
             .iter()
-            .filter(|text| text.as_ref().is_ok_and(|t| !t.is_empty()))
+            .filter(|text| text.as_ref().is_ok_and(|(t, _)| !t.is_empty()))
             .count();
         for (document, text) in documents.iter().zip(&texts) {
             if let Err(reason) = text {
@@ -376,10 +417,11 @@ impl Job<'_> {
         }
         let staged = self.staging.dir().join(file);
         for (path, in_place) in [(self.options.out.join(file), true), (staged.clone(), false)] {
-            if let Some(header) = finished(&path)
+            if let Some((header, scored)) = finished(&path)
                 && header.tokenizer_hash == self.tokenizer.hash()
                 && header.sources_hash == sources_hash
                 && header.vocab == vocab
+                && header.token_flags == matches!(self.content, Content::Chat(_))
             {
                 self.kept += 1;
                 if !in_place {
@@ -388,26 +430,30 @@ impl Job<'_> {
                 return Ok(ShardEntry {
                     file: file.to_owned(),
                     tokens: header.tokens,
-                    documents: tokenized,
+                    documents: scored.map_or(tokenized, |(_, conversations)| conversations),
+                    scored: scored.map(|(scored, _)| scored),
                 });
             }
         }
-        let end = self.tokenizer.end_of_text();
-        let encoded = texts
-            .into_par_iter()
-            .filter_map(|text| text.ok())
-            .map(|text| {
-                if text.is_empty() {
-                    return Ok(Vec::new());
+        let (tokens, flags, documents) = match self.content {
+            Content::Text => (self.text_tokens(texts)?, None, tokenized),
+            Content::Chat(encoder) => {
+                let mut chats = crate::data::chat::EncodedFile::default();
+                for (document, text) in documents.iter().zip(texts) {
+                    let Ok((text, first_line)) = text else {
+                        continue;
+                    };
+                    let file = encoder.encode_lines(&text, &document.path, first_line)?;
+                    chats.tokens.extend(file.tokens);
+                    chats.flags.extend(file.flags);
+                    chats.conversations += file.conversations;
                 }
-                let mut ids = self.tokenizer.encode_document(&text)?;
-                ids.extend(end);
-                Ok(ids)
-            })
-            .collect::<Result<Vec<Vec<u32>>>>()?;
-        let tokens: Vec<u32> = encoded.concat();
+                (chats.tokens, Some(chats.flags), chats.conversations)
+            }
+        };
         let token_bytes = ShardHeader::token_bytes_for(vocab);
-        let body = encode(&tokens, token_bytes);
+        let mut body = encode(&tokens, token_bytes);
+        body.extend(flags.iter().flatten());
         let header = ShardHeader {
             token_bytes,
             vocab,
@@ -415,6 +461,7 @@ impl Job<'_> {
             sources_hash,
             tokens: tokens.len() as u64,
             checksum: ShardHeader::checksum_of(&body),
+            token_flags: flags.is_some(),
         };
         let mut bytes = Vec::with_capacity(HEADER_BYTES + body.len());
         bytes.extend_from_slice(&header.to_bytes());
@@ -425,17 +472,45 @@ impl Job<'_> {
         Ok(ShardEntry {
             file: file.to_owned(),
             tokens: header.tokens,
-            documents: tokenized,
+            documents,
+            scored: flags.map(|f| f.iter().filter(|&&f| f & SCORED != 0).count() as u64),
         })
+    }
+
+    /// The tokens of documents' `texts`, each followed by the end-of-text token.
+    fn text_tokens(
+        &self,
+        texts: Vec<std::result::Result<(String, usize), String>>,
+    ) -> Result<Vec<u32>> {
+        let end = self.tokenizer.end_of_text();
+        let encoded = texts
+            .into_par_iter()
+            .filter_map(|text| text.ok())
+            .map(|(text, _)| {
+                if text.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut ids = self.tokenizer.encode_document(&text)?;
+                ids.extend(end);
+                Ok(ids)
+            })
+            .collect::<Result<Vec<Vec<u32>>>>()?;
+        Ok(encoded.concat())
     }
 }
 
-/// The header of the shard at `path` when it is complete and its tokens match its checksum.
-fn finished(path: &Path) -> Option<ShardHeader> {
+/// The header of the shard at `path` when it is complete and its tokens match its checksum,
+/// with its scored tokens and conversations where it has flags.
+fn finished(path: &Path) -> Option<(ShardHeader, Option<(u64, usize)>)> {
     let bytes = std::fs::read(path).ok()?;
     let header = ShardHeader::parse(&bytes, bytes.len() as u64).ok()?;
     header.check(&bytes[HEADER_BYTES..]).ok()?;
-    Some(header)
+    let flags = &bytes[HEADER_BYTES + header.tokens as usize * header.token_bytes..];
+    let counts = header.token_flags.then(|| {
+        let count = |bit: u8| flags.iter().filter(|&&f| f & bit != 0).count();
+        (count(SCORED) as u64, count(STARTS_CONVERSATION))
+    });
+    Some((header, counts))
 }
 
 /// The text of the file at `path`, or why it is not text: unreadable, not UTF-8, or binary
@@ -454,13 +529,22 @@ pub fn read_text_file(path: &Path) -> std::result::Result<String, String> {
     Ok(text)
 }
 
-/// A document's text, or why it is skipped.
-fn read_text(document: &Document) -> std::result::Result<String, String> {
+/// A document's text and the number of its first line in its file, or why it is skipped; a
+/// lone file of `lines` (conversations) is split between two lines.
+fn read_text(document: &Document, lines: bool) -> std::result::Result<(String, usize), String> {
     let text = read_text_file(&document.path)?;
+    let cut = |fraction| match lines {
+        true => cut_between_lines(&text, fraction),
+        false => cut(&text, fraction),
+    };
     Ok(match document.part {
-        Part::Whole => text,
-        Part::Head(fraction) => text[..cut(&text, fraction)].to_owned(),
-        Part::Tail(fraction) => text[cut(&text, fraction)..].to_owned(),
+        Part::Whole => (text, 1),
+        Part::Head(fraction) => (text[..cut(fraction)].to_owned(), 1),
+        Part::Tail(fraction) => {
+            let at = cut(fraction);
+            let line = 1 + text[..at].matches('\n').count();
+            (text[at..].to_owned(), line)
+        }
     })
 }
 
@@ -468,12 +552,26 @@ fn read_text(document: &Document) -> std::result::Result<String, String> {
 /// a character boundary there, without one that leaves text after it: a file's last line
 /// break ends it).
 fn cut(text: &str, fraction: f64) -> usize {
+    let (at, after) = cut_points(text, fraction);
+    after.unwrap_or(at)
+}
+
+/// Where a lone file of lines is split: after the first line break past `fraction` of its
+/// bytes that leaves a line after it, else after the last line break before (0 without one).
+fn cut_between_lines(text: &str, fraction: f64) -> usize {
+    let (at, after) = cut_points(text, fraction);
+    after.unwrap_or_else(|| text[..at].rfind('\n').map_or(0, |line| line + 1))
+}
+
+/// The character boundary at `fraction` of `text`'s bytes, and the end of the first line
+/// break past it when text follows.
+fn cut_points(text: &str, fraction: f64) -> (usize, Option<usize>) {
     let mut at = ((text.len() as f64 * fraction) as usize).min(text.len());
     while !text.is_char_boundary(at) {
         at += 1;
     }
     match text[at..].find('\n') {
-        Some(line) if at + line + 1 < text.len() => at + line + 1,
-        _ => at,
+        Some(line) if at + line + 1 < text.len() => (at, Some(at + line + 1)),
+        _ => (at, None),
     }
 }

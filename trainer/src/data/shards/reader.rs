@@ -77,11 +77,20 @@ impl ShardFile {
         decode(bytes, width)
     }
 
+    /// The flags of tokens `start..start + count` (which must lie in the shard), where the
+    /// shard has a flags section.
+    pub fn flags(&self, start: usize, count: usize) -> Option<&[u8]> {
+        let at = HEADER_BYTES + self.len() * self.header.token_bytes;
+        self.header
+            .token_flags
+            .then(|| &self.map[at + start..at + start + count])
+    }
+
     /// The first token not below the vocabulary, with its index.
     fn first_out_of_range(&self) -> Option<(usize, u32)> {
         let width = self.header.token_bytes;
         let vocab = self.header.vocab;
-        self.map[HEADER_BYTES..]
+        self.map[HEADER_BYTES..HEADER_BYTES + self.len() * width]
             .chunks(width * 4096)
             .enumerate()
             .find_map(|(chunk, bytes)| {
