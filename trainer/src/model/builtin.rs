@@ -98,6 +98,7 @@ impl TrainModel {
             (ModelKind::Gpt, Some(TokenShape { vocab, len })) => {
                 gpt_shape(config, vocab, len).map(drop)
             }
+            (ModelKind::Mlp, _) if shape.has_starts() => Err(packed_for_mlp()),
             _ => Ok(()),
         }
     }
@@ -130,11 +131,23 @@ impl TrainModel {
     }
 
     /// The mean cross-entropy over the scored targets; a GPT's head and loss run fused, so
-    /// that its logits never exist whole.
-    pub fn loss(&self, inputs: &Tensor, targets: &Tensor) -> Result<Tensor> {
-        match self {
-            Self::Gpt(gpt) => Ok(gpt.loss(inputs, targets, Some(IGNORE))?),
-            Self::Mlp(_) => Ok(cross_entropy(&self.logits(inputs)?, targets, Some(IGNORE))?),
+    /// that its logits never exist whole. With `starts` (a packed batch's [`STARTS`](crate::data::STARTS)) each
+    /// document attends only to itself, its positions counted from its start.
+    pub fn loss(
+        &self,
+        inputs: &Tensor,
+        targets: &Tensor,
+        starts: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        match (self, starts) {
+            (Self::Gpt(gpt), None) => Ok(gpt.loss(inputs, targets, Some(IGNORE))?),
+            (Self::Gpt(gpt), Some(starts)) => {
+                Ok(gpt.loss_in_documents(inputs, targets, Some(IGNORE), starts)?)
+            }
+            (Self::Mlp(_), None) => {
+                Ok(cross_entropy(&self.logits(inputs)?, targets, Some(IGNORE))?)
+            }
+            (Self::Mlp(_), Some(_)) => Err(packed_for_mlp()),
         }
     }
 
@@ -207,13 +220,6 @@ impl ModelFactory for BuiltinModel {
     /// preset's.
     fn check(&self, shape: &DataShape) -> Result<()> {
         TrainModel::check(&self.0, shape)?;
-        if shape.has_starts() {
-            tracing::warn!(
-                "the data packs several conversations a window; the built-in GPT's loss does \
-                 not read where each starts yet, so each attends to those before it in its \
-                 window (their targets never cross: data.packing = false trains one a window)"
-            );
-        }
         if let (Some(preset), None, Some(tokens)) = (self.0.preset, self.0.vocab, shape.as_tokens())
             && tokens.vocab != preset.shape().vocab
         {
@@ -249,7 +255,7 @@ impl TrainableModel for TrainModel {
     }
 
     fn loss(&self, batch: &DeviceBatch) -> Result<Tensor> {
-        TrainModel::loss(self, batch.inputs()?, batch.targets()?)
+        TrainModel::loss(self, batch.inputs()?, batch.targets()?, batch.starts())
     }
 
     fn logits(&self, inputs: &Tensor) -> Result<Tensor> {
@@ -283,4 +289,11 @@ impl TrainableModel for TrainModel {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
+}
+
+/// Packed windows hold several documents that only a GPT keeps apart.
+fn packed_for_mlp() -> Error {
+    Error::config(
+        "model.kind = \"mlp\" cannot read packed windows: train a GPT, or set data.packing = false",
+    )
 }
