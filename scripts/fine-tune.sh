@@ -50,7 +50,8 @@ $headroom prepare --chat "$out/conversations" "${held_out[@]}" --tokenizer "$mod
 prepared=$SECONDS
 
 echo "== the model as published"
-$headroom eval --checkpoint "$model" --data "$out/shards" --eval-size "$eval_size" \
+$headroom eval --checkpoint "$model" --data "$out/shards" --context "$context" \
+    --eval-size "$eval_size" \
     --json "$out/eval-published.json"
 
 train() { # RUN_NAME MEMORY_LIMIT LR [FLAGS...]

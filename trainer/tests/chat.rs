@@ -332,6 +332,23 @@ fn chat_data_trains_is_judged_on_scored_tokens_and_answers_a_message() {
     train(&shards, &run, &["--no-packing"]);
     let judged = succeeds(&headroom(&["eval", "--checkpoint", text(&run)]));
     assert_mentions(&judged, &["loss on scored tokens (the assistant's)"]);
+    // A published model is judged in windows of the length asked, within its context.
+    let model = gguf();
+    let judge = |context: &str| {
+        let args = [
+            "eval",
+            "--checkpoint",
+            text(&model),
+            "--data",
+            text(&shards),
+        ];
+        headroom(&[&args[..], &["--context", context]].concat())
+    };
+    assert_mentions(&succeeds(&judge("60")), &["loss on scored tokens"]);
+    assert_mentions(
+        &fails(&judge("65")),
+        &["windows of 65 tokens", "at most 64"],
+    );
     train(&shards, &dir.0.join("packed"), &[]);
     // The answer alone, as the rendered prompt continues it, stopping at the end of the turn.
     let chat = succeeds(&headroom(&[

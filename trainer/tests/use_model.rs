@@ -203,6 +203,7 @@ fn eval_on_other_shards_judges_as_many_of_their_samples_as_asked() {
     let data = EvalData {
         shards: Some(other),
         eval_size: Some(5),
+        context: None,
     };
     let report = evaluate_run(&run, &data, &UseSettings::default()).unwrap();
     assert_eq!(report.samples, 5);
@@ -474,6 +475,7 @@ fn text_prepared_with_a_character_runs_tokenizer_is_judged_by_eval() {
     let data = EvalData {
         shards: Some(prepared),
         eval_size: Some(4),
+        context: None,
     };
     let report = evaluate_run(&run, &data, &UseSettings::default()).unwrap();
     assert_eq!(report.samples, 4);

@@ -21,6 +21,9 @@ pub struct EvalData {
     pub shards: Option<PathBuf>,
     /// Held-out samples at most.
     pub eval_size: Option<usize>,
+    /// Tokens per held-out window, at most the model's context (default: the run's context, or
+    /// a pretrained model's whole context).
+    pub context: Option<usize>,
 }
 
 /// A model's held-out score, as `headroom eval` prints and writes it.
@@ -64,6 +67,9 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
     if let Some(size) = data.eval_size {
         config.data.eval_size = size;
     }
+    if let Some(context) = data.context {
+        config.model.context = Some(context);
+    }
     let task = Task::held_out_of(&config.data, &config.model, config.seed)?;
     let shape = task.eval.shape();
     let mlp = (config.model.kind == ModelKind::Mlp).then(|| shape.clone());
@@ -76,6 +82,17 @@ pub fn evaluate_run(run_dir: &Path, data: &EvalData, settings: &UseSettings) -> 
              tokenizer",
             tokens.vocab,
             gpt.config().vocab
+        )));
+    }
+    if let (TrainModel::Gpt(gpt), Some(tokens)) = (&run.model, shape.as_tokens())
+        && tokens.len > gpt.config().context
+    {
+        return Err(Error::config(format!(
+            "held-out windows of {} tokens, where the model reads at most {}: give a --context \
+             of at most {}",
+            tokens.len,
+            gpt.config().context,
+            gpt.config().context
         )));
     }
     if let Some(dir) = &data.shards {

@@ -103,6 +103,10 @@ pub struct EvalArgs {
     /// Held-out samples at most.
     #[arg(long)]
     eval_size: Option<usize>,
+    /// Tokens per held-out window, at most the model's context (default: the run's context,
+    /// or a pretrained model's whole context); chat data holds one conversation a window.
+    #[arg(long)]
+    context: Option<usize>,
     /// Where to write the result as JSON (default: eval.json in the run directory; nowhere
     /// for a Hugging Face model).
     #[arg(long)]
@@ -252,6 +256,7 @@ pub fn evaluate(args: &EvalArgs) -> Result<()> {
     let data = EvalData {
         shards: args.data.clone(),
         eval_size: args.eval_size,
+        context: args.context,
     };
     let report = evaluate_run(&args.model.checkpoint, &data, &args.model.settings())?;
     // A run directory keeps its score; a downloaded model's directory is left as it was.
