@@ -197,6 +197,10 @@ FOR_FLOATS(ATTENTION_DELTA)
         const u64 by_window = causal && last - 1 + window < len ? last - 1 + window : len; \
         const u64 by_document = att_document_end(row_starts, last - 1, len); \
         const u64 end = by_window < by_document ? by_window : by_document; \
+        /* One past the last query that sees this warp's key, by the window and its document: 32 \
+           bits (the host refuses longer rows), which keeps the f64 kernel from spilling. */ \
+        const u64 key_document_end = att_document_end(row_starts, key, len); \
+        const u32 key_end = (u32)(key + window < key_document_end ? key + window : key_document_end); \
         for (u64 h = kv * group; h < (kv + 1) * group; ++h) { \
             const u64 q_base = h * len * head; \
             for (u64 q0 = tile0; q0 < end; q0 += AttTile<C>::ROWS) { \
@@ -207,8 +211,7 @@ FOR_FLOATS(ATTENTION_DELTA)
                 if (!rows.mine) continue; \
                 for (int r = 0; r < AttTile<C>::ROWS && q0 + r < end; ++r) { \
                     const u64 i = q0 + r; \
-                    if (causal && (i < key || i >= key + window)) continue; \
-                    if (row_starts && row_starts[i] > key) continue; \
+                    if (causal && (i < key || i >= key_end)) continue; \
                     const C* qi = queries + r * ATT_HEAD_MAX; \
                     const C* gi = grads + r * ATT_HEAD_MAX; \
                     const C weight = m_exp((C)scale * att_dot(mine_k, qi, lane) - lse[h * len + i]); \
@@ -531,14 +534,25 @@ template <bool ROWS_ARE_KEYS, int TILE>
 __device__ __forceinline__ void mma_mask(float (&s)[TILE / 8][4], u64 row0, u64 col0, u64 len, int causal,
                                          u64 window, const u32* starts) {
     const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    // With queries as rows, a lane's elements hold two queries: their documents' starts read once.
+    u64 row_start[2] = {0, 0};
+    if (!ROWS_ARE_KEYS && starts) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const u64 row = row0 + g + 8 * r;
+            row_start[r] = row < len ? starts[row] : 0;
+        }
+    }
 #pragma unroll
     for (int n = 0; n < TILE / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const u64 row = row0 + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
             const u64 query = ROWS_ARE_KEYS ? col : row, key = ROWS_ARE_KEYS ? row : col;
+            const bool other_document =
+                starts && (ROWS_ARE_KEYS ? query < len && starts[query] > key : row_start[e / 2] > key);
             const bool hidden = query >= len || key >= len || (causal && (key > query || key + window <= query)) ||
-                                (starts && starts[query] > key);
+                                other_document;
             if (hidden) s[n][e] = neg_infinity<float>();
         }
     }

@@ -135,9 +135,19 @@ impl Kernels {
     }
 }
 
-/// Fails where the kernels cannot take `spec`: heads wider than a warp holds, or more heads
-/// than a grid does.
+/// Fails where the kernels cannot take `spec`: heads wider than a warp holds, more heads than a
+/// grid does, or more positions than 32 bits count (the gradient of the keys counts them so).
 fn check(spec: &AttentionSpec, op: &'static str) -> Result<()> {
+    if u32::try_from(spec.len).is_err() {
+        return Err(Error::Argument {
+            op,
+            detail: format!(
+                "{} positions: the CUDA kernels take at most {}",
+                spec.len,
+                u32::MAX
+            ),
+        });
+    }
     if spec.head > HEAD_MAX || spec.heads > GRID_HEADS {
         return Err(Error::Argument {
             op,
