@@ -210,3 +210,34 @@ fn end_token(
         _ => Err(key_error(file, &key, format!("{id} is not a token's id"))),
     }
 }
+
+/// The special tokens a GGUF file's `tokenizer.ggml.*_token_id` keys name, as
+/// `tokenizer_config.json` names them (`bos_token`, `eos_token`, `unk_token`, `pad_token`), each
+/// with its text; an id past the vocabulary is left out.
+pub fn special_tokens(file: &GgufFile) -> Result<Vec<(&'static str, String)>> {
+    let tokens = match file.get(TOKENS_KEY) {
+        Some(_) => file.get_array(TOKENS_KEY)?,
+        None => &[],
+    };
+    let mut special = Vec::new();
+    for (name, key) in [
+        ("bos_token", "bos_token_id"),
+        ("eos_token", "eos_token_id"),
+        ("unk_token", "unknown_token_id"),
+        ("pad_token", "padding_token_id"),
+    ] {
+        let key = format!("tokenizer.ggml.{key}");
+        if file.get(&key).is_none() {
+            continue;
+        }
+        let id = file.get_u64(&key)?;
+        let text = usize::try_from(id)
+            .ok()
+            .and_then(|id| tokens.get(id))
+            .and_then(|t| t.as_str());
+        if let Some(text) = text {
+            special.push((name, text.to_owned()));
+        }
+    }
+    Ok(special)
+}

@@ -10,7 +10,7 @@ use headroom_nn::hf::{GENERATION_CONFIG, SpecialTokens};
 use serde_json::{Map, Value, json};
 
 use crate::data::chat::{CHAT_TEMPLATE_FILE, CHAT_TEMPLATE_KEY};
-use crate::data::gguf_tokenizer::TOKENS_KEY;
+use crate::data::gguf_tokenizer::special_tokens;
 use crate::data::shards::TOKENIZER;
 use crate::data::tokenizer::TextTokenizer;
 use crate::error::{Error, Result};
@@ -57,31 +57,11 @@ pub fn gguf_identity(path: &Path) -> Result<Vec<(&'static str, Vec<u8>)>> {
 /// the special tokens by their text, whether a beginning or end of sequence is added, and the
 /// model's longest input.
 fn tokenizer_config(file: &GgufFile) -> Result<Vec<u8>> {
-    let tokens = match file.get(TOKENS_KEY) {
-        Some(_) => file.get_array(TOKENS_KEY)?,
-        None => &[],
-    };
     let mut config = Map::new();
     config.insert("tokenizer_class".into(), "PreTrainedTokenizerFast".into());
     config.insert("clean_up_tokenization_spaces".into(), false.into());
-    for (name, key) in [
-        ("bos_token", "bos_token_id"),
-        ("eos_token", "eos_token_id"),
-        ("unk_token", "unknown_token_id"),
-        ("pad_token", "padding_token_id"),
-    ] {
-        let key = format!("tokenizer.ggml.{key}");
-        if file.get(&key).is_none() {
-            continue;
-        }
-        let id = file.get_u64(&key)?;
-        let token = usize::try_from(id)
-            .ok()
-            .and_then(|id| tokens.get(id))
-            .and_then(|t| t.as_str());
-        if let Some(token) = token {
-            config.insert(name.into(), token.into());
-        }
+    for (name, text) in special_tokens(file)? {
+        config.insert(name.into(), text.into());
     }
     for flag in ["add_bos_token", "add_eos_token"] {
         let key = format!("tokenizer.ggml.{flag}");

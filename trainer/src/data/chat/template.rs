@@ -157,32 +157,11 @@ fn special_tokens(config: &Value) -> Vec<(String, String)> {
 
 /// The special tokens a GGUF file's metadata names by id.
 fn gguf_special(file: &GgufFile) -> Result<Vec<(String, String)>> {
-    let tokens_key = crate::data::gguf_tokenizer::TOKENS_KEY;
-    let tokens = match file.get(tokens_key) {
-        Some(_) => file.get_array(tokens_key)?,
-        None => &[],
-    };
-    let mut special = Vec::new();
-    for (name, key) in [
-        ("bos_token", "bos_token_id"),
-        ("eos_token", "eos_token_id"),
-        ("pad_token", "padding_token_id"),
-        ("unk_token", "unknown_token_id"),
-    ] {
-        let key = format!("tokenizer.ggml.{key}");
-        if file.get(&key).is_none() {
-            continue;
-        }
-        let id = file.get_u64(&key)?;
-        let text = usize::try_from(id)
-            .ok()
-            .and_then(|id| tokens.get(id))
-            .and_then(|t| t.as_str());
-        if let Some(text) = text {
-            special.push((name.to_owned(), text.to_owned()));
-        }
-    }
-    Ok(special)
+    let special = crate::data::gguf_tokenizer::special_tokens(file)?;
+    Ok(special
+        .into_iter()
+        .map(|(name, text)| (name.to_owned(), text))
+        .collect())
 }
 
 /// A `chat_template` value: a string, or transformers' list of named templates (the one named
