@@ -126,6 +126,27 @@ fn half_products_larger_than_a_workspace_panel_match_the_reference() {
 }
 
 #[test]
+fn half_products_of_a_few_rows_against_a_transposed_weight_match_the_reference() {
+    // Up to eight rows against a transposed weight (generation) multiply the half operands as
+    // stored, the weight's rows in parallel tasks of 64: inner sizes with and without a tail
+    // of the 32 lanes, outputs of several tasks, a batch of rows sharing the weight.
+    let cases: [Case; 4] = [
+        (&[], &[], 1, 576, 130),
+        (&[], &[], 8, 33, 65),
+        (&[2], &[], 3, 40, 70),
+        (&[], &[], 5, 1, 3),
+    ];
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in [DType::BF16, DType::F16] {
+            for (i, case) in cases.into_iter().enumerate() {
+                check_products(&device, &mut rng, dtype, case, i % 2 == 1);
+            }
+        }
+    }
+}
+
+#[test]
 fn mismatched_products_are_shape_errors() {
     let device = &devices()[0];
     let a = Array::zeros(device, [3, 4], DType::F32).unwrap();

@@ -28,6 +28,7 @@ pub mod run_dir;
 // Using a trained model: a saved run opened, evaluated, and generating text.
 pub mod trained;
 // The trainer: a run started, trained step by step, and finished.
+pub mod thread_pool;
 mod trainer;
 pub use trainer::builder::TrainerBuilder;
 pub use trainer::{Trainer, callback, interrupt};

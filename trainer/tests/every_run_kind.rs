@@ -69,8 +69,9 @@ fn every_command_works_on_every_kind_of_run() {
             ]
             .concat(),
         );
+        // A token's products read bf16 weights as stored: generation warns of nothing.
         let warned = String::from_utf8_lossy(&generating.stderr).contains("widen");
-        assert_eq!(warned, bf16, "{kind}: generation's warning");
+        assert!(!warned, "{kind}: generation's warning");
         let generated = succeeds(&generating);
         assert!(
             generated.starts_with("The"),

@@ -13,9 +13,6 @@ use crate::planning::{Budget, Plan, plan};
 /// this many times the f32 step.
 const STEP_SLOWDOWN: u32 = 4;
 
-/// The same for a generated token.
-const TOKEN_SLOWDOWN: u32 = 10;
-
 /// True when `config` runs its products in a half type on the CPU.
 pub fn half_on_cpu(config: &TrainConfig) -> bool {
     let cpu = matches!(config.device.parse::<DeviceChoice>(), Ok(DeviceChoice::Cpu));
@@ -53,21 +50,8 @@ pub fn half_on_cpu_warning(
     };
     Some(format!(
         "{} on the CPU: its products widen {0} to f32 panel by panel (no CPU bf16 kernels \
-         yet), so a step takes about {STEP_SLOWDOWN} times an f32 step and a generated token \
-         about {TOKEN_SLOWDOWN} times (the plan's fixed CPU rates do not count it); {f32_figure}",
-        config.compute_precision().name()
-    ))
-}
-
-/// The warning for generation in a half type on the CPU.
-pub fn half_on_cpu_generation_warning(config: &TrainConfig) -> Option<String> {
-    if !half_on_cpu(config) {
-        return None;
-    }
-    Some(format!(
-        "{} weights on the CPU: its products widen them to f32 panel by panel, so each token \
-         takes about {TOKEN_SLOWDOWN} times what it would in f32 (an f32 export, `headroom \
-         export --hf --dtype f32`, generates faster in twice the memory)",
+         yet), so a step takes about {STEP_SLOWDOWN} times an f32 step (the plan's fixed CPU \
+         rates do not count it); {f32_figure}",
         config.compute_precision().name()
     ))
 }

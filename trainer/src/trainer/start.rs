@@ -37,6 +37,7 @@ use crate::step::diagnosis::{Failure, with_run_suggestion};
 use crate::step::micro::MicroBatcher;
 use crate::step::optimizer::schedule;
 use crate::step::precision::LossScaler;
+use crate::thread_pool::thread_pool;
 use crate::trainer::callback::Callbacks;
 use crate::trainer::unstarted::Unstarted;
 
@@ -429,14 +430,6 @@ fn head_chunk(
         (None, None) => None,
     }
     .or(config.model.head_chunk)
-}
-
-/// The run's thread pool, its threads named `headroom-N`.
-fn thread_pool() -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .thread_name(|i| format!("headroom-{i}"))
-        .build()
-        .map_err(|e| Error::io("the thread pool")(std::io::Error::other(e)))
 }
 
 /// The allocation trace of a start that has not yet been accepted: unless

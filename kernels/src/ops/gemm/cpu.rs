@@ -1,8 +1,9 @@
-//! CPU GEMM through the `gemm` crate.
+//! CPU GEMM through the `gemm` crate, and a few rows against a half weight by `few_rows`.
 
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::few_rows::{few_rows, is_few_rows};
 use super::kernels::{GemmKernels, GemmSpec};
 use crate::buffer::Buffer;
 use crate::cpu::CpuBackend;
@@ -16,11 +17,15 @@ const SMALL_PRODUCT: usize = 1 << 21;
 impl GemmKernels for CpuBackend {
     fn gemm(&self, spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()> {
         match a.dtype() {
+            DType::F32 if is_few_rows(spec) => few_rows::<f32>(spec, a, b, out),
             DType::F32 => gemm_typed::<f32>(spec, a, b, out),
             DType::F64 => gemm_typed::<f64>(spec, a, b, out),
+            DType::BF16 if is_few_rows(spec) => few_rows::<half::bf16>(spec, a, b, out),
+            DType::F16 if is_few_rows(spec) => few_rows::<half::f16>(spec, a, b, out),
             other => Err(Error::DType {
                 op: "gemm",
-                expected: "f32 or f64".into(),
+                expected: "f32 or f64 (or a half type, for a few rows against a transposed weight)"
+                    .into(),
                 got: other,
             }),
         }

@@ -4,6 +4,7 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod few_rows;
 mod half;
 pub(crate) mod kernels;
 mod meta;
@@ -238,7 +239,12 @@ fn product(
     let out_shape = Shape::new(&out_dims);
     let device = a.device();
     let mut out = Array::uninit(device, out_shape.clone(), a.dtype(), op)?;
-    let native = matches!(a.dtype(), DType::F32 | DType::F64) || device.backend().gemm_half();
+    // Half operands go to the backend as they are where it multiplies them (a GPU), or where
+    // the product is a few rows against a transposed weight (generation on a CPU: no f32
+    // workspace, each weight read once as stored); elsewhere they are widened panel by panel.
+    let native = matches!(a.dtype(), DType::F32 | DType::F64)
+        || device.backend().gemm_half()
+        || few_rows::is_few_rows(&spec);
     if native {
         if let Some(bias) = bias {
             fill_rows(bias, &mut out, op)?;

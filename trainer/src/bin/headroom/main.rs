@@ -17,6 +17,7 @@ use headroom_trainer::planning::half_on_cpu::{half_on_cpu, half_on_cpu_warning};
 use headroom_trainer::planning::{PlanAdvice, run_device};
 use headroom_trainer::run_dir::{self, latest_trace};
 use headroom_trainer::run_dir::{Start, Summary, read_all};
+use headroom_trainer::thread_pool::in_thread_pool;
 use headroom_trainer::{Error, Result, Trainer};
 use tracing_subscriber::EnvFilter;
 
@@ -356,8 +357,9 @@ fn main() -> ExitCode {
         } => report(run_dir, memory_viz.as_deref()),
         Command::Tokenizer(command) => text::tokenizer(command),
         Command::Prepare(args) => text::prepare_shards(args),
-        Command::Generate(args) => model_use::generate_text(args),
-        Command::Eval(args) => model_use::evaluate(args),
+        // Inside a thread pool, as a trainer's steps run: each token's many small kernels.
+        Command::Generate(args) => in_thread_pool(|| model_use::generate_text(args)),
+        Command::Eval(args) => in_thread_pool(|| model_use::evaluate(args)),
         Command::Export(args) => model_use::export(args),
     };
     match result {

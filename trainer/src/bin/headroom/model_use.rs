@@ -12,7 +12,6 @@ use headroom_nn::lora::QuantizedBase;
 use headroom_nn::{Family, Sampling};
 use headroom_trainer::data::tokenizer::TextTokenizer;
 use headroom_trainer::model::TrainModel;
-use headroom_trainer::planning::half_on_cpu::half_on_cpu_generation_warning;
 use headroom_trainer::trained::{EvalData, evaluate_run};
 use headroom_trainer::trained::{GenerateOptions, Stop, checked_prompt, generate};
 use headroom_trainer::trained::{SavedRun, UseSettings, pretrained_model};
@@ -180,9 +179,6 @@ pub fn generate_text(args: &GenerateArgs) -> Result<()> {
         });
     }
     let tokenizer = TextTokenizer::load(&tokenizer_path)?;
-    if let Some(warning) = half_on_cpu_generation_warning(&run.config) {
-        tracing::warn!("{warning}");
-    }
     let TrainModel::Gpt(gpt) = &run.model else {
         return Err(Error::Config {
             problems: vec!["generate: the run's model is an MLP; only a GPT generates text".into()],

@@ -1,0 +1,206 @@
+//! Products of a few rows against a weight used transposed (`x @ w^T`: a linear layer while
+//! generating, one token at a time), on the CPU. Each weight row is read once, as stored
+//! (bf16 widened in registers, f16 in cache), and multiplied with every row of `x` in f32;
+//! nothing is widened into device memory, so a token reads each weight's bytes once, at the
+//! memory's bandwidth.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use super::kernels::GemmSpec;
+use crate::buffer::Buffer;
+use crate::dtype::Element;
+use crate::error::Result;
+
+/// Output rows up to which a product against a transposed weight runs here.
+const MOST_ROWS: usize = 8;
+
+/// Weight rows (output columns) per parallel task.
+const COLUMNS_PER_TASK: usize = 64;
+
+/// Whether a product of `spec`'s shape runs here (a few untransposed rows against one
+/// transposed weight), its half operands as they are; on a CPU and on a meta device planning
+/// for one alike.
+pub(crate) fn is_few_rows(spec: &GemmSpec) -> bool {
+    spec.batch == 1 && !spec.trans_a && spec.trans_b && spec.m <= MOST_ROWS && spec.k > 0
+}
+
+/// A weight's element type, whose rows the products read as f32.
+pub(crate) trait WeightRow: Element + Send + Sync {
+    /// `src` as f32: itself for f32, else widened into `scratch` (of the same length).
+    #[inline(always)]
+    fn as_f32<'a>(src: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32] {
+        Self::widen(src, scratch);
+        scratch
+    }
+    /// The products of each row of `x` (`[m, k]`) with `weight` (`k` long) into `sums`, with
+    /// `scratch` (`k` long) to widen the weight into.
+    #[inline(always)]
+    fn dots(x: &[f32], weight: &[Self], scratch: &mut [f32], sums: &mut [f32]) {
+        let weight = Self::as_f32(weight, scratch);
+        for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
+            *sum = dot(x, weight, |w| w);
+        }
+    }
+    /// Widens `src` into `dst` (of the same length).
+    fn widen(src: &[Self], dst: &mut [f32]);
+    /// `x` rounded to this type.
+    fn narrow(x: f32) -> Self;
+    /// This value as an f32.
+    fn wide(self) -> f32;
+}
+
+impl WeightRow for f32 {
+    fn as_f32<'a>(src: &'a [Self], _: &'a mut [f32]) -> &'a [f32] {
+        src
+    }
+
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+
+    fn narrow(x: f32) -> Self {
+        x
+    }
+
+    fn wide(self) -> f32 {
+        self
+    }
+}
+
+/// A bf16 as an f32: its top half, a shift that vectorizes.
+#[inline(always)]
+fn bf16_wide(x: bf16) -> f32 {
+    f32::from_bits(u32::from(x.to_bits()) << 16)
+}
+
+impl WeightRow for bf16 {
+    /// Widened in registers as each product reads it.
+    #[inline(always)]
+    fn dots(x: &[f32], weight: &[Self], _: &mut [f32], sums: &mut [f32]) {
+        for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
+            *sum = dot(x, weight, bf16_wide);
+        }
+    }
+
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = bf16_wide(s);
+        }
+    }
+
+    fn narrow(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+
+    fn wide(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl WeightRow for f16 {
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+
+    fn narrow(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+
+    fn wide(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// `out (+)= a @ b^T` for `spec` ([`is_few_rows`]): `a` `[m, k]`, `b` `[n, k]`, `out` `[m, n]`,
+/// all of type `T` (f32, bf16 or f16), the sums in f32 (and the accumulated output added in
+/// f32), each output rounded once.
+pub(crate) fn few_rows<T: WeightRow>(
+    spec: &GemmSpec,
+    a: &Buffer,
+    b: &Buffer,
+    out: &mut Buffer,
+) -> Result<()> {
+    const OP: &str = "gemm";
+    let &GemmSpec { m, n, k, .. } = spec;
+    let (a, b) = (a.host::<T>(OP)?, b.host::<T>(OP)?);
+    let out = out.host_mut::<T>(OP)?;
+    let mut x = vec![0f32; m * k];
+    T::widen(&a[..m * k], &mut x);
+    let columns: Vec<Vec<f32>> = (0..n.div_ceil(COLUMNS_PER_TASK))
+        .into_par_iter()
+        .map_init(
+            || vec![0f32; k],
+            |row, task| {
+                let first = task * COLUMNS_PER_TASK;
+                let weights = &b[first * k..(first + COLUMNS_PER_TASK).min(n) * k];
+                products_best_isa(&x, weights, row)
+            },
+        )
+        .collect();
+    for (task, sums) in columns.iter().enumerate() {
+        let first = task * COLUMNS_PER_TASK;
+        for (c, sums) in sums.chunks_exact(m).enumerate() {
+            for (i, &s) in sums.iter().enumerate() {
+                let o = &mut out[i * n + first + c];
+                let before = if spec.accumulate { o.wide() } else { 0.0 };
+                *o = T::narrow(before + s);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The products of the rows of `x` (`[m, k]`, f32) with each row of `weights` (`[w, k]`), as
+/// `[w, m]`, with `row` (`k` long) to widen a weight row into.
+#[inline(always)]
+fn products<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) -> Vec<f32> {
+    let k = row.len();
+    let m = x.len() / k;
+    let mut sums = vec![0f32; weights.len() / k * m];
+    for (weight, sums) in weights.chunks_exact(k).zip(sums.chunks_exact_mut(m)) {
+        T::dots(x, weight, row, sums);
+    }
+    sums
+}
+
+/// `x . y` in 32 independent lanes, so that the sums vectorize, each `y` read through `wide`.
+#[inline(always)]
+fn dot<W: Copy>(x: &[f32], y: &[W], wide: impl Fn(W) -> f32) -> f32 {
+    const LANES: usize = 32;
+    let mut lanes = [0f32; LANES];
+    let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+    let tail: f32 = xs
+        .remainder()
+        .iter()
+        .zip(ys.remainder())
+        .map(|(&a, &b)| a * wide(b))
+        .sum();
+    for (x, y) in xs.zip(ys) {
+        for l in 0..LANES {
+            lanes[l] += x[l] * wide(y[l]);
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// [`products`] compiled for AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn products_avx2<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) -> Vec<f32> {
+    products(x, weights, row)
+}
+
+/// [`products`] in the widest instruction set this CPU has.
+fn products_best_isa<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if crate::ops::elementwise::isa::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        return unsafe { products_avx2(x, weights, row) };
+    }
+    products(x, weights, row)
+}
