@@ -7,7 +7,7 @@ mod common;
 use common::device;
 use headroom_autograd::{Tape, Tensor, autocast};
 use headroom_kernels::ops::random::uniform;
-use headroom_kernels::{Array, DType, Device};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, PlanTarget};
 
 const ROWS: usize = 13;
 const FEATURES: usize = 8;
@@ -144,4 +144,77 @@ fn the_hidden_states_gradient_is_held_once() {
     // where the chunks' parts were joined into a second copy at the end.
     assert!(grown < dhidden + dhidden / 4, "{grown} bytes for {dhidden}");
     drop(grads);
+}
+
+#[test]
+fn the_gradients_formed_in_the_forward_pass_follow_the_upstream_gradient() {
+    // The loss scaled by 3 (as a micro-batch's share or a loss scale scales it): each gradient
+    // three times the plain one, in every dtype and under both autocasts (f16's wait for the
+    // backward pass).
+    let device = device();
+    for (dtype, policy) in [
+        (DType::F64, None),
+        (DType::F32, None),
+        (DType::F32, Some(DType::BF16)),
+        (DType::F32, Some(DType::F16)),
+        (DType::BF16, None),
+    ] {
+        let hidden = tensor(&device, [ROWS, FEATURES], dtype, 3);
+        let weight = tensor(&device, [VOCAB, FEATURES], dtype, 4);
+        let targets: Vec<u32> = (0..ROWS as u32).map(|i| i * 3 % VOCAB as u32).collect();
+        let targets = Tensor::from_host(&device, [ROWS], &targets).unwrap();
+        let _policy = policy.map(autocast);
+        let grads = |factor: f64| {
+            let tape = Tape::new();
+            let loss = tape
+                .record(|| {
+                    hidden
+                        .linear_cross_entropy(&weight, &targets, None, 4)?
+                        .scale(factor)
+                })
+                .unwrap();
+            let grads = tape.gradient(&loss, &[&hidden, &weight]).unwrap();
+            let get = |t: &Tensor| grads.get(t).unwrap().to_f64().unwrap();
+            (get(&hidden), get(&weight))
+        };
+        let (dh, dw) = grads(1.0);
+        let (dh3, dw3) = grads(3.0);
+        let thrice = |x: &[f64]| x.iter().map(|v| 3.0 * v).collect::<Vec<_>>();
+        let rtol = if dtype == DType::BF16 || policy.is_some() {
+            1e-2
+        } else {
+            1e-6
+        };
+        assert_close(
+            &format!("{dtype} {policy:?} dhidden"),
+            &dh3,
+            &thrice(&dh),
+            rtol,
+        );
+        assert_close(
+            &format!("{dtype} {policy:?} dweight"),
+            &dw3,
+            &thrice(&dw),
+            rtol,
+        );
+    }
+}
+
+#[test]
+fn a_step_runs_the_heads_products_three_times() {
+    // The logits formed once, in the forward pass, for the loss and both gradients: three
+    // products of rows x vocabulary x features (the logits, the hidden states' gradient and the
+    // weight's), where forming them again in the backward pass took four.
+    let planner = Device::meta_for(PlanTarget::Cpu, DeviceConfig::new(1 << 30)).unwrap();
+    let (rows, features, vocab) = (64, 32, 1000);
+    let hidden = Tensor::variable(Array::zeros(&planner, [rows, features], DType::F32).unwrap());
+    let weight = Tensor::variable(Array::zeros(&planner, [vocab, features], DType::F32).unwrap());
+    let targets = Tensor::variable(Array::zeros(&planner, [rows], DType::U32).unwrap());
+    let tape = Tape::new();
+    let loss = tape
+        .record(|| hidden.linear_cross_entropy(&weight, &targets, None, 16))
+        .unwrap();
+    tape.gradient(&loss, &[&hidden, &weight]).unwrap();
+    let flops = planner.planned_work().unwrap().matrix_flops;
+    assert_eq!(flops, 3.0 * 2.0 * (rows * features * vocab) as f64);
 }

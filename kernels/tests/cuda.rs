@@ -37,6 +37,7 @@ fn kernels(family: Family) -> Vec<String> {
             "binary",
             "binary_assign",
             "binary_strided",
+            "scale_by",
             "swiglu",
             "swiglu_backward",
         ]),

@@ -305,3 +305,34 @@ fn binary_into_writes_what_binary_returns_into_its_second_operand() {
         );
     }
 }
+
+#[test]
+fn scale_by_into_multiplies_in_place_by_a_factor_read_on_the_device() {
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            // Past one parallel chunk of 2^14 elements.
+            let (x, values) = random(&device, &mut rng, &[3, 7001], dtype, -1.0, 1.0);
+            let (factor, f) = random(&device, &mut rng, &[], dtype, -4.0, 4.0);
+            let mut x = x.deep_copy().unwrap();
+            let allocations = device.allocator().stats().allocations;
+            ew::scale_by_into(&mut x, &factor).unwrap();
+            assert_eq!(device.allocator().stats().allocations, allocations);
+            let want: Vec<f64> = values.iter().map(|v| v * f[0]).collect();
+            assert_close(
+                &format!("scale_by_into {dtype}"),
+                &x.to_f64().unwrap(),
+                &want,
+                tolerance(dtype),
+            );
+            let shared = x.clone();
+            assert!(
+                ew::scale_by_into(&mut x, &factor).is_err(),
+                "a shared operand is refused"
+            );
+            drop(shared);
+            let (two, _) = random(&device, &mut rng, &[2], dtype, -1.0, 1.0);
+            assert!(ew::scale_by_into(&mut x, &two).is_err(), "one factor");
+        }
+    }
+}

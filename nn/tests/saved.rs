@@ -19,13 +19,14 @@ fn live_activations(device: &Device) -> u64 {
 }
 
 /// The tape's account after a forward pass and the loss, and the activation bytes allocated
-/// then beyond the loss itself: what the pass left, and the ids and targets (which the
-/// embedding and the loss keep).
+/// then beyond the loss and the targets: what the pass left, and the ids (which the embedding
+/// keeps). The fused head and loss keeps the gradients it formed, not its operands.
 fn forward(gpt: &Gpt, ids: &Tensor, targets: &Tensor) -> (SavedReport, u64) {
     let device = ids.device().clone();
     let tape = Tape::new();
     let loss = tape.record(|| gpt.loss(ids, targets, None)).unwrap();
-    let left = live_activations(&device) - loss.array().buffer().reserved_bytes() as u64;
+    let outside = [&loss, targets].map(|t| t.array().buffer().reserved_bytes() as u64);
+    let left = live_activations(&device) - outside.iter().sum::<u64>();
     (tape.saved(), left)
 }
 

@@ -1,9 +1,12 @@
 //! A language model's head and its loss in one op (Liger Kernel's fused linear cross-entropy,
 //! Cut Cross-Entropy): the logits `hidden @ weight^T` are formed a chunk of rows at a time,
-//! reduced to the chunk's loss and freed; the backward pass forms each chunk's logits again and
-//! adds its share to the hidden state's and the weight's gradients. The `[rows, vocabulary]`
-//! logits never exist whole: beyond the operands and their gradients, a step holds one chunk's
-//! logits and their gradient.
+//! reduced to the chunk's loss and freed. When a tape records, each chunk's share of the hidden
+//! state's and the weight's gradients is formed from the same logits in the forward pass, as
+//! Liger Kernel does, and the backward pass only scales them by the upstream gradient: the head's
+//! products run three times a step, not four. The `[rows, vocabulary]` logits never exist whole:
+//! beyond the operands and their gradients, a step holds one chunk's logits and their gradient.
+//! Under f16 autocast the gradients wait for the backward pass, whose upstream gradient carries
+//! the loss scale that keeps them from underflowing in f16.
 //!
 //! On CUDA the products' weight carries rows of zeros that round the vocabulary up to a
 //! multiple of eight ([`padding`]): cuBLAS runs products whose rows do not start on 16 bytes
@@ -16,6 +19,7 @@
 //! accumulation inside the product); the weight's gradient adds up over the chunks in the
 //! weight's own dtype (f32 master weights), never in half.
 
+use headroom_alloc::Tag;
 use headroom_kernels::ops::data::cast_range;
 use headroom_kernels::ops::elementwise as ew;
 use headroom_kernels::ops::gemm::{matmul, matmul_accumulate};
@@ -151,8 +155,13 @@ impl Head {
 
     /// The gradients of the hidden states and of the weight (each when asked) for the loss'
     /// gradient `g`, each chunk's rows of the hidden states' written in place (a meta device
-    /// plans the chunks of one size once).
-    fn grads(&self, g: &Array, (hidden, weight): (bool, bool)) -> Result<[Option<Array>; 2]> {
+    /// plans the chunks of one size once). Without `g` (the forward pass) they are the loss'
+    /// own gradients, held under the gradients' tag, and the loss comes with them.
+    fn grads(
+        &self,
+        g: Option<&Array>,
+        (hidden, weight): (bool, bool),
+    ) -> Result<(Option<Array>, [Option<Array>; 2])> {
         let device = self.hidden.device();
         // The weight's gradient with the padded rows, cut back once all chunks are in; a half
         // weight's (bf16 parameters) is summed over the chunks in f32 and rounded once.
@@ -160,29 +169,47 @@ impl Head {
             DType::F16 | DType::BF16 => DType::F32,
             dtype => dtype,
         };
-        let mut dweight = when(weight, || {
-            let features = self.weight.shape().dims()[1];
-            let rows = self.vocab() + self.pad;
-            Array::zeros(device, [rows, features], summed_in).map_err(Into::into)
-        })?;
-        let mut dhidden = when(hidden, || {
-            Array::zeros(device, self.hidden.shape().clone(), self.hidden.dtype())
-                .map_err(Into::into)
-        })?;
+        let (mut dweight, mut dhidden) = {
+            let _tag = g.is_none().then(|| device.scoped_tag(Tag::GRADIENTS));
+            let dweight = when(weight, || {
+                let features = self.weight.shape().dims()[1];
+                let rows = self.vocab() + self.pad;
+                Array::zeros(device, [rows, features], summed_in).map_err(Into::into)
+            })?;
+            let dhidden = when(hidden, || {
+                Array::zeros(device, self.hidden.shape().clone(), self.hidden.dtype())
+                    .map_err(Into::into)
+            })?;
+            (dweight, dhidden)
+        };
+        let loss_dtype = loss_dtype(self.weight_p.dtype());
+        let mut total = match g {
+            None => Some(Array::zeros(device, Shape::new(&[]), loss_dtype)?),
+            Some(_) => None,
+        };
         let features = self.hidden.shape().dims()[1];
         device.for_each_alike(
             &self.chunks,
             |c| c.rows,
             |&c| -> Result<()> {
                 let (rows, logits, targets) = self.logits(c)?;
-                let dloss = ew::scale(g, c.share)?;
+                let host = Some(self.host_targets(c));
+                if let Some(total) = &mut total {
+                    let vocab = Some(self.vocab());
+                    let loss = padded_cross_entropy(&logits, vocab, &targets, self.ignore, host)?;
+                    ew::add_into(total, &ew::scale(&loss, c.share)?)?;
+                }
+                let dloss = match g {
+                    Some(g) => ew::scale(g, c.share)?,
+                    None => Array::full(device, Shape::new(&[]), loss_dtype, c.share)?,
+                };
                 let dlogits = padded_cross_entropy_backward(
                     &logits,
                     Some(self.vocab()),
                     &targets,
                     &dloss,
                     self.ignore,
-                    Some(self.host_targets(c)),
+                    host,
                 )?;
                 drop(logits);
                 if let Some(dh) = &mut dhidden {
@@ -201,11 +228,31 @@ impl Head {
             Some(dw) if self.pad > 0 => Some(narrow(&dw, 0, 0, self.vocab())?),
             dw => dw,
         };
-        let dweight = dweight
-            .map(|dw| in_dtype(&dw, self.weight.dtype()))
-            .transpose()?;
-        Ok([dhidden, dweight])
+        let dweight = {
+            let _tag = g.is_none().then(|| device.scoped_tag(Tag::GRADIENTS));
+            dweight
+                .map(|dw| in_dtype(&dw, self.weight.dtype()))
+                .transpose()?
+        };
+        Ok((total, [dhidden, dweight]))
     }
+}
+
+/// Each gradient formed in the forward pass, scaled in place by the upstream gradient `g`
+/// (cast to its dtype first) when its input needs it.
+fn scaled_by(g: &Array, grads: [Option<Array>; 2], needs: &[bool]) -> Result<Vec<Option<Array>>> {
+    grads
+        .into_iter()
+        .enumerate()
+        .map(|(i, grad)| match grad {
+            Some(mut grad) if needs.get(i) == Some(&true) => {
+                let factor = in_dtype(g, grad.dtype())?;
+                ew::scale_by_into(&mut grad, &factor)?;
+                Ok(Some(grad))
+            }
+            _ => Ok(None),
+        })
+        .collect()
 }
 
 impl Tensor {
@@ -261,27 +308,43 @@ impl Tensor {
             host_targets,
             ignore,
         };
-        let y = Tensor::output(head.loss()?);
-        if let Some(rec) = begin(&[self, weight]) {
-            // The half copy of the weight goes: the backward pass casts it again.
-            let head = Head {
-                weight_p: head.weight.clone(),
-                ..head
-            };
+        let rec = begin(&[self, weight]);
+        let Some(rec) = rec else {
+            return Ok(Tensor::output(head.loss()?));
+        };
+        if product != DType::F16 {
+            // The gradients from the forward pass's logits; the backward pass scales them.
+            let needs = (rec.tracks(0), rec.tracks(1));
+            let (loss, grads) = head.grads(None, needs)?;
+            let y = Tensor::output(loss.expect("the forward pass forms the loss"));
+            let kept: Vec<&Array> = grads.iter().flatten().collect();
             rec.finish(
                 OP,
                 &[&y],
-                saves(&[&head.hidden, &head.weight, &head.targets]),
-                rule(move |g, needs| {
-                    let head = Head {
-                        weight_p: products_weight(&head.weight, product, head.pad)?,
-                        ..head
-                    };
-                    let needs = (needs.first() == Some(&true), needs.get(1) == Some(&true));
-                    Ok(Vec::from(head.grads(g, needs)?))
-                }),
+                saves(&kept),
+                rule(move |g, needs| scaled_by(g, grads, needs)),
             );
+            return Ok(y);
         }
+        let y = Tensor::output(head.loss()?);
+        // The half copy of the weight goes: the backward pass casts it again.
+        let head = Head {
+            weight_p: head.weight.clone(),
+            ..head
+        };
+        rec.finish(
+            OP,
+            &[&y],
+            saves(&[&head.hidden, &head.weight, &head.targets]),
+            rule(move |g, needs| {
+                let head = Head {
+                    weight_p: products_weight(&head.weight, product, head.pad)?,
+                    ..head
+                };
+                let needs = (needs.first() == Some(&true), needs.get(1) == Some(&true));
+                Ok(Vec::from(head.grads(Some(g), needs)?.1))
+            }),
+        );
         Ok(y)
     }
 }

@@ -124,6 +124,17 @@ impl ElementwiseKernels for CpuBackend {
         })
     }
 
+    fn scale_by(&self, factor: &Buffer, x: &mut Buffer) -> Result<()> {
+        const OP: &str = "scale_by";
+        with_float!(x.dtype(), OP, |T| {
+            let factor = factor.host::<T>(OP)?[0].load();
+            x.host_mut::<T>(OP)?
+                .par_chunks_mut(CHUNK)
+                .for_each(|x| x.iter_mut().for_each(|v| *v = T::store(v.load() * factor)));
+            Ok(())
+        })
+    }
+
     fn swiglu(&self, operands: SwigluOperands<'_>) -> Result<()> {
         let SwigluOperands { gate, up, out } = operands;
         const OP: &str = "swiglu";

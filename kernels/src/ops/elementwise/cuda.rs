@@ -129,6 +129,17 @@ impl ElementwiseKernels for CudaBackend {
         self.launch(op.name(), Family::Elementwise, &name, grid, &args)
     }
 
+    fn scale_by(&self, factor: &Buffer, x: &mut Buffer) -> Result<()> {
+        const OP: &str = "scale_by";
+        let name = float_kernel(OP, x.dtype(), OP)?;
+        if x.is_empty() {
+            return Ok(());
+        }
+        let grid = self.grid(x.len() as u64);
+        let args = [factor.into(), x.into(), x.len().into()];
+        self.launch(OP, Family::Elementwise, &name, grid, &args)
+    }
+
     fn swiglu(&self, operands: SwigluOperands<'_>) -> Result<()> {
         let SwigluOperands { gate, up, out } = operands;
         const OP: &str = "swiglu";

@@ -146,6 +146,15 @@ __device__ void swiglu_backward(const T* gate, const T* up, const T* dy, T* dgat
     }
 }
 
+// x[i] *= factor[0], the factor read by every thread from where it lives.
+template <typename T> __device__ __forceinline__ void scale_by(const T* factor, T* x, u64 n) {
+    typedef Io<T> io;
+    const typename io::C f = io::load(factor[0]);
+    for (u64 i = thread_index(); i < n; i += grid_stride()) {
+        x[i] = io::store(io::load(x[i]) * f);
+    }
+}
+
 #define ELEMENTWISE(name, T) \
     extern "C" __global__ void swiglu_##name(const T* gate, const T* up, T* out, u64 n) { \
         zip_map(gate, up, out, n, SwigluFn<T>()); \
@@ -162,6 +171,9 @@ __device__ void swiglu_backward(const T* gate, const T* up, const T* dy, T* dgat
     } \
     extern "C" __global__ void binary_assign_##name(int op, double p, const T* a, T* b, u64 n) { \
         binary_any<T>(op, p, a, b, b, n); \
+    } \
+    extern "C" __global__ void scale_by_##name(const T* factor, T* x, u64 n) { \
+        scale_by<T>(factor, x, n); \
     } \
     extern "C" __global__ void binary_strided_##name(int op, double p, const T* a, const T* b, T* out, \
                                                      u64 n, Walk wa, Walk wb) { \

@@ -260,6 +260,10 @@ pub trait ElementwiseKernels {
     /// `b[i] = op(a[i], b[i])`, in place; float dtypes, same dtype and length.
     fn binary_assign(&self, op: BinaryOp, a: &Buffer, b: &mut Buffer) -> Result<()>;
 
+    /// `x[i] = x[i] * factor[0]`, in place, the factor read where it lives; float dtypes, the
+    /// same for both.
+    fn scale_by(&self, factor: &Buffer, x: &mut Buffer) -> Result<()>;
+
     /// SwiGLU: `out[i] = silu(gate[i]) * up[i]` with `silu(x) = x sigmoid(x)`, the SiLU
     /// rounded to the dtype before the product.
     fn swiglu(&self, operands: SwigluOperands<'_>) -> Result<()>;

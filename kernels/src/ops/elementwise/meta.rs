@@ -30,6 +30,10 @@ impl ElementwiseKernels for MetaBackend {
         self.record(Kernel::moving(&[b, out, out]));
         Ok(())
     }
+    fn scale_by(&self, factor: &Buffer, x: &mut Buffer) -> Result<()> {
+        self.record(Kernel::moving(&[factor, x, x]));
+        Ok(())
+    }
     fn swiglu(&self, operands: SwigluOperands<'_>) -> Result<()> {
         let SwigluOperands { gate, up, out } = operands;
         self.record(Kernel::moving_with(&[gate, up, &*out], 6.0));

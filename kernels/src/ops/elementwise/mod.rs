@@ -145,6 +145,34 @@ pub fn add_into(acc: &mut Array, x: &Array) -> Result<()> {
         .binary_assign(BinaryOp::Add, x.buffer(), acc.buffer_mut(OP)?)
 }
 
+/// `x *= factor`, in place, `factor` one element of `x`'s dtype on its device (a gradient from
+/// upstream, read where it lives; `x` must be the only handle to its buffer): rescales an
+/// array without a second one.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::elementwise::scale_by_into};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let mut x = Array::from_f64(&cpu, [3], DType::F32, &[1., -2., 0.5])?;
+/// scale_by_into(&mut x, &Array::full(&cpu, [], DType::F32, 4.0)?)?;
+/// assert_eq!(x.to_f64()?, [4., -8., 2.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn scale_by_into(x: &mut Array, factor: &Array) -> Result<()> {
+    const OP: &str = "scale_by_into";
+    x.check_float(OP)?;
+    x.check_peer(factor, OP)?;
+    if factor.numel() != 1 {
+        return Err(crate::error::Error::Shape {
+            op: OP,
+            detail: format!("factor {}: one element", factor.shape()),
+        });
+    }
+    let device = x.device().clone();
+    device
+        .backend()
+        .scale_by(factor.buffer(), x.buffer_mut(OP)?)
+}
+
 /// `b = op(a, b)` elementwise, in place (same shape, dtype and device, no broadcasting; `b`
 /// must be the only handle to its buffer): a backward rule turning an upstream gradient it owns
 /// into its input's gradient without a second array.
