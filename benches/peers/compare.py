@@ -10,6 +10,7 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py limits   (what fits under 4 and 8 GiB: GPT-2 small, f32)
     python3 benches/peers/compare.py limits --device cuda:0 --binary BIN   (on a GPU, bf16)
     python3 benches/peers/compare.py train
+    python3 benches/peers/compare.py finetune --gguf FILE [f32] [generate]   (SmolLM2-135M)
     python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
     python3 benches/peers/compare.py cuda --binary BIN --smoke --peer-device cpu (a dry run)
     python3 benches/peers/compare.py allreduce --binary BIN   (NCCL over every GPU, and torch.distributed)
@@ -47,6 +48,12 @@ BENCHES = {
         "torch_train.py",
         ("model", "precision"),
         ("samples_per_s", "peak_bytes"),
+    ),
+    "finetune": (
+        "finetune-compare",
+        "torch_finetune.py",
+        ("bench", "precision", "shape"),
+        ("samples_per_s", "tokens_per_s", "gflops"),
     ),
     "cuda": ("cuda-compare", "torch_cuda.py", ("op", "dtype", "shape"), ("value",)),
     "allreduce": (
@@ -223,7 +230,11 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="cuda, allreduce: both sides at small sizes")
     parser.add_argument("--peer-device", help="cuda, allreduce: PyTorch's device (cpu for a dry run)")
     parser.add_argument("--device", help="fit, limits: both sides' device (cpu, the default, or cuda:N)")
-    args = parser.parse_args()
+    parser.add_argument("--gguf", help="finetune: the real model's GGUF file (random weights without it)")
+    parser.add_argument("names", nargs="*", help="finetune: benches, precisions and shapes both sides run")
+    args = parser.parse_intermixed_args()
+    if (args.gguf or args.names) and args.bench != "finetune":
+        parser.error("--gguf and names apply to the finetune bench only")
     if (args.smoke or args.peer_device) and args.bench not in ("cuda", "allreduce"):
         parser.error("--smoke and --peer-device apply to the cuda and allreduce benches only")
     if args.device and args.bench not in ("fit", "limits"):
@@ -250,9 +261,10 @@ def main() -> int:
     smoke = ["--smoke"] if args.smoke else []
     peer_device = ["--device", args.peer_device] if args.peer_device else []
     device = ["--device", args.device] if args.device else []
+    picked = (["--gguf", args.gguf] if args.gguf else []) + args.names
     commands = {
-        "headroom": [args.binary or str(ROOT / "target" / "release" / binary), *smoke, *device],
-        "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script), *smoke, *peer_device, *device],
+        "headroom": [args.binary or str(ROOT / "target" / "release" / binary), *smoke, *device, *picked],
+        "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script), *smoke, *peer_device, *device, *picked],
     }
     sides: dict[str, Lines] = {side: {} for side in commands}
     for _ in range(args.rounds):

@@ -4,9 +4,10 @@ import statistics
 import time
 
 
-def median_seconds(f, runs: int) -> float:
-    """The median seconds of `runs` calls of `f`, after one untimed call (a warm-up)."""
-    f()
+def median_seconds(f, runs: int, warmup: int = 1) -> float:
+    """The median seconds of `runs` calls of `f`, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        f()
     times = []
     for _ in range(runs):
         start = time.perf_counter()
