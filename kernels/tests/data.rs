@@ -54,13 +54,18 @@ fn casts_between_every_pair_of_dtypes_round_to_nearest() {
 }
 
 /// f32 values whose rounding to the half types is decided by the low bits of the f32 mantissa:
-/// just above a tie, at a tie (to even), just below one.
-const ROUNDING_BITS: [u32; 5] = [
+/// just above a tie, at a tie (to even), just below one; then 1e-5 (subnormal in f16), 70 000
+/// (beyond f16's range), infinity and minus zero.
+const ROUNDING_BITS: [u32; 9] = [
     0xbf74_8005,
     0x3f80_8001,
     0x3f80_8000,
     0x3f81_8000,
     0x3f80_7fff,
+    0x3727_c5ac,
+    0x4788_b800,
+    0x7f80_0000,
+    0x8000_0000,
 ];
 
 #[test]
@@ -104,6 +109,16 @@ fn half_types_round_f64_and_f32_values_to_nearest_even_on_upload_fill_and_cast()
             );
             let filled = Array::full(&device, [1], dtype, wide[0]).unwrap();
             assert_eq!(bits(&filled), [want[0]], "full {device} {dtype}");
+            // Widened back, each is exactly its half value.
+            let widened: Vec<u32> = (uploaded.cast(DType::F32).unwrap().to_host::<f32>())
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            let exact: Vec<u32> = (uploaded.to_f64().unwrap().iter())
+                .map(|&x| (x as f32).to_bits())
+                .collect();
+            assert_eq!(widened, exact, "widened {device} {dtype}");
         }
     }
 }

@@ -5,7 +5,7 @@ mod common;
 use common::{assert_close, assert_close_scaled, devices, random, rng, tolerance};
 use headroom_alloc::trace::SplitMix64;
 use headroom_kernels::ops::gemm::{matmul, matmul_accumulate, matmul_bias};
-use headroom_kernels::{Array, DType, Device, Error};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Error};
 
 /// Reads element (row, col) of `op(x)` for matrix `index` of a batch stored row-major.
 fn element(
@@ -109,11 +109,13 @@ fn products_match_the_f64_reference_in_every_float_dtype() {
 #[test]
 fn half_products_larger_than_a_workspace_panel_match_the_reference() {
     // Half types are widened to f32 a panel (2^18 elements) at a time: these span several
-    // panels of rows, of the inner dimension and of the batch, with and without a bias.
-    let cases: [Case; 3] = [
+    // panels of rows, of the inner dimension and of the batch, with and without a bias, and
+    // (the last) bands of 256 rows and inner steps, more than a panel, with a shorter tail.
+    let cases: [Case; 4] = [
         (&[], &[], 700, 300, 200),
         (&[], &[], 200, 1100, 300),
         (&[45], &[45], 64, 64, 64),
+        (&[], &[], 600, 300, 1500),
     ];
     let mut rng = rng();
     for device in devices() {
@@ -123,6 +125,25 @@ fn half_products_larger_than_a_workspace_panel_match_the_reference() {
             }
         }
     }
+}
+
+#[test]
+fn a_half_product_with_a_vocabulary_wide_output_multiplies_in_bands_of_256_rows() {
+    // A language model's head on a CPU (1024 tokens against 49 152 rows of 576): bands of 256
+    // rows and of 256 inner steps, where a panel of 2^18 elements would cut 5 at a time and
+    // call hundreds of slow, thin products.
+    let meta = Device::meta(DeviceConfig::new(1 << 34)).unwrap();
+    let kernels = || meta.planned_work().unwrap().kernels;
+    let x = Array::zeros(&meta, [1024, 576], DType::BF16).unwrap();
+    let w = Array::zeros(&meta, [49_152, 576], DType::BF16).unwrap();
+    let before = kernels();
+    let logits = matmul(&x, &w, false, true).unwrap();
+    // The weight widened, then per band: its rows widened, multiplied and narrowed.
+    assert_eq!(kernels() - before, 1 + 4 * 3);
+    let before = kernels();
+    matmul(&logits, &x, true, false).unwrap();
+    // Per band of tokens: both operands widened and multiplied; then the output narrowed.
+    assert_eq!(kernels() - before, 4 * 3 + 1);
 }
 
 #[test]

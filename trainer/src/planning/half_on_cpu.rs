@@ -1,6 +1,6 @@
 //! The warning a bf16 or f16 run on the CPU gets once: the CPU's products widen half types to
 //! f32 panel by panel, so they save memory but cost time, and what the same run in f32 would
-//! need, by its own plan.
+//! need, by its own plan (which prices the widening).
 
 use headroom_alloc::format_bytes;
 use headroom_kernels::PlanTarget;
@@ -8,10 +8,6 @@ use headroom_kernels::PlanTarget;
 use crate::config::{DeviceChoice, ParamDtype, PrecisionKind, TrainConfig};
 use crate::data::Task;
 use crate::planning::{Budget, Plan, plan};
-
-/// Measured on SmolLM2-135M on a 2-core CPU without bf16 matrix units: a bf16 step took about
-/// this many times the f32 step.
-const STEP_SLOWDOWN: u32 = 4;
 
 /// True when `config` runs its products in a half type on the CPU.
 pub fn half_on_cpu(config: &TrainConfig) -> bool {
@@ -50,8 +46,7 @@ pub fn half_on_cpu_warning(
     };
     Some(format!(
         "{} on the CPU: its products widen {0} to f32 panel by panel (no CPU bf16 kernels \
-         yet), so a step takes about {STEP_SLOWDOWN} times an f32 step (the plan's fixed CPU \
-         rates do not count it); {f32_figure}",
+         yet), which saves memory but not time; {f32_figure}",
         config.compute_precision().name()
     ))
 }

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::kernels::GemmSpec;
 use crate::buffer::Buffer;
-use crate::dtype::Element;
+use crate::dtype::{Element, Float};
 use crate::error::Result;
 
 /// Output rows up to which a product against a transposed weight runs here.
@@ -69,24 +69,18 @@ impl WeightRow for f32 {
     }
 }
 
-/// A bf16 as an f32: its top half, a shift that vectorizes.
-#[inline(always)]
-fn bf16_wide(x: bf16) -> f32 {
-    f32::from_bits(u32::from(x.to_bits()) << 16)
-}
-
 impl WeightRow for bf16 {
     /// Widened in registers as each product reads it.
     #[inline(always)]
     fn dots(x: &[f32], weight: &[Self], _: &mut [f32], sums: &mut [f32]) {
         for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
-            *sum = dot(x, weight, bf16_wide);
+            *sum = dot(x, weight, Float::load);
         }
     }
 
     fn widen(src: &[Self], dst: &mut [f32]) {
         for (d, &s) in dst.iter_mut().zip(src) {
-            *d = bf16_wide(s);
+            *d = s.load();
         }
     }
 

@@ -1,8 +1,8 @@
 //! Products of half types (bf16, f16): widened to f32, multiplied there, narrowed into the
 //! output. Widening whole operands would hold an f32 copy of both operands and of the output at
 //! once, twice the memory of the product itself; instead one panel at a time is widened, so the
-//! f32 workspace stays near [`PANEL`] elements beyond the operand that is kept whole (the
-//! smaller one: a layer's weight, or its gradient). A meta device plans the panels of one size
+//! f32 workspace stays near [`PANEL`] elements (or [`MIN_BAND`] rows of a wide product) beyond
+//! the operand that is kept whole (the smaller one: a layer's weight, or its gradient). A meta device plans the panels of one size
 //! once ([`Device::for_each_alike`](crate::Device::for_each_alike)).
 
 use headroom_alloc::Tag;
@@ -15,6 +15,10 @@ use crate::shape::Shape;
 
 /// f32 elements widened per panel (1 MiB): big enough that each panel is an efficient product.
 const PANEL: usize = 1 << 18;
+/// The fewest rows (or inner steps) a band takes, whatever [`PANEL`] allows: a thinner band
+/// multiplies below the matrix rate and reads the operand kept whole once more per band (a
+/// vocabulary of 49 152 would otherwise cut bands of 5 rows).
+const MIN_BAND: usize = 256;
 
 /// `out = op(a) op(b) (+ bias)` for half-type operands, as [`super::product`] laid out in
 /// `spec`; every f32 workspace array is tagged as workspace.
@@ -104,7 +108,7 @@ fn by_row_panels(
 ) -> Result<()> {
     let &GemmSpec { m, n, k, .. } = spec;
     let b32 = widen(b, 0, Shape::new(&[k * n]), op)?;
-    let rows = (PANEL / (k + n)).clamp(1, m);
+    let rows = (PANEL / (k + n)).clamp(MIN_BAND.min(m), m);
     let panels = bands(m, rows);
     let device = a.device().clone();
     device.for_each_alike(
@@ -145,7 +149,7 @@ fn by_depth_panels(
 ) -> Result<()> {
     let &GemmSpec { m, n, k, .. } = spec;
     let mut out32 = output_panel(a, Shape::new(&[m, n]), bias, op)?;
-    let depth = (PANEL / (m + n)).clamp(1, k);
+    let depth = (PANEL / (m + n)).clamp(MIN_BAND.min(k), k);
     let device = a.device().clone();
     let alike = |&(first, depth): &(usize, usize)| (depth, first > 0);
     device.for_each_alike(&bands(k, depth), alike, |&(first, depth)| {
