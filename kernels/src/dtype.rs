@@ -257,9 +257,14 @@ impl Float for bf16 {
     fn load(self) -> f32 {
         f32::from_bits(u32::from(self.to_bits()) << 16)
     }
+    /// Rounded to nearest even as [`bf16::from_f32`] rounds, without branches, so that it
+    /// vectorizes; a NaN stays a NaN, made quiet.
     #[inline]
     fn store(value: f32) -> Self {
-        bf16::from_f32(value)
+        let bits = value.to_bits();
+        let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16;
+        let quiet_nan = (bits >> 16) | 0x0040;
+        bf16::from_bits(if value.is_nan() { quiet_nan } else { rounded } as u16)
     }
 }
 
@@ -288,5 +293,33 @@ mod tests {
             f16::ONE
         );
         assert!(<f32 as Compute>::max(f32::NAN, 1.0).is_nan());
+    }
+
+    #[test]
+    fn bf16_loads_and_stores_as_the_half_crate_converts() {
+        // Ties to even (down and up), overflow to infinity, a subnormal, a NaN, then a
+        // scattered sweep of bit patterns.
+        let special = [
+            0x3f80_8000,
+            0x3f81_8000,
+            0x7f7f_ffff,
+            0x8000_8001,
+            0x7fa0_0001,
+        ];
+        let sweep = (0..(1u32 << 17)).map(|i| i.wrapping_mul(0x8000_8001).rotate_left(i % 32));
+        for bits in special.into_iter().chain(sweep) {
+            let value = f32::from_bits(bits);
+            let (ours, theirs) = (bf16::store(value), bf16::from_f32(value));
+            if value.is_nan() {
+                assert!(ours.is_nan() && ours.to_bits() & 0x0040 != 0, "{bits:#x}");
+            } else {
+                assert_eq!(ours.to_bits(), theirs.to_bits(), "{bits:#x}");
+            }
+            let half = bf16::from_bits(bits as u16);
+            assert_eq!(half.load().to_bits() >> 16, u32::from(half.to_bits()));
+            if !half.is_nan() {
+                assert_eq!(half.load(), half.to_f32());
+            }
+        }
     }
 }

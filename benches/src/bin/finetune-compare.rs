@@ -5,11 +5,12 @@
 //!
 //! ```text
 //! finetune-compare [--gguf FILE] [--steps N] [--warmup N] [--gen-rounds N]
-//!                  [step|generate|peak]... [f32|bf16]... [4x256|2x2048]...
+//!                  [step|generate|peak]... [f32|bf16|nf4]... [4x256|2x2048]...
 //! ```
 //!
 //! For each precision (f32, and bf16 as `--param-dtype bf16 --precision bf16` runs: the weights,
-//! gradients and products in bf16):
+//! gradients and products in bf16; `nf4`, generation alone, with the weights stored in NF4 as
+//! QLoRA's frozen base and read in bf16):
 //! - `peak`: the machine's matrix rate for that dtype, Headroom's product `a @ b^T` of two
 //!   2048 x 2048 matrices, as a linear layer multiplies (the median of 5 after one to warm up),
 //!   in GFLOP/s;
@@ -32,6 +33,7 @@ use headroom_autograd::{Tensor, autocast};
 use headroom_benches::timing::median_seconds;
 use headroom_kernels::PlanTarget;
 use headroom_kernels::ops::gemm::matmul;
+use headroom_kernels::ops::quant::QuantFormat;
 use headroom_kernels::ops::random::uniform;
 use headroom_kernels::{Array, DType, Device, DeviceConfig};
 use headroom_nn::gguf::load_gguf;
@@ -98,10 +100,37 @@ impl Args {
     }
 }
 
+/// A precision the bench runs: its name, the parameters' dtype, and how the base weights are
+/// stored (`nf4`: QLoRA's frozen base, NF4 codes read in bf16; generation only).
+#[derive(Debug, Clone, Copy)]
+struct Precision {
+    name: &'static str,
+    dtype: DType,
+    stored: Option<QuantFormat>,
+}
+
+const PRECISIONS: [Precision; 3] = [
+    Precision {
+        name: "f32",
+        dtype: DType::F32,
+        stored: None,
+    },
+    Precision {
+        name: "bf16",
+        dtype: DType::BF16,
+        stored: None,
+    },
+    Precision {
+        name: "nf4",
+        dtype: DType::BF16,
+        stored: Some(QuantFormat::Nf4),
+    },
+];
+
 /// The names a command line picks among, by group.
 const GROUPS: [&[&str]; 3] = [
     &["step", "generate", "peak"],
-    &["f32", "bf16"],
+    &["f32", "bf16", "nf4"],
     &["4x256", "2x2048"],
 ];
 
@@ -144,10 +173,17 @@ fn peak(dtype: DType) -> Result<f64> {
 
 /// SmolLM2-135M at `context` positions with parameters in `dtype`: the file's weights or seeded
 /// random ones.
-fn model(device: &Device, gguf: Option<&PathBuf>, dtype: DType, context: usize) -> Result<Gpt> {
+fn model(
+    device: &Device,
+    gguf: Option<&PathBuf>,
+    precision: Precision,
+    context: usize,
+) -> Result<Gpt> {
     let mut config = Preset::named(PRESET).expect("a preset").shape();
     config.context = context;
-    let mut gpt = Gpt::new(&mut Initializer::new(device, dtype, 1), config)?;
+    let mut init = Initializer::new(device, precision.dtype, 1);
+    init.set_quantize(precision.stored);
+    let mut gpt = Gpt::new(&mut init, config)?;
     if let Some(path) = gguf {
         load_gguf(path, &mut gpt)?;
     }
@@ -162,10 +198,10 @@ fn prompt() -> Vec<u32> {
 }
 
 /// The median seconds of a greedy generation of `NEW_TOKENS` tokens, and the tokens.
-fn generate(args: &Args, dtype: DType) -> Result<(f64, Vec<u32>)> {
+fn generate(args: &Args, precision: Precision) -> Result<(f64, Vec<u32>)> {
     let device = Device::cpu(DeviceConfig::new(8 << 30))?;
-    let gpt = model(&device, args.gguf.as_ref(), dtype, 2048)?;
-    let _policy = (dtype == DType::BF16).then(|| autocast(DType::BF16));
+    let gpt = model(&device, args.gguf.as_ref(), precision, 2048)?;
+    let _policy = (precision.dtype == DType::BF16).then(|| autocast(DType::BF16));
     let mut tokens = Vec::new();
     let seconds = median_seconds(args.gen_rounds, || -> Result<()> {
         tokens.clear();
@@ -246,11 +282,16 @@ fn run() -> Result<()> {
     }
     let shape = Preset::named(PRESET).expect("a preset").shape();
     let mut lines = Vec::new();
-    for (precision, dtype) in [("f32", DType::F32), ("bf16", DType::BF16)] {
+    for spec in PRECISIONS {
+        let Precision {
+            name: precision,
+            dtype,
+            stored,
+        } = spec;
         if !args.keeps(precision) {
             continue;
         }
-        if args.keeps("peak") {
+        if args.keeps("peak") && stored.is_none() {
             let gflops = peak(dtype)?;
             println!("{precision:<5} peak      {PEAK_SIDE}^3 product       {gflops:>9.1} GFLOP/s");
             lines.push(format!(
@@ -258,7 +299,7 @@ fn run() -> Result<()> {
             ));
         }
         if args.keeps("generate") {
-            let (seconds, tokens) = generate(&args, dtype)?;
+            let (seconds, tokens) = generate(&args, spec)?;
             let per_second = NEW_TOKENS as f64 / seconds;
             let ms = 1e3 * seconds / NEW_TOKENS as f64;
             println!(
@@ -270,7 +311,7 @@ fn run() -> Result<()> {
             ));
         }
         for (name, size) in [("4x256", (4, 256)), ("2x2048", (2, 2048))] {
-            if !args.keeps("step") || !args.keeps(name) {
+            if !args.keeps("step") || !args.keeps(name) || stored.is_some() {
                 continue;
             }
             let (seconds, predicted) = step(&args, precision, size)?;

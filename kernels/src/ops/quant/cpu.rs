@@ -29,27 +29,73 @@ impl QuantKernels for CpuBackend {
         let (codes, scales) = (codes.host::<u8>(OP)?, scales.host::<f32>(OP)?);
         let block = spec.block;
         match spec.codes {
-            Codes::Nf4 => fill(out, |i| {
-                let byte = codes[i / 2];
-                let index = if i.is_multiple_of(2) {
-                    byte >> 4
-                } else {
-                    byte & 0x0F
-                };
-                LEVELS[usize::from(index)] * scales[i / block]
+            Codes::Nf4 => fill_blocks(out, block, |b, values| {
+                let scale = scales[b];
+                // A block holds an even number of values, so it starts at a byte.
+                let codes = &codes[b * block / 2..];
+                for (pair, &byte) in values.chunks_mut(2).zip(codes) {
+                    pair[0] = LEVELS[usize::from(byte >> 4)] * scale;
+                    if let Some(low) = pair.get_mut(1) {
+                        *low = LEVELS[usize::from(byte & 0x0F)] * scale;
+                    }
+                }
             }),
-            Codes::Int8 => fill(out, |i| {
-                f32::from(codes[i] as i8) * (scales[i / block] / 127.0)
+            Codes::Int8 => fill_blocks(out, block, |b, values| {
+                let scale = scales[b] / 127.0;
+                for (v, &code) in values.iter_mut().zip(&codes[b * block..]) {
+                    *v = f32::from(code as i8) * scale;
+                }
             }),
             Codes::Dynamic { offset } => {
                 let map = code_book(map, OP)?.host::<f32>(OP)?;
-                fill(out, |i| match scales[i / block] {
-                    0.0 => offset,
-                    scale => map[usize::from(codes[i])] * scale + offset,
+                fill_blocks(out, block, |b, values| match scales[b] {
+                    0.0 => values.fill(offset),
+                    scale => {
+                        for (v, &code) in values.iter_mut().zip(&codes[b * block..]) {
+                            *v = map[usize::from(code)] * scale + offset;
+                        }
+                    }
                 })
             }
         }
     }
+}
+
+/// `out`'s values a block of `block` at a time: `values(b, slots)` writes block `b`'s values
+/// (`block` of them, fewer in the last) in f32, each then rounded once to `out`'s dtype.
+fn fill_blocks(
+    out: &mut Buffer,
+    block: usize,
+    values: impl Fn(usize, &mut [f32]) + Sync,
+) -> Result<()> {
+    const OP: &str = "dequantize";
+    with_float!(out.dtype(), OP, |T| {
+        fill_blocks_as::<T>(out.host_mut(OP)?, block, &values);
+        Ok(())
+    })
+}
+
+/// [`fill_blocks`] into `out` of `T`, a task per group of blocks.
+fn fill_blocks_as<T: Float>(
+    out: &mut [T],
+    block: usize,
+    values: &(impl Fn(usize, &mut [f32]) + Sync),
+) {
+    let blocks_per_task = (CHUNK / block).max(1);
+    out.par_chunks_mut(blocks_per_task * block)
+        .enumerate()
+        .for_each_init(
+            || vec![0f32; block],
+            |slots, (task, chunk)| {
+                for (b, chunk) in chunk.chunks_mut(block).enumerate() {
+                    let slots = &mut slots[..chunk.len()];
+                    values(task * blocks_per_task + b, slots);
+                    for (o, &v) in chunk.iter_mut().zip(slots.iter()) {
+                        *o = T::store(T::C::of(f64::from(v)));
+                    }
+                }
+            },
+        );
 }
 
 /// Each NF4 block's scale from its dynamic-map code: as [`Codes::Dynamic`] dequantizes it.
