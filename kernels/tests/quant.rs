@@ -5,10 +5,11 @@
 mod common;
 
 use common::{assert_fails, devices, rng, values};
+use headroom_kernels::ops::gemm::matmul;
 use headroom_kernels::ops::quant::{Codes, QuantFormat, Quantized, dequantize};
 use headroom_kernels::quantize::double::DoubleQuantized;
 use headroom_kernels::quantize::int8::Int8;
-use headroom_kernels::{Array, DType, Device, DeviceConfig, Element};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Element, PlanTarget};
 
 /// Shapes with partial blocks, odd counts, several blocks of scales (256 blocks of 64 values
 /// is one block of scales) and more values than one pass of a GPU's grid covers.
@@ -235,4 +236,92 @@ fn stored_weights_go_to_the_host_tier_and_back_unchanged() {
             assert_eq!(host.allocator().stats().in_use, 0);
         }
     }
+}
+
+#[test]
+fn a_few_rows_against_nf4_codes_multiply_as_the_dequantized_weight_does_to_the_bit() {
+    // Rows of whole blocks, more weight rows than one task takes (64) and fewer; one to eight
+    // rows of `x`, in a batch too; every float dtype a product takes.
+    let mut rng = rng();
+    for device in devices() {
+        for (n, k) in [(130, 128), (7, 192)] {
+            let w: Vec<f32> = values(&mut rng, n * k, -0.2, 0.2)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            let stored =
+                Quantized::quantize(&device, [n, k], &w, QuantFormat::Nf4, DType::BF16).unwrap();
+            for x_dims in [&[1, k][..], &[2, 3, k], &[8, k]] {
+                for dtype in [DType::F32, DType::BF16, DType::F16] {
+                    let count = x_dims.iter().product();
+                    let x = values(&mut rng, count, -1.0, 1.0);
+                    let x = Array::from_f64(&device, x_dims, dtype, &x).unwrap();
+                    let dense = stored.dequantize(dtype).unwrap();
+                    let want = matmul(&x, &dense, false, true).unwrap();
+                    let Some(got) = stored.few_rows_product(&x).unwrap() else {
+                        assert_ne!(
+                            device.plan_target(),
+                            PlanTarget::Cpu,
+                            "a CPU has the kernel"
+                        );
+                        continue;
+                    };
+                    let what = format!("{device} {n}x{k} {x_dims:?} {dtype}");
+                    assert_eq!(got.shape(), want.shape(), "{what}");
+                    assert_eq!(got.to_bytes().unwrap(), want.to_bytes().unwrap(), "{what}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn nf4_codes_are_multiplied_as_stored_only_where_the_kernel_applies() {
+    let cpu = &devices()[0];
+    let weight = |format, k| {
+        Quantized::quantize(cpu, [16, k], &vec![0.1; 16 * k], format, DType::F32).unwrap()
+    };
+    let rows = |m, k| Array::full(cpu, [m, k], DType::F32, 0.5).unwrap();
+    let (nf4, int8) = (weight(QuantFormat::Nf4, 64), weight(QuantFormat::Int8, 64));
+    assert!(nf4.few_rows_product(&rows(8, 64)).unwrap().is_some());
+    assert!(
+        nf4.few_rows_product(&rows(9, 64)).unwrap().is_none(),
+        "too many rows"
+    );
+    assert!(
+        int8.few_rows_product(&rows(1, 64)).unwrap().is_none(),
+        "not NF4"
+    );
+    let partial = weight(QuantFormat::Nf4, 96);
+    assert!(
+        partial.few_rows_product(&rows(1, 96)).unwrap().is_none(),
+        "rows not whole blocks"
+    );
+    assert!(
+        nf4.few_rows_product(&rows(1, 32)).unwrap().is_none(),
+        "mismatched: matmul says"
+    );
+}
+
+#[test]
+fn a_generation_step_against_nf4_codes_holds_no_dequantized_weight() {
+    // A CPU's plan of one token through a 2048 x 2048 layer: the output and the block scales
+    // beside the codes, where a dequantized bf16 weight would take 8 MiB.
+    let meta = Device::meta(DeviceConfig::new(1 << 30)).unwrap();
+    let stored = Quantized::quantize(&meta, [2048, 2048], &[], QuantFormat::Nf4, DType::BF16);
+    let stored = stored.unwrap();
+    let x = Array::zeros(&meta, [1, 2048], DType::BF16).unwrap();
+    let in_use = meta.allocator().stats().in_use;
+    meta.allocator().with(|a| a.reset_peak());
+    let y = stored
+        .few_rows_product(&x)
+        .unwrap()
+        .expect("a plan for a CPU has the kernel");
+    let held = meta.allocator().stats().peak_in_use - in_use;
+    assert_eq!(y.shape().dims(), [1, 2048]);
+    assert!(
+        held <= (2048 * 2048 / 64 * 4 + 2048 * 2) as u64 + 4096,
+        "{held} bytes"
+    );
+    assert!(meta.planned_work().unwrap().matrix_flops >= 2.0 * 2048.0 * 2048.0);
 }

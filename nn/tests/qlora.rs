@@ -137,24 +137,32 @@ fn a_quantized_base_gives_the_dequantized_models_loss_and_gradients_to_the_bit()
 #[test]
 fn generation_over_a_quantized_base_gives_the_dequantized_models_logits() {
     let device = device();
-    let gpt = qlora(&device, llama(), DType::BF16, QuantFormat::Nf4);
-    let dense = dequantized(&gpt);
-    let (mut ours, mut theirs) = (gpt.kv_cache(2), dense.kv_cache(2));
-    let steps = [ids(&device, 3), ids(&device, 1), ids(&device, 1)];
-    for step in &steps {
-        let a = gpt
-            .forward_cached(step, &mut ours)
-            .unwrap()
-            .to_f64()
-            .unwrap();
-        let b = dense
-            .forward_cached(step, &mut theirs)
-            .unwrap()
-            .to_f64()
-            .unwrap();
-        assert_eq!(a, b);
+    // Layers of partial blocks (dequantized for each product), then of whole blocks (each
+    // step's few rows multiplied on the NF4 codes as stored), in bf16 and f32.
+    for (config, dtype) in [
+        (llama(), DType::BF16),
+        (small_llama(64, 16, 128), DType::BF16),
+        (small_llama(64, 16, 128), DType::F32),
+    ] {
+        let gpt = qlora(&device, config, dtype, QuantFormat::Nf4);
+        let dense = dequantized(&gpt);
+        let (mut ours, mut theirs) = (gpt.kv_cache(2), dense.kv_cache(2));
+        let steps = [ids(&device, 3), ids(&device, 1), ids(&device, 1)];
+        for step in &steps {
+            let a = gpt
+                .forward_cached(step, &mut ours)
+                .unwrap()
+                .to_f64()
+                .unwrap();
+            let b = dense
+                .forward_cached(step, &mut theirs)
+                .unwrap()
+                .to_f64()
+                .unwrap();
+            assert_eq!(a, b, "{dtype}");
+        }
+        assert_eq!(ours.len(), 5);
     }
-    assert_eq!(ours.len(), 5);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Products with a weight stored quantized (QLoRA's frozen base): the weight is dequantized for
-//! the product and let go of after it, in the forward pass and again in the backward pass. The
+//! the product and let go of after it, in the forward pass and again in the backward pass; a
+//! few rows against NF4 codes on a CPU read the codes as stored instead. The
 //! rule keeps the stored codes alone: a frozen weight needs no gradient, so the input is not
 //! kept either.
 
@@ -23,12 +24,21 @@ impl Tensor {
         let dtype = product_dtype(weight);
         let x = self.for_matmul()?.cast(dtype)?;
         let b = bias.map(Tensor::for_matmul).transpose()?;
-        let w = weight.dequantize(dtype)?;
-        let y = match &b {
-            Some(b) => gemm::matmul_bias(x.array(), &w, b.array(), false, true)?,
-            None => gemm::matmul(x.array(), &w, false, true)?,
+        // A few rows (a generation step) read NF4 codes as stored, where the device can.
+        let on_codes = match &b {
+            None => weight.few_rows_product(x.array())?,
+            Some(_) => None,
         };
-        drop(w);
+        let y = match on_codes {
+            Some(y) => y,
+            None => {
+                let w = weight.dequantize(dtype)?;
+                match &b {
+                    Some(b) => gemm::matmul_bias(x.array(), &w, b.array(), false, true)?,
+                    None => gemm::matmul(x.array(), &w, false, true)?,
+                }
+            }
+        };
         let y = Tensor::output(y);
         let inputs: Vec<&Tensor> = std::iter::once(&x).chain(&b).collect();
         if let Some(rec) = begin(&inputs) {

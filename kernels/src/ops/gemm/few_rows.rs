@@ -4,6 +4,8 @@
 //! nothing is widened into device memory, so a token reads each weight's bytes once, at the
 //! memory's bandwidth.
 
+use std::ops::Range;
+
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -14,7 +16,7 @@ use crate::dtype::{Element, Float};
 use crate::error::Result;
 
 /// Output rows up to which a product against a transposed weight runs here.
-const MOST_ROWS: usize = 8;
+pub(crate) const MOST_ROWS: usize = 8;
 
 /// Weight rows (output columns) per parallel task.
 const COLUMNS_PER_TASK: usize = 64;
@@ -116,9 +118,25 @@ pub(crate) fn few_rows<T: WeightRow>(
     b: &Buffer,
     out: &mut Buffer,
 ) -> Result<()> {
+    let b = b.host::<T>("gemm")?;
+    let k = spec.k;
+    few_rows_with::<T>(spec, a, out, |x, weights, row| {
+        products_best_isa(x, &b[weights.start * k..weights.end * k], row)
+    })
+}
+
+/// [`few_rows`] with the weight's rows read by `products(x, weights, row)`: the products of the
+/// rows of `x` (`[m, k]`, widened to f32) with the weight's rows `weights`, as `[w, m]`, with
+/// `row` (`k` long) to widen a weight row into; a parallel task per 64 weight rows.
+pub(crate) fn few_rows_with<T: WeightRow>(
+    spec: &GemmSpec,
+    a: &Buffer,
+    out: &mut Buffer,
+    products: impl Fn(&[f32], Range<usize>, &mut [f32]) -> Vec<f32> + Sync,
+) -> Result<()> {
     const OP: &str = "gemm";
     let &GemmSpec { m, n, k, .. } = spec;
-    let (a, b) = (a.host::<T>(OP)?, b.host::<T>(OP)?);
+    let a = a.host::<T>(OP)?;
     let out = out.host_mut::<T>(OP)?;
     let mut x = vec![0f32; m * k];
     T::widen(&a[..m * k], &mut x);
@@ -128,8 +146,7 @@ pub(crate) fn few_rows<T: WeightRow>(
             || vec![0f32; k],
             |row, task| {
                 let first = task * COLUMNS_PER_TASK;
-                let weights = &b[first * k..(first + COLUMNS_PER_TASK).min(n) * k];
-                products_best_isa(&x, weights, row)
+                products(&x, first..(first + COLUMNS_PER_TASK).min(n), row)
             },
         )
         .collect();
@@ -161,7 +178,7 @@ fn products<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) -> Vec<f32>
 
 /// `x . y` in 32 independent lanes, so that the sums vectorize, each `y` read through `wide`.
 #[inline(always)]
-fn dot<W: Copy>(x: &[f32], y: &[W], wide: impl Fn(W) -> f32) -> f32 {
+pub(crate) fn dot<W: Copy>(x: &[f32], y: &[W], wide: impl Fn(W) -> f32) -> f32 {
     const LANES: usize = 32;
     let mut lanes = [0f32; LANES];
     let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));

@@ -4,7 +4,7 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
-mod few_rows;
+pub(crate) mod few_rows;
 mod half;
 pub(crate) mod kernels;
 mod meta;

@@ -2,18 +2,38 @@
 
 use rayon::prelude::*;
 
+use half::{bf16, f16};
+
+use super::few_rows::nf4_few_rows;
 use super::kernels::{
-    Codes, DequantOperands, DequantSpec, GatherOperands, GatherSpec, QuantKernels, code_book,
-    nf4_tables,
+    Codes, DequantOperands, DequantSpec, GatherOperands, GatherSpec, Nf4ProductOperands,
+    Nf4ProductSpec, QuantKernels, code_book, nf4_tables,
 };
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
-use crate::dtype::{Compute, Float};
-use crate::error::Result;
+use crate::dtype::{Compute, DType, Float};
+use crate::error::{Error, Result};
 use crate::ops::index::kernels::check_range;
 use crate::quantize::nf4::LEVELS;
 
 impl QuantKernels for CpuBackend {
+    fn has_nf4_few_rows(&self) -> bool {
+        true
+    }
+
+    fn nf4_few_rows(&self, spec: &Nf4ProductSpec, operands: Nf4ProductOperands<'_>) -> Result<()> {
+        match operands.x.dtype() {
+            DType::F32 => nf4_few_rows::<f32>(spec, operands),
+            DType::BF16 => nf4_few_rows::<bf16>(spec, operands),
+            DType::F16 => nf4_few_rows::<f16>(spec, operands),
+            other => Err(Error::DType {
+                op: "nf4_few_rows",
+                expected: "f32, bf16 or f16".into(),
+                got: other,
+            }),
+        }
+    }
+
     fn gather_rows(&self, spec: &GatherSpec, operands: GatherOperands<'_>) -> Result<()> {
         gather(spec, operands)
     }
@@ -30,13 +50,13 @@ impl QuantKernels for CpuBackend {
         let block = spec.block;
         match spec.codes {
             Codes::Nf4 => fill_blocks(out, block, |b, values| {
-                let scale = scales[b];
+                let table = LEVELS.map(|level| level * scales[b]);
                 // A block holds an even number of values, so it starts at a byte.
                 let codes = &codes[b * block / 2..];
                 for (pair, &byte) in values.chunks_mut(2).zip(codes) {
-                    pair[0] = LEVELS[usize::from(byte >> 4)] * scale;
+                    pair[0] = table[usize::from(byte >> 4)];
                     if let Some(low) = pair.get_mut(1) {
-                        *low = LEVELS[usize::from(byte & 0x0F)] * scale;
+                        *low = table[usize::from(byte & 0x0F)];
                     }
                 }
             }),

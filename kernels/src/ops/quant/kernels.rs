@@ -2,6 +2,7 @@
 
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
+use crate::ops::gemm::kernels::GemmSpec;
 
 /// How a quantized array's codes stand for values.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,6 +46,50 @@ pub struct DequantOperands<'a> {
     pub out: &'a mut Buffer,
 }
 
+/// The geometry of a few rows against a weight stored in NF4: `out [m, n] = x [m, k] @ w^T`,
+/// `w` `[n, k]` with every row whole blocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Nf4ProductSpec {
+    /// Rows of `x` and of the output (a few: the tokens of one generation step).
+    pub m: usize,
+    /// The weight's rows, the output's columns.
+    pub n: usize,
+    /// The weight's columns, a whole number of blocks.
+    pub k: usize,
+    /// Values per block.
+    pub block: usize,
+}
+
+impl Nf4ProductSpec {
+    /// The same product as a dense one: `x` against the weight used transposed.
+    pub(crate) fn as_product(&self) -> GemmSpec {
+        GemmSpec {
+            batch: 1,
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            trans_a: false,
+            trans_b: true,
+            a_batch_stride: 0,
+            b_batch_stride: 0,
+            accumulate: false,
+        }
+    }
+}
+
+/// The operands of [`QuantKernels::nf4_few_rows`], every one contiguous.
+#[derive(Debug)]
+pub struct Nf4ProductOperands<'a> {
+    /// `x`, `m * k` values of the product's float dtype.
+    pub x: &'a Buffer,
+    /// The weight's NF4 codes, u8, `n * k / 2`.
+    pub codes: &'a Buffer,
+    /// Each block's scale, f32 (double quantization already undone).
+    pub scales: &'a Buffer,
+    /// Receives the `m * n` products, of `x`'s dtype.
+    pub out: &'a mut Buffer,
+}
+
 /// The kernels of this family that a backend runs; the op layer has checked sizes, dtypes and
 /// devices before calling.
 pub trait QuantKernels {
@@ -56,6 +101,21 @@ pub trait QuantKernels {
     /// [`dequantize`](Self::dequantize) gives it (an NF4 block's scale from its code as
     /// [`Codes::Dynamic`] gives it). An id out of range is an [`Error::Argument`](crate::Error).
     fn gather_rows(&self, spec: &GatherSpec, operands: GatherOperands<'_>) -> Result<()>;
+
+    /// Whether [`nf4_few_rows`](Self::nf4_few_rows) runs here; elsewhere the op layer
+    /// dequantizes the weight and multiplies.
+    fn has_nf4_few_rows(&self) -> bool {
+        false
+    }
+
+    /// A few rows against a weight stored in NF4, its codes read as stored: what the product of
+    /// `x` and the weight dequantized into `x`'s dtype gives, to the bit.
+    fn nf4_few_rows(&self, spec: &Nf4ProductSpec, _: Nf4ProductOperands<'_>) -> Result<()> {
+        Err(Error::Argument {
+            op: "nf4_few_rows",
+            detail: format!("no kernel on this backend for {spec:?}"),
+        })
+    }
 }
 
 /// The geometry of a row gather from a quantized `[rows, width]` table (a token embedding):

@@ -12,11 +12,16 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod few_rows;
 pub(crate) mod kernels;
 mod meta;
+mod product;
 mod stored;
 
-pub use kernels::{Codes, DequantOperands, DequantSpec, GatherOperands, GatherSpec, QuantKernels};
+pub use kernels::{
+    Codes, DequantOperands, DequantSpec, GatherOperands, GatherSpec, Nf4ProductOperands,
+    Nf4ProductSpec, QuantKernels,
+};
 pub use stored::{ArrivingQuantized, QuantFormat, Quantized};
 
 use crate::array::Array;

@@ -165,17 +165,20 @@ impl Quantized {
 
     /// The values, in `dtype`: a new array of the shape, computed from the codes.
     pub fn dequantize(&self, dtype: DType) -> Result<Array> {
+        let codes = match self.scales {
+            Scales::Plain(_) => Codes::Int8,
+            Scales::Double { .. } => Codes::Nf4,
+        };
         let block = QuantFormat::BLOCK;
+        let scales = self.block_scales()?;
+        let shape = self.shape.clone();
+        dequantize(&self.codes, &scales, None, codes, block, shape, dtype)
+    }
+
+    /// Each block's scale in f32 (NF4's double quantization undone).
+    pub(super) fn block_scales(&self) -> Result<Array> {
         match &self.scales {
-            Scales::Plain(scales) => dequantize(
-                &self.codes,
-                scales,
-                None,
-                Codes::Int8,
-                block,
-                self.shape.clone(),
-                dtype,
-            ),
+            Scales::Plain(scales) => Ok(scales.clone()),
             Scales::Double {
                 codes,
                 absmax,
@@ -184,7 +187,7 @@ impl Quantized {
             } => {
                 let offset = Codes::Dynamic { offset: *offset };
                 let blocks = codes.numel();
-                let scales = dequantize(
+                dequantize(
                     codes,
                     absmax,
                     Some(map),
@@ -192,18 +195,14 @@ impl Quantized {
                     SCALE_BLOCK,
                     [blocks],
                     DType::F32,
-                )?;
-                dequantize(
-                    &self.codes,
-                    &scales,
-                    None,
-                    Codes::Nf4,
-                    block,
-                    self.shape.clone(),
-                    dtype,
                 )
             }
         }
+    }
+
+    /// The codes, u8.
+    pub(super) fn codes(&self) -> &Array {
+        &self.codes
     }
 
     /// The rows of this `[rows, width]` table that `ids` (u32, any shape) name, in `dtype`:
