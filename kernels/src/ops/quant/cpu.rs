@@ -1,10 +1,9 @@
 //! CPU kernels: dequantization, one task per group of blocks.
 
+use half::{bf16, f16};
 use rayon::prelude::*;
 
-use half::{bf16, f16};
-
-use super::few_rows::nf4_few_rows;
+use super::few_rows::{decode_block, nf4_few_rows};
 use super::kernels::{
     Codes, DequantOperands, DequantSpec, GatherOperands, GatherSpec, Nf4ProductOperands,
     Nf4ProductSpec, QuantKernels, code_book, nf4_tables,
@@ -52,13 +51,7 @@ impl QuantKernels for CpuBackend {
             Codes::Nf4 => fill_blocks(out, block, |b, values| {
                 let table = LEVELS.map(|level| level * scales[b]);
                 // A block holds an even number of values, so it starts at a byte.
-                let codes = &codes[b * block / 2..];
-                for (pair, &byte) in values.chunks_mut(2).zip(codes) {
-                    pair[0] = table[usize::from(byte >> 4)];
-                    if let Some(low) = pair.get_mut(1) {
-                        *low = table[usize::from(byte & 0x0F)];
-                    }
-                }
+                decode_block(&table, &codes[b * block / 2..], values);
             }),
             Codes::Int8 => fill_blocks(out, block, |b, values| {
                 let scale = scales[b] / 127.0;

@@ -73,12 +73,14 @@ trait DecodeBlock: Fn(&[f32; 16], &[u8], &mut [f32]) + Copy {}
 
 impl<F: Fn(&[f32; 16], &[u8], &mut [f32]) + Copy> DecodeBlock for F {}
 
-/// [`DecodeBlock`] a byte at a time.
+/// [`DecodeBlock`] a byte at a time (an odd count of values ends on a high nibble).
 #[inline(always)]
-fn decode_block(table: &[f32; 16], codes: &[u8], values: &mut [f32]) {
-    for (pair, &byte) in values.chunks_exact_mut(2).zip(codes) {
+pub(super) fn decode_block(table: &[f32; 16], codes: &[u8], values: &mut [f32]) {
+    for (pair, &byte) in values.chunks_mut(2).zip(codes) {
         pair[0] = table[usize::from(byte >> 4)];
-        pair[1] = table[usize::from(byte & 0x0F)];
+        if let Some(low) = pair.get_mut(1) {
+            *low = table[usize::from(byte & 0x0F)];
+        }
     }
 }
 
@@ -178,8 +180,8 @@ mod tests {
     fn eight_lanes_at_a_time_decode_as_a_byte_at_a_time() {
         let table: [f32; 16] = std::array::from_fn(|i| i as f32 * 1.5 - 7.0);
         let codes: Vec<u8> = (0..37u32).map(|i| (i * 97 + 13) as u8).collect();
-        // Whole groups of eight, and tails of every even length (a block's values are even).
-        for len in [64, 8, 6, 2, 0, 74] {
+        // Whole groups of eight, and tails of even and odd lengths (an array's last block).
+        for len in [64, 8, 7, 6, 2, 1, 0, 74] {
             let mut want = vec![0f32; len];
             decode_block(&table, &codes, &mut want);
             #[cfg(target_arch = "x86_64")]
