@@ -12,6 +12,10 @@ pub enum Error {
     #[error(transparent)]
     Kernel(#[from] headroom_kernels::Error),
 
+    /// A collective among the ranks a parameter is sharded over failed.
+    #[error(transparent)]
+    Collective(#[from] headroom_collectives::Error),
+
     /// `gradient` was called twice on one tape; a tape releases what it saved as it runs.
     #[error("gradient: this tape has already computed gradients; record a new tape for each pass")]
     TapeUsed,
@@ -38,6 +42,7 @@ impl Error {
     pub fn oom_report(&self) -> Option<&OomReport> {
         match self {
             Self::Kernel(err) => err.oom_report(),
+            Self::Collective(headroom_collectives::Error::Kernels(err)) => err.oom_report(),
             _ => None,
         }
     }

@@ -5,7 +5,9 @@
 //! of one process (every collective is a copy or nothing), so one code path serves one device
 //! and many. With the `nccl` feature, `NcclCollective` runs them over NCCL between CUDA
 //! devices, on each device's own stream, so that they queue in order with its kernels; with the
-//! `mpi` feature, `MpiCollective` runs them over MPI between CPU processes.
+//! `mpi` feature, `MpiCollective` runs them over MPI between CPU processes. [`SharedWorld`] lets
+//! several owners call one world in turn, and [`PlannedRank`] is a rank of a larger world as a
+//! planner runs it on a meta device. [`Threads`] is a world of threads of one process, for tests.
 //!
 //! ```
 //! use headroom_collectives::{Collective, ReduceOp, Solo};
@@ -25,7 +27,10 @@ mod error;
 mod nccl;
 #[cfg(feature = "mpi")]
 mod over_mpi;
+mod planned;
+mod shared;
 mod solo;
+mod threads;
 
 pub use collective::{Collective, DEFAULT_TIMEOUT, ReduceOp};
 pub use error::{Error, Result};
@@ -33,4 +38,7 @@ pub use error::{Error, Result};
 pub use nccl::{NcclCollective, UniqueId};
 #[cfg(feature = "mpi")]
 pub use over_mpi::MpiCollective;
+pub use planned::PlannedRank;
+pub use shared::SharedWorld;
 pub use solo::Solo;
+pub use threads::Threads;

@@ -421,6 +421,16 @@ impl Checkpoint {
 
     /// Replaces `optimizer`'s state with the saved one.
     pub fn restore_optimizer(&self, optimizer: &mut dyn Optimizer) -> Result<()> {
+        self.restore_optimizer_with(optimizer, &Ok)
+    }
+
+    /// [`Checkpoint::restore_optimizer`], each saved buffer passed through `map` first (cut to
+    /// a rank's chunk, for sharded parameters).
+    pub fn restore_optimizer_with(
+        &self,
+        optimizer: &mut dyn Optimizer,
+        map: &dyn Fn(Array) -> Result<Array>,
+    ) -> Result<()> {
         let steps = self
             .metadata
             .get(OPTIMIZER_STEPS)
@@ -432,8 +442,9 @@ impl Checkpoint {
             })?
             .parse::<u64>()
             .map_err(|err| self.error(OPTIMIZER_STEPS, err.to_string()))?;
-        let load =
-            |name: &str| self.array(&format!("{OPTIMIZER}{name}"), None, Tag::OPTIMIZER_STATE);
+        let load = |name: &str| {
+            map(self.array(&format!("{OPTIMIZER}{name}"), None, Tag::OPTIMIZER_STATE)?)
+        };
         optimizer.load_state(&load, steps)
     }
 }

@@ -19,6 +19,7 @@ pub mod optim;
 mod overwrite;
 mod recomputed_modules;
 mod sampling;
+mod sharded_params;
 mod streamed_pass;
 mod streaming;
 
@@ -44,10 +45,13 @@ pub use models::llama::LlamaOptions;
 pub use models::{Family, GptConfig};
 pub use module::{Module, visit_child, visit_child_mut};
 pub use optim::{
-    AdamW, AdamWConfig, Landed, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig, Shared,
-    StatePrecision, StateShard, clip_grad_norm,
+    AdamW, AdamWConfig, GradNorm, Landed, LrSchedule, Optimizer, OptimizerState, Sgd, SgdConfig,
+    Shared, StatePrecision, StateShard, clip_grad_norm,
 };
-pub use recomputed_modules::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
+pub use recomputed_modules::{
+    Recompute, recomputed, recomputed_offloaded, recomputed_sharded, recomputed_streamed,
+};
 pub use sampling::{Sampler, Sampling};
+pub use sharded_params::{ParamShards, chunk_of};
 pub use streamed_pass::Streamed;
 pub use streaming::{WeightsAhead, fetched, move_to};

@@ -8,6 +8,7 @@ use headroom_kernels::Device;
 use crate::error::{Error, Result};
 use crate::layers::activation::DropoutCounter;
 use crate::module::Module;
+use crate::sharded_params::ParamShards;
 use crate::streamed_pass::Streamed;
 
 /// What a model computes again in the backward pass instead of keeping from the forward pass.
@@ -108,12 +109,35 @@ where
     segment(Weights::Streamed(module.clone()), counter, x, host)
 }
 
+/// [`recomputed`] for a module whose tensors are chunks sharded over ranks ([`ParamShards`]),
+/// named `prefix` in the sharded module: each time the segment runs, in the forward pass and
+/// again in the backward pass, it gathers the whole tensors from every rank and drops them
+/// once done, so that the device holds the module whole only around its run; each chunk's
+/// gradient is the sum over the ranks'. Its input waits on `activations` when given. Every
+/// rank must run it at the same point.
+pub fn recomputed_sharded<M>(
+    module: &M,
+    (shards, prefix): (&ParamShards, &str),
+    counter: &DropoutCounter,
+    x: &Tensor,
+    activations: Option<&Device>,
+) -> Result<Tensor>
+where
+    M: Module + Clone + 'static,
+{
+    let weights = Weights::Sharded(module.clone(), shards.clone(), prefix.to_owned());
+    segment(weights, counter, x, activations.map(|host| (host, false)))
+}
+
 /// Where a segment's module finds its weights.
 enum Weights<M> {
     /// On the device, in the module.
     Resident(M),
     /// Streamed to the device each run.
     Streamed(Streamed<M>),
+    /// Gathered from the ranks each run: the module of chunks, how they are sharded, and its
+    /// name in the sharded module.
+    Sharded(M, ParamShards, String),
 }
 
 /// [`recomputed`], its input kept on a host tier when there is one (fetched ahead or not).
@@ -127,7 +151,7 @@ where
     M: Module + Clone + 'static,
 {
     let parameters = match &weights {
-        Weights::Resident(module) => module.parameters(),
+        Weights::Resident(module) | Weights::Sharded(module, ..) => module.parameters(),
         Weights::Streamed(streamed) => streamed.module().parameters(),
     };
     let variables: Vec<&Tensor> = parameters.iter().collect();
@@ -142,6 +166,9 @@ where
             Weights::Resident(module) => module.forward(&inputs[0]),
             Weights::Streamed(streamed) => streamed
                 .fetched(inputs[0].device())
+                .and_then(|m| m.forward(&inputs[0])),
+            Weights::Sharded(module, shards, prefix) => shards
+                .gathered(module, prefix)
                 .and_then(|m| m.forward(&inputs[0])),
         };
         counter.set(resume.max(counter.get()));

@@ -587,6 +587,7 @@ fn a_placement_given_whole_places_the_model_as_its_parts_do() {
             offload_weights: Some(host.clone()),
             fetch_ahead: false,
             head_chunk: Some(5),
+            shards: None,
         })
         .unwrap();
     assert!(whole.blocks.iter().all(|b| b.mlp_tile() == Some(8)));

@@ -324,3 +324,47 @@ fn a_short_run_warms_up_for_a_share_of_its_steps_not_all_of_them() {
         assert!((rate - want).abs() < 1e-12, "{rates:?}");
     }
 }
+
+#[test]
+fn sharded_parameters_refuse_what_they_do_not_compose_with_yet() {
+    let mut config = TrainConfig::default();
+    config.optimizer.shard_params = true;
+    config.optimizer.shard_state = true;
+    config.optimizer.in_backward = Some(true);
+    config.optimizer.clip = 0.0;
+    config.optimizer.state = Some(headroom_trainer::config::StateKind::Int8);
+    config.model.offload_weights = Some(true);
+    let err = config.validate().unwrap_err().to_string();
+    for setting in [
+        "it keeps each rank's share of the state already",
+        "not with optimizer.in_backward",
+        "not with int8 optimizer state",
+        "(model.offload_weights) are not sharded",
+    ] {
+        assert!(err.contains(setting), "`{setting}` not in {err}");
+    }
+
+    // Every rank runs its passes in step: three ranks cannot share a batch of 128 evenly.
+    let mut config = TrainConfig::default();
+    config.optimizer.shard_params = true;
+    let launch = headroom_trainer::data_parallel::Launch { rank: 0, size: 3 };
+    let err = launch.prepare(config.clone()).unwrap_err().to_string();
+    assert!(
+        err.contains("128 samples do not divide among 3 ranks"),
+        "{err}"
+    );
+
+    // The built-in MLP has no sharded passes.
+    let dir = TempDir::new("zero3-mlp");
+    let mut mlp = small_config(&dir);
+    let rows: String = (0..32)
+        .map(|i| format!("{}.5,{}.25,{}\n", i % 5, i % 3, i % 2))
+        .collect();
+    std::fs::write(dir.0.join("points.csv"), rows).unwrap();
+    mlp.model.kind = ModelKind::Mlp;
+    mlp.data.kind = DataKind::Csv;
+    mlp.data.path = Some(dir.0.join("points.csv"));
+    mlp.optimizer.shard_params = true;
+    let err = Trainer::new(mlp).err().expect("refused").to_string();
+    assert!(err.contains("the built-in MLP is not sharded"), "{err}");
+}

@@ -9,7 +9,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{TempDir, safetensors_entries};
+use common::TempDir;
+use common::ranks::{close, losses, succeeded, summary, worst_difference};
 
 /// The training run both sides make: the default GPT on addition, batches of 16 in
 /// micro-batches of 4, six steps, no evaluation.
@@ -46,56 +47,11 @@ fn train(mut command: Command, options: &[&str], dir: &Path) -> String {
     )
 }
 
-/// Runs `command`; panics with its output if it fails, and returns its output (standard
-/// output, then standard error).
-fn succeeded(command: &mut Command) -> String {
-    let out = command.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
-    text.into_owned()
-}
-
 /// A configuration file in `dir` that trains with SGD.
 fn sgd(dir: &TempDir) -> String {
     let file = dir.0.join("sgd.toml");
     std::fs::write(&file, "[optimizer]\nkind = \"sgd\"\nlr = 0.1\n").unwrap();
     file.to_str().unwrap().to_owned()
-}
-
-/// Each step's loss in the run directory's metrics.
-fn losses(dir: &Path) -> Vec<f64> {
-    headroom_trainer::run_dir::read_all(dir)
-        .unwrap()
-        .iter()
-        .map(|record| record.loss)
-        .collect()
-}
-
-fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1e-3)
-}
-
-/// The largest difference between the entries of two checkpoints, relative to each entry's
-/// largest value (at least 1e-3), and the entry it is in.
-fn worst_difference(a: &Path, b: &Path) -> (f64, String) {
-    let (a, b) = (safetensors_entries(a), safetensors_entries(b));
-    assert_eq!(a.len(), b.len());
-    let mut worst = (0.0, String::new());
-    for ((name, x), (other, y)) in a.iter().zip(&b) {
-        assert_eq!(name, other);
-        let (x, y) = (x.to_f64().unwrap(), y.to_f64().unwrap());
-        let scale = x.iter().map(|p| p.abs()).fold(1e-3, f64::max);
-        let most = x
-            .iter()
-            .zip(&y)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0.0, f64::max)
-            / scale;
-        if most > worst.0 {
-            worst = (most, name.clone());
-        }
-    }
-    worst
 }
 
 /// Trains `options` in one process and in two ranks; returns both run directories.
@@ -363,12 +319,6 @@ fn each_rank_plans_its_shard_and_peaks_as_predicted() {
         planned.contains("this is the plan of rank 0, which keeps the largest share"),
         "{planned}"
     );
-}
-
-/// The summary of the run in `dir`.
-fn summary(dir: &Path) -> headroom_trainer::run_dir::Summary {
-    let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
 }
 
 /// With the optimizer's state sharded (ZeRO stage 1), each of two ranks keeps and updates half

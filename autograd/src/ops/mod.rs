@@ -16,6 +16,7 @@ mod random;
 mod reduce;
 mod rotary;
 mod selective;
+mod sharded;
 
 pub use selective::LinearWeight;
 mod softmax;

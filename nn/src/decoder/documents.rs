@@ -26,15 +26,18 @@ impl Gpt {
         ignore: Option<u32>,
         starts: &Tensor,
     ) -> Result<Tensor> {
-        let h = self.hidden_in_documents(ids, starts)?;
-        self.loss_of(h, targets, ignore)
+        let gpt = self.root_gathered()?;
+        let positions = gpt.positions_in_documents(ids, starts)?;
+        let h = gpt.hidden_in(ids, Some((starts.array(), &positions)))?;
+        gpt.loss_of(h, targets, ignore)
     }
 
     /// [`Gpt::hidden`] over a packed batch whose rows' document starts are `starts` (as
     /// [`Gpt::loss_in_documents`] takes them).
     pub fn hidden_in_documents(&self, ids: &Tensor, starts: &Tensor) -> Result<Tensor> {
-        let positions = self.positions_in_documents(ids, starts)?;
-        self.hidden_in(ids, Some((starts.array(), &positions)))
+        let gpt = self.root_gathered()?;
+        let positions = gpt.positions_in_documents(ids, starts)?;
+        gpt.hidden_in(ids, Some((starts.array(), &positions)))
     }
 
     /// Each token's position within its document (`[B, T]`, U32), after checking `starts`

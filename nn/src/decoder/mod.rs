@@ -5,8 +5,11 @@ mod cached;
 mod documents;
 mod placement;
 mod quantized_weights;
+mod sharded;
 
 pub use placement::{HEAD_CHUNK_LOGITS, Placement};
+
+use std::borrow::Cow;
 
 use headroom_autograd::Tensor;
 use headroom_kernels::ops::quant::{QuantFormat, Quantized};
@@ -24,7 +27,9 @@ use crate::layers::linear_weight::Weight;
 use crate::layers::norm::Norm;
 use crate::models::GptConfig;
 use crate::module::{Module, visit_child, visit_child_mut};
-use crate::recomputed_modules::{Recompute, recomputed, recomputed_offloaded, recomputed_streamed};
+use crate::recomputed_modules::{
+    Recompute, recomputed, recomputed_offloaded, recomputed_sharded, recomputed_streamed,
+};
 
 /// A decoder-only transformer. `forward` maps token ids (`[B, T]`, U32, `T <= context`) to
 /// logits (`[B, T, vocab]`). Parameters of GPT-2's family: `tok_emb.weight`, `pos_emb.weight`,
@@ -148,7 +153,8 @@ impl Gpt {
     /// U32), over the positions whose target is not `ignore`. With a head chunk (the default)
     /// the head and the loss run fused.
     pub fn loss(&self, ids: &Tensor, targets: &Tensor, ignore: Option<u32>) -> Result<Tensor> {
-        self.loss_of(self.hidden(ids)?, targets, ignore)
+        let gpt = self.root_gathered()?;
+        gpt.loss_of(gpt.hidden_in(ids, None)?, targets, ignore)
     }
 
     /// The mean cross-entropy of the final hidden states `h` (`[B, T, C]`) against `targets`.
@@ -182,7 +188,7 @@ impl Gpt {
 
     /// The final normalized hidden states, `[B, T, C]`: what the head reads.
     pub fn hidden(&self, ids: &Tensor) -> Result<Tensor> {
-        self.hidden_in(ids, None)
+        self.root_gathered()?.hidden_in(ids, None)
     }
 
     /// [`Gpt::hidden`], over packed documents where `documents` holds their starts and each
@@ -217,6 +223,22 @@ impl Gpt {
                 x = recomputed_streamed(&streamed[i], &self.counter, &x, offload)?;
                 continue;
             }
+            let shards = self.placement.shards.as_ref();
+            if let Some(shards) = shards.filter(|_| self.placement.recompute.whole_blocks()) {
+                let block = BlockInDocuments {
+                    block: block.clone(),
+                    starts: starts.cloned(),
+                };
+                let offload = self.placement.offload_activations.as_ref();
+                let prefix = format!("blocks.{i}");
+                x = recomputed_sharded(&block, (shards, &prefix), &self.counter, &x, offload)?;
+                continue;
+            }
+            let gathered = match shards {
+                Some(shards) => Cow::Owned(shards.gathered(block, &format!("blocks.{i}"))?),
+                None => Cow::Borrowed(block),
+            };
+            let block = gathered.as_ref();
             x = match self.placement.recompute {
                 Recompute::None => block.forward_in(&x, starts)?,
                 Recompute::Cheap => block.forward_recomputing_cheap_in(&x, false, starts)?,
@@ -322,9 +344,10 @@ fn rounded_to(value: f64, dtype: DType) -> f64 {
 
 impl Module for Gpt {
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let h = self.hidden(ids)?;
+        let gpt = self.root_gathered()?;
+        let h = gpt.hidden_in(ids, None)?;
         let _head = LayerKind::Head.scope(ids.device());
-        self.head(&h)
+        gpt.head(&h)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {

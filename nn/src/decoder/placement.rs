@@ -7,6 +7,7 @@ use crate::decoder::Gpt;
 use crate::error::Result;
 use crate::layers::block_in_documents::BlockInDocuments;
 use crate::recomputed_modules::Recompute;
+use crate::sharded_params::ParamShards;
 use crate::streamed_pass::Streamed;
 use crate::streaming::move_to;
 
@@ -28,6 +29,8 @@ pub struct Placement {
     pub fetch_ahead: bool,
     /// Rows per chunk of the fused head and loss; none: the logits formed whole.
     pub head_chunk: Option<usize>,
+    /// How the tensors are sharded over ranks ([`Gpt::shard_params`]); none: whole here.
+    pub shards: Option<ParamShards>,
 }
 
 /// Logits per chunk of a new GPT's fused head (32 MiB in f32): GPT-2's vocabulary takes 166
@@ -44,6 +47,7 @@ impl Placement {
             offload_weights: None,
             fetch_ahead: true,
             head_chunk: Some((HEAD_CHUNK_LOGITS / vocab.max(1)).max(1)),
+            shards: None,
         }
     }
 
@@ -64,7 +68,8 @@ impl Gpt {
 
     /// Places it as `placement` says: each block's MLP runs tiled as its `recompute` says, and
     /// the blocks' tensors (their weights stored quantized too) move to its `offload_weights`
-    /// host tier, or back to the device without one.
+    /// host tier, or back to the device without one. How its tensors are sharded stays as
+    /// it is ([`Gpt::shard_params`]).
     pub fn set_placement(&mut self, placement: Placement) -> Result<()> {
         let to = match &placement.offload_weights {
             Some(host) => host.clone(),
@@ -76,6 +81,7 @@ impl Gpt {
         }
         self.placement = Placement {
             head_chunk: placement.head_chunk.map(|rows| rows.max(1)),
+            shards: self.placement.shards.take(),
             ..placement
         };
         Ok(())

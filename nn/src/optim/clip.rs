@@ -23,6 +23,16 @@ pub struct GradNorm {
 }
 
 impl GradNorm {
+    /// The norm `norm` and the factor that brings it down to `max_norm`.
+    pub fn clipping(norm: f64, max_norm: f64) -> Self {
+        let factor = if norm.is_finite() {
+            (max_norm / (norm + 1e-6)).min(1.0)
+        } else {
+            1.0
+        };
+        Self { norm, factor }
+    }
+
     /// True when every gradient element is finite.
     pub fn is_finite(&self) -> bool {
         self.norm.is_finite()
@@ -80,11 +90,8 @@ pub fn clip_grad_norm(
     if let Some(total) = on_device.filter(|t| t.device().kind() != DeviceKind::Meta) {
         squares += total.to_f64()?[0];
     }
-    let norm = squares.sqrt() * grad_scale.abs();
-    let factor = if norm.is_finite() {
-        (max_norm / (norm + 1e-6)).min(1.0)
-    } else {
-        1.0
-    };
-    Ok(GradNorm { norm, factor })
+    Ok(GradNorm::clipping(
+        squares.sqrt() * grad_scale.abs(),
+        max_norm,
+    ))
 }

@@ -43,6 +43,15 @@ pub struct OptimizerConfig {
     /// the others. A run of one process keeps all of it. Not with `in_backward`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shard_state: bool,
+    /// Shard the parameters themselves over the ranks (ZeRO stage 3, FSDP): each rank keeps
+    /// a flat chunk of every tensor, of its gradient and of the optimizer's state over it,
+    /// gathers each block's tensors from every rank as the block runs (again in the backward
+    /// pass where whole blocks are recomputed), and sums the gradients into each rank's chunk
+    /// (a reduce-scatter). A checkpoint holds the whole model and resumes on any number of
+    /// ranks. Built-in GPTs alone; not with `shard_state` (it shards the state already),
+    /// `in_backward`, `offload`, int8 state, streamed weights or quantized weights.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shard_params: bool,
     /// Keep the state in the host tier (`memory.host_limit`) and run each update there
     /// (ZeRO-Offload): the parameter and its gradient are copied into the host's copies of
     /// them (kept there beside the state), updated by a host thread while the device goes on
@@ -81,6 +90,7 @@ impl Default for OptimizerConfig {
             state: None,
             in_backward: None,
             shard_state: false,
+            shard_params: false,
             offload: None,
             launched_as: None,
             schedule: ScheduleKind::WarmupCosine,
@@ -187,6 +197,21 @@ impl OptimizerConfig {
              ranks' devices; turn one of them off"
                 .into(),
         );
+        if self.shard_params {
+            let with = |setting: &str| {
+                format!("optimizer.shard_params: not with {setting} yet; turn one of them off")
+            };
+            problems.check(!self.shard_state, "optimizer.shard_params: it keeps each rank's share of the state already; turn optimizer.shard_state off".into());
+            problems.check(
+                self.in_backward != Some(true),
+                with("optimizer.in_backward"),
+            );
+            problems.check(!self.offloads(), with("optimizer.offload"));
+            problems.check(
+                self.state != Some(StateKind::Int8),
+                with("int8 optimizer state"),
+            );
+        }
         if self.in_backward == Some(true) {
             problems.check(
                 !self.shard_state,

@@ -148,6 +148,10 @@ pub struct Overrides {
     /// (optimizer.shard_state).
     #[cfg_attr(feature = "cli", arg(long))]
     pub shard_state: bool,
+    /// Shard the parameters, their gradients and the optimizer's state over the ranks, ZeRO
+    /// stage 3 / FSDP (optimizer.shard_params).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub shard_params: bool,
     /// Keep the optimizer's state in the host tier and update there, ZeRO-Offload
     /// (optimizer.offload).
     #[cfg_attr(feature = "cli", arg(long))]
@@ -426,6 +430,9 @@ impl Overrides {
         }
         if self.shard_state {
             config.optimizer.shard_state = true;
+        }
+        if self.shard_params {
+            config.optimizer.shard_params = true;
         }
         set(&mut config.optimizer.clip, self.clip);
         set(&mut config.seed, self.seed);

@@ -1,7 +1,7 @@
 //! Data parallelism: the processes a run trains on ([`Launch`]: this one alone, or the ranks
 //! `mpirun` launched, over MPI or NCCL), the small buffer through which they agree, what they
 //! agree on in each step, gradients summed over the ranks in buckets, and the optimizer state
-//! sharded over them (ZeRO stage 1).
+//! sharded over them (ZeRO stage 1), or the parameters themselves (ZeRO stage 3).
 
 pub(crate) mod agreement;
 pub(crate) mod buckets;
@@ -9,6 +9,7 @@ pub(crate) mod control;
 #[cfg(feature = "nccl")]
 pub(crate) mod nccl_world;
 pub(crate) mod peers;
+pub(crate) mod sharded_params;
 pub(crate) mod sharded_state;
 pub(crate) mod world;
 

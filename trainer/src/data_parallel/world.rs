@@ -89,6 +89,14 @@ impl Launch {
             )));
         }
         config.optimizer.in_backward = Some(false);
+        if config.optimizer.shard_params && !config.batch.size.is_multiple_of(self.size) {
+            return Err(Error::config(format!(
+                "batch.size: with sharded parameters (optimizer.shard_params) every rank runs \
+                 its passes in step with the others, so each takes an equal share of the \
+                 batch; {} samples do not divide among {} ranks",
+                config.batch.size, self.size
+            )));
+        }
         if config.batch.size < self.size {
             return Err(Error::config(format!(
                 "batch.size: {} samples cannot give each of {} ranks one",

@@ -4,13 +4,14 @@
 
 use std::any::Any;
 
-use headroom_autograd::Tensor;
+use headroom_autograd::{Tensor, no_grad};
+use headroom_collectives::SharedWorld;
 use headroom_kernels::{DType, Device};
 use headroom_nn::lora::{self, QuantizedBase};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
-    Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, Placement, Sequential,
-    mlp,
+    Activation, DropoutCounter, Family, Gpt, GptConfig, Initializer, Module, ParamShards,
+    Placement, Sequential, mlp,
 };
 
 use crate::config::{ModelConfig, ModelFamily, ModelKind};
@@ -280,6 +281,33 @@ impl TrainableModel for TrainModel {
             })?;
         }
         Ok(())
+    }
+
+    fn shard_params(&mut self, world: &SharedWorld) -> Result<()> {
+        match self {
+            TrainModel::Gpt(gpt) => Ok(gpt.shard_params(world)?),
+            TrainModel::Mlp(_) => Err(Error::config(
+                "optimizer.shard_params: the built-in MLP is not sharded over ranks; a GPT is",
+            )),
+        }
+    }
+
+    fn param_shards(&self) -> Option<&ParamShards> {
+        match self {
+            TrainModel::Gpt(gpt) => gpt.param_shards(),
+            TrainModel::Mlp(_) => None,
+        }
+    }
+
+    fn gathered_whole(&self) -> Result<Option<Box<dyn Module>>> {
+        let TrainModel::Gpt(gpt) = self else {
+            return Ok(None);
+        };
+        let Some(shards) = gpt.param_shards() else {
+            return Ok(None);
+        };
+        let _off = no_grad();
+        Ok(Some(Box::new(shards.gathered(gpt.as_ref(), "")?)))
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -10,8 +10,9 @@
 use std::any::Any;
 
 use headroom_autograd::Tensor;
+use headroom_collectives::SharedWorld;
 use headroom_kernels::Device;
-use headroom_nn::{DropoutCounter, Module};
+use headroom_nn::{DropoutCounter, Module, ParamShards};
 
 use crate::config::Recompute;
 use crate::data::{DataShape, DeviceBatch};
@@ -61,6 +62,26 @@ pub trait TrainableModel: Send + Any {
     fn set_host_tier(&mut self, offloads: &Offloads) -> Result<()> {
         let _ = offloads;
         Ok(())
+    }
+
+    /// Cuts every tensor to this rank's chunk of `world` (`optimizer.shard_params`, ZeRO
+    /// stage 3), each gathered whole where it runs. The default shards nothing and refuses.
+    fn shard_params(&mut self, world: &SharedWorld) -> Result<()> {
+        let _ = world;
+        Err(crate::error::Error::config(
+            "optimizer.shard_params: this model's tensors cannot be sharded over ranks",
+        ))
+    }
+
+    /// How its tensors are sharded over ranks, where they are (none by default).
+    fn param_shards(&self) -> Option<&ParamShards> {
+        None
+    }
+
+    /// A copy of the model with every tensor whole, gathered from every rank (each must call
+    /// it at the same point), where its tensors are sharded; none where they are not.
+    fn gathered_whole(&self) -> Result<Option<Box<dyn Module>>> {
+        Ok(None)
     }
 
     /// The model as [`Any`], to reach its own type.

@@ -12,13 +12,14 @@
 //! the machine it was made on.
 
 use headroom_alloc::AllocatorConfig;
+use headroom_collectives::SharedWorld;
 use headroom_kernels::{Device, DeviceConfig, Rates};
 
 use headroom_nn::Optimizer;
 
 use crate::config::TrainConfig;
 use crate::data::DataShape;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{ModelFactory, ModelSettings, Offloads, TrainableModel};
 use crate::planning::budget::UNLIMITED;
 use crate::step::optimizer::build_optimizer;
@@ -49,16 +50,24 @@ pub fn for_model(config: &TrainConfig, host: Option<&Device>) -> Offloads {
 /// kept where the configuration says (its streamed weights and offloaded inputs on `host`),
 /// and its optimizer (its state on `host` where offloaded). `prepare` runs between the build
 /// and the move to the host tier: a run's initialization, which may load weights onto the
-/// device.
+/// device. Where `optimizer.shard_params` is set, the model's tensors are then cut to this
+/// rank's chunks of `world` (a probe's planned rank), before the optimizer's state is made.
 pub fn build_training_state(
     config: &TrainConfig,
     (factory, device, host): (&dyn ModelFactory, &Device, Option<&Device>),
     shape: &DataShape,
+    world: Option<&SharedWorld>,
     prepare: impl FnOnce(&mut dyn TrainableModel) -> Result<()>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
     let settings = ModelSettings::with_host_tier(config, host);
     let mut model = factory.build(device, shape, &settings)?;
     prepare(&mut *model)?;
+    if config.optimizer.shard_params {
+        let world = world.ok_or_else(|| {
+            Error::config("optimizer.shard_params: no world of ranks to shard the parameters over")
+        })?;
+        model.shard_params(world)?;
+    }
     model.set_host_tier(&for_model(config, host))?;
     let optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
     Ok((model, optimizer))

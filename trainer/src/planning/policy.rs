@@ -185,7 +185,9 @@ impl Policy {
 /// the order of preference: the first tier is tried alone, the next only if none of it fits.
 /// Offloading, which changes nothing of the optimization, comes before a narrower state.
 pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
-    let allowed = config.optimizer.clip == 0.0 && config.precision.dtype != PrecisionKind::F16;
+    let allowed = config.optimizer.clip == 0.0
+        && config.precision.dtype != PrecisionKind::F16
+        && !config.optimizer.shard_params;
     let in_backward = choices(config.optimizer.in_backward, allowed);
     let offloads = offloads(config, knobs);
     let mut tiers = Vec::new();
@@ -252,7 +254,8 @@ fn recomputes(config: &TrainConfig, knobs: Knobs, whole_blocks: bool) -> Vec<Rec
 /// preferred one (without the host tier unless pinned), then the others without streamed
 /// weights, then those with them, pinned settings kept, each only where the model and the run
 /// allow it (activations and weights: a model that offers it, with whole blocks recomputable;
-/// optimizer: an unsharded state; weights: with the optimizer offloaded).
+/// optimizer: an unsharded state; weights: with the optimizer offloaded, parameters not
+/// sharded).
 fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool, bool)>> {
     let blocks = knobs.block_recompute
         && config
@@ -263,10 +266,11 @@ fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool, bool)>> 
         config.model.offload_activations,
         knobs.offload_activations && blocks,
     );
-    let optimizer = choices(config.optimizer.offload, !config.optimizer.shard_state);
+    let sharded = config.optimizer.shard_state || config.optimizer.shard_params;
+    let optimizer = choices(config.optimizer.offload, !sharded);
     let weights = choices(
         config.model.offload_weights,
-        knobs.offload_weights && blocks,
+        knobs.offload_weights && blocks && !config.optimizer.shard_params,
     );
     let all: Vec<_> = activations
         .iter()
@@ -310,6 +314,12 @@ fn choices(pinned: Option<bool>, allowed: bool) -> Vec<bool> {
 pub(crate) fn states(config: &TrainConfig) -> Vec<StateKind> {
     match config.optimizer.state {
         Some(pinned) => vec![pinned],
+        // Sharded parameters keep float state: its chunks gather into the whole buffers.
+        None if config.optimizer.kind == crate::config::OptimizerKind::Adamw
+            && config.optimizer.shard_params =>
+        {
+            vec![StateKind::F32, StateKind::Bf16]
+        }
         None if config.optimizer.kind == crate::config::OptimizerKind::Adamw => {
             vec![StateKind::F32, StateKind::Bf16, StateKind::Int8]
         }

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use headroom_alloc::OomReport;
+use headroom_collectives::{PlannedRank, SharedWorld};
 use headroom_kernels::{Device, DeviceConfig, PlanTarget};
 
 use crate::config::TrainConfig;
@@ -190,10 +191,12 @@ impl Prober {
         let config = &self.config;
         let roomy = Device::meta_for(self.plan_target, DeviceConfig::new(UNLIMITED))?;
         let host = offloads::planned(config, &roomy, self.rates.host)?;
+        let world = planned_world(config, &roomy)?;
         let (model, optimizer) = offloads::build_training_state(
             config,
             (&*self.factory, &roomy, host.as_ref()),
             &self.task.train.shape(),
+            world.as_ref(),
             |_| Ok(()),
         )?;
         Ok(diagnose((&*model, &*optimizer), &roomy, report, failure))
@@ -244,10 +247,12 @@ impl Prober {
         let device =
             Device::meta_with_rates(self.plan_target, self.rates.device, budget.device_config(0))?;
         let host = offloads::planned(config, &device, self.rates.host)?;
+        let world = planned_world(config, &device)?;
         let built = offloads::build_training_state(
             config,
             (&*self.factory, &device, host.as_ref()),
             &self.task.train.shape(),
+            world.as_ref(),
             |_| Ok(()),
         );
         let (mut model, mut optimizer) = match built {
@@ -339,6 +344,17 @@ fn out_of_memory(err: Error) -> Result<(Probed, Breakdown)> {
         }
         None => Err(err),
     }
+}
+
+/// The world a probe's rank shards its parameters over where `config` shards them: the rank
+/// it plans, of the run's ranks, on `device`, a meta device.
+fn planned_world(config: &TrainConfig, device: &Device) -> Result<Option<SharedWorld>> {
+    if !config.optimizer.shard_params {
+        return Ok(None);
+    }
+    let (rank, ranks) = config.optimizer.launched_as.unwrap_or((0, 1));
+    let planned = PlannedRank::new(device, rank, ranks)?;
+    Ok(Some(SharedWorld::new(Box::new(planned))))
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use headroom_kernels::Device;
-use headroom_nn::Optimizer;
+use headroom_alloc::Tag;
+use headroom_kernels::{Array, Device};
 use headroom_nn::checkpoint::{self, HostState};
+use headroom_nn::{Module, Optimizer, chunk_of};
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
@@ -85,7 +86,7 @@ impl TrainerState {
 /// Writes the checkpoint atomically.
 pub fn save(
     path: &Path,
-    model: &dyn TrainableModel,
+    model: &dyn Module,
     optimizer: &HostState,
     state: &TrainerState,
     config: &TrainConfig,
@@ -97,7 +98,7 @@ pub fn save(
     ]);
     Ok(checkpoint::save_with_state(
         path,
-        model.module(),
+        model,
         Some(optimizer),
         &metadata,
     )?)
@@ -173,6 +174,31 @@ impl Saved {
     ) -> Result<()> {
         self.checkpoint.restore_model(model.module_mut())?;
         self.checkpoint.restore_optimizer(optimizer)?;
+        if let Some(counter) = model.dropout_counter() {
+            counter.set(self.state.dropout_calls);
+        }
+        Ok(())
+    }
+
+    /// Restores the weights alone: a model whose tensors are to be sharded takes them whole,
+    /// before they are cut.
+    pub fn restore_weights(&self, model: &mut dyn TrainableModel) -> Result<()> {
+        Ok(self.checkpoint.restore_model(model.module_mut())?)
+    }
+
+    /// Restores the optimizer state, each whole buffer cut to chunk `rank` of `ranks` as the
+    /// sharded parameters it goes with, and the dropout counter.
+    pub fn restore_state_in_chunks(
+        &self,
+        model: &dyn TrainableModel,
+        optimizer: &mut dyn Optimizer,
+        (rank, ranks): (usize, usize),
+    ) -> Result<()> {
+        let chunk = |whole: Array| {
+            let _state = whole.device().scoped_tag(Tag::OPTIMIZER_STATE);
+            chunk_of(&whole, rank, ranks)
+        };
+        self.checkpoint.restore_optimizer_with(optimizer, &chunk)?;
         if let Some(counter) = model.dropout_counter() {
             counter.set(self.state.dropout_calls);
         }

@@ -6,7 +6,7 @@ use headroom_autograd::{Gradients, SavedReport};
 use headroom_collectives::ReduceOp;
 use headroom_kernels::ops::elementwise::{add, add_into};
 use headroom_kernels::{Array, DeviceKind};
-use headroom_nn::clip_grad_norm;
+use headroom_nn::{GradNorm, clip_grad_norm};
 
 use crate::data::HostBatch;
 use crate::data_parallel::agreement::{Round, agree_on_update, whole_batch};
@@ -342,7 +342,11 @@ impl<'a> Progress<'a> {
     /// rank's shard gave none), and the loss. A planner's step for one rank, with no world,
     /// forms the buckets alone.
     fn sum_over_ranks(&mut self, ctx: &mut StepContext<'_>) -> Result<()> {
-        let params = ctx.model.module().parameters();
+        // Sharded parameters' gradients were summed into each rank's chunk as they formed.
+        let params = match ctx.model.param_shards() {
+            Some(_) => Vec::new(),
+            None => ctx.model.module().parameters(),
+        };
         for report in sum_in_buckets(&mut ctx.peers, &params, &mut self.total, self.step)? {
             tracing::warn!(
                 "step {}: {} forming a bucket of gradients; summing it in place",
@@ -505,7 +509,17 @@ pub(super) fn update(ctx: &mut StepContext<'_>, grads: &Gradients) -> Result<(bo
     } else {
         f64::INFINITY
     };
-    let norm = clip_grad_norm(ctx.model.module(), grads, unscale, max_norm)?;
+    let norm = match ctx.model.param_shards() {
+        // Each rank holds its chunks' gradients: the squares are summed over the ranks.
+        Some(_) => {
+            let mine = clip_grad_norm(ctx.model.module(), grads, unscale, f64::INFINITY)?.norm;
+            let squares = ctx
+                .peers
+                .agree([mine * mine, 0.0, 0.0, 0.0], ReduceOp::Sum)?;
+            GradNorm::clipping(squares[0].sqrt(), max_norm)
+        }
+        None => clip_grad_norm(ctx.model.module(), grads, unscale, max_norm)?,
+    };
     if !norm.is_finite() {
         return Ok((false, norm.norm));
     }

@@ -22,13 +22,13 @@ use std::time::Instant;
 use headroom_collectives::Collective;
 use headroom_kernels::Device;
 use headroom_nn::checkpoint::HostState;
-use headroom_nn::{LrSchedule, Optimizer};
+use headroom_nn::{LrSchedule, Module, Optimizer};
 
 use crate::config::TrainConfig;
 use crate::data::{Loader, Position, Task};
 use crate::data_parallel::control::Control;
-use crate::data_parallel::sharded_state;
 use crate::data_parallel::world::Launch;
+use crate::data_parallel::{sharded_params, sharded_state};
 use crate::error::{Error, Result};
 use crate::model::TrainModel;
 use crate::model::TrainableModel;
@@ -344,6 +344,14 @@ impl Trainer {
     /// for every rank, the others nothing; where the optimizer's state is sharded, every rank
     /// must call this at the same step, as they send rank 0 their shares.
     pub fn save_checkpoint(&mut self) -> Result<()> {
+        if let Some(shards) = self.model.param_shards() {
+            let whole = self.model.gathered_whole()?;
+            let state = sharded_params::gathered_state(shards, &*self.optimizer)?;
+            return match (whole, state) {
+                (Some(whole), Some(state)) => self.write_checkpoint(&*whole, &state),
+                _ => Ok(()),
+            };
+        }
         let gathered = if sharded_state::is_sharded(&*self.optimizer) {
             let control = self.control.as_mut().ok_or_else(|| {
                 Error::config(
@@ -363,18 +371,23 @@ impl Trainer {
         if !self.launch().writes() {
             return Ok(());
         }
-        let state = TrainerState {
-            dropout_calls: self.model.dropout_counter().map_or(0, |c| c.get()),
-            ..self.state.clone()
-        };
         let optimizer = match gathered {
             Some(gathered) => gathered,
             None => HostState::of(&*self.optimizer)?,
         };
+        self.write_checkpoint(self.model.module(), &optimizer)
+    }
+
+    /// Writes the checkpoint of `model`'s weights, the `optimizer` state and the run's state.
+    fn write_checkpoint(&self, model: &dyn Module, optimizer: &HostState) -> Result<()> {
+        let state = TrainerState {
+            dropout_calls: self.model.dropout_counter().map_or(0, |c| c.get()),
+            ..self.state.clone()
+        };
         checkpoint::save(
             &checkpoint_path(&self.files.dir),
-            &*self.model,
-            &optimizer,
+            model,
+            optimizer,
             &state,
             &self.config(),
         )

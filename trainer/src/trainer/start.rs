@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use headroom_alloc::trace::TraceWriter;
-use headroom_collectives::{Collective, DEFAULT_TIMEOUT};
+use headroom_collectives::{Collective, DEFAULT_TIMEOUT, SharedWorld};
 use headroom_kernels::Device;
 use headroom_nn::Optimizer;
 
@@ -128,6 +128,15 @@ impl Trainer {
         inputs.config.run_dir = Some(run_dir.clone());
         let budget = run_device::budget(&inputs.config)?;
         let (device, world, control) = inputs.open(&budget)?;
+        // Sharded parameters gather through the trainer's world, called by the model too.
+        let (world, shards_over) = match inputs.config.optimizer.shard_params {
+            true => {
+                let shared = SharedWorld::new(world);
+                let world: Box<dyn Collective + Send> = Box::new(shared.clone());
+                (world, Some(shared))
+            }
+            false => (world, None),
+        };
         // Removed again, with everything it holds, unless the run starts.
         let trace = StartTrace {
             path: match launch.writes() {
@@ -152,7 +161,13 @@ impl Trainer {
             model,
             optimizer,
             host,
-        } = inputs.model(&choice, head_chunk, budget, &device, saved.as_ref())?;
+        } = inputs.model(
+            (&choice, head_chunk),
+            budget,
+            &device,
+            saved.as_ref(),
+            shards_over.as_ref(),
+        )?;
         let step_limit = plan.as_ref().map_or_else(
             || budget.step_limit(inputs.config.batch.margin.unwrap_or(DEFAULT_MARGIN)),
             |p| p.step_limit,
@@ -329,11 +344,11 @@ impl Inputs {
     /// state not fitting.
     fn model(
         &self,
-        choice: &Choice,
-        head_chunk: Option<usize>,
+        (choice, head_chunk): (&Choice, Option<usize>),
         budget: Budget,
         device: &Device,
         saved: Option<&checkpoint::Saved>,
+        world: Option<&SharedWorld>,
     ) -> Result<Built> {
         let mut chunked = choice.on(&self.config);
         chunked.model.head_chunk = head_chunk;
@@ -361,7 +376,7 @@ impl Inputs {
             ));
         }
         let parts = (&*self.factory, device, host.as_ref());
-        let (model, optimizer) = build_model(&chunked, &self.task, parts, saved)
+        let (model, optimizer) = build_model(&chunked, &self.task, parts, (saved, world))
             .or_else(|err| explain_if_out_of_memory(err, &prober))?;
         Ok(Built {
             prober,
@@ -520,29 +535,41 @@ fn resumable(
 }
 
 /// The model and its optimizer on `device`, restored from `saved` when resuming, with what
-/// the configuration offloads kept on `host`.
+/// the configuration offloads kept on `host`, its tensors sharded over `world` where the
+/// configuration shards them.
 fn build_model(
     config: &TrainConfig,
     task: &Task,
     (factory, device, host): (&dyn ModelFactory, &Device, Option<&Device>),
-    saved: Option<&checkpoint::Saved>,
+    (saved, world): (Option<&checkpoint::Saved>, Option<&SharedWorld>),
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
     let (mut model, mut optimizer) = offloads::build_training_state(
         config,
         (factory, device, host),
         &task.train.shape(),
+        world,
         |model| {
             // A LoRA checkpoint holds the adapters alone: the frozen base comes from where it
             // came from at the start.
-            match saved.is_none() || config.model.lora.is_some() {
-                true => factory.initialize(model),
-                false => Ok(()),
+            if saved.is_none() || config.model.lora.is_some() {
+                factory.initialize(model)?;
+            }
+            // A checkpoint holds whole tensors: they are restored before they are cut.
+            match saved.filter(|_| config.optimizer.shard_params) {
+                Some(saved) => saved.restore_weights(model),
+                None => Ok(()),
             }
         },
     )?;
     // A checkpoint's weights are restored where the model keeps them (streamed: the host).
     if let Some(saved) = saved {
-        saved.restore(&mut *model, &mut *optimizer)?;
+        match model
+            .param_shards()
+            .map(|s| (s.world().rank(), s.world().world_size()))
+        {
+            Some(chunk) => saved.restore_state_in_chunks(&*model, &mut *optimizer, chunk)?,
+            None => saved.restore(&mut *model, &mut *optimizer)?,
+        }
     }
     Ok((model, optimizer))
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod events;
+pub mod ranks;
 pub mod tiny;
 
 use std::path::{Path, PathBuf};

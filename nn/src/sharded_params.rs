@@ -1,0 +1,83 @@
+//! Parameters sharded over ranks (ZeRO-3, FSDP): each rank keeps one flat chunk of every
+//! tensor of a module, the whole tensor padded with zeros to a multiple of the ranks, and
+//! gathers the whole module only to run it ([`Tensor::gathered`](headroom_autograd::Tensor::gathered)); the gradient of each chunk
+//! is the sum over the ranks of the whole tensor's, cut to the chunk.
+
+use std::collections::BTreeMap;
+
+use headroom_collectives::{Collective, SharedWorld};
+use headroom_kernels::ops::data::copy_range;
+use headroom_kernels::{Array, Shape};
+
+use crate::error::{Error, Result};
+use crate::module::{Module, join};
+
+/// The world a module's tensors are sharded over, and each tensor's whole shape by its name.
+#[derive(Debug, Clone)]
+pub struct ParamShards {
+    world: SharedWorld,
+    /// Invariant: one entry per tensor cut, by its name in the module that was sharded.
+    whole: BTreeMap<String, Shape>,
+}
+
+impl ParamShards {
+    /// Cuts every tensor of `module` to this rank's chunk of `world` (in place, each tensor
+    /// keeping its identity and whether it is a parameter). Weights stored quantized are not
+    /// sharded yet: a module with any is refused.
+    pub fn shard(module: &mut dyn Module, world: &SharedWorld) -> Result<Self> {
+        if module.quantized_count() > 0 {
+            return Err(Error::config(
+                "sharded parameters",
+                "weights stored quantized (QLoRA's base) are not sharded over ranks yet".to_owned(),
+            ));
+        }
+        let (rank, ranks) = (world.rank(), world.world_size());
+        let mut whole = BTreeMap::new();
+        module.visit_mut(&mut |name, t| {
+            whole.insert(name.to_owned(), t.shape().clone());
+            *t.array_mut() = chunk_of(t.array(), rank, ranks)?;
+            Ok(())
+        })?;
+        let world = world.clone();
+        Ok(Self { world, whole })
+    }
+
+    /// The world the tensors are sharded over.
+    pub fn world(&self) -> &SharedWorld {
+        &self.world
+    }
+
+    /// The whole shape of the tensor named `name`, or none where it was not sharded.
+    pub fn whole_shape(&self, name: &str) -> Option<&Shape> {
+        self.whole.get(name)
+    }
+
+    /// A copy of `part` of the sharded module, named `prefix` in it, with every sharded tensor
+    /// gathered whole, recorded ([`Tensor::gathered`](headroom_autograd::Tensor::gathered)) where a tape records: every rank must
+    /// call it at the same point. Tensors not sharded are shared as they are.
+    pub fn gathered<M: Module + Clone>(&self, part: &M, prefix: &str) -> Result<M> {
+        let mut copy = part.clone();
+        copy.visit_mut(&mut |name, t| {
+            if let Some(whole) = self.whole.get(&join(prefix, name)) {
+                *t = t.gathered(&self.world, whole)?;
+            }
+            Ok(())
+        })?;
+        Ok(copy)
+    }
+}
+
+/// Chunk `rank` of `ranks` of `x`'s elements, flat: `[numel.div_ceil(ranks)]`, zeros past the
+/// end of `x`.
+pub fn chunk_of(x: &Array, rank: usize, ranks: usize) -> Result<Array> {
+    let numel = x.numel();
+    let chunk = numel.div_ceil(ranks.max(1));
+    let start = (rank * chunk).min(numel);
+    let len = chunk.min(numel - start);
+    if len == chunk && start == 0 && chunk == numel {
+        return Ok(x.reshape([numel])?);
+    }
+    let mut out = Array::zeros(x.device(), [chunk], x.dtype())?;
+    copy_range(&x.reshape([numel])?, start, &mut out, 0, len)?;
+    Ok(out)
+}

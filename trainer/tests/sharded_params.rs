@@ -1,0 +1,174 @@
+//! Parameters sharded over MPI ranks (ZeRO stage 3, `--shard-params`): two ranks, each
+//! keeping half of every tensor, its gradient and its optimizer state, train as one process
+//! does on the whole batch; each rank's first step peaks at exactly its plan; a checkpoint
+//! holds the whole model and resumes on one rank or four. Without `mpirun` on the PATH the
+//! tests say why and pass, unless `HEADROOM_REQUIRE_MPI` is set (`.ci/run` sets it).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::TempDir;
+use common::ranks::{close, losses, succeeded, summary, worst_difference};
+
+fn headroom() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+}
+
+fn mpirun(ranks: usize) -> Command {
+    common::mpirun(ranks, Path::new(env!("CARGO_BIN_EXE_headroom")))
+}
+
+/// A configuration file in `dir` holding `text`.
+fn config(dir: &TempDir, name: &str, text: &str) -> String {
+    let file = dir.0.join(name);
+    std::fs::write(&file, text).unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+/// Trains `command` for `steps` steps of batches of 16 with `options` into `dir`.
+fn train(mut command: Command, steps: usize, options: &[&str], dir: &Path) -> String {
+    let steps = steps.to_string();
+    let args = [
+        "train",
+        "--steps",
+        &steps,
+        "--batch-size",
+        "16",
+        "--eval-every",
+        "0",
+    ];
+    succeeded(
+        command
+            .args(args)
+            .args(options)
+            .args(["--quiet", "--run-dir"])
+            .arg(dir),
+    )
+}
+
+/// Asserts that two runs recorded the same losses, to the rounding of their sums.
+fn assert_same_losses(one: &Path, other: &Path, steps: usize) {
+    let (a, b) = (losses(one), losses(other));
+    assert_eq!((a.len(), b.len()), (steps, steps));
+    for (step, (a, b)) in a.iter().zip(&b).enumerate() {
+        assert!(close(*a, *b), "step {}: {a} against {b}", step + 1);
+    }
+}
+
+/// Asserts that the final checkpoints of two runs hold the same tensors to rounding.
+fn assert_same_weights(one: &Path, other: &Path) {
+    let path = headroom_trainer::run_dir::checkpoint_path;
+    let (worst, name) = worst_difference(&path(one), &path(other));
+    assert!(
+        worst <= 1e-5,
+        "{name} differs by {worst:e} of its largest value"
+    );
+}
+
+/// GPT-2's family, and a Llama with LoRA adapters recomputing whole blocks (each block
+/// gathered again for its backward pass): the same losses and weights as one process whose
+/// tensors are whole. SGD moves each weight by its gradient, so the weights agree as closely
+/// as the gradients do (AdamW would move a weight whose gradient is rounding noise by up to
+/// the learning rate).
+#[test]
+fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
+    if common::mpi_missing() {
+        return;
+    }
+    let dir = TempDir::new("zero3-config");
+    let sgd = config(&dir, "sgd.toml", "[optimizer]\nkind = \"sgd\"\nlr = 0.1\n");
+    let llama = "[model]\nfamily = \"llama\"\n[model.lora]\nrank = 4\n\
+                 [optimizer]\nkind = \"sgd\"\nlr = 0.1\n";
+    let llama = config(&dir, "llama.toml", llama);
+    let runs: [(&str, Vec<&str>); 2] = [
+        ("gpt2", vec!["--config", &sgd, "--micro-batch", "4"]),
+        (
+            "llama-lora",
+            vec!["--config", &llama, "--recompute", "blocks"],
+        ),
+    ];
+    for (name, options) in runs {
+        let (one, two) = (
+            TempDir::new(&format!("{name}-one")),
+            TempDir::new(&format!("{name}-two")),
+        );
+        train(headroom(), 4, &options, &one.0);
+        let sharded: Vec<&str> = options.iter().copied().chain(["--shard-params"]).collect();
+        train(mpirun(2), 4, &sharded, &two.0);
+        assert_same_losses(&one.0, &two.0, 4);
+        assert_same_weights(&one.0, &two.0);
+    }
+}
+
+/// Each rank keeps half of AdamW's state, peaks below a rank that keeps every tensor whole,
+/// and peaks at exactly what its plan predicted; `headroom plan --world-size 2
+/// --shard-params` plans the same rank.
+#[test]
+fn each_rank_keeps_half_and_peaks_as_planned() {
+    if common::mpi_missing() {
+        return;
+    }
+    let dir = TempDir::new("zero3-plan-config");
+    let llama = config(&dir, "llama.toml", "[model]\nfamily = \"llama\"\n");
+    let options = ["--config", &llama, "--recompute", "blocks"];
+    let (whole, sharded) = (TempDir::new("zero3-whole"), TempDir::new("zero3-sharded"));
+    train(mpirun(2), 2, &options, &whole.0);
+    let with_shards: Vec<&str> = options.iter().copied().chain(["--shard-params"]).collect();
+    train(mpirun(2), 2, &with_shards, &sharded.0);
+    let (whole, sharded) = (summary(&whole.0), summary(&sharded.0));
+    let plan = sharded.plan.as_ref().expect("the run was planned");
+    assert_eq!(sharded.first_step_peak, Some(plan.predicted_peak));
+    assert_eq!(sharded.ranks.len(), 2);
+    let all = whole.ranks[0].optimizer_state;
+    for rank in &sharded.ranks {
+        // Half of every tensor's state, its chunk padded to a whole number of elements.
+        assert!(rank.optimizer_state >= all / 2, "{rank:?} of {all}");
+        assert!(rank.optimizer_state <= all / 2 + 4096, "{rank:?} of {all}");
+        assert!(
+            rank.peak < whole.ranks[0].peak,
+            "{rank:?} against {:?}",
+            whole.ranks[0]
+        );
+    }
+
+    let planned = succeeded(
+        headroom()
+            .args(["plan", "--world-size", "2", "--batch-size", "16"])
+            .args(with_shards),
+    );
+    let peak = headroom_alloc::format_bytes(plan.predicted_peak);
+    let chosen = format!(
+        "chosen: micro-batches of {} (predicted peak {peak}",
+        plan.micro
+    );
+    assert!(planned.contains(&chosen), "{chosen:?} missing:\n{planned}");
+    assert!(planned.contains("parameters sharded"), "{planned}");
+}
+
+/// A sharded run's checkpoint holds the whole model: the run saved on two ranks after three
+/// steps goes on to six on one rank and on four, each as two ranks that never stopped.
+#[test]
+fn a_sharded_run_resumes_on_one_rank_and_on_four() {
+    if common::mpi_missing() {
+        return;
+    }
+    let dir = TempDir::new("zero3-resume-config");
+    let sgd = "[optimizer]\nkind = \"sgd\"\nlr = 0.1\nschedule = \"constant\"\n";
+    let sgd = config(&dir, "sgd.toml", sgd);
+    let options = ["--config", &sgd, "--micro-batch", "4", "--shard-params"];
+    let straight = TempDir::new("zero3-straight");
+    train(mpirun(2), 6, &options, &straight.0);
+    for ranks in [1, 4] {
+        let resumed = TempDir::new(&format!("zero3-resumed-{ranks}"));
+        train(mpirun(2), 3, &options, &resumed.0);
+        let again: Vec<&str> = options.iter().copied().chain(["--resume"]).collect();
+        match ranks {
+            1 => train(headroom(), 6, &again, &resumed.0),
+            _ => train(mpirun(ranks), 6, &again, &resumed.0),
+        };
+        assert_same_losses(&straight.0, &resumed.0, 6);
+        assert_same_weights(&straight.0, &resumed.0);
+    }
+}
