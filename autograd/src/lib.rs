@@ -1,9 +1,11 @@
 #![doc = include_str!("../README.md")]
 
+mod again;
 mod autocast;
 pub mod check;
 mod error;
 mod gradients;
+mod kept;
 mod ops;
 mod prefetch;
 mod recompute;

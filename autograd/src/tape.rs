@@ -51,6 +51,8 @@ struct Node {
     backward: Backward,
     /// The account of what `backward` holds.
     saved: Saved,
+    /// Whether its rule runs as soon as its output's gradient is complete ([`backward_order`]).
+    eager: bool,
 }
 
 /// What a gradient for a tracked value must look like.
@@ -263,11 +265,25 @@ impl Tape {
                 first_reader[input].get_or_insert(at);
             }
         }
-        // The sources complete after each op's rule, by the op's index.
+        let order = backward_order(&nodes, &first_reader);
+        // The sources complete after the rule of their reader that runs last, by its index.
+        let mut position = vec![0; nodes.len()];
+        for (pos, &at) in order.iter().enumerate() {
+            position[at] = pos;
+        }
+        let mut last_reader: Vec<Option<usize>> = vec![None; slots.len()];
+        for (at, node) in nodes.iter().enumerate() {
+            for &input in node.inputs.iter().flatten() {
+                let last = &mut last_reader[input];
+                if last.is_none_or(|l| position[l] < position[at]) {
+                    *last = Some(at);
+                }
+            }
+        }
         let mut completes: HashMap<usize, Vec<usize>> = HashMap::new();
         let mut handed = vec![false; sources.len()];
         for (index, slot) in source_slots.iter().enumerate() {
-            if let Some(at) = slot.and_then(|s| first_reader[s]) {
+            if let Some(at) = slot.and_then(|s| last_reader[s]) {
                 completes.entry(at).or_default().push(index);
             }
         }
@@ -290,7 +306,11 @@ impl Tape {
                 None => Ok(()),
             }
         };
-        for (at, node) in nodes.into_iter().enumerate().rev() {
+        let mut nodes: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
+        for at in order {
+            let Some(node) = nodes[at].take() else {
+                continue;
+            };
             let mut pass = Pass {
                 slots: &slots,
                 needed: &needed,
@@ -314,6 +334,30 @@ impl Tape {
     fn state(&self) -> parking_lot::MutexGuard<'_, State> {
         self.0.lock()
     }
+}
+
+/// The order a backward pass runs the rules of `nodes` in: the reverse of the recording, but
+/// for an eager rule, which runs right after the rule of its output's first reader (by the
+/// recording; `first_reader` by slot), once nothing adds to its output's gradient any more. A
+/// gathered weight's gradient is so reduce-scattered as soon as it is whole, not after the
+/// rest of its block. An eager rule whose first reader is eager, or that nothing reads, keeps
+/// its place.
+fn backward_order(nodes: &[Node], first_reader: &[Option<usize>]) -> Vec<usize> {
+    let mut after: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut moved = vec![false; nodes.len()];
+    for (at, node) in nodes.iter().enumerate().filter(|(_, n)| n.eager) {
+        let reader = node.outputs.iter().filter_map(|&o| first_reader[o]).min();
+        if let Some(reader) = reader.filter(|&r| !nodes[r].eager) {
+            after.entry(reader).or_default().push(at);
+            moved[at] = true;
+        }
+    }
+    let mut order = Vec::with_capacity(nodes.len());
+    for at in (0..nodes.len()).rev().filter(|&at| !moved[at]) {
+        order.push(at);
+        order.extend(after.remove(&at).into_iter().flatten().rev());
+    }
+    order
 }
 
 /// What a backward pass knows of the tape's slots while it runs the rules.
@@ -425,6 +469,8 @@ fn sum_gradients(mut a: Array, mut b: Array) -> Result<Array> {
 pub(crate) struct Recording {
     tape: Tape,
     inputs: SmallVec<[Option<SlotId>; 4]>,
+    /// Whether the op's rule runs as soon as its output's gradient is complete.
+    eager: bool,
 }
 
 impl Tape {
@@ -441,6 +487,7 @@ impl Tape {
         slots.iter().any(Option::is_some).then_some(Recording {
             tape: self,
             inputs: slots,
+            eager: false,
         })
     }
 }
@@ -480,6 +527,14 @@ impl Recording {
             outputs,
             backward,
             saved,
+            eager: self.eager,
         });
+    }
+
+    /// Makes the op's rule eager: it runs as soon as its output's gradient is complete instead
+    /// of in the reverse order of the recording ([`backward_order`]).
+    pub(crate) fn eager(mut self) -> Self {
+        self.eager = true;
+        self
     }
 }

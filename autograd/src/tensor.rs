@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use headroom_kernels::{Array, DType, Device, Element, Shape};
 
+use crate::again::Again;
 use crate::error::Result;
 
 /// Identifies a tensor's value on a tape. Clones of a tensor share it; every op output and every
@@ -40,6 +41,8 @@ pub struct Tensor {
     id: TensorId,
     array: Array,
     variable: bool,
+    /// How a backward rule forms its values again instead of holding them; none: held.
+    again: Option<Again>,
 }
 
 impl Tensor {
@@ -49,6 +52,7 @@ impl Tensor {
             id: TensorId::next(),
             array,
             variable: false,
+            again: None,
         }
     }
 
@@ -58,6 +62,7 @@ impl Tensor {
             id: TensorId::next(),
             array,
             variable: true,
+            again: None,
         }
     }
 
@@ -163,5 +168,17 @@ impl Tensor {
             variable,
             ..Self::new(array)
         }
+    }
+
+    /// The same tensor, whose values the backward rules that keep it form again by `again`
+    /// instead of holding them.
+    pub(crate) fn formed_again_by(mut self, again: Again) -> Self {
+        self.again = Some(again);
+        self
+    }
+
+    /// How the backward rules that keep it form its values again, if they do.
+    pub(crate) fn again(&self) -> Option<&Again> {
+        self.again.as_ref()
     }
 }

@@ -14,16 +14,18 @@ machine, and prints each result side by side with the ratio Headroom / PyTorch.
     python3 benches/peers/compare.py cuda --binary target/release/cuda-compare   (on a GPU)
     python3 benches/peers/compare.py cuda --binary BIN --smoke --peer-device cpu (a dry run)
     python3 benches/peers/compare.py allreduce --binary BIN   (NCCL over every GPU, and torch.distributed)
+    python3 benches/peers/compare.py shard [--ranks 2]   (parameters sharded: MPI ranks beside FSDP2 over gloo)
 
 Both sides print one JSON line per result; lines are matched on the bench's key fields, and each
 side's figure is the median over the rounds. Alternating the two evens out a shared machine's
-slow and fast phases. For `cuda` and `fit`, the figures are then checked against their
+slow and fast phases. For `cuda`, `fit` and `shard`, the figures are then checked against their
 targets, and the exit status is 1 when one is missed (not with --smoke, whose figures mean
 nothing: its targets are printed, not checked).
 """
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -62,7 +64,18 @@ BENCHES = {
         ("op", "dtype", "bytes", "ranks"),
         ("alg_gbps", "bus_gbps"),
     ),
+    "shard": (
+        "shard-compare",
+        "torch_shard.py",
+        ("model", "recompute", "ranks"),
+        ("samples_per_s", "peak_bytes"),
+    ),
 }
+
+# "Beyond one device, part 2": with every parameter sharded over the ranks and the same
+# recomputation as FSDP2's, each rank's peak at most 0.8 of FSDP2's, and the step at least as fast.
+SHARD_PEAK_MOST = 0.8
+SHARD_SPEED_LEAST = 1.0
 
 # The GPU backend's targets: bf16 GEMM at 8192 against torch.matmul, every elementwise, softmax and
 # layer-norm case against the device's copy bandwidth, alloc + free against the driver's.
@@ -218,6 +231,35 @@ def limits(binary: str, rounds: int, device: str) -> int:
     return 0 if all(check["met"] for check in checks) else 1
 
 
+def shard_targets(records: list[dict]) -> list[dict]:
+    """Per recomputation: each rank's peak against FSDP2's, and samples/s against its."""
+    checks = []
+    for record in records:
+        what = f"{record['model']} recompute {record['recompute']} on {record['ranks']} ranks"
+        peak, speed = record["peak_bytes_ratio"], record["samples_per_s_ratio"]
+        checks.append(
+            {"target": f"{what}: peak per rank / FSDP2's", "value": peak, "bound": f"at most {SHARD_PEAK_MOST}",
+             "met": peak is not None and peak <= SHARD_PEAK_MOST}
+        )
+        checks.append(
+            {"target": f"{what}: samples/s / FSDP2's", "value": speed, "least": SHARD_SPEED_LEAST,
+             "met": speed is not None and speed >= SHARD_SPEED_LEAST}
+        )
+    return checks
+
+
+def launched(bench: str, ranks: int, commands: dict[str, list[str]]) -> dict[str, list[str]]:
+    """`commands` as `shard` runs them: Headroom's under `mpirun -n ranks`, PyTorch's under
+    `torchrun --nproc_per_node ranks`; other benches' as they are."""
+    if bench != "shard":
+        return commands
+    mpirun = ["mpirun", "-n", str(ranks), "--oversubscribe"]
+    if os.geteuid() == 0:
+        mpirun.append("--allow-run-as-root")
+    torchrun = [commands["pytorch"][0], "-m", "torch.distributed.run", "--nproc_per_node", str(ranks)]
+    return {"headroom": mpirun + commands["headroom"], "pytorch": torchrun + commands["pytorch"][1:]}
+
+
 def show(value: float | None, width: int, decimals: int = 2) -> str:
     return f"{value:>{width}.{decimals}f}" if value is not None else f"{'-':>{width}}"
 
@@ -231,6 +273,7 @@ def main() -> int:
     parser.add_argument("--peer-device", help="cuda, allreduce: PyTorch's device (cpu for a dry run)")
     parser.add_argument("--device", help="fit, limits: both sides' device (cpu, the default, or cuda:N)")
     parser.add_argument("--gguf", help="finetune: the real model's GGUF file (random weights without it)")
+    parser.add_argument("--ranks", type=int, default=2, help="shard: the ranks each side runs")
     parser.add_argument("names", nargs="*", help="finetune: benches, precisions and shapes both sides run")
     args = parser.parse_intermixed_args()
     if (args.gguf or args.names) and args.bench != "finetune":
@@ -253,6 +296,8 @@ def main() -> int:
     if args.binary is None:
         gpu = args.bench in ("cuda", "allreduce") or (args.device or "cpu") != "cpu"
         features = ["--features", "nccl" if args.bench == "allreduce" else "cuda"] if gpu else []
+        if args.bench == "shard":
+            features = ["--features", "mpi"]
         subprocess.run(
             ["cargo", "build", "--release", "-q", "-p", "headroom-benches", "--bin", binary, *features],
             cwd=ROOT,
@@ -266,6 +311,7 @@ def main() -> int:
         "headroom": [args.binary or str(ROOT / "target" / "release" / binary), *smoke, *device, *picked],
         "pytorch": [sys.executable, str(ROOT / "benches" / "peers" / script), *smoke, *peer_device, *device, *picked],
     }
+    commands = launched(args.bench, args.ranks, commands)
     sides: dict[str, Lines] = {side: {} for side in commands}
     for _ in range(args.rounds):
         for side, command in commands.items():
@@ -286,6 +332,8 @@ def main() -> int:
         checks = fit_targets(records, args.device or "cpu")
     elif args.bench == "cuda":
         checks = cuda_targets(sides["headroom"], records)
+    elif args.bench == "shard":
+        checks = shard_targets(records)
     else:
         return 0
     print("\ntargets" + (" (--smoke: not checked)" if args.smoke else ""))

@@ -1,11 +1,11 @@
-"""Tests of compare.py's matching and of the GPU targets it checks (no bench runs, no PyTorch):
+"""Tests of compare.py's matching, launchers and the targets it checks (no bench runs, no PyTorch):
 
     python3 -m unittest discover -s benches/peers
 """
 
 import unittest
 
-from compare import cuda_targets, fit_targets, limits_targets, side_by_side
+from compare import cuda_targets, fit_targets, launched, limits_targets, shard_targets, side_by_side
 
 KEYS = ("op", "dtype", "shape")
 
@@ -159,3 +159,29 @@ class LimitsTargets(unittest.TestCase):
         checks = limits_targets(theirs, ours, "cuda:0")
         self.assertEqual(len(checks), 1, checks)
         self.assertTrue(checks[0]["met"], checks)
+
+
+def shard_record(recompute: str, peak: float | None, speed: float | None) -> dict:
+    return {"model": "llama-shard", "recompute": recompute, "ranks": 2, "peak_bytes_ratio": peak, "samples_per_s_ratio": speed}
+
+
+class ShardTargets(unittest.TestCase):
+    def test_a_fifth_less_peak_and_the_same_speed_meet_them(self):
+        checks = shard_targets([shard_record("blocks", 0.8, 1.0), shard_record("none", 0.5, 1.3)])
+        self.assertEqual(len(checks), 4, checks)
+        self.assertTrue(all(c["met"] for c in checks), checks)
+
+    def test_more_peak_less_speed_or_a_missing_ratio_miss_them(self):
+        checks = shard_targets([shard_record("blocks", 0.81, 0.99), shard_record("none", None, None)])
+        self.assertEqual([c["met"] for c in checks], [False, False, False, False], checks)
+        self.assertIn("peak per rank", checks[0]["target"])
+        self.assertIn("recompute none", checks[2]["target"])
+
+    def test_each_side_starts_under_its_own_launcher(self):
+        commands = {"headroom": ["shard-compare"], "pytorch": ["python3", "torch_shard.py"]}
+        ran = launched("shard", 4, commands)
+        self.assertEqual(ran["headroom"][:4], ["mpirun", "-n", "4", "--oversubscribe"])
+        self.assertEqual(ran["headroom"][-1], "shard-compare")
+        self.assertEqual(ran["pytorch"], ["python3", "-m", "torch.distributed.run", "--nproc_per_node", "4", "torch_shard.py"])
+        self.assertEqual(launched("train", 4, commands), commands)
+

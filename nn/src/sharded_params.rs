@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use headroom_alloc::Tag;
 use headroom_collectives::{Collective, SharedWorld};
 use headroom_kernels::ops::data::copy_range;
 use headroom_kernels::{Array, Shape};
@@ -22,7 +23,7 @@ pub struct ParamShards {
 
 impl ParamShards {
     /// Cuts every tensor of `module` to this rank's chunk of `world` (in place, each tensor
-    /// keeping its identity and whether it is a parameter). Weights stored quantized are not
+    /// keeping its identity and whether it is a parameter; the chunks tagged as weights). Weights stored quantized are not
     /// sharded yet: a module with any is refused.
     pub fn shard(module: &mut dyn Module, world: &SharedWorld) -> Result<Self> {
         if module.quantized_count() > 0 {
@@ -35,6 +36,8 @@ impl ParamShards {
         let mut whole = BTreeMap::new();
         module.visit_mut(&mut |name, t| {
             whole.insert(name.to_owned(), t.shape().clone());
+            let device = t.device().clone();
+            let _weights = device.scoped_tag(Tag::WEIGHTS);
             *t.array_mut() = chunk_of(t.array(), rank, ranks)?;
             Ok(())
         })?;
@@ -56,10 +59,31 @@ impl ParamShards {
     /// gathered whole, recorded ([`Tensor::gathered`](headroom_autograd::Tensor::gathered)) where a tape records: every rank must
     /// call it at the same point. Tensors not sharded are shared as they are.
     pub fn gathered<M: Module + Clone>(&self, part: &M, prefix: &str) -> Result<M> {
+        self.gathered_holding(part, prefix, true)
+    }
+
+    /// [`ParamShards::gathered`], whose whole tensors the backward rules that keep them gather
+    /// again when they run instead of holding them
+    /// ([`Tensor::gathered_again_in_backward`](headroom_autograd::Tensor::gathered_again_in_backward)):
+    /// the tape holds the chunks alone between the
+    /// passes, for one more gather of each weight in the backward pass.
+    pub fn gathered_again_in_backward<M: Module + Clone>(
+        &self,
+        part: &M,
+        prefix: &str,
+    ) -> Result<M> {
+        self.gathered_holding(part, prefix, false)
+    }
+
+    /// A copy of `part` with its sharded tensors gathered, held by the rules where `hold`.
+    fn gathered_holding<M: Module + Clone>(&self, part: &M, prefix: &str, hold: bool) -> Result<M> {
         let mut copy = part.clone();
         copy.visit_mut(&mut |name, t| {
             if let Some(whole) = self.whole.get(&join(prefix, name)) {
-                *t = t.gathered(&self.world, whole)?;
+                *t = match hold {
+                    true => t.gathered(&self.world, whole)?,
+                    false => t.gathered_again_in_backward(&self.world, whole)?,
+                };
             }
             Ok(())
         })?;

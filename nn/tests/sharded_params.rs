@@ -147,3 +147,78 @@ fn a_decoder_is_sharded_once_and_not_with_streamed_weights() {
     let err = streamed.shard_params(&world).unwrap_err().to_string();
     assert!(err.contains("host tier"), "{err}");
 }
+
+/// Blocks that are not recomputed are gathered as they run, and the tape holds none of their
+/// whole weights until the backward pass: each product's rule gathers its weight again (FSDP's
+/// resharding after the forward pass). The embedding, read again by the tied head, stays whole.
+#[test]
+fn the_tape_holds_no_whole_block_weight_between_the_passes() {
+    let device = common::device();
+    let world = SharedWorld::new(Box::new(headroom_collectives::Solo::new(&device)));
+    for (name, config) in [("gpt2", gpt2()), ("llama", small_llama(16, 4, 24))] {
+        let mut gpt = model(&device, config, Recompute::None);
+        gpt.shard_params(&world).unwrap();
+        let (ids, targets) = sample(0);
+        let ids = Tensor::from_host(&device, [1, T], &ids).unwrap();
+        let targets = Tensor::from_host(&device, [1, T], &targets).unwrap();
+        let tape = Tape::new();
+        let loss = tape.record(|| gpt.loss(&ids, &targets, None)).unwrap();
+        let embedding = [config.vocab, config.width];
+        let saved = tape.saved();
+        let whole_weights: Vec<_> = (saved.ops.iter())
+            .flat_map(|op| op.arrays.iter().map(move |a| (op.op, a)))
+            .filter(|(_, a)| a.tag == headroom_alloc::Tag::WEIGHTS && a.shape.rank() == 2)
+            .filter(|(_, a)| a.shape.dims() != embedding)
+            .map(|(op, a)| format!("{op}: {}", a.shape))
+            .collect();
+        assert!(whole_weights.is_empty(), "{name}: {whole_weights:?}");
+        let params = gpt.parameters();
+        let grads = tape
+            .gradient(&loss, &params.iter().collect::<Vec<_>>())
+            .unwrap();
+        assert!(params.iter().all(|p| grads.get(p).is_some()), "{name}");
+    }
+}
+
+/// Greedy generation over a sharded decoder gathers each block as it runs: every rank gets the
+/// logits of the whole model, token after token.
+#[test]
+fn cached_generation_over_shards_gives_the_whole_models_logits() {
+    let device = common::device();
+    let whole = model(&device, small_llama(16, 4, 24), Recompute::None);
+    let logits = |gpt: &Gpt, device: &Device| -> Vec<f64> {
+        let mut cache = gpt.kv_cache(1);
+        let prompt = Tensor::from_host(device, [1, 3], &[1u32, 2, 3]).unwrap();
+        let mut out = gpt
+            .forward_cached(&prompt, &mut cache)
+            .unwrap()
+            .to_f64()
+            .unwrap();
+        let next = Tensor::from_host(device, [1, 1], &[4u32]).unwrap();
+        out.extend(
+            gpt.forward_cached(&next, &mut cache)
+                .unwrap()
+                .to_f64()
+                .unwrap(),
+        );
+        out
+    };
+    let want = logits(&whole, &device);
+    let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
+    let ranks = Threads::world(&devices);
+    thread::scope(|s| {
+        let handles: Vec<_> = (ranks.into_iter().zip(&devices))
+            .map(|(world, device)| {
+                s.spawn(move || {
+                    let mut gpt = model(device, small_llama(16, 4, 24), Recompute::None);
+                    gpt.shard_params(&SharedWorld::new(Box::new(world)))
+                        .unwrap();
+                    logits(&gpt, device)
+                })
+            })
+            .collect();
+        for handle in handles {
+            assert_eq!(handle.join().unwrap(), want);
+        }
+    });
+}

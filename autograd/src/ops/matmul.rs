@@ -5,6 +5,7 @@ use headroom_kernels::{Array, Shape};
 
 use super::{reduce_to, rule, when};
 use crate::error::Result;
+use crate::kept::Kept;
 use crate::recording::begin;
 use crate::saved::{Saved, saves};
 use crate::tape::Recording;
@@ -66,8 +67,8 @@ impl Tensor {
 /// What a product `op(a) op(b)` keeps for its backward rule: each operand only if the other
 /// needs a gradient, and both shapes.
 struct Operands {
-    a: Option<Array>,
-    b: Option<Array>,
+    a: Option<Kept>,
+    b: Option<Kept>,
     a_shape: Shape,
     b_shape: Shape,
 }
@@ -75,16 +76,17 @@ struct Operands {
 impl Operands {
     fn keep(rec: &Recording, a: &Tensor, b: &Tensor) -> Self {
         Self {
-            a: rec.tracks(1).then(|| a.array().clone()),
-            b: rec.tracks(0).then(|| b.array().clone()),
+            a: rec.tracks(1).then(|| Kept::of(a)),
+            b: rec.tracks(0).then(|| Kept::of(b)),
             a_shape: a.shape().clone(),
             b_shape: b.shape().clone(),
         }
     }
 
-    /// The account of what it keeps.
+    /// The account of what it holds (an operand formed again holds nothing).
     fn account(&self) -> Saved {
-        saves(&self.a.iter().chain(&self.b).collect::<Vec<_>>())
+        let held = self.a.iter().chain(&self.b).filter_map(Kept::held);
+        saves(&held.collect::<Vec<_>>())
     }
 
     /// The gradients of `a` and `b` from `g`, as `needs` asks. `b`'s first, then `a`'s: the
@@ -92,11 +94,11 @@ impl Operands {
     /// gradient is allocated.
     fn grads(self, g: &Array, needs: &[bool], ta: bool, tb: bool) -> Result<[Option<Array>; 2]> {
         let db = match (needs[1], self.a) {
-            (true, Some(a)) => Some(grad_b(&a, &self.b_shape, g, ta, tb)?),
+            (true, Some(a)) => Some(grad_b(&a.array()?, &self.b_shape, g, ta, tb)?),
             _ => None,
         };
         let da = match (needs[0], self.b) {
-            (true, Some(b)) => Some(grad_a(&self.a_shape, &b, g, ta, tb)?),
+            (true, Some(b)) => Some(grad_a(&self.a_shape, &b.array()?, g, ta, tb)?),
             _ => None,
         };
         Ok([da, db])

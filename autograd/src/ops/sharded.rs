@@ -8,6 +8,7 @@ use headroom_kernels::ops::data::copy_range;
 use headroom_kernels::{Array, Shape};
 
 use super::rule;
+use crate::again::Again;
 use crate::error::{Error, Result};
 use crate::recording::begin;
 use crate::saved::saves;
@@ -19,9 +20,21 @@ impl Tensor {
     /// the last chunks padded. The gathered copy is tagged as weights, and a variable's is a
     /// variable. The gradient is summed over the ranks; each keeps its chunk's.
     pub fn gathered(&self, world: &SharedWorld, whole: &Shape) -> Result<Tensor> {
+        self.gathered_holding(world, whole, true)
+    }
+
+    /// [`Tensor::gathered`], whose whole copy the backward rules that keep it do not hold:
+    /// they gather it again from the ranks when they run (FSDP's resharding after the forward
+    /// pass), so that between the passes the tape holds the chunk alone. Every rank runs the
+    /// same rules in the same order, as every backward pass does.
+    pub fn gathered_again_in_backward(&self, world: &SharedWorld, whole: &Shape) -> Result<Tensor> {
+        self.gathered_holding(world, whole, false)
+    }
+
+    /// [`Tensor::gathered`], the whole copy held by the rules that keep it where `hold`.
+    fn gathered_holding(&self, world: &SharedWorld, whole: &Shape, hold: bool) -> Result<Tensor> {
         let ranks = world.world_size();
-        let numel = whole.numel();
-        let chunk = numel.div_ceil(ranks);
+        let chunk = whole.numel().div_ceil(ranks);
         if self.dims() != [chunk] {
             return Err(Error::Argument {
                 op: "gathered",
@@ -32,16 +45,14 @@ impl Tensor {
                 ),
             });
         }
-        let device = self.device().clone();
-        let full = {
-            let _weights = device.scoped_tag(Tag::WEIGHTS);
-            let mut all = Array::zeros(&device, [chunk * ranks], self.dtype())?;
-            world.clone().all_gather(self.array(), &mut all)?;
-            resized(&all, numel)?.reshape(whole.clone())?
-        };
-        let y = Tensor::output_variable(full, self.is_variable());
+        let full = whole_of(world, self.array(), whole)?;
+        let mut y = Tensor::output_variable(full, self.is_variable());
+        if !hold {
+            let (world, mine, whole) = (world.clone(), self.array().clone(), whole.clone());
+            y = y.formed_again_by(Again::new(move || whole_of(&world, &mine, &whole)));
+        }
         if let Some(rec) = begin(&[self]) {
-            let world = world.clone();
+            let (world, device) = (world.clone(), self.device().clone());
             let back = move |g: &Array, _: &[bool]| {
                 let _gradients = device.scoped_tag(Tag::GRADIENTS);
                 let padded = resized(g, chunk * ranks)?;
@@ -51,10 +62,23 @@ impl Tensor {
                     .reduce_scatter(&padded, &mut mine, ReduceOp::Sum)?;
                 Ok(vec![Some(mine)])
             };
-            rec.finish("gathered", &[&y], saves(&[]), rule(back));
+            // Reduce-scattered as soon as the gradient is whole, not after the rest of the
+            // block's rules: a block holds one whole gradient at a time.
+            rec.eager()
+                .finish("gathered", &[&y], saves(&[]), rule(back));
         }
         Ok(y)
     }
+}
+
+/// The tensor of shape `whole` gathered from every rank of `world`, `mine` being this rank's
+/// chunk, tagged as weights.
+fn whole_of(world: &SharedWorld, mine: &Array, whole: &Shape) -> Result<Array> {
+    let device = mine.device();
+    let _weights = device.scoped_tag(Tag::WEIGHTS);
+    let mut all = Array::zeros(device, [mine.numel() * world.world_size()], mine.dtype())?;
+    world.clone().all_gather(mine, &mut all)?;
+    Ok(resized(&all, whole.numel())?.reshape(whole.clone())?)
 }
 
 /// `x`'s elements, flat, cut or padded with zeros to `len`: `x` itself (reshaped) where it

@@ -61,7 +61,10 @@ impl Gpt {
                     .fetched(&device)?
                     .block
                     .forward_cached(&x, cache.block(i))?,
-                None => block.forward_cached(&x, cache.block(i))?,
+                None => {
+                    let block = self.whole(block, &format!("blocks.{i}"))?;
+                    block.forward_cached(&x, cache.block(i))?
+                }
             };
             x = y;
             kvs.push(kv);
@@ -70,7 +73,7 @@ impl Gpt {
         drop(x);
         let h = {
             let _norm = LayerKind::Norm.scope(&device);
-            self.ln_f.forward(&last)?
+            self.whole(&self.ln_f, "ln_f")?.forward(&last)?
         };
         let logits = {
             let _head = LayerKind::Head.scope(&device);

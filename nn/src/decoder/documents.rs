@@ -26,18 +26,15 @@ impl Gpt {
         ignore: Option<u32>,
         starts: &Tensor,
     ) -> Result<Tensor> {
-        let gpt = self.root_gathered()?;
-        let positions = gpt.positions_in_documents(ids, starts)?;
-        let h = gpt.hidden_in(ids, Some((starts.array(), &positions)))?;
-        gpt.loss_of(h, targets, ignore)
+        let h = self.hidden_in_documents(ids, starts)?;
+        self.loss_of(h, targets, ignore)
     }
 
     /// [`Gpt::hidden`] over a packed batch whose rows' document starts are `starts` (as
     /// [`Gpt::loss_in_documents`] takes them).
     pub fn hidden_in_documents(&self, ids: &Tensor, starts: &Tensor) -> Result<Tensor> {
-        let gpt = self.root_gathered()?;
-        let positions = gpt.positions_in_documents(ids, starts)?;
-        gpt.hidden_in(ids, Some((starts.array(), &positions)))
+        let positions = self.positions_in_documents(ids, starts)?;
+        self.hidden_in(ids, Some((starts.array(), &positions)))
     }
 
     /// Each token's position within its document (`[B, T]`, U32), after checking `starts`
@@ -69,7 +66,7 @@ impl Gpt {
     pub(super) fn embedded_in_documents(&self, ids: &Tensor, positions: &Tensor) -> Result<Tensor> {
         let x = self.token_embedded(ids)?;
         match &self.pos_emb {
-            Some(pos_emb) => Ok(x.add(&pos_emb.forward(positions)?)?),
+            Some(pos_emb) => Ok(x.add(&self.whole(pos_emb, "pos_emb")?.forward(positions)?)?),
             None => Ok(x),
         }
     }

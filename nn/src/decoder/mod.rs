@@ -153,8 +153,7 @@ impl Gpt {
     /// U32), over the positions whose target is not `ignore`. With a head chunk (the default)
     /// the head and the loss run fused.
     pub fn loss(&self, ids: &Tensor, targets: &Tensor, ignore: Option<u32>) -> Result<Tensor> {
-        let gpt = self.root_gathered()?;
-        gpt.loss_of(gpt.hidden_in(ids, None)?, targets, ignore)
+        self.loss_of(self.hidden_in(ids, None)?, targets, ignore)
     }
 
     /// The mean cross-entropy of the final hidden states `h` (`[B, T, C]`) against `targets`.
@@ -172,9 +171,9 @@ impl Gpt {
         let targets = targets.reshape([b * t])?;
         match self.placement.head_chunk {
             Some(chunk) => {
-                let weight = self.head_weight()?;
+                let weight = self.whole_head_weight()?;
                 let h = h.reshape([b * t, c])?;
-                Ok(h.linear_cross_entropy(weight, &targets, ignore, chunk)?)
+                Ok(h.linear_cross_entropy(&weight, &targets, ignore, chunk)?)
             }
             None => {
                 let logits = self.head(&h)?;
@@ -188,7 +187,7 @@ impl Gpt {
 
     /// The final normalized hidden states, `[B, T, C]`: what the head reads.
     pub fn hidden(&self, ids: &Tensor) -> Result<Tensor> {
-        self.root_gathered()?.hidden_in(ids, None)
+        self.hidden_in(ids, None)
     }
 
     /// [`Gpt::hidden`], over packed documents where `documents` holds their starts and each
@@ -235,7 +234,11 @@ impl Gpt {
                 continue;
             }
             let gathered = match shards {
-                Some(shards) => Cow::Owned(shards.gathered(block, &format!("blocks.{i}"))?),
+                // Held by nothing between the passes: gathered again for the backward pass.
+                Some(shards) => {
+                    let prefix = format!("blocks.{i}");
+                    Cow::Owned(shards.gathered_again_in_backward(block, &prefix)?)
+                }
                 None => Cow::Borrowed(block),
             };
             let block = gathered.as_ref();
@@ -260,7 +263,7 @@ impl Gpt {
             };
         }
         let _norm = LayerKind::Norm.scope(&device);
-        self.ln_f.forward(&x)
+        self.whole(&self.ln_f, "ln_f")?.forward(&x)
     }
 
     /// The embeddings of `ids` (`[B, t]`) at positions from `offset`: the tokens', plus the
@@ -270,6 +273,7 @@ impl Gpt {
         match &self.pos_emb {
             Some(pos_emb) => {
                 let t = ids.dims().get(1).copied().unwrap_or(0);
+                let pos_emb = self.whole(pos_emb, "pos_emb")?;
                 Ok(x.add(&pos_emb.weight.values()?.narrow(0, offset, t)?)?)
             }
             None => Ok(x),
@@ -278,7 +282,7 @@ impl Gpt {
 
     /// The tokens' embeddings of `ids`, scaled where the family scales them.
     fn token_embedded(&self, ids: &Tensor) -> Result<Tensor> {
-        let x = self.tok_emb.forward(ids)?;
+        let x = self.whole(&self.tok_emb, "tok_emb")?.forward(ids)?;
         match self.config.family.embedding_scale(self.config.width) {
             Some(scale) => Ok(x.scale(rounded_to(scale, x.dtype()))?),
             None => Ok(x),
@@ -300,8 +304,8 @@ impl Gpt {
     fn head(&self, h: &Tensor) -> Result<Tensor> {
         let h = h.for_matmul()?;
         match &self.head {
-            Some(head) => head.forward(&h),
-            None => Ok(h.linear(self.head_weight()?, None)?),
+            Some(head) => self.whole(head, "head")?.forward(&h),
+            None => Ok(h.linear(&self.whole_head_weight()?, None)?),
         }
     }
 
@@ -344,10 +348,9 @@ fn rounded_to(value: f64, dtype: DType) -> f64 {
 
 impl Module for Gpt {
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let gpt = self.root_gathered()?;
-        let h = gpt.hidden_in(ids, None)?;
+        let h = self.hidden_in(ids, None)?;
         let _head = LayerKind::Head.scope(ids.device());
-        gpt.head(&h)
+        self.head(&h)
     }
 
     fn visit(&self, f: &mut dyn FnMut(&str, &Tensor)) {

@@ -1,14 +1,15 @@
 //! A decoder whose tensors are sharded over ranks (ZeRO-3, FSDP): each block is gathered as it
-//! runs, and its whole copy dropped after (gathered again for the backward pass where whole
-//! blocks are recomputed); the embeddings, final norm and head are gathered once a pass and
-//! held until its backward pass, as FSDP2 holds its root module's.
+//! runs and its whole copy dropped after, gathered again for the backward pass (its recomputation,
+//! or each product's rule); the embeddings, final norm and head are gathered where they are used.
 
 use std::borrow::Cow;
 
+use headroom_autograd::Tensor;
 use headroom_collectives::SharedWorld;
 
 use super::Gpt;
 use crate::error::{Error, Result};
+use crate::module::Module;
 use crate::sharded_params::ParamShards;
 
 impl Gpt {
@@ -33,21 +34,32 @@ impl Gpt {
         self.placement.shards.as_ref()
     }
 
-    /// The decoder with its embeddings', final norm's and head's tensors whole: gathered
-    /// (recorded) where sharded, itself otherwise. Every public pass starts here.
-    pub(super) fn root_gathered(&self) -> Result<Cow<'_, Gpt>> {
-        let Some(shards) = &self.placement.shards else {
-            return Ok(Cow::Borrowed(self));
-        };
-        let mut copy = self.clone();
-        copy.tok_emb = shards.gathered(&self.tok_emb, "tok_emb")?;
-        if let Some(pos_emb) = &self.pos_emb {
-            copy.pos_emb = Some(shards.gathered(pos_emb, "pos_emb")?);
+    /// `part` of the decoder, named `name` in it, with its sharded tensors gathered whole
+    /// (recorded) where the decoder is sharded, itself otherwise. The embeddings, the final
+    /// norm and the head are gathered where they are used, each copy let go of once the ops
+    /// that read it are done: the tied embedding's two uses reduce-scatter their gradients
+    /// apart, so that no whole gradient of it waits through the backward pass.
+    pub(super) fn whole<'a, M: Module + Clone>(
+        &self,
+        part: &'a M,
+        name: &str,
+    ) -> Result<Cow<'a, M>> {
+        match &self.placement.shards {
+            Some(shards) => Ok(Cow::Owned(shards.gathered(part, name)?)),
+            None => Ok(Cow::Borrowed(part)),
         }
-        copy.ln_f = shards.gathered(&self.ln_f, "ln_f")?;
-        if let Some(head) = &self.head {
-            copy.head = Some(shards.gathered(head, "head")?);
+    }
+
+    /// The head's weight ([`Gpt::head_weight`]), gathered whole where the decoder is sharded.
+    pub(super) fn whole_head_weight(&self) -> Result<Tensor> {
+        match &self.head {
+            Some(head) => self.whole(head, "head")?.weight.dense().cloned(),
+            None => self
+                .whole(&self.tok_emb, "tok_emb")?
+                .weight
+                .dense()
+                .cloned(),
         }
-        Ok(Cow::Owned(copy))
+        .ok_or_else(|| Error::config("gpt head", "its weight is stored quantized".to_owned()))
     }
 }

@@ -26,6 +26,7 @@ use super::matmul::{grad_a, grad_b};
 use super::quantized::product_dtype;
 use super::{reduce_to, when};
 use crate::error::Result;
+use crate::kept::Kept;
 use crate::tape::InputGrads;
 use crate::tensor::Tensor;
 
@@ -127,7 +128,7 @@ impl Linear {
     fn saved(&self) -> LinearSaved {
         LinearSaved {
             w: match &self.w {
-                Weight::Dense(w) => SavedWeight::Dense(w.array().clone()),
+                Weight::Dense(w) => SavedWeight::Dense(Kept::of(w)),
                 Weight::Quantized(q) => SavedWeight::Quantized(q.clone(), self.dtype()),
             },
             bias: self.b.as_ref().map(|b| b.shape().clone()),
@@ -137,8 +138,8 @@ impl Linear {
 
 /// A weight as a selective op's backward rule keeps it.
 enum SavedWeight {
-    /// In the product's dtype.
-    Dense(Array),
+    /// In the product's dtype, held or formed again.
+    Dense(Kept),
     /// The codes, and the dtype the product dequantized them to.
     Quantized(Box<Quantized>, DType),
 }
@@ -162,7 +163,7 @@ impl LinearSaved {
     /// The arrays it keeps, for the tape's account.
     fn arrays(&self) -> Vec<&Array> {
         match &self.w {
-            SavedWeight::Dense(w) => vec![w],
+            SavedWeight::Dense(w) => w.held().into_iter().collect(),
             SavedWeight::Quantized(q, _) => q.arrays(),
         }
     }
@@ -170,7 +171,7 @@ impl LinearSaved {
     /// The weight's values in the product's dtype (dequantized again when stored quantized).
     fn weight(&self) -> Result<Array> {
         match &self.w {
-            SavedWeight::Dense(w) => Ok(w.clone()),
+            SavedWeight::Dense(w) => w.array(),
             SavedWeight::Quantized(q, dtype) => Ok(q.dequantize(*dtype)?),
         }
     }
@@ -191,6 +192,7 @@ impl LinearSaved {
         let mut grads = Vec::new();
         let w = match &self.w {
             SavedWeight::Dense(w) => {
+                let w = w.array()?;
                 let operand = in_dtype(&x, w.dtype())?;
                 drop(x);
                 let dw = when(needs[weight_at], || {
