@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::TempDir;
-use common::ranks::{close, losses, succeeded, summary, worst_difference};
+use common::ranks::{assert_same_losses, assert_same_weights, losses, succeeded, summary};
 
 /// The training run both sides make: the default GPT on addition, batches of 16 in
 /// micro-batches of 4, six steps, no evaluation.
@@ -65,20 +65,6 @@ fn both(name: &str, options: &[&str]) -> (TempDir, TempDir) {
     (one, two)
 }
 
-/// Asserts that both runs recorded the same loss at each of their `steps` steps.
-fn assert_same_losses(one: &Path, two: &Path, steps: usize) {
-    let (expected, got) = (losses(one), losses(two));
-    assert_eq!(expected.len(), steps);
-    assert_eq!(got.len(), steps, "rank 0 writes one record a step");
-    for (step, (a, b)) in expected.iter().zip(&got).enumerate() {
-        assert!(
-            close(*a, *b),
-            "step {}: one process {a}, two ranks {b}",
-            step + 1
-        );
-    }
-}
-
 /// With SGD each weight moves by its gradient, so the runs' weights agree as closely as their
 /// gradients do: to rounding.
 #[test]
@@ -89,17 +75,7 @@ fn two_ranks_train_as_one_process_does() {
     let config = TempDir::new("dp-config");
     let (one, two) = both("dp-sgd", &["--config", &sgd(&config)]);
     assert_same_losses(&one.0, &two.0, 6);
-    assert_same_weights(&one, &two);
-}
-
-/// Asserts that the final checkpoints of two runs agree to rounding.
-fn assert_same_weights(one: &TempDir, two: &TempDir) {
-    let path = |dir: &TempDir| headroom_trainer::run_dir::checkpoint_path(&dir.0);
-    let (worst, name) = worst_difference(&path(one), &path(two));
-    assert!(
-        worst <= 1e-5,
-        "{name} differs by {worst:e} of its largest value"
-    );
+    assert_same_weights(&one.0, &two.0);
 }
 
 /// Rank 1 runs under a limit its first micro-batch of 32 does not fit (10 MiB, where SGD's step
@@ -144,7 +120,7 @@ fn an_out_of_memory_on_one_rank_is_recovered_by_both() {
     let want = "rank 1 ran out of memory in a micro-batch of 32";
     assert!(output.contains(want), "{want:?} missing:\n{output}");
     assert_same_losses(&one.0, &two.0, 3);
-    assert_same_weights(&one, &two);
+    assert_same_weights(&one.0, &two.0);
 }
 
 /// AdamW divides each moment by its square root: where a gradient is zero in exact arithmetic

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::TempDir;
-use common::ranks::{close, losses, succeeded, summary, worst_difference};
+use common::ranks::{assert_same_losses, assert_same_weights, succeeded, summary};
 
 fn headroom() -> Command {
     Command::new(env!("CARGO_BIN_EXE_headroom"))
@@ -46,25 +46,6 @@ fn train(mut command: Command, steps: usize, options: &[&str], dir: &Path) -> St
             .args(["--quiet", "--run-dir"])
             .arg(dir),
     )
-}
-
-/// Asserts that two runs recorded the same losses, to the rounding of their sums.
-fn assert_same_losses(one: &Path, other: &Path, steps: usize) {
-    let (a, b) = (losses(one), losses(other));
-    assert_eq!((a.len(), b.len()), (steps, steps));
-    for (step, (a, b)) in a.iter().zip(&b).enumerate() {
-        assert!(close(*a, *b), "step {}: {a} against {b}", step + 1);
-    }
-}
-
-/// Asserts that the final checkpoints of two runs hold the same tensors to rounding.
-fn assert_same_weights(one: &Path, other: &Path) {
-    let path = headroom_trainer::run_dir::checkpoint_path;
-    let (worst, name) = worst_difference(&path(one), &path(other));
-    assert!(
-        worst <= 1e-5,
-        "{name} differs by {worst:e} of its largest value"
-    );
 }
 
 /// GPT-2's family, and a Llama with LoRA adapters recomputing whole blocks (each block

@@ -57,3 +57,27 @@ pub fn summary(dir: &Path) -> headroom_trainer::run_dir::Summary {
     let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
+
+/// Asserts that two runs recorded the same loss at each of their `steps` steps, to the
+/// rounding of sums taken in another order (rank 0 writes one record a step).
+pub fn assert_same_losses(one: &Path, other: &Path, steps: usize) {
+    let (expected, got) = (losses(one), losses(other));
+    assert_eq!(
+        (expected.len(), got.len()),
+        (steps, steps),
+        "one record a step"
+    );
+    for (step, (a, b)) in expected.iter().zip(&got).enumerate() {
+        assert!(close(*a, *b), "step {}: {a} against {b}", step + 1);
+    }
+}
+
+/// Asserts that the final checkpoints of the runs in two directories agree to rounding.
+pub fn assert_same_weights(one: &Path, other: &Path) {
+    let path = headroom_trainer::run_dir::checkpoint_path;
+    let (worst, name) = worst_difference(&path(one), &path(other));
+    assert!(
+        worst <= 1e-5,
+        "{name} differs by {worst:e} of its largest value"
+    );
+}
