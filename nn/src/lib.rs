@@ -26,6 +26,7 @@ mod streaming;
 pub use accounting::{TrainingMemory, training_memory, training_memory_on};
 pub use decoder::{Gpt, HEAD_CHUNK_LOGITS, Placement};
 pub use error::{Error, Result};
+pub use headroom_autograd::chunk_of;
 pub use init::{Init, Initializer};
 pub use kv_cache::KvCache;
 pub use layer_kind::LayerKind;
@@ -52,6 +53,6 @@ pub use recomputed_modules::{
     Recompute, recomputed, recomputed_offloaded, recomputed_sharded, recomputed_streamed,
 };
 pub use sampling::{Sampler, Sampling};
-pub use sharded_params::{ParamShards, chunk_of};
+pub use sharded_params::ParamShards;
 pub use streamed_pass::Streamed;
 pub use streaming::{WeightsAhead, fetched, move_to};

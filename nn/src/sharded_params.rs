@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 
 use headroom_alloc::Tag;
+use headroom_autograd::{chunk_of, no_grad};
 use headroom_collectives::{Collective, SharedWorld};
-use headroom_kernels::ops::data::copy_range;
-use headroom_kernels::{Array, Shape};
+use headroom_kernels::Shape;
 
 use crate::error::{Error, Result};
 use crate::module::{Module, join};
@@ -75,6 +75,25 @@ impl ParamShards {
         self.gathered_holding(part, prefix, false)
     }
 
+    /// A copy of `module`, the module that was sharded, with every tensor gathered whole (not
+    /// recorded) on rank 0, a checkpoint's copy: every rank takes part, one tensor at a time,
+    /// and the others let each whole tensor go at once and get none.
+    pub fn whole_on_first_rank<M: Module + Clone>(&self, module: &M) -> Result<Option<M>> {
+        let _off = no_grad();
+        let first = self.world.rank() == 0;
+        let mut copy = module.clone();
+        copy.visit_mut(&mut |name, t| {
+            if let Some(whole) = self.whole.get(name) {
+                let gathered = t.gathered(&self.world, whole)?;
+                if first {
+                    *t = gathered;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(first.then_some(copy))
+    }
+
     /// A copy of `part` with its sharded tensors gathered, held by the rules where `hold`.
     fn gathered_holding<M: Module + Clone>(&self, part: &M, prefix: &str, hold: bool) -> Result<M> {
         let mut copy = part.clone();
@@ -89,19 +108,4 @@ impl ParamShards {
         })?;
         Ok(copy)
     }
-}
-
-/// Chunk `rank` of `ranks` of `x`'s elements, flat: `[numel.div_ceil(ranks)]`, zeros past the
-/// end of `x`.
-pub fn chunk_of(x: &Array, rank: usize, ranks: usize) -> Result<Array> {
-    let numel = x.numel();
-    let chunk = numel.div_ceil(ranks.max(1));
-    let start = (rank * chunk).min(numel);
-    let len = chunk.min(numel - start);
-    if len == chunk && start == 0 && chunk == numel {
-        return Ok(x.reshape([numel])?);
-    }
-    let mut out = Array::zeros(x.device(), [chunk], x.dtype())?;
-    copy_range(&x.reshape([numel])?, start, &mut out, 0, len)?;
-    Ok(out)
 }

@@ -19,6 +19,7 @@ mod selective;
 mod sharded;
 
 pub use selective::LinearWeight;
+pub use sharded::chunk_of;
 mod softmax;
 mod swiglu;
 mod transfer;

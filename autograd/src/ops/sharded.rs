@@ -34,7 +34,7 @@ impl Tensor {
     /// [`Tensor::gathered`], the whole copy held by the rules that keep it where `hold`.
     fn gathered_holding(&self, world: &SharedWorld, whole: &Shape, hold: bool) -> Result<Tensor> {
         let ranks = world.world_size();
-        let chunk = whole.numel().div_ceil(ranks);
+        let chunk = chunk_len(whole.numel(), ranks);
         if self.dims() != [chunk] {
             return Err(Error::Argument {
                 op: "gathered",
@@ -55,7 +55,7 @@ impl Tensor {
             let (world, device) = (world.clone(), self.device().clone());
             let back = move |g: &Array, _: &[bool]| {
                 let _gradients = device.scoped_tag(Tag::GRADIENTS);
-                let padded = resized(g, chunk * ranks)?;
+                let padded = window(g, 0, chunk * ranks)?;
                 let mut mine = Array::zeros(&device, [chunk], g.dtype())?;
                 world
                     .clone()
@@ -78,16 +78,36 @@ fn whole_of(world: &SharedWorld, mine: &Array, whole: &Shape) -> Result<Array> {
     let _weights = device.scoped_tag(Tag::WEIGHTS);
     let mut all = Array::zeros(device, [mine.numel() * world.world_size()], mine.dtype())?;
     world.clone().all_gather(mine, &mut all)?;
-    Ok(resized(&all, whole.numel())?.reshape(whole.clone())?)
+    Ok(window(&all, 0, whole.numel())?.reshape(whole.clone())?)
 }
 
-/// `x`'s elements, flat, cut or padded with zeros to `len`: `x` itself (reshaped) where it
-/// holds `len`.
-fn resized(x: &Array, len: usize) -> Result<Array> {
-    if x.numel() == len {
+/// Chunk `rank` of `ranks` of `x`'s elements, flat, as [`Tensor::gathered`] takes it:
+/// `[x.numel().div_ceil(ranks)]`, zeros past the end of `x`.
+pub fn chunk_of(x: &Array, rank: usize, ranks: usize) -> Result<Array> {
+    let chunk = chunk_len(x.numel(), ranks);
+    window(x, rank * chunk, chunk)
+}
+
+/// The elements of each rank's chunk of a tensor of `numel` over `ranks`.
+fn chunk_len(numel: usize, ranks: usize) -> usize {
+    numel.div_ceil(ranks.max(1))
+}
+
+/// `len` of `x`'s elements, flat, from `start`, zeros past the end of `x`: `x` itself
+/// (reshaped) where that is all of it.
+fn window(x: &Array, start: usize, len: usize) -> Result<Array> {
+    let numel = x.numel();
+    if start == 0 && len == numel {
         return Ok(x.reshape([len])?);
     }
     let mut out = Array::zeros(x.device(), [len], x.dtype())?;
-    copy_range(x, 0, &mut out, 0, len.min(x.numel()))?;
+    let start = start.min(numel);
+    copy_range(
+        &x.reshape([numel])?,
+        start,
+        &mut out,
+        0,
+        len.min(numel - start),
+    )?;
     Ok(out)
 }

@@ -4,7 +4,7 @@
 
 use std::any::Any;
 
-use headroom_autograd::{Tensor, no_grad};
+use headroom_autograd::Tensor;
 use headroom_collectives::SharedWorld;
 use headroom_kernels::{DType, Device};
 use headroom_nn::lora::{self, QuantizedBase};
@@ -306,8 +306,8 @@ impl TrainableModel for TrainModel {
         let Some(shards) = gpt.param_shards() else {
             return Ok(None);
         };
-        let _off = no_grad();
-        Ok(Some(Box::new(shards.gathered(gpt.as_ref(), "")?)))
+        let whole = shards.whole_on_first_rank(gpt.as_ref())?;
+        Ok(whole.map(|gpt| Box::new(gpt) as Box<dyn Module>))
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -174,10 +174,16 @@ impl Saved {
     ) -> Result<()> {
         self.checkpoint.restore_model(model.module_mut())?;
         self.checkpoint.restore_optimizer(optimizer)?;
+        self.restore_dropout(model);
+        Ok(())
+    }
+
+    /// Sets `model`'s dropout counter to where the saved run's stood, so that it draws the same
+    /// masks.
+    fn restore_dropout(&self, model: &dyn TrainableModel) {
         if let Some(counter) = model.dropout_counter() {
             counter.set(self.state.dropout_calls);
         }
-        Ok(())
     }
 
     /// Restores the weights alone: a model whose tensors are to be sharded takes them whole,
@@ -196,12 +202,10 @@ impl Saved {
     ) -> Result<()> {
         let chunk = |whole: Array| {
             let _state = whole.device().scoped_tag(Tag::OPTIMIZER_STATE);
-            chunk_of(&whole, rank, ranks)
+            Ok(chunk_of(&whole, rank, ranks)?)
         };
         self.checkpoint.restore_optimizer_with(optimizer, &chunk)?;
-        if let Some(counter) = model.dropout_counter() {
-            counter.set(self.state.dropout_calls);
-        }
+        self.restore_dropout(model);
         Ok(())
     }
 }
