@@ -64,7 +64,9 @@ impl MemorySource for PlanningMemory {
 /// what differs is the scratch memory each backend's kernels take from the allocator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PlanTarget {
-    /// The CPU backend: half-precision products widen panels to f32 in workspace memory.
+    /// The CPU backend of this machine: half-precision products widen panels to f32 in
+    /// workspace memory, except bf16 where the CPU multiplies it
+    /// ([`cpu_multiplies`](crate::ops::gemm::cpu_multiplies)), whose operands are packed there.
     #[default]
     Cpu,
     /// The CUDA backend: half-precision products run in cuBLAS, each product takes a cuBLAS

@@ -131,11 +131,11 @@ fn half_products_larger_than_a_workspace_panel_match_the_reference() {
 fn a_half_product_with_a_vocabulary_wide_output_multiplies_in_bands_of_256_rows() {
     // A language model's head on a CPU (1024 tokens against 49 152 rows of 576): bands of 256
     // rows and of 256 inner steps, where a panel of 2^18 elements would cut 5 at a time and
-    // call hundreds of slow, thin products.
+    // call hundreds of slow, thin products. f16, which every CPU widens.
     let meta = Device::meta(DeviceConfig::new(1 << 34)).unwrap();
     let kernels = || meta.planned_work().unwrap().kernels;
-    let x = Array::zeros(&meta, [1024, 576], DType::BF16).unwrap();
-    let w = Array::zeros(&meta, [49_152, 576], DType::BF16).unwrap();
+    let x = Array::zeros(&meta, [1024, 576], DType::F16).unwrap();
+    let w = Array::zeros(&meta, [49_152, 576], DType::F16).unwrap();
     let before = kernels();
     let logits = matmul(&x, &w, false, true).unwrap();
     // The weight widened, then per band: its rows widened, multiplied and narrowed.
@@ -268,5 +268,37 @@ fn accumulated_products_add_into_their_output_from_every_float_dtype() {
         let single = Array::zeros(&device, [2, 2], DType::F32).unwrap();
         let err = matmul_accumulate(&single, &single, false, false, &mut into_f64).unwrap_err();
         assert!(matches!(err, Error::DType { .. }), "{err}");
+    }
+}
+
+#[test]
+fn a_bf16_product_takes_the_memory_its_plan_says() {
+    // On a CPU with bf16 instructions the product packs its operands in workspace; on one
+    // without, it widens them to f32 panel by panel. The meta device planning for this CPU
+    // takes the same peak either way, in every layout and with a few rows.
+    let shapes = [
+        (300, 200, 130, false, true),
+        (64, 700, 257, true, false),
+        (6, 90, 40, false, true),
+        (40, 90, 6, true, true),
+    ];
+    for (m, n, k, trans_a, trans_b) in shapes {
+        let peak = |device: &Device| {
+            let a_shape = if trans_a { [k, m] } else { [m, k] };
+            let b_shape = if trans_b { [n, k] } else { [k, n] };
+            let a = Array::zeros(device, a_shape, DType::BF16).unwrap();
+            let b = Array::zeros(device, b_shape, DType::BF16).unwrap();
+            device.allocator().with(|alloc| alloc.reset_peak());
+            let before = device.allocator().stats().in_use;
+            drop(matmul(&a, &b, trans_a, trans_b).unwrap());
+            device.allocator().stats().peak_in_use - before
+        };
+        let cpu = Device::cpu(DeviceConfig::new(1 << 30)).unwrap();
+        let meta = Device::meta(DeviceConfig::new(1 << 30)).unwrap();
+        assert_eq!(
+            peak(&cpu),
+            peak(&meta),
+            "{m}x{k}x{n} t=({trans_a},{trans_b})"
+        );
     }
 }

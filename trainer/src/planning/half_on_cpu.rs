@@ -1,18 +1,25 @@
-//! The warning a bf16 or f16 run on the CPU gets once: the CPU's products widen half types to
-//! f32 panel by panel, so they save memory but cost time, and what the same run in f32 would
-//! need, by its own plan (which prices the widening).
+//! The warning a bf16 or f16 run on the CPU gets once where the CPU has no instructions for
+//! it: the CPU's products widen half types to f32 panel by panel, so they save memory but cost
+//! time, and what the same run in f32 would need, by its own plan (which prices the widening).
 
 use headroom_alloc::format_bytes;
-use headroom_kernels::PlanTarget;
+use headroom_kernels::ops::gemm::cpu_multiplies;
+use headroom_kernels::{DType, PlanTarget};
 
 use crate::config::{DeviceChoice, ParamDtype, PrecisionKind, TrainConfig};
 use crate::data::Task;
 use crate::planning::{Budget, Plan, plan};
 
-/// True when `config` runs its products in a half type on the CPU.
+/// True when `config` runs its products in a half type on the CPU, which widens them (this
+/// CPU has no instructions for that type).
 pub fn half_on_cpu(config: &TrainConfig) -> bool {
     let cpu = matches!(config.device.parse::<DeviceChoice>(), Ok(DeviceChoice::Cpu));
-    cpu && config.compute_precision() != PrecisionKind::F32
+    let dtype = match config.compute_precision() {
+        PrecisionKind::F32 => return false,
+        PrecisionKind::Bf16 => DType::BF16,
+        PrecisionKind::F16 => DType::F16,
+    };
+    cpu && !cpu_multiplies(dtype)
 }
 
 /// The warning for `config`'s run, planned as `chosen`, when it computes in a half type on the
@@ -45,8 +52,8 @@ pub fn half_on_cpu_warning(
         ),
     };
     Some(format!(
-        "{} on the CPU: its products widen {0} to f32 panel by panel (no CPU bf16 kernels \
-         yet), which saves memory but not time; {f32_figure}",
+        "{} on the CPU: its products widen {0} to f32 panel by panel (this CPU has no \
+         instructions for it), which saves memory but not time; {f32_figure}",
         config.compute_precision().name()
     ))
 }

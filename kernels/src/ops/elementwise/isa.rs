@@ -120,6 +120,44 @@ pub(super) fn zip_with_best_isa<T: Float, F: Fn(T::C, T::C) -> T::C>(
     zip_with(out, a, b, f);
 }
 
+/// `f` compiled for the widest instruction set this CPU has, so that its loops vectorize as
+/// wide as the CPU allows: pass a closure marked `#[inline(always)]`, which is then compiled
+/// inside each version. Like the loops above, the values are the same in every version.
+#[inline(always)]
+pub(crate) fn in_best_isa<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() && std::arch::is_x86_feature_detected!("avx512dq") {
+        // SAFETY: the CPU supports AVX-512F and DQ, AVX2 and FMA, checked just above.
+        return unsafe { in_avx512(f) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        return unsafe { in_avx2(f) };
+    }
+    f()
+}
+
+/// [`in_best_isa`] on AVX-512 (DQ for 64-bit integer products, as random draws take).
+///
+/// # Safety
+/// The CPU must support AVX-512F and DQ, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+unsafe fn in_avx512<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+/// [`in_best_isa`] on AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn in_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
 /// True when the CPU has AVX2 and FMA (detected once, then cached by `std`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]

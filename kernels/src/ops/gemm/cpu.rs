@@ -1,8 +1,10 @@
-//! CPU GEMM through the `gemm` crate, and a few rows against a half weight by `few_rows`.
+//! CPU GEMM through the `gemm` crate, a few rows against a half weight by `few_rows`, and bf16
+//! on the CPU's bf16 instructions by `bf16_dot`.
 
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::bf16_dot;
 use super::few_rows::{few_rows, is_few_rows};
 use super::kernels::{GemmKernels, GemmSpec};
 use crate::buffer::Buffer;
@@ -16,20 +18,49 @@ const SMALL_PRODUCT: usize = 1 << 21;
 
 impl GemmKernels for CpuBackend {
     fn gemm(&self, spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()> {
+        let own_type = out.dtype() == a.dtype();
         match a.dtype() {
             DType::F32 if is_few_rows(spec) => few_rows::<f32>(spec, a, b, out),
             DType::F32 => gemm_typed::<f32>(spec, a, b, out),
             DType::F64 => gemm_typed::<f64>(spec, a, b, out),
-            DType::BF16 if is_few_rows(spec) => few_rows::<half::bf16>(spec, a, b, out),
-            DType::F16 if is_few_rows(spec) => few_rows::<half::f16>(spec, a, b, out),
+            DType::BF16 if own_type && is_few_rows(spec) => few_rows::<half::bf16>(spec, a, b, out),
+            DType::F16 if own_type && is_few_rows(spec) => few_rows::<half::f16>(spec, a, b, out),
+            DType::BF16 if bf16_dot::takes(spec, a.dtype(), out.dtype()) => {
+                gemm_bf16(spec, a, b, out)
+            }
             other => Err(Error::DType {
                 op: "gemm",
-                expected: "f32 or f64 (or a half type, for a few rows against a transposed weight)"
+                expected: "f32 or f64 (or a half type, for a few rows against a transposed weight \
+                           or bf16 on a CPU with AVX512-BF16)"
                     .into(),
                 got: other,
             }),
         }
     }
+
+    fn gemm_half(&self, dtype: DType) -> bool {
+        super::cpu_multiplies(dtype)
+    }
+}
+
+/// A bf16 product on the CPU's bf16 instructions, into a bf16 or an f32 output, its operands
+/// packed in workspace memory.
+fn gemm_bf16(spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()> {
+    const OP: &str = "gemm";
+    let words = bf16_dot::scratch_words(spec);
+    let mut scratch = (words > 0)
+        .then(|| out.memory().alloc_workspace(DType::U32, words, OP))
+        .transpose()?;
+    let scratch = match scratch.as_mut() {
+        Some(scratch) => scratch.host_mut::<u32>(OP)?,
+        None => &mut [],
+    };
+    let (a, b) = (a.host::<half::bf16>(OP)?, b.host::<half::bf16>(OP)?);
+    match out.dtype() {
+        DType::F32 => bf16_dot::product(spec, a, b, out.host_mut::<f32>(OP)?, scratch),
+        _ => bf16_dot::product(spec, a, b, out.host_mut::<half::bf16>(OP)?, scratch),
+    }
+    Ok(())
 }
 
 fn gemm_typed<T: Element + Default>(

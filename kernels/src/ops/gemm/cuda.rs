@@ -198,7 +198,7 @@ impl GemmKernels for CudaBackend {
         })
     }
 
-    fn gemm_half(&self) -> bool {
+    fn gemm_half(&self, _: DType) -> bool {
         true
     }
 }

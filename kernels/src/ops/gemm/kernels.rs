@@ -40,12 +40,14 @@ impl GemmSpec {
 pub trait GemmKernels {
     /// `out[b] = op(a[b]) * op(b[b])` for every batch `b`, f32 or f64, accumulating in the
     /// operands' precision; half types too when [`gemm_half`](Self::gemm_half) says so
-    /// (otherwise the op layer widens them to f32 panel by panel).
+    /// (otherwise the op layer widens them to f32 panel by panel), into an output of their
+    /// own type or of f32.
     fn gemm(&self, spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()>;
 
-    /// Whether [`gemm`](Self::gemm) takes f16 and bf16 operands itself, accumulating in f32
-    /// (as cuBLAS does on tensor cores).
-    fn gemm_half(&self) -> bool {
+    /// Whether [`gemm`](Self::gemm) takes operands of the half type `dtype` itself,
+    /// accumulating in f32 (as cuBLAS does on tensor cores, and a CPU with bf16 instructions).
+    fn gemm_half(&self, dtype: DType) -> bool {
+        let _ = dtype;
         false
     }
 }

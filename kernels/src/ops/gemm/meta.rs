@@ -1,8 +1,10 @@
 //! Meta kernels for GEMM: nothing to compute, each product's work accounted; planning for CUDA,
 //! each product takes cuBLAS's workspace as the CUDA backend's does.
 
+use super::bf16_dot;
 use super::kernels::{GemmKernels, GemmSpec, blas_workspace};
 use crate::buffer::Buffer;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::{MetaBackend, PlanTarget};
 use crate::work::Kernel;
@@ -13,16 +15,25 @@ impl GemmKernels for MetaBackend {
         let mut buffers = vec![a, b, &*out];
         buffers.extend(accumulated);
         self.record(Kernel::product(spec, a.dtype(), &buffers));
-        if let PlanTarget::Cuda { gemm_workspace } = self.target {
-            // cuBLAS runs (and takes its workspace) only for a product with terms to sum.
-            if !out.is_empty() && spec.k > 0 {
+        // Either library runs (and takes its workspace) only for a product with terms to sum.
+        let runs = !out.is_empty() && spec.k > 0;
+        match self.target {
+            PlanTarget::Cuda { gemm_workspace } if runs => {
                 blas_workspace(out.memory(), gemm_workspace, "gemm")?;
             }
+            PlanTarget::Cpu if runs && bf16_dot::takes(spec, a.dtype(), out.dtype()) => {
+                // The CPU's bf16 product packs its operands in workspace.
+                let words = bf16_dot::scratch_words(spec);
+                out.memory().alloc_workspace(DType::U32, words, "gemm")?;
+            }
+            _ => {}
         }
         Ok(())
     }
 
-    fn gemm_half(&self) -> bool {
-        self.plans_cuda()
+    /// As the target multiplies: cuBLAS takes both half types, and a CPU planned on this
+    /// machine takes bf16 where it has the instructions.
+    fn gemm_half(&self, dtype: DType) -> bool {
+        self.plans_cuda() || super::cpu_multiplies(dtype)
     }
 }

@@ -1,6 +1,8 @@
 //! Matrix products: `op(a) @ op(b)`, batched, with optional transposes; half types accumulate in
-//! f32 through workspace casts a panel at a time.
+//! f32, on the GPU's tensor cores or the CPU's bf16 instructions where there are some, and
+//! through workspace casts a panel at a time elsewhere.
 
+mod bf16_dot;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -16,6 +18,13 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::layout::kernels::Strided;
 use crate::shape::Shape;
+
+/// Whether this machine's CPU multiplies operands of the half type `dtype` as they are, with
+/// f32 sums (bf16 where it has AVX512-BF16, unless `HEADROOM_CPU_BF16=widen` is set);
+/// otherwise its half products widen to f32 panel by panel, which saves memory but not time.
+pub fn cpu_multiplies(dtype: DType) -> bool {
+    dtype == DType::BF16 && bf16_dot::available()
+}
 
 /// Splits a shape into (batch dims, rows, cols).
 fn matrix_dims<'s>(shape: &'s Shape, name: &str) -> Result<(&'s [usize], usize, usize)> {
@@ -147,13 +156,14 @@ pub fn matmul_accumulate(
         accumulate: true,
     };
     let device = a.device().clone();
-    if half && !device.backend().gemm_half() {
+    if half && !device.backend().gemm_half(a.dtype()) {
         let part = matmul(a, b, trans_a, trans_b)?;
         return crate::ops::elementwise::add_into(out, &part.cast(DType::F32)?);
     }
     device
         .backend()
         .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(OP)?)
+        .map_err(|err| err.in_op(OP))
 }
 
 /// The product behind [`matmul`] and [`matmul_bias`], errors named `op`.
@@ -239,11 +249,12 @@ fn product(
     let out_shape = Shape::new(&out_dims);
     let device = a.device();
     let mut out = Array::uninit(device, out_shape.clone(), a.dtype(), op)?;
-    // Half operands go to the backend as they are where it multiplies them (a GPU), or where
+    // Half operands go to the backend as they are where it multiplies them (a GPU, a CPU with
+    // bf16 instructions), or where
     // the product is a few rows against a transposed weight (generation on a CPU: no f32
     // workspace, each weight read once as stored); elsewhere they are widened panel by panel.
     let native = matches!(a.dtype(), DType::F32 | DType::F64)
-        || device.backend().gemm_half()
+        || device.backend().gemm_half(a.dtype())
         || few_rows::is_few_rows(&spec);
     if native {
         if let Some(bias) = bias {
@@ -251,7 +262,8 @@ fn product(
         }
         device
             .backend()
-            .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(op)?)?;
+            .gemm(&spec, a.buffer(), b.buffer(), out.buffer_mut(op)?)
+            .map_err(|err| err.in_op(op))?;
     } else {
         half::product(&spec, a, b, bias, &mut out, op)?;
     }

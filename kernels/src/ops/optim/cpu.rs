@@ -11,6 +11,7 @@ use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, DType, Float};
 use crate::error::{Error, Result};
+use crate::ops::elementwise::isa::in_best_isa;
 use crate::ops::random::kernels::random_bits;
 
 /// AdamW's constants for one step, in the compute type `C`.
@@ -85,14 +86,19 @@ fn adamw_bf16_state<T: Float<C = f32>>(
         .enumerate()
         .for_each(|(chunk, ((p, g), (m, v)))| {
             let first = (chunk * CHUNK) as u64;
-            for (i, (((p, &g), m), v)) in p.iter_mut().zip(g).zip(m).zip(v).enumerate() {
-                let at = first + i as u64;
-                let (p_new, m_new, v_new) =
-                    consts.apply(p.load(), g.load(), m.to_f32(), v.to_f32());
-                *p = store_param::<T>(p_new, seeds.param, at);
-                *m = bf16_stochastic(m_new, random_bits(seeds.m, at));
-                *v = bf16_stochastic(v_new, random_bits(seeds.v, at));
-            }
+            in_best_isa(
+                #[inline(always)]
+                || {
+                    for (i, (((p, &g), m), v)) in p.iter_mut().zip(g).zip(m).zip(v).enumerate() {
+                        let at = first + i as u64;
+                        let (p_new, m_new, v_new) =
+                            consts.apply(p.load(), g.load(), m.to_f32(), v.to_f32());
+                        *p = store_param::<T>(p_new, seeds.param, at);
+                        *m = bf16_stochastic(m_new, random_bits(seeds.m, at));
+                        *v = bf16_stochastic(v_new, random_bits(seeds.v, at));
+                    }
+                },
+            )
         });
 }
 
@@ -203,13 +209,18 @@ impl OptimKernels for CpuBackend {
                 .zip(grad.par_chunks(CHUNK))
                 .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
                 .for_each(|((p, g), (m, v))| {
-                    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m).zip(v) {
-                        let (p_new, m_new, v_new) =
-                            consts.apply(p.load(), g.load(), m.load(), v.load());
-                        *p = T::store(p_new);
-                        *m = T::store(m_new);
-                        *v = T::store(v_new);
-                    }
+                    in_best_isa(
+                        #[inline(always)]
+                        || {
+                            for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m).zip(v) {
+                                let (p_new, m_new, v_new) =
+                                    consts.apply(p.load(), g.load(), m.load(), v.load());
+                                *p = T::store(p_new);
+                                *m = T::store(m_new);
+                                *v = T::store(v_new);
+                            }
+                        },
+                    )
                 });
             Ok(())
         })
@@ -267,10 +278,15 @@ impl OptimKernels for CpuBackend {
                     .enumerate()
                     .for_each(|(chunk, (p, g))| {
                         let at = (chunk * CHUNK) as u64;
-                        for (i, (p, &g)) in p.iter_mut().zip(g).enumerate() {
-                            let d = g.load() * scale + wd * p.load();
-                            *p = store_param::<T>(p.load() - lr * d, seed, at + i as u64);
-                        }
+                        in_best_isa(
+                            #[inline(always)]
+                            || {
+                                for (i, (p, &g)) in p.iter_mut().zip(g).enumerate() {
+                                    let d = g.load() * scale + wd * p.load();
+                                    *p = store_param::<T>(p.load() - lr * d, seed, at + i as u64);
+                                }
+                            },
+                        )
                     }),
                 Some(buffer) => param
                     .par_chunks_mut(CHUNK)

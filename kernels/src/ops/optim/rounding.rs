@@ -32,11 +32,10 @@ pub(crate) fn store_param<T: Float>(x: T::C, seed: u64, at: u64) -> T {
 /// Infinities and NaN stay what they are.
 #[inline]
 pub fn bf16_stochastic(x: f32, draw: u64) -> bf16 {
-    if !x.is_finite() {
-        return bf16::from_f32(x);
-    }
-    let bits = x.to_bits().wrapping_add((draw >> 48) as u32);
-    bf16::from_bits((bits >> 16) as u16)
+    // Both roundings, then a select rather than a branch, so that a loop of them vectorizes.
+    let carried = bf16::from_bits((x.to_bits().wrapping_add((draw >> 48) as u32) >> 16) as u16);
+    let nearest: bf16 = Float::store(x);
+    if x.is_finite() { carried } else { nearest }
 }
 
 #[cfg(test)]

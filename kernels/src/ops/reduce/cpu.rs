@@ -4,9 +4,10 @@ use rayon::prelude::*;
 
 use super::kernels::{ReduceKernels, ReduceOp, ReduceSpec};
 use crate::buffer::Buffer;
-use crate::cpu::{CpuBackend, with_float};
+use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, Float};
 use crate::error::Result;
+use crate::ops::elementwise::isa::in_best_isa;
 
 impl ReduceKernels for CpuBackend {
     fn reduce(&self, op: ReduceOp, spec: ReduceSpec, x: &Buffer, out: &mut Buffer) -> Result<()> {
@@ -22,6 +23,13 @@ impl ReduceKernels for CpuBackend {
 fn reduce_into<T: Float>(op: ReduceOp, spec: ReduceSpec, x: &[T], out: &mut [T]) {
     let ReduceSpec { axis, inner, .. } = spec;
     if out.is_empty() {
+        return;
+    }
+    if inner == 1 && axis >= CHUNK {
+        // A whole long axis per output (a gradient's norm): its chunks in parallel instead.
+        for (o, out) in out.iter_mut().enumerate() {
+            *out = T::store(T::C::of(whole_axis(op, &x[o * axis..(o + 1) * axis])));
+        }
         return;
     }
     // One task per outer index: it reads `axis` rows of `inner` contiguous elements.
@@ -56,4 +64,45 @@ fn reduce_into<T: Float>(op: ReduceOp, spec: ReduceSpec, x: &[T], out: &mut [T])
             }
         }
     });
+}
+
+/// `op` over all of `x` (contiguous), in f64 (a NaN wins the maximum): chunks of [`CHUNK`] in parallel, each in 8
+/// lanes, the chunks' results combined in order, so the value does not depend on the threads.
+fn whole_axis<T: Float>(op: ReduceOp, x: &[T]) -> f64 {
+    const LANES: usize = 8;
+    let chunk = |x: &[T]| -> f64 {
+        in_best_isa(
+            #[inline(always)]
+            || {
+                let (init, fold): (f64, fn(f64, f64) -> f64) = match op {
+                    ReduceOp::Max => (f64::NEG_INFINITY, Compute::max),
+                    ReduceOp::Sum | ReduceOp::Mean => (0.0, |a, v| a + v),
+                    ReduceOp::SumSquares => (0.0, |a, v| a + v * v),
+                };
+                let mut lanes = [init; LANES];
+                let rows = x.chunks_exact(LANES);
+                let mut last = init;
+                for &v in rows.remainder() {
+                    last = fold(last, v.load().f64());
+                }
+                for row in rows {
+                    for (lane, &v) in lanes.iter_mut().zip(row) {
+                        *lane = fold(*lane, v.load().f64());
+                    }
+                }
+                let combine = if op == ReduceOp::Max {
+                    Compute::max
+                } else {
+                    |a: f64, b: f64| a + b
+                };
+                lanes.into_iter().fold(last, combine)
+            },
+        )
+    };
+    let parts: Vec<f64> = x.par_chunks(CHUNK).map(chunk).collect();
+    match op {
+        ReduceOp::Max => parts.into_iter().fold(f64::NEG_INFINITY, Compute::max),
+        ReduceOp::Sum | ReduceOp::SumSquares => parts.into_iter().sum(),
+        ReduceOp::Mean => parts.into_iter().sum::<f64>() / x.len() as f64,
+    }
 }
