@@ -769,3 +769,41 @@ fn grouped_operands_that_do_not_divide_are_named() {
     let (q2, k2) = (zeros(&[4, 8]), zeros(&[2, 8]));
     assert_fails(attention(&q2, &k2, &k2, how), "attention", &["k is"]);
 }
+
+#[test]
+fn a_plan_prices_half_attention_where_the_target_computes_it() {
+    // The CPU's attention blocks compute bf16 in f32, a GPU's in bf16: with half products a
+    // hundred times faster than f32 ones, the CPU's bf16 attention still costs what f32's does.
+    let rates = headroom_kernels::Rates {
+        matrix_flops: 1e9,
+        half_matrix_flops: 1e11,
+        vector_flops: 1e15,
+        bytes: 1e15,
+        launch: 0.0,
+        transfer: 1e15,
+    };
+    let how = Attention {
+        scale: 0.125,
+        causal: true,
+        window: None,
+        dropout: None,
+    };
+    let seconds = |target: PlanTarget, dtype: DType| {
+        let meta = Device::meta_with_rates(target, rates, DeviceConfig::new(1 << 30)).unwrap();
+        let q = Array::zeros(&meta, [4, 256, 64], dtype).unwrap();
+        let before = meta.planned_work().unwrap().seconds;
+        attention(&q, &q, &q, how).unwrap();
+        meta.planned_work().unwrap().seconds - before
+    };
+    let (f32_cpu, bf16_cpu) = (
+        seconds(PlanTarget::Cpu, DType::F32),
+        seconds(PlanTarget::Cpu, DType::BF16),
+    );
+    assert!(
+        (bf16_cpu / f32_cpu - 1.0).abs() < 1e-9,
+        "{bf16_cpu} against {f32_cpu}"
+    );
+    let gpu = PlanTarget::cuda(9);
+    let (f32_gpu, bf16_gpu) = (seconds(gpu, DType::F32), seconds(gpu, DType::BF16));
+    assert!(bf16_gpu < f32_gpu / 50.0, "{bf16_gpu} against {f32_gpu}");
+}

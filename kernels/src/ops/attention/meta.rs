@@ -7,9 +7,18 @@ use super::kernels::{
     AttentionBackwardOperands, AttentionKernels, AttentionOperands, AttentionSpec,
 };
 use super::lse_dtype;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::meta::MetaBackend;
 use crate::work::Kernel;
+
+impl MetaBackend {
+    /// The dtype the target's attention multiplies `dtype` in, which prices its products: the
+    /// CPU's blocks compute half types in f32, a GPU's in the half type.
+    fn computed_in(&self, dtype: DType) -> DType {
+        if self.plans_cuda() { dtype } else { DType::F32 }
+    }
+}
 
 impl AttentionKernels for MetaBackend {
     fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
@@ -23,7 +32,7 @@ impl AttentionKernels for MetaBackend {
             shape,
             spec.scores_per_head(),
             2.0,
-            q.dtype(),
+            self.computed_in(q.dtype()),
             &buffers,
         ));
         Ok(())
@@ -53,7 +62,7 @@ impl AttentionKernels for MetaBackend {
             shape,
             spec.scores_per_head(),
             5.0,
-            q.dtype(),
+            self.computed_in(q.dtype()),
             &buffers,
         ));
         if self.plans_cuda() && spec.elements() > 0 {
