@@ -170,3 +170,55 @@ fn sums_to_a_broadcastable_shape_match_the_f64_reference() {
         }
     }
 }
+
+/// A value computed from a row of values.
+type RowFn = fn(&[f64]) -> f64;
+
+#[test]
+fn a_long_axis_reduced_whole_matches_the_f64_reference() {
+    // A gradient's squared norm reduces one long axis (in parallel chunks); rows of two such
+    // axes, a length no chunk divides, and a NaN that wins its row's maximum.
+    let mut rng = rng();
+    let len = 3 * (1 << 14) + 5;
+    for device in devices() {
+        for dtype in [DType::F32, DType::BF16] {
+            let (x, values) = random(&device, &mut rng, &[2, len], dtype, -1.0, 1.0);
+            let rows: Vec<&[f64]> = values.chunks(len).collect();
+            let abs_sum = |r: &[f64]| r.iter().map(|v| v.abs()).sum::<f64>();
+            // Each op's reference and the magnitude its rounding is measured against.
+            let wants: [(ReduceOp, RowFn, RowFn); 4] = [
+                (ReduceOp::Sum, |r| r.iter().sum(), abs_sum),
+                (
+                    ReduceOp::Mean,
+                    |r| r.iter().sum::<f64>() / r.len() as f64,
+                    |r| r.iter().map(|v| v.abs()).sum::<f64>() / r.len() as f64,
+                ),
+                (
+                    ReduceOp::SumSquares,
+                    |r| r.iter().map(|v| v * v).sum(),
+                    |r| r.iter().map(|v| v * v).sum(),
+                ),
+                (
+                    ReduceOp::Max,
+                    |r| r.iter().copied().fold(f64::MIN, f64::max),
+                    |_| 1.0,
+                ),
+            ];
+            for (op, want, magnitude) in wants {
+                let got = reduce(op, &x, 1, false).unwrap().to_f64().unwrap();
+                let want: Vec<f64> = rows.iter().map(|r| want(r)).collect();
+                let scale: Vec<f64> = rows.iter().map(|r| magnitude(r)).collect();
+                let what = format!("{op:?} {dtype}");
+                assert_close_scaled(&what, &got, &want, &scale, tolerance(dtype));
+            }
+            let mut with_nan = values.clone();
+            with_nan[len + 7] = f64::NAN;
+            let x = Array::from_f64(&device, [2, len], dtype, &with_nan).unwrap();
+            let max = reduce(ReduceOp::Max, &x, 1, false)
+                .unwrap()
+                .to_f64()
+                .unwrap();
+            assert!(!max[0].is_nan() && max[1].is_nan(), "{max:?}");
+        }
+    }
+}
