@@ -3,8 +3,8 @@
 //! time, and what the same run in f32 would need, by its own plan (which prices the widening).
 
 use headroom_alloc::format_bytes;
+use headroom_kernels::PlanTarget;
 use headroom_kernels::ops::gemm::cpu_multiplies;
-use headroom_kernels::{DType, PlanTarget};
 
 use crate::config::{DeviceChoice, ParamDtype, PrecisionKind, TrainConfig};
 use crate::data::Task;
@@ -14,12 +14,8 @@ use crate::planning::{Budget, Plan, plan};
 /// CPU has no instructions for that type).
 pub fn half_on_cpu(config: &TrainConfig) -> bool {
     let cpu = matches!(config.device.parse::<DeviceChoice>(), Ok(DeviceChoice::Cpu));
-    let dtype = match config.compute_precision() {
-        PrecisionKind::F32 => return false,
-        PrecisionKind::Bf16 => DType::BF16,
-        PrecisionKind::F16 => DType::F16,
-    };
-    cpu && !cpu_multiplies(dtype)
+    let half = config.compute_precision().half_dtype();
+    cpu && half.is_some_and(|dtype| !cpu_multiplies(dtype))
 }
 
 /// The warning for `config`'s run, planned as `chosen`, when it computes in a half type on the

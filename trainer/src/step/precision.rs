@@ -9,10 +9,15 @@ use crate::config::{PrecisionConfig, PrecisionKind};
 impl PrecisionKind {
     /// The autocast scope of this precision (none for f32).
     pub fn autocast(self) -> Option<AutocastGuard> {
+        self.half_dtype().map(autocast)
+    }
+
+    /// The half type its products run in (none for f32).
+    pub fn half_dtype(self) -> Option<DType> {
         match self {
             PrecisionKind::F32 => None,
-            PrecisionKind::Bf16 => Some(autocast(DType::BF16)),
-            PrecisionKind::F16 => Some(autocast(DType::F16)),
+            PrecisionKind::Bf16 => Some(DType::BF16),
+            PrecisionKind::F16 => Some(DType::F16),
         }
     }
 

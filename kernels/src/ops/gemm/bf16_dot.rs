@@ -1,10 +1,11 @@
 //! bf16 products on the CPU's bf16 dot-product instruction (AVX512-BF16's `VDPBF16PS`: 16 f32
 //! sums, each gaining the products of one pair of bf16 values), twice the rate of f32 FMAs and
-//! with no widened copy of either operand. Both operands are packed in pairs along the inner
-//! dimension: `op(b)` in panels of [`NR`] columns, a block of panels at a time, and `op(a)` a
-//! tile of [`MR`] rows per task. Each sum runs in f32 over the whole inner dimension and is
-//! rounded once into the output (bf16, or f32 for a gradient summed in place). The packed
-//! panels are scratch of cache size outside the device's memory, as the f32 GEMM's are.
+//! with no widened copy of either operand. Both operands are taken in pairs along the inner
+//! dimension: `op(b)` packed in panels of [`NR`] columns, a block of panels at a time, and
+//! `op(a)` read as stored where its rows hold whole pairs, packed whole in tiles of [`MR`] rows
+//! otherwise. Each sum runs in f32 over the whole inner dimension and is rounded once into the
+//! output (bf16, or f32 for a gradient summed in place). The packed operands lie in scratch the
+//! caller takes from the device's memory ([`scratch_words`]), as a meta device plans it.
 
 use std::sync::OnceLock;
 
@@ -46,35 +47,6 @@ fn detected() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
-    }
-}
-
-/// An element the product writes from an f32 sum.
-pub(crate) trait Sum: Copy + Send + Sync {
-    /// The sum rounded to this type.
-    fn of(sum: f32) -> Self;
-    /// This value plus the sum, rounded once.
-    fn plus(self, sum: f32) -> Self;
-}
-
-impl Sum for f32 {
-    fn of(sum: f32) -> Self {
-        sum
-    }
-
-    fn plus(self, sum: f32) -> Self {
-        self + sum
-    }
-}
-
-/// Rounded to nearest even without branches ([`Float::store`]), so that a row vectorizes.
-impl Sum for bf16 {
-    fn of(sum: f32) -> Self {
-        Float::store(sum)
-    }
-
-    fn plus(self, sum: f32) -> Self {
-        Float::store(self.load() + sum)
     }
 }
 
@@ -150,10 +122,11 @@ fn batches_in_parallel(spec: &GemmSpec) -> bool {
     spec.batch > 1 && spec.m * spec.n * spec.k <= SMALL_PRODUCT
 }
 
-/// `out[i] (+)= op(a[i]) op(b[i])` for every product `i` of `spec`, with `scratch` of
-/// [`scratch_words`] to pack the operands into. The caller has checked [`available`]; `a`, `b`
+/// `out[i] (+)= op(a[i]) op(b[i])` for every product `i` of `spec`, into bf16 (each sum
+/// rounded once by [`Float::store`]) or f32, with `scratch` of [`scratch_words`] to pack the
+/// operands into. The caller has checked [`available`]; `a`, `b`
 /// and `out` hold the elements `spec` addresses.
-pub(crate) fn product<O: Sum>(
+pub(crate) fn product<O: Float<C = f32>>(
     spec: &GemmSpec,
     a: &[bf16],
     b: &[bf16],
@@ -166,7 +139,7 @@ pub(crate) fn product<O: Sum>(
     }
     if k == 0 {
         if !spec.accumulate {
-            out.fill(O::of(0.0));
+            out.fill(O::store(0.0));
         }
         return;
     }
@@ -190,9 +163,9 @@ pub(crate) fn product<O: Sum>(
 }
 
 /// One product of `spec`'s geometry: `op(a)` packed whole (unless it is read as stored),
-/// `op(b)` a block of panels at a time, then every tile of [`MR`] output rows against the block (a parallel task each when
-/// `parallel`).
-fn matrix<O: Sum>(
+/// `op(b)` a block of panels at a time, then every tile of [`MR`] output rows against the
+/// block (a parallel task each when `parallel`).
+fn matrix<O: Float<C = f32>>(
     spec: &GemmSpec,
     layout: &Layout,
     a: &[bf16],
@@ -209,26 +182,17 @@ fn matrix<O: Sum>(
     } = layout;
     let n = spec.n;
     let (packed_a, packed_b) = scratch.split_at_mut(layout.a_words());
-    let pack = |(t, tile): (usize, &mut [u32])| pack_a(spec, a, t * MR, tile);
-    if parallel {
-        packed_a
-            .par_chunks_mut(pairs * MR)
-            .enumerate()
-            .for_each(pack);
-    } else {
-        packed_a.chunks_mut(pairs * MR).enumerate().for_each(pack);
-    }
+    each_chunk(packed_a, pairs * MR, parallel, |t, tile| {
+        pack_a(spec, a, t * MR, tile)
+    });
     let packed_a = &*packed_a;
     for first in (0..panels).step_by(per_block) {
         let block = &mut packed_b[..per_block.min(panels - first) * pairs * NR];
-        let pack = |(q, panel): (usize, &mut [u32])| pack_b(spec, b, first + q, panel);
-        if parallel {
-            block.par_chunks_mut(pairs * NR).enumerate().for_each(pack);
-        } else {
-            block.chunks_mut(pairs * NR).enumerate().for_each(pack);
-        }
+        each_chunk(block, pairs * NR, parallel, |q, panel| {
+            pack_b(spec, b, first + q, panel)
+        });
         let block = &*block;
-        let tile = |(t, rows): (usize, &mut [O])| {
+        each_chunk(out, MR * n, parallel, |t, rows| {
             let tile = if layout.direct {
                 // Rows past the matrix's edge read its last row; their sums are not written.
                 let row = |r: usize| (t * MR + r).min(spec.m - 1) * spec.k;
@@ -248,12 +212,23 @@ fn matrix<O: Sum>(
                 let sums = tile_sums(&tile, panel);
                 write_tile(&sums, rows, n, (first + q) * NR, spec.accumulate);
             }
-        };
-        if parallel {
-            out.par_chunks_mut(MR * n).enumerate().for_each(tile);
-        } else {
-            out.chunks_mut(MR * n).enumerate().for_each(tile);
-        }
+        });
+    }
+}
+
+/// `f(index, chunk)` for each chunk of `size` of `x`: a parallel task each when `parallel`.
+fn each_chunk<T: Send>(
+    x: &mut [T],
+    size: usize,
+    parallel: bool,
+    f: impl Fn(usize, &mut [T]) + Send + Sync,
+) {
+    if parallel {
+        x.par_chunks_mut(size)
+            .enumerate()
+            .for_each(|(index, chunk)| f(index, chunk));
+    } else {
+        (x.chunks_mut(size).enumerate()).for_each(|(index, chunk)| f(index, chunk));
     }
 }
 
@@ -430,14 +405,24 @@ fn tile_sums_scalar(a: &Tile<'_>, b: &[u32]) -> [f32; MR * NR] {
 
 /// Writes (or adds) a tile's sums into `rows` (up to [`MR`] output rows of `n`) from column
 /// `first`, leaving out what lies past the matrix's edges.
-fn write_tile<O: Sum>(sums: &[f32; MR * NR], rows: &mut [O], n: usize, first: usize, add: bool) {
+fn write_tile<O: Float<C = f32>>(
+    sums: &[f32; MR * NR],
+    rows: &mut [O],
+    n: usize,
+    first: usize,
+    add: bool,
+) {
     let columns = NR.min(n - first);
     for (row, sums) in rows.chunks_exact_mut(n).zip(sums.chunks_exact(NR)) {
         let (row, sums) = (&mut row[first..first + columns], &sums[..columns]);
         if add {
-            row.iter_mut().zip(sums).for_each(|(o, &s)| *o = o.plus(s));
+            row.iter_mut()
+                .zip(sums)
+                .for_each(|(o, &s)| *o = O::store(o.load() + s));
         } else {
-            row.iter_mut().zip(sums).for_each(|(o, &s)| *o = O::of(s));
+            row.iter_mut()
+                .zip(sums)
+                .for_each(|(o, &s)| *o = O::store(s));
         }
     }
 }

@@ -250,9 +250,9 @@ fn product(
     let device = a.device();
     let mut out = Array::uninit(device, out_shape.clone(), a.dtype(), op)?;
     // Half operands go to the backend as they are where it multiplies them (a GPU, a CPU with
-    // bf16 instructions), or where
-    // the product is a few rows against a transposed weight (generation on a CPU: no f32
-    // workspace, each weight read once as stored); elsewhere they are widened panel by panel.
+    // bf16 instructions), or where the product is a few rows against a transposed weight
+    // (generation on a CPU: no f32 workspace, each weight read once as stored); elsewhere
+    // they are widened panel by panel.
     let native = matches!(a.dtype(), DType::F32 | DType::F64)
         || device.backend().gemm_half(a.dtype())
         || few_rows::is_few_rows(&spec);
