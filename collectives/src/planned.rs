@@ -1,6 +1,9 @@
 //! One rank of a world as a plan sees it: on a meta device, where arrays hold no values, each
 //! collective checks its arguments as the real world's would and moves nothing, so that a
-//! planner running a rank's step counts the memory that rank's collectives take.
+//! planner running a rank's step counts the memory that rank's collectives take. Each adds to
+//! the planned time what a ring sends from a rank (NCCL's and MPI's algorithm for large
+//! arrays): `(N - 1) / N` of the gathered or scattered array, twice that for an all-reduce, at
+//! the meta device's link rate.
 
 use headroom_kernels::{Array, Device, DeviceKind};
 
@@ -39,6 +42,16 @@ impl PlannedRank {
     }
 }
 
+impl PlannedRank {
+    /// Plans a ring collective in which this rank sends `passes` times `(N - 1) / N` of
+    /// `array`'s bytes.
+    fn sends(&self, array: &Array, passes: f64) {
+        let share = (self.size - 1) as f64 / self.size as f64;
+        let bytes = (array.numel() * array.dtype().size()) as f64;
+        self.device.plan_collective(passes * share * bytes);
+    }
+}
+
 impl Collective for PlannedRank {
     fn rank(&self) -> usize {
         self.rank
@@ -53,20 +66,32 @@ impl Collective for PlannedRank {
     }
 
     fn all_reduce(&mut self, array: &mut Array, op: ReduceOp) -> Result<()> {
-        reducible("all_reduce", op, array.dtype())
+        reducible("all_reduce", op, array.dtype())?;
+        self.sends(array, 2.0);
+        Ok(())
     }
 
     fn reduce_scatter(&mut self, input: &Array, output: &mut Array, op: ReduceOp) -> Result<()> {
         chunked("reduce_scatter", input, output, Chunks::Input, self.size)?;
-        reducible("reduce_scatter", op, input.dtype())
+        reducible("reduce_scatter", op, input.dtype())?;
+        self.sends(input, 1.0);
+        Ok(())
     }
 
     fn all_gather(&mut self, input: &Array, output: &mut Array) -> Result<()> {
-        chunked("all_gather", input, output, Chunks::Output, self.size)
+        chunked("all_gather", input, output, Chunks::Output, self.size)?;
+        self.sends(output, 1.0);
+        Ok(())
     }
 
-    fn broadcast(&mut self, _array: &mut Array, from: usize) -> Result<()> {
-        root("broadcast", from, self.size)
+    fn broadcast(&mut self, array: &mut Array, from: usize) -> Result<()> {
+        root("broadcast", from, self.size)?;
+        // A pipelined ring: the whole array over every link.
+        if self.size > 1 {
+            self.device
+                .plan_collective((array.numel() * array.dtype().size()) as f64);
+        }
+        Ok(())
     }
 
     fn barrier(&mut self) -> Result<()> {

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::memory::{DeviceKind, DeviceMemory, KernelTime, TagScope, Timer};
 use crate::meta::{MetaBackend, PlanTarget, PlanningMemory};
 use crate::timeline::{Lane, Timeline};
-use crate::work::{Rates, Work, WorkLog};
+use crate::work::{Kernel, Rates, Work, WorkLog};
 
 /// How much memory a device has and how its allocator manages it.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,6 +208,15 @@ impl Device {
     /// ```
     pub fn planned_work(&self) -> Option<Work> {
         self.0.work.as_ref().map(|log| log.work())
+    }
+
+    /// On a meta device, a collective that sends `bytes` to the other ranks (a planned rank's
+    /// share of an all-gather, a reduce-scatter or an all-reduce), priced at the link rate in
+    /// turn with the kernels; nothing elsewhere.
+    pub fn plan_collective(&self, bytes: f64) {
+        if let Some(log) = &self.0.work {
+            log.record(Kernel::collective(bytes));
+        }
     }
 
     /// Puts a device together from its parts (used by every constructor and by other backends).

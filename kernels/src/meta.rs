@@ -112,9 +112,10 @@ impl PlanTarget {
 
     /// The fixed rates a plan for this target prices its kernels at, round figures of the
     /// machines the project measures on: a few cores of a server CPU (f32 products about 100
-    /// GFLOP/s, half products widened to f32 no faster, 10 GB/s for large arrays), and a
-    /// data-center GPU of the H100's class (f32 products without TF32 at 50 TFLOP/s, bf16
-    /// tensor cores at 400, 2.5 TB/s, 5 µs a kernel).
+    /// GFLOP/s, half products widened to f32 no faster, 10 GB/s for large arrays, ranks
+    /// linked at 5 GB/s), and a data-center GPU of the H100's class (f32 products without TF32
+    /// at 50 TFLOP/s, bf16 tensor cores at 400, 2.5 TB/s, 5 µs a kernel, ranks linked over
+    /// PCIe at 20 GB/s).
     pub fn rates(self) -> Rates {
         match self {
             PlanTarget::Cpu => Rates {
@@ -124,6 +125,8 @@ impl PlanTarget {
                 bytes: 10e9,
                 launch: 5e-6,
                 transfer: 10e9,
+                // MPI between the processes of one machine, through shared memory.
+                link: 5e9,
             },
             PlanTarget::Cuda { .. } => Rates {
                 matrix_flops: 50e12,
@@ -133,6 +136,9 @@ impl PlanTarget {
                 launch: 5e-6,
                 // Pinned host memory over PCIe 5.0 x16, as copies reach it in practice.
                 transfer: 25e9,
+                // GPUs that reach each other over PCIe 4.0 x16 alone, as NCCL's buses measure
+                // it (no NVLink: the slower link, so that a plan errs on the long side).
+                link: 20e9,
             },
         }
     }

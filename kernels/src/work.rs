@@ -37,6 +37,10 @@ pub struct Rates {
     /// Bytes copied between the device and its host tier (over PCIe for a GPU's pinned host
     /// memory; between two pools of host memory for the CPU).
     pub transfer: f64,
+    /// Bytes a rank's collectives send to the other ranks (and receive) per second: the link
+    /// between GPUs (NVLink, PCIe, a network such as InfiniBand), or shared memory between the
+    /// processes of one machine.
+    pub link: f64,
 }
 
 impl Rates {
@@ -48,7 +52,8 @@ impl Rates {
             self.matrix_flops
         };
         let compute = kernel.matrix_flops / matrix + kernel.vector_flops / self.vector_flops;
-        self.launch + compute.max(kernel.bytes / self.bytes) + kernel.transferred / self.transfer
+        let moved = kernel.transferred / self.transfer + kernel.communicated / self.link;
+        self.launch + compute.max(kernel.bytes / self.bytes) + moved
     }
 }
 
@@ -66,6 +71,8 @@ pub struct Work {
     pub bytes: f64,
     /// Bytes copied between the device and its host tier.
     pub transferred: f64,
+    /// Bytes each rank's collectives send to the other ranks.
+    pub communicated: f64,
     /// Predicted seconds, until the last of the device's queues is done: its kernels', its
     /// copies' and its host tier's, beside each other on a GPU, in turn on a CPU.
     pub seconds: f64,
@@ -81,6 +88,8 @@ pub(crate) struct Kernel {
     bytes: f64,
     /// Bytes copied between a device and its host tier.
     transferred: f64,
+    /// Bytes a collective sends to the other ranks.
+    communicated: f64,
 }
 
 impl Kernel {
@@ -88,6 +97,15 @@ impl Kernel {
     pub fn transfer(bytes: usize) -> Self {
         Self {
             transferred: bytes as f64,
+            ..Self::default()
+        }
+    }
+
+    /// A collective that sends `bytes` to the other ranks, in turn with the kernels (the
+    /// collectives wait for the kernels before them, and the kernels after wait for them).
+    pub fn collective(bytes: f64) -> Self {
+        Self {
+            communicated: bytes,
             ..Self::default()
         }
     }
@@ -190,6 +208,7 @@ impl WorkLog {
             work.vector_flops += kernel.vector_flops;
             work.bytes += kernel.bytes;
             work.transferred += kernel.transferred;
+            work.communicated += kernel.communicated;
             if let Some(captured) = captured {
                 captured.push(kernel);
             }
@@ -221,6 +240,7 @@ impl WorkLog {
                 work.matrix_flops += n * k.matrix_flops;
                 work.vector_flops += n * k.vector_flops;
                 work.bytes += n * k.bytes;
+                work.communicated += n * k.communicated;
             }
         }
         self.timeline.run(self.lane, n * seconds);

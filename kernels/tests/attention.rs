@@ -781,6 +781,7 @@ fn a_plan_prices_half_attention_where_the_target_computes_it() {
         bytes: 1e15,
         launch: 0.0,
         transfer: 1e15,
+        link: 1e15,
     };
     let how = Attention {
         scale: 0.125,

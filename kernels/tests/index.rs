@@ -5,7 +5,9 @@
 mod common;
 
 use common::{assert_close_scaled, devices, dirty, random, random_ids, rng, tolerance};
-use headroom_kernels::ops::index::{causal_mask, embedding, embedding_backward};
+use headroom_kernels::ops::index::{
+    causal_mask, embedding, embedding_backward, embedding_backward_rows,
+};
 use headroom_kernels::{Array, DType, Error};
 
 /// The f64 reference of an embedding's gradient: rows of `gs` (`[ids.len(), dim]`) summed
@@ -152,6 +154,48 @@ fn embedding_backward_of_a_frequent_id_is_exact_and_the_same_everywhere() {
             }
         }
     }
+}
+
+#[test]
+fn a_range_of_the_gradients_rows_is_those_rows_of_the_whole_to_the_bit() {
+    // A frequent id among the positions, so that long runs are cut into pieces inside and
+    // outside the range alike.
+    let (vocab, dim, n) = (23, 6, 1500);
+    let mut rng = rng();
+    let is: Vec<u32> = (0..n)
+        .map(|p| match p % 3 {
+            0 => 7,
+            _ => (rng.next_u64() % vocab as u64) as u32,
+        })
+        .collect();
+    let gs = common::values(&mut rng, n * dim, -2.0, 2.0);
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            let ids = Array::from_host(&device, [n], &is).unwrap();
+            let dy = Array::from_f64(&device, [n, dim], dtype, &gs).unwrap();
+            let whole = embedding_backward(&ids, &dy, vocab)
+                .unwrap()
+                .to_f64()
+                .unwrap();
+            for rows in [0..vocab, 0..1, 5..12, 7..8, 22..23, 9..9] {
+                let what = format!("{device} {dtype} rows {rows:?}");
+                let got = embedding_backward_rows(&ids, &dy, vocab, rows.clone()).unwrap();
+                assert_eq!(got.shape().dims(), [rows.len(), dim], "{what}");
+                let want = &whole[rows.start * dim..rows.end * dim];
+                assert_eq!(got.to_f64().unwrap(), want, "{what}");
+            }
+        }
+    }
+    let d = &devices()[0];
+    let ids = Array::from_host(d, [2], &[0u32, 3]).unwrap();
+    let (dy, _) = random(d, &mut rng, &[2, 4], DType::F32, -1.0, 1.0);
+    let op = "embedding_backward";
+    let past = "rows 3..6 of a table of 5 rows";
+    assert_fails_leaking_nothing!(d; embedding_backward_rows(&ids, &dy, 5, 3..6) => Argument(op, past));
+    // Ids outside the rows are still checked against the table.
+    let far = Array::from_host(d, [2], &[0u32, 5]).unwrap();
+    let id5 = "id 5 at position 1 is out of range for 5 rows";
+    assert_fails_leaking_nothing!(d; embedding_backward_rows(&far, &dy, 5, 0..2) => Argument(op, id5));
 }
 
 #[test]

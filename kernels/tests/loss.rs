@@ -7,7 +7,7 @@ mod common;
 use common::{assert_close, devices, masked, random, random_ids, rng, tolerance};
 use headroom_kernels::ops::loss::{
     cross_entropy, cross_entropy_backward, loss_dtype, padded_cross_entropy,
-    padded_cross_entropy_backward,
+    padded_cross_entropy_backward, sliced_cross_entropy_backward, sliced_cross_entropy_parts,
 };
 use headroom_kernels::{Array, DType, Device, Error};
 
@@ -222,6 +222,81 @@ fn cross_entropy_is_stable_for_large_logits() {
             }
         }
     }
+}
+
+#[test]
+fn a_sliced_vocabulary_gives_the_whole_rows_loss_and_gradient() {
+    // Each row's vocabulary cut into slices of `slice` columns, the last shorter: the slices'
+    // log-sum-exps combine into the row's, the one target logit found is its loss' other
+    // term, and each slice's gradient against the whole log-sum-exp is the row's gradient.
+    let mut rng = rng();
+    for device in devices() {
+        for dtype in DType::FLOATS {
+            for (rows, classes, slice) in [(1, 5, 2), (17, 33, 11), (3, 1500, 1100), (4, 7, 7)] {
+                let (_, ls) = random(&device, &mut rng, &[rows, classes], dtype, -4.0, 4.0);
+                let ts: Vec<u32> = (0..rows).map(|i| ((i * 5 + 3) % classes) as u32).collect();
+                let scales: Vec<f64> = (0..rows).map(|i| 0.5 - i as f64 * 0.25).collect();
+                let lse: Vec<f64> = (0..rows)
+                    .map(|i| row_loss(&ls[i * classes..(i + 1) * classes], 0) + ls[i * classes])
+                    .collect();
+                let loss_dtype = loss_dtype(dtype);
+                let lse_array = Array::from_f64(&device, [rows], loss_dtype, &lse).unwrap();
+                let scale = Array::from_f64(&device, [rows], loss_dtype, &scales).unwrap();
+                let mut picked = vec![0.0; rows];
+                let mut combined = vec![0.0; rows];
+                for first in (0..classes).step_by(slice) {
+                    let width = slice.min(classes - first);
+                    let what = format!("{device} {dtype} {rows}x{classes} columns {first}..");
+                    let part: Vec<f64> = (0..rows)
+                        .flat_map(|i| ls[i * classes + first..i * classes + first + width].to_vec())
+                        .collect();
+                    let logits = Array::from_f64(&device, [rows, width], dtype, &part).unwrap();
+                    let local: Vec<u32> =
+                        ts.iter().map(|&t| t.wrapping_sub(first as u32)).collect();
+                    let targets = Array::from_host(&device, [rows], &local).unwrap();
+                    let parts = sliced_cross_entropy_parts(&logits, &targets).unwrap();
+                    assert_eq!(parts.shape().dims(), [2, rows], "{what}");
+                    let parts = parts.to_f64().unwrap();
+                    for i in 0..rows {
+                        combined[i] += (parts[i] - lse[i]).exp();
+                        picked[i] += parts[rows + i];
+                    }
+                    let got = sliced_cross_entropy_backward(&logits, &targets, &lse_array, &scale)
+                        .unwrap()
+                        .to_f64()
+                        .unwrap();
+                    let mut want = Vec::new();
+                    for i in 0..rows {
+                        for (j, &x) in part[i * width..(i + 1) * width].iter().enumerate() {
+                            let onehot = f64::from(u8::from(local[i] as usize == j));
+                            want.push(((x - lse[i]).exp() - onehot) * scales[i]);
+                        }
+                    }
+                    assert_close(&what, &got, &want, tolerance(dtype) * 2.0);
+                }
+                let what = format!("{device} {dtype} {rows}x{classes} in slices of {slice}");
+                let ones = vec![1.0; rows];
+                assert_close(&what, &combined, &ones, tolerance(dtype) * 2.0);
+                let want: Vec<f64> = (0..rows)
+                    .map(|i| ls[i * classes + ts[i] as usize])
+                    .collect();
+                assert_close(&what, &picked, &want, tolerance(dtype));
+            }
+        }
+    }
+    let d = &devices()[0];
+    let logits = Array::from_f64(d, [2, 3], DType::F32, &[0.0; 6]).unwrap();
+    let targets = Array::from_host(d, [2], &[0u32, 9]).unwrap();
+    let (lse, f64_lse) = (
+        Array::from_f64(d, [2], DType::F32, &[0.0; 2]).unwrap(),
+        Array::from_f64(d, [2], DType::F64, &[0.0; 2]).unwrap(),
+    );
+    let short = Array::from_f64(d, [1], DType::F32, &[0.0]).unwrap();
+    let op = "sliced_cross_entropy_backward";
+    let wrong = "lse must be [2] of f32, got [2] of f64";
+    assert_fails_leaking_nothing!(d; sliced_cross_entropy_backward(&logits, &targets, &f64_lse, &lse) => Argument(op, wrong));
+    let wrong = "scale must be [2] of f32, got [1] of f32";
+    assert_fails_leaking_nothing!(d; sliced_cross_entropy_backward(&logits, &targets, &lse, &short) => Argument(op, wrong));
 }
 
 #[test]

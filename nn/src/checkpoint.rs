@@ -37,12 +37,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use headroom_alloc::Tag;
+use headroom_autograd::{Tensor, chunk_of};
+use headroom_collectives::Collective;
 use headroom_kernels::{Array, DType, Device, Shape};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::optim::Optimizer;
+use crate::sharded_params::ParamShards;
 
 mod checksum;
 
@@ -415,6 +418,42 @@ impl Checkpoint {
                     *array = Array::from_bytes(&device, shape, dtype, bytes)?;
                 }
             }
+            Ok(())
+        })
+    }
+
+    /// [`Checkpoint::restore_model`] into a model sharded over ranks: each saved tensor, of
+    /// its parameter's whole shape, is read whole and cut to the rank's chunk, one at a time,
+    /// so that the rank never holds more of the model than one whole tensor beside its chunks.
+    pub fn restore_model_in_chunks(
+        &self,
+        model: &mut dyn Module,
+        shards: &ParamShards,
+    ) -> Result<()> {
+        let (rank, ranks) = (shards.world().rank(), shards.world().world_size());
+        let whole = |name: &str, t: &Tensor| {
+            let shape = shards.whole_shape(name).unwrap_or(t.shape()).clone();
+            (shape, t.dtype())
+        };
+        let mut checked = Ok(());
+        model.visit_parameters(&mut |name, t| {
+            if checked.is_ok() {
+                let (shape, dtype) = whole(name, t);
+                checked = self.entry(name, Some((&shape, dtype))).map(drop);
+            }
+        });
+        checked?;
+        model.visit_parameters_mut(&mut |name, t| {
+            let (shape, dtype) = whole(name, t);
+            let sharded = shards.whole_shape(name).is_some();
+            let (shape, dtype, bytes) = self.entry(name, Some((&shape, dtype)))?;
+            let device = t.device().clone();
+            let _tag = device.scoped_tag(Tag::WEIGHTS);
+            let read = Array::from_bytes(&device, shape, dtype, bytes)?;
+            *t.array_mut() = match sharded {
+                true => chunk_of(&read, rank, ranks)?,
+                false => read,
+            };
             Ok(())
         })
     }

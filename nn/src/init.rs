@@ -8,6 +8,8 @@ use headroom_kernels::{Array, DType, Device, DeviceKind, Shape};
 
 use crate::error::Result;
 use crate::layers::linear_weight::Weight;
+use crate::module::Module;
+use crate::sharded_params::Cut;
 
 /// How a parameter's values are drawn.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,6 +44,9 @@ pub struct Initializer {
     streams: u64,
     /// How linear layers' weights are stored: quantized (frozen), or `None` for tensors.
     quantize: Option<QuantFormat>,
+    /// Where a model's parts are cut to one rank's chunks as soon as they are drawn (a model
+    /// sharded over ranks that never holds its whole weights), the shapes cut so far.
+    cut: Option<Cut>,
 }
 
 impl Initializer {
@@ -53,6 +58,22 @@ impl Initializer {
             seed,
             streams: 0,
             quantize: None,
+            cut: None,
+        }
+    }
+
+    /// Cuts each part of a model drawn from now on ([`Initializer::drawn`]) as `cut` says, or
+    /// stops cutting; returns the cut so far.
+    pub fn set_cut(&mut self, cut: Option<Cut>) -> Option<Cut> {
+        std::mem::replace(&mut self.cut, cut)
+    }
+
+    /// `part` of a model, named `name` in it, just drawn: cut to the rank's chunks where
+    /// parts are cut as they are drawn ([`Initializer::set_cut`]), left as it is otherwise.
+    pub fn drawn(&mut self, name: &str, part: &mut dyn Module) -> Result<()> {
+        match &mut self.cut {
+            Some(cut) => cut.take(name, part),
+            None => Ok(()),
         }
     }
 

@@ -53,6 +53,6 @@ pub use recomputed_modules::{
     Recompute, recomputed, recomputed_offloaded, recomputed_sharded, recomputed_streamed,
 };
 pub use sampling::{Sampler, Sampling};
-pub use sharded_params::ParamShards;
+pub use sharded_params::{Cut, ParamShards};
 pub use streamed_pass::Streamed;
 pub use streaming::{WeightsAhead, fetched, move_to};

@@ -13,6 +13,47 @@ use headroom_kernels::Shape;
 use crate::error::{Error, Result};
 use crate::module::{Module, join};
 
+/// The cutting of a module's tensors to one rank's chunks, as they are drawn or all at once,
+/// and each tensor's whole shape by its name.
+#[derive(Debug, Clone, Default)]
+pub struct Cut {
+    rank: usize,
+    ranks: usize,
+    /// Invariant: one entry per tensor cut, by its name in the model.
+    whole: BTreeMap<String, Shape>,
+}
+
+impl Cut {
+    /// Cuts to chunk `rank` of `ranks`, nothing cut yet.
+    pub fn new(rank: usize, ranks: usize) -> Self {
+        Self {
+            rank,
+            ranks,
+            whole: BTreeMap::new(),
+        }
+    }
+
+    /// Cuts every tensor of `module`, named `prefix` in the model, to this rank's chunk (in
+    /// place, each tensor keeping its identity and whether it is a parameter; the chunks tagged
+    /// as weights). Weights stored quantized are not sharded yet: a module with any is refused.
+    pub fn take(&mut self, prefix: &str, module: &mut dyn Module) -> Result<()> {
+        if module.quantized_count() > 0 {
+            return Err(Error::config(
+                "sharded parameters",
+                "weights stored quantized (QLoRA's base) are not sharded over ranks yet".to_owned(),
+            ));
+        }
+        let (rank, ranks) = (self.rank, self.ranks);
+        module.visit_mut(&mut |name, t| {
+            self.whole.insert(join(prefix, name), t.shape().clone());
+            let device = t.device().clone();
+            let _weights = device.scoped_tag(Tag::WEIGHTS);
+            *t.array_mut() = chunk_of(t.array(), rank, ranks)?;
+            Ok(())
+        })
+    }
+}
+
 /// The world a module's tensors are sharded over, and each tensor's whole shape by its name.
 #[derive(Debug, Clone)]
 pub struct ParamShards {
@@ -22,27 +63,19 @@ pub struct ParamShards {
 }
 
 impl ParamShards {
-    /// Cuts every tensor of `module` to this rank's chunk of `world` (in place, each tensor
-    /// keeping its identity and whether it is a parameter; the chunks tagged as weights). Weights stored quantized are not
-    /// sharded yet: a module with any is refused.
+    /// Cuts every tensor of `module` to this rank's chunk of `world` ([`Cut::take`]).
     pub fn shard(module: &mut dyn Module, world: &SharedWorld) -> Result<Self> {
-        if module.quantized_count() > 0 {
-            return Err(Error::config(
-                "sharded parameters",
-                "weights stored quantized (QLoRA's base) are not sharded over ranks yet".to_owned(),
-            ));
+        let mut cut = Cut::new(world.rank(), world.world_size());
+        cut.take("", module)?;
+        Ok(Self::of(world, cut))
+    }
+
+    /// The shards `cut` made over `world`, its rank's.
+    pub fn of(world: &SharedWorld, cut: Cut) -> Self {
+        Self {
+            world: world.clone(),
+            whole: cut.whole,
         }
-        let (rank, ranks) = (world.rank(), world.world_size());
-        let mut whole = BTreeMap::new();
-        module.visit_mut(&mut |name, t| {
-            whole.insert(name.to_owned(), t.shape().clone());
-            let device = t.device().clone();
-            let _weights = device.scoped_tag(Tag::WEIGHTS);
-            *t.array_mut() = chunk_of(t.array(), rank, ranks)?;
-            Ok(())
-        })?;
-        let world = world.clone();
-        Ok(Self { world, whole })
     }
 
     /// The world the tensors are sharded over.

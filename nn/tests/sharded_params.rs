@@ -14,6 +14,8 @@ use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute, chunk_
 
 const RANKS: usize = 3;
 const T: usize = 6;
+/// The target the losses ignore (padding), which some samples' rows hold.
+const IGNORED: u32 = 3;
 
 fn gpt2() -> GptConfig {
     GptConfig {
@@ -28,19 +30,27 @@ fn gpt2() -> GptConfig {
     }
 }
 
-/// Sample `i`'s ids and targets.
-fn sample(i: usize) -> (Vec<u32>, Vec<u32>) {
-    let ids: Vec<u32> = (0..T).map(|t| ((i * 7 + t * 3) % 11) as u32).collect();
-    let targets: Vec<u32> = (0..T).map(|t| ((i * 5 + t * 2 + 1) % 11) as u32).collect();
+/// Sample `i`'s ids and targets, spread over a vocabulary of `vocab`.
+fn sample(i: usize, vocab: usize) -> (Vec<u32>, Vec<u32>) {
+    let spread = |x: usize| ((x * vocab / 11) % vocab) as u32;
+    let ids = (0..T).map(|t| spread(i * 7 + t * 3)).collect();
+    let targets = (0..T).map(|t| spread(i * 5 + t * 2 + 1)).collect();
     (ids, targets)
 }
 
-/// The loss of `samples` (their mean over tokens, times `weight`) and every tensor's gradient,
+/// The rows of `samples` whose target is not [`IGNORED`].
+fn counted(samples: &[usize], vocab: usize) -> f64 {
+    let rows = samples.iter().flat_map(|&i| sample(i, vocab).1);
+    rows.filter(|&t| t != IGNORED).count() as f64
+}
+
+/// The loss of `samples` (their mean over the tokens whose target is not [`IGNORED`], times
+/// `weight`) and every tensor's gradient,
 /// in the model's order.
 fn step(gpt: &Gpt, device: &Device, samples: &[usize], weight: f64) -> (f64, Vec<Array>) {
     let (mut ids, mut targets) = (Vec::new(), Vec::new());
     for &i in samples {
-        let (a, b) = sample(i);
+        let (a, b) = sample(i, gpt.config().vocab);
         ids.extend(a);
         targets.extend(b);
     }
@@ -50,7 +60,7 @@ fn step(gpt: &Gpt, device: &Device, samples: &[usize], weight: f64) -> (f64, Vec
     let tape = Tape::new();
     let loss = tape
         .record(|| {
-            gpt.loss(&ids, &targets, None)?
+            gpt.loss(&ids, &targets, Some(IGNORED))?
                 .scale(weight)
                 .map_err(Into::into)
         })
@@ -74,9 +84,19 @@ fn model(device: &Device, config: GptConfig, recompute: Recompute) -> Gpt {
 }
 
 fn check(name: &str, config: GptConfig, recompute: Recompute) {
+    check_chunked(name, config, recompute, None);
+}
+
+/// [`check`], the fused head running `head_chunk` rows at a time where given.
+fn check_chunked(name: &str, config: GptConfig, recompute: Recompute, head_chunk: Option<usize>) {
     let device = common::device();
-    let whole = model(&device, config, recompute);
-    let (loss, grads) = step(&whole, &device, &[0, 1, 2], 1.0);
+    let mut whole = model(&device, config, recompute);
+    if head_chunk.is_some() {
+        whole.set_head_chunk(head_chunk);
+    }
+    let all: Vec<usize> = (0..RANKS).collect();
+    let (loss, grads) = step(&whole, &device, &all, 1.0);
+    let total = counted(&all, config.vocab);
     let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
     let ranks = Threads::world(&devices);
     let results: Vec<(f64, Vec<Array>, Vec<usize>)> = thread::scope(|s| {
@@ -85,8 +105,13 @@ fn check(name: &str, config: GptConfig, recompute: Recompute) {
                 s.spawn(move || {
                     let world = SharedWorld::new(Box::new(world));
                     let mut gpt = model(device, config, recompute);
+                    if head_chunk.is_some() {
+                        gpt.set_head_chunk(head_chunk);
+                    }
                     gpt.shard_params(&world).unwrap();
-                    let (loss, grads) = step(&gpt, device, &[rank], 1.0 / RANKS as f64);
+                    // Each rank's mean weighs as its share of the rows counted.
+                    let share = counted(&[rank], config.vocab) / total;
+                    let (loss, grads) = step(&gpt, device, &[rank], share);
                     let dims = gpt.parameters().iter().map(Tensor::numel).collect();
                     (loss, grads, dims)
                 })
@@ -134,6 +159,42 @@ fn three_ranks_of_a_sharded_llama_get_the_chunks_of_the_whole_gradient() {
 }
 
 #[test]
+fn a_vocabulary_larger_than_the_ids_gathered_gets_the_token_embeddings_chunks_too() {
+    // 64 rows against the 18 ids of three ranks: each rank forms its own rows' gradient from
+    // the gathered ids (the chunks end mid-row), where the small vocabularies above reduce the
+    // whole table's; tied to the head and not.
+    let tied = GptConfig {
+        vocab: 64,
+        ..gpt2()
+    };
+    check("gpt2, 64 rows", tied, Recompute::None);
+    let untied = GptConfig {
+        vocab: 64,
+        ..small_llama(16, 4, 24)
+    };
+    check("llama, 64 rows", untied, Recompute::Blocks);
+}
+
+#[test]
+fn a_vocabulary_the_ranks_share_by_whole_rows_runs_the_head_on_slices_of_it() {
+    // 66 rows over three ranks: each rank's head spans its 22 rows of the vocabulary for every
+    // rank's tokens, neither the whole weight nor its whole gradient formed.
+    let tied = GptConfig {
+        vocab: 66,
+        ..gpt2()
+    };
+    check("gpt2, 66 rows", tied, Recompute::None);
+    let untied = GptConfig {
+        vocab: 66,
+        ..small_llama(16, 4, 24)
+    };
+    check("llama, 66 rows", untied, Recompute::Blocks);
+    // Several chunks a rank: a chunk of one row of the whole vocabulary is three of a slice,
+    // two chunks of each rank's six rows.
+    check_chunked("gpt2, 66 rows in chunks", tied, Recompute::None, Some(1));
+}
+
+#[test]
 fn a_decoder_is_sharded_once_and_not_with_streamed_weights() {
     let device = common::device();
     let world = SharedWorld::new(Box::new(headroom_collectives::Solo::new(&device)));
@@ -158,7 +219,7 @@ fn the_tape_holds_no_whole_block_weight_between_the_passes() {
     for (name, config) in [("gpt2", gpt2()), ("llama", small_llama(16, 4, 24))] {
         let mut gpt = model(&device, config, Recompute::None);
         gpt.shard_params(&world).unwrap();
-        let (ids, targets) = sample(0);
+        let (ids, targets) = sample(0, 11);
         let ids = Tensor::from_host(&device, [1, T], &ids).unwrap();
         let targets = Tensor::from_host(&device, [1, T], &targets).unwrap();
         let tape = Tape::new();
@@ -221,4 +282,48 @@ fn cached_generation_over_shards_gives_the_whole_models_logits() {
             assert_eq!(handle.join().unwrap(), want);
         }
     });
+}
+
+#[test]
+fn a_decoder_drawn_sharded_holds_the_chunks_of_one_drawn_whole_and_never_the_whole_model() {
+    // Both families, tied and untied, learned positions and rotary ones: each rank's chunks
+    // drawn part by part equal those cut from the whole model, and the drawing peaks below the
+    // whole model's weights.
+    let wide = GptConfig {
+        vocab: 64,
+        layers: 4,
+        ..small_llama(16, 4, 24)
+    };
+    for (name, config) in [("gpt2", gpt2()), ("llama", wide)] {
+        let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
+        let ranks = Threads::world(&devices);
+        thread::scope(|s| {
+            for (world, device) in ranks.into_iter().zip(&devices) {
+                s.spawn(move || {
+                    let world = SharedWorld::new(Box::new(world));
+                    let mut init = Initializer::new(device, DType::F32, 7);
+                    let drawn = Gpt::new_sharded(&mut init, config, &world).unwrap();
+                    let drawing_peak = device.allocator().stats().peak_in_use;
+                    let mut cut = model(device, config, Recompute::None);
+                    let whole_weights = device.allocator().stats().in_use;
+                    cut.shard_params(&world).unwrap();
+                    assert!(
+                        drawing_peak < whole_weights,
+                        "{name}: drawing sharded peaked at {drawing_peak} B, the whole model \
+                         holds {whole_weights} B"
+                    );
+                    let chunks = |gpt: &Gpt| -> Vec<(String, Vec<f64>)> {
+                        let mut all = Vec::new();
+                        gpt.visit(&mut |n, t| all.push((n.to_owned(), t.to_f64().unwrap())));
+                        all
+                    };
+                    assert_eq!(chunks(&drawn), chunks(&cut), "{name}");
+                    let shards = (drawn.param_shards().unwrap(), cut.param_shards().unwrap());
+                    for (n, _) in chunks(&cut) {
+                        assert_eq!(shards.0.whole_shape(&n), shards.1.whole_shape(&n), "{n}");
+                    }
+                });
+            }
+        });
+    }
 }

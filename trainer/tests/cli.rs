@@ -5,7 +5,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{TempDir, headroom, small_config, succeeds};
+use common::{TempDir, fails, headroom, small_config, succeeds};
 
 /// Asserts the command failed cleanly and its error mentions every one of `words`.
 fn fails_with(output: &Output, words: &[&str]) {
@@ -772,4 +772,48 @@ fn plan_and_train_refuse_truncated_or_mismatched_weights_before_planning() {
             "{command}: a refused start leaves nothing"
         );
     }
+}
+
+/// A sharded rank's plan prices its collectives at the link's rate: the bytes sent are the
+/// same over any link, and a faster link takes less of the step.
+#[test]
+fn a_sharded_plan_prices_its_collectives_at_the_links_rate() {
+    let plan = |link: &str| {
+        succeeds(&headroom(&[
+            "plan",
+            "--world-size",
+            "2",
+            "--batch-size",
+            "16",
+            "--shard-params",
+            "--link-bandwidth",
+            link,
+        ]))
+    };
+    // "predicted step S s, of which C s in collectives that send B from each rank"
+    let parts = |text: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("predicted step "))
+            .unwrap_or_else(|| panic!("no communication line:\n{text}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let seconds = |i: usize| words[i].parse::<f64>().unwrap();
+        (
+            seconds(2),
+            seconds(6),
+            line.split(" send ").nth(1).unwrap().to_owned(),
+        )
+    };
+    let (slow_step, slow, sent) = parts(&plan("1GB/s"));
+    let (fast_step, fast, fast_sent) = parts(&plan("100GB/s"));
+    assert_eq!(sent, fast_sent);
+    assert!(slow > 50.0 * fast && slow > 0.0, "{slow} against {fast}");
+    assert!(
+        slow_step - fast_step >= 0.9 * (slow - fast),
+        "{slow_step} against {fast_step}"
+    );
+    let alone = succeeds(&headroom(&["plan", "--batch-size", "16"]));
+    assert!(!alone.contains("in collectives"), "{alone}");
+    let refused = fails(&headroom(&["plan", "--link-bandwidth", "fast"]));
+    assert!(refused.contains("nvlink, pcie4"), "{refused}");
 }

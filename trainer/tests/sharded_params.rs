@@ -48,9 +48,10 @@ fn train(mut command: Command, steps: usize, options: &[&str], dir: &Path) -> St
     )
 }
 
-/// GPT-2's family, and a Llama with LoRA adapters recomputing whole blocks (each block
-/// gathered again for its backward pass): the same losses and weights as one process whose
-/// tensors are whole. SGD moves each weight by its gradient, so the weights agree as closely
+/// GPT-2's family, a Llama with LoRA adapters recomputing whole blocks (each block gathered
+/// again for its backward pass), and a Llama whose vocabulary the ranks share by whole rows:
+/// the same losses and weights as one process whose tensors are whole, and each planned
+/// sharded run's first step peaking at exactly its plan. SGD moves each weight by its gradient, so the weights agree as closely
 /// as the gradients do (AdamW would move a weight whose gradient is rounding noise by up to
 /// the learning rate).
 #[test]
@@ -63,12 +64,19 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
     let llama = "[model]\nfamily = \"llama\"\n[model.lora]\nrank = 4\n\
                  [optimizer]\nkind = \"sgd\"\nlr = 0.1\n";
     let llama = config(&dir, "llama.toml", llama);
-    let runs: [(&str, Vec<&str>); 2] = [
+    // A vocabulary the ranks share by whole rows, larger than the tokens they look up: each
+    // rank's head spans its half of the vocabulary, and the embedding's gradient is formed for
+    // each rank's rows alone.
+    let wide = "[model]\nfamily = \"llama\"\nvocab = 4096\n[data]\nkind = \"uniform-tokens\"\n\
+                [optimizer]\nkind = \"sgd\"\nlr = 0.1\n";
+    let wide = config(&dir, "wide.toml", wide);
+    let runs: [(&str, Vec<&str>); 3] = [
         ("gpt2", vec!["--config", &sgd, "--micro-batch", "4"]),
         (
             "llama-lora",
             vec!["--config", &llama, "--recompute", "blocks"],
         ),
+        ("llama-wide", vec!["--config", &wide]),
     ];
     for (name, options) in runs {
         let (one, two) = (
@@ -80,6 +88,12 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
         train(mpirun(2), 4, &sharded, &two.0);
         assert_same_losses(&one.0, &two.0, 4);
         assert_same_weights(&one.0, &two.0);
+        // A run that sets its micro-batch is not planned.
+        if !options.contains(&"--micro-batch") {
+            let sharded = summary(&two.0);
+            let plan = sharded.plan.as_ref().expect("the run was planned");
+            assert_eq!(sharded.first_step_peak, Some(plan.predicted_peak), "{name}");
+        }
     }
 }
 

@@ -17,6 +17,8 @@ mod reduce;
 mod rotary;
 mod selective;
 mod sharded;
+mod sharded_embedding;
+mod sharded_head;
 
 pub use selective::LinearWeight;
 pub use sharded::chunk_of;

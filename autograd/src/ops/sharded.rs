@@ -55,12 +55,7 @@ impl Tensor {
             let (world, device) = (world.clone(), self.device().clone());
             let back = move |g: &Array, _: &[bool]| {
                 let _gradients = device.scoped_tag(Tag::GRADIENTS);
-                let padded = window(g, 0, chunk * ranks)?;
-                let mut mine = Array::zeros(&device, [chunk], g.dtype())?;
-                world
-                    .clone()
-                    .reduce_scatter(&padded, &mut mine, ReduceOp::Sum)?;
-                Ok(vec![Some(mine)])
+                Ok(vec![Some(reduce_scattered(&world, g, chunk)?)])
             };
             // Reduce-scattered as soon as the gradient is whole, not after the rest of the
             // block's rules: a block holds one whole gradient at a time.
@@ -71,9 +66,20 @@ impl Tensor {
     }
 }
 
+/// This rank's chunk, of `chunk` elements, of the sum over the ranks of `world` of the whole
+/// `g` each holds.
+pub(super) fn reduce_scattered(world: &SharedWorld, g: &Array, chunk: usize) -> Result<Array> {
+    let padded = window(g, 0, chunk * world.world_size())?;
+    let mut mine = Array::zeros(g.device(), [chunk], g.dtype())?;
+    world
+        .clone()
+        .reduce_scatter(&padded, &mut mine, ReduceOp::Sum)?;
+    Ok(mine)
+}
+
 /// The tensor of shape `whole` gathered from every rank of `world`, `mine` being this rank's
 /// chunk, tagged as weights.
-fn whole_of(world: &SharedWorld, mine: &Array, whole: &Shape) -> Result<Array> {
+pub(super) fn whole_of(world: &SharedWorld, mine: &Array, whole: &Shape) -> Result<Array> {
     let device = mine.device();
     let _weights = device.scoped_tag(Tag::WEIGHTS);
     let mut all = Array::zeros(device, [mine.numel() * world.world_size()], mine.dtype())?;
@@ -89,13 +95,13 @@ pub fn chunk_of(x: &Array, rank: usize, ranks: usize) -> Result<Array> {
 }
 
 /// The elements of each rank's chunk of a tensor of `numel` over `ranks`.
-fn chunk_len(numel: usize, ranks: usize) -> usize {
+pub(super) fn chunk_len(numel: usize, ranks: usize) -> usize {
     numel.div_ceil(ranks.max(1))
 }
 
 /// `len` of `x`'s elements, flat, from `start`, zeros past the end of `x`: `x` itself
 /// (reshaped) where that is all of it.
-fn window(x: &Array, start: usize, len: usize) -> Result<Array> {
+pub(super) fn window(x: &Array, start: usize, len: usize) -> Result<Array> {
     let numel = x.numel();
     if start == 0 && len == numel {
         return Ok(x.reshape([len])?);

@@ -39,7 +39,7 @@ use headroom_kernels::{Array, DType, Device, DeviceConfig};
 use headroom_nn::gguf::load_gguf;
 use headroom_nn::{Gpt, GptConfig, Initializer};
 use headroom_trainer::config::{
-    DataKind, ParamDtype, PrecisionKind, Preset, RatesKind, TrainConfig,
+    DataKind, MemoryConfig, ParamDtype, PrecisionKind, Preset, RatesKind, TrainConfig,
 };
 use headroom_trainer::planning::{calibrate, rates};
 use headroom_trainer::{Error, Result, Trainer};
@@ -276,7 +276,11 @@ fn main() -> Result<()> {
 
 fn run() -> Result<()> {
     let args = Args::parse().map_err(Error::config)?;
-    if rates(RatesKind::Calibrated, PlanTarget::Cpu).is_err() {
+    let calibrated = MemoryConfig {
+        rates: RatesKind::Calibrated,
+        ..MemoryConfig::default()
+    };
+    if rates(&calibrated, PlanTarget::Cpu).is_err() {
         eprintln!("calibrating this machine's rates (headroom plan --calibrate)");
         calibrate(&Device::cpu(DeviceConfig::new(1 << 30))?)?;
     }

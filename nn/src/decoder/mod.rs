@@ -12,6 +12,7 @@ pub use placement::{HEAD_CHUNK_LOGITS, Placement};
 use std::borrow::Cow;
 
 use headroom_autograd::Tensor;
+use headroom_collectives::Collective;
 use headroom_kernels::ops::quant::{QuantFormat, Quantized};
 use headroom_kernels::{Array, DType, Device};
 
@@ -99,23 +100,34 @@ impl Gpt {
         let quantize = init.quantize();
         let embedding = quantize.filter(|_| !config.tie_embeddings);
         let normal = Init::Normal(0.02);
-        let tok_emb = stored(init, embedding, |init| {
+        let mut tok_emb = stored(init, embedding, |init| {
             Embedding::new(init, config.vocab, c, normal)
         })?;
+        init.drawn("tok_emb", &mut tok_emb)?;
         let pos_emb = match config.family.learned_positions() {
-            true => Some(stored(init, None, |init| {
-                Embedding::new(init, config.context, c, normal)
-            })?),
+            true => {
+                let mut pos_emb = stored(init, None, |init| {
+                    Embedding::new(init, config.context, c, normal)
+                })?;
+                init.drawn("pos_emb", &mut pos_emb)?;
+                Some(pos_emb)
+            }
             false => None,
         };
-        let (blocks, ln_f) = config
-            .family
-            .assemble(init, &config.block_shape(), &counter, host)?;
+        let (blocks, mut ln_f) =
+            config
+                .family
+                .assemble(init, &config.block_shape(), &counter, host)?;
+        init.drawn("ln_f", &mut ln_f)?;
         let head = match config.tie_embeddings {
             true => None,
-            false => Some(stored(init, None, |init| {
-                Linear::with_init(init, c, config.vocab, false, normal, Init::Constant(0.0))
-            })?),
+            false => {
+                let mut head = stored(init, None, |init| {
+                    Linear::with_init(init, c, config.vocab, false, normal, Init::Constant(0.0))
+                })?;
+                init.drawn("head", &mut head)?;
+                Some(head)
+            }
         };
         let dropout = Dropout::new(config.dropout, init.next_seed(), counter.clone())?;
         Ok(Self {
@@ -171,8 +183,16 @@ impl Gpt {
         let targets = targets.reshape([b * t])?;
         match self.placement.head_chunk {
             Some(chunk) => {
-                let weight = self.whole_head_weight()?;
                 let h = h.reshape([b * t, c])?;
+                if let Some((weight, world, whole)) = self.sliced_head() {
+                    // Each rank's logits span a slice of the vocabulary: as many rows again.
+                    let chunk = chunk.saturating_mul(world.world_size());
+                    let sharded = (world, whole);
+                    return Ok(
+                        h.sharded_linear_cross_entropy(weight, &targets, ignore, chunk, sharded)?
+                    );
+                }
+                let weight = self.whole_head_weight()?;
                 Ok(h.linear_cross_entropy(&weight, &targets, ignore, chunk)?)
             }
             None => {
@@ -282,7 +302,7 @@ impl Gpt {
 
     /// The tokens' embeddings of `ids`, scaled where the family scales them.
     fn token_embedded(&self, ids: &Tensor) -> Result<Tensor> {
-        let x = self.whole(&self.tok_emb, "tok_emb")?.forward(ids)?;
+        let x = self.token_rows(ids)?;
         match self.config.family.embedding_scale(self.config.width) {
             Some(scale) => Ok(x.scale(rounded_to(scale, x.dtype()))?),
             None => Ok(x),

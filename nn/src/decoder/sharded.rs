@@ -5,12 +5,16 @@
 use std::borrow::Cow;
 
 use headroom_autograd::Tensor;
-use headroom_collectives::SharedWorld;
+use headroom_collectives::{Collective, SharedWorld};
+use headroom_kernels::Shape;
 
 use super::Gpt;
+use super::GptConfig;
 use crate::error::{Error, Result};
+use crate::init::Initializer;
+use crate::layers::linear_weight::Weight;
 use crate::module::Module;
-use crate::sharded_params::ParamShards;
+use crate::sharded_params::{Cut, ParamShards};
 
 impl Gpt {
     /// Cuts every tensor of the decoder to this rank's chunk of `world` ([`ParamShards`]):
@@ -29,6 +33,29 @@ impl Gpt {
         Ok(())
     }
 
+    /// [`Gpt::new`] sharded over `world` as it is drawn: each part (the embeddings, each block,
+    /// the final norm, the head) is cut to this rank's chunks as soon as it is drawn, so that a
+    /// rank never holds more of the whole model than its largest tensor. The same chunks as
+    /// [`Gpt::new`] followed by [`Gpt::shard_params`]. Not with weights stored quantized.
+    pub fn new_sharded(
+        init: &mut Initializer,
+        config: GptConfig,
+        world: &SharedWorld,
+    ) -> Result<Self> {
+        if init.quantize().is_some() {
+            return Err(Error::config(
+                "sharded parameters",
+                "weights stored quantized (QLoRA's base) are not sharded over ranks yet".to_owned(),
+            ));
+        }
+        let before = init.set_cut(Some(Cut::new(world.rank(), world.world_size())));
+        let built = Self::new(init, config);
+        let cut = init.set_cut(before).unwrap_or_default();
+        let mut gpt = built?;
+        gpt.placement.shards = Some(ParamShards::of(world, cut));
+        Ok(gpt)
+    }
+
     /// How its tensors are sharded over ranks, where they are.
     pub fn param_shards(&self) -> Option<&ParamShards> {
         self.placement.shards.as_ref()
@@ -37,8 +64,8 @@ impl Gpt {
     /// `part` of the decoder, named `name` in it, with its sharded tensors gathered whole
     /// (recorded) where the decoder is sharded, itself otherwise. The embeddings, the final
     /// norm and the head are gathered where they are used, each copy let go of once the ops
-    /// that read it are done: the tied embedding's two uses reduce-scatter their gradients
-    /// apart, so that no whole gradient of it waits through the backward pass.
+    /// that read it are done: the tied embedding's two uses reduce their gradients apart, so
+    /// that no whole gradient of it waits through the backward pass.
     pub(super) fn whole<'a, M: Module + Clone>(
         &self,
         part: &'a M,
@@ -48,6 +75,35 @@ impl Gpt {
             Some(shards) => Ok(Cow::Owned(shards.gathered(part, name)?)),
             None => Ok(Cow::Borrowed(part)),
         }
+    }
+
+    /// The token embedding's rows of `ids`. Where the decoder is sharded, the table is
+    /// gathered for the lookup alone, and its gradient never forms the whole table's
+    /// ([`Tensor::sharded_embedding`]).
+    pub(super) fn token_rows(&self, ids: &Tensor) -> Result<Tensor> {
+        let (Some(shards), Weight::Dense(table)) = (&self.placement.shards, &self.tok_emb.weight)
+        else {
+            return self.tok_emb.forward(ids);
+        };
+        match shards.whole_shape("tok_emb.weight") {
+            Some(whole) => Ok(table.sharded_embedding(ids, shards.world(), whole)?),
+            None => self.tok_emb.forward(ids),
+        }
+    }
+
+    /// The head's weight with the world it is sharded over and its whole shape, where the
+    /// decoder is sharded and the ranks share its vocabulary by whole rows: the fused head then
+    /// runs each rank's slice of the vocabulary ([`Tensor::sharded_linear_cross_entropy`]).
+    pub(super) fn sliced_head(&self) -> Option<(&Tensor, &SharedWorld, &Shape)> {
+        let shards = self.placement.shards.as_ref()?;
+        let (weight, name) = match &self.head {
+            Some(head) => (&head.weight, "head.weight"),
+            None => (&self.tok_emb.weight, "tok_emb.weight"),
+        };
+        let whole = shards.whole_shape(name)?;
+        let ranks = shards.world().world_size();
+        let shared = whole.dims().first()?.is_multiple_of(ranks);
+        Some((weight.dense()?, shards.world(), whole)).filter(|_| shared)
     }
 
     /// The head's weight ([`Gpt::head_weight`]), gathered whole where the decoder is sharded.

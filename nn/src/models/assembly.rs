@@ -32,7 +32,8 @@ impl BlockShape {
 }
 
 /// `layers` blocks drawn by `block` (given each block's index), on `host` when given, the
-/// initializer's device again after.
+/// initializer's device again after; each cut to a rank's chunks as soon as it is drawn where
+/// the initializer cuts ([`Initializer::drawn`]).
 pub(crate) fn draw_blocks(
     init: &mut Initializer,
     layers: usize,
@@ -42,7 +43,11 @@ pub(crate) fn draw_blocks(
     let device = init.device().clone();
     init.set_device(host.unwrap_or(&device));
     let blocks = (0..layers)
-        .map(|i| block(init, i))
+        .map(|i| {
+            let mut drawn = block(init, i)?;
+            init.drawn(&format!("blocks.{i}"), &mut drawn)?;
+            Ok(drawn)
+        })
         .collect::<Result<Vec<_>>>();
     init.set_device(&device);
     blocks

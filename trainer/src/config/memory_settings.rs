@@ -4,6 +4,8 @@
 use headroom_alloc::ByteSize;
 use serde::{Deserialize, Serialize};
 
+use super::LinkBandwidth;
+
 /// Whether the memory policy chooses the techniques a configuration leaves unset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -38,6 +40,11 @@ pub struct MemoryConfig {
     /// The rates the planner predicts step times at: `fixed` (the same plans on every machine)
     /// or `calibrated` (this machine's, measured by `headroom plan --calibrate`).
     pub rates: RatesKind,
+    /// The link between ranks that the planner prices their collectives at: a rate such as
+    /// `300GB/s`, or `nvlink`, `pcie4`, `pcie5` or `infiniband`. Unset: the device kind's
+    /// (PCIe between GPUs, shared memory between CPU processes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_bandwidth: Option<LinkBandwidth>,
     /// The simulated device's memory on the CPU, e.g. `8GiB` (a GPU's is what its driver
     /// reports). Sizes are text with a unit or a whole number of bytes, parsed as they are
     /// read and written back as they were given.
@@ -82,6 +89,7 @@ impl Default for MemoryConfig {
             host_limit: None,
             policy: PolicyKind::Auto,
             rates: RatesKind::Fixed,
+            link_bandwidth: None,
             preallocate: false,
             expandable_segments: false,
             history: 200_000,

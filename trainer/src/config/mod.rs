@@ -4,6 +4,7 @@
 mod batch;
 mod data;
 mod device_choice;
+mod link_bandwidth;
 mod memory_settings;
 mod model;
 mod model_family;
@@ -26,6 +27,7 @@ pub use data::{DataConfig, DataKind};
 pub use device_choice::DeviceChoice;
 pub use headroom_nn::models::Preset;
 pub use headroom_nn::models::gpt2::GPT2_VOCAB;
+pub use link_bandwidth::{LinkBandwidth, NAMED_LINKS};
 pub use memory_settings::{CheckpointConfig, MemoryConfig, PolicyKind, RatesKind};
 pub use model::{ModelConfig, ModelKind, Recompute};
 pub use model_family::ModelFamily;

@@ -19,7 +19,8 @@ use super::{
 pub struct Overrides {
     /// A published shape: gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt-mini, smollm2-135m,
     /// smollm2-360m, smollm2-1.7b, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, llama-3.2-1b,
-    /// llama-3.2-3b or llama-3.1-8b (what the file and the other flags set wins over it).
+    /// llama-3.2-3b, llama-3.1-8b or llama-3.1-70b (what the file and the other flags set wins
+    /// over it).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_preset))]
     pub preset: Option<Preset>,
     /// GPT: start from a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3 or
@@ -137,6 +138,10 @@ pub struct Overrides {
     /// fixed or calibrated: the rates the planner predicts step times at (memory.rates).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_rates))]
     pub memory_rates: Option<RatesKind>,
+    /// The link between ranks the planner prices collectives at: a rate such as 300GB/s, or
+    /// nvlink, pcie4, pcie5 or infiniband (memory.link_bandwidth).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_link))]
+    pub link_bandwidth: Option<super::LinkBandwidth>,
     /// How AdamW keeps its moments: f32, bf16 or int8 (optimizer.state).
     #[cfg_attr(feature = "cli", arg(long, value_parser = parse_state))]
     pub optimizer_state: Option<StateKind>,
@@ -292,6 +297,11 @@ fn parse_rates(text: &str) -> Result<RatesKind, String> {
     parse_kebab(text)
 }
 
+#[cfg(feature = "cli")]
+fn parse_link(text: &str) -> Result<super::LinkBandwidth, String> {
+    text.parse()
+}
+
 impl Overrides {
     /// The configuration of `file` (or the defaults) over `--preset`, with every other flag
     /// applied over it.
@@ -419,6 +429,9 @@ impl Overrides {
         }
         set(&mut config.memory.policy, self.memory_policy);
         set(&mut config.memory.rates, self.memory_rates);
+        if self.link_bandwidth.is_some() {
+            config.memory.link_bandwidth = self.link_bandwidth.clone();
+        }
         if self.optimizer_state.is_some() {
             config.optimizer.state = self.optimizer_state;
         }

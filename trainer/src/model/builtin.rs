@@ -37,6 +37,17 @@ impl TrainModel {
         device: &Device,
         (seed, weights_on): (u64, Option<&Device>),
     ) -> Result<Self> {
+        Self::build_sharded(config, shape, device, (seed, weights_on, None))
+    }
+
+    /// [`TrainModel::build`], a GPT drawn sharded over `shards` where given and nothing is
+    /// loaded into it whole afterwards ([`Gpt::new_sharded`]).
+    pub fn build_sharded(
+        config: &ModelConfig,
+        shape: &DataShape,
+        device: &Device,
+        (seed, weights_on, shards): (u64, Option<&Device>, Option<&SharedWorld>),
+    ) -> Result<Self> {
         let mut init = Initializer::new(device, config.param_dtype.dtype(), seed);
         // QLoRA: the blocks' linear layers are drawn (or loaded, later) into quantized storage.
         let base = config.lora.as_ref().and_then(|lora| lora.base);
@@ -44,9 +55,14 @@ impl TrainModel {
         match (config.kind, shape.as_tokens(), shape.as_features()) {
             (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
                 let shape = gpt_shape(config, vocab, len)?;
-                let mut gpt = match weights_on {
-                    Some(host) => Gpt::new_offloaded(&mut init, shape, host)?,
-                    None => Gpt::new(&mut init, shape)?,
+                // Drawn sharded where nothing is loaded into it whole afterwards (pretrained
+                // weights) and no adapter reads its whole shapes.
+                let drawn_sharded =
+                    shards.filter(|_| config.init_from.is_none() && config.lora.is_none());
+                let mut gpt = match (weights_on, drawn_sharded) {
+                    (Some(host), _) => Gpt::new_offloaded(&mut init, shape, host)?,
+                    (None, Some(world)) => Gpt::new_sharded(&mut init, shape, world)?,
+                    (None, None) => Gpt::new(&mut init, shape)?,
                 };
                 // A Llama-family model's options already hold its epsilon.
                 if let (Some(eps), Family::Gpt2) = (config.norm_eps, gpt.config().family) {
@@ -194,11 +210,15 @@ impl ModelFactory for BuiltinModel {
             config.recompute = Some(settings.recompute);
             config.head_chunk = settings.head_chunk.or(config.head_chunk);
         }
-        Ok(Box::new(TrainModel::build(
+        Ok(Box::new(TrainModel::build_sharded(
             &config,
             shape,
             device,
-            (settings.seed, settings.weights_on.as_ref()),
+            (
+                settings.seed,
+                settings.weights_on.as_ref(),
+                settings.shards.as_ref(),
+            ),
         )?))
     }
 

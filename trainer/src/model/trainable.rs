@@ -115,6 +115,10 @@ pub struct ModelSettings {
     /// The host tier to draw the blocks' weights into, where they are streamed from
     /// ([`Knobs::offload_weights`]): the device never holds them all.
     pub weights_on: Option<Device>,
+    /// The world the parameters are sharded over (`optimizer.shard_params`): a model that can
+    /// cuts each part to this rank's chunks as soon as it is drawn, and never holds the whole
+    /// model; the others are cut once built.
+    pub shards: Option<SharedWorld>,
 }
 
 impl ModelSettings {
@@ -126,6 +130,7 @@ impl ModelSettings {
             recompute: config.model.recompute.unwrap_or_default(),
             head_chunk: config.model.head_chunk,
             weights_on: None,
+            shards: None,
         }
     }
 

@@ -59,13 +59,20 @@ pub fn build_training_state(
     world: Option<&SharedWorld>,
     prepare: impl FnOnce(&mut dyn TrainableModel) -> Result<()>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
-    let settings = ModelSettings::with_host_tier(config, host);
+    let shards = match config.optimizer.shard_params {
+        true => Some(world.ok_or_else(|| {
+            Error::config("optimizer.shard_params: no world of ranks to shard the parameters over")
+        })?),
+        false => None,
+    };
+    let settings = ModelSettings {
+        shards: shards.cloned(),
+        ..ModelSettings::with_host_tier(config, host)
+    };
     let mut model = factory.build(device, shape, &settings)?;
     prepare(&mut *model)?;
-    if config.optimizer.shard_params {
-        let world = world.ok_or_else(|| {
-            Error::config("optimizer.shard_params: no world of ranks to shard the parameters over")
-        })?;
+    // A model that was not drawn sharded is cut now.
+    if let Some(world) = shards.filter(|_| model.param_shards().is_none()) {
         model.shard_params(world)?;
     }
     model.set_host_tier(&for_model(config, host))?;

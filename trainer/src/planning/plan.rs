@@ -62,6 +62,10 @@ pub struct Plan {
     /// device's rates.
     #[serde(default)]
     pub predicted_seconds: f64,
+    /// What a step's collectives send from each rank (a run over several ranks), in bytes,
+    /// and the seconds of `predicted_seconds` they take at the link's rate.
+    #[serde(default)]
+    pub predicted_communication: (f64, f64),
     /// Under `memory.policy = "auto"`: the memory techniques tried and the ones chosen, which
     /// the plan's other fields are for.
     #[serde(default)]
@@ -139,6 +143,16 @@ impl std::fmt::Display for Plan {
                 f,
                 "\nthe host tier: predicted peak {} (what the step offloads)",
                 format_bytes(host)
+            )?;
+        }
+        let (sent, seconds) = self.predicted_communication;
+        if sent > 0.0 {
+            write!(
+                f,
+                "\npredicted step {:.3} s, of which {seconds:.3} s in collectives that send {} \
+                 from each rank (memory.link_bandwidth)",
+                self.predicted_seconds,
+                format_bytes(sent as u64)
             )?;
         }
         if !self.peak_by_tag.is_empty() {

@@ -39,6 +39,9 @@ pub struct Breakdown {
     /// The step's predicted seconds at the planned device's rates (0 when it ran out of
     /// memory).
     pub seconds: f64,
+    /// What the step's collectives send from the rank, in bytes, and the seconds they take at
+    /// the link's rate (part of `seconds`).
+    pub communicated: (f64, f64),
     /// The most the host tier held, for a step that offloads to it.
     pub host_peak: Option<u64>,
 }
@@ -272,10 +275,15 @@ impl Prober {
         match train_step(&mut ctx, &batch, 0, Sizes::Fixed(sizes)) {
             Ok(report) => {
                 let stats = device.allocator().stats();
+                let work = device.planned_work().unwrap_or_default();
                 let breakdown = Breakdown {
                     tags: tag_bytes(&stats),
                     saved: op_bytes(&report.saved),
-                    seconds: device.planned_work().map_or(0.0, |w| w.seconds),
+                    seconds: work.seconds,
+                    communicated: (
+                        work.communicated,
+                        work.communicated / self.rates.device.link,
+                    ),
                     host_peak: host.map(|h| h.allocator().stats().peak_in_use),
                 };
                 Ok(Ok((stats.peak_in_use, breakdown)))
@@ -338,6 +346,7 @@ fn out_of_memory(err: Error) -> Result<(Probed, Breakdown)> {
                 tags,
                 saved: Vec::new(),
                 seconds: 0.0,
+                communicated: (0.0, 0.0),
                 host_peak: None,
             };
             Ok((Probed::OutOfMemory(Box::new(report.clone())), breakdown))

@@ -19,7 +19,7 @@ use headroom_kernels::ops::gemm::matmul;
 use headroom_kernels::{Array, DType, Device, DeviceConfig, PlanTarget, Rates, Work};
 use serde::{Deserialize, Serialize};
 
-use crate::config::RatesKind;
+use crate::config::{MemoryConfig, RatesKind};
 use crate::error::{Error, Result};
 
 /// The rates as the cache file keeps them.
@@ -48,15 +48,18 @@ impl From<Rates> for Cached {
     }
 }
 
-impl From<Cached> for Rates {
-    fn from(c: Cached) -> Self {
-        Self {
+impl Cached {
+    /// The rates measured, the ranks linked at `link` (a link is not calibrated).
+    fn rates(self, link: f64) -> Rates {
+        let c = self;
+        Rates {
             matrix_flops: c.matrix_flops,
             half_matrix_flops: c.half_matrix_flops,
             vector_flops: c.vector_flops,
             bytes: c.bytes,
             launch: c.launch,
             transfer: c.transfer,
+            link,
         }
     }
 }
@@ -98,21 +101,29 @@ impl PlanRates {
     }
 }
 
-/// The rates `kind` names for a device of `target`'s kind and its host; calibrated ones must
-/// have been measured first.
-pub fn rates(kind: RatesKind, target: PlanTarget) -> Result<PlanRates> {
-    if kind == RatesKind::Fixed {
-        return Ok(PlanRates::fixed(target));
+/// The rates `memory` names for a device of `target`'s kind and its host (calibrated ones
+/// must have been measured first), its ranks linked at `memory.link_bandwidth` where it is set.
+pub fn rates(memory: &MemoryConfig, target: PlanTarget) -> Result<PlanRates> {
+    let mut rates = match memory.rates {
+        RatesKind::Fixed => PlanRates::fixed(target),
+        RatesKind::Calibrated => {
+            let base = cache_base().ok_or_else(|| {
+                Error::config("memory.rates: no cache directory (set XDG_CACHE_HOME)")
+            })?;
+            PlanRates {
+                device: cached(&base, target)?,
+                host: cached(&base, PlanTarget::Cpu)?,
+            }
+        }
+    };
+    if let Some(link) = &memory.link_bandwidth {
+        rates.device.link = link.bytes_per_second();
     }
-    let base = cache_base()
-        .ok_or_else(|| Error::config("memory.rates: no cache directory (set XDG_CACHE_HOME)"))?;
-    Ok(PlanRates {
-        device: cached(&base, target)?,
-        host: cached(&base, PlanTarget::Cpu)?,
-    })
+    Ok(rates)
 }
 
-/// The calibrated rates of `target`'s kind cached under `base`.
+/// The calibrated rates of `target`'s kind cached under `base`, its ranks linked at the kind's
+/// fixed rate.
 fn cached(base: &Path, target: PlanTarget) -> Result<Rates> {
     let path = cache_file(base, target);
     let text = std::fs::read_to_string(&path).map_err(|_| {
@@ -126,7 +137,7 @@ fn cached(base: &Path, target: PlanTarget) -> Result<Rates> {
         path: path.clone(),
         detail: format!("{err}; run `headroom plan --calibrate` again"),
     })?;
-    Ok(cached.into())
+    Ok(cached.rates(target.rates().link))
 }
 
 /// The rates measured on one device.
@@ -277,6 +288,7 @@ fn rates_of(target: PlanTarget, t: &Timings) -> Result<Rates> {
         launch: t.launch,
         // Two copies, each a launch.
         transfer: (2 * 4 * LONG) as f64 / (t.round_trip - 2.0 * t.launch).max(1e-9),
+        link: target.rates().link,
     })
 }
 
@@ -299,6 +311,7 @@ fn counted<T>(
         vector_flops: after.vector_flops - before.vector_flops,
         bytes: after.bytes - before.bytes,
         transferred: after.transferred - before.transferred,
+        communicated: after.communicated - before.communicated,
         seconds: after.seconds - before.seconds,
     })
 }
@@ -336,8 +349,14 @@ mod tests {
         );
         assert!(path.starts_with(&base));
         assert_eq!(cached(&base, PlanTarget::Cpu).unwrap(), measured);
-        let fixed = rates(RatesKind::Fixed, PlanTarget::Cpu).unwrap();
+        let fixed = rates(&MemoryConfig::default(), PlanTarget::Cpu).unwrap();
         assert_eq!(fixed, PlanRates::fixed(PlanTarget::Cpu));
+        let linked = MemoryConfig {
+            link_bandwidth: Some("nvlink".parse().unwrap()),
+            ..MemoryConfig::default()
+        };
+        let nvlink = rates(&linked, PlanTarget::cuda(0)).unwrap();
+        assert_eq!(nvlink.device.link, 360e9);
         std::fs::remove_dir_all(&base).ok();
     }
 

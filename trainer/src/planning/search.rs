@@ -136,7 +136,7 @@ pub fn plan_with(
         knobs,
         budget,
         target: plan_target,
-        rates: crate::planning::rates::rates(config.memory.rates, plan_target)?,
+        rates: crate::planning::rates::rates(&config.memory, plan_target)?,
         samples: FirstSamples::default(),
         chunking,
     };
@@ -485,6 +485,7 @@ fn take_chunk(plan: &mut Plan, rows: usize, mut prober: Prober) -> Result<()> {
     };
     plan.head_chunk = Some(rows);
     plan.predicted_seconds = breakdown.seconds;
+    plan.predicted_communication = breakdown.communicated;
     plan.predicted_host_peak = breakdown.host_peak;
     plan.peak_by_tag = largest_first(breakdown.tags.clone());
     plan.saved_by_op = breakdown.saved.clone();
@@ -709,6 +710,7 @@ fn answer(
         margin,
         margin_shrunk,
         predicted_seconds: breakdown.seconds,
+        predicted_communication: breakdown.communicated,
         peak_by_tag: largest_first(breakdown.tags),
         saved_by_op: breakdown.saved,
         head_chunk: None,

@@ -192,6 +192,17 @@ impl Saved {
         Ok(self.checkpoint.restore_model(model.module_mut())?)
     }
 
+    /// Restores the weights into a model whose parameters are sharded already, each saved
+    /// tensor read whole and cut to the rank's chunk, one at a time.
+    pub fn restore_weights_in_chunks(&self, model: &mut dyn TrainableModel) -> Result<()> {
+        let shards = model.param_shards().cloned().ok_or_else(|| {
+            Error::config("checkpoint: the model's parameters are not sharded over ranks")
+        })?;
+        Ok(self
+            .checkpoint
+            .restore_model_in_chunks(model.module_mut(), &shards)?)
+    }
+
     /// Restores the optimizer state, each whole buffer cut to chunk `rank` of `ranks` as the
     /// sharded parameters it goes with, and the dropout counter.
     pub fn restore_state_in_chunks(

@@ -554,8 +554,12 @@ fn build_model(
             if saved.is_none() || config.model.lora.is_some() {
                 factory.initialize(model)?;
             }
-            // A checkpoint holds whole tensors: they are restored before they are cut.
+            // A checkpoint holds whole tensors: each is cut as it is restored into a model
+            // drawn sharded, or restored before the model is cut.
             match saved.filter(|_| config.optimizer.shard_params) {
+                Some(saved) if model.param_shards().is_some() => {
+                    saved.restore_weights_in_chunks(model)
+                }
                 Some(saved) => saved.restore_weights(model),
                 None => Ok(()),
             }

@@ -1,5 +1,7 @@
 //! CPU kernels: embedding gather and scatter-add, causal masking.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::grouping::IdGroups;
@@ -37,6 +39,7 @@ impl IndexKernels for CpuBackend {
     fn embedding_backward(
         &self,
         spec: EmbeddingSpec,
+        rows: Range<usize>,
         ids: &Buffer,
         dy: &Buffer,
         out: &mut Buffer,
@@ -44,7 +47,7 @@ impl IndexKernels for CpuBackend {
         const OP: &str = "embedding_backward";
         let ids = ids.host::<u32>(OP)?;
         check_range(OP, "id", ids, spec.vocab, None)?;
-        let groups = IdGroups::new(ids, spec.vocab, OP)?;
+        let groups = IdGroups::new(ids, rows, OP)?;
         with_float!(dy.dtype(), OP, |T| {
             let dy = dy.host::<T>(OP)?;
             let out = out.host_mut::<T>(OP)?;

@@ -2,6 +2,8 @@
 //! first, to check their range exactly as the CPU backend does (and, for the embedding's
 //! gradient, to group positions by id): these ops wait for the stream.
 
+use std::ops::Range;
+
 use super::grouping::{GradScratch, IdGroups};
 use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels, check_range, positions_of};
 use crate::buffer::Buffer;
@@ -44,6 +46,7 @@ impl IndexKernels for CudaBackend {
     fn embedding_backward(
         &self,
         spec: EmbeddingSpec,
+        rows: Range<usize>,
         ids: &Buffer,
         dy: &Buffer,
         out: &mut Buffer,
@@ -55,15 +58,9 @@ impl IndexKernels for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
-        let groups = IdGroups::new(&host, spec.vocab, OP)?;
-        let scratch = GradScratch::alloc(
-            dy.memory(),
-            spec.vocab,
-            spec.dim,
-            host.len(),
-            dy.dtype(),
-            OP,
-        )?;
+        let count = rows.len();
+        let groups = IdGroups::new(&host, rows, OP)?;
+        let scratch = GradScratch::alloc(dy.memory(), count, spec.dim, host.len(), dy.dtype(), OP)?;
         self.upload_u32(OP, groups.rows(), &scratch.rows)?;
         self.upload_u32(OP, groups.positions(), &scratch.positions)?;
         // Without room for pieces no run is long enough to cut; the partials are never read.
@@ -92,7 +89,7 @@ impl IndexKernels for CudaBackend {
             partials.into(),
             dy.into(),
             out.into(),
-            spec.vocab.into(),
+            count.into(),
             spec.dim.into(),
         ];
         self.launch(OP, Family::Index, &name, self.grid(out.len() as u64), &args)

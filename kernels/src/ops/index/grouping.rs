@@ -41,71 +41,87 @@ pub(super) fn most_pieces(positions: usize) -> usize {
 /// An embedding's positions grouped by id, with long runs cut into pieces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct IdGroups {
-    /// Pairs per id `v`, and one more after the last: the start of `v`'s run in `positions`,
-    /// and the index of `v`'s first piece. Laid out for the CUDA kernels as they read it.
+    /// Pairs per row `v` of the rows grouped, and one more after the last: the start of `v`'s
+    /// run in `positions`, and the index of `v`'s first piece. Laid out for the CUDA kernels as
+    /// they read it.
     rows: Vec<u32>,
-    /// Every position, grouped by id, in increasing order within an id.
+    /// Every position whose id lies in the rows grouped, grouped by id, in increasing order
+    /// within an id.
     positions: Vec<u32>,
     /// Pairs per piece: the range of `positions` it sums.
     pieces: Vec<u32>,
 }
 
 impl IdGroups {
-    /// Groups the positions of `ids`, every one of them below `vocab` (checked first), by a
-    /// counting sort. Fails with [`Error::Argument`] for `op` when there are more ids than 32
-    /// bits count (the positions are u32, as the CUDA kernels read them).
-    pub(super) fn new(ids: &[u32], vocab: usize, op: &'static str) -> Result<Self> {
+    /// Groups the positions of `ids` whose id lies in `rows` (every id checked against its
+    /// range first), each by its row within `rows`, by a counting sort. Fails with
+    /// [`Error::Argument`] for `op` when there are more ids than 32 bits count (the positions
+    /// are u32, as the CUDA kernels read them).
+    pub(super) fn new(ids: &[u32], rows: Range<usize>, op: &'static str) -> Result<Self> {
         if u32::try_from(ids.len()).is_err() {
             return Err(Error::Argument {
                 op,
                 detail: format!("{} ids; positions are counted in 32 bits", ids.len()),
             });
         }
-        // Counts, then the end of each id's run, in place at rows[2 v]; the scatter, walking the
-        // positions backwards, moves each back to its run's start, and fills each run in
+        // The row within `rows` of each id that lies there.
+        let row = |id: u32| {
+            (id as usize)
+                .checked_sub(rows.start)
+                .filter(|&r| r < rows.len())
+        };
+        let count = rows.len();
+        // Counts, then the end of each row's run, in place at starts[2 r]; the scatter, walking
+        // the positions backwards, moves each back to its run's start, and fills each run in
         // increasing order.
-        let mut rows = vec![0u32; 2 * (vocab + 1)];
-        for &id in ids {
-            rows[2 * id as usize] += 1;
+        let mut starts = vec![0u32; 2 * (count + 1)];
+        let mut inside = 0;
+        for r in ids.iter().filter_map(|&id| row(id)) {
+            starts[2 * r] += 1;
+            inside += 1;
         }
         let mut end = 0;
-        for v in 0..vocab {
-            end += rows[2 * v];
-            rows[2 * v] = end;
+        for r in 0..count {
+            end += starts[2 * r];
+            starts[2 * r] = end;
         }
-        let mut positions = vec![0u32; ids.len()];
+        let mut positions = vec![0u32; inside];
         for (p, &id) in (0..ids.len() as u32).zip(ids).rev() {
-            let cursor = &mut rows[2 * id as usize];
-            *cursor -= 1;
-            positions[*cursor as usize] = p;
+            if let Some(r) = row(id) {
+                let cursor = &mut starts[2 * r];
+                *cursor -= 1;
+                positions[*cursor as usize] = p;
+            }
         }
-        rows[2 * vocab] = end;
+        starts[2 * count] = end;
 
+        // Cut by the length of all the ids, inside the rows or not: the bound the scratch for
+        // the pieces is sized by.
         let len = piece_len(ids.len());
         let mut pieces = Vec::new();
-        for v in 0..vocab {
-            let (start, end) = (rows[2 * v] as usize, rows[2 * v + 2] as usize);
-            rows[2 * v + 1] = (pieces.len() / 2) as u32;
+        for r in 0..count {
+            let (start, end) = (starts[2 * r] as usize, starts[2 * r + 2] as usize);
+            starts[2 * r + 1] = (pieces.len() / 2) as u32;
             if end - start > len {
                 for piece in (start..end).step_by(len) {
                     pieces.extend([piece as u32, (piece + len).min(end) as u32]);
                 }
             }
         }
-        rows[2 * vocab + 1] = (pieces.len() / 2) as u32;
+        starts[2 * count + 1] = (pieces.len() / 2) as u32;
         Ok(IdGroups {
-            rows,
+            rows: starts,
             positions,
             pieces,
         })
     }
 
-    /// The positions of id `v`, in increasing order.
+    /// The positions of row `v` of the rows grouped, in increasing order.
     pub(super) fn run(&self, v: usize) -> &[u32] {
         &self.positions[self.rows[2 * v] as usize..self.rows[2 * v + 2] as usize]
     }
 
-    /// The pieces of id `v`: empty when its run is summed whole.
+    /// The pieces of row `v`: empty when its run is summed whole.
     pub(super) fn pieces_of(&self, v: usize) -> Range<usize> {
         self.rows[2 * v + 1] as usize..self.rows[2 * v + 3] as usize
     }
@@ -120,13 +136,13 @@ impl IdGroups {
         self.pieces.len() / 2
     }
 
-    /// The per-id pairs (run start, first piece), `vocab + 1` of them, flattened.
+    /// The per-row pairs (run start, first piece), one more than the rows, flattened.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(super) fn rows(&self) -> &[u32] {
         &self.rows
     }
 
-    /// Every position, grouped by id.
+    /// Every position inside the rows, grouped by id.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(super) fn positions(&self) -> &[u32] {
         &self.positions
@@ -143,7 +159,7 @@ impl IdGroups {
 /// the ids), so that the meta device, which holds no ids, plans exactly what the GPU takes.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(super) struct GradScratch {
-    /// For [`IdGroups::rows`]: u32, `2 (vocab + 1)`.
+    /// For [`IdGroups::rows`]: u32, `2 (rows + 1)`.
     pub(super) rows: Buffer,
     /// For [`IdGroups::positions`]: u32, one per position (at least one).
     pub(super) positions: Buffer,
@@ -154,17 +170,17 @@ pub(super) struct GradScratch {
 }
 
 impl GradScratch {
-    /// Takes the scratch for the gradient of `positions` lookups into a `[vocab, dim]` table
-    /// of `dtype`, under the workspace tag, in a fixed order.
+    /// Takes the scratch for the gradient of `rows` rows of a table of `dtype` with rows of
+    /// `dim`, from `positions` lookups, under the workspace tag, in a fixed order.
     pub(super) fn alloc(
         memory: &DeviceMemory,
-        vocab: usize,
+        rows: usize,
         dim: usize,
         positions: usize,
         dtype: DType,
         op: &'static str,
     ) -> Result<Self> {
-        let rows = memory.alloc_workspace(DType::U32, 2 * (vocab + 1), op)?;
+        let runs = memory.alloc_workspace(DType::U32, 2 * (rows + 1), op)?;
         let positions_buffer = memory.alloc_workspace(DType::U32, positions.max(1), op)?;
         let pieces = match most_pieces(positions) {
             0 => None,
@@ -179,7 +195,7 @@ impl GradScratch {
             }
         };
         Ok(GradScratch {
-            rows,
+            rows: runs,
             positions: positions_buffer,
             pieces,
         })
@@ -196,7 +212,7 @@ mod tests {
     fn short_runs_stay_whole_and_long_ones_are_cut_in_order() {
         // 100 positions: pieces of 32. Id 1 holds 70 of them, id 0 the other 30, id 2 none.
         let ids: Vec<u32> = (0..100).map(|p| u32::from(p % 10 < 7)).collect();
-        let groups = IdGroups::new(&ids, 3, "test").unwrap();
+        let groups = IdGroups::new(&ids, 0..3, "test").unwrap();
         assert_eq!(piece_len(100), 32);
         assert_eq!(groups.run(0).len(), 30);
         assert!(groups.pieces_of(0).is_empty());
@@ -214,7 +230,7 @@ mod tests {
     #[test]
     fn one_id_everywhere_is_cut_into_equal_pieces_within_the_bound() {
         for n in [0, 1, 32, 33, 64, 65, 1000, 1024, 1025, 4096, 100_000] {
-            let groups = IdGroups::new(&vec![0; n], 1, "test").unwrap();
+            let groups = IdGroups::new(&vec![0; n], 0..1, "test").unwrap();
             let want = if n > piece_len(n) {
                 n.div_ceil(piece_len(n))
             } else {
@@ -238,7 +254,7 @@ mod tests {
         ) {
             // `skew` crowds ids towards 0, so some runs are long.
             let ids: Vec<u32> = raw.iter().map(|&r| (r >> (skew * 3)) % vocab as u32).collect();
-            let groups = IdGroups::new(&ids, vocab, "test").unwrap();
+            let groups = IdGroups::new(&ids, 0..vocab, "test").unwrap();
             let len = piece_len(ids.len());
             let mut seen = vec![false; ids.len()];
             for v in 0..vocab {
@@ -259,6 +275,22 @@ mod tests {
             }
             prop_assert!(seen.iter().all(|&s| s));
             prop_assert!(groups.piece_count() <= most_pieces(ids.len()));
+        }
+
+        #[test]
+        fn rows_of_a_range_hold_their_ids_positions_alone(
+            raw in proptest::collection::vec(0u32..20, 0..500),
+            first in 0usize..20,
+            len in 0usize..20,
+        ) {
+            let rows = first..(first + len).min(20);
+            let groups = IdGroups::new(&raw, rows.clone(), "test").unwrap();
+            let whole = IdGroups::new(&raw, 0..20, "test").unwrap();
+            for (r, v) in rows.clone().enumerate() {
+                prop_assert_eq!(groups.run(r), whole.run(v));
+            }
+            let inside = raw.iter().filter(|&&id| rows.contains(&(id as usize))).count();
+            prop_assert_eq!(groups.positions().len(), inside);
         }
     }
 }

@@ -2,6 +2,8 @@
 //! and for the causal mask, and the check of ids against their range (which the loss kernels
 //! make of their class targets too).
 
+use std::ops::Range;
+
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 
@@ -36,14 +38,16 @@ pub trait IndexKernels {
         out: &mut Buffer,
     ) -> Result<()>;
 
-    /// Zeroes `out` (`[vocab, dim]`) and adds row `p` of `dy` (`[ids.len(), dim]`) into row
-    /// `ids[p]` for every `p`, deterministically: repeated ids accumulate in position order, a
-    /// run too long for one task piece by piece (see `grouping`), in an order the ids alone
-    /// fix. Fails with [`Error::Argument`] when an id is `>= vocab`, or when there are more ids
-    /// than 32 bits count.
+    /// Zeroes `out` (`[rows.len(), dim]`, the table's rows `rows`) and adds row `p` of `dy`
+    /// (`[ids.len(), dim]`) into the row of `ids[p]` for every `p` whose id lies in `rows`,
+    /// deterministically: repeated ids accumulate in position order, a run too long for one
+    /// task piece by piece (see `grouping`), in an order the ids alone fix. Fails with
+    /// [`Error::Argument`] when any id is `>= vocab`, or when there are more ids than 32 bits
+    /// count.
     fn embedding_backward(
         &self,
         spec: EmbeddingSpec,
+        rows: Range<usize>,
         ids: &Buffer,
         dy: &Buffer,
         out: &mut Buffer,

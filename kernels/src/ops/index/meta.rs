@@ -1,6 +1,8 @@
 //! Meta kernels: nothing to compute (and no data to check ids against); planning for CUDA, the
 //! scratch buffers the CUDA kernels take.
 
+use std::ops::Range;
+
 use super::grouping::GradScratch;
 use super::kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
 use crate::buffer::Buffer;
@@ -24,6 +26,7 @@ impl IndexKernels for MetaBackend {
     fn embedding_backward(
         &self,
         spec: EmbeddingSpec,
+        rows: Range<usize>,
         ids: &Buffer,
         dy: &Buffer,
         out: &mut Buffer,
@@ -35,7 +38,7 @@ impl IndexKernels for MetaBackend {
             let op = "embedding_backward";
             GradScratch::alloc(
                 ids.memory(),
-                spec.vocab,
+                rows.len(),
                 spec.dim,
                 ids.len(),
                 dy.dtype(),

@@ -13,6 +13,8 @@ mod meta;
 
 pub use kernels::{CausalMaskSpec, EmbeddingSpec, IndexKernels};
 
+use std::ops::Range;
+
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
@@ -55,10 +57,41 @@ pub fn embedding(table: &Array, ids: &Array) -> Result<Array> {
 /// (`ids.shape + [D]`, float) summed into a zeroed `[vocab, D]` table of `dy`'s dtype at the
 /// rows their ids name (repeated ids accumulate). An id `>= vocab` is an [`Error::Argument`].
 pub fn embedding_backward(ids: &Array, dy: &Array, vocab: usize) -> Result<Array> {
+    embedding_backward_rows(ids, dy, vocab, 0..vocab)
+}
+
+/// The rows `rows` of [`embedding_backward`]'s table, `[rows.len(), D]`, without the rest:
+/// the ids outside `rows` add nothing, and every id is still checked against `vocab`. A rank
+/// whose shard of a table holds those rows forms their gradient from every rank's ids alone.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType};
+/// use headroom_kernels::ops::index::embedding_backward_rows;
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let ids = Array::from_host(&cpu, [3], &[3u32, 1, 3])?;
+/// let dy = Array::from_f64(&cpu, [3, 1], DType::F32, &[1., 2., 4.])?;
+/// assert_eq!(embedding_backward_rows(&ids, &dy, 4, 2..4)?.to_f64()?, [0., 5.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn embedding_backward_rows(
+    ids: &Array,
+    dy: &Array,
+    vocab: usize,
+    rows: Range<usize>,
+) -> Result<Array> {
     const OP: &str = "embedding_backward";
     ids.check_indices(OP)?;
     dy.check_float(OP)?;
     ids.device().check_same(dy.device(), OP)?;
+    if rows.start > rows.end || rows.end > vocab {
+        return Err(Error::Argument {
+            op: OP,
+            detail: format!(
+                "rows {}..{} of a table of {vocab} rows",
+                rows.start, rows.end
+            ),
+        });
+    }
     let (ids_dims, dy_dims) = (ids.shape().dims(), dy.shape().dims());
     let dim = match dy_dims.split_last() {
         Some((&dim, lead)) if lead == ids_dims => dim,
@@ -73,10 +106,12 @@ pub fn embedding_backward(ids: &Array, dy: &Array, vocab: usize) -> Result<Array
             });
         }
     };
-    let mut out = Array::uninit(dy.device(), Shape::new(&[vocab, dim]), dy.dtype(), OP)?;
+    let shape = Shape::new(&[rows.len(), dim]);
+    let mut out = Array::uninit(dy.device(), shape, dy.dtype(), OP)?;
     let spec = EmbeddingSpec { vocab, dim };
     dy.device().backend().embedding_backward(
         spec,
+        rows,
         ids.buffer(),
         dy.buffer(),
         out.buffer_mut(OP)?,

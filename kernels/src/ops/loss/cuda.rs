@@ -111,4 +111,55 @@ impl LossKernels for CudaBackend {
         ];
         self.launch(OP, Family::Loss, &name, grid, &args)
     }
+
+    fn sliced_cross_entropy_parts(
+        &self,
+        spec: CrossEntropySpec,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "sliced_cross_entropy_parts";
+        float_kernel("sliced_cross_entropy_parts", logits.dtype(), OP)?;
+        if spec.rows == 0 {
+            return Ok(());
+        }
+        let (group, grid) = self.row_grid(spec.rows, spec.classes, WARP_ROW);
+        let name = float_kernel(&format!("{OP}_{group}"), logits.dtype(), OP)?;
+        let args: [Arg; 5] = [
+            logits.into(),
+            targets.into(),
+            out.into(),
+            spec.rows.into(),
+            spec.classes.into(),
+        ];
+        self.launch(OP, Family::Loss, &name, grid, &args)
+    }
+
+    fn sliced_cross_entropy_backward(
+        &self,
+        spec: CrossEntropySpec,
+        (lse, scale): (&Buffer, &Buffer),
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        const OP: &str = "sliced_cross_entropy_backward";
+        float_kernel(OP, logits.dtype(), OP)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let (group, grid) = self.row_grid(spec.rows, spec.classes, WARP_ROW);
+        let name = float_kernel(&format!("{OP}_{group}"), logits.dtype(), OP)?;
+        let args: [Arg; 7] = [
+            lse.into(),
+            scale.into(),
+            logits.into(),
+            targets.into(),
+            out.into(),
+            spec.rows.into(),
+            spec.classes.into(),
+        ];
+        self.launch(OP, Family::Loss, &name, grid, &args)
+    }
 }

@@ -50,6 +50,32 @@ pub trait LossKernels {
         targets: &Buffer,
         out: &mut Buffer,
     ) -> Result<()>;
+
+    /// For a cross-entropy whose vocabulary is sliced over ranks, these logits being one
+    /// slice's (`classes` columns a row, no padding): writes each row's log-sum-exp over the
+    /// slice into `out[i]`, and its target's logit into `out[rows + i]` where the target lies
+    /// in the slice (`targets[i] < classes`), 0 where it lies in another. `out` is of the
+    /// loss' dtype.
+    fn sliced_cross_entropy_parts(
+        &self,
+        spec: CrossEntropySpec,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
+
+    /// `out[i, j] = (exp(logits[i, j] - lse[i]) - (j == targets[i])) * scale[i]`, in the
+    /// logits' dtype: the gradient of a slice of a cross-entropy whose softmax spans the whole
+    /// vocabulary, `lse` each row's log-sum-exp over all of it and `scale` each row's weight
+    /// (`per_row`, both of the loss' dtype). A target outside the slice subtracts nothing.
+    fn sliced_cross_entropy_backward(
+        &self,
+        spec: CrossEntropySpec,
+        per_row: (&Buffer, &Buffer),
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()>;
 }
 
 /// The dtype of a cross-entropy of logits of `dtype`: f64 for f64, f32 otherwise.

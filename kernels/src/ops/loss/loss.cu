@@ -126,6 +126,46 @@ __device__ void mean_loss(const double* losses, u64 rows, double counted, O* out
     for (u64 i = threadIdx.x; i < out_len; i += blockDim.x) out[i] = Io<O>::store((typename Io<O>::C)loss);
 }
 
+// A cross-entropy whose vocabulary is sliced over ranks, these logits one slice's (rows of
+// `classes`, no padding): out[r] = the row's log-sum-exp over the slice, out[rows + r] = its
+// target's logit where the target lies in the slice (t < classes), 0 where it lies in another.
+template <int GROUP, typename T>
+__device__ void sliced_parts_rows(const T* logits, const u32* targets, typename Io<T>::C* out, u64 rows,
+                                  u64 classes) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    SCRATCH(C)
+    const int packed = classes % (16 / sizeof(T)) == 0;
+    ROWS_OF(GROUP) {
+        const T* row = logits + r * classes;
+        C max, sum;
+        row_max_and_sum<GROUP, T>(row, classes, packed, lane, scratch, max, sum);
+        if (lane == 0) {
+            const u32 t = targets[r];
+            out[r] = max + m_log(sum);
+            out[rows + r] = t < classes ? io::load(row[t]) : (C)0;
+        }
+    }
+}
+
+// The slice's gradient against the whole vocabulary's log-sum-exp `lse`, each row times its
+// `scale`: (exp(x - lse) - onehot) * scale, no onehot for a target in another slice.
+template <int GROUP, typename T>
+__device__ void sliced_backward_rows(const typename Io<T>::C* lse, const typename Io<T>::C* scale, const T* logits,
+                                     const u32* targets, T* dx, u64 rows, u64 classes) {
+    typedef Io<T> io;
+    typedef typename io::C C;
+    ROWS_OF(GROUP) {
+        const u32 t = targets[r];
+        const T* row = logits + r * classes;
+        T* out = dx + r * classes;
+        const C most = lse[r], s = scale[r];
+        for (u64 j = lane; j < classes; j += GROUP) {
+            out[j] = io::store(cross_entropy_gradient(io::load(row[j]), j, t, classes, most, (C)1, s));
+        }
+    }
+}
+
 #define CROSS_ENTROPY_BACKWARD(lname, L, G, name, T) \
     extern "C" __global__ void cross_entropy_backward_##G##_##name##_##lname( \
         const L* dloss, double counted, const T* logits, const u32* targets, u32 ignore, int has_ignore, T* dx, \
@@ -139,6 +179,15 @@ __device__ void mean_loss(const double* losses, u64 rows, double counted, O* out
                                                           int has_ignore, double* losses, u64 rows, u64 classes, \
                                                           u64 width) { \
         cross_entropy_rows<G, T>(logits, targets, ignore, has_ignore, losses, rows, classes, width); \
+    } \
+    extern "C" __global__ void sliced_cross_entropy_parts_##G##_##name(const T* logits, const u32* targets, \
+                                                                       Io<T>::C* out, u64 rows, u64 classes) { \
+        sliced_parts_rows<G, T>(logits, targets, out, rows, classes); \
+    } \
+    extern "C" __global__ void sliced_cross_entropy_backward_##G##_##name(const Io<T>::C* lse, const Io<T>::C* scale, \
+                                                                          const T* logits, const u32* targets, T* dx, \
+                                                                          u64 rows, u64 classes) { \
+        sliced_backward_rows<G, T>(lse, scale, logits, targets, dx, rows, classes); \
     } \
     CROSS_ENTROPY_BACKWARD(f32, float, G, name, T) CROSS_ENTROPY_BACKWARD(f64, double, G, name, T) \
     CROSS_ENTROPY_BACKWARD(f16, f16, G, name, T) CROSS_ENTROPY_BACKWARD(bf16, bf16, G, name, T)

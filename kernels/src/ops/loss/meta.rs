@@ -36,4 +36,30 @@ impl LossKernels for MetaBackend {
         self.record(Kernel::moving_with(&[a, b, c, out], 4.0));
         Ok(())
     }
+
+    fn sliced_cross_entropy_parts(
+        &self,
+        _: CrossEntropySpec,
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        self.record(Kernel::moving_with(&[logits, targets, out], 4.0));
+        Ok(())
+    }
+
+    fn sliced_cross_entropy_backward(
+        &self,
+        _: CrossEntropySpec,
+        (lse, scale): (&Buffer, &Buffer),
+        logits: &Buffer,
+        targets: &Buffer,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        self.record(Kernel::moving_with(
+            &[lse, scale, logits, targets, out],
+            2.0,
+        ));
+        Ok(())
+    }
 }

@@ -10,8 +10,10 @@ mod cuda;
 pub(crate) mod kernels;
 mod meta;
 mod rows;
+mod sliced;
 
 pub use kernels::{CrossEntropySpec, LossKernels, loss_dtype};
+pub use sliced::{sliced_cross_entropy_backward, sliced_cross_entropy_parts};
 
 use crate::array::Array;
 use crate::error::{Error, Result};

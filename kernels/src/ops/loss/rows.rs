@@ -109,3 +109,25 @@ pub(super) fn row_grad_best_isa<T: Float>(dx: &mut [T], row: &[T], target: usize
     }
     row_grad(dx, row, target, scale);
 }
+
+/// One row of a vocabulary's slice: its log-sum-exp, and its target's logit where the target
+/// lies in the slice (0 elsewhere).
+#[inline(always)]
+pub(super) fn slice_parts<T: Float>(row: &[T], target: usize) -> (T::C, T::C) {
+    let (max, sum) = max_and_sum_exp::<T>(row);
+    let picked = row.get(target).map_or(T::C::ZERO, |x| x.load());
+    (max + sum.ln(), picked)
+}
+
+/// The gradient of one row of a vocabulary's slice against the whole vocabulary's
+/// log-sum-exp `lse`, times `scale`: `(exp(row - lse) - onehot(target)) * scale`, no onehot
+/// where the target lies in another slice.
+#[inline(always)]
+pub(super) fn slice_grad<T: Float>(dx: &mut [T], row: &[T], target: usize, lse: T::C, scale: T::C) {
+    for (d, &x) in dx.iter_mut().zip(row) {
+        *d = T::store((x.load() - lse).exp() * scale);
+    }
+    if let Some(&x) = row.get(target) {
+        dx[target] = T::store(((x.load() - lse).exp() - T::C::ONE) * scale);
+    }
+}

@@ -103,15 +103,14 @@ fn qwen(
 
 /// Llama 3 of these numbers: its vocabulary, 131 072 positions, base 500 000, its scaling.
 fn llama(
-    width: usize,
-    layers: usize,
+    (width, mlp_width, layers): (usize, usize, usize),
     heads: (usize, usize, usize),
     (tied, factor): (bool, f64),
 ) -> GptConfig {
     let numbers = Published {
         vocab: 128_256,
         width,
-        mlp_width: if width == 4096 { 14336 } else { 8192 },
+        mlp_width,
         layers,
         heads,
         context: 131_072,
@@ -158,16 +157,21 @@ pub(crate) const PRESETS: &[Preset] = &[
     Preset::new(
         "llama-3.2-1b",
         "meta-llama/Llama-3.2-1B: 16 layers, width 2048, 32 heads sharing 8 (1.2B)",
-        || llama(2048, 16, (32, 8, 64), (true, 32.0)),
+        || llama((2048, 8192, 16), (32, 8, 64), (true, 32.0)),
     ),
     Preset::new(
         "llama-3.2-3b",
         "meta-llama/Llama-3.2-3B: 28 layers, width 3072, 24 heads sharing 8 (3.2B)",
-        || llama(3072, 28, (24, 8, 128), (true, 32.0)),
+        || llama((3072, 8192, 28), (24, 8, 128), (true, 32.0)),
     ),
     Preset::new(
         "llama-3.1-8b",
         "meta-llama/Llama-3.1-8B: 32 layers, width 4096, 32 heads sharing 8, untied (8.0B)",
-        || llama(4096, 32, (32, 8, 128), (false, 8.0)),
+        || llama((4096, 14336, 32), (32, 8, 128), (false, 8.0)),
+    ),
+    Preset::new(
+        "llama-3.1-70b",
+        "meta-llama/Llama-3.1-70B: 80 layers, width 8192, 64 heads sharing 8, untied (70.6B)",
+        || llama((8192, 28672, 80), (64, 8, 128), (false, 8.0)),
     ),
 ];

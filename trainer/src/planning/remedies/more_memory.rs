@@ -138,7 +138,7 @@ fn one_sample(
     }
     lightest.memory.host_limit = None;
     let unlimited = Budget::unlimited(budget.growth);
-    let rates = rates(config.memory.rates, target)?;
+    let rates = rates(&config.memory, target)?;
     let mut prober = Prober::new(&lightest, task, factory, unlimited, target, rates);
     Ok(match prober.probe(1)? {
         Probed::Peak(peak) => Some((*peak, prober.host_peak(1))),
