@@ -31,8 +31,8 @@ fn a_gathered_weights_gradient_is_handed_over_as_soon_as_it_is_whole() {
         let loss = tape
             .record(|| {
                 let w = match again {
-                    false => chunk.gathered(&world, &whole)?,
-                    true => chunk.gathered_again_in_backward(&world, &whole)?,
+                    false => chunk.gathered(&world, &whole, DType::F32)?,
+                    true => chunk.gathered_again_in_backward(&world, &whole, DType::F32)?,
                 };
                 let u = p.scale(2.0)?.sum_all()?;
                 x.linear(&w, None)?.sum_all()?.add(&u)
@@ -64,8 +64,48 @@ fn a_chunk_of_the_wrong_size_is_refused() {
     let world = SharedWorld::new(Box::new(Solo::new(&device)));
     let chunk = variable(&device, &[11], 1.0);
     let err = chunk
-        .gathered(&world, &Shape::from([3, 4]))
+        .gathered(&world, &Shape::from([3, 4]), DType::F32)
         .unwrap_err()
         .to_string();
     assert!(err.contains("expected [12]"), "{err}");
+}
+
+/// Gathered in bf16 under autocast, a weight's product and its chunk's f32 gradient are bit for
+/// bit those of the f32 gather that autocast casts (the same rounding, the gradient cast back
+/// to f32 before the reduction), while the gathered copy holds half the bytes.
+#[test]
+fn a_weight_gathered_in_bf16_gives_what_autocast_gives_the_f32_gather() {
+    let device = cpu();
+    let world = SharedWorld::new(Box::new(Solo::new(&device)));
+    let whole = Shape::from([3, 4]);
+    let x = Tensor::new(variable(&device, &[2, 4], 3.0).into_array());
+    let run = |dtype: DType| {
+        let chunk = variable(&device, &[12], 1.0);
+        let _half = headroom_autograd::autocast(DType::BF16);
+        let tape = Tape::new();
+        let mut copy = None;
+        let loss = tape
+            .record(|| {
+                let w = chunk.gathered_again_in_backward(&world, &whole, dtype)?;
+                copy = Some((w.dtype(), w.numel() * w.dtype().size()));
+                let y = x.linear(&w, None)?;
+                y.mul(&y)?.sum_all()
+            })
+            .unwrap();
+        let grads = tape.gradient(&loss, &[&chunk]).unwrap();
+        let grad = grads.get(&chunk).unwrap().clone();
+        (
+            loss.to_f64().unwrap(),
+            grad.dtype(),
+            grad.to_f64().unwrap(),
+            copy.unwrap(),
+        )
+    };
+    let (half_loss, half_dtype, half_grad, half_copy) = run(DType::BF16);
+    let (f32_loss, f32_dtype, f32_grad, f32_copy) = run(DType::F32);
+    assert_eq!(half_loss, f32_loss);
+    assert_eq!((half_dtype, f32_dtype), (DType::F32, DType::F32));
+    assert_eq!(half_grad, f32_grad);
+    assert_eq!(half_copy, (DType::BF16, 24));
+    assert_eq!(f32_copy, (DType::F32, 48));
 }

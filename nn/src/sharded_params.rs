@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 
 use headroom_alloc::Tag;
-use headroom_autograd::{chunk_of, no_grad};
+use headroom_autograd::{autocast_dtype, chunk_of, no_grad};
 use headroom_collectives::{Collective, SharedWorld};
-use headroom_kernels::Shape;
+use headroom_kernels::{DType, Device, Shape};
 
 use crate::error::{Error, Result};
 use crate::module::{Module, join};
@@ -109,17 +109,22 @@ impl ParamShards {
     }
 
     /// A copy of `module`, the module that was sharded, with every tensor gathered whole (not
-    /// recorded) on rank 0, a checkpoint's copy: every rank takes part, one tensor at a time,
-    /// and the others let each whole tensor go at once and get none.
-    pub fn whole_on_first_rank<M: Module + Clone>(&self, module: &M) -> Result<Option<M>> {
+    /// recorded) on rank 0 and moved to `host` at once, a checkpoint's copy: every rank takes
+    /// part, one tensor at a time, so that no rank's device holds more than one whole tensor
+    /// beside its chunks; the others let each whole tensor go at once and get none.
+    pub fn whole_on_first_rank<M: Module + Clone>(
+        &self,
+        module: &M,
+        host: &Device,
+    ) -> Result<Option<M>> {
         let _off = no_grad();
         let first = self.world.rank() == 0;
         let mut copy = module.clone();
         copy.visit_mut(&mut |name, t| {
             if let Some(whole) = self.whole.get(name) {
-                let gathered = t.gathered(&self.world, whole)?;
+                let gathered = t.gathered(&self.world, whole, t.dtype())?;
                 if first {
-                    *t = gathered;
+                    *t = gathered.to_device(host)?;
                 }
             }
             Ok(())
@@ -131,14 +136,29 @@ impl ParamShards {
     fn gathered_holding<M: Module + Clone>(&self, part: &M, prefix: &str, hold: bool) -> Result<M> {
         let mut copy = part.clone();
         copy.visit_mut(&mut |name, t| {
-            if let Some(whole) = self.whole.get(&join(prefix, name)) {
+            let name = join(prefix, name);
+            if let Some(whole) = self.whole.get(&name) {
+                let dtype = gathered_dtype(&name, whole, t.dtype());
                 *t = match hold {
-                    true => t.gathered(&self.world, whole)?,
-                    false => t.gathered_again_in_backward(&self.world, whole)?,
+                    true => t.gathered(&self.world, whole, dtype)?,
+                    false => t.gathered_again_in_backward(&self.world, whole, dtype)?,
                 };
             }
             Ok(())
         })?;
         Ok(copy)
+    }
+}
+
+/// The dtype the tensor `name` of shape `whole` and of `dtype` is gathered in: under autocast
+/// a block's matrix (a linear layer's weight, which every product would cast) in the half type,
+/// so that half the bytes move and are held, as FSDP's mixed precision gathers them; every
+/// other tensor (norms, embeddings, the head) in its own.
+fn gathered_dtype(name: &str, whole: &Shape, dtype: DType) -> DType {
+    let matrix =
+        whole.dims().len() == 2 && name.starts_with("blocks.") && name.ends_with(".weight");
+    match autocast_dtype() {
+        Some(half) if matrix && dtype == DType::F32 => half,
+        _ => dtype,
     }
 }

@@ -5,7 +5,7 @@
 use headroom_alloc::Tag;
 use headroom_collectives::{Collective, ReduceOp, SharedWorld};
 use headroom_kernels::ops::data::copy_range;
-use headroom_kernels::{Array, Shape};
+use headroom_kernels::{Array, DType, Shape};
 
 use super::rule;
 use crate::again::Again;
@@ -16,23 +16,35 @@ use crate::tensor::Tensor;
 
 impl Tensor {
     /// The tensor of shape `whole` whose flat elements are the chunks every rank of `world`
-    /// holds, in rank order; this tensor is this rank's chunk, `[whole.numel().div_ceil(ranks)]`,
-    /// the last chunks padded. The gathered copy is tagged as weights, and a variable's is a
-    /// variable. The gradient is summed over the ranks; each keeps its chunk's.
-    pub fn gathered(&self, world: &SharedWorld, whole: &Shape) -> Result<Tensor> {
-        self.gathered_holding(world, whole, true)
+    /// holds, in rank order, gathered in `dtype` (a half type halves what moves and what is
+    /// held: FSDP's mixed precision); this tensor is this rank's chunk,
+    /// `[whole.numel().div_ceil(ranks)]`, the last chunks padded. The gathered copy is tagged as
+    /// weights, and a variable's is a variable. The gradient is summed over the ranks in this
+    /// tensor's dtype; each keeps its chunk's.
+    pub fn gathered(&self, world: &SharedWorld, whole: &Shape, dtype: DType) -> Result<Tensor> {
+        self.gathered_holding(world, (whole, dtype), true)
     }
 
     /// [`Tensor::gathered`], whose whole copy the backward rules that keep it do not hold:
     /// they gather it again from the ranks when they run (FSDP's resharding after the forward
     /// pass), so that between the passes the tape holds the chunk alone. Every rank runs the
     /// same rules in the same order, as every backward pass does.
-    pub fn gathered_again_in_backward(&self, world: &SharedWorld, whole: &Shape) -> Result<Tensor> {
-        self.gathered_holding(world, whole, false)
+    pub fn gathered_again_in_backward(
+        &self,
+        world: &SharedWorld,
+        whole: &Shape,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        self.gathered_holding(world, (whole, dtype), false)
     }
 
     /// [`Tensor::gathered`], the whole copy held by the rules that keep it where `hold`.
-    fn gathered_holding(&self, world: &SharedWorld, whole: &Shape, hold: bool) -> Result<Tensor> {
+    fn gathered_holding(
+        &self,
+        world: &SharedWorld,
+        (whole, dtype): (&Shape, DType),
+        hold: bool,
+    ) -> Result<Tensor> {
         let ranks = world.world_size();
         let chunk = chunk_len(whole.numel(), ranks);
         if self.dims() != [chunk] {
@@ -45,17 +57,22 @@ impl Tensor {
                 ),
             });
         }
-        let full = whole_of(world, self.array(), whole)?;
+        let full = whole_in(world, (self.array(), dtype), whole)?;
         let mut y = Tensor::output_variable(full, self.is_variable());
         if !hold {
             let (world, mine, whole) = (world.clone(), self.array().clone(), whole.clone());
-            y = y.formed_again_by(Again::new(move || whole_of(&world, &mine, &whole)));
+            y = y.formed_again_by(Again::new(move || whole_in(&world, (&mine, dtype), &whole)));
         }
         if let Some(rec) = begin(&[self]) {
             let (world, device) = (world.clone(), self.device().clone());
+            let own = self.dtype();
             let back = move |g: &Array, _: &[bool]| {
                 let _gradients = device.scoped_tag(Tag::GRADIENTS);
-                Ok(vec![Some(reduce_scattered(&world, g, chunk)?)])
+                let g = match g.dtype() == own {
+                    true => g.clone(),
+                    false => g.cast(own)?,
+                };
+                Ok(vec![Some(reduce_scattered(&world, &g, chunk)?)])
             };
             // Reduce-scattered as soon as the gradient is whole, not after the rest of the
             // block's rules: a block holds one whole gradient at a time.
@@ -75,6 +92,20 @@ pub(super) fn reduce_scattered(world: &SharedWorld, g: &Array, chunk: usize) -> 
         .clone()
         .reduce_scatter(&padded, &mut mine, ReduceOp::Sum)?;
     Ok(mine)
+}
+
+/// The tensor of shape `whole` gathered in `dtype` from every rank of `world`, `mine` being
+/// this rank's chunk, tagged as weights.
+fn whole_in(world: &SharedWorld, (mine, dtype): (&Array, DType), whole: &Shape) -> Result<Array> {
+    if mine.dtype() == dtype {
+        return whole_of(world, mine, whole);
+    }
+    let device = mine.device();
+    let cast = {
+        let _weights = device.scoped_tag(Tag::WEIGHTS);
+        mine.cast(dtype)?
+    };
+    whole_of(world, &cast, whole)
 }
 
 /// The tensor of shape `whole` gathered from every rank of `world`, `mine` being this rank's

@@ -30,7 +30,8 @@ pub fn gathered_state(
                 "checkpoint: the optimizer's buffer `{name}` belongs to no sharded parameter"
             ))
         })?;
-        let gathered = Tensor::new(chunk).gathered(shards.world(), whole)?;
+        let chunk = Tensor::new(chunk);
+        let gathered = chunk.gathered(shards.world(), whole, chunk.dtype())?;
         if writes {
             buffers.push((name, HostArray::of(gathered.array())?));
         }

@@ -79,8 +79,8 @@ pub trait TrainableModel: Send + Any {
     }
 
     /// A copy of the model with every tensor whole, gathered from every rank (each must call
-    /// it at the same point), where its tensors are sharded: on rank 0; none on the other ranks
-    /// and where they are not sharded.
+    /// it at the same point), where its tensors are sharded: on rank 0, in host memory; none
+    /// on the other ranks and where they are not sharded.
     fn gathered_whole(&self) -> Result<Option<Box<dyn Module>>> {
         Ok(None)
     }

@@ -109,7 +109,7 @@ fn limit(config: &TrainConfig) -> Option<u64> {
 }
 
 /// The machine's memory (Linux's `MemTotal`), or [`FALLBACK_HOST_MEMORY`].
-fn machine_memory() -> u64 {
+pub(crate) fn machine_memory() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {
