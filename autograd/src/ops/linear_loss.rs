@@ -75,6 +75,24 @@ fn in_dtype(x: &Array, dtype: DType) -> Result<Array> {
     })
 }
 
+/// The dtype a head's products run in for hidden states of `dtype`: the autocast half type,
+/// or their own (f64 never narrows).
+pub(super) fn products_dtype(dtype: DType) -> DType {
+    match autocast_dtype() {
+        Some(half) if dtype != DType::F64 => half,
+        _ => dtype,
+    }
+}
+
+/// The dtype a head's weight gradient of `dtype` is summed in over its chunks: f32 for a half
+/// weight (rounded once at the end), its own otherwise.
+pub(super) fn summed_in(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        dtype => dtype,
+    }
+}
+
 /// Rows of zeros that round a vocabulary of `vocab` up to a multiple of eight on `device`'s
 /// kind of backend: on CUDA (a GPU, or the meta device planning for one), none elsewhere.
 fn padding(device: &Device, vocab: usize) -> usize {
@@ -165,10 +183,7 @@ impl Head {
         let device = self.hidden.device();
         // The weight's gradient with the padded rows, cut back once all chunks are in; a half
         // weight's (bf16 parameters) is summed over the chunks in f32 and rounded once.
-        let summed_in = match self.weight.dtype() {
-            DType::F16 | DType::BF16 => DType::F32,
-            dtype => dtype,
-        };
+        let summed_in = summed_in(self.weight.dtype());
         let (mut dweight, mut dhidden) = {
             let _tag = g.is_none().then(|| device.scoped_tag(Tag::GRADIENTS));
             let dweight = when(weight, || {
@@ -288,10 +303,7 @@ impl Tensor {
                 .into());
             }
         }
-        let product = match autocast_dtype() {
-            Some(half) if self.dtype() != DType::F64 => half,
-            _ => self.dtype(),
-        };
+        let product = products_dtype(self.dtype());
         // A meta device holds no targets to count: any shares do, it computes nothing.
         let host_targets: Vec<u32> = match targets.device().kind() {
             DeviceKind::Meta => vec![0; targets.array().numel()],

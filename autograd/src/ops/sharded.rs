@@ -45,18 +45,7 @@ impl Tensor {
         (whole, dtype): (&Shape, DType),
         hold: bool,
     ) -> Result<Tensor> {
-        let ranks = world.world_size();
-        let chunk = chunk_len(whole.numel(), ranks);
-        if self.dims() != [chunk] {
-            return Err(Error::Argument {
-                op: "gathered",
-                detail: format!(
-                    "a chunk of shape {} for a tensor of shape {whole} over {ranks} ranks: \
-                     expected [{chunk}]",
-                    self.shape()
-                ),
-            });
-        }
+        let chunk = self.checked_chunk("gathered", world, whole)?;
         let full = whole_in(world, (self.array(), dtype), whole)?;
         let mut y = Tensor::output_variable(full, self.is_variable());
         if !hold {
@@ -80,6 +69,31 @@ impl Tensor {
                 .finish("gathered", &[&y], saves(&[]), rule(back));
         }
         Ok(y)
+    }
+}
+
+impl Tensor {
+    /// The elements of each rank's chunk of a tensor of shape `whole` over `world`, which this
+    /// tensor must hold (an [`Error::Argument`] for `op` otherwise).
+    pub(super) fn checked_chunk(
+        &self,
+        op: &'static str,
+        world: &SharedWorld,
+        whole: &Shape,
+    ) -> Result<usize> {
+        let ranks = world.world_size();
+        let chunk = chunk_len(whole.numel(), ranks);
+        if self.dims() != [chunk] {
+            return Err(Error::Argument {
+                op,
+                detail: format!(
+                    "a chunk of shape {} for a tensor of shape {whole} over {ranks} ranks: \
+                     expected [{chunk}]",
+                    self.shape()
+                ),
+            });
+        }
+        Ok(chunk)
     }
 }
 

@@ -9,7 +9,7 @@ use headroom_kernels::ops::index::{self, embedding_backward_rows};
 use headroom_kernels::{Array, Shape};
 
 use super::rule;
-use super::sharded::{chunk_len, reduce_scattered, whole_of, window};
+use super::sharded::{reduce_scattered, whole_of, window};
 use crate::error::{Error, Result};
 use crate::recording::begin;
 use crate::saved::saves;
@@ -25,26 +25,13 @@ impl Tensor {
         world: &SharedWorld,
         whole: &Shape,
     ) -> Result<Tensor> {
-        let (ranks, chunk) = (
-            world.world_size(),
-            chunk_len(whole.numel(), world.world_size()),
-        );
         let &[vocab, dim] = whole.dims() else {
             return Err(Error::Argument {
                 op: "sharded_embedding",
                 detail: format!("the table {whole} must be [vocab, dim]"),
             });
         };
-        if self.dims() != [chunk] {
-            return Err(Error::Argument {
-                op: "sharded_embedding",
-                detail: format!(
-                    "a chunk of shape {} for a table of shape {whole} over {ranks} ranks: \
-                     expected [{chunk}]",
-                    self.shape()
-                ),
-            });
-        }
+        let chunk = self.checked_chunk("sharded_embedding", world, whole)?;
         let table = whole_of(world, self.array(), whole)?;
         let y = Tensor::output(index::embedding(&table, ids.array())?);
         drop(table);

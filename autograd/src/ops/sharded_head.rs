@@ -16,8 +16,8 @@ use headroom_kernels::ops::loss::{
 use headroom_kernels::ops::reduce::{max, sum};
 use headroom_kernels::{Array, DType, DeviceKind, Error as KernelError, Shape};
 
+use super::linear_loss::{products_dtype, summed_in};
 use super::rule;
-use crate::autocast::autocast_dtype;
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -150,11 +150,8 @@ impl Slice {
         let weight_p = self.products_weight()?;
         let device = hidden.device();
         let features = all.shape().dims()[1];
-        let summed_in = match self.weight.dtype() {
-            DType::F16 | DType::BF16 => DType::F32,
-            dtype => dtype,
-        };
-        let mut dweight = Array::zeros(device, self.weight.shape().clone(), summed_in)?;
+        let summed = summed_in(self.weight.dtype());
+        let mut dweight = Array::zeros(device, self.weight.shape().clone(), summed)?;
         let mut dall = Array::zeros(device, all.shape().clone(), hidden.dtype())?;
         let dtype = loss_dtype(self.product);
         device.for_each_alike(
@@ -229,10 +226,7 @@ impl Tensor {
                 .into());
             }
         };
-        let product = match autocast_dtype() {
-            Some(half) if self.dtype() != DType::F64 => half,
-            _ => self.dtype(),
-        };
+        let product = products_dtype(self.dtype());
         let slice = vocab / ranks;
         let all_targets = every_ranks_targets(world, targets.array())?;
         let first = world.rank() * slice;
