@@ -400,13 +400,7 @@ impl Checkpoint {
     /// tier), so that the weights are held once. Nothing changes unless every parameter is
     /// found and fits; a parameter whose data another handle shares gets new memory instead.
     pub fn restore_model(&self, model: &mut dyn Module) -> Result<()> {
-        let mut checked = Ok(());
-        model.visit_parameters(&mut |name, t| {
-            if checked.is_ok() {
-                checked = self.entry(name, Some((t.shape(), t.dtype()))).map(drop);
-            }
-        });
-        checked?;
+        self.check_parameters(model, &|_, t| t.shape().clone())?;
         model.visit_parameters_mut(&mut |name, t| {
             let (shape, dtype, bytes) = self.entry(name, Some((t.shape(), t.dtype())))?;
             let array = t.array_mut();
@@ -431,22 +425,12 @@ impl Checkpoint {
         shards: &ParamShards,
     ) -> Result<()> {
         let (rank, ranks) = (shards.world().rank(), shards.world().world_size());
-        let whole = |name: &str, t: &Tensor| {
-            let shape = shards.whole_shape(name).unwrap_or(t.shape()).clone();
-            (shape, t.dtype())
-        };
-        let mut checked = Ok(());
-        model.visit_parameters(&mut |name, t| {
-            if checked.is_ok() {
-                let (shape, dtype) = whole(name, t);
-                checked = self.entry(name, Some((&shape, dtype))).map(drop);
-            }
-        });
-        checked?;
+        let whole = |name: &str, t: &Tensor| shards.whole_shape(name).unwrap_or(t.shape()).clone();
+        self.check_parameters(model, &whole)?;
         model.visit_parameters_mut(&mut |name, t| {
-            let (shape, dtype) = whole(name, t);
             let sharded = shards.whole_shape(name).is_some();
-            let (shape, dtype, bytes) = self.entry(name, Some((&shape, dtype)))?;
+            let expected = (&whole(name, t), t.dtype());
+            let (shape, dtype, bytes) = self.entry(name, Some(expected))?;
             let device = t.device().clone();
             let _tag = device.scoped_tag(Tag::WEIGHTS);
             let read = Array::from_bytes(&device, shape, dtype, bytes)?;
@@ -456,6 +440,23 @@ impl Checkpoint {
             };
             Ok(())
         })
+    }
+
+    /// Checks, before anything changes, that every parameter of `model` has its entry, of the
+    /// shape `saved_shape` names for it and of its dtype.
+    fn check_parameters(
+        &self,
+        model: &dyn Module,
+        saved_shape: &dyn Fn(&str, &Tensor) -> Shape,
+    ) -> Result<()> {
+        let mut checked = Ok(());
+        model.visit_parameters(&mut |name, t| {
+            if checked.is_ok() {
+                let shape = saved_shape(name, t);
+                checked = self.entry(name, Some((&shape, t.dtype()))).map(drop);
+            }
+        });
+        checked
     }
 
     /// Replaces `optimizer`'s state with the saved one.

@@ -38,10 +38,7 @@ impl Cut {
     /// as weights). Weights stored quantized are not sharded yet: a module with any is refused.
     pub fn take(&mut self, prefix: &str, module: &mut dyn Module) -> Result<()> {
         if module.quantized_count() > 0 {
-            return Err(Error::config(
-                "sharded parameters",
-                "weights stored quantized (QLoRA's base) are not sharded over ranks yet".to_owned(),
-            ));
+            return Err(quantized_refused());
         }
         let (rank, ranks) = (self.rank, self.ranks);
         module.visit_mut(&mut |name, t| {
@@ -52,6 +49,14 @@ impl Cut {
             Ok(())
         })
     }
+}
+
+/// Why a module with weights stored quantized (QLoRA's base) is not sharded.
+pub(crate) fn quantized_refused() -> Error {
+    Error::config(
+        "sharded parameters",
+        "weights stored quantized (QLoRA's base) are not sharded over ranks yet".to_owned(),
+    )
 }
 
 /// The world a module's tensors are sharded over, and each tensor's whole shape by its name.

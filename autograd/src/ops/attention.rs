@@ -7,7 +7,7 @@
 use headroom_kernels::Array;
 use headroom_kernels::ops::attention::{self, Attention};
 
-use super::rule;
+use super::{in_dtype, rule};
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -65,10 +65,7 @@ impl Tensor {
                 rule(move |g, _| {
                     // The output's gradient in the output's dtype (products under autocast may
                     // hand it back in another).
-                    let g = match g.dtype() == out.dtype() {
-                        true => g.clone(),
-                        false => g.cast(out.dtype())?,
-                    };
+                    let g = in_dtype(g, out.dtype())?;
                     let (q, k, v) = (&operands.0, &operands.1, &operands.2);
                     let saved = (&out, &lse);
                     let (dq, dk, dv) = match &starts {

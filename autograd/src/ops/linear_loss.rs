@@ -29,7 +29,7 @@ use headroom_kernels::ops::loss::{
 };
 use headroom_kernels::{Array, DType, Device, DeviceKind, Error as KernelError, PlanTarget, Shape};
 
-use super::{rule, when};
+use super::{in_dtype, rule, when};
 use crate::autocast::autocast_dtype;
 use crate::error::Result;
 use crate::recording::begin;
@@ -64,15 +64,6 @@ fn chunks(targets: &[u32], chunk: usize, ignore: Option<u32>) -> Vec<Chunk> {
             share: counts(t) as f64 / total,
         })
         .collect()
-}
-
-/// `x` in `dtype`: itself when it already is.
-fn in_dtype(x: &Array, dtype: DType) -> Result<Array> {
-    Ok(if x.dtype() == dtype {
-        x.clone()
-    } else {
-        x.cast(dtype)?
-    })
 }
 
 /// The dtype a head's products run in for hidden states of `dtype`: the autocast half type,

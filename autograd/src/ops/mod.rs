@@ -34,6 +34,15 @@ use crate::error::Result;
 use crate::tape::{Backward, InputGrads};
 use crate::tensor::Tensor;
 
+/// `x` in `dtype`: itself (shared, not copied) when it already is.
+fn in_dtype(x: &Array, dtype: DType) -> Result<Array> {
+    Ok(if x.dtype() == dtype {
+        x.clone()
+    } else {
+        x.cast(dtype)?
+    })
+}
+
 /// A backward rule for an op with one output.
 fn rule(f: impl FnOnce(&Array, &[bool]) -> Result<InputGrads> + Send + 'static) -> Backward {
     Backward::One(Box::new(move |g: Array, needs: &[bool]| f(&g, needs)))

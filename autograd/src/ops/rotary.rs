@@ -6,7 +6,7 @@
 use headroom_kernels::Array;
 use headroom_kernels::ops::rotary::{self, freq_dtype};
 
-use super::rule;
+use super::{in_dtype, rule};
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -32,10 +32,7 @@ impl Tensor {
     /// The rotation of `self` at `positions`.
     fn turned(&self, inv_freq: &Array, positions: Positions) -> Result<Tensor> {
         let wanted = freq_dtype(self.dtype());
-        let freq = match inv_freq.dtype() == wanted {
-            true => inv_freq.clone(),
-            false => inv_freq.cast(wanted)?,
-        };
+        let freq = in_dtype(inv_freq, wanted)?;
         let y = Tensor::output(positions.turn(self.array(), &freq, false)?);
         if let Some(rec) = begin(&[self]) {
             let dtype = self.dtype();
@@ -47,10 +44,7 @@ impl Tensor {
             let backward = rule(move |g, _| {
                 // The gradient in the output's dtype (a cast after it may hand it back in
                 // another).
-                let g = match g.dtype() == dtype {
-                    true => g.clone(),
-                    false => g.cast(dtype)?,
-                };
+                let g = in_dtype(g, dtype)?;
                 Ok(vec![Some(positions.turn(&g, &freq, true)?)])
             });
             rec.finish("rotary", &[&y], saved, backward);

@@ -7,7 +7,7 @@ use headroom_collectives::{Collective, ReduceOp, SharedWorld};
 use headroom_kernels::ops::data::copy_range;
 use headroom_kernels::{Array, DType, Shape};
 
-use super::rule;
+use super::{in_dtype, rule};
 use crate::again::Again;
 use crate::error::{Error, Result};
 use crate::recording::begin;
@@ -57,11 +57,11 @@ impl Tensor {
             let own = self.dtype();
             let back = move |g: &Array, _: &[bool]| {
                 let _gradients = device.scoped_tag(Tag::GRADIENTS);
-                let g = match g.dtype() == own {
-                    true => g.clone(),
-                    false => g.cast(own)?,
-                };
-                Ok(vec![Some(reduce_scattered(&world, &g, chunk)?)])
+                Ok(vec![Some(reduce_scattered(
+                    &world,
+                    &in_dtype(g, own)?,
+                    chunk,
+                )?)])
             };
             // Reduce-scattered as soon as the gradient is whole, not after the rest of the
             // block's rules: a block holds one whole gradient at a time.
@@ -111,13 +111,9 @@ pub(super) fn reduce_scattered(world: &SharedWorld, g: &Array, chunk: usize) -> 
 /// The tensor of shape `whole` gathered in `dtype` from every rank of `world`, `mine` being
 /// this rank's chunk, tagged as weights.
 fn whole_in(world: &SharedWorld, (mine, dtype): (&Array, DType), whole: &Shape) -> Result<Array> {
-    if mine.dtype() == dtype {
-        return whole_of(world, mine, whole);
-    }
-    let device = mine.device();
     let cast = {
-        let _weights = device.scoped_tag(Tag::WEIGHTS);
-        mine.cast(dtype)?
+        let _weights = mine.device().scoped_tag(Tag::WEIGHTS);
+        in_dtype(mine, dtype)?
     };
     whole_of(world, &cast, whole)
 }
@@ -125,11 +121,18 @@ fn whole_in(world: &SharedWorld, (mine, dtype): (&Array, DType), whole: &Shape) 
 /// The tensor of shape `whole` gathered from every rank of `world`, `mine` being this rank's
 /// chunk, tagged as weights.
 pub(super) fn whole_of(world: &SharedWorld, mine: &Array, whole: &Shape) -> Result<Array> {
-    let device = mine.device();
-    let _weights = device.scoped_tag(Tag::WEIGHTS);
-    let mut all = Array::zeros(device, [mine.numel() * world.world_size()], mine.dtype())?;
-    world.clone().all_gather(mine, &mut all)?;
+    let _weights = mine.device().scoped_tag(Tag::WEIGHTS);
+    let all = every_rank(world, mine)?;
     Ok(window(&all, 0, whole.numel())?.reshape(whole.clone())?)
+}
+
+/// Every rank's `mine` of `world`, flat, in rank order: `[ranks * mine.numel()]`. Every rank
+/// gives as many elements.
+pub(super) fn every_rank(world: &SharedWorld, mine: &Array) -> Result<Array> {
+    let (device, len) = (mine.device(), mine.numel());
+    let mut all = Array::zeros(device, [len * world.world_size()], mine.dtype())?;
+    world.clone().all_gather(&mine.reshape([len])?, &mut all)?;
+    Ok(all)
 }
 
 /// Chunk `rank` of `ranks` of `x`'s elements, flat, as [`Tensor::gathered`] takes it:

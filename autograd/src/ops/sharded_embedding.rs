@@ -9,7 +9,7 @@ use headroom_kernels::ops::index::{self, embedding_backward_rows};
 use headroom_kernels::{Array, Shape};
 
 use super::rule;
-use super::sharded::{reduce_scattered, whole_of, window};
+use super::sharded::{every_rank, reduce_scattered, whole_of, window};
 use crate::error::{Error, Result};
 use crate::recording::begin;
 use crate::saved::saves;
@@ -73,15 +73,10 @@ impl Share<'_> {
             let whole = index::embedding_backward(ids, dy, self.vocab)?;
             return reduce_scattered(self.world, &whole, self.chunk);
         }
-        let device = dy.device();
-        let mut all_ids = Array::zeros(device, [looked_up], ids.dtype())?;
-        let mut world = self.world.clone();
-        world.all_gather(&ids.reshape([ids.numel()])?, &mut all_ids)?;
-        let mut all_dy = Array::zeros(device, [looked_up * self.dim], dy.dtype())?;
-        world.all_gather(&dy.reshape([dy.numel()])?, &mut all_dy)?;
-        let all_dy = all_dy.reshape([looked_up, self.dim])?;
+        let all_ids = every_rank(self.world, ids)?;
+        let all_dy = every_rank(self.world, dy)?.reshape([looked_up, self.dim])?;
         // The table's rows that this rank's flat chunk of elements overlaps.
-        let start = (world.rank() * self.chunk).min(self.vocab * self.dim);
+        let start = (self.world.rank() * self.chunk).min(self.vocab * self.dim);
         let end = (start + self.chunk).min(self.vocab * self.dim);
         let dim = self.dim.max(1);
         let rows = start / dim..end.div_ceil(dim);

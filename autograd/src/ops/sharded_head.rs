@@ -17,7 +17,8 @@ use headroom_kernels::ops::reduce::{max, sum};
 use headroom_kernels::{Array, DType, DeviceKind, Error as KernelError, Shape};
 
 use super::linear_loss::{products_dtype, summed_in};
-use super::rule;
+use super::sharded::every_rank;
+use super::{in_dtype, rule};
 use crate::error::Result;
 use crate::recording::begin;
 use crate::saved::saves;
@@ -52,23 +53,15 @@ struct Slice {
 impl Slice {
     /// Every rank's rows of `mine` (`[rows, features]`, this rank's), in rank order.
     fn every_ranks(&self, mine: &Array) -> Result<Array> {
-        let dims = mine.shape().dims();
-        let ranks = self.world.world_size();
-        let mut all = Array::zeros(mine.device(), [ranks * mine.numel()], mine.dtype())?;
-        self.world
-            .clone()
-            .all_gather(&mine.reshape([mine.numel()])?, &mut all)?;
-        Ok(all.reshape([ranks * dims[0], dims[1]])?)
+        let features = mine.shape().dims().last().copied().unwrap_or(1).max(1);
+        let all = every_rank(&self.world, mine)?;
+        Ok(all.reshape([all.numel() / features, features])?)
     }
 
     /// Chunk `c`'s logits against this rank's slice, and its hidden rows in the products'
     /// dtype.
     fn logits(&self, hidden: &Array, weight_p: &Array, c: Chunk) -> Result<(Array, Array)> {
-        let rows = narrow(hidden, 0, c.start, c.rows)?;
-        let rows = match rows.dtype() == self.product {
-            true => rows,
-            false => rows.cast(self.product)?,
-        };
+        let rows = in_dtype(&narrow(hidden, 0, c.start, c.rows)?, self.product)?;
         Ok((matmul(&rows, weight_p, false, true)?, rows))
     }
 
@@ -127,9 +120,7 @@ impl Slice {
     /// slice's gathered and combined, the same on every rank.
     fn whole_lse(&self, lse: &Array) -> Result<Array> {
         let ranks = self.world.world_size();
-        let mut slices = Array::zeros(lse.device(), [ranks * lse.numel()], lse.dtype())?;
-        self.world.clone().all_gather(lse, &mut slices)?;
-        let slices = slices.reshape([ranks, lse.numel()])?;
+        let slices = every_rank(&self.world, lse)?.reshape([ranks, lse.numel()])?;
         let most = max(&slices, 0)?;
         let summed = sum(&ew::exp(&ew::sub(&slices, &most)?)?, 0)?;
         Ok(ew::add(&most, &ew::log(&summed)?)?)
@@ -137,10 +128,7 @@ impl Slice {
 
     /// The weight as the products take it.
     fn products_weight(&self) -> Result<Array> {
-        Ok(match self.weight.dtype() == self.product {
-            true => self.weight.clone(),
-            false => self.weight.cast(self.product)?,
-        })
+        in_dtype(&self.weight, self.product)
     }
 
     /// The gradients of this rank's hidden rows and of its slice of the weight, for every
@@ -178,11 +166,7 @@ impl Slice {
             .clone()
             .reduce_scatter(&dall, &mut dhidden, ReduceOp::Sum)?;
         let dhidden = dhidden.reshape(hidden.shape().clone())?;
-        let dweight = match dweight.dtype() == self.weight.dtype() {
-            true => dweight,
-            false => dweight.cast(self.weight.dtype())?,
-        };
-        Ok([dhidden, dweight])
+        Ok([dhidden, in_dtype(&dweight, self.weight.dtype())?])
     }
 }
 
@@ -281,10 +265,7 @@ impl Tensor {
                 &[&y],
                 saves(&[&hidden, &head.weight, &lse_all]),
                 rule(move |g, _| {
-                    let mut g_all = Array::zeros(g.device(), [ranks], g.dtype())?;
-                    head.world
-                        .clone()
-                        .all_gather(&g.reshape([1])?, &mut g_all)?;
+                    let g_all = every_rank(&head.world, g)?;
                     let [dhidden, dweight] = head.grads(&hidden, &g_all, &lse_all)?;
                     let dweight = dweight.reshape([slice * features])?;
                     Ok(vec![Some(dhidden), Some(dweight)])
@@ -298,9 +279,7 @@ impl Tensor {
 /// Every rank's `targets` (`[rows]`, U32), in rank order, as the host holds them: zeros on a
 /// meta device, which holds none.
 fn every_ranks_targets(world: &SharedWorld, targets: &Array) -> Result<Vec<u32>> {
-    let ranks = world.world_size();
-    let mut all = Array::zeros(targets.device(), [ranks * targets.numel()], DType::U32)?;
-    world.clone().all_gather(targets, &mut all)?;
+    let all = every_rank(world, targets)?;
     Ok(match targets.device().kind() {
         DeviceKind::Meta => vec![0; all.numel()],
         _ => all.to_host()?,

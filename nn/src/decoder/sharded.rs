@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::init::Initializer;
 use crate::layers::linear_weight::Weight;
 use crate::module::Module;
-use crate::sharded_params::{Cut, ParamShards};
+use crate::sharded_params::{Cut, ParamShards, quantized_refused};
 
 impl Gpt {
     /// Cuts every tensor of the decoder to this rank's chunk of `world` ([`ParamShards`]):
@@ -43,10 +43,7 @@ impl Gpt {
         world: &SharedWorld,
     ) -> Result<Self> {
         if init.quantize().is_some() {
-            return Err(Error::config(
-                "sharded parameters",
-                "weights stored quantized (QLoRA's base) are not sharded over ranks yet".to_owned(),
-            ));
+            return Err(quantized_refused());
         }
         let before = init.set_cut(Some(Cut::new(world.rank(), world.world_size())));
         let built = Self::new(init, config);

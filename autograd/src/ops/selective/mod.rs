@@ -24,20 +24,11 @@ use headroom_kernels::{Array, DType, Shape};
 
 use super::matmul::{grad_a, grad_b};
 use super::quantized::product_dtype;
-use super::{reduce_to, when};
+use super::{in_dtype, reduce_to, when};
 use crate::error::Result;
 use crate::kept::Kept;
 use crate::tape::InputGrads;
 use crate::tensor::Tensor;
-
-/// `x` in `dtype`: itself when it already is.
-fn in_dtype(x: &Array, dtype: DType) -> Result<Array> {
-    Ok(if x.dtype() == dtype {
-        x.clone()
-    } else {
-        x.cast(dtype)?
-    })
-}
 
 /// A linear layer's weight as a selective op takes it: a tensor, or codes stored quantized
 /// (QLoRA's frozen base: no gradient, dequantized for each product and let go of after it).
