@@ -1,10 +1,10 @@
 //! CPU GEMM through the `gemm` crate, a few rows against a half weight by `few_rows`, and bf16
-//! on the CPU's bf16 instructions by `bf16_dot`.
+//! on the CPU's bf16 instructions (AMX or AVX512-BF16) by `bf16`.
 
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::bf16_dot;
+use super::bf16;
 use super::few_rows::{few_rows, is_few_rows};
 use super::kernels::{GemmKernels, GemmSpec};
 use crate::buffer::Buffer;
@@ -25,13 +25,11 @@ impl GemmKernels for CpuBackend {
             DType::F64 => gemm_typed::<f64>(spec, a, b, out),
             DType::BF16 if own_type && is_few_rows(spec) => few_rows::<half::bf16>(spec, a, b, out),
             DType::F16 if own_type && is_few_rows(spec) => few_rows::<half::f16>(spec, a, b, out),
-            DType::BF16 if bf16_dot::takes(spec, a.dtype(), out.dtype()) => {
-                gemm_bf16(spec, a, b, out)
-            }
+            DType::BF16 if bf16::takes(spec, a.dtype(), out.dtype()) => gemm_bf16(spec, a, b, out),
             other => Err(Error::DType {
                 op: "gemm",
                 expected: "f32 or f64 (or a half type, for a few rows against a transposed weight \
-                           or bf16 on a CPU with AVX512-BF16)"
+                           or bf16 on a CPU with AMX or AVX512-BF16)"
                     .into(),
                 got: other,
             }),
@@ -47,7 +45,7 @@ impl GemmKernels for CpuBackend {
 /// packed in workspace memory.
 fn gemm_bf16(spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Result<()> {
     const OP: &str = "gemm";
-    let words = bf16_dot::scratch_words(spec);
+    let words = bf16::scratch_words(spec);
     let mut scratch = (words > 0)
         .then(|| out.memory().alloc_workspace(DType::U32, words, OP))
         .transpose()?;
@@ -57,8 +55,8 @@ fn gemm_bf16(spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Resul
     };
     let (a, b) = (a.host::<half::bf16>(OP)?, b.host::<half::bf16>(OP)?);
     match out.dtype() {
-        DType::F32 => bf16_dot::product(spec, a, b, out.host_mut::<f32>(OP)?, scratch),
-        _ => bf16_dot::product(spec, a, b, out.host_mut::<half::bf16>(OP)?, scratch),
+        DType::F32 => bf16::product(spec, a, b, out.host_mut::<f32>(OP)?, scratch),
+        _ => bf16::product(spec, a, b, out.host_mut::<half::bf16>(OP)?, scratch),
     }
     Ok(())
 }

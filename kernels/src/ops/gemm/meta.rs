@@ -1,7 +1,7 @@
 //! Meta kernels for GEMM: nothing to compute, each product's work accounted; planning for CUDA,
 //! each product takes cuBLAS's workspace as the CUDA backend's does.
 
-use super::bf16_dot;
+use super::bf16;
 use super::kernels::{GemmKernels, GemmSpec, blas_workspace};
 use crate::buffer::Buffer;
 use crate::dtype::DType;
@@ -21,9 +21,9 @@ impl GemmKernels for MetaBackend {
             PlanTarget::Cuda { gemm_workspace } if runs => {
                 blas_workspace(out.memory(), gemm_workspace, "gemm")?;
             }
-            PlanTarget::Cpu if runs && bf16_dot::takes(spec, a.dtype(), out.dtype()) => {
+            PlanTarget::Cpu if runs && bf16::takes(spec, a.dtype(), out.dtype()) => {
                 // The CPU's bf16 product packs its operands in workspace.
-                let words = bf16_dot::scratch_words(spec);
+                let words = bf16::scratch_words(spec);
                 out.memory().alloc_workspace(DType::U32, words, "gemm")?;
             }
             _ => {}

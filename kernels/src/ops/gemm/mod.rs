@@ -2,7 +2,7 @@
 //! f32, on the GPU's tensor cores or the CPU's bf16 instructions where there are some, and
 //! through workspace casts a panel at a time elsewhere.
 
-mod bf16_dot;
+mod bf16;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -20,10 +20,10 @@ use crate::ops::layout::kernels::Strided;
 use crate::shape::Shape;
 
 /// Whether this machine's CPU multiplies operands of the half type `dtype` as they are, with
-/// f32 sums (bf16 where it has AVX512-BF16, unless `HEADROOM_CPU_BF16=widen` is set);
+/// f32 sums (bf16 where it has AMX or AVX512-BF16, unless `HEADROOM_CPU_BF16=widen` is set);
 /// otherwise its half products widen to f32 panel by panel, which saves memory but not time.
 pub fn cpu_multiplies(dtype: DType) -> bool {
-    dtype == DType::BF16 && bf16_dot::available()
+    dtype == DType::BF16 && bf16::available()
 }
 
 /// Splits a shape into (batch dims, rows, cols).

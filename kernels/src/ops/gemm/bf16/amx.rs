@@ -1,0 +1,225 @@
+//! bf16 products on AMX tiles: strips of [`ROWS`] output rows against panels of [`NR`]
+//! columns, each strip's 2 x 2 tiles of sums held over the whole inner dimension. `op(b)`'s
+//! panels are packed a block at a time with their pairs padded to whole tiles. `op(a)` is read
+//! as stored where its rows hold whole tiles (untransposed, the inner dimension a multiple of
+//! 32, at least [`ROWS`] rows: the last strip is shifted up to end at the matrix's edge and
+//! writes only its new rows), and packed whole, row by row, otherwise.
+
+use half::bf16;
+
+use super::pack::{pack_b, pack_line, pack_rows, transpose16};
+use super::tiles::{PAIRS, Permission, ROWS, Strip, Tiles};
+use super::{BLOCK_BYTES, NR, each_chunk, write_sums};
+use crate::dtype::{DType, Float};
+use crate::ops::gemm::kernels::GemmSpec;
+
+/// Where the packed operands of one product lie.
+pub(super) struct Layout {
+    /// Inner pairs, rounded up to whole tiles.
+    pairs: usize,
+    /// Strips of [`ROWS`] output rows.
+    strips: usize,
+    /// Panels of [`NR`] output columns.
+    panels: usize,
+    /// Panels packed at once.
+    per_block: usize,
+    /// Whether `op(a)` is read as stored.
+    direct: bool,
+}
+
+impl Layout {
+    pub(super) fn of(spec: &GemmSpec) -> Self {
+        let pairs = spec.k.div_ceil(2 * PAIRS) * PAIRS;
+        let panels = spec.n.div_ceil(NR);
+        Layout {
+            pairs,
+            strips: spec.m.div_ceil(ROWS),
+            panels,
+            per_block: (BLOCK_BYTES / (pairs * NR * 4).max(1)).clamp(1, panels.max(1)),
+            direct: !spec.trans_a && spec.k.is_multiple_of(2 * PAIRS) && spec.m >= ROWS,
+        }
+    }
+
+    fn a_words(&self) -> usize {
+        if self.direct {
+            0
+        } else {
+            self.strips * ROWS * self.pairs
+        }
+    }
+
+    fn block_words(&self) -> usize {
+        self.per_block * self.pairs * NR
+    }
+
+    /// Scratch words of one product: the packed `op(a)` and one packed block of `op(b)`.
+    pub(super) fn words(&self) -> usize {
+        self.a_words() + self.block_words()
+    }
+}
+
+/// One product of `spec`'s geometry: `op(a)` packed whole (unless it is read as stored),
+/// `op(b)` a block of panels at a time, then every strip against the block (a parallel task
+/// each when `parallel`).
+pub(super) fn matrix<O: Float<C = f32>>(
+    permission: Permission,
+    spec: &GemmSpec,
+    a: &[bf16],
+    b: &[bf16],
+    out: &mut [O],
+    scratch: &mut [u32],
+    parallel: bool,
+) {
+    let layout = Layout::of(spec);
+    let Layout {
+        pairs,
+        panels,
+        per_block,
+        direct,
+        ..
+    } = layout;
+    let &GemmSpec { m, n, k, .. } = spec;
+    let (packed_a, packed_b) = scratch.split_at_mut(layout.a_words());
+    each_chunk(packed_a, ROWS * pairs, parallel, |s, strip| {
+        pack_strip(spec, a, s * ROWS, strip)
+    });
+    let packed_a: &[bf16] = bytemuck::cast_slice(packed_a);
+    for first in (0..panels).step_by(per_block) {
+        let block = &mut packed_b[..per_block.min(panels - first) * pairs * NR];
+        each_chunk(block, pairs * NR, parallel, |q, panel| {
+            pack_b(spec, b, first + q, panel)
+        });
+        let block = &*block;
+        each_chunk(out, ROWS * n, parallel, |s, rows| {
+            let top = s * ROWS;
+            // A shifted strip's first rows were written by the strip above it.
+            let (strip, skip) = if direct {
+                let start = top.min(m - ROWS);
+                let data = &a[start * k..];
+                (Strip { data, stride: k }, top - start)
+            } else {
+                let data = &packed_a[top * 2 * pairs..][..ROWS * 2 * pairs];
+                (
+                    Strip {
+                        data,
+                        stride: 2 * pairs,
+                    },
+                    0,
+                )
+            };
+            let tiles = Tiles::configure(permission);
+            let full_rows = skip == 0 && rows.len() == ROWS * n;
+            for (q, panel) in block.chunks_exact(pairs * NR).enumerate() {
+                let column = (first + q) * NR;
+                match as_f32(rows) {
+                    // Whole tiles of an f32 output start from it and are stored into it.
+                    Some(c) if full_rows && column + NR <= n => {
+                        tiles.add_strip(&strip, panel, &mut c[column..], n, spec.accumulate)
+                    }
+                    _ => {
+                        let sums = tiles.strip_sums(&strip, panel);
+                        write_sums(&sums[skip * NR..], rows, n, column, spec.accumulate);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// `out` as f32 values where it is an f32 output.
+fn as_f32<O: Float>(out: &mut [O]) -> Option<&mut [f32]> {
+    let f32_out = O::DTYPE == DType::F32 && size_of::<O>() == size_of::<f32>();
+    // SAFETY: the only float type of dtype f32 is `f32` itself (its size checked too); the
+    // slice is the same memory under its own type, borrowed as long.
+    f32_out.then(|| unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), out.len()) })
+}
+
+/// Rows `first ..` of `op(a)` as `[ROWS][pairs]`, zeros past the matrix's edges.
+fn pack_strip(spec: &GemmSpec, a: &[bf16], first: usize, strip: &mut [u32]) {
+    let &GemmSpec { m, k, .. } = spec;
+    let (rows, pairs) = (ROWS.min(m - first), strip.len() / ROWS);
+    if rows < ROWS || 2 * pairs > k {
+        strip.fill(0);
+    }
+    if spec.trans_a {
+        let (whole_rows, whole_pairs) = interleaved_blocks(a, m, first, rows, k, strip);
+        for p in 0..k.div_ceil(2) {
+            let line = |kk: usize| (kk < k).then(|| &a[kk * m + first..][..rows]);
+            let mut pair = [0u32; ROWS];
+            pack_rows(&a[2 * p * m + first..][..rows], line(2 * p + 1), &mut pair);
+            let done = if p < whole_pairs { whole_rows } else { 0 };
+            for (r, &value) in pair.iter().enumerate().take(rows).skip(done) {
+                strip[r * pairs + p] = value;
+            }
+        }
+    } else {
+        for r in 0..rows {
+            pack_line(&a[(first + r) * k..][..k], &mut strip[r * pairs..], 1);
+        }
+    }
+}
+
+/// Packs a transposed `op(a)`'s strip (`a` stored `[k][m]`) in whole blocks of 16 rows by 16
+/// pairs: each row's two inner elements interleaved into pairs, then 16 x 16 pairs transposed.
+/// Says how far whole blocks reached, `(rows, pairs)`; none where the CPU lacks AVX-512.
+fn interleaved_blocks(
+    a: &[bf16],
+    m: usize,
+    first: usize,
+    rows: usize,
+    k: usize,
+    strip: &mut [u32],
+) -> (usize, usize) {
+    let (whole_rows, whole_pairs) = (rows / 16 * 16, k / 32 * 16);
+    if whole_rows * whole_pairs == 0 || !std::arch::is_x86_feature_detected!("avx512f") {
+        return (0, 0);
+    }
+    let pairs = strip.len() / ROWS;
+    assert!(
+        (2 * whole_pairs - 1) * m + first + whole_rows <= a.len() && whole_pairs <= pairs,
+        "a strip's pairs lie outside its operand"
+    );
+    // SAFETY: the CPU has AVX-512F, checked above, and the assert bounds every access.
+    unsafe { interleave_transposed(a, m, first, (whole_rows, whole_pairs), strip, pairs) };
+    (whole_rows, whole_pairs)
+}
+
+/// [`interleaved_blocks`]' blocks: pair `p` of row `r` (elements `2p` and `2p + 1` of column
+/// `first + r` of `a`) into slot `r * pairs + p` of `strip`.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `a` and `strip` must hold the blocks `whole` names.
+#[target_feature(enable = "avx512f")]
+unsafe fn interleave_transposed(
+    a: &[bf16],
+    m: usize,
+    first: usize,
+    whole: (usize, usize),
+    strip: &mut [u32],
+    pairs: usize,
+) {
+    use std::arch::x86_64::*;
+    let (a, out) = (a.as_ptr(), strip.as_mut_ptr());
+    for top in (0..whole.0).step_by(16) {
+        for block in (0..whole.1).step_by(16) {
+            let lines = std::array::from_fn(|j| {
+                let p = block + j;
+                // SAFETY: rows `top .. top + 16` of inner elements `2p` and `2p + 1` lie
+                // within `a` (the caller's promise); 32-byte unaligned loads.
+                let (lo, hi) = unsafe {
+                    (
+                        _mm256_loadu_si256(a.add(2 * p * m + first + top).cast()),
+                        _mm256_loadu_si256(a.add((2 * p + 1) * m + first + top).cast()),
+                    )
+                };
+                let (lo, hi) = (_mm512_cvtepu16_epi32(lo), _mm512_cvtepu16_epi32(hi));
+                _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi))
+            });
+            for (i, row) in transpose16(lines).iter().enumerate() {
+                // SAFETY: row `top + i`'s pairs `block .. block + 16` lie within `strip` (the
+                // caller's promise); an unaligned store.
+                unsafe { _mm512_storeu_si512(out.add((top + i) * pairs + block).cast(), *row) };
+            }
+        }
+    }
+}
