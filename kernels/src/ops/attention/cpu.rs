@@ -22,6 +22,7 @@ use crate::cpu::CpuBackend;
 use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::ops::documents::{check_starts, document_ends};
+use crate::ops::elementwise::isa::in_best_isa;
 use crate::ops::random::kernels::keeps;
 use crate::ops::rows::lanes::{max_by, sum_by};
 
@@ -300,14 +301,18 @@ fn forward<T: Float>(
                         .for_each(|(block, (out, lse))| {
                             let rows = (block * QUERIES, lse.len());
                             let operands = (query.as_slice(), &keys);
-                            query_block::<T>(&mask, head, rows, operands, out, lse);
+                            in_best_isa(
+                                #[inline(always)]
+                                || query_block::<T>(&mask, head, rows, operands, out, lse),
+                            );
                         });
                 });
         });
 }
 
 /// The output rows `first..first + rows` of `head` and their log-sum-exps: the online softmax
-/// over the blocks of keys they see.
+/// over the blocks of keys they see (inlined into the widest instruction set's version).
+#[inline(always)]
 fn query_block<T: Float>(
     mask: &HeadMask<'_>,
     head: usize,
@@ -418,7 +423,10 @@ fn backward<T: Float>(
                 let saved = (out.as_slice(), lse, dout.as_slice());
                 let sums = (dq, dk_sum.as_mut_slice(), dv_sum.as_mut_slice());
                 let mask = HeadMask::of(spec, starts, head, true);
-                head_backward::<T>(&mask, head, (&query, &keys), saved, sums);
+                in_best_isa(
+                    #[inline(always)]
+                    || head_backward::<T>(&mask, head, (&query, &keys), saved, sums),
+                );
             }
             for (dst, src) in [(dk, &dk_sum), (dv, &dv_sum)] {
                 dst.iter_mut().zip(src).for_each(|(x, &a)| *x = T::store(a));
@@ -429,6 +437,7 @@ fn backward<T: Float>(
 /// The gradients of one query head: for each block of keys, the blocks of queries that see
 /// it. Writes the queries' gradient and adds the keys' and values' to `dk` and `dv` (the key/value
 /// head's sums over its group, in the compute type).
+#[inline(always)]
 fn head_backward<T: Float>(
     mask: &HeadMask<'_>,
     head: usize,

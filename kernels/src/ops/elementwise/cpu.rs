@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::isa::{assign_with_best_isa, zip_with_best_isa};
+use super::isa::{assign_with_best_isa, in_best_isa, zip_with_best_isa};
 use super::kernels::{
     BinaryOp, ElementwiseKernels, SwigluBackwardOperands, SwigluOperands, UnaryOp, swiglu_grads_of,
     swiglu_of,
@@ -144,9 +144,14 @@ impl ElementwiseKernels for CpuBackend {
                 .par_chunks_mut(CHUNK)
                 .zip(gate.par_chunks(CHUNK).zip(up.par_chunks(CHUNK)))
                 .for_each(|(out, (gate, up))| {
-                    for (o, (&g, &u)) in out.iter_mut().zip(gate.iter().zip(up)) {
-                        *o = swiglu_of(g, u);
-                    }
+                    in_best_isa(
+                        #[inline(always)]
+                        || {
+                            for (o, (&g, &u)) in out.iter_mut().zip(gate.iter().zip(up)) {
+                                *o = swiglu_of(g, u);
+                            }
+                        },
+                    )
                 });
             Ok(())
         })
@@ -169,9 +174,16 @@ impl ElementwiseKernels for CpuBackend {
                 .zip(dup.host_mut::<T>(OP)?.par_chunks_mut(CHUNK))
                 .zip(inputs.zip(dy.par_chunks(CHUNK)))
                 .for_each(|((dgate, dup), ((gate, up), dy))| {
-                    for (j, (dg, du)) in dgate.iter_mut().zip(dup.iter_mut()).enumerate() {
-                        (*dg, *du) = swiglu_grads_of(gate[j], up[j], dy[j]);
-                    }
+                    let (gate, up, dy) =
+                        (&gate[..dgate.len()], &up[..dgate.len()], &dy[..dgate.len()]);
+                    in_best_isa(
+                        #[inline(always)]
+                        || {
+                            for (j, (dg, du)) in dgate.iter_mut().zip(dup.iter_mut()).enumerate() {
+                                (*dg, *du) = swiglu_grads_of(gate[j], up[j], dy[j]);
+                            }
+                        },
+                    )
                 });
             Ok(())
         })

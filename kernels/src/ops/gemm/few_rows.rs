@@ -14,6 +14,7 @@ use super::kernels::GemmSpec;
 use crate::buffer::Buffer;
 use crate::dtype::{Element, Float};
 use crate::error::Result;
+use crate::ops::elementwise::isa::in_best_isa;
 
 /// Output rows up to which a product against a transposed weight runs here.
 pub(crate) const MOST_ROWS: usize = 8;
@@ -176,42 +177,39 @@ fn products<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) -> Vec<f32>
     sums
 }
 
-/// `x . y` in 32 independent lanes, so that the sums vectorize, each `y` read through `wide`.
+/// `x . y` in 64 independent lanes (the elements past whole rows of lanes added into the
+/// first), so that the sums vectorize, each `y` read through `wide`; the lanes are then summed
+/// in halves, a vector operation per level, rather than one after another.
 #[inline(always)]
 pub(crate) fn dot<W: Copy>(x: &[f32], y: &[W], wide: impl Fn(W) -> f32) -> f32 {
-    const LANES: usize = 32;
+    const LANES: usize = 64;
     let mut lanes = [0f32; LANES];
     let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
-    let tail: f32 = xs
-        .remainder()
-        .iter()
-        .zip(ys.remainder())
-        .map(|(&a, &b)| a * wide(b))
-        .sum();
+    for (lane, (&a, &b)) in lanes
+        .iter_mut()
+        .zip(xs.remainder().iter().zip(ys.remainder()))
+    {
+        *lane = a * wide(b);
+    }
     for (x, y) in xs.zip(ys) {
         for l in 0..LANES {
             lanes[l] += x[l] * wide(y[l]);
         }
     }
-    lanes.iter().sum::<f32>() + tail
-}
-
-/// [`products`] compiled for AVX2 and FMA.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn products_avx2<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) -> Vec<f32> {
-    products(x, weights, row)
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            lanes[l] += lanes[l + width];
+        }
+    }
+    lanes[0]
 }
 
 /// [`products`] in the widest instruction set this CPU has.
 fn products_best_isa<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if crate::ops::elementwise::isa::has_avx2() {
-        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
-        return unsafe { products_avx2(x, weights, row) };
-    }
-    products(x, weights, row)
+    in_best_isa(
+        #[inline(always)]
+        || products(x, weights, row),
+    )
 }

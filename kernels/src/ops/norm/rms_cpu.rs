@@ -6,6 +6,7 @@ use rayon::prelude::*;
 use super::kernels::MAX_PARTIALS;
 use crate::cpu::min_rows;
 use crate::dtype::{Compute, Element, Float};
+use crate::ops::elementwise::isa::in_best_isa;
 use crate::ops::rows::spec::RowSpec;
 
 /// `y = gamma * round(x * rstd)` for each row, `round` storing in `T` (nothing for f32 and
@@ -30,21 +31,36 @@ pub(super) fn rms_norm_rows<T: Float, S: Element>(
         .zip(rstd.par_iter_mut())
         .with_min_len(min_rows(len))
         .for_each(|((y, x), rstd_out)| {
-            let squares = x
-                .iter()
-                .map(|&v| {
-                    let v = v.load().f64();
-                    v * v
-                })
-                .sum::<f64>();
-            let rstd = 1.0 / (squares / n + eps).sqrt();
-            *rstd_out = S::from_f64(rstd);
-            let r = T::C::of(rstd);
-            for ((o, &v), &g) in y.iter_mut().zip(x).zip(gamma) {
-                let normed = T::store(v.load() * r);
-                *o = T::store(g.load() * normed.load());
-            }
+            in_best_isa(
+                #[inline(always)]
+                || rms_row(eps, n, (x, gamma), y, rstd_out),
+            )
         });
+}
+
+/// One row of [`rms_norm_rows`].
+#[inline(always)]
+fn rms_row<T: Float, S: Element>(
+    eps: f64,
+    n: f64,
+    (x, gamma): (&[T], &[T]),
+    y: &mut [T],
+    rstd_out: &mut S,
+) {
+    let squares = x
+        .iter()
+        .map(|&v| {
+            let v = v.load().f64();
+            v * v
+        })
+        .sum::<f64>();
+    let rstd = 1.0 / (squares / n + eps).sqrt();
+    *rstd_out = S::from_f64(rstd);
+    let r = T::C::of(rstd);
+    for ((o, &v), &g) in y.iter_mut().zip(x).zip(gamma) {
+        let normed = T::store(v.load() * r);
+        *o = T::store(g.load() * normed.load());
+    }
 }
 
 /// What the RMS-norm backward reads.
@@ -73,9 +89,14 @@ pub(super) fn rms_norm_backward_rows<T: Float, S: Element>(
         .enumerate()
         .map(|(b, dx)| {
             let mut acc = vec![0f64; len];
-            for (r, dx) in dx.chunks_mut(len).enumerate() {
-                rms_backward_row(inputs, b * block + r, len, dx, &mut acc);
-            }
+            in_best_isa(
+                #[inline(always)]
+                || {
+                    for (r, dx) in dx.chunks_mut(len).enumerate() {
+                        rms_backward_row(inputs, b * block + r, len, dx, &mut acc);
+                    }
+                },
+            );
             acc
         })
         .collect();
@@ -92,6 +113,7 @@ pub(super) fn rms_norm_backward_rows<T: Float, S: Element>(
 
 /// The backward pass of one row: with `g = dy gamma` and `xhat = x rstd`,
 /// `dx = rstd (g - xhat mean(g xhat))`; adds the row's `dy xhat` into `dgamma` (f64).
+#[inline(always)]
 fn rms_backward_row<T: Float, S: Element>(
     inputs: &RmsBackwardInputs<'_, T, S>,
     row: usize,

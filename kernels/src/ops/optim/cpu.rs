@@ -92,7 +92,7 @@ fn adamw_bf16_state<T: Float<C = f32>>(
                     for (i, (((p, &g), m), v)) in p.iter_mut().zip(g).zip(m).zip(v).enumerate() {
                         let at = first + i as u64;
                         let (p_new, m_new, v_new) =
-                            consts.apply(p.load(), g.load(), m.to_f32(), v.to_f32());
+                            consts.apply(p.load(), g.load(), m.load(), v.load());
                         *p = store_param::<T>(p_new, seeds.param, at);
                         *m = bf16_stochastic(m_new, random_bits(seeds.m, at));
                         *v = bf16_stochastic(v_new, random_bits(seeds.v, at));

@@ -22,7 +22,7 @@ pub(crate) fn store_param<T: Float>(x: T::C, seed: u64, at: u64) -> T {
     if T::DTYPE == DType::BF16 {
         // The draw's value is a bf16, which every compute type holds exactly.
         let rounded = bf16_stochastic(x.f64() as f32, random_bits(seed, at));
-        return T::store(T::C::of(f64::from(rounded.to_f32())));
+        return T::store(T::C::of(f64::from(rounded.load())));
     }
     T::store(x)
 }

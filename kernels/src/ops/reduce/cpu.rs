@@ -66,38 +66,49 @@ fn reduce_into<T: Float>(op: ReduceOp, spec: ReduceSpec, x: &[T], out: &mut [T])
     });
 }
 
+/// `fold` over `x` in f64, in 8 lanes (element `i` into lane `i % 8`, the remainder past whole
+/// rows of 8 into its own), the lanes then combined in order by `combine`.
+#[inline(always)]
+fn in_lanes<T: Float>(
+    x: &[T],
+    init: f64,
+    fold: impl Fn(f64, f64) -> f64,
+    combine: impl Fn(f64, f64) -> f64,
+) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [init; LANES];
+    let rows = x.chunks_exact(LANES);
+    let mut last = init;
+    for &v in rows.remainder() {
+        last = fold(last, v.load().f64());
+    }
+    for row in rows {
+        for (lane, &v) in lanes.iter_mut().zip(row) {
+            *lane = fold(*lane, v.load().f64());
+        }
+    }
+    lanes.into_iter().fold(last, combine)
+}
+
 /// `op` over all of `x` (contiguous), in f64 (a NaN wins the maximum): chunks of [`CHUNK`] in parallel, each in 8
 /// lanes, the chunks' results combined in order, so the value does not depend on the threads.
 fn whole_axis<T: Float>(op: ReduceOp, x: &[T]) -> f64 {
-    const LANES: usize = 8;
     let chunk = |x: &[T]| -> f64 {
-        in_best_isa(
-            #[inline(always)]
-            || {
-                let (init, fold): (f64, fn(f64, f64) -> f64) = match op {
-                    ReduceOp::Max => (f64::NEG_INFINITY, Compute::max),
-                    ReduceOp::Sum | ReduceOp::Mean => (0.0, |a, v| a + v),
-                    ReduceOp::SumSquares => (0.0, |a, v| a + v * v),
-                };
-                let mut lanes = [init; LANES];
-                let rows = x.chunks_exact(LANES);
-                let mut last = init;
-                for &v in rows.remainder() {
-                    last = fold(last, v.load().f64());
-                }
-                for row in rows {
-                    for (lane, &v) in lanes.iter_mut().zip(row) {
-                        *lane = fold(*lane, v.load().f64());
-                    }
-                }
-                let combine = if op == ReduceOp::Max {
-                    Compute::max
-                } else {
-                    |a: f64, b: f64| a + b
-                };
-                lanes.into_iter().fold(last, combine)
-            },
-        )
+        // Each fold a closure of its own (not a function pointer), so that the lanes vectorize.
+        match op {
+            ReduceOp::Max => in_best_isa(
+                #[inline(always)]
+                || in_lanes(x, f64::NEG_INFINITY, Compute::max, Compute::max),
+            ),
+            ReduceOp::Sum | ReduceOp::Mean => in_best_isa(
+                #[inline(always)]
+                || in_lanes(x, 0.0, |a, v| a + v, |a, b| a + b),
+            ),
+            ReduceOp::SumSquares => in_best_isa(
+                #[inline(always)]
+                || in_lanes(x, 0.0, |a, v| a + v * v, |a, b| a + b),
+            ),
+        }
     };
     let parts: Vec<f64> = x.par_chunks(CHUNK).map(chunk).collect();
     match op {

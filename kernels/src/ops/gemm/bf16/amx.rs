@@ -7,7 +7,7 @@
 
 use half::bf16;
 
-use super::pack::{pack_b, pack_line, pack_rows, transpose16};
+use super::pack::{pack_b, pack_line, pack_rows, pairs16, transpose16};
 use super::tiles::{PAIRS, Permission, ROWS, Strip, Tiles};
 use super::{BLOCK_BYTES, NR, each_chunk, write_sums};
 use crate::dtype::{DType, Float};
@@ -203,17 +203,10 @@ unsafe fn interleave_transposed(
     for top in (0..whole.0).step_by(16) {
         for block in (0..whole.1).step_by(16) {
             let lines = std::array::from_fn(|j| {
-                let p = block + j;
+                let lo = 2 * (block + j) * m + first + top;
                 // SAFETY: rows `top .. top + 16` of inner elements `2p` and `2p + 1` lie
-                // within `a` (the caller's promise); 32-byte unaligned loads.
-                let (lo, hi) = unsafe {
-                    (
-                        _mm256_loadu_si256(a.add(2 * p * m + first + top).cast()),
-                        _mm256_loadu_si256(a.add((2 * p + 1) * m + first + top).cast()),
-                    )
-                };
-                let (lo, hi) = (_mm512_cvtepu16_epi32(lo), _mm512_cvtepu16_epi32(hi));
-                _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi))
+                // within `a` (the caller's promise).
+                unsafe { pairs16(a.add(lo), a.add(lo + m)) }
             });
             for (i, row) in transpose16(lines).iter().enumerate() {
                 // SAFETY: row `top + i`'s pairs `block .. block + 16` lie within `strip` (the

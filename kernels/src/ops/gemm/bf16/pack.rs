@@ -5,7 +5,6 @@
 use half::bf16;
 
 use super::NR;
-use crate::ops::elementwise::isa::in_best_isa;
 use crate::ops::gemm::kernels::GemmSpec;
 
 /// Two bf16 values as one 32-bit pair, the first in the low half.
@@ -56,16 +55,73 @@ pub(super) fn pack_b(spec: &GemmSpec, b: &[bf16], q: usize, panel: &mut [u32]) {
             }
         }
     } else {
-        in_best_isa(
-            #[inline(always)]
-            || {
-                for (p, slots) in panel.chunks_exact_mut(NR).enumerate() {
-                    let row = |kk: usize| (kk < k).then(|| &b[kk * n + first..][..columns]);
-                    pack_rows(&b[2 * p * n + first..][..columns], row(2 * p + 1), slots);
-                }
-            },
-        );
+        let whole = if columns == NR {
+            interleaved_rows(b, n, first, k, panel)
+        } else {
+            0
+        };
+        for (p, slots) in panel.chunks_exact_mut(NR).enumerate().skip(whole) {
+            let row = |kk: usize| (kk < k).then(|| &b[kk * n + first..][..columns]);
+            pack_rows(&b[2 * p * n + first..][..columns], row(2 * p + 1), slots);
+        }
     }
+}
+
+/// Packs the whole pairs of a whole panel of an untransposed `op(b)` (`b` stored `[k][n]`,
+/// the panel's columns `first .. first + NR`): rows `2p` and `2p + 1` interleaved into pair
+/// row `p`. Says how many pair rows it packed; none where the CPU lacks AVX-512.
+fn interleaved_rows(b: &[bf16], n: usize, first: usize, k: usize, panel: &mut [u32]) -> usize {
+    let whole = k / 2;
+    #[cfg(target_arch = "x86_64")]
+    if whole > 0 && std::arch::is_x86_feature_detected!("avx512f") {
+        assert!(
+            (2 * whole - 1) * n + first + NR <= b.len() && whole * NR <= panel.len(),
+            "a panel's pairs lie outside their operands"
+        );
+        // SAFETY: the CPU has AVX-512F, checked above; every row read and pair row written
+        // lies within `b` and `panel`, asserted above.
+        unsafe { interleave_rows(b, n, first, whole, panel) };
+        return whole;
+    }
+    0
+}
+
+/// [`interleaved_rows`]' pairs, 16 columns at a time.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `b` and `panel` must hold the rows and pair rows named.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn interleave_rows(b: &[bf16], n: usize, first: usize, whole: usize, panel: &mut [u32]) {
+    use std::arch::x86_64::*;
+    let (b, out) = (b.as_ptr(), panel.as_mut_ptr());
+    for p in 0..whole {
+        for half in [0, 16] {
+            // SAFETY: rows `2p` and `2p + 1` hold columns `first + half ..` plus 16, and pair
+            // row `p` its 16 slots from `half` (the caller's promise); unaligned accesses.
+            unsafe {
+                let lo = b.add(2 * p * n + first + half);
+                let pairs = pairs16(lo, lo.add(n));
+                _mm512_storeu_si512(out.add(p * NR + half).cast(), pairs);
+            }
+        }
+    }
+}
+
+/// The 16 pairs of 16 bf16 values from `lo` and 16 from `hi`: `lo[i]` in the low half of
+/// lane `i`, `hi[i]` in its high half.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `lo` and `hi` must each point at 16 readable values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn pairs16(lo: *const bf16, hi: *const bf16) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    // SAFETY: 32 bytes readable at each (the caller's promise); unaligned loads.
+    let (lo, hi) = unsafe { (_mm256_loadu_si256(lo.cast()), _mm256_loadu_si256(hi.cast())) };
+    let (lo, hi) = (_mm512_cvtepu16_epi32(lo), _mm512_cvtepu16_epi32(hi));
+    _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi))
 }
 
 /// Packs whole blocks of 16 lines by 16 pairs transposed: pair `p` of `line(i)` into slot
