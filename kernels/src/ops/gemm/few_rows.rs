@@ -76,6 +76,14 @@ impl WeightRow for bf16 {
     /// Widened in registers as each product reads it.
     #[inline(always)]
     fn dots(x: &[f32], weight: &[Self], _: &mut [f32], sums: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::ops::elementwise::isa::has_avx512() {
+            for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
+                // SAFETY: the CPU has AVX-512F, checked just above; `x` is as long as `weight`.
+                *sum = unsafe { dot_bf16_avx512(x, weight) };
+            }
+            return;
+        }
         for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
             *sum = dot(x, weight, Float::load);
         }
@@ -177,12 +185,11 @@ fn products<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) -> Vec<f32>
     sums
 }
 
-/// `x . y` in 64 independent lanes (the elements past whole rows of lanes added into the
-/// first), so that the sums vectorize, each `y` read through `wide`; the lanes are then summed
+/// `x . y` in 64 independent lanes (the elements past whole rows of lanes start the first
+/// lanes), so that the sums vectorize, each `y` read through `wide`; the lanes are then summed
 /// in halves, a vector operation per level, rather than one after another.
 #[inline(always)]
 pub(crate) fn dot<W: Copy>(x: &[f32], y: &[W], wide: impl Fn(W) -> f32) -> f32 {
-    const LANES: usize = 64;
     let mut lanes = [0f32; LANES];
     let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
     for (lane, (&a, &b)) in lanes
@@ -204,6 +211,66 @@ pub(crate) fn dot<W: Copy>(x: &[f32], y: &[W], wide: impl Fn(W) -> f32) -> f32 {
         }
     }
     lanes[0]
+}
+
+/// Lanes of [`dot`].
+const LANES: usize = 64;
+/// How far ahead of its reads [`dot_bf16_avx512`] asks for the weights' lines, in elements.
+#[cfg(target_arch = "x86_64")]
+const AHEAD: usize = 2048;
+
+/// [`dot`] of bf16 values `y` on AVX-512, its 64 lanes in four registers: the same sums in the
+/// same order, so the same value to the bit.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `y` must be as long as `x`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn dot_bf16_avx512(x: &[f32], y: &[bf16]) -> f32 {
+    use std::arch::x86_64::*;
+    let whole = x.len() / LANES * LANES;
+    let mut start = [0f32; LANES];
+    for (lane, (&a, &b)) in start.iter_mut().zip(x[whole..].iter().zip(&y[whole..])) {
+        *lane = a * b.load();
+    }
+    // SAFETY: `start` holds 64 values; unaligned loads.
+    let mut sums: [__m512; 4] =
+        std::array::from_fn(|v| unsafe { _mm512_loadu_ps(start.as_ptr().add(16 * v)) });
+    let (x, y) = (x.as_ptr(), y.as_ptr());
+    for first in (0..whole).step_by(LANES) {
+        // The weight rows are read one after another: ask for the lines 4 KiB ahead, so that
+        // the next rows' reads are under way while this row's sums wait.
+        for line in [0, 32] {
+            // A prefetch is a hint: it reads nothing and cannot fault, wherever it points.
+            _mm_prefetch::<_MM_HINT_T0>(y.wrapping_add(first + line + AHEAD).cast::<i8>());
+        }
+        for (v, sum) in sums.iter_mut().enumerate() {
+            let at = first + 16 * v;
+            // SAFETY: elements `at .. at + 16` lie within both slices (`at + 16 <= whole`);
+            // unaligned loads; a bf16 value's bits shifted up are its f32 value's.
+            let (a, b) = unsafe {
+                let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(y.add(at).cast()));
+                (
+                    _mm512_loadu_ps(x.add(at)),
+                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits)),
+                )
+            };
+            *sum = _mm512_add_ps(*sum, _mm512_mul_ps(a, b));
+        }
+    }
+    // The halves as `dot` sums them: 32 lanes, 16, 8, 4, 2, 1.
+    let half = _mm512_add_ps(
+        _mm512_add_ps(sums[0], sums[2]),
+        _mm512_add_ps(sums[1], sums[3]),
+    );
+    let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(half)));
+    let eight = _mm256_add_ps(_mm512_castps512_ps256(half), high);
+    let four = _mm_add_ps(
+        _mm256_castps256_ps128(eight),
+        _mm256_extractf128_ps::<1>(eight),
+    );
+    let two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+    _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)))
 }
 
 /// [`products`] in the widest instruction set this CPU has.
