@@ -7,9 +7,9 @@
 
 use half::bf16;
 
-use super::pack::{pack_b, pack_line, pack_rows, pairs16, transpose16};
+use super::pack::{pack_line, pack_rows, pairs16, transpose16};
 use super::tiles::{PAIRS, Permission, ROWS, Strip, Tiles};
-use super::{BLOCK_BYTES, NR, each_chunk, write_sums};
+use super::{BLOCK_BYTES, NR, each_block, each_chunk, write_sums};
 use crate::dtype::{DType, Float};
 use crate::ops::gemm::kernels::GemmSpec;
 
@@ -19,8 +19,6 @@ pub(super) struct Layout {
     pairs: usize,
     /// Strips of [`ROWS`] output rows.
     strips: usize,
-    /// Panels of [`NR`] output columns.
-    panels: usize,
     /// Panels packed at once.
     per_block: usize,
     /// Whether `op(a)` is read as stored.
@@ -34,7 +32,6 @@ impl Layout {
         Layout {
             pairs,
             strips: spec.m.div_ceil(ROWS),
-            panels,
             per_block: (BLOCK_BYTES / (pairs * NR * 4).max(1)).clamp(1, panels.max(1)),
             direct: !spec.trans_a && spec.k.is_multiple_of(2 * PAIRS) && spec.m >= ROWS,
         }
@@ -73,7 +70,6 @@ pub(super) fn matrix<O: Float<C = f32>>(
     let layout = Layout::of(spec);
     let Layout {
         pairs,
-        panels,
         per_block,
         direct,
         ..
@@ -84,46 +80,48 @@ pub(super) fn matrix<O: Float<C = f32>>(
         pack_strip(spec, a, s * ROWS, strip)
     });
     let packed_a: &[bf16] = bytemuck::cast_slice(packed_a);
-    for first in (0..panels).step_by(per_block) {
-        let block = &mut packed_b[..per_block.min(panels - first) * pairs * NR];
-        each_chunk(block, pairs * NR, parallel, |q, panel| {
-            pack_b(spec, b, first + q, panel)
-        });
-        let block = &*block;
-        each_chunk(out, ROWS * n, parallel, |s, rows| {
-            let top = s * ROWS;
-            // A shifted strip's first rows were written by the strip above it.
-            let (strip, skip) = if direct {
-                let start = top.min(m - ROWS);
-                let data = &a[start * k..];
-                (Strip { data, stride: k }, top - start)
-            } else {
-                let data = &packed_a[top * 2 * pairs..][..ROWS * 2 * pairs];
-                (
-                    Strip {
-                        data,
-                        stride: 2 * pairs,
-                    },
-                    0,
-                )
-            };
-            let tiles = Tiles::configure(permission);
-            let full_rows = skip == 0 && rows.len() == ROWS * n;
-            for (q, panel) in block.chunks_exact(pairs * NR).enumerate() {
-                let column = (first + q) * NR;
-                match as_f32(rows) {
-                    // Whole tiles of an f32 output start from it and are stored into it.
-                    Some(c) if full_rows && column + NR <= n => {
-                        tiles.add_strip(&strip, panel, &mut c[column..], n, spec.accumulate)
-                    }
-                    _ => {
-                        let sums = tiles.strip_sums(&strip, panel);
-                        write_sums(&sums[skip * NR..], rows, n, column, spec.accumulate);
+    each_block(
+        spec,
+        b,
+        (pairs, per_block),
+        packed_b,
+        parallel,
+        |first, block| {
+            each_chunk(out, ROWS * n, parallel, |s, rows| {
+                let top = s * ROWS;
+                // A shifted strip's first rows were written by the strip above it.
+                let (strip, skip) = if direct {
+                    let start = top.min(m - ROWS);
+                    let data = &a[start * k..];
+                    (Strip { data, stride: k }, top - start)
+                } else {
+                    let data = &packed_a[top * 2 * pairs..][..ROWS * 2 * pairs];
+                    (
+                        Strip {
+                            data,
+                            stride: 2 * pairs,
+                        },
+                        0,
+                    )
+                };
+                let tiles = Tiles::configure(permission);
+                let full_rows = skip == 0 && rows.len() == ROWS * n;
+                for (q, panel) in block.chunks_exact(pairs * NR).enumerate() {
+                    let column = (first + q) * NR;
+                    match as_f32(rows) {
+                        // Whole tiles of an f32 output start from it and are stored into it.
+                        Some(c) if full_rows && column + NR <= n => {
+                            tiles.add_strip(&strip, panel, &mut c[column..], n, spec.accumulate)
+                        }
+                        _ => {
+                            let sums = tiles.strip_sums(&strip, panel);
+                            write_sums(&sums[skip * NR..], rows, n, column, spec.accumulate);
+                        }
                     }
                 }
-            }
-        });
-    }
+            });
+        },
+    );
 }
 
 /// `out` as f32 values where it is an f32 output.

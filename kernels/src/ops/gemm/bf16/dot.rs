@@ -5,8 +5,8 @@
 
 use half::bf16;
 
-use super::pack::{pack_b, pack_line, pack_rows};
-use super::{BLOCK_BYTES, NR, each_chunk, write_sums};
+use super::pack::{pack_line, pack_rows};
+use super::{BLOCK_BYTES, NR, each_block, each_chunk, write_sums};
 use crate::dtype::Float;
 use crate::ops::gemm::kernels::GemmSpec;
 
@@ -32,8 +32,6 @@ pub(super) struct Layout {
     pairs: usize,
     /// Tiles of [`MR`] output rows.
     tiles: usize,
-    /// Panels of [`NR`] output columns.
-    panels: usize,
     /// Panels packed at once.
     per_block: usize,
     /// Whether `op(a)` is read as stored: untransposed rows of whole pairs (an even inner
@@ -48,7 +46,6 @@ impl Layout {
         Layout {
             pairs,
             tiles: spec.m.div_ceil(MR),
-            panels,
             per_block: (BLOCK_BYTES / (pairs * NR * 4).max(1)).clamp(1, panels.max(1)),
             direct: !spec.trans_a && spec.k.is_multiple_of(2),
         }
@@ -85,10 +82,7 @@ pub(super) fn matrix<O: Float<C = f32>>(
 ) {
     let layout = Layout::of(spec);
     let &Layout {
-        pairs,
-        panels,
-        per_block,
-        ..
+        pairs, per_block, ..
     } = &layout;
     let n = spec.n;
     let (packed_a, packed_b) = scratch.split_at_mut(layout.a_words());
@@ -96,34 +90,36 @@ pub(super) fn matrix<O: Float<C = f32>>(
         pack_a(spec, a, t * MR, tile)
     });
     let packed_a = &*packed_a;
-    for first in (0..panels).step_by(per_block) {
-        let block = &mut packed_b[..per_block.min(panels - first) * pairs * NR];
-        each_chunk(block, pairs * NR, parallel, |q, panel| {
-            pack_b(spec, b, first + q, panel)
-        });
-        let block = &*block;
-        each_chunk(out, MR * n, parallel, |t, rows| {
-            let tile = if layout.direct {
-                // Rows past the matrix's edge read its last row; their sums are not written.
-                let row = |r: usize| (t * MR + r).min(spec.m - 1) * spec.k;
-                Tile {
-                    data: a,
-                    rows: std::array::from_fn(row),
-                    step: 2,
+    each_block(
+        spec,
+        b,
+        (pairs, per_block),
+        packed_b,
+        parallel,
+        |first, block| {
+            each_chunk(out, MR * n, parallel, |t, rows| {
+                let tile = if layout.direct {
+                    // Rows past the matrix's edge read its last row; their sums are not written.
+                    let row = |r: usize| (t * MR + r).min(spec.m - 1) * spec.k;
+                    Tile {
+                        data: a,
+                        rows: std::array::from_fn(row),
+                        step: 2,
+                    }
+                } else {
+                    Tile {
+                        data: bytemuck::cast_slice(&packed_a[t * pairs * MR..][..pairs * MR]),
+                        rows: std::array::from_fn(|r| 2 * r),
+                        step: 2 * MR,
+                    }
+                };
+                for (q, panel) in block.chunks_exact(pairs * NR).enumerate() {
+                    let sums = tile_sums(&tile, panel);
+                    write_sums(&sums, rows, n, (first + q) * NR, spec.accumulate);
                 }
-            } else {
-                Tile {
-                    data: bytemuck::cast_slice(&packed_a[t * pairs * MR..][..pairs * MR]),
-                    rows: std::array::from_fn(|r| 2 * r),
-                    step: 2 * MR,
-                }
-            };
-            for (q, panel) in block.chunks_exact(pairs * NR).enumerate() {
-                let sums = tile_sums(&tile, panel);
-                write_sums(&sums, rows, n, (first + q) * NR, spec.accumulate);
-            }
-        });
-    }
+            });
+        },
+    );
 }
 
 /// Rows `first ..` of `op(a)` as `[pairs][MR]`, zeros past the matrix's edges.

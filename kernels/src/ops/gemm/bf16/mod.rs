@@ -164,6 +164,26 @@ fn product_on<O: Float<C = f32>>(
     }
 }
 
+/// Packs `op(b)` a block of `per_block` panels at a time into `packed` (panels of `pairs` pair
+/// rows) and hands each block to `f` with the index of its first panel.
+fn each_block(
+    spec: &GemmSpec,
+    b: &[bf16],
+    (pairs, per_block): (usize, usize),
+    packed: &mut [u32],
+    parallel: bool,
+    mut f: impl FnMut(usize, &[u32]),
+) {
+    let panels = spec.n.div_ceil(NR);
+    for first in (0..panels).step_by(per_block) {
+        let block = &mut packed[..per_block.min(panels - first) * pairs * NR];
+        each_chunk(block, pairs * NR, parallel, |q, panel| {
+            pack::pack_b(spec, b, first + q, panel)
+        });
+        f(first, block);
+    }
+}
+
 /// `f(index, chunk)` for each chunk of `size` of `x`: a parallel task each when `parallel`.
 fn each_chunk<T: Send>(
     x: &mut [T],
