@@ -11,6 +11,7 @@ use super::pack::{pack_line, pack_rows, pairs16, transpose16};
 use super::tiles::{PAIRS, Permission, ROWS, Strip, Tiles};
 use super::{BLOCK_BYTES, NR, each_block, each_chunk, write_sums};
 use crate::dtype::{DType, Float};
+use crate::ops::elementwise::isa::has_avx512;
 use crate::ops::gemm::kernels::GemmSpec;
 
 /// Where the packed operands of one product lie.
@@ -142,12 +143,21 @@ fn pack_strip(spec: &GemmSpec, a: &[bf16], first: usize, strip: &mut [u32]) {
     if spec.trans_a {
         let (whole_rows, whole_pairs) = interleaved_blocks(a, m, first, rows, k, strip);
         for p in 0..k.div_ceil(2) {
-            let line = |kk: usize| (kk < k).then(|| &a[kk * m + first..][..rows]);
-            let mut pair = [0u32; ROWS];
-            pack_rows(&a[2 * p * m + first..][..rows], line(2 * p + 1), &mut pair);
+            // The rows the whole blocks packed are not packed again.
             let done = if p < whole_pairs { whole_rows } else { 0 };
-            for (r, &value) in pair.iter().enumerate().take(rows).skip(done) {
-                strip[r * pairs + p] = value;
+            let left = rows - done;
+            if left == 0 {
+                continue;
+            }
+            let line = |kk: usize| (kk < k).then(|| &a[kk * m + first + done..][..left]);
+            let mut pair = [0u32; ROWS];
+            pack_rows(
+                &a[2 * p * m + first + done..][..left],
+                line(2 * p + 1),
+                &mut pair,
+            );
+            for (r, &value) in pair[..left].iter().enumerate() {
+                strip[(done + r) * pairs + p] = value;
             }
         }
     } else {
@@ -169,7 +179,7 @@ fn interleaved_blocks(
     strip: &mut [u32],
 ) -> (usize, usize) {
     let (whole_rows, whole_pairs) = (rows / 16 * 16, k / 32 * 16);
-    if whole_rows * whole_pairs == 0 || !std::arch::is_x86_feature_detected!("avx512f") {
+    if whole_rows * whole_pairs == 0 || !has_avx512() {
         return (0, 0);
     }
     let pairs = strip.len() / ROWS;

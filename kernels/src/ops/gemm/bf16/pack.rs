@@ -5,6 +5,8 @@
 use half::bf16;
 
 use super::NR;
+#[cfg(target_arch = "x86_64")]
+use crate::ops::elementwise::isa::has_avx512;
 use crate::ops::gemm::kernels::GemmSpec;
 
 /// Two bf16 values as one 32-bit pair, the first in the low half.
@@ -73,7 +75,7 @@ pub(super) fn pack_b(spec: &GemmSpec, b: &[bf16], q: usize, panel: &mut [u32]) {
 fn interleaved_rows(b: &[bf16], n: usize, first: usize, k: usize, panel: &mut [u32]) -> usize {
     let whole = k / 2;
     #[cfg(target_arch = "x86_64")]
-    if whole > 0 && std::arch::is_x86_feature_detected!("avx512f") {
+    if whole > 0 && has_avx512() {
         assert!(
             (2 * whole - 1) * n + first + NR <= b.len() && whole * NR <= panel.len(),
             "a panel's pairs lie outside their operands"
@@ -137,7 +139,7 @@ pub(super) fn transposed_blocks<'a>(
 ) -> (usize, usize) {
     let (whole_lines, whole_pairs) = (lines / 16 * 16, k / 32 * 16);
     #[cfg(target_arch = "x86_64")]
-    if whole_lines * whole_pairs > 0 && std::arch::is_x86_feature_detected!("avx512f") {
+    if whole_lines * whole_pairs > 0 && has_avx512() {
         for first in (0..whole_lines).step_by(16) {
             let rows: [&[bf16]; 16] = std::array::from_fn(|i| &line(first + i)[..2 * whole_pairs]);
             // SAFETY: the CPU has AVX-512F, checked just above.
@@ -249,7 +251,7 @@ mod tests {
         }
         assert_eq!(fast, slow);
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if has_avx512() {
             assert_eq!((whole_lines, whole_pairs), (32, 32));
         }
     }
