@@ -772,8 +772,9 @@ fn grouped_operands_that_do_not_divide_are_named() {
 
 #[test]
 fn a_plan_prices_half_attention_where_the_target_computes_it() {
-    // The CPU's attention blocks compute bf16 in f32, a GPU's in bf16: with half products a
-    // hundred times faster than f32 ones, the CPU's bf16 attention still costs what f32's does.
+    // The CPU's attention blocks are priced at f32's matrix rate (bf16 in small blocks runs
+    // near it), a GPU's in bf16: with half products a hundred times faster than f32 ones, the
+    // CPU's bf16 attention still costs what f32's does.
     let rates = headroom_kernels::Rates {
         matrix_flops: 1e9,
         half_matrix_flops: 1e11,

@@ -1,5 +1,5 @@
-//! CPU kernels: FlashAttention-2 on blocks of 64 queries and 64 keys, each block product a
-//! GEMM of the `gemm` crate. The forward pass runs one task per head and block of queries (its
+//! CPU kernels: FlashAttention-2 on blocks of 64 queries and 64 keys, each block product one
+//! of [`Blocks`] (bf16 on the CPU's bf16 instructions where it has them). The forward pass runs one task per head and block of queries (its
 //! output rows are its own), over the keys from the first its first row sees to the last its
 //! last row sees; the backward pass one task per head, which walks the blocks of keys and, for
 //! each, the queries that see them, accumulating the keys' and values' gradients for the block
@@ -7,14 +7,15 @@
 //! window's start) are zeros. Grouped-query attention reads each key/value head once for its
 //! group; the backward pass runs one task per key/value head, which sums its query heads'
 //! shares of the keys' and values' gradients in their order. Half types compute in f32, f64 in
-//! f64; every product accumulates in the compute type.
+//! f64; every product accumulates in the compute type, and bf16 products where the CPU
+//! multiplies bf16 take the weights and their gradients rounded to bf16.
 
 use std::ops::Range;
 
-use gemm::Parallelism;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use super::blocks::{Bf16Units, Blocks, Mat, Widened};
 use super::kernels::{
     AttentionBackwardOperands, AttentionKernels, AttentionOperands, AttentionSpec,
 };
@@ -23,6 +24,7 @@ use crate::dtype::{Compute, DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::ops::documents::{check_starts, document_ends};
 use crate::ops::elementwise::isa::in_best_isa;
+use crate::ops::gemm::bf16 as bf16_products;
 use crate::ops::random::kernels::keeps;
 use crate::ops::rows::lanes::{max_by, sum_by};
 
@@ -44,18 +46,19 @@ impl AttentionKernels for CpuBackend {
         const OP: &str = "attention";
         let starts = checked_starts(spec, starts, OP)?;
         macro_rules! run {
-            ($t:ty) => {{
+            ($t:ty, $blocks:ty) => {{
                 let (q, k, v) = (q.host::<$t>(OP)?, k.host::<$t>(OP)?, v.host::<$t>(OP)?);
                 let operands = ((q, k, v), starts);
-                forward::<$t>(spec, operands, out.host_mut(OP)?, lse.host_mut(OP)?);
+                forward::<$t, $blocks>(spec, operands, out.host_mut(OP)?, lse.host_mut(OP)?);
                 Ok(())
             }};
         }
         match q.dtype() {
-            DType::F32 => run!(f32),
-            DType::F64 => run!(f64),
-            DType::F16 => run!(f16),
-            DType::BF16 => run!(bf16),
+            DType::F32 => run!(f32, Widened<f32>),
+            DType::F64 => run!(f64, Widened<f64>),
+            DType::F16 => run!(f16, Widened<f16>),
+            DType::BF16 if bf16_products::available() => run!(bf16, Bf16Units),
+            DType::BF16 => run!(bf16, Widened<bf16>),
             other => Err(not_float(other, OP)),
         }
     }
@@ -80,19 +83,20 @@ impl AttentionKernels for CpuBackend {
         const OP: &str = "attention_backward";
         let starts = checked_starts(spec, starts, OP)?;
         macro_rules! run {
-            ($t:ty) => {{
+            ($t:ty, $blocks:ty) => {{
                 let operands = (q.host::<$t>(OP)?, k.host::<$t>(OP)?, v.host::<$t>(OP)?);
                 let saved = (out.host::<$t>(OP)?, lse.host(OP)?, dout.host::<$t>(OP)?);
                 let grads = (dq.host_mut(OP)?, dk.host_mut(OP)?, dv.host_mut(OP)?);
-                backward::<$t>(spec, (operands, starts), saved, grads);
+                backward::<$t, $blocks>(spec, (operands, starts), saved, grads);
                 Ok(())
             }};
         }
         match q.dtype() {
-            DType::F32 => run!(f32),
-            DType::F64 => run!(f64),
-            DType::F16 => run!(f16),
-            DType::BF16 => run!(bf16),
+            DType::F32 => run!(f32, Widened<f32>),
+            DType::F64 => run!(f64, Widened<f64>),
+            DType::F16 => run!(f16, Widened<f16>),
+            DType::BF16 if bf16_products::available() => run!(bf16, Bf16Units),
+            DType::BF16 => run!(bf16, Widened<bf16>),
             other => Err(not_float(other, OP)),
         }
     }
@@ -165,82 +169,27 @@ fn not_float(got: DType, op: &'static str) -> Error {
     }
 }
 
-/// A matrix operand of [`product`]: its elements and its row and column strides.
-type Operand<'a, C> = (&'a [C], usize, usize);
-
-/// `c = alpha * c + beta * a b` over an `m x k` and a `k x n` operand, into `c` with row stride
-/// `ldc` (`alpha` 0: `c` is not read), on the calling thread.
-fn product<C: Compute>(
-    (m, n, k): (usize, usize, usize),
-    (a, a_rs, a_cs): Operand<'_, C>,
-    (b, b_rs, b_cs): Operand<'_, C>,
-    (c, ldc): (&mut [C], usize),
-    (alpha, beta): (C, C),
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    let extent = |rows: usize, cols: usize, rs: usize, cs: usize| {
-        (rows - 1) * rs + cols.saturating_sub(1) * cs + 1
-    };
-    // Slicing to the exact extents checks every address the product touches.
-    let c = &mut c[..extent(m, n, ldc, 1)];
-    if k == 0 {
-        c.iter_mut().for_each(|x| *x = alpha * *x);
-        return;
-    }
-    let a = &a[..extent(m, k, a_rs, a_cs)];
-    let b = &b[..extent(k, n, b_rs, b_cs)];
-    // SAFETY: the three slices span every element addressed with these strides and shapes
-    // (their extents were sliced above, so any overrun would have panicked there); `c` is a
-    // mutable slice distinct from `a` and `b`, so nothing aliases; with `read_dst` true `c`
-    // holds initialized values of `C`, with it false it is only written. `C` is f32 or f64.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            ldc as isize,
-            alpha != C::ZERO,
-            a.as_ptr(),
-            a_cs as isize,
-            a_rs as isize,
-            b.as_ptr(),
-            b_cs as isize,
-            b_rs as isize,
-            alpha,
-            beta,
-            false,
-            false,
-            false,
-            Parallelism::None,
-        );
-    }
-}
-
-/// One head's elements of a `[heads, len, head]` operand, in the compute type.
-fn head_of<T: Float>(x: &[T], head: usize, per_head: usize) -> Vec<T::C> {
+/// One head's elements of a `[heads, len, head]` operand, as operands of `B`.
+fn head_of<T: Float, B: Blocks<T>>(x: &[T], head: usize, per_head: usize) -> Vec<B::X> {
     x[head * per_head..][..per_head]
         .iter()
-        .map(|v| v.load())
+        .map(|&v| B::operand(v))
         .collect()
 }
 
-/// One key/value head's keys and values, `[len, head]` each, in the compute type `C`: read once
-/// for every query head of its group.
-struct KvHead<C> {
-    k: Vec<C>,
-    v: Vec<C>,
+/// One key/value head's keys and values, `[len, head]` each, as operands `X`: read once for
+/// every query head of its group.
+struct KvHead<X> {
+    k: Vec<X>,
+    v: Vec<X>,
 }
 
-impl<C: Compute> KvHead<C> {
+impl<X> KvHead<X> {
     /// Key/value head `kv` of operands of `per_head` elements a head.
-    fn of<T: Float<C = C>>((k, v): (&[T], &[T]), kv: usize, per_head: usize) -> Self {
+    fn of<T: Float, B: Blocks<T, X = X>>((k, v): (&[T], &[T]), kv: usize, per_head: usize) -> Self {
         Self {
-            k: head_of(k, kv, per_head),
-            v: head_of(v, kv, per_head),
+            k: head_of::<T, B>(k, kv, per_head),
+            v: head_of::<T, B>(v, kv, per_head),
         }
     }
 }
@@ -268,7 +217,28 @@ fn keep_factor<C: Compute>(spec: &AttentionSpec, head: usize, row: usize, col: u
     }
 }
 
-fn forward<T: Float>(
+/// `op(x)`: a stored block operand read as stored.
+fn plain<X>(data: &[X]) -> Mat<'_, X> {
+    Mat {
+        data,
+        transposed: false,
+    }
+}
+
+/// A stored block operand read transposed.
+fn transposed<X>(data: &[X]) -> Mat<'_, X> {
+    Mat {
+        data,
+        transposed: true,
+    }
+}
+
+/// `x *= factor` over a block.
+fn scale_block<C: Compute>(x: &mut [C], factor: C) {
+    x.iter_mut().for_each(|v| *v = *v * factor);
+}
+
+fn forward<T: Float, B: Blocks<T>>(
     spec: &AttentionSpec,
     ((q, k, v), starts): (Operands<'_, T>, Option<&[u32]>),
     out: &mut [T],
@@ -287,23 +257,23 @@ fn forward<T: Float>(
         .zip(lse.par_chunks_mut(group * spec.len))
         .enumerate()
         .for_each(|(kv, (out, lse))| {
-            let keys = KvHead::of((k, v), kv, per_head);
+            let keys = KvHead::of::<T, B>((k, v), kv, per_head);
             out.par_chunks_mut(per_head)
                 .zip(lse.par_chunks_mut(spec.len))
                 .enumerate()
                 .for_each(|(member, (out, lse))| {
                     let head = kv * group + member;
-                    let query = head_of(q, head, per_head);
+                    let query = head_of::<T, B>(q, head, per_head);
                     let mask = HeadMask::of(spec, starts, head, false);
                     out.par_chunks_mut(QUERIES * spec.head)
                         .zip(lse.par_chunks_mut(QUERIES))
                         .enumerate()
-                        .for_each(|(block, (out, lse))| {
+                        .for_each_init(B::default, |blocks, (block, (out, lse))| {
                             let rows = (block * QUERIES, lse.len());
                             let operands = (query.as_slice(), &keys);
                             in_best_isa(
                                 #[inline(always)]
-                                || query_block::<T>(&mask, head, rows, operands, out, lse),
+                                || query_block(blocks, &mask, head, rows, operands, out, lse),
                             );
                         });
                 });
@@ -313,11 +283,12 @@ fn forward<T: Float>(
 /// The output rows `first..first + rows` of `head` and their log-sum-exps: the online softmax
 /// over the blocks of keys they see (inlined into the widest instruction set's version).
 #[inline(always)]
-fn query_block<T: Float>(
+fn query_block<T: Float, B: Blocks<T>>(
+    blocks: &mut B,
     mask: &HeadMask<'_>,
     head: usize,
     (first, rows): (usize, usize),
-    (q, KvHead { k, v }): (&[T::C], &KvHead<T::C>),
+    (q, KvHead { k, v }): (&[B::X], &KvHead<B::X>),
     out: &mut [T],
     lse: &mut [T::C],
 ) {
@@ -328,20 +299,16 @@ fn query_block<T: Float>(
     let mut max = vec![T::C::NEG_INFINITY; rows];
     let mut sum = vec![T::C::ZERO; rows];
     let mut weights = vec![T::C::ZERO; rows * KEYS];
+    let mut rounded = Vec::new();
     // From the first key the first row sees to the last the last row sees (a document's
     // start never falls behind an earlier position's).
     let keys = mask.keys_of(first).start..mask.keys_of(first + rows - 1).end;
     for key0 in keys.clone().step_by(KEYS) {
         let cols = KEYS.min(keys.end - key0);
         let w = &mut weights[..rows * cols];
-        let shape = (rows, cols, d);
-        product(
-            shape,
-            (&q[first * d..], d, 1),
-            (&k[key0 * d..], 1, d),
-            (w, cols),
-            (T::C::ZERO, scale),
-        );
+        let (queries, block_keys) = (plain(&q[first * d..]), transposed(&k[key0 * d..]));
+        blocks.product((rows, cols, d), queries, block_keys, w, false);
+        scale_block(w, scale);
         for r in 0..rows {
             let row = &mut w[r * cols..][..cols];
             let seen = seen_in(mask.keys_of(first + r), key0, cols);
@@ -368,13 +335,13 @@ fn query_block<T: Float>(
             max[r] = new_max;
             acc[r * d..][..d].iter_mut().for_each(|a| *a = *a * rescale);
         }
-        let shape = (rows, d, cols);
-        product(
-            shape,
-            (w, cols, 1),
-            (&v[key0 * d..], d, 1),
-            (&mut acc, d),
-            (T::C::ONE, T::C::ONE),
+        let w = B::rounded(w, &mut rounded);
+        blocks.product(
+            (rows, d, cols),
+            plain(w),
+            plain(&v[key0 * d..]),
+            &mut acc,
+            true,
         );
     }
     for r in 0..rows {
@@ -389,10 +356,9 @@ fn query_block<T: Float>(
 /// The operands (`q`, `k`, `v`), what the forward pass kept with the upstream gradient (`out`,
 /// `lse`, `dout`), and the gradients to write (`dq`, `dk`, `dv`), of [`backward`].
 type Operands<'a, T> = (&'a [T], &'a [T], &'a [T]);
-type Saved<'a, C> = (&'a [C], &'a [C], &'a [C]);
 type Grads<'a, T> = (&'a mut [T], &'a mut [T], &'a mut [T]);
 
-fn backward<T: Float>(
+fn backward<T: Float, B: Blocks<T>>(
     spec: &AttentionSpec,
     ((q, k, v), starts): (Operands<'_, T>, Option<&[u32]>),
     (out, lse, dout): (&[T], &[T::C], &[T]),
@@ -412,20 +378,27 @@ fn backward<T: Float>(
         .zip(dv.par_chunks_mut(per_head))
         .enumerate()
         .for_each(|(kv, ((dq, dk), dv))| {
-            let keys = KvHead::of((k, v), kv, per_head);
+            let keys = KvHead::of::<T, B>((k, v), kv, per_head);
             let (mut dk_sum, mut dv_sum) = (vec![T::C::ZERO; per_head], vec![T::C::ZERO; per_head]);
+            let mut blocks = B::default();
             for (member, dq) in dq.chunks_mut(per_head).enumerate() {
                 let head = kv * group + member;
-                let query = head_of(q, head, per_head);
-                let dout = head_of(dout, head, per_head);
-                let out = head_of(out, head, per_head);
+                let query = head_of::<T, B>(q, head, per_head);
+                let upstream = head_of::<T, B>(dout, head, per_head);
                 let lse = &lse[head * spec.len..][..spec.len];
-                let saved = (out.as_slice(), lse, dout.as_slice());
+                let (out, dout) = (&out[head * per_head..], &dout[head * per_head..]);
+                let saved = (
+                    &out[..per_head],
+                    lse,
+                    &dout[..per_head],
+                    upstream.as_slice(),
+                );
                 let sums = (dq, dk_sum.as_mut_slice(), dv_sum.as_mut_slice());
                 let mask = HeadMask::of(spec, starts, head, true);
+                let operands = (query.as_slice(), &keys);
                 in_best_isa(
                     #[inline(always)]
-                    || head_backward::<T>(&mask, head, (&query, &keys), saved, sums),
+                    || head_backward(&mut blocks, &mask, head, operands, saved, sums),
                 );
             }
             for (dst, src) in [(dk, &dk_sum), (dv, &dv_sum)] {
@@ -434,25 +407,32 @@ fn backward<T: Float>(
         });
 }
 
+/// What one query head's backward pass reads besides its operands: its output, log-sum-exps,
+/// upstream gradient as stored, and the upstream gradient as operands.
+type Saved<'a, T, C, X> = (&'a [T], &'a [C], &'a [T], &'a [X]);
+
 /// The gradients of one query head: for each block of keys, the blocks of queries that see
 /// it. Writes the queries' gradient and adds the keys' and values' to `dk` and `dv` (the key/value
 /// head's sums over its group, in the compute type).
 #[inline(always)]
-fn head_backward<T: Float>(
+fn head_backward<T: Float, B: Blocks<T>>(
+    blocks: &mut B,
     mask: &HeadMask<'_>,
     head: usize,
-    (q, KvHead { k, v }): (&[T::C], &KvHead<T::C>),
-    (out, lse, dout): Saved<'_, T::C>,
+    (q, KvHead { k, v }): (&[B::X], &KvHead<B::X>),
+    (out, lse, dout, upstream): Saved<'_, T, T::C, B::X>,
     (dq, dk, dv): (&mut [T], &mut [T::C], &mut [T::C]),
 ) {
     let spec = mask.spec;
     let (len, d) = (spec.len, spec.head);
-    let (zero, one, scale) = (T::C::ZERO, T::C::ONE, T::C::of(spec.scale));
+    let (zero, scale) = (T::C::ZERO, T::C::of(spec.scale));
     // delta[i] = dout[i] . out[i]: the sum over each row of the weights times their gradient.
     let delta: Vec<T::C> = (0..len)
         .map(|i| {
             let (o, g) = (&out[i * d..][..d], &dout[i * d..][..d]);
-            o.iter().zip(g).fold(zero, |s, (&a, &b)| s + a * b)
+            o.iter()
+                .zip(g)
+                .fold(zero, |s, (&a, &b)| s + a.load() * b.load())
         })
         .collect();
     let mut dq_acc = vec![zero; len * d];
@@ -466,6 +446,7 @@ fn head_backward<T: Float>(
             0
         }
     ];
+    let (mut rounded_weights, mut rounded_grad) = (Vec::new(), Vec::new());
     let (mut dk_acc, mut dv_acc) = (vec![zero; KEYS * d], vec![zero; KEYS * d]);
     for key0 in (0..len).step_by(KEYS) {
         let cols = KEYS.min(len - key0);
@@ -476,24 +457,25 @@ fn head_backward<T: Float>(
         for q0 in queries.clone().step_by(QUERIES) {
             let rows = QUERIES.min(queries.end - q0);
             let (p, g) = (&mut weights[..rows * cols], &mut grad[..rows * cols]);
-            let (qs, ks, vs) = ((&q[q0 * d..], d, 1), &k[key0 * d..], &v[key0 * d..]);
-            let dos = (&dout[q0 * d..], d, 1);
+            let (qs, ks, vs) = (&q[q0 * d..], &k[key0 * d..], &v[key0 * d..]);
+            let dos = plain(&upstream[q0 * d..]);
             // The weights again: exp(scale q k - lse), 0 where masked.
-            product((rows, cols, d), qs, (ks, 1, d), (p, cols), (zero, scale));
+            blocks.product((rows, cols, d), plain(qs), transposed(ks), p, false);
             for r in 0..rows {
                 let seen = seen_in(mask.keys_of(q0 + r), key0, cols);
                 let row = &mut p[r * cols..][..cols];
                 let l = lse[q0 + r];
                 row[seen.clone()]
                     .iter_mut()
-                    .for_each(|x| *x = (*x - l).exp());
+                    .for_each(|x| *x = (*x * scale - l).exp());
                 row[..seen.start].iter_mut().for_each(|x| *x = zero);
                 row[seen.end..].iter_mut().for_each(|x| *x = zero);
             }
             // The gradient of the weights, dout v^T, into `g`.
-            product((rows, cols, d), dos, (vs, 1, d), (g, cols), (zero, one));
-            if spec.dropout.is_some() {
-                // dv += (p * mask)^T dout; the weights' gradient masked the same way.
+            blocks.product((rows, cols, d), dos, transposed(vs), g, false);
+            // dv += p^T dout (with dropout, the kept weights; the weights' gradient masked the
+            // same way).
+            let kept: &[T::C] = if spec.dropout.is_some() {
                 let kept = &mut dropped[..rows * cols];
                 for r in 0..rows {
                     for c in 0..cols {
@@ -502,45 +484,25 @@ fn head_backward<T: Float>(
                         kept[r * cols + c] = p[r * cols + c] * factor;
                     }
                 }
-                product(
-                    (cols, d, rows),
-                    (kept, 1, cols),
-                    dos,
-                    (&mut dv_acc, d),
-                    (one, one),
-                );
+                kept
             } else {
-                // dv += p^T dout.
-                product(
-                    (cols, d, rows),
-                    (p, 1, cols),
-                    dos,
-                    (&mut dv_acc, d),
-                    (one, one),
-                );
-            }
-            // The scores' gradient: p * (g - delta), into `g`.
+                p
+            };
+            let kept = transposed(B::rounded(kept, &mut rounded_weights));
+            blocks.product((cols, d, rows), kept, dos, &mut dv_acc, true);
+            // The scores' gradient with the scale: scale p * (g - delta), into `g`.
             for r in 0..rows {
                 let dr = delta[q0 + r];
                 let (pr, gr) = (&p[r * cols..][..cols], &mut g[r * cols..][..cols]);
-                gr.iter_mut().zip(pr).for_each(|(x, &w)| *x = w * (*x - dr));
+                gr.iter_mut()
+                    .zip(pr)
+                    .for_each(|(x, &w)| *x = w * (*x - dr) * scale);
             }
-            // dq += scale g k; dk += scale g^T q.
+            // dq += g k; dk += g^T q.
+            let g = B::rounded(g, &mut rounded_grad);
             let dq_rows = &mut dq_acc[q0 * d..];
-            product(
-                (rows, d, cols),
-                (g, cols, 1),
-                (ks, d, 1),
-                (dq_rows, d),
-                (one, scale),
-            );
-            product(
-                (cols, d, rows),
-                (g, 1, cols),
-                qs,
-                (&mut dk_acc, d),
-                (one, scale),
-            );
+            blocks.product((rows, d, cols), plain(g), plain(ks), dq_rows, true);
+            blocks.product((cols, d, rows), transposed(g), plain(qs), &mut dk_acc, true);
         }
         for (dst, src) in [(&mut *dk, &dk_acc), (&mut *dv, &dv_acc)] {
             for (x, &a) in dst[key0 * d..][..cols * d].iter_mut().zip(src.iter()) {

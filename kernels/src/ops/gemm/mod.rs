@@ -2,7 +2,7 @@
 //! f32, on the GPU's tensor cores or the CPU's bf16 instructions where there are some, and
 //! through workspace casts a panel at a time elsewhere.
 
-mod bf16;
+pub(crate) mod bf16;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;

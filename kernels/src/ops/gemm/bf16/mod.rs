@@ -121,7 +121,34 @@ pub(crate) fn product<O: Float<C = f32>>(
     out: &mut [O],
     scratch: &mut [u32],
 ) {
-    product_on(kernel().unwrap_or(Kernel::Dot), spec, a, b, out, scratch);
+    product_on(
+        kernel().unwrap_or(Kernel::Dot),
+        spec,
+        a,
+        b,
+        out,
+        scratch,
+        true,
+    );
+}
+
+/// [`product`] on the calling thread alone: for a small product inside a parallel task.
+pub(crate) fn product_here<O: Float<C = f32>>(
+    spec: &GemmSpec,
+    a: &[bf16],
+    b: &[bf16],
+    out: &mut [O],
+    scratch: &mut [u32],
+) {
+    product_on(
+        kernel().unwrap_or(Kernel::Dot),
+        spec,
+        a,
+        b,
+        out,
+        scratch,
+        false,
+    );
 }
 
 fn product_on<O: Float<C = f32>>(
@@ -131,6 +158,7 @@ fn product_on<O: Float<C = f32>>(
     b: &[bf16],
     out: &mut [O],
     scratch: &mut [u32],
+    parallel: bool,
 ) {
     let &GemmSpec { m, n, k, .. } = spec;
     if out.is_empty() {
@@ -152,14 +180,14 @@ fn product_on<O: Float<C = f32>>(
             Kernel::Dot => dot::matrix(spec, a, b, c, scratch, parallel),
         }
     };
-    if batches_in_parallel(spec) {
+    if parallel && batches_in_parallel(spec) {
         out.par_chunks_mut(m * n)
             .zip(scratch.par_chunks_mut(words))
             .enumerate()
             .for_each(|(index, (c, scratch))| one(index, c, scratch, false));
     } else {
         for (index, c) in out.chunks_mut(m * n).enumerate() {
-            one(index, c, &mut scratch[..words], true);
+            one(index, c, &mut scratch[..words], parallel);
         }
     }
 }
@@ -305,7 +333,7 @@ mod tests {
                     let (a, b) = (values(batch * m * k, 1), values(k * n * batch, 2));
                     let mut out = vec![f32::NAN; batch * m * n];
                     let mut scratch = vec![7; scratch_words_on(kernel, &spec)];
-                    product_on(kernel, &spec, &a, &b, &mut out, &mut scratch);
+                    product_on(kernel, &spec, &a, &b, &mut out, &mut scratch, true);
                     let want = reference(&spec, &a, &b);
                     let got: Vec<f64> = out.iter().map(|&x| f64::from(x)).collect();
                     assert_eq!(got, want, "{kernel:?} {spec:?}");
@@ -340,6 +368,7 @@ mod tests {
                     &ones[..96],
                     &mut out,
                     &mut scratch,
+                    true,
                 );
                 assert!(
                     out.iter().all(|x| x.to_f32() == 288.0),
@@ -372,7 +401,7 @@ mod tests {
         for kernel in kernels() {
             let mut out = held.clone();
             let mut scratch = vec![7; scratch_words_on(kernel, &spec)];
-            product_on(kernel, &spec, &a, &b, &mut out, &mut scratch);
+            product_on(kernel, &spec, &a, &b, &mut out, &mut scratch, true);
             let got: Vec<f64> = out.iter().map(|&x| f64::from(x)).collect();
             assert_eq!(got, want, "{kernel:?}");
         }
