@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::QUANT_BLOCK;
 use super::dynamic_map::{decode_signed, decode_unsigned, encode_signed, encode_unsigned};
 use super::kernels::{AdamW, AdamWOperands, OptimKernels, QuantizedMut, Sgd, Update};
-use super::rounding::{bf16_stochastic, store_param};
+use super::rounding::{bf16_stochastic, split_draw, store_drawn, store_param};
 use crate::buffer::Buffer;
 use crate::cpu::{CHUNK, CpuBackend, with_float};
 use crate::dtype::{Compute, DType, Float};
@@ -70,7 +70,8 @@ impl Seeds {
 }
 
 /// AdamW with its moments in bf16 for a parameter `T` computed in f32, rounded stochastically,
-/// and the parameter too where it is bf16.
+/// and the parameter too where it is bf16: one draw an element (on the first moment's seed),
+/// 16 of its 64 bits for each rounding.
 fn adamw_bf16_state<T: Float<C = f32>>(
     consts: &AdamConstants<f32>,
     seeds: Seeds,
@@ -93,9 +94,10 @@ fn adamw_bf16_state<T: Float<C = f32>>(
                         let at = first + i as u64;
                         let (p_new, m_new, v_new) =
                             consts.apply(p.load(), g.load(), m.load(), v.load());
-                        *p = store_param::<T>(p_new, seeds.param, at);
-                        *m = bf16_stochastic(m_new, random_bits(seeds.m, at));
-                        *v = bf16_stochastic(v_new, random_bits(seeds.v, at));
+                        let [m_draw, v_draw, p_draw] = split_draw(random_bits(seeds.m, at));
+                        *p = store_drawn::<T>(p_new, p_draw);
+                        *m = bf16_stochastic(m_new, m_draw);
+                        *v = bf16_stochastic(v_new, v_draw);
                     }
                 },
             )

@@ -65,7 +65,7 @@ impl OptimKernels for CudaBackend {
             let name = format!("adamw_bf16_state_{}", f32_compute(param.dtype())?);
             let mut args: Vec<Arg> = vec![param.into(), grad.into(), m.into(), v.into(), n.into()];
             args.extend(constants);
-            args.extend(rounding_seeds(update));
+            args.push(update.rounding_seed(0).into());
             return self.launch("adamw", Family::Optim, &name, self.grid(n as u64), &args);
         }
         let name = float_kernel("adamw", param.dtype(), "adamw")?;

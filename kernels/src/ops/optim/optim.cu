@@ -14,17 +14,23 @@ __device__ __forceinline__ bf16 bf16_stochastic(float x, u64 draw) {
     return r;
 }
 
+// A parameter's new value stored as T with `draw`'s top 16 bits (`ops::optim::rounding::store_drawn`):
+// a bf16 parameter rounded stochastically, any other to nearest.
+template <typename T>
+__device__ __forceinline__ T store_drawn(typename Io<T>::C x, u64 draw) {
+    (void)draw;
+    return Io<T>::store(x);
+}
+template <>
+__device__ __forceinline__ bf16 store_drawn<bf16>(float x, u64 draw) {
+    return bf16_stochastic(x, draw);
+}
+
 // A parameter's new value stored as T (`ops::optim::rounding::store_param`): a bf16 parameter
 // rounded stochastically with the draw of element i on `seed`, any other to nearest.
 template <typename T>
 __device__ __forceinline__ T store_param(typename Io<T>::C x, u64 seed, u64 i) {
-    (void)seed;
-    (void)i;
-    return Io<T>::store(x);
-}
-template <>
-__device__ __forceinline__ bf16 store_param<bf16>(float x, u64 seed, u64 i) {
-    return bf16_stochastic(x, random_bits(seed, i));
+    return store_drawn<T>(x, random_bits(seed, i));
 }
 
 #define OPTIM(name, T) \
@@ -83,19 +89,21 @@ struct AdamF32 {
 };
 
 // AdamW with bf16 moments for a parameter computed in f32, rounded stochastically, and the
-// parameter too where it is bf16.
+// parameter too where it is bf16: one draw an element, 16 of its bits for each rounding
+// (`ops::optim::rounding::split_draw`).
 #define ADAMW_BF16_STATE(name, T) \
     extern "C" __global__ void adamw_bf16_state_##name(T* param, const T* grad, bf16* m, bf16* v, u64 n, \
                                                        double scale, double b1, double b2, double decay, \
                                                        double step_size, double root_correction, double eps, \
-                                                       u64 m_seed, u64 v_seed, u64 p_seed) { \
+                                                       u64 seed) { \
         typedef Io<T> io; \
         const AdamF32 adam(scale, b1, b2, decay, step_size, root_correction, eps); \
         for (u64 i = thread_index(); i < n; i += grid_stride()) { \
             float m_new = bf16_to_f32(m[i].bits), v_new = bf16_to_f32(v[i].bits); \
-            param[i] = store_param<T>(adam.apply(io::load(param[i]), io::load(grad[i]), m_new, v_new), p_seed, i); \
-            m[i] = bf16_stochastic(m_new, random_bits(m_seed, i)); \
-            v[i] = bf16_stochastic(v_new, random_bits(v_seed, i)); \
+            const u64 draw = random_bits(seed, i); \
+            param[i] = store_drawn<T>(adam.apply(io::load(param[i]), io::load(grad[i]), m_new, v_new), draw << 32); \
+            m[i] = bf16_stochastic(m_new, draw); \
+            v[i] = bf16_stochastic(v_new, draw << 16); \
         } \
     }
 ADAMW_BF16_STATE(f32, float)
