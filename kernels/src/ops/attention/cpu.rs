@@ -1,14 +1,15 @@
-//! CPU kernels: FlashAttention-2 on blocks of 64 queries and 64 keys, each block product one
-//! of [`Blocks`] (bf16 on the CPU's bf16 instructions where it has them). The forward pass runs one task per head and block of queries (its
-//! output rows are its own), over the keys from the first its first row sees to the last its
-//! last row sees; the backward pass one task per head, which walks the blocks of keys and, for
-//! each, the queries that see them, accumulating the keys' and values' gradients for the block
-//! and the queries' gradients for the head. Masked weights inside a block (the diagonal, a
-//! window's start) are zeros. Grouped-query attention reads each key/value head once for its
-//! group; the backward pass runs one task per key/value head, which sums its query heads'
-//! shares of the keys' and values' gradients in their order. Half types compute in f32, f64 in
-//! f64; every product accumulates in the compute type, and bf16 products where the CPU
-//! multiplies bf16 take the weights and their gradients rounded to bf16.
+//! CPU kernels: FlashAttention-2, each block product one of [`Blocks`] (bf16 on the CPU's
+//! bf16 instructions where it has them). The forward pass runs one task per head and block of
+//! 64 queries (its output rows are its own), over blocks of 512 keys from the first its first
+//! row sees to the last its last row sees; the backward pass one task per head, which walks
+//! the blocks of 64 keys and, for each, the blocks of 256 queries that see them, accumulating
+//! the keys' and values' gradients for the block and the queries' gradients for the head.
+//! Masked weights inside a block (the diagonal, a window's start) are zeros. Grouped-query
+//! attention reads each key/value head once for its group; the backward pass runs one task per
+//! key/value head, which sums its query heads' shares of the keys' and values' gradients in
+//! their order. Half types compute in f32, f64 in f64; every product accumulates in the
+//! compute type, and bf16 products where the CPU multiplies bf16 take the weights and their
+//! gradients rounded to bf16.
 
 use std::ops::Range;
 
@@ -28,10 +29,16 @@ use crate::ops::gemm::bf16 as bf16_products;
 use crate::ops::random::kernels::keeps;
 use crate::ops::rows::lanes::{max_by, sum_by};
 
-/// Queries per block.
+/// Queries per block of the forward pass (one task each).
 const QUERIES: usize = 64;
-/// Keys per block.
+/// Queries per block of the backward pass: tall, so that each block of keys and values is
+/// packed for its products once for many queries.
+const BACKWARD_QUERIES: usize = 256;
+/// Keys per block of the backward pass.
 const KEYS: usize = 64;
+/// Keys per block of the forward pass: wide, so that each row's rescaling and the loops of
+/// its online softmax run over many keys at once.
+const FORWARD_KEYS: usize = 512;
 
 impl AttentionKernels for CpuBackend {
     fn attention(&self, spec: &AttentionSpec, operands: AttentionOperands<'_>) -> Result<()> {
@@ -298,13 +305,13 @@ fn query_block<T: Float, B: Blocks<T>>(
     let mut acc = vec![T::C::ZERO; rows * d];
     let mut max = vec![T::C::NEG_INFINITY; rows];
     let mut sum = vec![T::C::ZERO; rows];
-    let mut weights = vec![T::C::ZERO; rows * KEYS];
+    let mut weights = vec![T::C::ZERO; rows * FORWARD_KEYS];
     let mut rounded = Vec::new();
     // From the first key the first row sees to the last the last row sees (a document's
     // start never falls behind an earlier position's).
     let keys = mask.keys_of(first).start..mask.keys_of(first + rows - 1).end;
-    for key0 in keys.clone().step_by(KEYS) {
-        let cols = KEYS.min(keys.end - key0);
+    for key0 in keys.clone().step_by(FORWARD_KEYS) {
+        let cols = FORWARD_KEYS.min(keys.end - key0);
         let w = &mut weights[..rows * cols];
         let (queries, block_keys) = (plain(&q[first * d..]), transposed(&k[key0 * d..]));
         blocks.product((rows, cols, d), queries, block_keys, w, false);
@@ -436,16 +443,9 @@ fn head_backward<T: Float, B: Blocks<T>>(
         })
         .collect();
     let mut dq_acc = vec![zero; len * d];
-    let mut weights = [zero; QUERIES * KEYS];
-    let mut grad = [zero; QUERIES * KEYS];
-    let mut dropped = vec![
-        zero;
-        if spec.dropout.is_some() {
-            QUERIES * KEYS
-        } else {
-            0
-        }
-    ];
+    let block = BACKWARD_QUERIES * KEYS;
+    let (mut weights, mut grad) = (vec![zero; block], vec![zero; block]);
+    let mut dropped = vec![zero; if spec.dropout.is_some() { block } else { 0 }];
     let (mut rounded_weights, mut rounded_grad) = (Vec::new(), Vec::new());
     let (mut dk_acc, mut dv_acc) = (vec![zero; KEYS * d], vec![zero; KEYS * d]);
     for key0 in (0..len).step_by(KEYS) {
@@ -454,8 +454,8 @@ fn head_backward<T: Float, B: Blocks<T>>(
         dv_acc.iter_mut().for_each(|x| *x = zero);
         // From the first query that sees the block's first key to the last that sees its last.
         let queries = mask.queries_of(key0).start..mask.queries_of(key0 + cols - 1).end;
-        for q0 in queries.clone().step_by(QUERIES) {
-            let rows = QUERIES.min(queries.end - q0);
+        for q0 in queries.clone().step_by(BACKWARD_QUERIES) {
+            let rows = BACKWARD_QUERIES.min(queries.end - q0);
             let (p, g) = (&mut weights[..rows * cols], &mut grad[..rows * cols]);
             let (qs, ks, vs) = (&q[q0 * d..], &k[key0 * d..], &v[key0 * d..]);
             let dos = plain(&upstream[q0 * d..]);
