@@ -27,7 +27,7 @@ use crate::ops::documents::{check_starts, document_ends};
 use crate::ops::elementwise::isa::in_best_isa;
 use crate::ops::gemm::bf16 as bf16_products;
 use crate::ops::random::kernels::keeps;
-use crate::ops::rows::lanes::{max_by, sum_by};
+use crate::ops::rows::lanes::{map_and_sum, max_by};
 
 /// Queries per block of the forward pass (one task each).
 const QUERIES: usize = 64;
@@ -240,11 +240,6 @@ fn transposed<X>(data: &[X]) -> Mat<'_, X> {
     }
 }
 
-/// `x *= factor` over a block.
-fn scale_block<C: Compute>(x: &mut [C], factor: C) {
-    x.iter_mut().for_each(|v| *v = *v * factor);
-}
-
 fn forward<T: Float, B: Blocks<T>>(
     spec: &AttentionSpec,
     ((q, k, v), starts): (Operands<'_, T>, Option<&[u32]>),
@@ -315,21 +310,17 @@ fn query_block<T: Float, B: Blocks<T>>(
         let w = &mut weights[..rows * cols];
         let (queries, block_keys) = (plain(&q[first * d..]), transposed(&k[key0 * d..]));
         blocks.product((rows, cols, d), queries, block_keys, w, false);
-        scale_block(w, scale);
         for r in 0..rows {
             let row = &mut w[r * cols..][..cols];
             let seen = seen_in(mask.keys_of(first + r), key0, cols);
-            let block_max = max_by(&row[seen.clone()], |x| x);
+            // The scores are `scale` times the products.
+            let block_max = max_by(&row[seen.clone()], |x| x * scale);
             let new_max = max[r].max(block_max);
             if new_max == T::C::NEG_INFINITY {
                 row.iter_mut().for_each(|x| *x = T::C::ZERO);
                 continue;
             }
-            // Exponentials in a loop of their own (it vectorizes), then their sum.
-            row[seen.clone()]
-                .iter_mut()
-                .for_each(|x| *x = (*x - new_max).exp());
-            let block_sum = sum_by(&row[seen.clone()], |x| x);
+            let block_sum = map_and_sum(&mut row[seen.clone()], |x| (x * scale - new_max).exp());
             row[..seen.start].iter_mut().for_each(|x| *x = T::C::ZERO);
             row[seen.end..].iter_mut().for_each(|x| *x = T::C::ZERO);
             if spec.dropout.is_some() {

@@ -36,3 +36,39 @@ pub(crate) fn sum_by<X: Copy, C: Compute>(row: &[X], f: impl Fn(X) -> C) -> C {
     let sum = sums.iter().fold(C::ZERO, |s, &x| s + x);
     tail.iter().fold(sum, |s, &x| s + f(x))
 }
+
+/// Replaces each `x` of `row` by `f(x)` and returns the sum of the new values, added in the
+/// order [`sum_by`] adds them: one pass where a map and [`sum_by`] take two.
+#[inline(always)]
+pub(crate) fn map_and_sum<C: Compute>(row: &mut [C], f: impl Fn(C) -> C) -> C {
+    let mut groups = row.chunks_exact_mut(LANES);
+    let mut sums = [C::ZERO; LANES];
+    for group in &mut groups {
+        for (s, x) in sums.iter_mut().zip(group) {
+            *x = f(*x);
+            *s = *s + *x;
+        }
+    }
+    let sum = sums.iter().fold(C::ZERO, |s, &x| s + x);
+    groups.into_remainder().iter_mut().fold(sum, |s, x| {
+        *x = f(*x);
+        s + *x
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_and_sum_maps_and_adds_as_a_map_then_sum_by() {
+        // Two whole groups and a tail, values whose sum depends on the order it is added in.
+        let row: Vec<f32> = (0..37).map(|i| 1.0 / (i as f32 + 0.3)).collect();
+        let f = |x: f32| (x * 3.7 - 1.1).exp();
+        let mut mapped = row.clone();
+        let sum = map_and_sum(&mut mapped, f);
+        let want: Vec<f32> = row.iter().map(|&x| f(x)).collect();
+        assert_eq!(mapped, want);
+        assert_eq!(sum.to_bits(), sum_by(&want, |x| x).to_bits());
+    }
+}
