@@ -1,6 +1,6 @@
 //! The products of the CPU's attention blocks, on one thread: widened to the compute type
-//! through the `gemm` crate ([`Widened`]), or bf16 operands multiplied as they are on the
-//! CPU's bf16 instructions with f32 sums ([`Bf16Units`]), as a bf16 linear layer's products run.
+//! through the `gemm` crate ([`Widened`]), or bf16 operands multiplied as they are with f32
+//! sums ([`Bf16Units`]), on the kernel a bf16 linear layer's products run on.
 //! A block of weights (or their gradient) enters a bf16 product rounded to bf16 once.
 
 use std::marker::PhantomData;

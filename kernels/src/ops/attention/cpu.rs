@@ -1,5 +1,5 @@
-//! CPU kernels: FlashAttention-2, each block product one of [`Blocks`] (bf16 on the CPU's
-//! bf16 instructions where it has them). The forward pass runs one task per head and block of
+//! CPU kernels: FlashAttention-2, each block product one of [`Blocks`] (bf16 on AMX tiles
+//! where the CPU has them; on `VDPBF16PS` alone such small products run faster widened). The forward pass runs one task per head and block of
 //! 64 queries (its output rows are its own), over blocks of 512 keys from the first its first
 //! row sees to the last its last row sees; the backward pass one task per head, which walks
 //! the blocks of 64 keys and, for each, the blocks of 256 queries that see them, accumulating
@@ -8,8 +8,8 @@
 //! attention reads each key/value head once for its group; the backward pass runs one task per
 //! key/value head, which sums its query heads' shares of the keys' and values' gradients in
 //! their order. Half types compute in f32, f64 in f64; every product accumulates in the
-//! compute type, and bf16 products where the CPU multiplies bf16 take the weights and their
-//! gradients rounded to bf16.
+//! compute type, and bf16 products on AMX take the weights and their gradients rounded to
+//! bf16.
 
 use std::ops::Range;
 
@@ -64,7 +64,7 @@ impl AttentionKernels for CpuBackend {
             DType::F32 => run!(f32, Widened<f32>),
             DType::F64 => run!(f64, Widened<f64>),
             DType::F16 => run!(f16, Widened<f16>),
-            DType::BF16 if bf16_products::available() => run!(bf16, Bf16Units),
+            DType::BF16 if bf16_products::on_tiles() => run!(bf16, Bf16Units),
             DType::BF16 => run!(bf16, Widened<bf16>),
             other => Err(not_float(other, OP)),
         }
@@ -102,7 +102,7 @@ impl AttentionKernels for CpuBackend {
             DType::F32 => run!(f32, Widened<f32>),
             DType::F64 => run!(f64, Widened<f64>),
             DType::F16 => run!(f16, Widened<f16>),
-            DType::BF16 if bf16_products::available() => run!(bf16, Bf16Units),
+            DType::BF16 if bf16_products::on_tiles() => run!(bf16, Bf16Units),
             DType::BF16 => run!(bf16, Widened<bf16>),
             other => Err(not_float(other, OP)),
         }

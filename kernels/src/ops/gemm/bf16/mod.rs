@@ -67,6 +67,15 @@ pub(crate) fn available() -> bool {
     kernel().is_some()
 }
 
+/// Whether this CPU's bf16 products run on AMX tiles (see [`kernel`]), where even small blocks
+/// of them outrun f32's.
+pub(crate) fn on_tiles() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    return matches!(kernel(), Some(Kernel::Amx(_)));
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    false
+}
+
 /// Whether a product of `a_dtype` operands into an `out_dtype` output runs here on this CPU
 /// (a few rows into bf16 run in `few_rows` instead); on a meta device planning for the CPU too.
 pub(crate) fn takes(spec: &GemmSpec, a_dtype: DType, out_dtype: DType) -> bool {
