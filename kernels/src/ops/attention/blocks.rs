@@ -164,7 +164,8 @@ impl Blocks<bf16> for Bf16Units {
         };
         self.scratch.resize(bf16_products::scratch_words(&spec), 0);
         let c = &mut c[..m * n];
-        bf16_products::product_here(&spec, a.data, b.data, c, &mut self.scratch);
+        let operands = (a.data, b.data);
+        bf16_products::product(&spec, operands, c, &mut self.scratch, false);
     }
 }
 

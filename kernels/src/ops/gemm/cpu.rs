@@ -55,8 +55,8 @@ fn gemm_bf16(spec: &GemmSpec, a: &Buffer, b: &Buffer, out: &mut Buffer) -> Resul
     };
     let (a, b) = (a.host::<half::bf16>(OP)?, b.host::<half::bf16>(OP)?);
     match out.dtype() {
-        DType::F32 => bf16::product(spec, a, b, out.host_mut::<f32>(OP)?, scratch),
-        _ => bf16::product(spec, a, b, out.host_mut::<half::bf16>(OP)?, scratch),
+        DType::F32 => bf16::product(spec, (a, b), out.host_mut::<f32>(OP)?, scratch, true),
+        _ => bf16::product(spec, (a, b), out.host_mut::<half::bf16>(OP)?, scratch, true),
     }
     Ok(())
 }

@@ -121,43 +121,18 @@ fn batches_in_parallel(spec: &GemmSpec) -> bool {
 
 /// `out[i] (+)= op(a[i]) op(b[i])` for every product `i` of `spec`, into bf16 (each sum
 /// rounded once by [`Float::store`]) or f32, with `scratch` of [`scratch_words`] to pack the
-/// operands into. The caller has checked [`available`]; `a`, `b` and `out` hold the elements
-/// `spec` addresses.
+/// operands into; its tiles or products run as parallel tasks when `parallel` (not for a small
+/// product inside a task of its own). The caller has checked [`available`]; `a`, `b` and `out`
+/// hold the elements `spec` addresses.
 pub(crate) fn product<O: Float<C = f32>>(
     spec: &GemmSpec,
-    a: &[bf16],
-    b: &[bf16],
+    (a, b): (&[bf16], &[bf16]),
     out: &mut [O],
     scratch: &mut [u32],
+    parallel: bool,
 ) {
-    product_on(
-        kernel().unwrap_or(Kernel::Dot),
-        spec,
-        a,
-        b,
-        out,
-        scratch,
-        true,
-    );
-}
-
-/// [`product`] on the calling thread alone: for a small product inside a parallel task.
-pub(crate) fn product_here<O: Float<C = f32>>(
-    spec: &GemmSpec,
-    a: &[bf16],
-    b: &[bf16],
-    out: &mut [O],
-    scratch: &mut [u32],
-) {
-    product_on(
-        kernel().unwrap_or(Kernel::Dot),
-        spec,
-        a,
-        b,
-        out,
-        scratch,
-        false,
-    );
+    let kernel = kernel().unwrap_or(Kernel::Dot);
+    product_on(kernel, spec, a, b, out, scratch, parallel);
 }
 
 fn product_on<O: Float<C = f32>>(
