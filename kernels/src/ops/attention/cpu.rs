@@ -1,15 +1,15 @@
 //! CPU kernels: FlashAttention-2, each block product one of [`Blocks`] (bf16 on AMX tiles
-//! where the CPU has them; on `VDPBF16PS` alone such small products run faster widened). The forward pass runs one task per head and block of
-//! 64 queries (its output rows are its own), over blocks of 512 keys from the first its first
-//! row sees to the last its last row sees; the backward pass one task per head, which walks
-//! the blocks of 64 keys and, for each, the blocks of 256 queries that see them, accumulating
-//! the keys' and values' gradients for the block and the queries' gradients for the head.
-//! Masked weights inside a block (the diagonal, a window's start) are zeros. Grouped-query
-//! attention reads each key/value head once for its group; the backward pass runs one task per
-//! key/value head, which sums its query heads' shares of the keys' and values' gradients in
-//! their order. Half types compute in f32, f64 in f64; every product accumulates in the
-//! compute type, and bf16 products on AMX take the weights and their gradients rounded to
-//! bf16.
+//! where the CPU has them; on `VDPBF16PS` alone such small products run faster widened). The
+//! forward pass runs one task per head and block of 64 queries (its output rows are its own),
+//! over blocks of 512 keys from the first its first row sees to the last its last row sees;
+//! the backward pass one task per head, which walks the blocks of 64 keys and, for each, the
+//! blocks of 256 queries that see them, accumulating the keys' and values' gradients for the
+//! block and the queries' gradients for the head. Masked weights inside a block (the diagonal,
+//! a window's start) are zeros. Grouped-query attention reads each key/value head once for its
+//! group; the backward pass runs one task per key/value head, which sums its query heads'
+//! shares of the keys' and values' gradients in their order. Half types compute in f32, f64 in
+//! f64; every product accumulates in the compute type, and bf16 products on AMX take the
+//! weights and their gradients rounded to bf16.
 
 use std::ops::Range;
 

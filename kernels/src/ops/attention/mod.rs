@@ -8,7 +8,8 @@
 //! Operands are `[..., len, head]` arrays (every leading axis a batch of independent heads) in
 //! one float dtype, the keys and values with fewer heads on the axis before `len` for
 //! grouped-query attention (each shared by a group of query heads, read in place); half types
-//! compute in f32 (bf16's products on the CPU's AMX tiles where it has them), f64 in f64. The log-sum-exp is f32 (f64 for f64 operands), `[..., len]`.
+//! compute in f32 (bf16's products on the CPU's AMX tiles where it has them), f64 in f64. The
+//! log-sum-exp is f32 (f64 for f64 operands), `[..., len]`.
 //!
 //! Packed documents ([`attention_in_documents`]): with a row's document starts
 //! ([`crate::ops::documents`]) each query sees only the keys of its own document, and the
