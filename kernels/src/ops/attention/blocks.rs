@@ -8,9 +8,9 @@ use std::marker::PhantomData;
 use gemm::Parallelism;
 use half::bf16;
 
-use crate::dtype::{Compute, Float};
-use crate::ops::gemm::GemmSpec;
+use crate::dtype::{Element, Float};
 use crate::ops::gemm::bf16 as bf16_products;
+use crate::ops::gemm::{GemmSpec, one_product};
 
 /// A block operand stored row-major and contiguous, read as stored or transposed.
 #[derive(Clone, Copy)]
@@ -21,6 +21,21 @@ pub(super) struct Mat<'a, X> {
 
 /// `m x k` by `k x n`: a block product's shape.
 pub(super) type Shape = (usize, usize, usize);
+
+/// One product of `shape` over `a` and `b`, into what `c` holds when `add`.
+fn spec_of<X>((m, n, k): Shape, (a, b): (&Mat<'_, X>, &Mat<'_, X>), add: bool) -> GemmSpec {
+    GemmSpec {
+        batch: 1,
+        m,
+        n,
+        k,
+        trans_a: a.transposed,
+        trans_b: b.transposed,
+        a_batch_stride: 0,
+        b_batch_stride: 0,
+        accumulate: add,
+    }
+}
 
 /// How the blocks of an attention over `T` multiply: their operands' element `X`, their sums
 /// in `T`'s compute type.
@@ -52,7 +67,10 @@ impl<T> Default for Widened<T> {
     }
 }
 
-impl<T: Float> Blocks<T> for Widened<T> {
+impl<T: Float> Blocks<T> for Widened<T>
+where
+    T::C: Element,
+{
     type X = T::C;
 
     #[inline(always)]
@@ -66,59 +84,14 @@ impl<T: Float> Blocks<T> for Widened<T> {
 
     fn product(
         &mut self,
-        (m, n, k): Shape,
+        shape: Shape,
         a: Mat<'_, T::C>,
         b: Mat<'_, T::C>,
         c: &mut [T::C],
         add: bool,
     ) {
-        if m == 0 || n == 0 {
-            return;
-        }
-        let c = &mut c[..m * n];
-        if k == 0 {
-            if !add {
-                c.fill(T::C::ZERO);
-            }
-            return;
-        }
-        // Row and column strides of a stored `rows x cols` operand read as `op`.
-        let strides = |mat: &Mat<'_, T::C>, cols: usize, inner: usize| {
-            if mat.transposed {
-                (1, inner)
-            } else {
-                (cols, 1)
-            }
-        };
-        let ((a_rs, a_cs), (b_rs, b_cs)) = (strides(&a, k, m), strides(&b, n, k));
-        let (a, b) = (&a.data[..m * k], &b.data[..k * n]);
-        // SAFETY: `a`, `b` and `c` hold exactly the `m x k`, `k x n` and `m x n` elements the
-        // strides address (sliced above, so any overrun would have panicked there); `c` is a
-        // mutable slice distinct from `a` and `b`; with `read_dst` true `c` holds initialized
-        // values. `T::C` is f32 or f64.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
-                add,
-                a.as_ptr(),
-                a_cs as isize,
-                a_rs as isize,
-                b.as_ptr(),
-                b_cs as isize,
-                b_rs as isize,
-                T::C::ONE,
-                T::C::ONE,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            );
-        }
+        let spec = spec_of(shape, (&a, &b), add);
+        one_product(&spec, (a.data, b.data), c, Parallelism::None);
     }
 }
 
@@ -145,25 +118,15 @@ impl Blocks<bf16> for Bf16Units {
 
     fn product(
         &mut self,
-        (m, n, k): Shape,
+        shape: Shape,
         a: Mat<'_, bf16>,
         b: Mat<'_, bf16>,
         c: &mut [f32],
         add: bool,
     ) {
-        let spec = GemmSpec {
-            batch: 1,
-            m,
-            n,
-            k,
-            trans_a: a.transposed,
-            trans_b: b.transposed,
-            a_batch_stride: 0,
-            b_batch_stride: 0,
-            accumulate: add,
-        };
+        let spec = spec_of(shape, (&a, &b), add);
         self.scratch.resize(bf16_products::scratch_words(&spec), 0);
-        let c = &mut c[..m * n];
+        let c = &mut c[..spec.m * spec.n];
         let operands = (a.data, b.data);
         bf16_products::product(&spec, operands, c, &mut self.scratch, false);
     }

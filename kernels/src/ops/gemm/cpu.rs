@@ -73,51 +73,10 @@ fn gemm_typed<T: Element + Default>(
     if out.is_empty() {
         return Ok(());
     }
-    if k == 0 {
-        if !spec.accumulate {
-            out.fill(T::from_f64(0.0));
-        }
-        return Ok(());
-    }
-    let one = T::from_f64(1.0);
     let product = |c: &mut [T], index: usize, parallelism: Parallelism| {
-        let a = &a[index * spec.a_batch_stride..][..m * k];
-        let b = &b[index * spec.b_batch_stride..][..k * n];
-        // Row and column strides of op(a) [m, k] and op(b) [k, n] in their row-major storage.
-        let (a_rs, a_cs) = if spec.trans_a { (1, m) } else { (k, 1) };
-        let (b_rs, b_cs) = if spec.trans_b { (1, k) } else { (n, 1) };
-        // SAFETY: `a` holds `m * k` elements and `b` `k * n` (sliced above, so in bounds); the
-        // strides address exactly those elements; `c` holds `m * n` elements written with row
-        // stride `n`; `c` is a distinct allocation from `a` and `b`, so nothing aliases; with
-        // `read_dst` false, `c`'s previous contents are neither read nor required, and with it
-        // true they are initialized values of `T`.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
-                spec.accumulate,
-                a.as_ptr(),
-                a_cs as isize,
-                a_rs as isize,
-                b.as_ptr(),
-                b_cs as isize,
-                b_rs as isize,
-                if spec.accumulate {
-                    one
-                } else {
-                    T::from_f64(0.0)
-                },
-                one,
-                false,
-                false,
-                false,
-                parallelism,
-            );
-        }
+        let a = &a[index * spec.a_batch_stride..];
+        let b = &b[index * spec.b_batch_stride..];
+        one_product(spec, (a, b), c, parallelism);
     };
     if spec.batch > 1 && m * n * k <= SMALL_PRODUCT {
         out.par_chunks_mut(m * n)
@@ -129,4 +88,63 @@ fn gemm_typed<T: Element + Default>(
         }
     }
     Ok(())
+}
+
+/// `c (+)= op(a) op(b)`: one product of `spec`'s geometry on the `gemm` crate (its batch
+/// ignored), `a` and `b` stored row-major from their first element, `c` holding `m x n`
+/// (added into when `spec.accumulate`).
+pub(crate) fn one_product<T: Element>(
+    spec: &GemmSpec,
+    (a, b): (&[T], &[T]),
+    c: &mut [T],
+    parallelism: Parallelism,
+) {
+    let &GemmSpec { m, n, k, .. } = spec;
+    if m == 0 || n == 0 {
+        return;
+    }
+    let c = &mut c[..m * n];
+    if k == 0 {
+        if !spec.accumulate {
+            c.fill(T::from_f64(0.0));
+        }
+        return;
+    }
+    let (a, b) = (&a[..m * k], &b[..k * n]);
+    // Row and column strides of op(a) [m, k] and op(b) [k, n] in their row-major storage.
+    let (a_rs, a_cs) = if spec.trans_a { (1, m) } else { (k, 1) };
+    let (b_rs, b_cs) = if spec.trans_b { (1, k) } else { (n, 1) };
+    let one = T::from_f64(1.0);
+    // SAFETY: `a` holds `m * k` elements and `b` `k * n` (sliced above, so in bounds); the
+    // strides address exactly those elements; `c` holds `m * n` elements written with row
+    // stride `n`; `c` is a slice distinct from `a` and `b`, so nothing aliases; with `read_dst`
+    // false, `c`'s previous contents are neither read nor required, and with it true they are
+    // initialized values of `T`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            spec.accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            if spec.accumulate {
+                one
+            } else {
+                T::from_f64(0.0)
+            },
+            one,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
 }

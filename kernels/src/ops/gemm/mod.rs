@@ -11,6 +11,7 @@ mod half;
 pub(crate) mod kernels;
 mod meta;
 
+pub(crate) use cpu::one_product;
 pub use kernels::{GemmKernels, GemmSpec};
 
 use crate::array::Array;
