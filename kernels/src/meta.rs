@@ -121,6 +121,7 @@ impl PlanTarget {
             PlanTarget::Cpu => Rates {
                 matrix_flops: 100e9,
                 half_matrix_flops: 100e9,
+                packing: 2e9,
                 vector_flops: 10e9,
                 bytes: 10e9,
                 launch: 5e-6,
@@ -131,6 +132,7 @@ impl PlanTarget {
             PlanTarget::Cuda { .. } => Rates {
                 matrix_flops: 50e12,
                 half_matrix_flops: 400e12,
+                packing: f64::INFINITY,
                 vector_flops: 25e12,
                 bytes: 2.5e12,
                 launch: 5e-6,

@@ -28,6 +28,9 @@ pub struct Rates {
     pub matrix_flops: f64,
     /// Floating-point operations of bf16 and f16 matrix products.
     pub half_matrix_flops: f64,
+    /// Pairs of bf16 values per second a CPU's bf16 products pack their operands into, beside
+    /// their arithmetic (infinite where products read their operands as stored).
+    pub packing: f64,
     /// Other floating-point operations (elementwise, reductions, normalizations).
     pub vector_flops: f64,
     /// Bytes read and written in memory.
@@ -51,7 +54,9 @@ impl Rates {
         } else {
             self.matrix_flops
         };
-        let compute = kernel.matrix_flops / matrix + kernel.vector_flops / self.vector_flops;
+        let compute = kernel.matrix_flops / matrix
+            + kernel.packed / self.packing
+            + kernel.vector_flops / self.vector_flops;
         let moved = kernel.transferred / self.transfer + kernel.communicated / self.link;
         self.launch + compute.max(kernel.bytes / self.bytes) + moved
     }
@@ -65,6 +70,8 @@ pub struct Work {
     pub kernels: u64,
     /// Floating-point operations in matrix products.
     pub matrix_flops: f64,
+    /// Pairs of bf16 values the CPU's bf16 products packed.
+    pub packed: f64,
     /// Other floating-point operations.
     pub vector_flops: f64,
     /// Bytes read and written.
@@ -84,6 +91,8 @@ pub(crate) struct Kernel {
     matrix_flops: f64,
     /// Its matrix product runs in half precision.
     half: bool,
+    /// Pairs of bf16 values it packs its operands into.
+    packed: f64,
     vector_flops: f64,
     bytes: f64,
     /// Bytes copied between a device and its host tier.
@@ -149,6 +158,14 @@ impl Kernel {
         }
     }
 
+    /// This kernel, packing `pairs` pairs of bf16 values besides (a CPU's bf16 product).
+    pub fn packing(self, pairs: usize) -> Self {
+        Self {
+            packed: pairs as f64,
+            ..self
+        }
+    }
+
     /// Attention over `heads` heads of `head` features, each computing `scores` scores (what its
     /// mask keeps, [`AttentionSpec::scores_per_head`]), in `passes` matrix products of the
     /// scores' size (two forward, five backward, the scores recomputed), reading and writing
@@ -205,6 +222,7 @@ impl WorkLog {
             let (work, captured) = &mut *self.work.lock();
             work.kernels += 1;
             work.matrix_flops += kernel.matrix_flops;
+            work.packed += kernel.packed;
             work.vector_flops += kernel.vector_flops;
             work.bytes += kernel.bytes;
             work.transferred += kernel.transferred;
@@ -238,6 +256,7 @@ impl WorkLog {
             work.kernels += (kernels.len() * times) as u64;
             for k in kernels {
                 work.matrix_flops += n * k.matrix_flops;
+                work.packed += n * k.packed;
                 work.vector_flops += n * k.vector_flops;
                 work.bytes += n * k.bytes;
                 work.communicated += n * k.communicated;

@@ -795,6 +795,7 @@ fn a_plan_prices_half_attention_where_the_target_computes_it() {
     let rates = headroom_kernels::Rates {
         matrix_flops: 1e9,
         half_matrix_flops: 1e11,
+        packing: 1e15,
         vector_flops: 1e15,
         bytes: 1e15,
         launch: 0.0,

@@ -591,10 +591,11 @@ fn chosen_seconds(plan: &str) -> f64 {
 /// Rates as `headroom plan --calibrate` caches them.
 fn cached_rates(rates: headroom_kernels::Rates) -> String {
     format!(
-        "matrix_flops = {:?}\nhalf_matrix_flops = {:?}\nvector_flops = {:?}\nbytes = {:?}\n\
-         launch = {:?}\ntransfer = {:?}\n",
+        "matrix_flops = {:?}\nhalf_matrix_flops = {:?}\npacking = {:?}\nvector_flops = {:?}\n\
+         bytes = {:?}\nlaunch = {:?}\ntransfer = {:?}\n",
         rates.matrix_flops,
         rates.half_matrix_flops,
+        rates.packing,
         rates.vector_flops,
         rates.bytes,
         rates.launch,

@@ -121,12 +121,13 @@ fn calibration(config: &TrainConfig) -> Result<Vec<String>> {
     let lines = calibrate(&device)?.into_iter().map(|calibrated| {
         let rates = calibrated.rates;
         format!(
-            "calibrated {}: f32 products {:.1} GFLOP/s, bf16 products {:.1} GFLOP/s, other \
-             arithmetic {:.1} GFLOP/s, memory {:.1} GB/s, {:.1} µs a kernel, copies to and \
-             from the host tier {:.1} GB/s ({})",
+            "calibrated {}: f32 products {:.1} GFLOP/s, bf16 products {:.1} GFLOP/s and their \
+             packing {:.2} G pairs/s, other arithmetic {:.1} GFLOP/s, memory {:.1} GB/s, {:.1} \
+             µs a kernel, copies to and from the host tier {:.1} GB/s ({})",
             calibrated.device,
             rates.matrix_flops / 1e9,
             rates.half_matrix_flops / 1e9,
+            rates.packing / 1e9,
             rates.vector_flops / 1e9,
             rates.bytes / 1e9,
             rates.launch * 1e6,

@@ -6,7 +6,9 @@
 //!
 //! Calibration times the kernels the rates stand for on the run's device, and on the host's
 //! CPU when the device is another, each the median of a few runs after a warm-up: an f32 and
-//! a bf16 matrix product of 1024 x 1024 x 1024, an exponential over 16 Mi elements (the
+//! a bf16 matrix product of 1024 x 1024 x 1024, a bf16 product of 64 rows against a weight of
+//! 8192 x 1024 (where a CPU packs more than it multiplies: the two bf16 products part the
+//! arithmetic's rate from the packing's), an exponential over 16 Mi elements (the
 //! vector rate), a sum of two 64 MiB arrays (the memory rate), a hundred additions of 256
 //! elements (a kernel's fixed cost) and a copy of 64 MiB to the device's host tier and back
 //! (the transfer rate; page-locked memory on a GPU, as a run's host tier is).
@@ -27,6 +29,9 @@ use crate::error::{Error, Result};
 struct Cached {
     matrix_flops: f64,
     half_matrix_flops: f64,
+    /// Pairs of bf16 values packed per second (a cache written before it was measured is
+    /// refused, as below).
+    packing: f64,
     vector_flops: f64,
     bytes: f64,
     launch: f64,
@@ -40,6 +45,7 @@ impl From<Rates> for Cached {
         Self {
             matrix_flops: r.matrix_flops,
             half_matrix_flops: r.half_matrix_flops,
+            packing: r.packing,
             vector_flops: r.vector_flops,
             bytes: r.bytes,
             launch: r.launch,
@@ -55,6 +61,7 @@ impl Cached {
         Rates {
             matrix_flops: c.matrix_flops,
             half_matrix_flops: c.half_matrix_flops,
+            packing: c.packing,
             vector_flops: c.vector_flops,
             bytes: c.bytes,
             launch: c.launch,
@@ -213,6 +220,9 @@ fn median_seconds(
 
 /// The side of the calibration's matrix products.
 const SIDE: usize = 1024;
+/// The rows and columns of its wide bf16 product (`[ROWS, SIDE] @ [COLUMNS, SIDE]^T`, a linear
+/// layer's forward layout).
+const WIDE: (usize, usize) = (64, 8192);
 /// The elements of its long arrays (64 MiB of f32).
 const LONG: usize = 16 << 20;
 /// The tiny additions it times one after another for a kernel's fixed cost.
@@ -223,6 +233,7 @@ const LAUNCHES: usize = 100;
 struct Timings {
     matrix: f64,
     half_matrix: f64,
+    half_wide: f64,
     exp: f64,
     add: f64,
     /// One tiny addition's.
@@ -236,6 +247,8 @@ fn time(device: &Device) -> Result<Timings> {
     let matrix = median_seconds(device, 5, || Ok(matmul(&a, &a, false, false)?))?;
     let half = Array::full(device, [SIDE, SIDE], DType::BF16, 0.5)?;
     let half_matrix = median_seconds(device, 5, || Ok(matmul(&half, &half, false, false)?))?;
+    let (rows, weight) = wide(device)?;
+    let half_wide = median_seconds(device, 5, || Ok(matmul(&rows, &weight, false, true)?))?;
     let x = Array::full(device, [LONG], DType::F32, 0.5)?;
     let exponential = median_seconds(device, 5, || Ok(exp(&x)?))?;
     let y = Array::full(device, [LONG], DType::F32, 0.25)?;
@@ -253,6 +266,7 @@ fn time(device: &Device) -> Result<Timings> {
     Ok(Timings {
         matrix,
         half_matrix,
+        half_wide,
         exp: exponential,
         add: sum,
         launch,
@@ -271,18 +285,28 @@ fn rates_of(target: PlanTarget, t: &Timings) -> Result<Rates> {
             |a| matmul(a, a, false, false),
         )
     };
+    let wide_product = counted(target, wide, |(rows, weight)| {
+        matmul(rows, weight, false, true)
+    })?;
     let long = |device: &Device| Array::full(device, [LONG], DType::F32, 0.5);
     let exponential = counted(target, long, exp)?;
     let sum = counted(target, long, |x| add(x, x))?;
     let run = |seconds: f64, work: &Work| (seconds - work.kernels as f64 * t.launch).max(1e-9);
     let vector_flops = exponential.vector_flops / run(t.exp, &exponential);
-    let matrix = |seconds: f64, work: &Work| {
-        let elementwise = work.vector_flops / vector_flops;
-        work.matrix_flops / (run(seconds, work) - elementwise).max(1e-9)
+    // A product's seconds less its launches and elementwise work.
+    let spent = |seconds: f64, work: &Work| {
+        (run(seconds, work) - work.vector_flops / vector_flops).max(1e-9)
     };
+    let square = product(DType::BF16)?;
+    let (half_matrix_flops, packing) = matrix_and_packing(
+        (spent(t.half_matrix, &square), &square),
+        (spent(t.half_wide, &wide_product), &wide_product),
+    );
+    let f32_product = product(DType::F32)?;
     Ok(Rates {
-        matrix_flops: matrix(t.matrix, &product(DType::F32)?),
-        half_matrix_flops: matrix(t.half_matrix, &product(DType::BF16)?),
+        matrix_flops: f32_product.matrix_flops / spent(t.matrix, &f32_product),
+        half_matrix_flops,
+        packing,
         vector_flops,
         bytes: sum.bytes / run(t.add, &sum),
         launch: t.launch,
@@ -290,6 +314,36 @@ fn rates_of(target: PlanTarget, t: &Timings) -> Result<Rates> {
         transfer: (2 * 4 * LONG) as f64 / (t.round_trip - 2.0 * t.launch).max(1e-9),
         link: target.rates().link,
     })
+}
+
+/// The wide bf16 product's operands on `device`: [`WIDE`]'s rows and its weight.
+fn wide(device: &Device) -> std::result::Result<(Array, Array), headroom_kernels::Error> {
+    let (rows, columns) = WIDE;
+    Ok((
+        Array::full(device, [rows, SIDE], DType::BF16, 0.5)?,
+        Array::full(device, [columns, SIDE], DType::BF16, 0.5)?,
+    ))
+}
+
+/// The matrix and packing rates at which two products' counted work takes the seconds each
+/// spent: two equations in the seconds per operation and per packed pair. Where neither
+/// packs, or the two do not part (a noisy timing), the arithmetic takes the square product's
+/// seconds and packing costs nothing.
+fn matrix_and_packing(
+    (square_s, square): (f64, &Work),
+    (wide_s, wide): (f64, &Work),
+) -> (f64, f64) {
+    let alone = (square.matrix_flops / square_s, f64::INFINITY);
+    let det = square.matrix_flops * wide.packed - wide.matrix_flops * square.packed;
+    if det <= 0.0 {
+        return alone;
+    }
+    let per_flop = (square_s * wide.packed - wide_s * square.packed) / det;
+    let per_pair = (square.matrix_flops * wide_s - wide.matrix_flops * square_s) / det;
+    if per_flop <= 0.0 || per_pair <= 0.0 {
+        return alone;
+    }
+    (1.0 / per_flop, 1.0 / per_pair)
 }
 
 /// The work the planner counts for `op` on the operands `make` draws on a meta device of
@@ -308,6 +362,7 @@ fn counted<T>(
     Ok(Work {
         kernels: after.kernels - before.kernels,
         matrix_flops: after.matrix_flops - before.matrix_flops,
+        packed: after.packed - before.packed,
         vector_flops: after.vector_flops - before.vector_flops,
         bytes: after.bytes - before.bytes,
         transferred: after.transferred - before.transferred,
@@ -347,6 +402,8 @@ mod tests {
             every.iter().all(|r| r.is_finite() && *r > 0.0),
             "{measured:?}"
         );
+        // Infinite where the CPU widens bf16 instead of packing it, or where noise hid it.
+        assert!(measured.packing > 0.0, "{measured:?}");
         assert!(path.starts_with(&base));
         assert_eq!(cached(&base, PlanTarget::Cpu).unwrap(), measured);
         let fixed = rates(&MemoryConfig::default(), PlanTarget::Cpu).unwrap();
@@ -367,6 +424,7 @@ mod tests {
         let timings = Timings {
             matrix: 0.02,
             half_matrix: 0.01,
+            half_wide: 0.012,
             exp: 0.04,
             add: 0.03,
             launch: 2e-6,
@@ -404,9 +462,43 @@ mod tests {
                 let product = took(&|| matmul(&half, &half, false, false).unwrap());
                 each.push((product, timings.half_matrix));
             }
+            // Where the CPU packs bf16, the wide product's packing is priced at its own rate.
+            if target == PlanTarget::Cpu && cpu_multiplies(DType::BF16) {
+                let (rows, weight) = wide(&planned).unwrap();
+                let product = took(&|| matmul(&rows, &weight, false, true).unwrap());
+                each.push((product, timings.half_wide));
+            }
             for (planned, measured) in &each {
                 assert!((planned - measured).abs() < 1e-9, "{target:?}: {each:?}");
             }
         }
+    }
+
+    #[test]
+    fn two_products_part_the_arithmetics_rate_from_the_packings() {
+        let work = |matrix_flops, packed| Work {
+            matrix_flops,
+            packed,
+            ..Work::default()
+        };
+        // The calibration's two bf16 products as AMX packs them, at 2.5 TFLOP/s and 4 G pairs/s.
+        let (square, wide) = (work(2.0 * 1024f64.powi(3), 0.5e6), work(1.07e9, 4.2e6));
+        let seconds = |w: &Work| w.matrix_flops / 2.5e12 + w.packed / 4e9;
+        let (matrix, packing) =
+            matrix_and_packing((seconds(&square), &square), (seconds(&wide), &wide));
+        assert!((matrix / 2.5e12 - 1.0).abs() < 1e-9, "{matrix}");
+        assert!((packing / 4e9 - 1.0).abs() < 1e-9, "{packing}");
+        // Products that pack nothing (bf16 widened to f32) are arithmetic alone.
+        let (square, wide) = (work(2e9, 0.0), work(1e9, 0.0));
+        assert_eq!(
+            matrix_and_packing((1e-3, &square), (0.5e-3, &wide)),
+            (2e12, f64::INFINITY)
+        );
+        // A wide product timed faster than its arithmetic alone cannot part them either.
+        let (square, wide) = (work(2e9, 0.5e6), work(1e9, 4e6));
+        assert_eq!(
+            matrix_and_packing((1e-3, &square), (0.1e-3, &wide)).1,
+            f64::INFINITY
+        );
     }
 }

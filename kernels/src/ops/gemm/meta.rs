@@ -14,14 +14,17 @@ impl GemmKernels for MetaBackend {
         let accumulated: &[&Buffer] = if spec.accumulate { &[out] } else { &[] };
         let mut buffers = vec![a, b, &*out];
         buffers.extend(accumulated);
-        self.record(Kernel::product(spec, a.dtype(), &buffers));
         // Either library runs (and takes its workspace) only for a product with terms to sum.
         let runs = !out.is_empty() && spec.k > 0;
+        let packs =
+            self.target == PlanTarget::Cpu && runs && bf16::takes(spec, a.dtype(), out.dtype());
+        let pairs = if packs { bf16::packed_pairs(spec) } else { 0 };
+        self.record(Kernel::product(spec, a.dtype(), &buffers).packing(pairs));
         match self.target {
             PlanTarget::Cuda { gemm_workspace } if runs => {
                 blas_workspace(out.memory(), gemm_workspace, "gemm")?;
             }
-            PlanTarget::Cpu if runs && bf16::takes(spec, a.dtype(), out.dtype()) => {
+            PlanTarget::Cpu if packs => {
                 // The CPU's bf16 product packs its operands in workspace.
                 let words = bf16::scratch_words(spec);
                 out.memory().alloc_workspace(DType::U32, words, "gemm")?;

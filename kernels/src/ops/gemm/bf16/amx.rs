@@ -1,9 +1,12 @@
 //! bf16 products on AMX tiles: strips of [`ROWS`] output rows against panels of [`NR`]
-//! columns, each strip's 2 x 2 tiles of sums held over the whole inner dimension. `op(b)`'s
+//! columns, each strip's 2 x 2 tiles of sums held over the inner dimension (a long one in
+//! passes of [`PASS_PAIRS`] pairs, added up in f32). `op(b)`'s
 //! panels are packed a block at a time with their pairs padded to whole tiles. `op(a)` is read
 //! as stored where its rows hold whole tiles (untransposed, the inner dimension a multiple of
 //! 32, at least [`ROWS`] rows: the last strip is shifted up to end at the matrix's edge and
 //! writes only its new rows), and packed whole, row by row, otherwise.
+
+use std::ops::Range;
 
 use half::bf16;
 
@@ -14,27 +17,44 @@ use crate::dtype::{DType, Float};
 use crate::ops::elementwise::isa::has_avx512;
 use crate::ops::gemm::kernels::GemmSpec;
 
+/// Inner pairs a pass sums at once (2048 inner elements). A longer inner dimension (the head's
+/// input gradient sums over 49 152 vocabulary entries) runs in passes of this many, each
+/// adding into f32 sums, so that a strip's slice of `op(a)` stays in cache while the panels
+/// pass instead of streaming from memory once per block of panels.
+const PASS_PAIRS: usize = 1024;
+
 /// Where the packed operands of one product lie.
 pub(super) struct Layout {
     /// Inner pairs, rounded up to whole tiles.
     pairs: usize,
+    /// Inner pairs of a pass (all of them when one pass holds them).
+    pass_pairs: usize,
     /// Strips of [`ROWS`] output rows.
     strips: usize,
     /// Panels packed at once.
     per_block: usize,
     /// Whether `op(a)` is read as stored.
     direct: bool,
+    /// f32 sums kept between passes: the output's elements where there are several passes.
+    sums: usize,
 }
 
 impl Layout {
     pub(super) fn of(spec: &GemmSpec) -> Self {
         let pairs = spec.k.div_ceil(2 * PAIRS) * PAIRS;
+        let pass_pairs = pairs.min(PASS_PAIRS);
         let panels = spec.n.div_ceil(NR);
         Layout {
             pairs,
+            pass_pairs,
             strips: spec.m.div_ceil(ROWS),
-            per_block: (BLOCK_BYTES / (pairs * NR * 4).max(1)).clamp(1, panels.max(1)),
+            per_block: (BLOCK_BYTES / (pass_pairs * NR * 4).max(1)).clamp(1, panels.max(1)),
             direct: !spec.trans_a && spec.k.is_multiple_of(2 * PAIRS) && spec.m >= ROWS,
+            sums: if pairs > pass_pairs {
+                spec.m * spec.n
+            } else {
+                0
+            },
         }
     }
 
@@ -47,18 +67,26 @@ impl Layout {
     }
 
     fn block_words(&self) -> usize {
-        self.per_block * self.pairs * NR
+        self.per_block * self.pass_pairs * NR
     }
 
-    /// Scratch words of one product: the packed `op(a)` and one packed block of `op(b)`.
+    /// Pairs one product packs: `op(a)` (unless it is read as stored) and every panel of
+    /// `op(b)` for `n` columns.
+    pub(super) fn packed(&self, n: usize) -> usize {
+        self.a_words() + n.div_ceil(NR) * self.pairs * NR
+    }
+
+    /// Scratch words of one product: the packed `op(a)`, one packed block of `op(b)` and the
+    /// sums kept between passes.
     pub(super) fn words(&self) -> usize {
-        self.a_words() + self.block_words()
+        self.a_words() + self.block_words() + self.sums
     }
 }
 
-/// One product of `spec`'s geometry: `op(a)` packed whole (unless it is read as stored),
-/// `op(b)` a block of panels at a time, then every strip against the block (a parallel task
-/// each when `parallel`).
+/// One product of `spec`'s geometry: `op(a)` packed whole (unless it is read as stored), then
+/// pass by pass over the inner dimension, `op(b)` a block of panels at a time against every
+/// strip (a parallel task each when `parallel`). Several passes add into f32 sums: the output's
+/// own when it is f32, else sums in scratch rounded into it once at the end.
 pub(super) fn matrix<O: Float<C = f32>>(
     permission: Permission,
     spec: &GemmSpec,
@@ -69,60 +97,115 @@ pub(super) fn matrix<O: Float<C = f32>>(
     parallel: bool,
 ) {
     let layout = Layout::of(spec);
-    let Layout {
-        pairs,
-        per_block,
-        direct,
-        ..
-    } = layout;
     let &GemmSpec { m, n, k, .. } = spec;
-    let (packed_a, packed_b) = scratch.split_at_mut(layout.a_words());
-    each_chunk(packed_a, ROWS * pairs, parallel, |s, strip| {
+    let (packed_a, scratch) = scratch.split_at_mut(layout.a_words());
+    let (packed_b, sums) = scratch.split_at_mut(layout.block_words());
+    each_chunk(packed_a, ROWS * layout.pairs, parallel, |s, strip| {
         pack_strip(spec, a, s * ROWS, strip)
     });
-    let packed_a: &[bf16] = bytemuck::cast_slice(packed_a);
-    each_block(
+    let operands = Operands {
         spec,
+        layout: &layout,
+        permission,
+        a,
+        packed_a: bytemuck::cast_slice(packed_a),
         b,
-        (pairs, per_block),
-        packed_b,
         parallel,
-        |first, block| {
-            each_chunk(out, ROWS * n, parallel, |s, rows| {
-                let top = s * ROWS;
-                // A shifted strip's first rows were written by the strip above it.
-                let (strip, skip) = if direct {
-                    let start = top.min(m - ROWS);
-                    let data = &a[start * k..];
-                    (Strip { data, stride: k }, top - start)
-                } else {
-                    let data = &packed_a[top * 2 * pairs..][..ROWS * 2 * pairs];
-                    (
-                        Strip {
-                            data,
-                            stride: 2 * pairs,
-                        },
-                        0,
-                    )
-                };
-                let tiles = Tiles::configure(permission);
-                let full_rows = skip == 0 && rows.len() == ROWS * n;
-                for (q, panel) in block.chunks_exact(pairs * NR).enumerate() {
-                    let column = (first + q) * NR;
-                    match as_f32(rows) {
-                        // Whole tiles of an f32 output start from it and are stored into it.
-                        Some(c) if full_rows && column + NR <= n => {
-                            tiles.add_strip(&strip, panel, &mut c[column..], n, spec.accumulate)
-                        }
-                        _ => {
-                            let sums = tiles.strip_sums(&strip, panel);
-                            write_sums(&sums[skip * NR..], rows, n, column, spec.accumulate);
+    };
+    if layout.sums == 0 {
+        return operands.pass(0..k, packed_b, out, spec.accumulate);
+    }
+    let passes = (0..k).step_by(2 * layout.pass_pairs);
+    let inner = |start: usize| start..(start + 2 * layout.pass_pairs).min(k);
+    if let Some(out) = as_f32(out) {
+        for (i, start) in passes.enumerate() {
+            operands.pass(inner(start), packed_b, out, spec.accumulate || i > 0);
+        }
+        return;
+    }
+    let sums: &mut [f32] = bytemuck::cast_slice_mut(&mut sums[..m * n]);
+    for (i, start) in passes.enumerate() {
+        operands.pass(inner(start), packed_b, sums, i > 0);
+    }
+    let sums = &*sums;
+    each_chunk(out, ROWS * n, parallel, |s, rows| {
+        write_sums(
+            &sums[s * ROWS * n..][..rows.len()],
+            rows,
+            n,
+            0,
+            n,
+            spec.accumulate,
+        )
+    });
+}
+
+/// A product's operands as one pass reads them.
+struct Operands<'a> {
+    spec: &'a GemmSpec,
+    layout: &'a Layout,
+    permission: Permission,
+    a: &'a [bf16],
+    /// `op(a)` packed whole, where it is not read as stored.
+    packed_a: &'a [bf16],
+    b: &'a [bf16],
+    parallel: bool,
+}
+
+impl Operands<'_> {
+    /// `out (+)=` the sums over the inner elements `inner` (a whole number of tiles' pairs from
+    /// where a tile's pairs start), `op(b)` packed a block at a time into `packed_b`.
+    fn pass<O: Float<C = f32>>(
+        &self,
+        inner: Range<usize>,
+        packed_b: &mut [u32],
+        out: &mut [O],
+        add: bool,
+    ) {
+        let Self { spec, layout, .. } = *self;
+        let &GemmSpec { m, n, k, .. } = spec;
+        let pairs = inner.len().div_ceil(2 * PAIRS) * PAIRS;
+        let start = inner.start;
+        let geometry = (pairs, layout.per_block);
+        each_block(
+            spec,
+            self.b,
+            inner,
+            geometry,
+            packed_b,
+            self.parallel,
+            |first, block| {
+                each_chunk(out, ROWS * n, self.parallel, |s, rows| {
+                    let top = s * ROWS;
+                    // A shifted strip's first rows were written by the strip above it.
+                    let (strip, skip) = if layout.direct {
+                        let begin = top.min(m - ROWS);
+                        let data = &self.a[begin * k + start..];
+                        (Strip { data, stride: k }, top - begin)
+                    } else {
+                        let stride = 2 * layout.pairs;
+                        let data = &self.packed_a[top * stride + start..][..ROWS * stride - start];
+                        (Strip { data, stride }, 0)
+                    };
+                    let tiles = Tiles::configure(self.permission);
+                    let full_rows = skip == 0 && rows.len() == ROWS * n;
+                    for (q, panel) in block.chunks_exact(pairs * NR).enumerate() {
+                        let column = (first + q) * NR;
+                        match as_f32(rows) {
+                            // Whole tiles of an f32 output start from it and are stored into it.
+                            Some(c) if full_rows && column + NR <= n => {
+                                tiles.add_strip(&strip, panel, &mut c[column..], n, add)
+                            }
+                            _ => {
+                                let sums = tiles.strip_sums(&strip, panel);
+                                write_sums(&sums[skip * NR..], rows, NR, column, n, add);
+                            }
                         }
                     }
-                }
-            });
-        },
-    );
+                });
+            },
+        );
+    }
 }
 
 /// `out` as f32 values where it is an f32 output.

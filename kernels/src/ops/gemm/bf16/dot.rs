@@ -63,6 +63,12 @@ impl Layout {
         self.per_block * self.pairs * NR
     }
 
+    /// Pairs one product packs: `op(a)` (unless it is read as stored) and every panel of
+    /// `op(b)` for `n` columns.
+    pub(super) fn packed(&self, n: usize) -> usize {
+        self.a_words() + n.div_ceil(NR) * self.pairs * NR
+    }
+
     /// Scratch words of one product: the packed `op(a)` and one packed block of `op(b)`.
     pub(super) fn words(&self) -> usize {
         self.a_words() + self.block_words()
@@ -93,6 +99,7 @@ pub(super) fn matrix<O: Float<C = f32>>(
     each_block(
         spec,
         b,
+        0..spec.k,
         (pairs, per_block),
         packed_b,
         parallel,
@@ -115,7 +122,7 @@ pub(super) fn matrix<O: Float<C = f32>>(
                 };
                 for (q, panel) in block.chunks_exact(pairs * NR).enumerate() {
                     let sums = tile_sums(&tile, panel);
-                    write_sums(&sums, rows, n, (first + q) * NR, spec.accumulate);
+                    write_sums(&sums, rows, NR, (first + q) * NR, n, spec.accumulate);
                 }
             });
         },

@@ -12,6 +12,7 @@ mod pack;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod tiles;
 
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use half::bf16;
@@ -113,6 +114,20 @@ fn words_on(kernel: Kernel, spec: &GemmSpec) -> usize {
     }
 }
 
+/// Pairs of bf16 values [`product`] packs for `spec` on this CPU, over all its products: what
+/// a plan prices at the packing rate beside the arithmetic.
+pub(crate) fn packed_pairs(spec: &GemmSpec) -> usize {
+    if spec.m * spec.n * spec.k == 0 {
+        return 0;
+    }
+    let one = match kernel().unwrap_or(Kernel::Dot) {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        Kernel::Amx(_) => amx::Layout::of(spec).packed(spec.n),
+        Kernel::Dot => dot::Layout::of(spec).packed(spec.n),
+    };
+    spec.batch * one
+}
+
 /// Whether the products of `spec`'s batch run in parallel (each small) rather than the tiles
 /// of each.
 fn batches_in_parallel(spec: &GemmSpec) -> bool {
@@ -176,11 +191,13 @@ fn product_on<O: Float<C = f32>>(
     }
 }
 
-/// Packs `op(b)` a block of `per_block` panels at a time into `packed` (panels of `pairs` pair
-/// rows) and hands each block to `f` with the index of its first panel.
+/// Packs `op(b)` over the inner elements `inner` a block of `per_block` panels at a time into
+/// `packed` (panels of `pairs` pair rows) and hands each block to `f` with the index of its
+/// first panel.
 fn each_block(
     spec: &GemmSpec,
     b: &[bf16],
+    inner: Range<usize>,
     (pairs, per_block): (usize, usize),
     packed: &mut [u32],
     parallel: bool,
@@ -190,7 +207,7 @@ fn each_block(
     for first in (0..panels).step_by(per_block) {
         let block = &mut packed[..per_block.min(panels - first) * pairs * NR];
         each_chunk(block, pairs * NR, parallel, |q, panel| {
-            pack::pack_b(spec, b, first + q, panel)
+            pack::pack_b(spec, b, inner.clone(), first + q, panel)
         });
         f(first, block);
     }
@@ -212,14 +229,21 @@ fn each_chunk<T: Send>(
     }
 }
 
-/// Writes (or adds) sums of [`NR`] columns a row into `rows` (output rows of `n`) from column
-/// `first`, as many rows as both hold, leaving out what lies past the matrix's edges.
-fn write_sums<O: Float<C = f32>>(sums: &[f32], rows: &mut [O], n: usize, first: usize, add: bool) {
-    let columns = NR.min(n - first);
+/// Writes (or adds) sums of `width` columns a row into `rows` (output rows of `n`) from
+/// column `first`, as many rows as both hold, leaving out what lies past the matrix's edges.
+fn write_sums<O: Float<C = f32>>(
+    sums: &[f32],
+    rows: &mut [O],
+    width: usize,
+    first: usize,
+    n: usize,
+    add: bool,
+) {
+    let columns = width.min(n - first);
     in_best_isa(
         #[inline(always)]
         || {
-            for (row, sums) in rows.chunks_exact_mut(n).zip(sums.chunks_exact(NR)) {
+            for (row, sums) in rows.chunks_exact_mut(n).zip(sums.chunks_exact(width)) {
                 let (row, sums) = (&mut row[first..first + columns], &sums[..columns]);
                 if add {
                     (row.iter_mut().zip(sums)).for_each(|(o, &s)| *o = O::store(o.load() + s));
@@ -388,6 +412,45 @@ mod tests {
             product_on(kernel, &spec, &a, &b, &mut out, &mut scratch, true);
             let got: Vec<f64> = out.iter().map(|&x| f64::from(x)).collect();
             assert_eq!(got, want, "{kernel:?}");
+        }
+    }
+    #[test]
+    fn a_long_inner_dimension_sums_across_passes_into_either_output() {
+        // Past 2048 inner elements AMX sums in passes; 4192 is whole tiles (`op(a)` read as
+        // stored), 4133 is not (packed, its last pair half empty).
+        for kernel in kernels() {
+            for (k, (trans_a, trans_b)) in [4192, 4133].into_iter().flat_map(|k| {
+                [(false, false), (false, true), (true, false), (true, true)].map(|t| (k, t))
+            }) {
+                let (m, n) = (45, 40);
+                for accumulate in [false, true] {
+                    let spec = GemmSpec {
+                        batch: 1,
+                        m,
+                        n,
+                        k,
+                        trans_a,
+                        trans_b,
+                        a_batch_stride: 0,
+                        b_batch_stride: 0,
+                        accumulate,
+                    };
+                    let (a, b) = (values(m * k, 3), values(k * n, 5));
+                    let held = values(m * n, 7);
+                    let want: Vec<f64> = (reference(&spec, &a, &b).iter().zip(&held))
+                        .map(|(x, h)| x + if accumulate { h.to_f64() } else { 0.0 })
+                        .collect();
+                    let mut scratch = vec![7; scratch_words_on(kernel, &spec)];
+                    let mut wide: Vec<f32> = held.iter().map(|x| x.to_f32()).collect();
+                    product_on(kernel, &spec, &a, &b, &mut wide, &mut scratch, true);
+                    let got: Vec<f64> = wide.iter().map(|&x| f64::from(x)).collect();
+                    assert_eq!(got, want, "{kernel:?} {spec:?} into f32");
+                    let mut narrow = held.clone();
+                    product_on(kernel, &spec, &a, &b, &mut narrow, &mut scratch, true);
+                    let rounded: Vec<bf16> = want.iter().map(|&x| bf16::from_f64(x)).collect();
+                    assert_eq!(narrow, rounded, "{kernel:?} {spec:?} into bf16");
+                }
+            }
         }
     }
 }

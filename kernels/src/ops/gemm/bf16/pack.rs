@@ -2,6 +2,8 @@
 //! values in one 32-bit word, the first in the low half (the order `VDPBF16PS` and
 //! `TDPBF16PS` pair the lanes of both operands in).
 
+use std::ops::Range;
+
 use half::bf16;
 
 use super::NR;
@@ -35,35 +37,43 @@ pub(super) fn pack_rows(lo: &[bf16], hi: Option<&[bf16]>, packed: &mut [u32]) {
     }
 }
 
-/// Panel `q` of `op(b)` (columns `q * NR ..`) as `[pairs][NR]`: each column's inner elements
-/// `2p` and `2p + 1` in pair `p`, zeros past the matrix's edges and in the pairs the panel
-/// holds beyond the inner dimension's.
-pub(super) fn pack_b(spec: &GemmSpec, b: &[bf16], q: usize, panel: &mut [u32]) {
+/// Panel `q` of `op(b)` (columns `q * NR ..`) over the inner elements `inner` as
+/// `[pairs][NR]`: each column's inner elements `inner.start + 2p` and the next in pair `p`,
+/// zeros past the matrix's edges and in the pairs the panel holds beyond `inner`'s.
+pub(super) fn pack_b(
+    spec: &GemmSpec,
+    b: &[bf16],
+    inner: Range<usize>,
+    q: usize,
+    panel: &mut [u32],
+) {
     let &GemmSpec { n, k, .. } = spec;
     let (first, columns) = (q * NR, NR.min(n - q * NR));
-    let (panel, padding) = panel.split_at_mut(k.div_ceil(2) * NR);
+    let (start, len) = (inner.start, inner.len());
+    let (panel, padding) = panel.split_at_mut(len.div_ceil(2) * NR);
     padding.fill(0);
     if columns < NR {
         panel.fill(0);
     }
     if spec.trans_b {
         // Column `c` is row `first + c` of `b`, its pairs consecutive: a transpose of pairs.
-        let line = |c: usize| &b[(first + c) * k..][..k];
-        let (whole_columns, whole_pairs) = transposed_blocks(columns, k, line, panel, NR);
+        let line = |c: usize| &b[(first + c) * k + start..][..len];
+        let (whole_columns, whole_pairs) = transposed_blocks(columns, len, line, panel, NR);
         for c in 0..columns {
             let skip = if c < whole_columns { whole_pairs } else { 0 };
-            if 2 * skip < k {
+            if 2 * skip < len {
                 pack_line(&line(c)[2 * skip..], &mut panel[skip * NR + c..], NR);
             }
         }
     } else {
+        let b = &b[start * n..];
         let whole = if columns == NR {
-            interleaved_rows(b, n, first, k, panel)
+            interleaved_rows(b, n, first, len, panel)
         } else {
             0
         };
         for (p, slots) in panel.chunks_exact_mut(NR).enumerate().skip(whole) {
-            let row = |kk: usize| (kk < k).then(|| &b[kk * n + first..][..columns]);
+            let row = |kk: usize| (kk < len).then(|| &b[kk * n + first..][..columns]);
             pack_rows(&b[2 * p * n + first..][..columns], row(2 * p + 1), slots);
         }
     }
