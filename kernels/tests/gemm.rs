@@ -119,7 +119,7 @@ fn half_products_larger_than_a_workspace_panel_match_the_reference() {
     ];
     let mut rng = rng();
     for device in devices() {
-        for dtype in [DType::BF16, DType::F16] {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
             for (i, case) in cases.into_iter().enumerate() {
                 check_products(&device, &mut rng, dtype, case, i % 2 == 0);
             }
@@ -147,10 +147,10 @@ fn a_half_product_with_a_vocabulary_wide_output_multiplies_in_bands_of_256_rows(
 }
 
 #[test]
-fn half_products_of_a_few_rows_against_a_transposed_weight_match_the_reference() {
-    // Up to eight rows against a transposed weight (generation) multiply the half operands as
+fn products_of_a_few_rows_against_a_transposed_weight_match_the_reference() {
+    // Up to eight rows against a transposed weight (generation) multiply the operands as
     // stored, the weight's rows in parallel tasks of 64: inner sizes with and without a tail
-    // of the 32 lanes, outputs of several tasks, a batch of rows sharing the weight.
+    // of the 64 lanes, outputs of several tasks, a batch of rows sharing the weight.
     let cases: [Case; 4] = [
         (&[], &[], 1, 576, 130),
         (&[], &[], 8, 33, 65),
@@ -159,7 +159,7 @@ fn half_products_of_a_few_rows_against_a_transposed_weight_match_the_reference()
     ];
     let mut rng = rng();
     for device in devices() {
-        for dtype in [DType::BF16, DType::F16] {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
             for (i, case) in cases.into_iter().enumerate() {
                 check_products(&device, &mut rng, dtype, case, i % 2 == 1);
             }

@@ -2,7 +2,7 @@
 //! generating, one token at a time), on the CPU. Each weight row is read once, as stored
 //! (bf16 widened in registers, f16 in cache), and multiplied with every row of `x` in f32;
 //! nothing is widened into device memory, so a token reads each weight's bytes once, at the
-//! memory's bandwidth.
+//! memory's bandwidth (on AVX-512, f32 and bf16 rows' lines asked for ahead of their reads).
 
 use std::ops::Range;
 
@@ -59,6 +59,22 @@ impl WeightRow for f32 {
         src
     }
 
+    /// Read as stored, its lines asked for ahead on AVX-512.
+    #[inline(always)]
+    fn dots(x: &[f32], weight: &[Self], _: &mut [f32], sums: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::ops::elementwise::isa::has_avx512() {
+            for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
+                // SAFETY: the CPU has AVX-512F, checked just above; `x` is as long as `weight`.
+                *sum = unsafe { dot_avx512(x, weight) };
+            }
+            return;
+        }
+        for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
+            *sum = dot(x, weight, |w| w);
+        }
+    }
+
     fn widen(src: &[Self], dst: &mut [f32]) {
         dst.copy_from_slice(src);
     }
@@ -80,7 +96,7 @@ impl WeightRow for bf16 {
         if crate::ops::elementwise::isa::has_avx512() {
             for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
                 // SAFETY: the CPU has AVX-512F, checked just above; `x` is as long as `weight`.
-                *sum = unsafe { dot_bf16_avx512(x, weight) };
+                *sum = unsafe { dot_avx512(x, weight) };
             }
             return;
         }
@@ -215,18 +231,51 @@ pub(crate) fn dot<W: Copy>(x: &[f32], y: &[W], wide: impl Fn(W) -> f32) -> f32 {
 
 /// Lanes of [`dot`].
 const LANES: usize = 64;
-/// How far ahead of its reads [`dot_bf16_avx512`] asks for the weights' lines, in elements.
+/// How far ahead of its reads [`dot_avx512`] asks for the weights' lines, in bytes.
 #[cfg(target_arch = "x86_64")]
-const AHEAD: usize = 2048;
+const AHEAD: usize = 4096;
 
-/// [`dot`] of bf16 values `y` on AVX-512, its 64 lanes in four registers: the same sums in the
-/// same order, so the same value to the bit.
+/// A weight element [`dot_avx512`] reads 16 at a time as f32 lanes.
+#[cfg(target_arch = "x86_64")]
+trait Lanes: Copy + Float<C = f32> {
+    /// Elements `at .. at + 16` of `y` as f32 lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, and the 16 elements must be readable.
+    unsafe fn lanes(y: *const Self) -> std::arch::x86_64::__m512;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for f32 {
+    #[inline(always)]
+    unsafe fn lanes(y: *const Self) -> std::arch::x86_64::__m512 {
+        // SAFETY: 16 readable values and AVX-512F (the caller's promise); an unaligned load.
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(y) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for bf16 {
+    #[inline(always)]
+    unsafe fn lanes(y: *const Self) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: 16 readable values and AVX-512F (the caller's promise); an unaligned load;
+        // a bf16 value's bits shifted up are its f32 value's.
+        unsafe {
+            let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(y.cast()));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits))
+        }
+    }
+}
+
+/// [`dot`] on AVX-512, its 64 lanes in four registers: the same sums in the same order, so the
+/// same value to the bit.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, and `y` must be as long as `x`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn dot_bf16_avx512(x: &[f32], y: &[bf16]) -> f32 {
+unsafe fn dot_avx512<W: Lanes>(x: &[f32], y: &[W]) -> f32 {
     use std::arch::x86_64::*;
     let whole = x.len() / LANES * LANES;
     let mut start = [0f32; LANES];
@@ -237,24 +286,21 @@ unsafe fn dot_bf16_avx512(x: &[f32], y: &[bf16]) -> f32 {
     let mut sums: [__m512; 4] =
         std::array::from_fn(|v| unsafe { _mm512_loadu_ps(start.as_ptr().add(16 * v)) });
     let (x, y) = (x.as_ptr(), y.as_ptr());
+    let ahead = AHEAD / size_of::<W>();
     for first in (0..whole).step_by(LANES) {
-        // The weight rows are read one after another: ask for the lines 4 KiB ahead, so that
-        // the next rows' reads are under way while this row's sums wait.
-        for line in [0, 32] {
+        // The weight rows are read one after another: ask for the lines 4 KiB ahead into L1
+        // and 32 KiB ahead into L2, so that the next rows' reads are under way while this
+        // row's sums wait.
+        for line in (0..LANES).step_by(64 / size_of::<W>()) {
             // A prefetch is a hint: it reads nothing and cannot fault, wherever it points.
-            _mm_prefetch::<_MM_HINT_T0>(y.wrapping_add(first + line + AHEAD).cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(y.wrapping_add(first + line + ahead).cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T1>(y.wrapping_add(first + line + 8 * ahead).cast::<i8>());
         }
         for (v, sum) in sums.iter_mut().enumerate() {
             let at = first + 16 * v;
             // SAFETY: elements `at .. at + 16` lie within both slices (`at + 16 <= whole`);
-            // unaligned loads; a bf16 value's bits shifted up are its f32 value's.
-            let (a, b) = unsafe {
-                let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(y.add(at).cast()));
-                (
-                    _mm512_loadu_ps(x.add(at)),
-                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits)),
-                )
-            };
+            // unaligned loads.
+            let (a, b) = unsafe { (_mm512_loadu_ps(x.add(at)), W::lanes(y.add(at))) };
             *sum = _mm512_add_ps(*sum, _mm512_mul_ps(a, b));
         }
     }
@@ -279,4 +325,34 @@ fn products_best_isa<T: WeightRow>(x: &[f32], weights: &[T], row: &mut [f32]) ->
         #[inline(always)]
         || products(x, weights, row),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_avx512_dot_sums_as_the_portable_one_to_the_bit() {
+        #[cfg(target_arch = "x86_64")]
+        if crate::ops::elementwise::isa::has_avx512() {
+            // Lengths short of the lanes, whole rows of them, and rows with a tail.
+            for len in [1, 63, 64, 65, 576, 1000, 3 * 4096 + 7] {
+                let x: Vec<f32> = (0..len)
+                    .map(|i| ((i * 37) % 101) as f32 / 7.0 - 6.5)
+                    .collect();
+                let y: Vec<f32> = (0..len)
+                    .map(|i| ((i * 53) % 97) as f32 / 3.0 - 15.0)
+                    .collect();
+                let narrow: Vec<bf16> = y.iter().map(|&v| bf16::from_f32(v)).collect();
+                // SAFETY: the CPU has AVX-512F, checked above; the slices are as long.
+                let (wide, half) = unsafe { (dot_avx512(&x, &y), dot_avx512(&x, &narrow)) };
+                assert_eq!(wide.to_bits(), dot(&x, &y, |w| w).to_bits(), "f32, {len}");
+                assert_eq!(
+                    half.to_bits(),
+                    dot(&x, &narrow, Float::load).to_bits(),
+                    "bf16, {len}"
+                );
+            }
+        }
+    }
 }
