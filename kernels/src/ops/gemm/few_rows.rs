@@ -59,20 +59,9 @@ impl WeightRow for f32 {
         src
     }
 
-    /// Read as stored, its lines asked for ahead on AVX-512.
     #[inline(always)]
     fn dots(x: &[f32], weight: &[Self], _: &mut [f32], sums: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if crate::ops::elementwise::isa::has_avx512() {
-            for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
-                // SAFETY: the CPU has AVX-512F, checked just above; `x` is as long as `weight`.
-                *sum = unsafe { dot_avx512(x, weight) };
-            }
-            return;
-        }
-        for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
-            *sum = dot(x, weight, |w| w);
-        }
+        dots_as_stored(x, weight, sums);
     }
 
     fn widen(src: &[Self], dst: &mut [f32]) {
@@ -92,17 +81,7 @@ impl WeightRow for bf16 {
     /// Widened in registers as each product reads it.
     #[inline(always)]
     fn dots(x: &[f32], weight: &[Self], _: &mut [f32], sums: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if crate::ops::elementwise::isa::has_avx512() {
-            for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
-                // SAFETY: the CPU has AVX-512F, checked just above; `x` is as long as `weight`.
-                *sum = unsafe { dot_avx512(x, weight) };
-            }
-            return;
-        }
-        for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
-            *sum = dot(x, weight, Float::load);
-        }
+        dots_as_stored(x, weight, sums);
     }
 
     fn widen(src: &[Self], dst: &mut [f32]) {
@@ -235,18 +214,35 @@ const LANES: usize = 64;
 #[cfg(target_arch = "x86_64")]
 const AHEAD: usize = 4096;
 
-/// A weight element [`dot_avx512`] reads 16 at a time as f32 lanes.
-#[cfg(target_arch = "x86_64")]
+/// A weight element the products read as stored (f32, or bf16 widened in registers).
 trait Lanes: Copy + Float<C = f32> {
     /// Elements `at .. at + 16` of `y` as f32 lanes.
     ///
     /// # Safety
     /// The CPU must support AVX-512F, and the 16 elements must be readable.
+    #[cfg(target_arch = "x86_64")]
     unsafe fn lanes(y: *const Self) -> std::arch::x86_64::__m512;
 }
 
-#[cfg(target_arch = "x86_64")]
+/// [`WeightRow::dots`] of a weight read as stored: on AVX-512 in four registers, its lines
+/// asked for ahead ([`dot_avx512`]); [`dot`] elsewhere.
+#[inline(always)]
+fn dots_as_stored<W: Lanes>(x: &[f32], weight: &[W], sums: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::ops::elementwise::isa::has_avx512() {
+        for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
+            // SAFETY: the CPU has AVX-512F, checked just above; `x` is as long as `weight`.
+            *sum = unsafe { dot_avx512(x, weight) };
+        }
+        return;
+    }
+    for (sum, x) in sums.iter_mut().zip(x.chunks_exact(weight.len())) {
+        *sum = dot(x, weight, Float::load);
+    }
+}
+
 impl Lanes for f32 {
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn lanes(y: *const Self) -> std::arch::x86_64::__m512 {
         // SAFETY: 16 readable values and AVX-512F (the caller's promise); an unaligned load.
@@ -254,8 +250,8 @@ impl Lanes for f32 {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 impl Lanes for bf16 {
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn lanes(y: *const Self) -> std::arch::x86_64::__m512 {
         use std::arch::x86_64::*;
