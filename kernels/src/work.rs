@@ -2,8 +2,9 @@
 //! would take: the planner's prediction of a step's time.
 //!
 //! Each kernel is priced as a launch plus the longer of its arithmetic and its memory traffic
-//! (a roofline): matrix products at the matrix rate (f32 or half precision), everything else at
-//! the vector rate, and the bytes every operand and result occupies at the memory bandwidth;
+//! (a roofline): matrix products at the matrix rate (f32 or half precision) plus, for a CPU's
+//! bf16 products, the operands they pack at the packing rate, everything else at the vector
+//! rate, and the bytes every operand and result occupies at the memory bandwidth;
 //! a copy between a device and its host tier at the transfer rate. The seconds fall on the
 //! queues of a timeline shared with the device's host tier (kernels, copies, the host's own
 //! work: beside each other on a GPU, in turn on a CPU), and a step takes until the last is
