@@ -6,7 +6,7 @@ use common::{assert_close, devices, random, rng, tolerance};
 use headroom_kernels::ops::optim::{
     AdamW, QUANT_BLOCK, Quantized, Sgd, Update, adamw_step, adamw_step_8bit, sgd_step,
 };
-use headroom_kernels::{Array, DType, Error};
+use headroom_kernels::{Array, DType, Device, DeviceConfig, Error};
 
 /// PyTorch's AdamW, in f64.
 fn reference(config: &AdamW, steps: &[Vec<f64>], mut p: Vec<f64>) -> Vec<f64> {
@@ -385,4 +385,28 @@ fn a_gradient_scale_is_the_same_as_a_scaled_gradient() {
         };
         assert_eq!(run(&[4.0, -8.0, 0.5], 0.25), run(&[1.0, -2.0, 0.125], 1.0));
     }
+}
+
+#[test]
+fn a_plan_prices_the_stochastic_rounding_of_a_bf16_update() {
+    // The same update over bf16 parameters and moments costs more arithmetic than over f32
+    // ones: a draw an element and three roundings.
+    let meta = Device::meta(DeviceConfig::new(1 << 30)).unwrap();
+    let flops = |dtype: DType| {
+        let zeros = || Array::zeros(&meta, [1 << 20], dtype).unwrap();
+        let (mut p, g, mut m, mut v) = (zeros(), zeros(), zeros(), zeros());
+        let before = meta.planned_work().unwrap().vector_flops;
+        adamw_step(
+            &AdamW::default(),
+            Update::new(1),
+            &mut p,
+            &g,
+            &mut m,
+            &mut v,
+        )
+        .unwrap();
+        (meta.planned_work().unwrap().vector_flops - before) / (1 << 20) as f64
+    };
+    assert_eq!(flops(DType::F32), 12.0);
+    assert_eq!(flops(DType::BF16), 18.0);
 }
