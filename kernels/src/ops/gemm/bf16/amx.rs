@@ -31,6 +31,8 @@ pub(super) struct Layout {
     pass_pairs: usize,
     /// Strips of [`ROWS`] output rows.
     strips: usize,
+    /// Panels of [`NR`] columns of `op(b)`.
+    panels: usize,
     /// Panels packed at once.
     per_block: usize,
     /// Whether `op(a)` is read as stored.
@@ -48,6 +50,7 @@ impl Layout {
             pairs,
             pass_pairs,
             strips: spec.m.div_ceil(ROWS),
+            panels,
             per_block: (BLOCK_BYTES / (pass_pairs * NR * 4).max(1)).clamp(1, panels.max(1)),
             direct: !spec.trans_a && spec.k.is_multiple_of(2 * PAIRS) && spec.m >= ROWS,
             sums: if pairs > pass_pairs {
@@ -71,9 +74,9 @@ impl Layout {
     }
 
     /// Pairs one product packs: `op(a)` (unless it is read as stored) and every panel of
-    /// `op(b)` for `n` columns.
-    pub(super) fn packed(&self, n: usize) -> usize {
-        self.a_words() + n.div_ceil(NR) * self.pairs * NR
+    /// `op(b)`.
+    pub(super) fn packed(&self) -> usize {
+        self.a_words() + self.panels * self.pairs * NR
     }
 
     /// Scratch words of one product: the packed `op(a)`, one packed block of `op(b)` and the

@@ -32,6 +32,8 @@ pub(super) struct Layout {
     pairs: usize,
     /// Tiles of [`MR`] output rows.
     tiles: usize,
+    /// Panels of [`NR`] columns of `op(b)`.
+    panels: usize,
     /// Panels packed at once.
     per_block: usize,
     /// Whether `op(a)` is read as stored: untransposed rows of whole pairs (an even inner
@@ -46,6 +48,7 @@ impl Layout {
         Layout {
             pairs,
             tiles: spec.m.div_ceil(MR),
+            panels,
             per_block: (BLOCK_BYTES / (pairs * NR * 4).max(1)).clamp(1, panels.max(1)),
             direct: !spec.trans_a && spec.k.is_multiple_of(2),
         }
@@ -64,9 +67,9 @@ impl Layout {
     }
 
     /// Pairs one product packs: `op(a)` (unless it is read as stored) and every panel of
-    /// `op(b)` for `n` columns.
-    pub(super) fn packed(&self, n: usize) -> usize {
-        self.a_words() + n.div_ceil(NR) * self.pairs * NR
+    /// `op(b)`.
+    pub(super) fn packed(&self) -> usize {
+        self.a_words() + self.panels * self.pairs * NR
     }
 
     /// Scratch words of one product: the packed `op(a)` and one packed block of `op(b)`.

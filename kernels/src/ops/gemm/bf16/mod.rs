@@ -122,8 +122,8 @@ pub(crate) fn packed_pairs(spec: &GemmSpec) -> usize {
     }
     let one = match kernel().unwrap_or(Kernel::Dot) {
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        Kernel::Amx(_) => amx::Layout::of(spec).packed(spec.n),
-        Kernel::Dot => dot::Layout::of(spec).packed(spec.n),
+        Kernel::Amx(_) => amx::Layout::of(spec).packed(),
+        Kernel::Dot => dot::Layout::of(spec).packed(),
     };
     spec.batch * one
 }
