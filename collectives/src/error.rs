@@ -41,6 +41,17 @@ pub enum Error {
         /// The backend's message.
         detail: String,
     },
+    /// An agreeing handle's collective was not run: another rank stopped its pass before it
+    /// ([`SharedWorld::agreeing`](crate::SharedWorld::agreeing)).
+    #[error("{op} on rank {rank} of {world} was not run: another rank stopped before it")]
+    Stopped {
+        /// The collective.
+        op: &'static str,
+        /// This process's rank.
+        rank: usize,
+        /// The number of ranks.
+        world: usize,
+    },
     /// A collective did not complete in time: another rank has stopped or is stuck. This rank
     /// takes part in no further collective (they fail at once).
     #[error(

@@ -39,6 +39,6 @@ pub use nccl::{NcclCollective, UniqueId};
 #[cfg(feature = "mpi")]
 pub use over_mpi::MpiCollective;
 pub use planned::PlannedRank;
-pub use shared::SharedWorld;
+pub use shared::{SharedWorld, Stop};
 pub use solo::Solo;
 pub use threads::Threads;

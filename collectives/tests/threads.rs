@@ -1,6 +1,6 @@
 //! A world of threads: three ranks, each on its own device, get what MPI's ranks get from
 //! every collective; a planned rank checks arguments on a meta device; a shared handle runs
-//! the world it wraps.
+//! the world it wraps, and an agreeing one stops where another rank stopped.
 
 use std::thread;
 
@@ -45,11 +45,19 @@ fn three_threads_get_what_every_collective_promises() {
     let ranks = Threads::world(&devices);
     let results: Vec<_> = thread::scope(|s| {
         let handles: Vec<_> = (ranks.into_iter())
-            .map(|rank| s.spawn(move || run_rank(SharedWorld::new(Box::new(rank)))))
+            .map(|rank| {
+                s.spawn(move || {
+                    let shared = SharedWorld::new(Box::new(rank));
+                    // An agreeing handle runs every collective as the plain one does.
+                    let agreeing = shared.agreeing().unwrap();
+                    (run_rank(shared), run_rank(agreeing))
+                })
+            })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for (rank, got) in results.iter().enumerate() {
+    for (rank, (got, agreeing)) in results.iter().enumerate() {
+        assert_eq!(got, agreeing, "rank {rank}");
         let r = rank as f32;
         // Sums over ranks 0, 1, 2 of (i + r): 3i + 3.
         let mine = [(6 * rank) as f32 + 3.0, (6 * rank) as f32 + 6.0];
@@ -76,4 +84,53 @@ fn a_planned_rank_checks_chunks_and_runs_only_on_a_meta_device() {
     let mut mine = Array::zeros(&meta, [3], DType::F32).unwrap();
     rank.reduce_scatter(&whole, &mut mine, ReduceOp::Sum)
         .unwrap();
+}
+
+/// Rank 2 of three stops before the all-gather the others call through their agreeing
+/// handles, and says so in an all-reduce through its plain handle: the others' all-gathers
+/// fail at once, naming the stop, and give the values rank 2 sent; the next collective runs.
+#[test]
+fn a_rank_that_stops_stops_the_others_agreeing_collective() {
+    let devices = [cpu(), cpu(), cpu()];
+    let ranks = Threads::world(&devices);
+    let results: Vec<_> = thread::scope(|s| {
+        let handles: Vec<_> = (ranks.into_iter())
+            .map(|rank| {
+                s.spawn(move || {
+                    let mut plain = SharedWorld::new(Box::new(rank));
+                    let mut agreeing = plain.agreeing().unwrap();
+                    let device = plain.device().clone();
+                    let stopped = match plain.rank() {
+                        2 => {
+                            let stop = [0.0, 3.0, 5.0, 0.0];
+                            let mut said = Array::from_host(&device, [4], &stop).unwrap();
+                            plain.all_reduce(&mut said, ReduceOp::Max).unwrap();
+                            None
+                        }
+                        _ => {
+                            let chunk = Array::zeros(&device, [2], DType::F32).unwrap();
+                            let mut whole = Array::zeros(&device, [6], DType::F32).unwrap();
+                            let err = agreeing.all_gather(&chunk, &mut whole).unwrap_err();
+                            Some((err.to_string(), agreeing.take_stop(), agreeing.take_stop()))
+                        }
+                    };
+                    let mut after = Array::from_host(&device, [1], &[1.0f32]).unwrap();
+                    agreeing.all_reduce(&mut after, ReduceOp::Sum).unwrap();
+                    (stopped, after.to_host::<f32>().unwrap())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, (stopped, after)) in results.into_iter().enumerate() {
+        assert_eq!(after, [3.0], "rank {rank}");
+        if rank == 2 {
+            continue;
+        }
+        let (err, stop, again) = stopped.unwrap();
+        let want = format!("all_gather on rank {rank} of 3 was not run: another rank stopped");
+        assert!(err.contains(&want), "{err}");
+        assert_eq!(stop, Some([0.0, 3.0, 5.0, 0.0]), "rank {rank}");
+        assert_eq!(again, None, "rank {rank}: a stop is taken once");
+    }
 }

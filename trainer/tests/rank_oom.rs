@@ -1,7 +1,8 @@
 //! An out-of-memory on one rank of two at each allocation of a data-parallel step, recovered by
 //! both: every rank ends the step with the weights of the same micro-batches run without the
 //! failure, bit for bit, and with the clean step's weights where the failure struck outside the
-//! micro-batches. A checkpoint of a sharded state that one rank has no room to receive
+//! micro-batches, with the optimizer state or the parameters sharded or neither (a pass of
+//! sharded parameters stopped on every rank at once). A checkpoint of a sharded state that one rank has no room to receive
 //! stops both ranks at once, naming it, and a rank whose memory is full at the run's end leaves
 //! no rank waiting. Run by `cargo test`, this binary launches itself under
 //! `mpirun -n 2`;
@@ -46,11 +47,11 @@ fn launch() {
     assert!(out.status.success(), "{text}");
     for rank in 0..2 {
         let want = format!("rank {rank}: recovered an out-of-memory on rank 1 at each of");
-        assert_eq!(text.matches(&want).count(), 2, "{want:?} twice:\n{text}");
-        assert!(
-            text.contains("allocations, the optimizer state sharded"),
-            "{text}"
-        );
+        assert_eq!(text.matches(&want).count(), 3, "{want:?} thrice:\n{text}");
+        for sharded in ["the optimizer state sharded", "the parameters sharded"] {
+            let want = format!("allocations, {sharded}");
+            assert!(text.contains(&want), "{want:?} missing:\n{text}");
+        }
         let stopped =
             format!("rank {rank}: a checkpoint without room on rank 1 stopped both ranks");
         assert!(text.contains(&stopped), "{stopped:?} missing:\n{text}");
@@ -104,10 +105,12 @@ fn rank() {
         Box::new(MpiCollective::init(&device, Duration::from_secs(120)).unwrap());
     let me = world.rank();
     config.optimizer.launched_as = Some((me, world.world_size()));
-    for shard_state in [false, true] {
+    for (shard_state, shard_params) in [(false, false), (true, false), (false, true)] {
         config.optimizer.shard_state = shard_state;
+        config.optimizer.shard_params = shard_params;
         world = every_allocation(&config, world);
     }
+    (config.optimizer.shard_state, config.optimizer.shard_params) = (true, false);
     world = checkpoint_without_room(&config, world);
     config.optimizer.shard_state = false;
     no_room_at_the_end(&config, world);
@@ -218,16 +221,18 @@ fn every_allocation(
         }
         world = replay.into_world();
     }
+    // Sharded parameters' gradients are summed inside the passes: there are no buckets.
+    let buckets = !config.optimizer.shard_params;
     if me == 1 {
         assert!(
-            phases.iter().all(|&n| n > 0),
+            phases[0] > 0 && phases[2] > 0 && (phases[1] > 0) == buckets,
             "failures hit micro-batches, buckets and the update: {phases:?}"
         );
     }
-    let sharded = if config.optimizer.shard_state {
-        ", the optimizer state sharded"
-    } else {
-        ""
+    let sharded = match (config.optimizer.shard_state, config.optimizer.shard_params) {
+        (true, _) => ", the optimizer state sharded",
+        (_, true) => ", the parameters sharded",
+        _ => "",
     };
     println!(
         "rank {me}: recovered an out-of-memory on rank 1 at each of {allocations} allocations{sharded} \

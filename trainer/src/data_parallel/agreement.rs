@@ -4,8 +4,11 @@
 //! is this process's own.
 
 use headroom_collectives::ReduceOp;
+#[cfg(doc)]
+use headroom_collectives::SharedWorld;
 
 use crate::data::HostBatch;
+use crate::data_parallel::control::Values;
 use crate::data_parallel::peers::Peers;
 use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
@@ -46,8 +49,13 @@ impl Round {
                 Err(_) => flags[0] = rank,
             }
         }
-        let flags = peers.agree(flags, ReduceOp::Max)?;
-        Ok(if flags[0] > 0.0 {
+        Ok(Self::of(peers.agree(flags, ReduceOp::Max)?))
+    }
+
+    /// The round that agreed `flags` say: also what a rank whose pass another rank's round
+    /// stopped receives at its collective ([`SharedWorld::agreeing`]).
+    pub(crate) fn of(flags: Values) -> Self {
+        if flags[0] > 0.0 {
             Self::Failed {
                 rank: flags[0] as usize - 1,
             }
@@ -60,7 +68,7 @@ impl Round {
             Self::Fine
         } else {
             Self::Done
-        })
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! afterwards, never between two of their collectives.
 
 use headroom_alloc::Tag;
-use headroom_collectives::{Collective, ReduceOp};
+use headroom_collectives::{Collective, ReduceOp, SharedWorld};
 use headroom_kernels::{Array, DType, Device};
 
 use crate::error::Result;
@@ -42,4 +42,13 @@ impl Control {
         agreed.copy_from_slice(&self.buffer.to_host::<f64>()?);
         Ok(agreed)
     }
+}
+
+/// The handle a model with sharded parameters runs its collectives through: one that agrees
+/// on each with the other ranks first ([`SharedWorld::agreeing`]), so that a rank whose pass
+/// stops at an out-of-memory stops the others' passes with its round's agreement. Its buffer
+/// is tagged as the control buffer is, and a planned rank allocates it as the rank does.
+pub fn agreeing(world: &SharedWorld) -> Result<SharedWorld> {
+    let _tag = world.device().scoped_tag(Tag::OTHER);
+    Ok(world.agreeing()?)
 }

@@ -15,7 +15,7 @@ use headroom_kernels::{Device, DeviceConfig, PlanTarget};
 
 use crate::config::TrainConfig;
 use crate::data::{HostBatch, Task};
-use crate::data_parallel::control::Control;
+use crate::data_parallel::control::{self, Control};
 use crate::error::{Error, Result};
 use crate::model::ModelFactory;
 use crate::planning::budget::{Budget, UNLIMITED};
@@ -363,7 +363,8 @@ fn planned_world(config: &TrainConfig, device: &Device) -> Result<Option<SharedW
     }
     let (rank, ranks) = config.optimizer.launched_as.unwrap_or((0, 1));
     let planned = PlannedRank::new(device, rank, ranks)?;
-    Ok(Some(SharedWorld::new(Box::new(planned))))
+    let world = SharedWorld::new(Box::new(planned));
+    Ok(Some(control::agreeing(&world)?))
 }
 
 #[cfg(test)]

@@ -116,7 +116,7 @@ fn accumulate_whole_sets(ctx: &mut StepContext<'_>, batch: &HostBatch, sizes: &[
             .unwrap();
         total.accumulate(grads).unwrap();
     }
-    update(ctx, &total).unwrap();
+    update(ctx, &total, &mut None).unwrap();
 }
 
 #[test]

@@ -184,11 +184,21 @@ impl<'a> Progress<'a> {
         loop {
             let left = self.shard.len() - self.done;
             let attempt = (left > 0).then(|| self.attempt(ctx, launch, left));
-            let round = Round::agree(&mut ctx.peers, launch, left, attempt.as_ref())?;
-            let finished = match attempt {
-                // This rank had nothing left; it follows the others' round.
-                None => self.follow(round)?,
-                Some(attempt) => self.settle(ctx, attempt, round)?,
+            let stop = ctx.model.param_shards().and_then(|s| s.world().take_stop());
+            let finished = match (attempt, stop) {
+                // Another rank's round stopped this rank's pass at a collective.
+                (Some((.., Err(err))), Some(stop)) => match Round::of(stop) {
+                    Round::Fine | Round::Done => return Err(err),
+                    round => self.follow(ctx, round)?,
+                },
+                (attempt, _) => {
+                    let round = Round::agree(&mut ctx.peers, launch, left, attempt.as_ref())?;
+                    match attempt {
+                        // This rank had nothing left; it follows the others' round.
+                        None => self.follow(ctx, round)?,
+                        Some(attempt) => self.settle(ctx, attempt, round)?,
+                    }
+                }
             };
             if finished {
                 return Ok(());
@@ -244,7 +254,7 @@ impl<'a> Progress<'a> {
             (_, Round::Failed { rank }) => Err(peer_failed(self.step, rank)),
             (Ok(completed), round) => {
                 self.record(size, &slice, completed);
-                self.follow(round)
+                self.follow(ctx, round)
             }
             (Err(err), _) => {
                 self.recover(ctx, err, size, dropout_calls)?;
@@ -254,15 +264,19 @@ impl<'a> Progress<'a> {
     }
 
     /// Follows the round the ranks agreed on: finished when no rank has samples left, on after
-    /// a round that went fine, in smaller micro-batches after another rank's out-of-memory;
-    /// another rank's error fails the step. Returns whether the micro-batches are finished.
-    fn follow(&mut self, round: Round) -> Result<bool> {
+    /// a round that went fine, in smaller micro-batches after another rank's out-of-memory
+    /// (from the step's first sample where the parameters are sharded); another rank's error
+    /// fails the step. Returns whether the micro-batches are finished.
+    fn follow(&mut self, ctx: &StepContext<'_>, round: Round) -> Result<bool> {
         match round {
             Round::Done => Ok(true),
             Round::Fine => Ok(false),
             Round::Failed { rank } => Err(peer_failed(self.step, rank)),
             Round::OutOfMemory { rank, size } => {
                 self.peer_ooms += 1;
+                if ctx.model.param_shards().is_some() {
+                    self.start_over(ctx);
+                }
                 shrink_for_peer(&mut self.sizes, self.step, rank, size)?;
                 Ok(false)
             }
@@ -287,8 +301,9 @@ impl<'a> Progress<'a> {
 
     /// Recovers from `err`, an out-of-memory in a micro-batch of `size` that began with the
     /// dropout masks at `dropout_calls`: the masks rewound to there, or the step started over
-    /// from its first sample if the micro-batch had added into the step's gradients; then the
-    /// micro-batch size halved. A fixed cut, or a single sample that does not fit, fails.
+    /// from its first sample if the micro-batch had added into the step's gradients or the
+    /// parameters are sharded (every rank's gradients hold a part of the failed pass's); then
+    /// the micro-batch size halved. A fixed cut, or a single sample that does not fit, fails.
     fn recover(
         &mut self,
         ctx: &StepContext<'_>,
@@ -299,14 +314,10 @@ impl<'a> Progress<'a> {
         let Some(report) = err.oom_report().cloned().map(Box::new) else {
             return Err(err);
         };
-        let dropout_calls = if self.added {
+        if self.added || ctx.model.param_shards().is_some() {
             // The failed micro-batch summed into the step's gradients: start over.
-            self.start_over();
-            self.first_dropout_call
-        } else {
-            dropout_calls
-        };
-        if let (Some(counter), Some(calls)) = (ctx.model.dropout_counter(), dropout_calls) {
+            self.start_over(ctx);
+        } else if let (Some(counter), Some(calls)) = (ctx.model.dropout_counter(), dropout_calls) {
             counter.set(calls);
         }
         let Sizes::Adaptive(micro) = &mut self.sizes else {
@@ -330,8 +341,13 @@ impl<'a> Progress<'a> {
     }
 
     /// Forgets every micro-batch done and what they accumulated (but the out-of-memory
-    /// failures absorbed), for the step to start over from its first sample.
-    fn start_over(&mut self) {
+    /// failures absorbed), and rewinds the dropout masks, for the step to start over from its
+    /// first sample.
+    fn start_over(&mut self, ctx: &StepContext<'_>) {
+        if let (Some(counter), Some(calls)) = (ctx.model.dropout_counter(), self.first_dropout_call)
+        {
+            counter.set(calls);
+        }
         self.total = Gradients::default();
         (self.loss, self.done, self.saved) = (0.0, 0, (0, SavedReport::default()));
         self.micro_sizes.clear();
@@ -376,7 +392,10 @@ impl<'a> Progress<'a> {
         if let Some(norm) = self.updated_in_backward {
             return Ok((true, norm));
         }
-        Ok(match update(ctx, &total) {
+        // Measured once: a retry must not agree on the sharded norm again, as the others
+        // do not.
+        let mut norm = None;
+        Ok(match update(ctx, &total, &mut norm) {
             Err(err) if err.is_out_of_memory() => {
                 let Some(report) = err.oom_report().cloned().map(Box::new) else {
                     return Err(err);
@@ -392,7 +411,7 @@ impl<'a> Progress<'a> {
                     report,
                 });
                 ctx.device.allocator().release_cached();
-                match update(ctx, &total) {
+                match update(ctx, &total, &mut norm) {
                     Err(err)
                         if matches!(self.sizes, Sizes::Adaptive(_)) && err.is_out_of_memory() =>
                     {
@@ -501,15 +520,35 @@ fn add_gradient(
 }
 
 /// Unscales, measures and clips the gradients, and updates the weights unless they overflowed.
-/// Returns whether they were finite, and their norm.
-pub(super) fn update(ctx: &mut StepContext<'_>, grads: &Gradients) -> Result<(bool, f64)> {
+/// The norm is measured into `measured` unless an earlier try left it there. Returns whether
+/// the gradients were finite, and their norm.
+pub(super) fn update(
+    ctx: &mut StepContext<'_>,
+    grads: &Gradients,
+    measured: &mut Option<GradNorm>,
+) -> Result<(bool, f64)> {
     let unscale = 1.0 / ctx.scaler.scale;
+    let norm = match *measured {
+        Some(norm) => norm,
+        None => *measured.insert(grad_norm(ctx, grads, unscale)?),
+    };
+    if !norm.is_finite() {
+        return Ok((false, norm.norm));
+    }
+    ctx.optimizer
+        .step(ctx.model.module_mut(), grads, unscale * norm.factor)?;
+    Ok((true, norm.norm))
+}
+
+/// The norm of the `unscale`d gradients and the factor that clips them: summed over the ranks
+/// where each holds its chunks' gradients.
+fn grad_norm(ctx: &mut StepContext<'_>, grads: &Gradients, unscale: f64) -> Result<GradNorm> {
     let max_norm = if ctx.clip > 0.0 {
         ctx.clip
     } else {
         f64::INFINITY
     };
-    let norm = match ctx.model.param_shards() {
+    Ok(match ctx.model.param_shards() {
         // Each rank holds its chunks' gradients: the squares are summed over the ranks.
         Some(_) => {
             let mine = clip_grad_norm(ctx.model.module(), grads, unscale, f64::INFINITY)?.norm;
@@ -519,11 +558,5 @@ pub(super) fn update(ctx: &mut StepContext<'_>, grads: &Gradients) -> Result<(bo
             GradNorm::clipping(squares[0].sqrt(), max_norm)
         }
         None => clip_grad_norm(ctx.model.module(), grads, unscale, max_norm)?,
-    };
-    if !norm.is_finite() {
-        return Ok((false, norm.norm));
-    }
-    ctx.optimizer
-        .step(ctx.model.module_mut(), grads, unscale * norm.factor)?;
-    Ok((true, norm.norm))
+    })
 }

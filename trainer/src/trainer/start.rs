@@ -16,7 +16,7 @@ use headroom_nn::Optimizer;
 use super::{RunFiles, Trainer};
 use crate::config::{DEFAULT_MARGIN, TrainConfig};
 use crate::data::{Position, Task};
-use crate::data_parallel::control::Control;
+use crate::data_parallel::control::{self, Control};
 use crate::data_parallel::world::Launch;
 use crate::error::{Error, Result};
 use crate::model::{BuiltinModel, ModelFactory, TrainableModel};
@@ -132,8 +132,8 @@ impl Trainer {
         let (world, shards_over) = match inputs.config.optimizer.shard_params {
             true => {
                 let shared = SharedWorld::new(world);
-                let world: Box<dyn Collective + Send> = Box::new(shared.clone());
-                (world, Some(shared))
+                let model = control::agreeing(&shared)?;
+                (Box::new(shared) as Box<dyn Collective + Send>, Some(model))
             }
             false => (world, None),
         };
