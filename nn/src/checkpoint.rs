@@ -7,6 +7,10 @@
 //! A process killed mid-write leaves its temporary file (`{file name}.tmp-{pid}`) behind;
 //! [`remove_stale_temporaries`] deletes those.
 //!
+//! A model sharded over ranks is saved by every rank at once, each its own file, beside an
+//! index that names them ([`save_rank`], [`ShardIndex`]): loading the index reads them all, and
+//! gives the whole tensors or any rank's chunks of any number of ranks.
+//!
 //! # Checksums
 //!
 //! Saving adds two metadata keys beside the caller's, which keep their names and values:
@@ -31,13 +35,14 @@
 //! verified against 44 ms without checksums (from the page cache), and its save, 140 to 390 ms,
 //! is mostly the sync.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use headroom_alloc::Tag;
-use headroom_autograd::{Tensor, chunk_of};
+use headroom_autograd::Tensor;
 use headroom_collectives::Collective;
 use headroom_kernels::{Array, DType, Device, Shape};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -48,8 +53,12 @@ use crate::optim::Optimizer;
 use crate::sharded_params::ParamShards;
 
 mod checksum;
+mod shards;
 
 pub use checksum::{METADATA_CHECKSUM, TENSOR_CHECKSUMS};
+pub use shards::{
+    SHARDS, ShardIndex, WholeEntry, rank_file, remove_rank_files, remove_uncommitted, save_rank,
+};
 
 /// Prefix of optimizer state entries.
 const OPTIMIZER: &str = "optimizer.";
@@ -159,14 +168,14 @@ pub fn save_with_state(
     state: Option<&HostState>,
     metadata: &BTreeMap<String, String>,
 ) -> Result<()> {
-    if let Some(key) = [TENSOR_CHECKSUMS, METADATA_CHECKSUM]
+    if let Some(key) = [TENSOR_CHECKSUMS, METADATA_CHECKSUM, SHARDS]
         .into_iter()
         .find(|k| metadata.contains_key(*k))
     {
         return Err(Error::Checkpoint {
             path: path.to_owned(),
             key: key.to_owned(),
-            detail: "reserved for the checkpoint's checksums".into(),
+            detail: "reserved for the checkpoint's checksums and shards".into(),
         });
     }
     let weights: Vec<(String, HostArray)> = model
@@ -185,6 +194,16 @@ pub fn save_with_state(
         );
         info.insert(OPTIMIZER_STEPS.into(), state.steps.to_string());
     }
+    save_tensors(path, &host, info)
+}
+
+/// Writes `host`'s arrays under their names and `info` to `path`, sealed with their
+/// checksums, atomically.
+fn save_tensors(
+    path: &Path,
+    host: &[(String, &HostArray)],
+    mut info: BTreeMap<String, String>,
+) -> Result<()> {
     checksum::seal(
         &mut info,
         host.iter()
@@ -255,23 +274,39 @@ pub(crate) fn write_atomically_with(
     Ok(())
 }
 
-/// One entry of a checkpoint: where its bytes lie in the file, and what they hold.
+/// One entry of a checkpoint: where its bytes lie, and what they hold.
 #[derive(Debug)]
 struct Entry {
     dtype: Dtype,
     shape: Vec<usize>,
-    bytes: std::ops::Range<usize>,
+    place: Place,
+}
+
+/// Where an entry's bytes lie.
+#[derive(Debug)]
+enum Place {
+    /// In this file, at this range.
+    Here(std::ops::Range<usize>),
+    /// In the rank files, one flat chunk each (zeros past the end in the last).
+    Chunks,
+    /// Whole in rank 0's file.
+    FirstRank,
 }
 
 /// A checkpoint read and checked: every entry's header parsed, its bytes in range and, when the
-/// file carries checksums, its data and the metadata matching them.
+/// file carries checksums, its data and the metadata matching them. A sharded checkpoint's
+/// index holds its rank files, each read and checked the same way.
 #[derive(Debug)]
 pub struct Checkpoint {
     path: PathBuf,
     device: Device,
     bytes: Vec<u8>,
+    /// Invariant: every entry in [`Place::Chunks`] or [`Place::FirstRank`] has its entry in
+    /// `ranks`, of its chunk's length (or whole) and dtype.
     entries: HashMap<String, Entry>,
     metadata: BTreeMap<String, String>,
+    /// A sharded checkpoint's rank files, in rank order; none for a checkpoint in one file.
+    ranks: Vec<Checkpoint>,
 }
 
 /// Reads the checkpoint at `path`, for restoring onto `device`. A file that is not a complete
@@ -299,7 +334,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
             let entry = Entry {
                 dtype: info.dtype,
                 shape: info.shape.clone(),
-                bytes: data_start + start..data_start + end,
+                place: Place::Here(data_start + start..data_start + end),
             };
             (name, entry)
         })
@@ -314,7 +349,10 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
         .iter()
         .map(|(name, entry)| {
             // `deserialize` checked every entry's range against the file.
-            let data = bytes.get(entry.bytes.clone()).unwrap_or_default();
+            let Place::Here(range) = &entry.place else {
+                unreachable!("a file's own entries lie in it")
+            };
+            let data = bytes.get(range.clone()).unwrap_or_default();
             (name.as_str(), data)
         })
         .collect();
@@ -322,13 +360,18 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
     drop(data);
     metadata.remove(TENSOR_CHECKSUMS);
     metadata.remove(METADATA_CHECKSUM);
-    Ok(Checkpoint {
+    let checkpoint = Checkpoint {
         path: path.to_owned(),
         device: device.clone(),
         bytes,
         entries,
         metadata,
-    })
+        ranks: Vec::new(),
+    };
+    match ShardIndex::of(&checkpoint.metadata, path)? {
+        Some(index) => checkpoint.with_ranks(&index),
+        None => Ok(checkpoint),
+    }
 }
 
 impl Checkpoint {
@@ -368,11 +411,50 @@ impl Checkpoint {
     ) -> Result<Array> {
         let (shape, dtype, bytes) = self.entry(key, expect)?;
         let _tag = device.scoped_tag(tag);
-        Ok(Array::from_bytes(device, shape, dtype, bytes)?)
+        Ok(Array::from_bytes(device, shape, dtype, &bytes)?)
+    }
+
+    /// Chunk `rank` of `ranks` of the entry `key`, flat, zeros past its end (as
+    /// [`chunk_of`] cuts it), as a new array on `device` tagged `tag`: only the chunk's bytes
+    /// are read. The entry must have `expect`'s whole shape and dtype when given.
+    fn chunk_on(
+        &self,
+        device: &Device,
+        key: &str,
+        expect: Option<(&Shape, DType)>,
+        (rank, ranks): (usize, usize),
+        tag: Tag,
+    ) -> Result<Array> {
+        let (entry, shape, dtype) = self.described(key, expect)?;
+        let numel = shape.numel();
+        let chunk = numel.div_ceil(ranks.max(1));
+        let start = (rank * chunk).min(numel);
+        let end = (start + chunk).min(numel);
+        let mut bytes = self.flat(key, entry, start..end)?;
+        if end - start < chunk {
+            bytes.to_mut().resize(chunk * dtype.size(), 0);
+        }
+        let _tag = device.scoped_tag(tag);
+        Ok(Array::from_bytes(device, [chunk], dtype, &bytes)?)
     }
 
     /// The entry `key`'s shape, dtype and bytes, checked against `expect` when given.
-    fn entry(&self, key: &str, expect: Option<(&Shape, DType)>) -> Result<(Shape, DType, &[u8])> {
+    fn entry(
+        &self,
+        key: &str,
+        expect: Option<(&Shape, DType)>,
+    ) -> Result<(Shape, DType, Cow<'_, [u8]>)> {
+        let (entry, shape, dtype) = self.described(key, expect)?;
+        let bytes = self.flat(key, entry, 0..shape.numel())?;
+        Ok((shape, dtype, bytes))
+    }
+
+    /// The entry `key`, its shape and its dtype, checked against `expect` when given.
+    fn described(
+        &self,
+        key: &str,
+        expect: Option<(&Shape, DType)>,
+    ) -> Result<(&Entry, Shape, DType)> {
         let entry = self
             .entries
             .get(key)
@@ -388,11 +470,111 @@ impl Checkpoint {
                 format!("holds {shape} of {dtype}, the model needs {want_shape} of {want_dtype}"),
             ));
         }
-        let bytes = self
-            .bytes
-            .get(entry.bytes.clone())
-            .ok_or_else(|| self.error(key, "truncated"))?;
-        Ok((shape, dtype, bytes))
+        Ok((entry, shape, dtype))
+    }
+
+    /// The bytes of the flat `elements` of `entry`, the entry `key`: borrowed where they lie
+    /// in one file, gathered from the rank files' chunks where they span several.
+    fn flat(
+        &self,
+        key: &str,
+        entry: &Entry,
+        elements: std::ops::Range<usize>,
+    ) -> Result<Cow<'_, [u8]>> {
+        let size = our_dtype(entry.dtype).map_or(1, DType::size);
+        match &entry.place {
+            Place::Here(range) => {
+                let (start, end) = (
+                    range.start + elements.start * size,
+                    range.start + elements.end * size,
+                );
+                let bytes = self.bytes.get(start..end).filter(|_| end <= range.end);
+                Ok(Cow::Borrowed(
+                    bytes.ok_or_else(|| self.error(key, "truncated"))?,
+                ))
+            }
+            Place::FirstRank => self.ranks[0].flat_of(key, elements),
+            Place::Chunks if elements.is_empty() => Ok(Cow::Borrowed(&[])),
+            Place::Chunks => {
+                let numel: usize = entry.shape.iter().product();
+                let chunk = numel.div_ceil(self.ranks.len());
+                let (first, last) = (elements.start / chunk, (elements.end - 1) / chunk);
+                let within = |k: usize| {
+                    let start = elements.start.max(k * chunk) - k * chunk;
+                    start..elements.end.min((k + 1) * chunk) - k * chunk
+                };
+                if first == last {
+                    return self.ranks[first].flat_of(key, within(first));
+                }
+                let mut bytes = Vec::with_capacity(elements.len() * size);
+                for k in first..=last {
+                    bytes.extend_from_slice(&self.ranks[k].flat_of(key, within(k))?);
+                }
+                Ok(Cow::Owned(bytes))
+            }
+        }
+    }
+
+    /// [`Checkpoint::flat`] of the entry `key`.
+    fn flat_of(&self, key: &str, elements: std::ops::Range<usize>) -> Result<Cow<'_, [u8]>> {
+        let entry = self
+            .entries
+            .get(key)
+            .ok_or_else(|| self.error(key, "missing"))?;
+        self.flat(key, entry, elements)
+    }
+
+    /// This index with the rank files `index` names read, each checked to be the rank it is
+    /// named for and to hold every entry as the index says.
+    fn with_ranks(mut self, index: &ShardIndex) -> Result<Self> {
+        if let Some(name) = self.entries.keys().next() {
+            return Err(self.error(name, "a sharded checkpoint's index holds no tensor"));
+        }
+        let ranks = index.files.len();
+        for (rank, file) in index.files.iter().enumerate() {
+            let part = load(&self.path.with_file_name(file), &self.device)?;
+            let of = part.metadata.get(shards::SHARD);
+            let of: Option<shards::RankOf> = of.and_then(|of| serde_json::from_str(of).ok());
+            let want = shards::RankOf {
+                rank,
+                ranks,
+                step: index.step,
+            };
+            if of != Some(want) || !part.ranks.is_empty() {
+                let detail = format!(
+                    "not rank {rank} of {ranks} at step {}, as the index {} says",
+                    index.step,
+                    self.path.display()
+                );
+                return Err(part.error(shards::SHARD, detail));
+            }
+            self.ranks.push(part);
+        }
+        for (name, whole) in &index.entries {
+            let numel: usize = whole.shape.iter().product();
+            let (holders, want) = match whole.sharded {
+                true => (ranks, vec![numel.div_ceil(ranks)]),
+                false => (1, whole.shape.clone()),
+            };
+            for part in &self.ranks[..holders] {
+                let held = part.entries.get(name);
+                if !held.is_some_and(|e| e.shape == want && e.dtype == whole.dtype) {
+                    let detail = format!("missing, or not {want:?} of {:?}", whole.dtype);
+                    return Err(part.error(name, detail));
+                }
+            }
+            let place = match whole.sharded {
+                true => Place::Chunks,
+                false => Place::FirstRank,
+            };
+            let entry = Entry {
+                dtype: whole.dtype,
+                shape: whole.shape.clone(),
+                place,
+            };
+            self.entries.insert(name.clone(), entry);
+        }
+        Ok(self)
     }
 
     /// Overwrites every parameter of `model` with the entry of its name, which must match its
@@ -405,20 +587,21 @@ impl Checkpoint {
             let (shape, dtype, bytes) = self.entry(name, Some((t.shape(), t.dtype())))?;
             let array = t.array_mut();
             match array.is_shared() {
-                false => array.write_bytes(dtype, bytes)?,
+                false => array.write_bytes(dtype, &bytes)?,
                 true => {
                     let device = array.device().clone();
                     let _tag = device.scoped_tag(Tag::WEIGHTS);
-                    *array = Array::from_bytes(&device, shape, dtype, bytes)?;
+                    *array = Array::from_bytes(&device, shape, dtype, &bytes)?;
                 }
             }
             Ok(())
         })
     }
 
-    /// [`Checkpoint::restore_model`] into a model sharded over ranks: each saved tensor, of
-    /// its parameter's whole shape, is read whole and cut to the rank's chunk, one at a time,
-    /// so that the rank never holds more of the model than one whole tensor beside its chunks.
+    /// [`Checkpoint::restore_model`] into a model sharded over ranks: of each saved tensor, of
+    /// its parameter's whole shape, the rank's chunk alone is read (from the rank files that
+    /// hold it, where the checkpoint was saved sharded over other ranks), so that the rank
+    /// never holds a whole tensor.
     pub fn restore_model_in_chunks(
         &self,
         model: &mut dyn Module,
@@ -429,14 +612,11 @@ impl Checkpoint {
         self.check_parameters(model, &whole)?;
         model.visit_parameters_mut(&mut |name, t| {
             let sharded = shards.whole_shape(name).is_some();
-            let expected = (&whole(name, t), t.dtype());
-            let (shape, dtype, bytes) = self.entry(name, Some(expected))?;
+            let expected = Some((&whole(name, t), t.dtype()));
             let device = t.device().clone();
-            let _tag = device.scoped_tag(Tag::WEIGHTS);
-            let read = Array::from_bytes(&device, shape, dtype, bytes)?;
             *t.array_mut() = match sharded {
-                true => chunk_of(&read, rank, ranks)?,
-                false => read,
+                true => self.chunk_on(&device, name, expected, (rank, ranks), Tag::WEIGHTS)?,
+                false => self.array_on(&device, name, expected, Tag::WEIGHTS)?,
             };
             Ok(())
         })
@@ -464,15 +644,25 @@ impl Checkpoint {
         self.restore_optimizer_with(optimizer, &Ok)
     }
 
-    /// [`Checkpoint::restore_optimizer`], each saved buffer passed through `map` first (cut to
-    /// a rank's chunk, for sharded parameters).
-    pub fn restore_optimizer_with(
+    /// Replaces the state of an optimizer over sharded parameters with chunk `rank` of `ranks`
+    /// of each saved buffer, reading that chunk alone, as
+    /// [`Checkpoint::restore_model_in_chunks`] reads the parameters.
+    pub fn restore_optimizer_in_chunks(
         &self,
         optimizer: &mut dyn Optimizer,
-        map: &dyn Fn(Array) -> Result<Array>,
+        (rank, ranks): (usize, usize),
     ) -> Result<()> {
-        let steps = self
-            .metadata
+        let load = |name: &str| {
+            let key = format!("{OPTIMIZER}{name}");
+            let tag = Tag::OPTIMIZER_STATE;
+            self.chunk_on(&self.device, &key, None, (rank, ranks), tag)
+        };
+        optimizer.load_state(&load, self.steps()?)
+    }
+
+    /// The optimizer's step count saved with the checkpoint.
+    fn steps(&self) -> Result<u64> {
+        self.metadata
             .get(OPTIMIZER_STEPS)
             .ok_or_else(|| {
                 self.error(
@@ -481,11 +671,20 @@ impl Checkpoint {
                 )
             })?
             .parse::<u64>()
-            .map_err(|err| self.error(OPTIMIZER_STEPS, err.to_string()))?;
+            .map_err(|err| self.error(OPTIMIZER_STEPS, err.to_string()))
+    }
+
+    /// [`Checkpoint::restore_optimizer`], each saved buffer passed through `map` first (cut to
+    /// a rank's chunk, for sharded parameters).
+    pub fn restore_optimizer_with(
+        &self,
+        optimizer: &mut dyn Optimizer,
+        map: &dyn Fn(Array) -> Result<Array>,
+    ) -> Result<()> {
         let load = |name: &str| {
             map(self.array(&format!("{OPTIMIZER}{name}"), None, Tag::OPTIMIZER_STATE)?)
         };
-        optimizer.load_state(&load, steps)
+        optimizer.load_state(&load, self.steps()?)
     }
 }
 

@@ -7,9 +7,12 @@ mod common;
 use std::thread;
 
 use common::small_llama;
+use headroom_alloc::Tag;
 use headroom_autograd::{Tape, Tensor, autocast};
+use headroom_collectives::Collective;
 use headroom_collectives::{SharedWorld, Threads};
 use headroom_kernels::{Array, DType, Device};
+use headroom_nn::checkpoint::{self, HostArray, HostState};
 use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute, chunk_of};
 
 const RANKS: usize = 3;
@@ -411,4 +414,130 @@ fn a_checkpoints_whole_copy_goes_to_the_host_one_tensor_at_a_time() {
     });
     assert_eq!(copies[0].as_ref(), Some(&want));
     assert!(copies[1..].iter().all(Option::is_none));
+}
+
+/// Saves `config`'s decoder drawn sharded over `ranks` thread ranks, each rank its own file
+/// and a state buffer (`{name}.m`, the chunk halved) beside each tensor, as a checkpoint of
+/// step `step` indexed at `index`.
+fn save_sharded(index: &std::path::Path, config: GptConfig, ranks: usize, step: u64) {
+    let devices: Vec<Device> = (0..ranks).map(|_| common::device()).collect();
+    let worlds = Threads::world(&devices);
+    thread::scope(|s| {
+        for (world, device) in worlds.into_iter().zip(&devices) {
+            s.spawn(move || {
+                let mut world = SharedWorld::new(Box::new(world));
+                let mut init = Initializer::new(device, DType::F32, 7);
+                let gpt = Gpt::new_sharded(&mut init, config, &world).unwrap();
+                let halved = |t: &Tensor| {
+                    let half: Vec<f32> = t
+                        .to_f64()
+                        .unwrap()
+                        .iter()
+                        .map(|&v| v as f32 / 2.0)
+                        .collect();
+                    HostArray::of(&Array::from_host(device, t.shape().clone(), &half).unwrap())
+                };
+                let buffers = gpt.named_parameters().into_iter();
+                let buffers = buffers.map(|(n, t)| (format!("{n}.m"), halved(&t).unwrap()));
+                let state = HostState {
+                    buffers: buffers.collect(),
+                    steps: step,
+                };
+                let shards = gpt.param_shards().unwrap();
+                let made = checkpoint::save_rank(index, step, (&gpt, shards), &state).unwrap();
+                world.barrier().unwrap();
+                if world.rank() == 0 {
+                    made.save(index, step, &Default::default()).unwrap();
+                }
+            });
+        }
+    });
+}
+
+/// A checkpoint saved by three ranks, each writing its own chunks: its index gives every
+/// tensor and state buffer whole, two ranks restore their chunks of it (from the rank files
+/// that hold them), the next checkpoint's index commits it and removes the earlier files, the
+/// files of a save that never committed are removed, and a rank file that is not the one the
+/// index names is refused, naming it.
+#[test]
+fn a_checkpoint_saved_by_three_ranks_restores_whole_and_on_two() {
+    let dir = std::env::temp_dir().join(format!("headroom-sharded-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let index = dir.join("checkpoint.safetensors");
+    let config = GptConfig {
+        vocab: 64,
+        ..small_llama(16, 4, 24)
+    };
+    save_sharded(&index, config, 3, 4);
+    let whole = model(&common::device(), config, Recompute::None);
+    let host = common::device();
+    let saved = checkpoint::load(&index, &host).unwrap();
+    for (name, t) in whole.named_parameters() {
+        let got = saved.array(&name, None, Tag::WEIGHTS).unwrap();
+        assert_eq!(got.shape(), t.shape(), "{name}");
+        assert_eq!(got.to_f64().unwrap(), t.to_f64().unwrap(), "{name}");
+        let m = saved
+            .array(&format!("optimizer.{name}.m"), None, Tag::WEIGHTS)
+            .unwrap();
+        let half: Vec<f64> = t.to_f64().unwrap().iter().map(|v| v / 2.0).collect();
+        assert_eq!(m.to_f64().unwrap(), half, "{name}");
+    }
+
+    // Two ranks read their chunks of what three saved.
+    let devices: Vec<Device> = (0..2).map(|_| common::device()).collect();
+    let worlds = Threads::world(&devices);
+    let (saved, whole) = (&saved, &whole);
+    thread::scope(|s| {
+        for (world, device) in worlds.into_iter().zip(&devices) {
+            s.spawn(move || {
+                let world = SharedWorld::new(Box::new(world));
+                let mut init = Initializer::new(device, DType::F32, 99);
+                let mut gpt = Gpt::new_sharded(&mut init, config, &world).unwrap();
+                let shards = gpt.param_shards().unwrap().clone();
+                saved.restore_model_in_chunks(&mut gpt, &shards).unwrap();
+                let mine = gpt.named_parameters().into_iter();
+                for ((name, chunk), (_, t)) in mine.zip(whole.named_parameters()) {
+                    let want = chunk_of(t.array(), world.rank(), 2).unwrap();
+                    assert_eq!(chunk.to_f64().unwrap(), want.to_f64().unwrap(), "{name}");
+                }
+            });
+        }
+    });
+
+    // The next checkpoint commits and removes the files of the one before.
+    save_sharded(&index, config, 3, 8);
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let want: Vec<String> = ["checkpoint.safetensors"]
+        .into_iter()
+        .map(String::from)
+        .chain((0..3).map(|r| format!("checkpoint.step-8.rank-{r}-of-3.safetensors")))
+        .collect();
+    let mut want = want;
+    want.sort();
+    assert_eq!(files, want);
+
+    // A save stopped before its index leaves files that the next start removes.
+    let stray = [
+        dir.join("checkpoint.step-9.rank-0-of-3.safetensors"),
+        dir.join("checkpoint.step-9.rank-1-of-3.safetensors.tmp-4242"),
+    ];
+    for path in &stray {
+        std::fs::copy(dir.join(&want[1]), path).unwrap();
+    }
+    assert_eq!(checkpoint::remove_uncommitted(&index).unwrap(), stray);
+    checkpoint::load(&index, &host).unwrap();
+
+    // A rank file swapped for another rank's is refused, naming it.
+    let (one, two) = (dir.join(&want[1]), dir.join(&want[2]));
+    std::fs::copy(&one, &two).unwrap();
+    let err = checkpoint::load(&index, &host).unwrap_err().to_string();
+    assert!(
+        err.contains("rank-1-of-3") && err.contains("not rank 1 of 3 at step 8"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

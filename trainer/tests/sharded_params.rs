@@ -142,8 +142,10 @@ fn each_rank_keeps_half_and_peaks_as_planned() {
     assert!(planned.contains("parameters sharded"), "{planned}");
 }
 
-/// A sharded run's checkpoint holds the whole model: the run saved on two ranks after three
-/// steps goes on to six on one rank and on four, each as two ranks that never stopped.
+/// A sharded run's checkpoint is each rank's file of its chunks and an index: the run saved on
+/// two ranks after three steps goes on to six on one rank and on four (each rank reading its
+/// chunks from the files that hold them), each as two ranks that never stopped, and exports
+/// the whole model as a run of one process does.
 #[test]
 fn a_sharded_run_resumes_on_one_rank_and_on_four() {
     if common::mpi_missing() {
@@ -158,6 +160,21 @@ fn a_sharded_run_resumes_on_one_rank_and_on_four() {
     for ranks in [1, 4] {
         let resumed = TempDir::new(&format!("zero3-resumed-{ranks}"));
         train(mpirun(2), 3, &options, &resumed.0);
+        let files = |dir: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("checkpoint"))
+                .collect();
+            names.sort();
+            names
+        };
+        let rank_files = [
+            "checkpoint.safetensors",
+            "checkpoint.step-3.rank-0-of-2.safetensors",
+            "checkpoint.step-3.rank-1-of-2.safetensors",
+        ];
+        assert_eq!(files(&resumed.0), rank_files);
         let again: Vec<&str> = options.iter().copied().chain(["--resume"]).collect();
         match ranks {
             1 => train(headroom(), 6, &again, &resumed.0),
@@ -165,5 +182,21 @@ fn a_sharded_run_resumes_on_one_rank_and_on_four() {
         };
         assert_same_losses(&straight.0, &resumed.0, 6);
         assert_same_weights(&straight.0, &resumed.0);
+        let last = format!(
+            "checkpoint.step-6.rank-{}-of-{ranks}.safetensors",
+            ranks - 1
+        );
+        assert!(files(&resumed.0).contains(&last), "{:?}", files(&resumed.0));
     }
+    let exported = straight.0.join("exported");
+    succeeded(
+        headroom()
+            .args(["export", "--hf"])
+            .arg(&straight.0)
+            .arg(&exported),
+    );
+    let config = std::fs::read_to_string(exported.join("config.json")).unwrap();
+    assert!(config.contains("\"vocab_size\""), "{config}");
+    let weights = common::safetensors_entries(&exported.join("model.safetensors"));
+    assert!(!weights.is_empty());
 }

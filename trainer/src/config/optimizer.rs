@@ -47,8 +47,8 @@ pub struct OptimizerConfig {
     /// a flat chunk of every tensor, of its gradient and of the optimizer's state over it,
     /// gathers each block's tensors from every rank as the block runs (again in the backward
     /// pass where whole blocks are recomputed), and sums the gradients into each rank's chunk
-    /// (a reduce-scatter). A checkpoint holds the whole model and resumes on any number of
-    /// ranks. Built-in GPTs alone; not with `shard_state` (it shards the state already),
+    /// (a reduce-scatter). Each rank writes its chunks to its own file of a checkpoint, which
+    /// resumes on any number of ranks. Built-in GPTs alone; not with `shard_state` (it shards the state already),
     /// `in_backward`, `offload`, int8 state, streamed weights or quantized weights.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shard_params: bool,

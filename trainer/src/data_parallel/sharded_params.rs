@@ -1,40 +1,48 @@
-//! What a run whose parameters are sharded over the ranks (ZeRO stage 3,
-//! `optimizer.shard_params`) does beside its model's passes, which gather and reduce-scatter
-//! on their own: a checkpoint holds the whole model and the whole optimizer state, each
-//! tensor and buffer gathered from every rank, so that it resumes on any number of ranks and
-//! exports as a run of one process does.
+//! The checkpoint of a run whose parameters are sharded over the ranks (ZeRO stage 3,
+//! `optimizer.shard_params`): every rank writes its own chunks of the model and of the
+//! optimizer state, the ranks agree that every rank's file was written, and rank 0 then
+//! commits the checkpoint with its index. It resumes on any number of ranks (each reads its
+//! chunk of each tensor from the files that hold it) and exports as a run of one process does.
 
-use headroom_autograd::{Tensor, no_grad};
-use headroom_collectives::Collective;
-use headroom_nn::checkpoint::{HostArray, HostState};
-use headroom_nn::{Optimizer, ParamShards};
+use std::path::Path;
 
+use headroom_collectives::{Collective, ReduceOp};
+use headroom_nn::checkpoint::{self, HostState, ShardIndex};
+use headroom_nn::{Module, Optimizer, ParamShards};
+
+use crate::data_parallel::control::Control;
 use crate::error::{Error, Result};
 
-/// The optimizer's state over sharded parameters, each buffer gathered whole from every rank
-/// in its parameter's shape. Every rank takes part, one buffer at a time; rank 0 gets the
-/// state, the others none.
-pub fn gathered_state(
-    shards: &ParamShards,
+/// Writes this rank's file of the checkpoint of `step` beside `index`, and once every rank of
+/// `world` has written its own, gives the index for rank 0 to commit (none on the other ranks).
+/// Every rank calls it at the same step; a rank that could not write stops every rank, naming
+/// it, and the last checkpoint stays as it was.
+pub fn save_rank(
+    index: &Path,
+    step: u64,
+    (model, shards): (&dyn Module, &ParamShards),
     optimizer: &dyn Optimizer,
-) -> Result<Option<HostState>> {
-    let _off = no_grad();
-    let (named, steps) = optimizer.state();
-    let writes = shards.world().rank() == 0;
-    let mut buffers = Vec::new();
-    for (name, chunk) in named {
-        let param = name.rsplit_once('.').map(|(param, _)| param);
-        let whole = param.and_then(|param| shards.whole_shape(param));
-        let whole = whole.ok_or_else(|| {
-            Error::config(format!(
-                "checkpoint: the optimizer's buffer `{name}` belongs to no sharded parameter"
-            ))
-        })?;
-        let chunk = Tensor::new(chunk);
-        let gathered = chunk.gathered(shards.world(), whole, chunk.dtype())?;
-        if writes {
-            buffers.push((name, HostArray::of(gathered.array())?));
-        }
+    (world, control): (&mut dyn Collective, Option<&mut Control>),
+) -> Result<Option<(ShardIndex, u64)>> {
+    let written = HostState::of(optimizer).and_then(|state| {
+        let made = checkpoint::save_rank(index, step, (model, shards), &state)?;
+        Ok((made, state.steps))
+    });
+    let failed = match &written {
+        Ok(_) => 0.0,
+        Err(_) => world.rank() as f64 + 1.0,
+    };
+    let agreed = match control {
+        Some(control) => control.all_reduce(world, [failed, 0.0, 0.0, 0.0], ReduceOp::Max)?,
+        None => [failed, 0.0, 0.0, 0.0],
+    };
+    let written = written?;
+    if agreed[0] > 0.0 {
+        return Err(Error::PeerFailed {
+            step,
+            rank: agreed[0] as usize - 1,
+            what: "an error writing its part of the checkpoint",
+        });
     }
-    Ok(writes.then_some(HostState { buffers, steps }))
+    Ok((world.rank() == 0).then_some(written))
 }

@@ -6,7 +6,7 @@ use std::any::Any;
 
 use headroom_autograd::Tensor;
 use headroom_collectives::SharedWorld;
-use headroom_kernels::{DType, Device, DeviceConfig};
+use headroom_kernels::{DType, Device};
 use headroom_nn::lora::{self, QuantizedBase};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
@@ -18,7 +18,6 @@ use crate::config::{ModelConfig, ModelFamily, ModelKind};
 use crate::data::{DataShape, DeviceBatch, FeatureShape, IGNORE, TokenShape};
 use crate::error::{Error, Result};
 use crate::model::trainable::{Knobs, ModelFactory, ModelSettings, Offloads, TrainableModel};
-use crate::planning::offloads::machine_memory;
 
 /// A GPT or an MLP.
 pub enum TrainModel {
@@ -318,20 +317,6 @@ impl TrainableModel for TrainModel {
             TrainModel::Gpt(gpt) => gpt.param_shards(),
             TrainModel::Mlp(_) => None,
         }
-    }
-
-    fn gathered_whole(&self) -> Result<Option<Box<dyn Module>>> {
-        let TrainModel::Gpt(gpt) = self else {
-            return Ok(None);
-        };
-        let Some(shards) = gpt.param_shards() else {
-            return Ok(None);
-        };
-        // Host memory, as a checkpoint is written from: rank 0's device never holds the whole
-        // model.
-        let host = Device::cpu(DeviceConfig::new(machine_memory()))?;
-        let whole = shards.whole_on_first_rank(gpt.as_ref(), &host)?;
-        Ok(whole.map(|gpt| Box::new(gpt) as Box<dyn Module>))
     }
 
     fn as_any(&self) -> &dyn Any {

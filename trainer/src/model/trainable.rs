@@ -78,13 +78,6 @@ pub trait TrainableModel: Send + Any {
         None
     }
 
-    /// A copy of the model with every tensor whole, gathered from every rank (each must call
-    /// it at the same point), where its tensors are sharded: on rank 0, in host memory; none
-    /// on the other ranks and where they are not sharded.
-    fn gathered_whole(&self) -> Result<Option<Box<dyn Module>>> {
-        Ok(None)
-    }
-
     /// The model as [`Any`], to reach its own type.
     fn as_any(&self) -> &dyn Any;
 

@@ -7,10 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use headroom_alloc::Tag;
-use headroom_kernels::{Array, Device};
-use headroom_nn::checkpoint::{self, HostState};
-use headroom_nn::{Module, Optimizer, chunk_of};
+use headroom_kernels::Device;
+use headroom_nn::checkpoint::{self, HostState, ShardIndex};
+use headroom_nn::{Module, Optimizer};
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
@@ -91,17 +90,36 @@ pub fn save(
     state: &TrainerState,
     config: &TrainConfig,
 ) -> Result<()> {
-    let json = serde_json::to_string(state).map_err(|e| Error::io(path)(e.into()))?;
-    let metadata = BTreeMap::from([
-        (KEY.to_owned(), json),
-        (CONFIG_KEY.to_owned(), config.to_toml()),
-    ]);
     Ok(checkpoint::save_with_state(
         path,
         model,
         Some(optimizer),
-        &metadata,
+        &metadata(path, state, config)?,
     )?)
+}
+
+/// Commits the checkpoint whose rank files `index` names (the optimizer at `steps` updates)
+/// by writing the index at `path` atomically, with the run's state and configuration.
+pub fn save_index(
+    path: &Path,
+    (index, steps): (&ShardIndex, u64),
+    state: &TrainerState,
+    config: &TrainConfig,
+) -> Result<()> {
+    Ok(index.save(path, steps, &metadata(path, state, config)?)?)
+}
+
+/// The metadata a checkpoint at `path` holds: the trainer's state and the configuration.
+fn metadata(
+    path: &Path,
+    state: &TrainerState,
+    config: &TrainConfig,
+) -> Result<BTreeMap<String, String>> {
+    let json = serde_json::to_string(state).map_err(|e| Error::io(path)(e.into()))?;
+    Ok(BTreeMap::from([
+        (KEY.to_owned(), json),
+        (CONFIG_KEY.to_owned(), config.to_toml()),
+    ]))
 }
 
 /// The state and configuration a checkpoint holds, read and checked before anything is
@@ -203,19 +221,16 @@ impl Saved {
             .restore_model_in_chunks(model.module_mut(), &shards)?)
     }
 
-    /// Restores the optimizer state, each whole buffer cut to chunk `rank` of `ranks` as the
+    /// Restores the optimizer state, chunk `rank` of `ranks` of each saved buffer as the
     /// sharded parameters it goes with, and the dropout counter.
     pub fn restore_state_in_chunks(
         &self,
         model: &dyn TrainableModel,
         optimizer: &mut dyn Optimizer,
-        (rank, ranks): (usize, usize),
+        chunk: (usize, usize),
     ) -> Result<()> {
-        let chunk = |whole: Array| {
-            let _state = whole.device().scoped_tag(Tag::OPTIMIZER_STATE);
-            Ok(chunk_of(&whole, rank, ranks)?)
-        };
-        self.checkpoint.restore_optimizer_with(optimizer, &chunk)?;
+        self.checkpoint
+            .restore_optimizer_in_chunks(optimizer, chunk)?;
         self.restore_dropout(model);
         Ok(())
     }

@@ -138,10 +138,13 @@ pub fn claim(dir: &Path, start: Start) -> Result<bool> {
     Ok(made)
 }
 
-/// Removes the files of the run `dir` held before (its checkpoint and TensorBoard event files
-/// included: call it only for a run that overwrites it), but the allocation trace `keep` of
-/// this start.
+/// Removes the files of the run `dir` held before (its checkpoint, a sharded one's rank files,
+/// and TensorBoard event files included: call it only for a run that overwrites it), but the
+/// allocation trace `keep` of this start.
 pub fn clear_earlier_run(dir: &Path, keep: Option<&Path>) -> Result<()> {
+    for path in headroom_nn::checkpoint::remove_rank_files(&checkpoint_path(dir), &[])? {
+        tracing::info!("removed {} of the earlier run", path.display());
+    }
     let traces = traces(dir)?.into_iter().map(|(_, path)| path);
     let events = event_files(dir)?;
     let files = RUN_FILES.iter().chain(headroom_nn::hf::COMPANION_FILES);
@@ -161,7 +164,10 @@ pub fn clear_earlier_run(dir: &Path, keep: Option<&Path>) -> Result<()> {
 /// Removes what processes killed while writing left in `dir`: temporary checkpoints and
 /// temporary copies of the run's files. Returns what it removed.
 pub fn remove_temporaries(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut removed = headroom_nn::checkpoint::remove_stale_temporaries(&checkpoint_path(dir))?;
+    let checkpoint = checkpoint_path(dir);
+    let mut removed = headroom_nn::checkpoint::remove_stale_temporaries(&checkpoint)?;
+    // The rank files of a sharded checkpoint never committed.
+    removed.extend(headroom_nn::checkpoint::remove_uncommitted(&checkpoint)?);
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(removed),

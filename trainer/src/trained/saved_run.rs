@@ -278,6 +278,11 @@ impl Header {
                 shapes.insert(name, dims);
             }
         }
+        // A sharded checkpoint's index names every tensor's whole shape in its metadata.
+        if let Some(index) = headroom_nn::checkpoint::ShardIndex::of(&metadata, path)? {
+            let whole = index.entries.into_iter().map(|(name, e)| (name, e.shape));
+            shapes.extend(whole);
+        }
         Ok(Self { metadata, shapes })
     }
 

@@ -342,14 +342,26 @@ impl Trainer {
 
     /// Writes the checkpoint of the run as it stands. Rank 0 of a data-parallel run writes it
     /// for every rank, the others nothing; where the optimizer's state is sharded, every rank
-    /// must call this at the same step, as they send rank 0 their shares.
+    /// must call this at the same step, as they send rank 0 their shares. Where the parameters
+    /// are sharded, every rank writes its own chunks, and rank 0 commits them with the index.
     pub fn save_checkpoint(&mut self) -> Result<()> {
         if let Some(shards) = self.model.param_shards() {
-            let whole = self.model.gathered_whole()?;
-            let state = sharded_params::gathered_state(shards, &*self.optimizer)?;
-            return match (whole, state) {
-                (Some(whole), Some(state)) => self.write_checkpoint(&*whole, &state),
-                _ => Ok(()),
+            let path = checkpoint_path(&self.files.dir);
+            let written = sharded_params::save_rank(
+                &path,
+                self.state.step,
+                (self.model.module(), shards),
+                &*self.optimizer,
+                (&mut *self.world, self.control.as_mut()),
+            )?;
+            return match written {
+                Some((index, steps)) => checkpoint::save_index(
+                    &path,
+                    (&index, steps),
+                    &self.saved_state(),
+                    &self.config(),
+                ),
+                None => Ok(()),
             };
         }
         let gathered = if sharded_state::is_sharded(&*self.optimizer) {
@@ -380,16 +392,20 @@ impl Trainer {
 
     /// Writes the checkpoint of `model`'s weights, the `optimizer` state and the run's state.
     fn write_checkpoint(&self, model: &dyn Module, optimizer: &HostState) -> Result<()> {
-        let state = TrainerState {
-            dropout_calls: self.model.dropout_counter().map_or(0, |c| c.get()),
-            ..self.state.clone()
-        };
         checkpoint::save(
             &checkpoint_path(&self.files.dir),
             model,
             optimizer,
-            &state,
+            &self.saved_state(),
             &self.config(),
         )
+    }
+
+    /// The run's state as a checkpoint saves it.
+    fn saved_state(&self) -> TrainerState {
+        TrainerState {
+            dropout_calls: self.model.dropout_counter().map_or(0, |c| c.get()),
+            ..self.state.clone()
+        }
     }
 }
