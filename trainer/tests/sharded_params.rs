@@ -48,8 +48,9 @@ fn train(mut command: Command, steps: usize, options: &[&str], dir: &Path) -> St
     )
 }
 
-/// GPT-2's family, a Llama with LoRA adapters recomputing whole blocks (each block gathered
-/// again for its backward pass), and a Llama whose vocabulary the ranks share by whole rows:
+/// GPT-2's family (with its optimizer state and updates in the host tier too), a Llama with
+/// LoRA adapters recomputing whole blocks (each block gathered again for its backward pass),
+/// and a Llama whose vocabulary the ranks share by whole rows:
 /// the same losses and weights as one process whose tensors are whole, and each planned
 /// sharded run's first step peaking at exactly its plan. SGD moves each weight by its gradient, so the weights agree as closely
 /// as the gradients do (AdamW would move a weight whose gradient is rounding noise by up to
@@ -70,8 +71,13 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
     let wide = "[model]\nfamily = \"llama\"\nvocab = 4096\n[data]\nkind = \"uniform-tokens\"\n\
                 [optimizer]\nkind = \"sgd\"\nlr = 0.1\n";
     let wide = config(&dir, "wide.toml", wide);
-    let runs: [(&str, Vec<&str>); 3] = [
+    let runs: [(&str, Vec<&str>); 4] = [
         ("gpt2", vec!["--config", &sgd, "--micro-batch", "4"]),
+        // Each rank's chunks of state in its host tier, updated there (ZeRO-Offload).
+        (
+            "gpt2-offload",
+            vec!["--config", &sgd, "--offload-optimizer"],
+        ),
         (
             "llama-lora",
             vec!["--config", &llama, "--recompute", "blocks"],
@@ -93,6 +99,7 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
             let sharded = summary(&two.0);
             let plan = sharded.plan.as_ref().expect("the run was planned");
             assert_eq!(sharded.first_step_peak, Some(plan.predicted_peak), "{name}");
+            assert_eq!(sharded.host_peak, plan.predicted_host_peak, "{name}");
         }
     }
 }

@@ -49,7 +49,8 @@ pub struct OptimizerConfig {
     /// pass where whole blocks are recomputed), and sums the gradients into each rank's chunk
     /// (a reduce-scatter). Each rank writes its chunks to its own file of a checkpoint, which
     /// resumes on any number of ranks. Built-in GPTs alone; not with `shard_state` (it shards the state already),
-    /// `in_backward`, `offload`, int8 state, streamed weights or quantized weights.
+    /// `in_backward`, int8 state, streamed weights or quantized weights. With `offload` each
+    /// rank keeps its chunks of the state in its host tier and updates them there.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shard_params: bool,
     /// Keep the state in the host tier (`memory.host_limit`) and run each update there
@@ -206,7 +207,6 @@ impl OptimizerConfig {
                 self.in_backward != Some(true),
                 with("optimizer.in_backward"),
             );
-            problems.check(!self.offloads(), with("optimizer.offload"));
             problems.check(
                 self.state != Some(StateKind::Int8),
                 with("int8 optimizer state"),

@@ -266,8 +266,9 @@ fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool, bool)>> 
         config.model.offload_activations,
         knobs.offload_activations && blocks,
     );
-    let sharded = config.optimizer.shard_state || config.optimizer.shard_params;
-    let optimizer = choices(config.optimizer.offload, !sharded);
+    // A state sharded by whole parameters is broadcast from device to device; sharded
+    // parameters' chunks of state are offloaded as a whole model's state is.
+    let optimizer = choices(config.optimizer.offload, !config.optimizer.shard_state);
     let weights = choices(
         config.model.offload_weights,
         knobs.offload_weights && blocks && !config.optimizer.shard_params,
