@@ -328,7 +328,7 @@ fn a_short_run_warms_up_for_a_share_of_its_steps_not_all_of_them() {
 #[test]
 fn sharded_parameters_refuse_what_they_do_not_compose_with_yet() {
     let mut config = TrainConfig::default();
-    config.optimizer.shard_params = true;
+    config.optimizer.shard_params = Some(true);
     config.optimizer.shard_state = true;
     config.optimizer.in_backward = Some(true);
     config.optimizer.clip = 0.0;
@@ -346,7 +346,7 @@ fn sharded_parameters_refuse_what_they_do_not_compose_with_yet() {
 
     // Every rank runs its passes in step: three ranks cannot share a batch of 128 evenly.
     let mut config = TrainConfig::default();
-    config.optimizer.shard_params = true;
+    config.optimizer.shard_params = Some(true);
     let launch = headroom_trainer::data_parallel::Launch { rank: 0, size: 3 };
     let err = launch.prepare(config.clone()).unwrap_err().to_string();
     assert!(
@@ -364,7 +364,7 @@ fn sharded_parameters_refuse_what_they_do_not_compose_with_yet() {
     mlp.model.kind = ModelKind::Mlp;
     mlp.data.kind = DataKind::Csv;
     mlp.data.path = Some(dir.0.join("points.csv"));
-    mlp.optimizer.shard_params = true;
+    mlp.optimizer.shard_params = Some(true);
     let err = Trainer::new(mlp).err().expect("refused").to_string();
     assert!(err.contains("the built-in MLP is not sharded"), "{err}");
 }

@@ -58,6 +58,7 @@ fn policy(recompute: Recompute, in_backward: bool, state: StateKind) -> Policy {
         offload_optimizer: false,
         offload_weights: false,
         fetch_ahead: true,
+        shard_params: false,
     }
 }
 

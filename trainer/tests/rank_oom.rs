@@ -107,10 +107,10 @@ fn rank() {
     config.optimizer.launched_as = Some((me, world.world_size()));
     for (shard_state, shard_params) in [(false, false), (true, false), (false, true)] {
         config.optimizer.shard_state = shard_state;
-        config.optimizer.shard_params = shard_params;
+        config.optimizer.shard_params = Some(shard_params);
         world = every_allocation(&config, world);
     }
-    (config.optimizer.shard_state, config.optimizer.shard_params) = (true, false);
+    (config.optimizer.shard_state, config.optimizer.shard_params) = (true, Some(false));
     world = checkpoint_without_room(&config, world);
     config.optimizer.shard_state = false;
     no_room_at_the_end(&config, world);
@@ -222,14 +222,17 @@ fn every_allocation(
         world = replay.into_world();
     }
     // Sharded parameters' gradients are summed inside the passes: there are no buckets.
-    let buckets = !config.optimizer.shard_params;
+    let buckets = !config.optimizer.shards_params();
     if me == 1 {
         assert!(
             phases[0] > 0 && phases[2] > 0 && (phases[1] > 0) == buckets,
             "failures hit micro-batches, buckets and the update: {phases:?}"
         );
     }
-    let sharded = match (config.optimizer.shard_state, config.optimizer.shard_params) {
+    let sharded = match (
+        config.optimizer.shard_state,
+        config.optimizer.shards_params(),
+    ) {
         (true, _) => ", the optimizer state sharded",
         (_, true) => ", the parameters sharded",
         _ => "",

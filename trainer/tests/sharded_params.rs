@@ -114,9 +114,17 @@ fn each_rank_keeps_half_and_peaks_as_planned() {
     }
     let dir = TempDir::new("zero3-plan-config");
     let llama = config(&dir, "llama.toml", "[model]\nfamily = \"llama\"\n");
+    // Pinned whole: the memory policy would shard these ranks too, their updates halved.
+    let pinned = "[model]\nfamily = \"llama\"\n[optimizer]\nshard_params = false\n";
+    let pinned = config(&dir, "whole.toml", pinned);
     let options = ["--config", &llama, "--recompute", "blocks"];
     let (whole, sharded) = (TempDir::new("zero3-whole"), TempDir::new("zero3-sharded"));
-    train(mpirun(2), 2, &options, &whole.0);
+    train(
+        mpirun(2),
+        2,
+        &["--config", &pinned, "--recompute", "blocks"],
+        &whole.0,
+    );
     let with_shards: Vec<&str> = options.iter().copied().chain(["--shard-params"]).collect();
     train(mpirun(2), 2, &with_shards, &sharded.0);
     let (whole, sharded) = (summary(&whole.0), summary(&sharded.0));
@@ -206,4 +214,41 @@ fn a_sharded_run_resumes_on_one_rank_and_on_four() {
     assert!(config.contains("\"vocab_size\""), "{config}");
     let weights = common::safetensors_entries(&exported.join("model.safetensors"));
     assert!(!weights.is_empty());
+}
+
+/// Two ranks that leave sharding to the memory policy, under a limit where no step of a whole
+/// model fits: the policy shards the parameters, each rank's first step peaks at its plan, and
+/// the run trains as one process does.
+#[test]
+fn the_memory_policy_shards_the_parameters_where_no_whole_model_fits() {
+    if common::mpi_missing() {
+        return;
+    }
+    let dir = TempDir::new("zero3-policy-config");
+    let sgd = config(&dir, "sgd.toml", "[optimizer]\nkind = \"sgd\"\nlr = 0.1\n");
+    let (one, two) = (
+        TempDir::new("zero3-policy-one"),
+        TempDir::new("zero3-policy-two"),
+    );
+    train(headroom(), 4, &["--config", &sgd], &one.0);
+    train(
+        mpirun(2),
+        4,
+        &["--config", &sgd, "--memory-limit", "5MiB"],
+        &two.0,
+    );
+    let sharded = summary(&two.0);
+    let plan = sharded.plan.as_ref().expect("the run was planned");
+    let policy = plan.policy.as_ref().expect("the policy chose");
+    assert!(policy.chosen.shard_params, "{}", policy.reason);
+    assert!(
+        policy
+            .candidates
+            .iter()
+            .all(|c| c.policy.shard_params || c.micro.is_none()),
+        "no whole candidate fits"
+    );
+    assert_eq!(sharded.first_step_peak, Some(plan.predicted_peak));
+    assert_same_losses(&one.0, &two.0, 4);
+    assert_same_weights(&one.0, &two.0);
 }

@@ -48,11 +48,13 @@ pub struct OptimizerConfig {
     /// gathers each block's tensors from every rank as the block runs (again in the backward
     /// pass where whole blocks are recomputed), and sums the gradients into each rank's chunk
     /// (a reduce-scatter). Each rank writes its chunks to its own file of a checkpoint, which
-    /// resumes on any number of ranks. Built-in GPTs alone; not with `shard_state` (it shards the state already),
-    /// `in_backward`, int8 state, streamed weights or quantized weights. With `offload` each
-    /// rank keeps its chunks of the state in its host tier and updates them there.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub shard_params: bool,
+    /// resumes on any number of ranks. Built-in GPTs alone; not with `shard_state` (it shards
+    /// the state already), `in_backward`, int8 state, streamed weights or quantized weights.
+    /// With `offload` each rank keeps its chunks of the state in its host tier and updates
+    /// them there. Unset: the memory policy shards a run of several ranks where that is
+    /// faster or where nothing whole fits (never under `memory.policy = "manual"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_params: Option<bool>,
     /// Keep the state in the host tier (`memory.host_limit`) and run each update there
     /// (ZeRO-Offload): the parameter and its gradient are copied into the host's copies of
     /// them (kept there beside the state), updated by a host thread while the device goes on
@@ -91,7 +93,7 @@ impl Default for OptimizerConfig {
             state: None,
             in_backward: None,
             shard_state: false,
-            shard_params: false,
+            shard_params: None,
             offload: None,
             launched_as: None,
             schedule: ScheduleKind::WarmupCosine,
@@ -146,6 +148,11 @@ pub enum ScheduleKind {
 }
 
 impl OptimizerConfig {
+    /// Whether the parameters are sharded over the ranks (`shard_params`).
+    pub fn shards_params(&self) -> bool {
+        self.shard_params == Some(true)
+    }
+
     /// Whether the state and the updates are in the host tier (`offload`).
     pub fn offloads(&self) -> bool {
         self.offload == Some(true)
@@ -198,7 +205,7 @@ impl OptimizerConfig {
              ranks' devices; turn one of them off"
                 .into(),
         );
-        if self.shard_params {
+        if self.shards_params() {
             let with = |setting: &str| {
                 format!("optimizer.shard_params: not with {setting} yet; turn one of them off")
             };

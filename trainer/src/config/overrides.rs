@@ -445,7 +445,7 @@ impl Overrides {
             config.optimizer.shard_state = true;
         }
         if self.shard_params {
-            config.optimizer.shard_params = true;
+            config.optimizer.shard_params = Some(true);
         }
         set(&mut config.optimizer.clip, self.clip);
         set(&mut config.seed, self.seed);

@@ -42,13 +42,13 @@ impl TrainConfig {
                 .into(),
         );
         problems.check(
-            !(self.optimizer.shard_params && self.model.offloads_weights()),
+            !(self.optimizer.shards_params() && self.model.offloads_weights()),
             "optimizer.shard_params: weights streamed from the host tier \
              (model.offload_weights) are not sharded over ranks yet; turn one of them off"
                 .into(),
         );
         problems.check(
-            !(self.optimizer.shard_params
+            !(self.optimizer.shards_params()
                 && self.model.lora.as_ref().is_some_and(|l| l.base.is_some())),
             "optimizer.shard_params: a base stored quantized (QLoRA) is not sharded over ranks \
              yet; turn one of them off"

@@ -63,11 +63,12 @@ mod readiness {
 /// agree on whether every rank formed it: where one could not (its flat buffer did not fit),
 /// every rank sums that bucket's gradients in place instead, to the same values; where one
 /// could not even gather its gradients, every rank fails step `step` naming it. Without a
-/// world the buckets are formed alone, as a rank forms them. Returns the reports of this rank's
+/// world the buckets are formed alone, as a rank of `ranks` forms them, and each sum is priced
+/// as a ring all-reduce among them (a planner's rank). Returns the reports of this rank's
 /// buckets that did not fit.
 pub fn sum_in_buckets(
     peers: &mut Peers<'_>,
-    params: &[Tensor],
+    (params, ranks): (&[Tensor], usize),
     total: &mut Gradients,
     step: u64,
 ) -> Result<Vec<OomReport>> {
@@ -122,9 +123,7 @@ pub fn sum_in_buckets(
         }
         match &mut flat {
             Some(flat) => {
-                if let Some(world) = peers.world.as_deref_mut() {
-                    world.all_reduce(flat, ReduceOp::Sum)?;
-                }
+                summed(peers, flat, ranks)?;
                 let mut at = 0;
                 for grad in &mut grads {
                     let len = grad.numel();
@@ -134,9 +133,7 @@ pub fn sum_in_buckets(
             }
             None => {
                 for grad in &mut grads {
-                    if let Some(world) = peers.world.as_deref_mut() {
-                        world.all_reduce(grad, ReduceOp::Sum)?;
-                    }
+                    summed(peers, grad, ranks)?;
                 }
             }
         }
@@ -146,6 +143,21 @@ pub fn sum_in_buckets(
         }
     }
     Ok(absorbed)
+}
+
+/// `array` summed over the ranks of `peers`' world; without one, the ring all-reduce it would
+/// take among `ranks` ranks priced on its (meta) device: `2 (N - 1) / N` of its bytes sent.
+fn summed(peers: &mut Peers<'_>, array: &mut Array, ranks: usize) -> Result<()> {
+    match peers.world.as_deref_mut() {
+        Some(world) => world.all_reduce(array, ReduceOp::Sum)?,
+        None if ranks > 1 => {
+            let bytes = (array.numel() * array.dtype().size()) as f64;
+            let share = (ranks - 1) as f64 / ranks as f64;
+            array.device().plan_collective(2.0 * share * bytes);
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 /// `grads` one after the other in one new buffer, tagged as gradients.

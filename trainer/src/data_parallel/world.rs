@@ -89,7 +89,12 @@ impl Launch {
             )));
         }
         config.optimizer.in_backward = Some(false);
-        if config.optimizer.shard_params && !config.batch.size.is_multiple_of(self.size) {
+        let divides = config.batch.size.is_multiple_of(self.size);
+        if config.optimizer.shard_params.is_none() && !divides {
+            // Sharded ranks run their passes in step: the policy may not choose it here.
+            config.optimizer.shard_params = Some(false);
+        }
+        if config.optimizer.shards_params() && !divides {
             return Err(Error::config(format!(
                 "batch.size: with sharded parameters (optimizer.shard_params) every rank runs \
                  its passes in step with the others, so each takes an equal share of the \

@@ -232,6 +232,7 @@ impl ModelFactory for BuiltinModel {
                 offload_activations: true,
                 offload_weights: true,
                 fused_head: Some(tokens.vocab),
+                shard_params: true,
             },
             _ => Knobs::default(),
         }

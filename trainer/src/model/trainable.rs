@@ -156,6 +156,8 @@ pub struct Knobs {
     pub offload_weights: bool,
     /// A head fused with its loss over this vocabulary, whose chunk the planner sizes.
     pub fused_head: Option<usize>,
+    /// Its tensors can be sharded over ranks ([`TrainableModel::shard_params`]).
+    pub shard_params: bool,
 }
 
 impl Knobs {

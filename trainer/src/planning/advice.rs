@@ -97,7 +97,7 @@ fn rank_notes(launch: Launch, whole: &TrainConfig, config: &TrainConfig) -> Vec<
             launch.rank
         ));
     }
-    if whole.optimizer.shard_params {
+    if whole.optimizer.shards_params() {
         notes.push(format!(
             "parameters sharded over the ranks (ZeRO stage 3): rank {} keeps 1/{} of every \
              tensor, its gradient and its optimizer state, and gathers each block whole as it \

@@ -24,6 +24,8 @@ pub struct Choice {
     pub state: Option<StateKind>,
     /// `optimizer.offload`.
     pub offload_optimizer: Option<bool>,
+    /// `optimizer.shard_params`.
+    pub shard_params: Option<bool>,
 }
 
 impl Choice {
@@ -40,6 +42,7 @@ impl Choice {
             in_backward: unset_then(now_optimizer.in_backward, then_optimizer.in_backward),
             state: unset_then(now_optimizer.state, then_optimizer.state),
             offload_optimizer: unset_then(now_optimizer.offload, then_optimizer.offload),
+            shard_params: unset_then(now_optimizer.shard_params, then_optimizer.shard_params),
         }
     }
 
@@ -61,6 +64,7 @@ impl Choice {
         replace(&mut optimizer.in_backward, self.in_backward);
         replace(&mut optimizer.state, self.state);
         replace(&mut optimizer.offload, self.offload_optimizer);
+        replace(&mut optimizer.shard_params, self.shard_params);
     }
 }
 

@@ -59,7 +59,7 @@ pub fn build_training_state(
     world: Option<&SharedWorld>,
     prepare: impl FnOnce(&mut dyn TrainableModel) -> Result<()>,
 ) -> Result<(Box<dyn TrainableModel>, Box<dyn Optimizer>)> {
-    let shards = match config.optimizer.shard_params {
+    let shards = match config.optimizer.shards_params() {
         true => Some(world.ok_or_else(|| {
             Error::config("optimizer.shard_params: no world of ranks to shard the parameters over")
         })?),

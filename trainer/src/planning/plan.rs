@@ -180,9 +180,20 @@ impl std::fmt::Display for PolicyPlan {
             f,
             "memory policy (auto): each combination's largest micro-batch and step"
         )?;
+        // Where the ranks may shard the parameters, a column says which candidates do.
+        let sharding = self.candidates.iter().any(|c| c.policy.shard_params);
+        let params = |sharded: bool| match (sharding, sharded) {
+            (false, _) => String::new(),
+            (true, false) => format!("{:<8} ", "whole"),
+            (true, true) => format!("{:<8} ", "sharded"),
+        };
+        let header = match sharding {
+            true => format!("{:<8} ", "params"),
+            false => String::new(),
+        };
         writeln!(
             f,
-            "{:<12} {:<12} {:<6} {:<19} {:>12} {:>14} {:>14} {:>14}",
+            "{:<12} {:<12} {:<6} {header}{:<19} {:>12} {:>14} {:>14} {:>14}",
             "recompute",
             "update",
             "state",
@@ -216,7 +227,7 @@ impl std::fmt::Display for PolicyPlan {
             };
             writeln!(
                 f,
-                "{:<12} {:<12} {:<6} {:<19} {micro:>12} {peak:>14} {host:>14} {seconds:>14}{chosen}",
+                "{:<12} {:<12} {:<6} {}{:<19} {micro:>12} {peak:>14} {host:>14} {seconds:>14}{chosen}",
                 recompute,
                 if in_backward { "in backward" } else { "after" },
                 // The default state is in the parameters' dtype, f32 or bf16.
@@ -224,6 +235,7 @@ impl std::fmt::Display for PolicyPlan {
                     StateKind::F32 => "full".to_string(),
                     narrower => narrower.to_string(),
                 },
+                params(c.policy.shard_params),
                 c.policy.offloaded(),
             )?;
         }

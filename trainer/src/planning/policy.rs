@@ -28,6 +28,13 @@
 //!   Each candidate that offloads block inputs or streams weights is tried fetching them one
 //!   block ahead (first: its copies run beside the block before it on a GPU) and not (a
 //!   block's input and weights less on the device, its kernels waiting for the copies).
+//! - In a run of several ranks whose model can be sharded (a built-in GPT, the batch divided
+//!   evenly), each candidate is tried with its parameters whole and then sharded over the
+//!   ranks (ZeRO stage 3), beside it in the same tier: sharding changes nothing of the
+//!   optimization, and its collectives are priced at the link's rate
+//!   (`memory.link_bandwidth`), as the whole candidates' gradient sums are, so it is chosen
+//!   where it is faster (a larger micro-batch) or where nothing whole fits. A sharded
+//!   candidate updates after the backward pass, keeps a float state and streams no weights.
 //! - The state's precision is lowered (bf16, then int8) only when no candidate of the
 //!   precision above fits even one sample: it changes the optimization slightly, so the plan
 //!   says so. A resumed run keeps its checkpoint's techniques instead of choosing again.
@@ -62,6 +69,9 @@ pub struct Policy {
     /// Whether offloaded block inputs and streamed weights come back one block ahead.
     #[serde(default = "on")]
     pub fetch_ahead: bool,
+    /// Whether the parameters are sharded over the ranks (ZeRO stage 3).
+    #[serde(default)]
+    pub shard_params: bool,
 }
 
 /// A switch on unless a saved policy says otherwise.
@@ -88,6 +98,7 @@ impl Policy {
             offload_optimizer: config.optimizer.offloads(),
             offload_weights,
             fetch_ahead: config.model.fetches_ahead(),
+            shard_params: config.optimizer.shards_params(),
         }
     }
 
@@ -103,6 +114,7 @@ impl Policy {
             in_backward: Some(self.in_backward),
             state: Some(self.state),
             offload_optimizer: Some(self.offload_optimizer),
+            shard_params: Some(self.shard_params),
         }
     }
 
@@ -176,7 +188,11 @@ impl Policy {
             true => ", each block's copies back as it starts",
             false => "",
         };
-        format!("{recompute}, {update}, {state}{offloaded}{turn}")
+        let sharded = match self.shard_params {
+            true => ", parameters sharded",
+            false => "",
+        };
+        format!("{recompute}, {update}, {state}{offloaded}{turn}{sharded}")
     }
 }
 
@@ -185,10 +201,9 @@ impl Policy {
 /// the order of preference: the first tier is tried alone, the next only if none of it fits.
 /// Offloading, which changes nothing of the optimization, comes before a narrower state.
 pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
-    let allowed = config.optimizer.clip == 0.0
-        && config.precision.dtype != PrecisionKind::F16
-        && !config.optimizer.shard_params;
+    let allowed = config.optimizer.clip == 0.0 && config.precision.dtype != PrecisionKind::F16;
     let in_backward = choices(config.optimizer.in_backward, allowed);
+    let shards = shards(config, knobs);
     let offloads = offloads(config, knobs);
     let mut tiers = Vec::new();
     for state in states(config) {
@@ -200,15 +215,24 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
                 for recompute in recomputes(config, knobs, fetched) {
                     for &in_backward in &in_backward {
                         for &fetch_ahead in &aheads {
-                            tier.push(Policy {
-                                recompute,
-                                in_backward,
-                                state,
-                                offload_activations: activations,
-                                offload_optimizer: optimizer,
-                                offload_weights: weights,
-                                fetch_ahead,
-                            });
+                            for &shard_params in &shards {
+                                // Sharded parameters are updated after the backward pass,
+                                // in a float state, and not streamed.
+                                let whole = in_backward || weights || state == StateKind::Int8;
+                                if shard_params && whole {
+                                    continue;
+                                }
+                                tier.push(Policy {
+                                    recompute,
+                                    in_backward,
+                                    state,
+                                    offload_activations: activations,
+                                    offload_optimizer: optimizer,
+                                    offload_weights: weights,
+                                    fetch_ahead,
+                                    shard_params,
+                                });
+                            }
                         }
                     }
                 }
@@ -223,6 +247,20 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
 /// that holds the least on the device.
 pub(crate) fn lightest(config: &TrainConfig, knobs: Knobs) -> Option<Policy> {
     tiers(config, knobs).pop()?.pop()
+}
+
+/// Whether to shard the parameters over the ranks: the pinned setting, else whole and then
+/// sharded in a run of several ranks whose model can be sharded and whose settings allow it
+/// (the state not sharded on its own, no streamed weights, no quantized base), else whole.
+fn shards(config: &TrainConfig, knobs: Knobs) -> Vec<bool> {
+    let ranks = config.optimizer.launched_as.map_or(1, |(_, ranks)| ranks);
+    let quantized_base = config.model.lora.as_ref().is_some_and(|l| l.base.is_some());
+    let allowed = knobs.shard_params
+        && ranks > 1
+        && !config.optimizer.shard_state
+        && !config.model.offloads_weights()
+        && !quantized_base;
+    choices(config.optimizer.shard_params, allowed)
 }
 
 /// Whether to fetch block inputs and weights ahead, for a candidate that brings them back from
@@ -271,7 +309,7 @@ fn offloads(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<(bool, bool, bool)>> 
     let optimizer = choices(config.optimizer.offload, !config.optimizer.shard_state);
     let weights = choices(
         config.model.offload_weights,
-        knobs.offload_weights && blocks && !config.optimizer.shard_params,
+        knobs.offload_weights && blocks && !config.optimizer.shards_params(),
     );
     let all: Vec<_> = activations
         .iter()
@@ -317,7 +355,7 @@ pub(crate) fn states(config: &TrainConfig) -> Vec<StateKind> {
         Some(pinned) => vec![pinned],
         // Sharded parameters keep float state: its chunks gather into the whole buffers.
         None if config.optimizer.kind == crate::config::OptimizerKind::Adamw
-            && config.optimizer.shard_params =>
+            && config.optimizer.shards_params() =>
         {
             vec![StateKind::F32, StateKind::Bf16]
         }
@@ -385,6 +423,7 @@ mod tests {
         offload_activations: true,
         offload_weights: true,
         fused_head: None,
+        shard_params: true,
     };
 
     fn candidate(recompute: Recompute, micro: Option<usize>, seconds: f64) -> Candidate {
@@ -397,6 +436,7 @@ mod tests {
                 offload_optimizer: false,
                 offload_weights: false,
                 fetch_ahead: true,
+                shard_params: false,
             },
             micro,
             predicted_peak: micro.map(|m| m as u64),
@@ -499,5 +539,70 @@ mod tests {
         pinned[0][1].apply(&mut applied);
         assert_eq!(applied.optimizer.in_backward, Some(true));
         assert_eq!(Policy::manual(&applied), pinned[0][1]);
+    }
+
+    #[test]
+    fn a_run_of_several_ranks_tries_each_candidate_whole_and_then_sharded() {
+        let mut config = TrainConfig::default();
+        let alone = tiers(&config, GPT);
+        config.optimizer.launched_as = Some((1, 4));
+        let ranks = tiers(&config, GPT);
+        assert_eq!(ranks.len(), alone.len());
+        for (tier, whole) in ranks.iter().zip(&alone) {
+            let sharded: Vec<Policy> = tier.iter().filter(|p| p.shard_params).copied().collect();
+            let unsharded: Vec<Policy> = tier.iter().filter(|p| !p.shard_params).copied().collect();
+            assert_eq!(
+                &unsharded, whole,
+                "the whole candidates as one process has them"
+            );
+            // Each sharded candidate follows its whole twin; none streams weights or keeps
+            // int8 state.
+            for p in &sharded {
+                let at = tier.iter().position(|q| q == p).unwrap();
+                assert_eq!(
+                    tier[at - 1],
+                    Policy {
+                        shard_params: false,
+                        ..*p
+                    }
+                );
+                assert!(!p.offload_weights && p.state != StateKind::Int8 && !p.in_backward);
+            }
+            let streams = whole
+                .iter()
+                .any(|p| p.offload_weights || p.state == StateKind::Int8);
+            assert_eq!(sharded.is_empty(), streams, "{whole:?}");
+        }
+        let sharded = ranks.iter().flatten().find(|p| p.shard_params).unwrap();
+        assert!(sharded.describe().ends_with(", parameters sharded"));
+        let mut applied = config.clone();
+        sharded.apply(&mut applied);
+        assert!(applied.optimizer.shards_params());
+        // Pinned either way, or a state sharded on its own, or a model that cannot be
+        // sharded: one setting.
+        for pinned in [Some(false), Some(true)] {
+            config.optimizer.shard_params = pinned;
+            let all = tiers(&config, GPT);
+            assert!(all.iter().flatten().all(|p| Some(p.shard_params) == pinned));
+        }
+        config.optimizer.shard_params = None;
+        config.optimizer.shard_state = true;
+        assert!(
+            tiers(&config, GPT)
+                .iter()
+                .flatten()
+                .all(|p| !p.shard_params)
+        );
+        config.optimizer.shard_state = false;
+        let mlp = Knobs {
+            shard_params: false,
+            ..GPT
+        };
+        assert!(
+            tiers(&config, mlp)
+                .iter()
+                .flatten()
+                .all(|p| !p.shard_params)
+        );
     }
 }

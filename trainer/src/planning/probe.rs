@@ -358,7 +358,7 @@ fn out_of_memory(err: Error) -> Result<(Probed, Breakdown)> {
 /// The world a probe's rank shards its parameters over where `config` shards them: the rank
 /// it plans, of the run's ranks, on `device`, a meta device.
 fn planned_world(config: &TrainConfig, device: &Device) -> Result<Option<SharedWorld>> {
-    if !config.optimizer.shard_params {
+    if !config.optimizer.shards_params() {
         return Ok(None);
     }
     let (rank, ranks) = config.optimizer.launched_as.unwrap_or((0, 1));

@@ -363,7 +363,8 @@ impl<'a> Progress<'a> {
             Some(_) => Vec::new(),
             None => ctx.model.module().parameters(),
         };
-        for report in sum_in_buckets(&mut ctx.peers, &params, &mut self.total, self.step)? {
+        let grads = (&params[..], ctx.ranks);
+        for report in sum_in_buckets(&mut ctx.peers, grads, &mut self.total, self.step)? {
             tracing::warn!(
                 "step {}: {} forming a bucket of gradients; summing it in place",
                 self.step + 1,

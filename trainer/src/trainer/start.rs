@@ -128,15 +128,6 @@ impl Trainer {
         inputs.config.run_dir = Some(run_dir.clone());
         let budget = run_device::budget(&inputs.config)?;
         let (device, world, control) = inputs.open(&budget)?;
-        // Sharded parameters gather through the trainer's world, called by the model too.
-        let (world, shards_over) = match inputs.config.optimizer.shard_params {
-            true => {
-                let shared = SharedWorld::new(world);
-                let model = control::agreeing(&shared)?;
-                (Box::new(shared) as Box<dyn Collective + Send>, Some(model))
-            }
-            false => (world, None),
-        };
         // Removed again, with everything it holds, unless the run starts.
         let trace = StartTrace {
             path: match launch.writes() {
@@ -155,6 +146,15 @@ impl Trainer {
         let (saved, kept) = inputs.checkpoint(&run_dir, &device)?.unzip();
         let plan = inputs.plan(saved.as_ref(), &budget, &device)?;
         let choice = choice(&inputs.config, kept, plan.as_ref());
+        // Sharded parameters gather through the trainer's world, called by the model too.
+        let (world, shards_over) = match choice.on(&inputs.config).optimizer.shards_params() {
+            true => {
+                let shared = SharedWorld::new(world);
+                let model = control::agreeing(&shared)?;
+                (Box::new(shared) as Box<dyn Collective + Send>, Some(model))
+            }
+            false => (world, None),
+        };
         let head_chunk = head_chunk(&inputs.config, saved.as_ref(), plan.as_ref());
         let Built {
             prober,
@@ -556,7 +556,7 @@ fn build_model(
             }
             // A checkpoint holds whole tensors: each is cut as it is restored into a model
             // drawn sharded, or restored before the model is cut.
-            match saved.filter(|_| config.optimizer.shard_params) {
+            match saved.filter(|_| config.optimizer.shards_params()) {
                 Some(saved) if model.param_shards().is_some() => {
                     saved.restore_weights_in_chunks(model)
                 }
