@@ -8,7 +8,7 @@
 # `build` also packs .gpu-check/ into .gpu-check.tar.xz (about 7 MiB, where the folder holds over
 # 80): carry the archive alone, and `run` unpacks it where the folder is missing.
 #
-# `run tests`, `run benches`, `run fit`, `run limits`, `run llama`, `run lora`, `run long`, `run offload` and `run snapshot` run one part alone, or the parts named
+# `run tests`, `run benches`, `run fit`, `run limits`, `run llama`, `run lora`, `run long`, `run offload`, `run snapshot` and `run shard` run one part alone, or the parts named
 # (for a machine that limits how long one command may take: the parts in calls of their own);
 # `tests=loss,gemm` runs those test binaries alone; `--rounds=N` runs each comparison with PyTorch
 # N times, alternating the two sides (1 by default).
@@ -47,7 +47,10 @@
 # rates (`headroom plan --calibrate`, the GPU's and its host CPU's) beside that ratio; and (`snapshot`) GPT-2 small's
 # training steps recorded by PyTorch on the GPU (`scripts/pytorch/gpt2_memory_snapshot.py
 # --device cuda`: `_record_memory_history`, `_dump_snapshot`) and replayed by `headroom-alloc
-# replay --find-limit` beside PyTorch's reserved bytes. Results land in
+# replay --find-limit` beside PyTorch's reserved bytes; and (`shard`, on a machine of two GPUs or
+# more with Open MPI) Llama 3.2 1B's bf16 full fine-tune on every GPU, one rank each over NCCL,
+# with its parameters whole and then sharded (ZeRO stage 3), checked for the same losses and
+# for each rank's first step peaking at its plan, with each run's tokens/s. Results land in
 # .gpu-check/results/ (or $OUT when set).
 # The exit status is 1 when a test failed or a target was missed.
 #
@@ -65,7 +68,7 @@ build() {
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
     rm -rf "$DIR/tests" "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" "$DIR/03-cudarc" \
-        "$DIR/headroom-alloc" "$DIR/headroom"
+        "$DIR/headroom-alloc" "$DIR/headroom" "$DIR/headroom-nccl"
     mkdir -p "$DIR/tests"
     # Every headroom-kernels test binary, headroom-alloc's CUDA memory source, and the trainer's
     # GPU run.
@@ -96,8 +99,12 @@ for line in sys.stdin:
     # The trainer's tool, whose plans the offload part calibrates and compares.
     cargo build -p headroom-trainer --features cuda --release --bin headroom
     cp target/release/headroom "$DIR/"
+    # The same over NCCL between the GPUs of one machine, for the shard part (it links Open MPI,
+    # which launches and bootstraps the ranks).
+    cargo build -p headroom-trainer --features nccl --release --bin headroom
+    cp target/release/headroom "$DIR/headroom-nccl"
     strip --strip-all "$DIR"/tests/* "$DIR/cuda-compare" "$DIR/fit-compare" "$DIR/allreduce-compare" \
-        "$DIR/03-cudarc" "$DIR/headroom-alloc" "$DIR/headroom"
+        "$DIR/03-cudarc" "$DIR/headroom-alloc" "$DIR/headroom" "$DIR/headroom-nccl"
     # The stripped binaries take over 80 MiB; packed, they travel in a few.
     grep -qx "/$DIR.tar.xz" "$exclude" 2>/dev/null || echo "/$DIR.tar.xz" >>"$exclude"
     tar -cJf "$DIR.tar.xz" "$DIR"
@@ -118,7 +125,7 @@ for base in sys.path:
 }
 
 run() {
-    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 long=0 offload=0 snapshot=0 only= name
+    local results=${OUT:-$DIR/results} smoke=() peer=() rounds=1 tests=0 benches=0 fit=0 limits=0 allreduce=0 llama=0 lora=0 long=0 offload=0 snapshot=0 shard=0 only= name
     for arg in "$@"; do
         case "$arg" in
             --smoke) smoke=(--smoke) peer=(--peer-device cpu) ;;
@@ -134,12 +141,13 @@ run() {
             long) long=1 ;;
             offload) offload=1 ;;
             snapshot) snapshot=1 ;;
+            shard) shard=1 ;;
             *) usage ;;
         esac
     done
     # No part named: all of them.
-    if [ $((tests + benches + fit + limits + allreduce + llama + lora + long + offload + snapshot)) -eq 0 ]; then
-        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1 long=1 offload=1 snapshot=1
+    if [ $((tests + benches + fit + limits + allreduce + llama + lora + long + offload + snapshot + shard)) -eq 0 ]; then
+        tests=1 benches=1 fit=1 limits=1 allreduce=1 llama=1 lora=1 long=1 offload=1 snapshot=1 shard=1
     fi
     if [ ! -d "$DIR" ] && [ -f "$DIR.tar.xz" ]; then
         tar -xJf "$DIR.tar.xz"
@@ -346,11 +354,48 @@ CHECK
         "$DIR/headroom-alloc" replay "$results/gpt2-small-cuda.pickle" --find-limit \
             | tee -a "$results/snapshot.txt" || failed=1
     fi
+    # Llama 3.2 1B on every GPU, one rank each over NCCL: the parameters whole (each rank
+    # holding the whole model, its gradients summed in buckets), then sharded (ZeRO stage 3).
+    if [ "$shard" -eq 1 ] && [ ${#smoke[@]} -eq 0 ]; then
+        local gpus how
+        gpus=$(nvidia-smi -L | wc -l)
+        echo "== shard ($gpus GPUs)"
+        if [ "$gpus" -lt 2 ] || ! command -v mpirun >/dev/null; then
+            echo "shard: needs two GPUs or more and mpirun; not run" | tee "$results/shard.txt"
+        else
+            printf '[optimizer]\nshard_params = false\n' >"$results/whole.toml"
+            printf '[optimizer]\nshard_params = true\n' >"$results/sharded.toml"
+            for how in whole sharded; do
+                rm -rf "$results/shard-$how"
+                mpirun -n "$gpus" --allow-run-as-root -x LD_LIBRARY_PATH "$DIR/headroom-nccl" train \
+                    --device cuda --preset llama-3.2-1b --param-dtype bf16 --precision bf16 \
+                    --data uniform-tokens --context 2048 --batch-size $((2 * gpus)) --steps 6 \
+                    --eval-every 0 --quiet --config "$results/$how.toml" --run-dir "$results/shard-$how" \
+                    || failed=1
+            done 2>&1 | tee "$results/shard.txt"
+            python3 - "$results" <<'CHECK' || failed=1
+import json, sys
+def run(how):
+    d = f"{sys.argv[1]}/shard-{how}"
+    losses = [json.loads(l)["loss"] for l in open(f"{d}/metrics.jsonl") if '"loss"' in l]
+    return losses, json.load(open(f"{d}/summary.json"))
+(whole, w), (sharded, s) = run("whole"), run("sharded")
+same = all(abs(a - b) <= 1e-2 * abs(a) for a, b in zip(whole, sharded)) and len(whole) == len(sharded)
+exact = all(x["first_step_peak"] == x["plan"]["predicted_peak"] for x in (w, s))
+tokens = lambda x: x["samples"] * 2048 / x["train_s"]
+print(f"llama-3.2-1b bf16 on {len(s['ranks'])} GPUs: peak a rank whole {w['first_step_peak']} B, "
+      f"sharded {s['first_step_peak']} B ({s['first_step_peak'] / w['first_step_peak']:.2f}x); "
+      f"tokens/s whole {tokens(w):.0f}, sharded {tokens(s):.0f}; the same losses: {same}; "
+      f"each first step at its plan: {exact}")
+sys.exit(0 if same and exact else 1)
+CHECK
+        fi
+    fi
     exit "$failed"
 }
 
 usage() {
-    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora] [long] [offload] [snapshot]" >&2
+    echo "usage: $0 build | run [--smoke] [--rounds=N] [tests | tests=NAME,...] [benches] [fit] [limits] [allreduce] [llama] [lora] [long] [offload] [snapshot] [shard]" >&2
     exit 2
 }
 
