@@ -39,22 +39,25 @@ fn run_rank(mut world: impl Collective) -> Vec<Vec<f32>> {
     out
 }
 
-#[test]
-fn three_threads_get_what_every_collective_promises() {
+/// What `f` gives on each of three ranks (threads), each with its shared handle on the world.
+fn on_three_ranks<T: Send>(f: impl Fn(SharedWorld) -> T + Sync) -> Vec<T> {
     let devices = [cpu(), cpu(), cpu()];
     let ranks = Threads::world(&devices);
-    let results: Vec<_> = thread::scope(|s| {
+    let f = &f;
+    thread::scope(|s| {
         let handles: Vec<_> = (ranks.into_iter())
-            .map(|rank| {
-                s.spawn(move || {
-                    let shared = SharedWorld::new(Box::new(rank));
-                    // An agreeing handle runs every collective as the plain one does.
-                    let agreeing = shared.agreeing().unwrap();
-                    (run_rank(shared), run_rank(agreeing))
-                })
-            })
+            .map(|rank| s.spawn(move || f(SharedWorld::new(Box::new(rank)))))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn three_threads_get_what_every_collective_promises() {
+    let results = on_three_ranks(|shared| {
+        // An agreeing handle runs every collective as the plain one does.
+        let agreeing = shared.agreeing().unwrap();
+        (run_rank(shared), run_rank(agreeing))
     });
     for (rank, (got, agreeing)) in results.iter().enumerate() {
         assert_eq!(got, agreeing, "rank {rank}");
@@ -91,36 +94,26 @@ fn a_planned_rank_checks_chunks_and_runs_only_on_a_meta_device() {
 /// fail at once, naming the stop, and give the values rank 2 sent; the next collective runs.
 #[test]
 fn a_rank_that_stops_stops_the_others_agreeing_collective() {
-    let devices = [cpu(), cpu(), cpu()];
-    let ranks = Threads::world(&devices);
-    let results: Vec<_> = thread::scope(|s| {
-        let handles: Vec<_> = (ranks.into_iter())
-            .map(|rank| {
-                s.spawn(move || {
-                    let mut plain = SharedWorld::new(Box::new(rank));
-                    let mut agreeing = plain.agreeing().unwrap();
-                    let device = plain.device().clone();
-                    let stopped = match plain.rank() {
-                        2 => {
-                            let stop = [0.0, 3.0, 5.0, 0.0];
-                            let mut said = Array::from_host(&device, [4], &stop).unwrap();
-                            plain.all_reduce(&mut said, ReduceOp::Max).unwrap();
-                            None
-                        }
-                        _ => {
-                            let chunk = Array::zeros(&device, [2], DType::F32).unwrap();
-                            let mut whole = Array::zeros(&device, [6], DType::F32).unwrap();
-                            let err = agreeing.all_gather(&chunk, &mut whole).unwrap_err();
-                            Some((err.to_string(), agreeing.take_stop(), agreeing.take_stop()))
-                        }
-                    };
-                    let mut after = Array::from_host(&device, [1], &[1.0f32]).unwrap();
-                    agreeing.all_reduce(&mut after, ReduceOp::Sum).unwrap();
-                    (stopped, after.to_host::<f32>().unwrap())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let results = on_three_ranks(|mut plain| {
+        let mut agreeing = plain.agreeing().unwrap();
+        let device = plain.device().clone();
+        let stopped = match plain.rank() {
+            2 => {
+                let stop = [0.0, 3.0, 5.0, 0.0];
+                let mut said = Array::from_host(&device, [4], &stop).unwrap();
+                plain.all_reduce(&mut said, ReduceOp::Max).unwrap();
+                None
+            }
+            _ => {
+                let chunk = Array::zeros(&device, [2], DType::F32).unwrap();
+                let mut whole = Array::zeros(&device, [6], DType::F32).unwrap();
+                let err = agreeing.all_gather(&chunk, &mut whole).unwrap_err();
+                Some((err.to_string(), agreeing.take_stop(), agreeing.take_stop()))
+            }
+        };
+        let mut after = Array::from_host(&device, [1], &[1.0f32]).unwrap();
+        agreeing.all_reduce(&mut after, ReduceOp::Sum).unwrap();
+        (stopped, after.to_host::<f32>().unwrap())
     });
     for (rank, (stopped, after)) in results.into_iter().enumerate() {
         assert_eq!(after, [3.0], "rank {rank}");

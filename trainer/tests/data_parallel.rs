@@ -155,13 +155,23 @@ fn rank_process(dir: &Path, rank: usize) -> Option<u32> {
 
 /// Rank 1 killed with SIGKILL once rank 0 has written a few checkpoints: `mpirun` ends rank 0
 /// too and names the rank that died, and `--resume` on two ranks ends exactly where two ranks
-/// never stopped do.
+/// never stopped do. With the parameters sharded each rank writes its file of every
+/// checkpoint, so the kill may strike between the ranks' files and the index: the last
+/// committed checkpoint resumes, and the files of one never committed are removed.
 #[test]
 fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
     if common::mpi_missing() {
         return;
     }
-    let (straight, killed) = (TempDir::new("dp-straight"), TempDir::new("dp-killed"));
+    killed_and_resumed("dp", &[]);
+    killed_and_resumed("dp-sharded", &["--shard-params"]);
+}
+
+/// [`a_killed_rank_ends_the_job_and_two_ranks_resume_exactly`] with `extra` options, its run
+/// directories named after `name`.
+fn killed_and_resumed(name: &str, extra: &[&str]) {
+    let straight = TempDir::new(&format!("{name}-straight"));
+    let killed = TempDir::new(&format!("{name}-killed"));
     let options = |dir: &TempDir| -> Vec<String> {
         let dir = dir.0.to_str().unwrap().to_owned();
         [
@@ -175,6 +185,7 @@ fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
             "0",
         ]
         .iter()
+        .chain(extra)
         .map(|a| a.to_string())
         .chain(["--checkpoint-every".into(), "1".into(), "--quiet".into()])
         .chain(["--run-dir".into(), dir])
@@ -233,6 +244,16 @@ fn a_killed_rank_ends_the_job_and_two_ranks_resume_exactly() {
         .map(|r| r.step)
         .collect();
     assert_eq!(steps, (1..=60).collect::<Vec<_>>(), "each step once");
+    let rank_files = std::fs::read_dir(&killed.0).unwrap().filter(|e| {
+        let name = e.as_ref().unwrap().file_name();
+        name.to_string_lossy().starts_with("checkpoint.step-")
+    });
+    let want = if extra.is_empty() { 0 } else { 2 };
+    assert_eq!(
+        rank_files.count(),
+        want,
+        "the last checkpoint's rank files alone"
+    );
 }
 
 /// Each rank plans its micro-batch for its shard of the batch, and rank 0's first step peaks
@@ -403,16 +424,7 @@ fn ranks_on_cuda_devices_without_nccl_stop_together_naming_it() {
     if common::mpi_missing() {
         return;
     }
-    if headroom_collectives::UniqueId::new().is_ok() {
-        eprintln!("skipped: NCCL is installed, and two ranks would need two GPUs");
-        return;
-    }
-    if let Err(err) = headroom_kernels::Device::cuda(0, Default::default()) {
-        assert!(
-            std::env::var_os("HEADROOM_REQUIRE_CUDA").is_none(),
-            "HEADROOM_REQUIRE_CUDA is set, and there is no CUDA device: {err}"
-        );
-        eprintln!("skipped: no CUDA device: {err}");
+    if !a_cuda_device_without_nccl() {
         return;
     }
     let dir = TempDir::new("dp-nccl");
@@ -439,4 +451,67 @@ fn ranks_on_cuda_devices_without_nccl_stop_together_naming_it() {
         "the ranks waited: {:?}",
         started.elapsed()
     );
+}
+
+/// Whether a CUDA device is here and NCCL is not, as the tests of a rank 0 without NCCL need
+/// (with NCCL installed, two ranks would need two GPUs); says why not where not.
+#[cfg(feature = "nccl")]
+fn a_cuda_device_without_nccl() -> bool {
+    if headroom_collectives::UniqueId::new().is_ok() {
+        eprintln!("skipped: NCCL is installed, and two ranks would need two GPUs");
+        return false;
+    }
+    if let Err(err) = headroom_kernels::Device::cuda(0, Default::default()) {
+        assert!(
+            std::env::var_os("HEADROOM_REQUIRE_CUDA").is_none(),
+            "HEADROOM_REQUIRE_CUDA is set, and there is no CUDA device: {err}"
+        );
+        eprintln!("skipped: no CUDA device: {err}");
+        return false;
+    }
+    true
+}
+
+/// Two ranks started with torchrun's variables (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
+/// `MASTER_PORT`) instead of by MPI, on CUDA devices without NCCL: rank 0 hands the other its
+/// answer over TCP at the master's port, and both stop at once, naming NCCL.
+#[cfg(feature = "nccl")]
+#[test]
+fn ranks_started_with_torchruns_variables_meet_over_tcp_and_stop_together_without_nccl() {
+    if !a_cuda_device_without_nccl() {
+        return;
+    }
+    let dirs = [TempDir::new("dp-tcp-0"), TempDir::new("dp-tcp-1")];
+    let started = std::time::Instant::now();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            headroom()
+                .args(["train", "--device", "cuda:0", "--steps", "1", "--quiet"])
+                .arg("--run-dir")
+                .arg(&dirs[rank].0)
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "2")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", "29533")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let texts: Vec<String> = ranks
+        .into_iter()
+        .map(|rank| {
+            let out = rank.wait_with_output().unwrap();
+            assert!(!out.status.success());
+            (String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr)).into()
+        })
+        .collect();
+    assert!(texts[0].contains("NCCL"), "{}", texts[0]);
+    assert!(
+        texts[1].contains("rank 0 could not make the job's id"),
+        "{}",
+        texts[1]
+    );
+    assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
 }

@@ -1,7 +1,9 @@
 //! The processes a run trains on: this one alone, or the ranks of a job that `mpirun -n N`
 //! launched, each of which trains on its shard of every batch (data parallelism). The launcher
 //! tells a process its rank and the world's size through the environment (Open MPI's
-//! `OMPI_COMM_WORLD_*`, MPICH's `PMI_*`); a process started alone is a world of one.
+//! `OMPI_COMM_WORLD_*`, MPICH's `PMI_*`, or `RANK` and `WORLD_SIZE` as torchrun sets them with
+//! `MASTER_ADDR` and `MASTER_PORT`, for ranks on CUDA devices that meet over TCP); a process
+//! started alone is a world of one.
 
 use std::time::Duration;
 
@@ -34,6 +36,10 @@ impl Launch {
         };
         let rank = read("OMPI_COMM_WORLD_RANK").or_else(|| read("PMI_RANK"));
         let size = read("OMPI_COMM_WORLD_SIZE").or_else(|| read("PMI_SIZE"));
+        let (rank, size) = match (rank, size) {
+            (Some(rank), Some(size)) => (Some(rank), Some(size)),
+            _ => (read("RANK"), read("WORLD_SIZE")),
+        };
         match (rank, size) {
             (Some(rank), Some(size)) if rank < size => Self { rank, size },
             _ => Self::ALONE,
@@ -126,18 +132,34 @@ impl Launch {
         }
         match device.kind() {
             DeviceKind::Cuda(_) => join_nccl(self, device, timeout),
+            _ if !launched_by_mpi() => Err(Error::config(format!(
+                "rank {} of {} trains on {device}: ranks on CPUs meet over MPI; launch them with \
+                 mpirun (ranks started with RANK and WORLD_SIZE meet over NCCL, on CUDA devices)",
+                self.rank, self.size
+            ))),
             _ => join_mpi(self, device, timeout),
         }
     }
 }
 
+/// Whether an MPI launcher started this process (its environment names its rank).
+pub(crate) fn launched_by_mpi() -> bool {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some())
+}
+
 /// The GPU a rank of a data-parallel run takes when its configuration says `cuda`: the one of
 /// its rank on its machine, as the launcher numbers the ranks of each machine.
 fn local_gpu(rank: usize) -> usize {
-    ["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"]
-        .iter()
-        .find_map(|name| std::env::var(name).ok()?.parse().ok())
-        .unwrap_or(rank)
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "LOCAL_RANK",
+    ]
+    .iter()
+    .find_map(|name| std::env::var(name).ok()?.parse().ok())
+    .unwrap_or(rank)
 }
 
 #[cfg(feature = "nccl")]
@@ -146,10 +168,12 @@ fn join_nccl(
     device: &Device,
     timeout: Duration,
 ) -> Result<Box<dyn Collective + Send>> {
+    use crate::data_parallel::rendezvous::Master;
+    let master = Master::from_env().filter(|_| !launched_by_mpi());
     let world = crate::data_parallel::nccl_world::NcclWorld::join(
-        launch.rank,
-        launch.size,
+        (launch.rank, launch.size),
         device,
+        master.as_ref(),
         timeout,
     )?;
     Ok(Box::new(world))
