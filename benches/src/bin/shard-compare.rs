@@ -5,7 +5,7 @@
 //! heads, the head tied to the embedding) with 8 blocks of width 512 and a vocabulary of 8192,
 //! 27.4 M parameters; each rank steps on 2 windows of 128 tokens: forward, backward and an AdamW
 //! update of its chunks, in f32, each block recomputed in the backward pass (`blocks`) or not
-//! (`none`). Rank 0 prints a table, then one JSON line per result with the keys
+//! (`none`), each collective of the passes agreed on first as the trainer's are. Rank 0 prints a table, then one JSON line per result with the keys
 //! `model, recompute, ranks, step_s, samples_per_s, peak_bytes`: the median step over the
 //! ranks' slowest, and the largest peak of any rank's allocator over the timed steps.
 
@@ -66,7 +66,9 @@ fn time(world: &SharedWorld, recompute: Recompute) -> headroom_nn::Result<(f64, 
     let device = world.device().clone();
     let mut model = Gpt::new(&mut Initializer::new(&device, DType::F32, 1), config())?;
     model.set_recompute(recompute);
-    model.shard_params(world)?;
+    // As the trainer shards it: each collective of the passes agreed on first, so that a
+    // rank's out-of-memory stops the others' passes.
+    model.shard_params(&world.agreeing().map_err(collective)?)?;
     let mut adamw = AdamW::new(&model, AdamWConfig::default())?;
     let (inputs, targets) = batch(&device, world.rank())?;
     let share = 1.0 / world.world_size() as f64;
