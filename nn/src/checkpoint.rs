@@ -326,38 +326,35 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
     // Parsing the whole file checks every entry's offsets against its length.
     SafeTensors::deserialize(&bytes).map_err(corrupt)?;
     let data_start = 8 + header_len;
-    let entries: HashMap<String, Entry> = header
-        .tensors()
-        .into_iter()
-        .map(|(name, info)| {
-            let (start, end) = info.data_offsets;
-            let entry = Entry {
-                dtype: info.dtype,
-                shape: info.shape.clone(),
-                place: Place::Here(data_start + start..data_start + end),
-            };
-            (name, entry)
-        })
-        .collect();
+    let tensors = header.tensors();
     let mut metadata: BTreeMap<String, String> = header
         .metadata()
         .clone()
         .unwrap_or_default()
         .into_iter()
         .collect();
-    let data = entries
+    let range = |offsets: (usize, usize)| data_start + offsets.0..data_start + offsets.1;
+    let data = tensors
         .iter()
-        .map(|(name, entry)| {
+        .map(|(name, info)| {
             // `deserialize` checked every entry's range against the file.
-            let Place::Here(range) = &entry.place else {
-                unreachable!("a file's own entries lie in it")
-            };
-            let data = bytes.get(range.clone()).unwrap_or_default();
+            let data = bytes.get(range(info.data_offsets)).unwrap_or_default();
             (name.as_str(), data)
         })
         .collect();
     checksum::verify(path, &metadata, &data)?;
     drop(data);
+    let entries: HashMap<String, Entry> = tensors
+        .into_iter()
+        .map(|(name, info)| {
+            let entry = Entry {
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                place: Place::Here(range(info.data_offsets)),
+            };
+            (name, entry)
+        })
+        .collect();
     metadata.remove(TENSOR_CHECKSUMS);
     metadata.remove(METADATA_CHECKSUM);
     let checkpoint = Checkpoint {

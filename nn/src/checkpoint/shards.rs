@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use headroom_collectives::Collective;
 use safetensors::tensor::Dtype;
 use serde::{Deserialize, Serialize};
 
@@ -74,7 +75,6 @@ pub fn save_rank(
     (model, shards): (&dyn Module, &ParamShards),
     state: &HostState,
 ) -> Result<ShardIndex> {
-    use headroom_collectives::Collective;
     let (rank, ranks) = (shards.world().rank(), shards.world().world_size());
     let of = RankOf { rank, ranks, step };
     let metadata = BTreeMap::from([(SHARD.to_owned(), json(&of))]);
