@@ -53,9 +53,11 @@ use crate::optim::Optimizer;
 use crate::sharded_params::ParamShards;
 
 mod checksum;
+mod header;
 mod shards;
 
 pub use checksum::{METADATA_CHECKSUM, TENSOR_CHECKSUMS};
+pub use header::Header;
 pub use shards::{
     SHARDS, ShardIndex, WholeEntry, rank_file, remove_rank_files, remove_uncommitted, save_rank,
 };
@@ -262,10 +264,7 @@ pub(crate) fn write_atomically_with(
         std::fs::remove_file(&temporary).ok();
         return Err(io(err));
     }
-    let directory = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
+    let directory = directory_of(path);
     // Makes the rename itself durable; some platforms cannot open a directory, which only
     // weakens durability, not atomicity.
     if let Ok(dir) = File::open(&directory) {
@@ -710,18 +709,13 @@ pub fn remove_stale_temporaries(path: &Path) -> Result<Vec<PathBuf>> {
     let mut prefix = file_name.to_owned();
     prefix.push(".tmp-");
     let own = std::process::id().to_string();
-    let directory = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
+    let directory = directory_of(path);
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| Error::Io { path, source }
     };
-    let listing = match std::fs::read_dir(&directory) {
-        Ok(listing) => listing,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => return Err(io(&directory)(err)),
+    let Some(listing) = listing(&directory)? else {
+        return Ok(Vec::new());
     };
     let mut removed = Vec::new();
     for entry in listing {
@@ -746,4 +740,24 @@ pub fn remove_stale_temporaries(path: &Path) -> Result<Vec<PathBuf>> {
     }
     removed.sort();
     Ok(removed)
+}
+
+/// The directory `path` lies in (`.` for a bare file name).
+fn directory_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The entries of `directory`; none where it does not exist.
+fn listing(directory: &Path) -> Result<Option<std::fs::ReadDir>> {
+    match std::fs::read_dir(directory) {
+        Ok(listing) => Ok(Some(listing)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Io {
+            path: directory.to_owned(),
+            source,
+        }),
+    }
 }

@@ -17,7 +17,9 @@ use headroom_collectives::Collective;
 use safetensors::tensor::Dtype;
 use serde::{Deserialize, Serialize};
 
-use super::{HostState, OPTIMIZER, OPTIMIZER_STEPS, save_with_state, st_dtype};
+use super::{
+    Header, HostState, OPTIMIZER, OPTIMIZER_STEPS, directory_of, listing, save_with_state, st_dtype,
+};
 use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::sharded_params::ParamShards;
@@ -162,44 +164,17 @@ impl ShardIndex {
 pub fn remove_uncommitted(index: &Path) -> Result<Vec<PathBuf>> {
     let keep = match index.exists() {
         false => Vec::new(),
-        true => match header_metadata(index).map(|m| m.map(|m| ShardIndex::of(&m, index))) {
-            Ok(Some(Ok(Some(sharded)))) => sharded
+        true => match Header::read(index).and_then(|h| ShardIndex::of(&h.metadata, index)) {
+            Ok(Some(sharded)) => sharded
                 .files
                 .iter()
                 .map(|f| index.with_file_name(f))
                 .collect(),
-            Ok(Some(Ok(None))) => Vec::new(),
-            _ => return Ok(Vec::new()),
+            Ok(None) => Vec::new(),
+            Err(_) => return Ok(Vec::new()),
         },
     };
     remove_rank_files(index, &keep)
-}
-
-/// The metadata in the header of the safetensors file at `path`, read without its tensors;
-/// none where the header is not one.
-fn header_metadata(path: &Path) -> Result<Option<BTreeMap<String, String>>> {
-    use std::io::Read;
-    let io = |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let mut len = [0; 8];
-    file.read_exact(&mut len).map_err(io)?;
-    let len = u64::from_le_bytes(len);
-    if len > file.metadata().map_err(io)?.len() {
-        return Ok(None);
-    }
-    let mut json = Vec::new();
-    file.take(len).read_to_end(&mut json).map_err(io)?;
-    #[derive(Deserialize)]
-    struct Header {
-        #[serde(rename = "__metadata__", default)]
-        metadata: BTreeMap<String, String>,
-    }
-    Ok(serde_json::from_slice::<Header>(&json)
-        .ok()
-        .map(|h| h.metadata))
 }
 
 /// Removes the rank files beside the index at `index` (and their temporary copies) but
@@ -207,18 +182,13 @@ fn header_metadata(path: &Path) -> Result<Option<BTreeMap<String, String>>> {
 pub fn remove_rank_files(index: &Path, keep: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let stem = index.file_stem().unwrap_or_default().to_string_lossy();
     let prefix = format!("{stem}.step-");
-    let dir = match index.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
+    let dir = directory_of(index);
     let io = |source| Error::Io {
         path: dir.clone(),
         source,
     };
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => return Err(io(err)),
+    let Some(entries) = listing(&dir)? else {
+        return Ok(Vec::new());
     };
     let mut removed = Vec::new();
     for entry in entries {

@@ -48,8 +48,7 @@ impl TrainConfig {
                 .into(),
         );
         problems.check(
-            !(self.optimizer.shards_params()
-                && self.model.lora.as_ref().is_some_and(|l| l.base.is_some())),
+            !(self.optimizer.shards_params() && self.model.quantizes_base()),
             "optimizer.shard_params: a base stored quantized (QLoRA) is not sharded over ranks \
              yet; turn one of them off"
                 .into(),

@@ -88,17 +88,30 @@ pub(crate) fn agree_on_update(
     step: u64,
     updated: Result<(bool, f64)>,
 ) -> Result<(bool, f64)> {
-    let failed = match updated {
+    let what = "an error in its optimizer update";
+    agree_on_outcome(peers, launch, (step + 1, what), updated)
+}
+
+/// `outcome`, this rank's part of some work of step `step`, once every rank of a
+/// data-parallel run has said whether its own part succeeded: a rank whose part failed (with
+/// `what`) stops every rank, naming it.
+pub(crate) fn agree_on_outcome<T>(
+    peers: &mut Peers<'_>,
+    launch: Launch,
+    (step, what): (u64, &'static str),
+    outcome: Result<T>,
+) -> Result<T> {
+    let failed = match outcome {
         Ok(_) => 0.0,
         Err(_) => launch.rank as f64 + 1.0,
     };
     let agreed = peers.agree([failed, 0.0, 0.0, 0.0], ReduceOp::Max)?;
-    match updated {
+    match outcome {
         Ok(_) if agreed[0] > 0.0 => Err(Error::PeerFailed {
-            step: step + 1,
+            step,
             rank: agreed[0] as usize - 1,
-            what: "an error in its optimizer update",
+            what,
         }),
-        updated => updated,
+        outcome => outcome,
     }
 }

@@ -6,15 +6,15 @@
 
 use std::path::Path;
 
-use headroom_collectives::{Collective, ReduceOp};
 use headroom_nn::checkpoint::{self, HostState, ShardIndex};
 use headroom_nn::{Module, Optimizer, ParamShards};
 
-use crate::data_parallel::control::Control;
-use crate::error::{Error, Result};
+use crate::data_parallel::agreement::agree_on_outcome;
+use crate::data_parallel::peers::Peers;
+use crate::error::Result;
 
 /// Writes this rank's file of the checkpoint of `step` beside `index`, and once every rank of
-/// `world` has written its own, gives the index for rank 0 to commit (none on the other ranks).
+/// `peers` has written its own, gives the index for rank 0 to commit (none on the other ranks).
 /// Every rank calls it at the same step; a rank that could not write stops every rank, naming
 /// it, and the last checkpoint stays as it was.
 pub fn save_rank(
@@ -22,27 +22,14 @@ pub fn save_rank(
     step: u64,
     (model, shards): (&dyn Module, &ParamShards),
     optimizer: &dyn Optimizer,
-    (world, control): (&mut dyn Collective, Option<&mut Control>),
+    peers: &mut Peers<'_>,
 ) -> Result<Option<(ShardIndex, u64)>> {
     let written = HostState::of(optimizer).and_then(|state| {
         let made = checkpoint::save_rank(index, step, (model, shards), &state)?;
         Ok((made, state.steps))
     });
-    let failed = match &written {
-        Ok(_) => 0.0,
-        Err(_) => world.rank() as f64 + 1.0,
-    };
-    let agreed = match control {
-        Some(control) => control.all_reduce(world, [failed, 0.0, 0.0, 0.0], ReduceOp::Max)?,
-        None => [failed, 0.0, 0.0, 0.0],
-    };
-    let written = written?;
-    if agreed[0] > 0.0 {
-        return Err(Error::PeerFailed {
-            step,
-            rank: agreed[0] as usize - 1,
-            what: "an error writing its part of the checkpoint",
-        });
-    }
-    Ok((world.rank() == 0).then_some(written))
+    let launch = peers.launch();
+    let what = "an error writing its part of the checkpoint";
+    let written = agree_on_outcome(peers, launch, (step, what), written.map_err(Into::into))?;
+    Ok(launch.writes().then_some(written))
 }

@@ -254,12 +254,11 @@ pub(crate) fn lightest(config: &TrainConfig, knobs: Knobs) -> Option<Policy> {
 /// (the state not sharded on its own, no streamed weights, no quantized base), else whole.
 fn shards(config: &TrainConfig, knobs: Knobs) -> Vec<bool> {
     let ranks = config.optimizer.launched_as.map_or(1, |(_, ranks)| ranks);
-    let quantized_base = config.model.lora.as_ref().is_some_and(|l| l.base.is_some());
     let allowed = knobs.shard_params
         && ranks > 1
         && !config.optimizer.shard_state
         && !config.model.offloads_weights()
-        && !quantized_base;
+        && !config.model.quantizes_base();
     choices(config.optimizer.shard_params, allowed)
 }
 

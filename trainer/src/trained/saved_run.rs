@@ -2,13 +2,11 @@
 //! checkpoint was saved with, a device under that run's memory settings or the caller's, and
 //! the trained weights. The optimizer state stays on disk.
 
-use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use headroom_alloc::ByteSize;
 use headroom_kernels::Device;
-use headroom_nn::checkpoint;
+use headroom_nn::checkpoint::{self, Header};
 
 use crate::config::{ModelFamily, ModelKind, TrainConfig};
 use crate::data::shards::TOKENIZER;
@@ -56,7 +54,7 @@ impl SavedRun {
     /// The configuration `run_dir`'s checkpoint was saved with.
     pub fn config_of(run_dir: &Path) -> Result<TrainConfig> {
         let path = existing_checkpoint(run_dir)?;
-        Header::read(&path)?.config(&path)
+        config_in(&Header::read(&path)?, &path)
     }
 
     /// The configuration of `dir`'s model: its run's, or for a Hugging Face model directory
@@ -81,7 +79,7 @@ impl SavedRun {
         }
         let path = existing_checkpoint(run_dir)?;
         let header = Header::read(&path)?;
-        let mut config = header.config(&path)?;
+        let mut config = config_in(&header, &path)?;
         // A LoRA run's checkpoint holds its adapters alone: its base comes from where the run
         // took it.
         if config.model.lora.is_none() {
@@ -242,55 +240,10 @@ fn existing_checkpoint(run_dir: &Path) -> Result<PathBuf> {
     })
 }
 
-/// What a safetensors header says: the metadata and each entry's shape, read without the
-/// tensors' data.
-struct Header {
-    metadata: BTreeMap<String, String>,
-    shapes: BTreeMap<String, Vec<usize>>,
-}
-
-impl Header {
-    fn read(path: &Path) -> Result<Self> {
-        let corrupt = |detail: String| headroom_nn::Error::CorruptCheckpoint {
-            path: path.to_owned(),
-            detail,
-        };
-        let mut file = std::fs::File::open(path).map_err(Error::io(path))?;
-        let mut len = [0; 8];
-        file.read_exact(&mut len).map_err(Error::io(path))?;
-        let len = u64::from_le_bytes(len);
-        let size = file.metadata().map_err(Error::io(path))?.len();
-        if len > size.saturating_sub(8) {
-            return Err(corrupt(format!("a header of {len} bytes in a file of {size}")).into());
-        }
-        let mut json = vec![0; len as usize];
-        file.read_exact(&mut json).map_err(Error::io(path))?;
-        let header: BTreeMap<String, serde_json::Value> =
-            serde_json::from_slice(&json).map_err(|err| corrupt(err.to_string()))?;
-        let mut metadata = BTreeMap::new();
-        let mut shapes = BTreeMap::new();
-        for (name, value) in header {
-            if name == "__metadata__" {
-                metadata = serde_json::from_value(value).map_err(|err| corrupt(err.to_string()))?;
-            } else if let Some(shape) = value.get("shape") {
-                let dims = serde_json::from_value(shape.clone())
-                    .map_err(|err| corrupt(format!("{name}: {err}")))?;
-                shapes.insert(name, dims);
-            }
-        }
-        // A sharded checkpoint's index names every tensor's whole shape in its metadata.
-        if let Some(index) = headroom_nn::checkpoint::ShardIndex::of(&metadata, path)? {
-            let whole = index.entries.into_iter().map(|(name, e)| (name, e.shape));
-            shapes.extend(whole);
-        }
-        Ok(Self { metadata, shapes })
-    }
-
-    /// The configuration saved with the checkpoint at `path`.
-    fn config(&self, path: &Path) -> Result<TrainConfig> {
-        saved_config(&self.metadata, path)?.ok_or_else(|| Error::Data {
-            path: path.to_owned(),
-            detail: format!("holds no {CONFIG_KEY}: it was written before runs saved theirs"),
-        })
-    }
+/// The configuration saved with the checkpoint at `path`, whose header is `header`.
+fn config_in(header: &Header, path: &Path) -> Result<TrainConfig> {
+    saved_config(&header.metadata, path)?.ok_or_else(|| Error::Data {
+        path: path.to_owned(),
+        detail: format!("holds no {CONFIG_KEY}: it was written before runs saved theirs"),
+    })
 }

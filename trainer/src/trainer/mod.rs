@@ -27,6 +27,7 @@ use headroom_nn::{LrSchedule, Module, Optimizer};
 use crate::config::TrainConfig;
 use crate::data::{Loader, Position, Task};
 use crate::data_parallel::control::Control;
+use crate::data_parallel::peers::Peers;
 use crate::data_parallel::world::Launch;
 use crate::data_parallel::{sharded_params, sharded_state};
 use crate::error::{Error, Result};
@@ -352,7 +353,10 @@ impl Trainer {
                 self.state.step,
                 (self.model.module(), shards),
                 &*self.optimizer,
-                (&mut *self.world, self.control.as_mut()),
+                &mut Peers {
+                    world: Some(&mut *self.world),
+                    control: self.control.as_mut(),
+                },
             )?;
             return match written {
                 Some((index, steps)) => checkpoint::save_index(
