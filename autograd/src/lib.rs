@@ -17,7 +17,7 @@ mod tensor;
 pub use autocast::{AutocastGuard, autocast, autocast_dtype};
 pub use error::{Error, Result};
 pub use gradients::Gradients;
-pub use ops::{LinearWeight, chunk_of};
+pub use ops::{LinearWeight, chunk_of, every_rank};
 pub use recompute::{recompute, recompute_offloaded};
 pub use recording::{RecordingGuard, no_grad};
 pub use saved::{OpSaved, SavedArray, SavedReport};

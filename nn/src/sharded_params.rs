@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 
 use headroom_alloc::Tag;
-use headroom_autograd::{autocast_dtype, chunk_of, no_grad};
+use headroom_autograd::{autocast_dtype, chunk_of, every_rank, no_grad};
 use headroom_collectives::{Collective, SharedWorld};
 use headroom_kernels::{DType, Device, Shape};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::module::{Module, join};
 
 /// The cutting of a module's tensors to one rank's chunks, as they are drawn or all at once,
@@ -35,36 +35,40 @@ impl Cut {
 
     /// Cuts every tensor of `module`, named `prefix` in the model, to this rank's chunk (in
     /// place, each tensor keeping its identity and whether it is a parameter; the chunks tagged
-    /// as weights). Weights stored quantized are not sharded yet: a module with any is refused.
+    /// as weights), and each weight stored quantized to its chunk of whole blocks
+    /// ([`Quantized::chunk`](headroom_kernels::ops::quant::Quantized::chunk)). What was cut
+    /// already is left as it is.
     pub fn take(&mut self, prefix: &str, module: &mut dyn Module) -> Result<()> {
-        if module.quantized_count() > 0 {
-            return Err(quantized_refused());
-        }
         let (rank, ranks) = (self.rank, self.ranks);
         module.visit_mut(&mut |name, t| {
-            self.whole.insert(join(prefix, name), t.shape().clone());
+            let name = join(prefix, name);
+            if self.whole.contains_key(&name) {
+                return Ok(());
+            }
+            self.whole.insert(name, t.shape().clone());
             let device = t.device().clone();
             let _weights = device.scoped_tag(Tag::WEIGHTS);
             *t.array_mut() = chunk_of(t.array(), rank, ranks)?;
             Ok(())
+        })?;
+        module.visit_quantized_mut(&mut |stored| {
+            if !stored.is_chunk() {
+                let device = stored.device().clone();
+                let _weights = device.scoped_tag(Tag::WEIGHTS);
+                *stored = stored.chunk(rank, ranks)?;
+            }
+            Ok(())
         })
     }
-}
-
-/// Why a module with weights stored quantized (QLoRA's base) is not sharded.
-pub(crate) fn quantized_refused() -> Error {
-    Error::config(
-        "sharded parameters",
-        "weights stored quantized (QLoRA's base) are not sharded over ranks yet".to_owned(),
-    )
 }
 
 /// The world a module's tensors are sharded over, and each tensor's whole shape by its name.
 #[derive(Debug, Clone)]
 pub struct ParamShards {
     world: SharedWorld,
-    /// Invariant: one entry per tensor cut, by its name in the module that was sharded.
-    whole: BTreeMap<String, Shape>,
+    /// Invariant: cuts to the world's rank of its size; one entry per tensor cut, by its name
+    /// in the module that was sharded.
+    cut: Cut,
 }
 
 impl ParamShards {
@@ -79,8 +83,14 @@ impl ParamShards {
     pub fn of(world: &SharedWorld, cut: Cut) -> Self {
         Self {
             world: world.clone(),
-            whole: cut.whole,
+            cut,
         }
+    }
+
+    /// Cuts the tensors of `module`, the module that was sharded, added since (adapters drawn
+    /// whole over a base drawn sharded), as the others were.
+    pub fn take_added(&mut self, module: &mut dyn Module) -> Result<()> {
+        self.cut.take("", module)
     }
 
     /// The world the tensors are sharded over.
@@ -90,7 +100,7 @@ impl ParamShards {
 
     /// The whole shape of the tensor named `name`, or none where it was not sharded.
     pub fn whole_shape(&self, name: &str) -> Option<&Shape> {
-        self.whole.get(name)
+        self.cut.whole.get(name)
     }
 
     /// A copy of `part` of the sharded module, named `prefix` in it, with every sharded tensor
@@ -126,7 +136,7 @@ impl ParamShards {
         let first = self.world.rank() == 0;
         let mut copy = module.clone();
         copy.visit_mut(&mut |name, t| {
-            if let Some(whole) = self.whole.get(name) {
+            if let Some(whole) = self.cut.whole.get(name) {
                 let gathered = t.gathered(&self.world, whole, t.dtype())?;
                 if first {
                     *t = gathered.to_device(host)?;
@@ -142,13 +152,19 @@ impl ParamShards {
         let mut copy = part.clone();
         copy.visit_mut(&mut |name, t| {
             let name = join(prefix, name);
-            if let Some(whole) = self.whole.get(&name) {
+            if let Some(whole) = self.cut.whole.get(&name) {
                 let dtype = gathered_dtype(&name, whole, t.dtype());
                 *t = match hold {
                     true => t.gathered(&self.world, whole, dtype)?,
                     false => t.gathered_again_in_backward(&self.world, whole, dtype)?,
                 };
             }
+            Ok(())
+        })?;
+        copy.visit_quantized_mut(&mut |stored| {
+            let device = stored.device().clone();
+            let _weights = device.scoped_tag(Tag::WEIGHTS);
+            *stored = stored.gathered(|mine| every_rank(&self.world, mine))?;
             Ok(())
         })?;
         Ok(copy)

@@ -11,8 +11,10 @@ use headroom_alloc::Tag;
 use headroom_autograd::{Tape, Tensor, autocast};
 use headroom_collectives::Collective;
 use headroom_collectives::{SharedWorld, Threads};
+use headroom_kernels::ops::quant::QuantFormat;
 use headroom_kernels::{Array, DType, Device};
 use headroom_nn::checkpoint::{self, HostArray, HostState};
+use headroom_nn::lora::{self, LoraConfig};
 use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute, chunk_of};
 
 const RANKS: usize = 3;
@@ -102,17 +104,36 @@ fn check_in(
     recompute: Recompute,
     (head_chunk, half): (Option<usize>, Option<DType>),
 ) {
+    let build = |device: &Device, world: Option<&SharedWorld>| {
+        let mut gpt = model(device, config, recompute);
+        if head_chunk.is_some() {
+            gpt.set_head_chunk(head_chunk);
+        }
+        if let Some(world) = world {
+            gpt.shard_params(world).unwrap();
+        }
+        gpt
+    };
+    check_built(name, &build, half);
+}
+
+/// Three ranks of the decoder `build` gives sharded over them (whole without a world), each on
+/// a third of the batch, get the loss and the chunks of every parameter's gradient the whole
+/// decoder gets on the whole batch; every pass under autocast to `half` where given.
+fn check_built(
+    name: &str,
+    build: &(dyn Fn(&Device, Option<&SharedWorld>) -> Gpt + Sync),
+    half: Option<DType>,
+) {
     let device = common::device();
-    let mut whole = model(&device, config, recompute);
-    if head_chunk.is_some() {
-        whole.set_head_chunk(head_chunk);
-    }
+    let whole = build(&device, None);
+    let vocab = whole.config().vocab;
     let all: Vec<usize> = (0..RANKS).collect();
     let (loss, grads) = {
         let _half = half.map(autocast);
         step(&whole, &device, &all, 1.0)
     };
-    let total = counted(&all, config.vocab);
+    let total = counted(&all, vocab);
     // bf16 products round differently over a rank's rows than over the whole batch's.
     let tolerance = if half.is_some() { 2e-2 } else { 1e-5 };
     let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
@@ -122,14 +143,10 @@ fn check_in(
             .map(|(rank, (world, device))| {
                 s.spawn(move || {
                     let world = SharedWorld::new(Box::new(world));
-                    let mut gpt = model(device, config, recompute);
-                    if head_chunk.is_some() {
-                        gpt.set_head_chunk(head_chunk);
-                    }
-                    gpt.shard_params(&world).unwrap();
+                    let gpt = build(device, Some(&world));
                     let _half = half.map(autocast);
                     // Each rank's mean weighs as its share of the rows counted.
-                    let share = counted(&[rank], config.vocab) / total;
+                    let share = counted(&[rank], vocab) / total;
                     let (loss, grads) = step(&gpt, device, &[rank], share);
                     let dims = gpt.parameters().iter().map(Tensor::numel).collect();
                     (loss, grads, dims)
@@ -231,6 +248,97 @@ fn a_vocabulary_the_ranks_share_by_whole_rows_runs_the_head_on_slices_of_it() {
     // Several chunks a rank: a chunk of one row of the whole vocabulary is three of a slice,
     // two chunks of each rank's six rows.
     check_chunked("gpt2, 66 rows in chunks", tied, Recompute::None, Some(1));
+}
+
+/// A decoder of `config` whose blocks' weights (and untied token embedding) are stored in
+/// `format` under rank-2 adapters whose `B` is drawn away from zero: drawn sharded over
+/// `world` where `drawn`, cut after it is built otherwise, whole without a world.
+fn qlora(
+    device: &Device,
+    (config, recompute, format): (GptConfig, Recompute, QuantFormat),
+    (world, drawn): (Option<&SharedWorld>, bool),
+) -> Gpt {
+    let mut init = Initializer::new(device, DType::F32, 3);
+    init.set_quantize(Some(format));
+    let mut gpt = match world.filter(|_| drawn) {
+        Some(world) => Gpt::new_sharded(&mut init, config, world).unwrap(),
+        None => Gpt::new(&mut init, config).unwrap(),
+    };
+    gpt.set_recompute(recompute);
+    let adapters = LoraConfig {
+        rank: 2,
+        alpha: 3.0,
+        ..LoraConfig::default()
+    };
+    lora::attach(
+        &mut gpt,
+        &adapters,
+        &mut Initializer::new(device, DType::F32, 4),
+    )
+    .unwrap();
+    if let Some(world) = world.filter(|_| !drawn) {
+        gpt.shard_params(world).unwrap();
+    }
+    // B of every adapter from its whole values, cut where the decoder is sharded.
+    let shards = gpt.param_shards().cloned();
+    gpt.visit_mut(&mut |name, t| {
+        if !name.ends_with("lora_B.weight") {
+            return Ok(());
+        }
+        let whole = shards.as_ref().and_then(|s| s.whole_shape(name));
+        let whole = whole.unwrap_or(t.shape()).clone();
+        let values: Vec<f64> = (0..whole.numel())
+            .map(|i| ((i % 7) as f64 - 3.0) / 20.0)
+            .collect();
+        let mut b = Array::from_f64(t.device(), whole, DType::F32, &values)?;
+        if let Some(shards) = &shards {
+            let world = shards.world();
+            b = chunk_of(&b, world.rank(), world.world_size())?;
+        }
+        *t = Tensor::variable(b);
+        Ok(())
+    })
+    .unwrap();
+    gpt
+}
+
+#[test]
+fn a_quantized_base_is_sharded_by_blocks_of_codes_and_its_adapters_get_the_whole_gradients_chunks()
+{
+    let llama = small_llama(64, 16, 96);
+    for format in [QuantFormat::Nf4, QuantFormat::Int8] {
+        for recompute in [Recompute::None, Recompute::Blocks] {
+            for drawn in [false, true] {
+                let name = format!("{format} {recompute:?} drawn sharded {drawn}");
+                let build = |device: &Device, world: Option<&SharedWorld>| {
+                    qlora(device, (llama, recompute, format), (world, drawn))
+                };
+                check_built(&name, &build, None);
+            }
+        }
+    }
+    // Each rank keeps a third of the blocks' codes (32 bytes a block of 64 values) and of
+    // their scale codes; the second-level scales, a few bytes, stay whole.
+    let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
+    let ranks = Threads::world(&devices);
+    thread::scope(|s| {
+        for (world, device) in ranks.into_iter().zip(&devices) {
+            s.spawn(move || {
+                let world = SharedWorld::new(Box::new(world));
+                let config = (llama, Recompute::None, QuantFormat::Nf4);
+                let mut gpt = qlora(device, config, (Some(&world), true));
+                let stored = gpt.quantized_weights_mut();
+                assert_eq!(stored.len(), 1 + 2 * 5, "the token embedding and 5 a block");
+                for (name, chunk) in stored {
+                    let blocks = chunk.numel().div_ceil(64).div_ceil(RANKS);
+                    let arrays = chunk.arrays();
+                    assert!(chunk.is_chunk(), "{name}");
+                    assert_eq!(arrays[0].numel(), blocks * 32, "{name}");
+                    assert_eq!(arrays[1].numel(), blocks, "{name}");
+                }
+            });
+        }
+    });
 }
 
 #[test]

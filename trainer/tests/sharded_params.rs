@@ -65,13 +65,16 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
     let llama = "[model]\nfamily = \"llama\"\n[model.lora]\nrank = 4\n\
                  [optimizer]\nkind = \"sgd\"\nlr = 0.1\n";
     let llama = config(&dir, "llama.toml", llama);
+    let qlora = "[model]\nfamily = \"llama\"\n[model.lora]\nrank = 4\nbase = \"nf4\"\n\
+                 [optimizer]\nkind = \"sgd\"\nlr = 0.1\n";
+    let qlora = config(&dir, "qlora.toml", qlora);
     // A vocabulary the ranks share by whole rows, larger than the tokens they look up: each
     // rank's head spans its half of the vocabulary, and the embedding's gradient is formed for
     // each rank's rows alone.
     let wide = "[model]\nfamily = \"llama\"\nvocab = 4096\n[data]\nkind = \"uniform-tokens\"\n\
                 [optimizer]\nkind = \"sgd\"\nlr = 0.1\n";
     let wide = config(&dir, "wide.toml", wide);
-    let runs: [(&str, Vec<&str>); 4] = [
+    let runs: [(&str, Vec<&str>); 5] = [
         ("gpt2", vec!["--config", &sgd, "--micro-batch", "4"]),
         // Each rank's chunks of state in its host tier, updated there (ZeRO-Offload).
         (
@@ -83,6 +86,8 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
             vec!["--config", &llama, "--recompute", "blocks"],
         ),
         ("llama-wide", vec!["--config", &wide]),
+        // The NF4 base's codes sharded by whole blocks, gathered as each block runs.
+        ("llama-qlora", vec!["--config", &qlora]),
     ];
     for (name, options) in runs {
         let (one, two) = (

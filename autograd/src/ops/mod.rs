@@ -21,7 +21,7 @@ mod sharded_embedding;
 mod sharded_head;
 
 pub use selective::LinearWeight;
-pub use sharded::chunk_of;
+pub use sharded::{chunk_of, every_rank};
 mod softmax;
 mod swiglu;
 mod transfer;

@@ -4,7 +4,7 @@
 
 use headroom_alloc::Tag;
 use headroom_collectives::{Collective, ReduceOp, SharedWorld};
-use headroom_kernels::ops::data::copy_range;
+pub(super) use headroom_kernels::ops::data::window;
 use headroom_kernels::{Array, DType, Shape};
 
 use super::{in_dtype, rule};
@@ -128,7 +128,7 @@ pub(super) fn whole_of(world: &SharedWorld, mine: &Array, whole: &Shape) -> Resu
 
 /// Every rank's `mine` of `world`, flat, in rank order: `[ranks * mine.numel()]`. Every rank
 /// gives as many elements.
-pub(super) fn every_rank(world: &SharedWorld, mine: &Array) -> Result<Array> {
+pub fn every_rank(world: &SharedWorld, mine: &Array) -> Result<Array> {
     let (device, len) = (mine.device(), mine.numel());
     let mut all = Array::zeros(device, [len * world.world_size()], mine.dtype())?;
     world.clone().all_gather(&mine.reshape([len])?, &mut all)?;
@@ -139,29 +139,10 @@ pub(super) fn every_rank(world: &SharedWorld, mine: &Array) -> Result<Array> {
 /// `[x.numel().div_ceil(ranks)]`, zeros past the end of `x`.
 pub fn chunk_of(x: &Array, rank: usize, ranks: usize) -> Result<Array> {
     let chunk = chunk_len(x.numel(), ranks);
-    window(x, rank * chunk, chunk)
+    Ok(window(x, rank * chunk, chunk)?)
 }
 
 /// The elements of each rank's chunk of a tensor of `numel` over `ranks`.
 pub(super) fn chunk_len(numel: usize, ranks: usize) -> usize {
     numel.div_ceil(ranks.max(1))
-}
-
-/// `len` of `x`'s elements, flat, from `start`, zeros past the end of `x`: `x` itself
-/// (reshaped) where that is all of it.
-pub(super) fn window(x: &Array, start: usize, len: usize) -> Result<Array> {
-    let numel = x.numel();
-    if start == 0 && len == numel {
-        return Ok(x.reshape([len])?);
-    }
-    let mut out = Array::zeros(x.device(), [len], x.dtype())?;
-    let start = start.min(numel);
-    copy_range(
-        &x.reshape([numel])?,
-        start,
-        &mut out,
-        0,
-        len.min(numel - start),
-    )?;
-    Ok(out)
 }

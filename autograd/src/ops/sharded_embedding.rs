@@ -82,6 +82,6 @@ impl Share<'_> {
         let rows = start / dim..end.div_ceil(dim);
         let first = rows.start * dim;
         let part = embedding_backward_rows(&all_ids, &all_dy, self.vocab, rows)?;
-        window(&part, start - first, self.chunk)
+        Ok(window(&part, start - first, self.chunk)?)
     }
 }

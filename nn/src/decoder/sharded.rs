@@ -14,13 +14,14 @@ use crate::error::{Error, Result};
 use crate::init::Initializer;
 use crate::layers::linear_weight::Weight;
 use crate::module::Module;
-use crate::sharded_params::{Cut, ParamShards, quantized_refused};
+use crate::sharded_params::{Cut, ParamShards};
 
 impl Gpt {
     /// Cuts every tensor of the decoder to this rank's chunk of `world` ([`ParamShards`]):
     /// its parameters, their gradients and an optimizer's state over them are 1/N of the
-    /// model's on each rank. Every rank must then run the same passes in step. Not with
-    /// weights streamed from a host tier or stored quantized, and once only.
+    /// model's on each rank; weights stored quantized keep their chunks of whole blocks (QLoRA's
+    /// NF4 codes sharded). Every rank must then run the same passes in step. Not with weights
+    /// streamed from a host tier, and once only.
     pub fn shard_params(&mut self, world: &SharedWorld) -> Result<()> {
         let refuse = |detail: &str| Err(Error::config("sharded parameters", detail.to_owned()));
         if self.placement.shards.is_some() {
@@ -36,15 +37,12 @@ impl Gpt {
     /// [`Gpt::new`] sharded over `world` as it is drawn: each part (the embeddings, each block,
     /// the final norm, the head) is cut to this rank's chunks as soon as it is drawn, so that a
     /// rank never holds more of the whole model than its largest tensor. The same chunks as
-    /// [`Gpt::new`] followed by [`Gpt::shard_params`]. Not with weights stored quantized.
+    /// [`Gpt::new`] followed by [`Gpt::shard_params`].
     pub fn new_sharded(
         init: &mut Initializer,
         config: GptConfig,
         world: &SharedWorld,
     ) -> Result<Self> {
-        if init.quantize().is_some() {
-            return Err(quantized_refused());
-        }
         let before = init.set_cut(Some(Cut::new(world.rank(), world.world_size())));
         let built = Self::new(init, config);
         let cut = init.set_cut(before).unwrap_or_default();
@@ -76,15 +74,30 @@ impl Gpt {
 
     /// The token embedding's rows of `ids`. Where the decoder is sharded, the table is
     /// gathered for the lookup alone, and its gradient never forms the whole table's
-    /// ([`Tensor::sharded_embedding`]).
+    /// ([`Tensor::sharded_embedding`]); a table stored quantized is gathered whole.
     pub(super) fn token_rows(&self, ids: &Tensor) -> Result<Tensor> {
-        let (Some(shards), Weight::Dense(table)) = (&self.placement.shards, &self.tok_emb.weight)
-        else {
+        let Some(shards) = &self.placement.shards else {
             return self.tok_emb.forward(ids);
         };
-        match shards.whole_shape("tok_emb.weight") {
-            Some(whole) => Ok(table.sharded_embedding(ids, shards.world(), whole)?),
-            None => self.tok_emb.forward(ids),
+        let whole = shards.whole_shape("tok_emb.weight");
+        match (&self.tok_emb.weight, whole) {
+            (Weight::Dense(table), Some(whole)) => {
+                Ok(table.sharded_embedding(ids, shards.world(), whole)?)
+            }
+            _ => self.whole(&self.tok_emb, "tok_emb")?.forward(ids),
+        }
+    }
+
+    /// Cuts the tensors added to a decoder sharded already (adapters drawn whole over a base
+    /// drawn sharded) as its others were; nothing where it is not sharded.
+    pub(crate) fn shard_added(&mut self) -> Result<()> {
+        match self.placement.shards.take() {
+            Some(mut shards) => {
+                let cut = shards.take_added(self);
+                self.placement.shards = Some(shards);
+                cut
+            }
+            None => Ok(()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Embedding tables.
 
 use headroom_autograd::Tensor;
+use headroom_kernels::ops::quant::Quantized;
 
 use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
@@ -59,5 +60,19 @@ impl Module for Embedding {
             Weight::Dense(table) => f("weight", table),
             Weight::Quantized(_) => Ok(()),
         }
+    }
+
+    fn visit_quantized_mut(
+        &mut self,
+        f: &mut dyn FnMut(&mut Quantized) -> Result<()>,
+    ) -> Result<()> {
+        match &mut self.weight {
+            Weight::Quantized(table) => f(table),
+            Weight::Dense(_) => Ok(()),
+        }
+    }
+
+    fn quantized_count(&self) -> usize {
+        self.weight.quantized().map_or(0, Quantized::numel)
     }
 }

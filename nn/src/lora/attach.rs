@@ -10,7 +10,6 @@ use crate::error::{Error, Result};
 use crate::init::{Init, Initializer};
 use crate::layers::activation::Dropout;
 use crate::layers::linear::Linear;
-use crate::layers::linear_weight::Weight;
 use crate::layers::lora_adapter::{LoraAdapter, LoraPart};
 use crate::lora::config::LoraConfig;
 use crate::module::Module;
@@ -20,6 +19,8 @@ use crate::module::Module;
 /// `k_proj` and `v_proj` in `qkv`).
 pub(crate) struct Adaptable<'a> {
     pub layer: &'a mut Linear,
+    /// The whole weight's `[out, in]` (not its chunk's where the decoder is sharded).
+    pub dims: [usize; 2],
     /// `(module path, first row, rows)`, in output order.
     pub modules: Vec<(String, usize, usize)>,
 }
@@ -29,6 +30,7 @@ pub(crate) struct Adaptable<'a> {
 /// `transformer.h.{i}.attn.c_attn`): a fused `qkv` covers three, a slice each.
 pub(crate) fn adaptable(gpt: &mut Gpt) -> Vec<Adaptable<'_>> {
     let family = gpt.config().family;
+    let shards = gpt.param_shards().cloned();
     let mut out = Vec::new();
     for (i, block) in gpt.blocks.iter_mut().enumerate() {
         let attn = &block.attn;
@@ -37,6 +39,12 @@ pub(crate) fn adaptable(gpt: &mut Gpt) -> Vec<Adaptable<'_>> {
             attn.kv_heads() * attn.head_dim(),
         );
         for (name, layer) in block.linears_mut() {
+            let weight = format!("blocks.{i}.{name}.weight");
+            let whole_shape = shards.as_ref().and_then(|s| s.whole_shape(&weight));
+            let dims = match whole_shape.map_or(layer.weight.dims(), |s| s.dims()) {
+                &[rows, cols] => [rows, cols],
+                _ => continue,
+            };
             let paths = family.module_paths(&format!("blocks.{i}.{name}"));
             let modules = match paths.as_deref() {
                 Some([q_proj, k_proj, v_proj]) => vec![
@@ -44,18 +52,17 @@ pub(crate) fn adaptable(gpt: &mut Gpt) -> Vec<Adaptable<'_>> {
                     (k_proj.clone(), q, kv),
                     (v_proj.clone(), q + kv, kv),
                 ],
-                Some([path]) => whole(&layer.weight, path.clone()),
+                Some([path]) => vec![(path.clone(), 0, dims[0])],
                 _ => continue,
             };
-            out.push(Adaptable { layer, modules });
+            out.push(Adaptable {
+                layer,
+                dims,
+                modules,
+            });
         }
     }
     out
-}
-
-/// The module at `path` covering all of `weight`'s rows.
-fn whole(weight: &Weight, path: String) -> Vec<(String, usize, usize)> {
-    vec![(path, 0, weight.dims()[0])]
 }
 
 /// What [`attach`] did.
@@ -72,7 +79,8 @@ pub struct Attached {
 /// Freezes every tensor of `gpt` (no gradient, no optimizer state from now on) and gives each
 /// layer `config` targets an adapter of `config`'s rank and scale: `A` drawn from `init`
 /// (whose dtype the adapters keep; f32 is PEFT's choice for a half-precision base) and `B`
-/// zeros, so that the model's outputs are unchanged until training moves `B`.
+/// zeros, so that the model's outputs are unchanged until training moves `B`. Over a decoder
+/// sharded already, the adapters are drawn whole and cut as its base was.
 ///
 /// A target that names no module of this family is an error naming the modules there are.
 pub fn attach(gpt: &mut Gpt, config: &LoraConfig, init: &mut Initializer) -> Result<Attached> {
@@ -92,10 +100,10 @@ pub fn attach(gpt: &mut Gpt, config: &LoraConfig, init: &mut Initializer) -> Res
     let mut modules = 0;
     for Adaptable {
         layer,
+        dims: [outputs, inputs],
         modules: paths,
     } in adaptable(gpt)
     {
-        let inputs = layer.weight.dims()[1];
         let mut parts = Vec::new();
         for (path, start, rows) in paths.iter().filter(|(p, ..)| config.targets.matches(p)) {
             let name = match paths.len() {
@@ -117,7 +125,6 @@ pub fn attach(gpt: &mut Gpt, config: &LoraConfig, init: &mut Initializer) -> Res
         modules += parts.len();
         let mut dropout = Dropout::new(config.dropout, init.next_seed(), counter.clone())?;
         dropout.set_training(training);
-        let outputs = layer.weight.dims()[0];
         layer.adapter = Some(Box::new(LoraAdapter::new(
             parts,
             outputs,
@@ -125,11 +132,13 @@ pub fn attach(gpt: &mut Gpt, config: &LoraConfig, init: &mut Initializer) -> Res
             dropout,
         )?));
     }
-    Ok(Attached {
+    let attached = Attached {
         modules,
         trainable: gpt.parameter_count(),
         frozen: gpt.frozen_count(),
-    })
+    };
+    gpt.shard_added()?;
+    Ok(attached)
 }
 
 /// Casts every frozen floating tensor of `gpt` to `dtype` (a bf16 base under f32 adapters),

@@ -6,7 +6,7 @@ use headroom_autograd::{Tensor, no_grad};
 use headroom_kernels::DType;
 
 use crate::decoder::Gpt;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layers::linear::Linear;
 use crate::layers::linear_weight::Weight;
 use crate::layers::lora_adapter::LoraAdapter;
@@ -18,6 +18,12 @@ use crate::module::Module;
 /// fine-tune would export, with the same outputs to the weight dtype's rounding. Weights stored
 /// quantized become tensors of their values. Returns the layers merged.
 pub fn merge(gpt: &mut Gpt) -> Result<usize> {
+    if gpt.param_shards().is_some() {
+        return Err(Error::config(
+            "lora merge",
+            "the decoder is sharded over ranks: merge its whole copy".to_owned(),
+        ));
+    }
     let _off = no_grad();
     let mut merged = 0;
     for entry in adaptable(gpt) {

@@ -205,11 +205,6 @@ impl ModelConfig {
         self.offload_weights == Some(true)
     }
 
-    /// Whether the adapters' frozen base is stored quantized (QLoRA, `lora.base`).
-    pub fn quantizes_base(&self) -> bool {
-        self.lora.as_ref().is_some_and(|l| l.base.is_some())
-    }
-
     /// Whether offloaded inputs and streamed weights come back one block ahead
     /// (`fetch_ahead`, on unless set off).
     pub fn fetches_ahead(&self) -> bool {

@@ -48,8 +48,9 @@ pub struct OptimizerConfig {
     /// gathers each block's tensors from every rank as the block runs (again in the backward
     /// pass where whole blocks are recomputed), and sums the gradients into each rank's chunk
     /// (a reduce-scatter). Each rank writes its chunks to its own file of a checkpoint, which
-    /// resumes on any number of ranks. Built-in GPTs alone; not with `shard_state` (it shards
-    /// the state already), `in_backward`, int8 state, streamed weights or quantized weights.
+    /// resumes on any number of ranks. A base stored quantized (QLoRA) keeps its chunk of
+    /// whole blocks of codes. Built-in GPTs alone; not with `shard_state` (it shards the state
+    /// already), `in_backward`, int8 state or streamed weights.
     /// With `offload` each rank keeps its chunks of the state in its host tier and updates
     /// them there. Unset: the memory policy shards a run of several ranks where that is
     /// faster or where nothing whole fits (never under `memory.policy = "manual"`).

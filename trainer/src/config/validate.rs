@@ -48,12 +48,6 @@ impl TrainConfig {
                 .into(),
         );
         problems.check(
-            !(self.optimizer.shards_params() && self.model.quantizes_base()),
-            "optimizer.shard_params: a base stored quantized (QLoRA) is not sharded over ranks \
-             yet; turn one of them off"
-                .into(),
-        );
-        problems.check(
             !self.model.offloads_weights() || self.optimizer.offloads(),
             "model.offload_weights: streamed weights are updated where they live, on the host: \
              set optimizer.offload = true too"

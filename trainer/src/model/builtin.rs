@@ -56,9 +56,8 @@ impl TrainModel {
             (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
                 let shape = gpt_shape(config, vocab, len)?;
                 // Drawn sharded where nothing is loaded into it whole afterwards (pretrained
-                // weights) and no adapter reads its whole shapes.
-                let drawn_sharded =
-                    shards.filter(|_| config.init_from.is_none() && config.lora.is_none());
+                // weights); adapters are drawn whole over it and cut as it was.
+                let drawn_sharded = shards.filter(|_| config.init_from.is_none());
                 let mut gpt = match (weights_on, drawn_sharded) {
                     (Some(host), _) => Gpt::new_offloaded(&mut init, shape, host)?,
                     (None, Some(world)) => Gpt::new_sharded(&mut init, shape, world)?,

@@ -251,14 +251,13 @@ pub(crate) fn lightest(config: &TrainConfig, knobs: Knobs) -> Option<Policy> {
 
 /// Whether to shard the parameters over the ranks: the pinned setting, else whole and then
 /// sharded in a run of several ranks whose model can be sharded and whose settings allow it
-/// (the state not sharded on its own, no streamed weights, no quantized base), else whole.
+/// (the state not sharded on its own, no streamed weights), else whole.
 fn shards(config: &TrainConfig, knobs: Knobs) -> Vec<bool> {
     let ranks = config.optimizer.launched_as.map_or(1, |(_, ranks)| ranks);
     let allowed = knobs.shard_params
         && ranks > 1
         && !config.optimizer.shard_state
-        && !config.model.offloads_weights()
-        && !config.model.quantizes_base();
+        && !config.model.offloads_weights();
     choices(config.optimizer.shard_params, allowed)
 }
 

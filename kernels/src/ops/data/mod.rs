@@ -249,6 +249,33 @@ pub fn copy_range(
     converted_range((src, src_at), (dst, dst_at), len, "copy_range")
 }
 
+/// `len` of `x`'s elements, flat, from `start`, zeros past the end of `x` (a chunk of an array
+/// cut over ranks): `x` itself, reshaped, where that is all of it.
+///
+/// ```
+/// use headroom_kernels::{Array, Device, DeviceConfig, DType, ops::data::window};
+/// let cpu = Device::cpu(DeviceConfig::new(1 << 20))?;
+/// let x = Array::from_f64(&cpu, [3], DType::F32, &[1., 2., 3.])?;
+/// assert_eq!(window(&x, 2, 2)?.to_f64()?, [3., 0.]);
+/// # Ok::<(), headroom_kernels::Error>(())
+/// ```
+pub fn window(x: &Array, start: usize, len: usize) -> Result<Array> {
+    let numel = x.numel();
+    if start == 0 && len == numel {
+        return x.reshape([len]);
+    }
+    let mut out = Array::zeros(x.device(), [len], x.dtype())?;
+    let start = start.min(numel);
+    copy_range(
+        &x.reshape([numel])?,
+        start,
+        &mut out,
+        0,
+        len.min(numel - start),
+    )?;
+    Ok(out)
+}
+
 /// [`copy_range`] between arrays of any two dtypes: the elements are converted to `dst`'s
 /// (as [`Array::cast`] converts them), in place.
 pub fn cast_range(

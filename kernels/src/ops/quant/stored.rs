@@ -14,6 +14,8 @@ use crate::quantize::dynamic::dynamic_map;
 use crate::quantize::int8::Int8;
 use crate::shape::Shape;
 
+mod chunk;
+
 /// How a frozen weight is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuantFormat {
@@ -67,9 +69,13 @@ pub struct Quantized {
     shape: Shape,
     /// The dtype its values come back in unless asked otherwise (the model's).
     dtype: DType,
-    /// Invariant: u8, as many as the format needs for `shape`.
+    /// Invariant: u8, as many as the format needs for `shape`, or one rank's chunk of them.
     codes: Array,
+    /// Invariant: the blocks' scales (or their codes) cut as `codes` is; the rest whole.
     scales: Scales,
+    /// The number of ranks whose chunks of whole blocks this is one of
+    /// ([`chunk`](Self::chunk)), none where it holds the whole weight.
+    cut_over: Option<usize>,
 }
 
 impl Quantized {
@@ -126,6 +132,7 @@ impl Quantized {
             dtype,
             codes,
             scales,
+            cut_over: None,
         })
     }
 
@@ -177,6 +184,7 @@ impl Quantized {
 
     /// Each block's scale in f32 (NF4's double quantization undone).
     pub(super) fn block_scales(&self) -> Result<Array> {
+        self.check_whole("dequantize")?;
         match &self.scales {
             Scales::Plain(scales) => Ok(scales.clone()),
             Scales::Double {
@@ -210,6 +218,7 @@ impl Quantized {
     /// out of range is an [`Error::Argument`].
     pub fn gather_rows(&self, ids: &Array, dtype: DType) -> Result<Array> {
         const OP: &str = "gather_rows";
+        self.check_whole(OP)?;
         ids.check_indices(OP)?;
         self.device().check_same(ids.device(), OP)?;
         let &[rows, width] = self.shape.dims() else {
@@ -264,7 +273,7 @@ impl Quantized {
         Ok(out)
     }
 
-    /// The shape of the values.
+    /// The shape of the values (the whole weight's, where this is a chunk of it).
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
@@ -332,6 +341,7 @@ impl Quantized {
             dtype: self.dtype,
             codes: f(&self.codes)?,
             scales,
+            cut_over: self.cut_over,
         })
     }
 
