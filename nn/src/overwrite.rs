@@ -1,10 +1,14 @@
 //! A parameter's array overwritten in place with loaded values, whatever format they came
 //! from, so that a model's old and new weights are never both held.
 
-use headroom_alloc::Tag;
-use headroom_kernels::{Array, DType};
+use std::borrow::Cow;
 
+use headroom_alloc::Tag;
+use headroom_kernels::{Array, DType, Shape};
+
+use crate::decoder::Gpt;
 use crate::error::Result;
+use crate::lora::{visit_base, visit_base_mut};
 
 /// Overwrites `array` with `bytes` of `stored` in place, so that a model's old and new weights
 /// are never both held and its memory stays laid out as it was built; an array another handle
@@ -21,4 +25,39 @@ pub(crate) fn overwrite(array: &mut Array, stored: DType, bytes: &[u8]) -> Resul
         false => loaded.cast(array.dtype())?,
     };
     Ok(())
+}
+
+/// Every tensor of `gpt`'s base (its tensors but the adapters) with its name and whole shape
+/// (not its chunk's where the decoder is sharded), in visiting order: what a loader fills.
+pub(crate) fn base_shapes(gpt: &Gpt) -> Vec<(String, Shape)> {
+    let shards = gpt.param_shards();
+    let mut out = Vec::new();
+    visit_base(gpt, &mut |name, t| {
+        let whole = shards.and_then(|s| s.whole_shape(name));
+        out.push((name.to_owned(), whole.unwrap_or(t.shape()).clone()));
+    });
+    out
+}
+
+/// Overwrites every tensor of `gpt`'s base, in visiting order, with the values `read` gives
+/// for its name and whole shape (the whole tensor's bytes, of a dtype): where the decoder is
+/// sharded, each tensor keeps its rank's chunk of them alone, and no rank holds a whole
+/// tensor on its device.
+pub(crate) fn fill_base<'a>(
+    gpt: &mut Gpt,
+    mut read: impl FnMut(&str, &Shape) -> Result<(DType, Cow<'a, [u8]>)>,
+) -> Result<()> {
+    let shards = gpt.param_shards().cloned();
+    visit_base_mut(gpt, &mut |name, t| {
+        let whole = shards.as_ref().and_then(|s| s.whole_shape(name));
+        let (stored, bytes) = read(name, whole.unwrap_or(t.shape()))?;
+        match &shards {
+            Some(shards) => overwrite(
+                t.array_mut(),
+                stored,
+                &shards.own_bytes(name, stored.size(), &bytes),
+            ),
+            None => overwrite(t.array_mut(), stored, &bytes),
+        }
+    })
 }

@@ -3,6 +3,7 @@
 //! gathers the whole module only to run it ([`Tensor::gathered`](headroom_autograd::Tensor::gathered)); the gradient of each chunk
 //! is the sum over the ranks of the whole tensor's, cut to the chunk.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use headroom_alloc::Tag;
@@ -96,6 +97,20 @@ impl ParamShards {
     /// The world the tensors are sharded over.
     pub fn world(&self) -> &SharedWorld {
         &self.world
+    }
+
+    /// This rank's chunk of the bytes of the whole tensor `name` (`size` bytes an element),
+    /// zeros past its end, as [`Cut::take`] cuts it: a loader's values for the chunk alone.
+    /// All of them where the tensor is not sharded.
+    pub fn own_bytes<'a>(&self, name: &str, size: usize, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        let Some(whole) = self.cut.whole.get(name) else {
+            return Cow::Borrowed(bytes);
+        };
+        let chunk = whole.numel().div_ceil(self.cut.ranks.max(1)) * size;
+        let start = (self.cut.rank * chunk).min(bytes.len());
+        let mut own = bytes[start..bytes.len().min(start + chunk)].to_vec();
+        own.resize(chunk, 0);
+        Cow::Owned(own)
     }
 
     /// The whole shape of the tensor named `name`, or none where it was not sharded.

@@ -15,7 +15,7 @@ use headroom_kernels::ops::quant::QuantFormat;
 use headroom_kernels::{Array, DType, Device};
 use headroom_nn::checkpoint::{self, HostArray, HostState};
 use headroom_nn::lora::{self, LoraConfig};
-use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute, chunk_of};
+use headroom_nn::{Family, Gpt, GptConfig, Initializer, Module, Recompute, chunk_of, hf};
 
 const RANKS: usize = 3;
 const T: usize = 6;
@@ -339,6 +339,64 @@ fn a_quantized_base_is_sharded_by_blocks_of_codes_and_its_adapters_get_the_whole
             });
         }
     });
+}
+
+/// Every tensor's values and every stored weight's arrays of `gpt`, by name.
+fn contents(gpt: &mut Gpt) -> Vec<(String, Vec<f64>)> {
+    let mut all = Vec::new();
+    gpt.visit(&mut |n, t| all.push((n.to_owned(), t.to_f64().unwrap())));
+    for (name, stored) in gpt.quantized_weights_mut() {
+        for (i, array) in stored.arrays().iter().enumerate() {
+            all.push((format!("{name} array {i}"), array.to_f64().unwrap()));
+        }
+    }
+    all
+}
+
+#[test]
+fn pretrained_weights_load_into_a_decoder_drawn_sharded_as_the_chunks_of_the_whole_loaded_model() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let sources = [
+        ("tiny-gpt2", None),
+        ("tiny-llama3", None),
+        ("tiny-llama3", Some(QuantFormat::Nf4)),
+        ("gguf/tiny-llama3.gguf", None),
+        ("gguf/tiny-llama3.gguf", Some(QuantFormat::Int8)),
+    ];
+    for (source, quantize) in sources {
+        let path = data.join(source);
+        let pretrained = hf::Pretrained::read(&path).unwrap();
+        let config = pretrained.gpt_config(0.0);
+        let draw = |device: &Device| {
+            let mut init = Initializer::new(device, DType::F32, 5);
+            init.set_quantize(quantize);
+            init
+        };
+        let name = format!("{source} {quantize:?}");
+        let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
+        let ranks = Threads::world(&devices);
+        thread::scope(|s| {
+            for (world, device) in ranks.into_iter().zip(&devices) {
+                let (path, pretrained, name) = (&path, &pretrained, &name);
+                s.spawn(move || {
+                    let world = SharedWorld::new(Box::new(world));
+                    let mut drawn = Gpt::new_sharded(&mut draw(device), config, &world).unwrap();
+                    pretrained.load(path, &mut drawn).unwrap();
+                    let loading_peak = device.allocator().stats().peak_in_use;
+                    let mut cut = Gpt::new(&mut draw(device), config).unwrap();
+                    pretrained.load(path, &mut cut).unwrap();
+                    let whole_weights = device.allocator().stats().in_use;
+                    cut.shard_params(&world).unwrap();
+                    assert_eq!(contents(&mut drawn), contents(&mut cut), "{name}");
+                    assert!(
+                        loading_peak < whole_weights,
+                        "{name}: loading sharded peaked at {loading_peak} B, the whole model \
+                         holds {whole_weights} B"
+                    );
+                });
+            }
+        });
+    }
 }
 
 #[test]

@@ -50,7 +50,8 @@ fn train(mut command: Command, steps: usize, options: &[&str], dir: &Path) -> St
 
 /// GPT-2's family (with its optimizer state and updates in the host tier too), a Llama with
 /// LoRA adapters recomputing whole blocks (each block gathered again for its backward pass),
-/// and a Llama whose vocabulary the ranks share by whole rows:
+/// a Llama whose vocabulary the ranks share by whole rows, QLoRA over an NF4 base sharded by
+/// blocks of codes, and the tiny SmolLM2's pretrained weights loaded into the chunks:
 /// the same losses and weights as one process whose tensors are whole, and each planned
 /// sharded run's first step peaking at exactly its plan. SGD moves each weight by its gradient, so the weights agree as closely
 /// as the gradients do (AdamW would move a weight whose gradient is rounding noise by up to
@@ -74,7 +75,16 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
     let wide = "[model]\nfamily = \"llama\"\nvocab = 4096\n[data]\nkind = \"uniform-tokens\"\n\
                 [optimizer]\nkind = \"sgd\"\nlr = 0.1\n";
     let wide = config(&dir, "wide.toml", wide);
-    let runs: [(&str, Vec<&str>); 5] = [
+    let smollm2 = common::tiny::tiny_smollm2();
+    let pretrained = [
+        "--init-from",
+        smollm2.to_str().unwrap(),
+        "--data",
+        "uniform-tokens",
+        "--context",
+        "32",
+    ];
+    let runs: [(&str, Vec<&str>); 6] = [
         ("gpt2", vec!["--config", &sgd, "--micro-batch", "4"]),
         // Each rank's chunks of state in its host tier, updated there (ZeRO-Offload).
         (
@@ -88,6 +98,11 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
         ("llama-wide", vec!["--config", &wide]),
         // The NF4 base's codes sharded by whole blocks, gathered as each block runs.
         ("llama-qlora", vec!["--config", &qlora]),
+        // Pretrained weights loaded into the chunks of a model drawn sharded, its base NF4.
+        (
+            "smollm2-qlora",
+            [&pretrained[..], &["--config", &sgd, "--base", "nf4"]].concat(),
+        ),
     ];
     for (name, options) in runs {
         let (one, two) = (

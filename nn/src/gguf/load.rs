@@ -12,7 +12,7 @@ use super::{GgufFile, LlamaLayout};
 use crate::error::Result;
 use crate::init::Initializer;
 use crate::models::Family;
-use crate::overwrite::overwrite;
+use crate::overwrite::{base_shapes, fill_base};
 use crate::{Gpt, GptConfig};
 
 /// Checks the GGUF file at `path` from its header alone, as [`check_weights`] checks a Hugging
@@ -51,10 +51,10 @@ pub fn load_gguf(path: &Path, gpt: &mut Gpt) -> Result<()> {
     let file = GgufFile::open(path)?;
     let layout = LlamaLayout::read(&file)?;
     check_model(&file, &layout, gpt.config())?;
-    let mut params = Vec::new();
-    crate::lora::visit_base(gpt, &mut |name, t| {
-        params.push((name.to_owned(), t.shape().dims().to_vec()))
-    });
+    let mut params: Vec<(String, Vec<usize>)> = base_shapes(gpt)
+        .into_iter()
+        .map(|(name, shape)| (name, shape.dims().to_vec()))
+        .collect();
     params.extend(
         gpt.quantized_weights_mut()
             .into_iter()
@@ -63,10 +63,11 @@ pub fn load_gguf(path: &Path, gpt: &mut Gpt) -> Result<()> {
     let wanted: Vec<Wanted> = wanted(&file, &layout, &params)?;
     check_tensors(&file, &wanted)?;
     check_finite(&file, &wanted)?;
-    crate::lora::visit_base_mut(gpt, &mut |name, t| {
-        let mut values = vec![0.0f32; t.shape().numel()];
+    fill_base(gpt, |name, whole| {
+        let mut values = vec![0.0f32; whole.numel()];
         layout.read_parameter(&file, name, &mut values)?;
-        overwrite(t.array_mut(), DType::F32, bytemuck::cast_slice(&values))
+        let bytes: Vec<u8> = bytemuck::cast_slice(&values).to_vec();
+        Ok((DType::F32, bytes.into()))
     })?;
     // Weights stored quantized: quantized on the host one at a time, only their codes uploaded.
     for (name, stored) in gpt.quantized_weights_mut() {

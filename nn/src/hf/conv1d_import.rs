@@ -16,7 +16,7 @@ use crate::models::gpt2::Gpt2Config;
 use crate::models::gpt2::names::{
     LM_HEAD, Layout, PREFIX, WTE, hf_name, is_buffer, stored_dims, transpose_bytes,
 };
-use crate::overwrite::overwrite;
+use crate::overwrite::{base_shapes, fill_base};
 
 /// One parameter of the model and the tensor of the file that fills it.
 struct Source<'a> {
@@ -82,13 +82,13 @@ pub fn load_gpt2(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     let sources = checker.sources(gpt)?;
     checker.check_rest(&sources, gpt.head.is_none())?;
     let mut sources = sources.iter();
-    crate::lora::visit_base_mut(gpt, &mut |name, t| {
+    fill_base(gpt, |name, _| {
         let source = sources.next().ok_or_else(|| Error::Checkpoint {
             path: path.clone(),
             key: name.to_owned(),
             detail: "the model changed while loading".into(),
         })?;
-        overwrite(t.array_mut(), source.dtype, &checker.bytes(source)?)
+        Ok((source.dtype, checker.bytes(source)?))
     })?;
     let eps = config.layer_norm_epsilon;
     for block in &mut gpt.blocks {
@@ -128,11 +128,7 @@ impl<'a> Checker<'a> {
     /// checked for its name, dtype and shape.
     fn sources(&self, gpt: &Gpt) -> Result<Vec<Source<'a>>> {
         let prefix = self.prefix();
-        let mut params = Vec::new();
-        crate::lora::visit_base(gpt, &mut |name, t| {
-            params.push((name.to_owned(), t.shape().clone()));
-        });
-        params
+        base_shapes(gpt)
             .into_iter()
             .map(|(name, shape)| {
                 let (hf, layout) = hf_name(&name).ok_or_else(|| {

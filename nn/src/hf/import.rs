@@ -15,7 +15,7 @@ use crate::hf::safetensors_file::float_dtype;
 use crate::hf::weight_files::{WeightFiles, by_name, model_dir};
 use crate::models::Family;
 use crate::models::llama::names::{EMBED, LM_HEAD, is_buffer};
-use crate::overwrite::overwrite;
+use crate::overwrite::{base_shapes, fill_base};
 use crate::{Gpt, GptConfig};
 
 /// The file's tensors that fill one parameter, checked.
@@ -55,10 +55,7 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     let files = WeightFiles::open(&dir)?;
     let parsed = files.parse()?;
     let tensors = by_name(&parsed)?;
-    let mut params = Vec::new();
-    crate::lora::visit_base(gpt, &mut |name, t| {
-        params.push((name.to_owned(), t.shape().clone()))
-    });
+    let params = base_shapes(gpt);
     let quantized = gpt.quantized_weights_mut().into_iter();
     let quantized: Vec<_> = quantized
         .map(|(name, q)| (name, q.shape().clone()))
@@ -83,7 +80,7 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     let mut plans = plans;
     let quantized_plans = plans.split_off(params.len());
     let mut plans = plans.into_iter();
-    crate::lora::visit_base_mut(gpt, &mut |name, t| {
+    fill_base(gpt, |name, _| {
         let plan = plans.next().ok_or_else(|| Error::Checkpoint {
             path: dir.clone(),
             key: name.to_owned(),
@@ -98,7 +95,7 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
                 .collect::<Vec<u8>>()
                 .into(),
         };
-        overwrite(t.array_mut(), plan.stored, &bytes)
+        Ok((plan.stored, bytes))
     })?;
     // Weights stored quantized: quantized on the host one at a time, only their codes uploaded.
     for ((_, stored), plan) in gpt.quantized_weights_mut().into_iter().zip(quantized_plans) {

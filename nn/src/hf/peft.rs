@@ -151,8 +151,16 @@ impl PeftAdapter {
 /// (which must be the directory's: the same modules, shapes and scale), or, where it has
 /// none, onto adapters attached as the directory's configuration says (freezing the rest).
 /// Every adapter must be in the file, of its shape, and the file must hold nothing else; the
-/// values must be finite. Nothing changes on an error.
+/// values must be finite. Nothing changes on an error. A decoder sharded over ranks takes them
+/// before it is cut.
 pub fn load_peft(dir: &Path, gpt: &mut Gpt) -> Result<Attached> {
+    if gpt.param_shards().is_some() {
+        return Err(Error::config(
+            "PEFT adapters",
+            "the decoder is sharded over ranks already: load the adapters before cutting it"
+                .to_owned(),
+        ));
+    }
     let adapter = PeftAdapter::read(dir)?;
     let path = dir.join(ADAPTER_WEIGHTS);
     let bytes = safetensors_file::read(&path)?;

@@ -7,6 +7,7 @@ use std::any::Any;
 use headroom_autograd::Tensor;
 use headroom_collectives::SharedWorld;
 use headroom_kernels::{DType, Device};
+use headroom_nn::hf::PeftAdapter;
 use headroom_nn::lora::{self, QuantizedBase};
 use headroom_nn::loss::cross_entropy;
 use headroom_nn::{
@@ -55,9 +56,14 @@ impl TrainModel {
         match (config.kind, shape.as_tokens(), shape.as_features()) {
             (ModelKind::Gpt, Some(TokenShape { vocab, len }), _) => {
                 let shape = gpt_shape(config, vocab, len)?;
-                // Drawn sharded where nothing is loaded into it whole afterwards (pretrained
-                // weights); adapters are drawn whole over it and cut as it was.
-                let drawn_sharded = shards.filter(|_| config.init_from.is_none());
+                // Drawn sharded, pretrained weights then loaded into its chunks and adapters
+                // drawn whole over it and cut as it was; but for a PEFT directory's adapters,
+                // loaded into the whole model before it is cut.
+                let peft = config
+                    .init_from
+                    .as_deref()
+                    .is_some_and(PeftAdapter::is_adapter_dir);
+                let drawn_sharded = shards.filter(|_| !peft);
                 let mut gpt = match (weights_on, drawn_sharded) {
                     (Some(host), _) => Gpt::new_offloaded(&mut init, shape, host)?,
                     (None, Some(world)) => Gpt::new_sharded(&mut init, shape, world)?,

@@ -16,6 +16,8 @@ use crate::shape::Shape;
 
 mod chunk;
 
+use chunk::own_part;
+
 /// How a frozen weight is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuantFormat {
@@ -73,9 +75,9 @@ pub struct Quantized {
     codes: Array,
     /// Invariant: the blocks' scales (or their codes) cut as `codes` is; the rest whole.
     scales: Scales,
-    /// The number of ranks whose chunks of whole blocks this is one of
-    /// ([`chunk`](Self::chunk)), none where it holds the whole weight.
-    cut_over: Option<usize>,
+    /// `(rank, ranks)` where this is chunk `rank` of `ranks`, of whole blocks
+    /// ([`chunk`](Self::chunk)); none where it holds the whole weight.
+    cut: Option<(usize, usize)>,
 }
 
 impl Quantized {
@@ -132,12 +134,13 @@ impl Quantized {
             dtype,
             codes,
             scales,
-            cut_over: None,
+            cut: None,
         })
     }
 
     /// Quantizes `values` (as many as the shape holds, finite) into this storage, in place:
-    /// nothing is allocated on the device.
+    /// nothing is allocated on the device. A chunk takes its share of the codes alone, the
+    /// same as the whole weight's cut ([`chunk`](Self::chunk)).
     pub fn write(&mut self, values: &[f32]) -> Result<()> {
         if values.len() != self.shape.numel() {
             return Err(Error::HostLength {
@@ -147,6 +150,7 @@ impl Quantized {
                 shape: self.shape.clone(),
             });
         }
+        let (cut, blocks) = (self.cut, self.blocks_kept());
         match &mut self.scales {
             Scales::Double {
                 codes,
@@ -155,16 +159,18 @@ impl Quantized {
                 ..
             } => {
                 let q = DoubleQuantized::quantize(values, QuantFormat::BLOCK)?;
-                self.codes.write_host(&q.packed)?;
-                codes.write_host(&q.scales.codes)?;
+                let packed = own_part(&q.packed, cut, blocks * QuantFormat::BLOCK / 2);
+                self.codes.write_host(&packed)?;
+                codes.write_host(&own_part(&q.scales.codes, cut, blocks))?;
                 absmax.write_host(&q.scales.absmax)?;
                 *offset = q.offset;
             }
             Scales::Plain(scales) => {
                 let q = Int8::quantize(values, QuantFormat::BLOCK)?;
-                self.codes
-                    .write_host(bytemuck::cast_slice::<i8, u8>(&q.codes))?;
-                scales.write_host(&q.absmax)?;
+                let q_codes = bytemuck::cast_slice::<i8, u8>(&q.codes);
+                let q_codes = own_part(q_codes, cut, blocks * QuantFormat::BLOCK);
+                self.codes.write_host(&q_codes)?;
+                scales.write_host(&own_part(&q.absmax, cut, blocks))?;
             }
         }
         Ok(())
@@ -341,7 +347,7 @@ impl Quantized {
             dtype: self.dtype,
             codes: f(&self.codes)?,
             scales,
-            cut_over: self.cut_over,
+            cut: self.cut,
         })
     }
 

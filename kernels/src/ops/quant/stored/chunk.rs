@@ -1,6 +1,8 @@
 //! One rank's chunk of a weight stored quantized (a frozen base sharded over ranks): whole
 //! blocks of its codes and of their scales, gathered back into the whole weight where it runs.
 
+use std::borrow::Cow;
+
 use super::{QuantFormat, Quantized, Scales};
 use crate::array::Array;
 use crate::error::{Error, Result};
@@ -22,7 +24,7 @@ impl Quantized {
         let blocks = self.numel().div_ceil(QuantFormat::BLOCK).div_ceil(ranks);
         let mut cut =
             self.map_cut(|a, per_block| window(a, rank * blocks * per_block, blocks * per_block))?;
-        cut.cut_over = Some(ranks);
+        cut.cut = Some((rank, ranks));
         Ok(cut)
     }
 
@@ -33,7 +35,7 @@ impl Quantized {
         &self,
         mut every_rank: impl FnMut(&Array) -> Result<Array, E>,
     ) -> Result<Quantized, E> {
-        let Some(ranks) = self.cut_over else {
+        let Some((_, ranks)) = self.cut else {
             return Ok(self.clone());
         };
         let numel = self.numel();
@@ -55,19 +57,25 @@ impl Quantized {
                 (numel * per_block).div_ceil(QuantFormat::BLOCK),
             )?)
         })?;
-        whole.cut_over = None;
+        whole.cut = None;
         Ok(whole)
     }
 
     /// Whether this is one rank's chunk of the weight ([`chunk`](Self::chunk)).
     pub fn is_chunk(&self) -> bool {
-        self.cut_over.is_some()
+        self.cut.is_some()
+    }
+
+    /// The blocks this storage holds: the whole weight's, or a chunk's share of them.
+    pub(super) fn blocks_kept(&self) -> usize {
+        let blocks = self.numel().div_ceil(QuantFormat::BLOCK);
+        self.cut.map_or(blocks, |(_, ranks)| blocks.div_ceil(ranks))
     }
 
     /// An [`Error::Argument`] for `op` where this is a chunk, which holds no values.
     pub(super) fn check_whole(&self, op: &'static str) -> Result<()> {
-        match self.cut_over {
-            Some(ranks) => Err(Error::Argument {
+        match self.cut {
+            Some((_, ranks)) => Err(Error::Argument {
                 op,
                 detail: format!(
                     "the weight {} is one chunk of {ranks}: gather it first",
@@ -112,6 +120,22 @@ impl Quantized {
     }
 }
 
+/// The part of `whole` (a whole weight's codes or scales, on the host) that storage cut as
+/// `cut` keeps, `len` of them from its rank's first block, zeros past the end of `whole`.
+pub(super) fn own_part<T: Copy + Default>(
+    whole: &[T],
+    cut: Option<(usize, usize)>,
+    len: usize,
+) -> Cow<'_, [T]> {
+    let Some((rank, _)) = cut else {
+        return Cow::Borrowed(whole);
+    };
+    let start = (rank * len).min(whole.len());
+    let mut part = whole[start..whole.len().min(start + len)].to_vec();
+    part.resize(len, T::default());
+    Cow::Owned(part)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +177,25 @@ mod tests {
                 back.dequantize(DType::F32)?.to_f64()?,
                 whole.dequantize(DType::F32)?.to_f64()?
             );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_chunk_written_from_the_whole_values_is_the_whole_weights_chunk() -> Result<()> {
+        let cpu = Device::cpu(DeviceConfig::new(1 << 24))?;
+        let values: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin()).collect();
+        for format in [QuantFormat::Nf4, QuantFormat::Int8] {
+            let whole = Quantized::quantize(&cpu, [40, 25], &values, format, DType::F32)?;
+            for rank in 0..3 {
+                let mut written =
+                    Quantized::zeros(&cpu, [40, 25], format, DType::F32)?.chunk(rank, 3)?;
+                written.write(&values)?;
+                let cut = whole.chunk(rank, 3)?;
+                for (a, b) in written.arrays().iter().zip(cut.arrays()) {
+                    assert_eq!(a.to_f64()?, b.to_f64()?, "{format} rank {rank}");
+                }
+            }
         }
         Ok(())
     }
