@@ -54,7 +54,10 @@ use crate::sharded_params::ParamShards;
 
 mod checksum;
 mod header;
+mod rank_file;
 mod shards;
+
+use rank_file::RankFile;
 
 pub use checksum::{METADATA_CHECKSUM, TENSOR_CHECKSUMS};
 pub use header::Header;
@@ -304,8 +307,18 @@ pub struct Checkpoint {
     /// `ranks`, of its chunk's length (or whole) and dtype.
     entries: HashMap<String, Entry>,
     metadata: BTreeMap<String, String>,
-    /// A sharded checkpoint's rank files, in rank order; none for a checkpoint in one file.
-    ranks: Vec<Checkpoint>,
+    /// A sharded checkpoint's rank files, in rank order, each read when first needed; none
+    /// for a checkpoint in one file.
+    ranks: Vec<RankFile>,
+}
+
+/// A fault of the entry `key` of the checkpoint file at `path`.
+fn checkpoint_error(path: &Path, key: &str, detail: impl Into<String>) -> Error {
+    Error::Checkpoint {
+        path: path.to_owned(),
+        key: key.to_owned(),
+        detail: detail.into(),
+    }
 }
 
 /// Reads the checkpoint at `path`, for restoring onto `device`. A file that is not a complete
@@ -384,11 +397,7 @@ impl Checkpoint {
     }
 
     fn error(&self, key: &str, detail: impl Into<String>) -> Error {
-        Error::Checkpoint {
-            path: self.path.clone(),
-            key: key.to_owned(),
-            detail: detail.into(),
-        }
+        checkpoint_error(&self.path, key, detail)
     }
 
     /// The entry `key` as a new array on the device, tagged `tag`; it must have `shape` and
@@ -418,9 +427,22 @@ impl Checkpoint {
         device: &Device,
         key: &str,
         expect: Option<(&Shape, DType)>,
-        (rank, ranks): (usize, usize),
+        chunk: (usize, usize),
         tag: Tag,
     ) -> Result<Array> {
+        let (len, dtype, bytes) = self.chunk_bytes(key, expect, chunk)?;
+        let _tag = device.scoped_tag(tag);
+        Ok(Array::from_bytes(device, [len], dtype, &bytes)?)
+    }
+
+    /// The length, dtype and bytes of [`Checkpoint::chunk_on`]'s chunk, read from the files
+    /// that hold it alone.
+    fn chunk_bytes(
+        &self,
+        key: &str,
+        expect: Option<(&Shape, DType)>,
+        (rank, ranks): (usize, usize),
+    ) -> Result<(usize, DType, Cow<'_, [u8]>)> {
         let (entry, shape, dtype) = self.described(key, expect)?;
         let numel = shape.numel();
         let chunk = numel.div_ceil(ranks.max(1));
@@ -430,8 +452,7 @@ impl Checkpoint {
         if end - start < chunk {
             bytes.to_mut().resize(chunk * dtype.size(), 0);
         }
-        let _tag = device.scoped_tag(tag);
-        Ok(Array::from_bytes(device, [chunk], dtype, &bytes)?)
+        Ok((chunk, dtype, bytes))
     }
 
     /// The entry `key`'s shape, dtype and bytes, checked against `expect` when given.
@@ -489,7 +510,7 @@ impl Checkpoint {
                     bytes.ok_or_else(|| self.error(key, "truncated"))?,
                 ))
             }
-            Place::FirstRank => self.ranks[0].flat_of(key, elements),
+            Place::FirstRank => self.ranks[0].get()?.flat_of(key, elements),
             Place::Chunks if elements.is_empty() => Ok(Cow::Borrowed(&[])),
             Place::Chunks => {
                 let numel: usize = entry.shape.iter().product();
@@ -500,11 +521,11 @@ impl Checkpoint {
                     start..elements.end.min((k + 1) * chunk) - k * chunk
                 };
                 if first == last {
-                    return self.ranks[first].flat_of(key, within(first));
+                    return self.ranks[first].get()?.flat_of(key, within(first));
                 }
                 let mut bytes = Vec::with_capacity(elements.len() * size);
                 for k in first..=last {
-                    bytes.extend_from_slice(&self.ranks[k].flat_of(key, within(k))?);
+                    bytes.extend_from_slice(&self.ranks[k].get()?.flat_of(key, within(k))?);
                 }
                 Ok(Cow::Owned(bytes))
             }
@@ -520,31 +541,35 @@ impl Checkpoint {
         self.flat(key, entry, elements)
     }
 
-    /// This index with the rank files `index` names read, each checked to be the rank it is
-    /// named for and to hold every entry as the index says.
+    /// This index with the rank files `index` names, each one's header checked to be the rank
+    /// it is named for and to hold every entry as the index says; their data is read and
+    /// checked when first needed.
     fn with_ranks(mut self, index: &ShardIndex) -> Result<Self> {
         if let Some(name) = self.entries.keys().next() {
             return Err(self.error(name, "a sharded checkpoint's index holds no tensor"));
         }
         let ranks = index.files.len();
+        let mut headers = Vec::with_capacity(ranks);
         for (rank, file) in index.files.iter().enumerate() {
-            let part = load(&self.path.with_file_name(file), &self.device)?;
-            let of = part.metadata.get(shards::SHARD);
+            let path = self.path.with_file_name(file);
+            let header = Header::read(&path)?;
+            let of = header.metadata.get(shards::SHARD);
             let of: Option<shards::RankOf> = of.and_then(|of| serde_json::from_str(of).ok());
             let want = shards::RankOf {
                 rank,
                 ranks,
                 step: index.step,
             };
-            if of != Some(want) || !part.ranks.is_empty() {
+            if of != Some(want) || ShardIndex::of(&header.metadata, &path)?.is_some() {
                 let detail = format!(
                     "not rank {rank} of {ranks} at step {}, as the index {} says",
                     index.step,
                     self.path.display()
                 );
-                return Err(part.error(shards::SHARD, detail));
+                return Err(checkpoint_error(&path, shards::SHARD, detail));
             }
-            self.ranks.push(part);
+            self.ranks.push(RankFile::new(&path, &self.device));
+            headers.push((path, header));
         }
         for (name, whole) in &index.entries {
             let numel: usize = whole.shape.iter().product();
@@ -552,11 +577,12 @@ impl Checkpoint {
                 true => (ranks, vec![numel.div_ceil(ranks)]),
                 false => (1, whole.shape.clone()),
             };
-            for part in &self.ranks[..holders] {
-                let held = part.entries.get(name);
-                if !held.is_some_and(|e| e.shape == want && e.dtype == whole.dtype) {
+            for (path, header) in &headers[..holders] {
+                let shape = header.shapes.get(name);
+                let dtype = header.dtypes.get(name);
+                if shape != Some(&want) || dtype != Some(&whole.dtype) {
                     let detail = format!("missing, or not {want:?} of {:?}", whole.dtype);
-                    return Err(part.error(name, detail));
+                    return Err(checkpoint_error(path, name, detail));
                 }
             }
             let place = match whole.sharded {
@@ -578,7 +604,9 @@ impl Checkpoint {
     /// tier), so that the weights are held once. Nothing changes unless every parameter is
     /// found and fits; a parameter whose data another handle shares gets new memory instead.
     pub fn restore_model(&self, model: &mut dyn Module) -> Result<()> {
-        self.check_parameters(model, &|_, t| t.shape().clone())?;
+        self.check_parameters(model, &|name, t| {
+            self.entry(name, Some((t.shape(), t.dtype()))).map(drop)
+        })?;
         model.visit_parameters_mut(&mut |name, t| {
             let (shape, dtype, bytes) = self.entry(name, Some((t.shape(), t.dtype())))?;
             let array = t.array_mut();
@@ -604,32 +632,41 @@ impl Checkpoint {
         shards: &ParamShards,
     ) -> Result<()> {
         let (rank, ranks) = (shards.world().rank(), shards.world().world_size());
-        let whole = |name: &str, t: &Tensor| shards.whole_shape(name).unwrap_or(t.shape()).clone();
-        self.check_parameters(model, &whole)?;
+        // Every chunk is read (and the files holding it checked) before anything changes.
+        self.check_parameters(model, &|name, t| match shards.whole_shape(name) {
+            Some(whole) => {
+                let expected = Some((whole, t.dtype()));
+                self.chunk_bytes(name, expected, (rank, ranks)).map(drop)
+            }
+            None => self.entry(name, Some((t.shape(), t.dtype()))).map(drop),
+        })?;
         model.visit_parameters_mut(&mut |name, t| {
-            let sharded = shards.whole_shape(name).is_some();
-            let expected = Some((&whole(name, t), t.dtype()));
             let device = t.device().clone();
-            *t.array_mut() = match sharded {
-                true => self.chunk_on(&device, name, expected, (rank, ranks), Tag::WEIGHTS)?,
-                false => self.array_on(&device, name, expected, Tag::WEIGHTS)?,
+            *t.array_mut() = match shards.whole_shape(name) {
+                Some(whole) => {
+                    let expected = Some((whole, t.dtype()));
+                    self.chunk_on(&device, name, expected, (rank, ranks), Tag::WEIGHTS)?
+                }
+                None => {
+                    let expected = Some((t.shape(), t.dtype()));
+                    self.array_on(&device, name, expected, Tag::WEIGHTS)?
+                }
             };
             Ok(())
         })
     }
 
-    /// Checks, before anything changes, that every parameter of `model` has its entry, of the
-    /// shape `saved_shape` names for it and of its dtype.
+    /// Checks, before anything changes, that `check` accepts every parameter of `model` (its
+    /// entry found, of its shape and dtype, its bytes read).
     fn check_parameters(
         &self,
         model: &dyn Module,
-        saved_shape: &dyn Fn(&str, &Tensor) -> Shape,
+        check: &dyn Fn(&str, &Tensor) -> Result<()>,
     ) -> Result<()> {
         let mut checked = Ok(());
         model.visit_parameters(&mut |name, t| {
             if checked.is_ok() {
-                let shape = saved_shape(name, t);
-                checked = self.entry(name, Some((&shape, t.dtype()))).map(drop);
+                checked = check(name, t);
             }
         });
         checked

@@ -623,8 +623,8 @@ fn save_sharded(index: &std::path::Path, config: GptConfig, ranks: usize, step: 
 /// A checkpoint saved by three ranks, each writing its own chunks: its index gives every
 /// tensor and state buffer whole, two ranks restore their chunks of it (from the rank files
 /// that hold them), the next checkpoint's index commits it and removes the earlier files, the
-/// files of a save that never committed are removed, and a rank file that is not the one the
-/// index names is refused, naming it.
+/// files of a save that never committed are removed, a rank reads only the files that hold
+/// its chunks, and a rank file that is not the one the index names is refused, naming it.
 #[test]
 fn a_checkpoint_saved_by_three_ranks_restores_whole_and_on_two() {
     let dir = std::env::temp_dir().join(format!("headroom-sharded-ckpt-{}", std::process::id()));
@@ -696,6 +696,37 @@ fn a_checkpoint_saved_by_three_ranks_restores_whole_and_on_two() {
     }
     assert_eq!(checkpoint::remove_uncommitted(&index).unwrap(), stray);
     checkpoint::load(&index, &host).unwrap();
+
+    // A rank reads only the files that hold its chunks: with the last rank's file damaged,
+    // ranks 0 and 1 of three restore theirs, and the last rank's restore names its file.
+    let last = dir.join(&want[3]);
+    let intact = std::fs::read(&last).unwrap();
+    let mut damaged = intact.clone();
+    *damaged.last_mut().unwrap() ^= 0x40;
+    std::fs::write(&last, &damaged).unwrap();
+    let saved = checkpoint::load(&index, &host).unwrap();
+    let devices: Vec<Device> = (0..3).map(|_| common::device()).collect();
+    let worlds = Threads::world(&devices);
+    let (saved, last_name) = (&saved, &want[3]);
+    thread::scope(|s| {
+        for (world, device) in worlds.into_iter().zip(&devices) {
+            s.spawn(move || {
+                let world = SharedWorld::new(Box::new(world));
+                let mut init = Initializer::new(device, DType::F32, 99);
+                let mut gpt = Gpt::new_sharded(&mut init, config, &world).unwrap();
+                let shards = gpt.param_shards().unwrap().clone();
+                let restored = saved.restore_model_in_chunks(&mut gpt, &shards);
+                match world.rank() {
+                    2 => {
+                        let err = restored.unwrap_err().to_string();
+                        assert!(err.contains(last_name.as_str()), "{err}");
+                    }
+                    _ => restored.unwrap(),
+                }
+            });
+        }
+    });
+    std::fs::write(&last, &intact).unwrap();
 
     // A rank file swapped for another rank's is refused, naming it.
     let (one, two) = (dir.join(&want[1]), dir.join(&want[2]));

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
+use safetensors::tensor::Dtype;
+
 use super::ShardIndex;
 use crate::error::{Error, Result};
 
@@ -15,6 +17,8 @@ pub struct Header {
     pub metadata: BTreeMap<String, String>,
     /// Each entry's shape by its name.
     pub shapes: BTreeMap<String, Vec<usize>>,
+    /// Each of the file's own entries' dtype by its name (not an index's whole entries).
+    pub dtypes: BTreeMap<String, Dtype>,
 }
 
 impl Header {
@@ -44,20 +48,32 @@ impl Header {
         let header: BTreeMap<String, serde_json::Value> =
             serde_json::from_slice(&json).map_err(|err| corrupt(err.to_string()))?;
         let mut metadata = BTreeMap::new();
-        let mut shapes = BTreeMap::new();
+        let (mut shapes, mut dtypes) = (BTreeMap::new(), BTreeMap::new());
         for (name, value) in header {
             if name == "__metadata__" {
                 metadata = serde_json::from_value(value).map_err(|err| corrupt(err.to_string()))?;
-            } else if let Some(shape) = value.get("shape") {
-                let dims = serde_json::from_value(shape.clone())
+                continue;
+            }
+            let field = |key: &str| value.get(key).cloned();
+            if let Some(shape) = field("shape") {
+                let dims = serde_json::from_value(shape)
                     .map_err(|err| corrupt(format!("{name}: {err}")))?;
-                shapes.insert(name, dims);
+                shapes.insert(name.clone(), dims);
+            }
+            if let Some(dtype) = field("dtype") {
+                let dtype = serde_json::from_value(dtype)
+                    .map_err(|err| corrupt(format!("{name}: {err}")))?;
+                dtypes.insert(name, dtype);
             }
         }
         if let Some(index) = ShardIndex::of(&metadata, path)? {
             let whole = index.entries.into_iter().map(|(name, e)| (name, e.shape));
             shapes.extend(whole);
         }
-        Ok(Self { metadata, shapes })
+        Ok(Self {
+            metadata,
+            shapes,
+            dtypes,
+        })
     }
 }
