@@ -293,6 +293,9 @@ enum Place {
     Chunks,
     /// Whole in rank 0's file.
     FirstRank,
+    /// A buffer of each rank's own in its file ([`WholeEntry::per_rank`]), laid out as
+    /// [`Place::Chunks`]: read on as many ranks alone.
+    PerRank,
 }
 
 /// A checkpoint read and checked: every entry's header parsed, its bytes in range and, when the
@@ -466,6 +469,21 @@ impl Checkpoint {
         Ok((shape, dtype, bytes))
     }
 
+    /// An error for restoring the entry `key` on `ranks` ranks where each rank saved a buffer
+    /// of its own and the checkpoint was saved on another number.
+    fn check_ranks(&self, key: &str, ranks: usize) -> Result<()> {
+        let saved = self.ranks.len();
+        let per_rank = self.entries.get(key).map(|e| &e.place);
+        if matches!(per_rank, Some(Place::PerRank)) && ranks != saved {
+            let detail = format!(
+                "each of the {saved} ranks that saved it kept blocks of its own chunk (8-bit \
+                 optimizer state): resume on {saved} ranks, not {ranks}"
+            );
+            return Err(self.error(key, detail));
+        }
+        Ok(())
+    }
+
     /// The entry `key`, its shape and its dtype, checked against `expect` when given.
     fn described(
         &self,
@@ -511,8 +529,8 @@ impl Checkpoint {
                 ))
             }
             Place::FirstRank => self.ranks[0].get()?.flat_of(key, elements),
-            Place::Chunks if elements.is_empty() => Ok(Cow::Borrowed(&[])),
-            Place::Chunks => {
+            Place::Chunks | Place::PerRank if elements.is_empty() => Ok(Cow::Borrowed(&[])),
+            Place::Chunks | Place::PerRank => {
                 let numel: usize = entry.shape.iter().product();
                 let chunk = numel.div_ceil(self.ranks.len());
                 let (first, last) = (elements.start / chunk, (elements.end - 1) / chunk);
@@ -585,9 +603,10 @@ impl Checkpoint {
                     return Err(checkpoint_error(path, name, detail));
                 }
             }
-            let place = match whole.sharded {
-                true => Place::Chunks,
-                false => Place::FirstRank,
+            let place = match (whole.sharded, whole.per_rank) {
+                (true, true) => Place::PerRank,
+                (true, false) => Place::Chunks,
+                (false, _) => Place::FirstRank,
             };
             let entry = Entry {
                 dtype: whole.dtype,
@@ -687,6 +706,7 @@ impl Checkpoint {
     ) -> Result<()> {
         let load = |name: &str| {
             let key = format!("{OPTIMIZER}{name}");
+            self.check_ranks(&key, ranks)?;
             let tag = Tag::OPTIMIZER_STATE;
             self.chunk_on(&self.device, &key, None, (rank, ranks), tag)
         };
@@ -715,7 +735,9 @@ impl Checkpoint {
         map: &dyn Fn(Array) -> Result<Array>,
     ) -> Result<()> {
         let load = |name: &str| {
-            map(self.array(&format!("{OPTIMIZER}{name}"), None, Tag::OPTIMIZER_STATE)?)
+            let key = format!("{OPTIMIZER}{name}");
+            self.check_ranks(&key, 1)?;
+            map(self.array(&key, None, Tag::OPTIMIZER_STATE)?)
         };
         optimizer.load_state(&load, self.steps()?)
     }

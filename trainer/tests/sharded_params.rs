@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::TempDir;
-use common::ranks::{assert_same_losses, assert_same_weights, succeeded, summary};
+use common::ranks::{assert_same_losses, assert_same_weights, losses, succeeded, summary};
 
 fn headroom() -> Command {
     Command::new(env!("CARGO_BIN_EXE_headroom"))
@@ -234,6 +234,62 @@ fn a_sharded_run_resumes_on_one_rank_and_on_four() {
     assert!(config.contains("\"vocab_size\""), "{config}");
     let weights = common::safetensors_entries(&exported.join("model.safetensors"));
     assert!(!weights.is_empty());
+}
+
+/// AdamW's 8-bit state over sharded parameters: each rank quantizes its chunks' moments in
+/// blocks of its own and peaks at its plan, and the run trains as one process does to the
+/// codes' rounding; a run saved on two ranks resumes on two exactly and is refused on one,
+/// which would cut the blocks otherwise.
+#[test]
+fn int8_state_over_sharded_parameters_resumes_on_as_many_ranks() {
+    if common::mpi_missing() {
+        return;
+    }
+    let dir = TempDir::new("zero3-int8-config");
+    let int8 = "[model]\nfamily = \"llama\"\n[optimizer]\nstate = \"int8\"\n\
+                schedule = \"constant\"\n";
+    let int8 = config(&dir, "int8.toml", int8);
+    let options = ["--config", &int8, "--shard-params"];
+    let (one, straight, resumed) = (
+        TempDir::new("zero3-int8-one"),
+        TempDir::new("zero3-int8-straight"),
+        TempDir::new("zero3-int8-resumed"),
+    );
+    train(headroom(), 4, &["--config", &int8], &one.0);
+    train(mpirun(2), 4, &options, &straight.0);
+    let sharded = summary(&straight.0);
+    let plan = sharded.plan.as_ref().expect("the run was planned");
+    assert_eq!(sharded.first_step_peak, Some(plan.predicted_peak));
+    for (a, b) in losses(&one.0).iter().zip(losses(&straight.0)) {
+        assert!((a - b).abs() <= 1e-3 * a.abs(), "{a} against {b}");
+    }
+
+    train(mpirun(2), 2, &options, &resumed.0);
+    let again: Vec<&str> = options.iter().copied().chain(["--resume"]).collect();
+    train(mpirun(2), 4, &again, &resumed.0);
+    assert_same_losses(&straight.0, &resumed.0, 4);
+    assert_same_weights(&straight.0, &resumed.0);
+
+    let output = headroom()
+        .args([
+            "train",
+            "--steps",
+            "6",
+            "--batch-size",
+            "16",
+            "--eval-every",
+            "0",
+        ])
+        .args(&again)
+        .args(["--quiet", "--run-dir"])
+        .arg(&resumed.0)
+        .output()
+        .unwrap();
+    let stderr = common::fails(&output);
+    assert!(
+        stderr.contains("8-bit optimizer state") && stderr.contains("resume on 2 ranks, not 1"),
+        "{stderr}"
+    );
 }
 
 /// Two ranks that leave sharding to the memory policy, under a limit where no step of a whole

@@ -49,6 +49,11 @@ pub struct WholeEntry {
     pub dtype: Dtype,
     /// Whether each rank file holds a chunk of it (else rank 0's holds it whole).
     pub sharded: bool,
+    /// Whether each rank file holds a buffer of its own whose length follows the rank's chunk
+    /// (8-bit state's block scales), `shape` being their concatenation: it is read back on as
+    /// many ranks alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_rank: bool,
 }
 
 /// What a rank file says of itself.
@@ -87,13 +92,16 @@ pub fn save_rank(
         &metadata,
     )?;
     let mut entries = BTreeMap::new();
+    let mut chunks = BTreeMap::new();
     for (name, t) in model.named_parameters() {
         let whole = shards.whole_shape(&name);
         let entry = WholeEntry {
             shape: whole.unwrap_or(t.shape()).dims().to_vec(),
             dtype: st_dtype(t.dtype()),
             sharded: whole.is_some(),
+            per_rank: false,
         };
+        chunks.insert(name.clone(), t.numel());
         entries.insert(name, entry);
     }
     for (name, array) in &state.buffers {
@@ -106,9 +114,19 @@ pub fn save_rank(
                     key: format!("{OPTIMIZER}{name}"),
                     detail: "an optimizer buffer of no parameter saved".into(),
                 })?;
-        let entry = WholeEntry {
-            dtype: st_dtype(array.dtype),
-            ..whole.clone()
+        let numel: usize = array.dims.iter().product();
+        let entry = match param.and_then(|param| chunks.get(param)) {
+            // A buffer of the parameter's chunk's length is that chunk of its whole.
+            Some(&chunk) if chunk == numel || !whole.sharded => WholeEntry {
+                dtype: st_dtype(array.dtype),
+                ..whole.clone()
+            },
+            _ => WholeEntry {
+                shape: vec![numel * ranks],
+                dtype: st_dtype(array.dtype),
+                sharded: true,
+                per_rank: true,
+            },
         };
         entries.insert(format!("{OPTIMIZER}{name}"), entry);
     }

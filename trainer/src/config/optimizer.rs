@@ -48,9 +48,10 @@ pub struct OptimizerConfig {
     /// gathers each block's tensors from every rank as the block runs (again in the backward
     /// pass where whole blocks are recomputed), and sums the gradients into each rank's chunk
     /// (a reduce-scatter). Each rank writes its chunks to its own file of a checkpoint, which
-    /// resumes on any number of ranks. A base stored quantized (QLoRA) keeps its chunk of
-    /// whole blocks of codes. Built-in GPTs alone; not with `shard_state` (it shards the state
-    /// already), `in_backward`, int8 state or streamed weights.
+    /// resumes on any number of ranks (with int8 state, whose blocks follow each rank's chunk,
+    /// on as many). A base stored quantized (QLoRA) keeps its chunk of whole blocks of codes.
+    /// Built-in GPTs alone; not with `shard_state` (it shards the state already),
+    /// `in_backward` or streamed weights.
     /// With `offload` each rank keeps its chunks of the state in its host tier and updates
     /// them there. Unset: the memory policy shards a run of several ranks where that is
     /// faster or where nothing whole fits (never under `memory.policy = "manual"`).
@@ -214,10 +215,6 @@ impl OptimizerConfig {
             problems.check(
                 self.in_backward != Some(true),
                 with("optimizer.in_backward"),
-            );
-            problems.check(
-                self.state != Some(StateKind::Int8),
-                with("int8 optimizer state"),
             );
         }
         if self.in_backward == Some(true) {

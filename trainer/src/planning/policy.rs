@@ -34,7 +34,7 @@
 //!   optimization, and its collectives are priced at the link's rate
 //!   (`memory.link_bandwidth`), as the whole candidates' gradient sums are, so it is chosen
 //!   where it is faster (a larger micro-batch) or where nothing whole fits. A sharded
-//!   candidate updates after the backward pass, keeps a float state and streams no weights.
+//!   candidate updates after the backward pass and streams no weights.
 //! - The state's precision is lowered (bf16, then int8) only when no candidate of the
 //!   precision above fits even one sample: it changes the optimization slightly, so the plan
 //!   says so. A resumed run keeps its checkpoint's techniques instead of choosing again.
@@ -217,8 +217,8 @@ pub fn tiers(config: &TrainConfig, knobs: Knobs) -> Vec<Vec<Policy>> {
                         for &fetch_ahead in &aheads {
                             for &shard_params in &shards {
                                 // Sharded parameters are updated after the backward pass,
-                                // in a float state, and not streamed.
-                                let whole = in_backward || weights || state == StateKind::Int8;
+                                // and not streamed.
+                                let whole = in_backward || weights;
                                 if shard_params && whole {
                                     continue;
                                 }
@@ -351,12 +351,6 @@ fn choices(pinned: Option<bool>, allowed: bool) -> Vec<bool> {
 pub(crate) fn states(config: &TrainConfig) -> Vec<StateKind> {
     match config.optimizer.state {
         Some(pinned) => vec![pinned],
-        // Sharded parameters keep float state: its chunks gather into the whole buffers.
-        None if config.optimizer.kind == crate::config::OptimizerKind::Adamw
-            && config.optimizer.shards_params() =>
-        {
-            vec![StateKind::F32, StateKind::Bf16]
-        }
         None if config.optimizer.kind == crate::config::OptimizerKind::Adamw => {
             vec![StateKind::F32, StateKind::Bf16, StateKind::Int8]
         }
@@ -553,8 +547,8 @@ mod tests {
                 &unsharded, whole,
                 "the whole candidates as one process has them"
             );
-            // Each sharded candidate follows its whole twin; none streams weights or keeps
-            // int8 state.
+            // Each sharded candidate follows its whole twin; none streams weights or updates
+            // in the backward pass.
             for p in &sharded {
                 let at = tier.iter().position(|q| q == p).unwrap();
                 assert_eq!(
@@ -564,11 +558,9 @@ mod tests {
                         ..*p
                     }
                 );
-                assert!(!p.offload_weights && p.state != StateKind::Int8 && !p.in_backward);
+                assert!(!p.offload_weights && !p.in_backward);
             }
-            let streams = whole
-                .iter()
-                .any(|p| p.offload_weights || p.state == StateKind::Int8);
+            let streams = whole.iter().all(|p| p.offload_weights || p.in_backward);
             assert_eq!(sharded.is_empty(), streams, "{whole:?}");
         }
         let sharded = ranks.iter().flatten().find(|p| p.shard_params).unwrap();
