@@ -4,12 +4,15 @@
 //! is the sum over the ranks of the whole tensor's, cut to the chunk.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use headroom_alloc::Tag;
+use headroom_autograd::Tensor;
 use headroom_autograd::{autocast_dtype, chunk_of, every_rank, no_grad};
 use headroom_collectives::{Collective, SharedWorld};
-use headroom_kernels::{DType, Device, Shape};
+use headroom_kernels::{Array, DType, Device, Shape};
+use parking_lot::Mutex;
 
 use crate::error::Result;
 use crate::module::{Module, join};
@@ -70,7 +73,13 @@ pub struct ParamShards {
     /// Invariant: cuts to the world's rank of its size; one entry per tensor cut, by its name
     /// in the module that was sharded.
     cut: Cut,
+    /// Where gathered copies are kept until the chunks change (ZeRO-2), by name and dtype,
+    /// shared by every clone; none where each use gathers again (ZeRO-3).
+    kept: Option<Arc<Mutex<Kept>>>,
 }
+
+/// Whole copies kept, by tensor name and dtype gathered in.
+type Kept = HashMap<(String, DType), Array>;
 
 impl ParamShards {
     /// Cuts every tensor of `module` to this rank's chunk of `world` ([`Cut::take`]).
@@ -85,6 +94,29 @@ impl ParamShards {
         Self {
             world: world.clone(),
             cut,
+            kept: None,
+        }
+    }
+
+    /// Keeps each tensor's gathered copy from its first use until
+    /// [`release_gathered`](Self::release_gathered) (ZeRO-2, FSDP2's
+    /// `reshard_after_forward=False` held across the step): the gradients and the state stay
+    /// sharded, the weights are gathered once a step. Weights stored quantized, the token
+    /// embedding's lookup and the sliced head gather where they run as before.
+    pub fn keep_gathered(&mut self) {
+        self.kept.get_or_insert_with(Default::default);
+    }
+
+    /// Whether gathered copies are kept ([`keep_gathered`](Self::keep_gathered)).
+    pub fn keeps_gathered(&self) -> bool {
+        self.kept.is_some()
+    }
+
+    /// Lets go of the gathered copies kept: every rank must call it before its chunks change
+    /// (an update, a restore), so that the next use gathers the new values.
+    pub fn release_gathered(&self) {
+        if let Some(kept) = &self.kept {
+            kept.lock().clear();
         }
     }
 
@@ -169,9 +201,10 @@ impl ParamShards {
             let name = join(prefix, name);
             if let Some(whole) = self.cut.whole.get(&name) {
                 let dtype = gathered_dtype(&name, whole, t.dtype());
-                *t = match hold {
-                    true => t.gathered(&self.world, whole, dtype)?,
-                    false => t.gathered_again_in_backward(&self.world, whole, dtype)?,
+                *t = match (&self.kept, hold) {
+                    (Some(kept), _) => self.kept_copy(kept, t, (name, whole, dtype))?,
+                    (None, true) => t.gathered(&self.world, whole, dtype)?,
+                    (None, false) => t.gathered_again_in_backward(&self.world, whole, dtype)?,
                 };
             }
             Ok(())
@@ -183,6 +216,25 @@ impl ParamShards {
             Ok(())
         })?;
         Ok(copy)
+    }
+}
+
+impl ParamShards {
+    /// The chunk `t`'s whole copy from `kept`, gathered (and kept) where it is not there yet.
+    fn kept_copy(
+        &self,
+        kept: &Mutex<Kept>,
+        t: &Tensor,
+        (name, whole, dtype): (String, &Shape, DType),
+    ) -> Result<Tensor> {
+        let key = (name, dtype);
+        let copy = kept.lock().get(&key).cloned();
+        if let Some(full) = copy {
+            return Ok(t.gathered_already(&self.world, whole, full)?);
+        }
+        let gathered = t.gathered(&self.world, whole, dtype)?;
+        kept.lock().insert(key, gathered.array().clone());
+        Ok(gathered)
     }
 }
 

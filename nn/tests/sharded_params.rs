@@ -250,6 +250,39 @@ fn a_vocabulary_the_ranks_share_by_whole_rows_runs_the_head_on_slices_of_it() {
     check_chunked("gpt2, 66 rows in chunks", tied, Recompute::None, Some(1));
 }
 
+#[test]
+fn kept_gathered_copies_give_the_same_gradient_chunks_and_stay_until_released() {
+    for (name, config) in [("gpt2", gpt2()), ("llama", small_llama(16, 4, 24))] {
+        for recompute in [Recompute::None, Recompute::Blocks] {
+            let build = |device: &Device, world: Option<&SharedWorld>| {
+                let mut gpt = model(device, config, recompute);
+                if let Some(world) = world {
+                    gpt.shard_params(world).unwrap();
+                    gpt.keep_gathered().unwrap();
+                }
+                gpt
+            };
+            check_built(&format!("{name} {recompute:?} kept"), &build, None);
+        }
+    }
+    // The copies outlive the step's tape and gradients, and go when released.
+    let device = common::device();
+    let world = SharedWorld::new(Box::new(headroom_collectives::Solo::new(&device)));
+    let mut gpt = model(&device, gpt2(), Recompute::None);
+    gpt.shard_params(&world).unwrap();
+    gpt.keep_gathered().unwrap();
+    let chunks = device.allocator().stats().in_use;
+    drop(step(&gpt, &device, &[0, 1], 1.0));
+    let kept = device.allocator().stats().in_use;
+    assert!(kept > chunks, "{kept} B kept, {chunks} B of chunks");
+    gpt.param_shards().unwrap().release_gathered();
+    assert_eq!(device.allocator().stats().in_use, chunks);
+    let err = model(&device, gpt2(), Recompute::None)
+        .keep_gathered()
+        .unwrap_err();
+    assert!(err.to_string().contains("not sharded"), "{err}");
+}
+
 /// A decoder of `config` whose blocks' weights (and untied token embedding) are stored in
 /// `format` under rank-2 adapters whose `B` is drawn away from zero: drawn sharded over
 /// `world` where `drawn`, cut after it is built otherwise, whole without a world.

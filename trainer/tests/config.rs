@@ -338,11 +338,46 @@ fn sharded_parameters_refuse_what_they_do_not_compose_with_yet() {
     for setting in [
         "it keeps each rank's share of the state already",
         "not with optimizer.in_backward",
-        "not with int8 optimizer state",
         "(model.offload_weights) are not sharded",
     ] {
         assert!(err.contains(setting), "`{setting}` not in {err}");
     }
+    assert!(
+        !err.contains("int8"),
+        "int8 state is sharded with the chunks: {err}"
+    );
+
+    // `distributed.shard` names ZeRO's stage and sets the optimizer's settings for it; settings
+    // that say another stage are refused, naming both.
+    for (level, field) in [
+        ("state", "shard_state = true"),
+        ("grads", "shard_grads = true"),
+        ("params", "shard_params = true"),
+    ] {
+        let text = format!("[distributed]\nshard = \"{level}\"\n");
+        let read = TrainConfig::from_toml_over(&text, None).unwrap();
+        assert!(
+            read.to_toml().contains(field),
+            "{level}: {}",
+            read.to_toml()
+        );
+        read.validate().unwrap();
+    }
+    let text = "[distributed]\nshard = \"state\"\n[optimizer]\nshard_params = true\n";
+    let err = TrainConfig::from_toml_over(text, None)
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("distributed.shard = \"state\", where the optimizer's settings shard params"),
+        "{err}"
+    );
+    let mut kept = TrainConfig::default();
+    kept.optimizer.shard_grads = true;
+    kept.optimizer.shard_params = Some(false);
+    let err = kept.validate().unwrap_err().to_string();
+    assert!(err.contains("turn shard_params = false off"), "{err}");
 
     // Every rank runs its passes in step: three ranks cannot share a batch of 128 evenly.
     let mut config = TrainConfig::default();

@@ -50,7 +50,8 @@ fn train(mut command: Command, steps: usize, options: &[&str], dir: &Path) -> St
 
 /// GPT-2's family (with its optimizer state and updates in the host tier too), a Llama with
 /// LoRA adapters recomputing whole blocks (each block gathered again for its backward pass),
-/// a Llama whose vocabulary the ranks share by whole rows, QLoRA over an NF4 base sharded by
+/// a Llama whose vocabulary the ranks share by whole rows, GPT-2 with its gathered weights kept
+/// through each step (`--shard grads`, ZeRO stage 2), QLoRA over an NF4 base sharded by
 /// blocks of codes, and the tiny SmolLM2's pretrained weights loaded into the chunks:
 /// the same losses and weights as one process whose tensors are whole, and each planned
 /// sharded run's first step peaking at exactly its plan. SGD moves each weight by its gradient, so the weights agree as closely
@@ -84,7 +85,7 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
         "--context",
         "32",
     ];
-    let runs: [(&str, Vec<&str>); 6] = [
+    let runs: [(&str, Vec<&str>); 7] = [
         ("gpt2", vec!["--config", &sgd, "--micro-batch", "4"]),
         // Each rank's chunks of state in its host tier, updated there (ZeRO-Offload).
         (
@@ -96,6 +97,8 @@ fn two_ranks_sharding_the_parameters_train_as_one_process_does() {
             vec!["--config", &llama, "--recompute", "blocks"],
         ),
         ("llama-wide", vec!["--config", &wide]),
+        // ZeRO stage 2: whole weights gathered once a step, gradients and state sharded.
+        ("gpt2-grads", vec!["--config", &sgd, "--shard", "grads"]),
         // The NF4 base's codes sharded by whole blocks, gathered as each block runs.
         ("llama-qlora", vec!["--config", &qlora]),
         // Pretrained weights loaded into the chunks of a model drawn sharded, its base NF4.

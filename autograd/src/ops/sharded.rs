@@ -38,6 +38,26 @@ impl Tensor {
         self.gathered_holding(world, (whole, dtype), false)
     }
 
+    /// [`Tensor::gathered`] whose whole copy `full` was gathered from this chunk already and
+    /// kept (ZeRO-2 keeps each copy until the chunks are updated): nothing moves now, and the
+    /// gradient is summed into each rank's chunk as [`Tensor::gathered`]'s is.
+    pub fn gathered_already(
+        &self,
+        world: &SharedWorld,
+        whole: &Shape,
+        full: Array,
+    ) -> Result<Tensor> {
+        let chunk = self.checked_chunk("gathered_already", world, whole)?;
+        if full.shape() != whole {
+            return Err(Error::Argument {
+                op: "gathered_already",
+                detail: format!("a copy of shape {} for {whole}", full.shape()),
+            });
+        }
+        let y = Tensor::output_variable(full, self.is_variable());
+        Ok(self.reduced_into_chunk(world, chunk, y))
+    }
+
     /// [`Tensor::gathered`], the whole copy held by the rules that keep it where `hold`.
     fn gathered_holding(
         &self,
@@ -52,6 +72,12 @@ impl Tensor {
             let (world, mine, whole) = (world.clone(), self.array().clone(), whole.clone());
             y = y.formed_again_by(Again::new(move || whole_in(&world, (&mine, dtype), &whole)));
         }
+        Ok(self.reduced_into_chunk(world, chunk, y))
+    }
+
+    /// `y`, the whole tensor gathered from this chunk of `chunk` elements, recorded where a
+    /// tape records so that its gradient is summed over `world`, each rank keeping its chunk's.
+    fn reduced_into_chunk(&self, world: &SharedWorld, chunk: usize, y: Tensor) -> Tensor {
         if let Some(rec) = begin(&[self]) {
             let (world, device) = (world.clone(), self.device().clone());
             let own = self.dtype();
@@ -68,7 +94,7 @@ impl Tensor {
             rec.eager()
                 .finish("gathered", &[&y], saves(&[]), rule(back));
         }
-        Ok(y)
+        y
     }
 }
 

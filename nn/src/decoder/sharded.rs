@@ -51,6 +51,21 @@ impl Gpt {
         Ok(gpt)
     }
 
+    /// Keeps each gathered copy of its sharded tensors until the chunks change
+    /// ([`ParamShards::keep_gathered`]: ZeRO-2); an error where it is not sharded.
+    pub fn keep_gathered(&mut self) -> Result<()> {
+        match &mut self.placement.shards {
+            Some(shards) => {
+                shards.keep_gathered();
+                Ok(())
+            }
+            None => Err(Error::config(
+                "sharded gradients",
+                "the decoder's tensors are not sharded over ranks".to_owned(),
+            )),
+        }
+    }
+
     /// How its tensors are sharded over ranks, where they are.
     pub fn param_shards(&self) -> Option<&ParamShards> {
         self.placement.shards.as_ref()

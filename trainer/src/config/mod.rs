@@ -4,6 +4,7 @@
 mod batch;
 mod data;
 mod device_choice;
+mod distributed;
 mod link_bandwidth;
 mod memory_settings;
 mod model;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 pub use batch::BatchConfig;
 pub use data::{DataConfig, DataKind};
 pub use device_choice::DeviceChoice;
+pub use distributed::{DistributedConfig, ShardLevel};
 pub use headroom_nn::models::Preset;
 pub use headroom_nn::models::gpt2::GPT2_VOCAB;
 pub use link_bandwidth::{LinkBandwidth, NAMED_LINKS};
@@ -78,6 +80,10 @@ pub struct TrainConfig {
     pub batch: BatchConfig,
     /// The optimizer and its schedule.
     pub optimizer: OptimizerConfig,
+    /// What the ranks of a run shard ([`DistributedConfig::shard`], read into the
+    /// optimizer's settings as the configuration is read).
+    #[serde(skip_serializing_if = "DistributedConfig::is_unset")]
+    pub distributed: DistributedConfig,
     /// Mixed precision.
     pub precision: PrecisionConfig,
     /// The memory budget.
@@ -100,6 +106,7 @@ impl Default for TrainConfig {
             data: DataConfig::default(),
             batch: BatchConfig::default(),
             optimizer: OptimizerConfig::default(),
+            distributed: DistributedConfig::default(),
             precision: PrecisionConfig::default(),
             memory: MemoryConfig::default(),
             checkpoint: CheckpointConfig::default(),
@@ -156,8 +163,23 @@ impl TrainConfig {
     }
 
     /// Parses TOML `text` over `preset` (or the text's own `model.preset`): each field it
-    /// writes wins over the preset's, which wins over the default.
+    /// writes wins over the preset's, which wins over the default. `distributed.shard` is
+    /// read into the optimizer's settings ([`TrainConfig::apply_distributed`]).
     pub fn from_toml_over(text: &str, preset: Option<Preset>) -> Result<Self, String> {
+        let mut config = Self::parsed_over(text, preset)?;
+        config.apply_distributed();
+        Ok(config)
+    }
+
+    /// Sets the optimizer's settings that `distributed.shard` stands for, where it is set.
+    pub fn apply_distributed(&mut self) {
+        if let Some(level) = self.distributed.shard {
+            level.apply(&mut self.optimizer);
+        }
+    }
+
+    /// [`TrainConfig::from_toml_over`] as written.
+    fn parsed_over(text: &str, preset: Option<Preset>) -> Result<Self, String> {
         let written: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
         let named = written
             .get("model")

@@ -57,6 +57,12 @@ pub struct OptimizerConfig {
     /// faster or where nothing whole fits (never under `memory.policy = "manual"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard_params: Option<bool>,
+    /// Shard the gradients and the optimizer state, each rank keeping whole weights (ZeRO
+    /// stage 2, FSDP2 without resharding after the forward pass): the parameters are sharded
+    /// as `shard_params` shards them, and each tensor's gathered copy is kept from its first
+    /// use in a step until the update, so that the weights are gathered once a step.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shard_grads: bool,
     /// Keep the state in the host tier (`memory.host_limit`) and run each update there
     /// (ZeRO-Offload): the parameter and its gradient are copied into the host's copies of
     /// them (kept there beside the state), updated by a host thread while the device goes on
@@ -96,6 +102,7 @@ impl Default for OptimizerConfig {
             in_backward: None,
             shard_state: false,
             shard_params: None,
+            shard_grads: false,
             offload: None,
             launched_as: None,
             schedule: ScheduleKind::WarmupCosine,
@@ -152,7 +159,7 @@ pub enum ScheduleKind {
 impl OptimizerConfig {
     /// Whether the parameters are sharded over the ranks (`shard_params`).
     pub fn shards_params(&self) -> bool {
-        self.shard_params == Some(true)
+        self.shard_params == Some(true) || self.shard_grads
     }
 
     /// Whether the state and the updates are in the host tier (`offload`).
@@ -205,6 +212,12 @@ impl OptimizerConfig {
             !(self.offloads() && self.shard_state),
             "optimizer.offload: a sharded state (optimizer.shard_state) is shared between the \
              ranks' devices; turn one of them off"
+                .into(),
+        );
+        problems.check(
+            !(self.shard_grads && self.shard_params == Some(false)),
+            "optimizer.shard_grads: it shards the parameters as shard_params does, and keeps \
+             their gathered copies; turn shard_params = false off"
                 .into(),
         );
         if self.shards_params() {

@@ -157,6 +157,14 @@ pub struct Overrides {
     /// stage 3 / FSDP (optimizer.shard_params).
     #[cfg_attr(feature = "cli", arg(long))]
     pub shard_params: bool,
+    /// Shard the gradients and the optimizer's state over the ranks, each keeping whole
+    /// weights gathered once a step, ZeRO stage 2 (optimizer.shard_grads).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub shard_grads: bool,
+    /// What the ranks shard: state, grads or params, ZeRO stage 1, 2 or 3
+    /// (distributed.shard).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_shard))]
+    pub shard: Option<super::ShardLevel>,
     /// Keep the optimizer's state in the host tier and update there, ZeRO-Offload
     /// (optimizer.offload).
     #[cfg_attr(feature = "cli", arg(long))]
@@ -284,6 +292,11 @@ fn parse_recompute(text: &str) -> Result<Recompute, String> {
 
 #[cfg(feature = "cli")]
 fn parse_state(text: &str) -> Result<StateKind, String> {
+    parse_kebab(text)
+}
+
+#[cfg(feature = "cli")]
+fn parse_shard(text: &str) -> Result<super::ShardLevel, String> {
     parse_kebab(text)
 }
 
@@ -446,6 +459,13 @@ impl Overrides {
         }
         if self.shard_params {
             config.optimizer.shard_params = Some(true);
+        }
+        if self.shard_grads {
+            config.optimizer.shard_grads = true;
+        }
+        if self.shard.is_some() {
+            config.distributed.shard = self.shard;
+            config.apply_distributed();
         }
         set(&mut config.optimizer.clip, self.clip);
         set(&mut config.seed, self.seed);

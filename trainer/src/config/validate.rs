@@ -2,7 +2,7 @@
 //! its own settings beside its fields; this module checks the run's own settings and how the
 //! sections fit together.
 
-use super::{DataKind, ModelKind, PrecisionKind, TrainConfig};
+use super::{DataKind, ModelKind, PrecisionKind, ShardLevel, TrainConfig};
 use crate::error::{Error, Result};
 
 /// The problems found so far, each a sentence that names its setting.
@@ -41,6 +41,17 @@ impl TrainConfig {
              before the first update; use precision bf16 or f32"
                 .into(),
         );
+        if let Some(level) = self.distributed.shard {
+            let pinned = ShardLevel::of(&self.optimizer);
+            problems.check(
+                pinned == Some(level),
+                format!(
+                    "distributed.shard = \"{}\", where the optimizer's settings shard {}",
+                    level.name(),
+                    pinned.map_or("nothing", ShardLevel::name)
+                ),
+            );
+        }
         problems.check(
             !(self.optimizer.shards_params() && self.model.offloads_weights()),
             "optimizer.shard_params: weights streamed from the host tier \

@@ -96,7 +96,8 @@ impl Launch {
         }
         config.optimizer.in_backward = Some(false);
         let divides = config.batch.size.is_multiple_of(self.size);
-        if config.optimizer.shard_params.is_none() && !divides {
+        let unset = config.optimizer.shard_params.is_none() && !config.optimizer.shard_grads;
+        if unset && !divides {
             // Sharded ranks run their passes in step: the policy may not choose it here.
             config.optimizer.shard_params = Some(false);
         }

@@ -318,6 +318,15 @@ impl TrainableModel for TrainModel {
         }
     }
 
+    fn keep_gathered(&mut self) -> Result<()> {
+        match self {
+            TrainModel::Gpt(gpt) => Ok(gpt.keep_gathered()?),
+            TrainModel::Mlp(_) => Err(Error::config(
+                "optimizer.shard_grads: the built-in MLP is not sharded over ranks; a GPT is",
+            )),
+        }
+    }
+
     fn param_shards(&self) -> Option<&ParamShards> {
         match self {
             TrainModel::Gpt(gpt) => gpt.param_shards(),

@@ -73,6 +73,14 @@ pub trait TrainableModel: Send + Any {
         ))
     }
 
+    /// Keeps each sharded tensor's gathered copy until its chunk changes
+    /// (`optimizer.shard_grads`, ZeRO stage 2). The default refuses.
+    fn keep_gathered(&mut self) -> Result<()> {
+        Err(crate::error::Error::config(
+            "optimizer.shard_grads: this model's gathered tensors cannot be kept",
+        ))
+    }
+
     /// How its tensors are sharded over ranks, where they are (none by default).
     fn param_shards(&self) -> Option<&ParamShards> {
         None

@@ -97,7 +97,14 @@ fn rank_notes(launch: Launch, whole: &TrainConfig, config: &TrainConfig) -> Vec<
             launch.rank
         ));
     }
-    if whole.optimizer.shards_params() {
+    if whole.optimizer.shard_grads {
+        notes.push(format!(
+            "gradients sharded over the ranks (ZeRO stage 2): rank {} keeps 1/{} of every \
+             gradient and of the optimizer state, and each tensor gathered whole from its first \
+             use in a step until the update",
+            launch.rank, launch.size
+        ));
+    } else if whole.optimizer.shards_params() {
         notes.push(format!(
             "parameters sharded over the ranks (ZeRO stage 3): rank {} keeps 1/{} of every \
              tensor, its gradient and its optimizer state, and gathers each block whole as it \

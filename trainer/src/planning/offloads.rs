@@ -75,6 +75,9 @@ pub fn build_training_state(
     if let Some(world) = shards.filter(|_| model.param_shards().is_none()) {
         model.shard_params(world)?;
     }
+    if config.optimizer.shard_grads {
+        model.keep_gathered()?;
+    }
     model.set_host_tier(&for_model(config, host))?;
     let optimizer = build_optimizer(&config.optimizer, model.module(), host)?;
     Ok((model, optimizer))

@@ -258,7 +258,11 @@ fn shards(config: &TrainConfig, knobs: Knobs) -> Vec<bool> {
         && ranks > 1
         && !config.optimizer.shard_state
         && !config.model.offloads_weights();
-    choices(config.optimizer.shard_params, allowed)
+    let pinned = match config.optimizer.shard_grads {
+        true => Some(true),
+        false => config.optimizer.shard_params,
+    };
+    choices(pinned, allowed)
 }
 
 /// Whether to fetch block inputs and weights ahead, for a candidate that brings them back from

@@ -536,6 +536,10 @@ pub(super) fn update(
     if !norm.is_finite() {
         return Ok((false, norm.norm));
     }
+    // Gathered copies kept through the step (ZeRO stage 2) go before their chunks change.
+    if let Some(shards) = ctx.model.param_shards() {
+        shards.release_gathered();
+    }
     ctx.optimizer
         .step(ctx.model.module_mut(), grads, unscale * norm.factor)?;
     Ok((true, norm.norm))

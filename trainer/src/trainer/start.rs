@@ -225,6 +225,7 @@ impl Inputs {
             factory,
             world,
         } = parts;
+        config.apply_distributed();
         config.validate()?;
         // Saved as absolute paths, the run's configuration works from any directory.
         config.resolve_paths();
