@@ -283,6 +283,18 @@ fn kept_gathered_copies_give_the_same_gradient_chunks_and_stay_until_released() 
     assert!(err.to_string().contains("not sharded"), "{err}");
 }
 
+/// Runs `f` on each of `ranks` ranks (threads), each with its world and its own device.
+fn on_ranks(ranks: usize, f: impl Fn(SharedWorld, &Device) + Sync) {
+    let devices: Vec<Device> = (0..ranks).map(|_| common::device()).collect();
+    let worlds = Threads::world(&devices);
+    thread::scope(|s| {
+        for (world, device) in worlds.into_iter().zip(&devices) {
+            let f = &f;
+            s.spawn(move || f(SharedWorld::new(Box::new(world)), device));
+        }
+    });
+}
+
 /// A decoder of `config` whose blocks' weights (and untied token embedding) are stored in
 /// `format` under rank-2 adapters whose `B` is drawn away from zero: drawn sharded over
 /// `world` where `drawn`, cut after it is built otherwise, whole without a world.
@@ -352,24 +364,17 @@ fn a_quantized_base_is_sharded_by_blocks_of_codes_and_its_adapters_get_the_whole
     }
     // Each rank keeps a third of the blocks' codes (32 bytes a block of 64 values) and of
     // their scale codes; the second-level scales, a few bytes, stay whole.
-    let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
-    let ranks = Threads::world(&devices);
-    thread::scope(|s| {
-        for (world, device) in ranks.into_iter().zip(&devices) {
-            s.spawn(move || {
-                let world = SharedWorld::new(Box::new(world));
-                let config = (llama, Recompute::None, QuantFormat::Nf4);
-                let mut gpt = qlora(device, config, (Some(&world), true));
-                let stored = gpt.quantized_weights_mut();
-                assert_eq!(stored.len(), 1 + 2 * 5, "the token embedding and 5 a block");
-                for (name, chunk) in stored {
-                    let blocks = chunk.numel().div_ceil(64).div_ceil(RANKS);
-                    let arrays = chunk.arrays();
-                    assert!(chunk.is_chunk(), "{name}");
-                    assert_eq!(arrays[0].numel(), blocks * 32, "{name}");
-                    assert_eq!(arrays[1].numel(), blocks, "{name}");
-                }
-            });
+    on_ranks(RANKS, |world, device| {
+        let config = (llama, Recompute::None, QuantFormat::Nf4);
+        let mut gpt = qlora(device, config, (Some(&world), true));
+        let stored = gpt.quantized_weights_mut();
+        assert_eq!(stored.len(), 1 + 2 * 5, "the token embedding and 5 a block");
+        for (name, chunk) in stored {
+            let blocks = chunk.numel().div_ceil(64).div_ceil(RANKS);
+            let arrays = chunk.arrays();
+            assert!(chunk.is_chunk(), "{name}");
+            assert_eq!(arrays[0].numel(), blocks * 32, "{name}");
+            assert_eq!(arrays[1].numel(), blocks, "{name}");
         }
     });
 }
@@ -406,28 +411,20 @@ fn pretrained_weights_load_into_a_decoder_drawn_sharded_as_the_chunks_of_the_who
             init
         };
         let name = format!("{source} {quantize:?}");
-        let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
-        let ranks = Threads::world(&devices);
-        thread::scope(|s| {
-            for (world, device) in ranks.into_iter().zip(&devices) {
-                let (path, pretrained, name) = (&path, &pretrained, &name);
-                s.spawn(move || {
-                    let world = SharedWorld::new(Box::new(world));
-                    let mut drawn = Gpt::new_sharded(&mut draw(device), config, &world).unwrap();
-                    pretrained.load(path, &mut drawn).unwrap();
-                    let loading_peak = device.allocator().stats().peak_in_use;
-                    let mut cut = Gpt::new(&mut draw(device), config).unwrap();
-                    pretrained.load(path, &mut cut).unwrap();
-                    let whole_weights = device.allocator().stats().in_use;
-                    cut.shard_params(&world).unwrap();
-                    assert_eq!(contents(&mut drawn), contents(&mut cut), "{name}");
-                    assert!(
-                        loading_peak < whole_weights,
-                        "{name}: loading sharded peaked at {loading_peak} B, the whole model \
-                         holds {whole_weights} B"
-                    );
-                });
-            }
+        on_ranks(RANKS, |world, device| {
+            let mut drawn = Gpt::new_sharded(&mut draw(device), config, &world).unwrap();
+            pretrained.load(&path, &mut drawn).unwrap();
+            let loading_peak = device.allocator().stats().peak_in_use;
+            let mut cut = Gpt::new(&mut draw(device), config).unwrap();
+            pretrained.load(&path, &mut cut).unwrap();
+            let whole_weights = device.allocator().stats().in_use;
+            cut.shard_params(&world).unwrap();
+            assert_eq!(contents(&mut drawn), contents(&mut cut), "{name}");
+            assert!(
+                loading_peak < whole_weights,
+                "{name}: loading sharded peaked at {loading_peak} B, the whole model \
+                 holds {whole_weights} B"
+            );
         });
     }
 }
@@ -533,34 +530,27 @@ fn a_decoder_drawn_sharded_holds_the_chunks_of_one_drawn_whole_and_never_the_who
         ..small_llama(16, 4, 24)
     };
     for (name, config) in [("gpt2", gpt2()), ("llama", wide)] {
-        let devices: Vec<Device> = (0..RANKS).map(|_| common::device()).collect();
-        let ranks = Threads::world(&devices);
-        thread::scope(|s| {
-            for (world, device) in ranks.into_iter().zip(&devices) {
-                s.spawn(move || {
-                    let world = SharedWorld::new(Box::new(world));
-                    let mut init = Initializer::new(device, DType::F32, 7);
-                    let drawn = Gpt::new_sharded(&mut init, config, &world).unwrap();
-                    let drawing_peak = device.allocator().stats().peak_in_use;
-                    let mut cut = model(device, config, Recompute::None);
-                    let whole_weights = device.allocator().stats().in_use;
-                    cut.shard_params(&world).unwrap();
-                    assert!(
-                        drawing_peak < whole_weights,
-                        "{name}: drawing sharded peaked at {drawing_peak} B, the whole model \
-                         holds {whole_weights} B"
-                    );
-                    let chunks = |gpt: &Gpt| -> Vec<(String, Vec<f64>)> {
-                        let mut all = Vec::new();
-                        gpt.visit(&mut |n, t| all.push((n.to_owned(), t.to_f64().unwrap())));
-                        all
-                    };
-                    assert_eq!(chunks(&drawn), chunks(&cut), "{name}");
-                    let shards = (drawn.param_shards().unwrap(), cut.param_shards().unwrap());
-                    for (n, _) in chunks(&cut) {
-                        assert_eq!(shards.0.whole_shape(&n), shards.1.whole_shape(&n), "{n}");
-                    }
-                });
+        on_ranks(RANKS, |world, device| {
+            let mut init = Initializer::new(device, DType::F32, 7);
+            let drawn = Gpt::new_sharded(&mut init, config, &world).unwrap();
+            let drawing_peak = device.allocator().stats().peak_in_use;
+            let mut cut = model(device, config, Recompute::None);
+            let whole_weights = device.allocator().stats().in_use;
+            cut.shard_params(&world).unwrap();
+            assert!(
+                drawing_peak < whole_weights,
+                "{name}: drawing sharded peaked at {drawing_peak} B, the whole model \
+                 holds {whole_weights} B"
+            );
+            let chunks = |gpt: &Gpt| -> Vec<(String, Vec<f64>)> {
+                let mut all = Vec::new();
+                gpt.visit(&mut |n, t| all.push((n.to_owned(), t.to_f64().unwrap())));
+                all
+            };
+            assert_eq!(chunks(&drawn), chunks(&cut), "{name}");
+            let shards = (drawn.param_shards().unwrap(), cut.param_shards().unwrap());
+            for (n, _) in chunks(&cut) {
+                assert_eq!(shards.0.whole_shape(&n), shards.1.whole_shape(&n), "{n}");
             }
         });
     }
@@ -619,37 +609,47 @@ fn a_checkpoints_whole_copy_goes_to_the_host_one_tensor_at_a_time() {
 /// and a state buffer (`{name}.m`, the chunk halved) beside each tensor, as a checkpoint of
 /// step `step` indexed at `index`.
 fn save_sharded(index: &std::path::Path, config: GptConfig, ranks: usize, step: u64) {
-    let devices: Vec<Device> = (0..ranks).map(|_| common::device()).collect();
-    let worlds = Threads::world(&devices);
-    thread::scope(|s| {
-        for (world, device) in worlds.into_iter().zip(&devices) {
-            s.spawn(move || {
-                let mut world = SharedWorld::new(Box::new(world));
-                let mut init = Initializer::new(device, DType::F32, 7);
-                let gpt = Gpt::new_sharded(&mut init, config, &world).unwrap();
-                let halved = |t: &Tensor| {
-                    let half: Vec<f32> = t
-                        .to_f64()
-                        .unwrap()
-                        .iter()
-                        .map(|&v| v as f32 / 2.0)
-                        .collect();
-                    HostArray::of(&Array::from_host(device, t.shape().clone(), &half).unwrap())
-                };
-                let buffers = gpt.named_parameters().into_iter();
-                let buffers = buffers.map(|(n, t)| (format!("{n}.m"), halved(&t).unwrap()));
-                let state = HostState {
-                    buffers: buffers.collect(),
-                    steps: step,
-                };
-                let shards = gpt.param_shards().unwrap();
-                let made = checkpoint::save_rank(index, step, (&gpt, shards), &state).unwrap();
-                world.barrier().unwrap();
-                if world.rank() == 0 {
-                    made.save(index, step, &Default::default()).unwrap();
-                }
-            });
+    on_ranks(ranks, |mut world, device| {
+        let mut init = Initializer::new(device, DType::F32, 7);
+        let gpt = Gpt::new_sharded(&mut init, config, &world).unwrap();
+        let halved = |t: &Tensor| {
+            let half: Vec<f32> = t
+                .to_f64()
+                .unwrap()
+                .iter()
+                .map(|&v| v as f32 / 2.0)
+                .collect();
+            HostArray::of(&Array::from_host(device, t.shape().clone(), &half).unwrap())
+        };
+        let buffers = gpt.named_parameters().into_iter();
+        let buffers = buffers.map(|(n, t)| (format!("{n}.m"), halved(&t).unwrap()));
+        let state = HostState {
+            buffers: buffers.collect(),
+            steps: step,
+        };
+        let shards = gpt.param_shards().unwrap();
+        let made = checkpoint::save_rank(index, step, (&gpt, shards), &state).unwrap();
+        world.barrier().unwrap();
+        if world.rank() == 0 {
+            made.save(index, step, &Default::default()).unwrap();
         }
+    });
+}
+
+/// Each of `ranks` ranks (threads) draws a decoder of `config` sharded over them and restores
+/// its chunks of `saved`; `check` gets the rank, its decoder and what the restore gave.
+fn restore_on_ranks(
+    saved: &checkpoint::Checkpoint,
+    config: GptConfig,
+    ranks: usize,
+    check: &(dyn Fn(usize, Gpt, headroom_nn::Result<()>) + Sync),
+) {
+    on_ranks(ranks, |world, device| {
+        let mut init = Initializer::new(device, DType::F32, 99);
+        let mut gpt = Gpt::new_sharded(&mut init, config, &world).unwrap();
+        let shards = gpt.param_shards().unwrap().clone();
+        let restored = saved.restore_model_in_chunks(&mut gpt, &shards);
+        check(world.rank(), gpt, restored);
     });
 }
 
@@ -683,23 +683,12 @@ fn a_checkpoint_saved_by_three_ranks_restores_whole_and_on_two() {
     }
 
     // Two ranks read their chunks of what three saved.
-    let devices: Vec<Device> = (0..2).map(|_| common::device()).collect();
-    let worlds = Threads::world(&devices);
-    let (saved, whole) = (&saved, &whole);
-    thread::scope(|s| {
-        for (world, device) in worlds.into_iter().zip(&devices) {
-            s.spawn(move || {
-                let world = SharedWorld::new(Box::new(world));
-                let mut init = Initializer::new(device, DType::F32, 99);
-                let mut gpt = Gpt::new_sharded(&mut init, config, &world).unwrap();
-                let shards = gpt.param_shards().unwrap().clone();
-                saved.restore_model_in_chunks(&mut gpt, &shards).unwrap();
-                let mine = gpt.named_parameters().into_iter();
-                for ((name, chunk), (_, t)) in mine.zip(whole.named_parameters()) {
-                    let want = chunk_of(t.array(), world.rank(), 2).unwrap();
-                    assert_eq!(chunk.to_f64().unwrap(), want.to_f64().unwrap(), "{name}");
-                }
-            });
+    restore_on_ranks(&saved, config, 2, &|rank, gpt, restored| {
+        restored.unwrap();
+        let mine = gpt.named_parameters().into_iter();
+        for ((name, chunk), (_, t)) in mine.zip(whole.named_parameters()) {
+            let want = chunk_of(t.array(), rank, 2).unwrap();
+            assert_eq!(chunk.to_f64().unwrap(), want.to_f64().unwrap(), "{name}");
         }
     });
 
@@ -738,26 +727,12 @@ fn a_checkpoint_saved_by_three_ranks_restores_whole_and_on_two() {
     *damaged.last_mut().unwrap() ^= 0x40;
     std::fs::write(&last, &damaged).unwrap();
     let saved = checkpoint::load(&index, &host).unwrap();
-    let devices: Vec<Device> = (0..3).map(|_| common::device()).collect();
-    let worlds = Threads::world(&devices);
-    let (saved, last_name) = (&saved, &want[3]);
-    thread::scope(|s| {
-        for (world, device) in worlds.into_iter().zip(&devices) {
-            s.spawn(move || {
-                let world = SharedWorld::new(Box::new(world));
-                let mut init = Initializer::new(device, DType::F32, 99);
-                let mut gpt = Gpt::new_sharded(&mut init, config, &world).unwrap();
-                let shards = gpt.param_shards().unwrap().clone();
-                let restored = saved.restore_model_in_chunks(&mut gpt, &shards);
-                match world.rank() {
-                    2 => {
-                        let err = restored.unwrap_err().to_string();
-                        assert!(err.contains(last_name.as_str()), "{err}");
-                    }
-                    _ => restored.unwrap(),
-                }
-            });
+    restore_on_ranks(&saved, config, 3, &|rank, _, restored| match rank {
+        2 => {
+            let err = restored.unwrap_err().to_string();
+            assert!(err.contains(want[3].as_str()), "{err}");
         }
+        _ => restored.unwrap(),
     });
     std::fs::write(&last, &intact).unwrap();
 
