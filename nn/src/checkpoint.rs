@@ -306,8 +306,9 @@ pub struct Checkpoint {
     path: PathBuf,
     device: Device,
     bytes: Vec<u8>,
-    /// Invariant: every entry in [`Place::Chunks`] or [`Place::FirstRank`] has its entry in
-    /// `ranks`, of its chunk's length (or whole) and dtype.
+    /// Invariant: every entry in [`Place::Chunks`], [`Place::PerRank`] or [`Place::FirstRank`]
+    /// has its entry in the headers of the files of `ranks`, of its chunk's length (or whole)
+    /// and dtype.
     entries: HashMap<String, Entry>,
     metadata: BTreeMap<String, String>,
     /// A sharded checkpoint's rank files, in rank order, each read when first needed; none

@@ -8,8 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use headroom_alloc::Tag;
-use headroom_autograd::Tensor;
-use headroom_autograd::{autocast_dtype, chunk_of, every_rank, no_grad};
+use headroom_autograd::{Tensor, autocast_dtype, chunk_of, every_rank, no_grad};
 use headroom_collectives::{Collective, SharedWorld};
 use headroom_kernels::{Array, DType, Device, Shape};
 use parking_lot::Mutex;
@@ -105,11 +104,6 @@ impl ParamShards {
     /// embedding's lookup and the sliced head gather where they run as before.
     pub fn keep_gathered(&mut self) {
         self.kept.get_or_insert_with(Default::default);
-    }
-
-    /// Whether gathered copies are kept ([`keep_gathered`](Self::keep_gathered)).
-    pub fn keeps_gathered(&self) -> bool {
-        self.kept.is_some()
     }
 
     /// Lets go of the gathered copies kept: every rank must call it before its chunks change
