@@ -39,25 +39,28 @@ pub(crate) fn base_shapes(gpt: &Gpt) -> Vec<(String, Shape)> {
     out
 }
 
-/// Overwrites every tensor of `gpt`'s base, in visiting order, with the values `read` gives
-/// for its name and whole shape (the whole tensor's bytes, of a dtype): where the decoder is
-/// sharded, each tensor keeps its rank's chunk of them alone, and no rank holds a whole
+/// The values a loader hands over for one tensor: the whole tensor's bytes, of a dtype.
+pub(crate) type Write<'w> = &'w mut dyn FnMut(DType, &[u8]) -> Result<()>;
+
+/// Overwrites every tensor of `gpt`'s base, in visiting order: `read` gets its name and whole
+/// shape and hands the whole tensor's values to the [`Write`] it is given. Where the decoder
+/// is sharded, each tensor keeps its rank's chunk of them alone, and no rank holds a whole
 /// tensor on its device.
-pub(crate) fn fill_base<'a>(
+pub(crate) fn fill_base(
     gpt: &mut Gpt,
-    mut read: impl FnMut(&str, &Shape) -> Result<(DType, Cow<'a, [u8]>)>,
+    mut read: impl FnMut(&str, &Shape, Write<'_>) -> Result<()>,
 ) -> Result<()> {
     let shards = gpt.param_shards().cloned();
     visit_base_mut(gpt, &mut |name, t| {
-        let whole = shards.as_ref().and_then(|s| s.whole_shape(name));
-        let (stored, bytes) = read(name, whole.unwrap_or(t.shape()))?;
-        match &shards {
-            Some(shards) => overwrite(
-                t.array_mut(),
-                stored,
-                &shards.own_bytes(name, stored.size(), &bytes),
-            ),
-            None => overwrite(t.array_mut(), stored, &bytes),
-        }
+        let whole = shards.as_ref().and_then(|s| s.whole_shape(name)).cloned();
+        let whole = whole.unwrap_or_else(|| t.shape().clone());
+        let array = t.array_mut();
+        read(name, &whole, &mut |stored, bytes| {
+            let bytes = match &shards {
+                Some(shards) => shards.own_bytes(name, stored.size(), bytes),
+                None => Cow::Borrowed(bytes),
+            };
+            overwrite(array, stored, &bytes)
+        })
     })
 }

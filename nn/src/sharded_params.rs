@@ -10,6 +10,7 @@ use std::sync::Arc;
 use headroom_alloc::Tag;
 use headroom_autograd::{Tensor, autocast_dtype, chunk_of, every_rank, no_grad};
 use headroom_collectives::{Collective, SharedWorld};
+use headroom_kernels::ops::data::host_window;
 use headroom_kernels::{Array, DType, Device, Shape};
 use parking_lot::Mutex;
 
@@ -133,10 +134,7 @@ impl ParamShards {
             return Cow::Borrowed(bytes);
         };
         let chunk = whole.numel().div_ceil(self.cut.ranks.max(1)) * size;
-        let start = (self.cut.rank * chunk).min(bytes.len());
-        let mut own = bytes[start..bytes.len().min(start + chunk)].to_vec();
-        own.resize(chunk, 0);
-        Cow::Owned(own)
+        host_window(bytes, self.cut.rank * chunk, chunk)
     }
 
     /// The whole shape of the tensor named `name`, or none where it was not sharded.

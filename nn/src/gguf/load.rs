@@ -63,11 +63,10 @@ pub fn load_gguf(path: &Path, gpt: &mut Gpt) -> Result<()> {
     let wanted: Vec<Wanted> = wanted(&file, &layout, &params)?;
     check_tensors(&file, &wanted)?;
     check_finite(&file, &wanted)?;
-    fill_base(gpt, |name, whole| {
+    fill_base(gpt, |name, whole, write| {
         let mut values = vec![0.0f32; whole.numel()];
         layout.read_parameter(&file, name, &mut values)?;
-        let bytes: Vec<u8> = bytemuck::cast_slice(&values).to_vec();
-        Ok((DType::F32, bytes.into()))
+        write(DType::F32, bytemuck::cast_slice(&values))
     })?;
     // Weights stored quantized: quantized on the host one at a time, only their codes uploaded.
     for (name, stored) in gpt.quantized_weights_mut() {

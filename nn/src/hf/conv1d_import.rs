@@ -82,13 +82,13 @@ pub fn load_gpt2(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     let sources = checker.sources(gpt)?;
     checker.check_rest(&sources, gpt.head.is_none())?;
     let mut sources = sources.iter();
-    fill_base(gpt, |name, _| {
+    fill_base(gpt, |name, _, write| {
         let source = sources.next().ok_or_else(|| Error::Checkpoint {
             path: path.clone(),
             key: name.to_owned(),
             detail: "the model changed while loading".into(),
         })?;
-        Ok((source.dtype, checker.bytes(source)?))
+        write(source.dtype, &checker.bytes(source)?)
     })?;
     let eps = config.layer_norm_epsilon;
     for block in &mut gpt.blocks {

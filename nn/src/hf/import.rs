@@ -80,7 +80,7 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
     let mut plans = plans;
     let quantized_plans = plans.split_off(params.len());
     let mut plans = plans.into_iter();
-    fill_base(gpt, |name, _| {
+    fill_base(gpt, |name, _, write| {
         let plan = plans.next().ok_or_else(|| Error::Checkpoint {
             path: dir.clone(),
             key: name.to_owned(),
@@ -95,7 +95,7 @@ pub fn load_llama(dir: &Path, gpt: &mut Gpt) -> Result<()> {
                 .collect::<Vec<u8>>()
                 .into(),
         };
-        Ok((plan.stored, bytes))
+        write(plan.stored, &bytes)
     })?;
     // Weights stored quantized: quantized on the host one at a time, only their codes uploaded.
     for ((_, stored), plan) in gpt.quantized_weights_mut().into_iter().zip(quantized_plans) {

@@ -66,10 +66,7 @@ impl Module for Embedding {
         &mut self,
         f: &mut dyn FnMut(&mut Quantized) -> Result<()>,
     ) -> Result<()> {
-        match &mut self.weight {
-            Weight::Quantized(table) => f(table),
-            Weight::Dense(_) => Ok(()),
-        }
+        self.weight.visit_quantized_mut(f)
     }
 
     fn quantized_count(&self) -> usize {

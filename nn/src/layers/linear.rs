@@ -145,10 +145,7 @@ impl Module for Linear {
         &mut self,
         f: &mut dyn FnMut(&mut Quantized) -> Result<()>,
     ) -> Result<()> {
-        match &mut self.weight {
-            Weight::Quantized(stored) => f(stored),
-            Weight::Dense(_) => Ok(()),
-        }
+        self.weight.visit_quantized_mut(f)
     }
 
     fn set_training(&mut self, training: bool) {

@@ -69,6 +69,18 @@ impl Weight {
         }
     }
 
+    /// Calls `f` with the stored codes, if it is stored quantized: a layer's
+    /// [`Module::visit_quantized_mut`](crate::Module::visit_quantized_mut).
+    pub fn visit_quantized_mut(
+        &mut self,
+        f: &mut dyn FnMut(&mut Quantized) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            Weight::Quantized(stored) => f(stored),
+            Weight::Dense(_) => Ok(()),
+        }
+    }
+
     /// The weight as a selective op takes it.
     pub fn product(&self) -> LinearWeight<'_> {
         match self {

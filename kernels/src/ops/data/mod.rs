@@ -11,6 +11,8 @@ mod transfer;
 pub use kernels::DataKernels;
 pub use transfer::Arriving;
 
+use std::borrow::Cow;
+
 use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
@@ -274,6 +276,25 @@ pub fn window(x: &Array, start: usize, len: usize) -> Result<Array> {
         len.min(numel - start),
     )?;
     Ok(out)
+}
+
+/// [`window`] of host values: `len` of `whole` from `start`, zeros past its end, borrowed
+/// where they lie within it.
+///
+/// ```
+/// use headroom_kernels::ops::data::host_window;
+/// assert_eq!(*host_window(&[1u8, 2, 3], 2, 2), [3, 0]);
+/// assert_eq!(*host_window(&[1u8, 2, 3], 0, 2), [1, 2]);
+/// ```
+pub fn host_window<T: Copy + Default>(whole: &[T], start: usize, len: usize) -> Cow<'_, [T]> {
+    let start = start.min(whole.len());
+    let end = whole.len().min(start + len);
+    if end - start == len {
+        return Cow::Borrowed(&whole[start..end]);
+    }
+    let mut part = whole[start..end].to_vec();
+    part.resize(len, T::default());
+    Cow::Owned(part)
 }
 
 /// [`copy_range`] between arrays of any two dtypes: the elements are converted to `dst`'s

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use super::{QuantFormat, Quantized, Scales};
 use crate::array::Array;
 use crate::error::{Error, Result};
-use crate::ops::data::window;
+use crate::ops::data::{host_window, window};
 
 impl Quantized {
     /// Chunk `rank` of `ranks` of this weight: its share of the blocks (`blocks.div_ceil(ranks)`
@@ -21,7 +21,7 @@ impl Quantized {
                 detail: format!("rank {rank} of {ranks}"),
             });
         }
-        let blocks = self.numel().div_ceil(QuantFormat::BLOCK).div_ceil(ranks);
+        let blocks = chunk_blocks(self.numel(), ranks);
         let mut cut =
             self.map_cut(|a, per_block| window(a, rank * blocks * per_block, blocks * per_block))?;
         cut.cut = Some((rank, ranks));
@@ -68,8 +68,7 @@ impl Quantized {
 
     /// The blocks this storage holds: the whole weight's, or a chunk's share of them.
     pub(super) fn blocks_kept(&self) -> usize {
-        let blocks = self.numel().div_ceil(QuantFormat::BLOCK);
-        self.cut.map_or(blocks, |(_, ranks)| blocks.div_ceil(ranks))
+        chunk_blocks(self.numel(), self.cut.map_or(1, |(_, ranks)| ranks))
     }
 
     /// An [`Error::Argument`] for `op` where this is a chunk, which holds no values.
@@ -120,6 +119,11 @@ impl Quantized {
     }
 }
 
+/// The blocks of a weight of `numel` values that each of `ranks` ranks keeps.
+fn chunk_blocks(numel: usize, ranks: usize) -> usize {
+    numel.div_ceil(QuantFormat::BLOCK).div_ceil(ranks)
+}
+
 /// The part of `whole` (a whole weight's codes or scales, on the host) that storage cut as
 /// `cut` keeps, `len` of them from its rank's first block, zeros past the end of `whole`.
 pub(super) fn own_part<T: Copy + Default>(
@@ -127,13 +131,10 @@ pub(super) fn own_part<T: Copy + Default>(
     cut: Option<(usize, usize)>,
     len: usize,
 ) -> Cow<'_, [T]> {
-    let Some((rank, _)) = cut else {
-        return Cow::Borrowed(whole);
-    };
-    let start = (rank * len).min(whole.len());
-    let mut part = whole[start..whole.len().min(start + len)].to_vec();
-    part.resize(len, T::default());
-    Cow::Owned(part)
+    match cut {
+        Some((rank, _)) => host_window(whole, rank * len, len),
+        None => Cow::Borrowed(whole),
+    }
 }
 
 #[cfg(test)]
